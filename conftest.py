@@ -1,0 +1,33 @@
+"""Test-wide settings: hypothesis profiles and the GPU marker's skip.
+
+Profiles: "ci" (fixed budget, derandomised, no deadline: what CI and the README run), "dev" (more
+examples, random), "quick" (smoke). Choose with HYPOTHESIS_PROFILE; CI=true selects "ci".
+"""
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+_common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("ci", max_examples=25, derandomize=True, print_blob=True, **_common)
+settings.register_profile("dev", max_examples=100, **_common)
+settings.register_profile("quick", max_examples=5, derandomize=True, **_common)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # torch missing or broken: no GPU tests
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

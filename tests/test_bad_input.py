@@ -1,0 +1,76 @@
+"""Bad input gets a clear error that names the problem."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from analysis.memory import Memory
+from variants import VARIANTS
+
+NAMES = list(VARIANTS)
+
+
+def qkv(q=(1, 2, 8, 4), k=(1, 2, 8, 4), v=None, dtype=torch.float32):
+    v = k if v is None else v
+    return torch.randn(q).to(dtype), torch.randn(k).to(dtype), torch.randn(v).to(dtype)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shapes,match", [
+    (((2, 2, 8, 4), (1, 2, 8, 4)), "batch mismatch"),
+    (((1, 3, 8, 4), (1, 2, 8, 4)), "heads mismatch"),
+    (((1, 2, 8, 5), (1, 2, 8, 4)), "head dim d mismatch"),
+    (((2, 8, 4), (1, 2, 8, 4)), "rank 4"),
+])
+def test_shape_errors(name, shapes, match):
+    with pytest.raises(ValueError, match=match):
+        VARIANTS[name].forward(*qkv(*shapes))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_k_v_length_mismatch(name):
+    with pytest.raises(ValueError, match="same sequence length"):
+        VARIANTS[name].forward(*qkv(k=(1, 2, 8, 4), v=(1, 2, 9, 4)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("block", [0, -3, 2.5, True])
+def test_non_positive_blocks(name, block):
+    with pytest.raises(ValueError, match="block_q must be a positive integer"):
+        VARIANTS[name].forward(*qkv(), block_q=block)
+    with pytest.raises(ValueError, match="block_k must be a positive integer"):
+        VARIANTS[name].forward(*qkv(), block_k=block)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
+def test_integer_dtypes(name, dtype):
+    q = torch.ones(1, 1, 4, 4, dtype=dtype)
+    with pytest.raises(TypeError, match="dtype"):
+        VARIANTS[name].forward(q, q, q)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_mixed_dtypes_and_bad_scale(name):
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="share a dtype"):
+        VARIANTS[name].forward(q, k.half(), v)
+    with pytest.raises(ValueError, match="scale"):
+        VARIANTS[name].forward(q, k, v, scale=float("nan"))
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        VARIANTS[name].forward(q.numpy(), k, v)
+    with pytest.raises(TypeError, match="mem must be"):
+        VARIANTS[name].forward(q, k, v, mem="counter")
+
+
+def test_unknown_v_once_options():
+    with pytest.raises(ValueError, match="unknown placement 'disk'.*auto, sram, hbm"):
+        VARIANTS["v_once"].forward(*qkv(), placement="disk")
+    with pytest.raises(ValueError, match="unknown rescale 'sometimes'.*eager, lazy"):
+        VARIANTS["v_once"].forward(*qkv(), rescale="sometimes")
+
+
+def test_bad_sram_capacity():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="sram_bytes must be a positive integer"):
+            Memory(sram_bytes=bad)

@@ -1,0 +1,57 @@
+"""The four attention algorithms as PyTorch references, and the registry everything iterates over.
+
+    from variants import VARIANTS
+    for variant in VARIANTS.values():
+        for options in variant.configs():
+            o, lse = variant.forward(q, k, v, causal=True, **options)
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable
+
+from variants import fa1, fa2, naive, v_once
+from variants.reference import attention_reference
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    title: str
+    source: str
+    forward: Callable
+    sram_bytes: Callable
+    options: dict = field(default_factory=dict)  # option -> choices (first is the default)
+
+    def configs(self) -> list[dict]:
+        """Every combination of this variant's options ([{}] when it has none)."""
+        names = list(self.options)
+        return [dict(zip(names, combo)) for combo in itertools.product(*self.options.values())]
+
+    def label(self, *, block_q=None, block_k=None, **options) -> str:
+        """A name that says what ran: fa2_Br64_Bc64, v_once_hbm_lazy_Br64_Bc128."""
+        parts = [self.name] + [str(options[o]) for o in self.options if o in options]
+        if block_q is not None:
+            parts.append(f"Br{block_q}")
+        if block_k is not None:
+            parts.append(f"Bc{block_k}")
+        return "_".join(parts)
+
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("naive", "standard attention (S, P in HBM)", "FlashAttention paper, Algorithm 0",
+                naive.forward, naive.sram_bytes),
+        Variant("fa1", "FlashAttention-1 (K/V outer loop; O, l, m round-trip HBM)",
+                "FlashAttention paper, Algorithm 1", fa1.forward, fa1.sram_bytes),
+        Variant("fa2", "FlashAttention-2 (Q outer loop; O, l, m on chip)",
+                "FlashAttention-2 paper, Algorithm 1", fa2.forward, fa2.sram_bytes),
+        Variant("v_once", "multiply V once (f row, then one (f/l)V product)",
+                "Dao-AILab/flash-attention issue #941", v_once.forward, v_once.sram_bytes,
+                {"placement": v_once.PLACEMENTS, "rescale": v_once.RESCALES}),
+    )
+}
+
+__all__ = ["VARIANTS", "Variant", "attention_reference"]

@@ -1,0 +1,32 @@
+"""The float64 oracle every variant and kernel is checked against.
+
+Plain softmax attention computed in float64 on whatever device the inputs live on, with the
+bottom-right causal mask of DESIGN.md. Rows that see no key give o = 0 and lse = -inf.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def causal_mask(n_q: int, n_k: int, device=None) -> torch.Tensor:
+    """(Nq, Nk) bool, True where query i may see key j: j <= i + Nk - Nq."""
+    i = torch.arange(n_q, device=device).unsqueeze(-1)
+    j = torch.arange(n_k, device=device).unsqueeze(0)
+    return j <= i + (n_k - n_q)
+
+
+def attention_reference(q, k, v, *, causal: bool = False, scale: float | None = None):
+    """Return (o, lse) in float64: o (B, H, Nq, d), lse (B, H, Nq)."""
+    d = q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    s = scale * (q64 @ k64.transpose(-1, -2))  # (B, H, Nq, Nk)
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # (B, H, Nq); -inf for rows that see nothing
+    finite = torch.isfinite(lse)
+    p = torch.exp(s - torch.where(finite, lse, torch.zeros_like(lse)).unsqueeze(-1))
+    p = torch.where(finite.unsqueeze(-1), p, torch.zeros_like(p))
+    return p @ v64, lse
