@@ -1,0 +1,105 @@
+"""CUDA kernels for the four variants, and the registry everything iterates over.
+
+    from kernels import KERNELS
+    for spec in KERNELS.values():             # parallel to variants.VARIANTS
+        for options in spec.configs():
+            o, lse = spec.forward(q, k, v, causal=True, **options)   # CUDA tensors in and out
+
+Importing this package needs no GPU (nor CuPy's GPU runtime): a spec imports its launcher module
+`kernels.<name>` only when `.forward` or `.compile_configs()` is first used.
+
+The contract of a launcher module kernels/<name>.py (teaching and tensor-core tiers alike):
+    forward(q, k, v, *, causal=False, scale=None, block_q=..., block_k=..., **options) -> (o, lse)
+    compile_configs() -> [(source, kernel_name, defines), ...]   every configuration CI compiles
+    DTYPES          the torch dtypes it takes
+    MAX_HEAD_DIM    largest d (optional: HEAD_DIMS, the exact set of d it takes)
+    OPTIONS         option -> choices, first the default (optional; as variants.Variant.options)
+    BENCH_OPTIONS   the option dicts bench/bench_kernels.py times (optional; default ({},))
+    ZERO_SPILLS     False if some configuration is known to spill (optional; default True: the
+                    compile test then asserts zero spill bytes for every configuration)
+Kernels compile and load through kernels/loader.py (one place for the compile options).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+from dataclasses import dataclass
+from typing import Callable
+
+TIERS = ("teaching", "tensor-core")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str  # also the launcher module kernels.<name>
+    tier: str  # "teaching" | "tensor-core"
+    variant: str  # the variants.VARIANTS entry it mirrors and is checked against
+    title: str
+
+    @property
+    def module(self):
+        return importlib.import_module(f"kernels.{self.name}")
+
+    @property
+    def forward(self) -> Callable:
+        return self.module.forward
+
+    def compile_configs(self) -> list[tuple[str, str, dict]]:
+        return list(self.module.compile_configs())
+
+    @property
+    def dtypes(self) -> tuple:
+        return tuple(self.module.DTYPES)
+
+    @property
+    def max_head_dim(self) -> int:
+        return int(getattr(self.module, "MAX_HEAD_DIM", 128))
+
+    @property
+    def head_dims(self):
+        return getattr(self.module, "HEAD_DIMS", None)
+
+    @property
+    def options(self) -> dict:
+        return dict(getattr(self.module, "OPTIONS", {}))
+
+    @property
+    def bench_options(self) -> tuple:
+        return tuple(getattr(self.module, "BENCH_OPTIONS", ({},)))
+
+    @property
+    def zero_spills(self) -> bool:
+        return bool(getattr(self.module, "ZERO_SPILLS", True))
+
+    def supports_head_dim(self, d: int) -> bool:
+        return d <= self.max_head_dim and (self.head_dims is None or d in self.head_dims)
+
+    def configs(self) -> list[dict]:
+        """Every combination of the launcher's options ([{}] when it has none)."""
+        names = list(self.options)
+        return [dict(zip(names, combo)) for combo in itertools.product(*self.options.values())]
+
+    def label(self, **options) -> str:
+        """fa2, v_once_auto_lazy: the name plus the option values, in OPTIONS order."""
+        return "_".join([self.name] + [str(options[o]) for o in self.options if o in options])
+
+
+_ALL = (
+    KernelSpec("naive", "teaching", "naive", "standard attention: S, P in HBM (three kernels)"),
+    KernelSpec("fa1", "teaching", "fa1", "FlashAttention-1: one block per (b, h), O/l/m round-trip HBM"),
+    KernelSpec("fa2", "teaching", "fa2", "FlashAttention-2: one block per (Q block, b, h)"),
+    KernelSpec("v_once", "teaching", "v_once", "multiply V once: f row in SRAM or HBM"),
+    KernelSpec("fa2_tc", "tensor-core", "fa2", "FlashAttention-2 with mma.sync / wgmma"),
+    KernelSpec("v_once_tc", "tensor-core", "v_once", "multiply V once with tensor cores"),
+)
+
+
+def _present(spec: KernelSpec) -> bool:
+    """A launcher module that does not exist yet (a tier still being written) is not registered."""
+    return importlib.util.find_spec(f"kernels.{spec.name}") is not None
+
+
+KERNELS: dict[str, KernelSpec] = {s.name: s for s in _ALL if _present(s)}
+
+__all__ = ["KERNELS", "KernelSpec", "TIERS"]
