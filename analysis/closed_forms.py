@@ -1,0 +1,322 @@
+"""Closed forms: the exact HBM traffic, FLOPs and SRAM working set of every variant, without running it.
+
+Each function below restates, count for count, what the PyTorch reference in `variants/` records
+through `analysis.memory.Memory` (tests/test_closed_forms.py holds the two exactly equal on drawn
+shapes). They are O(Tr) (naive, fa2, v_once) or O(Tc) (fa1) integer arithmetic with O(1) work per
+block, so N = 64k costs milliseconds where the instrumented meta-tensor run costs minutes.
+
+Notation, per (batch, head); every count is then multiplied by B·H. Row block i has r_i rows
+(the tail block is shorter); it visits n_i K/V blocks, always a prefix (causal masks hide a suffix),
+covering W_i = min(n_i·Bc, Nk) key columns. Sums run over row blocks i (or, for fa1, over the visited
+tiles (j, i) in its own K/V-outer order: Σ r·c = Σ_j c_j·R_j with R_j the rows of the Q blocks that
+visit K block j).
+
+    fa2     reads  Q: Σ r d          K, V: Σ W d each
+            writes O: Nq d           lse: Nq
+            matmul 4 d Σ r W;  exp Σ (r W + n r);  other Σ (4 r W + n (4 r + 2 r d) + r d + 2 r)
+    fa1     writes O: Nq d + Σt r d,  ℓ, m: Nq + Σt r each (line 2 + every visited tile),  lse: Nq
+            reads  K, V: Nk d each;  Q, O: Σt r d each;  ℓ, m: Σt r + Nq each (epilogue)
+            matmul 4 d Σt r c;  exp Σt (r c + 2 r);  other Σt (4 r c + 7 r + 4 r d) + 2 Nq
+    naive   writes S, P: Nq Nk each (hidden tiles too), lse: Nq, O: Nq d
+            reads  Q: Σ n r d,  K, V: Σ W d each,  S: Nq Nk,  P: Σ r W
+            matmul 4 d Σ r W;  exp Nq Nk;  other Σ (r W + n r d) + 4 Nq Nk + 2 Nq
+    v_once  reads as fa2; writes O: Nq d, lse: Nq; with m1 = max(n - 1, 0):
+            matmul 4 d Σ r W
+            exp    Σ (r W + 2 r m1)                 (+ Σ n r lazy)
+            other  Σ (4 r W + 6 r m1 + n r d + 2 r + r W)
+                   eager: + Σ (r Bc n (n-1)/2 + r (W - c_0))   (rescaling earlier blocks, then f_ij)
+                   lazy:  + Σ 2 r n                   (the fused e^{m_ij - m_i}/ℓ_i factor)
+            f spilled (placement hbm): reads = writes = Σ r W  (+ Σ r Bc n (n-1)/2 eager)
+
+Only the last visited block of a row can be a tail, and it is never rescaled by a later block, so
+eager rescaling touches exactly Bc·n(n-1)/2 columns per row. Bytes: Q, K, V, O, S, P, f have the
+input dtype's itemsize; ℓ, m, lse are float32. The SRAM working set is the variant's own
+`sram_bytes(...)` (imported from `variants`, the one source of truth), called as the reference calls it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from analysis.headline import paper_flops
+from analysis.tiling import Tiling, cdiv
+
+FLOP_KINDS = ("matmul", "exp", "other")
+DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}  # name -> itemsize in HBM
+F32 = 4
+VARIANT_NAMES = ("naive", "fa1", "fa2", "v_once")
+PLACEMENTS = ("auto", "sram", "hbm")  # as variants.v_once (checked equal in the tests)
+RESCALES = ("eager", "lazy")
+_FLOAT32_TENSORS = frozenset({"l", "m", "lse"})
+
+
+def dtype_name(dtype) -> str:
+    """'fp16' for 'fp16', 'float16', torch.float16, ...; ValueError otherwise."""
+    text = str(dtype).replace("torch.", "")
+    aliases = {"float32": "fp32", "float": "fp32", "float16": "fp16", "half": "fp16",
+               "bfloat16": "bf16"}
+    text = aliases.get(text, text)
+    if text not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return text
+
+
+@dataclass
+class Traffic:
+    """What one forward moves and computes, for the whole (B, H) problem (layout of memory.Counts)."""
+
+    variant: str
+    batch: int
+    heads: int
+    n_q: int
+    n_k: int
+    d: int
+    causal: bool
+    dtype: str
+    block_q: int
+    block_k: int
+    reads: dict = field(default_factory=dict)  # tensor -> elements
+    writes: dict = field(default_factory=dict)
+    read_bytes: dict = field(default_factory=dict)
+    write_bytes: dict = field(default_factory=dict)
+    flops: dict = field(default_factory=dict)  # kind -> FLOPs
+    sram_peak_bytes: int = 0
+    sram_capacity: int | None = None  # what the working set was checked against (None: unlimited)
+    placement: str | None = None  # v_once: requested
+    placement_resolved: str | None = None  # v_once: what auto became
+    rescale: str | None = None
+
+    @property
+    def hbm_read_bytes(self) -> int:
+        return sum(self.read_bytes.values())
+
+    @property
+    def hbm_write_bytes(self) -> int:
+        return sum(self.write_bytes.values())
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.hbm_read_bytes + self.hbm_write_bytes
+
+    @property
+    def total_flops(self) -> int:
+        return sum(self.flops.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.sram_capacity is None or self.sram_peak_bytes <= self.sram_capacity
+
+    @property
+    def over_by_bytes(self) -> int:
+        return 0 if self.fits else self.sram_peak_bytes - self.sram_capacity
+
+    @property
+    def paper_flops(self) -> float:
+        return paper_flops(self.batch, self.heads, self.n_q, self.n_k, self.d, self.causal)
+
+    @property
+    def options(self) -> dict:
+        if self.variant != "v_once":
+            return {}
+        return {"placement": self.placement, "rescale": self.rescale}
+
+    def label(self) -> str:
+        """naive, fa2, v_once_auto(hbm)_lazy: the option values, with what auto resolved to."""
+        if self.variant != "v_once":
+            return self.variant
+        place = self.placement
+        if place == "auto":
+            place = f"auto({self.placement_resolved})"
+        return f"v_once_{place}_{self.rescale}"
+
+    def as_dict(self) -> dict:
+        """The keys of analysis.memory.Counts.as_dict()."""
+        return {
+            "reads": dict(self.reads),
+            "writes": dict(self.writes),
+            "read_bytes": dict(self.read_bytes),
+            "write_bytes": dict(self.write_bytes),
+            "hbm_read_bytes": self.hbm_read_bytes,
+            "hbm_write_bytes": self.hbm_write_bytes,
+            "flops": {kind: self.flops.get(kind, 0) for kind in FLOP_KINDS},
+            "sram_peak_bytes": self.sram_peak_bytes,
+        }
+
+
+# -- the SRAM working sets live in the variants (imported lazily: variants import torch) ----------
+def _sram_fn(variant: str):
+    if variant == "naive":
+        from variants.naive import sram_bytes
+    elif variant == "fa1":
+        from variants.fa1 import sram_bytes
+    elif variant == "fa2":
+        from variants.fa2 import sram_bytes
+    else:
+        from variants.v_once import sram_bytes
+    return sram_bytes
+
+
+def sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype="fp16", causal=False, *,
+                     placement="auto", rescale="eager", capacity=None) -> tuple[int, str | None]:
+    """(bytes, resolved placement) of the working set the reference declares via require_sram."""
+    itemsize = DTYPES[dtype_name(dtype)]
+    fn = _sram_fn(variant)
+    if variant != "v_once":
+        # naive, fa1, fa2 call sram_bytes(n_q, n_k, d, block_q, block_k, itemsize)
+        return fn(n_q, n_k, d, block_q, block_k, itemsize), None
+    from variants.v_once import resolve_placement
+
+    if placement == "auto":
+        placement = resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,
+                                      rescale=rescale, capacity=capacity)
+    return fn(n_q, n_k, d, block_q, block_k, itemsize, causal, placement=placement,
+              rescale=rescale), placement
+
+
+# -- the row-block geometry every formula sums over ----------------------------------------------
+def _row_blocks(t: Tiling):
+    """(r_i, n_i, W_i, c0_i) per Q block: rows, visited K blocks, visited columns, first width."""
+    bc, n_k = t.block_k, t.n_k
+    c_first = min(bc, n_k)
+    for i in range(t.t_r):
+        r0, r1 = t.rows(i)
+        n = cdiv(t.visible_cols(i), bc)
+        yield r1 - r0, n, min(n * bc, n_k), (c_first if n else 0)
+
+
+def _naive(t: Tiling, d: int):
+    rd = wd = rw = nrd = 0
+    for r, n, w, _ in _row_blocks(t):
+        rd += n * r * d
+        wd += w * d
+        rw += r * w
+        nrd += n * r * d
+    nq, nk = t.n_q, t.n_k
+    reads = {"Q": rd, "K": wd, "S": nq * nk, "P": rw, "V": wd}
+    writes = {"S": nq * nk, "P": nq * nk, "lse": nq, "O": nq * d}
+    flops = {"matmul": 4 * d * rw, "exp": nq * nk, "other": rw + nrd + 4 * nq * nk + 2 * nq}
+    return reads, writes, flops
+
+
+def _fa1(t: Tiling, d: int):
+    tiles_r = tiles_rc = 0  # Σ over visited tiles (j, i) of r, and of r·c
+    for j in range(t.t_c):
+        c0, c1 = t.cols(j)
+        first = t.q_blocks(j).start
+        rows = t.n_q - first * t.block_q  # rows of Q blocks first .. Tr-1 (a suffix)
+        tiles_r += rows
+        tiles_rc += rows * (c1 - c0)
+    nq, nk = t.n_q, t.n_k
+    reads = {"K": nk * d, "V": nk * d, "Q": tiles_r * d, "O": tiles_r * d,
+             "l": tiles_r + nq, "m": tiles_r + nq}
+    writes = {"O": nq * d + tiles_r * d, "l": nq + tiles_r, "m": nq + tiles_r, "lse": nq}
+    flops = {"matmul": 4 * d * tiles_rc, "exp": tiles_rc + 2 * tiles_r,
+             "other": 4 * tiles_rc + 7 * tiles_r + 4 * d * tiles_r + 2 * nq}
+    return reads, writes, flops
+
+
+def _fa2(t: Tiling, d: int):
+    rw = wd = nr = 0
+    for r, n, w, _ in _row_blocks(t):
+        rw += r * w
+        wd += w * d
+        nr += n * r
+    nq = t.n_q
+    reads = {"Q": nq * d, "K": wd, "V": wd}
+    writes = {"O": nq * d, "lse": nq}
+    flops = {"matmul": 4 * d * rw, "exp": rw + nr,
+             "other": 4 * rw + 4 * nr + 2 * d * nr + nq * d + 2 * nq}
+    return reads, writes, flops
+
+
+def _v_once(t: Tiling, d: int, spill: bool, eager: bool):
+    bc = t.block_k
+    rw = wd = nr = m1r = tri = first = 0
+    for r, n, w, c0 in _row_blocks(t):
+        rw += r * w
+        wd += w * d
+        nr += n * r
+        m1r += max(n - 1, 0) * r
+        tri += r * bc * n * (n - 1) // 2  # columns of earlier blocks rescaled by later ones
+        first += r * c0
+    nq = t.n_q
+    reads = {"Q": nq * d, "K": wd, "V": wd}
+    writes = {"O": nq * d, "lse": nq}
+    exp = rw + 2 * m1r
+    other = 4 * rw + 6 * m1r + d * nr + 2 * nq + rw
+    if eager:
+        other += tri + rw - first
+    else:
+        exp += nr
+        other += 2 * nr
+    if spill:
+        f = rw + (tri if eager else 0)
+        reads["f"] = f
+        writes["f"] = f
+    flops = {"matmul": 4 * d * rw, "exp": exp, "other": other}
+    return reads, writes, flops
+
+
+def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, causal=False,
+           dtype="fp16", block_q=64, block_k=64, placement="auto", rescale="eager",
+           sram_bytes: int | None = None) -> Traffic:
+    """Exact whole-problem counts of `variant` (what its reference records), without running it.
+
+    sram_bytes: the capacity the working set is checked against (v_once "auto" resolves against it;
+    None = unlimited). A working set that does not fit is reported (`fits`, `over_by_bytes`), not
+    raised: the counts are what the variant would move on a chip big enough.
+    """
+    if variant not in VARIANT_NAMES:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANT_NAMES)}")
+    for name, value in (("batch", batch), ("heads", heads), ("n_q", n_q), ("n_k", n_k), ("d", d),
+                        ("block_q", block_q), ("block_k", block_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    dtype = dtype_name(dtype)
+    itemsize = DTYPES[dtype]
+    if variant == "v_once":
+        if placement not in PLACEMENTS:
+            raise ValueError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
+        if rescale not in RESCALES:
+            raise ValueError(f"unknown rescale {rescale!r}; choose one of {', '.join(RESCALES)}")
+    t = Tiling(n_q, n_k, block_q, block_k, bool(causal))
+    sram, resolved = sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype, bool(causal),
+                                      placement=placement, rescale=rescale, capacity=sram_bytes)
+    if variant == "naive":
+        reads, writes, flops = _naive(t, d)
+    elif variant == "fa1":
+        reads, writes, flops = _fa1(t, d)
+    elif variant == "fa2":
+        reads, writes, flops = _fa2(t, d)
+    else:
+        reads, writes, flops = _v_once(t, d, resolved == "hbm", rescale == "eager")
+    bh = batch * heads
+    reads = {k: v * bh for k, v in reads.items() if v}
+    writes = {k: v * bh for k, v in writes.items() if v}
+
+    def nbytes(name, n):
+        return n * (F32 if name in _FLOAT32_TENSORS else itemsize)
+
+    is_v = variant == "v_once"
+    return Traffic(
+        variant=variant, batch=batch, heads=heads, n_q=n_q, n_k=n_k, d=d, causal=bool(causal),
+        dtype=dtype, block_q=block_q, block_k=block_k,
+        reads=reads, writes=writes,
+        read_bytes={k: nbytes(k, v) for k, v in reads.items()},
+        write_bytes={k: nbytes(k, v) for k, v in writes.items()},
+        flops={k: flops[k] * bh for k in FLOP_KINDS},
+        sram_peak_bytes=int(sram), sram_capacity=sram_bytes,
+        placement=placement if is_v else None, placement_resolved=resolved,
+        rescale=rescale if is_v else None,
+    )
+
+
+def fa1_blocks(sram_bytes: int, d: int) -> tuple[int, int]:
+    """FA1 Algorithm 1 line 1: Bc = ⌈M/4d⌉, Br = min(Bc, d), with M = sram_bytes / 4 elements.
+
+    M counts float32 elements, the on-chip compute type: every declared working set holds its S/P
+    tile (Br·Bc) and accumulators in float32, so M in input-dtype elements (bytes / 2 for fp16)
+    would double Bc and overflow the chip (e.g. fa2 at H200, d=64, fp16 needs 251 KiB of 227 KiB).
+    """
+    m = sram_bytes // F32
+    bc = max(1, cdiv(m, 4 * d))
+    return min(bc, d), bc
