@@ -1,0 +1,156 @@
+"""Run every registered kernel under compute-sanitizer (memcheck, racecheck) on small shapes.
+
+    PYTHONPATH=. python bench/sanitize.py [--out DIR] [--tools memcheck,racecheck] [--kernels fa2,...]
+
+One child process per tool runs every kernel configuration on a few small shapes (tails, Nq != Nk,
+causal with rows that see no key, d below and above 64) and prints a marker line before each one
+and synchronises after it, so that each sanitizer report lands in its kernel's section. Writes
+sanitize.json (error counts per tool and per kernel; 0 expected) and one log per tool to DIR
+(default $OUT, else bench/results/). Exit status 1 if any error was reported.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MARK = "@@SANITIZE kernel="
+# (B, H, Nq, Nk, d, causal): tails everywhere; the first has 27 rows that see no key
+# the first line of each sanitizer report (summary lines such as "0 hazards displayed" are not)
+REPORT = re.compile(r"=+ (Invalid |Error: |Race reported|Program hit|Uninitialized|Barrier error)")
+SHAPES = [(1, 2, 70, 43, 40, True), (1, 1, 97, 150, 96, False), (1, 1, 64, 64, 128, True)]
+
+
+def find_sanitizer() -> str | None:
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for path in sorted(glob.glob("/usr/local/cuda*/bin/compute-sanitizer"), reverse=True):
+        return path
+    return None
+
+
+def child(names: list[str], dtypes: list[str]) -> int:
+    """Runs inside compute-sanitizer: every configuration of every kernel on SHAPES."""
+    import torch
+
+    from kernels import KERNELS
+    from variants import attention_reference
+
+    bad = 0
+    for name in names:
+        spec = KERNELS[name]
+        try:
+            configs, dtypes_ok = spec.configs(), spec.dtypes
+        except Exception as exc:  # a launcher that does not load: report it, check the others
+            print(f"@@FAILED {name}: {exc!r}", flush=True)
+            bad += 1
+            continue
+        for options in configs:
+            for dt_name in dtypes:
+                dtype = getattr(torch, dt_name)
+                if dtype not in dtypes_ok:
+                    continue
+                for b, h, n_q, n_k, d, causal in SHAPES:
+                    if not spec.supports_head_dim(d):
+                        d = max(x for x in (spec.head_dims or [spec.max_head_dim]) if x <= 128)
+                    label = f"{spec.label(**options)} {dt_name} {(b, h, n_q, n_k, d)} causal={causal}"
+                    print(MARK + label, flush=True)
+                    gen = torch.Generator(device="cuda").manual_seed(0)
+                    q = torch.randn(b, h, n_q, d, device="cuda", generator=gen).to(dtype)
+                    k = torch.randn(b, h, n_k, d, device="cuda", generator=gen).to(dtype)
+                    v = torch.randn(b, h, n_k, d, device="cuda", generator=gen).to(dtype)
+                    try:
+                        o, _ = spec.forward(q, k, v, causal=causal, **options)
+                        torch.cuda.synchronize()
+                        ref, _ = attention_reference(q, k, v, causal=causal)
+                        err = (o.double() - ref).abs().max().item()
+                        ok = err < 3e-2
+                    except Exception as exc:  # report, keep going
+                        print(f"@@FAILED {label}: {exc!r}", flush=True)
+                        ok = False
+                        err = float("nan")
+                    if not ok:
+                        bad += 1
+                        print(f"@@WRONG {label}: max err {err}", flush=True)
+    print("@@DONE", flush=True)
+    return 1 if bad else 0
+
+
+def count_errors(log: str, tool: str) -> tuple[int, dict]:
+    """Total from the sanitizer's summary line; per kernel by the section each report lands in."""
+    total = None
+    if m := re.search(r"ERROR SUMMARY: (\d+) error", log):
+        total = int(m.group(1))
+    if m := re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?", log):
+        total = int(m.group(1))
+    per_kernel, current = {}, None
+    for line in log.splitlines():
+        if line.startswith(MARK):
+            current = line[len(MARK):]
+            per_kernel.setdefault(current, 0)
+        elif current and REPORT.match(line):
+            per_kernel[current] += 1
+    return (total if total is not None else -1), per_kernel
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap.add_argument("--tools", default="memcheck,racecheck")
+    ap.add_argument("--kernels", default="", help="comma-separated registry names (default: all)")
+    ap.add_argument("--dtypes", default="float16,float32")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    from kernels import KERNELS
+
+    names = [n for n in (args.kernels.split(",") if args.kernels else KERNELS) if n]
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    if args.child:
+        return child(names, dtypes)
+
+    sanitizer = find_sanitizer()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"sanitizer": sanitizer, "kernels": names, "dtypes": dtypes, "shapes": SHAPES,
+              "tools": {}}
+    if sanitizer is None:
+        report["error"] = "compute-sanitizer not found"
+        (out / "sanitize.json").write_text(json.dumps(report, indent=1))
+        print(report["error"])
+        return 1
+    failed = False
+    for tool in [t for t in args.tools.split(",") if t]:
+        cmd = [sanitizer, "--tool", tool, "--print-limit", "50", "--error-exitcode", "3"]
+        cmd += [sys.executable, __file__, "--child", "--kernels", ",".join(names),
+                "--dtypes", ",".join(dtypes)]
+        t0 = time.time()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        log = proc.stdout + proc.stderr
+        (out / f"sanitize_{tool}.log").write_text(log)
+        total, per_kernel = count_errors(log, tool)
+        finished = "@@DONE" in log
+        wrong = log.count("@@WRONG") + log.count("@@FAILED")
+        report["tools"][tool] = {
+            "errors": total, "per_kernel_reports": per_kernel, "returncode": proc.returncode,
+            "finished": finished, "wrong_results": wrong, "seconds": round(time.time() - t0, 1)}
+        failed |= total != 0 or not finished or wrong > 0
+        print(f"{tool}: {total} errors, {wrong} wrong results, finished={finished}, "
+              f"rc={proc.returncode}, {time.time() - t0:.0f} s", flush=True)
+        for label, n in per_kernel.items():
+            if n:
+                print(f"   {n} reports in {label}")
+    (out / "sanitize.json").write_text(json.dumps(report, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""python -m kernels check [--arch sm_90] [--kernels fa2,v_once] [--json FILE]
+
+Compiles every registered kernel configuration with NVRTC (no GPU needed) and prints, per kernel,
+registers, static shared memory, stack frame and spill bytes from ptxas' report. Exit status 1 if
+any configuration fails to compile.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kernels import KERNELS, loader
+
+
+def check(arch: str, names=None) -> list[dict]:
+    rows = []
+    for spec in KERNELS.values():
+        if names and spec.name not in names:
+            continue
+        for source, kernel, defines in spec.compile_configs():
+            row = dict(spec=spec.name, tier=spec.tier, source=source, kernel=kernel, arch=arch,
+                       defines=" ".join(f"{k}={v}" for k, v in sorted(defines.items())))
+            try:
+                row.update(loader.resource_usage(source, kernel, defines=defines, arch=arch))
+                row["ok"] = True
+            except Exception as exc:  # report every failure, keep going
+                row.update(ok=False, error=str(exc).splitlines()[0][:200])
+            rows.append(row)
+    return rows
+
+
+COLUMNS = (("spec", "spec"), ("kernel", "kernel"), ("defines", "defines"), ("registers", "regs"),
+           ("shared_static", "smem static"), ("local_bytes", "stack"), ("spill_stores", "spill st"),
+           ("spill_loads", "spill ld"))
+
+
+def render(rows, arch: str) -> None:
+    title = f"kernels compiled for {arch} with NVRTC {'.'.join(map(str, loader.nvrtc_version()))}"
+    cells = [[str(r.get(key, "FAILED: " + r.get("error", "") if key == "registers" else ""))
+              for key, _ in COLUMNS] for r in rows]
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title)
+        for _, head in COLUMNS:
+            table.add_column(head, justify="right" if head in ("regs", "smem static", "stack",
+                                                               "spill st", "spill ld") else "left")
+        for c in cells:
+            table.add_row(*c)
+        Console(width=200).print(table)
+    except ImportError:
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (_, h) in enumerate(COLUMNS)]
+        print(title)
+        print("  ".join(h.ljust(w) for (_, h), w in zip(COLUMNS, widths)))
+        for c in cells:
+            print("  ".join(x.ljust(w) for x, w in zip(c, widths)))
+    print("dynamic shared memory is sized per launch (see each launcher's shared_bytes)")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernels", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="compile every kernel configuration and report resources")
+    c.add_argument("--arch", default=loader.DEFAULT_ARCH)
+    c.add_argument("--kernels", default="", help="comma-separated registry names (default: all)")
+    c.add_argument("--json", default=None, help="also write the rows to this file")
+    args = parser.parse_args(argv)
+    names = {n for n in args.kernels.split(",") if n}
+    unknown = names - set(KERNELS)
+    if unknown:
+        parser.error(f"unknown kernels {sorted(unknown)}; registered: {sorted(KERNELS)}")
+    try:
+        rows = check(args.arch, names)
+    except loader.ToolchainMissing as exc:
+        print(f"cannot compile: {exc}", file=sys.stderr)
+        return 2
+    render(rows, args.arch)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

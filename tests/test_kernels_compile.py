@@ -1,0 +1,146 @@
+"""CPU-side kernel checks, run in CI without a GPU: every registered kernel configuration compiles
+for sm_90 with NVRTC, with no more spill bytes than the launcher's stated budget (0 unless stated); the loader's cache, log parser
+and input checks behave; the registry imports without a GPU."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernels import KERNELS, loader
+
+try:
+    loader.nvrtc_version()
+    loader.cuda_include_dirs()
+    TOOLCHAIN = None
+except loader.ToolchainMissing as exc:  # genuinely absent NVRTC or CUDA headers
+    TOOLCHAIN = str(exc)
+
+needs_nvrtc = pytest.mark.skipif(TOOLCHAIN is not None, reason=f"no NVRTC toolchain: {TOOLCHAIN}")
+
+CONFIGS = [(spec.name, src, kernel, defines) for spec in KERNELS.values()
+           for src, kernel, defines in spec.compile_configs()]
+
+
+def _id(cfg):
+    name, _, kernel, defines = cfg
+    return f"{name}-{kernel}-" + "-".join(f"{k}={v}" for k, v in sorted(defines.items()))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("config", CONFIGS, ids=[_id(c) for c in CONFIGS])
+def test_compiles_for_sm90(config):
+    name, source, kernel, defines = config
+    cubin = loader.compile_cubin(source, defines=defines, arch="sm_90")
+    assert cubin[:4] == b"\x7fELF", "NVRTC must return a cubin (ELF), not PTX"
+    res = loader.resource_usage(source, kernel, defines=defines, arch="sm_90")
+    assert 0 < res["registers"] <= 255
+    budget = KERNELS[name].max_spill_bytes
+    assert res["spill_stores"] <= budget and res["spill_loads"] <= budget, (
+        f"{kernel} spills more than its stated budget of {budget} B: {res}")
+    assert res["local_bytes"] <= budget, f"{kernel} has a stack frame over {budget} B: {res}"
+
+
+def test_registry_has_every_teaching_variant():
+    from variants import VARIANTS
+
+    teaching = {n for n, s in KERNELS.items() if s.tier == "teaching"}
+    assert teaching == {"naive", "fa1", "fa2", "v_once"}
+    for spec in KERNELS.values():
+        assert spec.tier in ("teaching", "tensor-core")
+        assert spec.variant in VARIANTS, spec
+        assert spec.compile_configs(), spec
+    assert KERNELS["v_once"].options == VARIANTS["v_once"].options
+    assert KERNELS["v_once"].label(placement="hbm", rescale="lazy") == "v_once_hbm_lazy"
+
+
+def test_import_needs_no_gpu():
+    code = ("import sys, kernels; from kernels import KERNELS; KERNELS['fa2'].compile_configs(); "
+            "assert 'cupy' not in sys.modules, 'importing kernels must not import cupy'")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    subprocess.run([sys.executable, "-c", code], check=True, env=env,
+                   cwd=str(loader.CUDA_DIR.parent.parent))
+
+
+PTXAS_LOG = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'a_kernel' for 'sm_90'
+ptxas info    : Function properties for a_kernel
+ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 97 registers, used 1 barriers, 4096 bytes smem
+ptxas info    : Compiling entry function 'b_kernel' for 'sm_90'
+ptxas info    : Function properties for b_kernel
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers
+"""
+
+
+def test_parse_ptxas_log():
+    table = loader.parse_ptxas_log(PTXAS_LOG)
+    assert table["a_kernel"] == dict(registers=97, shared_static=4096, spill_stores=8,
+                                     spill_loads=12, local_bytes=16)
+    assert table["b_kernel"] == dict(registers=32, shared_static=0, spill_stores=0, spill_loads=0,
+                                     local_bytes=0)
+
+
+@needs_nvrtc
+def test_cache_is_keyed_by_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(loader, "_compiled", {})
+    a = loader.compile_cubin("fa2.cu", defines={"STORAGE": "float", "BR": 32, "BC": 16})
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 2 and any(f.endswith(".cubin") for f in files)  # cubin + ptxas log
+    monkeypatch.setattr(loader, "_compiled", {})  # a fresh process: served from disk, same bytes
+    assert loader.compile_cubin("fa2.cu", defines={"STORAGE": "float", "BR": 32, "BC": 16}) == a
+    assert len(list(tmp_path.iterdir())) == 2
+    b = loader.compile_cubin("fa2.cu", defines={"STORAGE": "__half", "BR": 32, "BC": 16})
+    assert b != a and len(list(tmp_path.iterdir())) == 4
+
+
+@needs_nvrtc
+def test_compile_error_carries_the_log(tmp_path):
+    bad = tmp_path / "bad.cu"
+    bad.write_text('extern "C" __global__ void k() { undeclared_thing = 1; }\n')
+    with pytest.raises(loader.CompileError, match="undeclared_thing"):
+        loader.compile_cubin(bad)
+
+
+def test_options_are_in_one_place():
+    if TOOLCHAIN is not None:
+        pytest.skip(TOOLCHAIN)
+    opts = loader.compile_options("fa2.cu", defines={"STORAGE": "__half", "BR": 64}, arch="sm_90")
+    assert opts[0] == "-arch=sm_90" and "-lineinfo" in opts and "-DSTORAGE=__half" in opts
+    assert "--use_fast_math" not in opts
+    assert any(o.startswith("-I") and o.endswith("cuda") for o in opts)  # kernels/cuda headers
+
+
+@pytest.mark.parametrize("name", ["naive", "fa1", "fa2", "v_once"])
+def test_cpu_tensors_are_refused_clearly(name):
+    q = torch.randn(1, 1, 8, 8)
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        KERNELS[name].forward(q, q, q)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        KERNELS[name].forward(q.numpy(), q, q)
+
+
+@needs_nvrtc
+def test_check_command_prints_every_kernel():
+    out = subprocess.run([sys.executable, "-m", "kernels", "check", "--kernels", "fa2,naive"],
+                         capture_output=True, text=True, cwd=str(loader.CUDA_DIR.parent.parent))
+    assert out.returncode == 0, out.stderr
+    for kernel in ("fa2_forward", "naive_scores", "naive_softmax", "naive_pv"):
+        assert kernel in out.stdout
+
+
+def test_launch_memo_stamp_follows_edits(tmp_path):
+    """get_function's fast path is keyed by the sources' mtimes: editing the .cu or a header beside it
+    must change the stamp (so the full hash runs again), an untouched tree must not."""
+    src, header = tmp_path / "k.cu", tmp_path / "h.cuh"
+    src.write_text("// kernel\n")
+    header.write_text("// header\n")
+    first = loader._source_stamp(src)
+    assert loader._source_stamp(src) == first and len(first) == 2
+    os.utime(header, ns=(1, 1))
+    assert loader._source_stamp(src) != first
