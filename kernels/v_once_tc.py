@@ -1,0 +1,129 @@
+"""Tensor-core "multiply V once" (issue #941; kernels/cuda/v_once_tc.cu): fp16/bf16 in, fp32 accumulation.
+
+    o, lse = forward(q, k, v, causal=False, scale=None, placement="auto", rescale="lazy")
+
+Same inputs, outputs and causal convention as kernels.fa2_tc. For each Q block the whole row of
+un-normalised probabilities f (Br x Nk_visible, fp16/bf16) is built first, then multiplied by V once,
+V streamed block by block.
+
+placement: "sram" keeps the f row in shared memory (ValueError with the numbers when it does not
+fit), "hbm" spills it to a global scratch buffer and reads it back, "auto" picks sram when it fits.
+rescale: "eager" (the issue's code: every new block max rescales every earlier f block; spilled blocks
+are read and written back each time) or "lazy" (each block keeps its own row max; each f block is
+rescaled once, inside the final product).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parent / "cuda" / "v_once_tc.cu"
+KERNEL = "v_once_tc_fwd"
+HEAD_DIMS = (64, 128)
+LOG2E = 1.4426950408889634
+PLACEMENTS = ("auto", "sram", "hbm")
+RESCALES = ("eager", "lazy")
+CONFIG = dict(BLOCK_M=64, BLOCK_N=64, NWARPS=4)
+SMEM_LIMIT_H100 = 227 * 1024  # opt-in per-block limit of an H100/H200
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def plan(n_q: int, n_k: int, d: int, *, causal: bool = False, placement: str = "auto",
+         rescale: str = "lazy", smem_limit: int = SMEM_LIMIT_H100, config: dict | None = None) -> dict:
+    """Where the f row goes and what the launch needs: placement (resolved), smem bytes, T (most key
+    blocks a Q block visits), tc_alloc (key blocks per scratch row), f bytes per Q block."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    if rescale not in RESCALES:
+        raise ValueError(f"rescale must be one of {RESCALES}, got {rescale!r}")
+    cfg = dict(CONFIG if config is None else config)
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    tc = _cdiv(n_k, bn)
+    # the most-seeing Q block (the last one) sees every key, causal or not (bottom-right alignment)
+    t_max = tc
+    ring = 2 * bn * d * 2
+    mb = ((t_max * bm * 4 + 127) // 128) * 128 if rescale == "lazy" else 0
+    f_bytes = t_max * bm * bn * 2
+    q_stage = bm * d * 2
+    smem_sram = ring + max(q_stage, mb + f_bytes)
+    smem_hbm = ring + max(q_stage, mb)
+    fits = smem_sram <= smem_limit
+    if placement == "sram" and not fits:
+        raise ValueError(
+            f"v_once placement='sram': the f row of a {bm}-row Q block over {t_max * bn} keys needs "
+            f"{f_bytes:,} B (+{ring:,} B K/V ring{f' +{mb:,} B row maxima' if mb else ''}) = {smem_sram:,} B "
+            f"of shared memory, over the {smem_limit:,} B a block may have; use placement='hbm' or 'auto'")
+    resolved = placement if placement != "auto" else ("sram" if fits else "hbm")
+    if resolved == "hbm" and smem_hbm > smem_limit:
+        raise ValueError(f"v_once: even spilled, {smem_hbm:,} B of shared memory (row maxima of {t_max} "
+                         f"blocks) is over {smem_limit:,} B")
+    return dict(placement=resolved, rescale=rescale, smem=smem_sram if resolved == "sram" else smem_hbm,
+                t_max=t_max, tc_alloc=tc, f_bytes_per_q_block=f_bytes, config=cfg,
+                fits_sram=fits, smem_sram=smem_sram)
+
+
+def defines_for(d: int, is_bf16: bool, placement: str, rescale: str, config: dict | None = None) -> dict:
+    if d not in HEAD_DIMS:
+        raise ValueError(f"v_once_tc supports head dims {HEAD_DIMS}, got d={d}")
+    if placement not in ("sram", "hbm"):
+        raise ValueError(f"resolved placement must be 'sram' or 'hbm', got {placement!r}")
+    cfg = dict(CONFIG if config is None else config)
+    cfg.setdefault("MIN_BLOCKS", 1)
+    return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), PLACEMENT_SRAM=int(placement == "sram"),
+                RESCALE_LAZY=int(rescale == "lazy"), **cfg)
+
+
+def compile_configs() -> list[tuple[str, str, dict]]:
+    out = []
+    for d in HEAD_DIMS:
+        for bf16 in (0, 1):
+            for placement in ("sram", "hbm"):
+                for rescale in RESCALES:
+                    out.append((str(SOURCE), KERNEL, defines_for(d, bf16, placement, rescale)))
+    return out
+
+
+def scratch_bytes(b: int, h: int, n_q: int, n_k: int, config: dict | None = None) -> int:
+    cfg = dict(CONFIG if config is None else config)
+    return b * h * _cdiv(n_q, cfg["BLOCK_M"]) * cfg["BLOCK_M"] * _cdiv(n_k, cfg["BLOCK_N"]) * cfg["BLOCK_N"] * 2
+
+
+_SMEM_LIMITS: dict = {}
+
+
+def _smem_limit(device_index):
+    if device_index not in _SMEM_LIMITS:
+        from kernels import loader
+
+        _SMEM_LIMITS[device_index] = loader.max_dynamic_smem(device_index)
+    return _SMEM_LIMITS[device_index]
+
+
+def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placement: str = "auto",
+            rescale: str = "lazy", config: dict | None = None, out=None):
+    """'Multiply V once' forward on tensor cores; returns (o, lse). out=(o, lse) as in fa2_tc.forward."""
+    import torch
+
+    from kernels import fa2_tc
+
+    fa2_tc._check(q, k, v)
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    p = plan(n_q, n_k, d, causal=causal, placement=placement, rescale=rescale,
+             smem_limit=_smem_limit(q.device.index), config=config)
+    defs = defines_for(d, q.dtype == torch.bfloat16, p["placement"], rescale, config)
+    o, lse = fa2_tc._outputs(q, out)
+    if p["placement"] == "hbm":
+        scratch = torch.empty(scratch_bytes(b, h, n_q, n_k, config), dtype=torch.uint8, device=q.device)
+    else:
+        scratch = o  # unused by the sram build; any valid pointer
+    grid = (_cdiv(n_q, defs["BLOCK_M"]), b * h, 1)
+    fa2_tc.launch(SOURCE, KERNEL, defs, grid, (32 * defs["NWARPS"], 1, 1),
+                  (q, k, v, o, lse, scratch, int(n_q), int(n_k), float(scale * LOG2E), float(scale),
+                   int(bool(causal)), int(p["tc_alloc"])),
+                  p["smem"], q.device.index)
+    return o, lse

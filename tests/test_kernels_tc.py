@@ -1,0 +1,117 @@
+"""Tensor-core kernels (kernels.fa2_tc, kernels.v_once_tc) against the float64 oracle, on a GPU.
+
+Skipped cleanly where there is no CUDA device (CI); the compile-only checks of these kernels (sm_90,
+spill-free builds) live beside the loader's tests and in bench/bench_tc.py resources.
+Hypothesis draws shapes: odd Nq and Nk, Nq != Nk, causal with Nq > Nk (rows that see no key), both
+dtypes, d in {64, 128}, and input scales that put scores anywhere from ~1 to ~1e4.
+"""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from variants.reference import attention_reference  # noqa: E402
+
+TOL = {torch.float16: 4e-3, torch.bfloat16: 2e-2}
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+
+def _inputs(b, h, n_q, n_k, d, dtype, scale, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = (torch.randn(b, h, n_q, d, generator=g, device="cuda") * scale).to(dtype)
+    k = (torch.randn(b, h, n_k, d, generator=g, device="cuda") * scale).to(dtype)
+    v = torch.randn(b, h, n_k, d, generator=g, device="cuda").to(dtype)
+    return q, k, v
+
+
+def _check(fn, b, h, n_q, n_k, d, dtype, causal, scale, seed):
+    q, k, v = _inputs(b, h, n_q, n_k, d, dtype, scale, seed)
+    o = torch.full_like(q, float("nan"))  # poison: every element must be written
+    lse = torch.full((b, h, n_q), float("nan"), device="cuda")
+    fn(q, k, v, causal=causal, out=(o, lse))
+    torch.cuda.synchronize()
+    ro, rl = attention_reference(q, k, v, causal=causal)
+    od = o.double()
+    assert torch.isfinite(od).all(), "unwritten or non-finite output"
+    rel = float((od - ro).norm() / ro.norm().clamp_min(1e-30))
+    empty = ~torch.isfinite(rl)
+    if empty.any():  # rows that see no key: o = 0, lse = -inf
+        assert (od[empty] == 0).all() and (lse[empty] == float("-inf")).all()
+    if (~empty).any():
+        assert ro[~empty].norm() == 0 or rel <= TOL[dtype], f"relative error {rel:.2e}"
+        err = (lse.double()[~empty] - rl[~empty]).abs()
+        assert (err <= 2e-3 + 1e-5 * rl[~empty].abs()).all(), f"lse error {float(err.max()):.2e}"
+
+
+shape = st.tuples(
+    st.integers(1, 2),                                      # B
+    st.integers(1, 3),                                      # H
+    st.integers(1, 700),                                    # Nq
+    st.integers(1, 700),                                    # Nk
+    st.sampled_from([64, 128]),                             # d
+    st.sampled_from([torch.float16, torch.bfloat16]),
+    st.booleans(),                                          # causal
+    st.sampled_from([0.5, 1.0, 4.0, 20.0]),                 # input scale: scores up to ~1e4
+    st.integers(0, 2**31 - 1),                              # seed
+)
+
+
+@SETTINGS
+@given(shape)
+def test_fa2_tc_matches_reference(s):
+    from kernels import fa2_tc
+
+    _check(fa2_tc.forward, *s)
+
+
+@SETTINGS
+@given(shape, st.sampled_from(["sram", "hbm", "auto"]), st.sampled_from(["lazy", "eager"]))
+def test_v_once_tc_matches_reference(s, placement, rescale):
+    from kernels import v_once_tc
+
+    b, h, n_q, n_k, d, dtype, causal, scale, seed = s
+    if placement == "sram" and not v_once_tc.plan(n_q, n_k, d, causal=causal, rescale=rescale)["fits_sram"]:
+        with pytest.raises(ValueError, match="shared memory"):
+            v_once_tc.forward(*_inputs(b, h, n_q, n_k, d, dtype, scale, seed), causal=causal,
+                              placement="sram", rescale=rescale)
+        return
+
+    def fn(q, k, v, **kw):
+        return v_once_tc.forward(q, k, v, placement=placement, rescale=rescale, **kw)
+
+    _check(fn, *s)
+
+
+@pytest.mark.parametrize("n", [2048, 4100])
+@pytest.mark.parametrize("d", [64, 128])
+def test_long_rows(n, d):
+    """Many key blocks (the sram f row does not fit: auto spills), both kernels, causal and not."""
+    from kernels import fa2_tc, v_once_tc
+
+    for causal in (False, True):
+        _check(fa2_tc.forward, 1, 2, n, n, d, torch.float16, causal, 1.0, 1)
+        _check(lambda q, k, v, **kw: v_once_tc.forward(q, k, v, placement="auto", rescale="lazy", **kw),
+               1, 2, n, n, d, torch.bfloat16, causal, 1.0, 2)
+
+
+def test_errors_are_clear():
+    from kernels import fa2_tc, v_once_tc
+
+    q = torch.randn(1, 1, 16, 96, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="head dim"):
+        fa2_tc.forward(q, q, q)
+    q = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float32)
+    with pytest.raises(TypeError, match="dtype"):
+        fa2_tc.forward(q, q, q)
+    q = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="placement"):
+        v_once_tc.forward(q, q, q, placement="nowhere")
+    with pytest.raises(ValueError, match="shared memory"):
+        k = torch.randn(1, 1, 8192, 64, device="cuda", dtype=torch.float16)
+        v_once_tc.forward(q, k, k, placement="sram")
