@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One H200 visit, in the order the standards ask for: correctness first (GPU tests of both tiers,
+# compute-sanitizer over every registered kernel), then the benchmarks. Each step logs under $OUT;
+# a step that fails is recorded and the visit goes on, so one broken step does not waste the visit.
+#
+#   PYTHONPATH=. bash bench/gpu_visit.sh [tests] [sanitize] [launch] [bench_kernels] [bench_tc]   (default: all)
+#
+# Writes $OUT/gpu_tests.log, $OUT/sanitize.json, $OUT/sanitize_{memcheck,racecheck}.log,
+# $OUT/launch_overhead.json, $OUT/bench_kernels.{json,md,png}, $OUT/tc_bench.{json,md,png} and
+# $OUT/visit.json (step -> rc, s). The device tool returns at most 8 files: split the steps over calls.
+set -u
+export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
+OUT=${OUT:-bench/results}
+mkdir -p "$OUT"
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(tests sanitize launch bench_kernels bench_tc)
+declare -A RC SECS
+for step in "${steps[@]}"; do
+  t0=$(date +%s)
+  case "$step" in
+    tests)
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gpu.py tests/test_kernels_tc.py \
+        2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+      rc=${PIPESTATUS[0]} ;;
+    sanitize)
+      python3 bench/sanitize.py --out "$OUT" --dtypes float16,bfloat16,float32; rc=$? ;;
+    launch)
+      python3 bench/launch_overhead.py --out "$OUT"; rc=$? ;;
+    bench_kernels)
+      python3 bench/bench_kernels.py --out "$OUT" --budget-s 150; rc=$? ;;
+    bench_tc)
+      python3 bench/bench_tc.py bench --out "$OUT"; rc=$? ;;
+    *) echo "unknown step $step"; rc=2 ;;
+  esac
+  RC[$step]=$rc; SECS[$step]=$(( $(date +%s) - t0 ))
+  echo "== $step: rc=$rc, ${SECS[$step]} s"
+done
+{
+  echo "{"
+  first=1
+  for step in "${steps[@]}"; do
+    [ $first -eq 1 ] || echo ","
+    first=0
+    printf '  "%s": {"rc": %s, "seconds": %s}' "$step" "${RC[$step]}" "${SECS[$step]}"
+  done
+  echo; echo "}"
+} > "$OUT/visit.json"
+cat "$OUT/visit.json"
+for step in "${steps[@]}"; do [ "${RC[$step]}" -eq 0 ] || exit 1; done
