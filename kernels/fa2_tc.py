@@ -41,11 +41,15 @@ SWEEP = {
         dict(BLOCK_M=128, BLOCK_N=96, NWARPS=4, Q_IN_REGS=0, MIN_BLOCKS=2),
         dict(BLOCK_M=128, BLOCK_N=80, NWARPS=4, Q_IN_REGS=0, MIN_BLOCKS=2),
         dict(BLOCK_M=128, BLOCK_N=64, NWARPS=4, Q_IN_REGS=1, MIN_BLOCKS=2),
+        dict(BLOCK_M=256, BLOCK_N=128, NWARPS=8, Q_IN_REGS=0, MIN_BLOCKS=1),  # v3: 8 warps share K/V
+        dict(BLOCK_M=256, BLOCK_N=64, NWARPS=8, Q_IN_REGS=0, MIN_BLOCKS=1),
     ],
     128: [
         dict(BLOCK_M=128, BLOCK_N=64, NWARPS=4, Q_IN_REGS=0, MIN_BLOCKS=2),
         dict(BLOCK_M=128, BLOCK_N=48, NWARPS=4, Q_IN_REGS=0, MIN_BLOCKS=2),
         dict(BLOCK_M=128, BLOCK_N=32, NWARPS=4, Q_IN_REGS=0, MIN_BLOCKS=2),
+        dict(BLOCK_M=256, BLOCK_N=64, NWARPS=8, Q_IN_REGS=0, MIN_BLOCKS=1),  # v3: 8 warps share K/V
+        dict(BLOCK_M=256, BLOCK_N=32, NWARPS=8, Q_IN_REGS=0, MIN_BLOCKS=1),  # (spill-free at 255 regs)
     ],
 }
 

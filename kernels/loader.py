@@ -43,6 +43,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
@@ -258,24 +259,32 @@ class Kernel:
         self.raw, self.name, self.device_index = raw_kernel, name, device_index
         self._smem_opt_in = DEFAULT_SMEM_LIMIT
         self._launched_by_cupy = False
+        self._function_ptr = raw_kernel.kernel.ptr  # the CUfunction cuLaunchKernel takes
+        self._plans: dict[tuple, _LaunchPlan] = {}  # argument types -> ctypes holders
 
     def launch(self, grid, block, args, shared_mem: int = 0) -> None:
-        import torch
-
-        grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
-        block = tuple(int(b) for b in block) + (1,) * (3 - len(block))
-        if any(g < 1 for g in grid) or grid[1] > 65535 or grid[2] > 65535:
+        grid = _dim3(grid)
+        block = _dim3(block)
+        if grid[0] < 1 or grid[1] < 1 or grid[2] < 1 or grid[1] > 65535 or grid[2] > 65535:
             raise ValueError(f"{self.name}: grid {grid} out of range (y and z at most 65535)")
         drv = _driver() if self._launched_by_cupy and shared_mem <= self._smem_opt_in else None
         if drv is None:
             self._launch_cupy(grid, block, args, shared_mem)
             return
-        values = [_ctypes_arg(a, self.device_index, self.name) for a in args]
-        params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(x) for x in values])
-        if torch.cuda.current_device() != self.device_index:
-            torch.cuda.set_device(self.device_index)  # makes the device's primary context current
-        stream = torch.cuda.current_stream(self.device_index).cuda_stream
-        rc = drv.cuLaunchKernel(self.raw.kernel.ptr, *grid, *block, shared_mem, stream, params, None)
+        import torch
+
+        if torch.cuda.current_device() != self.device_index:  # launch in the kernel's own context
+            with torch.cuda.device(self.device_index):
+                return self.launch(grid, block, args, shared_mem)
+        signature = tuple(map(type, args))
+        with _lock:  # the plan's ctypes holders are shared: one launch fills them at a time
+            plan = self._plans.get(signature)
+            if plan is None:
+                plan = self._plans[signature] = _LaunchPlan(args, self.device_index, self.name)
+            params = plan.fill(args)
+            stream = _current_raw_stream(self.device_index)
+            rc = drv.cuLaunchKernel(self._function_ptr, grid[0], grid[1], grid[2], block[0], block[1],
+                                    block[2], shared_mem, stream, params, None)
         if rc != 0:
             raise RuntimeError(f"{self.name}: cuLaunchKernel failed: {_driver_error(drv, rc)} "
                                f"(grid {grid}, block {block}, {shared_mem} B shared memory)")
@@ -327,6 +336,54 @@ def _driver_error(drv, rc: int) -> str:
     except AttributeError:
         pass
     return f"CUDA error {rc}" + (f" ({msg.value.decode()})" if msg.value else "")
+
+
+def _dim3(dims) -> tuple[int, int, int]:
+    dims = tuple(int(x) for x in dims)
+    return dims + (1,) * (3 - len(dims))
+
+
+def _current_raw_stream(device_index: int) -> int:
+    """torch's current stream on the device, as the CUstream handle (torch's fast accessor first)."""
+    import torch
+
+    try:
+        return torch._C._cuda_getCurrentRawStream(device_index)
+    except AttributeError:
+        return torch.cuda.current_stream(device_index).cuda_stream
+
+
+class _LaunchPlan:
+    """cuLaunchKernel's argument array for one signature of argument types: ctypes holders made once,
+    refilled per launch (making ctypes objects and the pointer array costs tens of µs per call)."""
+
+    def __init__(self, args, device_index: int, kernel: str):
+        self.device_index, self.kernel = device_index, kernel
+        self.holders = [_ctypes_arg(a, device_index, kernel) for a in args]  # validates and converts
+        self.params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(h) for h in self.holders])
+        import torch
+
+        self.kinds = []
+        for a in args:
+            self.kinds.append("tensor" if isinstance(a, torch.Tensor) else
+                              "int" if type(a) in (int, bool) else "float" if type(a) is float else "numpy")
+
+    def fill(self, args):
+        for holder, kind, a in zip(self.holders, self.kinds, args):
+            if kind == "tensor":
+                if not a.is_cuda or a.get_device() != self.device_index:
+                    raise ValueError(f"{self.kernel}: tensor argument on {a.device}, "
+                                     f"kernel on cuda:{self.device_index}")
+                holder.value = a.data_ptr()
+            elif kind == "int":
+                if not -2**31 <= a < 2**31:
+                    raise OverflowError(f"{self.kernel}: int argument {a} does not fit int32; pass np.int64")
+                holder.value = int(a)
+            elif kind == "float":
+                holder.value = a
+            else:
+                holder.value = a.item()
+        return self.params
 
 
 _NP_TO_CTYPES: dict = {}  # numpy scalar type -> ctypes type (filled on first use: numpy imports lazily)
@@ -399,17 +456,27 @@ _launch_memo: dict[tuple, Kernel] = {}
 
 
 _stamp_files: dict[str, tuple[str, ...]] = {}
+_stamps: dict[str, tuple[float, tuple]] = {}  # source -> (when looked at, mtimes)
+STAMP_RECHECK_S = 0.5  # an edit is noticed within this long (two stat calls per launch cost ~5 µs)
 
 
-def _source_stamp(source) -> tuple:
+def _source_stamp(source, *, max_age_s: float | None = None) -> tuple:
     """mtimes of the source and the headers beside it: an edit (say, in a notebook) misses the memo.
+    Looked up again once the last look is max_age_s old (STAMP_RECHECK_S; 0 = every call).
     (A header added after the first launch is not noticed; the full key in _compile would be.)"""
-    files = _stamp_files.get(str(source))
+    key = str(source)
+    now = time.monotonic()
+    cached = _stamps.get(key)
+    if cached is not None and now - cached[0] < (STAMP_RECHECK_S if max_age_s is None else max_age_s):
+        return cached[1]
+    files = _stamp_files.get(key)
     if files is None:
         path = source_path(source)
         headers = sorted(path.parent.glob("*.cuh")) + sorted(path.parent.glob("*.h"))
-        files = _stamp_files.setdefault(str(source), tuple(str(f) for f in [path, *headers]))
-    return tuple(os.stat(f).st_mtime_ns for f in files)
+        files = _stamp_files.setdefault(key, tuple(str(f) for f in [path, *headers]))
+    stamp = tuple(os.stat(f).st_mtime_ns for f in files)
+    _stamps[key] = (now, stamp)
+    return stamp
 
 
 _smem_limits: dict[int, int] = {}

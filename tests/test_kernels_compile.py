@@ -140,7 +140,26 @@ def test_launch_memo_stamp_follows_edits(tmp_path):
     src, header = tmp_path / "k.cu", tmp_path / "h.cuh"
     src.write_text("// kernel\n")
     header.write_text("// header\n")
-    first = loader._source_stamp(src)
-    assert loader._source_stamp(src) == first and len(first) == 2
+    first = loader._source_stamp(src, max_age_s=0)
+    assert loader._source_stamp(src, max_age_s=0) == first and len(first) == 2
     os.utime(header, ns=(1, 1))
-    assert loader._source_stamp(src) != first
+    assert loader._source_stamp(src) == first, "within STAMP_RECHECK_S the last look is reused"
+    assert loader._source_stamp(src, max_age_s=0) != first
+
+
+def test_launch_plan_refills_its_ctypes_holders():
+    """The cuLaunchKernel argument array is built once per argument signature and refilled per call:
+    each call's values must land in it, with _kernel_arg's checks."""
+    import ctypes
+
+    import numpy as np
+
+    plan = loader._LaunchPlan([7, 0.5, np.int64(2**40), True], 0, "k")
+    params = plan.fill([-3, 1.25, np.int64(5), False])
+    values = [ctypes.cast(params[i], ctypes.POINTER(t)).contents.value
+              for i, t in enumerate((ctypes.c_int32, ctypes.c_float, ctypes.c_int64, ctypes.c_int32))]
+    assert values == [-3, 1.25, 5, 0]
+    with pytest.raises(OverflowError, match="does not fit int32"):
+        plan.fill([2**31, 1.0, np.int64(1), True])
+    with pytest.raises(ValueError, match="tensor argument on cpu"):
+        loader._LaunchPlan([torch.zeros(1)], 0, "k")

@@ -32,6 +32,9 @@
 //       Measured (fp16, vs SDPA flash, same run): d=64 1.11-1.20x non-causal / 0.98-1.14x causal at
 //       N=2k..16k (336 TFLOP/s at 16k); d=128 1.00-1.09x / 0.98-1.04x (345-353 at 8k-16k). ncu: tensor
 //       pipe 57.7% active (FA2 56.6%, cuDNN wgmma 76.0%). Spills 64-104 B (some inside the loop).
+//   v3  kernel unchanged; the launch goes through cuLaunchKernel (kernels/loader.py): host work per call
+//       84 -> 49 us (SDPA 23). fp16 vs SDPA flash, N=2k..16k, two runs: d=64 1.04-1.21x; d=128 level,
+//       0.97-1.06x. Negative: 8 warps x 32 rows (Br=256, one CTA/SM) 1-21% slower at both head dims.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
