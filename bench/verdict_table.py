@@ -1,0 +1,66 @@
+"""The issue #941 verdict's numbers, read from a tc_bench.json (so the write-up never holds hand-copied cells).
+
+    python bench/verdict_table.py [bench/results/tc_bench.json] [--dtype float16]
+
+Prints the markdown table of docs/issue-941-verdict.md (fa2_tc and every v_once_tc mode, TFLOP/s, and
+the best v_once over fa2_tc taken in the same run), then the ranges the text quotes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+MODES = ["v_once_tc[sram,lazy]", "v_once_tc[sram,eager]", "v_once_tc[hbm,lazy]", "v_once_tc[hbm,eager]"]
+CELLS = [(64, 0, n) for n in (512, 1024, 2048, 16384)] + [(64, 1, n) for n in (512, 16384)] + \
+        [(128, 0, n) for n in (512, 1024, 2048, 4096, 16384)] + [(128, 1, n) for n in (512, 2048, 16384)]
+
+
+def load(path) -> dict:
+    rows = json.loads(Path(path).read_text())["rows"]
+    return {(r["dtype"], r["d"], bool(r["causal"]), r["n"], r["kernel"]): r for r in rows
+            if r.get("ok", True) and r.get("tflops")}
+
+
+def best_ratio(t, dtype, d, causal, n):
+    fa2 = t.get((dtype, d, causal, n, "fa2_tc"))
+    modes = [(t[(dtype, d, causal, n, m)]["tflops"], m) for m in MODES if (dtype, d, causal, n, m) in t]
+    if fa2 is None or not modes:
+        return None, None
+    best, mode = max(modes)
+    return best / fa2["tflops"], mode
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("path", nargs="?", default=str(Path(__file__).parent / "results" / "tc_bench.json"))
+    ap.add_argument("--dtype", default="float16")
+    args = ap.parse_args(argv)
+    t = load(args.path)
+    dt = args.dtype
+    print("| d | causal | N | fa2_tc | v_once sram lazy | sram eager | hbm lazy | hbm eager | best v_once / fa2 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for d, causal, n in CELLS:
+        fa2 = t.get((dt, d, bool(causal), n, "fa2_tc"))
+        if fa2 is None:
+            continue
+        cells = [f"{t[(dt, d, bool(causal), n, m)]['tflops']:.0f}" if (dt, d, bool(causal), n, m) in t else "—"
+                 for m in MODES]
+        ratio, mode = best_ratio(t, dt, d, bool(causal), n)
+        where = " (hbm)" if mode and "hbm" in mode and n <= 1024 else ""
+        print(f"| {d} | {'yes' if causal else 'no'} | {n} | {fa2['tflops']:.0f} | " + " | ".join(cells)
+              + f" | {ratio:.2f}{where} |")
+    all_cells = sorted({k[1:4] for k in t if k[0] == dt})
+    ratios = {c: best_ratio(t, dt, *c)[0] for c in all_cells}
+    small = [r for (d, c, n), r in ratios.items() if r is not None and n == 512]
+    large = [r for (d, c, n), r in ratios.items() if r is not None and n >= 2048]
+    worst = min(t[k]["tflops"] / t[k[:4] + ("fa2_tc",)]["tflops"] for k in t
+                if k[0] == dt and k[4] in MODES and k[:4] + ("fa2_tc",) in t)
+    print(f"\n{dt}: best v_once / fa2_tc at N = 512: {min(small):.2f}-{max(small):.2f}; "
+          f"N >= 2048: {min(large):.2f}-{max(large):.2f}; worst mode anywhere: {worst:.2f}; "
+          f"cells where v_once is faster: {sum(r > 1 for r in ratios.values() if r is not None)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
