@@ -17,7 +17,7 @@
 // Causal is bottom-right: query i sees key j iff j <= i + Nk - Nq. Rows that see no key: o = 0, lse = -inf.
 // Compile-time knobs (defines): HEAD_DIM (64|128), BLOCK_M, BLOCK_N, NWARPS, IS_BF16, Q_IN_REGS, MIN_BLOCKS.
 // Each warp owns MT = BLOCK_M / (16 NWARPS) consecutive m16 row tiles of the Q block.
-// No headers are included so that NVRTC compiles it as is.
+// The PTX wrappers and the tile copy are in tc_common.cuh (shared with v_once_tc.cu).
 //
 // Version log (details, predictions and negative results in bench/NOTES-tc.md):
 //   v1  FA2 structure: 4 warps, Q via ldmatrix each step, S/P in registers, K and V each in a 2-stage
@@ -35,9 +35,6 @@
 //   v3  kernel unchanged; the launch goes through cuLaunchKernel (kernels/loader.py): host work per call
 //       84 -> 49 us (SDPA 23). fp16 vs SDPA flash, N=2k..16k, two runs: d=64 1.04-1.21x; d=128 level,
 //       0.97-1.06x. Negative: 8 warps x 32 rows (Br=256, one CTA/SM) 1-21% slower at both head dims.
-
-typedef unsigned int u32;
-typedef unsigned short u16;
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -62,7 +59,6 @@ typedef unsigned short u16;
 #endif
 
 #define D HEAD_DIM
-#define NEG_INF (-__int_as_float(0x7f800000))
 #define NTHREADS (32 * NWARPS)
 #define MT (BLOCK_M / (16 * NWARPS))  // m16 tiles per warp
 #define NT (BLOCK_N / 8)              // n8 tiles of S per warp
@@ -81,88 +77,7 @@ static_assert((BLOCK_M * CH) % NTHREADS == 0 && (BLOCK_N * CH) % NTHREADS == 0, 
 // smem: [Q][K stage 0][K stage 1][V stage 0][V stage 1]
 #define SMEM_BYTES (TILE_Q_BYTES + 4 * TILE_KV_BYTES)
 
-// ------------------------------------------------------------------------------------------------
-// PTX wrappers
-// ------------------------------------------------------------------------------------------------
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 r;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
-    return r;
-}
-// 16-byte async copy global -> shared; src_bytes = 0 zero-fills (rows past the end).
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(u32 (&r)[4], u32 addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-// D(16x8 f32) += A(16x16, row) * B(16x8, col)
-__device__ __forceinline__ void mma16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-#if IS_BF16
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-// pack two floats: lo -> bits 0..15 (lower column index), hi -> bits 16..31
-__device__ __forceinline__ u32 pack2(float lo, float hi) {
-    u32 r;
-#if IS_BF16
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-#else
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-#endif
-    return r;
-}
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ float quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-// element offset of (row, 16-byte chunk) in a swizzled [rows][D] tile: chunk ^= row % 8
-__device__ __forceinline__ int swz(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
-
-// rows [row0, row0 + ROWS) of a (n_rows, D) matrix into a swizzled smem tile; rows >= n_rows are zeros.
-// Thread t copies chunk t % CH of rows t / CH + i * (NTHREADS / CH): one base address, constant strides,
-// and (NTHREADS / CH) % 8 == 0 keeps the swizzle term constant across i.
-template <int ROWS>
-__device__ __forceinline__ void load_tile(u32 s_tile, const u16* g, int row0, int n_rows, int tid) {
-    constexpr int STEP = NTHREADS / CH;
-    static_assert(NTHREADS % CH == 0 && STEP % 8 == 0, "copy mapping");
-    const int r = tid / CH, ch = tid % CH;
-    const u16* src = g + (long long)(row0 + r) * D + ch * 8;
-    const u32 dst = s_tile + 2 * swz(r, ch);
-#pragma unroll
-    for (int i = 0; i < ROWS / STEP; ++i) {
-        const bool ok = row0 + r + i * STEP < n_rows;
-        cp_async16(dst + i * STEP * D * 2, ok ? (const void*)(src + i * STEP * D) : (const void*)g, ok ? 16 : 0);
-    }
-}
+#include "tc_common.cuh"  // PTX wrappers, quad reductions, swizzled tile copy
 
 // ------------------------------------------------------------------------------------------------
 // One step j of the inner loop (lines 8-10), MASK for the causal diagonal and the Nk tail.
