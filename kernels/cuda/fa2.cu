@@ -14,19 +14,29 @@
 //
 // Caveats (teaching tier): float32 FFMA on CUDA cores (no tensor cores), so both products run at
 // the same ~15-20 TFLOP/s as naive.cu's and naive's extra S/P traffic is a small part of its time
-// (see bench/results/bench_kernels.md); one shared buffer holds K_j and then V_j, so V_j is loaded
-// only after S is done (two blocks per SM overlap each other instead); no double buffering;
-// expf, not exp2f with a folded log2(e).
+// (see bench/results/bench_kernels.md); at d > 64 one shared buffer holds K_j and then V_j, so V_j is
+// loaded only after S is done (two blocks per SM overlap each other instead); no double buffering;
+// expf, as the reference's exp (exp2f with a folded log2(e) measured no faster: v2 below).
 // The grid is walked heaviest-first for causal (the last Q blocks see the most keys).
 //
 // Version notes (llm.c style):
 //   v1  16x16 threads, 4x4 register micro-tiles, K and V share one buffer (83 KB at d=128,
 //       so 2 blocks per SM), expf. H200, fp16, B*N=16k, non-causal: 15.2 TFLOP/s at d=64 N=4k
 //       (a tie with naive: 36.1 vs 36.1 ms), 16.3 at N=16k; 20.1 / 21.4 at d=128.
-//   next (not yet measured): exp2f with log2(e) folded in (expf is ~10 instructions per score,
-//       ~8% of fa2's instructions at d=64) and, at d <= 64, V_j in its own buffer loaded with K_j
-//       (66 KB, still 2 blocks per SM; one barrier and one exposed load latency less per block).
+//   v2  at d <= 64 (FA2_OWN_V=1, set by kernels/fa2.py), V_j in its own buffer, loaded with K_j (66 KB,
+//       still 2 blocks per SM): one barrier and one exposed load latency less per step. Predicted ~5%
+//       at d=64 (with exp2f ~10%). Measured, A/B in one run each (bench/results/fa2_teaching_ab*.json,
+//       N=4k fp16): own V 34.98 -> 33.84 ms and 34.86 -> 34.60 ms non-causal, 19.47 -> 18.83 and
+//       19.53 -> 19.38 causal: 1-3%, less than predicted (the two blocks per SM already hid most of the
+//       V load). exp2f for expf: +-0.3%, noise, so dropped. Negative: own_v as a runtime test on d cost
+//       the d=128 path 5-10% (26.6 -> 27.9 ms, same 128 registers) though it never took the branch
+//       there; as a compile-time define the d=128 build is v1's code (26.59 vs 26.69 ms).
+//       fa2 vs naive at N=4k after v2: d=64 1.01x (34.72 vs 35.03 ms), d=128 1.06x, causal 1.10-1.16x.
 #include "teaching.cuh"
+
+#ifndef FA2_OWN_V
+#define FA2_OWN_V 0  // 1: V_j gets its own shared buffer (the launcher sets it for d <= 64)
+#endif
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, 2)  // 2 blocks per SM: 2 x 83 KB of shared memory at d=128
 fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -36,8 +46,13 @@ fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restric
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
   const int d_pad = d_padded(d), ld = d_pad + 1, ldp = BC + 1;
   float* Qs = smem;              // Br x ld    Q_i
-  float* KVs = Qs + BR * ld;     // Bc x ld    K_j, then V_j
+  float* KVs = Qs + BR * ld;     // Bc x ld    K_j (and V_j after it unless FA2_OWN_V)
   float* Ps = KVs + BC * ld;     // Br x ldp   P~_ij
+#if FA2_OWN_V
+  float* Vs = Ps + BR * ldp;     // Bc x ld    V_j, its own buffer (d <= 64 only: kernels/fa2.py sizes it)
+#else
+  float* Vs = KVs;
+#endif
 
   // line 3: this block's Q block i (heaviest first) and (batch, head)
   const int t_r = cdiv(n_q, BR);
@@ -64,8 +79,11 @@ fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restric
   for (int j = 0; j < t_vis; ++j) {  // line 6: for 1 <= j <= Tc (hidden blocks skipped)
     const int c0 = j * BC, cols = min(BC, n_k - c0);
     __syncthreads();  // the previous step is done with KVs and Ps
-    // line 7: load K_j from HBM to on-chip SRAM
+    // line 7: load K_j (and, with its own buffer, V_j) from HBM to on-chip SRAM
     load_tile(KVs, ld, Kg + (long long)c0 * d, d, cols, d, BC, d_pad);
+#if FA2_OWN_V
+    load_tile(Vs, ld, Vg + (long long)c0 * d, d, cols, d, BC, d_pad);
+#endif
     __syncthreads();
 
     // line 8: S_i^(j) = scale * Q_i K_j^T, masked entries (tails, causal) = -inf
@@ -101,11 +119,13 @@ fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restric
       m[a] = m_new;
     }
     __syncthreads();  // every thread is done with K_j; P~ is complete in Ps
+#if !FA2_OWN_V
     // line 7 (second half): load V_j into the buffer K_j used
     load_tile(KVs, ld, Vg + (long long)c0 * d, d, cols, d, BC, d_pad);
     __syncthreads();
+#endif
     // line 10, second term: O_i += P~ V_j
-    tile_pv(O, Ps, ldp, KVs, ld, d_pad);
+    tile_pv(O, Ps, ldp, Vs, ld, d_pad);
   }
 
   // line 12: O_i = diag(l_i)^-1 O_i;  line 13: L_i = m_i + log(l_i);  lines 14-15: write O_i, L_i
