@@ -34,7 +34,8 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
     l_hbm = torch.empty(stats, dtype=torch.float32, device=q.device)
     m_hbm = torch.empty(stats, dtype=torch.float32, device=q.device)
     lse = torch.empty(stats, dtype=torch.float32, device=q.device)
-    fn = loader.get_function(SOURCE, KERNEL, defines=_teaching.defines(q.dtype, block_q, block_k))
+    fn = loader.get_function(SOURCE, KERNEL, defines=_teaching.defines(q.dtype, block_q, block_k),
+                             device=q.device.index)
     fn.launch((p.batch * p.heads,), (_teaching.NTHREADS,),
               (q, k, v, o, l_hbm, m_hbm, lse, p.n_q, p.n_k, p.d, p.scale, int(causal)),
               shared_mem=shared_bytes(p.d, block_q, block_k))

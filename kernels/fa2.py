@@ -37,7 +37,8 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
     o = torch.empty_like(q)
     lse = torch.empty(p.batch, p.heads, p.n_q, dtype=torch.float32, device=q.device)
     fn = loader.get_function(SOURCE, KERNEL, defines=_teaching.defines(q.dtype, block_q, block_k,
-                                                                      FA2_OWN_V=own_v(p.d)))
+                                                                      FA2_OWN_V=own_v(p.d)),
+                             device=q.device.index)
     fn.launch((p.tiling.t_r, p.batch * p.heads), (_teaching.NTHREADS,),
               (q, k, v, o, lse, p.n_q, p.n_k, p.d, p.scale, int(causal)),
               shared_mem=shared_bytes(p.d, block_q, block_k))

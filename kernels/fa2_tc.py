@@ -130,14 +130,10 @@ def _check(q, k, v):
 def launch(source, kernel, defines: dict, grid, block, args, shared_mem: int, device_index: int):
     """Launch through kernels.loader (memoised lookup, cuLaunchKernel after the first launch): host
     time inside a CUDA-event-timed call counts as kernel time, so the per-call work is kept small."""
-    import torch
-
     from kernels import loader
 
-    if torch.cuda.current_device() != device_index:  # the inputs' device, not the current one
-        with torch.cuda.device(device_index):
-            return launch(source, kernel, defines, grid, block, args, shared_mem, device_index)
-    loader.get_function(source, kernel, defines=defines).launch(grid, block, args, shared_mem=shared_mem)
+    loader.get_function(source, kernel, defines=defines, device=device_index).launch(
+        grid, block, args, shared_mem=shared_mem)
 
 
 def _outputs(q, out):

@@ -11,8 +11,8 @@ Public API (used by the teaching launchers and by the tensor-core launchers alik
     resource_usage(source, kernel_name, *, defines=None, arch=None, extra_options=()) -> dict
         registers, shared_static, spill_stores, spill_loads, local_bytes (stack frame), read from
         ptxas' verbose report of that compilation. Needs no GPU.
-    get_function(source, kernel_name, *, defines=None, arch=None, extra_options=()) -> Kernel
-        The compiled kernel loaded on torch's current device. Kernel.launch(grid, block, args,
+    get_function(source, kernel_name, *, defines=None, arch=None, extra_options=(), device=None) -> Kernel
+        The compiled kernel loaded on `device` (default: torch's current device). Kernel.launch(grid, block, args,
         shared_mem=0) launches it on torch's current stream; args are torch tensors (passed as
         raw device pointers: no copies), numpy scalars (passed as their exact type), or Python
         int/float (passed as int32/float32). Dynamic shared memory over 48 KB is opted into with
@@ -425,13 +425,16 @@ def _kernel_arg(a, device_index: int, kernel: str):
     raise TypeError(f"{kernel}: cannot pass {type(a).__name__} to a kernel")
 
 
-def get_function(source, kernel_name, *, defines=None, arch=None, extra_options=()) -> Kernel:
+def get_function(source, kernel_name, *, defines=None, arch=None, extra_options=(),
+                 device=None) -> Kernel:
+    """The kernel loaded on `device` (an index; default torch's current device): pass the inputs'
+    device, so that a launch needs no device switch by the caller (Kernel.launch makes it current)."""
     import cupy
     import torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("launching a CUDA kernel needs a GPU (torch.cuda.is_available() is False)")
-    device = torch.cuda.current_device()
+    device = torch.cuda.current_device() if device is None else int(device)
     # Fast path: the call's arguments plus the sources' mtimes. Hashing the source and headers
     # (_cache_key) costs 0.2-0.5 ms, which a CUDA-event-timed launch would count as kernel time.
     fast = (str(source), kernel_name, tuple(sorted((defines or {}).items())), arch,

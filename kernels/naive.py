@@ -47,14 +47,14 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
     threads = (_teaching.NTHREADS,)
 
     # line 1: S = scale·Q Kᵀ, every tile written (hidden ones as -inf)
-    loader.get_function(SOURCE, "naive_scores", defines=defines).launch(
+    loader.get_function(SOURCE, "naive_scores", defines=defines, device=q.device.index).launch(
         (t.t_c, t.t_r, bh), threads, (q, k, s, p.n_q, p.n_k, p.d, p.scale, int(causal)),
         shared_mem=shared_bytes("naive_scores", p.d, p.n_k, block_q, block_k))
     # line 2: P = softmax(S), lse
-    loader.get_function(SOURCE, "naive_softmax", defines=defines).launch(
+    loader.get_function(SOURCE, "naive_softmax", defines=defines, device=q.device.index).launch(
         (p.n_q, bh), threads, (s, probs, lse, p.n_q, p.n_k), shared_mem=row_bytes)
     # line 3: O = P V over the visited tiles
-    loader.get_function(SOURCE, "naive_pv", defines=defines).launch(
+    loader.get_function(SOURCE, "naive_pv", defines=defines, device=q.device.index).launch(
         (t.t_r, bh), threads, (probs, v, o, p.n_q, p.n_k, p.d, int(causal)),
         shared_mem=shared_bytes("naive_pv", p.d, p.n_k, block_q, block_k))
     return o, lse

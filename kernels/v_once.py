@@ -75,7 +75,7 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, placem
     else:  # unused by the sram kernel; any valid pointer will do
         f_hbm = o
     defines = _teaching.defines(q.dtype, block_q, block_k, **knob_defines(placement, rescale))
-    fn = loader.get_function(SOURCE, KERNEL, defines=defines)
+    fn = loader.get_function(SOURCE, KERNEL, defines=defines, device=q.device.index)
     fn.launch((p.tiling.t_r, p.batch * p.heads), (_teaching.NTHREADS,),
               (q, k, v, o, lse, f_hbm, p.n_q, p.n_k, p.d, p.scale, int(causal)),
               shared_mem=smem)
