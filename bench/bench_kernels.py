@@ -49,7 +49,7 @@ def entries(names):
 
     out = []
     for spec in KERNELS.values():
-        if names and spec.name not in names:
+        if (names and spec.name not in names) or not spec.available():
             continue
         for options in spec.bench_options:
             out.append(dict(label=spec.label(**options), tier=spec.tier, kind="kernel",

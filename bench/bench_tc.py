@@ -3,7 +3,7 @@
     python -m bench.bench_tc precompile             # no GPU: NVRTC every build into $FA_KERNEL_CACHE
     python -m bench.bench_tc resources --out DIR    # no GPU: registers / smem / spills / occupancy per build
     python -m bench.bench_tc check --out DIR        # GPU: every kernel variant vs the float64 oracle
-    python -m bench.bench_tc sweep --out DIR        # GPU: fa2_tc block-shape candidates, TFLOP/s
+    python -m bench.bench_tc sweep --out DIR        # GPU: fa2_tc (or --sweep-kernel fa2_wgmma) block shapes, TFLOP/s
     python -m bench.bench_tc bench --out DIR        # GPU: the issue's grid vs SDPA flash and cuDNN
     python -m bench.bench_tc target --what ncu      # GPU: one launch of each kernel (for ncu / sanitizer)
 
@@ -43,9 +43,11 @@ def log(*a):
 
 def kernel_fns():
     """name -> callable(q, k, v, causal) -> (o, lse or None); tensor-core variants and SDPA backends."""
-    from kernels import fa2_tc, v_once_tc
+    from kernels import fa2_tc, fa2_wgmma, v_once_tc
 
     fns = {"fa2_tc": lambda q, k, v, c: fa2_tc.forward(q, k, v, causal=c)}
+    if fa2_wgmma.supported():
+        fns["fa2_wgmma"] = lambda q, k, v, c: fa2_wgmma.forward(q, k, v, causal=c)
     for placement in ("sram", "hbm"):
         for rescale in ("lazy", "eager"):
             fns[f"v_once_tc[{placement},{rescale}]"] = (
@@ -121,9 +123,11 @@ def check_one(fn, b, h, n_q, n_k, d, dtype, causal, *, input_scale=1.0, seed=0, 
 
 def tc_with_out():
     """name -> fn(q, k, v, causal, out=...) for the checker."""
-    from kernels import fa2_tc, v_once_tc
+    from kernels import fa2_tc, fa2_wgmma, v_once_tc
 
     fns = {"fa2_tc": lambda q, k, v, c, out: fa2_tc.forward(q, k, v, causal=c, out=out)}
+    if fa2_wgmma.supported():
+        fns["fa2_wgmma"] = lambda q, k, v, c, out: fa2_wgmma.forward(q, k, v, causal=c, out=out)
     for placement in ("sram", "hbm"):
         for rescale in ("lazy", "eager"):
             fns[f"v_once_tc[{placement},{rescale}]"] = (
@@ -149,11 +153,23 @@ def cmd_check(args):
     from kernels import v_once_tc
 
     out = []
-    fns = tc_with_out()
+    fns = select(tc_with_out(), args.kernels)
+    if args.all_configs:  # every tuning candidate too (fp16 only), so a sweep never times a wrong build
+        from kernels import fa2_tc, fa2_wgmma
+
+        for mod, name in ((fa2_tc, "fa2_tc"), (fa2_wgmma, "fa2_wgmma")):
+            if name not in fns:
+                continue
+            for d, cands in mod.SWEEP.items():
+                for c in cands:
+                    fns[f"{name}{json.dumps(c, sort_keys=True)}"] = (
+                        lambda q, k, v, cz, out, c=c, mod=mod: mod.forward(q, k, v, causal=cz, config=c, out=out))
     failures = 0
     for (b, h, n_q, n_k, d, causal, sc) in CHECK_SHAPES:
         for dtype in (torch.float16, torch.bfloat16):
             for name, fn in fns.items():
+                if "{" in name and (dtype != torch.float16 or d not in _config_dims(name)):
+                    continue
                 if name.startswith("v_once_tc[sram"):
                     rescale = "lazy" if "lazy" in name else "eager"
                     if not v_once_tc.plan(n_q, n_k, d, causal=causal, rescale=rescale)["fits_sram"]:
@@ -174,6 +190,27 @@ def cmd_check(args):
     _dump(args, "tc_check.json", out)
     log(f"check: {len(out) - failures} passed, {failures} failed")
     return failures
+
+
+def _config_dims(name: str) -> tuple:
+    """Head dims whose sweep lists the config in `name` (kernel{json})."""
+    kernel, cfg = name.split("{", 1)
+    cfg = json.loads("{" + cfg)
+    return tuple(d for d, cands in sweep_module(kernel).SWEEP.items() if cfg in cands)
+
+
+def select(fns: dict, names: str | None) -> dict:
+    """Keep the kernels whose name starts with one of the comma-separated prefixes (all when None)."""
+    if not names:
+        return fns
+    prefixes = tuple(n.strip() for n in names.split(","))
+    return {k: f for k, f in fns.items() if k.startswith(prefixes)}
+
+
+def sweep_module(name: str):
+    from kernels import fa2_tc, fa2_wgmma
+
+    return {"fa2_tc": fa2_tc, "fa2_wgmma": fa2_wgmma}[name]
 
 
 # ------------------------------------------------------------------------------------------- timing
@@ -221,8 +258,7 @@ def quick_check(fn, q, k, v, causal, dtype_name):
 def cmd_sweep(args):
     import torch
 
-    from kernels import fa2_tc
-
+    mod = sweep_module(args.sweep_kernel)
     rows = []
     seqs = [int(s) for s in args.seqs.split(",")]
     for b, h, n, d in shapes(seqs):
@@ -230,9 +266,9 @@ def cmd_sweep(args):
             for dtype in (torch.float16,):
                 sets = make_sets(b, h, n, d, dtype, max_sets=4)
                 flops = paper_flops(b, h, n, n, d, causal)
-                cands = {f"fa2_tc{json.dumps(c, sort_keys=True)}":
-                         (lambda q, k, v, cz, c=c: fa2_tc.forward(q, k, v, causal=cz, config=c))
-                         for c in fa2_tc.SWEEP[d]}
+                cands = {f"{args.sweep_kernel}{json.dumps(c, sort_keys=True)}":
+                         (lambda q, k, v, cz, c=c: mod.forward(q, k, v, causal=cz, config=c))
+                         for c in mod.SWEEP[d]}
                 cands.update(sdpa_fns())
                 for name, fn in cands.items():
                     row = dict(kernel=name, b=b, h=h, n=n, d=d, causal=causal, dtype="float16")
@@ -251,19 +287,21 @@ def cmd_sweep(args):
     _dump(args, "tc_sweep.json", rows)
 
 
-def pick_configs(sweep_json):
-    """Best fa2_tc config per head dim from a sweep: highest geometric mean TFLOP/s over its shapes."""
+def pick_configs(sweep_json, kernel="fa2_tc"):
+    """Best config of `kernel` per head dim from a sweep: highest geometric mean TFLOP/s over its shapes."""
     rows = json.loads(Path(sweep_json).read_text())
     best = {}
     for d in sorted({r["d"] for r in rows}):
         score = {}
         for r in rows:
-            if r["d"] == d and r["kernel"].startswith("fa2_tc{") and r.get("ok") and "tflops" in r:
+            if r["d"] == d and r["kernel"].startswith(kernel + "{") and r.get("ok") and "tflops" in r:
                 score.setdefault(r["kernel"], []).append(math.log(r["tflops"]))
+        if not score:
+            continue
         n_shapes = max(len(v) for v in score.values())
         cands = {k: sum(v) / len(v) for k, v in score.items() if len(v) == n_shapes}
         name = max(cands, key=cands.get)
-        best[d] = json.loads(name[len("fa2_tc"):])
+        best[d] = json.loads(name[len(kernel):])
         log(f"configs-from: d={d} picks {best[d]} (geomean {math.exp(cands[name]):.1f} TFLOP/s)")
     return best
 
@@ -288,14 +326,15 @@ def time_b2b(fn, sets, causal, calls=10):
 def cmd_bench(args):
     import torch
 
-    from kernels import fa2_tc
+    from kernels import fa2_tc, fa2_wgmma
 
     if args.configs_from:
         fa2_tc.CONFIGS.update(pick_configs(args.configs_from))
+        fa2_wgmma.CONFIGS.update(pick_configs(args.configs_from, "fa2_wgmma"))
     rows = []
     seqs = [int(s) for s in args.seqs.split(",")]
     dtypes = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-    fns = dict(kernel_fns())
+    fns = select(dict(kernel_fns()), args.kernels)
     fns.update(sdpa_fns())
     t_start = time.time()
     for dname in args.dtypes.split(","):
@@ -335,6 +374,7 @@ def cmd_bench(args):
                 continue
             break
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, fa2_tc_configs=fa2_tc.CONFIGS,
+                fa2_wgmma_configs=fa2_wgmma.CONFIGS,
                 formula="TFLOP/s = 4*B*H*Nq*Nk*d (/2 causal) / median time", tokens=TOKENS, hidden=HIDDEN)
     tag = f"tc_bench{args.tag}"
     _dump(args, f"{tag}.json", dict(meta=meta, rows=rows))
@@ -346,18 +386,25 @@ def cmd_bench(args):
 
 
 def write_markdown(rows, path, meta):
+    kernels = list(dict.fromkeys(r["kernel"] for r in rows))
+    ours = [k for k in ("fa2_tc", "fa2_wgmma") if k in kernels]
     lines = [f"# Tensor-core kernels vs torch SDPA ({meta['device']}, torch {meta['torch']})", "",
              f"{meta['formula']}; batch*N = {TOKENS}, hidden = {HIDDEN} (H = {HIDDEN}/d). "
-             "Medians of CUDA-event-timed calls over rotated input sets. Ratio = fa2_tc / sdpa_flash.", ""]
+             "Medians of CUDA-event-timed calls over rotated input sets. Ratios: ours / sdpa_flash and "
+             "ours / sdpa_cudnn, same run, same inputs.", ""]
     keys = sorted({(r["dtype"], r["d"], r["causal"]) for r in rows})
-    kernels = []
-    for r in rows:
-        if r["kernel"] not in kernels:
-            kernels.append(r["kernel"])
+    ratio_heads = [f"{k} / {b}" for k in ours for b in ("flash", "cuDNN")]
+
+    def ratio(cell, a, b):
+        ra, rb = cell.get(a), cell.get(b)
+        if ra and rb and ra.get("tflops") and rb.get("tflops"):
+            return f"{ra['tflops'] / rb['tflops']:.2f}"
+        return "—"
+
     for dt, d, c in keys:
         lines += [f"## {dt}, d = {d}, {'causal' if c else 'non-causal'} (TFLOP/s)", "",
-                  "| N | " + " | ".join(kernels) + " | fa2_tc / flash | fa2_tc / cuDNN |",
-                  "|---" * (len(kernels) + 3) + "|"]
+                  "| N | " + " | ".join(kernels + ratio_heads) + " |",
+                  "|---" * (len(kernels) + len(ratio_heads) + 1) + "|"]
         for n in sorted({r["n"] for r in rows if (r["dtype"], r["d"], r["causal"]) == (dt, d, c)}):
             cell = {r["kernel"]: r for r in rows if (r["dtype"], r["d"], r["causal"], r["n"]) == (dt, d, c, n)}
             vals = []
@@ -365,25 +412,23 @@ def write_markdown(rows, path, meta):
                 r = cell.get(kname)
                 vals.append("—" if r is None or "tflops" not in r else
                             f"{r['tflops']:.1f}" + ("" if r.get("ok") else " (FAILED CHECK)"))
-            def ratio(a, b):
-                ra, rb = cell.get(a), cell.get(b)
-                if ra and rb and "tflops" in ra and "tflops" in rb:
-                    return f"{ra['tflops'] / rb['tflops']:.2f}"
-                return "—"
-            lines.append(f"| {n} | " + " | ".join(vals) + f" | {ratio('fa2_tc', 'sdpa_flash')} | "
-                         f"{ratio('fa2_tc', 'sdpa_cudnn')} |")
+            vals += [ratio(cell, k, b) for k in ours for b in ("sdpa_flash", "sdpa_cudnn")]
+            lines.append(f"| {n} | " + " | ".join(vals) + " |")
         lines.append("")
+    b2b = ours + ["sdpa_flash", "sdpa_cudnn"]
     lines += ["## Back-to-back timing (host launch work overlapped; secondary), TFLOP/s", "",
-              "| dtype | d | causal | N | fa2_tc | sdpa_flash | sdpa_cudnn | fa2_tc / flash |", "|---" * 8 + "|"]
+              "| dtype | d | causal | N | " + " | ".join(b2b) + " | " + " | ".join(f"{k} / flash" for k in ours)
+              + " |", "|---" * (4 + len(b2b) + len(ours)) + "|"]
+    fmt = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
     for dt, d, c in keys:
         for n in sorted({r["n"] for r in rows if (r["dtype"], r["d"], r["causal"]) == (dt, d, c)}):
             cell = {r["kernel"]: r.get("b2b_tflops") for r in rows
                     if (r["dtype"], r["d"], r["causal"], r["n"]) == (dt, d, c, n)}
-            f, fl, cu = cell.get("fa2_tc"), cell.get("sdpa_flash"), cell.get("sdpa_cudnn")
-            fmt = lambda x: "—" if x is None else f"{x:.1f}"
-            lines.append(f"| {dt} | {d} | {int(c)} | {n} | {fmt(f)} | {fmt(fl)} | {fmt(cu)} | "
-                         f"{'—' if not (f and fl) else f'{f / fl:.2f}'} |")
-    path.write_text("\n".join(lines))
+            fl = cell.get("sdpa_flash")
+            lines.append(f"| {dt} | {d} | {int(c)} | {n} | " + " | ".join(fmt(cell.get(k)) for k in b2b) + " | "
+                         + " | ".join("—" if not (cell.get(k) and fl) else f"{cell[k] / fl:.2f}" for k in ours)
+                         + " |")
+    path.write_text("\n".join(lines) + "\n")
 
 
 def plot(rows, path):
@@ -414,16 +459,17 @@ def plot(rows, path):
 # ------------------------------------------------------------------------------------------- static
 
 def cmd_precompile(args):
-    from kernels import fa2_tc, loader, v_once_tc
+    from kernels import fa2_tc, fa2_wgmma, loader, v_once_tc
 
     t0 = time.time()
-    configs = fa2_tc.compile_configs() + fa2_tc.sweep_configs() + v_once_tc.compile_configs()
+    configs = [(c, None) for c in fa2_tc.compile_configs() + fa2_tc.sweep_configs() + v_once_tc.compile_configs()]
+    configs += [(c, fa2_wgmma.ARCH) for c in fa2_wgmma.compile_configs() + fa2_wgmma.sweep_configs()]
     seen = []
-    for src, name, defs in configs:
+    for (src, name, defs), arch in configs:
         if (src, name, defs) in seen:
             continue
         seen.append((src, name, defs))
-        loader.compile_cubin(src, defines=defs)
+        loader.compile_cubin(src, defines=defs, arch=arch)
     log(f"precompiled {len(seen)} builds in {time.time() - t0:.1f}s into {loader.cache_dir()}")
 
 
@@ -436,6 +482,13 @@ def cmd_resources(args):
         occ = fa2_tc.occupancy(defs, ru["registers"])
         rows.append(dict(kernel="fa2_tc", defines=defs, **ru, **occ,
                          default=(src, name, defs) in fa2_tc.compile_configs()))
+    from kernels import fa2_wgmma
+
+    for src, name, defs in fa2_wgmma.sweep_configs():
+        ru = loader.resource_usage(src, name, defines=defs, arch=fa2_wgmma.ARCH)
+        occ = fa2_wgmma.occupancy(defs, ru["registers"])
+        rows.append(dict(kernel="fa2_wgmma", defines=defs, **ru, **occ,
+                         default=(src, name, defs) in fa2_wgmma.compile_configs()))
     for src, name, defs in v_once_tc.compile_configs():
         ru = loader.resource_usage(src, name, defines=defs)
         rows.append(dict(kernel="v_once_tc", defines=defs, **ru))
@@ -453,10 +506,12 @@ def cmd_target(args):
     """A few launches on small (sanitizer) or representative (ncu) shapes; nothing timed."""
     import torch
 
-    from kernels import fa2_tc, v_once_tc
+    from kernels import fa2_tc, fa2_wgmma, v_once_tc
 
     if args.configs_from:
         fa2_tc.CONFIGS.update(pick_configs(args.configs_from))
+        fa2_wgmma.CONFIGS.update(pick_configs(args.configs_from, "fa2_wgmma"))
+    wgmma = fa2_wgmma.supported()
     if args.what == "sanitize":
         shapes_ = [(1, 2, 77, 203, 64, True), (1, 2, 130, 64, 128, True), (1, 1, 200, 200, 128, False)]
         for (b, h, n_q, n_k, d, causal) in shapes_:
@@ -465,6 +520,8 @@ def cmd_target(args):
                 k = torch.randn(b, h, n_k, d, device="cuda", dtype=dtype)
                 v = torch.randn(b, h, n_k, d, device="cuda", dtype=dtype)
                 fa2_tc.forward(q, k, v, causal=causal)
+                if wgmma:
+                    fa2_wgmma.forward(q, k, v, causal=causal)
                 for placement in ("sram", "hbm"):
                     for rescale in ("lazy", "eager"):
                         v_once_tc.forward(q, k, v, causal=causal, placement=placement, rescale=rescale)
@@ -478,6 +535,8 @@ def cmd_target(args):
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
         torch.cuda.synchronize()
         fns = {"fa2_tc": lambda: fa2_tc.forward(q, k, v, causal=False)}
+        if wgmma:
+            fns["fa2_wgmma"] = lambda: fa2_wgmma.forward(q, k, v, causal=False)
         fns.update({n_: (lambda f=f: f(q, k, v, False)) for n_, f in sdpa_fns().items()})
         if v_once_tc.plan(n, n, d)["fits_sram"]:
             fns["v_once_tc[sram,lazy]"] = lambda: v_once_tc.forward(q, k, v, placement="sram", rescale="lazy")
@@ -508,6 +567,9 @@ def main(argv=None):
     ap.add_argument("--what", default="ncu", choices=["ncu", "sanitize"])
     ap.add_argument("--ncu-seqs", default="4096,1024")
     ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--kernels", default=None, help="check/bench only these (comma-separated name prefixes)")
+    ap.add_argument("--all-configs", action="store_true", help="check: every sweep candidate too (fp16)")
+    ap.add_argument("--sweep-kernel", default="fa2_tc", choices=["fa2_tc", "fa2_wgmma"])
     args = ap.parse_args(argv)
     rc = {"precompile": cmd_precompile, "resources": cmd_resources, "check": cmd_check, "sweep": cmd_sweep,
           "bench": cmd_bench, "target": cmd_target}[args.cmd](args)

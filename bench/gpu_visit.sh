@@ -3,10 +3,13 @@
 # compute-sanitizer over every registered kernel), then the benchmarks. Each step logs under $OUT;
 # a step that fails is recorded and the visit goes on, so one broken step does not waste the visit.
 #
-#   PYTHONPATH=. bash bench/gpu_visit.sh [tests] [sanitize] [launch] [bench_kernels] [bench_tc]   (default: all)
+#   PYTHONPATH=. bash bench/gpu_visit.sh [tests] [sanitize] [launch] [bench_kernels] [bench_tc] [ncu]
+#   (default: all but ncu). Environment: SANITIZE_KERNELS=fa2_wgmma,... (default every kernel),
+#   BENCH_TC_ARGS="--kernels fa2 --dtypes float16" (extra bench_tc.py bench arguments), NCU_D=128.
 #
 # Writes $OUT/gpu_tests.log, $OUT/sanitize.json, $OUT/sanitize_{memcheck,racecheck}.log,
-# $OUT/launch_overhead.json, $OUT/bench_kernels.{json,md,png}, $OUT/tc_bench.{json,md,png} and
+# $OUT/launch_overhead.json, $OUT/bench_kernels.{json,md,png}, $OUT/tc_bench.{json,md,png},
+# $OUT/tc_ncu_d$NCU_D.csv (ncu counters of one launch per kernel at N = 4096 and 1024) and
 # $OUT/visit.json (step -> rc, s). The device tool returns at most 8 files: split the steps over calls.
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
@@ -23,13 +26,23 @@ for step in "${steps[@]}"; do
         2>&1 | tee "$OUT/gpu_tests.log" | tail -25
       rc=${PIPESTATUS[0]} ;;
     sanitize)
-      python3 bench/sanitize.py --out "$OUT" --dtypes float16,bfloat16,float32; rc=$? ;;
+      python3 bench/sanitize.py --out "$OUT" --dtypes float16,bfloat16,float32 \
+        ${SANITIZE_KERNELS:+--kernels "$SANITIZE_KERNELS"}; rc=$? ;;
     launch)
       python3 bench/launch_overhead.py --out "$OUT"; rc=$? ;;
     bench_kernels)
       python3 bench/bench_kernels.py --out "$OUT" --budget-s 150; rc=$? ;;
     bench_tc)
-      python3 bench/bench_tc.py bench --out "$OUT"; rc=$? ;;
+      # shellcheck disable=SC2086
+      python3 bench/bench_tc.py bench --out "$OUT" ${BENCH_TC_ARGS:-}; rc=$? ;;
+    ncu)
+      d=${NCU_D:-128}
+      ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,\
+lts__t_bytes.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
+sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,\
+launch__registers_per_thread,launch__shared_mem_per_block_dynamic,launch__occupancy_limit_registers,\
+l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum \
+        python3 bench/bench_tc.py target --what ncu --d "$d" > "$OUT/tc_ncu_d$d.csv" 2>&1; rc=$? ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
   RC[$step]=$rc; SECS[$step]=$(( $(date +%s) - t0 ))

@@ -48,6 +48,9 @@ def child(names: list[str], dtypes: list[str]) -> int:
     for name in names:
         spec = KERNELS[name]
         try:
+            if not spec.available():
+                print(f"@@SKIPPED {name}: not supported on this GPU", flush=True)
+                continue
             configs, dtypes_ok = spec.configs(), spec.dtypes
         except Exception as exc:  # a launcher that does not load: report it, check the others
             print(f"@@FAILED {name}: {exc!r}", flush=True)
@@ -59,8 +62,9 @@ def child(names: list[str], dtypes: list[str]) -> int:
                 if dtype not in dtypes_ok:
                     continue
                 for b, h, n_q, n_k, d, causal in SHAPES:
-                    if not spec.supports_head_dim(d):
-                        d = max(x for x in (spec.head_dims or [spec.max_head_dim]) if x <= 128)
+                    if not spec.supports_head_dim(d):  # nearest supported d at or above, else the largest
+                        dims = sorted(spec.head_dims or [spec.max_head_dim])
+                        d = next((x for x in dims if x >= d), dims[-1])
                     label = f"{spec.label(**options)} {dt_name} {(b, h, n_q, n_k, d)} causal={causal}"
                     print(MARK + label, flush=True)
                     gen = torch.Generator(device="cuda").manual_seed(0)

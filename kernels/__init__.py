@@ -15,6 +15,8 @@ The contract of a launcher module kernels/<name>.py (teaching and tensor-core ti
     MAX_HEAD_DIM    largest d (optional: HEAD_DIMS, the exact set of d it takes)
     OPTIONS         option -> choices, first the default (optional; as variants.Variant.options)
     BENCH_OPTIONS   the option dicts bench/bench_kernels.py times (optional; default ({},))
+    ARCH            the arch its cubins need (optional; default: the GPU's sm_XY, e.g. "sm_90a" for wgmma)
+    supported()     whether the current GPU runs it (optional; default True)
     MAX_SPILL_BYTES the spill/stack bytes per thread a configuration may have (optional; default 0: the
                     compile test asserts no spills; a tuned kernel that trades a few spilled
                     registers for 2 CTAs/SM states its measured budget so growth still fails)
@@ -75,6 +77,16 @@ class KernelSpec:
         return tuple(getattr(self.module, "BENCH_OPTIONS", ({},)))
 
     @property
+    def arch(self):
+        """The arch its cubins need (None: any, the loader picks the GPU's)."""
+        return getattr(self.module, "ARCH", None)
+
+    def available(self) -> bool:
+        """Whether this GPU runs it (fa2_wgmma needs compute capability 9.x)."""
+        fn = getattr(self.module, "supported", None)
+        return True if fn is None else bool(fn())
+
+    @property
     def max_spill_bytes(self) -> int:
         return int(getattr(self.module, "MAX_SPILL_BYTES", 0))
 
@@ -97,6 +109,7 @@ _ALL = (
     KernelSpec("fa2", "teaching", "fa2", "FlashAttention-2: one block per (Q block, b, h)"),
     KernelSpec("v_once", "teaching", "v_once", "multiply V once: f row in SRAM or HBM"),
     KernelSpec("fa2_tc", "tensor-core", "fa2", "FlashAttention-2 with mma.sync (m16n8k16) tensor cores"),
+    KernelSpec("fa2_wgmma", "tensor-core", "fa2", "FlashAttention-2 with Hopper wgmma (sm_90a)"),
     KernelSpec("v_once_tc", "tensor-core", "v_once", "multiply V once with tensor cores"),
 )
 

@@ -1,4 +1,4 @@
-"""Tensor-core kernels (kernels.fa2_tc, kernels.v_once_tc) against the float64 oracle, on a GPU.
+"""Tensor-core kernels (kernels.fa2_tc, fa2_wgmma, v_once_tc) against the float64 oracle, on a GPU.
 
 Skipped cleanly where there is no CUDA device (CI); the compile-only checks of these kernels (sm_90,
 spill-free builds) live beside the loader's tests and in bench/bench_tc.py resources.
@@ -70,6 +70,56 @@ def test_fa2_tc_matches_reference(s):
     _check(fa2_tc.forward, *s)
 
 
+def _hopper():
+    from kernels import fa2_wgmma
+
+    return fa2_wgmma.supported()
+
+
+needs_hopper = pytest.mark.skipif(not torch.cuda.is_available() or not _hopper(),
+                                  reason="fa2_wgmma needs a compute capability 9.x GPU (wgmma)")
+
+
+@needs_hopper
+@SETTINGS
+@given(shape)
+def test_fa2_wgmma_matches_reference(s):
+    from kernels import fa2_wgmma
+
+    _check(fa2_wgmma.forward, *s)
+
+
+def _sweep_ids():
+    from kernels import fa2_wgmma
+
+    return [(d, c) for d, cands in fa2_wgmma.SWEEP.items() for c in cands]
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,config", _sweep_ids(), ids=lambda x: str(x))
+def test_fa2_wgmma_every_tuning_candidate(d, config):
+    """The builds the sweep times (1..3 warpgroups, 2..3 ring slots, 1..3 CTAs/SM) on tails and causal."""
+    from kernels import fa2_wgmma
+
+    def fn(q, k, v, **kw):
+        return fa2_wgmma.forward(q, k, v, config=config, **kw)
+
+    for (n_q, n_k, causal) in ((77, 203, True), (300, 100, True), (333, 1025, False)):
+        _check(fn, 1, 2, n_q, n_k, d, torch.float16, causal, 4.0, n_q)
+
+
+@needs_hopper
+def test_fa2_wgmma_refuses_what_it_cannot_run():
+    from kernels import fa2_wgmma
+
+    q = torch.randn(1, 1, 16, 96, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="head dim"):
+        fa2_wgmma.forward(q, q, q)
+    q = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float32)
+    with pytest.raises(TypeError, match="dtype"):
+        fa2_wgmma.forward(q, q, q)
+
+
 @SETTINGS
 @given(shape, st.sampled_from(["sram", "hbm", "auto"]), st.sampled_from(["lazy", "eager"]))
 def test_v_once_tc_matches_reference(s, placement, rescale):
@@ -91,11 +141,13 @@ def test_v_once_tc_matches_reference(s, placement, rescale):
 @pytest.mark.parametrize("n", [2048, 4100])
 @pytest.mark.parametrize("d", [64, 128])
 def test_long_rows(n, d):
-    """Many key blocks (the sram f row does not fit: auto spills), both kernels, causal and not."""
-    from kernels import fa2_tc, v_once_tc
+    """Many key blocks (the sram f row does not fit: auto spills), every kernel, causal and not."""
+    from kernels import fa2_tc, fa2_wgmma, v_once_tc
 
     for causal in (False, True):
         _check(fa2_tc.forward, 1, 2, n, n, d, torch.float16, causal, 1.0, 1)
+        if fa2_wgmma.supported():
+            _check(fa2_wgmma.forward, 1, 2, n, n, d, torch.bfloat16, causal, 1.0, 3)
         _check(lambda q, k, v, **kw: v_once_tc.forward(q, k, v, placement="auto", rescale="lazy", **kw),
                1, 2, n, n, d, torch.bfloat16, causal, 1.0, 2)
 

@@ -1,0 +1,125 @@
+"""FlashAttention-2 forward with Hopper wgmma (kernels/cuda/fa2_wgmma.cu, sm_90a): fp16/bf16 in, fp32 acc.
+
+    o, lse = forward(q, k, v, causal=False, scale=None)
+
+Same contract as kernels.fa2_tc (shapes, dtypes, bottom-right causal, lse, out=); needs a compute
+capability 9.0 GPU (H100/H200): wgmma exists only in the sm_90a instruction set. fa2_tc is the
+portable mma.sync kernel (sm_80 and newer); this one is the Hopper path.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from kernels import fa2_tc
+
+SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma.cu"
+KERNEL = "fa2_wgmma_fwd"
+HEAD_DIMS = (64, 128)
+ARCH = "sm_90a"
+
+# Knobs of the .cu file: BLOCK_N (Bc), NWG (warpgroups; Br = 64 * NWG), OVERLAP (softmax of S_j during
+# P V_{j+1}), STAGES (K/V ring slots), MIN_BLOCKS (CTAs per SM the register cap aims at).
+DEFAULTS = dict(OVERLAP=1, STAGES=2, MIN_BLOCKS=1)
+CONFIGS = {  # sweep v3 winners (bench/results/wgmma_sweep_v3.json)
+    64: dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3),
+    128: dict(BLOCK_N=96, NWG=1, MIN_BLOCKS=2),
+}
+
+# Candidates of the tuning sweep (measurements: bench/NOTES-tc.md, fa2_wgmma section). v1 sweep: d=64 NWG=3
+# Bc=128 and d=128 NWG=2 Bc=128 best of the one-CTA-per-SM builds, OVERLAP=0 level with OVERLAP=1.
+# v2 sweep: two CTAs per SM (d=64 Bc=64, 112 registers) +10-25% at d=64; STAGES=3 +0-3%.
+# v3 sweep: one warpgroup per CTA, 2-3 CTAs per SM: d=64 Bc=128 x3 CTAs 1.29-1.36x SDPA flash; d=128
+# Bc=96 x2 CTAs level with NWG=2 Bc=128 in geomean and better at N=2k and causal.
+# Dropped before timing: d=128 Bc=64 NWG=2 with 2 CTAs/SM (the 128-register cap spills 144 bytes),
+# d=64 Bc=96 NWG=2 with 2 CTAs/SM (spills 48).
+SWEEP = {
+    64: [
+        dict(BLOCK_N=64, NWG=2, MIN_BLOCKS=2),
+        dict(BLOCK_N=64, NWG=2, MIN_BLOCKS=2, STAGES=3),
+        dict(BLOCK_N=64, NWG=1, MIN_BLOCKS=3),
+        dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3),
+        dict(BLOCK_N=128, NWG=2, STAGES=3),
+    ],
+    128: [
+        dict(BLOCK_N=128, NWG=2),
+        dict(BLOCK_N=128, NWG=2, STAGES=3),
+        dict(BLOCK_N=64, NWG=1, MIN_BLOCKS=2),
+        dict(BLOCK_N=64, NWG=1, MIN_BLOCKS=2, STAGES=3),
+        dict(BLOCK_N=96, NWG=1, MIN_BLOCKS=2),
+    ],
+}
+
+
+def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
+    if d not in HEAD_DIMS:
+        raise ValueError(f"fa2_wgmma supports head dims {HEAD_DIMS}, got d={d}")
+    cfg = dict(DEFAULTS, **(CONFIGS[d] if config is None else config))
+    return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **cfg)
+
+
+def block_m(defines: dict) -> int:
+    return 64 * defines["NWG"]
+
+
+def smem_bytes(defines: dict) -> int:
+    """Q tile + 2-slot K and V rings (fp16/bf16) + 1 KB so the kernel can align its base to 1024 B."""
+    d, bn = defines["HEAD_DIM"], defines["BLOCK_N"]
+    return block_m(defines) * d * 2 + 2 * defines.get("STAGES", 2) * bn * d * 2 + 1024
+
+
+def compile_configs() -> list[tuple[str, str, dict]]:
+    return [(str(SOURCE), KERNEL, defines_for(d, bf16)) for d in HEAD_DIMS for bf16 in (0, 1)]
+
+
+def sweep_configs() -> list[tuple[str, str, dict]]:
+    out = []
+    for d in HEAD_DIMS:
+        for cfg in SWEEP[d]:
+            for bf16 in (0, 1):
+                item = (str(SOURCE), KERNEL, defines_for(d, bf16, cfg))
+                if item not in out:
+                    out.append(item)
+    return out
+
+
+def occupancy(defines: dict, registers: int, smem_per_sm: int = 228 * 1024, regs_per_sm: int = 65536,
+              max_warps: int = 64) -> dict:
+    warps = 4 * defines["NWG"]
+    regs_per_cta = ((registers * 32 + 255) // 256) * 256 * warps
+    smem = smem_bytes(defines) + 1024
+    ctas = min(regs_per_sm // max(regs_per_cta, 1), smem_per_sm // smem, max_warps // warps)
+    return dict(ctas_per_sm=ctas, warps_per_sm=ctas * warps, threads_per_cta=32 * warps,
+                smem_per_cta=smem_bytes(defines), occupancy=ctas * warps / max_warps)
+
+
+def supported(device=None) -> bool:
+    """True on a compute capability 9.x GPU (wgmma)."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] == 9
+
+
+def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config: dict | None = None,
+            out=None):
+    """FlashAttention-2 forward with wgmma; returns (o, lse). out=(o, lse) writes into given tensors."""
+    import torch
+
+    fa2_tc._check(q, k, v)
+    major = torch.cuda.get_device_capability(q.device)[0]
+    if major != 9:
+        raise RuntimeError(f"fa2_wgmma needs a compute capability 9.x GPU (wgmma, sm_90a); {q.device} is "
+                           f"{major}.x -- use kernels.fa2_tc there")
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    defs = defines_for(d, q.dtype == torch.bfloat16, config)
+    o, lse = fa2_tc._outputs(q, out)
+    grid = (-(-n_q // block_m(defs)), b * h, 1)
+    from kernels import loader
+
+    loader.get_function(SOURCE, KERNEL, defines=defs, arch=ARCH, device=q.device.index).launch(
+        grid, (128 * defs["NWG"], 1, 1),
+        (q, k, v, o, lse, int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale), int(bool(causal))),
+        shared_mem=smem_bytes(defs))
+    return o, lse
