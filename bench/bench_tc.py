@@ -537,6 +537,9 @@ def cmd_target(args):
         fns = {"fa2_tc": lambda: fa2_tc.forward(q, k, v, causal=False)}
         if wgmma:
             fns["fa2_wgmma"] = lambda: fa2_wgmma.forward(q, k, v, causal=False)
+            for c in json.loads(args.wgmma_configs):  # other builds to profile beside the default
+                fns[f"fa2_wgmma{json.dumps(c, sort_keys=True)}"] = (
+                    lambda c=c: fa2_wgmma.forward(q, k, v, causal=False, config=c))
         fns.update({n_: (lambda f=f: f(q, k, v, False)) for n_, f in sdpa_fns().items()})
         if v_once_tc.plan(n, n, d)["fits_sram"]:
             fns["v_once_tc[sram,lazy]"] = lambda: v_once_tc.forward(q, k, v, placement="sram", rescale="lazy")
@@ -568,6 +571,7 @@ def main(argv=None):
     ap.add_argument("--ncu-seqs", default="4096,1024")
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--kernels", default=None, help="check/bench only these (comma-separated name prefixes)")
+    ap.add_argument("--wgmma-configs", default="[]", help="target: JSON list of extra fa2_wgmma configs")
     ap.add_argument("--all-configs", action="store_true", help="check: every sweep candidate too (fp16)")
     ap.add_argument("--sweep-kernel", default="fa2_tc", choices=["fa2_tc", "fa2_wgmma"])
     args = ap.parse_args(argv)

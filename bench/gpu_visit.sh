@@ -5,7 +5,8 @@
 #
 #   PYTHONPATH=. bash bench/gpu_visit.sh [tests] [sanitize] [launch] [bench_kernels] [bench_tc] [ncu]
 #   (default: all but ncu). Environment: SANITIZE_KERNELS=fa2_wgmma,... (default every kernel),
-#   BENCH_TC_ARGS="--kernels fa2 --dtypes float16" (extra bench_tc.py bench arguments), NCU_D=128.
+#   BENCH_TC_ARGS="--kernels fa2 --dtypes float16" (extra bench_tc.py bench arguments), NCU_D=128,
+#   NCU_SEQS=4096, NCU_WGMMA_CONFIGS='[{"BLOCK_N": 128, "NWG": 2}]' (extra fa2_wgmma builds to profile).
 #
 # Writes $OUT/gpu_tests.log, $OUT/sanitize.json, $OUT/sanitize_{memcheck,racecheck}.log,
 # $OUT/launch_overhead.json, $OUT/bench_kernels.{json,md,png}, $OUT/tc_bench.{json,md,png},
@@ -41,8 +42,9 @@ for step in "${steps[@]}"; do
 lts__t_bytes.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
 sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,\
 launch__registers_per_thread,launch__shared_mem_per_block_dynamic,launch__occupancy_limit_registers,\
-l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum \
-        python3 bench/bench_tc.py target --what ncu --d "$d" > "$OUT/tc_ncu_d$d.csv" 2>&1; rc=$? ;;
+l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum --section WarpStateStats \
+        python3 bench/bench_tc.py target --what ncu --d "$d" --ncu-seqs "${NCU_SEQS:-4096}" \
+        --wgmma-configs "${NCU_WGMMA_CONFIGS:-[]}" > "$OUT/tc_ncu_d$d.csv" 2>&1; rc=$? ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
   RC[$step]=$rc; SECS[$step]=$(( $(date +%s) - t0 ))
