@@ -268,7 +268,7 @@ def cmd_sweep(args):
                 flops = paper_flops(b, h, n, n, d, causal)
                 cands = {f"{args.sweep_kernel}{json.dumps(c, sort_keys=True)}":
                          (lambda q, k, v, cz, c=c: mod.forward(q, k, v, causal=cz, config=c))
-                         for c in mod.SWEEP[d]}
+                         for c in (json.loads(args.sweep_configs)[str(d)] if args.sweep_configs else mod.SWEEP[d])}
                 cands.update(sdpa_fns())
                 for name, fn in cands.items():
                     row = dict(kernel=name, b=b, h=h, n=n, d=d, causal=causal, dtype="float16")
@@ -572,6 +572,8 @@ def main(argv=None):
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--kernels", default=None, help="check/bench only these (comma-separated name prefixes)")
     ap.add_argument("--wgmma-configs", default="[]", help="target: JSON list of extra fa2_wgmma configs")
+    ap.add_argument("--sweep-configs", default=None, help='sweep: JSON {"64": [config, ...], "128": [...]} '
+                    "instead of the module's SWEEP")
     ap.add_argument("--all-configs", action="store_true", help="check: every sweep candidate too (fp16)")
     ap.add_argument("--sweep-kernel", default="fa2_tc", choices=["fa2_tc", "fa2_wgmma"])
     args = ap.parse_args(argv)

@@ -15,15 +15,19 @@ from kernels import fa2_tc
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma.cu"
 KERNEL = "fa2_wgmma_fwd"
+# TMA=1 in a config selects the warp-specialised kernel: TMA producer warp, mbarrier ring, ping-pong
+SOURCE_TMA = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma_tma.cu"
+KERNEL_TMA = "fa2_wgmma_tma_fwd"
+TMA_DEFAULTS = dict(STAGES=2)
 HEAD_DIMS = (64, 128)
 ARCH = "sm_90a"
 
 # Knobs of the .cu file: BLOCK_N (Bc), NWG (warpgroups; Br = 64 * NWG), OVERLAP (softmax of S_j during
 # P V_{j+1}), STAGES (K/V ring slots), MIN_BLOCKS (CTAs per SM the register cap aims at).
 DEFAULTS = dict(OVERLAP=1, STAGES=2, MIN_BLOCKS=1)
-CONFIGS = {  # sweep v3 winners (bench/results/wgmma_sweep_v3.json)
-    64: dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3),
-    128: dict(BLOCK_N=96, NWG=1, MIN_BLOCKS=2),
+CONFIGS = {  # sweep v4 winners (bench/results/wgmma_sweep_v4_tma.json): the TMA kernel
+    64: dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0),
+    128: dict(TMA=1, BLOCK_N=176, NWG=2),
 }
 
 # Candidates of the tuning sweep (measurements: bench/NOTES-tc.md, fa2_wgmma section). v1 sweep: d=64 NWG=3
@@ -40,6 +44,15 @@ SWEEP = {
         dict(BLOCK_N=64, NWG=1, MIN_BLOCKS=3),
         dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3),
         dict(BLOCK_N=128, NWG=2, STAGES=3),
+        dict(TMA=1, BLOCK_N=128, NWG=2),
+        dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0),
+        dict(TMA=1, BLOCK_N=192, NWG=2),
+        dict(TMA=1, BLOCK_N=128, NWG=2, STAGES=3),
+        dict(TMA=1, BLOCK_N=192, NWG=2, PINGPONG=0),
+        dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0, STAGES=3),
+        dict(TMA=1, BLOCK_N=96, NWG=2, PINGPONG=0),
+        dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2),
+        dict(TMA=1, BLOCK_N=192, NWG=1, MIN_BLOCKS=2),
     ],
     128: [
         dict(BLOCK_N=128, NWG=2),
@@ -47,6 +60,11 @@ SWEEP = {
         dict(BLOCK_N=64, NWG=1, MIN_BLOCKS=2),
         dict(BLOCK_N=64, NWG=1, MIN_BLOCKS=2, STAGES=3),
         dict(BLOCK_N=96, NWG=1, MIN_BLOCKS=2),
+        dict(TMA=1, BLOCK_N=128, NWG=2),
+        dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0),
+        dict(TMA=1, BLOCK_N=176, NWG=2),
+        dict(TMA=1, BLOCK_N=128, NWG=2, STAGES=3),
+        dict(TMA=1, BLOCK_N=176, NWG=2, PINGPONG=0),
     ],
 }
 
@@ -54,8 +72,21 @@ SWEEP = {
 def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if d not in HEAD_DIMS:
         raise ValueError(f"fa2_wgmma supports head dims {HEAD_DIMS}, got d={d}")
-    cfg = dict(DEFAULTS, **(CONFIGS[d] if config is None else config))
-    return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **cfg)
+    cfg = dict(CONFIGS[d] if config is None else config)
+    if cfg.get("TMA"):
+        base = dict(TMA_DEFAULTS, PINGPONG=int(cfg.get("NWG", 2) == 2))  # ping-pong takes two warpgroups
+    else:
+        base = DEFAULTS
+    return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(base, **cfg))
+
+
+def source_of(defines: dict) -> tuple[Path, str]:
+    return (SOURCE_TMA, KERNEL_TMA) if defines.get("TMA") else (SOURCE, KERNEL)
+
+
+def threads(defines: dict) -> int:
+    """Consumer warpgroups, plus the producer warpgroup in the TMA kernel."""
+    return 128 * (defines["NWG"] + (1 if defines.get("TMA") else 0))
 
 
 def block_m(defines: dict) -> int:
@@ -64,12 +95,18 @@ def block_m(defines: dict) -> int:
 
 def smem_bytes(defines: dict) -> int:
     """Q tile + 2-slot K and V rings (fp16/bf16) + 1 KB so the kernel can align its base to 1024 B."""
-    d, bn = defines["HEAD_DIM"], defines["BLOCK_N"]
-    return block_m(defines) * d * 2 + 2 * defines.get("STAGES", 2) * bn * d * 2 + 1024
+    d, bn, stages = defines["HEAD_DIM"], defines["BLOCK_N"], defines.get("STAGES", 2)
+    barriers = 8 * (1 + 4 * stages) if defines.get("TMA") else 0  # mbarriers: full_q, full/empty K and V
+    return block_m(defines) * d * 2 + 2 * stages * bn * d * 2 + barriers + 1024
+
+
+def _build(defines: dict) -> tuple[str, str, dict]:
+    src, kernel = source_of(defines)
+    return (str(src), kernel, defines)
 
 
 def compile_configs() -> list[tuple[str, str, dict]]:
-    return [(str(SOURCE), KERNEL, defines_for(d, bf16)) for d in HEAD_DIMS for bf16 in (0, 1)]
+    return [_build(defines_for(d, bf16)) for d in HEAD_DIMS for bf16 in (0, 1)]
 
 
 def sweep_configs() -> list[tuple[str, str, dict]]:
@@ -77,7 +114,7 @@ def sweep_configs() -> list[tuple[str, str, dict]]:
     for d in HEAD_DIMS:
         for cfg in SWEEP[d]:
             for bf16 in (0, 1):
-                item = (str(SOURCE), KERNEL, defines_for(d, bf16, cfg))
+                item = _build(defines_for(d, bf16, cfg))
                 if item not in out:
                     out.append(item)
     return out
@@ -85,7 +122,7 @@ def sweep_configs() -> list[tuple[str, str, dict]]:
 
 def occupancy(defines: dict, registers: int, smem_per_sm: int = 228 * 1024, regs_per_sm: int = 65536,
               max_warps: int = 64) -> dict:
-    warps = 4 * defines["NWG"]
+    warps = threads(defines) // 32
     regs_per_cta = ((registers * 32 + 255) // 256) * 256 * warps
     smem = smem_bytes(defines) + 1024
     ctas = min(regs_per_sm // max(regs_per_cta, 1), smem_per_sm // smem, max_warps // warps)
@@ -118,8 +155,16 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     grid = (-(-n_q // block_m(defs)), b * h, 1)
     from kernels import loader
 
-    loader.get_function(SOURCE, KERNEL, defines=defs, arch=ARCH, device=q.device.index).launch(
-        grid, (128 * defs["NWG"], 1, 1),
-        (q, k, v, o, lse, int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale), int(bool(causal))),
+    if defs.get("TMA"):
+        from kernels.tma import tensor_map_3d
+
+        inputs = (tensor_map_3d(q, block_m(defs)), tensor_map_3d(k, defs["BLOCK_N"]),
+                  tensor_map_3d(v, defs["BLOCK_N"]))
+    else:
+        inputs = (q, k, v)
+    src, kernel = source_of(defs)
+    loader.get_function(src, kernel, defines=defs, arch=ARCH, device=q.device.index).launch(
+        grid, (threads(defs), 1, 1),
+        (*inputs, o, lse, int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale), int(bool(causal))),
         shared_mem=smem_bytes(defs))
     return o, lse

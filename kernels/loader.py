@@ -267,7 +267,16 @@ class Kernel:
         block = _dim3(block)
         if grid[0] < 1 or grid[1] < 1 or grid[2] < 1 or grid[1] > 65535 or grid[2] > 65535:
             raise ValueError(f"{self.name}: grid {grid} out of range (y and z at most 65535)")
-        drv = _driver() if self._launched_by_cupy and shared_mem <= self._smem_opt_in else None
+        raw_args = any(isinstance(a, ctypes.Array) for a in args)  # e.g. a CUtensorMap passed by value
+        if raw_args:  # CuPy cannot pass a struct by value: the driver does it all, smem opt-in included
+            drv = _driver()
+            if drv is None:
+                raise RuntimeError(f"{self.name}: a by-value struct argument needs the driver launch path "
+                                   "(libcuda through ctypes; FA_KERNEL_LAUNCH=cupy cannot pass it)")
+            if shared_mem > self._smem_opt_in:
+                self._opt_in_driver(drv, shared_mem)
+        else:
+            drv = _driver() if self._launched_by_cupy and shared_mem <= self._smem_opt_in else None
         if drv is None:
             self._launch_cupy(grid, block, args, shared_mem)
             return
@@ -288,6 +297,16 @@ class Kernel:
         if rc != 0:
             raise RuntimeError(f"{self.name}: cuLaunchKernel failed: {_driver_error(drv, rc)} "
                                f"(grid {grid}, block {block}, {shared_mem} B shared memory)")
+
+    def _opt_in_driver(self, drv, shared_mem: int) -> None:
+        limit = max_dynamic_smem(self.device_index)
+        if shared_mem > limit:
+            raise ValueError(f"{self.name} needs {shared_mem:,} bytes of shared memory; "
+                             f"the device allows {limit:,} per block")
+        rc = drv.cuFuncSetAttribute(ctypes.c_void_p(self._function_ptr), 8, ctypes.c_int(shared_mem))
+        if rc != 0:  # 8 = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            raise RuntimeError(f"{self.name}: cuFuncSetAttribute failed: {_driver_error(drv, rc)}")
+        self._smem_opt_in = shared_mem
 
     def _launch_cupy(self, grid, block, args, shared_mem: int) -> None:
         import cupy
@@ -359,13 +378,15 @@ class _LaunchPlan:
 
     def __init__(self, args, device_index: int, kernel: str):
         self.device_index, self.kernel = device_index, kernel
-        self.holders = [_ctypes_arg(a, device_index, kernel) for a in args]  # validates and converts
+        self.holders = [type(a)() if isinstance(a, ctypes.Array) else _ctypes_arg(a, device_index, kernel)
+                        for a in args]  # validates and converts
         self.params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(h) for h in self.holders])
         import torch
 
         self.kinds = []
         for a in args:
             self.kinds.append("tensor" if isinstance(a, torch.Tensor) else
+                              "raw" if isinstance(a, ctypes.Array) else
                               "int" if type(a) in (int, bool) else "float" if type(a) is float else "numpy")
 
     def fill(self, args):
@@ -381,6 +402,8 @@ class _LaunchPlan:
                 holder.value = int(a)
             elif kind == "float":
                 holder.value = a
+            elif kind == "raw":
+                ctypes.memmove(holder, a, ctypes.sizeof(holder))
             else:
                 holder.value = a.item()
         return self.params

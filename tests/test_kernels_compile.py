@@ -164,3 +164,41 @@ def test_launch_plan_refills_its_ctypes_holders():
         plan.fill([2**31, 1.0, np.int64(1), True])
     with pytest.raises(ValueError, match="tensor argument on cpu"):
         loader._LaunchPlan([torch.zeros(1)], 0, "k")
+
+
+def test_launch_plan_passes_structs_by_value():
+    """A CUtensorMap (128 bytes, a ctypes array) goes into cuLaunchKernel's argument array by value:
+    the plan keeps its own copy, refilled per call, so a later change to the caller's map cannot leak."""
+    import ctypes
+
+    from kernels.tma import TensorMap
+
+    first, second = TensorMap(*range(16)), TensorMap(*range(100, 116))
+    plan = loader._LaunchPlan([first, 3], 0, "k")
+    params = plan.fill([second, 4])
+    copied = ctypes.cast(params[0], ctypes.POINTER(TensorMap)).contents
+    assert list(copied) == list(range(100, 116)) and ctypes.addressof(copied) != ctypes.addressof(second)
+    second[0] = 999
+    assert copied[0] == 100
+
+
+def test_tensor_map_refuses_what_tma_cannot_describe():
+    from kernels.tma import tensor_map_3d
+
+    with pytest.raises(TypeError, match="float16/bfloat16"):
+        tensor_map_3d(torch.zeros(1, 1, 8, 64), 64)
+    with pytest.raises(ValueError, match="contiguous"):
+        tensor_map_3d(torch.zeros(1, 1, 64, 8, dtype=torch.float16).transpose(2, 3), 64)
+    with pytest.raises(ValueError, match="128 bytes"):
+        tensor_map_3d(torch.zeros(1, 1, 8, 64, dtype=torch.float16), 64, box_cols=32)
+
+
+def test_wgmma_header_is_what_its_generator_writes():
+    """kernels/cuda/wgmma.cuh is generated (one asm operand per accumulator register): it must not drift
+    from kernels/cuda/gen_wgmma.py."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_wgmma", loader.CUDA_DIR / "gen_wgmma.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert (loader.CUDA_DIR / "wgmma.cuh").read_text() == gen.render(), "run python kernels/cuda/gen_wgmma.py"

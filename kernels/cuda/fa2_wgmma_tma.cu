@@ -1,0 +1,387 @@
+// fa2_wgmma_tma.cu -- FlashAttention-2 forward on Hopper: wgmma + TMA + warp specialisation (sm_90a).
+//
+// fa2_wgmma.cu with its two measured limits removed (bench/NOTES-tc.md, fa2_wgmma v1):
+//   * every thread there issued cp.async for K and V and met the others at a __syncthreads each step,
+//     so the two warpgroups ran in lockstep and the tensor pipe idled at every step boundary (ncu: 48-51%
+//     tensor-pipe activity against cuDNN's 76%);
+//   * the fast builds used one warpgroup per CTA (2-3 CTAs/SM), which re-reads K and V from L2 for every
+//     64 query rows (7.9 GB of L2 traffic at N = 4096, d = 128 against 2.9 GB with 128 rows).
+// Here one producer warp moves tiles with TMA (cp.async.bulk.tensor: one instruction per 64-column panel,
+// completion counted in bytes on an mbarrier, written through the async proxy that wgmma reads), and the
+// NWG consumer warpgroups never meet at a CTA-wide barrier: each waits on "full" mbarriers for its
+// operands and signals "empty" mbarriers when its products have read them. With two consumer warpgroups
+// (PINGPONG=1) named barriers hand the tensor cores back and forth: warpgroup 0 issues its products, then
+// warpgroup 1 issues its own while warpgroup 0 does its softmax (FA3 paper, "ping-pong scheduling").
+// setmaxnreg moves registers from the producer (which needs few) to the consumers (O + S + P).
+//
+// FlashAttention-2 paper, Algorithm 1 (one Q block of Br = 64*NWG rows; consumer warpgroup c owns rows
+// 64c..64c+63):
+//   line 4   load Qi                     -> producer: TMA, full_q
+//   line 5   O = 0, l = 0, m = -inf      -> consumer registers
+//   line 6   for j = Tc_visible-1 .. 0   -> step t = T-1-j (masked blocks first, hidden blocks skipped)
+//   line 7     load Kj, Vj               -> producer: TMA into ring slot t % STAGES, after empty_[kv][slot]
+//   line 8     S = Qi Kj^T               -> consumer: wgmma SS, then releases the K slot
+//   line 9     online softmax            -> consumer registers (overlaps P_{j+1} V_{j+1} on the tensor cores)
+//   line 10    O = diag(.) O + P Vj      -> consumer: wgmma RS (P from registers), then releases the V slot
+//   line 12-15 O / l, lse, write         -> consumer, staged through its own Q rows
+// Masking, the exact rescale skip, layouts and descriptors are those of fa2_wgmma.cu.
+//
+// Arguments: three CUtensorMaps (Q, K, V as 3-D tensors (d, N, B*H), 128-byte swizzle, box 64 x rows x 1)
+// made by kernels/fa2_wgmma.py, then o, lse, Nq, Nk, scale_log2, scale, causal. grid = (Tr, B*H).
+// Knobs: HEAD_DIM (64|128), BLOCK_N, NWG (1|2 consumer warpgroups), STAGES, PINGPONG, MIN_BLOCKS, IS_BF16.
+//
+// Version log (details in bench/NOTES-tc.md):
+//   v1  first version.
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 128
+#endif
+#ifndef NWG
+#define NWG 2
+#endif
+#ifndef STAGES
+#define STAGES 2
+#endif
+#ifndef PINGPONG
+#define PINGPONG 1
+#endif
+#ifndef IS_BF16
+#define IS_BF16 0
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1
+#endif
+#ifndef PRODUCER_REGS
+#define PRODUCER_REGS 40
+#endif
+// setmaxnreg: the producer gives registers back, the consumers take what the CTA's share of the register
+// file (65536 / MIN_BLOCKS) leaves, in multiples of 8, at most 240: 232 for NWG=2 with one CTA per SM.
+#define CONSUMER_REGS_FIT ((65536 / MIN_BLOCKS - 128 * PRODUCER_REGS) / (128 * NWG) / 8 * 8)
+#ifndef CONSUMER_REGS
+#define CONSUMER_REGS (CONSUMER_REGS_FIT < 240 ? CONSUMER_REGS_FIT : 240)
+#endif
+
+#define D HEAD_DIM
+#define BLOCK_M (64 * NWG)
+#define NTHREADS (128 * (NWG + 1))  // warpgroup 0: producer; 1..NWG: consumers
+#define CH (D / 8)
+#define NT (BLOCK_N / 8)
+#define KD (D / 16)
+#define KN (BLOCK_N / 16)
+#define PANELS (D / 64)
+
+static_assert(D == 64 || D == 128, "HEAD_DIM must be 64 or 128");
+static_assert(NWG == 1 || NWG == 2, "1 or 2 consumer warpgroups");
+static_assert(!PINGPONG || NWG == 2, "ping-pong needs two consumer warpgroups");
+static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
+
+#define TILE_Q_BYTES (BLOCK_M * D * 2)
+#define TILE_KV_BYTES (BLOCK_N * D * 2)
+
+#include "tc_common.cuh"  // pack2, ex2, quad reductions, NEG_INF
+#include "wgmma.cuh"
+
+typedef unsigned long long u64;
+
+struct __align__(64) TensorMap { u64 opaque[16]; };  // CUtensorMap, filled on the host
+
+// ---------------------------------------------------------------------------------------------- PTX
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {  // arrive + expect `bytes` of TMA
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {  // until phase `parity` has completed
+    asm volatile(
+        "{\n.reg .pred p;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+// one 64-column panel (box 64 x rows x 1) of a (d, N, B*H) tensor into smem, completion on `bar`
+__device__ __forceinline__ void tma_load(u32 dst, const TensorMap* map, int col, int row, int bh, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+        ::"r"(dst), "l"((u64)map), "r"(col), "r"(row), "r"(bh), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+__device__ __forceinline__ u64 desc_sw128(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) | ((u64)((sbo >> 4) & 0x3FFF) << 32) |
+           (1ull << 62);
+}
+template <int ROWS>
+__device__ __forceinline__ u32 sw128(int r, int ch) {
+    return (ch >> 3) * (ROWS * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
+}
+
+// ------------------------------------------------------------------------------------ consumer math
+__device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK, int cg) {
+    wgmma_fence();
+#pragma unroll
+    for (int kd = 0; kd < KD; ++kd) {
+        const u32 a = sQ + (kd >> 2) * (BLOCK_M * 128) + cg * 64 * 128 + (kd & 3) * 32;
+        const u32 b = sK + (kd >> 2) * (BLOCK_N * 128) + (kd & 3) * 32;
+        wgmma_ss<BLOCK_N>(s, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
+    }
+    wgmma_commit();
+}
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const u32 (&pa)[KN][4], u32 sV) {
+    wgmma_fence();
+#pragma unroll
+    for (int kn = 0; kn < KN; ++kn)
+        wgmma_rs<D>(o, pa[kn], desc_sw128(sV + kn * 16 * 128, BLOCK_N * 128, 1024), 1);
+    wgmma_commit();
+}
+
+struct Softmax {
+    float m[2], l[2];
+};
+
+template <bool MASK>
+__device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& sm, float (&alpha)[2], int row0,
+                                             int n0, int lane, int Nk, int causal_off, bool causal,
+                                             float scale_log2) {
+    if (MASK) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + (lane >> 2) + h * 8;
+            int lim = Nk - 1;
+            if (causal) lim = min(lim, row + causal_off);
+            lim -= n0 + ((lane & 3) << 1);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                if (nt * 8 > lim) s[4 * nt + 2 * h] = NEG_INF;
+                if (nt * 8 + 1 > lim) s[4 * nt + 2 * h + 1] = NEG_INF;
+            }
+        }
+    }
+    bool moved = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = sm.m[h];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
+        mx = quad_max(mx);
+        const float ms = (mx == NEG_INF) ? 0.f : mx * scale_log2;
+        alpha[h] = ex2(sm.m[h] * scale_log2 - ms);
+        sm.m[h] = mx;
+        float rs = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            s[4 * nt + 2 * h] = ex2(fmaf(s[4 * nt + 2 * h], scale_log2, -ms));
+            s[4 * nt + 2 * h + 1] = ex2(fmaf(s[4 * nt + 2 * h + 1], scale_log2, -ms));
+            rs += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
+        }
+        sm.l[h] = sm.l[h] * alpha[h] + rs;
+        moved |= (alpha[h] != 1.f);
+    }
+    return __any_sync(0xffffffffu, moved);
+}
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+        o[4 * dt + 0] *= alpha[0];
+        o[4 * dt + 1] *= alpha[0];
+        o[4 * dt + 2] *= alpha[1];
+        o[4 * dt + 3] *= alpha[1];
+    }
+}
+__device__ __forceinline__ void pack_p(u32 (&pa)[KN][4], const float (&s)[BLOCK_N / 2]) {
+#pragma unroll
+    for (int kn = 0; kn < KN; ++kn) {
+        pa[kn][0] = pack2(s[8 * kn + 0], s[8 * kn + 1]);
+        pa[kn][1] = pack2(s[8 * kn + 2], s[8 * kn + 3]);
+        pa[kn][2] = pack2(s[8 * kn + 4], s[8 * kn + 5]);
+        pa[kn][3] = pack2(s[8 * kn + 6], s[8 * kn + 7]);
+    }
+}
+
+// ping-pong: warpgroup c waits for its turn on barrier 1+c and hands the turn to the other on 2-c
+__device__ __forceinline__ void turn_begin(int cg) {
+#if PINGPONG
+    named_sync(1 + cg, 256);
+#endif
+}
+__device__ __forceinline__ void turn_end(int cg) {
+#if PINGPONG
+    named_arrive(2 - cg, 256);
+#endif
+}
+
+// smem: [Q][K slots][V slots][mbarriers: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S]]
+#define SMEM_BYTES (TILE_Q_BYTES + 2 * STAGES * TILE_KV_BYTES + 8 * (1 + 4 * STAGES))
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
+fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__ TensorMap tmK,
+                  const __grid_constant__ TensorMap tmV, u16* __restrict__ Og, float* __restrict__ LSEg, int Nq,
+                  int Nk, float scale_log2, float scale, int causal) {
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+    const int m_block = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int bh = blockIdx.y;
+    const int m0 = m_block * BLOCK_M;
+    const int causal_off = Nk - Nq;
+    const bool is_causal = causal != 0;
+
+    const u32 s_base = (smem_addr(smem) + 1023u) & ~1023u;
+    const u32 sQ = s_base;
+    const u32 sK0 = sQ + TILE_Q_BYTES;
+    const u32 sV0 = sK0 + STAGES * TILE_KV_BYTES;
+    const u32 bar0 = sV0 + STAGES * TILE_KV_BYTES;
+    const u32 full_q = bar0;
+#define FULL_K(s) (bar0 + 8 * (1 + (s)))
+#define FULL_V(s) (bar0 + 8 * (1 + STAGES + (s)))
+#define EMPTY_K(s) (bar0 + 8 * (1 + 2 * STAGES + (s)))
+#define EMPTY_V(s) (bar0 + 8 * (1 + 3 * STAGES + (s)))
+
+    int n_vis = Nk;
+    if (is_causal) n_vis = max(0, min(Nk, min(m0 + BLOCK_M, Nq) + causal_off));
+    const int T = (n_vis + BLOCK_N - 1) / BLOCK_N;
+
+    if (tid == 0) {
+        mbar_init(full_q, 1);
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(FULL_K(s), 1);
+            mbar_init(FULL_V(s), 1);
+            mbar_init(EMPTY_K(s), 4 * NWG);  // one arrival per consumer warp
+            mbar_init(EMPTY_V(s), 4 * NWG);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();  // the last CTA-wide barrier: from here producer and consumers run apart
+
+    if (wg == 0) {
+        // ------------------------------------------------------------------------ producer (line 4, 7)
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+        if (warp == 0 && lane == 0 && T > 0) {
+            mbar_expect_tx(full_q, TILE_Q_BYTES);
+#pragma unroll
+            for (int p = 0; p < PANELS; ++p) tma_load(sQ + p * BLOCK_M * 128, &tmQ, p * 64, m0, bh, full_q);
+            for (int t = 0; t < T; ++t) {
+                const int j = T - 1 - t, slot = t % STAGES, use = t / STAGES;
+                if (use > 0) mbar_wait(EMPTY_K(slot), (use - 1) & 1);  // S of step t-STAGES has read it
+                mbar_expect_tx(FULL_K(slot), TILE_KV_BYTES);
+#pragma unroll
+                for (int p = 0; p < PANELS; ++p)
+                    tma_load(sK0 + slot * TILE_KV_BYTES + p * BLOCK_N * 128, &tmK, p * 64, j * BLOCK_N, bh, FULL_K(slot));
+                if (use > 0) mbar_wait(EMPTY_V(slot), (use - 1) & 1);  // P V of step t-STAGES+1 has read it
+                mbar_expect_tx(FULL_V(slot), TILE_KV_BYTES);
+#pragma unroll
+                for (int p = 0; p < PANELS; ++p)
+                    tma_load(sV0 + slot * TILE_KV_BYTES + p * BLOCK_N * 128, &tmV, p * 64, j * BLOCK_N, bh, FULL_V(slot));
+            }
+        }
+        return;
+    }
+
+    // ---------------------------------------------------------------------------------- consumers
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+    const int cg = wg - 1;                   // consumer warpgroup: rows 64cg..64cg+63 of the Q block
+    const int cw = warp - 4;                 // consumer warp 0..4*NWG-1: rows 16cw..16cw+15
+    const int row0 = m0 + cw * 16;
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    Softmax sm;
+    sm.m[0] = sm.m[1] = NEG_INF;
+    sm.l[0] = sm.l[1] = 0.f;
+    float s[BLOCK_N / 2];
+    u32 pa[KN][4];
+    float alpha[2];
+
+    if (T > 0) {
+#if PINGPONG
+        if (cg == 1) named_arrive(1, 256);  // warpgroup 0 takes the first turn
+#endif
+        // step 0 (j = T-1): S and softmax
+        mbar_wait(full_q, 0);
+        mbar_wait(FULL_K(0), 0);
+        turn_begin(cg);
+        issue_qk(s, sQ, sK0, cg);
+        turn_end(cg);
+        wgmma_wait<0>();
+        wgmma_fence_operand(s);
+        if (lane == 0) mbar_arrive(EMPTY_K(0));
+        {
+            const int n0 = (T - 1) * BLOCK_N;
+            const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
+            if (need_mask) softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
+            else softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
+        }
+        pack_p(pa, s);
+        // step t: S_j = Q K_j^T and O += P_{j+1} V_{j+1}
+        for (int t = 1; t < T; ++t) {
+            const int j = T - 1 - t, n0 = j * BLOCK_N;
+            const int ks = t % STAGES, vs = (t - 1) % STAGES;
+            mbar_wait(FULL_K(ks), (t / STAGES) & 1);
+            mbar_wait(FULL_V(vs), ((t - 1) / STAGES) & 1);
+            turn_begin(cg);
+            issue_qk(s, sQ, sK0 + ks * TILE_KV_BYTES, cg);
+            wgmma_fence_operand(o);
+            issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES);
+            turn_end(cg);
+            wgmma_wait<1>();  // S_j done; P_{j+1} V_{j+1} still on the tensor cores during the softmax
+            wgmma_fence_operand(s);
+            if (lane == 0) mbar_arrive(EMPTY_K(ks));
+            const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
+            const bool moved = need_mask
+                ? softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2)
+                : softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
+            wgmma_wait<0>();
+            wgmma_fence_operand(o);
+            if (lane == 0) mbar_arrive(EMPTY_V(vs));
+            if (moved) rescale_o(o, alpha);
+            pack_p(pa, s);
+        }
+        // step T: the last P V (block j = 0)
+        const int vs = (T - 1) % STAGES;
+        mbar_wait(FULL_V(vs), ((T - 1) / STAGES) & 1);
+#if PINGPONG
+        named_sync(1 + cg, 256);
+        if (cg == 0) named_arrive(2, 256);  // warpgroup 1's last turn; it hands back nothing
+#endif
+        wgmma_fence_operand(o);
+        issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES);
+        wgmma_wait<0>();
+        wgmma_fence_operand(o);
+    }
+
+    // ---- lines 12-15: each consumer warp stages its own 16 rows of the (now unread) Q tile ----
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float l = quad_sum(sm.l[h]);
+        const bool empty = !(l > 0.f);
+        const float inv = empty ? 0.f : 1.f / l;
+        const int r = cw * 16 + (lane >> 2) + h * 8;
+        if ((lane & 3) == 0 && m0 + r < Nq)
+            LSEg[(long long)bh * Nq + m0 + r] = empty ? NEG_INF : sm.m[h] * scale + logf(l);
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+            const u32 addr = sQ + sw128<BLOCK_M>(r, dt) + ((lane & 3) << 2);
+            const u32 val = pack2(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(val) : "memory");
+        }
+    }
+    __syncwarp();
+    u16* o_g = Og + (long long)bh * Nq * D;
+#pragma unroll
+    for (int i = 0; i < 16 * CH / 32; ++i) {
+        const int c = lane + i * 32;
+        const int r = cw * 16 + c / CH, ch = c % CH;
+        if (m0 + r < Nq) {
+            uint4 val;
+            asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w) : "r"(sQ + sw128<BLOCK_M>(r, ch)));
+            *(uint4*)(o_g + (long long)(m0 + r) * D + ch * 8) = val;
+        }
+    }
+}
