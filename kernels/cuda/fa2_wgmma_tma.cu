@@ -91,8 +91,8 @@ static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, a
 
 #include "tc_common.cuh"  // pack2, ex2, quad reductions, NEG_INF
 #include "wgmma.cuh"
+#include "wgmma_fa2.cuh"  // layout, descriptors, the two products, softmax, epilogue
 
-typedef unsigned long long u64;
 
 struct __align__(64) TensorMap { u64 opaque[16]; };  // CUtensorMap, filled on the host
 
@@ -120,97 +120,6 @@ __device__ __forceinline__ void tma_load(u32 dst, const TensorMap* map, int col,
 }
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-
-__device__ __forceinline__ u64 desc_sw128(u32 addr, u32 lbo, u32 sbo) {
-    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) | ((u64)((sbo >> 4) & 0x3FFF) << 32) |
-           (1ull << 62);
-}
-template <int ROWS>
-__device__ __forceinline__ u32 sw128(int r, int ch) {
-    return (ch >> 3) * (ROWS * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
-}
-
-// ------------------------------------------------------------------------------------ consumer math
-__device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK, int cg) {
-    wgmma_fence();
-#pragma unroll
-    for (int kd = 0; kd < KD; ++kd) {
-        const u32 a = sQ + (kd >> 2) * (BLOCK_M * 128) + cg * 64 * 128 + (kd & 3) * 32;
-        const u32 b = sK + (kd >> 2) * (BLOCK_N * 128) + (kd & 3) * 32;
-        wgmma_ss<BLOCK_N>(s, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
-    }
-    wgmma_commit();
-}
-__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const u32 (&pa)[KN][4], u32 sV) {
-    wgmma_fence();
-#pragma unroll
-    for (int kn = 0; kn < KN; ++kn)
-        wgmma_rs<D>(o, pa[kn], desc_sw128(sV + kn * 16 * 128, BLOCK_N * 128, 1024), 1);
-    wgmma_commit();
-}
-
-struct Softmax {
-    float m[2], l[2];
-};
-
-template <bool MASK>
-__device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& sm, float (&alpha)[2], int row0,
-                                             int n0, int lane, int Nk, int causal_off, bool causal,
-                                             float scale_log2) {
-    if (MASK) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = row0 + (lane >> 2) + h * 8;
-            int lim = Nk - 1;
-            if (causal) lim = min(lim, row + causal_off);
-            lim -= n0 + ((lane & 3) << 1);
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                if (nt * 8 > lim) s[4 * nt + 2 * h] = NEG_INF;
-                if (nt * 8 + 1 > lim) s[4 * nt + 2 * h + 1] = NEG_INF;
-            }
-        }
-    }
-    bool moved = false;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float mx = sm.m[h];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
-        mx = quad_max(mx);
-        const float ms = (mx == NEG_INF) ? 0.f : mx * scale_log2;
-        alpha[h] = ex2(sm.m[h] * scale_log2 - ms);
-        sm.m[h] = mx;
-        float rs = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            s[4 * nt + 2 * h] = ex2(fmaf(s[4 * nt + 2 * h], scale_log2, -ms));
-            s[4 * nt + 2 * h + 1] = ex2(fmaf(s[4 * nt + 2 * h + 1], scale_log2, -ms));
-            rs += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
-        }
-        sm.l[h] = sm.l[h] * alpha[h] + rs;
-        moved |= (alpha[h] != 1.f);
-    }
-    return __any_sync(0xffffffffu, moved);
-}
-__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-        o[4 * dt + 0] *= alpha[0];
-        o[4 * dt + 1] *= alpha[0];
-        o[4 * dt + 2] *= alpha[1];
-        o[4 * dt + 3] *= alpha[1];
-    }
-}
-__device__ __forceinline__ void pack_p(u32 (&pa)[KN][4], const float (&s)[BLOCK_N / 2]) {
-#pragma unroll
-    for (int kn = 0; kn < KN; ++kn) {
-        pa[kn][0] = pack2(s[8 * kn + 0], s[8 * kn + 1]);
-        pa[kn][1] = pack2(s[8 * kn + 2], s[8 * kn + 3]);
-        pa[kn][2] = pack2(s[8 * kn + 4], s[8 * kn + 5]);
-        pa[kn][3] = pack2(s[8 * kn + 6], s[8 * kn + 7]);
-    }
-}
 
 // ping-pong: warpgroup c waits for its turn on barrier 1+c and hands the turn to the other on 2-c
 __device__ __forceinline__ void turn_begin(int cg) {
@@ -363,33 +272,5 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         wgmma_fence_operand(o);
     }
 
-    // ---- lines 12-15: each consumer warp stages its own 16 rows of the (now unread) Q tile ----
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const float l = quad_sum(sm.l[h]);
-        const bool empty = !(l > 0.f);
-        const float inv = empty ? 0.f : 1.f / l;
-        const int r = cw * 16 + (lane >> 2) + h * 8;
-        if ((lane & 3) == 0 && m0 + r < Nq)
-            LSEg[(long long)bh * Nq + m0 + r] = empty ? NEG_INF : sm.m[h] * scale + logf(l);
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-            const u32 addr = sQ + sw128<BLOCK_M>(r, dt) + ((lane & 3) << 2);
-            const u32 val = pack2(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(val) : "memory");
-        }
-    }
-    __syncwarp();
-    u16* o_g = Og + (long long)bh * Nq * D;
-#pragma unroll
-    for (int i = 0; i < 16 * CH / 32; ++i) {
-        const int c = lane + i * 32;
-        const int r = cw * 16 + c / CH, ch = c % CH;
-        if (m0 + r < Nq) {
-            uint4 val;
-            asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                         : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w) : "r"(sQ + sw128<BLOCK_M>(r, ch)));
-            *(uint4*)(o_g + (long long)(m0 + r) * D + ch * 8) = val;
-        }
-    }
+    write_o_lse(o, sm, sQ, Og, LSEg, bh, m0, Nq, cw, lane, scale);  // lines 12-15
 }

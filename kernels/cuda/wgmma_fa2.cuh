@@ -1,0 +1,145 @@
+// wgmma_fa2.cuh -- what the two Hopper FA2 kernels (fa2_wgmma.cu, fa2_wgmma_tma.cu) share: the 128-byte
+// swizzled tile layout and its wgmma descriptors, the two products of a step (S = Q K^T, O += P V), the
+// masked online softmax, the O rescale, P packing, and the epilogue. They differ only in how tiles
+// reach shared memory and how warpgroups are scheduled. The including file defines D, BLOCK_M, BLOCK_N,
+// NT, KD, KN, CH and includes tc_common.cuh and wgmma.cuh first.
+#pragma once
+
+typedef unsigned long long u64;
+
+// byte offset of 16-byte chunk `ch` (0..CH-1) of row r in a 128B-swizzled tile of ROWS rows
+template <int ROWS>
+__device__ __forceinline__ u32 sw128(int r, int ch) {
+    return (ch >> 3) * (ROWS * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
+}
+
+// wgmma shared-memory matrix descriptor, 128-byte swizzle (PTX ISA "Matrix Descriptor Format")
+__device__ __forceinline__ u64 desc_sw128(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) | ((u64)((sbo >> 4) & 0x3FFF) << 32) |
+           (1ull << 62);
+}
+
+// ---- line 8: S = Q_g K_j^T for this warpgroup's 64 rows (issued, not waited) ----
+__device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK, int wg) {
+    wgmma_fence();
+#pragma unroll
+    for (int kd = 0; kd < KD; ++kd) {
+        const u32 a = sQ + (kd >> 2) * (BLOCK_M * 128) + wg * 64 * 128 + (kd & 3) * 32;
+        const u32 b = sK + (kd >> 2) * (BLOCK_N * 128) + (kd & 3) * 32;
+        wgmma_ss<BLOCK_N>(s, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
+    }
+    wgmma_commit();
+}
+
+// ---- line 10, second half: O += P V_j, P from registers (issued, not waited) ----
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const u32 (&pa)[KN][4], u32 sV) {
+    wgmma_fence();
+#pragma unroll
+    for (int kn = 0; kn < KN; ++kn) {
+        wgmma_rs<D>(o, pa[kn], desc_sw128(sV + kn * 16 * 128, BLOCK_N * 128, 1024), 1);
+    }
+    wgmma_commit();
+}
+
+struct Softmax {
+    float m[2];  // running row max (raw score units) of rows g and g+8 of the warp's 16
+    float l[2];  // running row sum, this thread's columns only (quad-reduced at the end)
+};
+
+// ---- mask + line 9 on S_j (in place: S becomes P, fp32); returns the per-row rescale factors ----
+template <bool MASK>
+__device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& sm, float (&alpha)[2], int row0,
+                                             int n0, int lane, int Nk, int causal_off, bool causal,
+                                             float scale_log2) {
+    if (MASK) {  // column n0 + 8nt + 2(lane%4) + e is hidden iff it is past min(Nk - 1, row + Nk - Nq)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + (lane >> 2) + h * 8;
+            int lim = Nk - 1;
+            if (causal) lim = min(lim, row + causal_off);
+            lim -= n0 + ((lane & 3) << 1);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                if (nt * 8 > lim) s[4 * nt + 2 * h] = NEG_INF;
+                if (nt * 8 + 1 > lim) s[4 * nt + 2 * h + 1] = NEG_INF;
+            }
+        }
+    }
+    bool moved = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = sm.m[h];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
+        mx = quad_max(mx);
+        const float ms = (mx == NEG_INF) ? 0.f : mx * scale_log2;
+        alpha[h] = ex2(sm.m[h] * scale_log2 - ms);  // 0 when the old max was -inf
+        sm.m[h] = mx;
+        float rs = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            s[4 * nt + 2 * h] = ex2(fmaf(s[4 * nt + 2 * h], scale_log2, -ms));
+            s[4 * nt + 2 * h + 1] = ex2(fmaf(s[4 * nt + 2 * h + 1], scale_log2, -ms));
+            rs += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
+        }
+        sm.l[h] = sm.l[h] * alpha[h] + rs;
+        moved |= (alpha[h] != 1.f);
+    }
+    return __any_sync(0xffffffffu, moved);
+}
+
+// line 10, first half: O = diag(alpha) O
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+        o[4 * dt + 0] *= alpha[0];
+        o[4 * dt + 1] *= alpha[0];
+        o[4 * dt + 2] *= alpha[1];
+        o[4 * dt + 3] *= alpha[1];
+    }
+}
+
+// P (fp32 accumulator layout) -> fp16/bf16 A fragments of P V (the C layout is the A layout)
+__device__ __forceinline__ void pack_p(u32 (&pa)[KN][4], const float (&s)[BLOCK_N / 2]) {
+#pragma unroll
+    for (int kn = 0; kn < KN; ++kn) {
+        pa[kn][0] = pack2(s[8 * kn + 0], s[8 * kn + 1]);
+        pa[kn][1] = pack2(s[8 * kn + 2], s[8 * kn + 3]);
+        pa[kn][2] = pack2(s[8 * kn + 4], s[8 * kn + 5]);
+        pa[kn][3] = pack2(s[8 * kn + 6], s[8 * kn + 7]);
+    }
+}
+
+// ---- lines 12-15: O / l, lse = m*scale + ln(l); warp `w` (16 rows of the Q block) stages its rows through
+// the Q tile (its own rows only, which no other warp reads once its last S product is done) ----
+__device__ __forceinline__ void write_o_lse(const float (&o)[D / 2], const Softmax& sm, u32 sQ, u16* __restrict__ Og,
+                                            float* __restrict__ LSEg, long long bh, int m0, int Nq, int w, int lane,
+                                            float scale) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float l = quad_sum(sm.l[h]);
+        const bool empty = !(l > 0.f);  // row saw no key (or NaN)
+        const float inv = empty ? 0.f : 1.f / l;
+        const int r = w * 16 + (lane >> 2) + h * 8;  // row within the Q tile
+        if ((lane & 3) == 0 && m0 + r < Nq) LSEg[bh * Nq + m0 + r] = empty ? NEG_INF : sm.m[h] * scale + logf(l);
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+            const u32 addr = sQ + sw128<BLOCK_M>(r, dt) + ((lane & 3) << 2);
+            const u32 val = pack2(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(val) : "memory");
+        }
+    }
+    __syncwarp();
+    u16* o_g = Og + bh * Nq * D;
+#pragma unroll
+    for (int i = 0; i < 16 * CH / 32; ++i) {
+        const int c = lane + i * 32;
+        const int r = w * 16 + c / CH, ch = c % CH;
+        if (m0 + r < Nq) {
+            uint4 val;
+            asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w) : "r"(sQ + sw128<BLOCK_M>(r, ch)));
+            *(uint4*)(o_g + (long long)(m0 + r) * D + ch * 8) = val;
+        }
+    }
+}
