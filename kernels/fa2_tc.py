@@ -87,15 +87,18 @@ def sweep_configs() -> list[tuple[str, str, dict]]:
     return out
 
 
-def occupancy(defines: dict, registers: int, smem_per_sm: int = 228 * 1024, regs_per_sm: int = 65536,
-              max_warps: int = 64) -> dict:
-    """CTAs and warps per SM that registers, shared memory and warp slots allow (H100/H200 limits)."""
-    threads = 32 * defines["NWARPS"]
-    regs_per_cta = ((registers * 32 + 255) // 256) * 256 * defines["NWARPS"]  # 256-register granules/warp
-    smem = smem_bytes(defines) + 1024  # 1 KB per CTA reserved by the system
-    ctas = min(regs_per_sm // max(regs_per_cta, 1), smem_per_sm // smem, max_warps // defines["NWARPS"])
-    return dict(ctas_per_sm=ctas, warps_per_sm=ctas * defines["NWARPS"], threads_per_cta=threads,
-                smem_per_cta=smem_bytes(defines), occupancy=ctas * defines["NWARPS"] / max_warps)
+def occupancy_for(warps: int, smem: int, registers: int, smem_per_sm: int = 228 * 1024,
+                  regs_per_sm: int = 65536, max_warps: int = 64) -> dict:
+    """CTAs and warps per SM that registers, shared memory and warp slots allow (H100/H200 limits), for a
+    CTA of `warps` warps using `smem` bytes of dynamic shared memory (fa2_wgmma's builds use it too)."""
+    regs_per_cta = ((registers * 32 + 255) // 256) * 256 * warps  # 256-register granules per warp
+    ctas = min(regs_per_sm // max(regs_per_cta, 1), smem_per_sm // (smem + 1024), max_warps // warps)  # +1 KB/CTA system
+    return dict(ctas_per_sm=ctas, warps_per_sm=ctas * warps, threads_per_cta=32 * warps, smem_per_cta=smem,
+                occupancy=ctas * warps / max_warps)
+
+
+def occupancy(defines: dict, registers: int, **limits) -> dict:
+    return occupancy_for(defines["NWARPS"], smem_bytes(defines), registers, **limits)
 
 
 _DTYPES = None

@@ -123,14 +123,8 @@ def sweep_configs() -> list[tuple[str, str, dict]]:
     return out
 
 
-def occupancy(defines: dict, registers: int, smem_per_sm: int = 228 * 1024, regs_per_sm: int = 65536,
-              max_warps: int = 64) -> dict:
-    warps = threads(defines) // 32
-    regs_per_cta = ((registers * 32 + 255) // 256) * 256 * warps
-    smem = smem_bytes(defines) + 1024
-    ctas = min(regs_per_sm // max(regs_per_cta, 1), smem_per_sm // smem, max_warps // warps)
-    return dict(ctas_per_sm=ctas, warps_per_sm=ctas * warps, threads_per_cta=32 * warps,
-                smem_per_cta=smem_bytes(defines), occupancy=ctas * warps / max_warps)
+def occupancy(defines: dict, registers: int, **limits) -> dict:
+    return fa2_tc.occupancy_for(threads(defines) // 32, smem_bytes(defines), registers, **limits)
 
 
 def supported(device=None) -> bool:
