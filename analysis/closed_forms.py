@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from analysis.headline import paper_flops
-from analysis.tiling import Tiling, cdiv
+from analysis.tiling import TileSums, Tiling, cdiv, tile_sums
 
 FLOP_KINDS = ("matmul", "exp", "other")
 DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}  # name -> itemsize in HBM
@@ -172,87 +172,52 @@ def sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype="fp16", causa
               rescale=rescale), placement
 
 
-# -- the row-block geometry every formula sums over ----------------------------------------------
-def _row_blocks(t: Tiling):
-    """(r_i, n_i, W_i, c0_i) per Q block: rows, visited K blocks, visited columns, first width."""
-    bc, n_k = t.block_k, t.n_k
-    c_first = min(bc, n_k)
-    for i in range(t.t_r):
-        r0, r1 = t.rows(i)
-        n = cdiv(t.visible_cols(i), bc)
-        yield r1 - r0, n, min(n * bc, n_k), (c_first if n else 0)
-
-
-def _naive(t: Tiling, d: int):
-    rd = wd = rw = nrd = 0
-    for r, n, w, _ in _row_blocks(t):
-        rd += n * r * d
-        wd += w * d
-        rw += r * w
-        nrd += n * r * d
+# -- the tile geometry every formula sums over (analysis.tiling.TileSums) ----------------------------
+def _naive(s: TileSums, t: Tiling, d: int):
     nq, nk = t.n_q, t.n_k
-    reads = {"Q": rd, "K": wd, "S": nq * nk, "P": rw, "V": wd}
+    reads = {"Q": s.r * d, "K": s.c * d, "S": nq * nk, "P": s.rc, "V": s.c * d}
     writes = {"S": nq * nk, "P": nq * nk, "lse": nq, "O": nq * d}
-    flops = {"matmul": 4 * d * rw, "exp": nq * nk, "other": rw + nrd + 4 * nq * nk + 2 * nq}
+    flops = {"matmul": 4 * d * s.rc, "exp": nq * nk, "other": s.rc + s.r * d + 4 * nq * nk + 2 * nq}
     return reads, writes, flops
 
 
-def _fa1(t: Tiling, d: int):
-    tiles_r = tiles_rc = 0  # Σ over visited tiles (j, i) of r, and of r·c
-    for j in range(t.t_c):
-        c0, c1 = t.cols(j)
-        first = t.q_blocks(j).start
-        rows = t.n_q - first * t.block_q  # rows of Q blocks first .. Tr-1 (a suffix)
-        tiles_r += rows
-        tiles_rc += rows * (c1 - c0)
+def _fa1(s: TileSums, t: Tiling, d: int):
+    # Σ over visited tiles (j, i) of r is s.r and of r·c is s.rc: the visited set does not depend on
+    # the loop order, only the order of the transfers does.
     nq, nk = t.n_q, t.n_k
-    reads = {"K": nk * d, "V": nk * d, "Q": tiles_r * d, "O": tiles_r * d,
-             "l": tiles_r + nq, "m": tiles_r + nq}
-    writes = {"O": nq * d + tiles_r * d, "l": nq + tiles_r, "m": nq + tiles_r, "lse": nq}
-    flops = {"matmul": 4 * d * tiles_rc, "exp": tiles_rc + 2 * tiles_r,
-             "other": 4 * tiles_rc + 7 * tiles_r + 4 * d * tiles_r + 2 * nq}
+    reads = {"K": nk * d, "V": nk * d, "Q": s.r * d, "O": s.r * d, "l": s.r + nq, "m": s.r + nq}
+    writes = {"O": nq * d + s.r * d, "l": nq + s.r, "m": nq + s.r, "lse": nq}
+    flops = {"matmul": 4 * d * s.rc, "exp": s.rc + 2 * s.r,
+             "other": 4 * s.rc + 7 * s.r + 4 * d * s.r + 2 * nq}
     return reads, writes, flops
 
 
-def _fa2(t: Tiling, d: int):
-    rw = wd = nr = 0
-    for r, n, w, _ in _row_blocks(t):
-        rw += r * w
-        wd += w * d
-        nr += n * r
+def _fa2(s: TileSums, t: Tiling, d: int):
     nq = t.n_q
-    reads = {"Q": nq * d, "K": wd, "V": wd}
+    reads = {"Q": nq * d, "K": s.c * d, "V": s.c * d}
     writes = {"O": nq * d, "lse": nq}
-    flops = {"matmul": 4 * d * rw, "exp": rw + nr,
-             "other": 4 * rw + 4 * nr + 2 * d * nr + nq * d + 2 * nq}
+    flops = {"matmul": 4 * d * s.rc, "exp": s.rc + s.r,
+             "other": 4 * s.rc + 4 * s.r + 2 * d * s.r + nq * d + 2 * nq}
     return reads, writes, flops
 
 
-def _v_once(t: Tiling, d: int, spill: bool, eager: bool):
-    bc = t.block_k
-    rw = wd = nr = m1r = tri = first = 0
-    for r, n, w, c0 in _row_blocks(t):
-        rw += r * w
-        wd += w * d
-        nr += n * r
-        m1r += max(n - 1, 0) * r
-        tri += r * bc * n * (n - 1) // 2  # columns of earlier blocks rescaled by later ones
-        first += r * c0
+def _v_once(s: TileSums, t: Tiling, d: int, spill: bool, eager: bool):
     nq = t.n_q
-    reads = {"Q": nq * d, "K": wd, "V": wd}
+    tri = t.block_k * s.r_tri  # columns of earlier blocks rescaled by later ones
+    reads = {"Q": nq * d, "K": s.c * d, "V": s.c * d}
     writes = {"O": nq * d, "lse": nq}
-    exp = rw + 2 * m1r
-    other = 4 * rw + 6 * m1r + d * nr + 2 * nq + rw
+    exp = s.rc + 2 * s.r_later
+    other = 4 * s.rc + 6 * s.r_later + d * s.r + 2 * nq + s.rc
     if eager:
-        other += tri + rw - first
+        other += tri + s.rc - s.r_c0
     else:
-        exp += nr
-        other += 2 * nr
+        exp += s.r
+        other += 2 * s.r
     if spill:
-        f = rw + (tri if eager else 0)
+        f = s.rc + (tri if eager else 0)
         reads["f"] = f
         writes["f"] = f
-    flops = {"matmul": 4 * d * rw, "exp": exp, "other": other}
+    flops = {"matmul": 4 * d * s.rc, "exp": exp, "other": other}
     return reads, writes, flops
 
 
@@ -281,14 +246,15 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
     t = Tiling(n_q, n_k, block_q, block_k, bool(causal))
     sram, resolved = sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype, bool(causal),
                                       placement=placement, rescale=rescale, capacity=sram_bytes)
+    s = tile_sums(t)
     if variant == "naive":
-        reads, writes, flops = _naive(t, d)
+        reads, writes, flops = _naive(s, t, d)
     elif variant == "fa1":
-        reads, writes, flops = _fa1(t, d)
+        reads, writes, flops = _fa1(s, t, d)
     elif variant == "fa2":
-        reads, writes, flops = _fa2(t, d)
+        reads, writes, flops = _fa2(s, t, d)
     else:
-        reads, writes, flops = _v_once(t, d, resolved == "hbm", rescale == "eager")
+        reads, writes, flops = _v_once(s, t, d, resolved == "hbm", rescale == "eager")
     bh = batch * heads
     reads = {k: v * bh for k, v in reads.items() if v}
     writes = {k: v * bh for k, v in writes.items() if v}

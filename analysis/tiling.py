@@ -82,3 +82,43 @@ class Tiling:
         for i in range(self.t_r):
             for j in self.k_blocks(i):
                 yield i, j
+
+
+@dataclass(frozen=True)
+class TileSums:
+    """Sums over the visited tiles (i, j) of a Tiling: every closed form is a polynomial in these.
+
+    Per Q block i: r_i rows, n_i visited K blocks (a prefix), W_i = min(n_i·Bc, Nk) visited columns,
+    c0_i the width of its first visited block (0 when n_i = 0). Σ over visited tiles of c is Σ_i W_i
+    because the visited blocks of a row are a prefix; likewise Σ over tiles of r·c is Σ_i r_i W_i.
+    """
+
+    tiles: int  # Σ_i n_i            visited tiles
+    r: int  # Σ_i n_i r_i            Σ_tiles r   (row visits: each visited tile reads its Q rows)
+    c: int  # Σ_i W_i                Σ_tiles c   (column visits)
+    rc: int  # Σ_i r_i W_i           Σ_tiles r·c (score entries computed, masked ones included)
+    r_later: int  # Σ_i r_i·max(n_i - 1, 0)   rows × blocks after the first (rescale steps)
+    r_tri: int  # Σ_i r_i·n_i(n_i - 1)/2      rows × pairs of blocks (eager rescale of earlier f)
+    r_c0: int  # Σ_i r_i·c0_i                 rows × the first block's width
+    k_blocks: int  # K/V blocks that at least one Q block visits
+
+
+def tile_sums(t: Tiling) -> TileSums:
+    """TileSums of `t` (one pass over the Q blocks)."""
+    bc, n_k = t.block_k, t.n_k
+    c_first = min(bc, n_k)
+    tiles = r_ = c = rc = later = tri = rc0 = n_max = 0
+    for i in range(t.t_r):
+        r0, r1 = t.rows(i)
+        r = r1 - r0
+        n = cdiv(t.visible_cols(i), bc)
+        w = min(n * bc, n_k)
+        tiles += n
+        r_ += n * r
+        c += w
+        rc += r * w
+        later += r * max(n - 1, 0)
+        tri += r * n * (n - 1) // 2
+        rc0 += r * (c_first if n else 0)
+        n_max = max(n_max, n)
+    return TileSums(tiles, r_, c, rc, later, tri, rc0, n_max)
