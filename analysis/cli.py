@@ -217,7 +217,7 @@ def record(tr: cf.Traffic, gpu, block_rule: str = "fa1") -> dict:
         "hbm_bytes": tr.hbm_bytes,
         "min_hbm_bytes": min_hbm_bytes(tr.batch, tr.heads, tr.n_q, tr.n_k, tr.d, cf.DTYPES[tr.dtype]),
         "flops": {k: tr.flops[k] for k in cf.FLOP_KINDS},
-        "paper_flops": tr.paper_flops,
+        "attention_flops": tr.attention_flops, "paper_flops": tr.paper_flops,
         "sram_peak_bytes": tr.sram_peak_bytes,
         "fits": tr.fits, "over_by_bytes": tr.over_by_bytes,
         "roofline": roofline(tr, gpu, "spec").as_dict(),

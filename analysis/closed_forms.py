@@ -2,8 +2,9 @@
 
 Each function below restates, count for count, what the PyTorch reference in `variants/` records
 through `analysis.memory.Memory` (tests/test_closed_forms.py holds the two exactly equal on drawn
-shapes). They are O(Tr) (naive, fa2, v_once) or O(Tc) (fa1) integer arithmetic with O(1) work per
-block, so N = 64k costs milliseconds where the instrumented meta-tensor run costs minutes.
+shapes). Each is a polynomial in `analysis.tiling.TileSums`, computed in time independent of N
+(`tiling.tile_sums`), so any size answers in microseconds where the instrumented meta-tensor run
+costs minutes at N = 64k.
 
 Notation, per (batch, head); every count is then multiplied by B·H. Row block i has r_i rows
 (the tail block is shorter); it visits n_i K/V blocks, always a prefix (causal masks hide a suffix),
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.headline import paper_flops
+from analysis.headline import attention_flops, paper_flops
 from analysis.tiling import TileSums, Tiling, cdiv, tile_sums
 
 FLOP_KINDS = ("matmul", "exp", "other")
@@ -111,7 +112,13 @@ class Traffic:
 
     @property
     def paper_flops(self) -> float:
+        """The papers' convention (analysis.headline); not the work when causal with Nq != Nk."""
         return paper_flops(self.batch, self.heads, self.n_q, self.n_k, self.d, self.causal)
+
+    @property
+    def attention_flops(self) -> int:
+        """4·d per visible (query, key) pair, B·H: the work TFLOP/s figures divide by."""
+        return attention_flops(self.batch, self.heads, self.n_q, self.n_k, self.d, self.causal)
 
     @property
     def options(self) -> dict:

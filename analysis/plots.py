@@ -182,7 +182,7 @@ def plot_report(recs, path) -> None:
     ax1.yaxis.set_major_formatter(FuncFormatter(_bytes_fmt))
     ax1.set_ylabel("HBM traffic, read + write (bytes)")
     ax1.set_title("HBM traffic (hollow marker: working set over the SRAM)", fontsize=10)
-    ax2.set_ylabel("predicted TFLOP/s (4·Nq·Nk·d / roofline time)")
+    ax2.set_ylabel("predicted TFLOP/s (4·d·visible pairs / roofline time)")
     ax2.set_yscale("log")
     ax2.set_title(f"roofline prediction on {r0['gpu'].upper()} (datasheet)", fontsize=10)
     ax1.legend(fontsize=8)

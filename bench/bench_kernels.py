@@ -16,8 +16,8 @@
    and bench_kernels.png (TFLOP/s and effective GB/s against N) to DIR (default $OUT, else
    bench/results/).
 
-TFLOP/s = analysis.headline.paper_flops / time: 4·B·H·N²·d, halved when causal (the papers'
-figure, not the FLOPs a kernel executes). Effective GB/s = analysis.headline.min_hbm_bytes / time:
+TFLOP/s = analysis.headline.attention_flops / time: 4·d·B·H per visible (query, key) pair (N² without a
+mask, N(N+1)/2 causal; not the FLOPs a kernel executes on whole tiles). Effective GB/s = analysis.headline.min_hbm_bytes / time:
 each of q, k, v, o moved once, plus the float32 lse: (2·Nq·d + 2·Nk·d)·2 + 4·Nq bytes per (b, h).
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis.headline import min_hbm_bytes, paper_flops  # noqa: E402
+from analysis.headline import attention_flops, min_hbm_bytes  # noqa: E402
 from bench.timing import make_input_sets, time_cuda  # noqa: E402
 
 TOKENS = 16384  # batch · N
@@ -148,7 +148,7 @@ def run(args) -> dict:
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "python": platform.python_version(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
            "convention": f"fp16; batch*N = {TOKENS}; hidden = {HIDDEN} (H = {HIDDEN}/d)",
-           "flops_formula": "paper_flops = 4*B*H*Nq*Nk*d (/2 causal)",
+           "flops_formula": "attention_flops = 4*d*B*H*visible (query, key) pairs",
            "bytes_formula": "min_hbm_bytes = B*H*((2*Nq*d + 2*Nk*d)*itemsize + 4*Nq)",
            "checks": {}, "records": [], "args": vars(args)}
     try:
@@ -177,11 +177,11 @@ def run(args) -> dict:
                 b, h = TOKENS // n, HIDDEN // d
                 sets = make_input_sets((b, h, n, d), (b, h, n, d), torch.float16,
                                        min_total_bytes=256 * 2**20, max_sets=4)
-                flops = paper_flops(b, h, n, n, d, causal)
+                flops = attention_flops(b, h, n, n, d, causal)
                 nbytes = min_hbm_bytes(b, h, n, n, d, 2)
                 for e in all_entries:
                     rec = dict(label=e["label"], tier=e["tier"], n=n, d=d, causal=causal, batch=b,
-                               heads=h, dtype="float16", paper_flops=flops, min_hbm_bytes=nbytes)
+                               heads=h, dtype="float16", attention_flops=flops, min_hbm_bytes=nbytes)
                     est = predict(history[e["label"]], n)
                     if not e["check"]["ok"]:
                         rec["skipped"] = "failed the correctness check"

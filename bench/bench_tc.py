@@ -7,8 +7,8 @@
     python -m bench.bench_tc bench --out DIR        # GPU: the issue's grid vs SDPA flash and cuDNN
     python -m bench.bench_tc target --what ncu      # GPU: one launch of each kernel (for ncu / sanitizer)
 
-TFLOP/s = analysis.headline.paper_flops(B, H, Nq, Nk, d, causal) / median time, where paper_flops is
-4·Nq·Nk·d per (batch, head), halved when causal (FlashAttention's convention). Times are medians of
+TFLOP/s = analysis.headline.attention_flops(B, H, Nq, Nk, d, causal) / median time: 4·d per visible
+(query, key) pair per (batch, head) (FlashAttention's 4·Nq·Nk·d/2 causal is the papers' convention). Times are medians of
 CUDA-event-timed calls over rotated input sets larger than L2 (bench.timing). Every timed configuration
 is first checked against the float64 reference with poisoned outputs.
 """
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from analysis.headline import min_hbm_bytes, paper_flops  # noqa: E402
+from analysis.headline import attention_flops, min_hbm_bytes  # noqa: E402
 
 TOL = {"float16": 4e-3, "bfloat16": 2e-2}  # relative Frobenius error vs float64 (P is rounded to 16 bits)
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -265,7 +265,7 @@ def cmd_sweep(args):
         for causal in (False, True):
             for dtype in (torch.float16,):
                 sets = make_sets(b, h, n, d, dtype, max_sets=4)
-                flops = paper_flops(b, h, n, n, d, causal)
+                flops = attention_flops(b, h, n, n, d, causal)
                 cands = {f"{args.sweep_kernel}{json.dumps(c, sort_keys=True)}":
                          (lambda q, k, v, cz, c=c: mod.forward(q, k, v, causal=cz, config=c))
                          for c in (json.loads(args.sweep_configs)[str(d)] if args.sweep_configs else mod.SWEEP[d])}
@@ -342,7 +342,7 @@ def cmd_bench(args):
         for b, h, n, d in shapes(seqs):
             for causal in (False, True):
                 sets = make_sets(b, h, n, d, dtype)
-                flops = paper_flops(b, h, n, n, d, causal)
+                flops = attention_flops(b, h, n, n, d, causal)
                 for name, fn in fns.items():
                     if not applies(name, n, n, d, causal):
                         continue
@@ -375,7 +375,7 @@ def cmd_bench(args):
             break
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, fa2_tc_configs=fa2_tc.CONFIGS,
                 fa2_wgmma_configs=fa2_wgmma.CONFIGS,
-                formula="TFLOP/s = 4*B*H*Nq*Nk*d (/2 causal) / median time", tokens=TOKENS, hidden=HIDDEN)
+                formula="TFLOP/s = attention_flops (4*d*B*H*visible pairs) / median time", tokens=TOKENS, hidden=HIDDEN)
     tag = f"tc_bench{args.tag}"
     _dump(args, f"{tag}.json", dict(meta=meta, rows=rows))
     write_markdown(rows, Path(args.out) / f"{tag}.md", meta)

@@ -23,7 +23,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from analysis.headline import paper_flops
+    from analysis.headline import attention_flops
     from bench.timing import make_input_sets, time_cuda
     from kernels import KERNELS, _teaching, fa2, loader
     from variants import attention_reference
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
         b, h = 16384 // n, 2048 // d
         sets = make_input_sets((b, h, n, d), (b, h, n, d), torch.float16)
         for causal in (False, True):
-            flops = paper_flops(b, h, n, n, d, causal)
+            flops = attention_flops(b, h, n, n, d, causal)
             cands = {name: (lambda q, k, v, f=flags: run(f, q, k, v, causal)) for name, flags in builds.items()
                      if d <= 64 or not flags["FA2_OWN_V"]}
             cands["fa2 (shipped)"] = lambda q, k, v: KERNELS["fa2"].forward(q, k, v, causal=causal)

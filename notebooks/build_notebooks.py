@@ -1565,7 +1565,10 @@ for png in (f for f in files if f.suffix == ".png"):
     md(r"""
 ## 2 · Timings
 
-TFLOP/s counts the papers' FLOPs ($4 B H N^2 d$, halved when causal) over the median time, with
+TFLOP/s of the committed records counts the papers' FLOPs ($4 B H N^2 d$, halved when causal: the
+papers' convention, exact here only for the non-causal rows, since causal $N_q = N_k$ has
+$N(N+1)/2$ visible pairs) over the median time; new runs divide `analysis.headline.attention_flops`
+(4·d per visible pair) instead. Records use
 batch × $N$ = 16k tokens and hidden size 2048, fp16. Tuning-sweep candidates (kernels whose name
 carries a `{config}`) are left out.
 """),
@@ -1819,14 +1822,14 @@ if not torch.cuda.is_available():
 else:
     import torch.nn.functional as F
     from bench.timing import make_input_sets, time_cuda
-    from analysis.headline import paper_flops
+    from analysis.headline import attention_flops
     from variants import attention_reference
 
     B, H, N, D = 4, 16, 2048, 64
     sets = make_input_sets((B, H, N, D), (B, H, N, D), torch.float16, min_total_bytes=256 * 2**20, max_sets=4)
     q, k, v = sets[0]
     o_ref, _ = attention_reference(q, k, v)
-    flops = paper_flops(B, H, N, N, D)
+    flops = attention_flops(B, H, N, N, D)  # 4·d per visible (query, key) pair
     live = []
     candidates = [(spec.label(**opts), (lambda q, k, v, s=spec, o=opts: s.forward(q, k, v, **o)))
                   for spec in KERNELS.values() if spec.supports_head_dim(D) for opts in spec.bench_options]
