@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from analysis import checks
 from analysis.headline import attention_flops, paper_flops
 from analysis.tiling import TileSums, Tiling, cdiv, tile_sums
 
@@ -237,21 +238,23 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
     None = unlimited). A working set that does not fit is reported (`fits`, `over_by_bytes`), not
     raised: the counts are what the variant would move on a chip big enough.
     """
-    if variant not in VARIANT_NAMES:
+    if not isinstance(variant, str) or variant not in VARIANT_NAMES:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANT_NAMES)}")
-    for name, value in (("batch", batch), ("heads", heads), ("n_q", n_q), ("n_k", n_k), ("d", d),
-                        ("block_q", block_q), ("block_k", block_k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    # the references' and kernels' rules and messages (analysis.checks)
+    pr = checks.check_problem(batch, heads, n_q, n_k, d, causal=causal, block_q=block_q,
+                              block_k=block_k, scores_in_hbm=variant == "naive")
+    batch, heads, n_q, n_k, d = (pr[x] for x in ("batch", "heads", "n_q", "n_k", "d"))
+    causal, block_q, block_k = pr["causal"], pr["block_q"], pr["block_k"]
+    sram_bytes = checks.sram_capacity("sram_bytes", sram_bytes)
     dtype = dtype_name(dtype)
     itemsize = DTYPES[dtype]
     if variant == "v_once":
-        if placement not in PLACEMENTS:
+        if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
-        if rescale not in RESCALES:
+        if not isinstance(rescale, str) or rescale not in RESCALES:
             raise ValueError(f"unknown rescale {rescale!r}; choose one of {', '.join(RESCALES)}")
-    t = Tiling(n_q, n_k, block_q, block_k, bool(causal))
-    sram, resolved = sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype, bool(causal),
+    t = Tiling(n_q, n_k, block_q, block_k, causal)
+    sram, resolved = sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype, causal,
                                       placement=placement, rescale=rescale, capacity=sram_bytes)
     s = tile_sums(t)
     if variant == "naive":
@@ -290,6 +293,7 @@ def fa1_blocks(sram_bytes: int, d: int) -> tuple[int, int]:
     tile (Br·Bc) and accumulators in float32, so M in input-dtype elements (bytes / 2 for fp16)
     would double Bc and overflow the chip (e.g. fa2 at H200, d=64, fp16 needs 251 KiB of 227 KiB).
     """
+    sram_bytes, d = checks.positive_int("sram_bytes", sram_bytes), checks.positive_int("d", d)
     m = sram_bytes // F32
     bc = max(1, cdiv(m, 4 * d))
     return min(bc, d), bc

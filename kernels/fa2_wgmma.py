@@ -11,7 +11,6 @@ portable mma.sync kernel (sm_80 and newer); this module is the Hopper path, two 
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from kernels import fa2_tc
@@ -146,7 +145,9 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
                            f"{major}.x -- use kernels.fa2_tc there")
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    from analysis import checks
+
+    scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
     defs = defines_for(d, q.dtype == torch.bfloat16, config)
     o, lse = fa2_tc._outputs(q, out)
     grid = (-(-n_q // block_m(defs)), b * h, 1)

@@ -16,17 +16,20 @@ def _id(cfg):
     return VARIANTS[name].label(**opts)
 
 
+@pytest.mark.filterwarnings("error::variants.naive.ScoreRangeWarning")
 @pytest.mark.parametrize("config", CONFIGS, ids=[_id(c) for c in CONFIGS])
 @given(pr=problems())
 def test_matches_float64_reference(config, pr):
+    """naive in fp16/bf16 gets in-range scores only: scores ~1e4 overflow or are rounded coarsely in
+    its HBM S (a documented, warned behaviour: tests/test_naive_precision.py). A warning here fails."""
     name, opts = config
+    if name == "naive" and pr["dtype"] != torch.float32:
+        pr = {**pr, "large_scores": False}
     q, k, v = make_inputs(pr)
     o, lse = VARIANTS[name].forward(q, k, v, causal=pr["causal"], scale=pr["scale"],
                                     block_q=pr["block_q"], block_k=pr["block_k"], **opts)
     ref_o, ref_lse = attention_reference(q, k, v, causal=pr["causal"], scale=pr["scale"])
-    loose = name == "naive" and pr["large_scores"] and pr["dtype"] != torch.float32
     assert_close_to_reference(o, lse, ref_o, ref_lse, v, pr["dtype"], large_scores=pr["large_scores"],
-                              loose_half_scores=loose,
                               what=f"{_id(config)} {pr}")
 
 
