@@ -23,7 +23,8 @@ def positive_int(name: str, value) -> int:
 
 def flag(name: str, value) -> bool:
     """A bool (or NumPy bool); anything else, even truthy, is refused rather than guessed."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool) or (type(value).__module__ == "numpy" and
+                                   type(value).__name__ in ("bool", "bool_")):
         return bool(value)
     raise TypeError(f"{name} must be a bool, got {value!r}")
 
