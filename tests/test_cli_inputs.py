@@ -169,8 +169,7 @@ def test_narrow_terminal_keeps_the_first_column(command, width):
 
     args = cli.build_parser().parse_args([command, "--seq-len", "1k,3000", "--points", "4"]
                                          if command == "sweep-sram" else [command, "--seq-len", "1k,3000"])
-    plan = cli._Plan(args, command == "sweep-sram")
-    recs = list(plan)
+    recs = cli.build_records(args, sweep=command == "sweep-sram")
     if command == "report":
         header, rows = list(cli.REPORT_COLUMNS), [cli._report_row(r) for r in recs]
         groups = [[header.index(h) for h in g] for g in (("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM"),
@@ -178,7 +177,7 @@ def test_narrow_terminal_keeps_the_first_column(command, width):
                                                           ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s"))]
         keep = 2
     else:
-        header, rows = cli._sweep_table(recs, plan.sweep_labels())
+        header, rows = cli._sweep_table(recs, cli._Plan(args, True).sweep_labels())
         groups, keep = None, 4
     buf = io.StringIO()
     console = Console(file=buf, width=width)
