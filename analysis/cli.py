@@ -29,7 +29,6 @@ import json
 import os
 import re
 import sys
-import time
 from fractions import Fraction
 
 from analysis import checks
@@ -617,7 +616,8 @@ class _Progress:
             from rich.console import Console
             from rich.progress import Progress
 
-            self.bar = Progress(console=Console(file=sys.stderr), transient=True)
+            self.bar = Progress(console=Console(file=sys.stderr), transient=True, redirect_stdout=False,
+                                redirect_stderr=False)  # the output stays on stdout
             self.task = self.bar.add_task(what, total=total)
 
     def __enter__(self):

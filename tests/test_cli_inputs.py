@@ -203,3 +203,17 @@ def test_json_is_streamed_in_json_dump_format(capsys):
     buf = io.StringIO()
     cli.write_json(iter(recs), buf)
     assert buf.getvalue() == json.dumps(recs, indent=1) + "\n"
+
+
+def test_long_jobs_show_progress_on_a_terminal(monkeypatch, capsys):
+    """A progress bar on stderr when it is a terminal and the job is long; stdout is unchanged."""
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    rc, plain, _ = run(capsys, "report", "--seq-len", "1k,2k", "--format", "csv")
+    tty = Tty()
+    monkeypatch.setattr(cli._Progress, "MIN_ROWS", 1)
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert main(["report", "--seq-len", "1k,2k", "--format", "csv"]) == 0
+    assert capsys.readouterr().out == plain and "counting" in tty.getvalue()

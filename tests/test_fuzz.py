@@ -132,7 +132,8 @@ def test_cli_fuzz(argv):
         assert err.startswith("fa-traffic: error: "), (argv, err)
         return
     assert rc == 0 and out and err == "", (argv, rc, err)
-    fmt = argv[argv.index("--format") + 1] if "--format" in argv else "table"
+    fmts = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--format"]  # the last one wins
+    fmt = fmts[-1] if fmts else "table"
     if fmt == "json" and argv and argv[0] in ("report", "sweep-sram"):
         _check_records(json.loads(out))
 
