@@ -95,31 +95,34 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
 # Nothing is recomputed - no exponentials at all - but P, dP and dS cost Θ(Nq·Nk) bytes each way.
 #
 # P: the probabilities the forward stored (`forward(..., saved=d)` puts them in d["P"]). Called with
-# the uniform signature and no P, they are rebuilt from lse outside the memory model, standing in
-# for the forward's tensor; the counts are the same. o and lse are not read (they may be None).
+# the uniform signature and no P, they are rebuilt outside the memory model, standing in for the
+# forward's tensor; the counts are the same. o and lse are not read (they may be None).
 from analysis.backward_forms import naive_backward_sram_bytes as backward_sram_bytes  # noqa: E402
 from variants._common import check_backward_inputs, check_saved  # noqa: E402
 
 
-def _rebuild_p(q, k, lse, p):
-    """P = exp(S - L) in the input dtype, uncounted (what the forward left in HBM)."""
+def _rebuild_p(q, k, p):
+    """P = softmax(S) in the input dtype, as line 2 of the forward left it in HBM (uncounted).
+
+    Normalised by its own row sum, like the forward's, not exp(S - L): L is rounded to float32, and
+    at scores ~1e4 exp(S - L) misses 1 by ~1e-3, which rowsum(P ∘ dP) (line 3) would turn into a
+    wrong dS; FA2's D = rowsum(dO ∘ O) does not care (notebook 07)."""
     s = (q.float() @ k.float().transpose(-1, -2)) * p.scale
-    t = p.tiling
-    if t.causal:
-        mask = torch.arange(p.n_k, device=q.device) <= (torch.arange(p.n_q, device=q.device)
-                                                         .unsqueeze(-1) + t.offset)
-        s = s.masked_fill(~mask, NEG_INF)
-    return torch.exp(s - finite_or_zero(lse.unsqueeze(-1))).to(q.dtype)
+    if p.tiling.causal:
+        rows = torch.arange(p.n_q, device=q.device).unsqueeze(-1)
+        s = s.masked_fill(torch.arange(p.n_k, device=q.device) > rows + p.tiling.offset, NEG_INF)
+    e = torch.exp(s - finite_or_zero(s.amax(dim=-1, keepdim=True)))
+    return safe_div(e, e.sum(dim=-1, keepdim=True)).to(q.dtype)
 
 
 def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64, mem=None,
              P=None):
     p = check_backward_inputs(q, k, v, o, lse, do, causal=causal, scale=scale, block_q=block_q,
-                              block_k=block_k, need_o=False, need_lse=P is None)
+                              block_k=block_k, need_o=False, need_lse=False)
     mem, t = resolve(mem), p.tiling
     scores = (p.batch, p.heads, p.n_q, p.n_k)
     if P is None:
-        P = _rebuild_p(q, k, lse, p)
+        P = _rebuild_p(q, k, p)
     check_saved("P", P, scores, q.dtype, q.device)
     mem.require_sram(f"naive backward working set (Br={t.block_q}, Bc={t.block_k}, d={p.d}, Nk={p.n_k})",
                      backward_sram_bytes(p.n_q, p.n_k, p.d, block_q, block_k, p.itemsize))
