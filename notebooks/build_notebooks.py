@@ -2099,6 +2099,24 @@ if rows:
     show_table(["N", "SDPA math (ms)", "SDPA flash (ms)", "measured math/flash", "counted HBM naive/fa2"], rows)
 else:
     print("not measured yet: no sdpa_math / sdpa_flash timings in", path)
+
+# the backward, when bench/sdpa_backward.py has been run on a GPU and its JSON committed
+bpath = ROOT / "bench" / "results" / "sdpa_backward.json"
+brecs = json.loads(bpath.read_text()).get("records", []) if bpath.exists() else []
+by = {(r["backend"], r["n"]): r for r in brecs if "skipped" not in r and r["d"] == 64 and not r["causal"]}
+brows = []
+for n in sorted(n for b_, n in by if b_ == "math"):
+    if ("flash", n) in by:
+        b, h = 16384 // n, 2048 // 64
+        naive = bf.backward_counts("naive", b, h, n, n, 64, dtype="fp16", block_q=64, block_k=64)
+        fa2 = bf.backward_counts("fa2", b, h, n, n, 64, dtype="fp16", block_q=64, block_k=64)
+        m, f = by[("math", n)]["bwd_ms"], by[("flash", n)]["bwd_ms"]
+        brows.append([n, f"{m:.3f}", f"{f:.3f}", f"{m / f:.1f}×", f"{naive.hbm_bytes / fa2.hbm_bytes:.1f}×"])
+if brows:
+    show_table(["N", "math backward (ms)", "flash backward (ms)", "measured math/flash", "counted HBM naive/fa2"], brows)
+else:
+    print("backward not measured yet: run `PYTHONPATH=. python3 bench/sdpa_backward.py` on a GPU and "
+          "commit its sdpa_backward.json under bench/results/")
 """),
     md(r"""
 Fusion wins by more than an order of magnitude, several times what the byte ratio alone predicts.
