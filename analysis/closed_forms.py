@@ -14,7 +14,7 @@ visit K block j).
     fa2     reads  Q: Σ r d          K, V: Σ W d each
             writes O: Nq d           lse: Nq
             matmul 4 d Σ r W;  exp Σ (r W + n r);  other Σ (4 r W + n (4 r + 2 r d) + r d + 2 r)
-    fa1     writes O: Nq d + Σt r d,  ℓ, m: Nq + Σt r each (line 2 + every visited tile),  lse: Nq
+    fa1     writes O: Nq d + Σt r d,  ℓ, m: Nq + Σt r each (FA1 Alg. 1 line 2 + every visited tile),  lse: Nq
             reads  K, V: Nk d each;  Q, O: Σt r d each;  ℓ, m: Σt r + Nq each (epilogue)
             matmul 4 d Σt r c;  exp Σt (r c + 2 r);  other Σt (4 r c + 7 r + 4 r d) + 2 Nq
     naive   writes S, P: Nq Nk each (hidden tiles too), lse: Nq, O: Nq d
@@ -175,8 +175,14 @@ def sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype="fp16", causa
 # -- the tile geometry every formula sums over (analysis.tiling.TileSums) ----------------------------
 def _naive(s: TileSums, t: Tiling, d: int):
     nq, nk = t.n_q, t.n_k
+    # reads: Q_i per visited tile and K_j (FA1 Alg. 0 line 1), S in full (FA1 Alg. 0 line 2),
+    # the visited P tiles and V_j (FA1 Alg. 0 line 3)
     reads = {"Q": s.r * d, "K": s.c * d, "S": nq * nk, "P": s.rc, "V": s.c * d}
+    # writes: S, hidden tiles too (FA1 Alg. 0 line 1); P and lse (FA1 Alg. 0 line 2); O (FA1 Alg. 0 line 3)
     writes = {"S": nq * nk, "P": nq * nk, "lse": nq, "O": nq * d}
+    # matmul: QKᵀ (FA1 Alg. 0 line 1) and PV (FA1 Alg. 0 line 3), 2 d r c each; exp and the 4 Nq Nk
+    # max/sub/sum/divide of softmax: FA1 Alg. 0 line 2; the r c scale: FA1 Alg. 0 line 1; the r d
+    # accumulate: FA1 Alg. 0 line 3
     flops = {"matmul": 4 * d * s.rc, "exp": nq * nk, "other": s.rc + s.r * d + 4 * nq * nk + 2 * nq}
     return reads, writes, flops
 
@@ -185,8 +191,14 @@ def _fa1(s: TileSums, t: Tiling, d: int):
     # Σ over visited tiles (j, i) of r is s.r and of r·c is s.rc: the visited set does not depend on
     # the loop order, only the order of the transfers does.
     nq, nk = t.n_q, t.n_k
+    # reads: K_j, V_j once (FA1 Alg. 1 line 6); Q_i, O_i, ℓ_i, m_i per visited tile (FA1 Alg. 1 line 8);
+    # ℓ, m once more for lse (the epilogue)
     reads = {"K": nk * d, "V": nk * d, "Q": s.r * d, "O": s.r * d, "l": s.r + nq, "m": s.r + nq}
+    # writes: O, ℓ, m initialised (FA1 Alg. 1 line 2); O_i (FA1 Alg. 1 line 12), ℓ_i, m_i (FA1 Alg. 1 line 13)
+    # per visited tile; lse (the epilogue)
     writes = {"O": nq * d + s.r * d, "l": nq + s.r, "m": nq + s.r, "lse": nq}
+    # matmul: S_ij (FA1 Alg. 1 line 9) and P̃_ij V_j (FA1 Alg. 1 line 12); exp: P̃_ij (FA1 Alg. 1 line 10)
+    # and the two rescale factors (FA1 Alg. 1 line 11); other: FA1 Alg. 1 lines 9-12 per tile, 2 Nq lse
     flops = {"matmul": 4 * d * s.rc, "exp": s.rc + 2 * s.r,
              "other": 4 * s.rc + 7 * s.r + 4 * d * s.r + 2 * nq}
     return reads, writes, flops
@@ -194,8 +206,13 @@ def _fa1(s: TileSums, t: Tiling, d: int):
 
 def _fa2(s: TileSums, t: Tiling, d: int):
     nq = t.n_q
+    # reads: Q_i once (FA2 Alg. 1 line 4); K_j, V_j per visited tile (FA2 Alg. 1 line 7)
     reads = {"Q": nq * d, "K": s.c * d, "V": s.c * d}
+    # writes: O_i (FA2 Alg. 1 line 14), L_i (FA2 Alg. 1 line 15)
     writes = {"O": nq * d, "lse": nq}
+    # matmul: S (FA2 Alg. 1 line 8) and P̃ V_j (FA2 Alg. 1 line 10); exp: P̃ and e^{m_old - m_new}
+    # (FA2 Alg. 1 line 9); other: scale, mask-free max/sub/sum (FA2 Alg. 1 line 9), the O rescale
+    # (FA2 Alg. 1 line 10), O / ℓ (FA2 Alg. 1 line 12), L = m + log ℓ (FA2 Alg. 1 line 13)
     flops = {"matmul": 4 * d * s.rc, "exp": s.rc + s.r,
              "other": 4 * s.rc + 4 * s.r + 2 * d * s.r + nq * d + 2 * nq}
     return reads, writes, flops
@@ -204,9 +221,13 @@ def _fa2(s: TileSums, t: Tiling, d: int):
 def _v_once(s: TileSums, t: Tiling, d: int, spill: bool, eager: bool):
     nq = t.n_q
     tri = t.block_k * s.r_tri  # columns of earlier blocks rescaled by later ones
+    # reads and writes as FA2 (Q_i: FA2 Alg. 1 line 4, K_j: FA2 Alg. 1 line 7, O_i and L_i:
+    # FA2 Alg. 1 lines 14-15); V_j is read in #941 step 5 instead of FA2 Alg. 1 line 7
     reads = {"Q": nq * d, "K": s.c * d, "V": s.c * d}
     writes = {"O": nq * d, "lse": nq}
+    # exp: f_ij (#941 step 2, as FA2 Alg. 1 line 9) and the two merge factors of every later block (step 4)
     exp = s.rc + 2 * s.r_later
+    # other: as FA2 Alg. 1 lines 8-9 per tile, the step-4 merge, the (f/ℓ) product's divide (step 5)
     other = 4 * s.rc + 6 * s.r_later + d * s.r + 2 * nq + s.rc
     if eager:
         other += tri + s.rc - s.r_c0
@@ -277,7 +298,7 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
 
 
 def fa1_blocks(sram_bytes: int, d: int) -> tuple[int, int]:
-    """FA1 Algorithm 1 line 1: Bc = ⌈M/4d⌉, Br = min(Bc, d), with M = sram_bytes / 4 elements.
+    """FA1 Alg. 1 line 1: Bc = ⌈M/4d⌉, Br = min(Bc, d), with M = sram_bytes / 4 elements.
 
     M counts float32 elements, the on-chip compute type: every declared working set holds its S/P
     tile (Br·Bc) and accumulators in float32, so M in input-dtype elements (bytes / 2 for fp16)

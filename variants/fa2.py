@@ -2,8 +2,8 @@
 
 The loop order is FA2's: the outer loop runs over query blocks Q_i (in a kernel, one thread block
 each, in parallel); the inner loop streams K_j, V_j. O_i, ℓ_i and m_i never leave the chip, the
-normalisation by ℓ is deferred to the end (line 12), and the log-sum-exp L_i = m_i + log ℓ_i is the
-only statistic written (line 13), for the backward pass.
+normalisation by ℓ is deferred to the end (FA2 Alg. 1 line 12), and the log-sum-exp L_i = m_i + log ℓ_i is the
+only statistic written (FA2 Alg. 1 line 13), for the backward pass.
 
 HBM traffic per (batch, head), Tr = ⌈Nq/Br⌉, Tc = ⌈Nk/Bc⌉ (non-causal):
     reads  Q: Nq·d        K: Tr·Nk·d        V: Tr·Nk·d
@@ -30,37 +30,37 @@ def sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False) -> int:
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
     p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
-    mem, t = resolve(mem), p.tiling
+    mem, t = resolve(mem), p.tiling  # FA2 Alg. 1 line 1: Tr blocks of Br rows, Tc of Bc
     mem.require_sram(f"fa2 working set (Br={t.block_q}, Bc={t.block_k}, d={p.d})",
                      sram_bytes(p.n_q, p.n_k, p.d, block_q, block_k, p.itemsize))
     o = torch.empty_like(q)  # (B, H, Nq, d) in HBM
     lse = torch.empty(p.batch, p.heads, p.n_q, dtype=torch.float32, device=q.device)  # L in HBM
 
-    for i in range(t.t_r):  # line 3: for 1 <= i <= Tr (parallel over thread blocks)
+    for i in range(t.t_r):  # FA2 Alg. 1 line 3: for 1 <= i <= Tr (parallel over thread blocks)
         r0, r1 = t.rows(i)
-        Qi = mem.load("Q", q[..., r0:r1, :])  # line 4: (B, H, r, d)
-        # line 5: on chip, O_i = 0 (r x d), ℓ_i = 0, m_i = -inf (r)
+        Qi = mem.load("Q", q[..., r0:r1, :])  # FA2 Alg. 1 line 4: (B, H, r, d)
+        # FA2 Alg. 1 line 5: on chip, O_i = 0 (r x d), ℓ_i = 0, m_i = -inf (r)
         Oi = Qi.new_zeros(*Qi.shape)
         li = Qi.new_zeros(*Qi.shape[:-1], 1)  # (B, H, r, 1)
         mi = Qi.new_full((*Qi.shape[:-1], 1), NEG_INF)
-        for j in t.k_blocks(i):  # line 6: for 1 <= j <= Tc (hidden blocks skipped)
+        for j in t.k_blocks(i):  # FA2 Alg. 1 line 6: for 1 <= j <= Tc (hidden blocks skipped)
             c0, c1 = t.cols(j)
-            Kj = mem.load("K", k[..., c0:c1, :])  # line 7: (B, H, c, d)
+            Kj = mem.load("K", k[..., c0:c1, :])  # FA2 Alg. 1 line 7: (B, H, c, d)
             Vj = mem.load("V", v[..., c0:c1, :])
-            # line 8: S_i^(j) = Q_i K_j^T (scaled), (B, H, r, c)
+            # FA2 Alg. 1 line 8: S_i^(j) = Q_i K_j^T (scaled), (B, H, r, c)
             Sij = mask_scores(t, i, j, mem.ew(mem.matmul(Qi, Kj.transpose(-1, -2)) * p.scale))
-            # line 9: m_i^(j) = max(m_i^(j-1), rowmax(S)); P~ = exp(S - m_i^(j));
+            # FA2 Alg. 1 line 9: m_i^(j) = max(m_i^(j-1), rowmax(S)); P~ = exp(S - m_i^(j));
             #         ℓ_i^(j) = e^{m_i^(j-1) - m_i^(j)} ℓ_i^(j-1) + rowsum(P~)
             mi_new = mem.ew(torch.maximum(mi, mem.rowmax(Sij)))
             m_safe = finite_or_zero(mi_new)
             Pij = mem.exp(mem.ew(Sij - m_safe))
             alpha = mem.exp(mem.ew(mi - m_safe))  # e^{m_i^(j-1) - m_i^(j)}, (B, H, r, 1)
             li = mem.ew(mem.ew(alpha * li) + mem.rowsum(Pij))
-            # line 10: O_i^(j) = diag(e^{m_i^(j-1) - m_i^(j)}) O_i^(j-1) + P~ V_j
+            # FA2 Alg. 1 line 10: O_i^(j) = diag(e^{m_i^(j-1) - m_i^(j)}) O_i^(j-1) + P~ V_j
             Oi = mem.ew(mem.ew(alpha * Oi) + mem.matmul(Pij, Vj))
             mi = mi_new
-        Oi = mem.ew(safe_div(Oi, li))  # line 12: O_i = diag(ℓ_i)^-1 O_i (deferred normalisation)
-        Li = log_sum_exp(mem, mi, li)  # line 13: L_i = m_i + log(ℓ_i)
-        mem.store("O", o[..., r0:r1, :], Oi)  # line 14
-        mem.store("lse", lse[..., r0:r1], Li.squeeze(-1))  # line 15
-    return o, lse  # line 17
+        Oi = mem.ew(safe_div(Oi, li))  # FA2 Alg. 1 line 12: O_i = diag(ℓ_i)^-1 O_i (deferred normalisation)
+        Li = log_sum_exp(mem, mi, li)  # FA2 Alg. 1 line 13: L_i = m_i + log(ℓ_i)
+        mem.store("O", o[..., r0:r1, :], Oi)  # FA2 Alg. 1 line 14
+        mem.store("lse", lse[..., r0:r1], Li.squeeze(-1))  # FA2 Alg. 1 line 15
+    return o, lse  # FA2 Alg. 1 line 17

@@ -1,10 +1,10 @@
 """Standard attention (FlashAttention paper, Algorithm 0), written against the memory model.
 
 Three passes, each a separate kernel in a real implementation, with S and P materialised in HBM:
-    line 1: S = scale·Q Kᵀ, tiled Br x Bc; every tile of S is written (a causal mask still
+    FA1 Alg. 0 line 1: S = scale·Q Kᵀ, tiled Br x Bc; every tile of S is written (a causal mask still
             materialises all Nq·Nk entries: hidden tiles are written as -inf, without computing them)
-    line 2: P = softmax(S), row by row: S read in full, P written in full, lse written
-    line 3: O = P V, tiled: for each Q block, the visited P tiles and their V blocks are read
+    FA1 Alg. 0 line 2: P = softmax(S), row by row: S read in full, P written in full, lse written
+    FA1 Alg. 0 line 3: O = P V, tiled: for each Q block, the visited P tiles and their V blocks are read
 
 HBM traffic per (batch, head), non-causal, Tr = ⌈Nq/Br⌉, Tc = ⌈Nk/Bc⌉:
     pass 1 reads Q: Tc·Nq·d, K: Tr·Nk·d; writes S: Nq·Nk
@@ -44,7 +44,7 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
     o = torch.empty_like(q)
     lse = torch.empty(p.batch, p.heads, p.n_q, dtype=torch.float32, device=q.device)
 
-    # line 1: load Q, K by blocks, compute S = scale·Q Kᵀ, write S to HBM
+    # FA1 Alg. 0 line 1: load Q, K by blocks, compute S = scale·Q Kᵀ, write S to HBM
     for i in range(t.t_r):
         r0, r1 = t.rows(i)
         visited = t.k_blocks(i)
@@ -58,7 +58,7 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
                 Sij = torch.full((p.batch, p.heads, r1 - r0, c1 - c0), NEG_INF, device=q.device)
             mem.store("S", S[..., r0:r1, c0:c1], Sij)
 
-    # line 2: read S, compute P = softmax(S) row by row, write P (and lse) to HBM
+    # FA1 Alg. 0 line 2: read S, compute P = softmax(S) row by row, write P (and lse) to HBM
     for i in range(t.t_r):
         r0, r1 = t.rows(i)
         Si = mem.load("S", S[..., r0:r1, :])  # (B, H, r, Nk)
@@ -68,7 +68,7 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
         mem.store("P", P[..., r0:r1, :], mem.ew(safe_div(Pi, li)))
         mem.store("lse", lse[..., r0:r1], log_sum_exp(mem, mi, li).squeeze(-1))
 
-    # line 3: load P and V by blocks, compute O = P V, write O to HBM
+    # FA1 Alg. 0 line 3: load P and V by blocks, compute O = P V, write O to HBM
     for i in range(t.t_r):
         r0, r1 = t.rows(i)
         Oi = torch.zeros(p.batch, p.heads, r1 - r0, p.d, device=q.device)
@@ -78,4 +78,4 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
             Vj = mem.load("V", v[..., c0:c1, :])
             Oi = mem.ew(Oi + mem.matmul(Pij, Vj))
         mem.store("O", o[..., r0:r1, :], Oi)
-    return o, lse  # line 4
+    return o, lse  # FA1 Alg. 0 line 4

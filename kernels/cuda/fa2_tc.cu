@@ -1,17 +1,17 @@
 // fa2_tc.cu -- FlashAttention-2 forward on tensor cores (mma.sync m16n8k16, ldmatrix, cp.async).
 //
 // FlashAttention-2 paper (Dao 2023), Algorithm 1, for one (batch, head) and one Q block i:
-//   line 4   load Qi (Br x d) from HBM to on-chip SRAM                 -> cp.async, then registers (Q_IN_REGS)
-//   line 5   on chip, O = 0, l = 0, m = -inf                            -> registers, fp32
-//   line 6   for j = 1..Tc (here: j = Tc_visible-1 .. 0, masked blocks first, hidden blocks skipped)
-//   line 7     load Kj, Vj from HBM to SRAM                             -> cp.async, 2-stage ring each
-//   line 8     S = Qi Kj^T                                              -> mma.sync, S stays in registers
-//   line 9     m_new = max(m, rowmax(S)), P = exp(S - m_new),
+//   FA2 Alg. 1 line 4   load Qi (Br x d) from HBM to on-chip SRAM                 -> cp.async, then registers (Q_IN_REGS)
+//   FA2 Alg. 1 line 5   on chip, O = 0, l = 0, m = -inf                            -> registers, fp32
+//   FA2 Alg. 1 line 6   for j = 1..Tc (here: j = Tc_visible-1 .. 0, masked blocks first, hidden blocks skipped)
+//   FA2 Alg. 1 line 7     load Kj, Vj from HBM to SRAM                             -> cp.async, 2-stage ring each
+//   FA2 Alg. 1 line 8     S = Qi Kj^T                                              -> mma.sync, S stays in registers
+//   FA2 Alg. 1 line 9     m_new = max(m, rowmax(S)), P = exp(S - m_new),
 //              l = e^(m - m_new) l + rowsum(P)                          -> exp2 with log2(e)*scale folded in
-//   line 10    O = diag(e^(m - m_new)) O + P Vj                         -> P re-used as the A operand (no smem trip)
-//   line 12  O = diag(l)^-1 O                                           -> epilogue through smem, 16 B stores
-//   line 13  L = m + log(l)                                             -> lse, float32 (B, H, Nq)
-//   line 14-15 write Oi and Li to HBM
+//   FA2 Alg. 1 line 10    O = diag(e^(m - m_new)) O + P Vj                         -> P re-used as the A operand (no smem trip)
+//   FA2 Alg. 1 line 12  O = diag(l)^-1 O                                           -> epilogue through smem, 16 B stores
+//   FA2 Alg. 1 line 13  L = m + log(l)                                             -> lse, float32 (B, H, Nq)
+//   FA2 Alg. 1 lines 14-15write Oi and Li to HBM
 //
 // Layout: q (B, H, Nq, d), k/v (B, H, Nk, d), o like q, lse (B, H, Nq); all contiguous. grid = (Tr, B*H).
 // Causal is bottom-right: query i sees key j iff j <= i + Nk - Nq. Rows that see no key: o = 0, lse = -inf.
@@ -166,7 +166,7 @@ fa2_tc_fwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16* __
 
     const int Tc_vis = visible_key_blocks(qb);  // swept j = Tc_vis-1 .. 0
 
-    // FA2 Alg. 1 line 4 + line 7 (prologue): Q_i and K_{Tc_vis-1}; then V_{Tc_vis-1}; then K_{Tc_vis-2}
+    // FA2 Alg. 1 line 4 + FA2 Alg. 1 line 7 (prologue): Q_i and K_{Tc_vis-1}; then V_{Tc_vis-1}; then K_{Tc_vis-2}
     load_tile<Br>(sQ, q_g, qb.i0, Nq, tid);
     if (Tc_vis > 0) load_tile<Bc>(sK0, k_g, (Tc_vis - 1) * Bc, Nk, tid);
     cp_async_commit();

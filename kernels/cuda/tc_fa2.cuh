@@ -238,4 +238,4 @@ __device__ __forceinline__ void epilogue_store(const u16* sO, u16* Og, const QBl
             *(uint4*)(o_g + (long long)(qb.i0 + r) * D + ch * 8) = val;
         }
     }
-}
+}  // FA2 Alg. 1 line 17: O and L are in HBM
