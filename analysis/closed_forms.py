@@ -35,7 +35,9 @@ input dtype's itemsize; ℓ, m, lse are float32. The SRAM working set is the var
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
+from typing import Callable
 
 from analysis.headline import paper_flops
 from analysis.tiling import TileSums, Tiling, cdiv, tile_sums
@@ -43,7 +45,8 @@ from analysis.tiling import TileSums, Tiling, cdiv, tile_sums
 FLOP_KINDS = ("matmul", "exp", "other")
 DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}  # name -> itemsize in HBM
 F32 = 4
-VARIANT_NAMES = ("naive", "fa1", "fa2", "v_once")
+# VARIANT_NAMES: the registered variants, in registration order (a module attribute computed on access,
+# see __getattr__ at the end: register() adds one)
 PLACEMENTS = ("auto", "sram", "hbm")  # as variants.v_once (checked equal in the tests)
 RESCALES = ("eager", "lazy")
 _FLOAT32_TENSORS = frozenset({"l", "m", "lse"})
@@ -142,34 +145,95 @@ class Traffic:
         }
 
 
-# -- the SRAM working sets live in the variants (imported lazily: variants import torch) ----------
-def _sram_fn(variant: str):
-    if variant == "naive":
-        from variants.naive import sram_bytes
-    elif variant == "fa1":
-        from variants.fa1 import sram_bytes
-    elif variant == "fa2":
-        from variants.fa2 import sram_bytes
-    else:
-        from variants.v_once import sram_bytes
-    return sram_bytes
+# -- the registry: how to count each variant without running it ------------------------------------
+@dataclass(frozen=True)
+class ClosedForm:
+    """One variant's closed form (docs/design.md, "How to add a variant").
+
+    terms(s: TileSums, t: Tiling, d: int, **options) -> (reads, writes, flops): per (batch, head), in
+        elements, tensor name -> count and FLOP kind -> count, exactly what the reference records.
+    sram: the reference's own working-set function, or "module:function" (imported on first use:
+        variants import torch, this module does not). Without options it is called as
+        sram(n_q, n_k, d, block_q, block_k, itemsize); with options as
+        sram(n_q, n_k, d, block_q, block_k, itemsize, causal, capacity=..., **options) and returns
+        (bytes, the options as resolved, e.g. placement "auto" -> "hbm").
+    options: option -> choices, first the default (as variants.Variant.options).
+    """
+
+    name: str
+    terms: Callable
+    sram: str | Callable
+    options: dict = field(default_factory=dict)
+
+    def sram_fn(self) -> Callable:
+        if callable(self.sram):
+            return self.sram
+        module, _, attr = self.sram.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+CLOSED_FORMS: dict[str, ClosedForm] = {}
+
+
+def register(entry: ClosedForm, *, replace: bool = False) -> ClosedForm:
+    """Add a variant's closed form: counts(), the fa-traffic CLI and tests/test_closed_forms.py use it."""
+    if not isinstance(entry, ClosedForm):
+        raise TypeError(f"register takes an analysis.closed_forms.ClosedForm, got {type(entry).__name__}")
+    if entry.name in CLOSED_FORMS and not replace:
+        raise ValueError(f"closed form {entry.name!r} is already registered (replace=True to swap it)")
+    CLOSED_FORMS[entry.name] = entry
+    return entry
+
+
+def unregister(name: str) -> ClosedForm:
+    return CLOSED_FORMS.pop(name)
+
+
+def _entry(variant: str) -> ClosedForm:
+    if variant not in CLOSED_FORMS:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(CLOSED_FORMS)}")
+    return CLOSED_FORMS[variant]
+
+
+def _options(entry: ClosedForm, given: dict) -> dict:
+    """The entry's options from `given` (others ignored: counts() takes placement= for every variant),
+    each checked against its choices."""
+    out = {}
+    for name, choices in entry.options.items():
+        value = given.get(name, choices[0])
+        if value not in choices:
+            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        out[name] = value
+    return out
+
+
+def _working_set(entry: ClosedForm, n_q, n_k, d, block_q, block_k, itemsize, causal, capacity,
+                 options: dict) -> tuple[int, dict]:
+    fn = entry.sram_fn()
+    if not entry.options:
+        return fn(n_q, n_k, d, block_q, block_k, itemsize), {}
+    return fn(n_q, n_k, d, block_q, block_k, itemsize, causal, capacity=capacity, **options)
 
 
 def sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype="fp16", causal=False, *,
-                     placement="auto", rescale="eager", capacity=None) -> tuple[int, str | None]:
+                     placement="auto", rescale="eager", capacity=None, **options) -> tuple[int, str | None]:
     """(bytes, resolved placement) of the working set the reference declares via require_sram."""
-    itemsize = DTYPES[dtype_name(dtype)]
-    fn = _sram_fn(variant)
-    if variant != "v_once":
-        # naive, fa1, fa2 call sram_bytes(n_q, n_k, d, block_q, block_k, itemsize)
-        return fn(n_q, n_k, d, block_q, block_k, itemsize), None
-    from variants.v_once import resolve_placement
+    entry = _entry(variant)
+    opts = _options(entry, dict(options, placement=placement, rescale=rescale))
+    nbytes, resolved = _working_set(entry, n_q, n_k, d, block_q, block_k, DTYPES[dtype_name(dtype)],
+                                    causal, capacity, opts)
+    return nbytes, resolved.get("placement")
+
+
+def _v_once_sram(n_q, n_k, d, block_q, block_k, itemsize, causal, *, capacity, placement, rescale):
+    from variants.v_once import resolve_placement, sram_bytes
 
     if placement == "auto":
         placement = resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,
                                       rescale=rescale, capacity=capacity)
-    return fn(n_q, n_k, d, block_q, block_k, itemsize, causal, placement=placement,
-              rescale=rescale), placement
+    nbytes = sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal, placement=placement,
+                        rescale=rescale)
+    return nbytes, {"placement": placement, "rescale": rescale}
 
 
 # -- the tile geometry every formula sums over (analysis.tiling.TileSums) ----------------------------
@@ -242,40 +306,40 @@ def _v_once(s: TileSums, t: Tiling, d: int, spill: bool, eager: bool):
     return reads, writes, flops
 
 
+def _v_once_terms(s: TileSums, t: Tiling, d: int, *, placement: str, rescale: str):
+    return _v_once(s, t, d, placement == "hbm", rescale == "eager")
+
+
+for _cf in (ClosedForm("naive", _naive, "variants.naive:sram_bytes"),
+            ClosedForm("fa1", _fa1, "variants.fa1:sram_bytes"),
+            ClosedForm("fa2", _fa2, "variants.fa2:sram_bytes"),
+            ClosedForm("v_once", _v_once_terms, _v_once_sram, {"placement": PLACEMENTS, "rescale": RESCALES})):
+    register(_cf)
+
+
 def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, causal=False,
            dtype="fp16", block_q=64, block_k=64, placement="auto", rescale="eager",
-           sram_bytes: int | None = None) -> Traffic:
+           sram_bytes: int | None = None, **options) -> Traffic:
     """Exact whole-problem counts of `variant` (what its reference records), without running it.
 
     sram_bytes: the capacity the working set is checked against (v_once "auto" resolves against it;
     None = unlimited). A working set that does not fit is reported (`fits`, `over_by_bytes`), not
-    raised: the counts are what the variant would move on a chip big enough.
+    raised: the counts are what the variant would move on a chip big enough. placement and rescale
+    are v_once's options; a registered variant's own options come as keywords.
     """
-    if variant not in VARIANT_NAMES:
-        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANT_NAMES)}")
+    entry = _entry(variant)
     for name, value in (("batch", batch), ("heads", heads), ("n_q", n_q), ("n_k", n_k), ("d", d),
                         ("block_q", block_q), ("block_k", block_k)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     dtype = dtype_name(dtype)
     itemsize = DTYPES[dtype]
-    if variant == "v_once":
-        if placement not in PLACEMENTS:
-            raise ValueError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
-        if rescale not in RESCALES:
-            raise ValueError(f"unknown rescale {rescale!r}; choose one of {', '.join(RESCALES)}")
+    opts = _options(entry, dict(options, placement=placement, rescale=rescale))
     t = Tiling(n_q, n_k, block_q, block_k, bool(causal))
-    sram, resolved = sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype, bool(causal),
-                                      placement=placement, rescale=rescale, capacity=sram_bytes)
+    sram, resolved = _working_set(entry, n_q, n_k, d, block_q, block_k, itemsize, bool(causal),
+                                  sram_bytes, opts)
     s = tile_sums(t)
-    if variant == "naive":
-        reads, writes, flops = _naive(s, t, d)
-    elif variant == "fa1":
-        reads, writes, flops = _fa1(s, t, d)
-    elif variant == "fa2":
-        reads, writes, flops = _fa2(s, t, d)
-    else:
-        reads, writes, flops = _v_once(s, t, d, resolved == "hbm", rescale == "eager")
+    reads, writes, flops = entry.terms(s, t, d, **resolved)
     bh = batch * heads
     reads = {k: v * bh for k, v in reads.items() if v}
     writes = {k: v * bh for k, v in writes.items() if v}
@@ -283,7 +347,6 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
     def nbytes(name, n):
         return n * (F32 if name in _FLOAT32_TENSORS else itemsize)
 
-    is_v = variant == "v_once"
     return Traffic(
         variant=variant, batch=batch, heads=heads, n_q=n_q, n_k=n_k, d=d, causal=bool(causal),
         dtype=dtype, block_q=block_q, block_k=block_k,
@@ -292,8 +355,8 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
         write_bytes={k: nbytes(k, v) for k, v in writes.items()},
         flops={k: flops[k] * bh for k in FLOP_KINDS},
         sram_peak_bytes=int(sram), sram_capacity=sram_bytes,
-        placement=placement if is_v else None, placement_resolved=resolved,
-        rescale=rescale if is_v else None,
+        placement=opts.get("placement"), placement_resolved=resolved.get("placement"),
+        rescale=opts.get("rescale"),
     )
 
 
@@ -307,3 +370,9 @@ def fa1_blocks(sram_bytes: int, d: int) -> tuple[int, int]:
     m = sram_bytes // F32
     bc = max(1, cdiv(m, 4 * d))
     return min(bc, d), bc
+
+
+def __getattr__(name: str):
+    if name == "VARIANT_NAMES":  # live: a variant registered at runtime is listed (the CLI's choices)
+        return tuple(CLOSED_FORMS)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
