@@ -1,9 +1,10 @@
 """FlashAttention-1 forward (Dao et al. 2022, Algorithm 1 as printed), against the memory model.
 
-The loop order is FA1's: the outer loop streams K_j, V_j (FA1 Alg. 1 line 5); the inner loop runs over every
-query block Q_i (FA1 Alg. 1 line 7). The running output O and the statistics ℓ, m live in HBM and make a round
-trip at every visited (j, i): read at FA1 Alg. 1 line 8, written back at FA1 Alg. 1 lines 12-13. The running O is stored in
-the output dtype, as printed, so fp16/bf16 inputs round it Tc times.
+The loop order is FA1's: the outer loop streams K_j, V_j (FA1 Alg. 1 line 5); the inner loop runs over
+every query block Q_i (FA1 Alg. 1 line 7). The running output O and the statistics ℓ, m live in HBM and
+make a round trip at every visited (j, i): read at FA1 Alg. 1 line 8, written back at
+FA1 Alg. 1 lines 12-13. The running O is stored in the output dtype, as printed, so fp16/bf16 inputs
+round it Tc times.
 
 HBM traffic per (batch, head), non-causal:
     FA1 Alg. 1 line 2 writes O: Nq·d, ℓ: Nq, m: Nq (initialisation)
@@ -70,7 +71,8 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
             alpha = mem.exp(mem.ew(mi - m_safe))  # e^{m_i - m_i^new}
             beta = mem.exp(mem.ew(m_tilde - m_safe))  # e^{m~_ij - m_i^new}
             li_new = mem.ew(mem.ew(alpha * li) + mem.ew(beta * l_tilde))
-            # FA1 Alg. 1 line 12: O_i <- diag(ℓ_i^new)^-1 (diag(ℓ_i) e^{m_i - m_i^new} O_i + e^{m~_ij - m_i^new} P~_ij V_j)
+            # FA1 Alg. 1 line 12:
+            #   O_i <- diag(ℓ_i^new)^-1 (diag(ℓ_i) e^{m_i - m_i^new} O_i + e^{m~_ij - m_i^new} P~_ij V_j)
             carried = mem.ew(mem.ew(li * alpha) * Oi)
             fresh = mem.ew(beta * mem.matmul(P_tilde, Vj))
             Oi = mem.ew(safe_div(mem.ew(carried + fresh), li_new))
