@@ -39,6 +39,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
+from analysis import registry
 from analysis.headline import paper_flops
 from analysis.tiling import TileSums, Tiling, cdiv, tile_sums
 
@@ -177,16 +178,11 @@ CLOSED_FORMS: dict[str, ClosedForm] = {}
 
 def register(entry: ClosedForm, *, replace: bool = False) -> ClosedForm:
     """Add a variant's closed form: counts(), the fa-traffic CLI and tests/test_closed_forms.py use it."""
-    if not isinstance(entry, ClosedForm):
-        raise TypeError(f"register takes an analysis.closed_forms.ClosedForm, got {type(entry).__name__}")
-    if entry.name in CLOSED_FORMS and not replace:
-        raise ValueError(f"closed form {entry.name!r} is already registered (replace=True to swap it)")
-    CLOSED_FORMS[entry.name] = entry
-    return entry
+    return registry.add(CLOSED_FORMS, entry, ClosedForm, replace=replace)
 
 
 def unregister(name: str) -> ClosedForm:
-    return CLOSED_FORMS.pop(name)
+    return registry.remove(CLOSED_FORMS, name)
 
 
 def _entry(variant: str) -> ClosedForm:

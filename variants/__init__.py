@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable
 
+from analysis import registry
 from variants import fa1, fa2, naive, v_once
 from variants.reference import attention_reference
 
@@ -60,19 +61,12 @@ def register(variant: Variant, *, replace: bool = False) -> Variant:
     """Add a variant to VARIANTS: the equivalence, accounting and closed-form tests and the CLI
     iterate over the registry, so a registered variant is checked and reported with no other edit
     (docs/design.md, "How to add a variant"). Its closed form goes to analysis.closed_forms.register."""
-    if not isinstance(variant, Variant):
-        raise TypeError(f"register takes a variants.Variant, got {type(variant).__name__}")
-    if variant.name in VARIANTS and not replace:
-        raise ValueError(f"variant {variant.name!r} is already registered (replace=True to swap it)")
-    VARIANTS[variant.name] = variant
-    return variant
+    return registry.add(VARIANTS, variant, Variant, replace=replace)
 
 
 def unregister(name: str) -> Variant:
     """Remove a registered variant (the throwaway variant of tests/test_add_a_variant.py)."""
-    if name not in VARIANTS:
-        raise KeyError(f"no variant {name!r}; registered: {', '.join(VARIANTS)}")
-    return VARIANTS.pop(name)
+    return registry.remove(VARIANTS, name)
 
 
 __all__ = ["VARIANTS", "Variant", "attention_reference", "register", "unregister"]
