@@ -52,7 +52,6 @@ constexpr int Br = BLOCK_M, Bc = BLOCK_N;  // the papers' tile names (FA2 Alg. 1
 
 #include "tc_common.cuh"  // PTX wrappers, quad reductions, swizzled tile copy
 
-
 // What every thread knows about its Q block i, fixed for the whole kernel.
 struct QBlock {
     int Nq, Nk;
