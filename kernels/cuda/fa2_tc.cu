@@ -1,17 +1,17 @@
 // fa2_tc.cu -- FlashAttention-2 forward on tensor cores (mma.sync m16n8k16, ldmatrix, cp.async).
 //
 // FlashAttention-2 paper (Dao 2023), Algorithm 1, for one (batch, head) and one Q block i:
-//   FA2 Alg. 1 line 4   load Qi (Br x d) from HBM to on-chip SRAM                 -> cp.async, then registers (Q_IN_REGS)
-//   FA2 Alg. 1 line 5   on chip, O = 0, l = 0, m = -inf                            -> registers, fp32
-//   FA2 Alg. 1 line 6   for j = 1..Tc (here: j = Tc_visible-1 .. 0, masked blocks first, hidden blocks skipped)
-//   FA2 Alg. 1 line 7     load Kj, Vj from HBM to SRAM                             -> cp.async, 2-stage ring each
-//   FA2 Alg. 1 line 8     S = Qi Kj^T                                              -> mma.sync, S stays in registers
-//   FA2 Alg. 1 line 9     m_new = max(m, rowmax(S)), P = exp(S - m_new),
-//              l = e^(m - m_new) l + rowsum(P)                          -> exp2 with log2(e)*scale folded in
-//   FA2 Alg. 1 line 10    O = diag(e^(m - m_new)) O + P Vj                         -> P re-used as the A operand (no smem trip)
-//   FA2 Alg. 1 line 12  O = diag(l)^-1 O                                           -> epilogue through smem, 16 B stores
-//   FA2 Alg. 1 line 13  L = m + log(l)                                             -> lse, float32 (B, H, Nq)
-//   FA2 Alg. 1 lines 14-15write Oi and Li to HBM
+//   FA2 Alg. 1 line 4      load Qi (Br x d) from HBM to on-chip SRAM     -> cp.async, then registers (Q_IN_REGS)
+//   FA2 Alg. 1 line 5      on chip, O = 0, l = 0, m = -inf                -> registers, fp32
+//   FA2 Alg. 1 line 6      for j = 1..Tc (here: j = Tc_vis-1 .. 0, masked blocks first, hidden blocks skipped)
+//   FA2 Alg. 1 line 7        load Kj, Vj from HBM to SRAM                 -> cp.async, 2-stage ring each
+//   FA2 Alg. 1 line 8        S = Qi Kj^T                                  -> mma.sync, S stays in registers
+//   FA2 Alg. 1 line 9        m_new = max(m, rowmax(S)), P = exp(S - m_new),
+//                            l = e^(m - m_new) l + rowsum(P)              -> exp2 with log2(e)*scale folded in
+//   FA2 Alg. 1 line 10       O = diag(e^(m - m_new)) O + P Vj             -> P re-used as the A operand (no smem)
+//   FA2 Alg. 1 line 12     O = diag(l)^-1 O                               -> epilogue through smem, 16 B stores
+//   FA2 Alg. 1 line 13     L = m + log(l)                                 -> lse, float32 (B, H, Nq)
+//   FA2 Alg. 1 lines 14-15 write Oi and Li to HBM
 //
 // Layout: q (B, H, Nq, d), k/v (B, H, Nk, d), o like q, lse (B, H, Nq); all contiguous. grid = (Tr, B*H).
 // Causal is bottom-right: query i sees key j iff j <= i + Nk - Nq. Rows that see no key: o = 0, lse = -inf.
@@ -73,7 +73,8 @@ struct Step {
 // One step j of the inner loop (FA2 Alg. 1 lines 8-10), MASK for the causal diagonal and the Nk tail.
 // ------------------------------------------------------------------------------------------------
 template <bool MASK>
-__device__ __forceinline__ void fa2_step(State& st, const QBlock& qb, const Step& sp, u32 sQ, const u16* k_g, const u16* v_g) {
+__device__ __forceinline__ void fa2_step(State& st, const QBlock& qb, const Step& sp, u32 sQ, const u16* k_g,
+                                         const u16* v_g) {
     const u32 aQ = lane_addr_q(sQ, qb.warp_row0, qb.lane);
     const u32 aK = lane_addr_k(sp.sK, qb.lane);
     const u32 aV = lane_addr_v(sp.sV, qb.lane);

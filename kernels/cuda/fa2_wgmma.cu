@@ -18,7 +18,7 @@
 //   FA2 Alg. 1 line 9     m_new = max(m, rowmax(S)), P = exp(S - m_new), l = ...   -> registers, exp2 domain
 //   FA2 Alg. 1 line 10    O = diag(e^(m - m_new)) O + P Vj                         -> wgmma RS (A = P from registers,
 //                                                                          B = V, MN-major: no transpose copy)
-//   FA2 Alg. 1 lines 12-15O = diag(l)^-1 O, L = m + log l, write Oi, Li           -> staged through the warp's Q rows
+//   FA2 Alg. 1 lines 12-15 O = diag(l)^-1 O, L = m + log l, write Oi, Li           -> staged through the warp's Q rows
 //
 // Overlap (OVERLAP=1, FA3 paper's "intra-warpgroup pipelining"): step j issues S_j = Q K_j^T and then
 // O += P_{j+1} V_{j+1} (P of the previous step), waits for S_j only, and runs the softmax of S_j while the

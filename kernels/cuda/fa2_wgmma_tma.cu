@@ -23,7 +23,7 @@
 //   FA2 Alg. 1 line 8     S = Qi Kj^T               -> consumer: wgmma SS, then releases the K slot
 //   FA2 Alg. 1 line 9     online softmax            -> consumer registers (overlaps P_{j+1} V_{j+1} on the tensor cores)
 //   FA2 Alg. 1 line 10    O = diag(.) O + P Vj      -> consumer: wgmma RS (P from registers), then releases the V slot
-//   FA2 Alg. 1 lines 12-15O / l, lse, write         -> consumer, staged through its own Q rows
+//   FA2 Alg. 1 lines 12-15 O / l, lse, write         -> consumer, staged through its own Q rows
 // Masking, the exact rescale skip, layouts and descriptors are those of fa2_wgmma.cu.
 //
 // Arguments: three CUtensorMaps (Q, K, V as 3-D tensors (d, N, B*H), 128-byte swizzle, box 64 x rows x 1)

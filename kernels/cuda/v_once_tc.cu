@@ -86,8 +86,8 @@ struct FRow {
 };
 
 template <bool MASK>
-__device__ __forceinline__ void phase1_step(const u32 (&q)[MT][KD][4], float (&m_run)[MT][2], float (&l_run)[MT][2], const FRow& fr,
-                                            const QBlock& qb, u32 sK, int j) {
+__device__ __forceinline__ void phase1_step(const u32 (&q)[MT][KD][4], float (&m_run)[MT][2], float (&l_run)[MT][2],
+                                            const FRow& fr, const QBlock& qb, u32 sK, int j) {
     const int lane = qb.lane, warp = fr.warp;
     const float scale_log2 = qb.scale_log2;
     // FA2 Alg. 1 line 8 with Q_i in registers    [issue: QKij = Qi @ Kj^T]
