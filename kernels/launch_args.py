@@ -1,0 +1,94 @@
+"""cuLaunchKernel's kernelParams (void**) for one signature of argument types, in numpy memory.
+
+    plan = ArgPlan(args, device_index, kernel_name)   # once per argument-type signature
+    params = plan.fill(args)                          # per launch: an int, the address of the void** array
+
+The driver copies each kernel parameter from the address in slot i of the array, sized by the kernel
+image, so every argument gets one slot of a numpy byte buffer, made once; a launch only writes the new
+values into typed views of it. Building those objects per call (ctypes or cuda.bindings' tuple form)
+costs tens of µs, which a CUDA-event-timed call counts as kernel time.
+
+Argument kinds: torch tensor -> its device pointer (uint64); Python bool/int -> int32; float -> float32;
+numpy scalar -> its exact type; numpy array -> its raw bytes, by value (a struct such as a CUtensorMap,
+which a __grid_constant__ parameter takes; 64-byte aligned like the struct).
+"""
+from __future__ import annotations
+
+STRUCT_ALIGN = 64  # CUtensorMap is alignas(64); scalars need at most 8
+
+
+def dim3(dims) -> tuple[int, int, int]:
+    dims = tuple(int(x) for x in dims)
+    return dims + (1,) * (3 - len(dims))
+
+
+def _kind(a, device_index: int, kernel: str):
+    """(kind, numpy dtype, size in bytes) of one argument; the errors name the kernel."""
+    import numpy as np
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        if not a.is_cuda or a.device.index != device_index:
+            raise ValueError(f"{kernel}: tensor argument on {a.device}, kernel on cuda:{device_index}")
+        return "tensor", np.dtype(np.uint64), 8
+    if isinstance(a, np.ndarray):
+        return "struct", np.dtype(np.uint8), a.nbytes
+    if isinstance(a, np.generic):
+        if a.dtype.kind not in "iuf":
+            raise TypeError(f"{kernel}: cannot pass a numpy {type(a).__name__} to a kernel")
+        return "numpy", a.dtype, a.dtype.itemsize
+    if isinstance(a, bool) or isinstance(a, int):
+        return "int", np.dtype(np.int32), 4
+    if isinstance(a, float):
+        return "float", np.dtype(np.float32), 4
+    raise TypeError(f"{kernel}: cannot pass {type(a).__name__} to a kernel")
+
+
+class ArgPlan:
+    def __init__(self, args, device_index: int, kernel: str):
+        import numpy as np
+
+        self.device_index, self.kernel = device_index, kernel
+        kinds = [_kind(a, device_index, kernel) for a in args]
+        offsets, end = [], 0
+        for kind, _, size in kinds:
+            align = STRUCT_ALIGN if kind == "struct" else 8
+            end = -(-end // align) * align
+            offsets.append(end)
+            end += size
+        self._raw = np.zeros(end + STRUCT_ALIGN, dtype=np.uint8)  # room to align the base
+        base_addr = self._raw.__array_interface__["data"][0]
+        shift = -base_addr % STRUCT_ALIGN
+        self.buffer = self._raw[shift:shift + end]
+        base_addr += shift
+        self.kinds = [k for k, _, _ in kinds]
+        self.sizes = [size for _, _, size in kinds]
+        # one writable view per slot: a 1-element typed array (scalars) or the slot's bytes (structs)
+        self.views = [self.buffer[o:o + size] if kind == "struct" else self.buffer[o:o + size].view(dtype)
+                      for (kind, dtype, size), o in zip(kinds, offsets)]
+        self.pointers = np.array([base_addr + o for o in offsets], dtype=np.uint64)
+        self.params = self.pointers.__array_interface__["data"][0] if len(args) else 0
+        self.fill(args)  # the first call's values, with the per-call checks
+
+    def fill(self, args) -> int:
+        """Write this launch's values into the slots; returns the void** address for cuLaunchKernel."""
+        if len(args) != len(self.kinds):
+            raise TypeError(f"{self.kernel}: {len(args)} arguments, the plan has {len(self.kinds)}")
+        for view, kind, a in zip(self.views, self.kinds, args):
+            if kind == "tensor":
+                if not a.is_cuda or a.get_device() != self.device_index:
+                    raise ValueError(f"{self.kernel}: tensor argument on {a.device}, "
+                                     f"kernel on cuda:{self.device_index}")
+                view[0] = a.data_ptr()
+            elif kind == "int":
+                if not -2**31 <= a < 2**31:
+                    raise OverflowError(f"{self.kernel}: int argument {a} does not fit int32; pass np.int64")
+                view[0] = a
+            elif kind == "struct":
+                if a.nbytes != view.nbytes:
+                    raise ValueError(f"{self.kernel}: struct argument of {a.nbytes} bytes, "
+                                     f"the plan's slot has {view.nbytes}")
+                view[:] = a.reshape(-1).view(view.dtype)
+            else:  # float, numpy scalar: the view's dtype converts
+                view[0] = a
+        return self.params
