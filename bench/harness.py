@@ -113,8 +113,12 @@ class Entry:
         if dtype is not None and dtype not in self.spec.dtypes:
             return f"{dtype} unsupported by {self.spec.name}"
         plan = getattr(self.spec.module, "plan", None)  # v_once_tc: does the f row fit in shared memory?
-        if plan is not None and self.options.get("placement") == "sram":
-            if not plan(n_q, n_k, d, causal=causal, rescale=self.options.get("rescale", "lazy"))["fits_sram"]:
+        if plan is not None and "placement" in self.options:
+            try:
+                p = plan(n_q, n_k, d, causal=causal, rescale=self.options.get("rescale", "lazy"))
+            except ValueError as exc:  # not even spilled
+                return str(exc)
+            if self.options["placement"] == "sram" and not p["fits_sram"]:
                 return "the f row does not fit in shared memory"
         return None
 
