@@ -4,8 +4,8 @@
     params = plan.fill(args)                          # per launch: an int, the address of the void** array
 
 The driver copies each kernel parameter from the address in slot i of the array, sized by the kernel
-image, so every argument gets one slot of a numpy byte buffer, made once; a launch only writes the new
-values into typed views of it. Building those objects per call (ctypes or cuda.bindings' tuple form)
+image, so every argument gets one slot of a numpy byte buffer, made once; a launch writes the new
+values into it with one struct.pack_into (a format made once per signature). Building those objects per call (ctypes or cuda.bindings' tuple form)
 costs tens of µs, which a CUDA-event-timed call counts as kernel time.
 
 Argument kinds: torch tensor -> its device pointer (uint64); Python bool/int -> int32; float -> float32;
@@ -15,6 +15,11 @@ which a __grid_constant__ parameter takes; 64-byte aligned like the struct).
 from __future__ import annotations
 
 STRUCT_ALIGN = 64  # CUtensorMap is alignas(64); scalars need at most 8
+
+
+# struct's standard-size codes ('=' makes 'l' 4 bytes, so numpy's dtype.char cannot be used)
+_FORMAT = {("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q", ("u", 1): "B", ("u", 2): "H",
+           ("u", 4): "I", ("u", 8): "Q", ("f", 2): "e", ("f", 4): "f", ("f", 8): "d"}
 
 
 def dim3(dims) -> tuple[int, int, int]:
@@ -50,45 +55,51 @@ class ArgPlan:
 
         self.device_index, self.kernel = device_index, kernel
         kinds = [_kind(a, device_index, kernel) for a in args]
-        offsets, end = [], 0
-        for kind, _, size in kinds:
+        # one struct format for the whole buffer ('=': no implicit padding; the 'x' pads are explicit)
+        fmt, offsets, end = "=", [], 0
+        for kind, dtype, size in kinds:
             align = STRUCT_ALIGN if kind == "struct" else 8
-            end = -(-end // align) * align
+            pad = -end % align
+            fmt += f"{pad}x" if pad else ""
+            end += pad
             offsets.append(end)
+            fmt += f"{size}s" if kind == "struct" else _FORMAT[dtype.kind, size]
             end += size
         self._raw = np.zeros(end + STRUCT_ALIGN, dtype=np.uint8)  # room to align the base
         base_addr = self._raw.__array_interface__["data"][0]
         shift = -base_addr % STRUCT_ALIGN
         self.buffer = self._raw[shift:shift + end]
+        self._memory = memoryview(self.buffer)
+        self._pack = __import__("struct").Struct(fmt).pack_into
         base_addr += shift
-        self.kinds = [k for k, _, _ in kinds]
+        self.kinds = tuple(k for k, _, _ in kinds)
         self.sizes = [size for _, _, size in kinds]
-        # one writable view per slot: a 1-element typed array (scalars) or the slot's bytes (structs)
-        self.views = [self.buffer[o:o + size] if kind == "struct" else self.buffer[o:o + size].view(dtype)
-                      for (kind, dtype, size), o in zip(kinds, offsets)]
         self.pointers = np.array([base_addr + o for o in offsets], dtype=np.uint64)
         self.params = self.pointers.__array_interface__["data"][0] if len(args) else 0
         self.fill(args)  # the first call's values, with the per-call checks
 
     def fill(self, args) -> int:
-        """Write this launch's values into the slots; returns the void** address for cuLaunchKernel."""
+        """Write this launch's values into the slots (one struct.pack_into); returns the void** address
+        for cuLaunchKernel."""
         if len(args) != len(self.kinds):
             raise TypeError(f"{self.kernel}: {len(args)} arguments, the plan has {len(self.kinds)}")
-        for view, kind, a in zip(self.views, self.kinds, args):
+        values = []
+        for kind, a in zip(self.kinds, args):
             if kind == "tensor":
                 if not a.is_cuda or a.get_device() != self.device_index:
                     raise ValueError(f"{self.kernel}: tensor argument on {a.device}, "
                                      f"kernel on cuda:{self.device_index}")
-                view[0] = a.data_ptr()
+                values.append(a.data_ptr())
             elif kind == "int":
                 if not -2**31 <= a < 2**31:
                     raise OverflowError(f"{self.kernel}: int argument {a} does not fit int32; pass np.int64")
-                view[0] = a
+                values.append(a)
             elif kind == "struct":
-                if a.nbytes != view.nbytes:
-                    raise ValueError(f"{self.kernel}: struct argument of {a.nbytes} bytes, "
-                                     f"the plan's slot has {view.nbytes}")
-                view[:] = a.reshape(-1).view(view.dtype)
-            else:  # float, numpy scalar: the view's dtype converts
-                view[0] = a
+                values.append(a.tobytes())
+            else:  # float, numpy scalar: the format converts
+                values.append(a)
+        for kind, a, size in zip(self.kinds, values, self.sizes):
+            if kind == "struct" and len(a) != size:
+                raise ValueError(f"{self.kernel}: struct argument of {len(a)} bytes, the plan's slot has {size}")
+        self._pack(self._memory, 0, *values)
         return self.params
