@@ -23,6 +23,9 @@ _FORMAT = {("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q", ("u", 1):
 
 
 def dim3(dims) -> tuple[int, int, int]:
+    if type(dims) is tuple and len(dims) == 3 and type(dims[0]) is int and type(dims[1]) is int \
+            and type(dims[2]) is int:
+        return dims  # the launchers' usual call: nothing to convert
     dims = tuple(int(x) for x in dims)
     return dims + (1,) * (3 - len(dims))
 

@@ -342,9 +342,23 @@ class Kernel:
                 plan = self._plans[signature] = ArgPlan(args, self.device_index, self.name)
             result = self._launch_fn(self._function, gx, gy, gz, bx, by, bz, shared_mem, stream,
                                      plan.fill(args), 0)
+            if result[0] != self._ok and self._bind_context(result[0]):  # a thread torch never bound
+                result = self._launch_fn(self._function, gx, gy, gz, bx, by, bz, shared_mem, stream,
+                                         plan.fill(args), 0)
         if result[0] != self._ok:
             _check(result, f"cuLaunchKernel (grid {(gx, gy, gz)}, block {(bx, by, bz)}, "
                            f"{shared_mem} B shared memory)", self.name)
+
+    def _bind_context(self, err) -> bool:
+        """On CUDA_ERROR_INVALID_CONTEXT make the device's primary context current on this thread (what a
+        runtime-API call does on first use; cuLaunchKernel is a driver call); True if it did."""
+        import cupy
+        from cuda.bindings import driver
+
+        if err != driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:
+            return False
+        cupy.cuda.runtime.setDevice(self.device_index)
+        return True
 
     def _opt_in(self, shared_mem: int) -> None:
         from cuda.bindings import driver
@@ -369,7 +383,8 @@ def get_function(source, kernel_name, *, defines=None, arch=None, extra_options=
         device = torch.cuda.current_device() if torch.cuda.is_available() else 0
     # Fast path: the call's arguments plus the sources' mtimes. Hashing the source and headers
     # (_cache_key) costs 0.2-0.5 ms, which a CUDA-event-timed launch would count as kernel time.
-    fast = (str(source), kernel_name, tuple(sorted(defines.items())) if defines else (), arch,
+    # (defines in the caller's order: launchers build them in a fixed order; another order only misses)
+    fast = (str(source), kernel_name, tuple(defines.items()) if defines else (), arch,
             tuple(extra_options), device, _source_stamp(source))
     hit = _launch_memo.get(fast)
     if hit is not None:
