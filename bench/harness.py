@@ -20,14 +20,16 @@ and rows that see no key (causal, Nq > Nk) must give o = 0, lse = -inf. SDPA ret
 poisoning) and no lse; its is_causal is top-left aligned, so causal problems with Nq != Nk are skipped.
 
 Timing (time_fn), one method: triton.testing.do_bench where triton imports, the field's standard: each
-call is timed alone between CUDA events, and before each call do_bench zeroes a 256 MB buffer, which
-flushes the L2 (50-60 MB on an H100/H200), outside the timed window; the time includes the host work of
-the call (argument checks, output allocation, the launch) whenever that is longer than the GPU's queue,
-as a user's call would. The median is reported (min and max beside it). Inputs also rotate over
-several sets totalling more than the L2 (input_sets), so even without the flush no call finds its
-inputs cached. Without triton: the same per-call CUDA events and median over the rotating sets,
-without the explicit flush (the record's "timer" field says which ran). Calls over SLOW_CALL_S are timed
-a few times with events only (do_bench would first run them five times to size its loop).
+call is timed alone between two CUDA events, and before each call do_bench zeroes a 256 MB buffer,
+which flushes the L2 (50-60 MB on an H100/H200), outside the timed window. What the window includes:
+the GPU work of the call, plus whatever host work of the call (argument checks, output allocation,
+the launch) outlasts the flush still running on the GPU (~0.1 ms at 3 TB/s), i.e. in practice the
+kernel alone. The median is reported (min and max beside it). Inputs also rotate over several sets
+totalling more than the L2 (input_sets), so even without the flush no call finds its inputs cached.
+Without triton: per-call CUDA events after the previous call finished (the window then includes the
+call's host work), median over the rotating sets, no explicit flush; the record's "timer" field says
+which ran, and launch_overhead.py measures the host work on its own. Calls over SLOW_CALL_S are timed a
+few times with events only (do_bench would first run them five times to size its loop).
 
 FLOPs: flops() is the one formula every TFLOP/s here divides by (analysis.headline.attention_flops,
 4·d per visible (query, key) pair, where present, else the papers' paper_flops).
