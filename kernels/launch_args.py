@@ -14,6 +14,8 @@ which a __grid_constant__ parameter takes; 64-byte aligned like the struct).
 """
 from __future__ import annotations
 
+import struct as _struct
+
 STRUCT_ALIGN = 64  # CUtensorMap is alignas(64); scalars need at most 8
 
 
@@ -73,7 +75,7 @@ class ArgPlan:
         shift = -base_addr % STRUCT_ALIGN
         self.buffer = self._raw[shift:shift + end]
         self._memory = memoryview(self.buffer)
-        self._pack = __import__("struct").Struct(fmt).pack_into
+        self._pack = _struct.Struct(fmt).pack_into
         base_addr += shift
         self.kinds = tuple(k for k, _, _ in kinds)
         self.sizes = [size for _, _, size in kinds]
@@ -87,22 +89,25 @@ class ArgPlan:
         if len(args) != len(self.kinds):
             raise TypeError(f"{self.kernel}: {len(args)} arguments, the plan has {len(self.kinds)}")
         values = []
-        for kind, a in zip(self.kinds, args):
+        append = values.append
+        for kind, a, size in zip(self.kinds, args, self.sizes):
             if kind == "tensor":
-                if not a.is_cuda or a.get_device() != self.device_index:
+                if a.get_device() != self.device_index:  # -1 for a CPU tensor
                     raise ValueError(f"{self.kernel}: tensor argument on {a.device}, "
                                      f"kernel on cuda:{self.device_index}")
-                values.append(a.data_ptr())
-            elif kind == "int":
-                if not -2**31 <= a < 2**31:
-                    raise OverflowError(f"{self.kernel}: int argument {a} does not fit int32; pass np.int64")
-                values.append(a)
+                append(a.data_ptr())
             elif kind == "struct":
-                values.append(a.tobytes())
-            else:  # float, numpy scalar: the format converts
-                values.append(a)
-        for kind, a, size in zip(self.kinds, values, self.sizes):
-            if kind == "struct" and len(a) != size:
-                raise ValueError(f"{self.kernel}: struct argument of {len(a)} bytes, the plan's slot has {size}")
-        self._pack(self._memory, 0, *values)
+                b = a.tobytes()
+                if len(b) != size:  # struct would pad or cut it silently
+                    raise ValueError(f"{self.kernel}: struct argument of {len(b)} bytes, the plan's slot has {size}")
+                append(b)
+            else:  # int, float, numpy scalar: the format converts (and range-checks)
+                append(a)
+        try:
+            self._pack(self._memory, 0, *values)
+        except _struct.error as exc:
+            bad = [a for k, a in zip(self.kinds, args) if k == "int" and not -2**31 <= a < 2**31]
+            if bad:
+                raise OverflowError(f"{self.kernel}: int argument {bad[0]} does not fit int32; pass np.int64") from None
+            raise TypeError(f"{self.kernel}: {exc}") from None
         return self.params

@@ -172,6 +172,8 @@ def test_arg_plan_refills_its_slots():
     assert all(int(p) % 8 == 0 for p in plan.pointers), "scalars are at least 8-byte aligned"
     with pytest.raises(OverflowError, match="does not fit int32"):
         plan.fill([2**31, 1.0, np.int64(1), True])
+    with pytest.raises(TypeError, match="k: "):
+        plan.fill([1.5, 1.0, np.int64(1), True])  # a float where the plan has an int32
     with pytest.raises(ValueError, match="tensor argument on cpu"):
         ArgPlan([torch.zeros(1)], 0, "k")
     with pytest.raises(TypeError, match="cannot pass str"):
