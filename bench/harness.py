@@ -39,8 +39,10 @@ process; every script puts it in every record it writes, so notebooks and docs c
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import statistics
 import subprocess
 import time
@@ -180,15 +182,39 @@ def flops_formula() -> str:
 _RUN: dict = {}
 
 
+def source_root() -> Path:
+    """The tree whose kernels run (the `kernels` package's parent; bench/ab_speed.py times another tree)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("kernels")
+    return Path(spec.origin).resolve().parent.parent if spec and spec.origin else ROOT
+
+
+def tree_hash(root: Path) -> str:
+    """A short hash of the sources that decide a result (a copy without .git still gets a distinct id)."""
+    h = hashlib.sha256()
+    for pattern in ("kernels/*.py", "kernels/cuda/*", "variants/*.py", "analysis/*.py", "bench/*.py"):
+        for f in sorted(root.glob(pattern)):
+            if f.is_file():
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:10]
+
+
 def run_info() -> dict:
-    """{"run_id", "utc", "git", "gpu"}: one value per process, stamped on every record."""
+    """{"run_id", "utc", "git", "gpu"}: one value per process, stamped on every record. git: $FA_GIT_DESCRIBE,
+    else `git describe --always --dirty` of the tree, else "tree-<hash of its sources>"."""
     if not _RUN:
         utc = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        try:
-            git = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=ROOT,
-                                 capture_output=True, text=True, timeout=10).stdout.strip() or "nogit"
-        except (OSError, subprocess.SubprocessError):
-            git = "nogit"
+        root = source_root()
+        git = os.environ.get("FA_GIT_DESCRIBE", "")
+        if not git:
+            try:
+                git = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=root,
+                                     capture_output=True, text=True, timeout=10).stdout.strip()
+            except (OSError, subprocess.SubprocessError):
+                git = ""
+        git = git or f"tree-{tree_hash(root)}"
         try:
             import torch
 

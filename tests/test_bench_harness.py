@@ -135,3 +135,14 @@ def test_every_bench_script_goes_through_the_harness(script):
     assert ("bench", "harness") in imported, f"{script} does not use bench.harness"
     for forbidden in ("torch.cuda.Event", "attention_reference", "sdpa_kernel", "bench.timing", "CONFIGS.update"):
         assert forbidden not in source, f"{script} has its own {forbidden}"
+
+
+def test_run_id_names_the_tree_without_git(tmp_path, monkeypatch):
+    monkeypatch.setattr(harness, "_RUN", {})
+    monkeypatch.setenv("FA_GIT_DESCRIBE", "v9-test")
+    assert "-v9-test-" in harness.run_info()["run_id"]
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "a.py").write_text("x = 1\n")
+    first = harness.tree_hash(tmp_path)
+    (tmp_path / "kernels" / "a.py").write_text("x = 2\n")
+    assert harness.tree_hash(tmp_path) != first
