@@ -36,6 +36,8 @@ from bench import harness  # noqa: E402
 
 TOKENS = 16384  # batch · N
 HIDDEN = 2048  # heads · d
+SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+QUICK_SEQS = (1024, 4096, 16384)
 MATH_MAX_BYTES = 48 * 2**30  # the math backend materialises B·H·N² scores (several copies)
 
 
@@ -60,7 +62,7 @@ def run(args) -> dict:
               f"{[round(p.get('rel_err', float('nan')), 5) for p in chk['problems']]} "
               f"({time.time() - t0:.1f} s)", flush=True)
 
-    ns = [1024, 4096, 16384] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
+    ns = QUICK_SEQS if args.quick else SEQS
     for d in (64, 128):  # 2. time
         for causal in (False, True):
             history = {e.label: [] for e in all_entries}

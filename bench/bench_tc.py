@@ -138,7 +138,7 @@ def cmd_sweep(args):
         for causal in (False, True):
             sets = harness.input_sets(b, h, n, n, d, torch.float16, max_sets=4)
             for e in entries:
-                row = harness.measure(e, sets, causal)
+                row = harness.measure(e, sets, causal, rep_ms=args.rep_ms)
                 rows.append(row)
                 log(f"sweep d{d} n{n} causal={causal} {e.label:90s} {row.get('tflops', float('nan')):7.1f} "
                     f"TFLOP/s err {row.get('rel_err', float('nan')):.1e} {row.get('skipped', '')}")
@@ -193,7 +193,7 @@ def cmd_bench(args):
                 for e in entries:
                     if not affordable(e, n) or e.skip_reason(n, n, d, causal, dtype):
                         continue
-                    row = harness.measure(e, sets, causal)
+                    row = harness.measure(e, sets, causal, rep_ms=args.rep_ms)
                     rows.append(row)
                     log(f"{dname} d{d} n{n:5d} causal={int(causal)} {e.label:24s} "
                         f"{row.get('median_ms', float('nan')):8.3f} ms {row.get('tflops', float('nan')):7.1f} "
@@ -375,7 +375,7 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     ap.add_argument("--seqs", default=",".join(map(str, SEQS)))
     ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--rep-ms", type=float, default=100.0, help="timed milliseconds per entry (harness.time_fn)")
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--tag", default="", help="suffix of the bench output files")
     ap.add_argument("--configs-from", default=None, help="tc_sweep.json: use its best fa2_tc config per d")

@@ -100,6 +100,8 @@ def test_correctness_rule_catches_what_it_must():
     bad_lse[0, 0, -1] += 0.1
     assert not harness.compare(o.float(), bad_lse, q, k, v, True, "float32")["ok"]
     assert harness.compare(o.half(), None, q, k, v, True, "float16")["ok"]  # SDPA: no lse
+    q0 = q[:, :0]
+    assert not harness.compare(q0, None, q0, k[:, :0], v[:, :0], False, "float32")["ok"]  # nothing checked
 
 
 def test_flops_is_the_one_formula():
@@ -146,3 +148,110 @@ def test_run_id_names_the_tree_without_git(tmp_path, monkeypatch):
     first = harness.tree_hash(tmp_path)
     (tmp_path / "kernels" / "a.py").write_text("x = 2\n")
     assert harness.tree_hash(tmp_path) != first
+
+
+# ----------------------------------------------------------------------------- the scripts, end to end on CPU
+
+def _reference_fn(q, k, v, causal, out=None):
+    from variants import attention_reference
+
+    o, lse = attention_reference(q, k, v, causal=causal)
+    if out is None:
+        return o.to(q.dtype), lse.float()
+    out[0].copy_(o)
+    out[1].copy_(lse)
+    return out
+
+
+def _wrong_fn(q, k, v, causal, out=None):
+    o, lse = _reference_fn(q, k, v, causal)
+    return o * 1.1, lse
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """The harness on CPU: inputs on the CPU, no-op synchronise, a fixed 'time', two entries (one right,
+    one wrong), so a script's plumbing (records, run id, skips, files) runs without a GPU."""
+    timed = []
+
+    def fake_time(fn, sets, **kw):
+        fn(*sets[0])
+        timed.append(kw)
+        return dict(median_ms=2.0, min_ms=1.5, max_ms=3.0, reps=3, timer="fake")
+
+    def fake_entries(names=(), *, sdpa=harness.SDPA_BACKENDS, all_options=False, configs=None):
+        if names and set(names) <= {"sdpa"}:
+            return []
+        return [harness.Entry("right", "teaching", fn=_reference_fn), harness.Entry("wrong", "teaching", fn=_wrong_fn)]
+
+    monkeypatch.setattr(harness, "DEVICE", "cpu")
+    monkeypatch.setattr(harness, "time_fn", fake_time)
+    monkeypatch.setattr(harness, "entries", fake_entries)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    return timed
+
+
+def test_measure_checks_before_timing(fake_gpu):
+    right, wrong = harness.entries()
+    sets = harness.input_sets(1, 2, 40, 40, 16, torch.float32, max_sets=2)
+    rec = harness.measure(right, sets, True)
+    assert rec["ok"] and rec["median_ms"] == 2.0 and rec["run_id"] == harness.run_info()["run_id"]
+    assert rec["tflops"] == pytest.approx(harness.flops(1, 2, 40, 40, 16, True) / 2.0 / 1e9)
+    bad = harness.measure(wrong, sets, True)
+    assert bad["ok"] is False and "median_ms" not in bad and "correctness" in bad["skipped"]
+    assert len(fake_gpu) == 1, "the wrong entry must not be timed"
+    chk = harness.check_entry(right, [(1, 2, 30, 20, 16, True, 1.0)], dtypes=[torch.float32])
+    assert chk["ok"] and chk["problems"][0]["empty_rows"] == 2 * 10
+    assert not harness.check_entry(wrong, [(1, 1, 8, 8, 16, False, 1.0)], dtypes=[torch.float32])["ok"]
+
+
+def test_bench_kernels_runs_on_the_harness(fake_gpu, monkeypatch, tmp_path):
+    import argparse
+
+    from bench import bench_kernels
+
+    monkeypatch.setattr(bench_kernels, "TOKENS", 64)
+    monkeypatch.setattr(bench_kernels, "HIDDEN", 128)
+    monkeypatch.setattr(bench_kernels, "QUICK_SEQS", (32,))
+    monkeypatch.setattr(harness, "CHECK_PROBLEMS", [(1, 1, 9, 7, 16, True, 1.0)])
+    monkeypatch.setattr(harness, "environment", lambda: dict(harness.run_info(), torch="x", timer="fake",
+                                                             flops_formula="f"))
+    args = argparse.Namespace(kernels="", quick=True, budget_s=100.0, max_call_s=10.0, target_s=0.1)
+    res = bench_kernels.run(args)
+    assert res["checks"]["right"]["ok"] and not res["checks"]["wrong"]["ok"]
+    timed = [r for r in res["records"] if "median_ms" in r]
+    assert {r["label"] for r in timed} == {"right"} and len(timed) == 4  # d 64/128, causal or not
+    assert all(r["run_id"] == res["run_id"] for r in res["records"])
+    assert "run id" in bench_kernels.markdown(res)
+
+
+def test_bench_tc_bench_runs_on_the_harness(fake_gpu, monkeypatch, tmp_path):
+    from bench import bench_tc
+
+    monkeypatch.setattr(bench_tc, "TOKENS", 64)
+    monkeypatch.setattr(bench_tc, "HIDDEN", 128)
+    monkeypatch.setattr(harness, "environment", lambda: dict(harness.run_info(), torch="x", timer="fake"))
+    assert bench_tc.main(["bench", "--out", str(tmp_path), "--seqs", "32", "--dtypes", "float16"]) == 0
+    import json
+
+    res = json.loads((tmp_path / "tc_bench.json").read_text())
+    assert res["meta"]["run_id"] and {r["kernel"] for r in res["rows"] if "tflops" in r} == {"right"}
+    assert (tmp_path / "tc_bench.md").read_text().count("right") >= 1
+
+
+def test_bench_tc_check_and_sweep_run_on_the_harness(fake_gpu, monkeypatch, tmp_path):
+    import json
+
+    from bench import bench_tc
+
+    monkeypatch.setattr(bench_tc, "TOKENS", 64)
+    monkeypatch.setattr(bench_tc, "HIDDEN", 128)
+    monkeypatch.setattr(bench_tc, "CHECK_SHAPES", [(1, 2, 33, 17, 64, True, 1.0), (1, 1, 20, 40, 128, False, 3.0)])
+    assert bench_tc.main(["check", "--out", str(tmp_path)]) == 1, "the wrong entry must fail the check"
+    rows = json.loads((tmp_path / "tc_check.json").read_text())
+    assert {(r["kernel"], r["ok"]) for r in rows} == {("right", True), ("wrong", False)} and len(rows) == 8
+    assert all(r["run_id"] for r in rows)
+    assert bench_tc.main(["sweep", "--out", str(tmp_path), "--seqs", "32"]) == 0
+    sweep = json.loads((tmp_path / "tc_sweep.json").read_text())
+    assert {r["label"] for r in sweep if "tflops" in r} == {"right"}
