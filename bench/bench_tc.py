@@ -281,18 +281,36 @@ def plot(rows, path):
 
 # ------------------------------------------------------------------------------------------- static
 
+def _compile_one(item):
+    from kernels import loader
+
+    (src, _, defs), arch = item
+    loader.compile_cubin(src, defines=defs, arch=arch)
+
+
 def cmd_precompile(args):
-    from kernels import fa2_tc, fa2_wgmma, loader, v_once_tc
+    """Every build CI compiles (all registered kernels) plus the tuning candidates, into the disk cache;
+    --jobs processes (NVRTC is single-threaded; a GPU visit starts with a cold cache)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from kernels import KERNELS, fa2_tc, fa2_wgmma, loader
 
     t0 = time.time()
-    configs = [(c, None) for c in fa2_tc.compile_configs() + fa2_tc.sweep_configs() + v_once_tc.compile_configs()]
-    configs += [(c, fa2_wgmma.ARCH) for c in fa2_wgmma.compile_configs() + fa2_wgmma.sweep_configs()]
+    default = loader.default_arch()  # resolved here: the workers never touch CUDA
+    configs = [(c, spec.arch or default) for spec in KERNELS.values() for c in spec.compile_configs()]
+    configs += [(c, default) for c in fa2_tc.sweep_configs()]
+    configs += [(c, fa2_wgmma.ARCH) for c in fa2_wgmma.sweep_configs()]
     seen = []
-    for (src, name, defs), arch in configs:
-        if (src, name, defs) in seen:
-            continue
-        seen.append((src, name, defs))
-        loader.compile_cubin(src, defines=defs, arch=arch)
+    for item in configs:
+        if item not in seen:
+            seen.append(item)
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_compile_one, seen))
+    else:
+        for item in seen:
+            _compile_one(item)
     log(f"precompiled {len(seen)} builds in {time.time() - t0:.1f}s into {loader.cache_dir()}")
 
 
@@ -375,6 +393,7 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     ap.add_argument("--seqs", default=",".join(map(str, SEQS)))
     ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="precompile: processes")
     ap.add_argument("--rep-ms", type=float, default=100.0, help="timed milliseconds per entry (harness.time_fn)")
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--tag", default="", help="suffix of the bench output files")

@@ -6,6 +6,8 @@
 #
 # Steps (one failing does not stop the rest; the exit status names the failed ones):
 #   versions   torch, cupy, cuda.core, cuda.bindings, triton, NVRTC, driver as found on the machine
+#   precompile every build (CI's and the tuning candidates) with cuda.core, one process per core, into the
+#              disk cache the later steps (and the old tree: same cache key) read
 #   tests      pytest -m gpu -q -x (GPU suites of both tiers)            -> $OUT/gpu_tests.log
 #   sanitize   compute-sanitizer memcheck, one small shape per kernel and option set, fp16
 #                                                                        -> $OUT/sanitize.json, sanitize_memcheck.log
@@ -51,6 +53,7 @@ tests() {  # the files that hold GPU tests (collecting the others could need pac
     | tee "$OUT/gpu_tests.log" | tail -15
   return "${PIPESTATUS[0]}"
 }
+precompile() { python3 -m bench.bench_tc precompile; }
 sanitize() { python3 bench/sanitize.py --out "$OUT" --tools memcheck --dtypes float16 --shapes 1; }
 launch() { python3 bench/launch_overhead.py --out "$OUT"; }
 ab() {
@@ -64,6 +67,7 @@ ab() {
 }
 
 step versions versions
+step precompile precompile
 step tests tests
 step sanitize sanitize
 step launch launch
