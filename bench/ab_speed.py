@@ -26,6 +26,7 @@ KERNEL_NAMES = ("fa2_wgmma", "fa2_tc", "v_once_tc", "fa2")
 def load_harness():
     spec = importlib.util.spec_from_file_location("ab_harness", Path(__file__).resolve().parent / "harness.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
                if n in KERNELS and KERNELS[n].available()]
     res = dict(tag=args.tag, tree=str(Path(kernels.__file__).resolve().parent.parent), rows=[], host=[],
                checksums={}, run_id=h.run_info()["run_id"], timer=h.timer_name())
-    q, k, v = h.random_qkv(1, 2, 128, 64, 64, torch.float16, seed=1)
+    q, k, v = h.random_qkv(1, 2, 128, 128, 64, torch.float16, seed=1)
     for e in entries:
         o, _ = e.forward(q, k, v, True)
         res["checksums"][e.label] = float(o.double().sum())

@@ -75,7 +75,12 @@ step ab ab
 echo
 echo "================ summary ($OUT)"
 cat "$OUT/steps.txt"
-python3 -c "import json; d=json.load(open('$OUT/launch_overhead.json')); print('launch_overhead', d['summary'])" 2>/dev/null
+python3 - "$OUT/launch_overhead.json" <<'PY' 2>/dev/null
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("launch_overhead host µs/call:", {r["kernel"]: round(r["host_us"], 1) for r in d["rows"] if "host_us" in r})
+print("fa2_tc pieces (µs):", {k: round(v, 2) if isinstance(v, float) else v for k, v in d["fa2_tc_pieces_us"].items()})
+PY
 python3 bench/ab_speed.py compare "$OUT" || failed+=("ab_compare")
 [ ${#failed[@]} -eq 0 ] && { echo "all steps passed"; exit 0; }
 echo "FAILED: ${failed[*]}"; exit 1
