@@ -125,7 +125,8 @@ def test_predict():
     assert harness.predict([(1024, 1.0), (2048, 2.0)], 4096) == pytest.approx(4.0)  # linear: p = 1
 
 
-SCRIPTS = ["bench_kernels.py", "bench_tc.py", "fa2_teaching_ab.py", "launch_overhead.py", "sanitize.py"]
+SCRIPTS = ["bench_kernels.py", "bench_tc.py", "fa2_teaching_ab.py", "launch_overhead.py", "sanitize.py",
+           "sdpa_backward.py"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
