@@ -17,7 +17,6 @@ Total runtime: about 2 minutes on an H200.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import tempfile
