@@ -329,12 +329,13 @@ class Kernel:
         bx, by, bz = dim3(block)
         if gx < 1 or gy < 1 or gz < 1 or gy > 65535 or gz > 65535:
             raise ValueError(f"{self.name}: grid {(gx, gy, gz)} out of range (y and z at most 65535)")
-        if torch.cuda.current_device() != self.device_index:  # launch in the kernel's own context
+        current = torch.cuda.current_stream()  # the current device's: one call answers both questions
+        if current.device_index != self.device_index:  # launch in the kernel's own context
             with torch.cuda.device(self.device_index):
                 return self.launch(grid, block, args, shared_mem)
         if shared_mem > self._smem_opt_in:
             self._opt_in(shared_mem)
-        stream = torch.cuda.current_stream(self.device_index).cuda_stream
+        stream = current.cuda_stream
         signature = tuple(map(type, args))
         with _lock:  # the plan's buffer is shared: one launch fills it at a time (the driver copies it)
             plan = self._plans.get(signature)
