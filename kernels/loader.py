@@ -238,8 +238,15 @@ def _nvrtc_compile(path: Path, fields: dict) -> tuple[bytes, str]:
     nvrtc_version()  # a clear ToolchainMissing before cuda.core's own error
     log = io.StringIO()
     try:
-        program = core.Program(path.read_text(), "c++", core.ProgramOptions(**fields))
-        cubin = bytes(program.compile("cubin", logs=log).code)
+        try:
+            options = core.ProgramOptions(**fields)
+        except TypeError:  # an older cuda.core without the name field: only NVRTC's messages lose it
+            options = core.ProgramOptions(**{k: v for k, v in fields.items() if k != "name"})
+        program = core.Program(path.read_text(), "c++", options)
+        try:
+            cubin = bytes(program.compile("cubin", logs=log).code)
+        except TypeError:  # a cuda.core whose compile() takes no logs: no ptxas report (resource_usage fails)
+            cubin = bytes(program.compile("cubin").code)
     except Exception as exc:  # cuda.core raises nvrtcError-carrying RuntimeErrors; the log names the line
         raise CompileError(f"NVRTC failed on {path.name} with {fields}:\n{log.getvalue()}\n{exc}") from exc
     return cubin, log.getvalue()
