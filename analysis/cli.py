@@ -166,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="compare the variants at a few sequence lengths")
     common(rep, seq_help="query lengths Nq, e.g. 1k,4k,16k (default) or 65536; repeatable")
+    rep.add_argument("--pass", dest="pass_name", choices=("forward", "backward", "train"),
+                     default="forward", help="forward (default), backward, or train = both "
+                     "(adds memory saved for the backward and recompute FLOPs)")
     sw = sub.add_parser("sweep-sram", help="FA1 Theorem 2: HBM traffic against SRAM size M")
     common(sw, seq_help="the fixed sequence length N (default 4k; a list gives one sweep each)")
     sw.add_argument("--sram-min", type=parse_bytes, default=16 * 1024, help="smallest M (default 16KiB)")
@@ -662,6 +665,11 @@ def _run(args, *, sweep: bool, table_rows, title) -> int:
 
 
 def cmd_report(args) -> int:
+    if args.pass_name != "forward":  # the backward's counts and columns (analysis.backward_report)
+        from analysis import backward_report
+
+        _Plan(args, False)  # the forward's checks and limits, before anything is counted
+        return backward_report.cmd_report(args)
     one_d = len(_flatten(args.head_dim) or [64]) == 1  # one d: say it in the caption, not every row
 
     def table_rows(recs):

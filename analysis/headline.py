@@ -32,7 +32,7 @@ def visible_pairs(n_q: int, n_k: int, causal: bool = False) -> int:
 
 
 def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool = False) -> int:
-    """4·d FLOPs per visible (query, key) pair (QKᵀ and PV, FA2 Alg. 1 lines 8 and 10), times B·H."""
+    """4·d FLOPs per visible (query, key) pair (QKᵀ: FA2 Alg. 1 line 8; PV: FA2 Alg. 1 line 10), times B·H."""
     return 4 * d * batch * heads * visible_pairs(n_q, n_k, causal)
 
 
