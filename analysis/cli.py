@@ -708,6 +708,11 @@ def cmd_gpus(args) -> int:
     return 0
 
 
+def _one_line(text) -> str:
+    """An error message as one printable line (arguments may hold newlines or control characters)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def _quiet_stdout() -> None:
     """After an output error: point fd 1 at /dev/null so the interpreter's final flush cannot raise
     again (only for the process's real stdout, not one a caller swapped in)."""
@@ -736,7 +741,7 @@ def main(argv=None) -> int:
         sys.stdout.flush()  # an output error must surface here, not at interpreter exit
         return rc
     except CliError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. piped into head, which has all it wanted
         _quiet_stdout()
@@ -744,7 +749,7 @@ def main(argv=None) -> int:
         return 1
     except OSError as e:  # e.g. a full disk
         _quiet_stdout()
-        print(f"{PROG}: error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        print(f"{PROG}: error: cannot write the output: {_one_line(e.strerror or e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

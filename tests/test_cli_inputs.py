@@ -217,3 +217,8 @@ def test_long_jobs_show_progress_on_a_terminal(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stderr", tty)
     assert main(["report", "--seq-len", "1k,2k", "--format", "csv"]) == 0
     assert capsys.readouterr().out == plain and "counting" in tty.getvalue()
+
+
+def test_control_characters_stay_on_one_line(capsys):
+    err = one_line_error(capsys, "gpus", "--batch", "x\ny\x1e")  # argparse echoes unknown arguments
+    assert "x\\ny\\x1e" in err
