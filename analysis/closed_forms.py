@@ -31,7 +31,7 @@ visit K block j).
 Only the last visited block of a row can be a tail, and it is never rescaled by a later block, so
 eager rescaling touches exactly Bc·n(n-1)/2 columns per row. Bytes: Q, K, V, O, S, P, f have the
 input dtype's itemsize; ℓ, m, lse are float32. The SRAM working set is the variant's own
-`sram_bytes(...)` (imported from `variants`, the one source of truth), called as the reference calls it.
+`sram_bytes(...)` (analysis.sram, which `variants` re-export: the one source of truth), called as the reference calls it.
 """
 from __future__ import annotations
 
@@ -142,17 +142,11 @@ class Traffic:
         }
 
 
-# -- the SRAM working sets live in the variants (imported lazily: variants import torch) ----------
+# -- the SRAM working sets: analysis.sram (torch-free; variants.<name>.sram_bytes re-exports them) ----
 def _sram_fn(variant: str):
-    if variant == "naive":
-        from variants.naive import sram_bytes
-    elif variant == "fa1":
-        from variants.fa1 import sram_bytes
-    elif variant == "fa2":
-        from variants.fa2 import sram_bytes
-    else:
-        from variants.v_once import sram_bytes
-    return sram_bytes
+    from analysis.sram import SRAM_BYTES
+
+    return SRAM_BYTES[variant]
 
 
 def sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype="fp16", causal=False, *,
@@ -163,7 +157,7 @@ def sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype="fp16", causa
     if variant != "v_once":
         # naive, fa1, fa2 call sram_bytes(n_q, n_k, d, block_q, block_k, itemsize)
         return fn(n_q, n_k, d, block_q, block_k, itemsize), None
-    from variants.v_once import resolve_placement
+    from analysis.sram import v_once_resolve_placement as resolve_placement
 
     if placement == "auto":
         placement = resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,
