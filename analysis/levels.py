@@ -1,0 +1,116 @@
+"""Three levels of memory traffic for one kernel build on one problem.
+
+    requests  the papers' count (FA1 Theorem 2, FA2 section 3): every byte a thread block asks global
+              memory for, as if there were no cache. `analysis.closed_forms` at the kernel's own Br, Bc.
+    l2        L2 request bytes: what the SMs send to the L2 (the SM-side counter lts__t_sectors_srcunit_tex
+              x 32 B). A FlashAttention kernel has no L1 reuse across its CTAs (cp.async.cg and TMA bypass
+              L1) and S/P/O stay in registers or smem, so this equals `requests` at the real tiling
+              (TMA or cp.async move the same bytes; what differs is who issues them).
+    dram      DRAM bytes, from an L2 residency model: every input byte is read once (compulsory) and
+              every output written once; a re-read (K/V by the next Q block, a spilled f / S / P / O
+              row read back) is an L2 hit when the data touched between the two uses fits the
+              effective L2 capacity, else it goes to DRAM again (LRU on a streaming pattern: all or
+              nothing). Between two reads of K_j by Q blocks of one head, the resident CTAs touch the
+              K/V of the heads in flight, ⌈resident CTAs / Tr⌉ + 1 of them (Q blocks are launched
+              fastest); a spilled row is read back after every resident CTA has written its own.
+
+Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
+whitepaper: the L2 is two partitions, each caching data for the SMs of its GPCs, so data every SM reads
+may be held twice). DRAM writes: the ncu counters (bench/results/tc_ncu*.csv) see 0.85-0.9 of O written
+within the kernel (the rest is still dirty in L2 at its end); the model counts every output byte.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from analysis import closed_forms as cf
+from analysis.tiling import Tiling, cdiv
+
+
+@dataclass(frozen=True)
+class Levels:
+    requests_bytes: int  # the papers' count at the kernel's Br, Bc (global-memory requests, no cache)
+    l2_bytes: int  # SM -> L2 requests
+    dram_bytes: int
+    dram_read_bytes: int
+    dram_write_bytes: int
+    compulsory_bytes: int  # Q, K, V read once, O and lse written once
+    l2_capacity_bytes: int
+    kv_working_set_bytes: int
+    spill_working_set_bytes: int
+    resident_ctas: int
+    heads_in_flight: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def effective_l2(gpu) -> int:
+    return int(gpu.value("l2_bytes", "measured")) // 2
+
+
+def grid_ctas(desc, batch: int, heads: int, n_q: int) -> int:
+    if desc.grid == "heads":
+        return batch * heads
+    return cdiv(n_q, desc.block_q) * batch * heads
+
+
+def counts(desc, batch, heads, n_q, n_k, d, dtype, causal) -> cf.Traffic:
+    """The closed-form counts at the kernel's own tiling (v_once: its resolved f placement)."""
+    opts = {}
+    if desc.variant == "v_once":
+        opts = dict(placement=desc.f or "hbm", rescale=desc.rescale or "lazy")
+    return cf.counts(desc.variant, batch, heads, n_q, n_k, d, causal=causal, dtype=dtype,
+                     block_q=desc.block_q, block_k=desc.block_k, **opts)
+
+
+def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, traffic=None) -> Levels:
+    tr = traffic or counts(desc, batch, heads, n_q, n_k, d, dtype, causal)
+    item = cf.DTYPES[cf.dtype_name(dtype)]
+    bh = batch * heads
+    cap = effective_l2(gpu)
+    q_bytes, kv_bytes = n_q * d * item, 2 * n_k * d * item  # per (batch, head)
+    out_bytes = n_q * d * item + 4 * n_q
+    compulsory = bh * (q_bytes + kv_bytes + out_bytes)
+
+    slots = gpu.value("sms", "measured") * desc.ctas_per_sm
+    ctas = grid_ctas(desc, batch, heads, n_q)
+    resident = int(min(ctas, slots))
+    t_r = 1 if desc.grid == "heads" else cdiv(n_q, desc.block_q)
+    in_flight = min(bh, cdiv(resident, t_r) + (0 if resident % t_r == 0 and t_r > 1 else 1))
+    in_flight = max(1, in_flight)
+    kv_ws = in_flight * (q_bytes + kv_bytes)
+
+    # spilled rows written then read back: f (v_once hbm), S and P (naive), O, l, m (fa1)
+    rb, wb = tr.read_bytes, tr.write_bytes
+    if desc.variant == "naive":
+        spill_ws = bh * n_q * n_k * item  # the softmax pass reads S after the scores pass wrote all of it
+        spill_names = ("S", "P")
+    elif desc.variant == "fa1":
+        spill_ws = resident * (q_bytes + 8 * n_q)  # each head's running O, l, m
+        spill_names = ("O", "l", "m")
+    elif desc.variant == "v_once" and "f" in rb:
+        t = Tiling(n_q, n_k, desc.block_q, desc.block_k, causal)
+        spill_ws = resident * desc.block_q * min(n_k, t.t_c * desc.block_k) * item  # one f row per CTA
+        spill_names = ("f",)
+    else:
+        spill_ws, spill_names = 0, ()
+
+    kv_miss = kv_ws > cap
+    spill_miss = spill_ws + kv_ws > cap
+    inputs_req = sum(rb.get(n, 0) for n in ("Q", "K", "V"))
+    inputs_unique = bh * (q_bytes + kv_bytes)
+    reads = inputs_unique + (max(0, inputs_req - inputs_unique) if kv_miss else 0)
+    writes = bh * out_bytes
+    for name in spill_names:
+        r, w = rb.get(name, 0), wb.get(name, 0)
+        if name == "O":  # fa1 reads and writes the running O; its final write is the output already counted
+            w = max(0, w - bh * n_q * d * item)
+        if name in ("l", "m"):
+            w = w  # statistics round-trip like O
+        reads += r if spill_miss else 0
+        writes += w if spill_miss else min(w, bh * n_q * n_k * item if name in ("f", "S", "P") else w)
+    return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes, dram_bytes=reads + writes,
+                  dram_read_bytes=reads, dram_write_bytes=writes, compulsory_bytes=compulsory,
+                  l2_capacity_bytes=cap, kv_working_set_bytes=kv_ws, spill_working_set_bytes=spill_ws,
+                  resident_ctas=resident, heads_in_flight=in_flight)
