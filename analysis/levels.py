@@ -9,10 +9,10 @@
     dram      DRAM bytes, from an L2 residency model: every input byte is read once (compulsory) and
               every output written once; a re-read (K/V by the next Q block, a spilled f / S / P / O
               row read back) is an L2 hit when the data touched between the two uses fits the
-              effective L2 capacity, else it goes to DRAM again (LRU on a streaming pattern: all or
-              nothing). Between two reads of K_j by Q blocks of one head, the resident CTAs touch the
-              K/V of the heads in flight, ⌈resident CTAs / Tr⌉ + 1 of them (Q blocks are launched
-              fastest); a spilled row is read back after every resident CTA has written its own.
+              effective L2 capacity, else it goes to DRAM again (miss_fraction: a ramp from 0 at the
+              capacity to all at twice it). Between two reads of K_j by Q blocks of one head, the resident CTAs touch the
+              K/V of the heads in flight, ⌈resident CTAs / Tr⌉ of them (Q blocks are launched
+              fastest), and the Q tiles they stream; a spilled row is read back after every resident CTA has written its own.
 
 Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
 whitepaper: the L2 is two partitions, each caching data for the SMs of its GPCs, so data every SM reads
@@ -43,6 +43,13 @@ class Levels:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def miss_fraction(working_set: float, capacity: float) -> float:
+    """Share of re-reads that go to DRAM: 0 while the reuse distance fits, all of it at twice the
+    capacity (LRU on a streaming pattern misses everything once over; the ramp stands for the spread
+    of reuse distances between CTAs that do not march in lockstep)."""
+    return min(1.0, max(0.0, working_set / capacity - 1.0))
 
 
 def effective_l2(gpu) -> int:
@@ -77,9 +84,9 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
     ctas = grid_ctas(desc, batch, heads, n_q)
     resident = int(min(ctas, slots))
     t_r = 1 if desc.grid == "heads" else cdiv(n_q, desc.block_q)
-    in_flight = min(bh, cdiv(resident, t_r) + (0 if resident % t_r == 0 and t_r > 1 else 1))
-    in_flight = max(1, in_flight)
-    kv_ws = in_flight * (q_bytes + kv_bytes)
+    in_flight = max(1, min(bh, cdiv(resident, t_r)))
+    # between two reads of K_j: the K/V of the heads in flight, and the Q tiles the resident CTAs stream
+    kv_ws = in_flight * kv_bytes + resident * min(desc.block_q, n_q) * d * item
 
     # spilled rows written then read back: f (v_once hbm), S and P (naive), O, l, m (fa1)
     rb, wb = tr.read_bytes, tr.write_bytes
@@ -96,20 +103,20 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
     else:
         spill_ws, spill_names = 0, ()
 
-    kv_miss = kv_ws > cap
-    spill_miss = spill_ws + kv_ws > cap
+    kv_miss = miss_fraction(kv_ws, cap)
+    spill_miss = miss_fraction(spill_ws + kv_ws, cap) if spill_ws else 0.0
     inputs_req = sum(rb.get(n, 0) for n in ("Q", "K", "V"))
     inputs_unique = bh * (q_bytes + kv_bytes)
-    reads = inputs_unique + (max(0, inputs_req - inputs_unique) if kv_miss else 0)
+    reads = inputs_unique + round(max(0, inputs_req - inputs_unique) * kv_miss)
     writes = bh * out_bytes
     for name in spill_names:
         r, w = rb.get(name, 0), wb.get(name, 0)
         if name == "O":  # fa1 reads and writes the running O; its final write is the output already counted
             w = max(0, w - bh * n_q * d * item)
-        if name in ("l", "m"):
-            w = w  # statistics round-trip like O
-        reads += r if spill_miss else 0
-        writes += w if spill_miss else min(w, bh * n_q * n_k * item if name in ("f", "S", "P") else w)
+        reads += round(r * spill_miss)
+        # a spilled byte is written back once when it stays resident, every time when it does not
+        unique = min(w, bh * n_q * n_k * item) if name in ("f", "S", "P") else w
+        writes += round(unique + (w - unique) * spill_miss)
     return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes, dram_bytes=reads + writes,
                   dram_read_bytes=reads, dram_write_bytes=writes, compulsory_bytes=compulsory,
                   l2_capacity_bytes=cap, kv_working_set_bytes=kv_ws, spill_working_set_bytes=spill_ws,
