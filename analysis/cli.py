@@ -115,7 +115,7 @@ def _flatten(lists):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="HBM traffic, FLOPs, SRAM working set and a roofline "
                      "for naive attention, FlashAttention-1/2 and issue #941's multiply-V-once.")
-    sub = parser.add_subparsers(dest="command", metavar="{report,sweep-sram,gpus}")
+    sub = parser.add_subparsers(dest="command", metavar="{report,sweep-sram,predict,validate,gpus}")
 
     def common(p, *, seq_help):
         p.add_argument("--variant", action="append", type=_choice_list(cf.VARIANT_NAMES, "variant"),
@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--sram-min", type=parse_bytes, default=16 * 1024, help="smallest M (default 16KiB)")
     sw.add_argument("--sram-max", type=parse_bytes, default=4 * 1024 ** 2, help="largest M (default 4MiB)")
     sw.add_argument("--points", type=_positive_int, default=33, help="log-spaced sizes (default 33)")
+    from analysis import gpu_cli  # predict, validate: the GPU model (issue 11)
+
+    gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of})
     g = sub.add_parser("gpus", help="the GPU figures and their sources")
     g.add_argument("--format", choices=("table", "json"), default="table")
     return parser
@@ -561,6 +564,12 @@ def main(argv=None) -> int:
             raise CliError("choose a command: report, sweep-sram, gpus")
         if args.command == "gpus":
             return cmd_gpus(args)
+        if args.command in ("predict", "validate"):
+            from analysis import gpu_cli
+
+            if getattr(args, "plot", None) and not args.plot.lower().endswith(".png"):
+                raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
+            return gpu_cli.run(args, CliError)
         if args.plot and not args.plot.lower().endswith(".png"):
             raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
         return cmd_report(args) if args.command == "report" else cmd_sweep(args)
