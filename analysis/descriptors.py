@@ -21,6 +21,12 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     lds_per_tile warp-wide scalar shared loads per tile (teaching tier; 0 elsewhere)
     ffma_per_tile warp-wide FFMA instructions of the two products per tile (teaching tier)
     exp_alu      FP32 instructions per exponential beyond the MUFU op (accurate expf's range reduction)
+    round_trips_per_tile  dependent global-memory round trips a CTA waits out per visited tile that
+                 nothing in the CTA overlaps (teaching v_once, spilled f: phase 2 loads f_ij before its
+                 barrier); each costs the fitted latency L_gmem
+    rescale_round_trips   eager v_once with f spilled: dependent round trips per earlier f block at each
+                 new block (the read-scale-write loop over k < j; teaching: one per row slot, Br/16;
+                 v_once_tc: none, its 16-byte fragments keep enough bytes in flight to run at bandwidth)
 """
 from __future__ import annotations
 
@@ -56,6 +62,8 @@ class KernelDescriptor:
     lds_per_tile: float = 0.0
     ffma_per_tile: float = 0.0
     exp_alu: int = 0
+    round_trips_per_tile: float = 0.0
+    rescale_round_trips: float = 0.0
     f: str | None = None  # v_once: where the f row lives (sram | hbm)
     rescale: str | None = None
     launches: int = 1

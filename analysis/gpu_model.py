@@ -6,18 +6,26 @@ Per visited Br x Bc tile, in SM cycles (rates per SM per clock):
     smem    smem bytes per tile / 128 (CUDA guide: 32 banks x 4 B per clock per SM)
     mufu    exponentials per tile / 16 (CUDA guide, CC 9.0: 16 ex2 results/clk/SM)
     alu     (k_alu · 'other' ops + exp_alu · exponentials) per tile / 128 (128 FP32 lanes/clk/SM)
-    teaching (FFMA path): LDS per tile / η_lds + FFMA / 4 + alu + mufu (the same warps issue all of it;
-            η_lds fitted: the fraction of one LDS wavefront per clock the micro-tiles reach)
+    teaching (FFMA path): (LDS per tile / η_lds + FFMA / 4 + alu + mufu) / min(1, warps / W_sat)
+            (the same warps issue all of it; η_lds fitted: the fraction of one LDS wavefront per clock the
+            micro-tiles reach; W_sat fitted: the resident warps per SM whose LDS -> FFMA chains keep the
+            four schedulers issuing. FA1's one CTA of 8 warps per SM (its B·H grid, 168 registers) gets
+            half the issue rate of FA2's two: the measured 2.0-2.2x per tile, bench_kernels.json)
 Overlap rule per kernel structure (the descriptor's):
     warp_specialized  max(tensor, smem, mufu + alu) + σ_ws · min(tensor, mufu + alu)
     fa2               max(tensor, smem) + σ_fa2 · (mufu + alu)   (the same warps do both; other CTAs hide part)
-A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L cycles (it shares its SM with ctas_per_sm - 1
-others; L: prologue/epilogue latency, fitted); CTAs are list-scheduled in launch order onto
+A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L + L_gmem · rt(n) cycles (it shares its SM with
+ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; rt(n): the dependent global round trips the
+descriptor declares, round_trips_per_tile · n + rescale_round_trips · n(n-1)/2 (eager v_once, spilled:
+block n rescales the n earlier f blocks in HBM, one read-scale-write round trip each), L_gmem fitted); CTAs are list-scheduled in launch order onto
 SMs x ctas_per_sm slots (wave quantisation and the causal tail fall out of it); the persistent cuDNN
 kernel is scheduled the same way over its work tiles. Cycles -> seconds at the clock of gpus.py.
 Then t = max(t_compute, L2 bytes / BW_L2, DRAM bytes / BW_DRAM) + launch overhead (measured per launcher);
+a kernel that spills its f row (v_once, placement hbm) runs two phases in each CTA, the products and the
+f stores, then the f loads and (f/l)V, so its memory time only partly hides under its compute:
++ σ_spill · min(t_compute, t_memory) (σ_spill fitted);
 kernels of several launches (naive) pay their spilled S/P traffic after the compute instead of under it.
-The bound is the largest of compute's terms (tensor, softmax, smem), L2 and DRAM.
+The bound is the largest of compute's terms (tensor, softmax, smem, latency: the round trips), L2 and DRAM.
 
 Counts (exponentials, 'other' ops, tiles) come from `analysis.closed_forms` at the kernel's own tiling,
 so the model and the papers' count agree on what is computed.
@@ -56,6 +64,9 @@ DEFAULT_PARAMS = {
     "L_cycles": 4000.0,
     "eta_lds": 0.5,
     "k_alu_ffma": 2.0,
+    "W_sat": 16.0,  # resident warps per SM for the teaching tier's full issue rate
+    "L_gmem": 1500.0,  # cycles per dependent global round trip under load
+    "sigma_spill": 0.3,
 }
 
 
@@ -123,20 +134,26 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
                 pattern, repeats, paper_flops(batch, heads, n_q, n_k, d, causal))
 
 
-def _schedule(pattern, repeats, slots, per_tile, fixed) -> tuple[float, float]:
-    """Makespan (cycles) of CTAs taking per_tile·n + fixed each, list-scheduled in launch order onto
-    `slots`; and the number of waves (CTAs / slots)."""
+def round_trips(desc, n: int) -> float:
+    """Dependent global round trips of a CTA visiting n tiles (see the module docstring)."""
+    return desc.round_trips_per_tile * n + desc.rescale_round_trips * n * (n - 1) / 2
+
+
+def _schedule(pattern, repeats, slots, cost) -> tuple[float, float]:
+    """Makespan (cycles) of CTAs taking cost(n) cycles each (n: its tiles), list-scheduled in launch order
+    onto `slots`; and the number of waves (CTAs / slots)."""
     n_ctas = len(pattern) * repeats
     waves = n_ctas / slots
     if len(set(pattern)) == 1:  # equal CTAs: whole waves
-        return cdiv(n_ctas, slots) * (per_tile * pattern[0] + fixed), waves
+        return cdiv(n_ctas, slots) * cost(pattern[0]), waves
     if n_ctas <= slots:
-        return max(pattern) * per_tile + fixed, waves
+        return max(cost(n) for n in pattern), waves
+    costs = [cost(n) for n in pattern]
     heap = [0.0] * int(slots)
     for _ in range(repeats):
-        for n in pattern:
+        for c in costs:
             start = heapq.heappop(heap)
-            heapq.heappush(heap, start + per_tile * n + fixed)
+            heapq.heappush(heap, start + c)
     return max(heap), waves
 
 
@@ -158,7 +175,8 @@ def tile_terms(work: Work, params: dict) -> dict:
         alu = (params["k_alu_ffma"] * other + desc.exp_alu * exps) / FP32_LANES
         lds = desc.lds_per_tile / params["eta_lds"]
         ffma = desc.ffma_per_tile / ISSUE_PER_CLK
-        return {"tensor": ffma, "smem": lds, "softmax": mufu + alu}
+        occ = min(1.0, desc.ctas_per_sm * desc.warps / params["W_sat"])
+        return {"tensor": ffma / occ, "smem": lds / occ, "softmax": (mufu + alu) / occ}
     rate = params["R_wgmma"] if desc.path == "wgmma" else params["R_mma_sync"]
     tensor = 4.0 * desc.block_q * desc.block_k * work.d / rate
     alu = (params["k_alu"] * other + desc.exp_alu * exps) / FP32_LANES
@@ -183,9 +201,11 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     slots = sms * desc.ctas_per_sm
     terms = tile_terms(work, params)
     t_tile = combine(desc, terms, params)
-    cycles, waves = _schedule(work.cta_tiles, work.repeats, slots, desc.ctas_per_sm * t_tile,
-                              params["L_cycles"])
+    per_tile, fixed, lat = desc.ctas_per_sm * t_tile, params["L_cycles"], params["L_gmem"]
+    cycles, waves = _schedule(work.cta_tiles, work.repeats, slots,
+                              lambda n: per_tile * n + fixed + lat * round_trips(desc, n))
     t_compute = cycles / clock
+    t_latency = sum(lat * round_trips(desc, n) for n in work.cta_tiles) * work.repeats / slots / clock
     lv = work.levels
     dram_bw = g.value("hbm_bandwidth", "measured")
     t_dram = lv.dram_bytes / dram_bw
@@ -193,16 +213,19 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     # each compute term as if it alone ran: whole-problem SM cycles spread over every SM
     scale = work.tiles * desc.ctas_per_sm / slots / clock
     named = {"tensor": terms["tensor"] * scale, "softmax": terms["softmax"] * scale,
-             "smem": terms["smem"] * scale, "l2": t_l2, "dram": t_dram}
+             "smem": terms["smem"] * scale, "latency": t_latency, "l2": t_l2, "dram": t_dram}
     if desc.launches > 1:  # separate passes: the spilled S/P traffic is not hidden under the products
         spill = max(0, lv.dram_bytes - lv.compulsory_bytes) / dram_bw
         t = max(t_compute, t_l2) + spill
+    elif desc.f == "hbm":  # two phases per CTA: the f traffic partly exposed (σ_spill)
+        t_mem = max(t_l2, t_dram)
+        t = max(t_compute, t_mem) + params["sigma_spill"] * min(t_compute, t_mem)
     else:
         t = max(t_compute, t_l2, t_dram)
     overhead = desc.launch_overhead_s * desc.launches
     named.update(compute=t_compute, overhead=overhead)
     total = t + overhead
-    bound = max(("tensor", "softmax", "smem", "l2", "dram"), key=lambda k: named[k])
+    bound = max(("tensor", "softmax", "smem", "latency", "l2", "dram"), key=lambda k: named[k])
     if desc.path == "ffma" and bound == "tensor":
         bound = "ffma"
     return Prediction(kernel=desc.kernel, build=desc.build, time_s=total,

@@ -105,12 +105,31 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
 
     kv_miss = miss_fraction(kv_ws, cap)
     spill_miss = miss_fraction(spill_ws + kv_ws, cap) if spill_ws else 0.0
+    # eager, spilled: at block n the rescale re-touches the n earlier blocks of the CTA's own f row, so
+    # its reuse distance is the resident CTAs' f prefixes (n blocks each), not the whole row
+    eager_once, eager_miss = {}, spill_miss
+    if desc.variant == "v_once" and "f" in rb and desc.rescale == "eager":
+        lazy = counts(desc.__class__(**dict(desc.as_dict(), rescale="lazy")), batch, heads, n_q, n_k, d, dtype,
+                      causal)
+        eager_once = {"r": lazy.read_bytes.get("f", 0), "w": lazy.write_bytes.get("f", 0)}
+        t = Tiling(n_q, n_k, desc.block_q, desc.block_k, causal)
+        num = den = 0.0
+        for i in range(t.t_r):
+            for n in range(1, len(t.k_blocks(i))):
+                ws = resident * desc.block_q * n * desc.block_k * item + kv_ws
+                num += n * miss_fraction(ws, cap)
+                den += n
+        eager_miss = num / den if den else 0.0
     inputs_req = sum(rb.get(n, 0) for n in ("Q", "K", "V"))
     inputs_unique = bh * (q_bytes + kv_bytes)
     reads = inputs_unique + round(max(0, inputs_req - inputs_unique) * kv_miss)
     writes = bh * out_bytes
     for name in spill_names:
         r, w = rb.get(name, 0), wb.get(name, 0)
+        if name == "f" and eager_once:  # the row written and read once, then the rescale re-touches
+            reads += round(eager_once["r"] * spill_miss + (r - eager_once["r"]) * eager_miss)
+            writes += round(eager_once["w"] + (w - eager_once["w"]) * eager_miss)
+            continue
         if name == "O":  # fa1 reads and writes the running O; its final write is the output already counted
             w = max(0, w - bh * n_q * d * item)
         reads += round(r * spill_miss)

@@ -80,11 +80,17 @@ def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_
     ctas = max(1, min(BLOCKS_BOUND[name], by_regs, SMEM_PER_SM // (smem + 1024), 64 // WARPS))
     lds, ffma = micro_tile(d, block_q, block_k)
     t, src = overhead("fa2")  # the teaching launchers share one CuPy driver path
+    # v_once.cu with f spilled: phase 2 loads f_ij then waits at the barrier (one round trip per tile);
+    # eager's rescale loop (k < j) reads-scales-writes each earlier block for one row slot a at a time
+    spilled = name == "v_once" and f == "hbm"
+    rt_tile = 1.0 if spilled else 0.0
+    rt_rescale = block_q / 16 if spilled and rescale == "eager" else 0.0
     return dict(kernel=name, build=f"teaching Br={block_q} Bc={block_k}" + (f" f in {f}, {rescale}" if f else ""),
                 variant=name, path="ffma", structure="teaching", block_q=block_q, block_k=block_k,
                 warps=WARPS, ctas_per_sm=ctas, loads="ld.global", s_p="hbm" if name == "naive" else "smem",
                 grid="heads" if name == "fa1" else "q_blocks", smem_bytes_per_tile=128.0 * lds,
                 lds_per_tile=lds, ffma_per_tile=ffma, exp_alu=EXPF_ALU, f=f,
+                round_trips_per_tile=rt_tile, rescale_round_trips=rt_rescale,
                 rescale=rescale if name == "v_once" else None, launches=3 if name == "naive" else 1,
                 launch_overhead_s=t, overhead_source=src, source=f"kernels/{name}.py, kernels/cuda/teaching.cuh",
                 options=dict(block_q=block_q, block_k=block_k,
