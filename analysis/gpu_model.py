@@ -13,7 +13,8 @@ Per visited Br x Bc tile, in SM cycles (rates per SM per clock):
             half the issue rate of FA2's two: the measured 2.0-2.2x per tile, bench_kernels.json)
 Overlap rule per kernel structure (the descriptor's):
     warp_specialized  max(tensor, smem, mufu + alu) + σ_ws · min(tensor, mufu + alu)
-    fa2               max(tensor, smem) + σ_fa2 · (mufu + alu)   (the same warps do both; other CTAs hide part)
+    fa2               max(tensor, smem) + σ_fa2 · (mufu + alu)   (the same warps do both; other CTAs hide part;
+                      σ = 1 at one CTA per SM: nothing runs products while its warps do the softmax)
 A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L + L_gmem · rt(n) cycles (it shares its SM with
 ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; rt(n): the dependent global round trips the
 descriptor declares, round_trips_per_tile · n + rescale_round_trips · n(n-1)/2 (eager v_once, spilled:
@@ -189,7 +190,9 @@ def combine(desc, terms: dict, params: dict) -> float:
         return sm + tc + sfx
     if desc.structure == "warp_specialized":
         return max(tc, sm, sfx) + params["sigma_ws"] * min(tc, sfx)
-    return max(tc, sm) + params["sigma_fa2"] * sfx
+    # the softmax hides under the products of the other CTAs on the SM; a lone CTA has none to hide under
+    sigma = params["sigma_fa2"] if desc.ctas_per_sm >= 2 else 1.0
+    return max(tc, sm) + sigma * sfx
 
 
 def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Prediction:
