@@ -4,15 +4,25 @@ Bands (issue 11): time ±15% for tensor-core kernels at N >= 2048, ±30% for the
 N >= 2048 (N < 2048 is reported, not banded); DRAM bytes ±10% of ncu; L2 request bytes ±15% of the SM-side
 counter lts__t_sectors_srcunit_tex (rows that only have lts__t_bytes, which also counts the L2 fabric
 between the two partitions and sees requests merged on the way, are reported without a band); ranking:
-per source file and shape, the model orders each pair of kernels as measured in >= 95% of the pairs
-(pairs measured within 3% of each other are ties and count as agreeing).
-A cell out of band makes `fa-traffic validate` exit 1. Each row says whether its cell was in the fit's
+per source file and shape (one run), the model orders each pair of kernels as measured in >= 95% of the
+pairs. The rule for ties: two kernels measured within RANK_TIE (5%) of each other in the same run are a
+tie (run-to-run noise of the committed medians: tc_bench.json vs tc_bench_run2.json differ by up to ~5%
+on the same cell), and a tie counts as ranked correctly only when the model also puts the pair within
+its own time band (±15% tensor-core, ±30% teaching: the model cannot claim to separate them more finely
+than it predicts either); a pair measured further apart counts only when the model orders it the same
+way. Both numbers are reported: `share` (this rule) and `strict` (every pair by the sign of the
+measured ratio, ties included, no allowance).
+A cell out of band makes `fa-traffic validate` exit 1, unless bench/results/gpu_model_known_gaps.json lists it
+with a reason (it is still printed, marked "known gap", and still counts as out of band in the summary);
+the ranking share below target likewise needs that file's "ranking" reason. Each row says whether its cell was in the fit's
 training split (analysis/fit_gpu_model.py), so the held-out error is read apart from the fitted one.
 """
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from pathlib import Path
 
 from analysis import gpu_model as gm
 from analysis.fit_gpu_model import is_train, work_of
@@ -20,8 +30,29 @@ from analysis.measured import bench_cells, ncu_cells, teaching_cells
 
 TC_BAND, TEACHING_BAND, DRAM_BAND, L2_BAND = 0.15, 0.30, 0.10, 0.15
 MIN_N = 2048
-RANK_TARGET, RANK_TIE = 0.95, 0.03
+RANK_TARGET, RANK_TIE = 0.95, 0.05
 TEACHING = ("naive", "fa1", "fa2", "v_once")
+KNOWN_GAPS = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_model_known_gaps.json"
+
+
+def known_gaps(path=None) -> dict:
+    try:
+        return json.loads(Path(path or KNOWN_GAPS).read_text())
+    except (OSError, ValueError):
+        return {"cells": []}
+
+
+def gap_reason(row: dict, gaps: dict) -> str | None:
+    """The reason a committed known-gap entry gives for this out-of-band row, or None."""
+    for g in gaps.get("cells", []):
+        if not row["kernel"].startswith(g["kernel"]):
+            continue
+        if any(k in g and g[k] != row[k] for k in ("n", "d", "causal", "dtype", "source")):
+            continue
+        if g.get("quantity", "time") != row["quantity"]:
+            continue
+        return g["reason"]
+    return None
 
 
 def _label(cell) -> str:
@@ -77,19 +108,32 @@ def ranking(rs: list[dict]) -> dict:
         if r["quantity"] != "time":
             continue
         groups.setdefault((r["source"], r["n"], r["d"], r["dtype"], r["causal"], r["batch"]), []).append(r)
-    agree = total = 0
+    agree = total = strict = ties = 0
     wrong = []
     for cells in groups.values():
         for a, b in itertools.combinations(cells, 2):
             total += 1
-            m = a["measured"] / b["measured"]
-            if abs(m - 1) <= RANK_TIE or (m > 1) == (a["model"] > b["model"]):
+            m, p = a["measured"] / b["measured"], a["model"] / b["model"]
+            same_order = (m > 1) == (p > 1)
+            strict += same_order
+            if abs(m - 1) < RANK_TIE:
+                ties += 1
+                band = max(_band(a), _band(b))
+                ok = abs(p - 1) <= band
+            else:
+                ok = same_order
+            if ok:
                 agree += 1
             else:
                 wrong.append(f"{a['source']} n={a['n']} d={a['d']} {a['dtype']}{' causal' if a['causal'] else ''}: "
                              f"{a['kernel']} vs {b['kernel']} measured {m:.2f}x, model {a['model'] / b['model']:.2f}x")
     share = agree / total if total else 1.0
-    return dict(pairs=total, agree=agree, share=share, ok=share >= RANK_TARGET, wrong=wrong)
+    return dict(pairs=total, agree=agree, share=share, ok=share >= RANK_TARGET, ties=ties,
+                strict_agree=strict, strict_share=strict / total if total else 1.0, wrong=wrong)
+
+
+def _band(row) -> float:
+    return TEACHING_BAND if row["kernel"].split("[")[0] in TEACHING else TC_BAND
 
 
 def summary(rs: list[dict]) -> list[dict]:

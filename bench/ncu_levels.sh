@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU counters for the GPU model's levels (issue 11, item 5): where L2 traffic comes from, DRAM bytes,
-# tensor-pipe activity and duration of fa2_wgmma, fa2_tc, v_once_tc, SDPA flash and cuDNN
+# tensor-pipe activity, instructions issued (fa2_tc vs SDPA flash: the ranking's known gap) and duration
+# of fa2_wgmma, fa2_tc, v_once_tc (lazy; eager at N = 4096), SDPA flash and cuDNN
 # (bench/ncu_levels_target.py: d = 64, 128 at N = 4096 non-causal and causal; d = 128 at N = 16384).
 #
 #   PYTHONPATH=. bash bench/ncu_levels.sh        # on the H200; ~1-3 minutes
@@ -26,6 +27,8 @@ WANTED=(
   sm__throughput.avg.pct_of_peak_sustained_elapsed sm__warps_active.avg.pct_of_peak_sustained_active
   launch__registers_per_thread launch__shared_mem_per_block_dynamic launch__occupancy_limit_registers
   sm__cycles_elapsed.avg.per_second
+  smsp__inst_executed.sum smsp__inst_executed_pipe_xu.sum smsp__inst_executed_pipe_fma.sum
+  smsp__inst_executed_pipe_alu.sum
 )
 ncu --query-metrics --csv > "$OUT/ncu_query.csv" 2>&1 || true
 metrics=()

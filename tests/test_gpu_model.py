@@ -32,7 +32,7 @@ def test_every_kernel_has_a_descriptor(name, d):
     desc = describe(name, d, "fp16", False, n_q=4096)
     assert desc.block_q > 0 and desc.block_k > 0 and desc.ctas_per_sm >= 1
     p = gm.predict(name, 4, 2048 // d, 4096, None, d, "fp16", False)
-    assert p.time_s > 0 and p.tflops > 0 and p.bound in ("tensor", "ffma", "softmax", "smem", "l2", "dram")
+    assert p.time_s > 0 and p.tflops > 0 and p.bound in ("tensor", "ffma", "softmax", "smem", "latency", "l2", "dram")
 
 
 def test_descriptor_ctas_match_measured_resources():
@@ -118,8 +118,65 @@ def test_validate_on_committed_data(capsys, tmp_path):
     plot = tmp_path / "v.png"
     rc, out, _ = _run(capsys, "validate", "--plot", str(plot))
     assert rc in (0, 1) and plot.stat().st_size > 1000 and "ranking:" in out
-    misses = [r for r in rs if r["in_band"] is False]
-    assert (rc == 1) == (bool(misses) or not val.ranking(rs)["ok"])
+    gaps = val.known_gaps()
+    unexplained = [r for r in rs if r["in_band"] is False and not val.gap_reason(r, gaps)]
+    rank = val.ranking(rs)
+    assert (rc == 1) == (bool(unexplained) or not (rank["ok"] or gaps.get("ranking", {}).get("reason")))
+    assert rc == 0  # CI: every committed cell is in band or a listed known gap
+
+
+def test_validate_fails_on_an_unlisted_miss(capsys, tmp_path, monkeypatch):
+    from analysis import validate as val
+
+    empty = tmp_path / "gaps.json"
+    empty.write_text('{"cells": []}')
+    monkeypatch.setattr(val, "KNOWN_GAPS", empty)
+    rs = val.rows()
+    if not any(r["in_band"] is False for r in rs) and val.ranking(rs)["ok"]:
+        pytest.skip("the model meets every band: nothing to list")
+    rc, out, _ = _run(capsys, "validate")
+    assert rc == 1 and "known gaps" in out
+
+
+def test_known_gap_matching():
+    from analysis import validate as val
+
+    gaps = {"cells": [{"kernel": "v_once_tc[hbm,eager]", "n": 4096, "d": 128, "quantity": "time", "reason": "r"}]}
+    row = dict(kernel="v_once_tc[hbm,eager]", n=4096, d=128, causal=True, dtype="bf16", source="x",
+               quantity="time")
+    assert val.gap_reason(row, gaps) == "r"
+    assert val.gap_reason(dict(row, n=2048), gaps) is None
+    assert val.gap_reason(dict(row, quantity="dram bytes"), gaps) is None
+    assert val.gap_reason(dict(row, kernel="v_once_tc[hbm,lazy]"), gaps) is None
+
+
+def _pair(m_a, m_b, p_a, p_b, kernel_b="fa2_tc"):
+    base = dict(quantity="time", source="s", n=4096, d=64, dtype="fp16", causal=False, batch=1)
+    return [dict(base, kernel="sdpa_flash", measured=m_a, model=p_a), dict(base, kernel=kernel_b, measured=m_b, model=p_b)]
+
+
+def test_ranking_tie_rule():
+    from analysis import validate as val
+
+    # measured 3% apart (a tie): right when the model keeps them within its band, wrong when it does not
+    assert val.ranking(_pair(1.0, 1.03, 1.1, 1.0))["agree"] == 1
+    assert val.ranking(_pair(1.0, 1.03, 1.5, 1.0))["agree"] == 0
+    # measured 20% apart: only the order counts
+    assert val.ranking(_pair(1.0, 1.2, 0.9, 1.0))["agree"] == 1
+    assert val.ranking(_pair(1.0, 1.2, 1.05, 1.0))["agree"] == 0
+    r = val.ranking(_pair(1.0, 1.03, 1.1, 1.0))
+    assert r["strict_agree"] == 0 and r["ties"] == 1
+
+
+def test_teaching_occupancy_and_round_trips():
+    """fa1's one 8-warp CTA per SM issues at about half FA2's rate (bench_kernels.json: 2.0-2.2x per
+    tile); eager v_once with f spilled pays the O(Tc^2) dependent round trips, lazy does not."""
+    fa1 = gm.predict("fa1", 4, 32, 4096, None, 64)
+    fa2 = gm.predict("fa2", 4, 32, 4096, None, 64)
+    assert fa1.time_s > 1.6 * fa2.time_s
+    eager = gm.predict("v_once", 4, 32, 4096, None, 64, rescale="eager", placement="hbm")
+    lazy = gm.predict("v_once", 4, 32, 4096, None, 64, rescale="lazy", placement="hbm")
+    assert eager.terms["latency"] > 10 * lazy.terms["latency"] > 0 and eager.bound == "latency"
 
 
 def test_report_path_imports_no_torch():
