@@ -352,7 +352,7 @@ def _report_row(r: dict) -> list[str]:
 
 # the default report (issue 11): the papers' count beside the levels the GPU model gives, at each
 # variant's real kernel's blocks; bound and TFLOP/s from the GPU model (analysis.report_gpu)
-KERNEL_REPORT_COLUMNS = ("variant", "kernel", "N", "d", "Br×Bc", "requests", "L2", "DRAM", "DRAM × min", "SRAM",
+KERNEL_REPORT_COLUMNS = ("variant", "kernel", "N", "d", "Br×Bc", "requests", "L2", "DRAM", "DRAM × min", "smem",
                          "matmul", "exp", "other", "FLOP/B req", "FLOP/B min", "bound", "TFLOP/s")
 
 
@@ -360,6 +360,8 @@ def _kernel_report_row(r: dict) -> list[str]:
     g, rf = r.get("gpu_model", {}), r["roofline"]
     n = f"{r['seq_q']}" if r["seq_q"] == r["seq_k"] else f"{r['seq_q']}×{r['seq_k']}"
     sram = human_bytes(r["sram_peak_bytes"]) + ("" if r["fits"] else " ✗")
+    if g.get("smem_bytes"):  # what the kernel allocates (S, P in registers), not the reference's working set
+        sram = human_bytes(g["smem_bytes"])
     flops = sum(r["flops"].values())
     if "time_s" in g:
         levels = [human_bytes(g["l2_bytes"]), human_bytes(g["dram_bytes"]),
@@ -518,7 +520,8 @@ def _kernel_caption(args, recs, gpu) -> str:
             f"once; bound, TFLOP/s: the GPU model of the {gpu.name} {bh} (fa-traffic validate checks it "
             "against every committed measurement)"
             + (f"; rows marked (papers'): {'; '.join(why)}" if why else "")
-            + "; ✗ = working set over the SRAM")
+            + "; smem: what the kernel allocates per thread block (S, P in registers), or, for a row no kernel "
+              "runs, the reference's working set (✗ = over the SRAM)")
 
 
 def _caption(args, recs, gpu) -> str:
@@ -550,7 +553,7 @@ def _emit(args, header, rows, recs, title):
             names = [("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM"), ("matmul", "exp", "other"),
                      ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")]
             if "kernel" in header:  # issue 11's columns
-                names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "SRAM"),
+                names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "smem"),
                          ("matmul", "exp", "other", "FLOP/B req", "FLOP/B min"), ("bound", "TFLOP/s")]
             groups = [[header.index(h) for h in g if h in header] for g in names]
         render_table(header, rows, title=title, caption=_caption(args, recs, get_gpu(args.gpu)),

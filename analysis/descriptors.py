@@ -18,6 +18,8 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
                  teaching (FFMA, LDS and the softmax share the issue slots)
     grid         q_blocks (Tr x B·H CTAs, Q blocks fastest), heads (FA1: B·H CTAs), persistent (SMs CTAs)
     smem_bytes_per_tile  shared-memory bytes read per Br x Bc tile (ldmatrix / LDS / wgmma operands)
+    smem_bytes   shared memory per CTA as the launcher allocates it (S and P in registers where the kernel
+                 keeps them there: the reference's working set is not the kernel's)
     lds_per_tile warp-wide scalar shared loads per tile (teaching tier; 0 elsewhere)
     ffma_per_tile warp-wide FFMA instructions of the two products per tile (teaching tier)
     exp_alu      FP32 instructions per exponential beyond the MUFU op (accurate expf's range reduction)
@@ -62,6 +64,7 @@ class KernelDescriptor:
     lds_per_tile: float = 0.0
     ffma_per_tile: float = 0.0
     exp_alu: int = 0
+    smem_bytes: int = 0  # dynamic shared memory per CTA as launched (0: not known, external kernels)
     round_trips_per_tile: float = 0.0
     rescale_round_trips: float = 0.0
     f: str | None = None  # v_once: where the f row lives (sram | hbm)

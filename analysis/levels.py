@@ -113,12 +113,17 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
                       causal)
         eager_once = {"r": lazy.read_bytes.get("f", 0), "w": lazy.write_bytes.get("f", 0)}
         t = Tiling(n_q, n_k, desc.block_q, desc.block_k, causal)
+        visits = [len(t.k_blocks(i)) for i in range(t.t_r)]
+        reach = [0] * (max(visits, default=0) + 1)  # reach[n]: Q blocks that visit more than n blocks
+        for v in visits:
+            reach[v - 1 if v else 0] += 1 if v else 0
+        for n in range(len(reach) - 2, -1, -1):
+            reach[n] += reach[n + 1]
         num = den = 0.0
-        for i in range(t.t_r):
-            for n in range(1, len(t.k_blocks(i))):
-                ws = resident * desc.block_q * n * desc.block_k * item + kv_ws
-                num += n * miss_fraction(ws, cap)
-                den += n
+        for n in range(1, len(reach)):  # block n rescales n earlier blocks, in every Q block that reaches it
+            w = n * reach[n]
+            num += w * miss_fraction(resident * desc.block_q * n * desc.block_k * item + kv_ws, cap)
+            den += w
         eager_miss = num / den if den else 0.0
     inputs_req = sum(rb.get(n, 0) for n in ("Q", "K", "V"))
     inputs_unique = bh * (q_bytes + kv_bytes)

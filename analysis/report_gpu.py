@@ -35,8 +35,9 @@ def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtyp
         desc = describe(kernel, d, dtype, causal, n_q=n_q, n_k=n_k, **opts)
     except ValueError as e:
         msg = str(e).splitlines()[0]
-        if "shared memory" in msg:  # v_once_tc's plan: the f row forced on chip does not fit
+        if "placement='sram'" in msg:  # v_once_tc's plan: the f row forced on chip does not fit
             msg = "its f row does not fit in shared memory"
+        msg = msg.split(";")[0]
         return None, f"{kernel} cannot run it: {msg}"
     if dtype == "fp32" and desc.path != "ffma":
         return None, f"{kernel} takes fp16/bf16 inputs, not fp32"
@@ -66,6 +67,7 @@ def model_record(desc, batch: int, heads: int, n_q: int, n_k: int, d: int, dtype
                 time_s=p.time_s, tflops=p.tflops, bound=p.bound,
                 requests_bytes=round(lv.requests_bytes * share), l2_bytes=round(lv.l2_bytes * share),
                 dram_bytes=round(lv.dram_bytes * share), compulsory_bytes=round(lv.compulsory_bytes * share),
+                smem_bytes=desc.smem_bytes,
                 terms=dict(p.terms))
 
 

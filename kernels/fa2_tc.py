@@ -188,5 +188,5 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                 ctas_per_sm=ctas_per_sm(warps, smem_bytes(defs), registers_of("fa2_tc", defs),
                                         defs["MIN_BLOCKS"]),
                 loads="cp.async", s_p="registers", grid="q_blocks", smem_bytes_per_tile=smem_tile,
-                launch_overhead_s=t, overhead_source=src, source="kernels/fa2_tc.py CONFIGS",
+                smem_bytes=smem_bytes(defs), launch_overhead_s=t, overhead_source=src, source="kernels/fa2_tc.py CONFIGS",
                 options={k: v for k, v in defs.items() if k not in ("HEAD_DIM", "IS_BF16")})

@@ -88,7 +88,7 @@ def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_
     return dict(kernel=name, build=f"teaching Br={block_q} Bc={block_k}" + (f" f in {f}, {rescale}" if f else ""),
                 variant=name, path="ffma", structure="teaching", block_q=block_q, block_k=block_k,
                 warps=WARPS, ctas_per_sm=ctas, loads="ld.global", s_p="hbm" if name == "naive" else "smem",
-                grid="heads" if name == "fa1" else "q_blocks", smem_bytes_per_tile=128.0 * lds,
+                grid="heads" if name == "fa1" else "q_blocks", smem_bytes_per_tile=128.0 * lds, smem_bytes=smem,
                 lds_per_tile=lds, ffma_per_tile=ffma, exp_alu=EXPF_ALU, f=f,
                 round_trips_per_tile=rt_tile, rescale_round_trips=rt_rescale,
                 rescale=rescale if name == "v_once" else None, launches=3 if name == "naive" else 1,

@@ -147,7 +147,7 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 40
                 path="mma_sync", structure="fa2", block_q=br, block_k=bc, warps=warps,
                 ctas_per_sm=ctas_per_sm(warps, p["smem"], registers_of("v_once_tc", defs), defs["MIN_BLOCKS"]),
                 loads="cp.async", s_p="registers", grid="q_blocks", smem_bytes_per_tile=smem_tile,
-                f=p["placement"], rescale=rescale, launch_overhead_s=t,
+                f=p["placement"], rescale=rescale, smem_bytes=p["smem"], launch_overhead_s=t,
                 # eager, spilled: no latency term (rescale_round_trips 0): each thread has KN 16-byte
                 # fragments of an earlier block in flight at once (teaching: one 2-byte element per load),
                 # so the rescale runs at the L2/DRAM rate the levels give (bench/results/tc_bench.json) overhead_source=src,

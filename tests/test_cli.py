@@ -112,6 +112,10 @@ def test_default_report_is_the_gpu_model_at_the_kernels_blocks(capsys):
     assert old[0]["gpu_model"] == {"why": "--blocks fa1-rule"}
     rc, out, _ = run(capsys, "report", "--variant", "fa2", "--seq-len", "16k", "--blocks", "fa1-rule")
     assert "papers' count" in out
+    # issue 11: the reference's working set (S, P on chip) rejected fa2_wgmma's 128x176 at d = 128; the
+    # kernel keeps S and P in registers and allocates what fits
+    (r,) = run_json(capsys, "report", "--variant", "fa2", "--seq-len", "16k", "--head-dim", "128")
+    assert not r["fits"] and 0 < r["gpu_model"]["smem_bytes"] <= GPUS["h200"].sram_bytes
 
 
 def test_json_equals_the_instrumented_counts(capsys):
