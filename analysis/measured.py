@@ -150,7 +150,8 @@ def read_ncu_csv(path) -> list[dict]:
                           duration_s=m.get("gpu__time_duration.sum", float("nan")) * 1e-9,
                           dram_bytes=m.get("dram__bytes_read.sum", 0) + m.get("dram__bytes_write.sum", 0),
                           lts_bytes=m.get("lts__t_bytes.sum"),
-                          l2_tex_bytes=None if tex is None else tex * 32))
+                          l2_tex_bytes=None if tex is None else tex * 32,
+                          instructions=m.get("smsp__inst_executed.sum")))
     return cells
 
 

@@ -57,12 +57,13 @@ from analysis.fit_gpu_model import work_of
 from analysis.measured import read_ncu_csv
 cells = read_ncu_csv(sys.argv[1])
 print(f"{'kernel':22s} {'n':>6s} {'d':>4s} {'causal':>6s} {'t ncu ms':>9s} {'t/model':>8s} {'DRAM/model':>10s} "
-      f"{'lts/model':>9s} {'tex/model':>9s}")
+      f"{'lts/model':>9s} {'tex/model':>9s} {'Ginstr':>7s}")
 for c in cells:
     p = gm.predict_work(work_of(c))
     tex = c.get("l2_tex_bytes")
     print(f"{c['label']:22s} {c['n_q']:6d} {c['d']:4d} {int(c['causal']):6d} {c['duration_s'] * 1e3:9.3f} "
           f"{c['duration_s'] / (p.time_s - p.terms['overhead']):8.3f} {c['dram_bytes'] / p.dram_bytes:10.3f} "
-          f"{(c['lts_bytes'] or 0) / p.l2_bytes:9.3f} {(tex or 0) / p.l2_bytes:9.3f}")
+          f"{(c['lts_bytes'] or 0) / p.l2_bytes:9.3f} {(tex or 0) / p.l2_bytes:9.3f} "
+          f"{(c.get('instructions') or 0) / 1e9:7.3f}")
 PY
 exit $rc
