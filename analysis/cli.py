@@ -149,8 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="compare the variants at a few sequence lengths")
     common(rep, seq_help="query lengths Nq, e.g. 1k,4k,16k (default) or 65536; repeatable")
+    rep.add_argument("--pass", dest="pass_name", choices=("forward", "backward", "train"),
+                     default="forward", help="forward (default), backward, or train = both "
+                     "(adds memory saved for the backward and recompute FLOPs)")
     rep.add_argument("--blocks", choices=("kernel", "fa1-rule"), default="kernel",
-                     help="kernel: each variant's real kernel's Br, Bc and the GPU model (default); "
+                     help="kernel: each variant's real kernel's Br, Bc and the GPU model (default, forward); "
                           "fa1-rule: FA1's rule and the papers' roofline")
     rep.set_defaults(batch=None, heads=None)  # unset: counts per head, the GPU model on a full GPU
     sw = sub.add_parser("sweep-sram", help="FA1 Theorem 2: HBM traffic against SRAM size M")
@@ -580,6 +583,11 @@ def _plot(fn, recs, path):
 
 
 def cmd_report(args) -> int:
+    if args.pass_name != "forward":  # the backward's counts and columns (analysis.backward_report)
+        from analysis import backward_report
+
+        args.batch, args.heads = args.batch or 1, args.heads or 1  # the report's B = H = 1 default
+        return backward_report.cmd_report(args)
     recs = build_records(args)
     if args.plot:  # before the output, so a closed pipe (| head) still gets its plot
         from analysis import plots

@@ -5,7 +5,7 @@ f_i = [f_i1 | f_i2 | ...] (Br x Nk) with an online max and sum, and only then mu
 O_i = (f_i / ℓ_i) V. FA2 instead folds every P~ V_j product into a running O_i. Both do the same
 matmul FLOPs (4·Nq·Nk·d non-causal); what differs is where f lives and how often it is rescaled.
 
-Knobs (DESIGN.md):
+Knobs (docs/design.md):
 - placement: "sram" keeps the f row on chip (SramOverflow if Br·Nk·itemsize does not fit with the
   rest); "hbm" spills every f block to a scratch buffer in HBM and reads it back for the product;
   "auto" keeps it on chip when it fits, else spills.
@@ -142,3 +142,19 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, placem
         mem.store("O", o[..., r0:r1, :], Oi)
         mem.store("lse", lse[..., r0:r1], log_sum_exp(mem, mi, li).squeeze(-1))
     return o, lse
+
+
+# -- backward --------------------------------------------------------------------------------------
+# Issue #941 changes only the forward: it returns the same O and L = m + log ℓ as FA2, so the
+# backward is FA2's Algorithm 2 unchanged (it never sees f or the rescale mode). The options are
+# accepted, and checked, so one call signature serves every variant.
+from variants import fa2 as _fa2  # noqa: E402
+
+backward_sram_bytes = _fa2.backward_sram_bytes
+
+
+def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64,
+             placement="auto", rescale="eager", mem=None):
+    _check_options(placement, rescale)
+    return _fa2.backward(q, k, v, o, lse, do, causal=causal, scale=scale, block_q=block_q,
+                         block_k=block_k, mem=mem)
