@@ -94,12 +94,13 @@ def cmd_predict(args, error) -> int:
 
     recs = predict_records(args, error)
     header = ["kernel", "N", "d", "Br×Bc", "CTAs/SM", "time", "TFLOP/s", "bound", "L2", "DRAM", "requests",
-              "t tensor", "t softmax", "t smem", "t L2", "t DRAM"]
+              "t tensor", "t softmax", "t smem", "t latency", "t L2", "t DRAM"]
     rows = [[r["kernel"], str(r["seq_q"]) if r["seq_q"] == r["seq_k"] else f"{r['seq_q']}×{r['seq_k']}",
              str(r["head_dim"]), f"{r['block_q']}×{r['block_k']}", str(r["ctas_per_sm"]), human_time(r["time_s"]),
              f"{r['tflops']:.4g}", r["bound"], human_bytes(r["l2_bytes"]), human_bytes(r["dram_bytes"]),
              human_bytes(r["requests_bytes"])]
-            + [human_time(r["terms"][k]) for k in ("tensor", "softmax", "smem", "l2", "dram")] for r in recs]
+            + [human_time(r["terms"][k]) for k in ("tensor", "softmax", "smem", "latency", "l2", "dram")]
+            for r in recs]
     _table(header, rows, args.format, recs)
     return 0
 

@@ -64,9 +64,11 @@ DEFAULT_PARAMS = {
     "sigma_ws": 0.1,
     "L_cycles": 4000.0,
     "eta_lds": 0.5,
-    "k_alu_ffma": 2.0,
-    "W_sat": 16.0,  # resident warps per SM for the teaching tier's full issue rate
-    "L_gmem": 1500.0,  # cycles per dependent global round trip under load
+    "k_alu_ffma": 2.0,  # teaching tier; fitted near 14: it also carries the per-element work the counts
+    #                     leave out there (P stored to smem, the 16-lane shuffles of row_max16/row_sum16,
+    #                     the visibility test), all on the same FP32 issue slots
+    "W_sat": 16.0,  # resident warps per SM for the teaching tier's full issue rate (fits near 16: 2 CTAs of 8)
+    "L_gmem": 1500.0,  # cycles per dependent global round trip under load (fits near 1800, ~1 µs)
     "sigma_spill": 0.3,
 }
 
