@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from analysis import closed_forms as cf

@@ -22,7 +22,7 @@ import torch
 
 from analysis import sram as _sram
 from analysis.memory import resolve
-from variants._common import F32, NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores, safe_div
+from variants._common import NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores, safe_div
 
 
 # the working set lives in analysis.sram (torch-free: the report path imports it)
