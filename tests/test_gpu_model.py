@@ -210,3 +210,17 @@ def test_teaching_shared_bytes_match_the_launchers():
             for r in ("eager", "lazy"):
                 assert tm.shared_bytes("v_once", d, 1000, 2, 64, 64, placement=p, rescale=r) == \
                     v_once.shared_bytes(d, 1000, 2, placement=p, rescale=r)
+
+
+def test_committed_fit_is_the_fit_of_this_model():
+    """bench/results/gpu_model_fit.json must be what analysis/fit_gpu_model.py gives for the model as it
+    is now: a change to the model without a refit (and so a held-out error nobody measured) fails here."""
+    import json
+
+    from analysis import fit_gpu_model
+
+    committed = json.loads(gm.FIT_FILE.read_text())
+    fresh = fit_gpu_model.fit(verbose=False)
+    assert fresh["train_cells"] == committed["train_cells"]
+    for k, v in committed["params"].items():
+        assert fresh["params"][k] == pytest.approx(v, rel=1e-6), k
