@@ -13,7 +13,8 @@ Per visited Br x Bc tile, in SM cycles (rates per SM per clock):
             half the issue rate of FA2's two: the measured 2.0-2.2x per tile, bench_kernels.json)
 Overlap rule per kernel structure (the descriptor's):
     warp_specialized  max(tensor, smem, mufu + alu) + σ_ws · min(tensor, mufu + alu)
-    fa2               max(tensor, smem) + σ_fa2 · (mufu + alu)   (the same warps do both; other CTAs hide part;
+    fa2               max(tensor, smem) + σ · (mufu + alu)   (the same warps do both; other CTAs hide part:
+                      σ = σ_fa2^(CTAs/SM - 1), each co-resident CTA hiding the same share of what is left;
                       σ = 1 at one CTA per SM: nothing runs products while its warps do the softmax)
 A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L + L_gmem · rt(n) cycles (it shares its SM with
 ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; rt(n): the dependent global round trips the
@@ -192,8 +193,9 @@ def combine(desc, terms: dict, params: dict) -> float:
         return sm + tc + sfx
     if desc.structure == "warp_specialized":
         return max(tc, sm, sfx) + params["sigma_ws"] * min(tc, sfx)
-    # the softmax hides under the products of the other CTAs on the SM; a lone CTA has none to hide under
-    sigma = params["sigma_fa2"] if desc.ctas_per_sm >= 2 else 1.0
+    # the softmax hides under the products of the other CTAs on the SM, each hiding the same share of what
+    # the others left; a lone CTA has none to hide under
+    sigma = params["sigma_fa2"] ** (desc.ctas_per_sm - 1)
     return max(tc, sm) + sigma * sfx
 
 
