@@ -6,9 +6,12 @@
     fa-traffic gpus                        # the GPU figures and their sources
 
 Counts come from `analysis.closed_forms` (held exactly equal to the instrumented references by the
-tests). Blocks default to FA1's rule Bc = ⌈M/4d⌉, Br = min(Bc, d) with M = SRAM bytes / 4 (float32
-elements: the on-chip compute type); --block-q/--block-k override. Rows whose working set does not
-fit the SRAM are reported with fits = false and over_by_bytes, not dropped.
+tests). The report's blocks default to the ones each variant's real kernel runs, with the GPU model's
+levels (L2 requests, DRAM bytes) beside the papers' count and its bound / TFLOP/s (analysis.report_gpu);
+`--blocks fa1-rule` gives FA1's rule Bc = ⌈M/4d⌉, Br = min(Bc, d) with M = SRAM bytes / 4 (float32
+elements: the on-chip compute type) and the papers' roofline, as sweep-sram always does;
+--block-q/--block-k override. Rows whose working set does not fit the SRAM are reported with
+fits = false and over_by_bytes, not dropped.
 """
 from __future__ import annotations
 
@@ -115,7 +118,7 @@ def _flatten(lists):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="HBM traffic, FLOPs, SRAM working set and a roofline "
                      "for naive attention, FlashAttention-1/2 and issue #941's multiply-V-once.")
-    sub = parser.add_subparsers(dest="command", metavar="{report,sweep-sram,gpus}")
+    sub = parser.add_subparsers(dest="command", metavar="{report,sweep-sram,predict,validate,gpus}")
 
     def common(p, *, seq_help):
         p.add_argument("--variant", action="append", type=_choice_list(cf.VARIANT_NAMES, "variant"),
@@ -149,11 +152,18 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--pass", dest="pass_name", choices=("forward", "backward", "train"),
                      default="forward", help="forward (default), backward, or train = both "
                      "(adds memory saved for the backward and recompute FLOPs)")
+    rep.add_argument("--blocks", choices=("kernel", "fa1-rule"), default="kernel",
+                     help="kernel: each variant's real kernel's Br, Bc and the GPU model (default, forward); "
+                          "fa1-rule: FA1's rule and the papers' roofline")
+    rep.set_defaults(batch=None, heads=None)  # unset: counts per head, the GPU model on a full GPU
     sw = sub.add_parser("sweep-sram", help="FA1 Theorem 2: HBM traffic against SRAM size M")
     common(sw, seq_help="the fixed sequence length N (default 4k; a list gives one sweep each)")
     sw.add_argument("--sram-min", type=parse_bytes, default=16 * 1024, help="smallest M (default 16KiB)")
     sw.add_argument("--sram-max", type=parse_bytes, default=4 * 1024 ** 2, help="largest M (default 4MiB)")
     sw.add_argument("--points", type=_positive_int, default=33, help="log-spaced sizes (default 33)")
+    from analysis import gpu_cli  # predict, validate: the GPU model (issue 11)
+
+    gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of})
     g = sub.add_parser("gpus", help="the GPU figures and their sources")
     g.add_argument("--format", choices=("table", "json"), default="table")
     return parser
@@ -244,6 +254,8 @@ def _problems(args, default_seq):
 
 def build_records(args, *, sweep=False, progress=None) -> list[dict]:
     gpu = get_gpu(args.gpu)
+    full_gpu = args.batch is None and args.heads is None  # report: the GPU model at the bench's B, H
+    args.batch, args.heads = args.batch or 1, args.heads or 1
     configs = _configs(args, sweep)
     problems = _problems(args, (4096,) if sweep else DEFAULT_SEQ)
     if sweep:
@@ -259,11 +271,27 @@ def build_records(args, *, sweep=False, progress=None) -> list[dict]:
         series.insert(series.index(("fa2", {}, "fa1")) + 1, ("fa2", {}, "swapped"))
     jobs = [(s, p, c) for p in problems for s in srams for c in series]
     recs = []
+    by_kernel = not sweep and getattr(args, "blocks", "fa1-rule") == "kernel" and not (args.block_q or args.block_k)
     for n, (sram, (n_q, n_k, d), (name, opts, rule)) in enumerate(jobs):
         br, bc, rule = _blocks(args, sram, d, rule)
+        desc, why = None, None if by_kernel else ("explicit --block-q/--block-k" if (args.block_q or args.block_k)
+                                                  else "--blocks fa1-rule")
+        if by_kernel:  # issue 11: the real kernel's blocks and the GPU model
+            from analysis import report_gpu
+
+            desc, why = report_gpu.kernel_descriptor(name, opts, n_q, n_k, d, args.dtype, args.causal, gpu.key)
+            if desc is not None:
+                br, bc, rule = desc.block_q, desc.block_k, f"kernel {desc.kernel}"
         tr = cf.counts(name, args.batch, args.heads, n_q, n_k, d, causal=args.causal,
                        dtype=args.dtype, block_q=br, block_k=bc, sram_bytes=sram, **opts)
-        recs.append(record(tr, gpu, rule))
+        rec = record(tr, gpu, rule)
+        if not sweep:
+            from analysis import report_gpu
+
+            rec["gpu_model"] = (report_gpu.model_record(desc, args.batch, args.heads, n_q, n_k, d, args.dtype,
+                                                        args.causal, full_gpu=full_gpu)
+                                if desc is not None else {"why": why})
+        recs.append(rec)
         if progress:
             progress(n + 1, len(jobs))
     return recs
@@ -323,6 +351,33 @@ def _report_row(r: dict) -> list[str]:
             human_flops(r["flops"]["other"]),
             human_time(rf["t_memory_s"]), human_time(rf["t_matmul_s"]), human_time(rf["t_nonmatmul_s"]),
             rf["bound"], f"{rf['predicted_tflops']:.4g}"]
+
+
+# the default report (issue 11): the papers' count beside the levels the GPU model gives, at each
+# variant's real kernel's blocks; bound and TFLOP/s from the GPU model (analysis.report_gpu)
+KERNEL_REPORT_COLUMNS = ("variant", "kernel", "N", "d", "Br×Bc", "requests", "L2", "DRAM", "DRAM × min", "smem",
+                         "matmul", "exp", "other", "FLOP/B req", "FLOP/B min", "bound", "TFLOP/s")
+
+
+def _kernel_report_row(r: dict) -> list[str]:
+    g, rf = r.get("gpu_model", {}), r["roofline"]
+    n = f"{r['seq_q']}" if r["seq_q"] == r["seq_k"] else f"{r['seq_q']}×{r['seq_k']}"
+    sram = human_bytes(r["sram_peak_bytes"]) + ("" if r["fits"] else " ✗")
+    if g.get("smem_bytes"):  # what the kernel allocates (S, P in registers), not the reference's working set
+        sram = human_bytes(g["smem_bytes"])
+    flops = sum(r["flops"].values())
+    if "time_s" in g:
+        levels = [human_bytes(g["l2_bytes"]), human_bytes(g["dram_bytes"]),
+                  f"{g['dram_bytes'] / r['min_hbm_bytes']:.3g}"]
+        verdict = [g["bound"], f"{g['tflops']:.4g}"]
+    else:  # no kernel or no model for this row: the papers' roofline, said so
+        levels = ["—", "—", "—"]
+        verdict = [f"{rf['bound']} (papers')", f"{rf['predicted_tflops']:.4g} (papers')"]
+    return ([r["label"], g.get("kernel", "—"), n, str(r["head_dim"]), f"{r['block_q']}×{r['block_k']}",
+             human_bytes(r["hbm_bytes"])] + levels
+            + [sram, human_flops(r["flops"]["matmul"]), human_flops(r["flops"]["exp"]),
+               human_flops(r["flops"]["other"]), f"{flops / r['hbm_bytes']:.4g}",
+               f"{flops / r['min_hbm_bytes']:.4g}"] + verdict)
 
 
 SWEEP_COLUMNS = ("SRAM", "Br×Bc")
@@ -453,7 +508,28 @@ def render_csv(recs, file=None) -> None:
     file.write(buf.getvalue())
 
 
+def _kernel_caption(args, recs, gpu) -> str:
+    from analysis import report_gpu
+
+    g = next((r["gpu_model"] for r in recs if "time_s" in r.get("gpu_model", {})), None)
+    why = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})})
+    bh = ("at B = 16k/N, H = 2048/d, as every bench (a full GPU; --batch/--heads to choose)"
+          if g and recs[0]["batch"] * recs[0]["heads"] != g["model_batch"] * g["model_heads"] else "")
+    kernels = ", ".join(f"{v}: {k}" for v, k in report_gpu.KERNEL_OF.items())
+    return (f"B={recs[0]['batch']} H={recs[0]['heads']} {args.dtype}{' causal' if args.causal else ''}; "
+            f"blocks: each variant's kernel ({kernels}; --blocks fa1-rule for FA1's rule); "
+            "requests = the papers' count (global-memory requests, no cache); L2 = SM→L2 requests; "
+            "DRAM = after the L2 residency model; × min / FLOP/B min: against Q,K,V read once + O,lse written "
+            f"once; bound, TFLOP/s: the GPU model of the {gpu.name} {bh} (fa-traffic validate checks it "
+            "against every committed measurement)"
+            + (f"; rows marked (papers'): {'; '.join(why)}" if why else "")
+            + "; smem: what the kernel allocates per thread block (S, P in registers), or, for a row no kernel "
+              "runs, the reference's working set (✗ = over the SRAM)")
+
+
 def _caption(args, recs, gpu) -> str:
+    if any("gpu_model" in r and "why" not in r["gpu_model"] for r in recs):
+        return _kernel_caption(args, recs, gpu)
     srams = sorted({r["sram_bytes"] for r in recs})
     sram = human_bytes(srams[0]) if len(srams) == 1 else f"{human_bytes(srams[0])} … {human_bytes(srams[-1])}"
     blocks = "explicit" if (args.block_q or args.block_k) else "FA1 rule Bc=⌈M/4d⌉, Br=min(Bc,d), M=SRAM/4"
@@ -461,7 +537,8 @@ def _caption(args, recs, gpu) -> str:
     return (f"B={args.batch} H={args.heads} d={','.join(map(str, dims))} {args.dtype}"
             f"{' causal' if args.causal else ''}; "
             f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}; "
-            f"roofline: {gpu.name} datasheet; × min = HBM bytes / (Q,K,V read once + O,lse written once); "
+            f"roofline of the papers' count (no cache: not what bounds the GPU; the default --blocks kernel "
+            f"has the GPU model): {gpu.name} datasheet; × min = HBM bytes / (Q,K,V read once + O,lse written once); "
             "✗ = working set over the SRAM (by over_by_bytes in --format json)")
 
 
@@ -478,6 +555,9 @@ def _emit(args, header, rows, recs, title):
         if "matmul" in header:  # the report: traffic | FLOPs | roofline, packed to the terminal
             names = [("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM"), ("matmul", "exp", "other"),
                      ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")]
+            if "kernel" in header:  # issue 11's columns
+                names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "smem"),
+                         ("matmul", "exp", "other", "FLOP/B req", "FLOP/B min"), ("bound", "TFLOP/s")]
             groups = [[header.index(h) for h in g if h in header] for g in names]
         render_table(header, rows, title=title, caption=_caption(args, recs, get_gpu(args.gpu)),
                      groups=groups)
@@ -506,6 +586,7 @@ def cmd_report(args) -> int:
     if args.pass_name != "forward":  # the backward's counts and columns (analysis.backward_report)
         from analysis import backward_report
 
+        args.batch, args.heads = args.batch or 1, args.heads or 1  # the report's B = H = 1 default
         return backward_report.cmd_report(args)
     recs = build_records(args)
     if args.plot:  # before the output, so a closed pipe (| head) still gets its plot
@@ -513,12 +594,16 @@ def cmd_report(args) -> int:
 
         _plot(plots.plot_report, recs, args.plot)
     header, rows = list(REPORT_COLUMNS), [_report_row(r) for r in recs]
+    if any("why" not in r.get("gpu_model", {"why": 1}) for r in recs):  # --blocks kernel (issue 11)
+        header, rows = list(KERNEL_REPORT_COLUMNS), [_kernel_report_row(r) for r in recs]
     if len({r["head_dim"] for r in recs}) == 1:  # one d: say it in the caption, not in every row
         i = header.index("d")
         header.pop(i)
         for row in rows:
             row.pop(i)
-    _emit(args, header, rows, recs, "fa-traffic report: HBM traffic, FLOPs, SRAM, roofline (whole problem)")
+    _emit(args, header, rows, recs, "fa-traffic report: HBM traffic, FLOPs, SRAM, roofline (whole problem)"
+          if "kernel" not in header else "fa-traffic report: the papers' count, L2 and DRAM, FLOPs, the GPU "
+          "model's bound (whole problem)")
     return 0
 
 
@@ -568,6 +653,12 @@ def main(argv=None) -> int:
             raise CliError("choose a command: report, sweep-sram, gpus")
         if args.command == "gpus":
             return cmd_gpus(args)
+        if args.command in ("predict", "validate"):
+            from analysis import gpu_cli
+
+            if getattr(args, "plot", None) and not args.plot.lower().endswith(".png"):
+                raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
+            return gpu_cli.run(args, CliError)
         if args.plot and not args.plot.lower().endswith(".png"):
             raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
         return cmd_report(args) if args.command == "report" else cmd_sweep(args)
