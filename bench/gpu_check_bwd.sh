@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# GPU check of the backward work (issue 13 items 1, 3, 4, 5), in the standards' order: correctness first
+# (GPU tests, compute-sanitizer), then the benchmark and the training proof. Each step logs under $OUT;
+# a step that fails is recorded and the rest still run. Total held under ~5 minutes (TOTAL_S).
+#
+#   PYTHONPATH=. bash bench/gpu_check_bwd.sh [precompile] [tests] [memcheck] [racecheck] [bench] [train]
+#   (default: all). Environment: TOTAL_S=290 (time budget; each step gets at most what is left),
+#   TRAIN_ARGS="--steps 500" (extra bench/train_gpt.py arguments; --fallback fa2 is always passed),
+#   BENCH_ARGS="" (extra bench/bench_bwd.py arguments), PYTEST_K="" (a -k filter for the tests).
+#
+# Writes to $OUT: gpu_tests_bwd.log, sanitize_bwd_{memcheck,racecheck}.log, bwd_bench.{json,md,png},
+# bench_bwd.log, train_gpt.{json,png}, train_gpt.log, gpu_check_bwd.json (step -> rc, seconds).
+# Read: the summary table printed last (rc 0 everywhere), gpu_tests_bwd.log's last lines,
+# "ERROR SUMMARY: 0 errors" / "RACECHECK SUMMARY: 0 hazards" in the sanitizer logs, bwd_bench.md
+# (fa2_wgmma / sdpa_flash ratios; fa2 / sdpa_math at N = 4096), train_gpt.log's AGREE line and tokens/s.
+set -u
+export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
+OUT=${OUT:-$(mktemp -d /tmp/gpu_check_bwd.XXXX)}
+mkdir -p "$OUT"
+TOTAL_S=${TOTAL_S:-290}
+T0=$(date +%s)
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(precompile tests memcheck racecheck bench train)
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
+declare -A RC SECS CAP=([precompile]=60 [tests]=100 [memcheck]=50 [racecheck]=60 [bench]=70 [train]=170)
+
+left() { local l=$(( TOTAL_S - ($(date +%s) - T0) )); [ "$l" -gt 10 ] && echo "$l" || echo 10; }
+cap() { local c=${CAP[$1]:-60} l; l=$(left); [ "$c" -lt "$l" ] && echo "$c" || echo "$l"; }
+
+for step in "${steps[@]}"; do
+  t0=$(date +%s)
+  limit=$(cap "$step")
+  case "$step" in
+    precompile)  # NVRTC every build the tests launch, in parallel (serially they take ~1 min)
+      timeout "$limit" python3 - <<'EOF' 2>&1 | tail -3
+import concurrent.futures as cf, os
+from kernels import KERNELS, fa2, _teaching, loader
+jobs = []
+for name, spec in KERNELS.items():
+    if spec.backward is not None and spec.available():
+        jobs += [(src, defs, spec.arch or loader.default_arch()) for src, _, defs in spec.compile_configs()]
+for dt in _teaching.DTYPES:  # the teaching blocks tests/test_kernels_backward.py draws
+    for br, bc in ((64, 64), (16, 64), (64, 16), (32, 16)):
+        for own_v in (0, 1):
+            jobs.append((fa2.SOURCE, _teaching.defines(dt, br, bc, FA2_OWN_V=own_v), loader.default_arch()))
+        for dpad in (64, 128):
+            jobs.append((fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, D_PAD=dpad), loader.default_arch()))
+jobs = list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())
+with cf.ProcessPoolExecutor(max(1, min(16, os.cpu_count() or 1))) as ex:  # NVRTC only: no CUDA context
+    futs = [ex.submit(loader.compile_cubin, s, defines=d, arch=a) for s, d, a in jobs]
+    bad = [str(f.exception()) for f in futs if f.exception() is not None]
+print(f"precompiled {len(jobs) - len(bad)} of {len(jobs)} builds" + ("; FAILED: " + bad[0][:500] if bad else ""))
+raise SystemExit(1 if bad else 0)
+EOF
+      rc=${PIPESTATUS[0]} ;;
+    tests)
+      timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_backward.py \
+        ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/gpu_tests_bwd.log" | tail -25
+      rc=${PIPESTATUS[0]} ;;
+    memcheck|racecheck)
+      if [ -z "$SANITIZER" ]; then
+        echo "compute-sanitizer not found" | tee "$OUT/sanitize_bwd_$step.log"; rc=127
+      else
+        timeout "$limit" "$SANITIZER" --tool "$step" --print-limit 50 --error-exitcode 3 \
+          python3 bench/bwd_sanitize_target.py > "$OUT/sanitize_bwd_$step.log" 2>&1
+        rc=$?
+        grep -E "fa2 backward|SUMMARY" "$OUT/sanitize_bwd_$step.log" | tail -6
+      fi ;;
+    bench)
+      # shellcheck disable=SC2086
+      timeout "$limit" python3 bench/bench_bwd.py --quick --out "$OUT" --budget-s $(( limit - 25 )) \
+        ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_bwd.log" | tail -45
+      rc=${PIPESTATUS[0]} ;;
+    train)
+      # shellcheck disable=SC2086
+      timeout "$limit" python3 bench/train_gpt.py --fallback fa2 --out "$OUT" ${TRAIN_ARGS:-} 2>&1 \
+        | tee "$OUT/train_gpt.log" | tail -12
+      rc=${PIPESTATUS[0]} ;;
+    *) echo "unknown step $step"; rc=2 ;;
+  esac
+  RC[$step]=$rc; SECS[$step]=$(( $(date +%s) - t0 ))
+  echo "== $step: rc=$rc, ${SECS[$step]} s (limit ${limit} s)"
+done
+
+{
+  echo "{"
+  first=1
+  for step in "${steps[@]}"; do
+    [ $first -eq 1 ] || echo ","
+    first=0
+    printf '  "%s": {"rc": %s, "seconds": %s}' "$step" "${RC[$step]}" "${SECS[$step]}"
+  done
+  echo; echo "}"
+} > "$OUT/gpu_check_bwd.json"
+echo
+echo "step         rc  seconds   (rc 124: hit its time limit)"
+for step in "${steps[@]}"; do printf '%-12s %3s %8s\n' "$step" "${RC[$step]}" "${SECS[$step]}"; done
+echo "total $(( $(date +%s) - T0 )) s; logs in $OUT"
+for step in "${steps[@]}"; do [ "${RC[$step]}" -eq 0 ] || exit 1; done
