@@ -1,0 +1,113 @@
+"""The teaching backward kernel (kernels/cuda/fa2_bwd.cu, fa2_bwd) run on the CPU, without a GPU.
+
+tests/emulate/fa2_bwd_host.cpp compiles the .cu file as C++ (g++ -std=c++20) with one std::thread per CUDA
+thread, a std::barrier for __syncthreads and std::atomic_ref for the dQ atomics, shared memory poisoned
+before every block. Hypothesis drives it with the GPU suite's problems (odd sizes, tails, Nq != Nk, causal
+with rows that see no key, scores up to ~1e4, every block shape the tests use) in float32 and checks dQ, dK,
+dV against float64 autograd with the GPU suite's tolerance. L and D come from the float64 reference here
+(the preprocess kernel and the forward are checked on the GPU). What it cannot see: half-precision
+storage, warp-level timing, real races (the barrier is exact), the launcher's argument order.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.test_kernels_backward import assert_grads_close
+from variants.reference import attention_reference
+
+ROOT = Path(__file__).resolve().parent.parent
+HARNESS = ROOT / "tests" / "emulate" / "fa2_bwd_host.cpp"
+CXX = shutil.which("g++") or shutil.which("c++")
+pytestmark = pytest.mark.skipif(CXX is None, reason="needs a C++20 compiler (g++)")
+
+BLOCKS = [(64, 64), (16, 64), (32, 16)]  # (Br, Bc): one and several rows/columns per thread
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    out, libs = tmp_path_factory.mktemp("fa2_bwd_host"), {}
+
+    def get(block_q, block_k, d_pad):
+        key = (block_q, block_k, d_pad)
+        if key not in libs:
+            so = out / f"fa2_bwd_{block_q}_{block_k}_{d_pad}.so"
+            cmd = [CXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+                   f"-I{ROOT / 'tests' / 'emulate' / 'fake'}", f"-I{ROOT / 'kernels' / 'cuda'}", "-DSTORAGE=float",
+                   f"-DBR={block_q}", f"-DBC={block_k}", f"-DD_PAD={d_pad}", str(HARNESS), "-o", str(so)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-3000:]}"
+            libs[key] = ctypes.CDLL(str(so))
+        return libs[key]
+
+    return get
+
+
+def emulated_backward(lib, q, k, v, do, causal, scale):
+    """dq, dk, dv from the emulated fa2_bwd grid, with L and D = rowsum(dO o O) from float64."""
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    o, lse = attention_reference(q, k, v, causal=causal, scale=scale)
+    lse = lse.float().contiguous()
+    delta = (do.double() * o).sum(-1).float().contiguous()  # FA2 Alg. 2 line 4
+    dq_acc = torch.zeros_like(q)  # line 3 (fa2_bwd_preprocess zeroes it on the GPU)
+    dk, dv = torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
+    ptr = lambda t: ctypes.c_void_p(t.data_ptr())  # noqa: E731
+    lib.fa2_bwd_grid(ptr(q), ptr(k), ptr(v), ptr(do), ptr(lse), ptr(delta), ptr(dq_acc), ptr(dk), ptr(dv),
+                     b * h, n_q, n_k, d, ctypes.c_float(scale), int(causal))
+    return dq_acc * scale, dk, dv  # line 20 (fa2_bwd_dq)
+
+
+@given(n_q=st.integers(1, 150), n_k=st.integers(1, 150), d=st.sampled_from([1, 7, 40, 64, 65, 100, 128]),
+       blocks=st.sampled_from(BLOCKS), causal=st.booleans(), scale=st.one_of(st.none(), st.floats(0.05, 2.0)),
+       large=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_emulated_kernel_matches_float64_autograd(build, n_q, n_k, d, blocks, causal, scale, large, seed):
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    g = torch.Generator().manual_seed(seed)
+    q, do = torch.randn(1, 2, n_q, d, generator=g), torch.randn(1, 2, n_q, d, generator=g)
+    k, v = torch.randn(1, 2, n_k, d, generator=g), torch.randn(1, 2, n_k, d, generator=g)
+    if large:  # scale·q·k ~ 1e4
+        a = math.sqrt(1e4 / (scale * math.sqrt(d)))
+        q, k = q * a, k * a
+    lib = build(*blocks, 64 if d <= 64 else 128)
+    got = emulated_backward(lib, q, k, v, do, causal, scale)
+    assert_grads_close(got, q, k, v, do, causal, scale, what=f"Br, Bc = {blocks}, {n_q}x{n_k}x{d} causal={causal}")
+
+
+def test_emulated_rows_that_see_no_key(build):
+    """Causal, Nq > Nk: the first Nq - Nk rows see nothing: dq = 0 there exactly, no NaN."""
+    g = torch.Generator().manual_seed(1)
+    q, do = torch.randn(1, 2, 140, 24, generator=g), torch.randn(1, 2, 140, 24, generator=g)
+    k, v = torch.randn(1, 2, 37, 24, generator=g), torch.randn(1, 2, 37, 24, generator=g)
+    dq, dk, dv = got = emulated_backward(build(32, 16, 64), q, k, v, do, True, 0.2)
+    assert (dq[..., :103, :] == 0).all() and dq[..., 103:, :].abs().sum() > 0
+    assert not any(torch.isnan(t).any() for t in got)
+    assert_grads_close(got, q, k, v, do, True, 0.2)
+
+
+def test_a_wrong_kernel_fails(build, tmp_path):
+    """The check can fail: the same kernel with dK's scale left out is caught."""
+    src = (ROOT / "kernels" / "cuda" / "fa2_bwd.cu").read_text()
+    broken = src.replace("store_as(dKg + x, dK[a][b] * scale);", "store_as(dKg + x, dK[a][b]);")
+    assert broken != src, "the line this test breaks has moved"
+    cuda = tmp_path / "cuda"
+    cuda.mkdir()
+    (cuda / "fa2_bwd.cu").write_text(broken)
+    shutil.copy(ROOT / "kernels" / "cuda" / "teaching.cuh", cuda / "teaching.cuh")
+    so = tmp_path / "broken.so"
+    subprocess.run([CXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+                    f"-I{ROOT / 'tests' / 'emulate' / 'fake'}", f"-I{cuda}", "-DSTORAGE=float", "-DBR=64",
+                    "-DBC=64", "-DD_PAD=64", str(HARNESS), "-o", str(so)], check=True)
+    g = torch.Generator().manual_seed(2)
+    q, k, v, do = (torch.randn(1, 1, 50, 32, generator=g) for _ in range(4))
+    got = emulated_backward(ctypes.CDLL(str(so)), q, k, v, do, False, 0.3)
+    with pytest.raises(AssertionError, match="dk"):
+        assert_grads_close(got, q, k, v, do, False, 0.3)
