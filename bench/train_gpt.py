@@ -85,7 +85,8 @@ def timed_train(config, attention, args, seed, dtype):
     seconds = time.perf_counter() - t0
     losses = [float(x) for x in losses]
     if not all(math.isfinite(x) for x in losses):
-        log(f"train_gpt: non-finite loss (first at step {next(i for i, x in enumerate(losses) if not math.isfinite(x))})")
+        first = next(i for i, x in enumerate(losses) if not math.isfinite(x))
+        log(f"train_gpt: non-finite loss (first at step {first})")
     return losses, seconds
 
 

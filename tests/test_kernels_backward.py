@@ -324,7 +324,7 @@ def test_teaching_backward_rows_that_see_no_key():
     q, do = torch.randn(1, 2, 140, 24, device="cuda"), torch.randn(1, 2, 140, 24, device="cuda")
     k, v = torch.randn(1, 2, 37, 24, device="cuda"), torch.randn(1, 2, 37, 24, device="cuda")
     scale = 1 / math.sqrt(24)
-    dq, dk, dv = got = teaching_backward(q, k, v, do, True, scale, block_q=32, block_k=16)
+    dq, _, _ = got = teaching_backward(q, k, v, do, True, scale, block_q=32, block_k=16)
     assert (dq[..., :103, :] == 0).all() and dq[..., 103:, :].abs().sum() > 0
     assert all(torch.isfinite(g).all() for g in got)
     assert_grads_close(got, q, k, v, do, True, scale)
