@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # GPU check of the backward work (issue 13 items 1, 3, 4, 5), in the standards' order: correctness first
-# (GPU tests, compute-sanitizer), then the benchmark and the training proof. Each step logs under $OUT;
+# (GPU tests, compute-sanitizer), then the training proof and the benchmark. Each step logs under $OUT;
 # a step that fails is recorded and the rest still run. Total held under ~5 minutes (TOTAL_S).
 #
-#   PYTHONPATH=. bash bench/gpu_check_bwd.sh [precompile] [tests] [memcheck] [racecheck] [bench] [train]
-#   (default: all). Environment: TOTAL_S=290 (time budget; each step gets at most what is left),
-#   TRAIN_ARGS="--steps 500" (extra bench/train_gpt.py arguments; --fallback fa2 is always passed),
+#   PYTHONPATH=. bash bench/gpu_check_bwd.sh [precompile] [tests] [memcheck] [racecheck] [train] [bench]
+#   (default: all, in that order; each step is capped, see CAP). Environment: TOTAL_S=295 (time budget;
+#   each step gets at most what is left), TRAIN_ARGS="--steps 500" (extra bench/train_gpt.py arguments; --fallback fa2 is always passed),
 #   BENCH_ARGS="" (extra bench/bench_bwd.py arguments), PYTEST_K="" (a -k filter for the tests).
 #
 # Writes to $OUT: gpu_tests_bwd.log, sanitize_bwd_{memcheck,racecheck}.log, bwd_bench.{json,md,png},
@@ -17,12 +17,12 @@ set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d /tmp/gpu_check_bwd.XXXX)}
 mkdir -p "$OUT"
-TOTAL_S=${TOTAL_S:-290}
+TOTAL_S=${TOTAL_S:-295}
 T0=$(date +%s)
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(precompile tests memcheck racecheck bench train)
+[ ${#steps[@]} -gt 0 ] || steps=(precompile tests memcheck racecheck train bench)
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
-declare -A RC SECS CAP=([precompile]=60 [tests]=100 [memcheck]=50 [racecheck]=60 [bench]=70 [train]=170)
+declare -A RC SECS CAP=([precompile]=40 [tests]=110 [memcheck]=35 [racecheck]=45 [train]=150 [bench]=60)
 
 left() { local l=$(( TOTAL_S - ($(date +%s) - T0) )); [ "$l" -gt 10 ] && echo "$l" || echo 10; }
 cap() { local c=${CAP[$1]:-60} l; l=$(left); [ "$c" -lt "$l" ] && echo "$c" || echo "$l"; }
