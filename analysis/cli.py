@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="compare the variants at a few sequence lengths")
     common(rep, seq_help="query lengths Nq, e.g. 1k,4k,16k (default) or 65536; repeatable")
+    rep.add_argument("--pass", dest="pass_name", choices=("forward", "backward", "train"),
+                     default="forward", help="forward (default), backward, or train = both "
+                     "(adds memory saved for the backward and recompute FLOPs)")
     sw = sub.add_parser("sweep-sram", help="FA1 Theorem 2: HBM traffic against SRAM size M")
     common(sw, seq_help="the fixed sequence length N (default 4k; a list gives one sweep each)")
     sw.add_argument("--sram-min", type=parse_bytes, default=16 * 1024, help="smallest M (default 16KiB)")
@@ -500,6 +503,10 @@ def _plot(fn, recs, path):
 
 
 def cmd_report(args) -> int:
+    if args.pass_name != "forward":  # the backward's counts and columns (analysis.backward_report)
+        from analysis import backward_report
+
+        return backward_report.cmd_report(args)
     recs = build_records(args)
     if args.plot:  # before the output, so a closed pipe (| head) still gets its plot
         from analysis import plots

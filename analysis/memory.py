@@ -95,12 +95,13 @@ class Memory:
 
     # -- HBM traffic ------------------------------------------------------------------------
     def load(self, name: str, view: torch.Tensor) -> torch.Tensor:
-        """Read `view` from HBM into SRAM; computation happens in float32."""
+        """Read `view` from HBM into SRAM; computation happens in float32 (float64 inputs, which
+        exist for gradcheck, stay float64)."""
         if self.counting:
             n = view.numel()
             self.counts.reads[name] += n
             self.counts.read_bytes[name] += n * view.element_size()
-        return view.float()
+        return view if view.dtype == torch.float64 else view.float()
 
     def store(self, name: str, view: torch.Tensor, value: torch.Tensor) -> None:
         """Write `value` from SRAM into the HBM tensor `view` (cast to its dtype)."""

@@ -30,9 +30,9 @@ def _builder():
     return module
 
 
-def test_the_six_notebooks_exist():
+def test_the_seven_notebooks_exist():
     names = [p.stem for p in NOTEBOOKS]
-    assert [n[:2] for n in names] == ["01", "02", "03", "04", "05", "06"], names
+    assert [n[:2] for n in names] == ["01", "02", "03", "04", "05", "06", "07"], names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

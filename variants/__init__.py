@@ -23,6 +23,7 @@ class Variant:
     forward: Callable
     sram_bytes: Callable
     options: dict = field(default_factory=dict)  # option -> choices (first is the default)
+    backward: Callable | None = None  # (q, k, v, o, lse, do, *, causal, scale, ...) -> (dq, dk, dv)
 
     def configs(self) -> list[dict]:
         """Every combination of this variant's options ([{}] when it has none)."""
@@ -43,15 +44,17 @@ VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
         Variant("naive", "standard attention (S, P in HBM)", "FlashAttention paper, Algorithm 0",
-                naive.forward, naive.sram_bytes),
+                naive.forward, naive.sram_bytes, backward=naive.backward),
         Variant("fa1", "FlashAttention-1 (K/V outer loop; O, l, m round-trip HBM)",
-                "FlashAttention paper, Algorithm 1", fa1.forward, fa1.sram_bytes),
+                "FlashAttention paper, Algorithm 1", fa1.forward, fa1.sram_bytes, backward=fa1.backward),
         Variant("fa2", "FlashAttention-2 (Q outer loop; O, l, m on chip)",
-                "FlashAttention-2 paper, Algorithm 1", fa2.forward, fa2.sram_bytes),
+                "FlashAttention-2 paper, Algorithm 1", fa2.forward, fa2.sram_bytes, backward=fa2.backward),
         Variant("v_once", "multiply V once (f row, then one (f/l)V product)",
                 "Dao-AILab/flash-attention issue #941", v_once.forward, v_once.sram_bytes,
-                {"placement": v_once.PLACEMENTS, "rescale": v_once.RESCALES}),
+                {"placement": v_once.PLACEMENTS, "rescale": v_once.RESCALES}, backward=v_once.backward),
     )
 }
 
-__all__ = ["VARIANTS", "Variant", "attention_reference"]
+from variants.autograd import attention  # noqa: E402  (it looks variants up in VARIANTS)
+
+__all__ = ["VARIANTS", "Variant", "attention", "attention_reference"]

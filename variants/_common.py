@@ -8,7 +8,8 @@ import torch
 
 from analysis.tiling import Tiling
 
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# float64 is for torch.autograd.gradcheck: it computes in float64 (analysis.memory.Memory.load)
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 F32 = 4  # bytes of a float32 on chip (S tiles, accumulators, l, m)
 NEG_INF = float("-inf")
 
@@ -45,7 +46,7 @@ def check_inputs(q, k, v, *, causal, scale, block_q, block_k) -> Problem:
         if t.dim() != 4:
             raise ValueError(f"{name} must have rank 4 (B, H, N, d), got shape {tuple(t.shape)}")
         if t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {t.dtype}; supported: float32, float16, bfloat16")
+            raise TypeError(f"{name} has dtype {t.dtype}; supported: float32, float16, bfloat16, float64")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
@@ -102,3 +103,37 @@ def safe_div(x: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
 def log_sum_exp(mem, m: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
     """lse = m + log(l) (FA2 Alg. 1 line 13); -inf for rows that saw no key."""
     return mem.ew(m + mem.log(l))
+
+
+def check_backward_inputs(q, k, v, o, lse, do, *, causal, scale, block_q, block_k,
+                          need_o=True, need_lse=True) -> Problem:
+    """check_inputs, then o and do (B, H, Nq, d) in q's dtype and lse (B, H, Nq) float32.
+
+    need_o / need_lse False: that tensor may be None (naive reads P instead of O and lse; fa1 may be
+    handed ℓ and m instead of lse); when given it is still checked."""
+    p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
+    want = (p.batch, p.heads, p.n_q, p.d)
+    for name, t, shape, dtype, needed in (("o", o, want, q.dtype, need_o),
+                                          ("do", do, want, q.dtype, True),
+                                          ("lse", lse, want[:3], torch.float32, need_lse)):
+        if t is None and not needed:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape} to match q {tuple(q.shape)} and "
+                             f"k {tuple(k.shape)}, got {tuple(t.shape)}")
+        if t.dtype != dtype:
+            raise TypeError(f"{name} must have dtype {dtype} (q is {q.dtype}), got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+    return p
+
+
+def check_saved(name: str, t, shape, dtype, device) -> None:
+    """A tensor the forward saved (naive's P, fa1's ℓ and m): shape and dtype, one clear line."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if tuple(t.shape) != tuple(shape) or t.dtype != dtype or t.device != device:
+        raise ValueError(f"{name} must be a {dtype} tensor of shape {tuple(shape)} on {device}, "
+                         f"got {t.dtype} {tuple(t.shape)} on {t.device}")

@@ -31,7 +31,7 @@ def sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False) -> int:
     return (2 * bc * d + 2 * br * d) * itemsize + (br * bc + 4 * br) * F32
 
 
-def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
+def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None, saved=None):
     p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
     mem, t = resolve(mem), p.tiling
     mem.require_sram(f"fa1 working set (Br={t.block_q}, Bc={t.block_k}, d={p.d})",
@@ -85,4 +85,89 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
         li = mem.load("l", l_hbm[..., r0:r1])
         mi = mem.load("m", m_hbm[..., r0:r1])
         mem.store("lse", lse[..., r0:r1], log_sum_exp(mem, mi, li))
+    if saved is not None:  # what Algorithm 4 reads: the statistics ℓ, m stay in HBM
+        saved["l"], saved["m"] = l_hbm, m_hbm
     return o, lse  # line 16
+
+
+# -- backward --------------------------------------------------------------------------------------
+# FlashAttention-1 backward (Dao et al. 2022, Algorithm 4 as printed; no dropout), against the model.
+#
+# Recomputation, as FA2's: P_ij = diag(ℓ_i)^-1 exp(S_ij - m_i) is rebuilt from Q_i, K_j and the
+# statistics ℓ, m the forward left in HBM (line 12). The loop order is K/V outer (line 5), like the
+# forward's, and everything indexed by i makes a round trip per visited (j, i): line 9 reads Q_i, O_i,
+# dO_i, dQ_i, ℓ_i, m_i; line 18 recomputes D_i = rowsum(dO_i ∘ O_i) every time (FA2 moves it out of
+# the loop: Algorithm 2 line 4); line 20 writes dQ_i back. dQ lives in HBM in the input dtype, as
+# FA1's forward keeps its running O, so fp16/bf16 round it Tc times (FA2 accumulates in float32).
+#
+# HBM traffic per (batch, head), non-causal (causal skips the hidden tiles):
+#     line 4   writes dQ: Nq·d, dK, dV: Nk·d each (zeros)
+#     line 6   reads K, V: Nk·d each
+#     line 9   reads Q, O, dO, dQ: Tc·Nq·d each;  ℓ, m: Tc·Nq each
+#     line 20  writes dQ: Tc·Nq·d
+#     line 23  writes dK, dV: Nk·d each
+#
+# ℓ, m: the statistics the forward stored (`forward(..., saved=d)` puts them in d["l"], d["m"]).
+# With the uniform signature (lse only) ℓ = 1 and m = L stand in: exp(S - L) / 1 is the same P.
+from analysis.backward_forms import fa1_backward_sram_bytes as backward_sram_bytes  # noqa: E402
+from variants._common import check_backward_inputs, check_saved  # noqa: E402
+
+
+def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64, mem=None,
+             l=None, m=None):  # noqa: E741
+    have_stats = l is not None or m is not None
+    p = check_backward_inputs(q, k, v, o, lse, do, causal=causal, scale=scale, block_q=block_q,
+                              block_k=block_k, need_lse=not have_stats)
+    stats = (p.batch, p.heads, p.n_q)
+    if have_stats:
+        check_saved("l", l, stats, torch.float32, q.device)
+        check_saved("m", m, stats, torch.float32, q.device)
+    else:
+        l, m = torch.ones_like(lse), lse
+    mem, t = resolve(mem), p.tiling
+    mem.require_sram(f"fa1 backward working set (Br={t.block_q}, Bc={t.block_k}, d={p.d})",
+                     backward_sram_bytes(p.n_q, p.n_k, p.d, block_q, block_k, p.itemsize))
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    # line 4: initialise dQ, dK, dV = 0 in HBM
+    for name, t_hbm in (("dQ", dq), ("dK", dk), ("dV", dv)):
+        mem.store(name, t_hbm, torch.zeros_like(t_hbm))
+
+    for j in range(t.t_c):  # line 5: for 1 <= j <= Tc
+        c0, c1 = t.cols(j)
+        visitors = t.q_blocks(j)  # never empty with the bottom-right mask (the last row sees all)
+        if not len(visitors):
+            continue  # dK_j = dV_j = 0 from line 4
+        Kj = mem.load("K", k[..., c0:c1, :])  # line 6
+        Vj = mem.load("V", v[..., c0:c1, :])
+        dKj = torch.zeros(p.batch, p.heads, c1 - c0, p.d, device=q.device)  # line 7: on chip
+        dVj = torch.zeros_like(dKj)
+        for i in visitors:  # line 8: for 1 <= i <= Tr (blocks the mask hides are skipped)
+            r0, r1 = t.rows(i)
+            # line 9: load Q_i, O_i, dO_i, dQ_i, ℓ_i, m_i
+            Qi = mem.load("Q", q[..., r0:r1, :])
+            Oi = mem.load("O", o[..., r0:r1, :])
+            dOi = mem.load("dO", do[..., r0:r1, :])
+            dQi = mem.load("dQ", dq[..., r0:r1, :])
+            li = mem.load("l", l[..., r0:r1]).unsqueeze(-1)
+            mi = mem.load("m", m[..., r0:r1]).unsqueeze(-1)
+            # lines 10-11: S_ij = τ Q_i K_jᵀ, masked (recomputed)
+            Sij = mask_scores(t, i, j, mem.ew(mem.matmul(Qi, Kj.transpose(-1, -2)) * p.scale))
+            # line 12: P_ij = diag(ℓ_i)^-1 exp(S_ij - m_i) (rows that see no key: m = -inf, ℓ = 0, P = 0)
+            Pij = mem.ew(safe_div(mem.exp(mem.ew(Sij - finite_or_zero(mi))), li))
+            # line 15: dV_j <- dV_j + P_ijᵀ dO_i
+            dVj = mem.ew(dVj + mem.matmul(Pij.transpose(-1, -2), dOi))
+            # line 16: dP_ij = dO_i V_jᵀ
+            dPij = mem.matmul(dOi, Vj.transpose(-1, -2))
+            # line 18: D_i = rowsum(dO_i ∘ O_i), recomputed at every (j, i)
+            Di = mem.rowsum(mem.ew(dOi * Oi))
+            # line 19: dS_ij = P_ij ∘ (dP_ij - D_i)
+            dSij = mem.ew(Pij * mem.ew(dPij - Di))
+            # line 20: write dQ_i <- dQ_i + τ dS_ij K_j to HBM
+            mem.store("dQ", dq[..., r0:r1, :], mem.ew(dQi + mem.ew(mem.matmul(dSij, Kj) * p.scale)))
+            # line 21: dK_j <- dK_j + τ dS_ijᵀ Q_i
+            dKj = mem.ew(dKj + mem.ew(mem.matmul(dSij.transpose(-1, -2), Qi) * p.scale))
+        # line 23: write dK_j, dV_j to HBM
+        mem.store("dK", dk[..., c0:c1, :], dKj)
+        mem.store("dV", dv[..., c0:c1, :], dVj)
+    return dq, dk, dv  # line 25

@@ -64,3 +64,93 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
         mem.store("O", o[..., r0:r1, :], Oi)  # line 14
         mem.store("lse", lse[..., r0:r1], Li.squeeze(-1))  # line 15
     return o, lse  # line 17
+
+
+# -- backward --------------------------------------------------------------------------------------
+# FlashAttention-2 backward (Dao 2023, Algorithm 2), written against the counting memory model.
+#
+# Recomputation: the forward kept only O and the log-sum-exp L (Nq floats), not the Nq x Nk matrix P.
+# Here each visited tile rebuilds P_i^(j) = exp(S_i^(j) - L_i) from Q_i, K_j and L_i (line 11) - the
+# same S = Q Kᵀ product and exponentials the forward did, paid again to avoid storing P.
+#
+# The loop order is K/V outer (line 5): K_j, V_j are read once and dK_j, dV_j stay on chip until
+# line 18. The price is dQ: every visited (i, j) adds a partial dS K_j into dQ_i, so dQ_i makes a round
+# trip to HBM per tile (line 15); it is a float32 accumulator there, since Tc rounded partial sums in
+# fp16/bf16 would lose the small ones.
+#
+# HBM traffic per (batch, head), Tr = ⌈Nq/Br⌉, Tc = ⌈Nk/Bc⌉ (non-causal; causal skips hidden tiles):
+#     line 3   writes dQ: Nq·d (float32 zeros)
+#     line 4   reads O, dO: Nq·d each;  writes D: Nq (float32)
+#     loop     reads K, V: Nk·d each;  Q, dO: Tc·Nq·d each;  L, D: Tc·Nq each;  dQ: Tc·Nq·d (float32)
+#              writes dQ: Tc·Nq·d (float32);  dK, dV: Nk·d each (line 18)
+#     epilogue reads dQ: Nq·d (float32); writes dQ: Nq·d in the input dtype (scaled by τ and cast)
+# Five products per visited tile: S = Q_i K_jᵀ, dV_j += Pᵀ dO_i, dP = dO_i V_jᵀ, dQ_i += dS K_j,
+# dK_j += dSᵀ Q_i: 10·Br·Bc·d FLOPs, against the forward's 4·Br·Bc·d.
+#
+# Caveats: line 9 as printed also loads O_i and dQ_i; O_i is not used once D is precomputed (line 4),
+# and dQ_i is counted once, where line 15 reads it. The softmax scale τ is left out of S's gradient
+# and applied once at the end, as FA2's kernels do: to dK_j at line 18 and to dQ in the epilogue (the
+# conversion of the float32 accumulator to the input dtype, a separate pass in FA2's code).
+from analysis.backward_forms import fa2_backward_sram_bytes as backward_sram_bytes  # noqa: E402
+from variants._common import check_backward_inputs  # noqa: E402
+
+
+def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
+    p = check_backward_inputs(q, k, v, o, lse, do, causal=causal, scale=scale, block_q=block_q,
+                              block_k=block_k)
+    mem, t = resolve(mem), p.tiling
+    mem.require_sram(f"fa2 backward working set (Br={t.block_q}, Bc={t.block_k}, d={p.d})",
+                     backward_sram_bytes(p.n_q, p.n_k, p.d, block_q, block_k, p.itemsize))
+    dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # float32 accumulator in HBM
+    D = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    # line 3: initialise dQ = 0 in HBM
+    mem.store("dQ", dq_acc, torch.zeros_like(dq_acc))
+    # line 4: D = rowsum(dO ∘ O), one pass over O and dO, written to HBM (float32)
+    for i in range(t.t_r):
+        r0, r1 = t.rows(i)
+        Oi = mem.load("O", o[..., r0:r1, :])
+        dOi = mem.load("dO", do[..., r0:r1, :])
+        mem.store("D", D[..., r0:r1], mem.rowsum(mem.ew(dOi * Oi)).squeeze(-1))
+
+    for j in range(t.t_c):  # line 5: for 1 <= j <= Tc
+        c0, c1 = t.cols(j)
+        visitors = t.q_blocks(j)  # never empty with the bottom-right mask (the last row sees all)
+        dKj = torch.zeros(p.batch, p.heads, c1 - c0, p.d, device=q.device)  # line 7: on chip
+        dVj = torch.zeros_like(dKj)
+        if len(visitors):
+            Kj = mem.load("K", k[..., c0:c1, :])  # line 6
+            Vj = mem.load("V", v[..., c0:c1, :])
+        for i in visitors:  # line 8: for 1 <= i <= Tr (blocks the mask hides are skipped)
+            r0, r1 = t.rows(i)
+            # line 9: load Q_i, dO_i, L_i, D_i
+            Qi = mem.load("Q", q[..., r0:r1, :])
+            dOi = mem.load("dO", do[..., r0:r1, :])
+            Li = mem.load("lse", lse[..., r0:r1]).unsqueeze(-1)
+            Di = mem.load("D", D[..., r0:r1]).unsqueeze(-1)
+            # line 10: S_i^(j) = τ Q_i K_jᵀ (recomputed)
+            Sij = mask_scores(t, i, j, mem.ew(mem.matmul(Qi, Kj.transpose(-1, -2)) * p.scale))
+            # line 11: P_i^(j) = exp(S_i^(j) - L_i) (recomputed; rows with L = -inf see no key: P = 0)
+            Pij = mem.exp(mem.ew(Sij - finite_or_zero(Li)))
+            # line 12: dV_j <- dV_j + P_i^(j)ᵀ dO_i
+            dVj = mem.ew(dVj + mem.matmul(Pij.transpose(-1, -2), dOi))
+            # line 13: dP_i^(j) = dO_i V_jᵀ
+            dPij = mem.matmul(dOi, Vj.transpose(-1, -2))
+            # line 14: dS_i^(j) = P_i^(j) ∘ (dP_i^(j) - D_i)
+            dSij = mem.ew(Pij * mem.ew(dPij - Di))
+            # line 15: load dQ_i, dQ_i <- dQ_i + dS_i^(j) K_j, write back (float32 accumulator)
+            dQi = mem.load("dQ", dq_acc[..., r0:r1, :])
+            mem.store("dQ", dq_acc[..., r0:r1, :], mem.ew(dQi + mem.matmul(dSij, Kj)))
+            # line 16: dK_j <- dK_j + dS_i^(j)ᵀ Q_i
+            dKj = mem.ew(dKj + mem.matmul(dSij.transpose(-1, -2), Qi))
+        # line 18: write dK_j (times τ, the scale of S) and dV_j to HBM
+        mem.store("dK", dk[..., c0:c1, :], mem.ew(dKj * p.scale))
+        mem.store("dV", dv[..., c0:c1, :], dVj)
+
+    # epilogue (line 20 returns the float32 dQ): dQ = τ dQ, cast to the input dtype, block by block
+    for i in range(t.t_r):
+        r0, r1 = t.rows(i)
+        dQi = mem.load("dQ", dq_acc[..., r0:r1, :])
+        mem.store("dQ", dq[..., r0:r1, :], mem.ew(dQi * p.scale))
+    return dq, dk, dv  # line 20

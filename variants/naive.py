@@ -33,7 +33,7 @@ def sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False) -> int:
     return max(pass1, pass2, pass3)
 
 
-def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
+def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None, saved=None):
     p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
     mem, t = resolve(mem), p.tiling
     mem.require_sram(f"naive working set (Br={t.block_q}, Bc={t.block_k}, d={p.d}, Nk={p.n_k})",
@@ -78,4 +78,110 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
             Vj = mem.load("V", v[..., c0:c1, :])
             Oi = mem.ew(Oi + mem.matmul(Pij, Vj))
         mem.store("O", o[..., r0:r1, :], Oi)
+    if saved is not None:  # what the backward reads (Algorithm 3): P stays in HBM
+        saved["P"] = P
     return o, lse  # line 4
+
+
+# -- backward --------------------------------------------------------------------------------------
+# Standard attention's backward (FlashAttention paper, Algorithm 3), against the memory model.
+#
+# Unfused: five passes, each a kernel, with P (kept by the forward), dP and dS all Nq x Nk in HBM:
+#     line 1: dV = Pᵀ dO    P tiles and dO blocks read; dV written         (K/V block outer)
+#     line 2: dP = dO Vᵀ    dO, V read by blocks; every tile of dP written (hidden tiles as zeros)
+#     line 3: dS = P ∘ (dP - rowsum(P ∘ dP)), row by row: P, dP read in full, dS written in full
+#     line 4: dQ = τ dS K   visited dS tiles and K blocks read; dQ written  (Q block outer)
+#     line 5: dK = τ dSᵀ Q  visited dS tiles and Q blocks read; dK written  (K/V block outer)
+# Nothing is recomputed - no exponentials at all - but P, dP and dS cost Θ(Nq·Nk) bytes each way.
+#
+# P: the probabilities the forward stored (`forward(..., saved=d)` puts them in d["P"]). Called with
+# the uniform signature and no P, they are rebuilt outside the memory model, standing in for the
+# forward's tensor; the counts are the same. o and lse are not read (they may be None).
+from analysis.backward_forms import naive_backward_sram_bytes as backward_sram_bytes  # noqa: E402
+from variants._common import check_backward_inputs, check_saved  # noqa: E402
+
+
+def _rebuild_p(q, k, p):
+    """P = softmax(S) in the input dtype, as line 2 of the forward left it in HBM (uncounted).
+
+    Normalised by its own row sum, like the forward's, not exp(S - L): L is rounded to float32, and
+    at scores ~1e4 exp(S - L) misses 1 by ~1e-3, which rowsum(P ∘ dP) (line 3) would turn into a
+    wrong dS; FA2's D = rowsum(dO ∘ O) does not care (notebook 07)."""
+    s = (q.float() @ k.float().transpose(-1, -2)) * p.scale
+    if p.tiling.causal:
+        rows = torch.arange(p.n_q, device=q.device).unsqueeze(-1)
+        s = s.masked_fill(torch.arange(p.n_k, device=q.device) > rows + p.tiling.offset, NEG_INF)
+    e = torch.exp(s - finite_or_zero(s.amax(dim=-1, keepdim=True)))
+    return safe_div(e, e.sum(dim=-1, keepdim=True)).to(q.dtype)
+
+
+def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64, mem=None,
+             P=None):
+    p = check_backward_inputs(q, k, v, o, lse, do, causal=causal, scale=scale, block_q=block_q,
+                              block_k=block_k, need_o=False, need_lse=False)
+    mem, t = resolve(mem), p.tiling
+    scores = (p.batch, p.heads, p.n_q, p.n_k)
+    if P is None:
+        P = _rebuild_p(q, k, p)
+    check_saved("P", P, scores, q.dtype, q.device)
+    mem.require_sram(f"naive backward working set (Br={t.block_q}, Bc={t.block_k}, d={p.d}, Nk={p.n_k})",
+                     backward_sram_bytes(p.n_q, p.n_k, p.d, block_q, block_k, p.itemsize))
+    dP = torch.empty(scores, dtype=q.dtype, device=q.device)  # in HBM, input dtype
+    dS = torch.empty(scores, dtype=q.dtype, device=q.device)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    # line 1: load P and dO by blocks, dV = Pᵀ dO, write dV (hidden P tiles are zeros: skipped)
+    for j in range(t.t_c):
+        c0, c1 = t.cols(j)
+        dVj = torch.zeros(p.batch, p.heads, c1 - c0, p.d, device=q.device)
+        for i in t.q_blocks(j):
+            r0, r1 = t.rows(i)
+            Pij = mem.load("P", P[..., r0:r1, c0:c1])
+            dOi = mem.load("dO", do[..., r0:r1, :])
+            dVj = mem.ew(dVj + mem.matmul(Pij.transpose(-1, -2), dOi))
+        mem.store("dV", dv[..., c0:c1, :], dVj)
+
+    # line 2: load dO and V by blocks, dP = dO Vᵀ, write dP (hidden tiles written as 0, not computed)
+    for i in range(t.t_r):
+        r0, r1 = t.rows(i)
+        visited = t.k_blocks(i)
+        for j in range(t.t_c):
+            c0, c1 = t.cols(j)
+            if j in visited:
+                dOi = mem.load("dO", do[..., r0:r1, :])
+                Vj = mem.load("V", v[..., c0:c1, :])
+                dPij = mem.matmul(dOi, Vj.transpose(-1, -2))
+            else:
+                dPij = torch.zeros(p.batch, p.heads, r1 - r0, c1 - c0, device=q.device)
+            mem.store("dP", dP[..., r0:r1, c0:c1], dPij)
+
+    # line 3: read P and dP row by row, dS = P ∘ (dP - rowsum(P ∘ dP)), write dS
+    for i in range(t.t_r):
+        r0, r1 = t.rows(i)
+        Pi = mem.load("P", P[..., r0:r1, :])  # (B, H, r, Nk)
+        dPi = mem.load("dP", dP[..., r0:r1, :])
+        Di = mem.rowsum(mem.ew(Pi * dPi))  # = rowsum(dO ∘ O), computed the long way
+        mem.store("dS", dS[..., r0:r1, :], mem.ew(Pi * mem.ew(dPi - Di)))
+
+    # line 4: load dS and K by blocks, dQ = τ dS K, write dQ
+    for i in range(t.t_r):
+        r0, r1 = t.rows(i)
+        dQi = torch.zeros(p.batch, p.heads, r1 - r0, p.d, device=q.device)
+        for j in t.k_blocks(i):
+            c0, c1 = t.cols(j)
+            dSij = mem.load("dS", dS[..., r0:r1, c0:c1])
+            Kj = mem.load("K", k[..., c0:c1, :])
+            dQi = mem.ew(dQi + mem.matmul(dSij, Kj))
+        mem.store("dQ", dq[..., r0:r1, :], mem.ew(dQi * p.scale))
+
+    # line 5: load dS and Q by blocks, dK = τ dSᵀ Q, write dK
+    for j in range(t.t_c):
+        c0, c1 = t.cols(j)
+        dKj = torch.zeros(p.batch, p.heads, c1 - c0, p.d, device=q.device)
+        for i in t.q_blocks(j):
+            r0, r1 = t.rows(i)
+            dSij = mem.load("dS", dS[..., r0:r1, c0:c1])
+            Qi = mem.load("Q", q[..., r0:r1, :])
+            dKj = mem.ew(dKj + mem.matmul(dSij.transpose(-1, -2), Qi))
+        mem.store("dK", dk[..., c0:c1, :], mem.ew(dKj * p.scale))
+    return dq, dk, dv  # line 6

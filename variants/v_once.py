@@ -157,3 +157,19 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, placem
         mem.store("O", o[..., r0:r1, :], Oi)
         mem.store("lse", lse[..., r0:r1], log_sum_exp(mem, mi, li).squeeze(-1))
     return o, lse
+
+
+# -- backward --------------------------------------------------------------------------------------
+# Issue #941 changes only the forward: it returns the same O and L = m + log ℓ as FA2, so the
+# backward is FA2's Algorithm 2 unchanged (it never sees f or the rescale mode). The options are
+# accepted, and checked, so one call signature serves every variant.
+from variants import fa2 as _fa2  # noqa: E402
+
+backward_sram_bytes = _fa2.backward_sram_bytes
+
+
+def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64,
+             placement="auto", rescale="eager", mem=None):
+    _check_options(placement, rescale)
+    return _fa2.backward(q, k, v, o, lse, do, causal=causal, scale=scale, block_q=block_q,
+                         block_k=block_k, mem=mem)

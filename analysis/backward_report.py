@@ -1,0 +1,167 @@
+"""`fa-traffic report --pass backward|train`: what recomputation costs and what it buys.
+
+    fa-traffic report --pass backward               # the backward alone
+    fa-traffic report --pass train --plot fp.png    # forward + backward; footprint against N
+
+Same rows, blocks, SRAM and roofline as the forward report (`analysis.cli`), from
+`analysis.backward_forms`, plus two columns:
+    saved      memory saved for the backward: bytes the forward keeps beyond q, k, v and o
+               (naive: P, Nq·Nk·B·H in the input dtype; fa1: ℓ, m; fa2, v_once: lse, Nq·B·H floats)
+    recompute  FLOPs the backward spends rebuilding S = τ Q Kᵀ and P = exp(S - L) (0 for naive),
+               with their share of the pass's FLOPs
+× min compares with Q, K, V, O, dO, lse read once and dQ, dK, dV written once (train: plus the
+forward's minimum). TFLOP/s uses the papers' convention: the backward is 2.5 forwards.
+"""
+from __future__ import annotations
+
+from analysis import backward_forms as bf
+from analysis import closed_forms as cf
+from analysis.gpus import get_gpu
+from analysis.headline import min_hbm_bytes
+
+COLUMNS = ("variant", "N", "d", "Br×Bc", "HBM read", "HBM write", "× min", "SRAM", "saved", "matmul",
+           "exp", "other", "recompute", "t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")
+GROUPS = (("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM", "saved"),
+          ("matmul", "exp", "other", "recompute"),
+          ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s"))
+
+
+def min_bytes(pass_name, batch, heads, n_q, n_k, d, itemsize) -> int:
+    bwd = bf.min_backward_hbm_bytes(batch, heads, n_q, n_k, d, itemsize)
+    if pass_name == "backward":
+        return bwd
+    return bwd + min_hbm_bytes(batch, heads, n_q, n_k, d, itemsize)
+
+
+def blocks(args, sram: int, d: int) -> tuple[int, int, str]:
+    """FA1's rule (Alg. 4 line 1 is Alg. 1's) applied to half the SRAM: the backward holds two score
+    tiles (S/P and dP/dS) and two accumulators (dK_j, dV_j) where the forward holds one and one, so
+    the printed rule's blocks overflow its float32 working set; --block-q/--block-k override."""
+    from analysis import cli
+
+    if args.block_q or args.block_k:
+        return cli._blocks(args, sram, d)
+    br, bc = cf.fa1_blocks(sram // 2, d)
+    return br, bc, "fa1_half_sram"
+
+
+def build_records(args) -> list[dict]:
+    from analysis import cli
+
+    gpu = get_gpu(args.gpu)
+    configs = cli._configs(args, False)
+    problems = cli._problems(args, cli.DEFAULT_SEQ)
+    sram = args.sram or gpu.sram_bytes
+    cli._check_sram_can_hold_something(configs, problems, sram, args.dtype)
+    recs = []
+    for n_q, n_k, d in problems:
+        for name, opts in configs:
+            br, bc, rule = blocks(args, sram, d)
+            tr = bf.pass_counts(args.pass_name, name, args.batch, args.heads, n_q, n_k, d,
+                                causal=args.causal, dtype=args.dtype, block_q=br, block_k=bc,
+                                sram_bytes=sram, **opts)
+            rec = cli.record(tr, gpu, rule)
+            rec["pass"] = args.pass_name
+            rec["min_hbm_bytes"] = min_bytes(args.pass_name, args.batch, args.heads, n_q, n_k, d,
+                                             cf.DTYPES[tr.dtype])
+            rec["saved_bytes"] = tr.saved_bytes
+            rec["recompute_flops"] = dict(tr.recompute_flops)
+            recs.append(rec)
+    return recs
+
+
+def row(r: dict) -> list[str]:
+    from analysis import cli
+
+    cells = cli._report_row(r)
+    total, rec = sum(r["flops"].values()), sum(r["recompute_flops"].values())
+    recompute = f"{cli.human_flops(rec)} ({100 * rec / total:.0f}%)" if rec else "0"
+    i = list(cli.REPORT_COLUMNS).index("SRAM") + 1
+    cells.insert(i, cli.human_bytes(r["saved_bytes"]))
+    cells.insert(i + 4, recompute)
+    return cells
+
+
+def cmd_report(args) -> int:
+    from analysis import cli
+
+    recs = build_records(args)
+    if args.plot:
+        cli._plot(plot_footprint, recs, args.plot)
+    header, rows = list(COLUMNS), [row(r) for r in recs]
+    if len({r["head_dim"] for r in recs}) == 1:
+        i = header.index("d")
+        header.pop(i)
+        for r in rows:
+            r.pop(i)
+    title = (f"fa-traffic report --pass {args.pass_name}: HBM traffic, FLOPs, memory saved for the "
+             f"backward, recomputation (whole problem)")
+    if args.format != "table":
+        cli._emit(args, header, rows, recs, title)
+        return 0
+    caption = (cli._caption(args, recs, get_gpu(args.gpu)).replace(
+        "FA1 rule Bc=⌈M/4d⌉", "FA1 rule on half the SRAM (two score tiles) Bc=⌈M/8d⌉") + "; saved = bytes the forward keeps for "
+               "the backward beyond q, k, v, o; recompute = FLOPs rebuilding S and P (share of the "
+               "pass); × min here also counts dO read and dQ, dK, dV written once")
+    groups = [[header.index(h) for h in g if h in header] for g in GROUPS]
+    cli.render_table(header, rows, title=title, caption=caption, groups=groups)
+    return 0
+
+
+def plot_footprint(recs, path) -> None:
+    """Memory saved for the backward against N (one line per variant, log-log), with the GPU's HBM;
+    beside it the pass's HBM traffic at the report's points."""
+    from analysis import plots
+    from analysis.gpus import GPUS
+
+    plt = plots.plt
+    r0 = recs[0]
+    ns = sorted({r["seq_q"] for r in recs})
+    lo, hi = max(64, ns[0] // 8), ns[-1] * 8
+    grid = sorted({int(lo * (hi / lo) ** (i / 48)) for i in range(49)} | set(ns))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.6))
+    for name in cf.VARIANT_NAMES:
+        if not any(r["variant"] == name for r in recs):
+            continue
+        colour, marker, ls = plots.STYLE.get(name if name != "v_once" else "v_once_auto_lazy")
+        ys = [bf.saved_bytes(name, r0["batch"], r0["heads"], n, n + r0["seq_k"] - r0["seq_q"],
+                             r0["dtype"]) for n in grid]
+        label = {"naive": "naive: P (Nq·Nk)", "fa1": "fa1: ℓ, m (2·Nq floats)",
+                 "fa2": "fa2: lse (Nq floats)", "v_once": "v_once: lse (as fa2)"}[name]
+        ax1.plot(grid, ys, ls if name != "v_once" else ":", color=colour, lw=1.5, label=label)
+        pts = [(r["seq_q"], r["saved_bytes"]) for r in recs if r["variant"] == name]
+        ax1.plot(*zip(*pts), marker, color=colour, ms=5)
+    gpu = GPUS[r0["gpu"]]
+    hbm = gpu.hbm_bytes.value
+    ax1.axhline(hbm, color="black", lw=0.8, ls="--")
+    ax1.text(grid[0], hbm * 1.3, f"{gpu.name}: all of HBM", fontsize=8)
+    lines = {}
+    for r in recs:
+        lines.setdefault(plots._key(r), []).append(r)
+    for key, rs in lines.items():
+        rs.sort(key=lambda r: r["seq_q"])
+        colour, marker, ls = plots.STYLE.get(key, ("black", ".", "-"))
+        ax2.plot([r["seq_q"] for r in rs], [r["hbm_bytes"] for r in rs], ls, marker=marker,
+                 color=colour, lw=1.5, ms=5, label=key)
+    for ax, base in ((ax1, 32), (ax2, 4)):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length Nq (tokens)")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.yaxis.set_major_locator(plots.LogLocator(base=base, numticks=20))
+        ax.yaxis.set_minor_locator(plots.LogLocator(base=base, subs=(), numticks=20))
+        ax.yaxis.set_major_formatter(plots.FuncFormatter(plots._bytes_fmt))
+        ax.xaxis.set_major_formatter(plots.FuncFormatter(
+            lambda x, _p: f"{x / 1024:g}k" if x >= 1024 else f"{x:g}"))
+        ax.legend(fontsize=8)
+    ax1.set_ylabel("bytes kept from forward to backward")
+    ax1.set_title(f"memory saved for the backward (B·H={r0['batch'] * r0['heads']}, {r0['dtype']})",
+                  fontsize=10)
+    ax2.set_ylabel("HBM traffic, read + write (bytes)")
+    ax2.set_title(f"HBM traffic of the {r0['pass']} pass", fontsize=10)
+    fig.suptitle(f"fa-traffic report --pass {r0['pass']} — d={r0['head_dim']}"
+                 f"{', causal' if r0['causal'] else ''}: recomputation trades Θ(N²) bytes for FLOPs",
+                 fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,70 @@
+"""fa-traffic report --pass backward|train: numbers equal the backward closed forms; the new columns."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis import backward_forms as bf
+from analysis.cli import main
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("pass_name", ["backward", "train"])
+def test_json_equals_the_closed_forms(capsys, pass_name):
+    rc, out, err = run(capsys, "report", "--pass", pass_name, "--seq-len", "1k,3000", "--seq-len-k",
+                       "2k", "--causal", "--batch", "2", "--heads", "3", "--format", "json")
+    assert rc == 0, err
+    recs = json.loads(out)
+    assert len(recs) == 2 * 6 and {r["pass"] for r in recs} == {pass_name}
+    for r in recs:
+        opts = {"placement": r["placement"], "rescale": r["rescale"]} if r["variant"] == "v_once" else {}
+        tr = bf.pass_counts(pass_name, r["variant"], 2, 3, r["seq_q"], r["seq_k"], r["head_dim"],
+                            causal=True, dtype="fp16", block_q=r["block_q"], block_k=r["block_k"],
+                            sram_bytes=r["sram_bytes"], **opts)
+        assert r["reads"] == tr.reads and r["write_bytes"] == tr.write_bytes
+        assert r["flops"] == tr.flops and r["recompute_flops"] == tr.recompute_flops
+        assert r["saved_bytes"] == bf.saved_bytes(r["variant"], 2, 3, r["seq_q"], r["seq_k"], "fp16")
+        assert r["hbm_bytes"] > r["min_hbm_bytes"] > 0
+        assert r["fits"] or r["placement"] == "sram", r["label"]  # the half-SRAM rule fits FA's backward
+
+
+def test_table_shows_what_recomputation_buys(capsys):
+    rc, out, err = run(capsys, "report", "--pass", "train", "--seq-len", "16k", "--variant",
+                       "naive,fa2", "--format", "markdown")
+    assert rc == 0, err
+    header = [c.strip() for c in out.splitlines()[0].strip("|").split("|")]
+    assert "saved" in header and "recompute" in header
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+            for line in out.splitlines()[2:]}
+    saved, recompute = header.index("saved"), header.index("recompute")
+    assert rows["naive"][saved] == "512 MiB" and rows["fa2"][saved] == "64 KiB"
+    assert rows["naive"][recompute] == "0" and rows["fa2"][recompute].endswith("%)")
+
+
+def test_forward_is_the_default_pass(capsys):
+    _, default, _ = run(capsys, "report", "--seq-len", "1k", "--format", "json")
+    _, forward, _ = run(capsys, "report", "--pass", "forward", "--seq-len", "1k", "--format", "json")
+    assert default == forward and "saved_bytes" not in json.loads(forward)[0]
+
+
+def test_footprint_plot(capsys, tmp_path):
+    path = tmp_path / "footprint.png"
+    rc, _, err = run(capsys, "report", "--pass", "backward", "--seq-len", "1k,4k", "--plot", str(path))
+    assert rc == 0, err
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv,match", [
+    (("report", "--pass", "both"), "invalid choice: 'both'"),
+    (("report", "--pass", "backward", "--block-q", "0"), "--block-q"),
+    (("report", "--pass", "train", "--sram", "10"), "smaller than any block needs"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, match):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and out == "" and match in err and len(err.strip().splitlines()) == 1, err
