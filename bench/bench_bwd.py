@@ -51,7 +51,11 @@ def log(*a):
 
 
 def time_ms(fn) -> float:
-    """Median milliseconds of fn() on the GPU. The one place timing happens (swap for bench/harness.py)."""
+    """Median milliseconds of fn() on the GPU: the one place timing happens. bench/harness.py's time_fn
+    where the shared harness exists; else triton's do_bench (L2 flushed between calls); else CUDA events."""
+    harness = _harness()
+    if harness is not None:
+        return float(harness.time_fn(lambda: fn(), [()])["median_ms"])
     try:
         from triton.testing import do_bench
     except ImportError:
@@ -59,6 +63,21 @@ def time_ms(fn) -> float:
 
         return time_cuda(lambda: fn(), [()], warmup=3, reps=15)["median_ms"]
     return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def _harness():
+    try:
+        from bench import harness
+    except ImportError:
+        return None
+    return harness if hasattr(harness, "time_fn") else None
+
+
+def timer_name() -> str:
+    harness = _harness()
+    if harness is not None and hasattr(harness, "timer_name"):
+        return f"bench.harness.time_fn ({harness.timer_name()})"
+    return "triton.testing.do_bench median, L2 flushed" if _has_triton() else "CUDA-event median"
 
 
 class Poisoned:
@@ -306,8 +325,10 @@ def main(argv=None):
                             f"err {row.get('rel_err')} {'' if row.get('ok') else 'NOT OK'} {row.get('error', '')}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    timing = "triton.testing.do_bench median, L2 flushed" if _has_triton() else "CUDA-event median"
-    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+    timing = timer_name()
+    harness = _harness()
+    run_id = harness.run_info().get("run_id") if harness is not None and hasattr(harness, "run_info") else None
+    meta = dict(run_id=run_id, device=torch.cuda.get_device_name(), torch=torch.__version__,
                 cudnn=torch.backends.cudnn.version(), kernels=names, timing=timing,
                 formula=f"backward FLOPs = {BWD_FACTOR} x 4·Nq·Nk·d·B·H (/2 causal), forward+backward "
                         f"{FWDBWD_FACTOR} x (the papers' convention)", tokens=TOKENS, hidden=HIDDEN,
