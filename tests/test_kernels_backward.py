@@ -288,12 +288,12 @@ def teaching_backward(q, k, v, do, causal, scale, **blocks):
 
 # ----------------------------------------------------------------------------- GPU: teaching fa2
 
-@pytest.mark.parametrize("block_q, block_k", [(64, 64), (16, 64), (64, 16)])
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-@given(pr=grad_problems(dtypes=[torch.float32, torch.float16, torch.bfloat16]))
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.filterwarnings("ignore:ExternalStream is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("block_q, block_k", [(64, 64), (16, 64), (64, 16)])
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pr=grad_problems(dtypes=[torch.float32, torch.float16, torch.bfloat16]))
 def test_teaching_backward_matches_float64_autograd(block_q, block_k, pr):
     q, k, v, do, scale = grad_inputs(pr)
     got = teaching_backward(q, k, v, do, pr["causal"], scale, block_q=block_q, block_k=block_k)
@@ -342,7 +342,7 @@ def test_teaching_dk_dv_are_deterministic():
     first = teaching_backward(q, k, v, do, True, scale)
     second = teaching_backward(q, k, v, do, True, scale)
     assert torch.equal(first[1], second[1]) and torch.equal(first[2], second[2])
-    assert (first[0].float() - second[0].float()).abs().max() <= 1e-3 * first[0].float().abs().max()
+    assert (first[0].float() - second[0].float()).abs().max() <= 2e-3 * first[0].float().abs().max()
 
 
 @pytest.mark.gpu
