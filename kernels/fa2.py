@@ -1,12 +1,12 @@
 """FlashAttention-2 forward and backward, teaching tier: launchers for kernels/cuda/fa2.cu and
 kernels/cuda/fa2_bwd.cu (mirror variants/fa2.py).
 
-One launch: grid (Tr, B*H), 256 threads, dynamic shared memory Q_i + K_j + the P tile, + V_j at
+forward, one launch: grid (Tr, B*H), 256 threads, dynamic shared memory Q_i + K_j + the P tile, + V_j at
 d <= 64 (at d > 64, V_j reuses K_j's buffer), float32: 4·(Br·ld + Bc·ld + Br·(Bc+1) [+ Bc·ld]) bytes,
 ld = d_pad + 1 (83 KB at d = 128, 66 KB at d = 64).
 
-backward (FA2 Alg. 2): three launches, see the top of fa2_bwd.cu; lse is the forward's (natural log of
-the scaled scores' row sums, -inf for rows that see no key).
+backward (FA2 Alg. 2), three launches (see the top of fa2_bwd.cu), the main one on grid (Tc, B*H); lse is
+the forward's (natural log of the scaled scores' row sums, -inf for rows that see no key).
 """
 from __future__ import annotations
 
