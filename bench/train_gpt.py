@@ -73,6 +73,23 @@ def final_loss(losses) -> float:
     return sum(tail) / len(tail)
 
 
+_CORPUS: list = []
+
+
+def corpus_kwargs() -> dict:
+    """corpus= for model.train.train when it takes one: the stdlib text read once, not inside the timing."""
+    import inspect
+
+    import model.train as mt
+    from model.data import byte_corpus
+
+    if "corpus" not in inspect.signature(mt.train).parameters:
+        return {}
+    if not _CORPUS:
+        _CORPUS.append(byte_corpus(getattr(mt, "DEFAULT_CORPUS_BYTES", None)))
+    return {"corpus": _CORPUS[0]}
+
+
 def timed_train(config, attention, args, seed, dtype):
     import torch
 
@@ -81,7 +98,7 @@ def timed_train(config, attention, args, seed, dtype):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     losses = train(config, attention, steps=args.steps, batch=args.batch, lr=args.lr, seed=seed,
-                   device=args.device, dtype=dtype, log_every=args.log_every)
+                   device=args.device, dtype=dtype, log_every=args.log_every, **corpus_kwargs())
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     losses = [float(x) for x in losses]
@@ -155,7 +172,13 @@ def main(argv=None):
 
     for attention, _ in list(runs.values())[:2]:
         train(config, attention, steps=2, batch=args.batch, lr=args.lr, seed=args.seed, device=args.device,
-              dtype=dtype, log_every=10**9)
+              dtype=dtype, log_every=0, **corpus_kwargs())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(device=torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
+                torch=torch.__version__, kernel=kernel, requested_kernel=args.kernel, replaced_because=replaced,
+                config=vars(config) if hasattr(config, "__dict__") else str(config), steps=args.steps,
+                batch=args.batch, ctx=args.ctx, lr=args.lr, seed=args.seed, dtype=args.dtype)
     results = {}
     for label, (attention, seed) in runs.items():
         losses, seconds = timed_train(config, attention, args, seed, dtype)
@@ -163,6 +186,8 @@ def main(argv=None):
         results[label] = dict(losses=losses, seconds=seconds, tokens_per_s=tokens / seconds,
                               final=final_loss(losses), seed=seed)
         log(f"{label:32s} final {results[label]['final']:.4f}  {tokens / seconds:,.0f} tokens/s  ({seconds:.1f} s)")
+        # partial record after every run: a run cut short by a time limit still leaves the others
+        (out / "train_gpt.json").write_text(json.dumps(dict(meta=meta, verdict=None, runs=results), default=str))
 
     ours_r, sdpa_r = results[f"kernels.attention[{kernel}]"], results["sdpa"]
     spread = abs(sdpa_r["final"] - results[f"sdpa seed {args.seed + 1}"]["final"]) if not args.no_seed_run else None
@@ -179,12 +204,6 @@ def main(argv=None):
                    tolerance_why=("same init and batches: only attention's rounding differs, which moves a "
                                   "500-step run's final loss by less than 0.02 nats (~1% of a byte-level loss) "
                                   "or the seed-to-seed spread; a wrong gradient moves it by tenths"))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = dict(device=torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
-                torch=torch.__version__, kernel=kernel, requested_kernel=args.kernel, replaced_because=replaced,
-                config=vars(config) if hasattr(config, "__dict__") else str(config), steps=args.steps,
-                batch=args.batch, ctx=args.ctx, lr=args.lr, seed=args.seed, dtype=args.dtype)
     (out / "train_gpt.json").write_text(json.dumps(dict(meta=meta, verdict=verdict, runs=results), indent=1,
                                                    default=str))
     try:
