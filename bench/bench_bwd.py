@@ -6,7 +6,8 @@ Grid (issue 13 item 4): fp16 and bf16, d = 64 and 128, N = 512 ... 16k with batc
 (H = 2048/d), causal and not. Contenders, each through autograd on the same inputs: our kernels via
 kernels.attention (fa2_wgmma by default when it has a backward; the teaching fa2 up to --teaching-max-n),
 SDPA flash (FlashAttention-2), SDPA cuDNN, and SDPA math (the unfused backward: S, P, dP, dS in HBM; up
-to --math-max-n) -- the baseline the teaching kernel must beat at N >= 4k.
+to --math-max-n) in the input dtype (tensor-core GEMMs) and on float32 copies (sdpa_math_fp32: FFMA GEMMs,
+CUDA cores like the teaching kernel) -- the unfused baselines of "faster than a naive backward at N >= 4k".
 
 FLOPs (the papers' convention; FA2 paper section 4, FA3's benchmarks): forward = 4·Nq·Nk·d per (batch,
 head), halved when causal; backward = 2.5 x forward (five products, one of them recomputing S);
@@ -43,7 +44,7 @@ TOKENS, HIDDEN = 16384, 2048
 BWD_FACTOR, FWDBWD_FACTOR = 2.5, 3.5
 # relative Frobenius error of each gradient against float32 math (inputs are 16-bit; dS is rounded)
 TOL = {"float16": 1e-2, "bfloat16": 5e-2}
-SDPA = ("sdpa_flash", "sdpa_cudnn", "sdpa_math")
+SDPA = ("sdpa_flash", "sdpa_cudnn", "sdpa_math", "sdpa_math_fp32")
 
 
 def log(*a):
@@ -120,6 +121,9 @@ def contenders(names: list[str]):
     fns = {n: ours(n) for n in names}
     fns.update(sdpa_flash=sdpa(SDPBackend.FLASH_ATTENTION), sdpa_cudnn=sdpa(SDPBackend.CUDNN_ATTENTION),
                sdpa_math=sdpa(SDPBackend.MATH))
+    math = sdpa(SDPBackend.MATH)
+    # unfused on CUDA cores, like the teaching kernel (float32 GEMMs; TF32 is off by default in torch)
+    fns["sdpa_math_fp32"] = lambda q, k, v, c: math(q.float(), k.float(), v.float(), c).to(q.dtype)
     return fns
 
 
@@ -180,6 +184,8 @@ def bench_cell(name, fn, b, h, n, d, dtype, dname, causal):
 def runs(name, n, args) -> bool:
     if name == "fa2":
         return n <= args.teaching_max_n
+    if name == "sdpa_math_fp32":
+        return n <= min(args.math_max_n, args.math_fp32_max_n)
     if name == "sdpa_math":
         return n <= args.math_max_n
     return True
@@ -290,6 +296,8 @@ def main(argv=None):
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--teaching-max-n", type=int, default=4096, help="largest N the teaching fa2 runs")
     ap.add_argument("--math-max-n", type=int, default=8192, help="largest N SDPA math runs (N² memory)")
+    ap.add_argument("--math-fp32-max-n", type=int, default=4096, help="largest N sdpa_math_fp32 runs (float32 "
+                    "N² matrices: ~60 GB at N = 8k)")
     ap.add_argument("--no-sdpa-math", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fp16, N = 1024 and 4096, both d, both causal")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new cells after this long")
@@ -304,7 +312,7 @@ def main(argv=None):
         return 2
     ours = our_kernels(args.kernels)
     fns = contenders(ours)
-    names = ours + [s for s in SDPA if not (s == "sdpa_math" and args.no_sdpa_math)]
+    names = ours + [s for s in SDPA if not (s.startswith("sdpa_math") and args.no_sdpa_math)]
     dtypes = {"float16": torch.float16, "bfloat16": torch.bfloat16}
     rows, t0 = [], time.time()
     for dname in args.dtypes.split(","):
