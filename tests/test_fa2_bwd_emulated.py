@@ -32,9 +32,18 @@ pytestmark = pytest.mark.skipif(CXX is None, reason="needs a C++20 compiler (g++
 BLOCKS = [(64, 64), (16, 64), (32, 16)]  # (Br, Bc): one and several rows/columns per thread
 
 
+PROBE = "#include <barrier>\n#include <atomic>\nint main() { float f = 0; std::atomic_ref<float>(f).fetch_add(1.f); " \
+        "std::barrier<> b(1); b.arrive_and_wait(); }\n"
+
+
 @pytest.fixture(scope="module")
 def build(tmp_path_factory):
     out, libs = tmp_path_factory.mktemp("fa2_bwd_host"), {}
+    probe = out / "probe.cpp"
+    probe.write_text(PROBE)
+    if subprocess.run([CXX, "-std=c++20", "-pthread", str(probe), "-o", str(out / "probe")],
+                      capture_output=True).returncode != 0:
+        pytest.skip(f"{CXX} lacks C++20 std::barrier / std::atomic_ref<float> (GCC >= 11 has them)")
 
     def get(block_q, block_k, d_pad):
         key = (block_q, block_k, d_pad)
