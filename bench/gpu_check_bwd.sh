@@ -22,7 +22,7 @@ T0=$(date +%s)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(precompile tests memcheck racecheck train bench)
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
-declare -A RC SECS CAP=([precompile]=40 [tests]=110 [memcheck]=35 [racecheck]=45 [train]=150 [bench]=60)
+declare -A RC SECS CAP=([precompile]=40 [tests]=130 [memcheck]=35 [racecheck]=45 [train]=150 [bench]=60)
 
 left() { local l=$(( TOTAL_S - ($(date +%s) - T0) )); [ "$l" -gt 10 ] && echo "$l" || echo 10; }
 cap() { local c=${CAP[$1]:-60} l; l=$(left); [ "$c" -lt "$l" ] && echo "$c" || echo "$l"; }

@@ -411,9 +411,13 @@ def test_opcheck(name, causal=True):  # causal: the masks too; one flag keeps op
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.filterwarnings("ignore:ExternalStream is deprecated:DeprecationWarning")
-@pytest.mark.parametrize("name", trainable())
-def test_compiled_model_matches_eager_without_graph_breaks(name):
-    spec = _attention_case(name)
+def test_compiled_model_matches_eager_without_graph_breaks():
+    """One kernel (inductor's compile is the slow part): the default where it trains here, else fa2."""
+    ready = [n for n in ("fa2_wgmma", "fa2") if n in trainable() and KERNELS[n].available()]
+    if not ready:
+        pytest.skip("no kernel with a backward runs on this GPU")
+    name = ready[0]
+    spec = KERNELS[name]
     dtype = torch.bfloat16 if torch.bfloat16 in spec.dtypes else spec.dtypes[0]
     d = 64 if spec.supports_head_dim(64) else spec.max_head_dim
     torch.manual_seed(0)
