@@ -169,6 +169,42 @@ def test_bad_inputs_get_one_clear_error():
             ag.attention(*(meta(1, 1, 8, d, dtype=dtype) for _ in range(3)), kernel=name)
 
 
+class _ReferenceLauncher:
+    """Stands in for a CUDA launcher on the CPU (variants/fa2.py, FA2 Alg. 1 and 2), so the custom ops'
+    plumbing (schema, fake implementations, autograd wiring, saved tensors) is checked without a GPU."""
+
+    @staticmethod
+    def forward(q, k, v, *, causal, scale):
+        from variants import VARIANTS
+
+        return VARIANTS["fa2"].forward(q, k, v, causal=causal, scale=scale, block_q=16, block_k=16)
+
+    @staticmethod
+    def backward(q, k, v, o, lse, do, *, causal, scale):
+        from variants import VARIANTS
+
+        return VARIANTS["fa2"].backward(q, k, v, o, lse, do, causal=causal, scale=scale, block_q=16, block_k=16)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_custom_ops_pass_opcheck_with_a_cpu_stand_in(monkeypatch, causal):
+    ag = _autograd()
+    monkeypatch.setitem(KERNELS, "_cpu_reference", _ReferenceLauncher())
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(1, 2, 37, 16, generator=g, requires_grad=True)  # Nq > Nk, causal: rows see no key
+    k = torch.randn(1, 2, 29, 16, generator=g, requires_grad=True)
+    v = torch.randn(1, 2, 29, 16, generator=g, requires_grad=True)
+    torch.library.opcheck(ag.attention_fwd, (q, k, v, causal, 0.25, "_cpu_reference"))
+    o, lse = ag.attention_fwd(q, k, v, causal, 0.25, "_cpu_reference")
+    do = torch.randn(o.shape, generator=g)
+    torch.library.opcheck(ag.attention_bwd, (q.detach(), k.detach(), v.detach(), o.detach(), lse.detach(), do,
+                                             causal, 0.25, "_cpu_reference"))
+    grads = torch.autograd.grad(o, (q, k, v), do)  # through register_autograd: dq, dk, dv in that order
+    assert_grads_close(grads, q.detach(), k.detach(), v.detach(), do, causal, 0.25)
+    if causal:
+        assert (grads[0][..., :8, :] == 0).all()  # the 8 rows that see no key
+
+
 # ----------------------------------------------------------------------------- GPU helpers
 
 class Poisoned:
