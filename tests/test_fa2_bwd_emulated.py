@@ -2,11 +2,11 @@
 
 tests/emulate/fa2_bwd_host.cpp compiles the .cu file as C++ (g++ -std=c++20) with one std::thread per CUDA
 thread, a std::barrier for __syncthreads and std::atomic_ref for the dQ atomics, shared memory poisoned
-before every block. Hypothesis drives it with the GPU suite's problems (odd sizes, tails, Nq != Nk, causal
+before every block, and runs its three launches in order. Hypothesis drives it with the GPU suite's problems (odd sizes, tails, Nq != Nk, causal
 with rows that see no key, scores up to ~1e4, every block shape the tests use) in float32 and checks dQ, dK,
-dV against float64 autograd with the GPU suite's tolerance. L and D come from the float64 reference here
-(the preprocess kernel and the forward are checked on the GPU). What it cannot see: half-precision
-storage, warp-level timing, real races (the barrier is exact), the launcher's argument order.
+dV against float64 autograd with the GPU suite's tolerance. O and L come from the float64 reference here
+(the forward kernel is checked on the GPU). What it cannot see: half-precision storage, warp-level timing,
+real races (the barrier is exact), the Python launcher's argument order.
 """
 from __future__ import annotations
 
@@ -61,18 +61,21 @@ def build(tmp_path_factory):
 
 
 def emulated_backward(lib, q, k, v, do, causal, scale):
-    """dq, dk, dv from the emulated fa2_bwd grid, with L and D = rowsum(dO o O) from float64."""
+    """dq, dk, dv from the three emulated launches (preprocess, main, dq), with o and L from float64
+    (the forward is checked on the GPU); scratch and outputs start as NaN."""
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     o, lse = attention_reference(q, k, v, causal=causal, scale=scale)
-    lse = lse.float().contiguous()
-    delta = (do.double() * o).sum(-1).float().contiguous()  # FA2 Alg. 2 line 4
-    dq_acc = torch.zeros_like(q)  # line 3 (fa2_bwd_preprocess zeroes it on the GPU)
-    dk, dv = torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
+    o, lse = o.float().contiguous(), lse.float().contiguous()
+    nan = lambda t: torch.full_like(t, float("nan"))  # noqa: E731
+    dq_acc, delta, dq, dk, dv = nan(q), nan(lse), nan(q), nan(k), nan(v)
     ptr = lambda t: ctypes.c_void_p(t.data_ptr())  # noqa: E731
+    lib.fa2_bwd_preprocess_grid(ptr(o), ptr(do), ptr(dq_acc), ptr(delta), b * h, n_q, d)  # FA2 Alg. 2 lines 3-4
     lib.fa2_bwd_grid(ptr(q), ptr(k), ptr(v), ptr(do), ptr(lse), ptr(delta), ptr(dq_acc), ptr(dk), ptr(dv),
-                     b * h, n_q, n_k, d, ctypes.c_float(scale), int(causal))
-    return dq_acc * scale, dk, dv  # line 20 (fa2_bwd_dq)
+                     b * h, n_q, n_k, d, ctypes.c_float(scale), int(causal))  # lines 5-19
+    lib.fa2_bwd_dq_grid(ptr(dq_acc), ptr(dq), ctypes.c_longlong(dq.numel()), ctypes.c_float(scale))  # line 20
+    assert torch.allclose(delta, (do * o).sum(-1), rtol=1e-5, atol=1e-5), "D = rowsum(dO o O)"
+    return dq, dk, dv
 
 
 @given(n_q=st.integers(1, 150), n_k=st.integers(1, 150), d=st.sampled_from([1, 7, 40, 64, 65, 100, 128]),
