@@ -59,12 +59,12 @@ def fa1_backward_sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=Fals
 
 
 def naive_backward_sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False) -> int:
-    """The largest of the five passes' working sets (line 3 holds one float32 row of P and of dP)."""
+    """The largest of the five passes' working sets (FA1 Alg. 3 line 3 holds one float32 row of P and of dP)."""
     br, bc = min(block_q, n_q), min(block_k, n_k)
-    return max((br * bc + br * d) * itemsize + bc * d * F32,  # line 1 (and 5): P/dS tile, dO/Q, acc
-               (br * d + bc * d) * itemsize + br * bc * F32,  # line 2: dO_i, V_j; dP tile
-               2 * n_k * F32,  # line 3: a row of P and of dP
-               (br * bc + bc * d) * itemsize + br * d * F32)  # line 4: dS tile, K_j; dQ_i acc
+    return max((br * bc + br * d) * itemsize + bc * d * F32,  # FA1 Alg. 3 line 1 (FA1 Alg. 3 line 5 alike): P/dS tile, dO/Q, acc
+               (br * d + bc * d) * itemsize + br * bc * F32,  # FA1 Alg. 3 line 2: dO_i, V_j; dP tile
+               2 * n_k * F32,  # FA1 Alg. 3 line 3: a row of P and of dP
+               (br * bc + bc * d) * itemsize + br * d * F32)  # FA1 Alg. 3 line 4: dS tile, K_j; dQ_i acc
 
 
 _BACKWARD_SRAM = {"naive": naive_backward_sram_bytes, "fa1": fa1_backward_sram_bytes,

@@ -34,7 +34,7 @@ def min_bytes(pass_name, batch, heads, n_q, n_k, d, itemsize) -> int:
 
 
 def blocks(args, sram: int, d: int) -> tuple[int, int, str]:
-    """FA1's rule (Alg. 4 line 1 is Alg. 1's) applied to half the SRAM: the backward holds two score
+    """FA1's rule (the block rule of FA1 Alg. 1 line 1) applied to half the SRAM: the backward holds two score
     tiles (S/P and dP/dS) and two accumulators (dK_j, dV_j) where the forward holds one and one, so
     the printed rule's blocks overflow its float32 working set; --block-q/--block-k override."""
     from analysis import cli

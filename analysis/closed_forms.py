@@ -14,7 +14,7 @@ visit K block j).
     fa2     reads  Q: Σ r d          K, V: Σ W d each
             writes O: Nq d           lse: Nq
             matmul 4 d Σ r W;  exp Σ (r W + n r);  other Σ (4 r W + n (4 r + 2 r d) + r d + 2 r)
-    fa1     writes O: Nq d + Σt r d,  ℓ, m: Nq + Σt r each (line 2 + every visited tile),  lse: Nq
+    fa1     writes O: Nq d + Σt r d,  ℓ, m: Nq + Σt r each (FA1 Alg. 1 line 2 + every visited tile),  lse: Nq
             reads  K, V: Nk d each;  Q, O: Σt r d each;  ℓ, m: Σt r + Nq each (epilogue)
             matmul 4 d Σt r c;  exp Σt (r c + 2 r);  other Σt (4 r c + 7 r + 4 r d) + 2 Nq
     naive   writes S, P: Nq Nk each (hidden tiles too), lse: Nq, O: Nq d
@@ -35,15 +35,19 @@ input dtype's itemsize; ℓ, m, lse are float32. The SRAM working set is the var
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
+from typing import Callable
 
+from analysis import registry
 from analysis.headline import paper_flops
 from analysis.tiling import TileSums, Tiling, cdiv, tile_sums
 
 FLOP_KINDS = ("matmul", "exp", "other")
 DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}  # name -> itemsize in HBM
 F32 = 4
-VARIANT_NAMES = ("naive", "fa1", "fa2", "v_once")
+# VARIANT_NAMES: the registered variants, in registration order (a module attribute computed on access,
+# see __getattr__ at the end: register() adds one)
 PLACEMENTS = ("auto", "sram", "hbm")  # as variants.v_once (checked equal in the tests)
 RESCALES = ("eager", "lazy")
 _FLOAT32_TENSORS = frozenset({"l", "m", "lse"})
@@ -142,41 +146,103 @@ class Traffic:
         }
 
 
-# -- the SRAM working sets live in the variants (imported lazily: variants import torch) ----------
-def _sram_fn(variant: str):
-    if variant == "naive":
-        from variants.naive import sram_bytes
-    elif variant == "fa1":
-        from variants.fa1 import sram_bytes
-    elif variant == "fa2":
-        from variants.fa2 import sram_bytes
-    else:
-        from variants.v_once import sram_bytes
-    return sram_bytes
+# -- the registry: how to count each variant without running it ------------------------------------
+@dataclass(frozen=True)
+class ClosedForm:
+    """One variant's closed form (docs/design.md, "How to add a variant").
+
+    terms(s: TileSums, t: Tiling, d: int, **options) -> (reads, writes, flops): per (batch, head), in
+        elements, tensor name -> count and FLOP kind -> count, exactly what the reference records.
+    sram: the reference's own working-set function, or "module:function" (imported on first use:
+        variants import torch, this module does not). Without options it is called as
+        sram(n_q, n_k, d, block_q, block_k, itemsize); with options as
+        sram(n_q, n_k, d, block_q, block_k, itemsize, causal, capacity=..., **options) and returns
+        (bytes, the options as resolved, e.g. placement "auto" -> "hbm").
+    options: option -> choices, first the default (as variants.Variant.options).
+    """
+
+    name: str
+    terms: Callable
+    sram: str | Callable
+    options: dict = field(default_factory=dict)
+
+    def sram_fn(self) -> Callable:
+        if callable(self.sram):
+            return self.sram
+        module, _, attr = self.sram.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+CLOSED_FORMS: dict[str, ClosedForm] = {}
+
+
+def register(entry: ClosedForm, *, replace: bool = False) -> ClosedForm:
+    """Add a variant's closed form: counts(), the fa-traffic CLI and tests/test_closed_forms.py use it."""
+    return registry.add(CLOSED_FORMS, entry, ClosedForm, replace=replace)
+
+
+def unregister(name: str) -> ClosedForm:
+    return registry.remove(CLOSED_FORMS, name)
+
+
+def _entry(variant: str) -> ClosedForm:
+    if variant not in CLOSED_FORMS:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(CLOSED_FORMS)}")
+    return CLOSED_FORMS[variant]
+
+
+def _options(entry: ClosedForm, given: dict) -> dict:
+    """The entry's options from `given` (others ignored: counts() takes placement= for every variant),
+    each checked against its choices."""
+    out = {}
+    for name, choices in entry.options.items():
+        value = given.get(name, choices[0])
+        if value not in choices:
+            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        out[name] = value
+    return out
+
+
+def _working_set(entry: ClosedForm, n_q, n_k, d, block_q, block_k, itemsize, causal, capacity,
+                 options: dict) -> tuple[int, dict]:
+    fn = entry.sram_fn()
+    if not entry.options:
+        return fn(n_q, n_k, d, block_q, block_k, itemsize), {}
+    return fn(n_q, n_k, d, block_q, block_k, itemsize, causal, capacity=capacity, **options)
 
 
 def sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype="fp16", causal=False, *,
-                     placement="auto", rescale="eager", capacity=None) -> tuple[int, str | None]:
+                     placement="auto", rescale="eager", capacity=None, **options) -> tuple[int, str | None]:
     """(bytes, resolved placement) of the working set the reference declares via require_sram."""
-    itemsize = DTYPES[dtype_name(dtype)]
-    fn = _sram_fn(variant)
-    if variant != "v_once":
-        # naive, fa1, fa2 call sram_bytes(n_q, n_k, d, block_q, block_k, itemsize)
-        return fn(n_q, n_k, d, block_q, block_k, itemsize), None
-    from variants.v_once import resolve_placement
+    entry = _entry(variant)
+    opts = _options(entry, dict(options, placement=placement, rescale=rescale))
+    nbytes, resolved = _working_set(entry, n_q, n_k, d, block_q, block_k, DTYPES[dtype_name(dtype)],
+                                    causal, capacity, opts)
+    return nbytes, resolved.get("placement")
+
+
+def _v_once_sram(n_q, n_k, d, block_q, block_k, itemsize, causal, *, capacity, placement, rescale):
+    from variants.v_once import resolve_placement, sram_bytes
 
     if placement == "auto":
         placement = resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,
                                       rescale=rescale, capacity=capacity)
-    return fn(n_q, n_k, d, block_q, block_k, itemsize, causal, placement=placement,
-              rescale=rescale), placement
+    nbytes = sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal, placement=placement,
+                        rescale=rescale)
+    return nbytes, {"placement": placement, "rescale": rescale}
 
 
 # -- the tile geometry every formula sums over (analysis.tiling.TileSums) ----------------------------
 def _naive(s: TileSums, t: Tiling, d: int):
     nq, nk = t.n_q, t.n_k
+    # reads: Q_i per visited tile and K_j (FA1 Alg. 0 line 1), S in full (FA1 Alg. 0 line 2),
+    # the visited P tiles and V_j (FA1 Alg. 0 line 3)
     reads = {"Q": s.r * d, "K": s.c * d, "S": nq * nk, "P": s.rc, "V": s.c * d}
+    # writes: S, hidden tiles too (FA1 Alg. 0 line 1); P and lse (FA1 Alg. 0 line 2); O (FA1 Alg. 0 line 3)
     writes = {"S": nq * nk, "P": nq * nk, "lse": nq, "O": nq * d}
+    # matmul: QKᵀ (FA1 Alg. 0 line 1) and PV (FA1 Alg. 0 line 3), 2 d r c each; exp and the 4 Nq Nk
+    # max/sub/sum/divide of softmax: FA1 Alg. 0 line 2; the r c scale: FA1 Alg. 0 line 1; the r d
+    # accumulate: FA1 Alg. 0 line 3
     flops = {"matmul": 4 * d * s.rc, "exp": nq * nk, "other": s.rc + s.r * d + 4 * nq * nk + 2 * nq}
     return reads, writes, flops
 
@@ -185,8 +251,14 @@ def _fa1(s: TileSums, t: Tiling, d: int):
     # Σ over visited tiles (j, i) of r is s.r and of r·c is s.rc: the visited set does not depend on
     # the loop order, only the order of the transfers does.
     nq, nk = t.n_q, t.n_k
+    # reads: K_j, V_j once (FA1 Alg. 1 line 6); Q_i, O_i, ℓ_i, m_i per visited tile (FA1 Alg. 1 line 8);
+    # ℓ, m once more for lse (the epilogue)
     reads = {"K": nk * d, "V": nk * d, "Q": s.r * d, "O": s.r * d, "l": s.r + nq, "m": s.r + nq}
+    # writes: O, ℓ, m initialised (FA1 Alg. 1 line 2); O_i (FA1 Alg. 1 line 12), ℓ_i, m_i (FA1 Alg. 1 line 13)
+    # per visited tile; lse (the epilogue)
     writes = {"O": nq * d + s.r * d, "l": nq + s.r, "m": nq + s.r, "lse": nq}
+    # matmul: S_ij (FA1 Alg. 1 line 9) and P̃_ij V_j (FA1 Alg. 1 line 12); exp: P̃_ij (FA1 Alg. 1 line 10)
+    # and the two rescale factors (FA1 Alg. 1 line 11); other: FA1 Alg. 1 lines 9-12 per tile, 2 Nq lse
     flops = {"matmul": 4 * d * s.rc, "exp": s.rc + 2 * s.r,
              "other": 4 * s.rc + 7 * s.r + 4 * d * s.r + 2 * nq}
     return reads, writes, flops
@@ -194,8 +266,13 @@ def _fa1(s: TileSums, t: Tiling, d: int):
 
 def _fa2(s: TileSums, t: Tiling, d: int):
     nq = t.n_q
+    # reads: Q_i once (FA2 Alg. 1 line 4); K_j, V_j per visited tile (FA2 Alg. 1 line 7)
     reads = {"Q": nq * d, "K": s.c * d, "V": s.c * d}
+    # writes: O_i (FA2 Alg. 1 line 14), L_i (FA2 Alg. 1 line 15)
     writes = {"O": nq * d, "lse": nq}
+    # matmul: S (FA2 Alg. 1 line 8) and P̃ V_j (FA2 Alg. 1 line 10); exp: P̃ and e^{m_old - m_new}
+    # (FA2 Alg. 1 line 9); other: scale, mask-free max/sub/sum (FA2 Alg. 1 line 9), the O rescale
+    # (FA2 Alg. 1 line 10), O / ℓ (FA2 Alg. 1 line 12), L = m + log ℓ (FA2 Alg. 1 line 13)
     flops = {"matmul": 4 * d * s.rc, "exp": s.rc + s.r,
              "other": 4 * s.rc + 4 * s.r + 2 * d * s.r + nq * d + 2 * nq}
     return reads, writes, flops
@@ -204,9 +281,13 @@ def _fa2(s: TileSums, t: Tiling, d: int):
 def _v_once(s: TileSums, t: Tiling, d: int, spill: bool, eager: bool):
     nq = t.n_q
     tri = t.block_k * s.r_tri  # columns of earlier blocks rescaled by later ones
+    # reads and writes as FA2 (Q_i: FA2 Alg. 1 line 4, K_j: FA2 Alg. 1 line 7, O_i and L_i:
+    # FA2 Alg. 1 lines 14-15); V_j is read in #941 step 5 instead of FA2 Alg. 1 line 7
     reads = {"Q": nq * d, "K": s.c * d, "V": s.c * d}
     writes = {"O": nq * d, "lse": nq}
+    # exp: f_ij (#941 step 2, as FA2 Alg. 1 line 9) and the two merge factors of every later block (step 4)
     exp = s.rc + 2 * s.r_later
+    # other: as FA2 Alg. 1 lines 8-9 per tile, the step-4 merge, the (f/ℓ) product's divide (step 5)
     other = 4 * s.rc + 6 * s.r_later + d * s.r + 2 * nq + s.rc
     if eager:
         other += tri + s.rc - s.r_c0
@@ -221,40 +302,40 @@ def _v_once(s: TileSums, t: Tiling, d: int, spill: bool, eager: bool):
     return reads, writes, flops
 
 
+def _v_once_terms(s: TileSums, t: Tiling, d: int, *, placement: str, rescale: str):
+    return _v_once(s, t, d, placement == "hbm", rescale == "eager")
+
+
+for _cf in (ClosedForm("naive", _naive, "variants.naive:sram_bytes"),
+            ClosedForm("fa1", _fa1, "variants.fa1:sram_bytes"),
+            ClosedForm("fa2", _fa2, "variants.fa2:sram_bytes"),
+            ClosedForm("v_once", _v_once_terms, _v_once_sram, {"placement": PLACEMENTS, "rescale": RESCALES})):
+    register(_cf)
+
+
 def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, causal=False,
            dtype="fp16", block_q=64, block_k=64, placement="auto", rescale="eager",
-           sram_bytes: int | None = None) -> Traffic:
+           sram_bytes: int | None = None, **options) -> Traffic:
     """Exact whole-problem counts of `variant` (what its reference records), without running it.
 
     sram_bytes: the capacity the working set is checked against (v_once "auto" resolves against it;
     None = unlimited). A working set that does not fit is reported (`fits`, `over_by_bytes`), not
-    raised: the counts are what the variant would move on a chip big enough.
+    raised: the counts are what the variant would move on a chip big enough. placement and rescale
+    are v_once's options; a registered variant's own options come as keywords.
     """
-    if variant not in VARIANT_NAMES:
-        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANT_NAMES)}")
+    entry = _entry(variant)
     for name, value in (("batch", batch), ("heads", heads), ("n_q", n_q), ("n_k", n_k), ("d", d),
                         ("block_q", block_q), ("block_k", block_k)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     dtype = dtype_name(dtype)
     itemsize = DTYPES[dtype]
-    if variant == "v_once":
-        if placement not in PLACEMENTS:
-            raise ValueError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
-        if rescale not in RESCALES:
-            raise ValueError(f"unknown rescale {rescale!r}; choose one of {', '.join(RESCALES)}")
+    opts = _options(entry, dict(options, placement=placement, rescale=rescale))
     t = Tiling(n_q, n_k, block_q, block_k, bool(causal))
-    sram, resolved = sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype, bool(causal),
-                                      placement=placement, rescale=rescale, capacity=sram_bytes)
+    sram, resolved = _working_set(entry, n_q, n_k, d, block_q, block_k, itemsize, bool(causal),
+                                  sram_bytes, opts)
     s = tile_sums(t)
-    if variant == "naive":
-        reads, writes, flops = _naive(s, t, d)
-    elif variant == "fa1":
-        reads, writes, flops = _fa1(s, t, d)
-    elif variant == "fa2":
-        reads, writes, flops = _fa2(s, t, d)
-    else:
-        reads, writes, flops = _v_once(s, t, d, resolved == "hbm", rescale == "eager")
+    reads, writes, flops = entry.terms(s, t, d, **resolved)
     bh = batch * heads
     reads = {k: v * bh for k, v in reads.items() if v}
     writes = {k: v * bh for k, v in writes.items() if v}
@@ -262,7 +343,6 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
     def nbytes(name, n):
         return n * (F32 if name in _FLOAT32_TENSORS else itemsize)
 
-    is_v = variant == "v_once"
     return Traffic(
         variant=variant, batch=batch, heads=heads, n_q=n_q, n_k=n_k, d=d, causal=bool(causal),
         dtype=dtype, block_q=block_q, block_k=block_k,
@@ -271,13 +351,13 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
         write_bytes={k: nbytes(k, v) for k, v in writes.items()},
         flops={k: flops[k] * bh for k in FLOP_KINDS},
         sram_peak_bytes=int(sram), sram_capacity=sram_bytes,
-        placement=placement if is_v else None, placement_resolved=resolved,
-        rescale=rescale if is_v else None,
+        placement=opts.get("placement"), placement_resolved=resolved.get("placement"),
+        rescale=opts.get("rescale"),
     )
 
 
 def fa1_blocks(sram_bytes: int, d: int) -> tuple[int, int]:
-    """FA1 Algorithm 1 line 1: Bc = ⌈M/4d⌉, Br = min(Bc, d), with M = sram_bytes / 4 elements.
+    """FA1 Alg. 1 line 1: Bc = ⌈M/4d⌉, Br = min(Bc, d), with M = sram_bytes / 4 elements.
 
     M counts float32 elements, the on-chip compute type: every declared working set holds its S/P
     tile (Br·Bc) and accumulators in float32, so M in input-dtype elements (bytes / 2 for fp16)
@@ -286,3 +366,9 @@ def fa1_blocks(sram_bytes: int, d: int) -> tuple[int, int]:
     m = sram_bytes // F32
     bc = max(1, cdiv(m, 4 * d))
     return min(bc, d), bc
+
+
+def __getattr__(name: str):
+    if name == "VARIANT_NAMES":  # live: a variant registered at runtime is listed (the CLI's choices)
+        return tuple(CLOSED_FORMS)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,10 +7,12 @@
     python -m bench.bench_tc bench --out DIR        # GPU: the issue's grid vs SDPA flash and cuDNN
     python -m bench.bench_tc target --what ncu      # GPU: one launch of each kernel (for ncu / sanitizer)
 
-TFLOP/s = analysis.headline.paper_flops(B, H, Nq, Nk, d, causal) / median time, where paper_flops is
-4·Nq·Nk·d per (batch, head), halved when causal (FlashAttention's convention). Times are medians of
-CUDA-event-timed calls over rotated input sets larger than L2 (bench.timing). Every timed configuration
-is first checked against the float64 reference with poisoned outputs.
+Every check, timing and name goes through bench/harness.py: entries are KernelSpec labels
+(v_once_tc_sram_lazy, ...) and SDPA backends (sdpa_flash, sdpa_cudnn); TFLOP/s = harness.flops / median
+time of harness.time_fn (triton's do_bench where present); every timed configuration is first checked
+against the float64 reference (harness.check_on), and `check` poisons outputs. Tuned configs reach the
+launchers as forward(config=...) (--configs-from), never by editing a module's CONFIGS. Records carry
+the run id.
 """
 from __future__ import annotations
 
@@ -27,9 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from analysis.headline import min_hbm_bytes, paper_flops  # noqa: E402
 
-TOL = {"float16": 4e-3, "bfloat16": 2e-2}  # relative Frobenius error vs float64 (P is rounded to 16 bits)
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 TOKENS = 16384
 HIDDEN = 2048
@@ -39,101 +39,30 @@ def log(*a):
     print(*a, flush=True)
 
 
-# ------------------------------------------------------------------------------------------- kernels
+# ------------------------------------------------------------------------------------------- entries
 
-def kernel_fns():
-    """name -> callable(q, k, v, causal) -> (o, lse or None); tensor-core variants and SDPA backends."""
-    from kernels import fa2_tc, fa2_wgmma, v_once_tc
-
-    fns = {"fa2_tc": lambda q, k, v, c: fa2_tc.forward(q, k, v, causal=c)}
-    if fa2_wgmma.supported():
-        fns["fa2_wgmma"] = lambda q, k, v, c: fa2_wgmma.forward(q, k, v, causal=c)
-    for placement in ("sram", "hbm"):
-        for rescale in ("lazy", "eager"):
-            fns[f"v_once_tc[{placement},{rescale}]"] = (
-                lambda q, k, v, c, p=placement, r=rescale: v_once_tc.forward(q, k, v, causal=c, placement=p,
-                                                                             rescale=r))
-    return fns
+TC_KERNELS = ("fa2_tc", "fa2_wgmma", "v_once_tc")
 
 
-def sdpa_fns():
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def tc_entries(names: str | None, *, sdpa=("flash", "cudnn"), configs=None, per_d=None):
+    """bench.harness entries of the tensor-core kernels (v_once_tc: its four BENCH_OPTIONS modes) whose
+    label starts with one of the comma-separated prefixes (all when None), then SDPA's backends.
+    configs: {kernel: [config, ...]} adds sweep entries; per_d: {kernel: {d: config}} runs that kernel
+    with the given config per head dim (configs are passed to forward, never written into CONFIGS)."""
+    from bench import harness
 
-    def make(backend):
-        def f(q, k, v, c):
-            with sdpa_kernel([backend]):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=c), None
-        return f
-
-    return {"sdpa_flash": make(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": make(SDPBackend.CUDNN_ATTENTION)}
-
-
-def applies(name, n_q, n_k, d, causal):
-    """Whether a kernel variant runs this shape (sram only where f fits; eager+hbm only where affordable)."""
-    from kernels import v_once_tc
-
-    if not name.startswith("v_once_tc"):
-        return True
-    placement, rescale = name[len("v_once_tc["):-1].split(",")
-    p = v_once_tc.plan(n_q, n_k, d, causal=causal, placement="auto", rescale=rescale)
-    if placement == "sram":
-        return p["fits_sram"]
-    if rescale == "eager":  # spilled eager rescaling reads+writes every earlier block: O(Tc^2) traffic
-        return n_k <= 4096
-    return True
+    out = [e for e in harness.entries(TC_KERNELS, sdpa=(), configs=configs) if e.config is not None
+           or not names or e.label.startswith(tuple(n.strip() for n in names.split(",")))]
+    for e in out:
+        if e.spec is not None and e.config is None and e.spec.name in (per_d or {}):
+            e.config = per_d[e.spec.name]
+    return out + harness.entries(["sdpa"], sdpa=sdpa)
 
 
-# ------------------------------------------------------------------------------------------- checking
-
-def check_one(fn, b, h, n_q, n_k, d, dtype, causal, *, input_scale=1.0, seed=0, has_lse=True):
-    """Relative error of o (and max lse error) vs the float64 oracle on fresh random inputs, outputs
-    poisoned with NaN before the call (fn must accept out=)."""
-    import torch
-
-    from variants.reference import attention_reference
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = (torch.randn(b, h, n_q, d, generator=g, device="cuda") * input_scale).to(dtype)
-    k = (torch.randn(b, h, n_k, d, generator=g, device="cuda") * input_scale).to(dtype)
-    v = torch.randn(b, h, n_k, d, generator=g, device="cuda").to(dtype)
-    o = torch.full_like(q, float("nan"))
-    lse = torch.full((b, h, n_q), float("nan"), device="cuda")
-    o2, lse2 = fn(q, k, v, causal, out=(o, lse))
-    torch.cuda.synchronize()
-    assert o2.data_ptr() == o.data_ptr()
-    ro, rl = attention_reference(q, k, v, causal=causal)
-    od = o.double()
-    res = dict(b=b, h=h, n_q=n_q, n_k=n_k, d=d, dtype=str(dtype).replace("torch.", ""), causal=causal,
-               input_scale=input_scale)
-    res["o_finite"] = bool(torch.isfinite(od).all())
-    res["rel_err"] = float((od - ro).norm() / ro.norm().clamp_min(1e-30)) if res["o_finite"] else float("inf")
-    empty = ~torch.isfinite(rl)
-    res["empty_rows"] = int(empty.sum())
-    res["empty_rows_ok"] = bool((lse[empty] == float("-inf")).all() and (od[empty] == 0).all())
-    fin = ~empty
-    lerr = (lse.double()[fin] - rl[fin]).abs()
-    res["lse_max_err"] = float(lerr.max()) if lerr.numel() else 0.0
-    res["lse_ok"] = bool(torch.isfinite(lse.double()[fin]).all() and
-                         (lerr <= 2e-3 + 1e-5 * rl[fin].abs()).all())
-    res["ok"] = bool(res["o_finite"] and res["rel_err"] <= TOL[res["dtype"]] and res["empty_rows_ok"]
-                     and res["lse_ok"])
-    return res
-
-
-def tc_with_out():
-    """name -> fn(q, k, v, causal, out=...) for the checker."""
-    from kernels import fa2_tc, fa2_wgmma, v_once_tc
-
-    fns = {"fa2_tc": lambda q, k, v, c, out: fa2_tc.forward(q, k, v, causal=c, out=out)}
-    if fa2_wgmma.supported():
-        fns["fa2_wgmma"] = lambda q, k, v, c, out: fa2_wgmma.forward(q, k, v, causal=c, out=out)
-    for placement in ("sram", "hbm"):
-        for rescale in ("lazy", "eager"):
-            fns[f"v_once_tc[{placement},{rescale}]"] = (
-                lambda q, k, v, c, out, p=placement, r=rescale:
-                v_once_tc.forward(q, k, v, causal=c, placement=p, rescale=r, out=out))
-    return fns
+def affordable(entry, n_k: int) -> bool:
+    """Spilled eager rescaling reads+writes every earlier f block: O(Tc^2) traffic; timed to 4k keys."""
+    return not (entry.options.get("placement") == "hbm" and entry.options.get("rescale") == "eager"
+                and n_k > 4096)
 
 
 CHECK_SHAPES = [  # (b, h, n_q, n_k, d, causal, input_scale)
@@ -148,63 +77,35 @@ CHECK_SHAPES = [  # (b, h, n_q, n_k, d, causal, input_scale)
 
 
 def cmd_check(args):
+    """Every tensor-core entry on CHECK_SHAPES x (fp16, bf16), by bench.harness's rule."""
     import torch
 
-    from kernels import v_once_tc
+    from bench import harness
 
-    out = []
-    fns = select(tc_with_out(), args.kernels)
+    configs = None
     if args.all_configs:  # every tuning candidate too (fp16 only), so a sweep never times a wrong build
-        from kernels import fa2_tc, fa2_wgmma
-
-        for mod, name in ((fa2_tc, "fa2_tc"), (fa2_wgmma, "fa2_wgmma")):
-            if name not in fns:
-                continue
-            for d, cands in mod.SWEEP.items():
-                for c in cands:
-                    fns[f"{name}{json.dumps(c, sort_keys=True)}"] = (
-                        lambda q, k, v, cz, out, c=c, mod=mod: mod.forward(q, k, v, causal=cz, config=c, out=out))
-    failures = 0
-    for (b, h, n_q, n_k, d, causal, sc) in CHECK_SHAPES:
+        configs = {name: [c for cands in sweep_module(name).SWEEP.values() for c in cands]
+                   for name in ("fa2_tc", "fa2_wgmma")}
+    entries = [e for e in tc_entries(args.kernels, sdpa=(), configs=configs)]
+    out, failures = [], 0
+    for i, (b, h, n_q, n_k, d, causal, sc) in enumerate(CHECK_SHAPES):
         for dtype in (torch.float16, torch.bfloat16):
-            for name, fn in fns.items():
-                if "{" in name and (dtype != torch.float16 or d not in _config_dims(name)):
+            for e in entries:
+                if e.config is not None and (dtype != torch.float16 or e.config not in sweep_module(e.spec.name).SWEEP.get(d, [])):
                     continue
-                if name.startswith("v_once_tc[sram"):
-                    rescale = "lazy" if "lazy" in name else "eager"
-                    if not v_once_tc.plan(n_q, n_k, d, causal=causal, rescale=rescale)["fits_sram"]:
-                        continue
-                try:
-                    r = check_one(fn, b, h, n_q, n_k, d, dtype, causal, input_scale=sc)
-                except Exception as exc:  # keep going: one broken variant must not hide the others
-                    r = dict(b=b, h=h, n_q=n_q, n_k=n_k, d=d, dtype=str(dtype), causal=causal, ok=False,
-                             error=f"{type(exc).__name__}: {exc}")
-                    traceback.print_exc()
-                r["kernel"] = name
+                r = harness.check_one(e, b, h, n_q, n_k, d, dtype, causal, input_scale=sc, seed=i)
+                if "skipped" in r:
+                    continue
+                r.update(kernel=e.label, b=b, h=h, n_q=n_q, n_k=n_k, d=d, run_id=harness.run_info()["run_id"])
                 out.append(r)
                 failures += not r["ok"]
-                log(f"{'ok  ' if r['ok'] else 'FAIL'} {name:24s} b{b} h{h} nq{n_q} nk{n_k} d{d} "
+                log(f"{'ok  ' if r['ok'] else 'FAIL'} {e.label:24s} b{b} h{h} nq{n_q} nk{n_k} d{d} "
                     f"{r.get('dtype')} causal={causal} x{sc}: rel {r.get('rel_err', float('nan')):.2e} "
                     f"lse {r.get('lse_max_err', float('nan')):.1e} empty {r.get('empty_rows')} "
                     f"{r.get('error', '')}")
     _dump(args, "tc_check.json", out)
     log(f"check: {len(out) - failures} passed, {failures} failed")
     return failures
-
-
-def _config_dims(name: str) -> tuple:
-    """Head dims whose sweep lists the config in `name` (kernel{json})."""
-    kernel, cfg = name.split("{", 1)
-    cfg = json.loads("{" + cfg)
-    return tuple(d for d, cands in sweep_module(kernel).SWEEP.items() if cfg in cands)
-
-
-def select(fns: dict, names: str | None) -> dict:
-    """Keep the kernels whose name starts with one of the comma-separated prefixes (all when None)."""
-    if not names:
-        return fns
-    prefixes = tuple(n.strip() for n in names.split(","))
-    return {k: f for k, f in fns.items() if k.startswith(prefixes)}
 
 
 def sweep_module(name: str):
@@ -221,69 +122,28 @@ def shapes(seqs=SEQS, dims=(64, 128)):
             yield TOKENS // n, HIDDEN // d, n, d
 
 
-def time_fn(fn, sets, causal, reps):
-    from bench.timing import time_cuda
-
-    return time_cuda(lambda q, k, v: fn(q, k, v, causal), sets, warmup=2, reps=reps)
-
-
-def make_sets(b, h, n, d, dtype, max_sets=8):
-    from bench.timing import make_input_sets
-
-    _REF.clear()  # fresh inputs: the cached oracle output no longer applies
-    return make_input_sets((b, h, n, d), (b, h, n, d), dtype, min_total_bytes=256 * 2**20, max_sets=max_sets)
-
-
-_REF = {}
-
-
-def quick_check(fn, q, k, v, causal, dtype_name):
-    """One output of a timed configuration against the float64 oracle (first batch/head pair only, to
-    bound the oracle's memory; the oracle is computed once per input set)."""
-    import torch
-
-    from variants.reference import attention_reference
-
-    key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), tuple(q.shape), tuple(k.shape), causal)
-    if key not in _REF:
-        _REF.clear()
-        _REF[key] = attention_reference(q[:1, :1], k[:1, :1], v[:1, :1], causal=causal)[0]
-    ro = _REF[key]
-    o = fn(q, k, v, causal)[0]
-    torch.cuda.synchronize()
-    err = float((o[:1, :1].double() - ro).norm() / ro.norm())
-    return err, bool(torch.isfinite(o).all()) and err <= TOL[dtype_name]
-
-
 def cmd_sweep(args):
     import torch
 
+    from bench import harness
+
     mod = sweep_module(args.sweep_kernel)
+    given = json.loads(args.sweep_configs) if args.sweep_configs else None
     rows = []
     seqs = [int(s) for s in args.seqs.split(",")]
     for b, h, n, d in shapes(seqs):
+        cands = given[str(d)] if given else mod.SWEEP[d]
+        entries = tc_entries("", configs={args.sweep_kernel: cands})
+        entries = [e for e in entries if e.config is not None or e.spec is None]
         for causal in (False, True):
-            for dtype in (torch.float16,):
-                sets = make_sets(b, h, n, d, dtype, max_sets=4)
-                flops = paper_flops(b, h, n, n, d, causal)
-                cands = {f"{args.sweep_kernel}{json.dumps(c, sort_keys=True)}":
-                         (lambda q, k, v, cz, c=c: mod.forward(q, k, v, causal=cz, config=c))
-                         for c in (json.loads(args.sweep_configs)[str(d)] if args.sweep_configs else mod.SWEEP[d])}
-                cands.update(sdpa_fns())
-                for name, fn in cands.items():
-                    row = dict(kernel=name, b=b, h=h, n=n, d=d, causal=causal, dtype="float16")
-                    try:
-                        err, ok = quick_check(fn, *sets[0], causal, "float16")
-                        row.update(rel_err=err, ok=ok)
-                        t = time_fn(fn, sets, causal, args.reps)
-                        row.update(t, tflops=flops / (t["median_ms"] * 1e-3) / 1e12)
-                    except Exception as exc:
-                        row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
-                    rows.append(row)
-                    log(f"sweep d{d} n{n} causal={causal} {name:90s} {row.get('tflops', float('nan')):7.1f} "
-                        f"TFLOP/s err {row.get('rel_err', float('nan')):.1e} {row.get('error', '')}")
-                del sets
-                torch.cuda.empty_cache()
+            sets = harness.input_sets(b, h, n, n, d, torch.float16, max_sets=4)
+            for e in entries:
+                row = harness.measure(e, sets, causal, rep_ms=args.rep_ms)
+                rows.append(row)
+                log(f"sweep d{d} n{n} causal={causal} {e.label:90s} {row.get('tflops', float('nan')):7.1f} "
+                    f"TFLOP/s err {row.get('rel_err', float('nan')):.1e} {row.get('skipped', '')}")
+            del sets
+            torch.cuda.empty_cache()
     _dump(args, "tc_sweep.json", rows)
 
 
@@ -306,65 +166,39 @@ def pick_configs(sweep_json, kernel="fa2_tc"):
     return best
 
 
-def time_b2b(fn, sets, causal, calls=10):
-    """Milliseconds per call for `calls` back-to-back calls between two events (host work overlapped):
-    a secondary number beside time_cuda's per-call median, which includes the host's launch work."""
-    import torch
-
-    for r in range(2):
-        fn(*sets[r % len(sets)], causal)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for r in range(calls):
-        fn(*sets[r % len(sets)], causal)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls
+def per_d_configs(args) -> dict:
+    """{kernel: {d: config}} from --configs-from (empty without it)."""
+    if not args.configs_from:
+        return {}
+    return {k: picked for k in ("fa2_tc", "fa2_wgmma") if (picked := pick_configs(args.configs_from, k))}
 
 
 def cmd_bench(args):
     import torch
 
+    from bench import harness
     from kernels import fa2_tc, fa2_wgmma
 
-    if args.configs_from:
-        fa2_tc.CONFIGS.update(pick_configs(args.configs_from))
-        fa2_wgmma.CONFIGS.update(pick_configs(args.configs_from, "fa2_wgmma"))
+    per_d = per_d_configs(args)
+    entries = tc_entries(args.kernels, per_d=per_d)
     rows = []
     seqs = [int(s) for s in args.seqs.split(",")]
     dtypes = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-    fns = select(dict(kernel_fns()), args.kernels)
-    fns.update(sdpa_fns())
     t_start = time.time()
     for dname in args.dtypes.split(","):
         dtype = dtypes[dname]
         for b, h, n, d in shapes(seqs):
             for causal in (False, True):
-                sets = make_sets(b, h, n, d, dtype)
-                flops = paper_flops(b, h, n, n, d, causal)
-                for name, fn in fns.items():
-                    if not applies(name, n, n, d, causal):
+                sets = harness.input_sets(b, h, n, n, d, dtype)
+                for e in entries:
+                    if not affordable(e, n) or e.skip_reason(n, n, d, causal, dtype):
                         continue
-                    row = dict(kernel=name, b=b, h=h, n=n, d=d, causal=causal, dtype=dname, flops=flops,
-                               min_hbm_bytes=min_hbm_bytes(b, h, n, n, d, 2))
-                    try:
-                        err, ok = quick_check(fn, *sets[0], causal, dname)
-                        row.update(rel_err=err, ok=ok)
-                        reps = args.reps if not ("eager" in name and "hbm" in name) else 3
-                        t = time_fn(fn, sets, causal, reps)
-                        row.update(t, tflops=flops / (t["median_ms"] * 1e-3) / 1e12)
-                        if not ("eager" in name and "hbm" in name):
-                            row["b2b_ms"] = time_b2b(fn, sets, causal)
-                            row["b2b_tflops"] = flops / (row["b2b_ms"] * 1e-3) / 1e12
-                    except Exception as exc:
-                        row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+                    row = harness.measure(e, sets, causal, rep_ms=args.rep_ms)
                     rows.append(row)
-                    log(f"{dname} d{d} n{n:5d} causal={int(causal)} {name:24s} "
+                    log(f"{dname} d{d} n{n:5d} causal={int(causal)} {e.label:24s} "
                         f"{row.get('median_ms', float('nan')):8.3f} ms {row.get('tflops', float('nan')):7.1f} "
-                        f"TFLOP/s (b2b {row.get('b2b_tflops', float('nan')):6.1f}) "
-                        f"err {row.get('rel_err', float('nan')):.1e} {'' if row.get('ok') else 'NOT OK'} "
-                        f"{row.get('error', '')}")
+                        f"TFLOP/s err {row.get('rel_err', float('nan')):.1e} {'' if row.get('ok') else 'NOT OK'} "
+                        f"{row.get('skipped', '')}")
                 del sets
                 torch.cuda.empty_cache()
                 if time.time() - t_start > args.budget_s:
@@ -373,9 +207,11 @@ def cmd_bench(args):
             else:
                 continue
             break
-    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, fa2_tc_configs=fa2_tc.CONFIGS,
-                fa2_wgmma_configs=fa2_wgmma.CONFIGS,
-                formula="TFLOP/s = 4*B*H*Nq*Nk*d (/2 causal) / median time", tokens=TOKENS, hidden=HIDDEN)
+    configs = {name: {d: per_d.get(name, {}).get(d, mod.CONFIGS[d]) for d in mod.CONFIGS}
+               for name, mod in (("fa2_tc", fa2_tc), ("fa2_wgmma", fa2_wgmma))}
+    meta = dict(harness.environment(), device=torch.cuda.get_device_name(), fa2_tc_configs=configs["fa2_tc"],
+                fa2_wgmma_configs=configs["fa2_wgmma"],
+                formula=f"TFLOP/s = {harness.flops_formula()} / median time", tokens=TOKENS, hidden=HIDDEN)
     tag = f"tc_bench{args.tag}"
     _dump(args, f"{tag}.json", dict(meta=meta, rows=rows))
     write_markdown(rows, Path(args.out) / f"{tag}.md", meta)
@@ -389,9 +225,9 @@ def write_markdown(rows, path, meta):
     kernels = list(dict.fromkeys(r["kernel"] for r in rows))
     ours = [k for k in ("fa2_tc", "fa2_wgmma") if k in kernels]
     lines = [f"# Tensor-core kernels vs torch SDPA ({meta['device']}, torch {meta['torch']})", "",
-             f"{meta['formula']}; batch*N = {TOKENS}, hidden = {HIDDEN} (H = {HIDDEN}/d). "
-             "Medians of CUDA-event-timed calls over rotated input sets. Ratios: ours / sdpa_flash and "
-             "ours / sdpa_cudnn, same run, same inputs.", ""]
+             f"Run {meta.get('run_id')}. {meta['formula']}; batch*N = {TOKENS}, hidden = {HIDDEN} (H = {HIDDEN}/d). "
+             f"Timer: {meta.get('timer')} (bench/harness.py), rotated input sets. Ratios: ours / sdpa_flash "
+             "and ours / sdpa_cudnn, same run, same inputs.", ""]
     keys = sorted({(r["dtype"], r["d"], r["causal"]) for r in rows})
     ratio_heads = [f"{k} / {b}" for k in ours for b in ("flash", "cuDNN")]
 
@@ -415,19 +251,6 @@ def write_markdown(rows, path, meta):
             vals += [ratio(cell, k, b) for k in ours for b in ("sdpa_flash", "sdpa_cudnn")]
             lines.append(f"| {n} | " + " | ".join(vals) + " |")
         lines.append("")
-    b2b = ours + ["sdpa_flash", "sdpa_cudnn"]
-    lines += ["## Back-to-back timing (host launch work overlapped; secondary), TFLOP/s", "",
-              "| dtype | d | causal | N | " + " | ".join(b2b) + " | " + " | ".join(f"{k} / flash" for k in ours)
-              + " |", "|---" * (4 + len(b2b) + len(ours)) + "|"]
-    fmt = lambda x: "—" if x is None else f"{x:.1f}"  # noqa: E731
-    for dt, d, c in keys:
-        for n in sorted({r["n"] for r in rows if (r["dtype"], r["d"], r["causal"]) == (dt, d, c)}):
-            cell = {r["kernel"]: r.get("b2b_tflops") for r in rows
-                    if (r["dtype"], r["d"], r["causal"], r["n"]) == (dt, d, c, n)}
-            fl = cell.get("sdpa_flash")
-            lines.append(f"| {dt} | {d} | {int(c)} | {n} | " + " | ".join(fmt(cell.get(k)) for k in b2b) + " | "
-                         + " | ".join("—" if not (cell.get(k) and fl) else f"{cell[k] / fl:.2f}" for k in ours)
-                         + " |")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -449,7 +272,7 @@ def plot(rows, path):
         ax.set_xscale("log", base=2)
         ax.set_title(f"{dt} d={d} {'causal' if c else 'non-causal'}")
         ax.set_xlabel("N (batch*N = 16k)")
-        ax.set_ylabel("TFLOP/s (4·N²·d·B·H [/2])")
+        ax.set_ylabel("TFLOP/s")
         ax.grid(True, alpha=0.3)
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
@@ -458,18 +281,36 @@ def plot(rows, path):
 
 # ------------------------------------------------------------------------------------------- static
 
+def _compile_one(item):
+    from kernels import loader
+
+    (src, _, defs), arch = item
+    loader.compile_cubin(src, defines=defs, arch=arch)
+
+
 def cmd_precompile(args):
-    from kernels import fa2_tc, fa2_wgmma, loader, v_once_tc
+    """Every build CI compiles (all registered kernels) plus the tuning candidates, into the disk cache;
+    --jobs processes (NVRTC is single-threaded; a GPU visit starts with a cold cache)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from kernels import KERNELS, fa2_tc, fa2_wgmma, loader
 
     t0 = time.time()
-    configs = [(c, None) for c in fa2_tc.compile_configs() + fa2_tc.sweep_configs() + v_once_tc.compile_configs()]
-    configs += [(c, fa2_wgmma.ARCH) for c in fa2_wgmma.compile_configs() + fa2_wgmma.sweep_configs()]
+    default = loader.default_arch()  # resolved here: the workers never touch CUDA
+    configs = [(c, spec.arch or default) for spec in KERNELS.values() for c in spec.compile_configs()]
+    configs += [(c, default) for c in fa2_tc.sweep_configs()]
+    configs += [(c, fa2_wgmma.ARCH) for c in fa2_wgmma.sweep_configs()]
     seen = []
-    for (src, name, defs), arch in configs:
-        if (src, name, defs) in seen:
-            continue
-        seen.append((src, name, defs))
-        loader.compile_cubin(src, defines=defs, arch=arch)
+    for item in configs:
+        if item not in seen:
+            seen.append(item)
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_compile_one, seen))
+    else:
+        for item in seen:
+            _compile_one(item)
     log(f"precompiled {len(seen)} builds in {time.time() - t0:.1f}s into {loader.cache_dir()}")
 
 
@@ -506,49 +347,38 @@ def cmd_target(args):
     """A few launches on small (sanitizer) or representative (ncu) shapes; nothing timed."""
     import torch
 
-    from kernels import fa2_tc, fa2_wgmma, v_once_tc
+    from bench import harness
+    from kernels import v_once_tc
 
-    if args.configs_from:
-        fa2_tc.CONFIGS.update(pick_configs(args.configs_from))
-        fa2_wgmma.CONFIGS.update(pick_configs(args.configs_from, "fa2_wgmma"))
-    wgmma = fa2_wgmma.supported()
+    per_d = per_d_configs(args)
     if args.what == "sanitize":
+        entries = tc_entries(None, sdpa=(), per_d=per_d)
         shapes_ = [(1, 2, 77, 203, 64, True), (1, 2, 130, 64, 128, True), (1, 1, 200, 200, 128, False)]
         for (b, h, n_q, n_k, d, causal) in shapes_:
             for dtype in (torch.float16, torch.bfloat16):
-                q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
-                k = torch.randn(b, h, n_k, d, device="cuda", dtype=dtype)
-                v = torch.randn(b, h, n_k, d, device="cuda", dtype=dtype)
-                fa2_tc.forward(q, k, v, causal=causal)
-                if wgmma:
-                    fa2_wgmma.forward(q, k, v, causal=causal)
-                for placement in ("sram", "hbm"):
-                    for rescale in ("lazy", "eager"):
-                        v_once_tc.forward(q, k, v, causal=causal, placement=placement, rescale=rescale)
+                q, k, v = harness.random_qkv(b, h, n_q, n_k, d, dtype)
+                for e in entries:
+                    if not e.skip_reason(n_q, n_k, d, causal, dtype):
+                        e.forward(q, k, v, causal)
         torch.cuda.synchronize()
         log("sanitize target done")
         return
     # ncu: representative shapes, one launch each (inputs made first): N=4096 (f spilled) and N=1024 (f in smem)
+    extra = {"fa2_wgmma": json.loads(args.wgmma_configs)}  # other builds to profile beside the default
     for n in (int(x) for x in args.ncu_seqs.split(",")):
         d = args.d
         b, h = TOKENS // n, HIDDEN // d
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+        q, k, v = harness.random_qkv(b, h, n, n, d, torch.float16)
         torch.cuda.synchronize()
-        fns = {"fa2_tc": lambda: fa2_tc.forward(q, k, v, causal=False)}
-        if wgmma:
-            fns["fa2_wgmma"] = lambda: fa2_wgmma.forward(q, k, v, causal=False)
-            for c in json.loads(args.wgmma_configs):  # other builds to profile beside the default
-                fns[f"fa2_wgmma{json.dumps(c, sort_keys=True)}"] = (
-                    lambda c=c: fa2_wgmma.forward(q, k, v, causal=False, config=c))
-        fns.update({n_: (lambda f=f: f(q, k, v, False)) for n_, f in sdpa_fns().items()})
-        if v_once_tc.plan(n, n, d)["fits_sram"]:
-            fns["v_once_tc[sram,lazy]"] = lambda: v_once_tc.forward(q, k, v, placement="sram", rescale="lazy")
-        else:
-            fns["v_once_tc[hbm,lazy]"] = lambda: v_once_tc.forward(q, k, v, placement="hbm", rescale="lazy")
-        for name, f in fns.items():
-            f()
+        mode = dict(placement="sram" if v_once_tc.plan(n, n, d)["fits_sram"] else "hbm", rescale="lazy")
+        for e in tc_entries(None, configs=extra, per_d=per_d):
+            if e.spec is not None and e.spec.name == "v_once_tc" and e.options != mode:
+                continue
+            if e.skip_reason(n, n, d, False, torch.float16):
+                continue
+            e.forward(q, k, v, False)
             torch.cuda.synchronize()
-            log(f"target launched {name} n={n} d={d} b={b} h={h}")
+            log(f"target launched {e.label} n={n} d={d} b={b} h={h}")
 
 
 def _dump(args, name, obj):
@@ -563,7 +393,8 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     ap.add_argument("--seqs", default=",".join(map(str, SEQS)))
     ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="precompile: processes")
+    ap.add_argument("--rep-ms", type=float, default=100.0, help="timed milliseconds per entry (harness.time_fn)")
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--tag", default="", help="suffix of the bench output files")
     ap.add_argument("--configs-from", default=None, help="tc_sweep.json: use its best fa2_tc config per d")

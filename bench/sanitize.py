@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 MARK = "@@SANITIZE kernel="
 # (B, H, Nq, Nk, d, causal): tails everywhere; the first has 27 rows that see no key
 # the first line of each sanitizer report (summary lines such as "0 hazards displayed" are not)
@@ -37,12 +39,13 @@ def find_sanitizer() -> str | None:
     return None
 
 
-def child(names: list[str], dtypes: list[str]) -> int:
-    """Runs inside compute-sanitizer: every configuration of every kernel on SHAPES."""
+def child(names: list[str], dtypes: list[str], shapes=SHAPES) -> int:
+    """Runs inside compute-sanitizer: every configuration of every kernel on SHAPES, each launch checked
+    by bench.harness's rule (poisoned outputs, float64 reference)."""
     import torch
 
+    from bench import harness
     from kernels import KERNELS
-    from variants import attention_reference
 
     bad = 0
     for name in names:
@@ -57,33 +60,26 @@ def child(names: list[str], dtypes: list[str]) -> int:
             bad += 1
             continue
         for options in configs:
+            entry = harness.Entry(spec.label(**options), spec.tier, spec, dict(options))
             for dt_name in dtypes:
                 dtype = getattr(torch, dt_name)
                 if dtype not in dtypes_ok:
                     continue
-                for b, h, n_q, n_k, d, causal in SHAPES:
+                for b, h, n_q, n_k, d, causal in shapes:
                     if not spec.supports_head_dim(d):  # nearest supported d at or above, else the largest
                         dims = sorted(spec.head_dims or [spec.max_head_dim])
                         d = next((x for x in dims if x >= d), dims[-1])
-                    label = f"{spec.label(**options)} {dt_name} {(b, h, n_q, n_k, d)} causal={causal}"
+                    label = f"{entry.label} {dt_name} {(b, h, n_q, n_k, d)} causal={causal}"
                     print(MARK + label, flush=True)
-                    gen = torch.Generator(device="cuda").manual_seed(0)
-                    q = torch.randn(b, h, n_q, d, device="cuda", generator=gen).to(dtype)
-                    k = torch.randn(b, h, n_k, d, device="cuda", generator=gen).to(dtype)
-                    v = torch.randn(b, h, n_k, d, device="cuda", generator=gen).to(dtype)
-                    try:
-                        o, _ = spec.forward(q, k, v, causal=causal, **options)
-                        torch.cuda.synchronize()
-                        ref, _ = attention_reference(q, k, v, causal=causal)
-                        err = (o.double() - ref).abs().max().item()
-                        ok = err < 3e-2
-                    except Exception as exc:  # report, keep going
-                        print(f"@@FAILED {label}: {exc!r}", flush=True)
-                        ok = False
-                        err = float("nan")
-                    if not ok:
+                    rec = harness.check_one(entry, b, h, n_q, n_k, d, dtype, causal)
+                    if "skipped" in rec:
+                        print(f"@@SKIPPED {label}: {rec['skipped']}", flush=True)
+                    elif "error" in rec:
+                        print(f"@@FAILED {label}: {rec['error']}", flush=True)
                         bad += 1
-                        print(f"@@WRONG {label}: max err {err}", flush=True)
+                    elif not rec["ok"]:
+                        bad += 1
+                        print(f"@@WRONG {label}: rel err {rec.get('rel_err')}", flush=True)
     print("@@DONE", flush=True)
     return 1 if bad else 0
 
@@ -111,6 +107,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tools", default="memcheck,racecheck")
     ap.add_argument("--kernels", default="", help="comma-separated registry names (default: all)")
     ap.add_argument("--dtypes", default="float16,float32")
+    ap.add_argument("--shapes", type=int, default=len(SHAPES), help="the first this many of SHAPES")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -119,13 +116,15 @@ def main(argv=None) -> int:
     names = [n for n in (args.kernels.split(",") if args.kernels else KERNELS) if n]
     dtypes = [d for d in args.dtypes.split(",") if d]
     if args.child:
-        return child(names, dtypes)
+        return child(names, dtypes, SHAPES[:args.shapes])
 
     sanitizer = find_sanitizer()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"sanitizer": sanitizer, "kernels": names, "dtypes": dtypes, "shapes": SHAPES,
-              "tools": {}}
+    from bench import harness
+
+    report = {"run_id": harness.run_info()["run_id"], "sanitizer": sanitizer, "kernels": names, "dtypes": dtypes,
+              "shapes": SHAPES[:args.shapes], "tools": {}}
     if sanitizer is None:
         report["error"] = "compute-sanitizer not found"
         (out / "sanitize.json").write_text(json.dumps(report, indent=1))
@@ -135,7 +134,7 @@ def main(argv=None) -> int:
     for tool in [t for t in args.tools.split(",") if t]:
         cmd = [sanitizer, "--tool", tool, "--print-limit", "50", "--error-exitcode", "3"]
         cmd += [sys.executable, __file__, "--child", "--kernels", ",".join(names),
-                "--dtypes", ",".join(dtypes)]
+                "--dtypes", ",".join(dtypes), "--shapes", str(args.shapes)]
         t0 = time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         log = proc.stdout + proc.stderr

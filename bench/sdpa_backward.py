@@ -7,9 +7,9 @@ backward references on CUDA tensors, and the tiny GPT trained with variants.atte
    odd shapes, fp16 and bf16, causal and not (Nq = Nk: SDPA's causal is top-left aligned); the
    naive/fa1/fa2 references' backward run on CUDA tensors against the same oracle. A backend that
    fails its check is not timed.
-2. timings (fp16, B·N = 16k, H = 2048/d as bench_kernels.py; CUDA events, median, rotating inputs
-   beyond L2): forward alone and forward + backward (torch.autograd.grad, nothing accumulated), so
-   backward = the difference; TFLOP/s with the papers' 2.5 x 4·B·H·N²·d for the backward (halved causal).
+2. timings (fp16, B·N = 16k, H = 2048/d as bench_kernels.py; bench.harness's inputs rotated beyond L2
+   and its one timer, time_fn): forward alone and forward + backward (torch.autograd.grad, nothing
+   accumulated), so backward = the difference; backward TFLOP/s = 2.5 x bench.harness.flops / time.
 3. model: 6 steps of the tiny GPT (model/) in float32 with variants.attention(variant="fa2") and
    with SDPA from one seed; the loss difference.
 Total runtime: about 2 minutes on an H200.
@@ -17,7 +17,6 @@ Total runtime: about 2 minutes on an H200.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.timing import make_input_sets, time_cuda  # noqa: E402
+from bench import harness  # noqa: E402
 from tests.backward_helpers import GRAD_TOLERANCE, grad_error, reference_grads  # noqa: E402
 
 BACKENDS = ("math", "efficient", "flash", "cudnn")
@@ -35,15 +34,7 @@ MATH_MAX_BYTES = 40 * 2**30  # math materialises S, P, dP, dS (B·H·N² each, s
 
 
 def sdpa(backend, causal):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    which = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-             "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
-
-    def run(q, k, v):
-        with sdpa_kernel(which):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return run
+    return lambda q, k, v: harness.sdpa(backend, q, k, v, causal)
 
 
 def grads_of(fn, q, k, v, do):
@@ -104,7 +95,7 @@ def timings(ok_backends, deadline):
                     if backend == "math" and b * h * n * n * 2 * 6 > MATH_MAX_BYTES:
                         continue
                     fn = sdpa(backend, causal)
-                    sets = make_input_sets((b, h, n, d), (b, h, n, d), torch.float16, min_total_bytes=256 * 2**20)
+                    sets = harness.input_sets(b, h, n, n, d, torch.float16)
                     dos = [torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in sets]
                     train_sets = [(q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do)
                                   for (q, k, v), do in zip(sets, dos)]
@@ -116,16 +107,17 @@ def timings(ok_backends, deadline):
                     def fwd_bwd(q, k, v, do):
                         return torch.autograd.grad(fn(q, k, v), (q, k, v), do)
                     try:
-                        tf = time_cuda(fwd, train_sets, warmup=3, reps=15)
-                        tt = time_cuda(fwd_bwd, train_sets, warmup=3, reps=15)
+                        tf = harness.time_fn(fwd, train_sets)
+                        tt = harness.time_fn(fwd_bwd, train_sets)
                     except RuntimeError as e:
                         out.append(dict(backend=backend, n=n, d=d, causal=causal, skipped=str(e)[:120]))
                         torch.cuda.empty_cache()
                         continue
-                    flops = 4.0 * b * h * n * n * d / (2 if causal else 1)
+                    flops = harness.flops(b, h, n, n, d, causal)
                     bwd_ms = tt["median_ms"] - tf["median_ms"]
                     out.append(dict(backend=backend, n=n, d=d, causal=causal, batch=b, heads=h,
-                                    dtype="float16", fwd_ms=tf["median_ms"], fwd_bwd_ms=tt["median_ms"],
+                                    dtype="float16", run_id=harness.run_info()["run_id"], timer=tt["timer"],
+                                    fwd_ms=tf["median_ms"], fwd_bwd_ms=tt["median_ms"],
                                     bwd_ms=bwd_ms, fwd_tflops=flops / tf["median_ms"] / 1e9,
                                     bwd_tflops=2.5 * flops / bwd_ms / 1e9 if bwd_ms > 0 else None))
                     del sets, dos, train_sets
@@ -153,9 +145,9 @@ def main() -> int:
     out = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="sdpa_backward_"))
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "convention": "fp16; batch*N = 16384; hidden = 2048 (H = 2048/d); bwd = fwd_bwd - fwd; "
-                         "bwd TFLOP/s = 2.5 x 4·B·H·N²·d (halved causal) / bwd time"}
+    res = dict(harness.environment(), device=torch.cuda.get_device_name(),
+               convention="fp16; batch*N = 16384; hidden = 2048 (H = 2048/d); bwd = fwd_bwd - fwd; "
+                          f"bwd TFLOP/s = 2.5 x ({harness.flops_formula()}) / bwd time")
     res["checks"] = checks()
     ok = sorted({c["what"][5:] for c in res["checks"] if c["what"].startswith("sdpa_")}
                 - {c["what"][5:] for c in res["checks"] if c["what"].startswith("sdpa_") and c["status"] != "ok"},

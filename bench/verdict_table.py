@@ -11,14 +11,15 @@ import argparse
 import json
 from pathlib import Path
 
-MODES = ["v_once_tc[sram,lazy]", "v_once_tc[sram,eager]", "v_once_tc[hbm,lazy]", "v_once_tc[hbm,eager]"]
+MODES = ["v_once_tc_sram_lazy", "v_once_tc_sram_eager", "v_once_tc_hbm_lazy", "v_once_tc_hbm_eager"]  # KernelSpec.label
+OLD_NAMES = {f"v_once_tc[{m.split('_')[3]},{m.split('_')[4]}]": m for m in MODES}  # files before bench.harness
 CELLS = [(64, 0, n) for n in (512, 1024, 2048, 16384)] + [(64, 1, n) for n in (512, 16384)] + \
         [(128, 0, n) for n in (512, 1024, 2048, 4096, 16384)] + [(128, 1, n) for n in (512, 2048, 16384)]
 
 
 def load(path) -> dict:
     rows = json.loads(Path(path).read_text())["rows"]
-    return {(r["dtype"], r["d"], bool(r["causal"]), r["n"], r["kernel"]): r for r in rows
+    return {(r["dtype"], r["d"], bool(r["causal"]), r["n"], OLD_NAMES.get(r["kernel"], r["kernel"])): r for r in rows
             if r.get("ok", True) and r.get("tflops")}
 
 

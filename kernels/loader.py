@@ -14,30 +14,37 @@ Public API (used by the teaching launchers and by the tensor-core launchers alik
     get_function(source, kernel_name, *, defines=None, arch=None, extra_options=(), device=None) -> Kernel
         The compiled kernel loaded on `device` (default: torch's current device). Kernel.launch(grid, block, args,
         shared_mem=0) launches it on torch's current stream; args are torch tensors (passed as
-        raw device pointers: no copies), numpy scalars (passed as their exact type), or Python
-        int/float (passed as int32/float32). Dynamic shared memory over 48 KB is opted into with
-        the max-dynamic-shared-memory function attribute.
+        raw device pointers: no copies), numpy scalars (passed as their exact type), Python
+        int/float (passed as int32/float32), or a numpy array passed by value as its raw bytes (a
+        struct such as kernels.tma's CUtensorMap). Dynamic shared memory over 48 KB is opted into
+        with the max-dynamic-shared-memory function attribute.
     check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims=None)
         TypeError/ValueError with a clear message for non-tensors, CPU tensors, tensors on different
         devices, mismatched shapes, unsupported dtype or head dim, non-contiguous inputs.
     max_dynamic_smem(device=None) -> int
         The opt-in per-block shared-memory limit of the device (227 KB on an H100/H200).
 
+Runtime, all public and maintained: NVRTC through NVIDIA's cuda.core (Program, ProgramOptions; no GPU
+needed), the cubin loaded by CuPy (RawModule, in the primary context torch uses too), launched with
+cuda.bindings.driver.cuLaunchKernel (CuPy's launch cannot pass a struct by value, which fa2_wgmma's
+__grid_constant__ CUtensorMap needs, and costs tens of µs of host time per call).
+
 Compile options (all kernels): -arch=<arch> -std=c++17 -lineinfo --ptxas-options=-v
 -I<the source's folder> -I<CUDA include dir> -D<name>=<value> for each define. -lineinfo costs no
 speed and lets compute-sanitizer name source lines. No --use_fast_math: the teaching tier is held
-to float32 accuracy against the float64 oracle.
+to float32 accuracy against the float64 oracle. extra_options: (ProgramOptions field, value) pairs,
+e.g. (("max_register_count", 128),).
 
 Environment: FA_KERNEL_CACHE sets the on-disk cache folder (default ~/.cache/fa-workbench/cubins);
 CUDA_PATH / CUDA_HOME name a CUDA toolkit whose include/ holds cuda_fp16.h; FA_KERNEL_ARCH overrides
-the default arch. NVRTC itself comes from the nvidia-cuda-nvrtc wheel (or a CUDA toolkit), found
-through cupy_backends.
+the default arch. NVRTC itself comes from the nvidia-cuda-nvrtc wheel (or a CUDA toolkit), found by
+cuda-pathfinder on cuda.bindings' behalf.
 """
 from __future__ import annotations
 
-import ctypes
 import glob
 import hashlib
+import io
 import json
 import os
 import re
@@ -45,6 +52,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from kernels.launch_args import ArgPlan, dim3
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
 DEFAULT_ARCH = "sm_90"
@@ -66,20 +75,50 @@ class ToolchainMissing(RuntimeError):
 
 # ----------------------------------------------------------------------------- toolchain discovery
 
-def _nvrtc():
+def cuda_core():
+    """The cuda.core module with Program and ProgramOptions (it left cuda.core.experimental in 0.4)."""
     try:
-        from cupy_backends.cuda.libs import nvrtc
+        import cuda.core as core
 
-        nvrtc.getVersion()  # loads libnvrtc: fails here when it is absent
-        return nvrtc
-    except Exception as exc:  # ImportError, or cuda-pathfinder's "library not found"
-        raise ToolchainMissing(
-            "NVRTC is not available (pip install nvidia-cuda-nvrtc, or install a CUDA toolkit): "
-            f"{exc}") from exc
+        if not hasattr(core, "Program"):
+            raise ImportError("cuda.core without Program")
+        return core
+    except ImportError:
+        try:
+            import cuda.core.experimental as core
+
+            return core
+        except ImportError as exc:
+            raise ToolchainMissing(f"cuda.core is not installed (pip install cuda-core): {exc}") from exc
 
 
 def nvrtc_version() -> tuple[int, int]:
-    return tuple(_nvrtc().getVersion())
+    try:
+        from cuda.bindings import nvrtc
+
+        err, major, minor = nvrtc.nvrtcVersion()  # loads libnvrtc: fails here when it is absent
+    except Exception as exc:  # ImportError, or cuda-pathfinder's "library not found"
+        raise ToolchainMissing(
+            "NVRTC is not available (pip install cuda-bindings nvidia-cuda-nvrtc, or install a CUDA "
+            f"toolkit): {exc}") from exc
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise ToolchainMissing(f"nvrtcVersion failed: {err}")
+    return int(major), int(minor)
+
+
+def runtime_versions() -> dict:
+    """Versions of the runtime pieces, for benchmark records and GPU logs ("missing: ..." when absent)."""
+    out = {}
+    for name, mod in (("cuda_core", "cuda.core"), ("cuda_bindings", "cuda.bindings"), ("cupy", "cupy")):
+        try:
+            out[name] = __import__(mod, fromlist=["__version__"]).__version__
+        except Exception as exc:
+            out[name] = f"missing: {type(exc).__name__}"
+    try:
+        out["nvrtc"] = ".".join(map(str, nvrtc_version()))
+    except ToolchainMissing as exc:
+        out["nvrtc"] = f"missing: {exc}"[:120]
+    return out
 
 
 def cuda_include_dirs() -> list[str]:
@@ -136,15 +175,28 @@ def source_path(source) -> Path:
 
 # ----------------------------------------------------------------------------- compilation
 
+def _option_fields(path: Path, defines, arch, extra_options) -> dict:
+    """The compilation as cuda.core ProgramOptions fields (the single source of compile flags)."""
+    fields = dict(name=path.name, arch=arch or default_arch(), std="c++17", lineinfo=True, ptxas_options="-v",
+                  include_path=[str(path.parent), *cuda_include_dirs()],
+                  define_macro=[name if value is None else (name, str(value))
+                                for name, value in sorted((defines or {}).items())])
+    for item in extra_options:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise TypeError(f"extra_options holds (ProgramOptions field, value) pairs, got {item!r}")
+        fields[item[0]] = item[1]
+    if not fields["define_macro"]:
+        fields["define_macro"] = None  # cuda.core refuses an empty list
+    return fields
+
+
 def compile_options(source, *, defines=None, arch=None, extra_options=()) -> list[str]:
-    """The full NVRTC command line for one compilation (the single source of compile flags)."""
-    path = source_path(source)
-    arch = arch or default_arch()
-    opts = [f"-arch={arch}", *BASE_OPTIONS, f"-I{path.parent}"]
-    opts += [f"-I{d}" for d in cuda_include_dirs()]
-    for name, value in sorted((defines or {}).items()):
-        opts.append(f"-D{name}" if value is None else f"-D{name}={value}")
-    opts += list(extra_options)
+    """The NVRTC command line of one compilation (what the cache key hashes and logs show)."""
+    f = _option_fields(source_path(source), defines, arch, tuple(extra_options))
+    opts = [f"-arch={f['arch']}", *BASE_OPTIONS, *(f"-I{d}" for d in f["include_path"])]
+    opts += [f"-D{m}" if isinstance(m, str) else f"-D{m[0]}={m[1]}" for m in f["define_macro"] or ()]
+    opts += [f"--{k}={v}" for k, v in f.items()
+             if k not in ("name", "arch", "std", "lineinfo", "ptxas_options", "include_path", "define_macro")]
     return opts
 
 
@@ -162,10 +214,10 @@ def _cache_key(path: Path, options: list[str]) -> str:
 def _compile(source, defines, arch, extra_options) -> tuple[str, bytes, str]:
     """(key, cubin, ptxas log), from the in-process cache, the disk cache, or NVRTC."""
     path = source_path(source)
-    options = compile_options(path, defines=defines, arch=arch, extra_options=extra_options)
-    if not any(o.startswith("-arch=sm_") for o in options):
-        raise ValueError(f"a cubin needs a real arch (sm_XY), got options {options}")
-    key = _cache_key(path, options)
+    fields = _option_fields(path, defines, arch, extra_options)
+    if not re.fullmatch(r"sm_\d+a?", fields["arch"]):
+        raise ValueError(f"a cubin needs a real arch (sm_XY), got {fields['arch']!r}")
+    key = _cache_key(path, compile_options(path, defines=defines, arch=arch, extra_options=extra_options))
     with _lock:
         if key in _compiled:
             return (key, *_compiled[key])
@@ -173,7 +225,7 @@ def _compile(source, defines, arch, extra_options) -> tuple[str, bytes, str]:
     if cubin_file.is_file() and log_file.is_file():
         result = cubin_file.read_bytes(), log_file.read_text()
     else:
-        result = _nvrtc_compile(path, options)
+        result = _nvrtc_compile(path, fields)
         _atomic_write(cubin_file, result[0])
         _atomic_write(log_file, result[1].encode())
     with _lock:
@@ -181,18 +233,23 @@ def _compile(source, defines, arch, extra_options) -> tuple[str, bytes, str]:
     return (key, *result)
 
 
-def _nvrtc_compile(path: Path, options: list[str]) -> tuple[bytes, str]:
-    nvrtc = _nvrtc()
-    prog = nvrtc.createProgram(path.read_text(), path.name, [], [])
+def _nvrtc_compile(path: Path, fields: dict) -> tuple[bytes, str]:
+    core = cuda_core()
+    nvrtc_version()  # a clear ToolchainMissing before cuda.core's own error
+    log = io.StringIO()
     try:
         try:
-            nvrtc.compileProgram(prog, options)
-        except nvrtc.NVRTCError as exc:
-            raise CompileError(f"NVRTC failed on {path.name} with {' '.join(options)}:\n"
-                               f"{nvrtc.getProgramLog(prog)}") from exc
-        return nvrtc.getCUBIN(prog), nvrtc.getProgramLog(prog)
-    finally:
-        nvrtc.destroyProgram(prog)
+            options = core.ProgramOptions(**fields)
+        except TypeError:  # an older cuda.core without the name field: only NVRTC's messages lose it
+            options = core.ProgramOptions(**{k: v for k, v in fields.items() if k != "name"})
+        program = core.Program(path.read_text(), "c++", options)
+        try:
+            cubin = bytes(program.compile("cubin", logs=log).code)
+        except TypeError:  # a cuda.core whose compile() takes no logs: no ptxas report (resource_usage fails)
+            cubin = bytes(program.compile("cubin").code)
+    except Exception as exc:  # cuda.core raises nvrtcError-carrying RuntimeErrors; the log names the line
+        raise CompileError(f"NVRTC failed on {path.name} with {fields}:\n{log.getvalue()}\n{exc}") from exc
+    return cubin, log.getvalue()
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -246,225 +303,105 @@ def resource_usage(source, kernel_name, *, defines=None, arch=None, extra_option
 
 # ----------------------------------------------------------------------------- loading, launching
 
+def _check(result, what: str, kernel: str) -> None:
+    """cuda.bindings returns (CUresult, ...) tuples: turn a failure into one clear error."""
+    from cuda.bindings import driver
+
+    err = result[0]
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, text = driver.cuGetErrorString(err)
+        raise RuntimeError(f"{kernel}: {what} failed: {err.name}"
+                           + (f" ({text.decode()})" if isinstance(text, bytes) else ""))
+
+
 class Kernel:
     """A loaded kernel, launched on torch's current stream of the device it was loaded on.
 
-    Launch path: cuLaunchKernel through ctypes (a few µs of host work) once the first launch has gone
-    through CuPy (which opts into the dynamic shared memory); CuPy's own launch costs tens of µs,
-    which a CUDA-event-timed call counts as kernel time. FA_KERNEL_LAUNCH=cupy keeps CuPy's path
-    (for comparison), as does a machine whose libcuda cannot be opened.
-    """
+    Per call: the argument signature's ArgPlan (a numpy buffer made on the first call with those
+    argument types) is refilled and cuLaunchKernel reads it; nothing else is built per launch."""
 
     def __init__(self, raw_kernel, name: str, device_index: int):
+        from cuda.bindings import driver
+
         self.raw, self.name, self.device_index = raw_kernel, name, device_index
         self._smem_opt_in = DEFAULT_SMEM_LIMIT
-        self._launched_by_cupy = False
-        self._function_ptr = raw_kernel.kernel.ptr  # the CUfunction cuLaunchKernel takes
-        self._plans: dict[tuple, _LaunchPlan] = {}  # argument types -> ctypes holders
+        self._function = driver.CUfunction(raw_kernel.kernel.ptr)  # the CUfunction CuPy loaded
+        self._launch_fn, self._ok = driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS
+        self._plans: dict[tuple, ArgPlan] = {}
 
     def launch(self, grid, block, args, shared_mem: int = 0) -> None:
-        grid = _dim3(grid)
-        block = _dim3(block)
-        if grid[0] < 1 or grid[1] < 1 or grid[2] < 1 or grid[1] > 65535 or grid[2] > 65535:
-            raise ValueError(f"{self.name}: grid {grid} out of range (y and z at most 65535)")
-        raw_args = any(isinstance(a, ctypes.Array) for a in args)  # e.g. a CUtensorMap passed by value
-        if raw_args:  # CuPy cannot pass a struct by value: the driver does it all, smem opt-in included
-            drv = _driver()
-            if drv is None:
-                raise RuntimeError(f"{self.name}: a by-value struct argument needs the driver launch path "
-                                   "(libcuda through ctypes; FA_KERNEL_LAUNCH=cupy cannot pass it)")
-            if shared_mem > self._smem_opt_in:
-                self._opt_in_driver(drv, shared_mem)
-        else:
-            drv = _driver() if self._launched_by_cupy and shared_mem <= self._smem_opt_in else None
-        if drv is None:
-            self._launch_cupy(grid, block, args, shared_mem)
-            return
         import torch
 
-        if torch.cuda.current_device() != self.device_index:  # launch in the kernel's own context
+        gx, gy, gz = dim3(grid)
+        bx, by, bz = dim3(block)
+        if gx < 1 or gy < 1 or gz < 1 or gy > 65535 or gz > 65535:
+            raise ValueError(f"{self.name}: grid {(gx, gy, gz)} out of range (y and z at most 65535)")
+        current = torch.cuda.current_stream()  # the current device's: one call answers both questions
+        if current.device_index != self.device_index:  # launch in the kernel's own context
             with torch.cuda.device(self.device_index):
                 return self.launch(grid, block, args, shared_mem)
+        if shared_mem > self._smem_opt_in:
+            self._opt_in(shared_mem)
+        stream = current.cuda_stream
         signature = tuple(map(type, args))
-        with _lock:  # the plan's ctypes holders are shared: one launch fills them at a time
+        with _lock:  # the plan's buffer is shared: one launch fills it at a time (the driver copies it)
             plan = self._plans.get(signature)
             if plan is None:
-                plan = self._plans[signature] = _LaunchPlan(args, self.device_index, self.name)
-            params = plan.fill(args)
-            stream = _current_raw_stream(self.device_index)
-            rc = drv.cuLaunchKernel(self._function_ptr, grid[0], grid[1], grid[2], block[0], block[1],
-                                    block[2], shared_mem, stream, params, None)
-        if rc != 0:
-            raise RuntimeError(f"{self.name}: cuLaunchKernel failed: {_driver_error(drv, rc)} "
-                               f"(grid {grid}, block {block}, {shared_mem} B shared memory)")
+                plan = self._plans[signature] = ArgPlan(args, self.device_index, self.name)
+            result = self._launch_fn(self._function, gx, gy, gz, bx, by, bz, shared_mem, stream,
+                                     plan.fill(args), 0)
+            if result[0] != self._ok and self._bind_context(result[0]):  # a thread torch never bound
+                result = self._launch_fn(self._function, gx, gy, gz, bx, by, bz, shared_mem, stream,
+                                         plan.fill(args), 0)
+        if result[0] != self._ok:
+            _check(result, f"cuLaunchKernel (grid {(gx, gy, gz)}, block {(bx, by, bz)}, "
+                           f"{shared_mem} B shared memory)", self.name)
 
-    def _opt_in_driver(self, drv, shared_mem: int) -> None:
+    def _bind_context(self, err) -> bool:
+        """On CUDA_ERROR_INVALID_CONTEXT make the device's primary context current on this thread (what a
+        runtime-API call does on first use; cuLaunchKernel is a driver call); True if it did."""
+        import cupy
+        from cuda.bindings import driver
+
+        if err != driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:
+            return False
+        cupy.cuda.runtime.setDevice(self.device_index)
+        return True
+
+    def _opt_in(self, shared_mem: int) -> None:
+        from cuda.bindings import driver
+
         limit = max_dynamic_smem(self.device_index)
         if shared_mem > limit:
             raise ValueError(f"{self.name} needs {shared_mem:,} bytes of shared memory; "
                              f"the device allows {limit:,} per block")
-        rc = drv.cuFuncSetAttribute(ctypes.c_void_p(self._function_ptr), 8, ctypes.c_int(shared_mem))
-        if rc != 0:  # 8 = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            raise RuntimeError(f"{self.name}: cuFuncSetAttribute failed: {_driver_error(drv, rc)}")
+        _check(driver.cuFuncSetAttribute(
+            self._function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared_mem), "cuFuncSetAttribute", self.name)
         self._smem_opt_in = shared_mem
-
-    def _launch_cupy(self, grid, block, args, shared_mem: int) -> None:
-        import cupy
-        import torch
-
-        packed = tuple(_kernel_arg(a, self.device_index, self.name) for a in args)
-        with cupy.cuda.Device(self.device_index):
-            if shared_mem > self._smem_opt_in:
-                limit = max_dynamic_smem(self.device_index)
-                if shared_mem > limit:
-                    raise ValueError(f"{self.name} needs {shared_mem:,} bytes of shared memory; "
-                                     f"the device allows {limit:,} per block")
-                self.raw.max_dynamic_shared_size_bytes = shared_mem
-                self._smem_opt_in = shared_mem
-            stream = torch.cuda.current_stream(self.device_index)
-            with cupy.cuda.ExternalStream(stream.cuda_stream, self.device_index):
-                self.raw(grid, block, packed, shared_mem=shared_mem)
-        self._launched_by_cupy = True
-
-
-_DRIVER: list = []  # [ctypes.CDLL | None] once looked up
-
-
-def _driver():
-    """libcuda's cuLaunchKernel through ctypes, or None (FA_KERNEL_LAUNCH=cupy, or no libcuda)."""
-    if not _DRIVER:
-        lib = None
-        if os.environ.get("FA_KERNEL_LAUNCH", "driver") != "cupy":
-            try:
-                lib = ctypes.CDLL("libcuda.so.1")
-                c_uint = ctypes.c_uint
-                lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint,
-                                               c_uint, c_uint, ctypes.c_void_p,
-                                               ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-                lib.cuLaunchKernel.restype = ctypes.c_int
-            except (OSError, AttributeError):
-                lib = None
-        _DRIVER.append(lib)
-    return _DRIVER[0]
-
-
-def _driver_error(drv, rc: int) -> str:
-    msg = ctypes.c_char_p()
-    try:
-        drv.cuGetErrorString(ctypes.c_int(rc), ctypes.byref(msg))
-    except AttributeError:
-        pass
-    return f"CUDA error {rc}" + (f" ({msg.value.decode()})" if msg.value else "")
-
-
-def _dim3(dims) -> tuple[int, int, int]:
-    dims = tuple(int(x) for x in dims)
-    return dims + (1,) * (3 - len(dims))
-
-
-def _current_raw_stream(device_index: int) -> int:
-    """torch's current stream on the device, as the CUstream handle (torch's fast accessor first)."""
-    import torch
-
-    try:
-        return torch._C._cuda_getCurrentRawStream(device_index)
-    except AttributeError:
-        return torch.cuda.current_stream(device_index).cuda_stream
-
-
-class _LaunchPlan:
-    """cuLaunchKernel's argument array for one signature of argument types: ctypes holders made once,
-    refilled per launch (making ctypes objects and the pointer array costs tens of µs per call)."""
-
-    def __init__(self, args, device_index: int, kernel: str):
-        self.device_index, self.kernel = device_index, kernel
-        self.holders = [type(a)() if isinstance(a, ctypes.Array) else _ctypes_arg(a, device_index, kernel)
-                        for a in args]  # validates and converts
-        self.params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(h) for h in self.holders])
-        import torch
-
-        self.kinds = []
-        for a in args:
-            self.kinds.append("tensor" if isinstance(a, torch.Tensor) else
-                              "raw" if isinstance(a, ctypes.Array) else
-                              "int" if type(a) in (int, bool) else "float" if type(a) is float else "numpy")
-
-    def fill(self, args):
-        for holder, kind, a in zip(self.holders, self.kinds, args):
-            if kind == "tensor":
-                if not a.is_cuda or a.get_device() != self.device_index:
-                    raise ValueError(f"{self.kernel}: tensor argument on {a.device}, "
-                                     f"kernel on cuda:{self.device_index}")
-                holder.value = a.data_ptr()
-            elif kind == "int":
-                if not -2**31 <= a < 2**31:
-                    raise OverflowError(f"{self.kernel}: int argument {a} does not fit int32; pass np.int64")
-                holder.value = int(a)
-            elif kind == "float":
-                holder.value = a
-            elif kind == "raw":
-                ctypes.memmove(holder, a, ctypes.sizeof(holder))
-            else:
-                holder.value = a.item()
-        return self.params
-
-
-_NP_TO_CTYPES: dict = {}  # numpy scalar type -> ctypes type (filled on first use: numpy imports lazily)
-
-
-def _ctypes_arg(a, device_index: int, kernel: str):
-    """_kernel_arg's conversion (and its errors), as a ctypes value for cuLaunchKernel."""
-    value = _kernel_arg(a, device_index, kernel)
-    if not _NP_TO_CTYPES:
-        import numpy as np
-
-        _NP_TO_CTYPES.update({np.int32: ctypes.c_int32, np.int64: ctypes.c_int64,
-                              np.uint32: ctypes.c_uint32, np.uint64: ctypes.c_uint64,
-                              np.float32: ctypes.c_float, np.float64: ctypes.c_double})
-    ctype = _NP_TO_CTYPES.get(type(value))
-    if ctype is None:
-        raise TypeError(f"{kernel}: cannot pass a numpy {type(value).__name__} to a kernel")
-    return ctype(value.item())
-
-
-def _kernel_arg(a, device_index: int, kernel: str):
-    import numpy as np
-    import torch
-
-    if isinstance(a, torch.Tensor):
-        if not a.is_cuda or a.device.index != device_index:
-            raise ValueError(f"{kernel}: tensor argument on {a.device}, kernel on cuda:{device_index}")
-        return np.uint64(a.data_ptr())  # a raw device pointer: the kernel reads torch's memory
-    if isinstance(a, np.generic):
-        return a
-    if isinstance(a, bool):
-        return np.int32(a)
-    if isinstance(a, int):
-        if not -2**31 <= a < 2**31:
-            raise OverflowError(f"{kernel}: int argument {a} does not fit int32; pass np.int64")
-        return np.int32(a)
-    if isinstance(a, float):
-        return np.float32(a)
-    raise TypeError(f"{kernel}: cannot pass {type(a).__name__} to a kernel")
 
 
 def get_function(source, kernel_name, *, defines=None, arch=None, extra_options=(),
                  device=None) -> Kernel:
     """The kernel loaded on `device` (an index; default torch's current device): pass the inputs'
     device, so that a launch needs no device switch by the caller (Kernel.launch makes it current)."""
-    import cupy
     import torch
 
-    if not torch.cuda.is_available():
-        raise RuntimeError("launching a CUDA kernel needs a GPU (torch.cuda.is_available() is False)")
-    device = torch.cuda.current_device() if device is None else int(device)
+    if device is None:
+        device = torch.cuda.current_device() if torch.cuda.is_available() else 0
     # Fast path: the call's arguments plus the sources' mtimes. Hashing the source and headers
     # (_cache_key) costs 0.2-0.5 ms, which a CUDA-event-timed launch would count as kernel time.
-    fast = (str(source), kernel_name, tuple(sorted((defines or {}).items())), arch,
+    # (defines in the caller's order: launchers build them in a fixed order; another order only misses)
+    fast = (str(source), kernel_name, tuple(defines.items()) if defines else (), arch,
             tuple(extra_options), device, _source_stamp(source))
     hit = _launch_memo.get(fast)
     if hit is not None:
         return hit
+    if not torch.cuda.is_available():
+        raise RuntimeError("launching a CUDA kernel needs a GPU (torch.cuda.is_available() is False)")
+    import cupy
+
+    device = int(device)
     key = _compile(source, defines, arch, tuple(extra_options))[0]
     with _lock:
         kernel = _loaded.get((key, kernel_name, device))
@@ -472,6 +409,7 @@ def get_function(source, kernel_name, *, defines=None, arch=None, extra_options=
         with cupy.cuda.Device(device):
             module = cupy.RawModule(path=str(cache_dir() / f"{key}.cubin"))
             kernel = Kernel(module.get_function(kernel_name), kernel_name, device)
+            kernel.module = module  # the CUmodule lives as long as the kernel
     with _lock:
         kernel = _loaded.setdefault((key, kernel_name, device), kernel)
         _launch_memo[fast] = kernel

@@ -7,60 +7,59 @@ the box one instruction copies, the shared-memory swizzle, and what out-of-bound
 Here (B, H, N, d) is described as the 3-D tensor (d, N, B*H) (innermost first), box (64, box_rows, 1),
 128-byte swizzle, zeros out of bounds: one instruction brings one 64-column panel of `box_rows` rows of
 one head, rows past N arrive as zeros (the tails), and the swizzle is the one wgmma descriptors expect.
-Encoding is a host call into libcuda (cuTensorMapEncodeTiled); maps are memoised per
-(address, shape, dtype, box), which is all a map depends on.
+Encoding is a host call into the driver (cuda.bindings.driver.cuTensorMapEncodeTiled); maps are
+memoised per (address, shape, dtype, box), which is all a map depends on.
+
+The map is returned as a numpy array of its 128 bytes (16 uint64): kernels.loader passes a numpy array
+argument by value, as the kernel's __grid_constant__ const CUtensorMap parameter expects.
 """
 from __future__ import annotations
 
-import ctypes
-
-TensorMap = ctypes.c_uint64 * 16  # CUtensorMap: 128 opaque bytes, passed to the kernel by value
-
-_DTYPE_CODE = {"torch.float16": 6, "torch.bfloat16": 9}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16 / _BFLOAT16
-_SWIZZLE_128B = 3
-_L2_PROMOTION_128B = 2
-_OOB_FILL_ZEROS = 0
+TENSOR_MAP_WORDS = 16  # CUtensorMap: 128 opaque bytes, alignas(64)
 _MEMO: dict = {}
 _MEMO_MAX = 256
-_ENCODE: list = []
 
 
-def _encoder():
-    if not _ENCODE:
-        lib = ctypes.CDLL("libcuda.so.1")
-        fn = lib.cuTensorMapEncodeTiled
-        u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
-                       ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        fn.restype = ctypes.c_int
-        _ENCODE.append(fn)
-    return _ENCODE[0]
+def _data_type(dtype):
+    from cuda.bindings import driver
+
+    names = {"torch.float16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "torch.bfloat16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"}
+    return getattr(driver.CUtensorMapDataType, names[str(dtype)])
 
 
-def tensor_map_3d(t, box_rows: int, box_cols: int = 64) -> TensorMap:
+def tensor_map_3d(t, box_rows: int, box_cols: int = 64):
     """The map of a contiguous (B, H, N, d) tensor as (d, N, B*H), box (box_cols, box_rows, 1)."""
     b, h, n, d = t.shape
     key = (t.data_ptr(), b * h, n, d, str(t.dtype), box_rows, box_cols)
     tm = _MEMO.get(key)
     if tm is not None:
         return tm
-    if str(t.dtype) not in _DTYPE_CODE:
+    if str(t.dtype) not in ("torch.float16", "torch.bfloat16"):
         raise TypeError(f"tensor maps here are for float16/bfloat16, got {t.dtype}")
     if not t.is_contiguous() or t.data_ptr() % 16:
         raise ValueError("a tensor map needs a contiguous tensor at a 16-byte aligned address")
     if not (1 <= box_rows <= 256 and box_cols * t.element_size() == 128):
         raise ValueError(f"box {box_cols}x{box_rows}: rows must be 1..256 and a row 128 bytes (the swizzle span)")
+    import numpy as np
+    from cuda.bindings import driver
+
     es = t.element_size()
-    dims = (ctypes.c_uint64 * 3)(d, n, b * h)
-    strides = (ctypes.c_uint64 * 2)(d * es, n * d * es)  # bytes, of dims 1 and 2
-    box = (ctypes.c_uint32 * 3)(box_cols, box_rows, 1)
-    elem = (ctypes.c_uint32 * 3)(1, 1, 1)
-    tm = TensorMap()
-    rc = _encoder()(ctypes.addressof(tm), _DTYPE_CODE[str(t.dtype)], 3, ctypes.c_void_p(t.data_ptr()), dims, strides,
-                    box, elem, 0, _SWIZZLE_128B, _L2_PROMOTION_128B, _OOB_FILL_ZEROS)
-    if rc != 0:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed with CUDA error {rc} for shape {tuple(t.shape)}, "
+    u64, u32 = driver.cuuint64_t, driver.cuuint32_t
+    err, encoded = driver.cuTensorMapEncodeTiled(
+        _data_type(t.dtype), 3, t.data_ptr(),
+        [u64(d), u64(n), u64(b * h)],            # dims, innermost first
+        [u64(d * es), u64(n * d * es)],          # byte strides of dims 1 and 2
+        [u32(box_cols), u32(box_rows), u32(1)],  # the box one copy brings
+        [u32(1), u32(1), u32(1)],                # element strides
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,  # what wgmma's smem descriptors expect
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # NONE: out-of-bounds reads 0
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed with {err.name} for shape {tuple(t.shape)}, "
                            f"box {box_cols}x{box_rows}")
+    tm = np.array(encoded.opaque, dtype=np.uint64)
+    assert tm.size == TENSOR_MAP_WORDS
     if len(_MEMO) >= _MEMO_MAX:
         _MEMO.clear()
     _MEMO[key] = tm

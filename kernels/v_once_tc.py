@@ -23,7 +23,9 @@ HEAD_DIMS = (64, 128)
 LOG2E = 1.4426950408889634
 PLACEMENTS = ("auto", "sram", "hbm")
 RESCALES = ("eager", "lazy")
-CONFIG = dict(BLOCK_M=64, BLOCK_N=64, NWARPS=4)
+OPTIONS = {"placement": PLACEMENTS, "rescale": ("lazy", "eager")}  # as kernels.v_once's; first = forward's default
+BENCH_OPTIONS = tuple(dict(placement=p, rescale=r) for p in ("sram", "hbm") for r in ("lazy", "eager"))
+CONFIG = dict(BLOCK_M=64, BLOCK_N=64, NWARPS=4)  # BLOCK_M = Br, BLOCK_N = Bc (names: docs/design.md)
 SMEM_LIMIT_H100 = 227 * 1024  # opt-in per-block limit of an H100/H200
 
 

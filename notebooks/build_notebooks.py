@@ -1532,7 +1532,7 @@ as the bar to clear.
   committed under `bench/results/` by `bench/bench_kernels.py` and `bench/bench_tc.py` on an H200.
   Missing files are reported as "not measured yet".
 - **With a GPU** (`torch.cuda.is_available()`), section 4 also runs a small live benchmark through
-  `kernels.KERNELS` and `bench.timing`.
+  `kernels.KERNELS` and `bench.harness`.
 
 1. What has been measured.
 2. Timings: TFLOP/s against $N$.
@@ -1808,46 +1808,36 @@ else:
 ## 4 · Live, when a GPU is present
 
 A small run: every registered kernel (`kernels.KERNELS`, each of its benchmark options) on one
-problem ($B = 4$, $H = 16$, $N = 2048$, $d = 64$, fp16), checked against the float64 reference, timed
-with `bench.timing` (CUDA events, warm-up, medians over rotated inputs), beside torch SDPA. On a
-machine without a GPU this cell says so and does nothing.
+problem ($B = 4$, $H = 16$, $N = 2048$, $d = 64$, fp16), beside torch SDPA's flash and cuDNN backends,
+through `bench.harness` (the benchmarks' one harness: checked against the float64 reference on the
+timed inputs, then timed by its one method, medians over rotated inputs). On a machine without a GPU
+this cell says so and does nothing.
 """),
     code(r"""
 if not torch.cuda.is_available():
     print("no GPU here (torch.cuda.is_available() is False): live run skipped; the sections above show "
           "the committed H200 measurements")
 else:
-    import torch.nn.functional as F
-    from bench.timing import make_input_sets, time_cuda
-    from analysis.headline import paper_flops
-    from variants import attention_reference
+    from bench import harness
 
     B, H, N, D = 4, 16, 2048, 64
-    sets = make_input_sets((B, H, N, D), (B, H, N, D), torch.float16, min_total_bytes=256 * 2**20, max_sets=4)
-    q, k, v = sets[0]
-    o_ref, _ = attention_reference(q, k, v)
-    flops = paper_flops(B, H, N, N, D)
+    sets = harness.input_sets(B, H, N, N, D, torch.float16, max_sets=4)
     live = []
-    candidates = [(spec.label(**opts), (lambda q, k, v, s=spec, o=opts: s.forward(q, k, v, **o)))
-                  for spec in KERNELS.values() if spec.supports_head_dim(D) for opts in spec.bench_options]
-    candidates.append(("sdpa (default backend)", lambda q, k, v: (F.scaled_dot_product_attention(q, k, v), None)))
-    for label, fn in candidates:
-        try:
-            o = fn(q, k, v)[0]
-            err = ((o.double() - o_ref).abs().max() / v.double().abs().max().clamp(min=1)).item()
-            t = time_cuda(fn, sets, warmup=2, reps=10)
-            model = model_of(label, D)
-            bound = "—"
-            if model:
-                variant, options, br, bc = model
-                c = closed_forms.counts(variant, B, H, N, N, D, block_q=br, block_k=bc,
-                                        sram_bytes=h200.sram_bytes, **options)
-                bound = f"{roofline(c, h200, basis='measured').t_s * 1e3:.3f} ms"
-            live.append([label, f"{err:.1e}", f"{t['median_ms']:.3f} ms", f"{flops / t['median_ms'] / 1e9:.1f}", bound])
-        except Exception as exc:  # one kernel failing must not hide the others
-            live.append([label, "error", f"{type(exc).__name__}: {str(exc)[:80]}", "—", "—"])
-    print(torch.cuda.get_device_name(), f"B={B} H={H} N={N} d={D} fp16, non-causal")
-    show_table(["kernel", "max error", "median time", "TFLOP/s", "roofline bound (H200)"], live)
+    for entry in harness.entries(sdpa=("flash", "cudnn")):
+        r = harness.measure(entry, sets, False)
+        if "median_ms" not in r:  # one kernel failing must not hide the others
+            live.append([entry.label, f"{r.get('rel_err', float('nan')):.1e}", r.get("skipped", "")[:80], "—", "—"])
+            continue
+        model = model_of(entry.label, D)
+        bound = "—"
+        if model:
+            variant, options, br, bc = model
+            c = closed_forms.counts(variant, B, H, N, N, D, block_q=br, block_k=bc,
+                                    sram_bytes=h200.sram_bytes, **options)
+            bound = f"{roofline(c, h200, basis='measured').t_s * 1e3:.3f} ms"
+        live.append([entry.label, f"{r['rel_err']:.1e}", f"{r['median_ms']:.3f} ms", f"{r['tflops']:.1f}", bound])
+    print(torch.cuda.get_device_name(), f"B={B} H={H} N={N} d={D} fp16, non-causal; run {harness.run_info()['run_id']}")
+    show_table(["kernel", "relative error", "median time", "TFLOP/s", "roofline bound (H200)"], live)
 """),
     md(r"""
 ## Exercises

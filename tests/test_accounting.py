@@ -1,4 +1,4 @@
-"""The counts a run records equal hand-derived values (DESIGN.md accounting conventions)."""
+"""The counts a run records equal hand-derived values (docs/design.md, accounting conventions)."""
 from __future__ import annotations
 
 import pytest

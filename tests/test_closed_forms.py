@@ -13,7 +13,12 @@ from analysis.memory import Memory, SramOverflow
 from variants import VARIANTS, v_once
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-CONFIGS = [(name, opts) for name, var in VARIANTS.items() for opts in var.configs()]
+
+
+def configs():
+    """Every registered variant and option combination, read at call time (a variant registered at
+    runtime is checked too: tests/test_add_a_variant.py)."""
+    return [(name, opts) for name, var in VARIANTS.items() for opts in var.configs()]
 
 
 def instrumented(name, pr, opts, capacity=None, device="meta"):
@@ -77,7 +82,7 @@ def _capacity(pr, rescale):
 def test_closed_forms_equal_instrumented_counts(pr):
     """Every variant and v_once option: reads, writes (elements and bytes, per tensor), FLOPs by
     kind, SRAM peak and the placement auto resolves to, exactly; overflow exactly when not fits."""
-    for name, opts in CONFIGS:
+    for name, opts in configs():
         cap = _capacity(pr, opts.get("rescale", "eager"))
         got, overflowed = instrumented(name, pr, opts, cap)
         tr = closed(name, pr, opts, cap)
@@ -106,7 +111,7 @@ def test_unlimited_sram_counts_even_when_it_does_not_fit():
 
 def test_real_tensors_count_like_meta_tensors():
     pr = dict(batch=2, heads=1, n_q=19, n_k=23, d=5, block_q=4, block_k=6, causal=True, dtype="bf16")
-    for name, opts in CONFIGS:
+    for name, opts in configs():
         real, _ = instrumented(name, pr, opts, device="cpu")
         assert nonzero(real) == closed(name, pr, opts).as_dict(), name
 
@@ -114,7 +119,7 @@ def test_real_tensors_count_like_meta_tensors():
 def test_causal_rows_that_see_nothing_and_whole_blocks_hidden():
     """Nq > Nk causal: the first Nq - Nk rows see no key; whole Q blocks visit no K block."""
     pr = dict(batch=1, heads=1, n_q=40, n_k=9, d=4, block_q=8, block_k=4, causal=True, dtype="fp32")
-    for name, opts in CONFIGS:
+    for name, opts in configs():
         got, _ = instrumented(name, pr, opts)
         assert nonzero(got) == closed(name, pr, opts).as_dict(), (name, opts)
 
@@ -138,7 +143,7 @@ def test_non_causal_closed_forms_match_the_docstrings():
 
 def test_fast_at_64k():
     t0 = time.perf_counter()
-    for name, opts in CONFIGS:
+    for name, opts in configs():
         for causal in (False, True):
             cf.counts(name, 4, 16, 65536, 65536, 128, causal=causal, dtype="bf16", block_q=64,
                       block_k=64, sram_bytes=232448, **opts)

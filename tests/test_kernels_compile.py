@@ -148,38 +148,89 @@ def test_launch_memo_stamp_follows_edits(tmp_path):
     assert loader._source_stamp(src, max_age_s=0) != first
 
 
-def test_launch_plan_refills_its_ctypes_holders():
-    """The cuLaunchKernel argument array is built once per argument signature and refilled per call:
-    each call's values must land in it, with _kernel_arg's checks."""
-    import ctypes
-
+def _slot(plan, i, dtype):
+    """Slot i of an ArgPlan, read back through the address the driver would read (plan.pointers)."""
     import numpy as np
 
-    plan = loader._LaunchPlan([7, 0.5, np.int64(2**40), True], 0, "k")
-    params = plan.fill([-3, 1.25, np.int64(5), False])
-    values = [ctypes.cast(params[i], ctypes.POINTER(t)).contents.value
-              for i, t in enumerate((ctypes.c_int32, ctypes.c_float, ctypes.c_int64, ctypes.c_int32))]
+    base = plan.buffer.__array_interface__["data"][0]
+    offset = int(plan.pointers[i]) - base
+    return plan.buffer[offset:offset + np.dtype(dtype).itemsize].view(dtype)[0]
+
+
+def test_arg_plan_refills_its_slots():
+    """The kernelParams array is built once per argument signature and refilled per call: each call's
+    values must land in the slots the pointer array names, with the per-call checks."""
+    import numpy as np
+
+    from kernels.launch_args import ArgPlan
+
+    plan = ArgPlan([7, 0.5, np.int64(2**40), True], 0, "k")
+    assert plan.params == plan.pointers.__array_interface__["data"][0]
+    assert plan.fill([-3, 1.25, np.int64(5), False]) == plan.params
+    values = [_slot(plan, i, t) for i, t in enumerate((np.int32, np.float32, np.int64, np.int32))]
     assert values == [-3, 1.25, 5, 0]
+    assert all(int(p) % 8 == 0 for p in plan.pointers), "scalars are at least 8-byte aligned"
     with pytest.raises(OverflowError, match="does not fit int32"):
         plan.fill([2**31, 1.0, np.int64(1), True])
+    with pytest.raises(TypeError, match="k: "):
+        plan.fill([1.5, 1.0, np.int64(1), True])  # a float where the plan has an int32
     with pytest.raises(ValueError, match="tensor argument on cpu"):
-        loader._LaunchPlan([torch.zeros(1)], 0, "k")
+        ArgPlan([torch.zeros(1)], 0, "k")
+    with pytest.raises(TypeError, match="cannot pass str"):
+        ArgPlan(["x"], 0, "k")
 
 
-def test_launch_plan_passes_structs_by_value():
-    """A CUtensorMap (128 bytes, a ctypes array) goes into cuLaunchKernel's argument array by value:
-    the plan keeps its own copy, refilled per call, so a later change to the caller's map cannot leak."""
-    import ctypes
+def test_arg_plan_passes_structs_by_value():
+    """A CUtensorMap (128 bytes, a numpy array from kernels.tma) goes into the argument array by value,
+    64-byte aligned: the plan keeps its own copy, refilled per call, so a later change to the caller's
+    map cannot leak into a launch."""
+    import numpy as np
 
-    from kernels.tma import TensorMap
+    from kernels.launch_args import ArgPlan
+    from kernels.tma import TENSOR_MAP_WORDS
 
-    first, second = TensorMap(*range(16)), TensorMap(*range(100, 116))
-    plan = loader._LaunchPlan([first, 3], 0, "k")
-    params = plan.fill([second, 4])
-    copied = ctypes.cast(params[0], ctypes.POINTER(TensorMap)).contents
-    assert list(copied) == list(range(100, 116)) and ctypes.addressof(copied) != ctypes.addressof(second)
+    first = np.arange(TENSOR_MAP_WORDS, dtype=np.uint64)
+    second = np.arange(100, 100 + TENSOR_MAP_WORDS, dtype=np.uint64)
+    plan = ArgPlan([3, first, 4], 0, "k")
+    plan.fill([5, second, 6])
+    base = plan.buffer.__array_interface__["data"][0]
+    offset = int(plan.pointers[1]) - base
+    assert int(plan.pointers[1]) % 64 == 0
+    copied = plan.buffer[offset:offset + 128].view(np.uint64)
+    assert list(copied) == list(range(100, 116)) and _slot(plan, 0, np.int32) == 5
+    assert _slot(plan, 2, np.int32) == 6
     second[0] = 999
     assert copied[0] == 100
+    with pytest.raises(ValueError, match="struct argument of 64 bytes"):
+        plan.fill([5, second[:8], 6])
+
+
+def test_runtime_uses_public_apis_only():
+    """The loader, the argument packing and the tensor maps import no ctypes and no private module
+    (cupy_backends, a leading underscore): the runtime is cuda.core, cuda.bindings and CuPy."""
+    import ast
+
+    for name in ("loader.py", "launch_args.py", "tma.py"):
+        tree = ast.parse((loader.CUDA_DIR.parent / name).read_text())
+        for node in ast.walk(tree):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for mod in mods:
+                parts = mod.split(".")
+                assert mod != "ctypes" and "cupy_backends" not in parts, f"{name} imports {mod}"
+                assert mod == "__future__" or not any(p.startswith("_") for p in parts), f"{name} imports {mod}"
+            if isinstance(node, ast.Attribute):
+                assert not node.attr.startswith("_C"), f"{name} reaches into torch._C"
+
+
+def test_extra_options_are_program_options_fields():
+    if TOOLCHAIN is not None:
+        pytest.skip(TOOLCHAIN)
+    opts = loader.compile_options("fa2.cu", defines={"BR": 64}, arch="sm_90",
+                                  extra_options=(("max_register_count", 128),))
+    assert "--max_register_count=128" in opts
+    with pytest.raises(TypeError, match="ProgramOptions field"):
+        loader.compile_options("fa2.cu", arch="sm_90", extra_options=("-maxrregcount=128",))
 
 
 def test_tensor_map_refuses_what_tma_cannot_describe():

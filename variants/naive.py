@@ -1,10 +1,10 @@
 """Standard attention (FlashAttention paper, Algorithm 0), written against the memory model.
 
 Three passes, each a separate kernel in a real implementation, with S and P materialised in HBM:
-    line 1: S = scale·Q Kᵀ, tiled Br x Bc; every tile of S is written (a causal mask still
+    FA1 Alg. 0 line 1: S = scale·Q Kᵀ, tiled Br x Bc; every tile of S is written (a causal mask still
             materialises all Nq·Nk entries: hidden tiles are written as -inf, without computing them)
-    line 2: P = softmax(S), row by row: S read in full, P written in full, lse written
-    line 3: O = P V, tiled: for each Q block, the visited P tiles and their V blocks are read
+    FA1 Alg. 0 line 2: P = softmax(S), row by row: S read in full, P written in full, lse written
+    FA1 Alg. 0 line 3: O = P V, tiled: for each Q block, the visited P tiles and their V blocks are read
 
 HBM traffic per (batch, head), non-causal, Tr = ⌈Nq/Br⌉, Tc = ⌈Nk/Bc⌉:
     pass 1 reads Q: Tc·Nq·d, K: Tr·Nk·d; writes S: Nq·Nk
@@ -44,7 +44,7 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
     o = torch.empty_like(q)
     lse = torch.empty(p.batch, p.heads, p.n_q, dtype=torch.float32, device=q.device)
 
-    # line 1: load Q, K by blocks, compute S = scale·Q Kᵀ, write S to HBM
+    # FA1 Alg. 0 line 1: load Q, K by blocks, compute S = scale·Q Kᵀ, write S to HBM
     for i in range(t.t_r):
         r0, r1 = t.rows(i)
         visited = t.k_blocks(i)
@@ -58,7 +58,7 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
                 Sij = torch.full((p.batch, p.heads, r1 - r0, c1 - c0), NEG_INF, device=q.device)
             mem.store("S", S[..., r0:r1, c0:c1], Sij)
 
-    # line 2: read S, compute P = softmax(S) row by row, write P (and lse) to HBM
+    # FA1 Alg. 0 line 2: read S, compute P = softmax(S) row by row, write P (and lse) to HBM
     for i in range(t.t_r):
         r0, r1 = t.rows(i)
         Si = mem.load("S", S[..., r0:r1, :])  # (B, H, r, Nk)
@@ -68,7 +68,7 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
         mem.store("P", P[..., r0:r1, :], mem.ew(safe_div(Pi, li)))
         mem.store("lse", lse[..., r0:r1], log_sum_exp(mem, mi, li).squeeze(-1))
 
-    # line 3: load P and V by blocks, compute O = P V, write O to HBM
+    # FA1 Alg. 0 line 3: load P and V by blocks, compute O = P V, write O to HBM
     for i in range(t.t_r):
         r0, r1 = t.rows(i)
         Oi = torch.zeros(p.batch, p.heads, r1 - r0, p.d, device=q.device)
@@ -80,18 +80,18 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
         mem.store("O", o[..., r0:r1, :], Oi)
     if saved is not None:  # what the backward reads (Algorithm 3): P stays in HBM
         saved["P"] = P
-    return o, lse  # line 4
+    return o, lse  # FA1 Alg. 0 line 4
 
 
 # -- backward --------------------------------------------------------------------------------------
 # Standard attention's backward (FlashAttention paper, Algorithm 3), against the memory model.
 #
 # Unfused: five passes, each a kernel, with P (kept by the forward), dP and dS all Nq x Nk in HBM:
-#     line 1: dV = Pᵀ dO    P tiles and dO blocks read; dV written         (K/V block outer)
-#     line 2: dP = dO Vᵀ    dO, V read by blocks; every tile of dP written (hidden tiles as zeros)
-#     line 3: dS = P ∘ (dP - rowsum(P ∘ dP)), row by row: P, dP read in full, dS written in full
-#     line 4: dQ = τ dS K   visited dS tiles and K blocks read; dQ written  (Q block outer)
-#     line 5: dK = τ dSᵀ Q  visited dS tiles and Q blocks read; dK written  (K/V block outer)
+#     FA1 Alg. 3 line 1: dV = Pᵀ dO    P tiles and dO blocks read; dV written         (K/V block outer)
+#     FA1 Alg. 3 line 2: dP = dO Vᵀ    dO, V read by blocks; every tile of dP written (hidden tiles as zeros)
+#     FA1 Alg. 3 line 3: dS = P ∘ (dP - rowsum(P ∘ dP)), row by row: P, dP read in full, dS written in full
+#     FA1 Alg. 3 line 4: dQ = τ dS K   visited dS tiles and K blocks read; dQ written  (Q block outer)
+#     FA1 Alg. 3 line 5: dK = τ dSᵀ Q  visited dS tiles and Q blocks read; dK written  (K/V block outer)
 # Nothing is recomputed - no exponentials at all - but P, dP and dS cost Θ(Nq·Nk) bytes each way.
 #
 # P: the probabilities the forward stored (`forward(..., saved=d)` puts them in d["P"]). Called with
@@ -102,10 +102,10 @@ from variants._common import check_backward_inputs, check_saved  # noqa: E402
 
 
 def _rebuild_p(q, k, p):
-    """P = softmax(S) in the input dtype, as line 2 of the forward left it in HBM (uncounted).
+    """P = softmax(S) in the input dtype, as FA1 Alg. 0 line 2 left it in HBM (uncounted).
 
     Normalised by its own row sum, like the forward's, not exp(S - L): L is rounded to float32, and
-    at scores ~1e4 exp(S - L) misses 1 by ~1e-3, which rowsum(P ∘ dP) (line 3) would turn into a
+    at scores ~1e4 exp(S - L) misses 1 by ~1e-3, which rowsum(P ∘ dP) (FA1 Alg. 3 line 3) would turn into a
     wrong dS; FA2's D = rowsum(dO ∘ O) does not care (notebook 07)."""
     s = (q.float() @ k.float().transpose(-1, -2)) * p.scale
     if p.tiling.causal:
@@ -130,7 +130,7 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block
     dS = torch.empty(scores, dtype=q.dtype, device=q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
-    # line 1: load P and dO by blocks, dV = Pᵀ dO, write dV (hidden P tiles are zeros: skipped)
+    # FA1 Alg. 3 line 1: load P and dO by blocks, dV = Pᵀ dO, write dV (hidden P tiles are zeros: skipped)
     for j in range(t.t_c):
         c0, c1 = t.cols(j)
         dVj = torch.zeros(p.batch, p.heads, c1 - c0, p.d, device=q.device)
@@ -141,7 +141,7 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block
             dVj = mem.ew(dVj + mem.matmul(Pij.transpose(-1, -2), dOi))
         mem.store("dV", dv[..., c0:c1, :], dVj)
 
-    # line 2: load dO and V by blocks, dP = dO Vᵀ, write dP (hidden tiles written as 0, not computed)
+    # FA1 Alg. 3 line 2: load dO and V by blocks, dP = dO Vᵀ, write dP (hidden tiles written as 0, not computed)
     for i in range(t.t_r):
         r0, r1 = t.rows(i)
         visited = t.k_blocks(i)
@@ -155,7 +155,7 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block
                 dPij = torch.zeros(p.batch, p.heads, r1 - r0, c1 - c0, device=q.device)
             mem.store("dP", dP[..., r0:r1, c0:c1], dPij)
 
-    # line 3: read P and dP row by row, dS = P ∘ (dP - rowsum(P ∘ dP)), write dS
+    # FA1 Alg. 3 line 3: read P and dP row by row, dS = P ∘ (dP - rowsum(P ∘ dP)), write dS
     for i in range(t.t_r):
         r0, r1 = t.rows(i)
         Pi = mem.load("P", P[..., r0:r1, :])  # (B, H, r, Nk)
@@ -163,7 +163,7 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block
         Di = mem.rowsum(mem.ew(Pi * dPi))  # = rowsum(dO ∘ O), computed the long way
         mem.store("dS", dS[..., r0:r1, :], mem.ew(Pi * mem.ew(dPi - Di)))
 
-    # line 4: load dS and K by blocks, dQ = τ dS K, write dQ
+    # FA1 Alg. 3 line 4: load dS and K by blocks, dQ = τ dS K, write dQ
     for i in range(t.t_r):
         r0, r1 = t.rows(i)
         dQi = torch.zeros(p.batch, p.heads, r1 - r0, p.d, device=q.device)
@@ -174,7 +174,7 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block
             dQi = mem.ew(dQi + mem.matmul(dSij, Kj))
         mem.store("dQ", dq[..., r0:r1, :], mem.ew(dQi * p.scale))
 
-    # line 5: load dS and Q by blocks, dK = τ dSᵀ Q, write dK
+    # FA1 Alg. 3 line 5: load dS and Q by blocks, dK = τ dSᵀ Q, write dK
     for j in range(t.t_c):
         c0, c1 = t.cols(j)
         dKj = torch.zeros(p.batch, p.heads, c1 - c0, p.d, device=q.device)
@@ -184,4 +184,4 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block
             Qi = mem.load("Q", q[..., r0:r1, :])
             dKj = mem.ew(dKj + mem.matmul(dSij.transpose(-1, -2), Qi))
         mem.store("dK", dk[..., c0:c1, :], mem.ew(dKj * p.scale))
-    return dq, dk, dv  # line 6
+    return dq, dk, dv  # FA1 Alg. 3 line 6

@@ -1,7 +1,7 @@
 """The float64 oracle every variant and kernel is checked against.
 
 Plain softmax attention computed in float64 on whatever device the inputs live on, with the
-bottom-right causal mask of DESIGN.md. Rows that see no key give o = 0 and lse = -inf.
+bottom-right causal mask of docs/design.md. Rows that see no key give o = 0 and lse = -inf.
 """
 from __future__ import annotations
 

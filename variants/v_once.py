@@ -5,7 +5,7 @@ f_i = [f_i1 | f_i2 | ...] (Br x Nk) with an online max and sum, and only then mu
 O_i = (f_i / ℓ_i) V. FA2 instead folds every P~ V_j product into a running O_i. Both do the same
 matmul FLOPs (4·Nq·Nk·d non-causal); what differs is where f lives and how often it is rescaled.
 
-Knobs (DESIGN.md):
+Knobs (docs/design.md):
 - placement: "sram" keeps the f row on chip (SramOverflow if Br·Nk·itemsize does not fit with the
   rest); "hbm" spills every f block to a scratch buffer in HBM and reads it back for the product;
   "auto" keeps it on chip when it fits, else spills.

@@ -1,13 +1,13 @@
 // FlashAttention-2 forward, teaching tier (Dao 2023, Algorithm 1). Mirrors variants/fa2.py.
 //
-// One thread block per (Q block i, batch*head): the outer loop of Algorithm 1 (line 3) is the grid.
-// The block streams K_j, V_j through shared memory (line 6-7) and keeps O_i, l_i, m_i in registers;
-// the normalisation by l_i is deferred to the end (line 12) and only O_i and L_i are written.
+// One thread block per (Q block i, batch*head): the outer loop of Algorithm 1 (FA2 Alg. 1 line 3) is the grid.
+// The block streams K_j, V_j through shared memory (FA2 Alg. 1 lines 6-7) and keeps O_i, l_i, m_i in registers;
+// the normalisation by l_i is deferred to the end (FA2 Alg. 1 line 12) and only O_i and L_i are written.
 //
-//   S = scale * Q_i K_j^T          (line 8)   rows ty+16a, columns tx+16b of each thread
-//   m_new = max(m, rowmax S)       (line 9)   16-lane shuffles
+//   S = scale * Q_i K_j^T          (FA2 Alg. 1 line 8)   rows ty+16a, columns tx+16b of each thread
+//   m_new = max(m, rowmax S)       (FA2 Alg. 1 line 9)   16-lane shuffles
 //   P = exp(S - m_new), l = e^{m - m_new} l + rowsum P
-//   O = e^{m - m_new} O + P V_j    (line 10)  P goes through shared memory (every thread needs a row)
+//   O = e^{m - m_new} O + P V_j    (FA2 Alg. 1 line 10)  P goes through shared memory (every thread needs a row)
 //
 // HBM traffic: as variants/fa2.py counts it - Q_i read once, K_j and V_j read once per visited
 // (i, j), O_i and L_i written once. No differences.
@@ -54,8 +54,8 @@ fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restric
   float* Vs = KVs;
 #endif
 
-  // line 3: this block's Q block i (heaviest first) and (batch, head)
-  const int t_r = cdiv(n_q, BR);
+  // FA2 Alg. 1 line 3: this block's Q block i (heaviest first) and (batch, head)
+  const int t_r = cdiv(n_q, BR);  // FA2 Alg. 1 line 1: Tr blocks of Br = BR rows, Tc of Bc = BC
   const int i = t_r - 1 - blockIdx.x;
   const long long bh = blockIdx.y;
   const int r0 = i * BR, rows = min(BR, n_q - r0), offset = n_k - n_q;
@@ -63,10 +63,10 @@ fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restric
   const T* Kg = k + bh * n_k * d;
   const T* Vg = v + bh * n_k * d;
 
-  // line 4: load Q_i from HBM to on-chip SRAM
+  // FA2 Alg. 1 line 4: load Q_i from HBM to on-chip SRAM
   load_tile(Qs, ld, q + (bh * n_q + r0) * d, d, rows, d, BR, d_pad);
 
-  // line 5: on chip, O_i = 0, l_i = 0, m_i = -inf
+  // FA2 Alg. 1 line 5: on chip, O_i = 0, l_i = 0, m_i = -inf
   float O[RA][DV], l[RA], m[RA];
 #pragma unroll
   for (int a = 0; a < RA; ++a) {
@@ -76,17 +76,17 @@ fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restric
     for (int b = 0; b < DV; ++b) O[a][b] = 0.f;
   }
 
-  for (int j = 0; j < t_vis; ++j) {  // line 6: for 1 <= j <= Tc (hidden blocks skipped)
+  for (int j = 0; j < t_vis; ++j) {  // FA2 Alg. 1 line 6: for 1 <= j <= Tc (hidden blocks skipped)
     const int c0 = j * BC, cols = min(BC, n_k - c0);
     __syncthreads();  // the previous step is done with KVs and Ps
-    // line 7: load K_j (and, with its own buffer, V_j) from HBM to on-chip SRAM
+    // FA2 Alg. 1 line 7: load K_j (and, with its own buffer, V_j) from HBM to on-chip SRAM
     load_tile(KVs, ld, Kg + (long long)c0 * d, d, cols, d, BC, d_pad);
 #if FA2_OWN_V
     load_tile(Vs, ld, Vg + (long long)c0 * d, d, cols, d, BC, d_pad);
 #endif
     __syncthreads();
 
-    // line 8: S_i^(j) = scale * Q_i K_j^T, masked entries (tails, causal) = -inf
+    // FA2 Alg. 1 line 8: S_i^(j) = scale * Q_i K_j^T, masked entries (tails, causal) = -inf
     float S[RA][CB];
     tile_qk(S, Qs, KVs, ld, d);
 #pragma unroll
@@ -96,7 +96,7 @@ fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restric
         S[a][b] = visible(r0 + ty + TY * a, c0 + tx + TX * b, c0 + cols, offset, causal)
                       ? S[a][b] * scale : NEG_INF;
 
-    // line 9: m_i^(j) = max(m_i^(j-1), rowmax(S)); P~ = exp(S - m_i^(j));
+    // FA2 Alg. 1 line 9: m_i^(j) = max(m_i^(j-1), rowmax(S)); P~ = exp(S - m_i^(j));
     //         l_i^(j) = e^{m_i^(j-1) - m_i^(j)} l_i^(j-1) + rowsum(P~)
 #pragma unroll
     for (int a = 0; a < RA; ++a) {
@@ -115,20 +115,20 @@ fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restric
       const float alpha = expf(m[a] - m_safe);  // e^{m_i^(j-1) - m_i^(j)}
       l[a] = alpha * l[a] + row_sum16(sum);
 #pragma unroll
-      for (int b = 0; b < DV; ++b) O[a][b] *= alpha;  // line 10, first term: diag(alpha) O
+      for (int b = 0; b < DV; ++b) O[a][b] *= alpha;  // FA2 Alg. 1 line 10, first term: diag(alpha) O
       m[a] = m_new;
     }
     __syncthreads();  // every thread is done with K_j; P~ is complete in Ps
 #if !FA2_OWN_V
-    // line 7 (second half): load V_j into the buffer K_j used
+    // FA2 Alg. 1 line 7 (second half): load V_j into the buffer K_j used
     load_tile(KVs, ld, Vg + (long long)c0 * d, d, cols, d, BC, d_pad);
     __syncthreads();
 #endif
-    // line 10, second term: O_i += P~ V_j
+    // FA2 Alg. 1 line 10, second term: O_i += P~ V_j
     tile_pv(O, Ps, ldp, Vs, ld, d_pad);
   }
 
-  // line 12: O_i = diag(l_i)^-1 O_i;  line 13: L_i = m_i + log(l_i);  lines 14-15: write O_i, L_i
+  // FA2 Alg. 1 line 12: O_i = diag(l_i)^-1 O_i;  FA2 Alg. 1 line 13: L_i = m_i + log(l_i);  FA2 Alg. 1 lines 14-15: write O_i, L_i
 #pragma unroll
   for (int a = 0; a < RA; ++a) {
     const int r = ty + TY * a;
@@ -142,4 +142,4 @@ fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restric
     }
     if (tx == 0) lse[bh * n_q + r0 + r] = l[a] == 0.f ? NEG_INF : m[a] + logf(l[a]);
   }
-}
+}  // FA2 Alg. 1 line 17: O and L are in HBM

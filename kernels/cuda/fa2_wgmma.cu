@@ -10,19 +10,19 @@
 //
 // FlashAttention-2 paper (Dao 2023), Algorithm 1, for one (batch, head) and one Q block i (Br = 64*NWG
 // rows; warpgroup g owns rows 64g..64g+63, warp w of it rows 16w..16w+15):
-//   line 4   load Qi from HBM to SRAM                                  -> cp.async, stays in smem (A operand)
-//   line 5   on chip, O = 0, l = 0, m = -inf                            -> registers, fp32
-//   line 6   for j = Tc_visible-1 .. 0 (masked blocks first, hidden blocks skipped)
-//   line 7     load Kj, Vj from HBM to SRAM                             -> cp.async, STAGES-slot rings, STAGES-1 steps ahead
-//   line 8     S = Qi Kj^T                                              -> wgmma SS (A = Q, B = K, both K-major)
-//   line 9     m_new = max(m, rowmax(S)), P = exp(S - m_new), l = ...   -> registers, exp2 domain
-//   line 10    O = diag(e^(m - m_new)) O + P Vj                         -> wgmma RS (A = P from registers,
+//   FA2 Alg. 1 line 4   load Qi from HBM to SRAM                                  -> cp.async, stays in smem (A operand)
+//   FA2 Alg. 1 line 5   on chip, O = 0, l = 0, m = -inf                            -> registers, fp32
+//   FA2 Alg. 1 line 6   for j = Tc_visible-1 .. 0 (masked blocks first, hidden blocks skipped)
+//   FA2 Alg. 1 line 7     load Kj, Vj from HBM to SRAM                             -> cp.async, STAGES-slot rings, STAGES-1 steps ahead
+//   FA2 Alg. 1 line 8     S = Qi Kj^T                                              -> wgmma SS (A = Q, B = K, both K-major)
+//   FA2 Alg. 1 line 9     m_new = max(m, rowmax(S)), P = exp(S - m_new), l = ...   -> registers, exp2 domain
+//   FA2 Alg. 1 line 10    O = diag(e^(m - m_new)) O + P Vj                         -> wgmma RS (A = P from registers,
 //                                                                          B = V, MN-major: no transpose copy)
-//   line 12-15 O = diag(l)^-1 O, L = m + log l, write Oi, Li           -> staged through the warp's Q rows
+//   FA2 Alg. 1 lines 12-15 O = diag(l)^-1 O, L = m + log l, write Oi, Li           -> staged through the warp's Q rows
 //
 // Overlap (OVERLAP=1, FA3 paper's "intra-warpgroup pipelining"): step j issues S_j = Q K_j^T and then
 // O += P_{j+1} V_{j+1} (P of the previous step), waits for S_j only, and runs the softmax of S_j while the
-// PV product is still on the tensor cores. The O rescale of line 10 waits for that product to finish.
+// PV product is still on the tensor cores. The O rescale of FA2 Alg. 1 line 10 waits for that product to finish.
 // OVERLAP=0 waits for both products before the softmax (the ablation).
 //
 // Shared memory layout: the 128-byte swizzle that wgmma descriptors understand. A tile of R rows x d
@@ -142,7 +142,7 @@ fa2_wgmma_fwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     if (is_causal) n_vis = max(0, min(Nk, min(m0 + BLOCK_M, Nq) + causal_off));
     const int T = (n_vis + BLOCK_N - 1) / BLOCK_N;  // key blocks visited, swept j = T-1 .. 0
 
-    // line 7 as a ring: step t (0..T) computes S_j with j = T-1-t and O += P_{j+1} V_{j+1}, so load group t
+    // FA2 Alg. 1 line 7 as a ring: step t (0..T) computes S_j with j = T-1-t and O += P_{j+1} V_{j+1}, so load group t
     // holds K_{T-1-t} and V_{T-t}, both in slot t % STAGES. Groups 0..STAGES-1 are issued up front; step
     // t >= 1 issues group t + STAGES-1 into the slot that step t-1 used (free after step t's barrier).
     auto issue_group = [&](int t) {
@@ -150,11 +150,11 @@ fa2_wgmma_fwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         if (t >= 1 && t <= T) load_tile_sw128<BLOCK_N>(sV0 + (t % STAGES) * TILE_KV_BYTES, v_g, (T - t) * BLOCK_N, Nk, tid);
         cp_async_commit();  // always: every thread counts the same groups (empty ones included)
     };
-    load_tile_sw128<BLOCK_M>(sQ, q_g, m0, Nq, tid);  // line 4, in group 0
+    load_tile_sw128<BLOCK_M>(sQ, q_g, m0, Nq, tid);  // FA2 Alg. 1 line 4, in group 0
 #pragma unroll
     for (int t = 0; t < STAGES; ++t) issue_group(t);
 
-    // line 5
+    // FA2 Alg. 1 line 5
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -180,7 +180,7 @@ fa2_wgmma_fwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         else softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
         pack_p(pa, s);
     }
-    // line 6: step t does S_j = Q K_j^T and O += P_{j+1} V_{j+1}
+    // FA2 Alg. 1 line 6: step t does S_j = Q K_j^T and O += P_{j+1} V_{j+1}
     for (int t = 1; t < T; ++t) {
         const int j = T - 1 - t, n0 = j * BLOCK_N, slot = t % STAGES;
         cp_async_wait<STAGES - 2>();  // group t (K_j, V_{j+1}) landed

@@ -16,14 +16,14 @@
 //
 // FlashAttention-2 paper, Algorithm 1 (one Q block of Br = 64*NWG rows; consumer warpgroup c owns rows
 // 64c..64c+63):
-//   line 4   load Qi                     -> producer: TMA, full_q
-//   line 5   O = 0, l = 0, m = -inf      -> consumer registers
-//   line 6   for j = Tc_visible-1 .. 0   -> step t = T-1-j (masked blocks first, hidden blocks skipped)
-//   line 7     load Kj, Vj               -> producer: TMA into ring slot t % STAGES, after empty_[kv][slot]
-//   line 8     S = Qi Kj^T               -> consumer: wgmma SS, then releases the K slot
-//   line 9     online softmax            -> consumer registers (overlaps P_{j+1} V_{j+1} on the tensor cores)
-//   line 10    O = diag(.) O + P Vj      -> consumer: wgmma RS (P from registers), then releases the V slot
-//   line 12-15 O / l, lse, write         -> consumer, staged through its own Q rows
+//   FA2 Alg. 1 line 4   load Qi                     -> producer: TMA, full_q
+//   FA2 Alg. 1 line 5   O = 0, l = 0, m = -inf      -> consumer registers
+//   FA2 Alg. 1 line 6   for j = Tc_visible-1 .. 0   -> step t = T-1-j (masked blocks first, hidden blocks skipped)
+//   FA2 Alg. 1 line 7     load Kj, Vj               -> producer: TMA into ring slot t % STAGES, after empty_[kv][slot]
+//   FA2 Alg. 1 line 8     S = Qi Kj^T               -> consumer: wgmma SS, then releases the K slot
+//   FA2 Alg. 1 line 9     online softmax            -> consumer registers (overlaps P_{j+1} V_{j+1} on the tensor cores)
+//   FA2 Alg. 1 line 10    O = diag(.) O + P Vj      -> consumer: wgmma RS (P from registers), then releases the V slot
+//   FA2 Alg. 1 lines 12-15 O / l, lse, write         -> consumer, staged through its own Q rows
 // Masking, the exact rescale skip, layouts and descriptors are those of fa2_wgmma.cu.
 //
 // Arguments: three CUtensorMaps (Q, K, V as 3-D tensors (d, N, B*H), 128-byte swizzle, box 64 x rows x 1)
@@ -177,7 +177,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     __syncthreads();  // the last CTA-wide barrier: from here producer and consumers run apart
 
     if (wg == 0) {
-        // ------------------------------------------------------------------------ producer (line 4, 7)
+        // ------------------------------------------------------------------------ producer (FA2 Alg. 1 line 4, 7)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
         if (warp == 0 && lane == 0 && T > 0) {
             mbar_expect_tx(full_q, TILE_Q_BYTES);
@@ -272,5 +272,5 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         wgmma_fence_operand(o);
     }
 
-    write_o_lse(o, sm, sQ, Og, LSEg, bh, m0, Nq, cw, lane, scale);  // lines 12-15
+    write_o_lse(o, sm, sQ, Og, LSEg, bh, m0, Nq, cw, lane, scale);  // FA2 Alg. 1 lines 12-15
 }

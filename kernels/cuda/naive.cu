@@ -2,10 +2,11 @@
 //
 // Three kernels, launched one after another, with S and P really materialised in HBM in the input
 // dtype (as the reference stores them):
-//   naive_scores   line 1: S = scale * Q K^T, one thread block per Br x Bc tile (j, i, batch*head);
+//   naive_scores   FA1 Alg. 0 line 1: S = scale * Q K^T, one thread block per Br x Bc tile (j, i, batch*head);
 //                  a tile the causal mask hides entirely is written as -inf without loading Q, K
-//   naive_softmax  line 2: P = softmax(S) row by row, one thread block per query row; lse written
-//   naive_pv       line 3: O = P V, one thread block per Q block, looping over its visited K blocks
+//   naive_softmax  FA1 Alg. 0 line 2: P = softmax(S) row by row, one thread block per query row; lse written
+//   naive_pv       FA1 Alg. 0 line 3: O = P V, one thread block per Q block, looping over its visited K blocks
+// and FA1 Alg. 0 line 4 is the launcher's return: O and lse are in HBM.
 //
 // HBM traffic: as variants/naive.py counts it - pass 1 reads Q_i and K_j per visited tile
 // (Tc*Nq*d + Tr*Nk*d) and writes all of S; pass 2 reads S once and writes P and lse; pass 3 reads
@@ -21,7 +22,7 @@
 // threads per row even when the row is short.
 #include "teaching.cuh"
 
-// line 1: S = scale * Q K^T (tile (i, j) of batch*head bh), written to HBM.
+// FA1 Alg. 0 line 1: S = scale * Q K^T (tile (i, j) of batch*head bh), written to HBM.
 extern "C" __global__ void __launch_bounds__(NTHREADS)
 naive_scores(const T* __restrict__ q, const T* __restrict__ k, T* __restrict__ s, int n_q, int n_k,
              int d, float scale, int causal) {
@@ -78,7 +79,7 @@ __device__ __forceinline__ float block_reduce(float x, float* scratch) {
   return x;
 }
 
-// line 2: P = softmax(S) for query row (blockIdx.x) of batch*head blockIdx.y; lse = m + log l.
+// FA1 Alg. 0 line 2: P = softmax(S) for query row (blockIdx.x) of batch*head blockIdx.y; lse = m + log l.
 extern "C" __global__ void __launch_bounds__(NTHREADS)
 naive_softmax(const T* __restrict__ s, T* __restrict__ p, float* __restrict__ lse, int n_q,
               int n_k) {
@@ -106,7 +107,7 @@ naive_softmax(const T* __restrict__ s, T* __restrict__ p, float* __restrict__ ls
   if (threadIdx.x == 0) lse[row_index] = l == 0.f ? NEG_INF : m + logf(l);
 }
 
-// line 3: O_i = sum over visited j of P_ij V_j (Q block blockIdx.x of batch*head blockIdx.y).
+// FA1 Alg. 0 line 3: O_i = sum over visited j of P_ij V_j (Q block blockIdx.x of batch*head blockIdx.y).
 extern "C" __global__ void __launch_bounds__(NTHREADS)
 naive_pv(const T* __restrict__ p, const T* __restrict__ v, T* __restrict__ o, int n_q, int n_k,
          int d, int causal) {

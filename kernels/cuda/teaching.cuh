@@ -132,7 +132,7 @@ __device__ __forceinline__ void tile_pv(float (&O)[RA][DV], const float* Ps, int
     tile_pv_ns<128 / TX>(O, Ps, ldp, Vs, ld);
 }
 
-// Causal visibility (bottom-right, DESIGN.md): query row r sees key column c iff c <= r + Nk - Nq.
+// Causal visibility (bottom-right, docs/design.md): query row r sees key column c iff c <= r + Nk - Nq.
 __device__ __forceinline__ bool visible(int r, int c, int n_k_valid_cols_end, int offset,
                                         int causal) {
   return c < n_k_valid_cols_end && (!causal || c <= r + offset);

@@ -29,20 +29,8 @@
 //       1024 (d=128) at 1 CTA/SM (tensor pipe 28%); spilled-lazy DRAM bytes = closed form within 1%;
 //       spilled-eager runs at the DRAM bandwidth of its O(Tc^2) traffic. See docs/issue-941-verdict.md.
 
-#ifndef HEAD_DIM
-#define HEAD_DIM 128
-#endif
 #ifndef BLOCK_M
 #define BLOCK_M 64
-#endif
-#ifndef BLOCK_N
-#define BLOCK_N 64
-#endif
-#ifndef NWARPS
-#define NWARPS 4
-#endif
-#ifndef IS_BF16
-#define IS_BF16 0
 #endif
 #ifndef PLACEMENT_SRAM
 #define PLACEMENT_SRAM 1
@@ -50,28 +38,11 @@
 #ifndef RESCALE_LAZY
 #define RESCALE_LAZY 1
 #endif
-#ifndef MIN_BLOCKS
-#define MIN_BLOCKS 1
-#endif
 
-#define D HEAD_DIM
-#define NTHREADS (32 * NWARPS)
-#define MT (BLOCK_M / (16 * NWARPS))
-#define NT (BLOCK_N / 8)
-#define KD (D / 16)
-#define KN (BLOCK_N / 16)
-#define DT (D / 8)
-#define CH (D / 8)
+#include "tc_fa2.cuh"  // geometry, PTX wrappers, QK^T, mask, softmax pieces, PV, epilogue (shared with fa2_tc.cu)
+
 #define FRAGS_PER_WARP_BLOCK (MT * KN)  // uint4 per lane per key block
-
-static_assert(D == 64 || D == 128, "HEAD_DIM must be 64 or 128");
-static_assert(BLOCK_M % (16 * NWARPS) == 0 && MT >= 1, "BLOCK_M must be a multiple of 16*NWARPS");
-static_assert(BLOCK_N % 16 == 0, "BLOCK_N must be a multiple of 16");
-
-#define TILE_KV_BYTES (BLOCK_N * D * 2)
 #define RING_BYTES (2 * TILE_KV_BYTES)
-
-#include "tc_common.cuh"  // PTX wrappers, quad reductions, swizzled tile copy (as fa2_tc.cu)
 
 // unpack a packed pair back to fp32 (lo = bits 0..15)
 __device__ __forceinline__ void unpack2(u32 x, float& lo, float& hi) {
@@ -97,85 +68,58 @@ __device__ __forceinline__ int f_index(int j, int warp, int mt, int kn, int lane
 }
 
 #if PLACEMENT_SRAM
-#define F_LOAD(idx) (sF[idx])
-#define F_STORE(idx, val) (sF[idx] = (val))
+#define F_LOAD(idx) (fr.sF[idx])
+#define F_STORE(idx, val) (fr.sF[idx] = (val))
 #else
-#define F_LOAD(idx) (gF[idx])
-#define F_STORE(idx, val) (gF[idx] = (val))
+#define F_LOAD(idx) (fr.gF[idx])
+#define F_STORE(idx, val) (fr.gF[idx] = (val))
 #endif
 
 // ------------------------------------------------------------------------------------------------
-// phase 1, one key block: S = Q K^T, mask, softmax pieces, store f_j (and eager: rescale f_<j)
+// phase 1, one key block j: S = Q_i K_j^T, mask, softmax pieces, store f_j (and eager: rescale f_<j)
 // ------------------------------------------------------------------------------------------------
+struct FRow {
+    uint4* sF;       // the f row in shared memory (PLACEMENT_SRAM) ...
+    uint4* gF;       // ... or this CTA's slice of the HBM scratch
+    float* sMb;      // lazy: the block maxima m_j, Tc x Br floats in shared memory
+    int warp;
+};
+
 template <bool MASK>
 __device__ __forceinline__ void phase1_step(const u32 (&q)[MT][KD][4], float (&m_run)[MT][2], float (&l_run)[MT][2],
-                                            u32 sK, int j, int Nk, int row_base, int lane, int warp, int causal_off,
-                                            bool causal, float scale_log2, uint4* sF, uint4* gF, float* sMb) {
-    const int l7 = lane & 7;
-    const u32 aK = sK + (l7 + ((lane >> 4) << 3)) * D * 2 + ((((lane >> 3) & 1) ^ l7) << 4);
+                                            const FRow& fr, const QBlock& qb, u32 sK, int j) {
+    const int lane = qb.lane, warp = fr.warp;
+    const float scale_log2 = qb.scale_log2;
+    // FA2 Alg. 1 line 8 with Q_i in registers    [issue: QKij = Qi @ Kj^T]
     float s[MT][NT][4];
+    qk(s, [&](int kd, u32 (&a)[MT][4]) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
-#pragma unroll
-    for (int kd = 0; kd < KD; ++kd)
-#pragma unroll
-        for (int p = 0; p < NT / 2; ++p) {
-            u32 b[4];
-            ldsm_x4(b, (aK ^ (kd << 5)) + p * 16 * D * 2);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                mma16816(s[mt][2 * p], q[mt][kd], b[0], b[1]);
-                mma16816(s[mt][2 * p + 1], q[mt][kd], b[2], b[3]);
-            }
+        for (int mt = 0; mt < MT; ++mt) {
+            a[mt][0] = q[mt][kd][0]; a[mt][1] = q[mt][kd][1]; a[mt][2] = q[mt][kd][2]; a[mt][3] = q[mt][kd][3];
         }
-    const int n0 = j * BLOCK_N;
-    if (MASK) {  // column n0 + nt*8 + 2*(lane%4) + e is hidden iff it is past min(Nk - 1, row + Nk - Nq)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = row_base + mt * 16 + (lane >> 2) + h * 8;
-                int lim = Nk - 1;
-                if (causal) lim = min(lim, row + causal_off);
-                lim -= n0 + ((lane & 3) << 1);
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    if (nt * 8 > lim) s[mt][nt][2 * h] = NEG_INF;
-                    if (nt * 8 + 1 > lim) s[mt][nt][2 * h + 1] = NEG_INF;
-                }
-            }
-    }
+    }, lane_addr_k(sK, lane));
+    const int j0 = j * Bc;
+    if (MASK) mask_s(s, qb, j0);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         float fac[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            float mj = NEG_INF;  // issue: m_local = max(QKij)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) mj = fmaxf(mj, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-            mj = quad_max(mj);
+            const float mj = row_max(s, mt, h, NEG_INF);  // issue: m_local = max(QKij)
             const float m_new = fmaxf(m_run[mt][h], mj);
             const float ms_new = (m_new == NEG_INF) ? 0.f : m_new * scale_log2;
 #if RESCALE_LAZY
             // f_j = exp(S - m_j), l = l e^(m - m_new) + rowsum(f_j) e^(m_j - m_new); m_j kept for phase 2
             const float ms = (mj == NEG_INF) ? 0.f : mj * scale_log2;
             const float cj = (mj == NEG_INF) ? 0.f : ex2(ms - ms_new);  // 0 * inf guarded
-            if ((lane & 3) == 0) sMb[j * BLOCK_M + (row_base % BLOCK_M) + mt * 16 + (lane >> 2) + h * 8] = mj;
+            if ((lane & 3) == 0) fr.sMb[j * Br + (qb.row_base % Br) + mt * 16 + (lane >> 2) + h * 8] = mj;
 #else
             // f_j = exp(S - m_new) directly (the issue's exp(S - m_local) e^(m_local - m_new) in one step)
             const float ms = ms_new;
             const float cj = 1.f;
 #endif
             const float alpha = ex2(m_run[mt][h] * scale_log2 - ms_new);
-            float rs = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                s[mt][nt][2 * h] = ex2(fmaf(s[mt][nt][2 * h], scale_log2, -ms));
-                s[mt][nt][2 * h + 1] = ex2(fmaf(s[mt][nt][2 * h + 1], scale_log2, -ms));
-                rs += s[mt][nt][2 * h] + s[mt][nt][2 * h + 1];
-            }
+            const float rs = exp_row(s, mt, h, scale_log2, ms);
             l_run[mt][h] = l_run[mt][h] * alpha + rs * cj;
             m_run[mt][h] = m_new;
             fac[h] = alpha;
@@ -197,14 +141,7 @@ __device__ __forceinline__ void phase1_step(const u32 (&q)[MT][KD][4], float (&m
 #endif
         // store f_j in A-fragment order
 #pragma unroll
-        for (int kn = 0; kn < KN; ++kn) {
-            uint4 v;
-            v.x = pack2(s[mt][2 * kn][0], s[mt][2 * kn][1]);
-            v.y = pack2(s[mt][2 * kn][2], s[mt][2 * kn][3]);
-            v.z = pack2(s[mt][2 * kn + 1][0], s[mt][2 * kn + 1][1]);
-            v.w = pack2(s[mt][2 * kn + 1][2], s[mt][2 * kn + 1][3]);
-            F_STORE(f_index(j, warp, mt, kn, lane), v);
-        }
+        for (int kn = 0; kn < KN; ++kn) F_STORE(f_index(j, warp, mt, kn, lane), p_frag(s, mt, kn));
     }
 }
 
@@ -213,49 +150,40 @@ v_once_tc_fwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
               u16* __restrict__ Og, float* __restrict__ LSEg, uint4* __restrict__ Fg, int Nq, int Nk,
               float scale_log2, float scale, int causal, int tc_alloc) {
     extern __shared__ __align__(1024) unsigned char smem[];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int m_block = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    const long long bh = blockIdx.y;
-    const int m0 = m_block * BLOCK_M;
+    const QBlock qb = q_block(Nq, Nk, causal, scale_log2);
+    const int tid = qb.tid, lane = qb.lane, warp = tid >> 5, warp_row0 = qb.warp_row0;
+    const long long bh = qb.bh;
     const u16* q_g = Qg + bh * Nq * D;
     const u16* k_g = Kg + bh * Nk * D;
     const u16* v_g = Vg + bh * Nk * D;
-    const int causal_off = Nk - Nq;
 
     const u32 sRing = smem_addr(smem);
     unsigned char* region = smem + RING_BYTES;
     const u32 sRegion = sRing + RING_BYTES;
-    float* sMb = (float*)region;  // lazy: T x BLOCK_M row maxima
+    FRow fr;
+    fr.sMb = (float*)region;  // lazy: Tc x Br row maxima
 #if RESCALE_LAZY
-    const int mb_bytes = ((tc_alloc * BLOCK_M * 4 + 127) / 128) * 128;
+    const int mb_bytes = ((tc_alloc * Br * 4 + 127) / 128) * 128;
 #else
     const int mb_bytes = 0;
 #endif
-    uint4* sF = (uint4*)(region + mb_bytes);
+    fr.sF = (uint4*)(region + mb_bytes);
     // this CTA's slice of the HBM scratch (Tc blocks of Br x Bc), used when PLACEMENT_SRAM == 0
-    uint4* gF = Fg + ((bh * gridDim.x + m_block) * (long long)tc_alloc) * (BLOCK_M * BLOCK_N / 8);
-    (void)sF; (void)gF;
+    fr.gF = Fg + ((bh * gridDim.x + qb.i) * (long long)tc_alloc) * (Br * Bc / 8);
+    fr.warp = warp;
 
-    int n_vis = Nk;
-    if (causal) {
-        const int r1 = min(m0 + BLOCK_M, Nq);
-        n_vis = max(0, min(Nk, r1 + causal_off));
-    }
-    const int T = (n_vis + BLOCK_N - 1) / BLOCK_N;
+    const int Tc_vis = visible_key_blocks(qb);
 
-    // Q (staged in the region) and the first ring tile
-    load_tile<BLOCK_M>(sRegion, q_g, m0, Nq, tid);
-    if (T > 0) load_tile<BLOCK_N>(sRing, k_g, 0, Nk, tid);
+    // Q_i (staged in the region) and the first ring tile
+    load_tile<Br>(sRegion, q_g, qb.i0, Nq, tid);
+    if (Tc_vis > 0) load_tile<Bc>(sRing, k_g, 0, Nk, tid);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
 
-    const int warp_row0 = warp * MT * 16;
-    const int row_base = m0 + warp_row0;
     u32 q[MT][KD][4];
     {
-        const int l7 = lane & 7;
-        const u32 aQ = sRegion + (warp_row0 + (lane & 15)) * D * 2 + (((lane >> 4) ^ l7) << 4);
+        const u32 aQ = lane_addr_q(sRegion, warp_row0, lane);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -265,54 +193,48 @@ v_once_tc_fwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) m_run[mt][0] = m_run[mt][1] = NEG_INF, l_run[mt][0] = l_run[mt][1] = 0.f;
 
-    // ---- phase 1: tiles u = 0..T-1 are K_u; the ring then carries V_0.. ----
-    for (int j = 0; j < T; ++j) {
+    // ---- phase 1: ring tiles u = 0..Tc_vis-1 are K_u; the ring then carries V_0.. ----
+    for (int j = 0; j < Tc_vis; ++j) {
         cp_async_wait<0>();
         __syncthreads();  // tile j landed; every warp is done with tile j-1 (and, at j = 0, with the Q staging)
         const int nxt = j + 1;  // next ring tile: K_{j+1}, or V_0 after the last K
         const u32 slot_next = sRing + (nxt & 1) * TILE_KV_BYTES;
-        if (nxt < T) load_tile<BLOCK_N>(slot_next, k_g, nxt * BLOCK_N, Nk, tid);
-        else load_tile<BLOCK_N>(slot_next, v_g, 0, Nk, tid);
+        if (nxt < Tc_vis) load_tile<Bc>(slot_next, k_g, nxt * Bc, Nk, tid);
+        else load_tile<Bc>(slot_next, v_g, 0, Nk, tid);
         cp_async_commit();
         const u32 sK = sRing + (j & 1) * TILE_KV_BYTES;
-        const int n0 = j * BLOCK_N;
-        const bool need_mask = (n0 + BLOCK_N > Nk) || (causal && n0 + BLOCK_N - 1 > m0 + causal_off);
-        if (need_mask)
-            phase1_step<true>(q, m_run, l_run, sK, j, Nk, row_base, lane, warp, causal_off, causal != 0, scale_log2, sF, gF, sMb);
+        const int j0 = j * Bc;  // the Nk tail, or a column past some row's causal limit (inline: see fa2_tc.cu)
+        if ((j0 + Bc > Nk) || (causal && j0 + Bc - 1 > qb.i0 + qb.causal_off))
+            phase1_step<true>(q, m_run, l_run, fr, qb, sK, j);
         else
-            phase1_step<false>(q, m_run, l_run, sK, j, Nk, row_base, lane, warp, causal_off, causal != 0, scale_log2, sF, gF, sMb);
+            phase1_step<false>(q, m_run, l_run, fr, qb, sK, j);
     }
 
-    // ---- phase 2: O = sum_j (f_j c_j) V_j ----
+    // ---- phase 2: O = sum_j (f_j c_j) V_j    [issue: O = (fi / li) @ V; FA2 Alg. 1 line 10, second half] ----
     float o[MT][DT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.f;
+    zero_frags(o);
     float ms_fin[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) ms_fin[mt][h] = (m_run[mt][h] == NEG_INF) ? 0.f : m_run[mt][h] * scale_log2;
 
-    const int l7 = lane & 7;
 #if !PLACEMENT_SRAM
     uint4 fnext[MT][KN];  // HBM: f_{j+1} is fetched while block j multiplies
-    if (T > 0) {
+    if (Tc_vis > 0) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int kn = 0; kn < KN; ++kn) fnext[mt][kn] = gF[f_index(0, warp, mt, kn, lane)];
+            for (int kn = 0; kn < KN; ++kn) fnext[mt][kn] = fr.gF[f_index(0, warp, mt, kn, lane)];
     }
 #endif
-    for (int j = 0; j < T; ++j) {
+    for (int j = 0; j < Tc_vis; ++j) {
         cp_async_wait<0>();
         __syncthreads();  // V_j landed; everyone is done with the previous tile
         const int nxt = j + 1;
-        if (nxt < T) load_tile<BLOCK_N>(sRing + ((T + nxt) & 1) * TILE_KV_BYTES, v_g, nxt * BLOCK_N, Nk, tid);
+        if (nxt < Tc_vis) load_tile<Bc>(sRing + ((Tc_vis + nxt) & 1) * TILE_KV_BYTES, v_g, nxt * Bc, Nk, tid);
         cp_async_commit();
-        const u32 sV = sRing + ((T + j) & 1) * TILE_KV_BYTES;
-        const u32 aV = sV + (l7 + (((lane >> 3) & 1) << 3)) * D * 2 + (((lane >> 4) ^ l7) << 4);
+        const u32 aV = lane_addr_v(sRing + ((Tc_vis + j) & 1) * TILE_KV_BYTES, lane);
         u32 a[MT][KN][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -320,14 +242,14 @@ v_once_tc_fwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
             float c[2];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float mj = sMb[j * BLOCK_M + warp_row0 + mt * 16 + (lane >> 2) + h * 8];
+                const float mj = fr.sMb[j * Br + warp_row0 + mt * 16 + (lane >> 2) + h * 8];
                 c[h] = (mj == NEG_INF) ? 0.f : ex2(mj * scale_log2 - ms_fin[mt][h]);
             }
 #endif
 #pragma unroll
             for (int kn = 0; kn < KN; ++kn) {
 #if PLACEMENT_SRAM
-                uint4 v = sF[f_index(j, warp, mt, kn, lane)];
+                uint4 v = fr.sF[f_index(j, warp, mt, kn, lane)];
 #else
                 uint4 v = fnext[mt][kn];
 #endif
@@ -339,56 +261,20 @@ v_once_tc_fwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
             }
         }
 #if !PLACEMENT_SRAM
-        if (nxt < T) {
+        if (nxt < Tc_vis) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int kn = 0; kn < KN; ++kn) fnext[mt][kn] = gF[f_index(nxt, warp, mt, kn, lane)];
+                for (int kn = 0; kn < KN; ++kn) fnext[mt][kn] = fr.gF[f_index(nxt, warp, mt, kn, lane)];
         }
 #endif
-#pragma unroll
-        for (int kn = 0; kn < KN; ++kn)
-#pragma unroll
-            for (int p = 0; p < DT / 2; ++p) {
-                u32 b[4];
-                ldsm_x4_t(b, (aV ^ (p << 5)) + kn * 16 * D * 2);
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    mma16816(o[mt][2 * p], a[mt][kn], b[0], b[1]);
-                    mma16816(o[mt][2 * p + 1], a[mt][kn], b[2], b[3]);
-                }
-            }
+        pv(o, a, aV);
     }
     cp_async_wait<0>();
     __syncthreads();  // all ring traffic done; the region's Q rows are free for the epilogue
 
-    // ---- epilogue: O / l, lse; through smem (the region: the warp's own rows of the Q staging) ----
-    u16* sO = (u16*)region;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float l = quad_sum(l_run[mt][h]);
-            const bool empty = !(l > 0.f);
-            const float inv = empty ? 0.f : 1.f / l;
-            const int r = warp_row0 + mt * 16 + (lane >> 2) + h * 8;
-            if ((lane & 3) == 0 && m0 + r < Nq)
-                LSEg[bh * Nq + m0 + r] = empty ? NEG_INF : m_run[mt][h] * scale + logf(l);
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt) {
-                const int col = dt * 8 + ((lane & 3) << 1);
-                *(u32*)(sO + swz(r, col >> 3) + (col & 7)) = pack2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
-            }
-        }
+    // ---- epilogue (FA2 Alg. 1 lines 12-15): O / l, L; through smem (the warp's own rows of the Q staging) ----
+    epilogue_stage(o, m_run, l_run, (u16*)region, LSEg, qb, scale);
     __syncthreads();  // the region is shared with other warps' f / row-max data: order it whole
-    u16* o_g = Og + bh * Nq * D;
-#pragma unroll
-    for (int i = 0; i < MT * 16 * CH / 32; ++i) {
-        const int c = lane + i * 32;
-        const int r = warp_row0 + c / CH, ch = c % CH;
-        if (m0 + r < Nq) {
-            const uint4 val = *(const uint4*)(sO + swz(r, ch));
-            *(uint4*)(o_g + (long long)(m0 + r) * D + ch * 8) = val;
-        }
-    }
+    epilogue_store((const u16*)region, Og, qb);
 }

@@ -19,7 +19,7 @@ __device__ __forceinline__ u64 desc_sw128(u32 addr, u32 lbo, u32 sbo) {
            (1ull << 62);
 }
 
-// ---- line 8: S = Q_g K_j^T for this warpgroup's 64 rows (issued, not waited) ----
+// ---- FA2 Alg. 1 line 8: S = Q_g K_j^T for this warpgroup's 64 rows (issued, not waited) ----
 __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK, int wg) {
     wgmma_fence();
 #pragma unroll
@@ -31,7 +31,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK
     wgmma_commit();
 }
 
-// ---- line 10, second half: O += P V_j, P from registers (issued, not waited) ----
+// ---- FA2 Alg. 1 line 10, second half: O += P V_j, P from registers (issued, not waited) ----
 __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const u32 (&pa)[KN][4], u32 sV) {
     wgmma_fence();
 #pragma unroll
@@ -46,7 +46,7 @@ struct Softmax {
     float l[2];  // running row sum, this thread's columns only (quad-reduced at the end)
 };
 
-// ---- mask + line 9 on S_j (in place: S becomes P, fp32); returns the per-row rescale factors ----
+// ---- mask + FA2 Alg. 1 line 9 on S_j (in place: S becomes P, fp32); returns the per-row rescale factors ----
 template <bool MASK>
 __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& sm, float (&alpha)[2], int row0,
                                              int n0, int lane, int Nk, int causal_off, bool causal,
@@ -88,7 +88,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
     return __any_sync(0xffffffffu, moved);
 }
 
-// line 10, first half: O = diag(alpha) O
+// FA2 Alg. 1 line 10, first half: O = diag(alpha) O
 __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
@@ -110,7 +110,7 @@ __device__ __forceinline__ void pack_p(u32 (&pa)[KN][4], const float (&s)[BLOCK_
     }
 }
 
-// ---- lines 12-15: O / l, lse = m*scale + ln(l); warp `w` (16 rows of the Q block) stages its rows through
+// ---- FA2 Alg. 1 lines 12-15: O / l, lse = m*scale + ln(l); warp `w` (16 rows of the Q block) stages its rows through
 // the Q tile (its own rows only, which no other warp reads once its last S product is done) ----
 __device__ __forceinline__ void write_o_lse(const float (&o)[D / 2], const Softmax& sm, u32 sQ, u16* __restrict__ Og,
                                             float* __restrict__ LSEg, long long bh, int m0, int Nq, int w, int lane,

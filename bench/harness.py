@@ -1,0 +1,446 @@
+"""The one benchmark harness: what is timed, how it is checked first, how it is timed, how it is named.
+
+    from bench import harness
+    for e in harness.entries(names, sdpa=("flash", "cudnn")):       # KERNELS + SDPA backends, one table
+        ok = harness.check_entry(e)["ok"]                            # the correctness rule, before timing
+        sets = harness.input_sets(b, h, n, n, d, torch.float16)
+        rec = harness.measure(e, sets, causal)                       # re-checked on these inputs, then timed
+        rec.update(harness.run_info())                               # every record carries the run id
+
+Entries. One per (KernelSpec, option set) of kernels.KERNELS, labelled KernelSpec.label(**options)
+("fa2", "v_once_tc_sram_lazy"), one per launcher config when a sweep passes configs= (labelled
+label + the config as JSON; forward(config=...) receives it: no module's CONFIGS is ever mutated), and
+one per torch SDPA backend ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math").
+
+Correctness rule (check_entry, and again in measure before any timing): fresh random inputs from a
+seeded generator; kernel outputs poisoned with NaN (passed as out= where the launcher takes it) so an
+unwritten element cannot pass; compared with the float64 reference (variants.attention_reference):
+relative Frobenius error of o under TOL[dtype], lse within 2e-3 (+1e-5·|lse|) on rows that see a key,
+and rows that see no key (causal, Nq > Nk) must give o = 0, lse = -inf. SDPA returns fresh tensors (no
+poisoning) and no lse; its is_causal is top-left aligned, so causal problems with Nq != Nk are skipped.
+
+Timing (time_fn), one method: triton.testing.do_bench where triton imports, the field's standard: each
+call is timed alone between two CUDA events, and before each call do_bench zeroes a 256 MB buffer,
+which flushes the L2 (50-60 MB on an H100/H200), outside the timed window. What the window includes:
+the GPU work of the call, plus whatever host work of the call (argument checks, output allocation,
+the launch) outlasts the flush still running on the GPU (~0.1 ms at 3 TB/s), i.e. in practice the
+kernel alone. The median is reported (min and max beside it). Inputs also rotate over several sets
+totalling more than the L2 (input_sets), so even without the flush no call finds its inputs cached.
+Without triton: per-call CUDA events after the previous call finished (the window then includes the
+call's host work), median over the rotating sets, no explicit flush; the record's "timer" field says
+which ran, and launch_overhead.py measures the host work on its own. Calls over SLOW_CALL_S are timed a
+few times with events only (do_bench would first run them five times to size its loop).
+
+FLOPs: flops() is the one formula every TFLOP/s here divides by (analysis.headline.attention_flops,
+4·d per visible (query, key) pair, where present, else the papers' paper_flops).
+
+Run id: run_info() gives {"run_id": "<UTC time>-<git describe>-<GPU>", ...}, computed once per
+process; every script puts it in every record it writes, so notebooks and docs cannot mix runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOL = {"float16": 4e-3, "bfloat16": 2e-2, "float32": 1e-4}  # relative Frobenius error of o vs float64
+SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
+L2_BYTES = 60 * 2**20  # H200; input_sets makes several times this
+SLOW_CALL_S = 0.05
+DEVICE = "cuda"  # where inputs are made (the CPU tests of this module set "cpu")
+# (b, h, Nq, Nk, d, causal, input scale): odd sizes and tails, Nq != Nk both ways, causal rows that see
+# no key (Nq > Nk), d = 64 and 128. (Large scores are bench_tc's extra problems: the teaching naive
+# rounds S to 16 bits by design.)
+CHECK_PROBLEMS = [
+    (2, 3, 128, 128, 64, False, 1.0), (1, 2, 77, 203, 128, True, 1.0),
+    (1, 2, 300, 100, 64, True, 1.0), (1, 2, 333, 1100, 128, False, 1.0),
+    (2, 4, 1000, 1000, 64, True, 1.0),
+]
+
+
+# ----------------------------------------------------------------------------------------- entries
+
+@dataclass
+class Entry:
+    label: str
+    tier: str  # "teaching" | "tensor-core" | "torch"
+    spec: object = None  # kernels.KernelSpec; None for SDPA
+    options: dict = field(default_factory=dict)
+    config: dict | None = None  # a launcher config (its .cu defines) or {d: config}, passed as forward(config=...)
+    backend: str | None = None  # SDPA backend name
+    fn: object = None  # an experiment's own build: fn(q, k, v, causal, out=None) -> (o, lse)
+
+    @property
+    def kind(self) -> str:
+        return "sdpa" if self.backend is not None else "kernel"
+
+    @property
+    def takes_out(self) -> bool:
+        """Whether forward takes out=(o, lse) (the tensor-core launchers), so outputs can be poisoned."""
+        import inspect
+
+        fn = self.fn or (self.spec.forward if self.spec is not None else None)
+        return fn is not None and "out" in inspect.signature(fn).parameters
+
+    def forward(self, q, k, v, causal: bool, out=None):
+        """(o, lse or None)."""
+        if self.fn is not None:
+            return self.fn(q, k, v, causal, out=out)
+        if self.spec is None:
+            return sdpa(self.backend, q, k, v, causal), None
+        kw = dict(self.options)
+        config = self.config
+        if config and all(isinstance(key, int) for key in config):  # {head dim: config} (a tuned set)
+            config = config.get(q.shape[-1])
+        if config is not None:
+            kw["config"] = config
+        if out is not None:
+            kw["out"] = out
+        return self.spec.forward(q, k, v, causal=causal, **kw)
+
+    def skip_reason(self, n_q: int, n_k: int, d: int, causal: bool, dtype=None) -> str | None:
+        """Why this entry does not run a shape (None: it does)."""
+        if self.backend is not None:
+            if causal and n_q != n_k:
+                return "SDPA's is_causal is top-left aligned when Nq != Nk"
+            return None
+        if self.spec is None:
+            return None
+        if not self.spec.supports_head_dim(d):
+            return f"d={d} unsupported by {self.spec.name}"
+        if dtype is not None and dtype not in self.spec.dtypes:
+            return f"{dtype} unsupported by {self.spec.name}"
+        plan = getattr(self.spec.module, "plan", None)  # v_once_tc: does the f row fit in shared memory?
+        if plan is not None and "placement" in self.options:
+            try:
+                p = plan(n_q, n_k, d, causal=causal, rescale=self.options.get("rescale", "lazy"))
+            except ValueError as exc:  # not even spilled
+                return str(exc)
+            if self.options["placement"] == "sram" and not p["fits_sram"]:
+                return "the f row does not fit in shared memory"
+        return None
+
+
+def entries(names=(), *, sdpa=SDPA_BACKENDS, all_options=False, configs=None) -> list[Entry]:
+    """Every available kernel's BENCH_OPTIONS (all OPTIONS combinations with all_options), then the SDPA
+    backends. names: registry names or labels (empty: all; "sdpa" selects every backend); configs:
+    {kernel name: [config, ...]} adds one entry per launcher config (a tuning sweep)."""
+    from kernels import KERNELS
+
+    names = set(names or ())
+    out = []
+    for spec in KERNELS.values():
+        if not spec.available():
+            continue
+        for options in (spec.configs() if all_options else spec.bench_options):
+            label = spec.label(**options)
+            if not names or spec.name in names or label in names:
+                out.append(Entry(label, spec.tier, spec, dict(options)))
+        for config in (configs or {}).get(spec.name, ()):
+            out.append(Entry(spec.label() + json.dumps(config, sort_keys=True), spec.tier, spec, {}, dict(config)))
+    for backend in sdpa:
+        if not names or "sdpa" in names or f"sdpa_{backend}" in names:
+            out.append(Entry(f"sdpa_{backend}", "torch", backend=backend))
+    return out
+
+
+def sdpa(backend: str, q, k, v, causal: bool):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    which = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+             "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+    with sdpa_kernel([which]):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+# ----------------------------------------------------------------------------------------- figures
+
+def flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool) -> float:
+    """The FLOPs every TFLOP/s divides by (one formula; see the module docstring)."""
+    try:
+        from analysis.headline import attention_flops as f
+    except ImportError:
+        from analysis.headline import paper_flops as f
+    return float(f(batch, heads, n_q, n_k, d, causal))
+
+
+def flops_formula() -> str:
+    try:
+        from analysis.headline import attention_flops  # noqa: F401
+        return "attention_flops = 4*d*B*H*visible (query, key) pairs"
+    except ImportError:
+        return "paper_flops = 4*B*H*Nq*Nk*d (/2 causal)"
+
+
+_RUN: dict = {}
+
+
+def source_root() -> Path:
+    """The tree whose kernels run (the `kernels` package's parent; bench/ab_speed.py times another tree)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("kernels")
+    return Path(spec.origin).resolve().parent.parent if spec and spec.origin else ROOT
+
+
+def tree_hash(root: Path) -> str:
+    """A short hash of the sources that decide a result (a copy without .git still gets a distinct id)."""
+    h = hashlib.sha256()
+    for pattern in ("kernels/*.py", "kernels/cuda/*", "variants/*.py", "analysis/*.py", "bench/*.py"):
+        for f in sorted(root.glob(pattern)):
+            if f.is_file():
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:10]
+
+
+def run_info() -> dict:
+    """{"run_id", "utc", "git", "gpu"}: one value per process, stamped on every record. git: $FA_GIT_DESCRIBE,
+    else `git describe --always --dirty` of the tree, else "tree-<hash of its sources>"."""
+    if not _RUN:
+        utc = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        root = source_root()
+        git = os.environ.get("FA_GIT_DESCRIBE", "")
+        if not git:
+            try:
+                git = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=root,
+                                     capture_output=True, text=True, timeout=10).stdout.strip()
+            except (OSError, subprocess.SubprocessError):
+                git = ""
+        git = git or f"tree-{tree_hash(root)}"
+        try:
+            import torch
+
+            gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        except Exception:
+            gpu = "unknown"
+        _RUN.update(run_id=f"{utc}-{git}-{gpu.replace(' ', '_')}", utc=utc, git=git, gpu=gpu)
+    return dict(_RUN)
+
+
+def environment() -> dict:
+    """run_info plus the versions a result depends on (torch, triton, the CUDA runtime pieces)."""
+    import platform
+
+    import torch
+
+    from kernels import loader
+
+    env = dict(run_info(), torch=torch.__version__, python=platform.python_version(), **loader.runtime_versions())
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = "missing"
+    env["timer"] = timer_name()
+    env["flops_formula"] = flops_formula()
+    return env
+
+
+# ----------------------------------------------------------------------------------------- inputs
+
+def random_qkv(b, h, n_q, n_k, d, dtype, *, seed=0, scale=1.0, device=None):
+    """Fresh random q, k (times scale: larger scores) and v from a seeded generator."""
+    import torch
+
+    device = device or DEVICE
+    g = torch.Generator(device=device).manual_seed(seed)
+    q = (torch.randn(b, h, n_q, d, generator=g, device=device) * scale).to(dtype)
+    k = (torch.randn(b, h, n_k, d, generator=g, device=device) * scale).to(dtype)
+    v = torch.randn(b, h, n_k, d, generator=g, device=device).to(dtype)
+    return q, k, v
+
+
+def input_sets(b, h, n_q, n_k, d, dtype, *, min_total_bytes=4 * L2_BYTES, max_sets=8, seed=0):
+    """At least two independent (q, k, v) sets, together over min_total_bytes when max_sets allows."""
+    import torch
+
+    one = (2 * b * h * n_q * d + 2 * b * h * n_k * d) * torch.empty((), dtype=dtype).element_size()
+    n = max(2, min(max_sets, -(-min_total_bytes // max(one, 1))))
+    return [random_qkv(b, h, n_q, n_k, d, dtype, seed=seed + i) for i in range(n)]
+
+
+# ----------------------------------------------------------------------------------------- checking
+
+def compare(o, lse, q, k, v, causal: bool, dtype_name: str) -> dict:
+    """o (and lse when given) against the float64 reference: the one correctness rule."""
+    import torch
+
+    from variants import attention_reference
+
+    if o.numel() == 0 or o.shape != q.shape:  # a check of nothing proves nothing
+        return dict(ok=False, rel_err=float("nan"), error=f"output of shape {tuple(o.shape)} for q {tuple(q.shape)}")
+    ro, rl = attention_reference(q, k, v, causal=causal)
+    od = o.double()
+    res = dict(o_finite=bool(torch.isfinite(od).all()))
+    res["rel_err"] = float((od - ro).norm() / ro.norm().clamp_min(1e-30)) if res["o_finite"] else float("inf")
+    empty = ~torch.isfinite(rl)
+    res["empty_rows"] = int(empty.sum())
+    ok = res["o_finite"] and res["rel_err"] <= TOL[dtype_name] and bool((od[empty] == 0).all())
+    if lse is not None:
+        fin = ~empty
+        lerr = (lse.double()[fin] - rl[fin]).abs()
+        res["lse_max_err"] = float(lerr.max()) if lerr.numel() else 0.0
+        ok = ok and bool((lse[empty] == float("-inf")).all() and torch.isfinite(lse.double()[fin]).all()
+                         and (lerr <= 2e-3 + 1e-5 * rl[fin].abs()).all())
+    res["ok"] = bool(ok)
+    return res
+
+
+def check_one(entry: Entry, b, h, n_q, n_k, d, dtype, causal, *, input_scale=1.0, seed=0) -> dict:
+    """One problem: fresh inputs, poisoned outputs, compare()."""
+    import torch
+
+    dname = str(dtype).replace("torch.", "")
+    rec = dict(shape=[b, h, n_q, n_k, d], dtype=dname, causal=causal, input_scale=input_scale)
+    why = entry.skip_reason(n_q, n_k, d, causal, dtype)
+    if why:
+        return dict(rec, skipped=why)
+    try:
+        q, k, v = random_qkv(b, h, n_q, n_k, d, dtype, seed=seed, scale=input_scale)
+        out = None
+        if entry.takes_out:
+            out = (torch.full_like(q, float("nan")), torch.full((b, h, n_q), float("nan"), device=q.device))
+        o, lse = entry.forward(q, k, v, causal, out=out)
+        torch.cuda.synchronize()
+        if out is not None and (o.data_ptr() != out[0].data_ptr() or lse.data_ptr() != out[1].data_ptr()):
+            return dict(rec, ok=False, error="forward ignored out=")
+        rec.update(compare(o, lse, q, k, v, causal, dname))
+    except Exception as exc:  # one broken entry must not hide the others
+        rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+    return rec
+
+
+def check_entry(entry: Entry, problems=CHECK_PROBLEMS, dtypes=None) -> dict:
+    """{"ok", "problems": [...]} over problems x dtypes (default: fp16, and bf16 where supported)."""
+    import torch
+
+    if dtypes is None:
+        dtypes = [torch.float16] + ([torch.bfloat16] if entry.spec is None or torch.bfloat16 in entry.spec.dtypes
+                                    else [])
+    recs = [check_one(entry, b, h, n_q, n_k, d, dt, causal, input_scale=sc, seed=i)
+            for i, (b, h, n_q, n_k, d, causal, sc) in enumerate(problems) for dt in dtypes]
+    return dict(ok=all(r.get("ok", True) for r in recs) and any("ok" in r for r in recs), problems=recs)
+
+
+def check_on(entry: Entry, q, k, v, causal: bool) -> dict:
+    """The rule on timed inputs (the first (batch, head) pair only, to bound the reference's memory)."""
+    import torch
+
+    o, lse = entry.forward(q, k, v, causal)
+    torch.cuda.synchronize()
+    return compare(o[:1, :1], None if lse is None else lse[:1, :1], q[:1, :1], k[:1, :1], v[:1, :1],
+                   causal, str(q.dtype).replace("torch.", ""))
+
+
+# ----------------------------------------------------------------------------------------- timing
+
+def _do_bench():
+    try:
+        from triton.testing import do_bench
+
+        return do_bench
+    except Exception:
+        return None
+
+
+def timer_name() -> str:
+    return "triton.testing.do_bench (median, L2 flushed)" if _do_bench() else "cuda events (median, rotated inputs)"
+
+
+def time_events(fn, sets, *, warmup=3, reps=20) -> dict:
+    """Median/min/max ms of fn(*sets[r % len]) over reps calls, each between two CUDA events."""
+    import torch
+
+    for r in range(warmup):
+        fn(*sets[r % len(sets)])
+    torch.cuda.synchronize()
+    times = []
+    for r in range(reps):
+        args = sets[r % len(sets)]
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return dict(median_ms=statistics.median(times), min_ms=min(times), max_ms=max(times), reps=reps,
+                timer="cuda events")
+
+
+def time_fn(fn, sets, *, warmup_ms=25, rep_ms=100, force_events=False) -> dict:
+    """The one timing method (module docstring): fn(*set) rotating over sets; median ms and the timer."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn(*sets[0])
+    end.record()
+    end.synchronize()
+    probe_ms = start.elapsed_time(end)
+    do_bench = None if force_events else _do_bench()
+    if do_bench is None or probe_ms > SLOW_CALL_S * 1e3:
+        reps = int(min(20, max(3, rep_ms * 3 / max(probe_ms, 1e-3))))
+        return time_events(fn, sets, warmup=1 if probe_ms > SLOW_CALL_S * 1e3 else 3, reps=reps)
+    i = [0]
+
+    def call():
+        fn(*sets[i[0] % len(sets)])
+        i[0] += 1
+    try:
+        med, lo, hi = do_bench(call, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.0, 1.0])
+    except TypeError:  # a triton whose do_bench lacks quantiles=
+        med = lo = hi = do_bench(call, warmup=warmup_ms, rep=rep_ms)
+    return dict(median_ms=float(med), min_ms=float(lo), max_ms=float(hi), reps=None,
+                timer="triton.testing.do_bench")
+
+
+def measure(entry: Entry, sets, causal: bool, **timing) -> dict:
+    """Checked on the timed inputs (check_on), then timed (time_fn); an entry that fails is not timed.
+    Returns the record: label, tier, shape, rel_err, ok, median_ms, tflops, gbps, run_id."""
+    from analysis.headline import min_hbm_bytes
+
+    q, k, v = sets[0]
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    rec = dict(label=entry.label, kernel=entry.label, tier=entry.tier, b=b, h=h, batch=b, heads=h, n=n_q,
+               n_q=n_q, n_k=n_k, d=d, causal=causal, dtype=str(q.dtype).replace("torch.", ""),
+               flops=flops(b, h, n_q, n_k, d, causal), min_hbm_bytes=min_hbm_bytes(b, h, n_q, n_k, d, q.element_size()),
+               run_id=run_info()["run_id"])
+    why = entry.skip_reason(n_q, n_k, d, causal, q.dtype)
+    if why:
+        return dict(rec, skipped=why)
+    try:
+        chk = check_on(entry, q, k, v, causal)
+        rec.update(rel_err=chk["rel_err"], ok=chk["ok"])
+        if not chk["ok"]:
+            return dict(rec, skipped="failed the correctness check on the timed inputs")
+        t = time_fn(lambda q_, k_, v_: entry.forward(q_, k_, v_, causal), sets, **timing)
+        rec.update(t, tflops=rec["flops"] / t["median_ms"] / 1e9, gbps=rec["min_hbm_bytes"] / t["median_ms"] / 1e6)
+    except Exception as exc:
+        import torch
+
+        rec.update(ok=False, skipped=f"error: {type(exc).__name__}: {exc}"[:300])
+        torch.cuda.synchronize()
+    return rec
+
+
+def predict(history, n):
+    """Predicted seconds per call at n from the last two measured (n, seconds) (t ~ n^p, 1 <= p <= 3)."""
+    if not history:
+        return None
+    if len(history) == 1:
+        (n1, t1), = history
+        return t1 * (n / n1) ** 2  # pessimistic until a second point gives the exponent
+    (n1, t1), (n2, t2) = history[-2:]
+    p = min(3.0, max(1.0, math.log(max(t2, 1e-9) / max(t1, 1e-9)) / math.log(n2 / n1)))
+    return t2 * (n / n2) ** p

@@ -1,0 +1,258 @@
+"""CPU checks of bench/harness.py, the one benchmark harness: its table is the registry's labels plus
+SDPA's backends, configs reach forward() as arguments (no module's CONFIGS changes), the correctness
+rule rejects poisoned, wrong and empty-row-violating outputs, every record carries one run id, and every
+bench script goes through it (none keeps its own timer)."""
+from __future__ import annotations
+
+import ast
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import harness
+from kernels import KERNELS
+
+BENCH = Path(harness.__file__).resolve().parent
+
+
+def test_entries_are_the_registry_labels_then_sdpa():
+    table = harness.entries()
+    labels = [e.label for e in table]
+    expected = [s.label(**o) for s in KERNELS.values() if s.available() for o in s.bench_options]
+    assert labels[:len(expected)] == expected
+    assert labels[len(expected):] == [f"sdpa_{b}" for b in harness.SDPA_BACKENDS]
+    assert "v_once_tc_sram_lazy" in labels and "v_once_auto_lazy" in labels
+    assert [e.label for e in harness.entries(["fa2_tc", "sdpa_flash"])] == ["fa2_tc", "sdpa_flash"]
+    assert {e.label for e in harness.entries(["sdpa"])} == {f"sdpa_{b}" for b in harness.SDPA_BACKENDS}
+    assert all(e.kind == "sdpa" for e in harness.entries(["sdpa"]))
+
+
+class _FakeSpec:
+    """Stands in for a KernelSpec: records what forward() receives."""
+    name, tier, dtypes, module = "fake", "tensor-core", (torch.float16,), None
+
+    def __init__(self):
+        self.calls = []
+
+    def forward(self, q, k, v, *, causal=False, config=None, out=None, placement=None):
+        self.calls.append(dict(causal=causal, config=config, out=out, placement=placement))
+        return q, None
+
+    def supports_head_dim(self, d):
+        return d in (64, 128)
+
+
+def test_configs_are_passed_as_arguments_never_written_into_configs():
+    from kernels import fa2_tc, fa2_wgmma
+
+    before = copy.deepcopy((fa2_tc.CONFIGS, fa2_wgmma.CONFIGS))
+    cand = fa2_tc.SWEEP[64][1]
+    table = harness.entries(["fa2_tc"], sdpa=(), configs={"fa2_tc": [cand]})
+    swept = [e for e in table if e.config is not None]
+    assert len(swept) == 1 and swept[0].label.startswith("fa2_tc{") and swept[0].config == cand
+    assert (fa2_tc.CONFIGS, fa2_wgmma.CONFIGS) == before
+
+    spec = _FakeSpec()
+    q = torch.zeros(1, 1, 4, 64)
+    harness.Entry("fake{}", "tensor-core", spec, {"placement": "hbm"}, {"BLOCK_N": 32}).forward(q, q, q, True)
+    per_d = harness.Entry("fake", "tensor-core", spec, {}, {64: {"BLOCK_N": 96}, 128: {"BLOCK_N": 48}})
+    per_d.forward(q, q, q, False)
+    per_d.forward(torch.zeros(1, 1, 4, 128), q, q, False)
+    assert [c["config"] for c in spec.calls] == [{"BLOCK_N": 32}, {"BLOCK_N": 96}, {"BLOCK_N": 48}]
+    assert spec.calls[0]["placement"] == "hbm" and spec.calls[0]["causal"] is True
+
+
+def test_skip_reasons():
+    spec = _FakeSpec()
+    e = harness.Entry("fake", "tensor-core", spec)
+    assert e.skip_reason(8, 8, 96, False) and e.skip_reason(8, 8, 64, False, torch.float32)
+    assert e.skip_reason(8, 8, 64, False, torch.float16) is None
+    sdpa = harness.entries(["sdpa_flash"])[0]
+    assert sdpa.skip_reason(8, 9, 64, True) and sdpa.skip_reason(8, 9, 64, False) is None
+    sram = next(x for x in harness.entries(["v_once_tc"], sdpa=()) if x.options.get("placement") == "sram")
+    assert sram.skip_reason(128, 128, 64, False) is None
+    assert "shared memory" in sram.skip_reason(128, 8192, 128, False)
+
+
+def _qkv(n_q, n_k, d=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, 2, n, d, generator=g) for n in (n_q, n_k, n_k))
+
+
+def test_correctness_rule_catches_what_it_must():
+    from variants import attention_reference
+
+    q, k, v = _qkv(9, 5)
+    o, lse = attention_reference(q, k, v, causal=True)  # Nq > Nk: 4 rows see no key
+    good = harness.compare(o.float(), lse.float(), q, k, v, True, "float32")
+    assert good["ok"] and good["empty_rows"] == 2 * 4 and good["rel_err"] < 1e-6
+    poisoned = o.float().clone()
+    poisoned[0, 0, -1, 0] = float("nan")  # one unwritten element
+    assert not harness.compare(poisoned, lse.float(), q, k, v, True, "float32")["ok"]
+    assert not harness.compare(o.float() * 1.01, lse.float(), q, k, v, True, "float32")["ok"]
+    bad_empty = o.float().clone()
+    bad_empty[0, 0, 0] = 1.0  # a row that sees no key must be 0
+    assert not harness.compare(bad_empty, lse.float(), q, k, v, True, "float32")["ok"]
+    bad_lse = lse.float().clone()
+    bad_lse[0, 0, -1] += 0.1
+    assert not harness.compare(o.float(), bad_lse, q, k, v, True, "float32")["ok"]
+    assert harness.compare(o.half(), None, q, k, v, True, "float16")["ok"]  # SDPA: no lse
+    q0 = q[:, :0]
+    assert not harness.compare(q0, None, q0, k[:, :0], v[:, :0], False, "float32")["ok"]  # nothing checked
+
+
+def test_flops_is_the_one_formula():
+    import analysis.headline as headline
+
+    f = getattr(headline, "attention_flops", headline.paper_flops)
+    for args in [(2, 3, 100, 100, 64, False), (1, 2, 128, 4096, 128, True), (4, 1, 77, 33, 64, True)]:
+        assert harness.flops(*args) == pytest.approx(float(f(*args)))
+    assert harness.flops(1, 1, 64, 64, 64, True) < harness.flops(1, 1, 64, 64, 64, False)
+
+
+def test_run_id_is_one_per_process():
+    a, b = harness.run_info(), harness.run_info()
+    assert a == b and a["run_id"].startswith(a["utc"]) and a["git"] in a["run_id"]
+    assert re.fullmatch(r"\d{8}T\d{6}Z", a["utc"])
+
+
+def test_predict():
+    assert harness.predict([], 1024) is None
+    assert harness.predict([(1024, 1.0)], 2048) == pytest.approx(4.0)
+    assert harness.predict([(1024, 1.0), (2048, 2.0)], 4096) == pytest.approx(4.0)  # linear: p = 1
+
+
+SCRIPTS = ["bench_kernels.py", "bench_tc.py", "fa2_teaching_ab.py", "launch_overhead.py", "sanitize.py",
+           "sdpa_backward.py"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_bench_script_goes_through_the_harness(script):
+    """Each script imports bench.harness and keeps no timer, reference check or SDPA switch of its own."""
+    source = (BENCH / script).read_text()
+    tree = ast.parse(source)
+    imported = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert ("bench", "harness") in imported, f"{script} does not use bench.harness"
+    for forbidden in ("torch.cuda.Event", "attention_reference", "sdpa_kernel", "bench.timing", "CONFIGS.update"):
+        assert forbidden not in source, f"{script} has its own {forbidden}"
+
+
+def test_run_id_names_the_tree_without_git(tmp_path, monkeypatch):
+    monkeypatch.setattr(harness, "_RUN", {})
+    monkeypatch.setenv("FA_GIT_DESCRIBE", "v9-test")
+    assert "-v9-test-" in harness.run_info()["run_id"]
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "a.py").write_text("x = 1\n")
+    first = harness.tree_hash(tmp_path)
+    (tmp_path / "kernels" / "a.py").write_text("x = 2\n")
+    assert harness.tree_hash(tmp_path) != first
+
+
+# ----------------------------------------------------------------------------- the scripts, end to end on CPU
+
+def _reference_fn(q, k, v, causal, out=None):
+    from variants import attention_reference
+
+    o, lse = attention_reference(q, k, v, causal=causal)
+    if out is None:
+        return o.to(q.dtype), lse.float()
+    out[0].copy_(o)
+    out[1].copy_(lse)
+    return out
+
+
+def _wrong_fn(q, k, v, causal, out=None):
+    o, lse = _reference_fn(q, k, v, causal)
+    return o * 1.1, lse
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """The harness on CPU: inputs on the CPU, no-op synchronise, a fixed 'time', two entries (one right,
+    one wrong), so a script's plumbing (records, run id, skips, files) runs without a GPU."""
+    timed = []
+
+    def fake_time(fn, sets, **kw):
+        fn(*sets[0])
+        timed.append(kw)
+        return dict(median_ms=2.0, min_ms=1.5, max_ms=3.0, reps=3, timer="fake")
+
+    def fake_entries(names=(), *, sdpa=harness.SDPA_BACKENDS, all_options=False, configs=None):
+        if names and set(names) <= {"sdpa"}:
+            return []
+        return [harness.Entry("right", "teaching", fn=_reference_fn), harness.Entry("wrong", "teaching", fn=_wrong_fn)]
+
+    monkeypatch.setattr(harness, "DEVICE", "cpu")
+    monkeypatch.setattr(harness, "time_fn", fake_time)
+    monkeypatch.setattr(harness, "entries", fake_entries)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    return timed
+
+
+def test_measure_checks_before_timing(fake_gpu):
+    right, wrong = harness.entries()
+    sets = harness.input_sets(1, 2, 40, 40, 16, torch.float32, max_sets=2)
+    rec = harness.measure(right, sets, True)
+    assert rec["ok"] and rec["median_ms"] == 2.0 and rec["run_id"] == harness.run_info()["run_id"]
+    assert rec["tflops"] == pytest.approx(harness.flops(1, 2, 40, 40, 16, True) / 2.0 / 1e9)
+    bad = harness.measure(wrong, sets, True)
+    assert bad["ok"] is False and "median_ms" not in bad and "correctness" in bad["skipped"]
+    assert len(fake_gpu) == 1, "the wrong entry must not be timed"
+    chk = harness.check_entry(right, [(1, 2, 30, 20, 16, True, 1.0)], dtypes=[torch.float32])
+    assert chk["ok"] and chk["problems"][0]["empty_rows"] == 2 * 10
+    assert not harness.check_entry(wrong, [(1, 1, 8, 8, 16, False, 1.0)], dtypes=[torch.float32])["ok"]
+
+
+def test_bench_kernels_runs_on_the_harness(fake_gpu, monkeypatch, tmp_path):
+    import argparse
+
+    from bench import bench_kernels
+
+    monkeypatch.setattr(bench_kernels, "TOKENS", 64)
+    monkeypatch.setattr(bench_kernels, "HIDDEN", 128)
+    monkeypatch.setattr(bench_kernels, "QUICK_SEQS", (32,))
+    monkeypatch.setattr(harness, "CHECK_PROBLEMS", [(1, 1, 9, 7, 16, True, 1.0)])
+    monkeypatch.setattr(harness, "environment", lambda: dict(harness.run_info(), torch="x", timer="fake",
+                                                             flops_formula="f"))
+    args = argparse.Namespace(kernels="", quick=True, budget_s=100.0, max_call_s=10.0, target_s=0.1)
+    res = bench_kernels.run(args)
+    assert res["checks"]["right"]["ok"] and not res["checks"]["wrong"]["ok"]
+    timed = [r for r in res["records"] if "median_ms" in r]
+    assert {r["label"] for r in timed} == {"right"} and len(timed) == 4  # d 64/128, causal or not
+    assert all(r["run_id"] == res["run_id"] for r in res["records"])
+    assert "run id" in bench_kernels.markdown(res)
+
+
+def test_bench_tc_bench_runs_on_the_harness(fake_gpu, monkeypatch, tmp_path):
+    from bench import bench_tc
+
+    monkeypatch.setattr(bench_tc, "TOKENS", 64)
+    monkeypatch.setattr(bench_tc, "HIDDEN", 128)
+    monkeypatch.setattr(harness, "environment", lambda: dict(harness.run_info(), torch="x", timer="fake"))
+    assert bench_tc.main(["bench", "--out", str(tmp_path), "--seqs", "32", "--dtypes", "float16"]) == 0
+    import json
+
+    res = json.loads((tmp_path / "tc_bench.json").read_text())
+    assert res["meta"]["run_id"] and {r["kernel"] for r in res["rows"] if "tflops" in r} == {"right"}
+    assert (tmp_path / "tc_bench.md").read_text().count("right") >= 1
+
+
+def test_bench_tc_check_and_sweep_run_on_the_harness(fake_gpu, monkeypatch, tmp_path):
+    import json
+
+    from bench import bench_tc
+
+    monkeypatch.setattr(bench_tc, "TOKENS", 64)
+    monkeypatch.setattr(bench_tc, "HIDDEN", 128)
+    monkeypatch.setattr(bench_tc, "CHECK_SHAPES", [(1, 2, 33, 17, 64, True, 1.0), (1, 1, 20, 40, 128, False, 3.0)])
+    assert bench_tc.main(["check", "--out", str(tmp_path)]) == 1, "the wrong entry must fail the check"
+    rows = json.loads((tmp_path / "tc_check.json").read_text())
+    assert {(r["kernel"], r["ok"]) for r in rows} == {("right", True), ("wrong", False)} and len(rows) == 8
+    assert all(r["run_id"] for r in rows)
+    assert bench_tc.main(["sweep", "--out", str(tmp_path), "--seqs", "32"]) == 0
+    sweep = json.loads((tmp_path / "tc_sweep.json").read_text())
+    assert {r["label"] for r in sweep if "tflops" in r} == {"right"}
