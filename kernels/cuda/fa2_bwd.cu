@@ -1,13 +1,14 @@
 // FlashAttention-2 backward, teaching tier (Dao 2023, Algorithm 2). Mirrors variants/fa2.py's backward.
 //
 // Three launches (kernels/fa2.py backward):
-//   fa2_bwd_preprocess  lines 3-4   dQ_acc = 0 (float32, HBM); D = rowsum(dO o O) (float32, HBM)
-//   fa2_bwd             lines 5-19  one block per (key block j, batch*head): the outer loop of
-//                                   Algorithm 2 (line 5) is the grid; K_j, V_j stay in shared memory,
-//                                   dK_j, dV_j in registers; the inner loop walks the Q blocks i
-//   fa2_bwd_dq          line 20     dQ = scale * dQ_acc, in the input dtype
+//   fa2_bwd_preprocess  FA2 Alg. 2 lines 3-4: dQ_acc = 0 (float32, HBM); D = rowsum(dO o O) (float32, HBM)
+//   fa2_bwd             FA2 Alg. 2 lines 5-16 and FA2 Alg. 2 line 18: one block per (key block j,
+//                       batch*head); the outer loop (FA2 Alg. 2 line 5) is the grid; K_j, V_j stay in
+//                       shared memory, dK_j, dV_j in registers; the inner loop walks the Q blocks i
+//   fa2_bwd_dq          FA2 Alg. 2 line 20: dQ = scale * dQ_acc, in the input dtype
 //
-// Per visited (i, j), five products (FA2 Alg. 2 lines 10, 12, 13, 15, 16), all float32 FFMA:
+// Per visited (i, j), five products (FA2 Alg. 2 line 10, FA2 Alg. 2 lines 12-13, FA2 Alg. 2 lines 15-16),
+// all float32 FFMA:
 //   S   = scale * Q_i K_j^T      rows ty+16a, key columns tx+16b per thread (as the forward)
 //   P   = exp(S - L_i)           recomputed from the saved L (natural log of the scaled scores, the
 //                                forward's lse), so no Nq x Nk matrix was kept
@@ -53,15 +54,15 @@ fa2_bwd_preprocess(const T* __restrict__ o, const T* __restrict__ dout, float* _
   float sum = 0.f;
   for (int c = lane; c < d; c += 32) {
     sum = fmaf(to_f32(dout[row * d + c]), to_f32(o[row * d + c]), sum);
-    dq_acc[row * d + c] = 0.f;  // line 3: dQ = (0) in HBM
+    dq_acc[row * d + c] = 0.f;  // FA2 Alg. 2 line 3: dQ = (0) in HBM
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) delta[row] = sum;  // line 4: D = rowsum(dO o O), written to HBM
+  if (lane == 0) delta[row] = sum;  // FA2 Alg. 2 line 4: D = rowsum(dO o O), written to HBM
 }
 
 // acc[a][b] += sum_r A[r][ty+16a] * B[r][tx+16b]: this thread's share of A^T B, A (Br x ldp), B (Br x ld).
-// dV_j += P^T dO_i (line 12) and dK_j += dS^T Q_i (line 16).
+// dV_j += P^T dO_i (FA2 Alg. 2 line 12) and dK_j += dS^T Q_i (FA2 Alg. 2 line 16).
 __device__ __forceinline__ void tile_tn(float (&acc)[CB][NS], const float* A, int ldp, const float* B,
                                         int ld) {
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
@@ -96,7 +97,7 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   float* Ls = dSs + BR * ldp;   // Br        L_i
   float* Ds = Ls + BR;          // Br        D_i
 
-  // line 5: this block's key block j and (batch, head). Block j = 0 sees the most Q blocks under the
+  // FA2 Alg. 2 line 5: this block's key block j and (batch, head). Block j = 0 sees the most Q blocks under the
   // causal mask, so the grid's natural order is already heaviest first.
   const int j = blockIdx.x;
   const long long bh = blockIdx.y;
@@ -105,23 +106,23 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   // analysis/tiling.py q_blocks(j): Q block i visits K_j iff its last row sees column c0
   const int i_first = causal ? min(max(0, c0 - offset) / BR, t_r - 1) : 0;
 
-  // line 6: load K_j, V_j from HBM to on-chip SRAM (zero-filled tails and padding)
+  // FA2 Alg. 2 line 6: load K_j, V_j from HBM to on-chip SRAM (zero-filled tails and padding)
   load_tile(Ks, ld, k + (bh * n_k + c0) * d, d, cols, d, BC, D_PAD);
   load_tile(Vs, ld, v + (bh * n_k + c0) * d, d, cols, d, BC, D_PAD);
 
-  // line 7: on chip, dK_j = 0, dV_j = 0 (Bc x d): key rows ty+16a, columns tx+16b of each thread
+  // FA2 Alg. 2 line 7: on chip, dK_j = 0, dV_j = 0 (Bc x d): key rows ty+16a, columns tx+16b of each thread
   float dK[CB][NS], dV[CB][NS];
 #pragma unroll
   for (int a = 0; a < CB; ++a)
 #pragma unroll
     for (int b = 0; b < NS; ++b) dK[a][b] = dV[a][b] = 0.f;
 
-  for (int i = i_first; i < t_r; ++i) {  // line 8: for 1 <= i <= Tr (hidden Q blocks skipped)
+  for (int i = i_first; i < t_r; ++i) {  // FA2 Alg. 2 line 8: for 1 <= i <= Tr (hidden Q blocks skipped)
     const int r0 = i * BR, rows = min(BR, n_q - r0);
     const long long row0 = bh * n_q + r0;
     __syncthreads();  // the previous step is done with Qs, dOs, Ps, dSs
-    // line 9: load Q_i, dO_i, L_i, D_i from HBM to on-chip SRAM (dQ_i is read-modify-written by
-    // the atomics of line 15 instead of being loaded)
+    // FA2 Alg. 2 line 9: load Q_i, dO_i, L_i, D_i from HBM to on-chip SRAM (dQ_i is read-modify-written by
+    // the atomics of FA2 Alg. 2 line 15 instead of being loaded)
     load_tile(Qs, ld, q + row0 * d, d, rows, d, BR, D_PAD);
     load_tile(dOs, ld, dout + row0 * d, d, rows, d, BR, D_PAD);
     for (int r = threadIdx.x; r < BR; r += NTHREADS) {
@@ -130,10 +131,10 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
     }
     __syncthreads();
 
-    // line 10: S_i^(j) = scale * Q_i K_j^T
+    // FA2 Alg. 2 line 10: S_i^(j) = scale * Q_i K_j^T
     float P[RA][CB], dP[RA][CB];
     tile_qk(P, Qs, Ks, ld, d);
-    // line 13 (computed here, before the barrier, since it needs only dO_i and V_j):
+    // FA2 Alg. 2 line 13 (computed here, before the barrier, since it needs only dO_i and V_j):
     // dP_i^(j) = dO_i V_j^T
     tile_qk(dP, dOs, Vs, ld, d);
 #pragma unroll
@@ -142,21 +143,21 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
 #pragma unroll
       for (int b = 0; b < CB; ++b) {
         const int c = tx + TX * b;
-        // line 11: P_i^(j) = exp(S_i^(j) - L_i); hidden entries (causal, tails) are 0
+        // FA2 Alg. 2 line 11: P_i^(j) = exp(S_i^(j) - L_i); hidden entries (causal, tails) are 0
         const bool seen = r < rows && visible(r0 + r, c0 + c, c0 + cols, offset, causal);
         const float p = seen ? expf(P[a][b] * scale - Ls[r]) : 0.f;
         P[a][b] = p;
         Ps[r * ldp + c] = p;
-        // line 14: dS_i^(j) = P_i^(j) o (dP_i^(j) - D_i)
+        // FA2 Alg. 2 line 14: dS_i^(j) = P_i^(j) o (dP_i^(j) - D_i)
         dSs[r * ldp + c] = p * (dP[a][b] - Ds[r]);
       }
     }
     __syncthreads();  // P and dS complete: every thread needs whole columns of them below
 
-    // line 12: dV_j <- dV_j + (P_i^(j))^T dO_i
+    // FA2 Alg. 2 line 12: dV_j <- dV_j + (P_i^(j))^T dO_i
     tile_tn(dV, Ps, ldp, dOs, ld);
 
-    // line 15: dQ_i <- dQ_i + dS_i^(j) K_j, added into the float32 accumulator in HBM (atomics: the
+    // FA2 Alg. 2 line 15: dQ_i <- dQ_i + dS_i^(j) K_j, added into the float32 accumulator in HBM (atomics: the
     // other key blocks of this (b, h) add into the same dQ_i concurrently). The scale is applied
     // once, by fa2_bwd_dq.
     float dQ[RA][DV];
@@ -176,11 +177,11 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
       }
     }
 
-    // line 16: dK_j <- dK_j + (dS_i^(j))^T Q_i
+    // FA2 Alg. 2 line 16: dK_j <- dK_j + (dS_i^(j))^T Q_i
     tile_tn(dK, dSs, ldp, Qs, ld);
-  }  // line 17
+  }  // end for (over the Q blocks i)
 
-  // line 18: write dK_j (times the scale of S = scale * Q K^T), dV_j to HBM
+  // FA2 Alg. 2 line 18: write dK_j (times the scale of S = scale * Q K^T), dV_j to HBM
 #pragma unroll
   for (int a = 0; a < CB; ++a) {
     const int c = ty + TY * a;
@@ -198,7 +199,7 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   }
 }
 
-// line 20: dQ = scale * dQ_acc in the input dtype (the accumulator stays float32 until every key
+// FA2 Alg. 2 line 20: dQ = scale * dQ_acc in the input dtype (the accumulator stays float32 until every key
 // block has added into it). Grid-stride over B*H*Nq*d elements.
 extern "C" __global__ void __launch_bounds__(NTHREADS)
 fa2_bwd_dq(const float* __restrict__ dq_acc, T* __restrict__ dq, long long n, float scale) {
