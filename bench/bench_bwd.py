@@ -9,15 +9,15 @@ SDPA flash (FlashAttention-2), SDPA cuDNN, and SDPA math (the unfused backward: 
 to --math-max-n) in the input dtype (tensor-core GEMMs) and on float32 copies (sdpa_math_fp32: FFMA GEMMs,
 CUDA cores like the teaching kernel) -- the unfused baselines of "faster than a naive backward at N >= 4k".
 
-FLOPs (the papers' convention; FA2 paper section 4, FA3's benchmarks): forward = 4·Nq·Nk·d per (batch,
-head), halved when causal; backward = 2.5 x forward (five products, one of them recomputing S);
-forward+backward = 3.5 x forward. TFLOP/s = those FLOPs / median time.
+FLOPs (the papers' convention; FA2 paper section 4, FA3's benchmarks): backward = 2.5 x forward (five
+products, one of them recomputing S), forward+backward = 3.5 x forward, where forward is bench/harness.py's
+one formula, harness.flops (4·d per visible (query, key) pair: 4·Nq·Nk·d per (batch, head), about half
+of it when causal). TFLOP/s = those FLOPs / median time.
 
 Before a cell is timed, the contender's gradients on fresh random inputs (poisoned outputs: every tensor
 our launchers allocate starts as NaN) are checked against SDPA's float32 math backward on the first
-(batch, 2 heads) slice; a cell that fails is reported, not timed. Timing: time_ms() (triton's do_bench,
-median, L2 flushed between calls; bench.timing's CUDA-event median where triton is missing) -- one
-function, to swap for the shared bench harness.
+(batch, 2 heads) slice; a cell that fails is reported, not timed. Timing: bench/harness.py's time_fn, the
+one method (triton's do_bench median with the L2 flushed, else CUDA events), through time_ms().
 
 Writes bwd_bench.json, bwd_bench.md and bwd_bench.png to --out (default $OUT, else a temp dir) and prints
 a summary table last.
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from analysis.headline import paper_flops  # noqa: E402
+from bench import harness  # noqa: E402
 
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 TOKENS, HIDDEN = 16384, 2048
@@ -52,33 +52,8 @@ def log(*a):
 
 
 def time_ms(fn) -> float:
-    """Median milliseconds of fn() on the GPU: the one place timing happens. bench/harness.py's time_fn
-    where the shared harness exists; else triton's do_bench (L2 flushed between calls); else CUDA events."""
-    harness = _harness()
-    if harness is not None:
-        return float(harness.time_fn(lambda: fn(), [()])["median_ms"])
-    try:
-        from triton.testing import do_bench
-    except ImportError:
-        from bench.timing import time_cuda
-
-        return time_cuda(lambda: fn(), [()], warmup=3, reps=15)["median_ms"]
-    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
-
-
-def _harness():
-    try:
-        from bench import harness
-    except ImportError:
-        return None
-    return harness if hasattr(harness, "time_fn") else None
-
-
-def timer_name() -> str:
-    harness = _harness()
-    if harness is not None and hasattr(harness, "timer_name"):
-        return f"bench.harness.time_fn ({harness.timer_name()})"
-    return "triton.testing.do_bench median, L2 flushed" if _has_triton() else "CUDA-event median"
+    """Median milliseconds of fn() on the GPU, by the one timing method (bench/harness.py time_fn)."""
+    return float(harness.time_fn(lambda: fn(), [()])["median_ms"])
 
 
 class Poisoned:
@@ -104,26 +79,16 @@ class Poisoned:
 
 def contenders(names: list[str]):
     """name -> attention(q, k, v, causal) -> o, differentiable."""
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     import kernels
 
     def ours(kernel):
         return lambda q, k, v, c: kernels.attention(q, k, v, causal=c, kernel=kernel)
 
-    def sdpa(backend):
-        def f(q, k, v, c):
-            with sdpa_kernel([backend]):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=c)
-        return f
-
     fns = {n: ours(n) for n in names}
-    fns.update(sdpa_flash=sdpa(SDPBackend.FLASH_ATTENTION), sdpa_cudnn=sdpa(SDPBackend.CUDNN_ATTENTION),
-               sdpa_math=sdpa(SDPBackend.MATH))
-    math = sdpa(SDPBackend.MATH)
+    for backend in ("flash", "cudnn", "math"):
+        fns[f"sdpa_{backend}"] = lambda q, k, v, c, b=backend: harness.sdpa(b, q, k, v, c)
     # unfused on CUDA cores, like the teaching kernel (float32 GEMMs; TF32 is off by default in torch)
-    fns["sdpa_math_fp32"] = lambda q, k, v, c: math(q.float(), k.float(), v.float(), c).to(q.dtype)
+    fns["sdpa_math_fp32"] = lambda q, k, v, c: harness.sdpa("math", q.float(), k.float(), v.float(), c).to(q.dtype)
     return fns
 
 
@@ -138,7 +103,6 @@ def make_inputs(b, h, n, d, dtype, seed):
 def check(fn, b, h, n, d, dtype, causal):
     """Relative errors of dq, dk, dv on fresh inputs against SDPA float32 math, first (batch, 2 heads)."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     (q, k, v), do = make_inputs(b, h, n, d, dtype, seed=12345 + n + d)
     with Poisoned():
@@ -148,8 +112,7 @@ def check(fn, b, h, n, d, dtype, causal):
     finite = all(bool(torch.isfinite(g).all()) for g in (o, *grads))
     hs = min(2, h)
     ref_in = [t.detach()[:1, :hs].float().requires_grad_() for t in (q, k, v)]
-    with sdpa_kernel([SDPBackend.MATH]):
-        ref_o = torch.nn.functional.scaled_dot_product_attention(*ref_in, is_causal=causal)
+    ref_o = harness.sdpa("math", *ref_in, causal)
     ref = torch.autograd.grad(ref_o, ref_in, do[:1, :hs].float())
     errs = [float((g[:1, :hs].float() - r).norm() / r.norm().clamp_min(1e-30)) for g, r in zip(grads, ref)]
     del o, grads, ref, ref_o
@@ -159,7 +122,7 @@ def check(fn, b, h, n, d, dtype, causal):
 def bench_cell(name, fn, b, h, n, d, dtype, dname, causal):
     import torch
 
-    flops = paper_flops(b, h, n, n, d, causal)
+    flops = harness.flops(b, h, n, n, d, causal)
     row = dict(kernel=name, b=b, h=h, n=n, d=d, causal=causal, dtype=dname, fwd_flops=flops,
                bwd_flops=BWD_FACTOR * flops, fwdbwd_flops=FWDBWD_FACTOR * flops)
     try:
@@ -333,13 +296,10 @@ def main(argv=None):
                             f"err {row.get('rel_err')} {'' if row.get('ok') else 'NOT OK'} {row.get('error', '')}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    timing = timer_name()
-    harness = _harness()
-    run_id = harness.run_info().get("run_id") if harness is not None and hasattr(harness, "run_info") else None
-    meta = dict(run_id=run_id, device=torch.cuda.get_device_name(), torch=torch.__version__,
-                cudnn=torch.backends.cudnn.version(), kernels=names, timing=timing,
-                formula=f"backward FLOPs = {BWD_FACTOR} x 4·Nq·Nk·d·B·H (/2 causal), forward+backward "
-                        f"{FWDBWD_FACTOR} x (the papers' convention)", tokens=TOKENS, hidden=HIDDEN,
+    meta = dict(run_id=harness.run_info()["run_id"], device=torch.cuda.get_device_name(), torch=torch.__version__,
+                cudnn=torch.backends.cudnn.version(), kernels=names, timing=harness.timer_name(),
+                formula=f"backward FLOPs = {BWD_FACTOR} x forward, forward+backward {FWDBWD_FACTOR} x forward "
+                        f"(the papers' convention), forward = {harness.flops_formula()}", tokens=TOKENS, hidden=HIDDEN,
                 quick=args.quick)
     (out / "bwd_bench.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1, default=str))
     write_markdown(rows, out / "bwd_bench.md", meta)
@@ -350,14 +310,6 @@ def main(argv=None):
     summary(rows)
     log(f"wrote {out}/bwd_bench.{{json,md,png}}")
     return 0 if all(r.get("ok") for r in rows) else 1
-
-
-def _has_triton() -> bool:
-    try:
-        import triton.testing  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 if __name__ == "__main__":

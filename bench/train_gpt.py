@@ -175,7 +175,10 @@ def main(argv=None):
               dtype=dtype, log_every=0, **corpus_kwargs())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = dict(device=torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
+    from bench import harness
+
+    meta = dict(run_id=harness.run_info()["run_id"],
+                device=torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
                 torch=torch.__version__, kernel=kernel, requested_kernel=args.kernel, replaced_because=replaced,
                 config=vars(config) if hasattr(config, "__dict__") else str(config), steps=args.steps,
                 batch=args.batch, ctx=args.ctx, lr=args.lr, seed=args.seed, dtype=args.dtype)
