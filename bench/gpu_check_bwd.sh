@@ -32,26 +32,7 @@ for step in "${steps[@]}"; do
   limit=$(cap "$step")
   case "$step" in
     precompile)  # NVRTC every build the tests launch, in parallel (serially they take ~1 min)
-      timeout "$limit" python3 - <<'EOF' 2>&1 | tail -3
-import concurrent.futures as cf, os
-from kernels import KERNELS, fa2, _teaching, loader
-jobs = []
-for name, spec in KERNELS.items():
-    if spec.backward is not None and spec.available():
-        jobs += [(src, defs, spec.arch or loader.default_arch()) for src, _, defs in spec.compile_configs()]
-for dt in _teaching.DTYPES:  # the teaching blocks tests/test_kernels_backward.py draws
-    for br, bc in ((64, 64), (16, 64), (64, 16), (32, 16)):
-        for own_v in (0, 1):
-            jobs.append((fa2.SOURCE, _teaching.defines(dt, br, bc, FA2_OWN_V=own_v), loader.default_arch()))
-        for dpad in (64, 128):
-            jobs.append((fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, D_PAD=dpad), loader.default_arch()))
-jobs = list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())
-with cf.ProcessPoolExecutor(max(1, min(16, os.cpu_count() or 1))) as ex:  # NVRTC only: no CUDA context
-    futs = [ex.submit(loader.compile_cubin, s, defines=d, arch=a) for s, d, a in jobs]
-    bad = [str(f.exception()) for f in futs if f.exception() is not None]
-print(f"precompiled {len(jobs) - len(bad)} of {len(jobs)} builds" + ("; FAILED: " + bad[0][:500] if bad else ""))
-raise SystemExit(1 if bad else 0)
-EOF
+      timeout "$limit" python3 bench/precompile_bwd.py 2>&1 | tail -3
       rc=${PIPESTATUS[0]} ;;
     tests)
       timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_backward.py \
