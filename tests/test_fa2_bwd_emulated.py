@@ -6,7 +6,8 @@ before every block, and runs its three launches in order. Hypothesis drives it w
 with rows that see no key, scores up to ~1e4, every block shape the tests use) in float32 and checks dQ, dK,
 dV against float64 autograd with the GPU suite's tolerance. O and L come from the float64 reference here
 (the forward kernel is checked on the GPU). What it cannot see: half-precision storage, warp-level timing,
-real races (the barrier is exact), the Python launcher's argument order.
+real races (the barrier is exact). One test routes kernels/fa2.py's own backward (grids, argument order,
+shared-memory size) through the emulated kernels.
 """
 from __future__ import annotations
 
@@ -61,8 +62,8 @@ def build(tmp_path_factory):
 
 
 def emulated_backward(lib, q, k, v, do, causal, scale):
-    """dq, dk, dv from the three emulated launches (preprocess, main, dq), with o and L from float64
-    (the forward is checked on the GPU); scratch and outputs start as NaN."""
+    """dq, dk, dv from the three emulated launches (preprocess, main, dq) on kernels/fa2.py's grids, with o
+    and L from float64 (the forward is checked on the GPU); scratch and outputs start as NaN."""
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     o, lse = attention_reference(q, k, v, causal=causal, scale=scale)
@@ -70,10 +71,12 @@ def emulated_backward(lib, q, k, v, do, causal, scale):
     nan = lambda t: torch.full_like(t, float("nan"))  # noqa: E731
     dq_acc, delta, dq, dk, dv = nan(q), nan(lse), nan(q), nan(k), nan(v)
     ptr = lambda t: ctypes.c_void_p(t.data_ptr())  # noqa: E731
-    lib.fa2_bwd_preprocess_grid(ptr(o), ptr(do), ptr(dq_acc), ptr(delta), b * h, n_q, d)  # FA2 Alg. 2 lines 3-4
-    lib.fa2_bwd_grid(ptr(q), ptr(k), ptr(v), ptr(do), ptr(lse), ptr(delta), ptr(dq_acc), ptr(dk), ptr(dv),
-                     b * h, n_q, n_k, d, ctypes.c_float(scale), int(causal))  # lines 5-19
-    lib.fa2_bwd_dq_grid(ptr(dq_acc), ptr(dq), ctypes.c_longlong(dq.numel()), ctypes.c_float(scale))  # line 20
+    bh, f32 = b * h, ctypes.c_float
+    lib.fa2_bwd_preprocess_launch(-(-n_q // 8), bh, ptr(o), ptr(do), ptr(dq_acc), ptr(delta), n_q, d)  # FA2 Alg. 2 lines 3-4
+    lib.fa2_bwd_launch(-(-n_k // lib.block_k()), bh, ptr(q), ptr(k), ptr(v), ptr(do), ptr(lse), ptr(delta),
+                       ptr(dq_acc), ptr(dk), ptr(dv), n_q, n_k, d, f32(scale), int(causal))  # lines 5-18
+    lib.fa2_bwd_dq_launch(min(3, -(-dq.numel() // 256)), 1, ptr(dq_acc), ptr(dq), ctypes.c_longlong(dq.numel()),
+                          f32(scale))  # line 20, a few blocks so the grid-stride loop strides
     assert torch.allclose(delta, (do * o).sum(-1), rtol=1e-5, atol=1e-5), "D = rowsum(dO o O)"
     return dq, dk, dv
 
@@ -123,3 +126,44 @@ def test_a_wrong_kernel_fails(build, tmp_path):
     got = emulated_backward(ctypes.CDLL(str(so)), q, k, v, do, False, 0.3)
     with pytest.raises(AssertionError, match="dk"):
         assert_grads_close(got, q, k, v, do, False, 0.3)
+
+
+def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch):
+    """kernels/fa2.py backward itself (its checks, allocations, grids, argument order, shared-memory size)
+    with loader.get_function routed to the emulated kernels: what the GPU would be asked to run."""
+    import numpy as np
+
+    from kernels import _teaching, fa2, loader
+
+    calls = []
+
+    class Emulated:
+        def __init__(self, lib, name, defines):
+            self.lib, self.name, self.defines = lib, name, defines
+
+        def launch(self, grid, block, args, shared_mem=0):
+            grid = tuple(grid) + (1,) * (3 - len(grid))
+            assert tuple(block) == (_teaching.NTHREADS,) and grid[2] == 1, (grid, block)
+            assert shared_mem <= 4 * self.lib.shared_floats(), "the launcher asks for more than the kernel carves"
+            conv = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else
+                    ctypes.c_longlong(int(a)) if isinstance(a, np.int64) else
+                    ctypes.c_float(a) if isinstance(a, float) else int(a) for a in args]
+            calls.append((self.name, grid[:2], shared_mem))
+            getattr(self.lib, self.name + "_launch")(grid[0], grid[1], *conv)
+
+    def get_function(source, name, *, defines=None, **_):
+        assert source == fa2.BWD_SOURCE and defines["STORAGE"] == "float"
+        return Emulated(build(defines["BR"], defines["BC"], defines["D_PAD"]), name, defines)
+
+    monkeypatch.setattr(loader, "get_function", get_function)
+    monkeypatch.setattr(loader, "check_cuda_inputs", lambda *a, **kw: None)  # CPU tensors stand in
+    monkeypatch.setattr(loader, "max_dynamic_smem", lambda *a: 227 * 1024)
+    g = torch.Generator().manual_seed(3)
+    q, do = torch.randn(2, 1, 150, 40, generator=g), torch.randn(2, 1, 150, 40, generator=g)
+    k, v = torch.randn(2, 1, 90, 40, generator=g), torch.randn(2, 1, 90, 40, generator=g)
+    o, lse = attention_reference(q, k, v, causal=True)
+    got = fa2.backward(q, k, v, o.float(), lse.float(), do, causal=True)
+    assert [c[0] for c in calls] == list(fa2.BWD_KERNELS)
+    assert calls[1][1:] == ((2, 2), fa2.backward_shared_bytes(40))  # (Tc, B*H) = (90/64, 2)
+    assert_grads_close(got, q, k, v, do, True, 1 / math.sqrt(40))
+    assert (got[0][..., :60, :] == 0).all()  # causal, Nq > Nk: 60 rows see no key

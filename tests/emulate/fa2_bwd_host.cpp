@@ -74,19 +74,22 @@ static void launch(int gx, int gy, Body body) {
     }
 }
 
-// The three launches of kernels/fa2.py backward, with its grids: (cdiv(Nq, 8), B*H), (Tc, B*H), (blocks,).
-extern "C" void fa2_bwd_preprocess_grid(const float* o, const float* dout, float* dq_acc, float* delta, int bh,
-                                        int n_q, int d) {
-  launch((n_q + 7) / 8, bh, [=] { fa2_bwd_preprocess(o, dout, dq_acc, delta, n_q, d); });
+// The three launches of kernels/fa2.py backward, on the grid the caller gives (gx, gy): the launcher's own
+// grids when tests/test_fa2_bwd_emulated.py routes kernels/fa2.py through here.
+extern "C" void fa2_bwd_preprocess_launch(int gx, int gy, const float* o, const float* dout, float* dq_acc,
+                                          float* delta, int n_q, int d) {
+  launch(gx, gy, [=] { fa2_bwd_preprocess(o, dout, dq_acc, delta, n_q, d); });
 }
 
-extern "C" void fa2_bwd_grid(const float* q, const float* k, const float* v, const float* dout, const float* lse,
-                             const float* delta, float* dq_acc, float* dk, float* dv, int bh, int n_q, int n_k,
-                             int d, float scale, int causal) {
-  launch((n_k + BC - 1) / BC, bh,
-         [=] { fa2_bwd(q, k, v, dout, lse, delta, dq_acc, dk, dv, n_q, n_k, d, scale, causal); });
+extern "C" void fa2_bwd_launch(int gx, int gy, const float* q, const float* k, const float* v, const float* dout,
+                               const float* lse, const float* delta, float* dq_acc, float* dk, float* dv, int n_q,
+                               int n_k, int d, float scale, int causal) {
+  launch(gx, gy, [=] { fa2_bwd(q, k, v, dout, lse, delta, dq_acc, dk, dv, n_q, n_k, d, scale, causal); });
 }
 
-extern "C" void fa2_bwd_dq_grid(const float* dq_acc, float* dq, long long n, float scale) {
-  launch(std::min<long long>((n + NTHREADS - 1) / NTHREADS, 3), 1, [=] { fa2_bwd_dq(dq_acc, dq, n, scale); });
+extern "C" void fa2_bwd_dq_launch(int gx, int gy, const float* dq_acc, float* dq, long long n, float scale) {
+  launch(gx, gy, [=] { fa2_bwd_dq(dq_acc, dq, n, scale); });
 }
+
+extern "C" long long shared_floats() { return sizeof(smem) / sizeof(float); }
+extern "C" int block_k() { return BC; }
