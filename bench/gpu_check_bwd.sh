@@ -8,17 +8,19 @@
 #   each step gets at most what is left), TRAIN_ARGS="--steps 500" (extra bench/train_gpt.py arguments; --fallback fa2 is always passed),
 #   BENCH_ARGS="" (extra bench/bench_bwd.py arguments), PYTEST_K="" (a -k filter for the tests).
 #
-# Writes to $OUT: gpu_tests_bwd.log, sanitize_bwd_{memcheck,racecheck}.log, bwd_bench.{json,md,png},
-# bench_bwd.log, train_gpt.{json,png}, train_gpt.log, gpu_check_bwd.json (step -> rc, seconds).
-# Read: the summary table printed last (rc 0 everywhere), gpu_tests_bwd.log's last lines,
-# "ERROR SUMMARY: 0 errors" / "RACECHECK SUMMARY: 0 hazards" in the sanitizer logs, bwd_bench.md
-# (fa2_wgmma / sdpa_flash ratios; fa2 / sdpa_math at N = 4096), train_gpt.log's AGREE line and tokens/s.
+# Writes 7 files to $OUT: gpu_check_bwd.log (every step's output, in order), gpu_check_bwd.json (step -> rc,
+# seconds), train_gpt.{json,png}, bwd_bench.{json,md,png}.
+# Read: the summary table printed last (rc 0 everywhere); in the log, pytest's last line, "ERROR SUMMARY: 0
+# errors" (memcheck) and "RACECHECK SUMMARY: 0 hazards" (racecheck), train_gpt's AGREE line and tokens/s;
+# bwd_bench.md (fa2_wgmma / sdpa_flash ratios; fa2 / sdpa_math_fp32 at N = 4096: the teaching target).
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d /tmp/gpu_check_bwd.XXXX)}
 mkdir -p "$OUT"
 TOTAL_S=${TOTAL_S:-295}
 T0=$(date +%s)
+LOG="$OUT/gpu_check_bwd.log"  # every step's full output, in order (few files: the device tool returns few)
+: > "$LOG"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(precompile tests memcheck racecheck train bench)
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
@@ -30,32 +32,35 @@ cap() { local c=${CAP[$1]:-60} l; l=$(left); [ "$c" -lt "$l" ] && echo "$c" || e
 for step in "${steps[@]}"; do
   t0=$(date +%s)
   limit=$(cap "$step")
+  echo "==================== $step (limit ${limit} s)" >> "$LOG"
   case "$step" in
     precompile)  # NVRTC every build the tests launch, in parallel (serially they take ~1 min)
-      timeout "$limit" python3 bench/precompile_bwd.py 2>&1 | tail -3
+      timeout "$limit" python3 bench/precompile_bwd.py 2>&1 | tee -a "$LOG" | tail -3
       rc=${PIPESTATUS[0]} ;;
     tests)
       timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_backward.py \
-        ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/gpu_tests_bwd.log" | tail -25
+        ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee -a "$LOG" | tail -25
       rc=${PIPESTATUS[0]} ;;
     memcheck|racecheck)
       if [ -z "$SANITIZER" ]; then
-        echo "compute-sanitizer not found" | tee "$OUT/sanitize_bwd_$step.log"; rc=127
+        echo "compute-sanitizer not found" | tee -a "$LOG"; rc=127
       else
         timeout "$limit" "$SANITIZER" --tool "$step" --print-limit 50 --error-exitcode 3 \
-          python3 bench/bwd_sanitize_target.py > "$OUT/sanitize_bwd_$step.log" 2>&1
+          python3 bench/bwd_sanitize_target.py > "$OUT/sanitize_$step.tmp" 2>&1
         rc=$?
-        grep -E "fa2 backward|SUMMARY" "$OUT/sanitize_bwd_$step.log" | tail -6
+        cat "$OUT/sanitize_$step.tmp" >> "$LOG"
+        grep -E "fa2 backward|SUMMARY" "$OUT/sanitize_$step.tmp" | tail -6
+        rm -f "$OUT/sanitize_$step.tmp"
       fi ;;
     bench)
       # shellcheck disable=SC2086
       timeout "$limit" python3 bench/bench_bwd.py --quick --out "$OUT" --budget-s $(( limit - 25 )) \
-        ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_bwd.log" | tail -45
+        ${BENCH_ARGS:-} 2>&1 | tee -a "$LOG" | tail -45
       rc=${PIPESTATUS[0]} ;;
     train)
       # shellcheck disable=SC2086
       timeout "$limit" python3 bench/train_gpt.py --fallback fa2 --out "$OUT" ${TRAIN_ARGS:-} 2>&1 \
-        | tee "$OUT/train_gpt.log" | tail -12
+        | tee -a "$LOG" | tail -12
       rc=${PIPESTATUS[0]} ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
