@@ -5,8 +5,9 @@
 #
 #   PYTHONPATH=. bash bench/gpu_check_bwd.sh [precompile] [tests] [memcheck] [racecheck] [train] [bench]
 #   (default: all, in that order; each step is capped, see CAP). Environment: TOTAL_S=295 (time budget;
-#   each step gets at most what is left), TRAIN_ARGS="--steps 500" (extra bench/train_gpt.py arguments; --fallback fa2 is always passed),
-#   BENCH_ARGS="" (extra bench/bench_bwd.py arguments), PYTEST_K="" (a -k filter for the tests).
+#   each step gets at most what is left), TRAIN_ARGS="--steps 500" (extra bench/train_gpt.py arguments;
+#   --fallback fa2 is always passed), BENCH_ARGS="" (extra bench/bench_bwd.py arguments), PYTEST_K=""
+#   (a -k filter for the tests).
 #
 # Writes 7 files to $OUT: gpu_check_bwd.log (every step's output, in order), gpu_check_bwd.json (step -> rc,
 # seconds), train_gpt.{json,png}, bwd_bench.{json,md,png}.
