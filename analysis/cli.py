@@ -6,15 +6,18 @@
     fa-traffic gpus                        # the GPU figures and their sources
 
 Counts come from `analysis.closed_forms` (held exactly equal to the instrumented references by the
-tests). Blocks default to FA1's rule Bc = ⌈M/4d⌉, Br = min(Bc, d) with M = SRAM bytes / 4 (float32
-elements: the on-chip compute type); --block-q/--block-k override. Rows whose working set does not
-fit the SRAM are reported with fits = false and over_by_bytes, not dropped.
+tests). The report's blocks default to the ones each variant's real kernel runs, with the GPU model's
+levels (L2 requests, DRAM bytes) beside the papers' count and its bound / TFLOP/s (analysis.report_gpu);
+`--blocks fa1-rule` gives FA1's rule Bc = ⌈M/4d⌉, Br = min(Bc, d) with M = SRAM bytes / 4 (float32
+elements: the on-chip compute type) and the papers' roofline, as sweep-sram always does;
+--block-q/--block-k override. Rows whose working set does not fit the SRAM are reported with
+fits = false and over_by_bytes, not dropped.
 
 Limits (a one-line error past them, exit 2): at most MAX_ROWS = 50,000 output rows (problems x
 SRAM sizes x variant configs), --points at most MAX_POINTS = 1,000, a --plot of a sweep at most
 MAX_PLOT_PANELS = 8 problems, and every tensor at most 2**63 - 1 elements. Any size within them
 answers in well under a second per row (the closed forms do not loop over blocks). json and csv are
-written as the rows are computed; a progress bar shows on a terminal's stderr for long jobs.
+written as the rows are computed (tables hold their rows); a progress bar shows on a terminal's stderr for long jobs.
 Integers are parsed exactly (no float round trip); a flag that does not apply to the command or the
 chosen variants is an error, never silently ignored. Output errors (closed pipe, full disk) end with
 one line on stderr and exit status 1.
@@ -135,7 +138,7 @@ def _flatten(lists):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="HBM traffic, FLOPs, SRAM working set and a roofline "
                      "for naive attention, FlashAttention-1/2 and issue #941's multiply-V-once.")
-    sub = parser.add_subparsers(dest="command", metavar="{report,sweep-sram,gpus}")
+    sub = parser.add_subparsers(dest="command", metavar="{report,sweep-sram,predict,validate,gpus}")
 
     def common(p, *, seq_help):
         p.add_argument("--variant", action="append", type=_choice_list(cf.VARIANT_NAMES, "variant"),
@@ -169,12 +172,19 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--pass", dest="pass_name", choices=("forward", "backward", "train"),
                      default="forward", help="forward (default), backward, or train = both "
                      "(adds memory saved for the backward and recompute FLOPs)")
+    rep.add_argument("--blocks", choices=("kernel", "fa1-rule"), default="kernel",
+                     help="kernel: each variant's real kernel's Br, Bc and the GPU model (default, forward); "
+                          "fa1-rule: FA1's rule and the papers' roofline")
+    rep.set_defaults(batch=None, heads=None)  # unset: counts per head, the GPU model on a full GPU
     sw = sub.add_parser("sweep-sram", help="FA1 Theorem 2: HBM traffic against SRAM size M")
     common(sw, seq_help="the fixed sequence length N (default 4k; a list gives one sweep each)")
     sw.add_argument("--sram-min", type=parse_bytes, default=16 * 1024, help="smallest M (default 16KiB)")
     sw.add_argument("--sram-max", type=parse_bytes, default=4 * 1024 ** 2, help="largest M (default 4MiB)")
     sw.add_argument("--points", type=_positive_int,
                     help=f"log-spaced sizes (default {DEFAULT_POINTS}, at most {MAX_POINTS})")
+    from analysis import gpu_cli  # predict, validate: the GPU model (issue 11)
+
+    gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of})
     g = sub.add_parser("gpus", help="the GPU figures and their sources")
     g.add_argument("--format", choices=("table", "json"), default="table")
     return parser
@@ -290,7 +300,12 @@ class _Plan:
 
     def __init__(self, args, sweep: bool):
         check_applicable(args, sweep)
+        if getattr(args, "full_gpu", None) is None:  # report: the GPU model at the bench's B, H
+            args.full_gpu = args.batch is None and args.heads is None
+        args.batch, args.heads = args.batch or 1, args.heads or 1
         self.args, self.sweep = args, sweep
+        self.by_kernel = (not sweep and getattr(args, "blocks", "fa1-rule") == "kernel"
+                          and not (args.block_q or args.block_k))
         self.gpu = get_gpu(args.gpu)
         default_seq = (4096,) if sweep else DEFAULT_SEQ
         configs = _configs(args, sweep)
@@ -335,12 +350,29 @@ class _Plan:
             for sram in self.srams:
                 for name, opts, rule in self.series:
                     br, bc, rule_ = _blocks(args, sram, d, rule)
+                    desc, why = None, None if self.by_kernel else (
+                        "explicit --block-q/--block-k" if (args.block_q or args.block_k) else "--blocks fa1-rule")
+                    if self.by_kernel:  # issue 11: the real kernel's blocks and the GPU model
+                        from analysis import report_gpu
+
+                        desc, why = report_gpu.kernel_descriptor(name, opts, n_q, n_k, d, args.dtype,
+                                                                 args.causal, self.gpu.key)
+                        if desc is not None:
+                            br, bc, rule_ = desc.block_q, desc.block_k, f"kernel {desc.kernel}"
                     try:
                         tr = cf.counts(name, args.batch, args.heads, n_q, n_k, d, causal=args.causal,
                                        dtype=args.dtype, block_q=br, block_k=bc, sram_bytes=sram, **opts)
                     except ValueError as e:
                         raise CliError(f"{name} at Nq={n_q}, Nk={n_k}, d={d}: {e}") from None
-                    yield record(tr, self.gpu, rule_)
+                    rec = record(tr, self.gpu, rule_)
+                    if not self.sweep:
+                        from analysis import report_gpu
+
+                        rec["gpu_model"] = (report_gpu.model_record(desc, args.batch, args.heads, n_q, n_k, d,
+                                                                    args.dtype, args.causal,
+                                                                    full_gpu=args.full_gpu)
+                                            if desc is not None else {"why": why})
+                    yield rec
 
 
 def iter_records(args, *, sweep=False, progress=None):
@@ -413,6 +445,33 @@ def _report_row(r: dict) -> list[str]:
             human_flops(r["flops"]["other"]),
             human_time(rf["t_memory_s"]), human_time(rf["t_matmul_s"]), human_time(rf["t_nonmatmul_s"]),
             rf["bound"], f"{rf['predicted_tflops']:.4g}"]
+
+
+# the default report (issue 11): the papers' count beside the levels the GPU model gives, at each
+# variant's real kernel's blocks; bound and TFLOP/s from the GPU model (analysis.report_gpu)
+KERNEL_REPORT_COLUMNS = ("variant", "kernel", "N", "d", "Br×Bc", "requests", "L2", "DRAM", "DRAM × min", "smem",
+                         "matmul", "exp", "other", "FLOP/B req", "FLOP/B min", "bound", "TFLOP/s")
+
+
+def _kernel_report_row(r: dict) -> list[str]:
+    g, rf = r.get("gpu_model", {}), r["roofline"]
+    n = f"{r['seq_q']}" if r["seq_q"] == r["seq_k"] else f"{r['seq_q']}×{r['seq_k']}"
+    sram = human_bytes(r["sram_peak_bytes"]) + ("" if r["fits"] else " ✗")
+    if g.get("smem_bytes"):  # what the kernel allocates (S, P in registers), not the reference's working set
+        sram = human_bytes(g["smem_bytes"])
+    flops = sum(r["flops"].values())
+    if "time_s" in g:
+        levels = [human_bytes(g["l2_bytes"]), human_bytes(g["dram_bytes"]),
+                  f"{g['dram_bytes'] / r['min_hbm_bytes']:.3g}"]
+        verdict = [g["bound"], f"{g['tflops']:.4g}"]
+    else:  # no kernel or no model for this row: the papers' roofline, said so
+        levels = ["—", "—", "—"]
+        verdict = [f"{rf['bound']} (papers')", f"{rf['predicted_tflops']:.4g} (papers')"]
+    return ([r["label"], g.get("kernel", "—"), n, str(r["head_dim"]), f"{r['block_q']}×{r['block_k']}",
+             human_bytes(r["hbm_bytes"])] + levels
+            + [sram, human_flops(r["flops"]["matmul"]), human_flops(r["flops"]["exp"]),
+               human_flops(r["flops"]["other"]), f"{flops / r['hbm_bytes']:.4g}",
+               f"{flops / r['min_hbm_bytes']:.4g}"] + verdict)
 
 
 SWEEP_COLUMNS = ("SRAM", "Br×Bc")
@@ -553,14 +612,37 @@ def render_csv(recs, file=None) -> None:
     file.write(buf.getvalue())
 
 
-def _caption(args, srams, dims, gpu) -> str:
+def _kernel_caption(args, recs, gpu) -> str:
+    from analysis import report_gpu
+
+    g = next((r["gpu_model"] for r in recs if "time_s" in r.get("gpu_model", {})), None)
+    why = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})})
+    bh = ("at B = 16k/N, H = 2048/d, as every bench (a full GPU; --batch/--heads to choose)"
+          if g and recs[0]["batch"] * recs[0]["heads"] != g["model_batch"] * g["model_heads"] else "")
+    kernels = ", ".join(f"{v}: {k}" for v, k in report_gpu.KERNEL_OF.items())
+    return (f"B={recs[0]['batch']} H={recs[0]['heads']} {args.dtype}{' causal' if args.causal else ''}; "
+            f"blocks: each variant's kernel ({kernels}; --blocks fa1-rule for FA1's rule); "
+            "requests = the papers' count (global-memory requests, no cache); L2 = SM→L2 requests; "
+            "DRAM = after the L2 residency model; × min / FLOP/B min: against Q,K,V read once + O,lse written "
+            f"once; bound, TFLOP/s: the GPU model of the {gpu.name} {bh} (fa-traffic validate checks it "
+            "against every committed measurement)"
+            + (f"; rows marked (papers'): {'; '.join(why)}" if why else "")
+            + "; smem: what the kernel allocates per thread block (S, P in registers), or, for a row no kernel "
+              "runs, the reference's working set (✗ = over the SRAM)")
+
+
+def _caption(args, srams, dims, gpu, recs=()) -> str:
+    """recs: the records (a table holds them) for the kernel report's caption."""
+    if any("gpu_model" in r and "why" not in r["gpu_model"] for r in recs):
+        return _kernel_caption(args, recs, gpu)
     srams = sorted(srams)
     sram = human_bytes(srams[0]) if len(srams) == 1 else f"{human_bytes(srams[0])} … {human_bytes(srams[-1])}"
     blocks = "explicit" if (args.block_q or args.block_k) else "FA1 rule Bc=⌈M/4d⌉, Br=min(Bc,d), M=SRAM/4"
     return (f"B={args.batch} H={args.heads} d={','.join(map(str, dims))} {args.dtype}"
             f"{' causal' if args.causal else ''}; "
             f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}; "
-            f"roofline: {gpu.name} datasheet; × min = HBM bytes / (Q,K,V read once + O,lse written once); "
+            f"roofline of the papers' count (no cache: not what bounds the GPU; the default --blocks kernel "
+            f"has the GPU model): {gpu.name} datasheet; × min = HBM bytes / (Q,K,V read once + O,lse written once); "
             "TFLOP/s = 4·d per visible (query, key) pair / roofline time; "
             "✗ = working set over the SRAM (by over_by_bytes in --format json)")
 
@@ -595,7 +677,8 @@ def _emit(args, plan, records, *, table_rows, title):
     elif args.format == "csv":
         write_csv(records)
     else:
-        header, rows = table_rows(records())
+        recs = list(records())  # a table holds its rows (bounded by MAX_ROWS)
+        header, rows = table_rows(recs)
         if args.format == "markdown":
             render_markdown(header, rows)
             return
@@ -603,8 +686,12 @@ def _emit(args, plan, records, *, table_rows, title):
         if "matmul" in header:  # the report: traffic | FLOPs | roofline, packed to the terminal
             names = [("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM"), ("matmul", "exp", "other"),
                      ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")]
+            if "kernel" in header:  # issue 11's columns
+                names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "smem"),
+                         ("matmul", "exp", "other", "FLOP/B req", "FLOP/B min"), ("bound", "TFLOP/s")]
             groups = [[header.index(h) for h in g if h in header] for g in names]
-        render_table(header, rows, title=title, caption=_caption(args, plan.srams, plan.dims, plan.gpu),
+        render_table(header, rows, title=title,
+                     caption=_caption(args, plan.srams, plan.dims, plan.gpu, recs),
                      groups=groups, keep=2 if groups else 4)
 
 
@@ -674,6 +761,8 @@ def cmd_report(args) -> int:
 
     def table_rows(recs):
         header, rows = list(REPORT_COLUMNS), [_report_row(r) for r in recs]
+        if any("why" not in r.get("gpu_model", {"why": 1}) for r in recs):  # --blocks kernel (issue 11)
+            header, rows = list(KERNEL_REPORT_COLUMNS), [_kernel_report_row(r) for r in recs]
         if one_d:
             i = header.index("d")
             header.pop(i)
@@ -681,8 +770,11 @@ def cmd_report(args) -> int:
                 row.pop(i)
         return header, rows
 
+    kernel = getattr(args, "blocks", "fa1-rule") == "kernel" and not (args.block_q or args.block_k)
     return _run(args, sweep=False, table_rows=table_rows,
-                title="fa-traffic report: HBM traffic, FLOPs, SRAM, roofline (whole problem)")
+                title="fa-traffic report: the papers' count, L2 and DRAM, FLOPs, the GPU model's bound "
+                      "(whole problem)" if kernel else
+                      "fa-traffic report: HBM traffic, FLOPs, SRAM, roofline (whole problem)")
 
 
 def cmd_sweep(args) -> int:
@@ -733,9 +825,15 @@ def main(argv=None) -> int:
             argv = ["report"]
         args = parser.parse_args(argv)
         if args.command is None:
-            raise CliError("choose a command: report, sweep-sram, gpus")
+            raise CliError("choose a command: report, sweep-sram, predict, validate, gpus")
         if args.command == "gpus":
             rc = cmd_gpus(args)
+        elif args.command in ("predict", "validate"):
+            from analysis import gpu_cli
+
+            if getattr(args, "plot", None) is not None and not args.plot.lower().endswith(".png"):
+                raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
+            rc = gpu_cli.run(args, CliError)
         else:
             rc = cmd_report(args) if args.command == "report" else cmd_sweep(args)
         sys.stdout.flush()  # an output error must surface here, not at interpreter exit

@@ -32,7 +32,7 @@ visit K block j).
 Only the last visited block of a row can be a tail, and it is never rescaled by a later block, so
 eager rescaling touches exactly Bc·n(n-1)/2 columns per row. Bytes: Q, K, V, O, S, P, f have the
 input dtype's itemsize; ℓ, m, lse are float32. The SRAM working set is the variant's own
-`sram_bytes(...)` (imported from `variants`, the one source of truth), called as the reference calls it.
+`sram_bytes(...)` (analysis.sram, which `variants` re-export: the one source of truth), called as the reference calls it.
 """
 from __future__ import annotations
 
@@ -229,7 +229,7 @@ def sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype="fp16", causa
 
 
 def _v_once_sram(n_q, n_k, d, block_q, block_k, itemsize, causal, *, capacity, placement, rescale):
-    from variants.v_once import resolve_placement, sram_bytes
+    from analysis.sram import v_once_resolve_placement as resolve_placement, v_once_sram_bytes as sram_bytes
 
     if placement == "auto":
         placement = resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,
@@ -313,9 +313,9 @@ def _v_once_terms(s: TileSums, t: Tiling, d: int, *, placement: str, rescale: st
     return _v_once(s, t, d, placement == "hbm", rescale == "eager")
 
 
-for _cf in (ClosedForm("naive", _naive, "variants.naive:sram_bytes"),
-            ClosedForm("fa1", _fa1, "variants.fa1:sram_bytes"),
-            ClosedForm("fa2", _fa2, "variants.fa2:sram_bytes"),
+for _cf in (ClosedForm("naive", _naive, "analysis.sram:naive_sram_bytes"),  # torch-free (issue 11: the
+            ClosedForm("fa1", _fa1, "analysis.sram:fa1_sram_bytes"),        # report imports no torch)
+            ClosedForm("fa2", _fa2, "analysis.sram:fa2_sram_bytes"),
             ClosedForm("v_once", _v_once_terms, _v_once_sram, {"placement": PLACEMENTS, "rescale": RESCALES})):
     register(_cf)
 

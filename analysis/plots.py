@@ -7,6 +7,8 @@ plot_report: HBM traffic and roofline-predicted TFLOP/s against sequence length.
 """
 from __future__ import annotations
 
+import math
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -147,6 +149,7 @@ def plot_sweep(recs, path) -> None:
 
 def plot_report(recs, path) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.6))
+    model = any("tflops" in r.get("gpu_model", {}) for r in recs)  # issue 11: the default report's GPU model
     lines = {}
     for r in recs:
         key = _key(r)
@@ -162,7 +165,8 @@ def plot_report(recs, path) -> None:
         label = " ".join([key, *extra])
         xs = [r["seq_q"] for r in rs]
         for ax, ys in ((ax1, [r["hbm_bytes"] for r in rs]),
-                       (ax2, [r["roofline"]["predicted_tflops"] for r in rs])):
+                       (ax2, [r.get("gpu_model", {}).get("tflops", math.nan if model else r["roofline"]["predicted_tflops"])
+                             for r in rs])):  # a row no kernel runs: no GPU-model point
             ax.plot(xs, ys, ls, color=colour, lw=1.5, label=label)
             fit = [(x, y) for x, y, r in zip(xs, ys, rs) if r["fits"]]
             over = [(x, y) for x, y, r in zip(xs, ys, rs) if not r["fits"]]
@@ -180,11 +184,13 @@ def plot_report(recs, path) -> None:
     ax1.yaxis.set_major_locator(LogLocator(base=2, numticks=12))
     ax1.yaxis.set_minor_locator(LogLocator(base=2, subs=(), numticks=12))
     ax1.yaxis.set_major_formatter(FuncFormatter(_bytes_fmt))
-    ax1.set_ylabel("HBM traffic, read + write (bytes)")
-    ax1.set_title("HBM traffic (hollow marker: working set over the SRAM)", fontsize=10)
-    ax2.set_ylabel("predicted TFLOP/s (4·d·visible pairs / roofline time)")
+    ax1.set_ylabel("HBM traffic, read + write (bytes)" if not model else "global-memory requests (papers' count)")
+    ax1.set_title(("the papers' count at each kernel's blocks" if model else "HBM traffic")
+                  + " (hollow marker: working set over the SRAM)", fontsize=10)
+    ax2.set_ylabel("predicted TFLOP/s (4·d·visible pairs / " + ("GPU-model time)" if model else "roofline time)"))
     ax2.set_yscale("log")
-    ax2.set_title(f"roofline prediction on {r0['gpu'].upper()} (datasheet)", fontsize=10)
+    ax2.set_title(f"GPU model of each variant's kernel on the {r0['gpu'].upper()}" if model else
+                  f"roofline prediction on {r0['gpu'].upper()} (datasheet)", fontsize=10)
     ax1.legend(fontsize=8)
     fig.suptitle(f"fa-traffic report — d={r0['head_dim']}, {r0['dtype']}"
                  f"{', causal' if r0['causal'] else ''}, SRAM {_bytes_fmt(r0['sram_bytes'])} per block",

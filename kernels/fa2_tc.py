@@ -171,3 +171,23 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
            (q, k, v, o, lse, int(n_q), int(n_k), float(scale * LOG2E), float(scale), int(bool(causal))),
            smem_bytes(defs), q.device.index)
     return o, lse
+
+
+# -- what the GPU model needs (analysis.descriptors; torch-free) ------------------------------------------
+def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict | None = None, **_) -> dict:
+    """This build's descriptor: mma.sync with S/P in registers, Q and K/V staged in smem by cp.async;
+    every warp re-reads its Q fragments (unless Q_IN_REGS) and all of K_j, V_j through ldmatrix."""
+    from analysis.descriptors import ctas_per_sm, overhead, registers_of
+
+    defs = defines_for(d, dtype == "bf16", config)
+    br, bc, warps = defs["BLOCK_M"], defs["BLOCK_N"], defs["NWARPS"]
+    rows = br // warps
+    smem_tile = warps * (rows * d * 2 * (1 - defs["Q_IN_REGS"]) + 2 * bc * d * 2)
+    t, src = overhead("fa2_tc")
+    return dict(kernel="fa2_tc", build=f"Br={br} Bc={bc} {warps} warps", variant="fa2", path="mma_sync",
+                structure="fa2", block_q=br, block_k=bc, warps=warps,
+                ctas_per_sm=ctas_per_sm(warps, smem_bytes(defs), registers_of("fa2_tc", defs),
+                                        defs["MIN_BLOCKS"]),
+                loads="cp.async", s_p="registers", grid="q_blocks", smem_bytes_per_tile=smem_tile,
+                smem_bytes=smem_bytes(defs), launch_overhead_s=t, overhead_source=src, source="kernels/fa2_tc.py CONFIGS",
+                options={k: v for k, v in defs.items() if k not in ("HEAD_DIM", "IS_BF16")})

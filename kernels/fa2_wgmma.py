@@ -166,3 +166,29 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
         (*inputs, o, lse, int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale), int(bool(causal))),
         shared_mem=smem_bytes(defs))
     return o, lse
+
+
+# -- what the GPU model needs (analysis.descriptors; torch-free) ------------------------------------------
+def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict | None = None, **_) -> dict:
+    """This build's descriptor: wgmma reads Q, K_j, V_j straight from swizzled smem (P from registers);
+    TMA=1 is warp-specialised (a producer warpgroup feeds consumers that overlap softmax and products),
+    the cp.async build has every warp load, then compute (FA2's structure)."""
+    from analysis.descriptors import ctas_per_sm, overhead, registers_of
+
+    defs = defines_for(d, dtype == "bf16", config)
+    bc, nwg = defs["BLOCK_N"], defs["NWG"]
+    tma = bool(defs.get("TMA"))
+    smem_tile = nwg * (64 * d * 2 + 2 * bc * d * 2)
+    warps = threads(defs) // 32
+    t, src = overhead("fa2_tc")  # the same CuPy driver launch (+ tensor maps for TMA, not timed apart)
+    return dict(kernel="fa2_wgmma", build=f"{'TMA' if tma else 'cp.async'} Br={block_m(defs)} Bc={bc}"
+                + (f" pingpong={defs.get('PINGPONG', 0)}" if tma else ""),
+                variant="fa2", path="wgmma", structure="warp_specialized" if tma else "fa2",
+                block_q=block_m(defs), block_k=bc, warps=warps,
+                ctas_per_sm=ctas_per_sm(warps, smem_bytes(defs), registers_of("fa2_wgmma", defs),
+                                        defs.get("MIN_BLOCKS", 1)),
+                loads="tma" if tma else "cp.async", s_p="registers", grid="q_blocks",
+                smem_bytes_per_tile=smem_tile, smem_bytes=smem_bytes(defs), launch_overhead_s=t,
+                overhead_source=src,
+                source="kernels/fa2_wgmma.py CONFIGS",
+                options={k: v for k, v in defs.items() if k not in ("HEAD_DIM", "IS_BF16")})

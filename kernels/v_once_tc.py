@@ -130,3 +130,29 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
                    int(bool(causal)), int(p["tc_alloc"])),
                   p["smem"], q.device.index)
     return o, lse
+
+
+# -- what the GPU model needs (analysis.descriptors; torch-free) ------------------------------------------
+def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 4096, n_k: int | None = None,
+             placement: str = "auto", rescale: str = "lazy", config: dict | None = None, **_) -> dict:
+    """This build's descriptor: mma.sync, 4 warps of 16 rows; the f row (input dtype) is written to smem
+    or to a global scratch and read back for the one (f/l) V product; plan() says which and the smem."""
+    from analysis.descriptors import ctas_per_sm, overhead, registers_of
+
+    n_k = n_q if n_k is None else n_k
+    p = plan(n_q, n_k, d, causal=causal, placement=placement, rescale=rescale, config=config)
+    defs = defines_for(d, dtype == "bf16", p["placement"], rescale, config)
+    br, bc, warps = defs["BLOCK_M"], defs["BLOCK_N"], defs["NWARPS"]
+    # per tile: Q fragments + K_j per warp (S), V_j per warp (the product), f written and read back
+    smem_tile = warps * (br // warps * d * 2 + 2 * bc * d * 2) + 2 * br * bc * 2
+    t, src = overhead("fa2_tc")
+    return dict(kernel="v_once_tc", build=f"Br={br} Bc={bc} f in {p['placement']}, {rescale}", variant="v_once",
+                path="mma_sync", structure="fa2", block_q=br, block_k=bc, warps=warps,
+                ctas_per_sm=ctas_per_sm(warps, p["smem"], registers_of("v_once_tc", defs), defs["MIN_BLOCKS"]),
+                loads="cp.async", s_p="registers", grid="q_blocks", smem_bytes_per_tile=smem_tile,
+                f=p["placement"], rescale=rescale, smem_bytes=p["smem"], launch_overhead_s=t,
+                # eager, spilled: no latency term (rescale_round_trips 0): each thread has KN 16-byte
+                # fragments of an earlier block in flight at once (teaching: one 2-byte element per load),
+                # so the rescale runs at the L2/DRAM rate the levels give (bench/results/tc_bench.json) overhead_source=src,
+                source="kernels/v_once_tc.py CONFIG and plan()",
+                options=dict(placement=placement, rescale=rescale))

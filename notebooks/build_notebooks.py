@@ -198,9 +198,14 @@ for name in ("naive", "fa2"):
                                 sram_bytes=h200.sram_bytes)  # batch x N = 16k tokens
         res[(name, n)] = (c, roofline(c, h200))
 
-show_table(["variant", "N", "HBM bytes", "FLOP / byte", "t memory", "t matmul", "t non-matmul", "bound",
-            "predicted TFLOP/s"],
-           [[name, n, human(c.hbm_bytes), f"{r.intensity_flop_per_byte:.0f}", f"{r.t_memory_s * 1e6:.0f} µs",
+from analysis.headline import min_hbm_bytes
+
+# intensity twice: by the papers' count (every request goes to HBM) and with each input read once and
+# each output written once (what a cache that holds K and V would leave: the most DRAM can be spared)
+show_table(["variant", "N", "HBM bytes (papers' count)", "FLOP/B papers' count", "FLOP/B each input once",
+            "t memory", "t matmul", "t non-matmul", "roofline bound (papers' count)", "predicted TFLOP/s"],
+           [[name, n, human(c.hbm_bytes), f"{r.intensity_flop_per_byte:.0f}",
+             f"{c.total_flops / min_hbm_bytes(c.batch, c.heads, n, n, d, 2):.0f}", f"{r.t_memory_s * 1e6:.0f} µs",
              f"{r.t_matmul_s * 1e6:.0f} µs", f"{r.t_nonmatmul_s * 1e6:.0f} µs", r.bound,
              f"{r.predicted_tflops:.0f}"]
             for (name, n), (c, r) in res.items() if n in (1024, 4096, 16384)])
@@ -225,11 +230,16 @@ plt.show()
 """),
     md(r"""
 Naive attention's intensity does not grow with $N$: both its FLOPs and its $S$/$P$ bytes grow as
-$N^2$, so it sits at a fixed point far left of the ridge — memory-bound at every length.
+$N^2$, so by the papers' count it sits at a fixed point far left of the ridge at every length.
 FlashAttention-2's bytes grow as $N^2 d / B_r$ (it re-reads $K$ and $V$ once per query block), so
-its intensity is $\Theta(B_r)$: three times naive's with these blocks, and it grows with $B_r$. In
-this HBM-only model it is still left of the ridge; on a real GPU many of those re-reads hit the L2
-cache, which the model deliberately does not credit (notebook 6 compares with measurements).
+its intensity is $\Theta(B_r)$: three times naive's with these blocks, and it grows with $B_r$. By
+the papers' count it is still left of the ridge — but that count is *global-memory requests*, as if
+there were no cache. Read each input once (the "each input once" column) and FA2's intensity grows
+as $N$, far right of the ridge: on an H200 the 60 MB L2 serves nearly every re-read of $K_j, V_j$
+(Nsight Compute: DRAM bytes 0.97–1.04× reading Q, K, V once and writing O once), so no FA2 kernel
+measured here is bound by memory. Naive's $S$ and $P$ (128 MiB at N = 4k per head) do not fit any
+cache: its DRAM traffic is real. Notebook 6 says what bounds each kernel on the H200, from the GPU
+model, with the measurements beside it.
 
 ## 4 · Where the time goes
 
@@ -345,8 +355,8 @@ $|S| \ge 2/\varepsilon$ (fp16: 2048, bf16: 256), where rounding $S$ errs by 1 or
    traffic? (See the docstring of `variants/naive.py`.)
 2. At which $N$ do $S$ and $P$ alone (fp16, one head) fill the H200's 50 MB L2 cache? What changes
    for a kernel whose $S$ fits in L2?
-3. Move the roofline to an A100 (`get_gpu("a100")`). Does the ridge point move left or right, and is
-   naive attention any less memory-bound there?
+3. Move the roofline to an A100 (`get_gpu("a100")`). Does the ridge point move left or right, and
+   does naive attention (by the papers' count) get any closer to it there?
 4. Naive attention at $d = 128$: does its arithmetic intensity change? Derive it from the closed
    form: FLOPs $\approx 4N^2 d$, bytes $\approx 4N^2 \cdot$ itemsize.
 5. The roofline takes the **max** of three times (perfect overlap). Which real effects make a kernel
@@ -1133,7 +1143,7 @@ for n in (4096, 16384):
 print(f"batch = 16k / N, H = {heads} heads, d = {d}, Br = {br}, Bc = {bc}, fp16; "
       "times on an H200 (datasheet figures)")
 show_table(["N", "variant", "HBM read", "HBM write", "matmul", "exp", "other", "non-matmul / matmul",
-            "t memory / matmul / non-matmul (µs)", "bound"], table)
+            "t memory / matmul / non-matmul (µs)", "roofline bound (papers' count)"], table)
 """),
     code(r"""
 n = 16384
@@ -1171,6 +1181,35 @@ loop swap does **not** by itself reduce the bytes read: it swaps which operands 
 GPU, FA2's re-reads of $K_j, V_j$ are shared by all the query blocks running at once and largely
 hit the L2 cache, which this HBM model (deliberately) does not credit. Notebook 6 compares the
 model with measured counters.
+
+**On the H200.** The roofline above prices the papers' count at datasheet rates with perfect overlap.
+The GPU model (`analysis.gpu_model`; notebook 6 checks it against every committed measurement) runs
+the real kernels instead: the teaching FA1 and FA2 (float32 FFMA, 64×64 blocks) and `fa2_wgmma`
+(tensor cores, its own blocks), at the same shapes, with the measured median beside each prediction.
+FA1's teaching kernel has only $B \cdot H$ thread blocks (one per head: 16–64 here, on 132 SMs) and
+one 8-warp block per SM (168 registers), so each SM issues at about half FA2's rate; the loop swap
+and FA2's $T_r \cdot B \cdot H$ blocks are worth more than the bytes.
+"""),
+    code(r"""
+from analysis import gpu_model as gm
+from analysis.measured import bench_cells, teaching_cells
+
+measured = {(c["kernel"], c["n_q"], c["d"]): c["time_s"] for c in teaching_cells() + bench_cells("tc_bench_wgmma_tma.json")
+            if not c["causal"] and c["dtype"] == "fp16" and not c["options"].get("placement")}
+rows = []
+for n in (4096, 16384):
+    for kernel in ("fa1", "fa2", "fa2_wgmma"):
+        p = gm.predict(kernel, 16384 // n, heads, n, None, d, "fp16")
+        t = measured.get((kernel, n, d))
+        rows.append([n, kernel, f"{p.block_q}×{p.block_k}", p.ctas, p.bound, f"{p.time_s * 1e3:.3f} ms",
+                     f"{t * 1e3:.3f} ms" if t else "not measured", f"{p.tflops:.0f}",
+                     f"{4 * (16384 // n) * heads * n * n * d / t / 1e12:.0f}" if t else "—"])
+show_table(["N", "kernel", "Br×Bc", "thread blocks", "bound (GPU model)", "model", "measured",
+            "TFLOP/s model", "TFLOP/s measured"], rows)
+"""),
+    md(r"""
+Measured, the teaching FA1 runs 2–4× slower than the teaching FA2, and `fa2_wgmma` another 20–30×
+faster than that: the bytes FA2 saves were not what the GPU was waiting for.
 
 ## Exercises
 
@@ -1574,7 +1613,7 @@ as the bar to clear.
 
 1. What has been measured.
 2. Timings: TFLOP/s against $N$.
-3. The model against the measurements: roofline predictions and measured counters.
+3. The model against the measurements: the GPU model (levels, bound, time) and measured counters.
 4. Live, when a GPU is present.
 """),
     code(SETUP),
@@ -1648,12 +1687,14 @@ else:
     md(r"""
 ## 3 · The model against the measurements
 
-For every measured kernel that mirrors a variant, `analysis.closed_forms` counts what its reference
-moves and computes at the benchmarked shape and blocks, and `analysis.roofline` turns that into a
-lower bound on the time (the largest of the HBM, matmul and non-matmul times, each at the H200's
-measured bandwidth and matmul rate where the workbench has them). Measured time over the bound says
-how close a kernel gets; a kernel far above its bound is limited by something the model leaves out
-(latency, occupancy, shared-memory bandwidth, scheduling).
+The papers' count is what each thread block *asks* global memory for, as if there were no cache. On
+an H200 that is not what reaches DRAM: the 60 MB L2 serves most re-reads of $K_j, V_j$. The GPU model
+(`analysis.gpu_model`, `fa-traffic predict` / `validate`) follows each kernel as it really runs — its
+own tiling, instruction path (wgmma, mma.sync or FFMA), CTAs per SM, waves — and three memory levels
+(`analysis.levels`): the papers' count (**requests**), what the SMs send to the **L2**, and what an L2
+residency model lets through to **DRAM**. Its free constants are fitted on a training split
+(fp16, non-causal, N = 2k and 8k); every other cell below is held out. The "bound" is the model's
+largest term: tensor, softmax (MUFU + ALU), smem, latency (dependent round trips), L2 or DRAM.
 """),
     code(r"""
 import re
@@ -1687,47 +1728,113 @@ def model_of(kernel, d):
     return variant, options, br, bc
 
 
-comparison = []
-for r in timed:
-    model = model_of(r["kernel"], r["d"])
-    if model is None or "median_ms" not in r:
-        continue
-    variant, options, br, bc = model
-    b = r.get("batch", r.get("b")) or 16384 // r["n"]
-    h = r.get("heads", r.get("h")) or 2048 // r["d"]
-    c = closed_forms.counts(variant, b, h, r["n"], r["n"], r["d"], causal=r["causal"], dtype="fp16",
-                            block_q=br, block_k=bc, sram_bytes=h200.sram_bytes, **options)
-    roof = roofline(c, h200, basis="measured")
-    comparison.append(dict(kernel=r["kernel"], n=r["n"], d=r["d"], causal=r["causal"], measured_ms=r["median_ms"],
-                           bound_ms=roof.t_s * 1e3, bound=roof.bound, hbm_bytes=c.hbm_bytes))
+from analysis import validate as val
 
-if not comparison:
-    print("not measured yet: no timings of workbench kernels in bench/results/ to compare with the model")
+cells = val.rows()
+timed_cells = [r for r in cells if r["quantity"] == "time" and r["n"] >= 2048]
+if not timed_cells:
+    print("not measured yet: no timings in bench/results/ to compare with the model")
 else:
-    fig, ax = plt.subplots(figsize=(6.5, 5))
-    for kernel in sorted({x["kernel"] for x in comparison}):
-        pts = [(x["bound_ms"], x["measured_ms"]) for x in comparison if x["kernel"] == kernel]
-        ax.loglog(*zip(*pts), "s" if "_tc" in kernel else "o", ms=5, label=kernel, alpha=0.8)
-    lo = min(min(x["bound_ms"], x["measured_ms"]) for x in comparison)
-    hi = max(max(x["bound_ms"], x["measured_ms"]) for x in comparison)
-    ax.loglog([lo, hi], [lo, hi], "k--", lw=0.8, label="measured = roofline bound")
-    ax.set_xlabel("roofline bound from the counts (ms)")
+    fig, ax = plt.subplots(figsize=(7, 5.5))
+    for kernel in sorted({r["kernel"].split("{")[0] for r in timed_cells}):
+        pts = [(r["model"] * 1e3, r["measured"] * 1e3) for r in timed_cells if r["kernel"].split("{")[0] == kernel]
+        style = "*" if kernel == "fa2_wgmma" else ("^" if kernel.startswith("sdpa") else
+                                                   ("s" if "_tc" in kernel else "o"))
+        ax.loglog(*zip(*pts), style, ms=8 if kernel == "fa2_wgmma" else 4, alpha=0.75, label=kernel)
+    lo = min(min(r["model"], r["measured"]) for r in timed_cells) * 1e3
+    hi = max(max(r["model"], r["measured"]) for r in timed_cells) * 1e3
+    for f, ls in ((1.0, "k-"), (1.15, "k:"), (1 / 1.15, "k:")):
+        ax.loglog([lo, hi], [lo * f, hi * f], ls, lw=0.8)
+    ax.set_xlabel("GPU model time (ms)")
     ax.set_ylabel("measured median time (ms)")
-    ax.set_title("Model against measurement, H200, fp16")
-    ax.legend(fontsize=7)
+    ax.set_title("GPU model against measurement, H200, N ≥ 2k (dotted: ±15%)")
+    ax.legend(fontsize=7, ncol=2)
     plt.show()
-    big = [x for x in comparison if x["n"] == max(y["n"] for y in comparison) and not x["causal"]]
-    show_table(["kernel", "N", "d", "measured", "roofline bound", "bound by", "measured / bound"],
-               [[x["kernel"], x["n"], x["d"], f"{x['measured_ms']:.3f} ms", f"{x['bound_ms']:.3f} ms", x["bound"],
-                 f"{x['measured_ms'] / x['bound_ms']:.1f}×"] for x in sorted(big, key=lambda x: (x["d"], x["kernel"]))])
-    print("measured / bound below 1: the kernel beat the model's bound. The bound charges every re-read of K_j, V_j\n"
-          "to HBM; on the H200 most of them hit the 60 MB L2 cache (see the counters below).")
+    for s in val.summary(cells):
+        if s["banded"]:
+            print(f"{s['quantity']:>24s}  {s['tier']:<12s} {s['split']:<9s} {s['in_band']:4d}/{s['banded']:<4d} in band, "
+                  f"median |error| {s['median_abs_err']:.1%}")
+    rank = val.ranking(cells)
+    print(f"ranking: {rank['share']:.1%} of {rank['pairs']} measured pairs (ties within {val.RANK_TIE:.0%}: "
+          f"right when the model keeps them within its band); strict, by sign: {rank['strict_share']:.1%}")
+"""),
+    md(r"""
+### What bounds each kernel on the H200
+
+The model's verdict at N = 16k (B = 1, H = 2048/d, fp16, non-causal), with the measured time beside it.
+The verdict the papers' count gives FA2 (left of the ridge: notebooks 1 and 4) does not survive contact with the
+L2: no FA2-style kernel here is DRAM- or L2-bound. The fastest (`fa2_wgmma`, `sdpa_cudnn`) are bound by
+their tensor cores (d = 128) or their softmax (d = 64: MUFU exponentials and ALU work per FLOP double
+when d halves); `fa2_tc` and SDPA flash (mma.sync) by the tensor path; the teaching tier (FFMA, scalar
+shared loads) by shared-memory issue — even naive, whose S and P really do go through DRAM. Only
+spilled `v_once` moves enough bytes for the L2 (lazy) or DRAM and round-trip latency (eager) to bind.
+"""),
+    code(r"""
+# one run per kernel: the newest file that timed it (tc_bench_wgmma_tma.json holds today's fa2_wgmma builds)
+PREFER = ("tc_bench_wgmma_tma.json", "tc_bench.json", "bench_kernels.json")
+verdict = {}
+for r in sorted(cells, key=lambda r: PREFER.index(r["source"]) if r["source"] in PREFER else len(PREFER)):
+    if r["quantity"] == "time" and r["n"] == 16384 and not r["causal"] and r["dtype"] == "fp16":
+        verdict.setdefault((r["kernel"].split("{")[0], r["d"]), r)
+show_table(["kernel", "d", "bound (model)", "model", "measured", "model / measured", "measured TFLOP/s"],
+           [[k, d, r["bound"], f"{r['model'] * 1e3:.3f} ms", f"{r['measured'] * 1e3:.3f} ms",
+             f"{r['ratio']:.2f}", f"{4 * r['batch'] * r['heads'] * r['n'] ** 2 * d / r['measured'] / 1e12:.0f}"]
+            for (k, d), r in sorted(verdict.items(), key=lambda kv: (kv[0][1], kv[1]["measured"]))]
+           or [["—"] * 7])
+"""),
+    md(r"""
+### What the L2 absorbs
+
+For every kernel Nsight Compute profiled (N = 4k, `bench/results/*ncu*.csv`): the papers' count
+(requests), the model's L2 and DRAM levels, and the counters — `lts__t_bytes` (all L2 traffic,
+including the fabric between the two L2 partitions) and DRAM read + write. Between the first bar and
+the DRAM bars is what the L2 absorbs: for FA2-style kernels nearly all the re-reads of $K_j, V_j$,
+leaving DRAM at about one read of Q, K, V and one write of O. Spilled `v_once` is the exception: its
+f row is too big for the cache.
+"""),
+    code(r"""
+from analysis import gpu_model as gm
+from analysis.fit_gpu_model import work_of
+from analysis.measured import ncu_cells
+
+prof = {}
+for c in ncu_cells():  # file by file, oldest name first: a later profile of the same kernel replaces it
+    if c["n_q"] == 4096 and not c["causal"] and c.get("lts_bytes") and "{" not in c["label"]:
+        prof[(c["label"], c["d"])] = c
+if not prof:
+    print("not measured yet: no ncu counters in bench/results/")
+else:
+    keys = sorted(prof, key=lambda k: (k[1], k[0]))
+    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(keys)), 4.5))
+    x = np.arange(len(keys))
+    series = []
+    for key in keys:
+        c = prof[key]
+        lv = gm.prepare(work_of(c).desc, c["batch"], c["heads"], c["n_q"], c["n_k"], c["d"], c["dtype"],
+                        c["causal"]).levels
+        series.append((lv.requests_bytes, lv.l2_bytes, c["lts_bytes"], lv.dram_bytes, c["dram_bytes"],
+                       lv.compulsory_bytes))
+    labels = ["requests (papers' count)", "L2 (model)", "L2 lts__t_bytes (ncu)", "DRAM (model)", "DRAM (ncu)"]
+    for i, (lab, w) in enumerate(zip(labels, (-0.32, -0.16, 0, 0.16, 0.32))):
+        ax.bar(x + w, [s[i] / 1e9 for s in series], width=0.15, label=lab,
+               hatch="//" if "ncu" in lab else None, alpha=0.85)
+    ax.plot(x, [s[5] / 1e9 for s in series], "k_", ms=30, mew=2, label="Q, K, V read once + O written once")
+    ax.set_yscale("log")
+    ax.set_xticks(x, [f"{k}\nd={d}" for k, d in keys], fontsize=7)
+    ax.set_ylabel("GB (whole problem)")
+    ax.set_title("What the L2 absorbs: requests → L2 → DRAM, H200, N = 4096, fp16")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    plt.show()
+    show_table(["kernel", "d", "requests", "DRAM (ncu)", "DRAM / compulsory", "absorbed by the L2"],
+               [[k, d, human(s[0]), human(s[4]), f"{s[4] / s[5]:.2f}", f"{1 - s[4] / s[0]:.0%}"]
+                for (k, d), s in zip(keys, series)])
 """),
     md(r"""
 **Measured counters.** `bench/bench_tc.py target --what ncu` launches each tensor-core kernel (and
 SDPA) once on two representative shapes under Nsight Compute; `bench/results/tc_ncu.csv` holds the
 counters. DRAM bytes are real HBM traffic; L2 (`lts__t_bytes`) bytes are what the SMs moved through
-the L2 cache. The model counts every re-read of $K_j, V_j$ as HBM traffic, with no cache, so it should
+the L2 cache. The papers' count charges every re-read of $K_j, V_j$ to HBM, with no cache, so it should
 sit near the **L2** figure, while DRAM sees each input about once — except for `v_once`'s spilled
 $f$ row, which is too big for the cache:
 """),

@@ -73,13 +73,49 @@ def test_json_matches_the_closed_forms(capsys):
         assert rec["paper_flops"] == tr.paper_flops == 4 * 6 * rec["seq_q"] ** 2 * 64 / 2
         assert rec["fits"] == tr.fits and rec["over_by_bytes"] == tr.over_by_bytes
         assert rec["sram_bytes"] == GPUS["h200"].sram_bytes
-        assert (rec["block_q"], rec["block_k"]) == cf.fa1_blocks(rec["sram_bytes"], 64)
+        if "time_s" in rec["gpu_model"]:  # the default: the real kernel's blocks (issue 11)
+            assert rec["block_rule"] == f"kernel {rec['gpu_model']['kernel']}"
+        else:  # no kernel takes this row: FA1's rule, and the row says why
+            assert (rec["block_q"], rec["block_k"]) == cf.fa1_blocks(rec["sram_bytes"], 64)
+            assert rec["gpu_model"]["why"]
         rf = rec["roofline"]
         assert rf["t_s"] == max(rf["t_memory_s"], rf["t_matmul_s"], rf["t_nonmatmul_s"])
         assert rf["bound"] in ("memory", "matmul", "non-matmul")
-    v_sram = [r for r in recs if r["placement"] == "sram"]
+    # the f row of 4k keys never fits on chip; at 1k it does at the kernel's 64-row blocks (v_once_tc runs it)
+    v_sram = [r for r in recs if r["placement"] == "sram" and r["seq_q"] == 4096]
     assert v_sram and all(not r["fits"] and r["over_by_bytes"] > 0 for r in v_sram)
-    assert all(r["placement_resolved"] == "hbm" for r in recs if r["placement"] == "auto")
+    assert all(r["placement_resolved"] == "hbm" for r in recs if r["placement"] == "auto" and r["seq_q"] == 4096)
+
+
+def test_default_report_is_the_gpu_model_at_the_kernels_blocks(capsys):
+    """Issue 11: the report's default blocks are the real kernels', its bound and TFLOP/s the GPU model's
+    (not the papers' roofline), with the levels beside the papers' count; --blocks fa1-rule keeps FA1's."""
+    from analysis import gpu_model as gm
+    from analysis.descriptors import describe
+
+    recs = run_json(capsys, "report", "--variant", "fa2,fa1", "--seq-len", "4k,16k")
+    for r in recs:
+        g = r["gpu_model"]
+        desc = describe(g["kernel"], 64, "fp16", False, n_q=r["seq_q"])
+        assert (r["block_q"], r["block_k"]) == (desc.block_q, desc.block_k)
+        p = gm.predict(g["kernel"], g["model_batch"], g["model_heads"], r["seq_q"], None, 64)
+        assert g["bound"] == p.bound and g["tflops"] == pytest.approx(p.tflops)
+        assert g["requests_bytes"] == r["hbm_bytes"]  # the papers' count, per the row's B·H
+        assert g["compulsory_bytes"] <= g["dram_bytes"] <= g["l2_bytes"] == g["requests_bytes"]
+    fa2 = [r for r in recs if r["variant"] == "fa2"]
+    assert all(r["gpu_model"]["kernel"] == "fa2_wgmma" and r["gpu_model"]["bound"] != "dram" for r in fa2)
+    rc, out, _ = run(capsys, "report", "--variant", "fa2", "--seq-len", "16k")
+    assert rc == 0 and "fa2_wgmma" in out and "DRAM" in out and "requests" in out and "memory-bound" not in out
+    assert not any(row.split()[-2] in ("memory", "dram") for row in out.splitlines() if row.startswith("fa2"))
+    old = run_json(capsys, "report", "--variant", "fa2", "--seq-len", "16k", "--blocks", "fa1-rule")
+    assert (old[0]["block_q"], old[0]["block_k"]) == cf.fa1_blocks(old[0]["sram_bytes"], 64)
+    assert old[0]["gpu_model"] == {"why": "--blocks fa1-rule"}
+    rc, out, _ = run(capsys, "report", "--variant", "fa2", "--seq-len", "16k", "--blocks", "fa1-rule")
+    assert "papers' count" in out
+    # issue 11: the reference's working set (S, P on chip) rejected fa2_wgmma's 128x176 at d = 128; the
+    # kernel keeps S and P in registers and allocates what fits
+    (r,) = run_json(capsys, "report", "--variant", "fa2", "--seq-len", "16k", "--head-dim", "128")
+    assert not r["fits"] and 0 < r["gpu_model"]["smem_bytes"] <= GPUS["h200"].sram_bytes
 
 
 def test_json_equals_the_instrumented_counts(capsys):

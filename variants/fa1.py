@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import torch
 
+from analysis import sram as _sram
 from analysis.memory import resolve
-from variants._common import (F32, NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
+from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
                               safe_div)
 
 
-def sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False) -> int:
-    """On chip: K_j, V_j, Q_i, O_i tiles; the S/P tile and ℓ_i, m_i, ℓ_i^new, m_i^new in float32."""
-    br, bc = min(block_q, n_q), min(block_k, n_k)
-    return (2 * bc * d + 2 * br * d) * itemsize + (br * bc + 4 * br) * F32
+# the working set lives in analysis.sram (torch-free: the report path imports it)
+sram_bytes = _sram.fa1_sram_bytes
 
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None, saved=None):

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import torch
 
+from analysis import sram as _sram
 from analysis.memory import resolve
-from variants._common import (F32, NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
+from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
                               safe_div)
 
 
-def sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False) -> int:
-    """On-chip working set: Q_i, K_j, V_j tiles; S/P tile, O_i accumulator, ℓ_i, m_i in float32."""
-    br, bc = min(block_q, n_q), min(block_k, n_k)
-    return (br * d + 2 * bc * d) * itemsize + (br * bc + br * d + 2 * br) * F32
+# the working set lives in analysis.sram (torch-free: the report path imports it)
+sram_bytes = _sram.fa2_sram_bytes
 
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):

@@ -32,8 +32,9 @@ import warnings
 
 import torch
 
+from analysis import sram as _sram
 from analysis.memory import resolve
-from variants._common import F32, NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores, safe_div
+from variants._common import NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores, safe_div
 
 
 class ScoreRangeWarning(RuntimeWarning):
@@ -64,13 +65,8 @@ def _score_warning(dtype: torch.dtype, max_abs: float, overflowed: bool) -> str 
             f"(|S| >= {limit:g} rounds by 1 or more in {name}). {fused}")
 
 
-def sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False) -> int:
-    """The largest of the three passes' working sets."""
-    br, bc = min(block_q, n_q), min(block_k, n_k)
-    pass1 = (br * d + bc * d) * itemsize + br * bc * F32  # Q_i, K_j tiles; S tile
-    pass2 = n_k * F32  # one row of S/P
-    pass3 = (br * bc + bc * d) * itemsize + br * d * F32  # P tile, V_j tile; O_i accumulator
-    return max(pass1, pass2, pass3)
+# the working set lives in analysis.sram (torch-free: the report path imports it)
+sram_bytes = _sram.naive_sram_bytes
 
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None, saved=None):

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import torch
 
+from analysis import sram as _sram
 from analysis.memory import resolve
-from analysis.tiling import cdiv
-from variants._common import (F32, NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
+from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
                               safe_div)
 
 PLACEMENTS = ("auto", "sram", "hbm")
@@ -49,27 +49,11 @@ def _check_options(placement, rescale):
         raise ValueError(f"unknown rescale {rescale!r}; choose one of {', '.join(RESCALES)}")
 
 
-def sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False, *, placement="auto",
-               rescale="eager", capacity=None) -> int:
-    """On chip: Q_i, one K_j or V_j tile, the S tile, f (the whole row or one tile), O_i, ℓ_i, m_i,
-    and with lazy rescaling the Tc block maxima. "auto" resolves against `capacity` (None: fits)."""
-    _check_options(placement, rescale)
-    if placement == "auto":
-        placement = resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,
-                                      rescale=rescale, capacity=capacity)
-    br, bc = min(block_q, n_q), min(block_k, n_k)
-    f_cols = n_k if placement == "sram" else bc
-    block_maxima = br * cdiv(n_k, block_k) if rescale == "lazy" else 0
-    return ((br * d + bc * d + br * f_cols) * itemsize
-            + (br * bc + br * d + 2 * br + block_maxima) * F32)
+# the working set lives in analysis.sram (torch-free: the report path imports it)
+sram_bytes = _sram.v_once_sram_bytes
 
 
-def resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal=False, *, rescale="eager",
-                      capacity=None) -> str:
-    """"sram" when the f row fits `capacity` with the rest of the working set, else "hbm"."""
-    need = sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal, placement="sram",
-                      rescale=rescale)
-    return "sram" if capacity is None or need <= capacity else "hbm"
+resolve_placement = _sram.v_once_resolve_placement
 
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, placement="auto",

@@ -1,0 +1,211 @@
+"""What the GPU model needs to know about a kernel build: its tiling, instruction path, residency.
+
+Every kernel states its own descriptor from its own config, so a new build is modelled without
+editing the model:
+    kernels/<name>.py        describe(d, dtype, causal=False, n_q=.., n_k=.., **options) -> dict
+                             (the tensor-core launchers: torch-free modules)
+    kernels/teaching_model   the teaching launchers' describe (those modules import torch at top level)
+    EXTERNAL below           SDPA flash and cuDNN, read off their ncu kernel names and launch shapes
+`describe(name, ...)` here returns a KernelDescriptor for any of them; nothing on this path imports
+torch or CuPy.
+
+Fields (the papers' names: Br, Bc, Tr, Tc):
+    variant      which closed form the kernel's traffic follows (naive | fa1 | fa2 | v_once)
+    path         the matmul instruction: wgmma (sm_90a, operands from smem), mma_sync (m16n8k16, B
+                 fragments through ldmatrix), ffma (float32 CUDA cores, the teaching tier)
+    structure    the overlap rule: warp_specialized (producer warp + consumer warpgroups: tensor and
+                 softmax overlap), fa2 (the same warps do both: they add, partly hidden by other CTAs),
+                 teaching (FFMA, LDS and the softmax share the issue slots)
+    grid         q_blocks (Tr x B·H CTAs, Q blocks fastest), heads (FA1: B·H CTAs), persistent (SMs CTAs)
+    smem_bytes_per_tile  shared-memory bytes read per Br x Bc tile (ldmatrix / LDS / wgmma operands)
+    smem_bytes   shared memory per CTA as the launcher allocates it (S and P in registers where the kernel
+                 keeps them there: the reference's working set is not the kernel's)
+    lds_per_tile warp-wide scalar shared loads per tile (teaching tier; 0 elsewhere)
+    ffma_per_tile warp-wide FFMA instructions of the two products per tile (teaching tier)
+    exp_alu      FP32 instructions per exponential beyond the MUFU op (accurate expf's range reduction)
+    round_trips_per_tile  dependent global-memory round trips a CTA waits out per visited tile that
+                 nothing in the CTA overlaps (teaching v_once, spilled f: phase 2 loads f_ij before its
+                 barrier); each costs the fitted latency L_gmem
+    rescale_round_trips   eager v_once with f spilled: dependent round trips per earlier f block at each
+                 new block (the read-scale-write loop over k < j; teaching: one per row slot, Br/16;
+                 v_once_tc: none, its 16-byte fragments keep enough bytes in flight to run at bandwidth)
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESOURCES = ROOT / "bench" / "results" / "tc_resources.json"
+
+PATHS = ("wgmma", "mma_sync", "ffma")
+STRUCTURES = ("warp_specialized", "fa2", "teaching")
+GRIDS = ("q_blocks", "heads", "persistent")
+EXTERNAL_NAMES = ("sdpa_flash", "sdpa_cudnn")
+
+
+@dataclass(frozen=True)
+class KernelDescriptor:
+    kernel: str
+    build: str
+    variant: str
+    path: str
+    structure: str
+    block_q: int
+    block_k: int
+    warps: int
+    ctas_per_sm: int
+    loads: str  # tma | cp.async | ld.global
+    s_p: str  # where S and P live: registers | smem | hbm
+    grid: str = "q_blocks"
+    smem_bytes_per_tile: float = 0.0
+    lds_per_tile: float = 0.0
+    ffma_per_tile: float = 0.0
+    exp_alu: int = 0
+    smem_bytes: int = 0  # dynamic shared memory per CTA as launched (0: not known, external kernels)
+    round_trips_per_tile: float = 0.0
+    rescale_round_trips: float = 0.0
+    f: str | None = None  # v_once: where the f row lives (sram | hbm)
+    rescale: str | None = None
+    launches: int = 1
+    launch_overhead_s: float = 0.0
+    overhead_source: str = ""
+    source: str = ""
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name, value, allowed in (("path", self.path, PATHS), ("structure", self.structure, STRUCTURES),
+                                     ("grid", self.grid, GRIDS)):
+            if value not in allowed:
+                raise ValueError(f"{self.kernel}: {name} {value!r} not one of {allowed}")
+        if self.block_q <= 0 or self.block_k <= 0 or self.ctas_per_sm <= 0:
+            raise ValueError(f"{self.kernel}: Br, Bc and CTAs/SM must be positive")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# -- measured per-build resources (registers from NVRTC: bench/bench_tc.py resources) ------------------
+@lru_cache(maxsize=1)
+def _resources() -> list:
+    try:
+        return json.loads(RESOURCES.read_text())
+    except OSError:
+        return []
+
+
+def registers_of(kernel: str, defines: dict) -> int | None:
+    """Registers per thread of a build, from bench/results/tc_resources.json (None: not measured)."""
+    for row in _resources():
+        if row["kernel"] == kernel and row["defines"] == defines:
+            return int(row["registers"])
+    # the bf16 build has the fp16 build's registers to within a few (same code, other converts)
+    other = dict(defines, IS_BF16=1 - int(defines.get("IS_BF16", 0)))
+    for row in _resources():
+        if row["kernel"] == kernel and row["defines"] == other:
+            return int(row["registers"])
+    return None
+
+
+def ctas_per_sm(warps: int, smem: int, registers: int | None, fallback: int) -> int:
+    """CTAs per SM from registers, shared memory and warp slots (kernels.fa2_tc.occupancy_for);
+    `fallback` (the build's MIN_BLOCKS) when its registers were never measured."""
+    if registers is None:
+        return fallback
+    regs_per_cta = ((registers * 32 + 255) // 256) * 256 * warps
+    return max(1, min(65536 // regs_per_cta, (228 * 1024) // (smem + 1024), 64 // warps))
+
+
+# -- launch overhead: bench/results/launch_overhead.json (CUDA-event time of a tiny launch) -----------
+LAUNCH_OVERHEAD_FILE = ROOT / "bench" / "results" / "launch_overhead.json"
+
+
+@lru_cache(maxsize=1)
+def launch_overheads() -> dict:
+    """kernel -> event-timed seconds of one tiny launch (host work inside a timed call counts)."""
+    out = {}
+    try:
+        rows = json.loads(LAUNCH_OVERHEAD_FILE.read_text())["rows"]
+    except (OSError, KeyError, ValueError):
+        return out
+    for r in rows:
+        if "event_ms" in r and r.get("path") in ("driver", "torch"):
+            out[r["kernel"]] = r["event_ms"] * 1e-3
+    return out
+
+
+def overhead(kernel_like: str) -> tuple[float, str]:
+    t = launch_overheads().get(kernel_like)
+    if t is None:
+        return 0.0, "not measured"
+    return t, f"bench/results/launch_overhead.json ({kernel_like}, event time of a 1x2x128x64 call)"
+
+
+# -- external kernels: torch SDPA's flash (FA2, mma.sync) and cuDNN (wgmma, warp-specialised) --------
+def _sdpa_flash(d: int, dtype: str, causal: bool, **_) -> dict:
+    # ncu kernel name (bench/results/tc_ncu*.csv): Flash_fwd_kernel_traits<d, Br, Bc, 4 warps, Is_Q_in_regs=0,
+    # Share_Q_K_smem=0>: d=64 -> <64, 128, 128, 4>, d=128 -> <128, 128, 64, 4>; 255 registers, 2 CTAs/SM
+    # (launch__occupancy_limit_registers), grid (Tr, B, H).
+    if d > 256:
+        raise ValueError(f"sdpa_flash takes head dims up to 256, got d={d}")
+    br, bc = 128, (128 if d <= 64 else 64)
+    rows_per_warp = br // 4
+    smem = 4 * (rows_per_warp * d * 2 + 2 * bc * d * 2)  # Q fragments re-read each tile, K and V
+    t, src = overhead("sdpa_flash")
+    return dict(kernel="sdpa_flash", build=f"FA2 Flash_fwd_kernel_traits<{d},{br},{bc},4>", variant="fa2",
+                path="mma_sync", structure="fa2", block_q=br, block_k=bc, warps=4, ctas_per_sm=2,
+                loads="cp.async", s_p="registers", grid="q_blocks", smem_bytes_per_tile=smem,
+                launch_overhead_s=t, overhead_source=src,
+                source="ncu kernel names and launch stats in bench/results/tc_ncu_wgmma_tma_d{64,128}.csv")
+
+
+def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
+    # ncu: cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x{d}_4x1x1: 384 threads
+    # (a producer and two consumer warpgroups of 64 rows: Br = 128, Bc = 128), grid = 132 CTAs (persistent),
+    # 1 CTA/SM (232 KB of smem at d = 128), 168 registers.
+    if d > 256:
+        raise ValueError(f"sdpa_cudnn takes head dims up to 256, got d={d}")
+    br, bc = 128, 128
+    smem = 2 * (64 * d * 2 + 2 * bc * d * 2)
+    t, src = overhead("sdpa_flash")  # the same torch dispatch; cuDNN's own was not timed
+    return dict(kernel="sdpa_cudnn", build=f"cuDNN sm90 flash fprop wgmma 64x128x{d}", variant="fa2",
+                path="wgmma", structure="warp_specialized", block_q=br, block_k=bc, warps=12, ctas_per_sm=1,
+                loads="tma", s_p="registers", grid="persistent", smem_bytes_per_tile=smem,
+                launch_overhead_s=t, overhead_source=src + "; cuDNN assumed as SDPA flash",
+                source="ncu kernel names and launch stats in bench/results/tc_ncu_wgmma_tma_d{64,128}.csv")
+
+
+EXTERNAL = {"sdpa_flash": _sdpa_flash, "sdpa_cudnn": _sdpa_cudnn}
+TEACHING = ("naive", "fa1", "fa2", "v_once")
+
+
+def kernel_names() -> tuple:
+    """Every name `describe` takes: the KERNELS registry, then the external kernels."""
+    from kernels import KERNELS
+
+    return tuple(KERNELS) + EXTERNAL_NAMES
+
+
+def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 4096,
+             n_k: int | None = None, **options) -> KernelDescriptor:
+    """The descriptor of kernel `name` (KERNELS or EXTERNAL) for this head dim, dtype and options.
+    n_q, n_k matter only where the build depends on them (v_once_tc's f placement and smem)."""
+    n_k = n_q if n_k is None else n_k
+    if name in EXTERNAL:
+        data = EXTERNAL[name](d, dtype, causal, **options)
+    else:
+        from kernels import KERNELS
+
+        if name not in KERNELS:
+            raise ValueError(f"unknown kernel {name!r}; choose one of {', '.join(kernel_names())}")
+        if name in TEACHING:
+            from kernels import teaching_model as mod
+            data = mod.describe(name, d, dtype, causal, n_q=n_q, n_k=n_k, **options)
+        else:
+            import importlib
+
+            mod = importlib.import_module(f"kernels.{name}")
+            data = mod.describe(d, dtype, causal, n_q=n_q, n_k=n_k, **options)
+    return KernelDescriptor(**data)

@@ -1,0 +1,116 @@
+"""Fit the GPU model's free constants (analysis.gpu_model.PARAMS) on a training split of the committed
+benchmarks; everything else is held out and only ever predicted (`fa-traffic validate` reports both).
+
+    PYTHONPATH=. python -m analysis.fit_gpu_model      # writes bench/results/gpu_model_fit.json
+
+Training split (TRAIN): fp16, non-causal, N = 2048 and 8192 only, of
+    tc_bench_wgmma_tma.json  fa2_tc, fa2_wgmma (TMA builds), SDPA flash, cuDNN
+    tc_bench.json            v_once_tc (every placement/rescale it timed)
+    bench_kernels.json       every teaching kernel (naive, fa1, fa2, v_once lazy and eager)
+Held out: bf16, causal, N = 512, 1024, 4096, 16384, the other runs (tc_bench_run2, tc_bench_wgmma: the
+older cp.async fa2_wgmma builds), every ncu duration and byte counter.
+Objective: the sum of squared log(predicted / measured) times; Nelder-Mead on log-parameters.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from analysis import gpu_model as gm
+from analysis.descriptors import describe
+from analysis.measured import bench_cells, teaching_cells
+
+TRAIN_N = (2048, 8192)
+
+
+def is_train(cell: dict) -> bool:
+    if cell["dtype"] != "fp16" or cell["causal"] or cell["n_q"] not in TRAIN_N or "time_s" not in cell:
+        return False
+    src, k = cell["source"], cell["kernel"]
+    if src == "tc_bench_wgmma_tma.json":
+        return k in ("fa2_tc", "fa2_wgmma", "sdpa_flash", "sdpa_cudnn")
+    if src == "tc_bench.json":
+        return k == "v_once_tc"
+    if src == "bench_kernels.json":
+        return True  # every teaching kernel (fa1's occupancy, v_once's round trips need their own cells)
+    return False
+
+
+def work_of(cell: dict):
+    desc = describe(cell["kernel"], cell["d"], cell["dtype"], cell["causal"], n_q=cell["n_q"], n_k=cell["n_k"],
+                    **cell["options"])
+    return gm.prepare(desc, cell["batch"], cell["heads"], cell["n_q"], cell["n_k"], cell["d"], cell["dtype"],
+                      cell["causal"])
+
+
+def nelder_mead(f, x0, step=0.3, iters=600, tol=1e-7):
+    n = len(x0)
+    pts = [list(x0)] + [[x + (step if i == j else 0) for j, x in enumerate(x0)] for i in range(n)]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = sorted(range(n + 1), key=lambda i: vals[i])
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        if vals[-1] - vals[0] < tol:
+            break
+        c = [sum(p[j] for p in pts[:-1]) / n for j in range(n)]
+        xr = [c[j] + (c[j] - pts[-1][j]) for j in range(n)]
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = [c[j] + 2 * (c[j] - pts[-1][j]) for j in range(n)]
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = [c[j] + 0.5 * (pts[-1][j] - c[j]) for j in range(n)]
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                pts = [pts[0]] + [[pts[0][j] + 0.5 * (p[j] - pts[0][j]) for j in range(n)] for p in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+    best = min(range(n + 1), key=lambda i: vals[i])
+    return pts[best], vals[best]
+
+
+def fit(verbose=True) -> dict:
+    cells = [c for c in bench_cells() + teaching_cells() if is_train(c)]
+    works = [(work_of(c), c["time_s"]) for c in cells]
+    names = list(gm.DEFAULT_PARAMS)
+    bounded = {"sigma_fa2": (0.0, 1.0), "sigma_ws": (0.0, 1.0), "eta_lds": (0.05, 1.0),
+               "R_wgmma": (500, 4096), "R_mma_sync": (500, 4096),
+               "W_sat": (8.0, 64.0), "sigma_spill": (0.0, 1.0)}
+
+    def params_of(x):
+        p = {k: math.exp(v) for k, v in zip(names, x)}
+        for k, (lo, hi) in bounded.items():
+            p[k] = min(max(p[k], lo), hi)
+        return p
+
+    def loss(x):
+        p = params_of(x)
+        return sum(math.log(gm.predict_work(w, p).time_s / t) ** 2 for w, t in works)
+
+    x, val = nelder_mead(loss, [math.log(gm.DEFAULT_PARAMS[k]) for k in names])
+    for _ in range(2):  # restarts from the best point
+        x, val = nelder_mead(loss, x, step=0.1)
+    params = params_of(x)
+    rms = math.sqrt(val / len(works))
+    if verbose:
+        print(f"fitted on {len(works)} cells, rms log error {rms:.4f}", file=sys.stderr)
+    return dict(params=params, train_cells=len(works), rms_log_error=rms,
+                split="fp16 non-causal N in {2048, 8192}: tc_bench_wgmma_tma.json (fa2_tc, fa2_wgmma, "
+                      "sdpa_flash, sdpa_cudnn), tc_bench.json (v_once_tc), bench_kernels.json (every teaching kernel)",
+                script="analysis/fit_gpu_model.py")
+
+
+def main() -> int:
+    result = fit()
+    gm.FIT_FILE.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["params"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

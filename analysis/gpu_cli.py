@@ -1,0 +1,171 @@
+"""`fa-traffic predict` and `fa-traffic validate`: the GPU model (analysis.gpu_model) from the command line.
+
+    fa-traffic predict --kernel fa2_wgmma --batch 4 --heads 16 --seq-len 4k --head-dim 128 --dtype fp16
+    fa-traffic predict --kernel sdpa_cudnn --seq-len 2k,8k --head-dim 64 --causal --format json
+    fa-traffic validate [--plot FILE.png] [--format table|csv|json|markdown]
+
+analysis/cli.py registers the two subcommands (add_subcommands) and dispatches to run(); the logic is here.
+Imports no torch: the descriptors come from torch-free modules (analysis.descriptors).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+PREDICT_KEYS = ("kernel", "build", "batch", "heads", "seq_q", "seq_k", "head_dim", "dtype", "causal",
+                "block_q", "block_k", "ctas_per_sm", "time_s", "tflops", "l2_bytes", "dram_bytes",
+                "requests_bytes", "bound", "terms")
+
+
+def add_subcommands(sub, common_types: dict) -> None:
+    """Register predict and validate on cli.py's subparsers (common_types: its argument parsers)."""
+    count, pos, lst = common_types["count"], common_types["positive"], common_types["list"]
+    p = sub.add_parser("predict", help="the GPU model's time, bound and traffic levels of one kernel")
+    p.add_argument("--kernel", required=True, help="a KERNELS name, sdpa_flash or sdpa_cudnn")
+    p.add_argument("--batch", type=pos, default=1)
+    p.add_argument("--heads", type=pos, default=1)
+    p.add_argument("--seq-len", action="append", type=lst(count), required=True, help="Nq (list allowed)")
+    p.add_argument("--seq-len-k", type=count, help="Nk (default = Nq)")
+    p.add_argument("--head-dim", type=pos, required=True)
+    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--placement", choices=("auto", "sram", "hbm"), help="v_once kernels: f placement")
+    p.add_argument("--rescale", choices=("eager", "lazy"), help="v_once kernels: rescale mode")
+    p.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
+    v = sub.add_parser("validate", help="the GPU model against every committed measurement (exit 1 off band)")
+    v.add_argument("--plot", metavar="FILE.png", help="model vs measured plot")
+    v.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
+    v.add_argument("--all", action="store_true", help="list every cell, not only the summary and misses")
+
+
+def _flat(seq):
+    out = []
+    for item in seq or []:
+        out += item if isinstance(item, list) else [item]
+    return out
+
+
+def predict_records(args, error) -> list[dict]:
+    from analysis import gpu_model as gm
+    from analysis.descriptors import describe, kernel_names
+
+    names = kernel_names()
+    if args.kernel not in names:
+        raise error(f"unknown kernel {args.kernel!r}; choose one of {', '.join(names)}")
+    opts = {}
+    if args.placement or args.rescale:
+        if args.kernel not in ("v_once", "v_once_tc"):
+            raise error(f"--placement/--rescale apply to v_once and v_once_tc, not {args.kernel}")
+        opts = dict(placement=args.placement or "auto", rescale=args.rescale or "lazy")
+    recs = []
+    for n_q in _flat(args.seq_len):
+        n_k = args.seq_len_k or n_q
+        try:
+            desc = describe(args.kernel, args.head_dim, args.dtype, args.causal, n_q=n_q, n_k=n_k, **opts)
+            p = gm.predict_work(gm.prepare(desc, args.batch, args.heads, n_q, n_k, args.head_dim, args.dtype,
+                                           args.causal))
+        except ValueError as e:
+            raise error(str(e).splitlines()[0]) from None
+        recs.append(dict(kernel=p.kernel, build=p.build, batch=args.batch, heads=args.heads, seq_q=n_q, seq_k=n_k,
+                         head_dim=args.head_dim, dtype=args.dtype, causal=args.causal, block_q=p.block_q,
+                         block_k=p.block_k, ctas_per_sm=p.ctas_per_sm, time_s=p.time_s, tflops=p.tflops,
+                         l2_bytes=p.l2_bytes, dram_bytes=p.dram_bytes, requests_bytes=p.requests_bytes,
+                         bound=p.bound, terms=dict(p.terms)))
+    return recs
+
+
+def _table(header, rows, fmt, recs, file=None):
+    from analysis import cli
+
+    file = file or sys.stdout
+    if fmt == "json":
+        json.dump(recs, file, indent=1)
+        file.write("\n")
+    elif fmt == "csv":
+        cli.render_csv(recs, file)
+    elif fmt == "markdown":
+        cli.render_markdown(header, rows, file)
+    else:
+        cli.render_table(header, rows, file=file)
+
+
+def cmd_predict(args, error) -> int:
+    from analysis.cli import human_bytes, human_time
+
+    recs = predict_records(args, error)
+    header = ["kernel", "N", "d", "Br×Bc", "CTAs/SM", "time", "TFLOP/s", "bound", "L2", "DRAM", "requests",
+              "t tensor", "t softmax", "t smem", "t latency", "t L2", "t DRAM"]
+    rows = [[r["kernel"], str(r["seq_q"]) if r["seq_q"] == r["seq_k"] else f"{r['seq_q']}×{r['seq_k']}",
+             str(r["head_dim"]), f"{r['block_q']}×{r['block_k']}", str(r["ctas_per_sm"]), human_time(r["time_s"]),
+             f"{r['tflops']:.4g}", r["bound"], human_bytes(r["l2_bytes"]), human_bytes(r["dram_bytes"]),
+             human_bytes(r["requests_bytes"])]
+            + [human_time(r["terms"][k]) for k in ("tensor", "softmax", "smem", "latency", "l2", "dram")]
+            for r in recs]
+    _table(header, rows, args.format, recs)
+    return 0
+
+
+def cmd_validate(args, error) -> int:
+    from analysis import validate as val
+
+    rs = val.rows()
+    rank = val.ranking(rs)
+    summ = val.summary(rs)
+    gaps = val.known_gaps()
+    misses = [r for r in rs if r["in_band"] is False]
+    for r in misses:
+        r["known_gap"] = val.gap_reason(r, gaps)
+    unexplained = [r for r in misses if not r["known_gap"]]
+    rank_explained = rank["ok"] or bool(gaps.get("ranking", {}).get("reason"))
+    if args.plot:
+        from analysis import plots_gpu
+
+        try:
+            plots_gpu.plot_validation(rs, args.plot)
+        except OSError as e:
+            raise error(f"cannot write the plot {args.plot!r}: {e.strerror or e}") from None
+    if args.format == "json":
+        json.dump(dict(summary=summ, ranking=rank, cells=rs), sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+    else:
+        show = rs if args.all or args.format == "csv" else misses
+        header = ["source", "kernel", "n", "d", "dtype", "causal", "quantity", "model", "measured", "ratio",
+                  "band", "ok", "train", "bound"]
+
+        def fmt(x, q):
+            return f"{x * 1e3:.4g} ms" if "time" in q else f"{x / 1e9:.4g} GB"
+
+        rows = [[r["source"], r["kernel"], str(r["n"]), str(r["d"]), r["dtype"], "y" if r["causal"] else "",
+                 r["quantity"], fmt(r["model"], r["quantity"]), fmt(r["measured"], r["quantity"]),
+                 f"{r['ratio']:.3f}", "-" if r["band"] is None else f"±{r['band']:.0%}",
+                 {None: "", True: "yes", False: "NO (known gap)" if r.get("known_gap") else "NO"}[r["in_band"]],
+                 "train" if r["train"] else "", r["bound"]]
+                for r in show]
+        if args.format == "csv":
+            _table(header, rows, "csv", show)
+        else:
+            sheader = ["quantity", "tier", "split", "cells", "banded", "in band", "median |err|", "worst ratio"]
+            srows = [[s["quantity"], s["tier"], s["split"], str(s["cells"]), str(s["banded"]), str(s["in_band"]),
+                      "" if s["median_abs_err"] is None else f"{s['median_abs_err']:.1%}",
+                      "" if s["worst"] is None else f"{s['worst']:.3f}"] for s in summ]
+            _table(sheader, srows, args.format, summ)
+            print(f"\nranking: {rank['agree']}/{rank['pairs']} pairs ordered as measured "
+                  f"({rank['share']:.1%}; target {val.RANK_TARGET:.0%}; {rank['ties']} pairs measured within "
+                  f"{val.RANK_TIE:.0%} are ties, right when the model puts them within its time band); "
+                  f"strict, every pair by sign: {rank['strict_agree']}/{rank['pairs']} ({rank['strict_share']:.1%})")
+            for w in rank["wrong"][:10]:
+                print(f"  misordered: {w}")
+            if not rank["ok"]:
+                print(f"  below target, known gap: {gaps['ranking']['reason']}" if rank_explained
+                      else "  below target, and no reason in bench/results/gpu_model_known_gaps.json")
+            print(f"\n{len(misses)} cells out of band, {len(misses) - len(unexplained)} of them known gaps "
+                  f"(bench/results/gpu_model_known_gaps.json)" + (":" if misses else ""))
+            if rows:
+                _table(header, rows, args.format, show)
+            for reason in dict.fromkeys(r["known_gap"] for r in misses if r["known_gap"]):
+                print(f"  known gap: {reason}")
+    return 1 if unexplained or not rank_explained else 0
+
+
+def run(args, error) -> int:
+    return cmd_predict(args, error) if args.command == "predict" else cmd_validate(args, error)

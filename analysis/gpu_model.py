@@ -1,0 +1,251 @@
+"""A time model of one kernel build on the H200: per-tile SM cycles, wave scheduling, memory levels.
+
+Per visited Br x Bc tile, in SM cycles (rates per SM per clock):
+    tensor  4·Br·Bc·d / R_path       R_wgmma, R_mma_sync: attainable FLOP/clk/SM, fitted (PARAMS);
+                                     the dense peak is 4096 (H100 whitepaper: 989.4 TFLOP/s / 132 / 1.83 GHz)
+    smem    smem bytes per tile / 128 (CUDA guide: 32 banks x 4 B per clock per SM)
+    mufu    exponentials per tile / 16 (CUDA guide, CC 9.0: 16 ex2 results/clk/SM)
+    alu     (k_alu · 'other' ops + exp_alu · exponentials) per tile / 128 (128 FP32 lanes/clk/SM)
+    teaching (FFMA path): (LDS per tile / η_lds + FFMA / 4 + alu + mufu) / min(1, warps / W_sat)
+            (the same warps issue all of it; η_lds fitted: the fraction of one LDS wavefront per clock the
+            micro-tiles reach; W_sat fitted: the resident warps per SM whose LDS -> FFMA chains keep the
+            four schedulers issuing. FA1's one CTA of 8 warps per SM (its B·H grid, 168 registers) gets
+            half the issue rate of FA2's two: the measured 2.0-2.2x per tile, bench_kernels.json)
+Overlap rule per kernel structure (the descriptor's):
+    warp_specialized  max(tensor, smem, mufu + alu) + σ_ws · min(tensor, mufu + alu)
+    fa2               max(tensor, smem) + σ · (mufu + alu)   (the same warps do both; other CTAs hide part:
+                      σ = σ_fa2^(CTAs/SM - 1), each co-resident CTA hiding the same share of what is left;
+                      σ = 1 at one CTA per SM: nothing runs products while its warps do the softmax)
+A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L + L_gmem · rt(n) cycles (it shares its SM with
+ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; rt(n): the dependent global round trips the
+descriptor declares, round_trips_per_tile · n + rescale_round_trips · n(n-1)/2 (eager v_once, spilled:
+block n rescales the n earlier f blocks in HBM, one read-scale-write round trip each), L_gmem fitted); CTAs are list-scheduled in launch order onto
+SMs x ctas_per_sm slots (wave quantisation and the causal tail fall out of it); the persistent cuDNN
+kernel is scheduled the same way over its work tiles. Cycles -> seconds at the clock of gpus.py.
+Then t = max(t_compute, L2 bytes / BW_L2, DRAM bytes / BW_DRAM) + launch overhead (measured per launcher);
+a kernel that spills its f row (v_once, placement hbm) runs two phases in each CTA, the products and the
+f stores, then the f loads and (f/l)V, so its memory time only partly hides under its compute:
++ σ_spill · min(t_compute, t_memory) (σ_spill fitted);
+kernels of several launches (naive) pay their spilled S/P traffic after the compute instead of under it.
+The bound is the largest of compute's terms (tensor, softmax, smem, latency: the round trips), L2 and DRAM.
+
+Counts (exponentials, 'other' ops, tiles) come from `analysis.closed_forms` at the kernel's own tiling,
+so the model and the papers' count agree on what is computed.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from analysis import closed_forms as cf
+from analysis.gpus import get_gpu
+from analysis.headline import attention_flops
+from analysis.levels import counts, grid_ctas, levels
+from analysis.tiling import Tiling, cdiv
+
+FIT_FILE = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_model_fit.json"
+
+# Constants with their sources; PARAMS are fitted by analysis/fit_gpu_model.py on the training split it
+# names (written to bench/results/gpu_model_fit.json), the rest are datasheet or committed measurements.
+SMEM_BYTES_PER_CLK = 128  # CUDA C++ Programming Guide, shared memory: 32 banks x 4 bytes per clock per SM
+MUFU_PER_CLK = 16  # CUDA guide, CC 9.0 arithmetic throughput: 16 exp2 results/clk/SM
+FP32_LANES = 128  # H100 whitepaper: 128 FP32 cores per SM
+ISSUE_PER_CLK = 4  # four warp schedulers per SM, one instruction each per clock (H100 whitepaper)
+L2_BANDWIDTH = 6.6e12  # B/s: the most any committed ncu row moved, lts__t_bytes / gpu__time_duration
+#                        (v_once_tc d=128 N=4096: 14.49 GB in 2.19 ms, bench/results/tc_ncu_wgmma_tma_d128.csv):
+#                        a measured lower bound of the L2's rate, not a datasheet figure (there is none)
+
+DEFAULT_PARAMS = {
+    "R_wgmma": 3000.0,  # FLOP/clk/SM
+    "R_mma_sync": 2300.0,
+    "k_alu": 2.0,  # FP32 instructions per counted 'other' op (conversions, packing, masking included)
+    "sigma_fa2": 0.5,
+    "sigma_ws": 0.1,
+    "L_cycles": 4000.0,
+    "eta_lds": 0.5,
+    "k_alu_ffma": 2.0,  # teaching tier; fitted near 14: it also carries the per-element work the counts
+    #                     leave out there (P stored to smem, the 16-lane shuffles of row_max16/row_sum16,
+    #                     the visibility test), all on the same FP32 issue slots
+    "W_sat": 16.0,  # resident warps per SM for the teaching tier's full issue rate (fits near 16: 2 CTAs of 8)
+    "L_gmem": 1500.0,  # cycles per dependent global round trip under load (fits near 1800, ~1 µs)
+    "sigma_spill": 0.3,
+}
+
+
+def load_params() -> dict:
+    try:
+        data = json.loads(FIT_FILE.read_text())
+        return {k: float(v) for k, v in data["params"].items()}
+    except (OSError, KeyError, ValueError):
+        return dict(DEFAULT_PARAMS)
+
+
+@dataclass
+class Work:
+    """What a build does on a problem, independent of the fitted constants."""
+
+    desc: object
+    batch: int
+    heads: int
+    n_q: int
+    n_k: int
+    d: int
+    dtype: str
+    causal: bool
+    traffic: object
+    levels: object
+    tiles: int  # visited tiles, whole problem
+    cta_tiles: list  # tiles per CTA, one head's pattern (grid q_blocks/persistent) or [all] (heads)
+    repeats: int  # how many times the pattern repeats (B·H)
+    paper_flops: float  # the work TFLOP/s divides by: analysis.headline.attention_flops (visible pairs)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    kernel: str
+    build: str
+    time_s: float
+    tflops: float
+    bound: str
+    terms: dict  # seconds per term, whole problem (each as if it alone bound the kernel)
+    l2_bytes: int
+    dram_bytes: int
+    requests_bytes: int
+    ctas: int
+    ctas_per_sm: int
+    waves: float
+    block_q: int
+    block_k: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200") -> Work:
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    dtype = cf.dtype_name(dtype)
+    tr = counts(desc, batch, heads, n_q, n_k, d, dtype, causal)
+    lv = levels(desc, g, batch, heads, n_q, n_k, d, dtype, causal, traffic=tr)
+    t = Tiling(n_q, n_k, desc.block_q, desc.block_k, bool(causal))
+    per_block = [len(t.k_blocks(i)) for i in range(t.t_r)]
+    if desc.grid == "heads":
+        pattern, repeats = [sum(per_block)], batch * heads
+    else:
+        pattern, repeats = per_block, batch * heads
+    return Work(desc, batch, heads, n_q, n_k, d, dtype, bool(causal), tr, lv, sum(per_block) * batch * heads,
+                pattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal))  # 4·d per visible pair
+
+
+def round_trips(desc, n: int) -> float:
+    """Dependent global round trips of a CTA visiting n tiles (see the module docstring)."""
+    return desc.round_trips_per_tile * n + desc.rescale_round_trips * n * (n - 1) / 2
+
+
+def _schedule(pattern, repeats, slots, cost) -> tuple[float, float]:
+    """Makespan (cycles) of CTAs taking cost(n) cycles each (n: its tiles), list-scheduled in launch order
+    onto `slots`; and the number of waves (CTAs / slots)."""
+    n_ctas = len(pattern) * repeats
+    waves = n_ctas / slots
+    if len(set(pattern)) == 1:  # equal CTAs: whole waves
+        return cdiv(n_ctas, slots) * cost(pattern[0]), waves
+    if n_ctas <= slots:
+        return max(cost(n) for n in pattern), waves
+    costs = [cost(n) for n in pattern]
+    heap = [0.0] * int(slots)
+    for _ in range(repeats):
+        for c in costs:
+            start = heapq.heappop(heap)
+            heapq.heappush(heap, start + c)
+    return max(heap), waves
+
+
+def tile_terms(work: Work, params: dict) -> dict:
+    """SM cycles per tile of each compute term."""
+    desc = work.desc
+    tiles = max(work.tiles, 1)
+    fl = work.traffic.flops
+    exps = fl["exp"] / tiles
+    other = fl["other"] / tiles
+    spill_smem = 0.0
+    if desc.variant == "v_once" and desc.f == "sram":  # eager rescales earlier f blocks in smem
+        f_elems = counts(desc.__class__(**dict(desc.as_dict(), f="hbm")), work.batch, work.heads, work.n_q,
+                         work.n_k, work.d, work.dtype, work.causal).reads.get("f", 0)
+        spill_smem = 2 * f_elems * cf.DTYPES[work.dtype] / tiles
+    smem = (desc.smem_bytes_per_tile + spill_smem) / SMEM_BYTES_PER_CLK
+    mufu = exps / MUFU_PER_CLK
+    if desc.path == "ffma":
+        alu = (params["k_alu_ffma"] * other + desc.exp_alu * exps) / FP32_LANES
+        lds = desc.lds_per_tile / params["eta_lds"]
+        ffma = desc.ffma_per_tile / ISSUE_PER_CLK
+        occ = min(1.0, desc.ctas_per_sm * desc.warps / params["W_sat"])
+        return {"tensor": ffma / occ, "smem": lds / occ, "softmax": (mufu + alu) / occ}
+    rate = params["R_wgmma"] if desc.path == "wgmma" else params["R_mma_sync"]
+    tensor = 4.0 * desc.block_q * desc.block_k * work.d / rate
+    alu = (params["k_alu"] * other + desc.exp_alu * exps) / FP32_LANES
+    return {"tensor": tensor, "smem": smem, "softmax": mufu + alu}
+
+
+def combine(desc, terms: dict, params: dict) -> float:
+    tc, sm, sfx = terms["tensor"], terms["smem"], terms["softmax"]
+    if desc.structure == "teaching":
+        return sm + tc + sfx
+    if desc.structure == "warp_specialized":
+        return max(tc, sm, sfx) + params["sigma_ws"] * min(tc, sfx)
+    # the softmax hides under the products of the other CTAs on the SM, each hiding the same share of what
+    # the others left; a lone CTA has none to hide under
+    sigma = params["sigma_fa2"] ** (desc.ctas_per_sm - 1)
+    return max(tc, sm) + sigma * sfx
+
+
+def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Prediction:
+    params = params or load_params()
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    desc = work.desc
+    clock = g.value("clock_hz")
+    sms = g.value("sms", "measured")
+    slots = sms * desc.ctas_per_sm
+    terms = tile_terms(work, params)
+    t_tile = combine(desc, terms, params)
+    per_tile, fixed, lat = desc.ctas_per_sm * t_tile, params["L_cycles"], params["L_gmem"]
+    cycles, waves = _schedule(work.cta_tiles, work.repeats, slots,
+                              lambda n: per_tile * n + fixed + lat * round_trips(desc, n))
+    t_compute = cycles / clock
+    t_latency = sum(lat * round_trips(desc, n) for n in work.cta_tiles) * work.repeats / slots / clock
+    lv = work.levels
+    dram_bw = g.value("hbm_bandwidth", "measured")
+    t_dram = lv.dram_bytes / dram_bw
+    t_l2 = lv.l2_bytes / L2_BANDWIDTH
+    # each compute term as if it alone ran: whole-problem SM cycles spread over every SM
+    scale = work.tiles * desc.ctas_per_sm / slots / clock
+    named = {"tensor": terms["tensor"] * scale, "softmax": terms["softmax"] * scale,
+             "smem": terms["smem"] * scale, "latency": t_latency, "l2": t_l2, "dram": t_dram}
+    if desc.launches > 1:  # separate passes: the spilled S/P traffic is not hidden under the products
+        spill = max(0, lv.dram_bytes - lv.compulsory_bytes) / dram_bw
+        t = max(t_compute, t_l2) + spill
+    elif desc.f == "hbm":  # two phases per CTA: the f traffic partly exposed (σ_spill)
+        t_mem = max(t_l2, t_dram)
+        t = max(t_compute, t_mem) + params["sigma_spill"] * min(t_compute, t_mem)
+    else:
+        t = max(t_compute, t_l2, t_dram)
+    overhead = desc.launch_overhead_s * desc.launches
+    named.update(compute=t_compute, overhead=overhead)
+    total = t + overhead
+    bound = max(("tensor", "softmax", "smem", "latency", "l2", "dram"), key=lambda k: named[k])
+    if desc.path == "ffma" and bound == "tensor":
+        bound = "ffma"
+    return Prediction(kernel=desc.kernel, build=desc.build, time_s=total,
+                      tflops=work.paper_flops / total / 1e12, bound=bound, terms=named,
+                      l2_bytes=lv.l2_bytes, dram_bytes=lv.dram_bytes, requests_bytes=lv.requests_bytes,
+                      ctas=grid_ctas(desc, work.batch, work.heads, work.n_q), ctas_per_sm=desc.ctas_per_sm,
+                      waves=waves, block_q=desc.block_q, block_k=desc.block_k)
+
+
+def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: int, dtype="fp16",
+            causal=False, gpu="h200", params=None, **options) -> Prediction:
+    from analysis.descriptors import describe
+
+    n_k = n_q if n_k is None else n_k
+    desc = describe(kernel, d, cf.dtype_name(dtype), causal, n_q=n_q, n_k=n_k, **options)
+    return predict_work(prepare(desc, batch, heads, n_q, n_k, d, dtype, causal, gpu), params, gpu)

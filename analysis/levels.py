@@ -1,0 +1,147 @@
+"""Three levels of memory traffic for one kernel build on one problem.
+
+    requests  the papers' count (FA1 Theorem 2, FA2 section 3): every byte a thread block asks global
+              memory for, as if there were no cache. `analysis.closed_forms` at the kernel's own Br, Bc.
+    l2        L2 request bytes: what the SMs send to the L2 (the SM-side counter lts__t_sectors_srcunit_tex
+              x 32 B). A FlashAttention kernel has no L1 reuse across its CTAs (cp.async.cg and TMA bypass
+              L1) and S/P/O stay in registers or smem, so this equals `requests` at the real tiling
+              (TMA or cp.async move the same bytes; what differs is who issues them).
+    dram      DRAM bytes, from an L2 residency model: every input byte is read once (compulsory) and
+              every output written once; a re-read (K/V by the next Q block, a spilled f / S / P / O
+              row read back) is an L2 hit when the data touched between the two uses fits the
+              effective L2 capacity, else it goes to DRAM again (miss_fraction: a ramp from 0 at the
+              capacity to all at twice it). Between two reads of K_j by Q blocks of one head, the resident CTAs touch the
+              K/V of the heads in flight, ⌈resident CTAs / Tr⌉ of them (Q blocks are launched
+              fastest), and the Q tiles they stream; a spilled row is read back after every resident CTA has written its own.
+
+Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
+whitepaper: the L2 is two partitions, each caching data for the SMs of its GPCs, so data every SM reads
+may be held twice). DRAM writes: the ncu counters (bench/results/tc_ncu*.csv) see 0.85-0.9 of O written
+within the kernel (the rest is still dirty in L2 at its end); the model counts every output byte.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from analysis import closed_forms as cf
+from analysis.tiling import Tiling, cdiv
+
+
+@dataclass(frozen=True)
+class Levels:
+    requests_bytes: int  # the papers' count at the kernel's Br, Bc (global-memory requests, no cache)
+    l2_bytes: int  # SM -> L2 requests
+    dram_bytes: int
+    dram_read_bytes: int
+    dram_write_bytes: int
+    compulsory_bytes: int  # Q, K, V read once, O and lse written once
+    l2_capacity_bytes: int
+    kv_working_set_bytes: int
+    spill_working_set_bytes: int
+    resident_ctas: int
+    heads_in_flight: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def miss_fraction(working_set: float, capacity: float) -> float:
+    """Share of re-reads that go to DRAM: 0 while the reuse distance fits, all of it at twice the
+    capacity (LRU on a streaming pattern misses everything once over; the ramp stands for the spread
+    of reuse distances between CTAs that do not march in lockstep)."""
+    return min(1.0, max(0.0, working_set / capacity - 1.0))
+
+
+def effective_l2(gpu) -> int:
+    return int(gpu.value("l2_bytes", "measured")) // 2
+
+
+def grid_ctas(desc, batch: int, heads: int, n_q: int) -> int:
+    if desc.grid == "heads":
+        return batch * heads
+    return cdiv(n_q, desc.block_q) * batch * heads
+
+
+def counts(desc, batch, heads, n_q, n_k, d, dtype, causal) -> cf.Traffic:
+    """The closed-form counts at the kernel's own tiling (v_once: its resolved f placement)."""
+    opts = {}
+    if desc.variant == "v_once":
+        opts = dict(placement=desc.f or "hbm", rescale=desc.rescale or "lazy")
+    return cf.counts(desc.variant, batch, heads, n_q, n_k, d, causal=causal, dtype=dtype,
+                     block_q=desc.block_q, block_k=desc.block_k, **opts)
+
+
+def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, traffic=None) -> Levels:
+    tr = traffic or counts(desc, batch, heads, n_q, n_k, d, dtype, causal)
+    item = cf.DTYPES[cf.dtype_name(dtype)]
+    bh = batch * heads
+    cap = effective_l2(gpu)
+    q_bytes, kv_bytes = n_q * d * item, 2 * n_k * d * item  # per (batch, head)
+    out_bytes = n_q * d * item + 4 * n_q
+    compulsory = bh * (q_bytes + kv_bytes + out_bytes)
+
+    slots = gpu.value("sms", "measured") * desc.ctas_per_sm
+    ctas = grid_ctas(desc, batch, heads, n_q)
+    resident = int(min(ctas, slots))
+    t_r = 1 if desc.grid == "heads" else cdiv(n_q, desc.block_q)
+    in_flight = max(1, min(bh, cdiv(resident, t_r)))
+    # between two reads of K_j: the K/V of the heads in flight, and the Q tiles the resident CTAs stream
+    kv_ws = in_flight * kv_bytes + resident * min(desc.block_q, n_q) * d * item
+
+    # spilled rows written then read back: f (v_once hbm), S and P (naive), O, l, m (fa1)
+    rb, wb = tr.read_bytes, tr.write_bytes
+    if desc.variant == "naive":
+        spill_ws = bh * n_q * n_k * item  # the softmax pass reads S after the scores pass wrote all of it
+        spill_names = ("S", "P")
+    elif desc.variant == "fa1":
+        spill_ws = resident * (q_bytes + 8 * n_q)  # each head's running O, l, m
+        spill_names = ("O", "l", "m")
+    elif desc.variant == "v_once" and "f" in rb:
+        t = Tiling(n_q, n_k, desc.block_q, desc.block_k, causal)
+        spill_ws = resident * desc.block_q * min(n_k, t.t_c * desc.block_k) * item  # one f row per CTA
+        spill_names = ("f",)
+    else:
+        spill_ws, spill_names = 0, ()
+
+    kv_miss = miss_fraction(kv_ws, cap)
+    spill_miss = miss_fraction(spill_ws + kv_ws, cap) if spill_ws else 0.0
+    # eager, spilled: at block n the rescale re-touches the n earlier blocks of the CTA's own f row, so
+    # its reuse distance is the resident CTAs' f prefixes (n blocks each), not the whole row
+    eager_once, eager_miss = {}, spill_miss
+    if desc.variant == "v_once" and "f" in rb and desc.rescale == "eager":
+        lazy = counts(desc.__class__(**dict(desc.as_dict(), rescale="lazy")), batch, heads, n_q, n_k, d, dtype,
+                      causal)
+        eager_once = {"r": lazy.read_bytes.get("f", 0), "w": lazy.write_bytes.get("f", 0)}
+        t = Tiling(n_q, n_k, desc.block_q, desc.block_k, causal)
+        visits = [len(t.k_blocks(i)) for i in range(t.t_r)]
+        reach = [0] * (max(visits, default=0) + 1)  # reach[n]: Q blocks that visit more than n blocks
+        for v in visits:
+            reach[v - 1 if v else 0] += 1 if v else 0
+        for n in range(len(reach) - 2, -1, -1):
+            reach[n] += reach[n + 1]
+        num = den = 0.0
+        for n in range(1, len(reach)):  # block n rescales n earlier blocks, in every Q block that reaches it
+            w = n * reach[n]
+            num += w * miss_fraction(resident * desc.block_q * n * desc.block_k * item + kv_ws, cap)
+            den += w
+        eager_miss = num / den if den else 0.0
+    inputs_req = sum(rb.get(n, 0) for n in ("Q", "K", "V"))
+    inputs_unique = bh * (q_bytes + kv_bytes)
+    reads = inputs_unique + round(max(0, inputs_req - inputs_unique) * kv_miss)
+    writes = bh * out_bytes
+    for name in spill_names:
+        r, w = rb.get(name, 0), wb.get(name, 0)
+        if name == "f" and eager_once:  # the row written and read once, then the rescale re-touches
+            reads += round(eager_once["r"] * spill_miss + (r - eager_once["r"]) * eager_miss)
+            writes += round(eager_once["w"] + (w - eager_once["w"]) * eager_miss)
+            continue
+        if name == "O":  # fa1 reads and writes the running O; its final write is the output already counted
+            w = max(0, w - bh * n_q * d * item)
+        reads += round(r * spill_miss)
+        # a spilled byte is written back once when it stays resident, every time when it does not
+        unique = min(w, bh * n_q * n_k * item) if name in ("f", "S", "P") else w
+        writes += round(unique + (w - unique) * spill_miss)
+    return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes, dram_bytes=reads + writes,
+                  dram_read_bytes=reads, dram_write_bytes=writes, compulsory_bytes=compulsory,
+                  l2_capacity_bytes=cap, kv_working_set_bytes=kv_ws, spill_working_set_bytes=spill_ws,
+                  resident_ctas=resident, heads_in_flight=in_flight)

@@ -1,0 +1,179 @@
+"""The committed measurements the GPU model is checked against, read into one cell format (torch-free).
+
+    bench/results/tc_bench*.json      tensor-core kernels vs SDPA flash / cuDNN (bench/bench_tc.py bench);
+                                      each file's meta names the fa2_tc / fa2_wgmma builds it timed
+    bench/results/bench_kernels.json  the teaching tier (bench/bench_kernels.py), fp16, Br = Bc = 64
+    bench/results/*ncu*.csv           ncu --csv output of `bench_tc.py target` (gpu_visit.sh ncu,
+                                      bench/ncu_levels.sh): one launch per kernel, matched to the
+                                      "target launched NAME n=.. d=.. b=.. h=.. [causal=..] [dtype=..]" lines
+
+A cell: dict(source, kernel, options, batch, heads, n_q, n_k, d, dtype, causal, time_s, and for ncu rows
+the counters: dram_bytes, lts_bytes, l2_tex_bytes (SM-side, when profiled), duration_s).
+"""
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "fp16": "fp16", "bf16": "bf16"}
+
+# ncu kernel names -> the registry / external name they belong to (launch order resolves several builds)
+NCU_KERNELS = (("fa2_wgmma_tma_fwd", "fa2_wgmma"), ("fa2_wgmma_fwd", "fa2_wgmma"), ("fa2_tc_fwd", "fa2_tc"),
+               ("v_once_tc_fwd", "v_once_tc"), ("pytorch_flash::flash_fwd", "sdpa_flash"),
+               ("flash_fprop", "sdpa_cudnn"))
+
+
+def _kernel_of(label: str) -> tuple[str, dict]:
+    """'v_once_tc[hbm,lazy]' -> ('v_once_tc', {placement, rescale}); 'fa2_wgmma{...}' -> config."""
+    m = re.match(r"^v_once_tc\[(\w+),(\w+)\]$", label)
+    if m:
+        return "v_once_tc", {"placement": m.group(1), "rescale": m.group(2)}
+    m = re.match(r"^(fa2_wgmma|fa2_tc)(\{.*\})$", label)
+    if m:
+        return m.group(1), {"config": json.loads(m.group(2))}
+    m = re.match(r"^v_once_auto_(\w+)$", label)
+    if m:
+        return "v_once", {"placement": "auto", "rescale": m.group(1)}
+    if label == "v_once_tc":
+        return "v_once_tc", {"placement": "auto", "rescale": "lazy"}
+    return label, {}
+
+
+def _meta_configs(meta: dict) -> dict:
+    """kernel -> {d: config} of the builds a bench file timed (its meta), when it says."""
+    out = {}
+    for key, kernel in (("fa2_tc_configs", "fa2_tc"), ("fa2_wgmma_configs", "fa2_wgmma")):
+        if key in meta:
+            out[kernel] = {int(d): cfg for d, cfg in meta[key].items()}
+    return out
+
+
+def bench_cells(pattern: str = "tc_bench*.json") -> list[dict]:
+    cells = []
+    for path in sorted(RESULTS.glob(pattern)):
+        data = json.loads(path.read_text())
+        configs = _meta_configs(data.get("meta", {}))
+        for r in data.get("rows", []):
+            if not r.get("ok", True) or not r.get("median_ms"):
+                continue
+            kernel, opts = _kernel_of(r["kernel"])
+            if kernel in configs and r["d"] in configs[kernel]:
+                opts = dict(opts, config=configs[kernel][r["d"]])
+            cells.append(dict(source=path.name, kernel=kernel, options=opts, label=r["kernel"], batch=r["b"],
+                              heads=r["h"], n_q=r["n"], n_k=r["n"], d=r["d"], dtype=DTYPE[r["dtype"]],
+                              causal=bool(r["causal"]), time_s=r["median_ms"] * 1e-3))
+    return cells
+
+
+TEACHING_LABELS = ("naive", "fa1", "fa2", "v_once_auto_lazy", "v_once_auto_eager")
+
+
+def teaching_cells(path: Path = RESULTS / "bench_kernels.json") -> list[dict]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError:
+        return []
+    cells = []
+    for r in data.get("records", []):
+        if r["label"] not in TEACHING_LABELS or not r.get("median_ms"):
+            continue
+        kernel, opts = _kernel_of(r["label"])
+        cells.append(dict(source=Path(path).name, kernel=kernel, options=opts, label=r["label"],
+                          batch=r["batch"], heads=r["heads"], n_q=r["n"], n_k=r["n"], d=r["d"],
+                          dtype=DTYPE[r["dtype"]], causal=bool(r["causal"]), time_s=r["median_ms"] * 1e-3))
+    return cells
+
+
+_LAUNCH = re.compile(r"^target launched (.+?) n=(\d+) d=(\d+) b=(\d+) h=(\d+)(.*)$")
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", "")) if text not in ("", "n/a") else float("nan")
+
+
+def ncu_cells(pattern: str = "*ncu*.csv") -> list[dict]:
+    """One cell per profiled attention launch of every ncu CSV in bench/results."""
+    cells = []
+    for name in sorted(glob.glob(str(RESULTS / pattern))):
+        cells += read_ncu_csv(name)
+    return cells
+
+
+def read_ncu_csv(path) -> list[dict]:
+    lines = Path(path).read_text().splitlines()
+    launches = []
+    for line in lines:
+        m = _LAUNCH.match(line.strip())
+        if m:
+            extra = dict(kv.split("=", 1) for kv in m.group(6).split() if "=" in kv)
+            launches.append(dict(label=m.group(1), n=int(m.group(2)), d=int(m.group(3)), b=int(m.group(4)),
+                                 h=int(m.group(5)), causal=extra.get("causal", "0") in ("1", "True", "true"),
+                                 dtype=DTYPE.get(extra.get("dtype", "fp16"), "fp16")))
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        return []
+    kernels = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        if not row.get("Metric Name"):
+            continue
+        family = next((fam for pat, fam in NCU_KERNELS if pat in row["Kernel Name"]), None)
+        if family is None:
+            continue
+        k = kernels.setdefault(row["ID"], dict(family=family, metrics={}, grid=row.get("Grid Size", ""),
+                                               block=row.get("Block Size", "")))
+        k["metrics"][row["Metric Name"]] = _num(row["Metric Value"])
+    cells = []
+    queue = list(launches)
+    for _, k in sorted(kernels.items(), key=lambda kv: int(kv[0])):
+        while queue and _kernel_of(queue[0]["label"])[0] != k["family"]:
+            queue.pop(0)  # a launch ncu did not profile (or one of another family)
+        if not queue:
+            break
+        launch = queue.pop(0)
+        kernel, opts = _kernel_of(launch["label"])
+        m = k["metrics"]
+        if kernel in ("fa2_tc", "fa2_wgmma") and "config" not in opts:  # the default of its day
+            cfg = infer_config(kernel, launch["d"], launch["n"], k["grid"], k["block"],
+                               m.get("launch__shared_mem_per_block_dynamic"), m.get("launch__registers_per_thread"))
+            if cfg is not None:
+                opts = {"config": cfg}
+        tex = m.get("lts__t_sectors_srcunit_tex.sum")
+        cells.append(dict(source=Path(path).name, kernel=kernel, options=opts, label=launch["label"],
+                          batch=launch["b"], heads=launch["h"], n_q=launch["n"], n_k=launch["n"], d=launch["d"],
+                          dtype=launch["dtype"], causal=launch["causal"],
+                          duration_s=m.get("gpu__time_duration.sum", float("nan")) * 1e-9,
+                          dram_bytes=m.get("dram__bytes_read.sum", 0) + m.get("dram__bytes_write.sum", 0),
+                          lts_bytes=m.get("lts__t_bytes.sum"),
+                          l2_tex_bytes=None if tex is None else tex * 32,
+                          instructions=m.get("smsp__inst_executed.sum")))
+    return cells
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in re.findall(r"\d+", text or "")]
+
+
+def infer_config(kernel: str, d: int, n: int, grid: str, block: str, smem, registers=None) -> dict | None:
+    """The build an ncu row ran, from its launch shape (Tr = grid x, threads, dynamic smem), among the
+    launcher's CONFIGS and SWEEP candidates: a profile taken before the defaults changed stays right."""
+    import importlib
+
+    from analysis.descriptors import registers_of
+
+    mod = importlib.import_module(f"kernels.{kernel}")
+    grid_x, threads = (_ints(grid) or [0])[0], (_ints(block) or [0])[0]
+    for cfg in [mod.CONFIGS[d]] + list(mod.SWEEP.get(d, [])):
+        defs = mod.defines_for(d, False, cfg)
+        br = defs["BLOCK_M"] if kernel == "fa2_tc" else mod.block_m(defs)
+        thr = 32 * defs["NWARPS"] if kernel == "fa2_tc" else mod.threads(defs)
+        regs = registers_of(kernel, defs)
+        if (-(-n // br) == grid_x and thr == threads and (smem is None or mod.smem_bytes(defs) == int(smem))
+                and (registers is None or regs is None or regs == int(registers))):
+            return cfg
+    return None

@@ -1,0 +1,76 @@
+"""`fa-traffic report`'s GPU-model columns (issue 11): each variant at the blocks its real kernel runs,
+with the three memory levels and the bound / time / TFLOP/s of `analysis.gpu_model`.
+
+    variant  kernel (KERNELS)  why that one
+    naive    naive             the teaching tier's three passes (S and P through HBM): the only naive kernel
+    fa1      fa1               the teaching FA1 (Algorithm 1, K/V outer): the only FA1 kernel
+    fa2      fa2_wgmma         the fastest FA2 here (wgmma + TMA, warp-specialised), the one to judge FA2 by
+    v_once   v_once_tc         issue #941 on tensor cores (its placement and rescale from the row)
+
+Levels (analysis.levels): `requests` is the papers' count (FA1 Theorem 2, FA2 section 3: every byte a
+thread block asks global memory for, as if there were no cache) at the kernel's Br, Bc; `l2` what the
+SMs send to the L2; `dram` what reaches DRAM after the L2 residency model. The model is fitted to the
+H200 (bench/results/gpu_model_fit.json), so the columns are filled for --gpu h200 only; other GPUs, a
+kernel that does not take the problem (d > 128 teaching, fp32 on tensor cores, an f row forced on chip
+that does not fit), `--blocks fa1-rule` and explicit --block-q/--block-k fall back to the papers'
+roofline, and the row says why (`gpu_model.why`).
+Imports no torch (the report's path): descriptors come from torch-free modules.
+"""
+from __future__ import annotations
+
+KERNEL_OF = {"naive": "naive", "fa1": "fa1", "fa2": "fa2_wgmma", "v_once": "v_once_tc"}
+MODELLED_GPUS = ("h200",)
+BLOCK_RULES = ("kernel", "fa1-rule")
+
+
+def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtype: str, causal: bool,
+                      gpu_key: str):
+    """(descriptor, None) of the kernel that runs `variant` here, or (None, why not)."""
+    from analysis.descriptors import describe
+
+    if gpu_key not in MODELLED_GPUS:
+        return None, f"the GPU model is fitted to the {', '.join(g.upper() for g in MODELLED_GPUS)} only"
+    kernel = KERNEL_OF[variant]
+    try:
+        desc = describe(kernel, d, dtype, causal, n_q=n_q, n_k=n_k, **opts)
+    except ValueError as e:
+        msg = str(e).splitlines()[0]
+        if "placement='sram'" in msg:  # v_once_tc's plan: the f row forced on chip does not fit
+            msg = "its f row does not fit in shared memory"
+        msg = msg.split(";")[0]
+        return None, f"{kernel} cannot run it: {msg}"
+    if dtype == "fp32" and desc.path != "ffma":
+        return None, f"{kernel} takes fp16/bf16 inputs, not fp32"
+    return desc, None
+
+
+def full_gpu_problem(n_q: int, d: int) -> tuple[int, int]:
+    """B, H of every committed benchmark (bench/bench_tc.py, bench_kernels.py): B·N = 16k tokens,
+    hidden 2048 = H·d. The report's per-head default (B = H = 1) would be 1-32 CTAs on 132 SMs: a
+    launch-latency figure, not the kernel's rate."""
+    return max(1, 16384 // n_q), max(1, 2048 // d)
+
+
+def model_record(desc, batch: int, heads: int, n_q: int, n_k: int, d: int, dtype: str, causal: bool,
+                 full_gpu: bool = False) -> dict:
+    """The GPU-model fields of one report row. full_gpu: model the bench's B, H (full_gpu_problem) and
+    give the bytes per the row's B·H (the levels' residency is that of the full run); time_s stays the
+    modelled problem's (model_batch x model_heads)."""
+    from analysis import gpu_model as gm
+
+    mb, mh = full_gpu_problem(n_q, d) if full_gpu else (batch, heads)
+    work = gm.prepare(desc, mb, mh, n_q, n_k, d, dtype, causal)
+    p = gm.predict_work(work)
+    lv = work.levels
+    share = batch * heads / (mb * mh)
+    return dict(kernel=p.kernel, build=p.build, model_batch=mb, model_heads=mh, ctas_per_sm=p.ctas_per_sm,
+                time_s=p.time_s, tflops=p.tflops, bound=p.bound,
+                requests_bytes=round(lv.requests_bytes * share), l2_bytes=round(lv.l2_bytes * share),
+                dram_bytes=round(lv.dram_bytes * share), compulsory_bytes=round(lv.compulsory_bytes * share),
+                smem_bytes=desc.smem_bytes,
+                terms=dict(p.terms))
+
+
+def v_once_options(opts: dict) -> dict:
+    """The report's v_once options as v_once_tc takes them (placement and rescale pass through)."""
+    return {k: opts[k] for k in ("placement", "rescale") if k in opts}
