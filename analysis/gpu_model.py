@@ -184,6 +184,8 @@ def tile_terms(work: Work, params: dict) -> dict:
     rate = params["R_wgmma"] if desc.path == "wgmma" else params["R_mma_sync"]
     tensor = 4.0 * desc.block_q * desc.block_k * work.d / rate
     alu = (params["k_alu"] * other + desc.exp_alu * exps) / FP32_LANES
+    if desc.issue_per_tile:  # measured (analysis/issue.py): every non-MMA instruction, MUFU and ldmatrix included
+        return {"tensor": tensor, "smem": smem, "softmax": desc.issue_per_tile / ISSUE_PER_CLK}
     return {"tensor": tensor, "smem": smem, "softmax": mufu + alu}
 
 
