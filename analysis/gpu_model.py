@@ -6,6 +6,8 @@ Per visited Br x Bc tile, in SM cycles (rates per SM per clock):
     smem    smem bytes per tile / 128 (CUDA guide: 32 banks x 4 B per clock per SM)
     mufu    exponentials per tile / 16 (CUDA guide, CC 9.0: 16 ex2 results/clk/SM)
     alu     (k_alu · 'other' ops + exp_alu · exponentials) per tile / 128 (128 FP32 lanes/clk/SM)
+    (FA2-style builds with a measured issue_per_tile, analysis/issue.py: softmax = mufu + alu is replaced
+    by their non-MMA warp instructions per tile / 4 schedulers: what the code issues, not an estimate)
     teaching (FFMA path): (LDS per tile / η_lds + FFMA / 4 + alu + mufu) / min(1, warps / W_sat)
             (the same warps issue all of it; η_lds fitted: the fraction of one LDS wavefront per clock the
             micro-tiles reach; W_sat fitted: the resident warps per SM whose LDS -> FFMA chains keep the
