@@ -5,10 +5,11 @@ N >= 2048 (N < 2048 is reported, not banded); DRAM bytes ±10% of ncu; L2 reques
 counter, l1tex__m_xbar2l1tex_read_bytes + l1tex__m_l1tex2xbar_write_bytes (what the SMs' L1TEX/TMA units
 exchange with the crossbar). lts__t_sectors_srcunit_tex, the L2 slices' count of requests from the SMs,
 was the banded counter until bench/results/ncu_levels.csv showed it is counted after the H100's L2
-request coalescer merges the same line asked by co-resident CTAs: on non-causal rows it is 0.58-0.92x
-the SM-side reads (cuDNN, fa2_wgmma, fa2_tc: CTAs of a head in lockstep), on causal rows 0.93-1.00x, while
-the crossbar counter matches the papers' count at the real tiling to 1.00-1.03x on every kernel that
-does not spill registers. It is still printed, banded only in CSVs without the crossbar counter; rows
+request coalescer merges the same line asked by co-resident CTAs: on non-causal rows it is 0.58-0.95x
+the SM-side reads (least for cuDNN, fa2_wgmma, fa2_tc: CTAs of a head in lockstep), on causal rows 0.91-1.00x,
+while the crossbar counter matches the papers' count at the real tiling to 0.98-1.03x for fa2_wgmma, cuDNN
+and v_once_tc and 1.00-1.06x for fa2_tc (255 registers, spilled: tc_resources.json); SDPA flash's spill
+write-backs put it at 1.10-1.22x (known gaps). It is still printed, banded only in CSVs without the crossbar counter; rows
 that only have lts__t_bytes (which also counts the fabric between the two L2 partitions) have no band. Ranking:
 per source file and shape (one run), the model orders each pair of kernels as measured in >= 95% of the
 pairs. The rule for ties: two kernels measured within RANK_TIE (5%) of each other in the same run are a
