@@ -62,6 +62,9 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
 #endif
+#ifndef DQ_ABLATE  // measurement only (wrong dQ): 1 = dQ product without the atomics, 2 = no dQ at all
+#define DQ_ABLATE 0
+#endif
 
 #define D HEAD_DIM
 #define BLOCK_N (64 * NWG)   // Bc: keys per CTA
@@ -356,6 +359,11 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         pack_frag(dsa, dp);
         wgmma_fence_operand(dk);
         issue_acc(dk, dsa, sQ);  // line 16
+#if DQ_ABLATE == 2
+        wgmma_wait<0>();
+        wgmma_fence_operand(dk);
+        wgmma_fence_operand(dv);
+#else
         fence_proxy_async();     // the dS^T stores (generic proxy) before wgmma reads them (async proxy)
         __syncthreads();         // the whole dS^T tile is written
 
@@ -366,7 +374,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         wgmma_fence_operand(dk);
         wgmma_fence_operand(dv);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < 2 && DQ_ABLATE == 0; ++h) {
             const int row = m0 + ms * 64 + wq * 16 + (lane >> 2) + 8 * h;
             if (row < Nq) {
                 float* dst = dq_g + (long long)row * D + ns * DQ_N + 2 * (lane & 3);
@@ -374,6 +382,10 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
                 for (int nt = 0; nt < DQ_N / 8; ++nt) red_add_v2(dst + 8 * nt, dq[4 * nt + 2 * h], dq[4 * nt + 2 * h + 1]);
             }
         }
+#if DQ_ABLATE == 1
+        if (dq[0] == 12345.f) dq_g[0] = dq[1];  // keeps the dQ product alive without its atomics
+#endif
+#endif
     }
     cp_async_wait<0>();
 
