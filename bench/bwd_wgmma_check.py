@@ -30,6 +30,12 @@ os.makedirs(OUT, exist_ok=True)
 RESULTS = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 NS = [int(x) for x in os.environ.get("BWD_NS", "1024,2048,4096,8192,16384").split(",")]
 DTYPES = [getattr(torch, x) for x in os.environ.get("BWD_DTYPES", "float16,bfloat16").split(",")]
+T0 = time.time()
+DEADLINE_S = float(os.environ.get("BWD_DEADLINE_S", "1e9"))  # benchmark cells stop being added past this
+
+
+def late() -> bool:
+    return time.time() - T0 > DEADLINE_S
 
 
 def save():
@@ -155,6 +161,9 @@ def step_bench():
         for d in (64, 128):
             for causal in (False, True):
                 for n in NS:
+                    if late():
+                        RESULTS["bench_cut_short"] = True
+                        return
                     cfgs = fa2_wgmma_bwd.SWEEP[d] if dtype == torch.float16 else [fa2_wgmma_bwd.CONFIGS[d]]
                     rows += _cell(n, d, dtype, causal, cfgs)
                     RESULTS["bench"] = rows
@@ -170,6 +179,8 @@ def step_ablate():
         base = fa2_wgmma_bwd.CONFIGS[d]
         cfgs = [base, dict(base, DQ_ABLATE=1), dict(base, DQ_ABLATE=2)]
         for n in (4096, 16384):
+            if late():
+                break
             rows += _cell(n, d, torch.float16, False, cfgs, ablate=True)
     RESULTS["ablate"] = rows
 
