@@ -19,24 +19,27 @@ SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma_bwd.cu"
 KERNEL = "fa2_wgmma_bwd"
 KERNEL_PRE = "fa2_wgmma_bwd_pre"
 KERNEL_DQ = "fa2_wgmma_bwd_dq"
+KERNEL_DQ_BULK = "fa2_wgmma_bwd_dq_bulk"  # DQ_BULK=1: the accumulator is in per-tile fragment order
 HEAD_DIMS = (64, 128)
 ARCH = "sm_90a"
 PAD = 128  # rows of the padded L2 / D / dQ-accumulator buffers: a multiple of every Br
 
-# Knobs of the .cu file: NWG (warpgroups; Bc = 64 * NWG), BR (Br), STAGES (Q/dO ring slots), MIN_BLOCKS.
-DEFAULTS = dict(STAGES=2, MIN_BLOCKS=1)
+# Knobs of the .cu file: NWG (warpgroups; Bc = 64 * NWG), BR (Br), STAGES (Q/dO ring slots), MIN_BLOCKS,
+# DQ_BULK (dQ through smem and one TMA reduce-add per warpgroup and step, instead of red.global.add.v2).
+DEFAULTS = dict(STAGES=2, MIN_BLOCKS=1, DQ_BULK=0)
 CONFIGS = {
     64: dict(NWG=2, BR=128),
     128: dict(NWG=2, BR=64),
 }
 SWEEP = {
-    64: [dict(NWG=2, BR=128), dict(NWG=1, BR=64, MIN_BLOCKS=2)],
-    128: [dict(NWG=2, BR=64), dict(NWG=2, BR=64, STAGES=3)],
+    64: [dict(NWG=2, BR=128), dict(NWG=2, BR=128, DQ_BULK=1), dict(NWG=1, BR=64, MIN_BLOCKS=2),
+         dict(NWG=1, BR=64, MIN_BLOCKS=2, DQ_BULK=1)],
+    128: [dict(NWG=2, BR=64), dict(NWG=2, BR=64, DQ_BULK=1), dict(NWG=2, BR=64, STAGES=3, DQ_BULK=1)],
 }
-# ptxas (NVRTC 13.0, sm_90a) at the 255-register cap of 256-thread CTAs: d=128 NWG=2 Br=64 spills 36 B,
-# d=64 NWG=2 Br=128 60 B (dK, dV, S^T, dP^T and the in-flight P^T / dS^T fragments are live together).
-# The compile test holds every build to this budget so growth fails.
-MAX_SPILL_BYTES = 64
+# ptxas (NVRTC 13.0, sm_90a) at the 255-register cap of 256-thread CTAs: d=128 NWG=2 Br=64 spills 36 B
+# (0 with DQ_BULK), d=64 NWG=2 Br=128 60 B (72 with DQ_BULK): dK, dV, S^T, dP^T and the in-flight P^T / dS^T
+# fragments are live together. The compile test holds every build to this budget so growth fails.
+MAX_SPILL_BYTES = 80
 
 
 def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
@@ -58,11 +61,16 @@ def smem_bytes(defines: dict) -> int:
     """K_j, V_j + STAGES slots of Q_i, dO_i (fp16/bf16) + the dS^T tile + STAGES x (L2_i, D_i) fp32 + 1 KB
     so the kernel can align its base to 1024 B."""
     d, bn, br, st = defines["HEAD_DIM"], block_n(defines), defines["BR"], defines.get("STAGES", 2)
-    return 2 * bn * d * 2 + 2 * st * br * d * 2 + bn * br * 2 + st * 8 * br + 1024
+    dq_slices = br * d * 4 if defines.get("DQ_BULK") else 0  # NWG slices of 64 x DQ_N fp32 = one Br x d tile
+    return 2 * bn * d * 2 + 2 * st * br * d * 2 + bn * br * 2 + dq_slices + st * 8 * br + 1024
 
 
 def _build(defines: dict) -> list[tuple[str, str, dict]]:
-    return [(str(SOURCE), k, defines) for k in (KERNEL, KERNEL_PRE, KERNEL_DQ)]
+    return [(str(SOURCE), k, defines) for k in (KERNEL, KERNEL_PRE, _dq_kernel(defines))]
+
+
+def _dq_kernel(defines: dict) -> str:
+    return KERNEL_DQ_BULK if defines.get("DQ_BULK") else KERNEL_DQ
 
 
 def compile_configs() -> list[tuple[str, str, dict]]:
@@ -168,5 +176,6 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
                       (q, k, v, do, l2, dd, dq_acc, dk, dv, int(n_q), int(n_k), int(n_pad),
                        float(scale * fa2_tc.LOG2E), float(scale), int(bool(causal))),
                       shared_mem=smem_bytes(defs))
-    fn(KERNEL_DQ).launch((-(-n_q // 64), b * h, 1), (128, 1, 1), (dq_acc, dq, int(n_q), int(n_pad), float(scale)))
+    grid_dq = (n_pad // defs["BR"], b * h, 1) if defs.get("DQ_BULK") else (-(-n_q // 64), b * h, 1)
+    fn(_dq_kernel(defs)).launch(grid_dq, (128, 1, 1), (dq_acc, dq, int(n_q), int(n_pad), float(scale)))
     return dq, dk, dv

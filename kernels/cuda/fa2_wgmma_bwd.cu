@@ -62,6 +62,9 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
 #endif
+#ifndef DQ_BULK  // 1: dQ slices staged in smem, one cp.reduce.async.bulk (TMA add) per warpgroup per step
+#define DQ_BULK 0
+#endif
 #ifndef DQ_ABLATE  // measurement only (wrong dQ): 1 = dQ product without the atomics, 2 = no dQ at all
 #define DQ_ABLATE 0
 #endif
@@ -92,8 +95,10 @@ static_assert(STAGES >= 2 && STAGES <= 3, "2..3 ring slots");
 #define TILE_Q_BYTES (BLOCK_M * D * 2)
 #define TILE_DS_BYTES (BLOCK_N * BLOCK_M * 2)
 #define LD_BYTES (8 * BLOCK_M)  // L2_i then D_i, fp32, per slot
-// smem: [K][V][Q slots][dO slots][dS^T][L/D slots]; tiles are multiples of 1024 bytes
-#define SMEM_BYTES (2 * TILE_KV_BYTES + 2 * STAGES * TILE_Q_BYTES + TILE_DS_BYTES + STAGES * LD_BYTES)
+#define DQ_SLICE_BYTES (64 * DQ_N * 4)  // one warpgroup's fp32 dQ slice (DQ_BULK)
+// smem: [K][V][Q slots][dO slots][dS^T][dQ slices if DQ_BULK][L/D slots]; tiles are multiples of 1024 bytes
+#define SMEM_BYTES (2 * TILE_KV_BYTES + 2 * STAGES * TILE_Q_BYTES + TILE_DS_BYTES + DQ_BULK * NWG * DQ_SLICE_BYTES + \
+                    STAGES * LD_BYTES)
 
 #include "tc_common.cuh"  // cp.async, pack2, ex2
 #include "wgmma.cuh"      // wgmma_ss / wgmma_ss_tt / wgmma_rs / fence / commit / wait
@@ -170,6 +175,27 @@ fa2_wgmma_bwd_dq(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq,
     }
 }
 
+// DQ_BULK's accumulator: per (b*h, Q block i, warpgroup slice) 64*DQ_N floats in the order the slice leaves
+// the registers: float4 j of thread t (dq[4j..4j+3]) at (j*128 + t)*4, so the smem staging is conflict-free
+// and the reduce is one contiguous bulk copy. This kernel maps it back to rows: grid = (Nq_pad/Br, B*H).
+extern "C" __global__ void __launch_bounds__(128)
+fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq, int Nq_pad, float scale) {
+    const long long bh = blockIdx.y;
+    const int i = blockIdx.x, t = threadIdx.x, wq = t >> 5, lane = t & 31;
+    const float* src = dQacc + ((bh * (Nq_pad / BLOCK_M) + i) * NWG) * (64 * DQ_N);
+#pragma unroll
+    for (int w = 0; w < NWG; ++w) {
+        const int ms = w % MSL, ns = w / MSL;
+        const int r0 = i * BLOCK_M + ms * 64 + wq * 16 + (lane >> 2);
+        for (int j = 0; j < DQ_N / 8; ++j) {
+            const float4 f = *(const float4*)(src + w * (64 * DQ_N) + (j * 128 + t) * 4);
+            const int col = ns * DQ_N + 8 * j + 2 * (lane & 3);
+            if (r0 < Nq) *(u32*)(dQg + (bh * Nq + r0) * D + col) = pack2(f.x * scale, f.y * scale);
+            if (r0 + 8 < Nq) *(u32*)(dQg + (bh * Nq + r0 + 8) * D + col) = pack2(f.z * scale, f.w * scale);
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // main kernel helpers
 // ------------------------------------------------------------------------------------------------
@@ -195,6 +221,15 @@ __device__ __forceinline__ float2 lds_f2(u32 addr) {
     asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
     return v;
 }
+
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, u32 ssrc, int bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
@@ -267,7 +302,8 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     const u32 s_base = (smem_addr(smem) + 1023u) & ~1023u;
     const u32 sK = s_base, sV = sK + TILE_KV_BYTES;
     const u32 sQ0 = sV + TILE_KV_BYTES, sdO0 = sQ0 + STAGES * TILE_Q_BYTES;
-    const u32 sdS = sdO0 + STAGES * TILE_Q_BYTES, sLD0 = sdS + TILE_DS_BYTES;
+    const u32 sdS = sdO0 + STAGES * TILE_Q_BYTES, sdQ0 = sdS + TILE_DS_BYTES;
+    const u32 sLD0 = sdQ0 + DQ_BULK * NWG * DQ_SLICE_BYTES;
 
     // line 8: the first query that sees key n0 is n0 - causal_off; Q blocks above it are hidden
     const int i_first = is_causal ? max(0, n0 - causal_off) / BLOCK_M : 0;
@@ -373,6 +409,23 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         wgmma_fence_operand(dq);
         wgmma_fence_operand(dk);
         wgmma_fence_operand(dv);
+#if DQ_BULK
+        if (DQ_ABLATE == 0) {
+            const u32 sdq = sdQ0 + wg * DQ_SLICE_BYTES;
+            const int t128 = tid & 127;
+            if (t128 == 0) bulk_wait_read();  // the previous step's reduce has read this slice
+            bar_sync(1 + wg, 128);
+#pragma unroll
+            for (int j = 0; j < DQ_N / 8; ++j)
+                asm volatile("st.shared.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"r"(sdq + (j * 128 + t128) * 16),
+                             "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3]) : "memory");
+            fence_proxy_async();  // generic-proxy stores before the bulk copy (async proxy) reads them
+            bar_sync(1 + wg, 128);
+            if (t128 == 0)
+                bulk_reduce_add_f32(dQacc + ((bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M) * NWG + wg) * (64 * DQ_N), sdq,
+                                    DQ_SLICE_BYTES);
+        }
+#else
 #pragma unroll
         for (int h = 0; h < 2 && DQ_ABLATE == 0; ++h) {
             const int row = m0 + ms * 64 + wq * 16 + (lane >> 2) + 8 * h;
@@ -382,12 +435,16 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
                 for (int nt = 0; nt < DQ_N / 8; ++nt) red_add_v2(dst + 8 * nt, dq[4 * nt + 2 * h], dq[4 * nt + 2 * h + 1]);
             }
         }
+#endif
 #if DQ_ABLATE == 1
         if (dq[0] == 12345.f) dq_g[0] = dq[1];  // keeps the dQ product alive without its atomics
 #endif
 #endif
     }
     cp_async_wait<0>();
+#if DQ_BULK
+    if ((tid & 127) == 0) bulk_wait_all();  // the smem slices stay valid until the reduces are done
+#endif
 
     // line 18: dK_j = scale * sum dS^T Q (the scores were S * scale), dV_j
 #pragma unroll
