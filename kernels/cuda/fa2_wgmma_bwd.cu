@@ -31,7 +31,13 @@
 // key blocks for dQ: a separate dQ pass recomputes S and dP (two more of the five products, +40% FLOPs)
 // and re-reads K and V; the atomics cost Br*d fp32 reductions per (i, j) tile against 10*Br*Bc*d FLOPs.
 // Each warpgroup computes a 64 x DQ_N slice of the Br x d tile (M slices when Br = 128, N slices when
-// Br = 64), after a CTA barrier that completes the dS^T tile.
+// Br = 64), after a CTA barrier that completes the dS^T tile. Two ways to add it to HBM:
+//   DQ_BULK=0  red.global.add.v2.f32 from registers (FA2's atomicAdd, two floats per instruction);
+//   DQ_BULK=1  the slice goes to smem and one thread issues cp.reduce.async.bulk .add.f32 (a TMA
+//              reduce, FA3's way) of the whole slice; the accumulator is then kept in fragment order
+//              (fa2_wgmma_bwd_dq_bulk maps it back to rows). Also frees the registers the atomics'
+//              addresses took: d=128 builds spill 0 B instead of 36.
+// DQ_ABLATE (1: no atomics, 2: no dQ product) exists only to measure what dQ costs; its dQ is wrong.
 //
 // Layout of the arguments: q, do_ (B, H, Nq, d); k, v (B, H, Nk, d); lse2, dd (B*H, Nq_pad) float;
 // dqacc (B*H, Nq_pad, d) float; dk, dv (B, H, Nk, d). grid = (Tc, B*H). Causal is bottom-right: query i
