@@ -218,9 +218,11 @@ STEPS = dict(checks=step_checks, pytest=step_pytest, bench=step_bench, ablate=st
 
 
 def table():
+    lines = []
+    print = lines.append  # noqa: A001  (the table goes to stdout and to $OUT/bwd_wgmma.md)
     print("\n== checks: %s/%s passed" % (RESULTS.get("checks_passed"), RESULTS.get("checks_total")))
     if "pytest" in RESULTS:
-        print("== pytest:", RESULTS["pytest"]["rc"], RESULTS["pytest"]["tail"][-1:])
+        print("== pytest: %s %s" % (RESULTS["pytest"]["rc"], RESULTS["pytest"]["tail"][-1:]))
     for key in ("bench", "ablate"):
         rows = RESULTS.get(key, [])
         if not rows:
@@ -234,6 +236,10 @@ def table():
         print("dtype d causal N | " + " | ".join(kernels))
         for key2, vals in cells.items():
             print(" ".join(str(x) for x in key2) + " | " + " | ".join(vals.get(kk, "-") for kk in kernels))
+    text = "\n".join(lines)
+    with open(os.path.join(OUT, "bwd_wgmma.md"), "w") as f:
+        f.write(text + "\n")
+    sys.stdout.write(text + "\n")
 
 
 if __name__ == "__main__":
