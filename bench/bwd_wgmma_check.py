@@ -205,7 +205,7 @@ def step_sanitize():
             try:
                 p = subprocess.run(["compute-sanitizer", "--tool", tool, "--error-exitcode", "9", sys.executable,
                                     __file__, "--one"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, timeout=120)
+                                   text=True, timeout=float(os.environ.get("BWD_SANITIZE_TIMEOUT", "75")))
                 log.write(f"==== {tool} rc={p.returncode}\n{p.stdout}\n")
                 res[tool] = dict(rc=p.returncode, summary=[x for x in p.stdout.splitlines() if "SUMMARY" in x])
             except Exception as exc:

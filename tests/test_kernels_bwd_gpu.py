@@ -8,7 +8,8 @@ Outputs are poisoned with NaN first, so an unwritten element fails.
 Tolerance: a gradient passes when its norm-relative error to float64 is within TOL[dtype], or within
 3x the error of a float64 backward that rounds what any fp16/bf16 kernel must round (O, P and dS to the
 input dtype): with scores ~1e4 the rows are one-hot and dP - D cancels, so the exact gradients are tiny
-and that rounding, not the kernel, sets the error.
+and that rounding, not the kernel, sets the error. An RMS error of 1e-5 always passes: with one visible
+key dS = P (dP - D) is exactly 0, and fp32 summation order alone leaves ~1e-6.
 """
 from __future__ import annotations
 
@@ -98,7 +99,8 @@ def check(b, h, n_q, n_k, d, dtype, causal, scale, seed, config=None) -> dict:
         err = float((gd - ref).norm())
         floor = float((base - ref).norm())
         errors[name] = dict(rel=err / max(norm, 1e-30), rounding_rel=floor / max(norm, 1e-30))
-        assert err <= max(TOL[dtype] * norm, 3 * floor) or norm == err == 0, (
+        atol = 1e-5 * g.numel() ** 0.5  # RMS 1e-5: gradients that are exactly 0 (one visible key: dS = 0)
+        assert err <= max(TOL[dtype] * norm, 3 * floor, atol), (
             f"{name}: error {err:.3e} vs |ref| {norm:.3e} (rounding floor {floor:.3e})")
     if causal and n_q > n_k:  # rows i < Nq - Nk see no key
         assert (grads[0][:, :, : n_q - n_k] == 0).all(), "rows that see no key must get dq = 0"

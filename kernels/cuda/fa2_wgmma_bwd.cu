@@ -71,6 +71,9 @@
 #ifndef DQ_BULK  // 1: dQ slices staged in smem, one cp.reduce.async.bulk (TMA add) per warpgroup per step
 #define DQ_BULK 0
 #endif
+#ifndef DQ_V4  // DQ_BULK=0 only: lane pairs swap halves so each thread adds 4 contiguous floats (red .v4)
+#define DQ_V4 0
+#endif
 #ifndef DQ_ABLATE  // measurement only (wrong dQ): 1 = dQ product without the atomics, 2 = no dQ at all
 #define DQ_ABLATE 0
 #endif
@@ -237,6 +240,10 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, u32 ssrc, int b
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
+__device__ __forceinline__ void red_add_v4(float* addr, float a, float b, float c, float d) {
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
+                 : "memory");
+}
 __device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
 }
@@ -430,6 +437,21 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
             if (t128 == 0)
                 bulk_reduce_add_f32(dQacc + ((bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M) * NWG + wg) * (64 * DQ_N), sdq,
                                     DQ_SLICE_BYTES);
+        }
+#elif DQ_V4
+        if (DQ_ABLATE == 0) {  // even lane: row g, cols 4c'..4c'+3; odd lane: row g+8, same cols (c' = lane%4 / 2)
+            const bool odd = lane & 1;
+            const int row = m0 + ms * 64 + wq * 16 + (lane >> 2) + (odd ? 8 : 0);
+            float* dst = dq_g + (long long)row * D + ns * DQ_N + 4 * ((lane & 3) >> 1);
+#pragma unroll
+            for (int nt = 0; nt < DQ_N / 8; ++nt) {
+                const float r0 = __shfl_xor_sync(0xffffffffu, odd ? dq[4 * nt] : dq[4 * nt + 2], 1);
+                const float r1 = __shfl_xor_sync(0xffffffffu, odd ? dq[4 * nt + 1] : dq[4 * nt + 3], 1);
+                if (row < Nq) {
+                    if (odd) red_add_v4(dst + 8 * nt, r0, r1, dq[4 * nt + 2], dq[4 * nt + 3]);
+                    else red_add_v4(dst + 8 * nt, dq[4 * nt], dq[4 * nt + 1], r0, r1);
+                }
+            }
         }
 #else
 #pragma unroll
