@@ -48,7 +48,19 @@
 // Version log:
 //   v1  first version: cp.async by every thread (no TMA, no producer warp), K_j/V_j resident, 2-slot
 //       Q/dO/L/D ring, S^T and dP^T issued together, dV issued before dS is formed, one CTA barrier per
-//       Q block for the dS^T tile, dQ by red.global.add.v2.f32. Measurements: bench/results/bwd_wgmma_v1.json.
+//       Q block for the dS^T tile, dQ by red.global.add.v2.f32 or (DQ_BULK=1) a TMA bulk reduce-add.
+//       Correct first time on every candidate (56/63 checks; the 7 "failures" were the test's tolerance:
+//       Nk = 1 makes dS exactly 0, and the fp32 summation order leaves 1e-6). H200, fp16, batch*N = 16k,
+//       hidden 2048, backward TFLOP/s at N = 2k/4k/16k (bench/results/bwd_wgmma_v1.json):
+//         d=128 NWG=2 Br=64 STAGES=3 DQ_BULK=1  358/388/420 (causal 286/342/422)  SDPA flash 253/276/300,
+//                                                                                 cuDNN 472/519/520
+//         d=128 same, STAGES=2                  333/373/404; red.v2 atomics instead of DQ_BULK: 326/342/384
+//         d=64  NWG=2 Br=128 DQ_BULK=1          297/326/353 (causal 242/280/342)  SDPA flash 225/257/282,
+//                                                                                 cuDNN 376/414/436
+//         d=64  NWG=1 Br=64, 2 CTAs/SM          257/283/301 (negative: K/V reuse halves, Q/dO traffic doubles)
+//       Ablation, d=128 N=16k (red.v2 build): 386 TFLOP/s; without the dQ atomics 532; without the dQ product
+//       at all 618. d=64: 335 / 449 / 519. dQ's reduction into HBM is the largest single cost: the next
+//       steps are a separate warp for it (FA3) and TMA loads by a producer warp.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
