@@ -15,7 +15,9 @@ fits = false and over_by_bytes, not dropped.
 
 Limits (a one-line error past them, exit 2): at most MAX_ROWS = 50,000 output rows (problems x
 SRAM sizes x variant configs), --points at most MAX_POINTS = 1,000, a --plot of a sweep at most
-MAX_PLOT_PANELS = 8 problems, and every tensor at most 2**63 - 1 elements. Any size within them
+MAX_PLOT_PANELS = 8 problems, every tensor at most 2**63 - 1 elements, and the GPU model (it walks
+every Q block) on rows of at most MAX_MODEL_Q_BLOCKS = 65,536 Q blocks (the papers' roofline past it,
+said so in the row). Any size within them
 answers in well under a second per row (the closed forms do not loop over blocks). json and csv are
 written as the rows are computed (tables hold their rows); a progress bar shows on a terminal's stderr for long jobs.
 Integers are parsed exactly (no float round trip); a flag that does not apply to the command or the
@@ -51,6 +53,7 @@ SWEEP_V_ONCE = (("auto", "eager"), ("auto", "lazy"))
 MAX_ROWS = 50_000  # output rows of one command
 MAX_POINTS = 1_000  # SRAM sizes of one sweep
 MAX_PLOT_PANELS = 8  # problems in one sweep plot (one panel each)
+MAX_MODEL_Q_BLOCKS = 1 << 16  # past it a row shows the papers' roofline, not the GPU model (O(Tr))
 DEFAULT_POINTS = 33
 
 
@@ -359,6 +362,9 @@ class _Plan:
                                                                  args.causal, self.gpu.key)
                         if desc is not None:
                             br, bc, rule_ = desc.block_q, desc.block_k, f"kernel {desc.kernel}"
+                            if -(-n_q // br) > MAX_MODEL_Q_BLOCKS:  # the model walks every Q block
+                                desc, why = None, (f"the GPU model walks each of the {-(-n_q // br):,} Q "
+                                                   f"blocks; over its limit of {MAX_MODEL_Q_BLOCKS:,}")
                     try:
                         tr = cf.counts(name, args.batch, args.heads, n_q, n_k, d, causal=args.causal,
                                        dtype=args.dtype, block_q=br, block_k=bc, sram_bytes=sram, **opts)
@@ -368,10 +374,13 @@ class _Plan:
                     if not self.sweep:
                         from analysis import report_gpu
 
-                        rec["gpu_model"] = (report_gpu.model_record(desc, args.batch, args.heads, n_q, n_k, d,
-                                                                    args.dtype, args.causal,
-                                                                    full_gpu=args.full_gpu)
-                                            if desc is not None else {"why": why})
+                        try:
+                            rec["gpu_model"] = (report_gpu.model_record(desc, args.batch, args.heads, n_q, n_k,
+                                                                        d, args.dtype, args.causal,
+                                                                        full_gpu=args.full_gpu)
+                                                if desc is not None else {"why": why})
+                        except ValueError as e:  # e.g. the full GPU's B·H past int64 sizes at this N
+                            rec["gpu_model"] = {"why": f"no GPU model here ({e})"}
                     yield rec
 
 
@@ -636,8 +645,12 @@ def _caption(args, srams, dims, gpu, recs=()) -> str:
     if any("gpu_model" in r and "why" not in r["gpu_model"] for r in recs):
         return _kernel_caption(args, recs, gpu)
     srams = sorted(srams)
+    whys = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})
+                   and r.get("block_rule", "").startswith("kernel")})
     sram = human_bytes(srams[0]) if len(srams) == 1 else f"{human_bytes(srams[0])} … {human_bytes(srams[-1])}"
     blocks = "explicit" if (args.block_q or args.block_k) else "FA1 rule Bc=⌈M/4d⌉, Br=min(Bc,d), M=SRAM/4"
+    if whys:  # --blocks kernel, but no row has the GPU model
+        blocks = f"each variant's kernel (no GPU model: {'; '.join(whys)})"
     return (f"B={args.batch} H={args.heads} d={','.join(map(str, dims))} {args.dtype}"
             f"{' causal' if args.causal else ''}; "
             f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}; "
