@@ -164,3 +164,20 @@ def test_tensor_maps_are_reused_per_call(monkeypatch):
     assert made == []
     fa2_wgmma.forward(q, q.contiguous(), q)  # a new buffer: its map is made, the others reused
     assert len(made) == 1
+
+
+@pytest.mark.parametrize("name", ["fa2_tc", "v_once_tc", "fa2", "fa1", "naive", "v_once"])
+def test_contiguous_launchers_refuse_strided_and_gqa_clearly(name):
+    """The launchers without TMA maps take contiguous, equal-head inputs only, and say so
+    (kernels.loader.check_cuda_inputs): no silent wrong read of a view, no hidden copy."""
+    from kernels import KERNELS
+
+    if name not in KERNELS:
+        pytest.skip(f"{name} not registered")
+    fwd = KERNELS[name].forward
+    q = torch.randn(1, 4, 64, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="heads"):
+        fwd(q, q[:, :2], q[:, :2])
+    view = torch.randn(1, 64, 4, 64, device="cuda", dtype=torch.float16).transpose(1, 2)
+    with pytest.raises(ValueError, match="contiguous"):
+        fwd(view, view, view)

@@ -45,6 +45,10 @@
 //       Full grid (bench/results/tc_bench_wgmma_tma.md, fp16, N=2k..16k): d=128 1.54-2.25x SDPA flash,
 //       0.88-1.06x cuDNN; d=64 1.13-1.55x flash, 0.79-0.97x cuDNN. Below N=1k at d=64 it trails flash
 //       (0.90-0.98x): one 3-warpgroup CTA per SM and its prologue latency per Q block.
+//   v2  layouts (issue 14): 4-D tensor maps with the inputs' strides ((B, N, H, d) views read in place),
+//       grouped-query K/V (kv head h / group), d = 96 (tiles padded to two panels) and d = 256 (Br = 128,
+//       Bc = 80, producer at 24 registers). NVRTC: no spills in any build. GPU check and timing:
+//       bench/gpu_check_layouts.sh (not yet run when this was written).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
