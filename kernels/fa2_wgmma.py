@@ -32,6 +32,7 @@ KERNEL_TMA = "fa2_wgmma_tma_fwd"
 TMA_DEFAULTS = dict(STAGES=2)
 HEAD_DIMS = (64, 96, 128, 256)
 CP_ASYNC_HEAD_DIMS = (64, 128)  # fa2_wgmma.cu (TMA=0): whole 64-column panels, d <= 128
+MAX_HEAD_DIM = max(HEAD_DIMS)  # kernels.KernelSpec.supports_head_dim reads it (its default is 128)
 ARCH = "sm_90a"
 
 # Knobs of the .cu file: BLOCK_N (Bc), NWG (warpgroups; Br = 64 * NWG), OVERLAP (softmax of S_j during

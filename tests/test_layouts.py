@@ -150,3 +150,11 @@ def test_sanitizer_shapes_reuse_every_ring_slot():
                 and s[2] >= 2 * fa2_wgmma.block_m(defs)]
         assert deep, f"no sanitizer shape at d={d} reuses each of the {defs['STAGES']} ring slots 3 times"
     assert any(len(s) > 6 and s[6] not in (None, s[1]) for s in shapes), "no grouped-query shape"
+
+
+def test_the_registry_offers_every_head_dim():
+    from kernels import KERNELS
+
+    spec = KERNELS["fa2_wgmma"]
+    assert all(spec.supports_head_dim(d) for d in fa2_wgmma.HEAD_DIMS)
+    assert not spec.supports_head_dim(80)
