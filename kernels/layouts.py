@@ -45,6 +45,7 @@ def _explain(q, k, v, head_dims) -> None:
     for t in (q, k, v):  # type, device, rank, dtype: the shared check's first loop says it
         if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dim() != 4 or t.dtype not in _DTYPES:
             loader.check_cuda_inputs(q, k, v, supported_dtypes=_DTYPES, head_dims=head_dims)
+            raise TypeError("q, k, v must be rank-4 CUDA tensors of dtype float16 or bfloat16")  # not reached
     layout_rules(q, k, v, head_dims)
 
 
