@@ -5,6 +5,8 @@
 #   PYTHONPATH=. bash bench/gpu_check_layouts.sh        # OUT=<dir> (default: a temp dir)
 #
 # Steps (each under its own time limit; one failing does not stop the rest; $OUT/steps.txt has rc per step):
+#   compile   NVRTC every fa2_wgmma build (defaults and sweep candidates), one process per core, into the
+#             disk cache the later steps read
 #   tests     pytest: tests/test_kernels_layouts.py (strided (B,N,H,d) views, sliced heads, GQA H_kv = 1, 2,
 #             H/2, d = 64/96/128/256, fp16/bf16, odd Nq/Nk, causal rows that see no key, clear errors, map
 #             reuse) and the fa2_wgmma tests of tests/test_kernels_tc.py (incl. every sweep candidate: d = 96
@@ -21,19 +23,35 @@
 # fa2_wgmma vs sdpa_flash (was 50-80 vs 43-62 µs before this change).
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
-OUT=${OUT:-$(mktemp -d)}
+export OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 failed=()
-step() {  # step NAME SECONDS COMMAND...: run under a time limit, log rc and seconds, keep going
+step() {  # step NAME SECONDS FUNCTION: run under a time limit, log rc and seconds, keep going
   local name=$1 limit=$2; shift 2
   local t0=$(date +%s)
   echo "=== $name" >&2
-  timeout "$limit" "$@"
+  timeout "$limit" bash -c "$(declare -f "$1"); $1"  # a shell function, run under the time limit
   local rc=$?
   echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/steps.txt"
   [ $rc -eq 0 ] || failed+=("$name")
 }
 
+compile_all() {
+  python3 - <<'PY'
+import os
+from concurrent.futures import ProcessPoolExecutor
+from kernels import fa2_wgmma, loader
+
+def one(c):
+    src, _, defs = c
+    loader.compile_cubin(src, defines=defs, arch=fa2_wgmma.ARCH)
+    return 1
+
+builds = fa2_wgmma.compile_configs() + [c for c in fa2_wgmma.sweep_configs() if c not in fa2_wgmma.compile_configs()]
+with ProcessPoolExecutor(min(16, os.cpu_count() or 1)) as ex:
+    print(sum(ex.map(one, builds)), "fa2_wgmma builds compiled")
+PY
+}
 tests() {
   python3 -m pytest -q -p no:cacheprovider tests/test_kernels_layouts.py tests/test_kernels_tc.py -k "wgmma or layouts or strided or gqa or head_dims or bad_layouts or tensor_maps" \
     2>&1 | tee "$OUT/gpu_tests.log" | tail -25
@@ -44,13 +62,14 @@ sanitize() {
     --tools memcheck,racecheck
 }
 speed() { python3 bench/layouts_speed.py --out "$OUT" 2>&1 | tee "$OUT/layouts_speed.txt"; return "${PIPESTATUS[0]}"; }
-launch() { python3 bench/launch_overhead.py --out "$OUT" --kernels fa2_wgmma,fa2_tc,sdpa_flash 2>&1 | tail -8; }
+launch() { python3 bench/launch_overhead.py --out "$OUT" --kernels fa2_wgmma,fa2_tc,sdpa_flash 2>&1 | tail -8; return "${PIPESTATUS[0]}"; }
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
-step tests 75 tests
-step sanitize 80 sanitize
-step speed 70 speed
-step launch 20 launch
+step compile 40 compile_all
+step tests 70 tests
+step sanitize 70 sanitize
+step speed 60 speed
+step launch 15 launch
 
 echo
 echo "== summary ($OUT)"
