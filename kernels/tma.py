@@ -1,6 +1,7 @@
 """TMA tensor maps (CUtensorMap) for kernels that load tiles with cp.async.bulk.tensor (sm_90).
 
-    tm = tensor_map_3d(t, box_rows)      # t: contiguous (B, H, N, d) fp16/bf16 CUDA tensor
+    tm = tensor_map(t, box_rows)         # t: a (B, H, N, d) view, any strides with a unit last one (4-D map)
+    tm = tensor_map_3d(t, box_rows)      # t: contiguous (B, H, N, d) fp16/bf16 CUDA tensor (the first form)
 
 A tensor map describes a global tensor to the TMA unit: element type, up to 5 dimensions with strides,
 the box one instruction copies, the shared-memory swizzle, and what out-of-bounds elements read as.
