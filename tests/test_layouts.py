@@ -1,7 +1,9 @@
 """CPU checks of fa2_wgmma's layouts and head dims (no GPU): the 4-D tensor-map arguments of strided
 views (what cuTensorMapEncodeTiled receives), the input rules for strides, head counts (GQA) and d, the
 builds per head dim (shared memory, knobs), the per-call plan cache, and the sanitizer shapes.
-The NVRTC compile of every build (no spills) is tests/test_kernels_compile.py's compile_configs() check."""
+The NVRTC compile of every build (no spills) is tests/test_kernels_compile.py's compile_configs() check.
+cuTensorMapEncodeTiled itself needs libcuda (the driver), which a machine without a GPU lacks, so the
+encoding is exercised by the GPU tests (tests/test_kernels_layouts.py); here its arguments are checked."""
 from __future__ import annotations
 
 import pytest
