@@ -26,6 +26,9 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     round_trips_per_tile  dependent global-memory round trips a CTA waits out per visited tile that
                  nothing in the CTA overlaps (teaching v_once, spilled f: phase 2 loads f_ij before its
                  barrier); each costs the fitted latency L_gmem
+    issue_per_tile  FA2-style builds profiled by bench/ncu_levels.sh: warp instructions per tile other than
+                 the MMAs (smsp__inst_executed / tiles - 4·Br·Bc·d / 4096 per m16n8k16), measured once per
+                 build (analysis/issue.py); it replaces the closed-form estimate of the softmax's issue work
     rescale_round_trips   eager v_once with f spilled: dependent round trips per earlier f block at each
                  new block (the read-scale-write loop over k < j; teaching: one per row slot, Br/16;
                  v_once_tc: none, its 16-byte fragments keep enough bytes in flight to run at bandwidth)
@@ -69,6 +72,8 @@ class KernelDescriptor:
     rescale_round_trips: float = 0.0
     f: str | None = None  # v_once: where the f row lives (sram | hbm)
     rescale: str | None = None
+    issue_per_tile: float = 0.0  # measured warp instructions per tile other than the MMAs (0: not measured)
+    issue_source: str = ""
     launches: int = 1
     launch_overhead_s: float = 0.0
     overhead_source: str = ""
@@ -192,6 +197,18 @@ def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_
              n_k: int | None = None, **options) -> KernelDescriptor:
     """The descriptor of kernel `name` (KERNELS or EXTERNAL) for this head dim, dtype and options.
     n_q, n_k matter only where the build depends on them (v_once_tc's f placement and smem)."""
+    data = _describe_data(name, d, dtype, causal, n_q=n_q, n_k=n_k, **options)
+    if data["structure"] == "fa2" and data["variant"] == "fa2" and not data.get("issue_per_tile"):
+        from analysis.issue import measured_issue
+
+        issue, src = measured_issue(data["kernel"], d, data["build"], data.get("options", {}))
+        if issue:
+            data = dict(data, issue_per_tile=issue, issue_source=src)
+    return KernelDescriptor(**data)
+
+
+def _describe_data(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 4096,
+                   n_k: int | None = None, **options) -> dict:
     n_k = n_q if n_k is None else n_k
     if name in EXTERNAL:
         data = EXTERNAL[name](d, dtype, causal, **options)
@@ -208,4 +225,4 @@ def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_
 
             mod = importlib.import_module(f"kernels.{name}")
             data = mod.describe(d, dtype, causal, n_q=n_q, n_k=n_k, **options)
-    return KernelDescriptor(**data)
+    return data

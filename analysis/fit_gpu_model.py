@@ -102,7 +102,10 @@ def fit(verbose=True) -> dict:
     return dict(params=params, train_cells=len(works), rms_log_error=rms,
                 split="fp16 non-causal N in {2048, 8192}: tc_bench_wgmma_tma.json (fa2_tc, fa2_wgmma, "
                       "sdpa_flash, sdpa_cudnn), tc_bench.json (v_once_tc), bench_kernels.json (every teaching kernel)",
-                script="analysis/fit_gpu_model.py")
+                script="analysis/fit_gpu_model.py",
+                measured_inputs="descriptors' issue_per_tile of the profiled FA2-style builds (fa2_tc, sdpa_flash at d = 64, "
+                                "128): instruction counts of bench/results/ncu_levels.csv's non-causal rows (analysis/issue.py), "
+                                "not their times")
 
 
 def main() -> int:

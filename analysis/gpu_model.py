@@ -6,6 +6,8 @@ Per visited Br x Bc tile, in SM cycles (rates per SM per clock):
     smem    smem bytes per tile / 128 (CUDA guide: 32 banks x 4 B per clock per SM)
     mufu    exponentials per tile / 16 (CUDA guide, CC 9.0: 16 ex2 results/clk/SM)
     alu     (k_alu · 'other' ops + exp_alu · exponentials) per tile / 128 (128 FP32 lanes/clk/SM)
+    (FA2-style builds with a measured issue_per_tile, analysis/issue.py: softmax = mufu + alu is replaced
+    by their non-MMA warp instructions per tile / 4 schedulers: what the code issues, not an estimate)
     teaching (FFMA path): (LDS per tile / η_lds + FFMA / 4 + alu + mufu) / min(1, warps / W_sat)
             (the same warps issue all of it; η_lds fitted: the fraction of one LDS wavefront per clock the
             micro-tiles reach; W_sat fitted: the resident warps per SM whose LDS -> FFMA chains keep the
@@ -184,6 +186,8 @@ def tile_terms(work: Work, params: dict) -> dict:
     rate = params["R_wgmma"] if desc.path == "wgmma" else params["R_mma_sync"]
     tensor = 4.0 * desc.block_q * desc.block_k * work.d / rate
     alu = (params["k_alu"] * other + desc.exp_alu * exps) / FP32_LANES
+    if desc.issue_per_tile:  # measured (analysis/issue.py): every non-MMA instruction, MUFU and ldmatrix included
+        return {"tensor": tensor, "smem": smem, "softmax": desc.issue_per_tile / ISSUE_PER_CLK}
     return {"tensor": tensor, "smem": smem, "softmax": mufu + alu}
 
 

@@ -14,7 +14,8 @@
               K/V of the heads in flight, ⌈resident CTAs / Tr⌉ of them (Q blocks are launched
               fastest), and the Q tiles they stream; a spilled row is read back after every resident CTA has written its own.
 
-Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
+Only re-reads separated by a wave boundary (separated_share) can miss: co-resident Q blocks of one head
+read K_j together. Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
 whitepaper: the L2 is two partitions, each caching data for the SMs of its GPCs, so data every SM reads
 may be held twice). DRAM writes: the ncu counters (bench/results/tc_ncu*.csv) see 0.85-0.9 of O written
 within the kernel (the rest is still dirty in L2 at its end); the model counts every output byte.
@@ -54,6 +55,27 @@ def miss_fraction(working_set: float, capacity: float) -> float:
 
 def effective_l2(gpu) -> int:
     return int(gpu.value("l2_bytes", "measured")) // 2
+
+
+def separated_share(desc, bh: int, t_r: int, slots: int) -> float:
+    """Share of the K/V re-reads whose reuse distance is a whole pass over the heads in flight.
+
+    The Q blocks of one head are launched together (Q blocks fastest) and march through j in near
+    lockstep, so a re-read by a CTA resident at the same time as the first reader is an L2 hit however
+    large the working set (ncu_levels.csv: srcunit_tex sees up to 0.58x the SM-side bytes on non-causal
+    rows, the requests of co-resident CTAs merged before the L2 slice, so they arrive together). Only a
+    head whose Q blocks straddle a wave boundary re-reads its K/V a whole pass later: per wave, one
+    separated re-read of each head it shares with an earlier wave. The FA1 grid (one CTA per head)
+    keeps the old rule: its re-reads are of its own running O, l, m.
+    """
+    if desc.grid == "heads" or t_r <= 1:
+        return 1.0
+    ctas = bh * t_r
+    groups = 0  # (wave, head) pairs: the distinct heads each wave of `slots` CTAs touches
+    for start in range(0, ctas, slots):
+        end = min(ctas, start + slots)
+        groups += (end - 1) // t_r - start // t_r + 1
+    return min(1.0, max(0, groups - bh) / (bh * (t_r - 1)))
 
 
 def grid_ctas(desc, batch: int, heads: int, n_q: int) -> int:
@@ -127,7 +149,7 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
         eager_miss = num / den if den else 0.0
     inputs_req = sum(rb.get(n, 0) for n in ("Q", "K", "V"))
     inputs_unique = bh * (q_bytes + kv_bytes)
-    reads = inputs_unique + round(max(0, inputs_req - inputs_unique) * kv_miss)
+    reads = inputs_unique + round(max(0, inputs_req - inputs_unique) * kv_miss * separated_share(desc, bh, t_r, slots))
     writes = bh * out_bytes
     for name in spill_names:
         r, w = rb.get(name, 0), wb.get(name, 0)

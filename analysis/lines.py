@@ -169,9 +169,9 @@ IMPLEMENTED_BY: dict[tuple[str, int], tuple[str, ...]] = {
     ("FA2", 1): ("reference", "teaching", "tensor-core"),
     ("FA1", 3): ("reference",),
     ("FA1", 4): ("reference",),
-    ("FA2", 2): ("reference",),
+    ("FA2", 2): ("reference", "teaching"),
 }
-TEACHING_CUDA = {"naive.cu", "fa1.cu", "fa2.cu", "v_once.cu", "teaching.cuh"}
+TEACHING_CUDA = {"naive.cu", "fa1.cu", "fa2.cu", "fa2_bwd.cu", "v_once.cu", "teaching.cuh"}
 SCANNED = ("variants/*.py", "kernels/cuda/*.cu", "kernels/cuda/*.cuh", "analysis/*.py")
 
 TAG = re.compile(r"\b(FA[12]) Alg\. (\d+) (lines?) (\d+)(?:-(\d+))?")

@@ -8,7 +8,8 @@
                                       "target launched NAME n=.. d=.. b=.. h=.. [causal=..] [dtype=..]" lines
 
 A cell: dict(source, kernel, options, batch, heads, n_q, n_k, d, dtype, causal, time_s, and for ncu rows
-the counters: dram_bytes, lts_bytes, l2_tex_bytes (SM-side, when profiled), duration_s).
+the counters: dram_bytes, lts_bytes, l2_tex_bytes (L2-slice side, srcunit_tex), l2_sm_bytes (SM side:
+l1tex <-> crossbar read + write bytes), duration_s, when profiled).
 """
 from __future__ import annotations
 
@@ -151,8 +152,16 @@ def read_ncu_csv(path) -> list[dict]:
                           dram_bytes=m.get("dram__bytes_read.sum", 0) + m.get("dram__bytes_write.sum", 0),
                           lts_bytes=m.get("lts__t_bytes.sum"),
                           l2_tex_bytes=None if tex is None else tex * 32,
+                          l2_sm_bytes=_sm_side(m),
                           instructions=m.get("smsp__inst_executed.sum")))
     return cells
+
+
+def _sm_side(m: dict):
+    """Bytes the SMs' L1TEX/TMA units exchange with the crossbar: what every SM asked the L2 for, before
+    the H100's L2 request coalescer merges the same line asked by several SMs at once (None: not profiled)."""
+    r, w = m.get("l1tex__m_xbar2l1tex_read_bytes.sum"), m.get("l1tex__m_l1tex2xbar_write_bytes.sum")
+    return None if r is None or w is None else r + w
 
 
 def _ints(text: str) -> list[int]:

@@ -30,7 +30,9 @@ def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtyp
 
     if gpu_key not in MODELLED_GPUS:
         return None, f"the GPU model is fitted to the {', '.join(g.upper() for g in MODELLED_GPUS)} only"
-    kernel = KERNEL_OF[variant]
+    kernel = KERNEL_OF.get(variant)
+    if kernel is None:  # a registered variant with no kernel (tests/test_add_a_variant.py's toy)
+        return None, f"no kernel runs variant {variant}"
     try:
         desc = describe(kernel, d, dtype, causal, n_q=n_q, n_k=n_k, **opts)
     except ValueError as e:

@@ -9,7 +9,8 @@
 # Writes $OUT/ncu_levels.csv (ncu --csv, with the "target launched" lines analysis/measured.py reads),
 # $OUT/ncu_metrics_available.txt (which of the wanted metrics this ncu knows; unknown ones are dropped
 # rather than failing the run) and prints the model-vs-counter table last. Commit ncu_levels.csv to
-# bench/results/: `fa-traffic validate` then checks L2 request bytes against lts__t_sectors_srcunit_tex.
+# bench/results/: `fa-traffic validate` then checks L2 request bytes against the SM-side crossbar bytes
+# (l1tex__m_xbar2l1tex_read_bytes + l1tex__m_l1tex2xbar_write_bytes; docs/gpu-model.md says why not srcunit_tex).
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d)}
@@ -57,13 +58,14 @@ from analysis.fit_gpu_model import work_of
 from analysis.measured import read_ncu_csv
 cells = read_ncu_csv(sys.argv[1])
 print(f"{'kernel':22s} {'n':>6s} {'d':>4s} {'causal':>6s} {'t ncu ms':>9s} {'t/model':>8s} {'DRAM/model':>10s} "
-      f"{'lts/model':>9s} {'tex/model':>9s} {'Ginstr':>7s}")
+      f"{'lts/model':>9s} {'tex/model':>9s} {'sm/model':>8s} {'Ginstr':>7s}")
 for c in cells:
     p = gm.predict_work(work_of(c))
     tex = c.get("l2_tex_bytes")
     print(f"{c['label']:22s} {c['n_q']:6d} {c['d']:4d} {int(c['causal']):6d} {c['duration_s'] * 1e3:9.3f} "
           f"{c['duration_s'] / (p.time_s - p.terms['overhead']):8.3f} {c['dram_bytes'] / p.dram_bytes:10.3f} "
           f"{(c['lts_bytes'] or 0) / p.l2_bytes:9.3f} {(tex or 0) / p.l2_bytes:9.3f} "
+          f"{(c.get('l2_sm_bytes') or 0) / p.l2_bytes:8.3f} "
           f"{(c.get('instructions') or 0) / 1e9:7.3f}")
 PY
 exit $rc

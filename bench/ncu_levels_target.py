@@ -18,6 +18,16 @@ TOKENS, HIDDEN = 16384, 2048
 SHAPES = [(4096, 64), (4096, 128), (16384, 128)]
 
 
+def _overrides():
+    """NCU_LEVELS_SHAPES="32768x128,65536x128" (N x d, B = max(1, 16k / N), H = 2048 / d) and
+    NCU_LEVELS_KERNELS="fa2_tc,fa2_wgmma": another set for bench/ncu_l2_capacity.sh; unset: the defaults."""
+    import os
+
+    shapes = [tuple(int(x) for x in s.split("x")) for s in os.environ.get("NCU_LEVELS_SHAPES", "").split(",") if s]
+    kernels = [k for k in os.environ.get("NCU_LEVELS_KERNELS", "").split(",") if k]
+    return shapes or SHAPES, kernels
+
+
 def main() -> int:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -38,7 +48,10 @@ def main() -> int:
            "v_once_tc[hbm,eager]": lambda q, k, v, c: v_once_tc.forward(q, k, v, causal=c, placement="hbm",
                                                                         rescale="eager"),
            "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
-    for n, d in SHAPES:
+    shapes, only = _overrides()
+    if only:
+        fns = {k: f for k, f in fns.items() if k in only}
+    for n, d in shapes:
         b, h = max(1, TOKENS // n), HIDDEN // d
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
         for causal in ((False, True) if n == 4096 else (False,)):

@@ -10,6 +10,7 @@ Importing this package needs no GPU (nor CuPy's GPU runtime): a spec imports its
 
 The contract of a launcher module kernels/<name>.py (teaching and tensor-core tiers alike):
     forward(q, k, v, *, causal=False, scale=None, block_q=..., block_k=..., **options) -> (o, lse)
+    backward(q, k, v, o, lse, do, *, causal=False, scale=None, **options) -> (dq, dk, dv)   (optional)
     compile_configs() -> [(source, kernel_name, defines), ...]   every configuration CI compiles
     DTYPES          the torch dtypes it takes (optional; default by tier, see KernelSpec.dtypes)
     MAX_HEAD_DIM    largest d (optional: HEAD_DIMS, the exact set of d it takes)
@@ -47,6 +48,11 @@ class KernelSpec:
     @property
     def forward(self) -> Callable:
         return self.module.forward
+
+    @property
+    def backward(self) -> Callable | None:
+        """backward(q, k, v, o, lse, do, *, causal, scale, ...) -> (dq, dk, dv); None without one."""
+        return getattr(self.module, "backward", None)
 
     def compile_configs(self) -> list[tuple[str, str, dict]]:
         return list(self.module.compile_configs())
@@ -121,4 +127,15 @@ def _present(spec: KernelSpec) -> bool:
 
 KERNELS: dict[str, KernelSpec] = {s.name: s for s in _ALL if _present(s)}
 
-__all__ = ["KERNELS", "KernelSpec", "TIERS"]
+
+
+def __getattr__(name):
+    """kernels.attention (differentiable, kernels/autograd.py) imports torch.library only when used."""
+    if name == "attention":
+        from kernels.autograd import attention
+
+        return attention
+    raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+
+
+__all__ = ["KERNELS", "KernelSpec", "TIERS", "attention"]

@@ -1,11 +1,16 @@
-"""FlashAttention-2 forward, teaching tier: launcher for kernels/cuda/fa2.cu (mirrors variants/fa2.py).
+"""FlashAttention-2 forward and backward, teaching tier: launchers for kernels/cuda/fa2.cu and
+kernels/cuda/fa2_bwd.cu (mirror variants/fa2.py).
 
-One launch: grid (Tr, B*H), 256 threads, dynamic shared memory Q_i + K_j + the P tile, + V_j at
+forward, one launch: grid (Tr, B*H), 256 threads, dynamic shared memory Q_i + K_j + the P tile, + V_j at
 d <= 64 (at d > 64, V_j reuses K_j's buffer), float32: 4·(Br·ld + Bc·ld + Br·(Bc+1) [+ Bc·ld]) bytes,
 ld = d_pad + 1 (83 KB at d = 128, 66 KB at d = 64).
+
+backward (FA2 Alg. 2), three launches (see the top of fa2_bwd.cu), the main one on grid (Tc, B*H); lse is
+the forward's (natural log of the scaled scores' row sums, -inf for rows that see no key).
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from kernels import _teaching, loader
@@ -27,8 +32,15 @@ def own_v(d: int) -> int:
     return int(_teaching.d_padded(d) <= 64)
 
 
+BWD_SOURCE = "fa2_bwd.cu"
+BWD_KERNELS = ("fa2_bwd_preprocess", "fa2_bwd", "fa2_bwd_dq")
+PREPROCESS_ROWS = 8  # fa2_bwd_preprocess: one warp per row
+
+
 def compile_configs():
-    return _teaching.compile_configs(SOURCE, [KERNEL], extra_defines=({"FA2_OWN_V": 0}, {"FA2_OWN_V": 1}))
+    return (_teaching.compile_configs(SOURCE, [KERNEL], extra_defines=({"FA2_OWN_V": 0}, {"FA2_OWN_V": 1}))
+            + _teaching.compile_configs(BWD_SOURCE, BWD_KERNELS,
+                                        extra_defines=({"D_PAD": 64}, {"D_PAD": 128})))
 
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
@@ -43,3 +55,61 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
               (q, k, v, o, lse, p.n_q, p.n_k, p.d, p.scale, int(causal)),
               shared_mem=shared_bytes(p.d, block_q, block_k))
     return o, lse
+
+
+def backward_shared_bytes(d: int, block_q: int = 64, block_k: int = 64) -> int:
+    """fa2_bwd.cu's carving: K_j, V_j (Bc x ld), Q_i, dO_i (Br x ld), P, dS (Br x (Bc+1)), L_i, D_i (Br)."""
+    ld = _teaching.tile_ld(d)
+    return _teaching.F32 * (2 * block_k * ld + 2 * block_q * ld + 2 * block_q * (block_k + 1) + 2 * block_q)
+
+
+def _check_saved(q, o, lse, do):
+    """o and do must look like q; lse like the forward's (B, H, Nq) float32."""
+    b, h, n_q, _ = q.shape
+    for name, t in (("o", o), ("do", do)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name} must match q: shape {tuple(q.shape)}, {q.dtype} on {q.device}; "
+                             f"got {tuple(t.shape)}, {t.dtype} on {t.device}")
+    if not isinstance(lse, torch.Tensor):
+        raise TypeError(f"lse must be a torch.Tensor, got {type(lse).__name__}")
+    if lse.shape != (b, h, n_q) or lse.dtype != torch.float32 or lse.device != q.device:
+        raise ValueError(f"lse must be float32 of shape {(b, h, n_q)} on {q.device} (the forward's); "
+                         f"got {tuple(lse.shape)}, {lse.dtype} on {lse.device}")
+    for name, t in (("o", o), ("lse", lse), ("do", do)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous; call .contiguous() first")
+
+
+def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
+    """FA2 Alg. 2 on the GPU: (dq, dk, dv) in q's dtype from the forward's o and lse and the gradient do.
+
+    Rows that see no key (lse = -inf) get dq = 0 and add nothing to dk, dv.
+    """
+    p = _teaching.prepare(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
+                          mem=mem)
+    _check_saved(q, o, lse, do)
+    smem = backward_shared_bytes(p.d, block_q, block_k)
+    limit = loader.max_dynamic_smem(q.device.index)
+    if smem > limit:
+        raise ValueError(f"fa2 backward with Br={block_q}, Bc={block_k}, d={p.d} needs {smem:,} B of shared "
+                         f"memory; this GPU allows {limit:,}: use smaller blocks (default 64 x 64)")
+    bh = p.batch * p.heads
+    dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # zeroed by line 3
+    delta = torch.empty(p.batch, p.heads, p.n_q, dtype=torch.float32, device=q.device)  # D, line 4
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    defs = _teaching.defines(q.dtype, block_q, block_k, D_PAD=_teaching.d_padded(p.d))
+
+    def fn(name):
+        return loader.get_function(BWD_SOURCE, name, defines=defs, device=q.device.index)
+
+    fn("fa2_bwd_preprocess").launch((-(-p.n_q // PREPROCESS_ROWS), bh), (_teaching.NTHREADS,),
+                                    (o, do, dq_acc, delta, p.n_q, p.d))
+    fn("fa2_bwd").launch((p.tiling.t_c, bh), (_teaching.NTHREADS,),
+                         (q, k, v, do, lse, delta, dq_acc, dk, dv, p.n_q, p.n_k, p.d, p.scale, int(causal)),
+                         shared_mem=smem)
+    n = dq.numel()
+    fn("fa2_bwd_dq").launch((min(-(-n // _teaching.NTHREADS), 8192),), (_teaching.NTHREADS,),
+                            (dq_acc, dq, np.int64(n), p.scale))
+    return dq, dk, dv

@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 
 from kernels import fa2_tc
+from kernels.fa2_wgmma_bwd import backward  # noqa: F401  (FA2 Alg. 2, cuda/fa2_wgmma_bwd.cu)
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma.cu"
 KERNEL = "fa2_wgmma_fwd"

@@ -1749,7 +1749,12 @@ For every kernel Nsight Compute profiled (N = 4k, `bench/results/*ncu*.csv`): th
 including the fabric between the two L2 partitions) and DRAM read + write. Between the first bar and
 the DRAM bars is what the L2 absorbs: for FA2-style kernels nearly all the re-reads of $K_j, V_j$,
 leaving DRAM at about one read of Q, K, V and one write of O. Spilled `v_once` is the exception: its
-f row is too big for the cache.
+f row is too big for the cache. (`fa-traffic validate` checks the model's L2 level against the bytes the
+SMs move over the crossbar, `l1tex__m_xbar2l1tex_read_bytes` + `l1tex__m_l1tex2xbar_write_bytes` in
+`bench/results/ncu_levels.csv`: 0.98–1.06× of the model for every kernel but SDPA flash, whose register
+spills add write-backs. The
+L2 slices' own counters see less on non-causal rows, down to 0.58×: requests for one line from CTAs of a
+head that run in lockstep are merged before the slice. See `docs/gpu-model.md`.)
 """),
     code(r"""
 from analysis import gpu_model as gm

@@ -126,7 +126,7 @@ def test_predict():
 
 
 SCRIPTS = ["bench_kernels.py", "bench_tc.py", "fa2_teaching_ab.py", "launch_overhead.py", "sanitize.py",
-           "sdpa_backward.py"]
+           "sdpa_backward.py", "bench_bwd.py"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

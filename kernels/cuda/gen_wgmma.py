@@ -19,6 +19,8 @@ HEADER = """\
 // f32 accumulators, fp16 or bf16 inputs (IS_BF16), for sm_90a.
 //   wgmma_ss<N>(d, desc_a, desc_b, accumulate): D(64xN) (+)= A(64x16, smem, K-major) B(16xN, smem, K-major)
 //   wgmma_rs<N>(d, a, desc_b, accumulate):      D(64xN) (+)= A(64x16, registers) B(16xN, smem, MN-major)
+//   wgmma_ss_tt<N>(d, desc_a, desc_b, accumulate): D(64xN) (+)= A(64x16, smem, MN-major) B(16xN, smem, MN-major)
+//     (the backward's dQ = dS K: dS is stored transposed, K is B with d contiguous)
 // accumulate = 0 overwrites D (scale-d = false), so S tiles need no zeroing.
 // Per thread of the warpgroup, d[4*i + e] is element (16*warp + lane/4 + 8*(e/2), 8*i + 2*(lane%4) + e%2)
 // of the 64xN tile: per warp, the mma.sync m16n8 C layout repeated N/8 times; the register A operand is the
@@ -63,11 +65,17 @@ def emit(n: int) -> str:
     rs = (f'        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{k + 5}, 0;\\n"\n'
           f'        "wgmma.mma_async.sync.aligned.m64n{n}k16." WGMMA_TYPES " {{{regs(k)}}}, '
           f'{{%{k}, %{k + 1}, %{k + 2}, %{k + 3}}}, %{k + 4}, p, 1, 1, 1;\\n}}\\n"\n')
+    ss_tt = ss.replace("p, 1, 1, 0, 0;", "p, 1, 1, 1, 1;")
     return f"""
 template <> struct WgmmaShape<{n}> {{
     static __device__ __forceinline__ void ss(float (&d)[{k}], unsigned long long da, unsigned long long db, int acc) {{
         asm volatile(
 {ss}        : {constraints(k)}
+        : "l"(da), "l"(db), "r"(acc));
+    }}
+    static __device__ __forceinline__ void ss_tt(float (&d)[{k}], unsigned long long da, unsigned long long db, int acc) {{
+        asm volatile(
+{ss_tt}        : {constraints(k)}
         : "l"(da), "l"(db), "r"(acc));
     }}
     static __device__ __forceinline__ void rs(float (&d)[{k}], const unsigned (&a)[4], unsigned long long db, int acc) {{
@@ -83,6 +91,10 @@ FOOTER = """
 template <int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
     WgmmaShape<N>::ss(d, da, db, acc);
+}
+template <int N>
+__device__ __forceinline__ void wgmma_ss_tt(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
+    WgmmaShape<N>::ss_tt(d, da, db, acc);
 }
 template <int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {

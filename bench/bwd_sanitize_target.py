@@ -1,0 +1,57 @@
+"""The teaching fa2 backward on a few small shapes, for compute-sanitizer (bench/gpu_check_bwd.sh).
+
+    compute-sanitizer --tool memcheck|racecheck python3 bench/bwd_sanitize_target.py
+
+Shapes with several Q blocks and key blocks, tails on both sides, Nq != Nk, causal with rows that see no
+key, d below and above 64, each dtype. Prints one line per shape (max error of dq, dk, dv against float64
+autograd) and exits 1 if any gradient is non-finite or off by more than 5e-2 (relative to its largest).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# (B, H, Nq, Nk, d, causal, dtype, Br, Bc): Tr x Tc tiles
+SHAPES = [(1, 2, 150, 200, 40, True, "float16", 64, 64),     # 3 x 4, tails
+          (1, 1, 140, 37, 128, True, "float32", 32, 16),     # 5 x 3, 103 rows see no key
+          (1, 1, 97, 150, 96, False, "bfloat16", 64, 64)]    # 2 x 3
+
+
+def main() -> int:
+    import torch
+
+    from kernels import KERNELS
+    from variants.reference import causal_mask
+
+    spec, bad = KERNELS["fa2"], 0
+    for b, h, n_q, n_k, d, causal, dt, br, bc in SHAPES:
+        dtype = getattr(torch, dt)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, do = (torch.randn(b, h, n_q, d, generator=g, device="cuda").to(dtype) for _ in range(2))
+        k, v = (torch.randn(b, h, n_k, d, generator=g, device="cuda").to(dtype) for _ in range(2))
+        o, lse = spec.forward(q, k, v, causal=causal, block_q=br, block_k=bc)
+        grads = spec.backward(q, k, v, o, lse, do, causal=causal, block_q=br, block_k=bc)
+        torch.cuda.synchronize()
+        leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+        s = (leaves[0] @ leaves[1].transpose(-1, -2)) / d ** 0.5
+        if causal:
+            s = s.masked_fill(~causal_mask(n_q, n_k, s.device), float("-inf"))
+        m = s.amax(-1, keepdim=True).detach()
+        e = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+        den = e.sum(-1, keepdim=True)
+        ref = torch.autograd.grad((e / torch.where(den == 0, torch.ones_like(den), den)) @ leaves[2], leaves,
+                                  do.double())
+        errs = [float((x.double() - r).abs().max() / r.abs().max().clamp_min(1e-30)) for x, r in zip(grads, ref)]
+        ok = all(bool(torch.isfinite(x).all()) for x in grads) and max(errs) <= 5e-2
+        bad += not ok
+        print(f"fa2 backward {dt} {(b, h, n_q, n_k, d)} causal={causal} Br={br} Bc={bc}: "
+              f"rel err dq {errs[0]:.1e} dk {errs[1]:.1e} dv {errs[2]:.1e} {'ok' if ok else 'BAD'}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

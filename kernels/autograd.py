@@ -1,0 +1,153 @@
+"""kernels.attention: the workbench's CUDA kernels as one differentiable PyTorch op.
+
+    o = kernels.attention(q, k, v, causal=True)                  # fa2_wgmma forward and backward
+    o = kernels.attention(q, k, v, causal=True, kernel="fa2")    # the teaching tier (fp32/fp16/bf16)
+
+Two torch.library custom ops, so torch.compile traces a model that uses them without a graph break
+(each has a fake implementation that only computes shapes) and torch.library.opcheck can test them:
+    fa_workbench::attention_fwd(q, k, v, causal, scale, kernel) -> (o, lse)
+    fa_workbench::attention_bwd(q, k, v, o, lse, do, causal, scale, kernel) -> (dq, dk, dv)
+The forward saves q, k, v, o and lse (B, H, Nq, float32: the natural-log log-sum-exp of the scaled
+scores, FA2 Alg. 1 line 13), never the Nq x Nk matrix; the backward kernel recomputes P from them
+(FA2 Alg. 2 line 11). lse is not an output of kernels.attention, so no gradient flows through it.
+
+What a kernel cannot take (CPU tensors, a dtype or head dim outside its set, a kernel with no backward)
+raises one error naming what it supports; nothing falls back to another implementation. Meta tensors
+are accepted so shapes can be traced without a GPU (nothing runs on them).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from kernels import KERNELS
+
+DEFAULT_KERNEL = "fa2_wgmma"
+_LIB = "fa_workbench"
+
+
+def _describe(spec) -> dict:
+    return dict(dtypes=spec.dtypes, head_dims=spec.head_dims, max_head_dim=spec.max_head_dim,
+                trainable=spec.backward is not None)
+
+
+# What each launcher takes, read once here: torch.compile cannot trace the lazy module imports that
+# KernelSpec's properties make, but it folds these plain dict lookups into guards.
+_INFO = {name: _describe(spec) for name, spec in KERNELS.items()}
+
+
+def trainable_kernels() -> list[str]:
+    """Registered kernels whose launcher has a backward."""
+    return [name for name, info in _INFO.items() if info["trainable"]]
+
+
+def _dtype_names(dtypes) -> str:
+    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def _info(kernel: str) -> dict:
+    info = _INFO.get(kernel) if isinstance(kernel, str) else None
+    if info is None:
+        raise ValueError(f"kernel={kernel!r} is not a registered kernel; trainable kernels (with a "
+                         f"backward): {', '.join(trainable_kernels()) or 'none'}")
+    if not info["trainable"]:
+        raise ValueError(f"kernel {kernel!r} has no backward, so it cannot train; kernels with one: "
+                         f"{', '.join(trainable_kernels()) or 'none'}")
+    return info
+
+
+def check_inputs(q, k, v, *, causal, scale, kernel) -> float:
+    """Raise one clear error for what `kernel` cannot take; return the resolved scale."""
+    info = _info(kernel)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device.type not in ("cuda", "meta"):
+            raise ValueError(f"kernels.attention runs CUDA kernels: {name} is on {t.device}; move the "
+                             f"tensors to a GPU (CPU references: variants.attention)")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have rank 4 (B, H, N, d), got shape {tuple(t.shape)}")
+        if t.dtype not in info["dtypes"]:
+            raise TypeError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; kernel {kernel!r} "
+                            f"supports {_dtype_names(info['dtypes'])}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    (b, h, _, d), (bk, hk, n_k, dk), (bv, hv, n_v, dv) = q.shape, k.shape, v.shape
+    if (b, h) != (bk, hk) or (b, h) != (bv, hv):
+        raise ValueError(f"batch/heads mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if not d == dk == dv:
+        raise ValueError(f"head dim d mismatch: q has {d}, k has {dk}, v has {dv}")
+    if n_k != n_v:
+        raise ValueError(f"k and v must have the same sequence length, got {n_k} and {n_v}")
+    head_dims, max_d = info["head_dims"], info["max_head_dim"]
+    if d > max_d or (head_dims is not None and d not in head_dims):
+        dims = f"d in {sorted(head_dims)}" if head_dims is not None else f"d <= {max_d}"
+        raise ValueError(f"head dim d={d} unsupported: kernel {kernel!r} takes {dims}")
+    if min(q.shape) < 1 or min(k.shape) < 1:
+        raise ValueError(f"every dimension must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
+    return float(scale)
+
+
+@torch.library.custom_op(f"{_LIB}::attention_fwd", mutates_args=())
+def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float,
+                  kernel: str) -> tuple[Tensor, Tensor]:
+    o, lse = KERNELS[kernel].forward(q, k, v, causal=causal, scale=scale)
+    return o, lse
+
+
+@attention_fwd.register_fake
+def _attention_fwd_fake(q, k, v, causal, scale, kernel):
+    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.custom_op(f"{_LIB}::attention_bwd", mutates_args=())
+def attention_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, do: Tensor, causal: bool,
+                  scale: float, kernel: str) -> tuple[Tensor, Tensor, Tensor]:
+    # autograd may hand over an expanded or transposed gradient; the kernels read row-major tiles
+    dq, dk, dv = KERNELS[kernel].backward(q, k, v, o, lse, do.contiguous(), causal=causal, scale=scale)
+    return dq, dk, dv
+
+
+@attention_bwd.register_fake
+def _attention_bwd_fake(q, k, v, o, lse, do, causal, scale, kernel):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, scale, kernel = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)  # O and L: what FA2's backward needs (Alg. 2 line 2)
+    ctx.causal, ctx.scale, ctx.kernel = causal, scale, kernel
+
+
+def _backward(ctx, do, _dlse):
+    # _dlse: lse never leaves kernels.attention, so nothing downstream depends on it
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = attention_bwd(q, k, v, o, lse, do, ctx.causal, ctx.scale, ctx.kernel)
+    return dq, dk, dv, None, None, None
+
+
+attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, scale: float | None = None,
+              kernel: str = DEFAULT_KERNEL) -> Tensor:
+    """softmax(scale · q kᵀ) v with a workbench kernel, differentiable in q, k, v.
+
+    q (B, H, Nq, d), k and v (B, H, Nk, d) on a GPU; causal is aligned bottom-right (query i sees key j
+    iff j <= i + Nk - Nq); a row that sees no key gives o = 0 and zero gradients. Non-contiguous inputs
+    are copied to contiguous ones first (the kernels read row-major tiles).
+    """
+    scale = check_inputs(q, k, v, causal=causal, scale=scale, kernel=kernel)
+    o, _ = attention_fwd(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale, kernel)
+    return o

@@ -1,0 +1,503 @@
+// fa2_wgmma_bwd.cu -- FlashAttention-2 backward on Hopper tensor cores (wgmma.mma_async, sm_90a).
+//
+// FlashAttention-2 paper (Dao 2023), Algorithm 2, in three kernels (FA3's backward has the same split):
+//   fa2_wgmma_bwd_pre   line 4      D = rowsum(dO o O) (fp32, padded to Nq_pad), L2 = lse * log2(e) with
+//                                   -inf (a row that saw no key) and padding mapped to +inf, so that
+//                                   P = exp2(S*scale*log2e - L2) is exactly 0 there; zeroes the fp32 dQ
+//                                   accumulator (line 3: dQ = 0).
+//   fa2_wgmma_bwd       lines 5-21  one CTA per (key block j, b*h); Bc = 64*NWG keys, warpgroup g owns
+//                                   keys 64g..64g+63 and their dK_j, dV_j rows in registers (fp32).
+//   fa2_wgmma_bwd_dq    line 21'    dQ = scale * dQacc, rounded to fp16/bf16.
+//
+// The main kernel, for one key block j (keys n0..n0+Bc-1):
+//   line 6   load K_j, V_j from HBM to SRAM                  -> cp.async, resident in smem for the whole loop
+//   line 7   dK_j = 0, dV_j = 0                              -> registers
+//   line 8   for i = first Q block that sees block j .. Tr-1 (hidden Q blocks above the causal diagonal skipped)
+//   line 9     load Q_i, dO_i, L_i, D_i                      -> cp.async, STAGES-slot ring, STAGES-1 blocks ahead
+//   line 10    S^T = K_j Q_i^T                               -> wgmma SS (A = K_j rows of this warpgroup, B = Q_i)
+//   line 11    P^T = exp(S^T * scale - L_i)                  -> registers, exp2 domain, masked entries 0
+//   line 12    dV_j += P^T dO_i                              -> wgmma RS (A = P^T from registers, B = dO_i MN-major)
+//   line 13    dP^T = V_j dO_i^T                             -> wgmma SS (issued with line 10, before the softmax)
+//   line 14    dS^T = P^T o (dP^T - D_i)                     -> registers; also stored to smem (for line 15)
+//   line 15    dQ_i += dS K_j                                -> wgmma SS, both operands MN-major (dS^T tile, K_j),
+//                                                               then fp32 red.global.add.v2 into dQacc (HBM)
+//   line 16    dK_j += dS^T Q_i                              -> wgmma RS (A = dS^T from registers, B = Q_i MN-major)
+//   line 18    write dK_j (times scale), dV_j                -> from registers, fp16/bf16
+// Computing S^T and dP^T (keys as the M dimension) rather than S and dP is FA3's trick: the accumulator
+// layout of a wgmma is the register A layout of the next one, so P^T and dS^T feed dV and dK without
+// touching shared memory; only dS goes through smem, once, for dQ.
+//
+// dQ: fp32 atomics into an HBM accumulator (FA2's and FA3's choice) rather than a second pass over the
+// key blocks for dQ: a separate dQ pass recomputes S and dP (two more of the five products, +40% FLOPs)
+// and re-reads K and V; the atomics cost Br*d fp32 reductions per (i, j) tile against 10*Br*Bc*d FLOPs.
+// Each warpgroup computes a 64 x DQ_N slice of the Br x d tile (M slices when Br = 128, N slices when
+// Br = 64), after a CTA barrier that completes the dS^T tile. Two ways to add it to HBM:
+//   DQ_BULK=0  red.global.add.v2.f32 from registers (FA2's atomicAdd, two floats per instruction);
+//   DQ_BULK=1  the slice goes to smem and one thread issues cp.reduce.async.bulk .add.f32 (a TMA
+//              reduce, FA3's way) of the whole slice; the accumulator is then kept in fragment order
+//              (fa2_wgmma_bwd_dq_bulk maps it back to rows). Also frees the registers the atomics'
+//              addresses took: d=128 builds spill 0 B instead of 36.
+// DQ_ABLATE (1: no atomics, 2: no dQ product) exists only to measure what dQ costs; its dQ is wrong.
+//
+// Layout of the arguments: q, do_ (B, H, Nq, d); k, v (B, H, Nk, d); lse2, dd (B*H, Nq_pad) float;
+// dqacc (B*H, Nq_pad, d) float; dk, dv (B, H, Nk, d). grid = (Tc, B*H). Causal is bottom-right: query i
+// sees key j iff j <= i + Nk - Nq. Compile-time knobs: HEAD_DIM (64|128), NWG (warpgroups; Bc = 64*NWG),
+// BR (Br: 64|128), STAGES (slots of the Q/dO ring), MIN_BLOCKS, IS_BF16.
+// Shared memory uses the 128-byte swizzle of wgmma_fa2.cuh (tiles of R rows x 64-column panels).
+//
+// Version log:
+//   v1  first version: cp.async by every thread (no TMA, no producer warp), K_j/V_j resident, 2-slot
+//       Q/dO/L/D ring, S^T and dP^T issued together, dV issued before dS is formed, one CTA barrier per
+//       Q block for the dS^T tile, dQ by red.global.add.v2.f32 or (DQ_BULK=1) a TMA bulk reduce-add.
+//       Correct first time on every candidate (56/63 checks; the 7 "failures" were the test's tolerance:
+//       Nk = 1 makes dS exactly 0, and the fp32 summation order leaves 1e-6). H200, fp16, batch*N = 16k,
+//       hidden 2048, backward TFLOP/s at N = 2k/4k/16k (bench/results/bwd_wgmma_v1.json):
+//         d=128 NWG=2 Br=64 STAGES=3 DQ_BULK=1  358/388/420 (causal 286/342/422)  SDPA flash 253/276/300,
+//                                                                                 cuDNN 472/519/520
+//         d=128 same, STAGES=2                  333/373/404; red.v2 atomics instead of DQ_BULK: 326/342/384
+//         d=64  NWG=2 Br=128 DQ_BULK=1          297/326/353 (causal 242/280/342)  SDPA flash 225/257/282,
+//                                                                                 cuDNN 376/414/436
+//         d=64  NWG=1 Br=64, 2 CTAs/SM          257/283/301 (negative: K/V reuse halves, Q/dO traffic doubles)
+//       Ablation, d=128 N=16k (red.v2 build): 386 TFLOP/s; without the dQ atomics 532; without the dQ product
+//       at all 618. d=64: 335 / 449 / 519. dQ's reduction into HBM is the largest single cost: the next
+//       steps are a separate warp for it (FA3) and TMA loads by a producer warp.
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef NWG
+#define NWG 2
+#endif
+#ifndef BR
+#define BR 64
+#endif
+#ifndef IS_BF16
+#define IS_BF16 0
+#endif
+#ifndef STAGES
+#define STAGES 2
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1
+#endif
+#ifndef DQ_BULK  // 1: dQ slices staged in smem, one cp.reduce.async.bulk (TMA add) per warpgroup per step
+#define DQ_BULK 0
+#endif
+#ifndef DQ_V4  // DQ_BULK=0 only: lane pairs swap halves so each thread adds 4 contiguous floats (red .v4)
+#define DQ_V4 0
+#endif
+#ifndef DQ_ABLATE  // measurement only (wrong dQ): 1 = dQ product without the atomics, 2 = no dQ at all
+#define DQ_ABLATE 0
+#endif
+
+#define D HEAD_DIM
+#define BLOCK_N (64 * NWG)   // Bc: keys per CTA
+#define BLOCK_M BR           // Br: queries per step
+#define NTHREADS (128 * NWG)
+#define CH (D / 8)           // 16-byte chunks per row
+#define KD (D / 16)          // k16 steps of S^T = K Q^T and dP^T = V dO^T
+#define NT (BLOCK_N / 8)     // (wgmma_fa2.cuh's names; its forward helpers are unused here)
+#define KN (BLOCK_N / 16)
+#define NQ8 (BLOCK_M / 8)    // n8 column (query) tiles of S^T per thread row
+#define KM (BLOCK_M / 16)    // k16 steps of dV += P^T dO and dK += dS^T Q
+#define KB (BLOCK_N / 16)    // k16 steps of dQ += dS K
+#define MSL (BLOCK_M / 64)   // 64-row slices of the dQ tile
+#define NSL (NWG / MSL)      // column slices of the dQ tile
+#define DQ_N (D / NSL)       // columns of the dQ slice of one warpgroup
+
+static_assert(D == 64 || D == 128, "HEAD_DIM must be 64 or 128");
+static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BR must be 64 or 128");
+static_assert(NWG >= 1 && NWG <= 2, "1..2 warpgroups");
+static_assert(NWG % MSL == 0, "every 64-row slice of dQ needs a warpgroup");
+static_assert(DQ_N == 64 || DQ_N == 128, "dQ slices must be whole 64-column swizzle panels");
+static_assert(STAGES >= 2 && STAGES <= 3, "2..3 ring slots");
+
+#define TILE_KV_BYTES (BLOCK_N * D * 2)
+#define TILE_Q_BYTES (BLOCK_M * D * 2)
+#define TILE_DS_BYTES (BLOCK_N * BLOCK_M * 2)
+#define LD_BYTES (8 * BLOCK_M)  // L2_i then D_i, fp32, per slot
+#define DQ_SLICE_BYTES (64 * DQ_N * 4)  // one warpgroup's fp32 dQ slice (DQ_BULK)
+// smem: [K][V][Q slots][dO slots][dS^T][dQ slices if DQ_BULK][L/D slots]; tiles are multiples of 1024 bytes
+#define SMEM_BYTES (2 * TILE_KV_BYTES + 2 * STAGES * TILE_Q_BYTES + TILE_DS_BYTES + DQ_BULK * NWG * DQ_SLICE_BYTES + \
+                    STAGES * LD_BYTES)
+
+#include "tc_common.cuh"  // cp.async, pack2, ex2
+#include "wgmma.cuh"      // wgmma_ss / wgmma_ss_tt / wgmma_rs / fence / commit / wait
+#include "wgmma_fa2.cuh"  // sw128 layout, desc_sw128
+
+#define LOG2E_F 1.4426950408889634f
+#define POS_INF __int_as_float(0x7f800000)
+
+__device__ __forceinline__ float u16_to_f32(u16 x) {
+#if IS_BF16
+    return __uint_as_float((u32)x << 16);
+#else
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(x));
+    return f;
+#endif
+}
+
+// ------------------------------------------------------------------------------------------------
+// line 4 (and line 3's dQ = 0): one block per 64 rows of one (b, h); CH threads per row
+// ------------------------------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(128)
+fa2_wgmma_bwd_pre(const u16* __restrict__ Og, const u16* __restrict__ dOg, const float* __restrict__ LSEg,
+                  float* __restrict__ L2g, float* __restrict__ Dg, float* __restrict__ dQacc, int Nq, int Nq_pad) {
+    const long long bh = blockIdx.y;
+    const int ch = threadIdx.x % CH, rsub = threadIdx.x / CH;
+    const int r_end = min(Nq_pad, (int)blockIdx.x * 64 + 64);
+    for (int r = blockIdx.x * 64 + rsub; r < r_end; r += 128 / CH) {
+        float acc = 0.f;
+        if (r < Nq) {
+            const long long off = (bh * Nq + r) * D + ch * 8;
+            const uint4 o4 = *(const uint4*)(Og + off), g4 = *(const uint4*)(dOg + off);
+            const u32 ow[4] = {o4.x, o4.y, o4.z, o4.w}, gw[4] = {g4.x, g4.y, g4.z, g4.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc = fmaf(u16_to_f32(ow[e] & 0xffff), u16_to_f32(gw[e] & 0xffff), acc);
+                acc = fmaf(u16_to_f32(ow[e] >> 16), u16_to_f32(gw[e] >> 16), acc);
+            }
+        }
+#pragma unroll
+        for (int w = 1; w < CH; w <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, w);  // CH lanes of one row
+        if (ch == 0) {
+            float l2 = POS_INF;  // padding: P = 0
+            if (r < Nq) {
+                const float lse = LSEg[bh * Nq + r];
+                l2 = (lse == NEG_INF) ? POS_INF : lse * LOG2E_F;  // a row that saw no key: P = 0, not NaN
+            }
+            L2g[bh * Nq_pad + r] = l2;
+            Dg[bh * Nq_pad + r] = acc;
+        }
+        float4* z = (float4*)(dQacc + (bh * Nq_pad + r) * D + ch * 8);
+        z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// after the main kernel: dQ = scale * dQacc in the input dtype
+// ------------------------------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(128)
+fa2_wgmma_bwd_dq(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq, int Nq_pad, float scale) {
+    const long long bh = blockIdx.y;
+    const int ch = threadIdx.x % CH, rsub = threadIdx.x / CH;
+    const int r_end = min(Nq, (int)blockIdx.x * 64 + 64);
+    for (int r = blockIdx.x * 64 + rsub; r < r_end; r += 128 / CH) {
+        const float4* src = (const float4*)(dQacc + (bh * Nq_pad + r) * D + ch * 8);
+        const float4 a = src[0], b = src[1];
+        uint4 out;
+        out.x = pack2(a.x * scale, a.y * scale);
+        out.y = pack2(a.z * scale, a.w * scale);
+        out.z = pack2(b.x * scale, b.y * scale);
+        out.w = pack2(b.z * scale, b.w * scale);
+        *(uint4*)(dQg + (bh * Nq + r) * D + ch * 8) = out;
+    }
+}
+
+// DQ_BULK's accumulator: per (b*h, Q block i, warpgroup slice) 64*DQ_N floats in the order the slice leaves
+// the registers: float4 j of thread t (dq[4j..4j+3]) at (j*128 + t)*4, so the smem staging is conflict-free
+// and the reduce is one contiguous bulk copy. This kernel maps it back to rows: grid = (Nq_pad/Br, B*H).
+extern "C" __global__ void __launch_bounds__(128)
+fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq, int Nq_pad, float scale) {
+    const long long bh = blockIdx.y;
+    const int i = blockIdx.x, t = threadIdx.x, wq = t >> 5, lane = t & 31;
+    const float* src = dQacc + ((bh * (Nq_pad / BLOCK_M) + i) * NWG) * (64 * DQ_N);
+#pragma unroll
+    for (int w = 0; w < NWG; ++w) {
+        const int ms = w % MSL, ns = w / MSL;
+        const int r0 = i * BLOCK_M + ms * 64 + wq * 16 + (lane >> 2);
+        for (int j = 0; j < DQ_N / 8; ++j) {
+            const float4 f = *(const float4*)(src + w * (64 * DQ_N) + (j * 128 + t) * 4);
+            const int col = ns * DQ_N + 8 * j + 2 * (lane & 3);
+            if (r0 < Nq) *(u32*)(dQg + (bh * Nq + r0) * D + col) = pack2(f.x * scale, f.y * scale);
+            if (r0 + 8 < Nq) *(u32*)(dQg + (bh * Nq + r0 + 8) * D + col) = pack2(f.z * scale, f.w * scale);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// main kernel helpers
+// ------------------------------------------------------------------------------------------------
+// rows [row0, row0 + ROWS) of a (n_rows, D) matrix into a swizzled tile; rows >= n_rows are zero-filled
+template <int ROWS>
+__device__ __forceinline__ void load_tile_sw128(u32 s_tile, const u16* g, int row0, int n_rows, int tid) {
+    constexpr int STEP = NTHREADS / CH;
+    static_assert(NTHREADS % CH == 0 && STEP % 8 == 0 && ROWS % STEP == 0, "copy mapping");
+    const int r = tid / CH, ch = tid % CH;
+    const u16* src = g + (long long)(row0 + r) * D + ch * 8;
+    const u32 dst = s_tile + sw128<ROWS>(r, ch);
+#pragma unroll
+    for (int i = 0; i < ROWS / STEP; ++i) {
+        const bool ok = row0 + r + i * STEP < n_rows;
+        cp_async16(dst + i * STEP * 128, ok ? (const void*)(src + i * STEP * D) : (const void*)g, ok ? 16 : 0);
+    }
+}
+
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ float2 lds_f2(u32 addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+    return v;
+}
+
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, u32 ssrc, int bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void red_add_v4(float* addr, float a, float b, float c, float d) {
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
+                 : "memory");
+}
+__device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
+}
+
+// lines 10 and 13: X^T = A_j B_i^T for this warpgroup's 64 key rows (A = K or V, B = Q or dO; both K-major)
+__device__ __forceinline__ void issue_t(float (&x)[BLOCK_M / 2], u32 sA, u32 sB, int wg) {
+    wgmma_fence();
+#pragma unroll
+    for (int kd = 0; kd < KD; ++kd) {
+        const u32 a = sA + (kd >> 2) * (BLOCK_N * 128) + wg * 64 * 128 + (kd & 3) * 32;
+        const u32 b = sB + (kd >> 2) * (BLOCK_M * 128) + (kd & 3) * 32;
+        wgmma_ss<BLOCK_M>(x, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
+    }
+    wgmma_commit();
+}
+
+// lines 12 and 16: acc += X^T B_i, X^T from registers, B = dO_i or Q_i (k = query rows, d contiguous: MN-major)
+__device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const u32 (&xa)[KM][4], u32 sB) {
+    wgmma_fence();
+#pragma unroll
+    for (int km = 0; km < KM; ++km) wgmma_rs<D>(acc, xa[km], desc_sw128(sB + km * 16 * 128, BLOCK_M * 128, 1024), 1);
+    wgmma_commit();
+}
+
+// line 15: this warpgroup's 64 x DQ_N slice of dS K_j. A = dS read from the dS^T tile (query columns
+// contiguous: MN-major), B = K_j (key rows = k, d contiguous: MN-major)
+__device__ __forceinline__ void issue_dq(float (&dq)[DQ_N / 2], u32 sdS, u32 sK, int ms, int ns) {
+    wgmma_fence();
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) {
+        const u32 a = sdS + ms * (BLOCK_N * 128) + kb * 16 * 128;
+        const u32 b = sK + ns * (DQ_N / 64) * (BLOCK_N * 128) + kb * 16 * 128;
+        wgmma_ss_tt<DQ_N>(dq, desc_sw128(a, BLOCK_N * 128, 1024), desc_sw128(b, BLOCK_N * 128, 1024), kb > 0);
+    }
+    wgmma_commit();
+}
+
+// fp32 accumulator layout -> fp16/bf16 A fragments (the C layout of one wgmma is the A layout of the next)
+__device__ __forceinline__ void pack_frag(u32 (&xa)[KM][4], const float (&x)[BLOCK_M / 2]) {
+#pragma unroll
+    for (int km = 0; km < KM; ++km) {
+        xa[km][0] = pack2(x[8 * km + 0], x[8 * km + 1]);
+        xa[km][1] = pack2(x[8 * km + 2], x[8 * km + 3]);
+        xa[km][2] = pack2(x[8 * km + 4], x[8 * km + 5]);
+        xa[km][3] = pack2(x[8 * km + 6], x[8 * km + 7]);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// lines 5-21
+// ------------------------------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
+fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16* __restrict__ Vg,
+              const u16* __restrict__ dOg, const float* __restrict__ L2g, const float* __restrict__ Dg,
+              float* __restrict__ dQacc, u16* __restrict__ dKg, u16* __restrict__ dVg, int Nq, int Nk, int Nq_pad,
+              float scale_log2, float scale, int causal) {
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
+    const long long bh = blockIdx.y;
+    const int n0 = blockIdx.x * BLOCK_N;  // causal: low key blocks see the most Q blocks and start first
+    const u16* q_g = Qg + bh * Nq * D;
+    const u16* do_g = dOg + bh * Nq * D;
+    const float* l_g = L2g + bh * Nq_pad;
+    const float* d_g = Dg + bh * Nq_pad;
+    float* dq_g = dQacc + bh * Nq_pad * D;
+    const int causal_off = Nk - Nq;
+    const bool is_causal = causal != 0;
+
+    const u32 s_base = (smem_addr(smem) + 1023u) & ~1023u;
+    const u32 sK = s_base, sV = sK + TILE_KV_BYTES;
+    const u32 sQ0 = sV + TILE_KV_BYTES, sdO0 = sQ0 + STAGES * TILE_Q_BYTES;
+    const u32 sdS = sdO0 + STAGES * TILE_Q_BYTES, sdQ0 = sdS + TILE_DS_BYTES;
+    const u32 sLD0 = sdQ0 + DQ_BULK * NWG * DQ_SLICE_BYTES;
+
+    // line 8: the first query that sees key n0 is n0 - causal_off; Q blocks above it are hidden
+    const int i_first = is_causal ? max(0, n0 - causal_off) / BLOCK_M : 0;
+    const int T = (Nq + BLOCK_M - 1) / BLOCK_M - i_first;
+
+    // line 9 as a ring: group t holds Q_i, dO_i, L_i, D_i of i = i_first + t in slot t % STAGES
+    auto issue_group = [&](int t) {
+        if (t < T) {
+            const int m0 = (i_first + t) * BLOCK_M, slot = t % STAGES;
+            load_tile_sw128<BLOCK_M>(sQ0 + slot * TILE_Q_BYTES, q_g, m0, Nq, tid);
+            load_tile_sw128<BLOCK_M>(sdO0 + slot * TILE_Q_BYTES, do_g, m0, Nq, tid);
+            const u32 sl = sLD0 + slot * LD_BYTES;
+            if (tid < BLOCK_M / 4) cp_async16(sl + tid * 16, l_g + m0 + tid * 4, 16);  // padded: in bounds
+            else if (tid < BLOCK_M / 2) cp_async16(sl + tid * 16, d_g + m0 + (tid - BLOCK_M / 4) * 4, 16);
+        }
+        cp_async_commit();  // always: every thread counts the same groups
+    };
+    // line 6, in group 0
+    load_tile_sw128<BLOCK_N>(sK, Kg + bh * Nk * D, n0, Nk, tid);
+    load_tile_sw128<BLOCK_N>(sV, Vg + bh * Nk * D, n0, Nk, tid);
+#pragma unroll
+    for (int t = 0; t < STAGES - 1; ++t) issue_group(t);
+
+    // line 7
+    float dk[D / 2], dv[D / 2];
+#pragma unroll
+    for (int x = 0; x < D / 2; ++x) dk[x] = dv[x] = 0.f;
+
+    const int key_l = wg * 64 + wq * 16 + (lane >> 2);  // this thread's key rows: key_l, key_l + 8 (of the block)
+    const int ms = wg % MSL, ns = wg / MSL;             // this warpgroup's slice of the dQ tile
+    const bool key_tail = n0 + BLOCK_N > Nk;
+
+    for (int t = 0; t < T; ++t) {
+        const int m0 = (i_first + t) * BLOCK_M, slot = t % STAGES;
+        cp_async_wait<STAGES - 2>();  // group t landed (this thread's copies)
+        fence_proxy_async();
+        __syncthreads();  // ... everyone's; and every warpgroup is done with slot (t-1) % STAGES and dS^T
+        issue_group(t + STAGES - 1);
+        const u32 sQ = sQ0 + slot * TILE_Q_BYTES, sdO = sdO0 + slot * TILE_Q_BYTES;
+        const u32 sL = sLD0 + slot * LD_BYTES, sDd = sL + 4 * BLOCK_M;
+
+        float s[BLOCK_M / 2], dp[BLOCK_M / 2];
+        issue_t(s, sK, sQ, wg);    // line 10
+        issue_t(dp, sV, sdO, wg);  // line 13, on the tensor cores during line 11
+        wgmma_wait<1>();
+        wgmma_fence_operand(s);
+
+        // line 11: P^T = exp2(S^T * scale * log2e - L2_i); hidden (key, query) pairs and key padding -> 0
+        const bool need_mask = key_tail || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
+#pragma unroll
+        for (int nt = 0; nt < NQ8; ++nt) {
+            const int c = 8 * nt + 2 * (lane & 3);  // query column (of the block) of elements e = 0, 1
+            const float2 l2 = lds_f2(sL + c * 4);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float p0 = ex2(fmaf(s[4 * nt + 2 * h], scale_log2, -l2.x));
+                float p1 = ex2(fmaf(s[4 * nt + 2 * h + 1], scale_log2, -l2.y));
+                if (need_mask) {
+                    const int key = n0 + key_l + 8 * h, q = m0 + c;
+                    if (key >= Nk || (is_causal && key > q + causal_off)) p0 = 0.f;
+                    if (key >= Nk || (is_causal && key > q + 1 + causal_off)) p1 = 0.f;
+                }
+                s[4 * nt + 2 * h] = p0;
+                s[4 * nt + 2 * h + 1] = p1;
+            }
+        }
+        u32 pa[KM][4];
+        pack_frag(pa, s);
+        wgmma_fence_operand(dv);
+        issue_acc(dv, pa, sdO);  // line 12
+        wgmma_wait<1>();         // S^T, dP^T done; dV may still run
+        wgmma_fence_operand(dp);
+
+        // line 14: dS^T = P^T o (dP^T - D_i); stored transposed-as-is (rows = keys) for line 15
+#pragma unroll
+        for (int nt = 0; nt < NQ8; ++nt) {
+            const int c = 8 * nt + 2 * (lane & 3);
+            const float2 dd = lds_f2(sDd + c * 4);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                dp[4 * nt + 2 * h] = s[4 * nt + 2 * h] * (dp[4 * nt + 2 * h] - dd.x);
+                dp[4 * nt + 2 * h + 1] = s[4 * nt + 2 * h + 1] * (dp[4 * nt + 2 * h + 1] - dd.y);
+                const u32 addr = sdS + sw128<BLOCK_N>(key_l + 8 * h, nt) + ((lane & 3) << 2);
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pack2(dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]))
+                             : "memory");
+            }
+        }
+        u32 dsa[KM][4];
+        pack_frag(dsa, dp);
+        wgmma_fence_operand(dk);
+        issue_acc(dk, dsa, sQ);  // line 16
+#if DQ_ABLATE == 2
+        wgmma_wait<0>();
+        wgmma_fence_operand(dk);
+        wgmma_fence_operand(dv);
+#else
+        fence_proxy_async();     // the dS^T stores (generic proxy) before wgmma reads them (async proxy)
+        __syncthreads();         // the whole dS^T tile is written
+
+        float dq[DQ_N / 2];
+        issue_dq(dq, sdS, sK, ms, ns);  // line 15
+        wgmma_wait<0>();
+        wgmma_fence_operand(dq);
+        wgmma_fence_operand(dk);
+        wgmma_fence_operand(dv);
+#if DQ_BULK
+        if (DQ_ABLATE == 0) {
+            const u32 sdq = sdQ0 + wg * DQ_SLICE_BYTES;
+            const int t128 = tid & 127;
+            if (t128 == 0) bulk_wait_read();  // the previous step's reduce has read this slice
+            bar_sync(1 + wg, 128);
+#pragma unroll
+            for (int j = 0; j < DQ_N / 8; ++j)
+                asm volatile("st.shared.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"r"(sdq + (j * 128 + t128) * 16),
+                             "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3]) : "memory");
+            fence_proxy_async();  // generic-proxy stores before the bulk copy (async proxy) reads them
+            bar_sync(1 + wg, 128);
+            if (t128 == 0)
+                bulk_reduce_add_f32(dQacc + ((bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M) * NWG + wg) * (64 * DQ_N), sdq,
+                                    DQ_SLICE_BYTES);
+        }
+#elif DQ_V4
+        if (DQ_ABLATE == 0) {  // even lane: row g, cols 4c'..4c'+3; odd lane: row g+8, same cols (c' = lane%4 / 2)
+            const bool odd = lane & 1;
+            const int row = m0 + ms * 64 + wq * 16 + (lane >> 2) + (odd ? 8 : 0);
+            float* dst = dq_g + (long long)row * D + ns * DQ_N + 4 * ((lane & 3) >> 1);
+#pragma unroll
+            for (int nt = 0; nt < DQ_N / 8; ++nt) {
+                const float r0 = __shfl_xor_sync(0xffffffffu, odd ? dq[4 * nt] : dq[4 * nt + 2], 1);
+                const float r1 = __shfl_xor_sync(0xffffffffu, odd ? dq[4 * nt + 1] : dq[4 * nt + 3], 1);
+                if (row < Nq) {
+                    if (odd) red_add_v4(dst + 8 * nt, r0, r1, dq[4 * nt + 2], dq[4 * nt + 3]);
+                    else red_add_v4(dst + 8 * nt, dq[4 * nt], dq[4 * nt + 1], r0, r1);
+                }
+            }
+        }
+#else
+#pragma unroll
+        for (int h = 0; h < 2 && DQ_ABLATE == 0; ++h) {
+            const int row = m0 + ms * 64 + wq * 16 + (lane >> 2) + 8 * h;
+            if (row < Nq) {
+                float* dst = dq_g + (long long)row * D + ns * DQ_N + 2 * (lane & 3);
+#pragma unroll
+                for (int nt = 0; nt < DQ_N / 8; ++nt) red_add_v2(dst + 8 * nt, dq[4 * nt + 2 * h], dq[4 * nt + 2 * h + 1]);
+            }
+        }
+#endif
+#if DQ_ABLATE == 1
+        if (dq[0] == 12345.f) dq_g[0] = dq[1];  // keeps the dQ product alive without its atomics
+#endif
+#endif
+    }
+    cp_async_wait<0>();
+#if DQ_BULK
+    if ((tid & 127) == 0) bulk_wait_all();  // the smem slices stay valid until the reduces are done
+#endif
+
+    // line 18: dK_j = scale * sum dS^T Q (the scores were S * scale), dV_j
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = n0 + key_l + 8 * h;
+        if (key < Nk) {
+            u16* dk_row = dKg + (bh * Nk + key) * D + 2 * (lane & 3);
+            u16* dv_row = dVg + (bh * Nk + key) * D + 2 * (lane & 3);
+#pragma unroll
+            for (int dt = 0; dt < D / 8; ++dt) {
+                *(u32*)(dk_row + 8 * dt) = pack2(dk[4 * dt + 2 * h] * scale, dk[4 * dt + 2 * h + 1] * scale);
+                *(u32*)(dv_row + 8 * dt) = pack2(dv[4 * dt + 2 * h], dv[4 * dt + 2 * h + 1]);
+            }
+        }
+    }
+}

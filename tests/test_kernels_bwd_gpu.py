@@ -1,0 +1,159 @@
+"""The Hopper backward (kernels.fa2_wgmma_bwd, FA2 Alg. 2 with wgmma) against float64 autograd, on a GPU.
+
+Skipped cleanly without a compute capability 9.x GPU. The forward kernel supplies o and lse, as in
+training. Hypothesis draws odd Nq and Nk, Nq != Nk, causal with Nq > Nk (rows that see no key: their dq
+must be exactly 0), both dtypes, d in {64, 128}, and input scales that put scores from ~1 to ~1e4.
+Outputs are poisoned with NaN first, so an unwritten element fails.
+
+Tolerance: a gradient passes when its norm-relative error to float64 is within TOL[dtype], or within
+3x the error of a float64 backward that rounds what any fp16/bf16 kernel must round (O, P and dS to the
+input dtype): with scores ~1e4 the rows are one-hot and dP - D cancels, so the exact gradients are tiny
+and that rounding, not the kernel, sets the error. An RMS error of 1e-5 always passes: with one visible
+key dS = P (dP - D) is exactly 0, and fp32 summation order alone leaves ~1e-6.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not _hopper(), reason="the fa2_wgmma backward needs a compute capability 9.x GPU")]
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from variants.reference import causal_mask  # noqa: E402
+
+TOL = {torch.float16: 5e-3, torch.bfloat16: 3e-2}
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+
+def reference_grads(q, k, v, do, *, causal, scale=None, round_to=None):
+    """(dq, dk, dv) in float64 by autograd of softmax attention (rows that see no key: o = 0, grads 0).
+    round_to=dtype rounds O (for D), P and dS to that dtype, as a low-precision kernel does."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if round_to is None:
+        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+        s = scale * (q64 @ k64.transpose(-1, -2))
+        if causal:
+            ok = causal_mask(q.shape[-2], k.shape[-2], q.device)
+            s = s.masked_fill(~ok, float("-inf"))
+            seen = ok.any(-1, keepdim=True)
+            s = torch.where(seen, s, torch.zeros_like(s))  # no -inf row: softmax's backward stays finite
+            p = torch.where(seen, torch.softmax(s, -1), torch.zeros_like(s))
+        else:
+            p = torch.softmax(s, -1)
+        (p @ v64).backward(do.double())
+        return q64.grad, k64.grad, v64.grad
+
+    def r(t):
+        return t.to(round_to).double()
+
+    q64, k64, v64, do64 = q.double(), k.double(), v.double(), do.double()
+    s = scale * (q64 @ k64.transpose(-1, -2))
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    lse = torch.logsumexp(s, -1, keepdim=True)
+    p = torch.where(torch.isfinite(lse), torch.exp(s - lse.nan_to_num(neginf=0.0)), torch.zeros_like(s))
+    o = p @ v64
+    dv = r(p).transpose(-1, -2) @ do64                     # FA2 Alg. 2 line 12, P rounded
+    dp = do64 @ v64.transpose(-1, -2)                      # line 13
+    dd = (do64 * r(o)).sum(-1, keepdim=True)               # line 4, O rounded
+    ds = r(p * (dp - dd))                                  # line 14, dS rounded
+    return scale * ds @ k64, scale * ds.transpose(-1, -2) @ q64, dv
+
+
+def inputs(b, h, n_q, n_k, d, dtype, scale, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = (torch.randn(b, h, n_q, d, generator=g, device="cuda") * scale).to(dtype)
+    k = (torch.randn(b, h, n_k, d, generator=g, device="cuda") * scale).to(dtype)
+    v = torch.randn(b, h, n_k, d, generator=g, device="cuda").to(dtype)
+    do = torch.randn(b, h, n_q, d, generator=g, device="cuda").to(dtype)
+    return q, k, v, do
+
+
+def check(b, h, n_q, n_k, d, dtype, causal, scale, seed, config=None) -> dict:
+    """Forward + backward of fa2_wgmma against float64; returns the errors (asserts on failure)."""
+    from kernels import fa2_wgmma, fa2_wgmma_bwd
+
+    q, k, v, do = inputs(b, h, n_q, n_k, d, dtype, scale, seed)
+    o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
+    grads = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))  # poison
+    fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, config=config, out=grads)
+    torch.cuda.synchronize()
+    exact = reference_grads(q, k, v, do, causal=causal)
+    rounded = reference_grads(q, k, v, do, causal=causal, round_to=dtype)
+    errors = {}
+    for name, g, ref, base in zip(("dq", "dk", "dv"), grads, exact, rounded):
+        gd = g.double()
+        assert torch.isfinite(gd).all(), f"{name}: unwritten or non-finite elements"
+        norm = float(ref.norm())
+        err = float((gd - ref).norm())
+        floor = float((base - ref).norm())
+        errors[name] = dict(rel=err / max(norm, 1e-30), rounding_rel=floor / max(norm, 1e-30))
+        atol = 1e-5 * g.numel() ** 0.5  # RMS 1e-5: gradients that are exactly 0 (one visible key: dS = 0)
+        assert err <= max(TOL[dtype] * norm, 3 * floor, atol), (
+            f"{name}: error {err:.3e} vs |ref| {norm:.3e} (rounding floor {floor:.3e})")
+    if causal and n_q > n_k:  # rows i < Nq - Nk see no key
+        assert (grads[0][:, :, : n_q - n_k] == 0).all(), "rows that see no key must get dq = 0"
+    return errors
+
+
+shape = st.tuples(
+    st.integers(1, 2),                                      # B
+    st.integers(1, 3),                                      # H
+    st.integers(1, 700),                                    # Nq
+    st.integers(1, 700),                                    # Nk
+    st.sampled_from([64, 128]),                             # d
+    st.sampled_from([torch.float16, torch.bfloat16]),
+    st.booleans(),                                          # causal
+    st.sampled_from([0.5, 1.0, 4.0, 20.0]),                 # input scale: scores up to ~1e4
+    st.integers(0, 2**31 - 1),                              # seed
+)
+
+
+@SETTINGS
+@given(shape)
+def test_backward_matches_float64_autograd(s):
+    check(*s)
+
+
+def _sweep_ids():
+    from kernels import fa2_wgmma_bwd
+
+    return [(d, c) for d, cands in fa2_wgmma_bwd.SWEEP.items() for c in cands]
+
+
+@pytest.mark.parametrize("d,config", _sweep_ids(), ids=lambda x: str(x))
+def test_every_tuning_candidate(d, config):
+    for n_q, n_k, causal, dtype in ((77, 203, True, torch.float16), (300, 100, True, torch.bfloat16),
+                                    (333, 1025, False, torch.float16), (1000, 1000, True, torch.bfloat16)):
+        check(1, 2, n_q, n_k, d, dtype, causal, 4.0, n_q, config=config)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_long_rows(d):
+    """Many Q blocks per key block: the ring wraps many times, the atomics pile up on dQ."""
+    for causal in (False, True):
+        check(1, 2, 2048, 2048, d, torch.float16, causal, 1.0, 1)
+        check(1, 1, 1500, 3000, d, torch.bfloat16, causal, 1.0, 2)
+
+
+def test_refuses_what_it_cannot_run():
+    from kernels import fa2_wgmma
+
+    q = torch.randn(1, 1, 16, 96, device="cuda", dtype=torch.float16)
+    lse = torch.zeros(1, 1, 16, device="cuda")
+    with pytest.raises(ValueError, match="head dim"):
+        fa2_wgmma.backward(q, q, q, q, lse, q)
+    q = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float32)
+    with pytest.raises(TypeError, match="dtype"):
+        fa2_wgmma.backward(q, q, q, q, lse, q)
