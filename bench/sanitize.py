@@ -28,6 +28,47 @@ MARK = "@@SANITIZE kernel="
 # the first line of each sanitizer report (summary lines such as "0 hazards displayed" are not)
 REPORT = re.compile(r"=+ (Invalid |Error: |Race reported|Program hit|Uninitialized|Barrier error)")
 SHAPES = [(1, 2, 70, 43, 40, True), (1, 1, 97, 150, 96, False), (1, 1, 64, 64, 128, True)]
+# Per kernel, after SHAPES: the pipeline at scale (issue 14): key loops that reuse every K/V ring slot
+# several times (Nk = 1100: 7-14 key blocks over 2 slots) and several Q blocks per head (Nq = 300: 3 of
+# Br = 128), at every head dim; then strided views and grouped-query K/V:
+# (B, H, Nq, Nk, d, causal, H_kv, layout) with layout "bnhd" = a (B, N, H, d) tensor transposed.
+KERNEL_SHAPES = {
+    "fa2_wgmma": [(1, 2, 300, 1100, 64, True), (1, 2, 300, 1100, 96, False), (1, 2, 300, 1100, 128, True),
+                  (1, 2, 300, 1100, 256, False), (1, 2, 300, 1100, 256, True),
+                  (2, 4, 300, 1100, 96, True, 2, "bnhd"), (1, 4, 300, 1100, 256, False, 1, "bnhd"),
+                  (1, 4, 257, 999, 128, True, 4, "bnhd")],
+}
+
+
+def shapes_for(name: str, shapes=SHAPES) -> list[tuple]:
+    return list(shapes) + KERNEL_SHAPES.get(name, [])
+
+
+def check_layout_shape(entry, b, h, n_q, n_k, d, dtype, causal, h_kv, layout) -> dict:
+    """harness.check_one's rule on strided / grouped-query inputs: poisoned out, float64 reference on
+    contiguous copies with K/V heads expanded."""
+    import torch
+
+    from bench import harness
+
+    try:
+        g = torch.Generator(device="cuda").manual_seed(n_q + n_k)
+
+        def make(heads, n):
+            shape = (b, n, heads, d) if layout == "bnhd" else (b, heads, n, d)
+            t = torch.randn(*shape, generator=g, device="cuda").to(dtype)
+            return t.transpose(1, 2) if layout == "bnhd" else t
+
+        q, k, v = make(h, n_q), make(h_kv, n_k), make(h_kv, n_k)
+        out = (torch.full((b, h, n_q, d), float("nan"), dtype=dtype, device="cuda"),
+               torch.full((b, h, n_q), float("nan"), device="cuda"))
+        o, lse = entry.forward(q, k, v, causal, out=out)
+        torch.cuda.synchronize()
+        rep = h // h_kv
+        return harness.compare(o, lse, q.contiguous(), k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1),
+                               causal, str(dtype).replace("torch.", ""))
+    except Exception as exc:
+        return dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
 
 
 def find_sanitizer() -> str | None:
@@ -65,7 +106,15 @@ def child(names: list[str], dtypes: list[str], shapes=SHAPES) -> int:
                 dtype = getattr(torch, dt_name)
                 if dtype not in dtypes_ok:
                     continue
-                for b, h, n_q, n_k, d, causal in shapes:
+                for b, h, n_q, n_k, d, causal, *layout in shapes_for(name, shapes):
+                    if layout:
+                        label = f"{entry.label} {dt_name} {(b, h, n_q, n_k, d)} causal={causal} H_kv={layout[0]} {layout[1]}"
+                        print(MARK + label, flush=True)
+                        rec = check_layout_shape(entry, b, h, n_q, n_k, d, dtype, causal, *layout)
+                        if "error" in rec or not rec.get("ok"):
+                            bad += 1
+                            print(f"@@WRONG {label}: {rec}", flush=True)
+                        continue
                     if not spec.supports_head_dim(d):  # nearest supported d at or above, else the largest
                         dims = sorted(spec.head_dims or [spec.max_head_dim])
                         d = next((x for x in dims if x >= d), dims[-1])
@@ -124,7 +173,8 @@ def main(argv=None) -> int:
     from bench import harness
 
     report = {"run_id": harness.run_info()["run_id"], "sanitizer": sanitizer, "kernels": names, "dtypes": dtypes,
-              "shapes": SHAPES[:args.shapes], "tools": {}}
+              "shapes": SHAPES[:args.shapes], "kernel_shapes": {n: KERNEL_SHAPES.get(n, []) for n in names},
+              "tools": {}}
     if sanitizer is None:
         report["error"] = "compute-sanitizer not found"
         (out / "sanitize.json").write_text(json.dumps(report, indent=1))

@@ -8,6 +8,14 @@ portable mma.sync kernel (sm_80 and newer); this module is the Hopper path, two 
   cuda/fa2_wgmma.cu      wgmma, cp.async by every thread, one barrier per step (the readable first step);
   cuda/fa2_wgmma_tma.cu  wgmma + TMA producer warp + mbarrier ring + ping-pong consumers (config TMA=1,
                          the default): 0.88-1.06x cuDNN at d=128, N=2k..16k (bench/NOTES-tc.md).
+
+Layouts (TMA builds, every default): q (B, H, Nq, d), k and v (B, H_kv, Nk, d) as views with any strides and
+a unit last one -- a (B, N, H, d) tensor's .transpose(1, 2) is read in place, no copy -- and grouped-query
+attention, H_kv dividing H (query head h reads kv head h // (H / H_kv)). TMA needs the address and the
+strides 16-byte aligned; otherwise the error names the stride (.contiguous() is the copy that fixes it).
+o is (B, H, Nq, d) contiguous and lse (B, H, Nq) float32, whatever the inputs' strides. The cp.async
+builds (TMA=0, sweep candidates only) take contiguous, equal-head inputs.
+Head dims 64, 96, 128, 256 (96 and 256: TMA builds only).
 """
 from __future__ import annotations
 
@@ -22,7 +30,9 @@ KERNEL = "fa2_wgmma_fwd"
 SOURCE_TMA = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma_tma.cu"
 KERNEL_TMA = "fa2_wgmma_tma_fwd"
 TMA_DEFAULTS = dict(STAGES=2)
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 96, 128, 256)
+CP_ASYNC_HEAD_DIMS = (64, 128)  # fa2_wgmma.cu (TMA=0): whole 64-column panels, d <= 128
+MAX_HEAD_DIM = max(HEAD_DIMS)  # kernels.KernelSpec.supports_head_dim reads it (its default is 128)
 ARCH = "sm_90a"
 
 # Knobs of the .cu file: BLOCK_N (Bc), NWG (warpgroups; Br = 64 * NWG), OVERLAP (softmax of S_j during
@@ -31,6 +41,12 @@ DEFAULTS = dict(OVERLAP=1, STAGES=2, MIN_BLOCKS=1)
 CONFIGS = {  # sweep v4 winners (bench/results/wgmma_sweep_v4_tma.json): the TMA kernel
     64: dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0),
     128: dict(TMA=1, BLOCK_N=176, NWG=2),
+    # d = 96: Bc = 128 (FA3's hopper/tile_size.h: 128 or 144); the P V product padded to 128 columns
+    # (PV_N=128: two whole swizzle panels, the d = 128 product); PV_N=96 is the unpadded candidate.
+    96: dict(TMA=1, BLOCK_N=128, NWG=2, PV_N=128),
+    # d = 256: FA3's Br = 128 (two consumer warpgroups), Bc = 80: Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB
+    # of the 227 KB; O is 128 fp32 registers per thread, so the producer keeps 24 (consumers get 240).
+    256: dict(TMA=1, BLOCK_N=80, NWG=2, PRODUCER_REGS=24),
 }
 
 # Candidates of the tuning sweep (measurements: bench/NOTES-tc.md, fa2_wgmma section). v1 sweep: d=64 NWG=3
@@ -69,6 +85,16 @@ SWEEP = {
         dict(TMA=1, BLOCK_N=128, NWG=2, STAGES=3),
         dict(TMA=1, BLOCK_N=176, NWG=2, PINGPONG=0),
     ],
+    96: [  # not yet timed: the layouts work (issue 14) added them
+        dict(TMA=1, BLOCK_N=128, NWG=2, PV_N=128),
+        dict(TMA=1, BLOCK_N=128, NWG=2, PV_N=96),
+        dict(TMA=1, BLOCK_N=176, NWG=2, PV_N=128),
+    ],
+    256: [
+        dict(TMA=1, BLOCK_N=80, NWG=2, PRODUCER_REGS=24),
+        dict(TMA=1, BLOCK_N=80, NWG=2, PRODUCER_REGS=24, PINGPONG=0),
+        dict(TMA=1, BLOCK_N=64, NWG=2, PRODUCER_REGS=24),
+    ],
 }
 
 
@@ -76,6 +102,11 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if d not in HEAD_DIMS:
         raise ValueError(f"fa2_wgmma supports head dims {HEAD_DIMS}, got d={d}")
     cfg = dict(CONFIGS[d] if config is None else config)
+    if not cfg.get("TMA") and d not in CP_ASYNC_HEAD_DIMS:
+        raise ValueError(f"fa2_wgmma: d={d} needs a TMA build (TMA=1); the cp.async build takes d in "
+                         f"{CP_ASYNC_HEAD_DIMS}")
+    if "PV_N" in cfg and cfg["PV_N"] not in (d, padded_d(d)):
+        raise ValueError(f"fa2_wgmma: PV_N={cfg['PV_N']} must be d={d} or {padded_d(d)}")
     if cfg.get("TMA"):
         base = dict(TMA_DEFAULTS, PINGPONG=int(cfg.get("NWG", 2) == 2))  # ping-pong takes two warpgroups
     else:
@@ -96,9 +127,14 @@ def block_m(defines: dict) -> int:
     return 64 * defines["NWG"]
 
 
+def padded_d(d: int) -> int:
+    """A tile row in smem: whole 64-column (128-byte) swizzle panels (d = 96 -> 128)."""
+    return -(-d // 64) * 64
+
+
 def smem_bytes(defines: dict) -> int:
     """Q tile + 2-slot K and V rings (fp16/bf16) + 1 KB so the kernel can align its base to 1024 B."""
-    d, bn, stages = defines["HEAD_DIM"], defines["BLOCK_N"], defines.get("STAGES", 2)
+    d, bn, stages = padded_d(defines["HEAD_DIM"]), defines["BLOCK_N"], defines.get("STAGES", 2)
     barriers = 8 * (1 + 4 * stages) if defines.get("TMA") else 0  # mbarriers: full_q, full/empty K and V
     return block_m(defines) * d * 2 + 2 * stages * bn * d * 2 + barriers + 1024
 
@@ -134,38 +170,64 @@ def supported(device=None) -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] == 9
 
 
+_PLANS: dict = {}      # (d, bf16, config) -> launch plan: defines, source, block, smem, tile sizes
+_HOPPER: set = set()   # device indices already found to be compute capability 9.x
+
+
+def _plan(d: int, bf16: bool, config: dict | None) -> tuple:
+    key = (d, bf16, None if config is None else tuple(sorted(config.items())))
+    plan = _PLANS.get(key)
+    if plan is None:
+        defs = defines_for(d, bf16, config)
+        src, kernel = source_of(defs)
+        plan = (defs, src, kernel, (threads(defs), 1, 1), smem_bytes(defs), block_m(defs), defs["BLOCK_N"],
+                bool(defs.get("TMA")))
+        _PLANS[key] = plan
+    return plan
+
+
 def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config: dict | None = None,
             out=None):
-    """FlashAttention-2 forward with wgmma; returns (o, lse). out=(o, lse) writes into given tensors."""
+    """FlashAttention-2 forward with wgmma; returns (o, lse). out=(o, lse) writes into given tensors.
+
+    q (B, H, Nq, d); k, v (B, H_kv, Nk, d), H_kv dividing H; any strides with a unit last one (no copy)."""
     import torch
 
-    fa2_tc._check(q, k, v)
-    major = torch.cuda.get_device_capability(q.device)[0]
-    if major != 9:
-        raise RuntimeError(f"fa2_wgmma needs a compute capability 9.x GPU (wgmma, sm_90a); {q.device} is "
-                           f"{major}.x -- use kernels.fa2_tc there")
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
+    from kernels import layouts, loader
+
+    b, h, h_kv, n_q, n_k, d = layouts.check_strided_gqa(q, k, v, head_dims=HEAD_DIMS)
+    if b * h > 65535:
+        raise ValueError(f"B*H = {b * h} is over the 65535 grid rows this launcher uses")
+    dev = q.device.index
+    if dev not in _HOPPER:
+        major = torch.cuda.get_device_capability(q.device)[0]
+        if major != 9:
+            raise RuntimeError(f"fa2_wgmma needs a compute capability 9.x GPU (wgmma, sm_90a); {q.device} is "
+                               f"{major}.x -- use kernels.fa2_tc there")
+        _HOPPER.add(dev)
     from analysis import checks
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
-    defs = defines_for(d, q.dtype == torch.bfloat16, config)
-    o, lse = fa2_tc._outputs(q, out)
-    grid = (-(-n_q // block_m(defs)), b * h, 1)
-    from kernels import loader
-
-    if defs.get("TMA"):
-        from kernels.tma import tensor_map_3d
-
-        inputs = (tensor_map_3d(q, block_m(defs)), tensor_map_3d(k, defs["BLOCK_N"]),
-                  tensor_map_3d(v, defs["BLOCK_N"]))
+    defs, src, kernel, block, smem, bm, bn, tma = _plan(d, q.dtype == torch.bfloat16, config)
+    if out is None:  # not empty_like: o is contiguous whatever q's strides
+        o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
+        lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
     else:
-        inputs = (q, k, v)
-    src, kernel = source_of(defs)
-    loader.get_function(src, kernel, defines=defs, arch=ARCH, device=q.device.index).launch(
-        grid, (threads(defs), 1, 1),
-        (*inputs, o, lse, int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale), int(bool(causal))),
-        shared_mem=smem_bytes(defs))
+        o, lse = fa2_tc._outputs(q, out)
+    if tma:
+        from kernels.tma import tensor_map
+
+        args = (tensor_map(q, bm, name="q"), tensor_map(k, bn, name="k"), tensor_map(v, bn, name="v"), o, lse,
+                int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale), int(bool(causal)), int(h),
+                int(h // h_kv))
+    else:
+        if h_kv != h or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+            raise ValueError("the cp.async build (TMA=0) takes contiguous q, k, v with equal head counts; "
+                             "use a TMA build (the default) for strided or grouped-query inputs")
+        args = (q, k, v, o, lse, int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale),
+                int(bool(causal)))
+    loader.get_function(src, kernel, defines=defs, arch=ARCH, device=dev).launch(
+        (-(-n_q // bm), b * h, 1), block, args, shared_mem=smem)
     return o, lse
 
 
@@ -179,7 +241,7 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
     defs = defines_for(d, dtype == "bf16", config)
     bc, nwg = defs["BLOCK_N"], defs["NWG"]
     tma = bool(defs.get("TMA"))
-    smem_tile = nwg * (64 * d * 2 + 2 * bc * d * 2)
+    smem_tile = nwg * (64 * padded_d(d) * 2 + 2 * bc * padded_d(d) * 2)
     warps = threads(defs) // 32
     t, src = overhead("fa2_tc")  # the same CuPy driver launch (+ tensor maps for TMA, not timed apart)
     return dict(kernel="fa2_wgmma", build=f"{'TMA' if tma else 'cp.async'} Br={block_m(defs)} Bc={bc}"

@@ -112,7 +112,7 @@ def test_fa2_wgmma_every_tuning_candidate(d, config):
 def test_fa2_wgmma_refuses_what_it_cannot_run():
     from kernels import fa2_wgmma
 
-    q = torch.randn(1, 1, 16, 96, device="cuda", dtype=torch.float16)
+    q = torch.randn(1, 1, 16, 80, device="cuda", dtype=torch.float16)
     with pytest.raises(ValueError, match="head dim"):
         fa2_wgmma.forward(q, q, q)
     q = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float32)

@@ -26,9 +26,14 @@
 //   FA2 Alg. 1 lines 12-15 O / l, lse, write         -> consumer, staged through its own Q rows
 // Masking, the exact rescale skip, layouts and descriptors are those of fa2_wgmma.cu.
 //
-// Arguments: three CUtensorMaps (Q, K, V as 3-D tensors (d, N, B*H), 128-byte swizzle, box 64 x rows x 1)
-// made by kernels/fa2_wgmma.py, then o, lse, Nq, Nk, scale_log2, scale, causal. grid = (Tr, B*H).
-// Knobs: HEAD_DIM (64|128), BLOCK_N, NWG (1|2 consumer warpgroups), STAGES, PINGPONG, MIN_BLOCKS, IS_BF16.
+// Arguments: three CUtensorMaps (Q, K, V as 4-D tensors (d, N, H, B) with the inputs' own strides, so
+// (B, N, H, d) views transposed to (B, H, N, d) need no copy; 128-byte swizzle, box 64 x rows x 1 x 1)
+// made by kernels/tma.py, then o, lse, Nq, Nk, scale_log2, scale, causal, H, group. grid = (Tr, B*H).
+// Grouped-query attention: K and V have H / group heads; query head h reads kv head h / group.
+// Knobs: HEAD_DIM (64|96|128|256), BLOCK_N, NWG (1|2 consumer warpgroups), STAGES, PINGPONG, MIN_BLOCKS,
+// IS_BF16, PV_N (d = 96 only: 128 pads the P V product to two full 64-column panels, 96 stops at d).
+// d = 96 is a 64-column panel plus a half panel: smem tiles are padded to 128 columns (TMA zero-fills
+// columns 96..127, which count in the transaction bytes), S = Q K^T takes 6 k-steps, not 8.
 //
 // Version log (details in bench/NOTES-tc.md):
 //   v1  first version. Correct first time (154/154 checks on odd shapes, tails, Nq != Nk, causal; memcheck
@@ -40,6 +45,10 @@
 //       Full grid (bench/results/tc_bench_wgmma_tma.md, fp16, N=2k..16k): d=128 1.54-2.25x SDPA flash,
 //       0.88-1.06x cuDNN; d=64 1.13-1.55x flash, 0.79-0.97x cuDNN. Below N=1k at d=64 it trails flash
 //       (0.90-0.98x): one 3-warpgroup CTA per SM and its prologue latency per Q block.
+//   v2  layouts (issue 14): 4-D tensor maps with the inputs' strides ((B, N, H, d) views read in place),
+//       grouped-query K/V (kv head h / group), d = 96 (tiles padded to two panels) and d = 256 (Br = 128,
+//       Bc = 80, producer at 24 registers). NVRTC: no spills in any build. GPU check and timing:
+//       bench/gpu_check_layouts.sh (not yet run when this was written).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -73,21 +82,27 @@
 #endif
 
 #define D HEAD_DIM
+#define PANELS ((D + 63) / 64)  // 64-column (128-byte) swizzle panels of a tile row
+#define DP (64 * PANELS)        // a tile row in smem, padded to whole panels
+#ifndef PV_N
+#define PV_N DP
+#endif
+#define O_N PV_N                // wgmma_fa2.cuh: the O accumulator is 64 x PV_N
 #define BLOCK_M (64 * NWG)
 #define NTHREADS (128 * (NWG + 1))  // warpgroup 0: producer; 1..NWG: consumers
 #define CH (D / 8)
 #define NT (BLOCK_N / 8)
 #define KD (D / 16)
 #define KN (BLOCK_N / 16)
-#define PANELS (D / 64)
 
-static_assert(D == 64 || D == 128, "HEAD_DIM must be 64 or 128");
+static_assert(D == 64 || D == 96 || D == 128 || D == 256, "HEAD_DIM must be 64, 96, 128 or 256");
+static_assert(PV_N == D || PV_N == DP, "PV_N: d, or d padded to whole panels");
 static_assert(NWG == 1 || NWG == 2, "1 or 2 consumer warpgroups");
 static_assert(!PINGPONG || NWG == 2, "ping-pong needs two consumer warpgroups");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
 
-#define TILE_Q_BYTES (BLOCK_M * D * 2)
-#define TILE_KV_BYTES (BLOCK_N * D * 2)
+#define TILE_Q_BYTES (BLOCK_M * DP * 2)
+#define TILE_KV_BYTES (BLOCK_N * DP * 2)  // also the TMA transaction bytes: zero-filled columns count
 
 #include "tc_common.cuh"  // pack2, ex2, quad reductions, NEG_INF
 #include "wgmma.cuh"
@@ -112,11 +127,11 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {  // until phase
         "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
         "@!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
 }
-// one 64-column panel (box 64 x rows x 1) of a (d, N, B*H) tensor into smem, completion on `bar`
-__device__ __forceinline__ void tma_load(u32 dst, const TensorMap* map, int col, int row, int bh, u32 bar) {
+// one 64-column panel (box 64 x rows x 1 x 1) of a (d, N, H, B) tensor into smem, completion on `bar`
+__device__ __forceinline__ void tma_load(u32 dst, const TensorMap* map, int col, int row, int h, int b, u32 bar) {
     asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
-        ::"r"(dst), "l"((u64)map), "r"(col), "r"(row), "r"(bh), "r"(bar) : "memory");
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+        ::"r"(dst), "l"((u64)map), "r"(col), "r"(row), "r"(h), "r"(b), "r"(bar) : "memory");
 }
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -139,11 +154,12 @@ __device__ __forceinline__ void turn_end(int cg) {
 extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__ TensorMap tmK,
                   const __grid_constant__ TensorMap tmV, u16* __restrict__ Og, float* __restrict__ LSEg, int Nq,
-                  int Nk, float scale_log2, float scale, int causal) {
+                  int Nk, float scale_log2, float scale, int causal, int H, int group) {
     extern __shared__ __align__(1024) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
     const int m_block = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    const int bh = blockIdx.y;
+    const int bh = blockIdx.y;  // o and lse are (B, H, Nq, .) contiguous: row bh
+    const int b_idx = bh / H, h_idx = bh % H, hk_idx = h_idx / group;  // GQA: kv head of query head h
     const int m0 = m_block * BLOCK_M;
     const int causal_off = Nk - Nq;
     const bool is_causal = causal != 0;
@@ -182,19 +198,19 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         if (warp == 0 && lane == 0 && T > 0) {
             mbar_expect_tx(full_q, TILE_Q_BYTES);
 #pragma unroll
-            for (int p = 0; p < PANELS; ++p) tma_load(sQ + p * BLOCK_M * 128, &tmQ, p * 64, m0, bh, full_q);
+            for (int p = 0; p < PANELS; ++p) tma_load(sQ + p * BLOCK_M * 128, &tmQ, p * 64, m0, h_idx, b_idx, full_q);
             for (int t = 0; t < T; ++t) {
                 const int j = T - 1 - t, slot = t % STAGES, use = t / STAGES;
                 if (use > 0) mbar_wait(EMPTY_K(slot), (use - 1) & 1);  // S of step t-STAGES has read it
                 mbar_expect_tx(FULL_K(slot), TILE_KV_BYTES);
 #pragma unroll
                 for (int p = 0; p < PANELS; ++p)
-                    tma_load(sK0 + slot * TILE_KV_BYTES + p * BLOCK_N * 128, &tmK, p * 64, j * BLOCK_N, bh, FULL_K(slot));
+                    tma_load(sK0 + slot * TILE_KV_BYTES + p * BLOCK_N * 128, &tmK, p * 64, j * BLOCK_N, hk_idx, b_idx, FULL_K(slot));
                 if (use > 0) mbar_wait(EMPTY_V(slot), (use - 1) & 1);  // P V of step t-STAGES+1 has read it
                 mbar_expect_tx(FULL_V(slot), TILE_KV_BYTES);
 #pragma unroll
                 for (int p = 0; p < PANELS; ++p)
-                    tma_load(sV0 + slot * TILE_KV_BYTES + p * BLOCK_N * 128, &tmV, p * 64, j * BLOCK_N, bh, FULL_V(slot));
+                    tma_load(sV0 + slot * TILE_KV_BYTES + p * BLOCK_N * 128, &tmV, p * 64, j * BLOCK_N, hk_idx, b_idx, FULL_V(slot));
             }
         }
         return;
@@ -205,9 +221,9 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     const int cg = wg - 1;                   // consumer warpgroup: rows 64cg..64cg+63 of the Q block
     const int cw = warp - 4;                 // consumer warp 0..4*NWG-1: rows 16cw..16cw+15
     const int row0 = m0 + cw * 16;
-    float o[D / 2];
+    float o[O_N / 2];
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    for (int i = 0; i < O_N / 2; ++i) o[i] = 0.f;
     Softmax sm;
     sm.m[0] = sm.m[1] = NEG_INF;
     sm.l[0] = sm.l[1] = 0.f;

@@ -2,8 +2,13 @@
 // swizzled tile layout and its wgmma descriptors, the two products of a step (S = Q K^T, O += P V), the
 // masked online softmax, the O rescale, P packing, and the epilogue. They differ only in how tiles
 // reach shared memory and how warpgroups are scheduled. The including file defines D, BLOCK_M, BLOCK_N,
-// NT, KD, KN, CH and includes tc_common.cuh and wgmma.cuh first.
+// NT, KD, KN, CH and includes tc_common.cuh and wgmma.cuh first. O_N, the width of the O accumulator (the N
+// of the P V product), defaults to D; fa2_wgmma_tma.cu pads it to 128 at d = 96 (V's panel 1 is zero-filled
+// past column 96 by TMA, so columns 96..127 of O are zeros that the epilogue never writes).
 #pragma once
+#ifndef O_N
+#define O_N D
+#endif
 
 typedef unsigned long long u64;
 
@@ -32,11 +37,11 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK
 }
 
 // ---- FA2 Alg. 1 line 10, second half: O += P V_j, P from registers (issued, not waited) ----
-__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const u32 (&pa)[KN][4], u32 sV) {
+__device__ __forceinline__ void issue_pv(float (&o)[O_N / 2], const u32 (&pa)[KN][4], u32 sV) {
     wgmma_fence();
 #pragma unroll
     for (int kn = 0; kn < KN; ++kn) {
-        wgmma_rs<D>(o, pa[kn], desc_sw128(sV + kn * 16 * 128, BLOCK_N * 128, 1024), 1);
+        wgmma_rs<O_N>(o, pa[kn], desc_sw128(sV + kn * 16 * 128, BLOCK_N * 128, 1024), 1);
     }
     wgmma_commit();
 }
@@ -89,9 +94,9 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
 }
 
 // FA2 Alg. 1 line 10, first half: O = diag(alpha) O
-__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+__device__ __forceinline__ void rescale_o(float (&o)[O_N / 2], const float (&alpha)[2]) {
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
+    for (int dt = 0; dt < D / 8; ++dt) {  // O_N > D: the padded columns are never written
         o[4 * dt + 0] *= alpha[0];
         o[4 * dt + 1] *= alpha[0];
         o[4 * dt + 2] *= alpha[1];
@@ -112,7 +117,7 @@ __device__ __forceinline__ void pack_p(u32 (&pa)[KN][4], const float (&s)[BLOCK_
 
 // ---- FA2 Alg. 1 lines 12-15: O / l, lse = m*scale + ln(l); warp `w` (16 rows of the Q block) stages its rows through
 // the Q tile (its own rows only, which no other warp reads once its last S product is done) ----
-__device__ __forceinline__ void write_o_lse(const float (&o)[D / 2], const Softmax& sm, u32 sQ, u16* __restrict__ Og,
+__device__ __forceinline__ void write_o_lse(const float (&o)[O_N / 2], const Softmax& sm, u32 sQ, u16* __restrict__ Og,
                                             float* __restrict__ LSEg, long long bh, int m0, int Nq, int w, int lane,
                                             float scale) {
 #pragma unroll

@@ -1,0 +1,123 @@
+"""fa2_wgmma on the layouts models pass, timed beside its contiguous equal-heads self and SDPA (GPU).
+
+    PYTHONPATH=. python bench/layouts_speed.py [--out DIR] [--n 4096,8192] [--d 64,128,96,256]
+
+Per (d, N, causal): batch*N = 16k tokens, H = 2048 // d heads (a multiple of 4), fp16; layouts
+  contiguous   q, k, v (B, H, N, d) contiguous (the baseline; checked against the float64 oracle on the
+               first (batch, head) pair by bench.harness.check_on)
+  bnhd         q, k, v as (B, N, H, d) tensors transposed (what models pass; no copy)
+  gqa          k, v with H_kv = H / 4 heads, contiguous
+  bnhd_gqa     both
+each checked for the same output bits as the contiguous kernel on contiguous, head-expanded copies of
+the same values, then timed with bench.harness.time_fn (rotating input sets); SDPA flash and cuDNN on
+the contiguous inputs for scale. Issue 14's target: strided and GQA within 3% of contiguous at N >= 2k.
+Writes layouts_speed.json; prints a table of time ratios to contiguous.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import harness  # noqa: E402
+
+TOKENS = 16384
+HIDDEN = 2048
+
+
+def heads_for(d: int) -> int:
+    return max(4, (HIDDEN // d) // 4 * 4)
+
+
+def make_sets(b, h, h_kv, n, d, layout, n_sets, dtype):
+    import torch
+
+    sets = []
+    for i in range(n_sets):
+        g = torch.Generator(device="cuda").manual_seed(1000 + i)
+
+        def mk(heads):
+            if layout.startswith("bnhd"):
+                return torch.randn(b, n, heads, d, generator=g, device="cuda").to(dtype).transpose(1, 2)
+            return torch.randn(b, heads, n, d, generator=g, device="cuda").to(dtype)
+
+        sets.append((mk(h), mk(h_kv), mk(h_kv)))
+    return sets
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from kernels import fa2_wgmma
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap.add_argument("--n", default="4096,8192")
+    ap.add_argument("--d", default="64,128,96,256")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--sets", type=int, default=2)
+    args = ap.parse_args(argv)
+    dtype = torch.float16
+    ent = {e.label: e for e in harness.entries(["fa2_wgmma", "sdpa_flash", "sdpa_cudnn"], sdpa=("flash", "cudnn"))}
+    rows, bad = [], 0
+    for d in [int(x) for x in args.d.split(",")]:
+        h = heads_for(d)
+        for n in [int(x) for x in args.n.split(",")]:
+            b = max(1, TOKENS // n)
+            for causal in [bool(int(x)) for x in args.causal.split(",")]:
+                base = None
+                for layout in ("contiguous", "bnhd", "gqa", "bnhd_gqa"):
+                    h_kv = h // 4 if layout.endswith("gqa") else h
+                    sets = make_sets(b, h, h_kv, n, d, layout, args.sets, dtype)
+                    rec = dict(kernel="fa2_wgmma", layout=layout, d=d, n=n, b=b, h=h, h_kv=h_kv, causal=causal,
+                               flops=harness.flops(b, h, n, n, d, causal))
+                    try:
+                        q, k, v = sets[0]
+                        o = fa2_wgmma.forward(q, k, v, causal=causal)[0]
+                        if layout == "contiguous":
+                            chk = harness.check_on(ent["fa2_wgmma"], q, k, v, causal)
+                            rec.update(rel_err=chk["rel_err"], ok=chk["ok"])
+                        else:
+                            rep = h // h_kv
+                            ref = fa2_wgmma.forward(q.contiguous(), k.repeat_interleave(rep, 1),
+                                                    v.repeat_interleave(rep, 1), causal=causal)[0]
+                            rec.update(ok=bool(torch.equal(o, ref)), same_bits_as_contiguous=bool(torch.equal(o, ref)))
+                        if rec["ok"]:
+                            t = harness.time_fn(lambda q_, k_, v_: fa2_wgmma.forward(q_, k_, v_, causal=causal), sets)
+                            rec.update(t, tflops=rec["flops"] / t["median_ms"] / 1e9)
+                            if layout == "contiguous":
+                                base = t["median_ms"]
+                            rec["ratio_to_contiguous"] = t["median_ms"] / base if base else None
+                        else:
+                            bad += 1
+                    except Exception as exc:
+                        bad += 1
+                        rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+                    rows.append(rec)
+                    del sets
+                sets = make_sets(b, h, h, n, d, "contiguous", args.sets, dtype)
+                for label in ("sdpa_flash", "sdpa_cudnn"):
+                    r = harness.measure(ent[label], sets, causal)
+                    r.update(layout="contiguous", ratio_to_contiguous=(r["median_ms"] / base) if base and "median_ms" in r else None)
+                    rows.append(r)
+                del sets
+                torch.cuda.empty_cache()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "layouts_speed.json").write_text(json.dumps(dict(run=harness.run_info(), rows=rows), indent=1, default=str))
+    print(f"{'kernel':12s} {'layout':10s} {'d':>4s} {'N':>6s} {'causal':>6s} {'ms':>8s} {'TFLOP/s':>8s} {'t/contig':>8s}  ok")
+    for r in rows:
+        ms = r.get("median_ms")
+        print(f"{r.get('kernel', r.get('label')):12s} {r.get('layout', ''):10s} {r['d']:4d} {r['n']:6d} {str(r['causal']):>6s} "
+              f"{ms if ms is None else round(ms, 4)!s:>8s} {round(r['tflops'], 1) if 'tflops' in r else '-'!s:>8s} "
+              f"{round(r['ratio_to_contiguous'], 3) if r.get('ratio_to_contiguous') else '-'!s:>8s}  "
+              f"{r.get('ok', '-')}{' ' + r['error'] if 'error' in r else ''}{' ' + r['skipped'] if 'skipped' in r else ''}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
