@@ -18,6 +18,7 @@ are accepted so shapes can be traced without a GPU (nothing runs on them).
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 from torch import Tensor
@@ -29,8 +30,15 @@ _LIB = "fa_workbench"
 
 
 def _describe(spec) -> dict:
-    return dict(dtypes=spec.dtypes, head_dims=spec.head_dims, max_head_dim=spec.max_head_dim,
-                trainable=spec.backward is not None)
+    """What kernels.attention takes: what both the forward and the backward take (a forward may
+    cover more head dims than its backward: fa2_wgmma's forward takes d = 96, 256, its backward not)."""
+    head_dims = spec.head_dims
+    bwd = spec.backward
+    bwd_dims = getattr(sys.modules.get(getattr(bwd, "__module__", ""), None), "HEAD_DIMS", None)
+    if bwd is not None and bwd_dims is not None:
+        head_dims = tuple(d for d in (head_dims if head_dims is not None else bwd_dims) if d in bwd_dims)
+    return dict(dtypes=spec.dtypes, head_dims=head_dims, max_head_dim=spec.max_head_dim,
+                trainable=bwd is not None)
 
 
 # What each launcher takes, read once here: torch.compile cannot trace the lazy module imports that

@@ -417,7 +417,7 @@ def _attention_case(name):
 @given(data=st.data())
 def test_attention_gradients_match_float64_autograd(name, data):
     spec = _attention_case(name)
-    pr = data.draw(grad_problems(dtypes=list(spec.dtypes), head_dims=spec.head_dims))
+    pr = data.draw(grad_problems(dtypes=list(spec.dtypes), head_dims=_autograd()._INFO[name]["head_dims"]))
     q, k, v, do, scale = grad_inputs(pr)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     o = _autograd().attention(*leaves, causal=pr["causal"], scale=pr["scale"], kernel=name)
