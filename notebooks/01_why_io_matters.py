@@ -48,6 +48,7 @@ torch.manual_seed(0)
 # %matplotlib inline
 
 from analysis.nbtools import human, show_table  # Markdown tables; 1.5 GB, 12 MB, 640 B
+from analysis.style import colour, legend_outside, line_style  # one style per kernel, in every plot
 
 
 # %% [markdown]
@@ -110,10 +111,11 @@ sms = int(h200.sms.value)
 hierarchy = [
     ("SRAM per thread block", h200.smem_per_block_bytes),
     ("SRAM per SM", h200.smem_per_sm_bytes),
-    ("L2 cache", h200.l2_bytes),
+    ("L2 cache", h200.measured["l2_bytes"]),  # 60 MB as the device reports it (the whitepaper says 50)
     ("HBM", h200.hbm_bytes),
 ]
-rows = [[name, human(f.value, binary=name != "HBM"), f.source] for name, f in hierarchy]  # HBM: GB
+rows = [[name, human(f.value, binary=name != "HBM"), f"{f.source}: {f.note}" if f.note else f.source]
+        for name, f in hierarchy]  # HBM: GB
 rows.insert(2, [f"SRAM, all {sms} SMs", human(h200.smem_per_sm_bytes.value * sms, binary=True), "per SM × SMs"])
 show_table(["level", "capacity", "source"], rows)
 
@@ -132,15 +134,33 @@ show_table(["rate", "spec", "measured on this workplace's H200", "source"], rows
 ridge = h200.fp16_tensor_flops.value / h200.hbm_bandwidth.value
 print(f"ridge point: {ridge:.0f} FLOP per byte of HBM traffic - below it, an algorithm waits for memory")
 
-fig, ax = plt.subplots(figsize=(6.5, 3))
-labels = [r[0] for r in rows]
-values = [h200.smem_per_block_bytes.value, h200.smem_per_sm_bytes.value,
-          h200.smem_per_sm_bytes.value * sms, h200.l2_bytes.value, h200.hbm_bytes.value]
-ax.barh(labels, values, color=["tab:green"] * 3 + ["tab:orange", "tab:red"])
-ax.set_xscale("log")
-ax.invert_yaxis()
-ax.set_xlabel("capacity (bytes, log scale)")
-ax.set_title("H200 memory hierarchy")
+# capacity beside bandwidth: the level that holds the most is the slowest to read
+levels = ["SRAM (all SMs)", "L2 cache", "HBM"]
+capacity = [h200.smem_per_sm_bytes.value * sms, h200.measured["l2_bytes"].value, h200.hbm_bytes.value]
+# bandwidth: HBM measured here; SRAM and L2 are not in analysis.gpus, so the FlashAttention paper's
+# A100 ratio (~19 TB/s SRAM against ~1.5-2 TB/s HBM) is the only on-chip figure we quote, as a label
+fig, (ax_c, ax_b) = plt.subplots(1, 2, figsize=(10, 2.8), sharey=True)
+colours = ["tab:green", "tab:orange", "tab:red"]
+ax_c.barh(levels, capacity, color=colours)
+ax_c.set_xscale("log")  # 8 decades: a linear axis would show only HBM
+for y, v in enumerate(capacity):
+    ax_c.text(v, y, " " + human(v, binary=y < 2), va="center", fontsize=8)
+ax_c.set_xlim(right=max(capacity) * 50)
+ax_c.invert_yaxis()
+ax_c.set_xlabel("capacity (bytes, log scale)")
+ax_c.set_title("how much it holds")
+hbm_bw = h200.measured["hbm_bandwidth"].value
+ax_b.barh(["HBM"], [hbm_bw / 1e12], color="tab:red")
+ax_b.barh(["HBM"], [h200.hbm_bandwidth.value / 1e12], color="none", edgecolor="tab:red", hatch="//")
+ax_b.text(hbm_bw / 1e12, 2, f" {hbm_bw / 1e12:.1f} TB/s measured (datasheet {h200.hbm_bandwidth.value / 1e12:.1f}, hatched)",
+          va="center", fontsize=8)
+for y in (0, 1):
+    ax_b.text(0.1, y, "on chip: roughly 10× HBM's rate (FA paper, A100: ~19 TB/s SRAM)", va="center", fontsize=8)
+ax_b.set_xlim(0, 20)
+ax_b.set_xlabel("bandwidth (TB/s, linear)")
+ax_b.set_title("how fast it is read")
+fig.suptitle("H200 memory hierarchy: capacity beside bandwidth")
+fig.tight_layout()
 plt.show()
 
 # %% [markdown]
@@ -193,7 +213,7 @@ for name, marker in (("naive", "o"), ("fa2", "s")):
 ax.set_xlabel("arithmetic intensity I (matmul FLOP per HBM byte)")
 ax.set_ylabel("attainable TFLOP/s (matmul roof only)")
 ax.set_title(f"H200 roofline, d = {d}, fp16")
-ax.legend(fontsize=8, loc="lower right")
+legend_outside(ax)
 plt.show()
 
 # %% [markdown]
@@ -230,7 +250,7 @@ ax.loglog(seq, [4 * n * d * 2 for n in seq], "k:", label="Q, K, V, O once each")
 ax.set_xlabel("sequence length N")
 ax.set_ylabel("HBM bytes per (batch, head)")
 ax.set_title(f"naive attention: HBM traffic by tensor, d = {d}, fp16")
-ax.legend(fontsize=8)
+legend_outside(ax)
 
 ax = axes[1]
 width = 0.2
@@ -243,11 +263,10 @@ for off, vals, lab in ((-1.5, t_sp, "HBM: S and P"), (-0.5, t_rest, "HBM: Q, K, 
                        (0.5, t_mm, "matmul"), (1.5, t_nm, "exp + other")):
     ax.bar(xs + off * width, vals, width, label=lab)
 ax.set_xticks(xs, [f"{n // 1024}k" if n >= 1024 else str(n) for n in seq])
-ax.set_yscale("log")
 ax.set_xlabel("sequence length N (batch = 16k / N, H = 32)")
 ax.set_ylabel("time on an H200 if it were the only cost (µs)")
 ax.set_title("naive attention: where the time goes")
-ax.legend(fontsize=8)
+legend_outside(ax)
 fig.tight_layout()
 plt.show()
 share = [a / (a + b) for a, b in zip(sp_bytes, qkvo_bytes)]
@@ -283,7 +302,7 @@ display(Markdown(out.stdout) if out.returncode == 0 else Markdown(f"`fa-traffic`
 # 1. In the small counted example, predict the bytes of $S$ read and written for a **causal** mask
 #    before running it (`causal=True`). Why does naive attention gain nothing from the mask in HBM
 #    traffic? (See the docstring of `variants/naive.py`.)
-# 2. At which $N$ do $S$ and $P$ alone (fp16, one head) fill the H200's 50 MB L2 cache? What changes
+# 2. At which $N$ do $S$ and $P$ alone (fp16, one head) fill the H200's 60 MB L2 cache (as the device reports it)? What changes
 #    for a kernel whose $S$ fits in L2?
 # 3. Move the roofline to an A100 (`get_gpu("a100")`). Does the ridge point move left or right, and
 #    does naive attention (by the papers' count) get any closer to it there?

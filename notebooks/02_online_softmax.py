@@ -45,6 +45,7 @@ torch.manual_seed(0)
 # %matplotlib inline
 
 from analysis.nbtools import human, show_table  # Markdown tables; 1.5 GB, 12 MB, 640 B
+from analysis.style import colour, legend_outside, line_style  # one style per kernel, in every plot
 
 
 # %% [markdown]

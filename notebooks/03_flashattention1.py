@@ -45,6 +45,7 @@ torch.manual_seed(0)
 # %matplotlib inline
 
 from analysis.nbtools import human, show_table  # Markdown tables; 1.5 GB, 12 MB, 640 B
+from analysis.style import colour, legend_outside, line_style  # one style per kernel, in every plot
 
 
 # %% [markdown]
@@ -195,7 +196,7 @@ ax.semilogy(range(len(snapshots)), np.maximum(err_seen, 1e-9), "s--", label="vs 
 ax.set_xlabel("outer step j")
 ax.set_ylabel("max |error|")
 ax.set_title("running O")
-ax.legend(fontsize=8)
+legend_outside(ax)
 fig.tight_layout()
 plt.show()
 
@@ -246,13 +247,13 @@ traffic = {name: [closed_forms.counts(name, 1, 1, n, n, d, dtype=dtype, block_q=
 minimum = [min_hbm_bytes(1, 1, n, n, d, 2) for n in seq]
 
 fig, ax = plt.subplots(figsize=(6, 4))
-ax.loglog(seq, traffic["naive"], "o-", label="naive (S, P in HBM)")
-ax.loglog(seq, traffic["fa1"], "s-", label=f"FA1 (Br={br}, Bc={bc})")
+ax.loglog(seq, traffic["naive"], label="naive (S, P in HBM)", **line_style("naive"))
+ax.loglog(seq, traffic["fa1"], label=f"FA1 (Br={br}, Bc={bc})", **line_style("fa1"))
 ax.loglog(seq, minimum, "k--", label="minimum: read Q, K, V, write O once")
 ax.set_xlabel("sequence length N")
 ax.set_ylabel("HBM bytes per (batch, head)")
 ax.set_title(f"HBM traffic, d = {d}, {dtype}, H200 SRAM")
-ax.legend()
+legend_outside(ax)
 plt.show()
 show_table(["N", "naive", "FA1", "minimum", "naive / FA1"],
            [[n, human(a), human(b), human(c), f"{a / b:.1f}×"]
@@ -292,15 +293,15 @@ inside = M_arr / 4 <= N2 * D2  # the theorem's range d <= M <= N·d (elements)
 slope = np.polyfit(np.log(M_arr[inside]), np.log(fa1_b[inside]), 1)[0]
 
 fig, ax = plt.subplots(figsize=(6.5, 4.2))
-ax.loglog(M_arr / 1024, naive_b, "o-", label="naive, counted")
-ax.loglog(M_arr / 1024, fa1_b, "s-", label=f"FA1, counted (slope {slope:.2f} for M ≤ Nd)")
+ax.loglog(M_arr / 1024, naive_b, label="naive, counted", **line_style("naive"))
+ax.loglog(M_arr / 1024, fa1_b, label=f"FA1, counted (slope {slope:.2f} for M ≤ Nd)", **line_style("fa1"))
 ax.loglog(M_arr / 1024, ref, "k:", label="∝ N²d²/M")
 ax.axvline(N2 * D2 * 4 / 1024, color="grey", lw=0.8)
 ax.text(N2 * D2 * 4 / 1024, ax.get_ylim()[1] * 0.6, " M = Nd", color="grey")
 ax.set_xlabel("SRAM size M (KiB)")
 ax.set_ylabel("HBM bytes")
 ax.set_title(f"Theorem 2, counted: N = {N2}, d = {D2}, fp16")
-ax.legend()
+legend_outside(ax)
 plt.show()
 show_table(["M", "Br", "Bc", "naive bytes", "FA1 bytes"],
            [[f"{m // 1024} KiB", br, bc, f"{a:,}", f"{b:,}"] for m, br, bc, a, b in points])
@@ -323,8 +324,8 @@ for M in sizes3:
     naive_3.append(closed_forms.counts("naive", 1, 1, N3, N3, D3, block_q=br, block_k=bc).hbm_bytes)
 fig, ax = plt.subplots(figsize=(6.5, 4.2))
 x = np.array(sizes3) / 1024
-ax.loglog(x, naive_3, "o-", label="naive")
-ax.loglog(x, fa1_3, "s-", label="FA1")
+ax.loglog(x, naive_3, label="naive", **line_style("naive"))
+ax.loglog(x, fa1_3, label="FA1", **line_style("fa1"))
 ax.loglog(x, fa1_3[0] * sizes3[0] / np.array(sizes3), "k:", label="∝ N²d²/M")
 for key, style in (("a100", "--"), ("h200", "-.")):
     g = get_gpu(key)
@@ -332,7 +333,7 @@ for key, style in (("a100", "--"), ("h200", "-.")):
 ax.set_xlabel("SRAM size M (KiB)")
 ax.set_ylabel("HBM bytes per (batch, head)")
 ax.set_title(f"Theorem 2 from the closed forms: N = {N3}, d = {D3}, fp16")
-ax.legend(fontsize=8)
+legend_outside(ax)
 plt.show()
 
 # %% [markdown]

@@ -62,6 +62,7 @@ torch.manual_seed(0)
 # %matplotlib inline
 
 from analysis.nbtools import human, show_table  # Markdown tables; 1.5 GB, 12 MB, 640 B
+from analysis.style import colour, legend_outside, line_style  # one style per kernel, in every plot
 
 
 # %% [markdown]
@@ -126,7 +127,7 @@ ax.set_yscale("log")
 ax.set_xlabel("sequence length N (= Nk)")
 ax.set_ylabel("SRAM working set per thread block (KiB)")
 ax.set_title("v_once's f row against real SRAM (fp16, Bc = 64)")
-ax.legend(fontsize=7, loc="upper left")
+legend_outside(ax)
 plt.show()
 
 
@@ -190,14 +191,15 @@ fits_up_to = longest_fitting(h200, d, br, bc)
 
 fig, ax = plt.subplots(figsize=(7, 4.4))
 for label, ts in traffic.items():
-    ax.loglog(seq, [t.hbm_bytes for t in ts], "o-" if "v_once" in label else "s--", label=label, ms=4)
+    ax.loglog(seq, [t.hbm_bytes for t in ts], label=label, **line_style(configs[label][0] + (
+        "_auto_" + configs[label][1]["rescale"] if configs[label][1] else "")))
 ax.axvspan(fits_up_to, seq[-1], color="tab:red", alpha=0.08)
 ax.text(fits_up_to * 1.05, ax.get_ylim()[1] / 3, "f row spills to HBM\n(H200 SRAM, lazy; eager\nneeds a little less)",
         color="tab:red", fontsize=8)
 ax.set_xlabel("sequence length N")
 ax.set_ylabel("HBM bytes per (batch, head)")
 ax.set_title(f"HBM traffic, d = {d}, Br = Bc = {br}, fp16, H200 SRAM")
-ax.legend(fontsize=8)
+legend_outside(ax)
 plt.show()
 show_table(["N", "f row"] + list(traffic),
            [[n, traffic["v_once auto, lazy"][i].placement_resolved] +
@@ -240,12 +242,13 @@ base = [closed_forms.counts("fa2", 1, 1, n, n, d, block_q=br, block_k=bc).flops 
 for label, rescale in (("v_once, eager (the issue's code)", "eager"), ("v_once, lazy", "lazy")):
     fl = [closed_forms.counts("v_once", 1, 1, n, n, d, block_q=br, block_k=bc, placement="sram",
                               rescale=rescale).flops for n in seq2]
-    ax.semilogx(seq2, [(f["exp"] + f["other"]) / (b["exp"] + b["other"]) for f, b in zip(fl, base)], "o-", label=label)
-ax.axhline(1, color="k", lw=0.8, ls="--", label="fa2")
+    ax.semilogx(seq2, [(f["exp"] + f["other"]) / (b["exp"] + b["other"]) for f, b in zip(fl, base)], label=label,
+                **line_style(f"v_once_sram_{rescale}"))
+ax.axhline(1, color=colour("fa2"), lw=1, ls="--", label="fa2")
 ax.set_xlabel("sequence length N")
 ax.set_ylabel("non-matmul FLOPs / fa2's")
 ax.set_title(f"Non-matmul work against FlashAttention-2 (d = {d}, Bc = {bc})")
-ax.legend()
+legend_outside(ax)
 plt.show()
 
 # %% [markdown]
@@ -257,7 +260,6 @@ plt.show()
 
 # %%
 from analysis.results import load_records, measured_ratio, one_per_shape, run_label
-from analysis.style import legend_outside, line_style
 
 # One named run, never "the newest file": every ratio below comes from this one file's measurements.
 RUN_FILE = "tc_bench.json"

@@ -51,6 +51,7 @@ torch.manual_seed(0)
 # %matplotlib inline
 
 from analysis.nbtools import human, show_table  # Markdown tables; 1.5 GB, 12 MB, 640 B
+from analysis.style import colour, legend_outside, line_style  # one style per kernel, in every plot
 
 
 # %% [markdown]
@@ -60,7 +61,7 @@ from analysis.nbtools import human, show_table  # Markdown tables; 1.5 GB, 12 MB
 import json
 
 from analysis.results import RESULTS_DIR as RESULTS, load_records, one_per_shape, run_label
-from analysis.style import legend_outside, line_style, tier
+from analysis.style import tier
 
 # The runs this notebook reads, named: a new file in bench/results/ changes nothing here until it is
 # listed. One file per tier, so every panel and every comparison inside it comes from one run.
@@ -254,7 +255,7 @@ else:
     ax.set_xticks(x, [f"{k}\nd={d}" for k, d in keys], fontsize=7)
     ax.set_ylabel("GB (whole problem)")
     ax.set_title("What the L2 absorbs: requests → L2 → DRAM, H200, N = 4096, fp16")
-    ax.legend(fontsize=7, ncol=2)
+    legend_outside(ax)
     fig.tight_layout()
     plt.show()
     show_table(["kernel", "d", "requests", "DRAM (ncu)", "DRAM / compulsory", "absorbed by the L2"],

@@ -53,6 +53,7 @@ torch.manual_seed(0)
 # %matplotlib inline
 
 from analysis.nbtools import human, show_table  # Markdown tables; 1.5 GB, 12 MB, 640 B
+from analysis.style import colour, legend_outside, line_style  # one style per kernel, in every plot
 
 
 # %% [markdown]
@@ -209,17 +210,17 @@ show_table(["N", "naive HBM", "fa2 HBM", "naive FLOPs", "fa2 FLOPs", "fa2 recomp
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-for name, style in (("naive", "s-"), ("fa2", "^-")):
-    rs = train[name]
-    axes[0].plot(Ns, [r.saved_bytes for r in rs], style, label=name)
-    axes[1].plot(Ns, [r.hbm_bytes for r in rs], style, label=name)
-    axes[2].plot(Ns, [sum(r.flops.values()) for r in rs], style, label=name)
+for name in ("naive", "fa2"):
+    rs, st = train[name], line_style(name)
+    axes[0].plot(Ns, [r.saved_bytes for r in rs], label=name, **st)
+    axes[1].plot(Ns, [r.hbm_bytes for r in rs], label=name, **st)
+    axes[2].plot(Ns, [sum(r.flops.values()) for r in rs], label=name, **st)
 from analysis.gpus import GPUS
 axes[0].axhline(GPUS["h200"].hbm_bytes.value, color="k", ls="--", lw=0.8, label="H200 HBM (141 GB)")
 for ax, title in zip(axes, ("memory saved for the backward", "HBM traffic, forward + backward",
                             "FLOPs, forward + backward")):
     ax.set_xscale("log", base=2); ax.set_yscale("log"); ax.set_xlabel("N"); ax.set_title(title)
-    ax.grid(alpha=0.3); ax.legend()
+    ax.grid(alpha=0.3); legend_outside(ax)
 axes[0].set_ylabel("bytes"); axes[1].set_ylabel("bytes"); axes[2].set_ylabel("FLOPs")
 extra = sum(train["fa2"][-1].flops.values()) / sum(train["naive"][-1].flops.values()) - 1
 fig.suptitle(f"B={Bh}, H={Hh}, d={dh}, {dt}, causal: recomputation buys O(N) memory and "
