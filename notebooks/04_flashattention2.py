@@ -16,7 +16,8 @@
 # %% [markdown]
 # # 4 · FlashAttention-2: swap the loops, defer the division, go parallel
 #
-# FlashAttention-2 (Dao 2023) computes the same thing as FlashAttention-1 with three changes. This
+# FlashAttention-2 (Dao 2023) computes the same thing as FlashAttention-1 with three changes (its
+# paper's sections 3.1–3.3) and a consequence we count (4). This
 # notebook takes them one at a time and **counts** what each buys, side by side with FA1, using the
 # references in `variants/` and the closed forms in `analysis/`.
 #
@@ -25,7 +26,7 @@
 # 2. **Deferred normalisation and the log-sum-exp**: divide by $\ell$ once at the end, store
 #    $L = m + \log \ell$ instead of $m$ and $\ell$.
 # 3. **Parallelism over the sequence**: one thread block per (query block, batch, head), not per
-#    (batch, head).
+#    (batch, head) — and, inside a block, **work split between warps by Q, not by K** (section 3b).
 # 4. **The drop in non-matmul FLOPs**, counted, and what the roofline says it is worth.
 
 # %%
@@ -205,6 +206,38 @@ show_table(["N", "batch", "FA1 blocks", "FA2 blocks", "FA1: SMs busy"],
 # At $N = 16$k FA1 has 16 thread blocks for 132 SMs: at most 12 % of the GPU works, however fast each
 # block is. This is the FlashAttention-2 paper's argument for parallelising over the sequence
 # (its section 3.2): long sequences come with small batches.
+#
+# ## 3b · Inside a thread block: split the work between warps by Q, not by K
+#
+# A thread block's 4–8 warps share one $Q_i$ and one $K_j, V_j$ tile. FA1 splits the tile **by K**
+# ("split-K"): every warp takes all $B_r$ query rows against a slice of $B_c/W$ keys. Each warp then
+# holds only part of each row's scores, so the row max, the row sum and the partial products
+# $\tilde P V_j$ ($B_r \times d$ per warp) must be written to shared memory, synchronised and added up —
+# at every $K_j, V_j$ step. FA2 splits it **by Q** (its section 3.3): each warp takes $B_r/W$ query rows
+# against all of $K_j, V_j$; a row's scores, max, sum and output live in one warp's registers, and the
+# warps never exchange anything. Counted per thread block and per $K_j, V_j$ step, in float32:
+
+# %%
+def exchange_bytes(split, br, d, warps):
+    # shared-memory bytes written + read to combine warps' partial results at one K_j, V_j step
+    if split == "Q":
+        return 0  # each warp owns whole rows: nothing to combine
+    partial_o = warps * br * d  # every warp's Br x d partial P~ V_j
+    stats = 2 * warps * br      # every warp's row max and row sum
+    return 2 * 4 * (partial_o + stats)  # written once, read once, float32
+
+
+br, warps = 128, 4
+show_table(["d", "split-K (FA1): bytes through shared memory per step", "split-Q (FA2)",
+            "split-K vs loading K_j, V_j once (fp16)"],
+           [[dd, human(exchange_bytes("K", br, dd, warps)), human(exchange_bytes("Q", br, dd, warps)),
+             f"{exchange_bytes('K', br, dd, warps) / (2 * 64 * dd * 2):.0f}×"] for dd in (64, 128)])
+print(f"Br = {br}, Bc = 64, {warps} warps; plus a __syncthreads() per step for split-K")
+
+# %% [markdown]
+# The exchange is several times the tile itself and comes with a barrier every step, so split-K spends
+# shared-memory bandwidth and stalls that split-Q does not. The counts in this workbench are HBM counts
+# and do not see it; the GPU model of notebook 6 does (its smem term).
 #
 # ## 4 · Non-matmul FLOPs, counted, side by side
 #

@@ -16,6 +16,17 @@
 # %% [markdown]
 # # 5 · Multiply V once (issue #941)
 #
+# **Two different questions.** The thread turns on a distinction worth fixing first: the *memory
+# required* — how much must be held at once, and whether it fits in a thread block's SRAM — against the
+# *bytes moved* between HBM and SRAM. An algorithm can need more memory and move no more bytes (while
+# its working set fits), or need little memory and move many bytes (naive attention). Keep them apart
+# below: section 2 is about the first, section 3 about the second.
+#
+# **Why "through HBM".** In PyTorch every unfused operation (`q @ k.T`, `softmax`, `p @ v`) is its own
+# GPU kernel, and a kernel's result lives in HBM until the next kernel reads it back: nothing stays on
+# chip between kernels. That is why naive attention writes $S$ and $P$ to HBM, and why keeping $f$ on
+# chip means doing the whole row inside *one* kernel.
+#
 # In [Dao-AILab/flash-attention#941](https://github.com/Dao-AILab/flash-attention/issues/941)
 # ("Fewer matrix multiplications, same results, should we consider adopting it?") a user proposed:
 #
@@ -98,6 +109,12 @@ print("all", len(v_once.configs()), "configurations agree with the reference:", 
 
 # %% [markdown]
 # ## 2 · The SRAM it needs
+#
+# **Occupancy**, used from here on: an SM runs several thread blocks at once only if their shared
+# memory (and registers) fit in it together. The number resident per SM — *blocks per SM*, or as a share
+# of the SM's maximum warps, the *occupancy* — is what hides memory latency: while one block waits for
+# its loads, another computes. A kernel that takes the whole SM's 227 KiB for one block runs one block
+# per SM and has nothing to switch to.
 #
 # To "multiply V once" without touching HBM, a thread block must hold its whole $f$ row, $B_r \times N_k$
 # values, besides $Q_i$, a $K_j$/$V_j$ tile, the score tile and the accumulator. The working set is the
@@ -259,7 +276,7 @@ plt.show()
 # `bench/bench_kernels.py`. This cell reads whatever is there (it does not need a GPU).
 
 # %%
-from analysis.results import load_records, measured_ratio, one_per_shape, run_label
+from analysis.results import RESULTS_DIR, load_ncu, load_records, measured_ratio, one_per_shape, run_label
 
 # One named run, never "the newest file": every ratio below comes from this one file's measurements.
 RUN_FILE = "tc_bench.json"
@@ -315,6 +332,34 @@ if verdict_doc.exists():  # the write-up of the GPU measurements: its title and 
     display(Markdown("\n\n".join(text[:2]) + f"\n\n*(from `{verdict_doc.relative_to(ROOT)}`)*"))
 else:
     print("docs/issue-941-verdict.md: not written yet")
+
+# %% [markdown]
+# ### Why it loses even where it fits: blocks per SM and the tensor pipe
+#
+# Section 2's occupancy, measured. `bench/bench_tc.py resources` records each tensor-core build's
+# shared memory per block and the blocks per SM it allows; Nsight Compute (`tc_ncu.csv`) records how
+# busy the tensor cores were. Both files predate run ids, so they are labelled by file name.
+
+# %%
+import json
+
+resources = json.loads((RESULTS_DIR / "tc_resources.json").read_text())
+res_rows = []
+for r in resources:
+    defs = r.get("defines", {})
+    if r.get("kernel") in ("fa2_tc", "v_once_tc") and not defs.get("IS_BF16") and r.get("default") is not False:
+        res_rows.append([r["kernel"], defs.get("HEAD_DIM"), ", ".join(f"{k}={defs[k]}" for k in ("PLACEMENT_SRAM", "RESCALE_LAZY")
+                                                                  if k in defs) or "—",
+                         human(r["smem_per_cta"], binary=True) if "smem_per_cta" in r else "grows with N (the f row)",
+                         r.get("ctas_per_sm", "—"), f"{r['occupancy']:.1%}" if "occupancy" in r else "—"])
+show_table(["kernel", "d", "build", "shared memory / block", "blocks / SM", "occupancy"], res_rows)
+print("from file tc_resources.json (no run id)")
+
+pipe = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+show_table(["kernel", "N", "d", "tensor pipe active", "time (ncu)"],
+           [[m["kernel"], m["n"], m["d"], f"{m[pipe]:.0f} %", f"{m['gpu__time_duration.sum'] / 1e6:.3f} ms"]
+            for m in load_ncu(RESULTS_DIR / "tc_ncu.csv") if "n" in m and pipe in m and "sdpa" not in m["kernel"]])
+print("from file tc_ncu.csv (no run id)")
 
 # %% [markdown]
 # ## Verdict

@@ -83,10 +83,13 @@ show_table(["tier", "file", "run", "kernels", "timed records"],
 # carries a `{config}`) are left out.
 
 # %%
-timed = {t: one_per_shape([r for r in rs if r.get("n") and r.get("d") and r["dtype"] in ("float16", "fp16")])
+# each row keeps its own tier (SDPA, the bar to clear, beside the tensor-core kernels): the teaching
+# kernels run at a few TFLOP/s and would be a flat line on the tensor-core axis
+timed = {t: one_per_shape([r for r in rs if r.get("n") and r.get("d") and r["dtype"] in ("float16", "fp16")
+                           and tier(r["kernel"]) in ((t,) if t == "teaching" else (t, "library"))])
          for t, rs in runs.items()}
 panels = sorted({(r["d"], r["causal"]) for rs in timed.values() for r in rs})
-# one row of panels per tier (its own run); SDPA appears in both as the bar to clear
+# one row of panels per tier, each from its own run
 fig, axes = plt.subplots(len(timed), len(panels), figsize=(3.6 * len(panels) + 1.8, 3.3 * len(timed)),
                          squeeze=False, sharey="row")
 for row, (t, rs) in zip(axes, timed.items()):
@@ -247,12 +250,16 @@ else:
         series.append((lv.requests_bytes, lv.l2_bytes, c["lts_bytes"], lv.dram_bytes, c["dram_bytes"],
                        lv.compulsory_bytes))
     labels = ["requests (papers' count)", "L2 (model)", "L2 lts__t_bytes (ncu)", "DRAM (model)", "DRAM (ncu)"]
-    for i, (lab, w) in enumerate(zip(labels, (-0.32, -0.16, 0, 0.16, 0.32))):
-        ax.bar(x + w, [s[i] / 1e9 for s in series], width=0.15, label=lab,
-               hatch="//" if "ncu" in lab else None, alpha=0.85)
-    ax.plot(x, [s[5] / 1e9 for s in series], "k_", ms=30, mew=2, label="Q, K, V read once + O written once")
+    # dots on a log axis, not bars: a bar's length means nothing on a log scale, and the levels span 3 decades
+    marks = (("s", "none"), ("o", "none"), ("o", None), ("D", "none"), ("D", None))  # hollow: model, filled: ncu
+    level_colour = ("tab:gray", "tab:blue", "tab:blue", "tab:red", "tab:red")
+    for i, (lab, w) in enumerate(zip(labels, (-0.24, -0.12, 0, 0.12, 0.24))):
+        ax.plot(x + w, [s[i] / 1e9 for s in series], marks[i][0], mfc=marks[i][1] or level_colour[i],
+                color=level_colour[i], ms=6, ls="none", label=lab)
+    ax.plot(x, [s[5] / 1e9 for s in series], "k_", ms=30, mew=1.5, label="Q, K, V read once + O written once")
     ax.set_yscale("log")
-    ax.set_xticks(x, [f"{k}\nd={d}" for k, d in keys], fontsize=7)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.set_xticks(x, [f"{k}\nd={d}" for k, d in keys], fontsize=7, rotation=30, ha="right")
     ax.set_ylabel("GB (whole problem)")
     ax.set_title("What the L2 absorbs: requests → L2 → DRAM, H200, N = 4096, fp16")
     legend_outside(ax)
