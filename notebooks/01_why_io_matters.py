@@ -296,17 +296,84 @@ out = subprocess.run([sys.executable, "-m", "analysis", "report", "--variant", "
                      cwd=ROOT, capture_output=True, text=True)
 display(Markdown(out.stdout) if out.returncode == 0 else Markdown(f"`fa-traffic` failed: {out.stderr}"))
 
+# %%
+# Checks for the exercises: call one with your answer; it says whether it is right.
+from analysis.gpus import get_gpu as _get_gpu
+
+
+def check_l2_fill(n):
+    l2 = _get_gpu("h200").measured["l2_bytes"].value  # 60 MB, as the device reports it
+
+    def sp(m):
+        return 2 * m * m * 2  # S and P, fp16, one head
+
+    assert sp(n) >= l2 and sp(n - 1) < l2, f"N = {n}: S and P take {human(sp(n))} of the L2's {human(l2)}"
+    print("exercise 2: right")
+
+
+def check_intensity(d, flops_per_byte):
+    want = 4 * d / (4 * 2)  # 4N²d FLOPs over 4N² fp16 elements of S and P moved
+    assert abs(flops_per_byte - want) < 1e-9 * want, f"d = {d}: not the intensity of the closed form"
+    print("exercise 4: right")
+
+
 # %% [markdown]
 # ## Exercises
 #
-# 1. In the small counted example, predict the bytes of $S$ read and written for a **causal** mask
-#    before running it (`causal=True`). Why does naive attention gain nothing from the mask in HBM
-#    traffic? (See the docstring of `variants/naive.py`.)
-# 2. At which $N$ do $S$ and $P$ alone (fp16, one head) fill the H200's 60 MB L2 cache (as the device reports it)? What changes
-#    for a kernel whose $S$ fits in L2?
-# 3. Move the roofline to an A100 (`get_gpu("a100")`). Does the ridge point move left or right, and
-#    does naive attention (by the papers' count) get any closer to it there?
-# 4. Naive attention at $d = 128$: does its arithmetic intensity change? Derive it from the closed
-#    form: FLOPs $\approx 4N^2 d$, bytes $\approx 4N^2 \cdot$ itemsize.
-# 5. The roofline takes the **max** of three times (perfect overlap). Which real effects make a kernel
-#    slower than that bound? Keep your list for notebook 6.
+# **1.** In the small counted example, predict the bytes of $S$ read and written for a **causal** mask
+# before running it (`causal=True`). Why does naive attention gain nothing from the mask in HBM
+# traffic? (See the docstring of `variants/naive.py`.)
+#
+# <details><summary>Solution</summary>
+#
+# The same as without the mask: $N_q N_k$ elements of $S$ written and read again (and the same for $P$).
+# Each pass is a separate kernel and the next one reads a full $N \times N$ matrix, so the hidden
+# entries are still written (as $-\infty$, without computing them). Only pass 3 skips the $P$ tiles
+# the mask hides. Check with `Memory` and `variants.naive.forward(..., causal=True)`.
+#
+# </details>
+#
+# **2.** At which $N$ do $S$ and $P$ alone (fp16, one head) fill the H200's 60 MB L2 cache (as the device
+# reports it)? Check: `check_l2_fill(N)`. What changes for a kernel whose $S$ fits in L2?
+#
+# <details><summary>Solution</summary>
+#
+# The smallest $N$ with $2 \cdot N^2 \cdot 2$ bytes $\ge$ `h200.measured["l2_bytes"].value`. Below it,
+# $S$ written by one kernel can be read back by the next from the L2 instead of DRAM: the papers' count
+# (requests) stays the same, but the DRAM bytes drop — the gap notebook 6 measures.
+#
+# </details>
+#
+# **3.** Move the roofline to an A100 (`get_gpu("a100")`). Does the ridge point move left or right, and
+# does naive attention (by the papers' count) get any closer to it there?
+#
+# <details><summary>Solution</summary>
+#
+# Left: the A100's ridge (datasheet figures) is about 153 FLOP/B against the H200's 206, because its
+# tensor cores are slower relative to its HBM. Naive attention's intensity does not depend on the GPU
+# ($\approx d/2$ FLOP/B in fp16, 32 at $d = 64$), so it is relatively closer on the A100 but still far
+# left of the ridge: memory-bound on both.
+#
+# </details>
+#
+# **4.** Naive attention at $d = 128$: does its arithmetic intensity change? Derive it from the closed
+# form: FLOPs $\approx 4N^2 d$, bytes $\approx 4N^2 \cdot$ itemsize. Check: `check_intensity(d, your_value)`
+# for $d = 64$ and $128$.
+#
+# <details><summary>Solution</summary>
+#
+# Intensity $= 4N^2 d / (4N^2 \cdot 2) = d/2$ FLOP per byte in fp16: it doubles from 32 to 64 when $d$
+# doubles, independent of $N$ — still well below the ridge.
+#
+# </details>
+#
+# **5.** The roofline takes the **max** of three times (perfect overlap). Which real effects make a kernel
+# slower than that bound? Keep your list for notebook 6.
+#
+# <details><summary>Solution</summary>
+#
+# Imperfect overlap of memory and compute; latency that too few resident warps cannot hide (occupancy);
+# kernel launch overhead at small sizes; wave quantisation and the causal tail; shared-memory bank
+# conflicts and instruction issue; the L2, which makes DRAM traffic differ from the papers' count.
+#
+# </details>

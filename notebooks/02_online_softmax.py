@@ -269,16 +269,80 @@ for block_k in (1, 7, 16, 50):
     rows.append([block_k, -(-50 // block_k), f"{(o - o_ref).abs().max():.1e}", f"{(lse - lse_ref).abs().max():.1e}"])
 show_table(["Bc", "key blocks per row", "max |O − O_ref|", "max |lse − lse_ref|"], rows)
 
+# %%
+# Checks for the exercises: call one with your answer; it says whether it is right.
+def _largest_finite_score(dtype):
+    # every positive finite value of the dtype, by bit pattern; keep those where softmax([s, 0]) is finite
+    top = 0x7C00 if dtype == torch.float16 else 0x7F80
+    s = torch.arange(0, top, dtype=torch.int32).to(torch.int16).view(dtype)
+    e = torch.exp(s)
+    ok = torch.isfinite(e / (e + 1)) & torch.isfinite(1 / (e + 1))
+    return s[ok].max().item()
+
+
+def check_overflow_limits(fp16_limit, bf16_limit):
+    for name, dtype, got in (("fp16", torch.float16, fp16_limit), ("bf16", torch.bfloat16, bf16_limit)):
+        want = _largest_finite_score(dtype)
+        assert got == want, f"{name}: {got} is not the largest score for which softmax([s, 0]) is finite"
+    print("exercise 1: right")
+
+
+def check_rescales(eager, lazy):
+    for t in (1, 2, 5, 40):
+        assert eager(t) == t * (t - 1) // 2, f"eager, T = {t}: count the earlier blocks at every step"
+        assert lazy(t) == t, f"lazy, T = {t}: each block is rescaled once, at the end"
+    print("exercise 3: right")
+
+
 # %% [markdown]
 # ## Exercises
 #
-# 1. Find, for fp16 and bf16, the largest score $s$ for which `softmax_without_max` on the row
-#    `[s, 0]` still returns finite numbers. Why is bf16's limit the same as fp32's?
-# 2. Prove that `merge` is associative. Then show that the identity element is $(-\infty, 0)$, and find
-#    where `variants/_common.py` guards the case $m = -\infty$ (a causal row that has seen no key yet):
-#    what would $e^{m - m_\text{new}}$ evaluate to without the guard?
-# 3. The issue's eager rescale multiplies every earlier $f$ block at every step. For a row of $T$ blocks,
-#    how many block rescales is that in total? What would a *lazy* scheme (remember each block's own
-#    max, rescale once at the end) cost instead? (Notebook 5 counts both.)
-# 4. Classic "safe softmax" makes three passes over a row (max, sum, divide). How many does the online
-#    version make? How many does FlashAttention make over the scores of a whole attention matrix?
+# **1.** Find, for fp16 and bf16, the largest score $s$ for which `softmax_without_max` on the row
+# `[s, 0]` still returns finite numbers. Check: `check_overflow_limits(fp16_s, bf16_s)`. Why is bf16's
+# limit the same as fp32's (up to bf16's rounding)?
+#
+# <details><summary>Solution</summary>
+#
+# Scan the representable values (e.g. `torch.arange(0, 12, 1/128, dtype=torch.float16)`): $e^s$ overflows
+# fp16's 65504 just above $s \approx 11.09$, bf16's $3.4 \cdot 10^{38}$ above $s \approx 88.7$. bf16 keeps
+# fp32's 8-bit exponent (it drops mantissa bits only), so its range — and the overflow point — is fp32's.
+#
+# </details>
+#
+# **2.** Prove that `merge` is associative. Then show that the identity element is $(-\infty, 0)$, and find
+# where `variants/_common.py` guards the case $m = -\infty$ (a causal row that has seen no key yet):
+# what would $e^{m - m_\text{new}}$ evaluate to without the guard?
+#
+# <details><summary>Solution</summary>
+#
+# `merge` returns $(\max(m_a, m_b),\ \sum e^{m_x - m}\ell_x)$, i.e. the pair for $\sum_x \ell_x e^{m_x}$ with
+# its max: any bracketing gives the max of all $m$ and the same sum, so it is associative (and
+# commutative). $(-\infty, 0)$: $\max(-\infty, m) = m$ and $e^{-\infty - m} \cdot 0 = 0$. The guard is
+# `finite_or_zero` in `variants/_common.py`: if $m = m_\text{new} = -\infty$, $m - m_\text{new}$ is
+# $-\infty - (-\infty) = \text{NaN}$, and $e^\text{NaN}$ = NaN poisons the row.
+#
+# </details>
+#
+# **3.** The issue's eager rescale multiplies every earlier $f$ block at every step. For a row of $T$ blocks,
+# how many block rescales is that in total? What would a *lazy* scheme (remember each block's own
+# max, rescale once at the end) cost instead? Check: `check_rescales(eager, lazy)` with two functions of $T$.
+# (Notebook 5 counts both in FLOPs.)
+#
+# <details><summary>Solution</summary>
+#
+# Eager: at step $t$ the $t - 1$ earlier blocks are rescaled, $\sum_{t=1}^{T} (t-1) = T(T-1)/2$ block
+# rescales — quadratic in the row length. Lazy: each block once at the end, $T$ — the price is keeping
+# $T$ block maxima per row.
+#
+# </details>
+#
+# **4.** Classic "safe softmax" makes three passes over a row (max, sum, divide). How many does the online
+# version make? How many does FlashAttention make over the scores of a whole attention matrix?
+#
+# <details><summary>Solution</summary>
+#
+# Online softmax: two — one pass computes $m$ and $\ell$ together, one divides. FlashAttention: one pass
+# over $K, V$ per query block, and none over the scores at all: each score tile is computed, used and
+# discarded on chip; the division is applied once to the $B_r \times d$ output, not to the scores.
+#
+# </details>

@@ -336,18 +336,76 @@ ax.set_title(f"Theorem 2 from the closed forms: N = {N3}, d = {D3}, fp16")
 legend_outside(ax)
 plt.show()
 
+# %%
+# Checks for the exercises: call one with your answer; it says whether it is right.
+def check_divisions(count):
+    from analysis.tiling import Tiling as _Tiling
+    t = _Tiling(n_q=16, n_k=16, block_q=4, block_k=4)
+    want = t.t_r * t.t_c * 4 * 8  # every visit (i, j) divides the Br x d block O_i (d = 8)
+    assert count == want, f"{count}: count the visits (i, j), then the entries of O_i divided per visit"
+    print("exercise 3: right")
+
+
 # %% [markdown]
 # ## Exercises
 #
-# 1. Change the tiny example to `causal=True` and replay the running $O$. Which rows of $O$ are final
-#    after outer step $j = 0$? Why can't you compare them with `attention_reference` on truncated keys
-#    directly? (Hint: the workbench's causal mask is aligned bottom-right.)
-# 2. In the counts table, which tensors would disappear if the loops were swapped (query blocks
-#    outside, key blocks inside)? Check your answer against notebook 4.
-# 3. Line 12 divides $O_i$ by $\ell_i^\text{new}$ at every visit. Count the divisions for $N = 16$,
-#    $B_r = B_c = 4$, $d = 8$ and compare with `runs[False].counts.flops["other"]`.
-# 4. Theorem 2 assumes $B_c = \Theta(M/d)$. Re-run the counted sweep with fixed $B_r = B_c = 16$ for
-#    every $M$: what happens to the slope, and why?
-# 5. The paper proves a matching lower bound (Proposition 3): no exact algorithm does
-#    $o(N^2 d^2 / M)$ accesses for all $M$. Which of the workbench's four variants beat FA1's count at
-#    $M$ = H200's SRAM, and by how much? (`closed_forms.counts` for each.)
+# **1.** Change the tiny example to `causal=True` and replay the running $O$. Which rows of $O$ are final
+# after outer step $j = 0$? Why can't you compare them with `attention_reference` on truncated keys
+# directly? (Hint: the workbench's causal mask is aligned bottom-right.)
+#
+# <details><summary>Solution</summary>
+#
+# Rows $0 \dots B_c - 1$: row $r$ sees keys $\le r$ (square problem), all in the first key block. Truncating
+# the keys to $B_c$ makes $N_k < N_q$, and a bottom-right-aligned mask then lets row $r$ see keys
+# $\le r - (N_q - B_c)$: the early rows see no key at all, a different mask from the full problem's.
+#
+# </details>
+#
+# **2.** In the counts table, which tensors would disappear if the loops were swapped (query blocks
+# outside, key blocks inside)? Check your answer against notebook 4.
+#
+# <details><summary>Solution</summary>
+#
+# The repeated reads and writes of $O$, $\ell$ and $m$ (once per outer step each): with query blocks
+# outside, $O_i, \ell_i, m_i$ stay on chip and are written once. $Q_i$ is then read once, while $K_j, V_j$
+# are re-read once per query block instead.
+#
+# </details>
+#
+# **3.** Line 12 divides $O_i$ by $\ell_i^\text{new}$ at every visit. Count the divisions for $N = 16$,
+# $B_r = B_c = 4$, $d = 8$ and compare with `runs[False].counts.flops["other"]`. Check:
+# `check_divisions(count)`.
+#
+# <details><summary>Solution</summary>
+#
+# $T_r \cdot T_c = 16$ visits, each dividing the $B_r \times d = 32$ entries of $O_i$: 512 divisions —
+# a sizeable share of `other`, and the work FA2 removes by dividing once at the end.
+#
+# </details>
+#
+# **4.** Theorem 2 assumes $B_c = \Theta(M/d)$. Re-run the counted sweep with fixed $B_r = B_c = 16$ for
+# every $M$: what happens to the slope, and why?
+#
+# <details><summary>Solution</summary>
+#
+# It goes to 0 wherever the working set fits: the traffic depends on $M$ only through the block sizes
+# ($T_c = N/B_c$ re-reads of $Q$, $O$), so with the blocks fixed a larger SRAM buys nothing.
+#
+# </details>
+#
+# **5.** The paper proves a matching lower bound (Proposition 3): no exact algorithm does
+# $o(N^2 d^2 / M)$ accesses for all $M$. Which of the workbench's four variants beat FA1's count at
+# $M$ = H200's SRAM, and by how much? (`closed_forms.counts` for each.)
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# h200 = get_gpu("h200")
+# for name in ("naive", "fa1", "fa2", "v_once"):
+#     c = closed_forms.counts(name, 1, 1, 4096, 4096, 64, sram_bytes=h200.sram_bytes)
+#     print(name, human(c.hbm_bytes))
+# ```
+# FA2 (and `v_once` while its row fits) move fewer bytes than FA1 at the same blocks — they drop FA1's
+# repeated $O$ traffic — but by a constant factor, not asymptotically: the bound holds for all.
+#
+# </details>

@@ -336,18 +336,81 @@ show_table(["N", "kernel", "Br×Bc", "thread blocks", "bound (GPU model)", "mode
 # %% [markdown]
 # Measured, the teaching FA1 runs 2–4× slower than the teaching FA2, and `fa2_wgmma` another 20–30×
 # faster than that: the bytes FA2 saves were not what the GPU was waiting for.
-#
+
+# %%
+# Checks for the exercises: call one with your answer; it says whether it is right.
+def check_slots(blocks_per_sm, first_idle_n):
+    from analysis.gpus import get_gpu as _get_gpu
+    g = _get_gpu("h200")
+    want_blocks = g.smem_per_sm_bytes.value // (64 * 1024)
+    assert blocks_per_sm == want_blocks, f"{blocks_per_sm} blocks of 64 KiB: divide the SM's shared memory"
+    slots = want_blocks * g.sms.value
+    idle = [n for n in (512, 1024, 2048, 4096, 8192, 16384) if (16384 // n) * (2048 // 128) < slots]
+    assert first_idle_n == idle[0], f"N = {first_idle_n}: FA1 has B·H = (16k/N)·16 blocks for {slots:.0f} slots"
+    print("exercise 3: right")
+
+
+# %% [markdown]
 # ## Exercises
 #
-# 1. Redo the counted table of section 1 with $B_r = 64$, $B_c = 16$. Which variant moves fewer bytes
-#    now, and why? Find blocks for which FA2 reads fewer bytes than FA1 at $N = 4096$, $d = 64$ on an
-#    H200 (`closed_forms.counts(..., sram_bytes=...)` tells you whether they fit).
-# 2. Use the closed forms to verify the per-tile table of section 2: take a problem with exactly one
-#    tile ($N = B_r = B_c$) and compare the `exp` and `other` counts of FA1 and FA2.
-# 3. Section 3 assumes one thread block per SM. An H200 SM has 228 KiB of shared memory: how many
-#    thread blocks of 64 KiB fit on one? Redraw the right-hand plot with that many slots per SM. What
-#    is the smallest $N$ at which FA1 now leaves SMs idle?
-# 4. The backward pass needs $P = \exp(S - L)$. Why is storing $L$ enough, while storing only $m$ would
-#    not be? What would go wrong storing only $\ell$?
-# 5. Causal attention halves the work. Does it halve FA2's thread blocks? Look at `Tiling.k_blocks`:
-#    which thread blocks have the most work, and what does that do to the tail of the launch?
+# **1.** Redo the counted table of section 1 with $B_r = 64$, $B_c = 16$. Which variant moves fewer bytes
+# now, and why? Find blocks for which FA2 reads fewer bytes than FA1 at $N = 4096$, $d = 64$ on an
+# H200 (`closed_forms.counts(..., sram_bytes=...)` tells you whether they fit).
+#
+# <details><summary>Solution</summary>
+#
+# FA1 re-reads $Q_i, O_i, \ell_i, m_i$ once per key block ($T_c = N/B_c$ times) and writes $O$ as often;
+# FA2 re-reads $K_j, V_j$ once per query block ($T_r = N/B_r$ times). So FA2 wins when its re-reads are
+# fewer — large $B_r$ — and always by the $O$ writes FA1 repeats. Compare
+# `closed_forms.counts("fa1", 1, 1, 4096, 4096, 64, block_q=br, block_k=bc, sram_bytes=h200.sram_bytes).reads`
+# with `"fa2"` for a few $(B_r, B_c)$.
+#
+# </details>
+#
+# **2.** Use the closed forms to verify the per-tile table of section 2: take a problem with exactly one
+# tile ($N = B_r = B_c$) and compare the `exp` and `other` counts of FA1 and FA2.
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# for name in ("fa1", "fa2"):
+#     print(name, closed_forms.counts(name, 1, 1, 64, 64, 64, block_q=64, block_k=64).flops)
+# ```
+# The `exp` counts agree; FA2's `other` is smaller by the per-visit rescale and division FA1 does.
+#
+# </details>
+#
+# **3.** Section 3 assumes one thread block per SM. An H200 SM has 228 KiB of shared memory: how many
+# thread blocks of 64 KiB fit on one? With that many slots per SM, what is the smallest $N$ of section
+# 3's sequence at which FA1 leaves SMs idle? Check: `check_slots(blocks_per_sm, n)`.
+#
+# <details><summary>Solution</summary>
+#
+# $\lfloor 228 / 64 \rfloor = 3$ blocks, so $3 \times 132 = 396$ slots. FA1 launches $B \cdot H =
+# (16\text{k}/N) \cdot 16$ blocks: 512 at $N = 512$ (all busy), 256 at $N = 1024$ — idle SMs already at 1k,
+# where one slot per SM would still be full.
+#
+# </details>
+#
+# **4.** The backward pass needs $P = \exp(S - L)$. Why is storing $L$ enough, while storing only $m$ would
+# not be? What would go wrong storing only $\ell$?
+#
+# <details><summary>Solution</summary>
+#
+# $P = e^{S - m}/\ell = e^{S - (m + \log \ell)}$: $L = m + \log\ell$ carries both in one number. $m$ alone
+# lacks the normaliser; $\ell$ alone lacks the max, so recomputing $e^{S}/\ell$ would overflow exactly
+# where the max was needed (notebook 2).
+#
+# </details>
+#
+# **5.** Causal attention halves the work. Does it halve FA2's thread blocks? Look at `Tiling.k_blocks`:
+# which thread blocks have the most work, and what does that do to the tail of the launch?
+#
+# <details><summary>Solution</summary>
+#
+# No: every query block still sees at least one key block, so all $T_r$ thread blocks are launched.
+# Query block $i$ visits $i + 1$ key blocks (square problem), so the last query blocks have the most
+# work; launched last, they leave a tail in which few SMs are busy — hence kernels schedule the
+# heaviest blocks first.
+#
+# </details>

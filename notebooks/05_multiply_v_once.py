@@ -336,24 +336,28 @@ else:
 # %% [markdown]
 # ### Why it loses even where it fits: blocks per SM and the tensor pipe
 #
-# Section 2's occupancy, measured. `bench/bench_tc.py resources` records each tensor-core build's
-# shared memory per block and the blocks per SM it allows; Nsight Compute (`tc_ncu.csv`) records how
-# busy the tensor cores were. Both files predate run ids, so they are labelled by file name.
+# Section 2's occupancy for the real kernels: each tensor-core build's plan gives its shared memory per
+# block and so the blocks per SM; Nsight Compute (`tc_ncu.csv`, written before run ids: labelled by file
+# name) measured how busy the tensor cores were. Holding the f row costs `v_once_tc` its second block
+# per SM from N = 1k, and with it the tensor pipe's activity.
 
 # %%
-import json
+from analysis.descriptors import describe
 
-resources = json.loads((RESULTS_DIR / "tc_resources.json").read_text())
-res_rows = []
-for r in resources:
-    defs = r.get("defines", {})
-    if r.get("kernel") in ("fa2_tc", "v_once_tc") and not defs.get("IS_BF16") and r.get("default") is not False:
-        res_rows.append([r["kernel"], defs.get("HEAD_DIM"), ", ".join(f"{k}={defs[k]}" for k in ("PLACEMENT_SRAM", "RESCALE_LAZY")
-                                                                  if k in defs) or "—",
-                         human(r["smem_per_cta"], binary=True) if "smem_per_cta" in r else "grows with N (the f row)",
-                         r.get("ctas_per_sm", "—"), f"{r['occupancy']:.1%}" if "occupancy" in r else "—"])
-show_table(["kernel", "d", "build", "shared memory / block", "blocks / SM", "occupancy"], res_rows)
-print("from file tc_resources.json (no run id)")
+occ_rows = []
+for n in (512, 1024, 2048, 4096):
+    row = [n]
+    for name, opts in (("fa2_tc", {}), ("v_once_tc", dict(placement="sram", rescale="lazy")),
+                       ("v_once_tc", dict(placement="hbm", rescale="lazy"))):
+        try:
+            k = describe(name, 128, "fp16", False, n_q=n, n_k=n, **opts)
+            row.append(f"{k.ctas_per_sm} ({human(k.smem_bytes, binary=True)})")
+        except ValueError:  # the f row does not fit in one block's shared memory at all
+            row.append("does not fit")
+    occ_rows.append(row)
+show_table(["N (d = 128, fp16)", "fa2_tc: blocks / SM (smem / block)", "v_once_tc, f in SRAM", "v_once_tc, f spilled"],
+           occ_rows)
+print("from each build's plan (kernels/*_tc.py describe(), via analysis.descriptors), not a measurement")
 
 pipe = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
 show_table(["kernel", "N", "d", "tensor pipe active", "time (ncu)"],
@@ -382,17 +386,97 @@ print("from file tc_ncu.csv (no run id)")
 #   an H200 the tensor-core `v_once` is slower than the tensor-core FA2 at every measured size; holding
 #   the row on chip costs so much occupancy that it loses even where it fits, and spilled it pays the
 #   quadratic $f$ traffic — which the ncu DRAM counters match to within about 1 % of the closed form.
-#
+
+# %%
+# Checks for the exercises: call one with your answer; it says whether it is right.
+def check_fp8_f(fn):
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(64, 64, generator=gen) for _ in range(3))
+    s = (q @ k.T) / 8
+    f = torch.exp(s - s.max(-1, keepdim=True).values)
+    want = (f.to(torch.float8_e4m3fn).float() / f.sum(-1, keepdim=True)) @ v
+    got = fn(q, k, v)
+    assert torch.allclose(got, want, atol=1e-5), "not (fp8-rounded f / row sum) @ V"
+    exact = torch.softmax(s.double(), -1) @ v.double()
+    err = (got.double() - exact).abs().max().item()
+    err16 = ((f.half().float() / f.sum(-1, keepdim=True)) @ v - exact).abs().max().item()
+    print(f"exercise 2: right; max error {err:.1e} with f in fp8, {err16:.1e} with f in fp16")
+
+
+def check_spill_extra(fn):
+    from analysis import closed_forms as _cf
+    for n, d, br in ((1024, 64, 64), (4096, 128, 32), (2000, 64, 128)):
+        extra = (_cf.counts("v_once", 1, 1, n, n, d, dtype="fp16", block_q=br, block_k=64, placement="hbm",
+                            rescale="lazy").hbm_bytes
+                 - _cf.counts("fa2", 1, 1, n, n, d, dtype="fp16", block_q=br, block_k=64).hbm_bytes)
+        assert fn(n, d, br) == extra, f"N={n}, d={d}, Br={br}: expected {extra:,} extra bytes"
+    print("exercise 4: right")
+
+
+# %% [markdown]
 # ## Exercises
 #
-# 1. Derive the SRAM working set of `v_once` with the row on chip by hand (see `variants/v_once.py`,
-#    `sram_bytes`) and check the longest fitting $N$ in the table for the H200, $d = 128$, $B_r = 64$.
-# 2. Could the $f$ row be stored in fp8 to double the $N$ that fits? What would that do to accuracy?
-#    Try it on the reference by casting (`q.dtype` is what the reference uses for $f$).
-# 3. Show that lazy rescaling needs $T_c$ extra floats per row on chip (the block maxima). At what
-#    $N$ does that matter?
-# 4. The verdict says `v_once` uses the same bytes as FA2 when it fits. Find blocks for which
-#    spilled lazy `v_once` moves *fewer* bytes than FA2 (hint: FA2 re-reads $K$ and $V$ $T_r$ times;
-#    compare $2N^2 d/B_r$ with $2N^2$). Is that a real win?
-# 5. Split-KV ("flash-decoding") also avoids holding a whole row: how does it use the merge of
-#    notebook 2 instead?
+# **1.** Derive the SRAM working set of `v_once` with the row on chip by hand (see `variants/v_once.py`,
+# `sram_bytes`) and check the longest fitting $N$ in the table for the H200, $d = 128$, $B_r = 64$.
+#
+# <details><summary>Solution</summary>
+#
+# The $f$ row, $B_r \times N$ in the input dtype, dominates; add the $Q_i$, $K_j$, $V_j$ tiles, the
+# $B_r \times d$ accumulator and the row statistics (lazy: one max per key block). Setting the sum equal
+# to `h200.sram_bytes` and solving for $N$ (in steps of $B_c$) gives `longest_fitting(h200, 128, 64)`.
+#
+# </details>
+#
+# **2.** Could the $f$ row be stored in fp8 to double the $N$ that fits? The reference takes float32, float16,
+# bfloat16 or float64 only (fp8 inputs raise), so emulate it for one query block: write
+# `fp8_f(q, k, v)` for 2-D `q`, `k`, `v` (float32, scale $1/\sqrt{64}$) that forms $f = e^{S - m}$ with
+# the row max $m$, rounds $f$ to fp8 (`f.to(torch.float8_e4m3fn).float()`), and returns
+# $(f / \ell)\,V$ with $\ell$ the row sum of the unrounded $f$. Check: `check_fp8_f(fp8_f)`; it prints
+# the error against fp16's. Is the trade worth it?
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# def fp8_f(q, k, v):
+#     s = q @ k.T / math.sqrt(q.shape[-1])
+#     f = torch.exp(s - s.max(-1, keepdim=True).values)
+#     return (f.to(torch.float8_e4m3fn).float() / f.sum(-1, keepdim=True)) @ v
+# ```
+# The $N$ that fits nearly doubles, but e4m3 keeps 3 mantissa bits: the error grows by about two orders of
+# magnitude over fp16's — and the kernel still loses occupancy (section 6). Not a fix.
+#
+# </details>
+#
+# **3.** Show that lazy rescaling needs $T_c$ extra floats per row on chip (the block maxima). At what
+# $N$ does that matter?
+#
+# <details><summary>Solution</summary>
+#
+# One max per key block per row: $B_r T_c$ floats, $4 B_r N / B_c$ bytes, against the $f$ row's
+# $2 B_r N$: a ratio of $2/B_c$, 3 % at $B_c = 64$, at every $N$. It never decides whether the row fits.
+#
+# </details>
+#
+# **4.** The verdict says `v_once` uses the same bytes as FA2 when it fits. When it spills (lazy), how many
+# extra HBM bytes does it move than FA2 at the same blocks, as a function of $N$, $d$, $B_r$ (fp16, one
+# head, non-causal)? Write `spill_extra(n, d, br)`. Check: `check_spill_extra(spill_extra)`. Do small
+# $B_r$ (where FA2 re-reads $K$, $V$ often) ever make spilled `v_once` cheaper?
+#
+# <details><summary>Solution</summary>
+#
+# `spill_extra = lambda n, d, br: 2 * n * n * 2`: the $f$ row written and read once, fp16, whatever $d$
+# and $B_r$. `v_once` still reads $K_j$ (and $V_j$) once per query block, as FA2 does — it changes when
+# $V$ is multiplied, not how often the tiles are read — so it is never cheaper.
+#
+# </details>
+#
+# **5.** Split-KV ("flash-decoding") also avoids holding a whole row: how does it use the merge of
+# notebook 2 instead?
+#
+# <details><summary>Solution</summary>
+#
+# It splits the keys into chunks processed by different thread blocks, each producing a partial $O$ with
+# its own $(m, \ell)$; a final step merges the partials with notebook 2's `merge`, rescaling each by
+# $e^{m_x - m}$. Nothing of size $N$ per row is ever held — only one $(m, \ell, O)$ per chunk.
+#
+# </details>

@@ -395,14 +395,59 @@ else:
 # %% [markdown]
 # ## Exercises
 #
-# 1. In section 3, which kernels sit closest to their roofline bound, and which bound is it (memory,
-#    matmul, non-matmul)? For the teaching kernels, name one effect the model leaves out that could
-#    explain the gap (think of shared-memory bank conflicts, occupancy, and float32 arithmetic).
-# 2. The model charges FA2 for re-reading $K_j, V_j$ once per query block. Compare its HBM bytes with
-#    the measured DRAM counter, where there is one: how much does the L2 cache absorb?
-# 3. Find the $N$ at which the teaching `fa2` overtakes the teaching `naive` in the timings. Does the
-#    roofline predict the same crossover?
-# 4. From the timings, at what $N$ (if any) is `v_once_tc` with the row in SRAM faster than `fa2_tc`?
-#    Relate the answer to notebook 5's table of the longest $N$ whose row fits.
-# 5. With a GPU: change the live problem to causal (pass `causal=True` through the lambdas) and to
-#    $d = 128$. Which kernels gain most from causal masking, and why?
+# **1.** In section 3, which kernels sit closest to the model, and what bounds them? For the teaching
+# kernels, name one effect the papers' count leaves out that explains why they are far slower than
+# their roofline (think of shared-memory bank conflicts, occupancy, and float32 arithmetic).
+#
+# <details><summary>Solution</summary>
+#
+# Read the "What bounds each kernel" table: the model's bound and model / measured per kernel. The
+# teaching kernels are bound by shared-memory issue (scalar loads, FFMA instead of tensor cores), which
+# the papers' HBM count cannot see; bank conflicts and low occupancy add to it.
+#
+# </details>
+#
+# **2.** The papers' count charges FA2 for re-reading $K_j, V_j$ once per query block. Compare its bytes
+# with the measured DRAM counter in "What the L2 absorbs": how much does the L2 cache absorb?
+#
+# <details><summary>Solution</summary>
+#
+# The "absorbed by the L2" column: for FA2-style kernels nearly all of the re-reads — DRAM sees about one
+# read of $Q, K, V$ and one write of $O$ (DRAM / compulsory close to 1).
+#
+# </details>
+#
+# **3.** Find the $N$ at which the teaching `fa2` overtakes the teaching `naive` in the timings. Does the
+# roofline predict the same crossover?
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# t = {(r["kernel"], r["n"]): r["tflops"] for r in timed["teaching"] if r["d"] == 64 and not r["causal"]}
+# print([n for n in sorted({n for _, n in t}) if t.get(("fa2", n), 0) > t.get(("naive", n), 0)])
+# ```
+# By the papers' count FA2 moves fewer bytes at every $N$; the measured crossover also depends on launch
+# overhead and each kernel's instruction path.
+#
+# </details>
+#
+# **4.** From the timings, at what $N$ (if any) is `v_once_tc` with the row in SRAM faster than `fa2_tc`?
+# Relate the answer to notebook 5's table of the longest $N$ whose row fits.
+#
+# <details><summary>Solution</summary>
+#
+# At none: notebook 5's ratio table (one run, `tc_bench.json`) shows the best `v_once_tc` below `fa2_tc`
+# at every measured $N$, even where the row fits — it holds one block per SM from $N = 1$k, and its
+# tensor pipe is less busy.
+#
+# </details>
+#
+# **5.** With a GPU: change the live problem to causal (pass `causal=True` through the lambdas) and to
+# $d = 128$. Which kernels gain most from causal masking, and why?
+#
+# <details><summary>Solution</summary>
+#
+# Those that skip the masked tiles (FA2-style kernels, SDPA): about half the tiles, so close to half the
+# time at long $N$; naive gains little, since it still writes and reads the whole $S$ and $P$.
+#
+# </details>

@@ -340,18 +340,55 @@ check_softmax_backward_row(lambda p, dp: p * (dp - (p * dp).sum()))
 # %% [markdown]
 # ## Exercises
 #
-# 1. Write `softmax_backward_row(p, dp)` returning $dS$ for one row from $P$ and $dP$ (section 1),
-#    without autograd. Check: `check_softmax_backward_row(softmax_backward_row)`.
-# 2. From the FA2 backward's docstring in `variants/fa2.py`, write `fa2_reads(n, blk, d)` returning the
-#    dict of elements read per tensor for non-causal $N_q = N_k = n$, $B_r = B_c = $ `blk`, one head
-#    (mind the tail block when `blk` does not divide $n$). Check: `check_fa2_reads(fa2_reads)`.
-# 3. With $B = 32$, $H = 16$, fp16: find the smallest $N$ for which naive's saved $P$ alone exceeds an
-#    H200's 141 GB. Check: `check_naive_limit(N)`. What does FA2 keep at that $N$?
-# 4. Change FA2's accumulator to the input dtype (edit `dq_acc` in `variants/fa2.py`'s backward, in a
-#    scratch copy). How much HBM traffic does it save at $N = 16$k, and what does it do to the bf16
-#    error of section 3? Which would you choose, and why does FA2's CUDA code choose float32?
-# 5. Algorithm 4 (FA1) recomputes $D_i$ at every tile. Count, with `counted_backward`, the extra
-#    `other` FLOPs and the extra bytes of $O$ this costs at $N_q = N_k = 4096$, $B_r = B_c = 64$ — is it
-#    the bytes or the FLOPs that matter on an H200 (use `analysis.roofline`)?
-# 6. A row that sees no key (causal, $N_q > N_k$) has $L = -\infty$. Why does $P = e^{S - L}$ not give
-#    NaN in `variants/fa2.py`, and what is its $dq$? Verify with a call.
+# **1.** Write `softmax_backward_row(p, dp)` returning $dS$ for one row from $P$ and $dP$ (section 1),
+# without autograd. Check: `check_softmax_backward_row(softmax_backward_row)`.
+#
+# **2.** From the FA2 backward's docstring in `variants/fa2.py`, write `fa2_reads(n, blk, d)` returning the
+# dict of elements read per tensor for non-causal $N_q = N_k = n$, $B_r = B_c = $ `blk`, one head
+# (mind the tail block when `blk` does not divide $n$). Check: `check_fa2_reads(fa2_reads)`.
+#
+# **3.** With $B = 32$, $H = 16$, fp16: find the smallest $N$ for which naive's saved $P$ alone exceeds an
+# H200's 141 GB. Check: `check_naive_limit(N)`. What does FA2 keep at that $N$?
+#
+# **4.** Change FA2's accumulator to the input dtype (edit `dq_acc` in `variants/fa2.py`'s backward, in a
+# scratch copy). How much HBM traffic does it save at $N = 16$k, and what does it do to the bf16
+# error of section 3? Which would you choose, and why does FA2's CUDA code choose float32?
+#
+# <details><summary>Solution</summary>
+#
+# `dq_acc` is read and written once per key block ($T_c$ times), so storing it in the input dtype halves
+# those $2 T_c N_q d$ accesses' bytes (4 → 2 per element): count it with `counted_backward` before and
+# after. But every add then rounds to bf16's 8 mantissa bits, and the rounding errors of $T_c$ partial
+# sums accumulate — section 3's bf16 error grows with $N$. FA2's CUDA code keeps float32 (atomic adds)
+# because accuracy of dQ is worth far more than those bytes.
+#
+# </details>
+#
+# **5.** Algorithm 4 (FA1) recomputes $D_i$ at every tile. Count, with `counted_backward`, the extra
+# `other` FLOPs and the extra bytes of $O$ this costs at $N_q = N_k = 4096$, $B_r = B_c = 64$ — is it
+# the bytes or the FLOPs that matter on an H200 (use `analysis.roofline`)?
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# q, k, v, dO = (torch.randn(1, 1, 4096, 64, dtype=torch.float16) for _ in range(4))
+# counts = {name: counted_backward(name, q, k, v, dO, br=64, bc=64)[1] for name in ("fa1", "fa2")}
+# ```
+# FA1 recomputes $D_i = \mathrm{rowsum}(dO_i \circ O_i)$ at each of the $T_c$ visits: $(T_c - 1)$ extra
+# reads of $O$ ($N_q d$ elements each) and $2 N_q d$ extra `other` FLOPs per visit. Against the matmul
+# FLOPs these are tiny; the extra bytes of $O$ are what an H200 (memory-bound by the papers' count, ridge
+# ≈ 200 FLOP/B) notices — and still little next to the $K, V$ re-reads.
+#
+# </details>
+#
+# **6.** A row that sees no key (causal, $N_q > N_k$) has $L = -\infty$. Why does $P = e^{S - L}$ not give
+# NaN in `variants/fa2.py`, and what is its $dq$? Verify with a call.
+#
+# <details><summary>Solution</summary>
+#
+# `variants/fa2.py`'s backward computes $P = e^{S - \text{finite\_or\_zero}(L)}$: for such a row every score
+# is masked to $-\infty$ and $L$ is replaced by 0, so $P = e^{-\infty} = 0$ instead of
+# $e^{-\infty - (-\infty)} = $ NaN. Then $dS = P \circ (dP - D) = 0$ and the row's $dq$ is exactly 0 —
+# call `variants.fa2.backward` with $N_q > N_k$, `causal=True`, and look at `dq[..., 0, :]`.
+#
+# </details>

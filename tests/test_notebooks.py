@@ -99,3 +99,19 @@ def test_every_notebook_ends_with_exercises():
     for source in SOURCES:
         nb = jupytext.read(source)
         assert nb.cells[-1].cell_type == "markdown" and "Exercises" in nb.cells[-1].source, source.name
+
+
+def _exercises(source):
+    nb = jupytext.read(source)
+    text = nb.cells[-1].source
+    return re.split(r"\n(?=\*\*\d+\.\*\* )", text.split("\n", 1)[1].strip())
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_every_exercise_ends_in_a_check_or_a_solution(source):
+    items = _exercises(source)
+    assert len(items) >= 3, f"{source.name}: exercises not written as '**1.** ...' paragraphs"
+    for n, item in enumerate(items, 1):
+        assert item.startswith(f"**{n}.** "), f"{source.name}: exercise {n} numbering"
+        closed = "<details>" in item and item.rstrip().endswith("</details>")
+        assert closed or "check_" in item, f"{source.name}, exercise {n}: no check call and no collapsible solution"
