@@ -147,6 +147,12 @@ class PassTraffic(cf.Traffic):
     def paper_flops(self) -> float:
         return PAPER_FLOP_FACTOR[self.pass_name] * super().paper_flops
 
+    @property
+    def attention_flops(self) -> float:
+        """The forward's work (4·d per visible pair) times 2.5 (backward) or 3.5 (train): the
+        work TFLOP/s divides by (analysis.roofline)."""
+        return PAPER_FLOP_FACTOR[self.pass_name] * super().attention_flops
+
 
 def backward_counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *,
                     causal=False, dtype="fp16", block_q=64, block_k=64, placement="auto",

@@ -10,7 +10,8 @@ Same rows, blocks, SRAM and roofline as the forward report (`analysis.cli`), fro
     recompute  FLOPs the backward spends rebuilding S = τ Q Kᵀ and P = exp(S - L) (0 for naive),
                with their share of the pass's FLOPs
 × min compares with Q, K, V, O, dO, lse read once and dQ, dK, dV written once (train: plus the
-forward's minimum). TFLOP/s uses the papers' convention: the backward is 2.5 forwards.
+forward's minimum). TFLOP/s: the forward's work (4·d per visible (query, key) pair) times 2.5 for
+the backward (its five products to the forward's two), 3.5 for train.
 """
 from __future__ import annotations
 
@@ -97,9 +98,11 @@ def cmd_report(args) -> int:
     title = (f"fa-traffic report --pass {args.pass_name}: HBM traffic, FLOPs, memory saved for the "
              f"backward, recomputation (whole problem)")
     if args.format != "table":
-        cli._emit(args, header, rows, recs, title)
+        cli._emit(args, cli._Plan(args, False), lambda: iter(recs),
+                  table_rows=lambda _recs: (header, rows), title=title)
         return 0
-    caption = (cli._caption(args, recs, get_gpu(args.gpu)).replace(
+    caption = (cli._caption(args, {r["sram_bytes"] for r in recs}, sorted({r["head_dim"] for r in recs}),
+                            get_gpu(args.gpu)).replace(
         "FA1 rule Bc=⌈M/4d⌉", "FA1 rule on half the SRAM (two score tiles) Bc=⌈M/8d⌉") + "; saved = bytes the forward keeps for "
                "the backward beyond q, k, v, o; recompute = FLOPs rebuilding S and P (share of the "
                "pass); × min here also counts dO read and dQ, dK, dV written once")

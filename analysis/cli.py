@@ -12,6 +12,17 @@ levels (L2 requests, DRAM bytes) beside the papers' count and its bound / TFLOP/
 elements: the on-chip compute type) and the papers' roofline, as sweep-sram always does;
 --block-q/--block-k override. Rows whose working set does not fit the SRAM are reported with
 fits = false and over_by_bytes, not dropped.
+
+Limits (a one-line error past them, exit 2): at most MAX_ROWS = 50,000 output rows (problems x
+SRAM sizes x variant configs), --points at most MAX_POINTS = 1,000, a --plot of a sweep at most
+MAX_PLOT_PANELS = 8 problems, every tensor at most 2**63 - 1 elements, and the GPU model (it walks
+every Q block) on rows of at most MAX_MODEL_Q_BLOCKS = 65,536 Q blocks (the papers' roofline past it,
+said so in the row). Any size within them
+answers in well under a second per row (the closed forms do not loop over blocks). json and csv are
+written as the rows are computed (tables hold their rows); a progress bar shows on a terminal's stderr for long jobs.
+Integers are parsed exactly (no float round trip); a flag that does not apply to the command or the
+chosen variants is an error, never silently ignored. Output errors (closed pipe, full disk) end with
+one line on stderr and exit status 1.
 """
 from __future__ import annotations
 
@@ -20,10 +31,12 @@ import csv
 import io
 import itertools
 import json
-import math
+import os
 import re
 import sys
+from fractions import Fraction
 
+from analysis import checks
 from analysis import closed_forms as cf
 from analysis.gpus import GPUS, get_gpu
 from analysis.headline import min_hbm_bytes
@@ -37,6 +50,11 @@ DEFAULT_SEQ = (1024, 4096, 16384)
 # modes; sram/eager is the issue's own claim ("only one block in SRAM"), shown with its overflow.
 REPORT_V_ONCE = (("auto", "eager"), ("auto", "lazy"), ("sram", "eager"))
 SWEEP_V_ONCE = (("auto", "eager"), ("auto", "lazy"))
+MAX_ROWS = 50_000  # output rows of one command
+MAX_POINTS = 1_000  # SRAM sizes of one sweep
+MAX_PLOT_PANELS = 8  # problems in one sweep plot (one panel each)
+MAX_MODEL_Q_BLOCKS = 1 << 16  # past it a row shows the papers' roofline, not the GPU model (O(Tr))
+DEFAULT_POINTS = 33
 
 
 class CliError(Exception):
@@ -55,15 +73,20 @@ _BYTE_SUFFIX = {"": 1, "B": 1, "k": 1024, "K": 1024, "KiB": 1024, "kiB": 1024, "
                 "MiB": 1024 ** 2, "G": 1024 ** 3, "GiB": 1024 ** 3}
 
 
+_MAX_INT = 2 ** 63 - 1
+
+
 def _number(text: str, suffixes: dict, what: str) -> int:
     m = _NUM.match(str(text))
     if not m or m.group(2) not in suffixes:
         hint = ", ".join(s for s in suffixes if s)
         hint = f", optionally with a suffix: {hint}" if hint else ""
         raise argparse.ArgumentTypeError(f"malformed {what} {text!r} (a positive integer{hint})")
-    value = float(m.group(1)) * suffixes[m.group(2)]
-    if value != int(value) or value <= 0:
+    value = Fraction(m.group(1)) * suffixes[m.group(2)]  # exact: no float round trip above 2**53
+    if value.denominator != 1 or value <= 0:
         raise argparse.ArgumentTypeError(f"{what} must be a positive whole number, got {text!r}")
+    if value > _MAX_INT:
+        raise argparse.ArgumentTypeError(f"{what} {text!r} is over 2**63 - 1")
     return int(value)
 
 
@@ -160,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(sw, seq_help="the fixed sequence length N (default 4k; a list gives one sweep each)")
     sw.add_argument("--sram-min", type=parse_bytes, default=16 * 1024, help="smallest M (default 16KiB)")
     sw.add_argument("--sram-max", type=parse_bytes, default=4 * 1024 ** 2, help="largest M (default 4MiB)")
-    sw.add_argument("--points", type=_positive_int, default=33, help="log-spaced sizes (default 33)")
+    sw.add_argument("--points", type=_positive_int,
+                    help=f"log-spaced sizes (default {DEFAULT_POINTS}, at most {MAX_POINTS})")
     from analysis import gpu_cli  # predict, validate: the GPU model (issue 11)
 
     gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of})
@@ -230,7 +254,7 @@ def record(tr: cf.Traffic, gpu, block_rule: str = "fa1") -> dict:
         "hbm_bytes": tr.hbm_bytes,
         "min_hbm_bytes": min_hbm_bytes(tr.batch, tr.heads, tr.n_q, tr.n_k, tr.d, cf.DTYPES[tr.dtype]),
         "flops": {k: tr.flops[k] for k in cf.FLOP_KINDS},
-        "paper_flops": tr.paper_flops,
+        "attention_flops": tr.attention_flops, "paper_flops": tr.paper_flops,
         "sram_peak_bytes": tr.sram_peak_bytes,
         "fits": tr.fits, "over_by_bytes": tr.over_by_bytes,
         "roofline": roofline(tr, gpu, "spec").as_dict(),
@@ -244,68 +268,147 @@ def _problems(args, default_seq):
     seq_q = _flatten(args.seq_len) or list(default_seq)
     seq_k = _flatten(args.seq_len_k)
     dims = _flatten(args.head_dim) or [64]
-    out = []
-    for d in dims:
-        for n_q in seq_q:
-            for n_k in (seq_k or [n_q]):
-                out.append((n_q, n_k, d))
-    return out
+    return [(n_q, n_k, d) for d in dims for n_q in seq_q for n_k in (seq_k or [n_q])]
+
+
+def _count_problems(args, default_seq) -> int:
+    return (len(_flatten(args.head_dim)) or 1) * (len(_flatten(args.seq_len)) or len(default_seq)) \
+        * (len(_flatten(args.seq_len_k)) or 1)
+
+
+def check_applicable(args, sweep: bool) -> None:
+    """Every flag given must change the output: one that would be ignored is an error."""
+    if args.plot is not None and not args.plot.strip():
+        raise CliError("--plot needs a file name (FILE.png)")
+    if args.plot is not None and not args.plot.lower().endswith(".png"):
+        raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
+    variants = _flatten(args.variant) or list(cf.VARIANT_NAMES)
+    for flag, value in (("--placement", args.placement), ("--rescale", args.rescale)):
+        if value and "v_once" not in variants:
+            raise CliError(f"{flag} applies to v_once only, which --variant leaves out")
+    if sweep:
+        if args.sram is not None:
+            raise CliError("--sram does not apply to sweep-sram: it sweeps --sram-min .. --sram-max")
+        if args.points is not None and args.points > MAX_POINTS:
+            raise CliError(f"--points {args.points:,} is over the limit of {MAX_POINTS:,}")
+        if args.sram_min > args.sram_max:
+            raise CliError(f"--sram-min ({args.sram_min:,}) is larger than --sram-max ({args.sram_max:,})")
+        if args.points is not None and args.points > 1 and args.sram_min == args.sram_max:
+            raise CliError(f"--points {args.points} needs --sram-min < --sram-max (both are "
+                           f"{args.sram_min:,})")
+
+
+class _Plan:
+    """What one report or sweep computes: jobs in output order, counted before any is run."""
+
+    def __init__(self, args, sweep: bool):
+        check_applicable(args, sweep)
+        if getattr(args, "full_gpu", None) is None:  # report: the GPU model at the bench's B, H
+            args.full_gpu = args.batch is None and args.heads is None
+        args.batch, args.heads = args.batch or 1, args.heads or 1
+        self.args, self.sweep = args, sweep
+        self.by_kernel = (not sweep and getattr(args, "blocks", "fa1-rule") == "kernel"
+                          and not (args.block_q or args.block_k))
+        self.gpu = get_gpu(args.gpu)
+        default_seq = (4096,) if sweep else DEFAULT_SEQ
+        configs = _configs(args, sweep)
+        n_problems = _count_problems(args, default_seq)
+        self.srams = (sweep_sizes(args.sram_min, args.sram_max, args.points or DEFAULT_POINTS) if sweep
+                      else [args.sram or self.gpu.sram_bytes])
+        n_srams = len(self.srams)
+        series = [(name, opts, "fa1") for name, opts in configs]
+        if sweep and not (args.block_q or args.block_k) and ("fa2", {}) in configs:
+            series.insert(series.index(("fa2", {}, "fa1")) + 1, ("fa2", {}, "swapped"))
+        rows = n_problems * n_srams * len(series)
+        if rows > MAX_ROWS:
+            raise CliError(f"{rows:,} rows asked for ({n_problems:,} problems x {n_srams:,} SRAM sizes x "
+                           f"{len(series)} variant configs); the limit is {MAX_ROWS:,}")
+        if sweep and args.plot is not None and n_problems > MAX_PLOT_PANELS:
+            raise CliError(f"a sweep plot draws one panel per problem: {n_problems} asked for, the "
+                           f"limit is {MAX_PLOT_PANELS}")
+        self.problems = _problems(args, default_seq)
+        naive = any(name == "naive" for name, _ in configs)
+        for n_q, n_k, d in self.problems:  # sizes past int64 indexing: before any output
+            try:
+                checks.check_problem(args.batch, args.heads, n_q, n_k, d, causal=args.causal,
+                                     block_q=args.block_q or 1, block_k=args.block_k or 1,
+                                     scores_in_hbm=naive)
+            except ValueError as e:
+                raise CliError(f"Nq={n_q}, Nk={n_k}, d={d}: {e}") from None
+        # an error only if nothing at all can fit the smallest SRAM asked for
+        _check_sram_can_hold_something(configs, self.problems, min(self.srams), args.dtype)
+        self.series = series
+        self.total = rows
+        self.dims = sorted({d for _, _, d in self.problems})
+
+    def sweep_labels(self) -> list[str]:
+        """The sweep table's value columns, in series order (as _sweep_key names a record)."""
+        return [f"{name}_swapped" if rule == "swapped" else
+                f"v_once_{opts['placement']}_{opts['rescale']}" if name == "v_once" else name
+                for name, opts, rule in self.series]
+
+    def __iter__(self):
+        args = self.args
+        for n_q, n_k, d in self.problems:
+            for sram in self.srams:
+                for name, opts, rule in self.series:
+                    br, bc, rule_ = _blocks(args, sram, d, rule)
+                    desc, why = None, None if self.by_kernel else (
+                        "explicit --block-q/--block-k" if (args.block_q or args.block_k) else "--blocks fa1-rule")
+                    if self.by_kernel:  # issue 11: the real kernel's blocks and the GPU model
+                        from analysis import report_gpu
+
+                        desc, why = report_gpu.kernel_descriptor(name, opts, n_q, n_k, d, args.dtype,
+                                                                 args.causal, self.gpu.key)
+                        if desc is not None:
+                            br, bc, rule_ = desc.block_q, desc.block_k, f"kernel {desc.kernel}"
+                            if -(-n_q // br) > MAX_MODEL_Q_BLOCKS:  # the model walks every Q block
+                                desc, why = None, (f"the GPU model walks each of the {-(-n_q // br):,} Q "
+                                                   f"blocks; over its limit of {MAX_MODEL_Q_BLOCKS:,}")
+                    try:
+                        tr = cf.counts(name, args.batch, args.heads, n_q, n_k, d, causal=args.causal,
+                                       dtype=args.dtype, block_q=br, block_k=bc, sram_bytes=sram, **opts)
+                    except ValueError as e:
+                        raise CliError(f"{name} at Nq={n_q}, Nk={n_k}, d={d}: {e}") from None
+                    rec = record(tr, self.gpu, rule_)
+                    if not self.sweep:
+                        from analysis import report_gpu
+
+                        try:
+                            rec["gpu_model"] = (report_gpu.model_record(desc, args.batch, args.heads, n_q, n_k,
+                                                                        d, args.dtype, args.causal,
+                                                                        full_gpu=args.full_gpu)
+                                                if desc is not None else {"why": why})
+                        except ValueError as e:  # e.g. the full GPU's B·H past int64 sizes at this N
+                            rec["gpu_model"] = {"why": f"no GPU model here ({e})"}
+                    yield rec
+
+
+def iter_records(args, *, sweep=False, progress=None):
+    """The records, one at a time, in output order (validated and counted up front)."""
+    plan = _Plan(args, sweep)
+    for n, rec in enumerate(plan):
+        if progress:
+            progress(n + 1, plan.total)
+        yield rec
 
 
 def build_records(args, *, sweep=False, progress=None) -> list[dict]:
-    gpu = get_gpu(args.gpu)
-    full_gpu = args.batch is None and args.heads is None  # report: the GPU model at the bench's B, H
-    args.batch, args.heads = args.batch or 1, args.heads or 1
-    configs = _configs(args, sweep)
-    problems = _problems(args, (4096,) if sweep else DEFAULT_SEQ)
-    if sweep:
-        if args.sram_min > args.sram_max:
-            raise CliError(f"--sram-min ({args.sram_min:,}) is larger than --sram-max ({args.sram_max:,})")
-        srams = sweep_sizes(args.sram_min, args.sram_max, args.points)
-    else:
-        srams = [args.sram or gpu.sram_bytes]
-    # an error only if nothing at all can fit the smallest SRAM asked for
-    _check_sram_can_hold_something(configs, problems, min(srams), args.dtype)
-    series = [(name, opts, "fa1") for name, opts in configs]
-    if sweep and not (args.block_q or args.block_k) and ("fa2", {}) in configs:
-        series.insert(series.index(("fa2", {}, "fa1")) + 1, ("fa2", {}, "swapped"))
-    jobs = [(s, p, c) for p in problems for s in srams for c in series]
-    recs = []
-    by_kernel = not sweep and getattr(args, "blocks", "fa1-rule") == "kernel" and not (args.block_q or args.block_k)
-    for n, (sram, (n_q, n_k, d), (name, opts, rule)) in enumerate(jobs):
-        br, bc, rule = _blocks(args, sram, d, rule)
-        desc, why = None, None if by_kernel else ("explicit --block-q/--block-k" if (args.block_q or args.block_k)
-                                                  else "--blocks fa1-rule")
-        if by_kernel:  # issue 11: the real kernel's blocks and the GPU model
-            from analysis import report_gpu
-
-            desc, why = report_gpu.kernel_descriptor(name, opts, n_q, n_k, d, args.dtype, args.causal, gpu.key)
-            if desc is not None:
-                br, bc, rule = desc.block_q, desc.block_k, f"kernel {desc.kernel}"
-        tr = cf.counts(name, args.batch, args.heads, n_q, n_k, d, causal=args.causal,
-                       dtype=args.dtype, block_q=br, block_k=bc, sram_bytes=sram, **opts)
-        rec = record(tr, gpu, rule)
-        if not sweep:
-            from analysis import report_gpu
-
-            rec["gpu_model"] = (report_gpu.model_record(desc, args.batch, args.heads, n_q, n_k, d, args.dtype,
-                                                        args.causal, full_gpu=full_gpu)
-                                if desc is not None else {"why": why})
-        recs.append(rec)
-        if progress:
-            progress(n + 1, len(jobs))
-    return recs
+    return list(iter_records(args, sweep=sweep, progress=progress))
 
 
 def sweep_sizes(lo: int, hi: int, points: int) -> list[int]:
     """`points` log-spaced SRAM sizes from lo to hi, rounded to 256 bytes (lo, hi kept exact)."""
+    if points > MAX_POINTS:
+        raise ValueError(f"points={points} is over the limit of {MAX_POINTS}")
     if points == 1 or lo == hi:
         return [lo]
-    out = []
+    out, seen = [], set()
     for i in range(points):
         x = lo * (hi / lo) ** (i / (points - 1))
         x = lo if i == 0 else hi if i == points - 1 else max(256, int(round(x / 256)) * 256)
-        if x not in out:
+        if x not in seen:
+            seen.add(x)
             out.append(x)
     return out
 
@@ -383,12 +486,8 @@ def _kernel_report_row(r: dict) -> list[str]:
 SWEEP_COLUMNS = ("SRAM", "Br×Bc")
 
 
-def _sweep_table(recs):
-    labels = []
-    for r in recs:
-        key = _sweep_key(r)
-        if key not in labels:
-            labels.append(key)
+def _sweep_table(recs, labels):
+    """Rows of text (one per problem and SRAM size), filled as the records stream by."""
     rows, index = [], {}
     for r in recs:
         k = (r["seq_q"], r["seq_k"], r["head_dim"], r["sram_bytes"])
@@ -419,8 +518,10 @@ def _sweep_key(r):
 
 
 def _rich_tables(header, rows, width, title, caption, groups=None, keep=2):
-    """One rich table, or several (the first `keep` columns repeated; column `groups` packed
-    greedily) when one would not fit `width` characters."""
+    """One rich table, or several when one would not fit `width` characters: each repeats the first
+    `keep` columns (fewer, down to the first alone, when a narrow terminal leaves no room) and packs
+    the column `groups` greedily (a group too wide for any table is split into single columns). The
+    first column is never wrapped or shortened: it names the row."""
     from rich.table import Table
 
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
@@ -431,32 +532,44 @@ def _rich_tables(header, rows, width, title, caption, groups=None, keep=2):
     def table(cols, title_, caption_):
         t = Table(title=title_, caption=caption_, header_style="bold", caption_justify="left")
         for i in cols:
-            t.add_column(header[i], justify="left" if i == 0 else "right", no_wrap=i != 0,
-                         min_width=None if i == 0 else widths[i])
+            t.add_column(header[i], justify="left" if i == 0 else "right", no_wrap=i == 0,
+                         min_width=widths[i])
         for row in rows:
             t.add_row(*(row[i] for i in cols))
         return t
 
     everything = list(range(len(header)))
-    if not groups or need(everything) <= width:
+    if need(everything) <= width:
         return [table(everything, title, caption)]
-    lead, packs = list(range(keep)), [[]]
-    for group in groups:
-        if packs[-1] and need(lead + packs[-1] + group) > width:
+    lead = list(range(min(keep, len(header))))
+    rest = [i for i in everything if i not in lead]
+    while len(lead) > 1 and rest and need(lead + [max(rest, key=lambda i: widths[i])]) > width:
+        rest.insert(0, lead.pop())
+    units, grouped = [], {i for g in (groups or []) for i in g}
+    units += [[i] for i in rest if i not in grouped]  # leading columns dropped from `lead` come first
+    for group in groups or []:
+        group = [i for i in group if i not in lead]
+        if need(lead + group) <= width:
+            units.append(group)
+        else:
+            units += [[i] for i in group]
+    packs = [[]]
+    for unit in units:
+        if packs[-1] and need(lead + packs[-1] + unit) > width:
             packs.append([])
-        packs[-1] += group
+        packs[-1] += unit
     return [table(lead + cols, title if n == 0 else None, caption if n == len(packs) - 1 else None)
             for n, cols in enumerate(packs)]
 
 
-def render_table(header, rows, *, title=None, caption=None, file=None, groups=None) -> None:
-    """rich tables on a terminal (split in two if too wide), else plain fixed-width text."""
+def render_table(header, rows, *, title=None, caption=None, file=None, groups=None, keep=2) -> None:
+    """rich tables on a terminal (split to fit its width), else plain fixed-width text."""
     file = file or sys.stdout
     if file.isatty():
         from rich.console import Console
 
         console = Console(file=file)
-        for t in _rich_tables(header, rows, console.width, title, caption, groups=groups):
+        for t in _rich_tables(header, rows, console.width, title, caption, groups=groups, keep=keep):
             console.print(t)
         return
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
@@ -527,30 +640,61 @@ def _kernel_caption(args, recs, gpu) -> str:
               "runs, the reference's working set (✗ = over the SRAM)")
 
 
-def _caption(args, recs, gpu) -> str:
+def _caption(args, srams, dims, gpu, recs=()) -> str:
+    """recs: the records (a table holds them) for the kernel report's caption."""
     if any("gpu_model" in r and "why" not in r["gpu_model"] for r in recs):
         return _kernel_caption(args, recs, gpu)
-    srams = sorted({r["sram_bytes"] for r in recs})
+    srams = sorted(srams)
+    whys = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})
+                   and r.get("block_rule", "").startswith("kernel")})
     sram = human_bytes(srams[0]) if len(srams) == 1 else f"{human_bytes(srams[0])} … {human_bytes(srams[-1])}"
     blocks = "explicit" if (args.block_q or args.block_k) else "FA1 rule Bc=⌈M/4d⌉, Br=min(Bc,d), M=SRAM/4"
-    dims = sorted({r["head_dim"] for r in recs})
+    if whys:  # --blocks kernel, but no row has the GPU model
+        blocks = f"each variant's kernel (no GPU model: {'; '.join(whys)})"
     return (f"B={args.batch} H={args.heads} d={','.join(map(str, dims))} {args.dtype}"
             f"{' causal' if args.causal else ''}; "
             f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}; "
             f"roofline of the papers' count (no cache: not what bounds the GPU; the default --blocks kernel "
             f"has the GPU model): {gpu.name} datasheet; × min = HBM bytes / (Q,K,V read once + O,lse written once); "
+            "TFLOP/s = 4·d per visible (query, key) pair / roofline time; "
             "✗ = working set over the SRAM (by over_by_bytes in --format json)")
 
 
-def _emit(args, header, rows, recs, title):
+def write_json(recs, file=None) -> None:
+    """json.dump(list(recs), indent=1), written one record at a time."""
+    file = file or sys.stdout
+    sep = "[\n"
+    for rec in recs:
+        file.write(sep + " " + json.dumps(rec, indent=1).replace("\n", "\n "))
+        sep = ",\n"
+    file.write("[]\n" if sep == "[\n" else "\n]\n")
+
+
+def write_csv(records, file=None) -> None:
+    """CSV of every record, streamed: `records()` is called twice (the header is the union of the
+    flattened keys, in order of first appearance), so nothing is held but the header."""
+    file = file or sys.stdout
+    fields = {}
+    for r in records():
+        fields.update(dict.fromkeys(flat_record(r)))
+    w = csv.DictWriter(file, fieldnames=list(fields), restval="0", lineterminator="\n")
+    w.writeheader()
+    for r in records():
+        w.writerow({k: ("" if v is None else v) for k, v in flat_record(r).items()})
+
+
+def _emit(args, plan, records, *, table_rows, title):
+    """Write the records (`records()` gives a fresh iterator) in args.format; tables hold only text."""
     if args.format == "json":
-        json.dump(recs, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        write_json(records())
     elif args.format == "csv":
-        render_csv(recs)
-    elif args.format == "markdown":
-        render_markdown(header, rows)
+        write_csv(records)
     else:
+        recs = list(records())  # a table holds its rows (bounded by MAX_ROWS)
+        header, rows = table_rows(recs)
+        if args.format == "markdown":
+            render_markdown(header, rows)
+            return
         groups = None
         if "matmul" in header:  # the report: traffic | FLOPs | roofline, packed to the terminal
             names = [("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM"), ("matmul", "exp", "other"),
@@ -559,20 +703,43 @@ def _emit(args, header, rows, recs, title):
                 names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "smem"),
                          ("matmul", "exp", "other", "FLOP/B req", "FLOP/B min"), ("bound", "TFLOP/s")]
             groups = [[header.index(h) for h in g if h in header] for g in names]
-        render_table(header, rows, title=title, caption=_caption(args, recs, get_gpu(args.gpu)),
-                     groups=groups)
+        render_table(header, rows, title=title,
+                     caption=_caption(args, plan.srams, plan.dims, plan.gpu, recs),
+                     groups=groups, keep=2 if groups else 4)
 
 
-def _progress_bar(total_hint: int):
-    """A rich progress bar on stderr when it is a terminal and the job is long; else None."""
-    if not sys.stderr.isatty() or total_hint < 50:
-        return None, None
-    from rich.console import Console
-    from rich.progress import Progress
+class _Progress:
+    """A rich progress bar on stderr when it is a terminal and the job is long; else nothing."""
 
-    bar = Progress(console=Console(file=sys.stderr), transient=True)
-    task = bar.add_task("sweeping SRAM sizes", total=total_hint)
-    return bar, (lambda done, total: bar.update(task, completed=done, total=total))
+    MIN_ROWS = 2_000  # about a second of rows
+
+    def __init__(self, total: int, what: str):
+        self.bar = None
+        if total >= self.MIN_ROWS and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(file=sys.stderr), transient=True, redirect_stdout=False,
+                                redirect_stderr=False)  # the output stays on stdout
+            self.task = self.bar.add_task(what, total=total)
+
+    def __enter__(self):
+        if self.bar:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.__exit__(*exc)
+
+    def wrap(self, plan):
+        """plan's records, advancing the bar (restarted on each pass)."""
+        if self.bar:
+            self.bar.reset(self.task)
+        for rec in plan:
+            if self.bar:
+                self.bar.advance(self.task)
+            yield rec
 
 
 def _plot(fn, recs, path):
@@ -582,47 +749,51 @@ def _plot(fn, recs, path):
         raise CliError(f"cannot write the plot {path!r}: {e.strerror or e}") from None
 
 
+def _run(args, *, sweep: bool, table_rows, title) -> int:
+    plan = _Plan(args, sweep)
+    with _Progress(plan.total, "sweeping SRAM sizes" if sweep else "counting") as progress:
+        if args.plot is not None:  # the plot needs every record (bounded by MAX_ROWS); before the
+            from analysis import plots  # output, so a closed pipe (| head) still gets its plot
+
+            recs = list(progress.wrap(plan))
+            _plot(plots.plot_sweep if sweep else plots.plot_report, recs, args.plot)
+            records = lambda: iter(recs)  # noqa: E731
+        else:
+            records = lambda: progress.wrap(plan)  # noqa: E731
+        _emit(args, plan, records, table_rows=table_rows, title=title)
+    return 0
+
+
 def cmd_report(args) -> int:
     if args.pass_name != "forward":  # the backward's counts and columns (analysis.backward_report)
         from analysis import backward_report
 
-        args.batch, args.heads = args.batch or 1, args.heads or 1  # the report's B = H = 1 default
+        _Plan(args, False)  # the forward's checks and limits, before anything is counted
         return backward_report.cmd_report(args)
-    recs = build_records(args)
-    if args.plot:  # before the output, so a closed pipe (| head) still gets its plot
-        from analysis import plots
+    one_d = len(_flatten(args.head_dim) or [64]) == 1  # one d: say it in the caption, not every row
 
-        _plot(plots.plot_report, recs, args.plot)
-    header, rows = list(REPORT_COLUMNS), [_report_row(r) for r in recs]
-    if any("why" not in r.get("gpu_model", {"why": 1}) for r in recs):  # --blocks kernel (issue 11)
-        header, rows = list(KERNEL_REPORT_COLUMNS), [_kernel_report_row(r) for r in recs]
-    if len({r["head_dim"] for r in recs}) == 1:  # one d: say it in the caption, not in every row
-        i = header.index("d")
-        header.pop(i)
-        for row in rows:
-            row.pop(i)
-    _emit(args, header, rows, recs, "fa-traffic report: HBM traffic, FLOPs, SRAM, roofline (whole problem)"
-          if "kernel" not in header else "fa-traffic report: the papers' count, L2 and DRAM, FLOPs, the GPU "
-          "model's bound (whole problem)")
-    return 0
+    def table_rows(recs):
+        header, rows = list(REPORT_COLUMNS), [_report_row(r) for r in recs]
+        if any("why" not in r.get("gpu_model", {"why": 1}) for r in recs):  # --blocks kernel (issue 11)
+            header, rows = list(KERNEL_REPORT_COLUMNS), [_kernel_report_row(r) for r in recs]
+        if one_d:
+            i = header.index("d")
+            header.pop(i)
+            for row in rows:
+                row.pop(i)
+        return header, rows
+
+    kernel = getattr(args, "blocks", "fa1-rule") == "kernel" and not (args.block_q or args.block_k)
+    return _run(args, sweep=False, table_rows=table_rows,
+                title="fa-traffic report: the papers' count, L2 and DRAM, FLOPs, the GPU model's bound "
+                      "(whole problem)" if kernel else
+                      "fa-traffic report: HBM traffic, FLOPs, SRAM, roofline (whole problem)")
 
 
 def cmd_sweep(args) -> int:
-    n_jobs = len(sweep_sizes(args.sram_min, args.sram_max, args.points)) * len(_configs(args, True)) \
-        * len(_problems(args, (4096,)))
-    bar, update = _progress_bar(n_jobs)
-    if bar:
-        with bar:
-            recs = build_records(args, sweep=True, progress=update)
-    else:
-        recs = build_records(args, sweep=True)
-    if args.plot:
-        from analysis import plots
-
-        _plot(plots.plot_sweep, recs, args.plot)
-    header, rows = _sweep_table(recs)
-    _emit(args, header, rows, recs, "fa-traffic sweep-sram: HBM traffic against SRAM size (FA1 Theorem 2)")
-    return 0
+    labels = _Plan(args, True).sweep_labels()
+    return _run(args, sweep=True, table_rows=lambda recs: _sweep_table(recs, labels),
+                title="fa-traffic sweep-sram: HBM traffic against SRAM size (FA1 Theorem 2)")
 
 
 def cmd_gpus(args) -> int:
@@ -642,6 +813,23 @@ def cmd_gpus(args) -> int:
     return 0
 
 
+def _one_line(text) -> str:
+    """An error message as one printable line (arguments may hold newlines or control characters)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def _quiet_stdout() -> None:
+    """After an output error: point fd 1 at /dev/null so the interpreter's final flush cannot raise
+    again (only for the process's real stdout, not one a caller swapped in)."""
+    try:
+        if sys.stdout is sys.__stdout__ and sys.stdout is not None:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
@@ -650,23 +838,33 @@ def main(argv=None) -> int:
             argv = ["report"]
         args = parser.parse_args(argv)
         if args.command is None:
-            raise CliError("choose a command: report, sweep-sram, gpus")
+            raise CliError("choose a command: report, sweep-sram, predict, validate, gpus")
         if args.command == "gpus":
-            return cmd_gpus(args)
-        if args.command in ("predict", "validate"):
+            rc = cmd_gpus(args)
+        elif args.command in ("predict", "validate"):
             from analysis import gpu_cli
 
-            if getattr(args, "plot", None) and not args.plot.lower().endswith(".png"):
+            if getattr(args, "plot", None) is not None and not args.plot.lower().endswith(".png"):
                 raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
-            return gpu_cli.run(args, CliError)
-        if args.plot and not args.plot.lower().endswith(".png"):
-            raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
-        return cmd_report(args) if args.command == "report" else cmd_sweep(args)
+            rc = gpu_cli.run(args, CliError)
+        else:
+            rc = cmd_report(args) if args.command == "report" else cmd_sweep(args)
+        sys.stdout.flush()  # an output error must surface here, not at interpreter exit
+        return rc
     except CliError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # e.g. piped into head
-        return 0
+    except BrokenPipeError:  # e.g. piped into head, which has all it wanted
+        _quiet_stdout()
+        print(f"{PROG}: error: output closed before the end (broken pipe)", file=sys.stderr)
+        return 1
+    except OSError as e:  # e.g. a full disk
+        _quiet_stdout()
+        print(f"{PROG}: error: cannot write the output: {_one_line(e.strerror or e)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

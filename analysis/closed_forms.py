@@ -2,8 +2,9 @@
 
 Each function below restates, count for count, what the PyTorch reference in `variants/` records
 through `analysis.memory.Memory` (tests/test_closed_forms.py holds the two exactly equal on drawn
-shapes). They are O(Tr) (naive, fa2, v_once) or O(Tc) (fa1) integer arithmetic with O(1) work per
-block, so N = 64k costs milliseconds where the instrumented meta-tensor run costs minutes.
+shapes). Each is a polynomial in `analysis.tiling.TileSums`, computed in time independent of N
+(`tiling.tile_sums`), so any size answers in microseconds where the instrumented meta-tensor run
+costs minutes at N = 64k.
 
 Notation, per (batch, head); every count is then multiplied by B·H. Row block i has r_i rows
 (the tail block is shorter); it visits n_i K/V blocks, always a prefix (causal masks hide a suffix),
@@ -39,8 +40,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from analysis import registry
-from analysis.headline import paper_flops
+from analysis import checks, registry
+from analysis.headline import attention_flops, paper_flops
 from analysis.tiling import TileSums, Tiling, cdiv, tile_sums
 
 FLOP_KINDS = ("matmul", "exp", "other")
@@ -115,7 +116,13 @@ class Traffic:
 
     @property
     def paper_flops(self) -> float:
+        """The papers' convention (analysis.headline); not the work when causal with Nq != Nk."""
         return paper_flops(self.batch, self.heads, self.n_q, self.n_k, self.d, self.causal)
+
+    @property
+    def attention_flops(self) -> int:
+        """4·d per visible (query, key) pair, B·H: the work TFLOP/s figures divide by."""
+        return attention_flops(self.batch, self.heads, self.n_q, self.n_k, self.d, self.causal)
 
     @property
     def options(self) -> dict:
@@ -186,7 +193,7 @@ def unregister(name: str) -> ClosedForm:
 
 
 def _entry(variant: str) -> ClosedForm:
-    if variant not in CLOSED_FORMS:
+    if not isinstance(variant, str) or variant not in CLOSED_FORMS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(CLOSED_FORMS)}")
     return CLOSED_FORMS[variant]
 
@@ -324,15 +331,17 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
     are v_once's options; a registered variant's own options come as keywords.
     """
     entry = _entry(variant)
-    for name, value in (("batch", batch), ("heads", heads), ("n_q", n_q), ("n_k", n_k), ("d", d),
-                        ("block_q", block_q), ("block_k", block_k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    # the references' and kernels' rules and messages (analysis.checks)
+    pr = checks.check_problem(batch, heads, n_q, n_k, d, causal=causal, block_q=block_q,
+                              block_k=block_k, scores_in_hbm=variant == "naive")
+    batch, heads, n_q, n_k, d = (pr[x] for x in ("batch", "heads", "n_q", "n_k", "d"))
+    causal, block_q, block_k = pr["causal"], pr["block_q"], pr["block_k"]
+    sram_bytes = checks.sram_capacity("sram_bytes", sram_bytes)
     dtype = dtype_name(dtype)
     itemsize = DTYPES[dtype]
     opts = _options(entry, dict(options, placement=placement, rescale=rescale))
-    t = Tiling(n_q, n_k, block_q, block_k, bool(causal))
-    sram, resolved = _working_set(entry, n_q, n_k, d, block_q, block_k, itemsize, bool(causal),
+    t = Tiling(n_q, n_k, block_q, block_k, causal)
+    sram, resolved = _working_set(entry, n_q, n_k, d, block_q, block_k, itemsize, causal,
                                   sram_bytes, opts)
     s = tile_sums(t)
     reads, writes, flops = entry.terms(s, t, d, **resolved)
@@ -363,6 +372,7 @@ def fa1_blocks(sram_bytes: int, d: int) -> tuple[int, int]:
     tile (Br·Bc) and accumulators in float32, so M in input-dtype elements (bytes / 2 for fp16)
     would double Bc and overflow the chip (e.g. fa2 at H200, d=64, fp16 needs 251 KiB of 227 KiB).
     """
+    sram_bytes, d = checks.positive_int("sram_bytes", sram_bytes), checks.positive_int("d", d)
     m = sram_bytes // F32
     bc = max(1, cdiv(m, 4 * d))
     return min(bc, d), bc

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from analysis import closed_forms as cf
 from analysis.gpus import get_gpu
-from analysis.headline import paper_flops
+from analysis.headline import attention_flops
 from analysis.levels import counts, grid_ctas, levels
 from analysis.tiling import Tiling, cdiv
 
@@ -101,7 +101,7 @@ class Work:
     tiles: int  # visited tiles, whole problem
     cta_tiles: list  # tiles per CTA, one head's pattern (grid q_blocks/persistent) or [all] (heads)
     repeats: int  # how many times the pattern repeats (B·H)
-    paper_flops: float
+    paper_flops: float  # the work TFLOP/s divides by: analysis.headline.attention_flops (visible pairs)
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
     else:
         pattern, repeats = per_block, batch * heads
     return Work(desc, batch, heads, n_q, n_k, d, dtype, bool(causal), tr, lv, sum(per_block) * batch * heads,
-                pattern, repeats, paper_flops(batch, heads, n_q, n_k, d, causal))
+                pattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal))  # 4·d per visible pair
 
 
 def round_trips(desc, n: int) -> float:

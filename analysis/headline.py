@@ -1,13 +1,43 @@
 """Headline figures that benchmarks and reports quote beside the exact counts.
 
-paper_flops: the papers' 4·Nq·Nk·d per (batch, head) (two products of 2·Nq·Nk·d), halved when causal,
-as FlashAttention's benchmarks report TFLOP/s. min_hbm_bytes: each input read once and each output
-written once: (Nq·d + 2·Nk·d + Nq·d)·itemsize + 4·Nq bytes of lse, per (batch, head).
+visible_pairs: the (query, key) pairs the mask lets through, per (batch, head): Nq·Nk, or with the
+bottom-right causal mask (query i sees key j iff j <= i + Nk - Nq) Σ_i clamp(i + Nk - Nq + 1, 0, Nk).
+attention_flops: 4·d per visible pair (two products, QKᵀ and PV, of 2·d FLOPs per pair), times B·H:
+the work every TFLOP/s in this project divides by. It never exceeds the matmul FLOPs any variant
+executes (those are whole visited tiles), so a rate built on it cannot beat the matmul roof.
+
+paper_flops: the papers' convention, 4·Nq·Nk·d per (batch, head), halved when causal, as
+FlashAttention's benchmarks report TFLOP/s. It equals attention_flops without a mask; with one it is
+only an approximation (N²/2 for N(N+1)/2 pairs at Nq = Nk) and is wrong when Nq != Nk (Nq = 16k,
+Nk = 1k: 8M pairs claimed, 1M visible). Kept for comparison with published figures, labelled as such.
+
+min_hbm_bytes: each input read once and each output written once: (Nq·d + 2·Nk·d + Nq·d)·itemsize +
+4·Nq bytes of lse, per (batch, head).
 """
 from __future__ import annotations
 
 
+def visible_pairs(n_q: int, n_k: int, causal: bool = False) -> int:
+    """(query, key) pairs attention computes with, per (batch, head), exactly (O(1))."""
+    if not causal:
+        return n_q * n_k
+    off = n_k - n_q
+    # row i sees min(Nk, max(0, i + off + 1)) keys: 0 up to row -off - 1, then 1, 2, ... up to Nk
+    first = max(0, -off)  # first row that sees a key
+    if first >= n_q:
+        return 0
+    # rows first..n_q-1 see i + off + 1 keys, never above Nk (the last row sees exactly Nk)
+    lo, hi = first + off + 1, n_q - 1 + off + 1  # keys seen by the first and last such row
+    return (lo + hi) * (hi - lo + 1) // 2
+
+
+def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool = False) -> int:
+    """4·d FLOPs per visible (query, key) pair (QKᵀ: FA2 Alg. 1 line 8; PV: FA2 Alg. 1 line 10), times B·H."""
+    return 4 * d * batch * heads * visible_pairs(n_q, n_k, causal)
+
+
 def paper_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool = False) -> float:
+    """The papers' convention 4·Nq·Nk·d·B·H (/2 causal); see the module docstring for where it is exact."""
     flops = 4.0 * batch * heads * n_q * n_k * d
     return flops / 2 if causal else flops
 

@@ -20,13 +20,26 @@ FLOP conventions (the closed forms in `analysis` restate them):
 
 `Memory(counting=False)` (what `mem=None` resolves to) does the same arithmetic and counts nothing.
 Everything works on `device="meta"` tensors, so large problems can be counted without computing.
+
+One Memory counts one run: a reference refuses a Memory that already holds counts (two runs would
+add up without a word) unless it was made with `accumulate=True` (e.g. forward + backward of one
+training step) or `reset()` since. Counts never go negative (a negative tally raises).
+
+Progress: a run that lasts longer than `progress_after_s` (default 5 s; meta-tensor counting at
+N = 64k takes minutes) prints a status line to stderr every 10 s: elapsed time, matmul FLOPs and
+HBM bytes counted so far. `progress=False` silences it; a callable gets (elapsed seconds, Counts)
+about once a second instead.
 """
 from __future__ import annotations
 
+import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+
+from analysis import checks
 
 FLOP_KINDS = ("matmul", "exp", "other")
 
@@ -42,15 +55,24 @@ class SramOverflow(ValueError):
         )
 
 
+class Tally(Counter):
+    """A Counter that refuses negative counts (elements, bytes and FLOPs are never negative)."""
+
+    def __setitem__(self, key, value):
+        if value < 0:
+            raise ValueError(f"count of {key!r} would become {value}: counts cannot be negative")
+        super().__setitem__(key, value)
+
+
 @dataclass
 class Counts:
     """What one run moved and computed, for the whole (B, H) problem."""
 
-    reads: Counter = field(default_factory=Counter)  # tensor name -> elements read from HBM
-    writes: Counter = field(default_factory=Counter)  # tensor name -> elements written to HBM
-    read_bytes: Counter = field(default_factory=Counter)
-    write_bytes: Counter = field(default_factory=Counter)
-    flops: Counter = field(default_factory=Counter)  # kind -> FLOPs
+    reads: Counter = field(default_factory=Tally)  # tensor name -> elements read from HBM
+    writes: Counter = field(default_factory=Tally)  # tensor name -> elements written to HBM
+    read_bytes: Counter = field(default_factory=Tally)
+    write_bytes: Counter = field(default_factory=Tally)
+    flops: Counter = field(default_factory=Tally)  # kind -> FLOPs
     sram_peak_bytes: int = 0
 
     @property
@@ -83,15 +105,52 @@ class Memory:
 
     sram_bytes: on-chip capacity a working set is checked against (None: unlimited).
     counting:   False makes every method a thin pass-through (what `mem=None` means).
+    accumulate: True lets several runs add into one set of counts (default: one run, then reset()).
+    progress:   None: a status line on stderr once a run passes `progress_after_s`; False: silent;
+                a callable: called as progress(elapsed_s, counts) about once a second instead.
     """
 
-    def __init__(self, sram_bytes: int | None = None, *, counting: bool = True):
-        if sram_bytes is not None and (isinstance(sram_bytes, bool) or int(sram_bytes) != sram_bytes
-                                       or sram_bytes <= 0):
-            raise ValueError(f"sram_bytes must be a positive integer or None, got {sram_bytes!r}")
-        self.sram_bytes = None if sram_bytes is None else int(sram_bytes)
-        self.counting = counting
+    def __init__(self, sram_bytes: int | None = None, *, counting: bool = True, accumulate: bool = False,
+                 progress=None, progress_after_s: float = 5.0):
+        self.sram_bytes = checks.sram_capacity("sram_bytes", sram_bytes)
+        self.counting = checks.flag("counting", counting)
+        self.accumulate = checks.flag("accumulate", accumulate)
+        if progress is not None and progress is not False and not callable(progress):
+            raise TypeError(f"progress must be None, False or a callable, got {progress!r}")
+        self.progress, self.progress_after_s = progress, float(progress_after_s)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the counts: the Memory can count a new run."""
         self.counts = Counts()
+        self.runs = 0
+        self._t0 = self._last = None
+        self._shown = False
+
+    def begin_run(self) -> None:
+        """Called by every reference at its start (through `resolve`): one run per Memory."""
+        if self.counting and self.runs and not self.accumulate:
+            raise RuntimeError("this Memory already holds the counts of a run; call mem.reset() or "
+                               "pass a new Memory() (or Memory(accumulate=True) to add runs up)")
+        self.runs += 1
+        self._t0 = self._last = time.monotonic()
+        self._shown = False
+
+    def _tick(self) -> None:
+        """Progress after progress_after_s, at most once a second (cheap: one clock read)."""
+        if self.progress is False or self._t0 is None:
+            return
+        now = time.monotonic()
+        interval = 1.0 if callable(self.progress) else 10.0
+        if now - self._t0 < self.progress_after_s or (self._shown and now - self._last < interval):
+            return
+        self._last, self._shown = now, True
+        if callable(self.progress):
+            self.progress(now - self._t0, self.counts)
+            return
+        c = self.counts
+        print(f"[memory model] {now - self._t0:,.0f} s: {c.flops['matmul']:.3e} matmul FLOPs, "
+              f"{c.hbm_bytes:.3e} HBM bytes counted so far", file=sys.stderr, flush=True)
 
     # -- HBM traffic ------------------------------------------------------------------------
     def load(self, name: str, view: torch.Tensor) -> torch.Tensor:
@@ -117,6 +176,7 @@ class Memory:
         out = a @ b
         if self.counting:
             self.counts.flops["matmul"] += 2 * out.numel() * a.shape[-1]
+            self._tick()
         return out
 
     def exp(self, x: torch.Tensor) -> torch.Tensor:
@@ -148,6 +208,8 @@ class Memory:
     # -- SRAM -------------------------------------------------------------------------------
     def require_sram(self, what: str, nbytes: int) -> None:
         """Declare an on-chip working set; over capacity is an error with both numbers."""
+        if nbytes < 0:
+            raise ValueError(f"{what}: a working set cannot be negative, got {nbytes} bytes")
         if self.counting:
             self.counts.sram_peak_bytes = max(self.counts.sram_peak_bytes, int(nbytes))
         if self.sram_bytes is not None and nbytes > self.sram_bytes:
@@ -158,9 +220,10 @@ class Memory:
 
 
 def resolve(mem: Memory | None) -> Memory:
-    """`mem=None` means: compute, count nothing."""
+    """`mem=None` means: compute, count nothing. Starts the run (a used Memory is refused)."""
     if mem is None:
         return Memory(counting=False)
     if not isinstance(mem, Memory):
         raise TypeError(f"mem must be an analysis.memory.Memory or None, got {type(mem).__name__}")
+    mem.begin_run()
     return mem

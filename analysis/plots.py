@@ -178,7 +178,7 @@ def plot_report(recs, path) -> None:
     ax1.set_ylabel("HBM traffic, read + write (bytes)" if not model else "global-memory requests (papers' count)")
     ax1.set_title(("the papers' count at each kernel's blocks" if model else "HBM traffic")
                   + " (hollow marker: working set over the SRAM)", fontsize=10)
-    ax2.set_ylabel("predicted TFLOP/s (4·Nq·Nk·d / " + ("GPU-model time)" if model else "roofline time)"))
+    ax2.set_ylabel("predicted TFLOP/s (4·d·visible pairs / " + ("GPU-model time)" if model else "roofline time)"))
     ax2.set_yscale("log")
     ax2.set_title(f"GPU model of each variant's kernel on the {r0['gpu'].upper()}" if model else
                   f"roofline prediction on {r0['gpu'].upper()} (datasheet)", fontsize=10)

@@ -12,8 +12,9 @@
     t            = max(t_memory, t_matmul, t_nonmatmul): perfect overlap of the three; `bound` names
                    the ceiling that wins. Real kernels sit above this (no overlap is perfect).
     intensity    = all counted FLOPs / HBM bytes (matmul_intensity: matmul FLOPs only)
-    predicted_tflops = the papers' headline FLOPs (4·Nq·Nk·d, halved causal) / t, as FA benchmarks
-                   report TFLOP/s.
+    predicted_tflops = the attention work (4·d per visible (query, key) pair: analysis.headline.
+                   attention_flops) / t. It can never exceed the matmul roof (the executed matmul
+                   FLOPs cover every visible pair); the papers' 4·Nq·Nk·d/2 could (causal, Nq > Nk).
 
 basis="spec" uses datasheet figures; basis="measured" uses this workplace's measurements where the
 GPU has them (H200: copy bandwidth, bf16 matmul rate), datasheet figures otherwise.
@@ -79,6 +80,6 @@ def roofline(traffic, gpu: GPU, basis: str = "spec") -> Roofline:
         intensity_flop_per_byte=total / hbm if hbm else float("inf"),
         matmul_intensity_flop_per_byte=flops.get("matmul", 0) / hbm if hbm else float("inf"),
         ridge_flop_per_byte=mm_rate / bw,
-        predicted_tflops=traffic.paper_flops / t / 1e12 if t else float("inf"),
+        predicted_tflops=traffic.attention_flops / t / 1e12 if t else float("inf"),
         hbm_bandwidth=bw, matmul_rate=mm_rate, exp_rate=exp_rate, other_rate=other_rate,
     )

@@ -103,8 +103,8 @@ class TileSums:
     k_blocks: int  # K/V blocks that at least one Q block visits
 
 
-def tile_sums(t: Tiling) -> TileSums:
-    """TileSums of `t` (one pass over the Q blocks)."""
+def _tile_sums_loop(t: Tiling) -> TileSums:
+    """TileSums of `t` by one pass over the Q blocks: O(Tr), the test oracle of `tile_sums`."""
     bc, n_k = t.block_k, t.n_k
     c_first = min(bc, n_k)
     tiles = r_ = c = rc = later = tri = rc0 = n_max = 0
@@ -122,3 +122,74 @@ def tile_sums(t: Tiling) -> TileSums:
         rc0 += r * (c_first if n else 0)
         n_max = max(n_max, n)
     return TileSums(tiles, r_, c, rc, later, tri, rc0, n_max)
+
+
+def floor_sums(a: int, b: int, c: int, n: int) -> tuple[int, int, int]:
+    """(Σ f, Σ x·f, Σ f²) over x = 0..n of f = ⌊(a·x + b)/c⌋, for a, b >= 0, c > 0, n >= 0.
+
+    The "Euclid-like" recursion (a, c) -> (c mod a, a): O(log(max(a, c))) steps, exact integers.
+    """
+    if n < 0:
+        return 0, 0, 0
+    s1 = n * (n + 1) // 2  # Σ x
+    s2 = n * (n + 1) * (2 * n + 1) // 6  # Σ x²
+    if a == 0:
+        q = b // c
+        return (n + 1) * q, q * s1, (n + 1) * q * q
+    if a >= c or b >= c:
+        qa, qb = a // c, b // c
+        f, g, h = floor_sums(a % c, b % c, c, n)
+        return (f + qa * s1 + qb * (n + 1),
+                g + qa * s2 + qb * s1,
+                h + 2 * qb * f + 2 * qa * g + qa * qa * s2 + qb * qb * (n + 1) + 2 * qa * qb * s1)
+    m = (a * n + b) // c  # the largest f; every f is in 0..m
+    if m == 0:
+        return 0, 0, 0
+    f2, g2, h2 = floor_sums(c, c - b - 1, a, m - 1)
+    f = n * m - f2
+    g = (m * n * (n + 1) - h2 - f2) // 2
+    h = n * m * (m + 1) - 2 * g2 - 2 * f2 - f
+    return f, g, h
+
+
+def tile_sums(t: Tiling) -> TileSums:
+    """TileSums of `t` in time independent of Nq, Nk (O(log) integer steps; `_tile_sums_loop` is
+    the per-block definition it is held equal to).
+
+    Non-causal, every Q block visits all Tc blocks. Causal (bottom-right), the last Q block always
+    sees every key (its last row is Nq - 1 and Nq - 1 + Nk - Nq = Nk - 1), so it is added on its own;
+    each earlier (full, Br-row) block i sees x_i = (i + 1)·Br + Nk - Nq columns and visits
+    n_i = ⌈x_i / Bc⌉ blocks, 0 while x_i <= 0 (blocks whose rows all see no key). Over the full blocks
+    with x_i > 0, n_i = ⌊(Br·j + b) / Bc⌋ for j = 0, 1, ...: Σ n_i and Σ n_i² come from
+    `floor_sums`; W_i = n_i·Bc except the blocks that reach K's tail block (n_i = Tc), clipped to Nk.
+    """
+    br, bc, n_q, n_k = t.block_q, t.block_k, t.n_q, t.n_k
+    t_r, t_c = t.t_r, t.t_c
+    c_first = min(bc, n_k)
+    if not t.causal:
+        return TileSums(tiles=t_r * t_c, r=t_c * n_q, c=t_r * n_k, rc=n_q * n_k,
+                        r_later=n_q * (t_c - 1), r_tri=n_q * t_c * (t_c - 1) // 2,
+                        r_c0=n_q * c_first, k_blocks=t_c)
+    off = t.offset
+    # the last Q block: r_last rows, all Tc blocks, W = Nk
+    r_last = n_q - (t_r - 1) * br
+    tiles, r_, c, rc = t_c, t_c * r_last, n_k, r_last * n_k
+    later, tri, rc0 = r_last * (t_c - 1), r_last * t_c * (t_c - 1) // 2, r_last * c_first
+    # full blocks i in [i_min, Tr - 1) see x_i > 0 columns; earlier ones see none (n_i = 0)
+    i_min = max(0, (-off) // br) if off < 0 else 0
+    count = t_r - 1 - i_min
+    if count > 0:
+        b = (i_min + 1) * br + off + bc - 1  # n_i = ⌊(x_i + Bc - 1)/Bc⌋, x_i = (i + 1)·Br + Nk - Nq
+        sum_n, _, sum_n2 = floor_sums(br, b, bc, count - 1)
+        # blocks with n_i = Tc (x_i > (Tc - 1)·Bc) get W = Nk rather than Tc·Bc
+        i_clip = max(i_min, ((t_c - 1) * bc - off) // br)
+        clipped = max(0, t_r - 1 - i_clip)
+        sum_w = bc * sum_n - (t_c * bc - n_k) * clipped
+        tiles += sum_n
+        r_ += br * sum_n
+        c += sum_w
+        rc += br * sum_w
+        later += br * (sum_n - count)  # every one of these blocks has n_i >= 1
+        tri += br * (sum_n2 - sum_n) // 2
+        rc0 += br * c_first * count
+    return TileSums(tiles, r_, c, rc, later, tri, rc0, t_c)

@@ -32,7 +32,7 @@ which ran, and launch_overhead.py measures the host work on its own. Calls over 
 few times with events only (do_bench would first run them five times to size its loop).
 
 FLOPs: flops() is the one formula every TFLOP/s here divides by (analysis.headline.attention_flops,
-4·d per visible (query, key) pair, where present, else the papers' paper_flops).
+4·d per visible (query, key) pair).
 
 Run id: run_info() gives {"run_id": "<UTC time>-<git describe>-<GPU>", ...}, computed once per
 process; every script puts it in every record it writes, so notebooks and docs cannot mix runs.
@@ -165,19 +165,13 @@ def sdpa(backend: str, q, k, v, causal: bool):
 
 def flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool) -> float:
     """The FLOPs every TFLOP/s divides by (one formula; see the module docstring)."""
-    try:
-        from analysis.headline import attention_flops as f
-    except ImportError:
-        from analysis.headline import paper_flops as f
-    return float(f(batch, heads, n_q, n_k, d, causal))
+    from analysis.headline import attention_flops
+
+    return float(attention_flops(batch, heads, n_q, n_k, d, causal))
 
 
 def flops_formula() -> str:
-    try:
-        from analysis.headline import attention_flops  # noqa: F401
-        return "attention_flops = 4*d*B*H*visible (query, key) pairs"
-    except ImportError:
-        return "paper_flops = 4*B*H*Nq*Nk*d (/2 causal)"
+    return "attention_flops = 4*d*B*H*visible (query, key) pairs"
 
 
 _RUN: dict = {}

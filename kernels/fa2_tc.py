@@ -12,7 +12,6 @@ Block shapes are tuned per head dim (CONFIGS; the measurements behind them are i
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_tc.cu"
@@ -162,7 +161,9 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     _check(q, k, v)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    from analysis import checks
+
+    scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
     defs = defines_for(d, q.dtype == torch.bfloat16, config)
     o, lse = _outputs(q, out)
     grid = (-(-n_q // defs["BLOCK_M"]), b * h, 1)

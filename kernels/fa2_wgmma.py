@@ -19,7 +19,6 @@ Head dims 64, 96, 128, 256 (96 and 256: TMA builds only).
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from kernels import fa2_tc
@@ -206,7 +205,9 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
             raise RuntimeError(f"fa2_wgmma needs a compute capability 9.x GPU (wgmma, sm_90a); {q.device} is "
                                f"{major}.x -- use kernels.fa2_tc there")
         _HOPPER.add(dev)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    from analysis import checks
+
+    scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
     defs, src, kernel, block, smem, bm, bn, tma = _plan(d, q.dtype == torch.bfloat16, config)
     if out is None:  # not empty_like: o is contiguous whatever q's strides
         o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)

@@ -461,36 +461,11 @@ def max_dynamic_smem(device=None) -> int:
 # ----------------------------------------------------------------------------- input checks
 
 def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims=None) -> None:
-    """Reject what a kernel cannot take, naming the problem; shapes are checked again by the
-    references' check_inputs (block sizes, scale), which the launchers also call."""
-    import torch
+    """Reject what a kernel cannot take, naming the problem: analysis.checks (the references' and
+    closed forms' rules and messages) plus what only a kernel needs (CUDA, head dims, contiguity)."""
+    from analysis.checks import check_tensors
 
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_cuda:
-            raise ValueError(f"{name} is on {t.device}; CUDA kernels need CUDA tensors "
-                             "(use variants.VARIANTS for CPU references)")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have rank 4 (B, H, N, d), got shape {tuple(t.shape)}")
-        if t.dtype not in supported_dtypes:
-            names = ", ".join(str(d).replace("torch.", "") for d in supported_dtypes)
-            raise TypeError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; this kernel "
-                            f"supports {names}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    (b, h, _, d), (bk, hk, n_k, dk), (bv, hv, n_v, dv) = q.shape, k.shape, v.shape
-    if (b, h) != (bk, hk) or (b, h) != (bv, hv):
-        raise ValueError(f"batch/heads mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, "
-                         f"v {tuple(v.shape)}")
-    if not d == dk == dv:
-        raise ValueError(f"head dim d mismatch: q has {d}, k has {dk}, v has {dv}")
-    if n_k != n_v:
-        raise ValueError(f"k and v must have the same sequence length, got {n_k} and {n_v}")
-    if min(q.shape) < 1 or min(k.shape) < 1:
-        raise ValueError(f"every dimension must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    *_, d = check_tensors(q, k, v, dtypes=supported_dtypes, cuda=True)
     if max_head_dim is not None and d > max_head_dim:
         raise ValueError(f"head dim d={d} is over this kernel's maximum {max_head_dim}")
     if head_dims is not None and d not in head_dims:

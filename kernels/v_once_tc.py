@@ -14,7 +14,6 @@ rescaled once, inside the final product).
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "v_once_tc.cu"
@@ -114,7 +113,9 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     fa2_tc._check(q, k, v)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    from analysis import checks
+
+    scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
     p = plan(n_q, n_k, d, causal=causal, placement=placement, rescale=rescale,
              smem_limit=_smem_limit(q.device.index), config=config)
     defs = defines_for(d, q.dtype == torch.bfloat16, p["placement"], rescale, config)

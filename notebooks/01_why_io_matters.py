@@ -296,6 +296,48 @@ out = subprocess.run([sys.executable, "-m", "analysis", "report", "--variant", "
                      cwd=ROOT, capture_output=True, text=True)
 display(Markdown(out.stdout) if out.returncode == 0 else Markdown(f"`fa-traffic` failed: {out.stderr}"))
 
+# %% [markdown]
+# ## 5 · S in HBM, in the input dtype
+#
+# Writing $S$ to HBM has a second cost besides the bytes: it is stored in the **input dtype**. In fp16
+# a score beyond ±65504 becomes ±inf there, and the softmax turns it into NaN; a row whose scores all
+# lie below −65504 reads as a row that sees no key ($o = 0$, lse $= -\infty$). FlashAttention keeps
+# $S$ on chip in float32, where the same scores are ordinary numbers. `variants.naive` keeps the
+# overflow (it is what unfused attention does) and reports it with a `ScoreRangeWarning`:
+
+# %%
+import warnings
+
+from variants.naive import ScoreRangeWarning
+
+torch.manual_seed(0)
+q, k, v = (torch.randn(1, 1, 8, 4) for _ in range(3))
+q[..., 0, :] = torch.tensor([400.0, 0, 0, 0])  # score (0, 0) = 400 · 400 / sqrt(4) = 8e4
+k[..., 0, :] = torch.tensor([400.0, 0, 0, 0])
+q, k, v = q.half(), k.half(), v.half()
+ref_o, ref_lse = attention_reference(q, k, v)
+rows = []
+for name in ("naive", "fa2"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        o, lse = VARIANTS[name].forward(q, k, v, block_q=4, block_k=4)
+    said = [str(w.message) for w in caught if issubclass(w.category, ScoreRangeWarning)]
+    rows.append([name, f"{lse[0, 0, 0].item():.6g}", str([round(x, 3) for x in o[0, 0, 0].tolist()]),
+                 f"{(o.double() - ref_o).abs().max().item():.3g}", said[0][:60] + "…" if said else "—"])
+rows.append(["float64 reference", f"{ref_lse[0, 0, 0].item():.6g}",
+             str([round(x, 3) for x in ref_o[0, 0, 0].tolist()]), "0", ""])
+show_table(["variant (fp16 inputs)", "lse row 0", "o row 0", "max |o - o_ref|", "warning"], rows)
+
+# %% [markdown]
+# bf16 has fp32's range, so it does not overflow, but it keeps 8 significant bits: at $|S| \approx 10^4$
+# a stored score is off by up to 32, and $e^{32}$ is not a rounding error. The warning fires from
+# $|S| \ge 2/\varepsilon$ (fp16: 2048, bf16: 256), where rounding $S$ errs by 1 or more.
+#
+# TFLOP/s of the committed records counts the papers' FLOPs ($4 B H N^2 d$, halved when causal: the
+# papers' convention, exact here only for the non-causal rows, since causal $N_q = N_k$ has
+# $N(N+1)/2$ visible pairs) over the median time; new runs divide `analysis.headline.attention_flops`
+# (4·d per visible pair) instead. Records use
+
 # %%
 # Checks for the exercises: call one with your answer; it says whether it is right.
 from analysis.gpus import get_gpu as _get_gpu

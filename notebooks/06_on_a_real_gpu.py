@@ -78,7 +78,10 @@ show_table(["tier", "file", "run", "kernels", "timed records"],
 # %% [markdown]
 # ## 2 · Timings
 #
-# TFLOP/s counts the papers' FLOPs ($4 B H N^2 d$, halved when causal) over the median time, with
+# TFLOP/s of the committed records counts the papers' FLOPs ($4 B H N^2 d$, halved when causal: the
+# papers' convention, exact here only for the non-causal rows, since causal $N_q = N_k$ has
+# $N(N+1)/2$ visible pairs) over the median time; new runs divide `analysis.headline.attention_flops`
+# (4·d per visible pair) instead. Records use
 # batch × $N$ = 16k tokens and hidden size 2048, fp16. Tuning-sweep candidates (kernels whose name
 # carries a `{config}`) are left out.
 

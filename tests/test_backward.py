@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, strategies as st
 
 from tests.backward_helpers import (GRAD_TOLERANCE, LARGE_SCORE_GRAD_TOLERANCE, grad_error,
-                                    reference_grads)
+                                    reference_grads, rounding_floor)
 from tests.strategies import make_inputs, problems
 from variants import VARIANTS, attention, v_once
 
@@ -40,11 +40,15 @@ def test_gradients_match_float64_autograd(name, pr, use_saved, opts, rescale):
     tol = GRAD_TOLERANCE[pr["dtype"]]
     if pr["large_scores"]:
         tol = max(tol, LARGE_SCORE_GRAD_TOLERANCE)
+    # plus twice what the variant's own roundings (O, or naive's P/dP/dS, in the input dtype) make
+    # unavoidable through dS = P ∘ (dP - D)'s cancellation: measured, not assumed
+    floor = rounding_floor(name, q, k, v, do, o, causal=pr["causal"], scale=pr["scale"], block_k=pr["block_k"])
     for what, g, r, x in zip(("dq", "dk", "dv"), grads, ref, (q, k, v)):
         assert g.dtype == x.dtype and g.shape == x.shape, what
         assert torch.isfinite(g).all(), f"{what} not finite {pr}"
         err = grad_error(g, r)
-        assert err <= tol, f"{name} {what} err {err:.3g} > {tol:g} {pr}"
+        bound = tol + 2 * floor[what]
+        assert err <= bound, f"{name} {what} err {err:.3g} > {bound:g} (floor {floor[what]:.3g}) {pr}"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from tests.strategies import assert_close_to_reference, make_inputs, problems
+from tests.strategies import assert_close_to_reference, make_inputs, naive_score_tolerance, problems
 from variants import VARIANTS, attention_reference
 
 CONFIGS = [(name, opts) for name, var in VARIANTS.items() for opts in var.configs()]
@@ -16,18 +16,24 @@ def _id(cfg):
     return VARIANTS[name].label(**opts)
 
 
+@pytest.mark.filterwarnings("error::variants.naive.ScoreRangeWarning")
 @pytest.mark.parametrize("config", CONFIGS, ids=[_id(c) for c in CONFIGS])
 @given(pr=problems())
 def test_matches_float64_reference(config, pr):
+    """naive in fp16/bf16 gets in-range scores only: scores ~1e4 overflow or are rounded coarsely in
+    its HBM S (a documented, warned behaviour: tests/test_naive_precision.py). A warning here fails.
+    In range, S's rounding still costs naive up to 4·max|S|·eps/2 (naive_score_tolerance)."""
     name, opts = config
+    if name == "naive" and pr["dtype"] != torch.float32:
+        pr = {**pr, "large_scores": False}
     q, k, v = make_inputs(pr)
     o, lse = VARIANTS[name].forward(q, k, v, causal=pr["causal"], scale=pr["scale"],
                                     block_q=pr["block_q"], block_k=pr["block_k"], **opts)
     ref_o, ref_lse = attention_reference(q, k, v, causal=pr["causal"], scale=pr["scale"])
-    loose = name == "naive" and pr["large_scores"] and pr["dtype"] != torch.float32
+    extra = naive_score_tolerance(q, k, causal=pr["causal"], scale=pr["scale"], dtype=pr["dtype"]) \
+        if name == "naive" else 0.0
     assert_close_to_reference(o, lse, ref_o, ref_lse, v, pr["dtype"], large_scores=pr["large_scores"],
-                              loose_half_scores=loose,
-                              what=f"{_id(config)} {pr}")
+                              extra_tol=extra, what=f"{_id(config)} {pr}")
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

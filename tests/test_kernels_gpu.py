@@ -158,7 +158,7 @@ def test_bad_inputs(name):
     fwd = KERNELS[name].forward
     with pytest.raises(ValueError, match="CUDA tensors"):
         fwd(*qkv(device="cpu"))
-    with pytest.raises(ValueError, match="batch/heads mismatch"):
+    with pytest.raises(ValueError, match="batch mismatch"):
         fwd(*qkv(q=(2, 2, 64, 32)))
     with pytest.raises(ValueError, match="head dim d mismatch"):
         fwd(*qkv(q=(1, 2, 64, 16)))

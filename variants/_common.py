@@ -1,11 +1,11 @@
 """Input checks and helpers shared by the four references (one signature everywhere)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
+from analysis import checks
 from analysis.tiling import Tiling
 
 # float64 is for torch.autograd.gradcheck: it computes in float64 (analysis.memory.Memory.load)
@@ -32,46 +32,14 @@ class Problem:
         return torch.empty((), dtype=self.dtype).element_size()
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def check_inputs(q, k, v, *, causal, scale, block_q, block_k) -> Problem:
-    """Raise a clear error naming the problem, or return the problem's shapes."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have rank 4 (B, H, N, d), got shape {tuple(t.shape)}")
-        if t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {t.dtype}; supported: float32, float16, bfloat16, float64")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    (b, h, n_q, d), (bk, hk, n_k, dk), (bv, hv, n_v, dv) = q.shape, k.shape, v.shape
-    if not (b == bk == bv):
-        raise ValueError(f"batch mismatch: q has {b}, k has {bk}, v has {bv}")
-    if not (h == hk == hv):
-        raise ValueError(f"heads mismatch: q has {h}, k has {hk}, v has {hv}")
-    if not (d == dk == dv):
-        raise ValueError(f"head dim d mismatch: q has {d}, k has {dk}, v has {dv}")
-    if n_k != n_v:
-        raise ValueError(f"k and v must have the same sequence length, got {n_k} and {n_v}")
-    if min(b, h, n_q, n_k, d) < 1:
-        raise ValueError(f"every dimension must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
-    _positive_int("block_q", block_q)
-    _positive_int("block_k", block_k)
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
-    return Problem(b, h, n_q, n_k, d, float(scale), q.dtype,
-                   Tiling(n_q, n_k, block_q, block_k, causal))
+    """Raise a clear error naming the problem, or return the problem's shapes (analysis.checks: the
+    same rules and messages as the closed forms and the CUDA launchers)."""
+    b, h, n_q, n_k, d = checks.check_tensors(q, k, v, dtypes=SUPPORTED_DTYPES)
+    pr = checks.check_problem(b, h, n_q, n_k, d, causal=causal, scale=scale, block_q=block_q,
+                              block_k=block_k)
+    return Problem(b, h, n_q, n_k, d, pr["scale"], q.dtype,
+                   Tiling(n_q, n_k, pr["block_q"], pr["block_k"], pr["causal"]))
 
 
 def causal_tile_mask(tiling: Tiling, i: int, j: int, device) -> torch.Tensor:

@@ -12,17 +12,57 @@ HBM traffic per (batch, head), non-causal, Tr = ⌈Nq/Br⌉, Tc = ⌈Nk/Bc⌉:
     pass 3 reads P: Nq·Nk, V: Tr·Nk·d; writes O: Nq·d
 so the traffic grows as Nq·Nk whatever the SRAM: FA1 Theorem 2's Θ(Nd + N²).
 
+Low precision (fp16, bf16): S and P live in HBM in the input dtype, as in any unfused attention, so
+scores beyond the dtype's range overflow to ±inf there (fp16: |S| > 65504; o and lse become NaN, or a
+row whose scores all lie below -65504 reads as seeing no key: o = 0, lse = -inf), and large scores are
+rounded coarsely (bf16 at |S| ~ 1e4: ulp 64, probabilities off by factors of e^32). FA1, FA2 and
+v_once keep S in float32 on chip and are right on the same inputs. This behaviour is kept (it is what
+unfused attention does) and reported: a ScoreRangeWarning names the score range whenever S overflows
+the input dtype or its rounding error (half an ulp) reaches 1, i.e. |S| >= 2/eps (fp16: 2048, bf16:
+256). It is a warning, not an error, so the NaN can be shown (notebook 01); escalate it with
+warnings.simplefilter("error", ScoreRangeWarning). Meta tensors (counting only) are not checked.
+
 Caveats: pass 2 is modelled as one row per step (rows are independent; a softmax kernel holds one
 row on chip), so its working set is one float32 row of Nk; this code batches Br rows per step only
 to run faster in PyTorch, which moves the same bytes. Pass 3 skips P tiles the mask hides (zeros).
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from analysis import sram as _sram
 from analysis.memory import resolve
 from variants._common import NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores, safe_div
+
+
+class ScoreRangeWarning(RuntimeWarning):
+    """naive's S, held in HBM in a half type, overflowed or was rounded by 1 or more."""
+
+
+def score_limit(dtype: torch.dtype) -> float | None:
+    """|S| from which rounding S to `dtype` errs by >= 1 (half an ulp): 2/eps; None for float32 and
+    float64 (the fused variants compute S in float32 too)."""
+    return None if dtype in (torch.float32, torch.float64) else 2.0 / torch.finfo(dtype).eps
+
+
+def _score_warning(dtype: torch.dtype, max_abs: float, overflowed: bool) -> str | None:
+    """The message naive warns with, or None when its HBM S holds the scores faithfully."""
+    limit = score_limit(dtype)
+    if limit is None or (not overflowed and max_abs < limit):
+        return None
+    name = str(dtype).replace("torch.", "")
+    fused = "FA1, FA2 and v_once keep S in float32 on chip and are unaffected"
+    if overflowed:
+        return (f"naive: scores reach |S| = {max_abs:.3g}, beyond {name}'s largest finite "
+                f"{torch.finfo(dtype).max:g}: S overflows to ±inf in HBM, so o and lse are NaN or a row "
+                f"reads as seeing no key (o = 0, lse = -inf). {fused}; use float32 inputs or a smaller "
+                "scale for naive")
+    half_ulp = 2.0 ** (int(max_abs).bit_length() - 1) * torch.finfo(dtype).eps / 2
+    return (f"naive: scores reach |S| = {max_abs:.3g}; S rounded to {name} in HBM errs by up to "
+            f"{half_ulp:g} there, so probabilities can be off by a factor of e^{2 * half_ulp:g} "
+            f"(|S| >= {limit:g} rounds by 1 or more in {name}). {fused}")
 
 
 # the working set lives in analysis.sram (torch-free: the report path imports it)
@@ -41,6 +81,8 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
     lse = torch.empty(p.batch, p.heads, p.n_q, dtype=torch.float32, device=q.device)
 
     # FA1 Alg. 0 line 1: load Q, K by blocks, compute S = scale·Q Kᵀ, write S to HBM
+    watch = q.device.type != "meta" and score_limit(q.dtype) is not None
+    max_abs = overflow = torch.zeros((), device=q.device)  # |S| reached, and S lost to ±inf in HBM
     for i in range(t.t_r):
         r0, r1 = t.rows(i)
         visited = t.k_blocks(i)
@@ -53,6 +95,15 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
             else:  # hidden by the causal mask: written, not computed
                 Sij = torch.full((p.batch, p.heads, r1 - r0, c1 - c0), NEG_INF, device=q.device)
             mem.store("S", S[..., r0:r1, c0:c1], Sij)
+            if watch and j in visited:  # bookkeeping, not counted: the overflow is not a kernel step
+                s_ij = Sij.detach()
+                finite = torch.isfinite(s_ij)
+                max_abs = torch.maximum(max_abs, torch.where(finite, s_ij.abs(), 0).amax())
+                overflow = overflow + (finite & torch.isinf(S[..., r0:r1, c0:c1])).sum()
+    if watch:
+        message = _score_warning(q.dtype, max_abs.item(), overflow.item() > 0)
+        if message:
+            warnings.warn(ScoreRangeWarning(message), stacklevel=2)
 
     # FA1 Alg. 0 line 2: read S, compute P = softmax(S) row by row, write P (and lse) to HBM
     for i in range(t.t_r):

@@ -1,0 +1,264 @@
+"""Fuzz: every input ends in a right answer or one clear error, within a time bound.
+
+CLI: random argument lists (valid values, edge values and junk, for every flag) through in-process
+main(argv): exit 0 with output that parses back and equals the closed forms, or exit 2 with one line
+on stderr; never a traceback, never slower than FUZZ_TIME_S. API: random shapes, dtypes, strides,
+scales, block sizes, flags and value ranges through the references and the closed forms: a result
+that matches the float64 oracle, or a ValueError/TypeError (naive in a half type may instead warn
+ScoreRangeWarning, its documented behaviour).
+
+Budget: FUZZ_EXAMPLES examples per test (default: twice the hypothesis profile's max_examples; the
+"ci" profile makes that 50, derandomised). A long hunt: FUZZ_EXAMPLES=20000 HYPOTHESIS_PROFILE=dev.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from analysis import closed_forms as cf
+from analysis.cli import main
+from analysis.gpus import GPUS
+from analysis.roofline import matmul_rate
+from variants import VARIANTS, attention_reference
+from variants.naive import ScoreRangeWarning
+
+FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 2 * settings.default.max_examples)),
+                deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ_TIME_S = 10.0  # a run without a plot (a few ms to ~1 s; the machine may be shared)
+FUZZ_PLOT_TIME_S = 60.0  # matplotlib: up to 8 sweep panels
+_PLOTS = tempfile.mkdtemp(prefix="fa-fuzz-")
+
+# -- the CLI --------------------------------------------------------------------------------------
+EDGE = ["", " ", "0", "-1", "1", "2", "3", "7", "1.5", "0.5k", "1e3", "nan", "inf", "-inf", "0x10",
+        "9" * 25, "9007199254740993", "1k", "16k", "1M", "64KiB", "228KiB", "4MiB", "1G", "100",
+        "1,2", ",", "1,,2", "fp16", "bf16", "fp32", "fp8", "h200", "a100", "h100", "b200", "auto",
+        "sram", "hbm", "eager", "lazy", "naive", "fa1", "fa2", "v_once", "json", "csv", "table",
+        "markdown", "xml", "--", "-", "ü", "1 k", "１"]
+FLAGS = {  # flag -> plausible values (EDGE values are mixed in too)
+    "--variant": ["naive", "fa1", "fa2", "v_once", "fa2,v_once", "naive,fa1"],
+    "--seq-len": ["1", "7", "64", "1k", "3000,5", "1M", "1024M", "65536"],
+    "--seq-len-k": ["1", "9", "1k", "2k,3"],
+    "--head-dim": ["1", "8", "64", "128", "64,128", "3"],
+    "--batch": ["1", "2", "9007199254740993"],
+    "--heads": ["1", "16"],
+    "--causal": None,
+    "--dtype": ["fp16", "bf16", "fp32"],
+    "--gpu": ["h200", "a100", "h100"],
+    "--sram": ["1KiB", "64KiB", "228KiB", "4MiB", "100"],
+    "--block-q": ["1", "16", "64", "100"],
+    "--block-k": ["1", "16", "64", "227"],
+    "--placement": ["auto", "sram", "hbm", "auto,hbm"],
+    "--rescale": ["eager", "lazy"],
+    "--format": ["json", "csv", "markdown", "table"],
+    "--plot": ["x.pdf", ""],
+    "--sram-min": ["16KiB", "1KiB", "64KiB"],
+    "--sram-max": ["64KiB", "4MiB", "1KiB"],
+    "--points": ["1", "2", "5", "33"],
+    "--pass": ["forward", "backward", "train"],
+    "--bogus": ["1"],
+}
+
+
+SWEEP_ONLY = ("--sram-min", "--sram-max", "--points")
+REPORT_ONLY = ("--pass",)
+
+
+@st.composite
+def argv_lists(draw):
+    """Half the lists are plausible (flags of the command, values of the flag), half anything."""
+    plausible = draw(st.booleans())
+    argv = []
+    command = draw(st.sampled_from(["report", "sweep-sram"] if plausible else
+                                   ["report", "sweep-sram", "gpus", "frobnicate", None]))
+    if command:
+        argv.append(command)
+    flags = sorted(FLAGS)
+    if plausible:
+        flags = [f for f in flags if f not in ("--bogus", "--plot", "--sram")
+                 and (command == "sweep-sram" or f not in SWEEP_ONLY)
+                 and (command == "report" or f not in REPORT_ONLY)]
+    for _ in range(draw(st.integers(0, 6))):
+        flag = draw(st.sampled_from(flags))
+        argv.append(flag)
+        if FLAGS[flag] is None:
+            continue
+        kind = draw(st.integers(4, 9) if plausible else st.integers(0, 9))
+        if kind == 0:
+            continue  # the value missing
+        if kind == 1:
+            argv.append(draw(st.text(max_size=6)))
+        elif kind <= 3:
+            argv.append(draw(st.sampled_from(EDGE)))
+        else:
+            argv.append(draw(st.sampled_from(FLAGS[flag])))
+    if draw(st.integers(0, 39)) == 0:  # now and then a real plot, into a scratch folder
+        argv += ["--plot", os.path.join(_PLOTS, "p.png")]
+    return argv
+
+
+def _check_records(recs):
+    from analysis.backward_forms import pass_counts
+
+    for rec in recs:
+        opts = {} if rec["variant"] != "v_once" else {"placement": rec["placement"], "rescale": rec["rescale"]}
+        tr = pass_counts(rec.get("pass", "forward"), rec["variant"], rec["batch"], rec["heads"], rec["seq_q"],
+                         rec["seq_k"], rec["head_dim"], causal=rec["causal"], dtype=rec["dtype"],
+                         block_q=rec["block_q"], block_k=rec["block_k"], sram_bytes=rec["sram_bytes"], **opts)
+        assert rec["hbm_bytes"] == tr.hbm_bytes and rec["flops"] == tr.flops
+        peak = matmul_rate(GPUS[rec["gpu"]], rec["dtype"]) / 1e12
+        assert rec["roofline"]["predicted_tflops"] <= peak * (1 + 1e-12)
+
+
+@FUZZ
+@given(argv=argv_lists())
+def test_cli_fuzz(argv):
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    elapsed = time.perf_counter() - t0
+    out, err = out.getvalue(), err.getvalue()
+    plot = any(a.endswith(".png") for a in argv)
+    assert elapsed < (FUZZ_PLOT_TIME_S if plot else FUZZ_TIME_S), (argv, elapsed)
+    assert "Traceback" not in err, (argv, err)
+    if rc == 2:
+        assert out == "" and len(err.strip().splitlines()) == 1, (argv, err)
+        assert err.startswith("fa-traffic: error: "), (argv, err)
+        return
+    assert rc == 0 and out and err == "", (argv, rc, err)
+    fmts = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--format"]  # the last one wins
+    fmt = fmts[-1] if fmts else "table"
+    if fmt == "json" and argv and argv[0] in ("report", "sweep-sram"):
+        _check_records(json.loads(out))
+
+
+# -- the API --------------------------------------------------------------------------------------
+SHAPE_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.bool,
+                torch.complex64]
+
+
+def _strided(draw, t):
+    """The same values, laid out contiguously, transposed in memory, or as a slice of a larger tensor."""
+    how = draw(st.sampled_from(["contiguous", "transposed", "sliced"]))
+    if how == "transposed":
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if how == "sliced":
+        big = torch.zeros(*t.shape[:-1], 2 * t.shape[-1] + 1, dtype=t.dtype)
+        big[..., 1::2] = t
+        return big[..., 1::2]
+    return t
+
+
+@st.composite
+def api_calls(draw):
+    """Half the calls valid (shapes, dtypes, scales, blocks of every accepted kind), half with
+    something off."""
+    valid = draw(st.booleans())
+    b, h = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    n_q, n_k, d = draw(st.integers(1, 40)), draw(st.integers(1, 40)), draw(st.integers(1, 16))
+    shapes = [(b, h, n_q, d), (b, h, n_k, d), (b, h, n_k, d)]
+    if not valid and draw(st.integers(0, 2)) == 0:  # one shape off
+        which, axis = draw(st.integers(0, 2)), draw(st.integers(0, 3))
+        s = list(shapes[which])
+        s[axis] = draw(st.sampled_from([0, s[axis] + 1]))
+        shapes[which] = tuple(s)
+    if not valid and draw(st.integers(0, 5)) == 0:
+        shapes[0] = shapes[0][1:]  # rank 3
+    dtype = draw(st.sampled_from(SHAPE_DTYPES[:4] if valid else SHAPE_DTYPES))
+    magnitude = draw(st.sampled_from([1.0, 1.0, 1.0, 30.0, 300.0, 1e-20, 0.0]))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2 ** 31 - 1)))
+    q, k, v = ((torch.randn(s, generator=gen) * (magnitude if i < 2 else 1.0)).to(dtype)
+               for i, s in enumerate(shapes))
+    q, k, v = (_strided(draw, t) for t in (q, k, v))
+    if not valid and k.dtype.is_floating_point and draw(st.integers(0, 3)) == 0:
+        k = k.to(draw(st.sampled_from(SHAPE_DTYPES[:3])))  # mixed dtypes
+    good_scales = [None, 0.5, 1.0, 0.0, -0.3, 3, np.float32(0.25), np.float64(0.7)]
+    scale = draw(st.sampled_from(good_scales if valid else
+                                 good_scales + [float("nan"), float("inf"), True, "0.5", torch.tensor(0.5)]))
+    good_flags = [False, True, np.bool_(True), np.bool_(False)]
+    causal = draw(st.sampled_from(good_flags if valid else good_flags + [1, None, "yes"]))
+    good_blocks = [1, 4, 7, 16, 64, np.int64(8), np.int32(5)]
+    block_q = draw(st.sampled_from(good_blocks if valid else good_blocks + [0, -4, 2.5, True, 3.0]))
+    block_k = draw(st.sampled_from(good_blocks if valid else good_blocks + [0, -1, 3.0, False]))
+    config = draw(st.sampled_from([(n, o) for n, v in VARIANTS.items() for o in v.configs()]))
+    return dict(q=q, k=k, v=v, scale=scale, causal=causal, block_q=block_q, block_k=block_k,
+                config=config)
+
+
+@FUZZ
+@given(call=api_calls())
+def test_api_fuzz(call):
+    name, opts = call["config"]
+    q, k, v = call["q"], call["k"], call["v"]
+    kw = dict(causal=call["causal"], scale=call["scale"], block_q=call["block_q"], block_k=call["block_k"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            o, lse = VARIANTS[name].forward(q, k, v, **kw, **opts)
+        except (ValueError, TypeError) as e:
+            assert str(e) and "\n" not in str(e), repr(e)
+            return
+    # accepted: then the inputs were valid, and the answer must be right
+    assert q.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+    assert isinstance(kw["causal"], (bool, np.bool_)) and not isinstance(kw["block_q"], (bool, float))
+    if any(issubclass(w.category, ScoreRangeWarning) for w in caught):
+        assert name == "naive" and q.dtype in (torch.float16, torch.bfloat16)  # the documented exception
+        return
+    ref_o, ref_lse = attention_reference(q, k, v, causal=bool(kw["causal"]), scale=kw["scale"])
+    assert o.shape == q.shape and lse.shape == q.shape[:-1]
+    seen = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isneginf(lse), ~seen) and (o[~seen] == 0).all()
+    tol = {torch.float64: 1e-4, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 8e-2}[q.dtype]
+    err_o = (o.double() - ref_o).abs().max().item() / max(1.0, v.double().abs().max().item())
+    assert not math.isnan(err_o) and err_o <= tol, (name, opts, err_o)
+    if seen.any():
+        rel = ((lse.double() - ref_lse).abs()[seen] / ref_lse.abs()[seen].clamp(min=1)).max().item()
+        assert rel <= tol, (name, opts, rel)
+
+
+@FUZZ
+@given(variant=st.sampled_from(list(cf.VARIANT_NAMES) + ["fa3", 3]),
+       sizes=st.lists(st.one_of(st.integers(-3, 2 ** 64), st.sampled_from([0, 1, 2, 64, 2 ** 62, 2 ** 63])),
+                      min_size=7, max_size=7),
+       odd=st.sampled_from([None, "float", "bool", "numpy", "str"]), which=st.integers(0, 6),
+       causal=st.sampled_from([False, True, 1, "yes", None, np.bool_(False)]),
+       sram=st.sampled_from([None, 1, 1024, 232448, -5, 0, 1.5, 1024.0, float("inf"), float("nan"), True, 2 ** 70]),
+       dtype=st.sampled_from(["fp16", "bf16", "fp32", "float16", torch.bfloat16, "fp8", None]),
+       placement=st.sampled_from(["auto", "sram", "hbm", "l2", None]), rescale=st.sampled_from(["eager", "lazy", 1]))
+def test_closed_forms_fuzz(variant, sizes, odd, which, causal, sram, dtype, placement, rescale):
+    sizes = list(sizes)
+    if odd:
+        sizes[which] = {"float": float(sizes[which]), "bool": True, "numpy": np.int64(min(sizes[which], 2 ** 62)),
+                        "str": str(sizes[which])}[odd]
+    b, h, n_q, n_k, d, br, bc = sizes
+    t0 = time.perf_counter()
+    try:
+        tr = cf.counts(variant, b, h, n_q, n_k, d, causal=causal, dtype=dtype, block_q=br, block_k=bc,
+                       sram_bytes=sram, placement=placement, rescale=rescale)
+    except (ValueError, TypeError) as e:
+        assert str(e) and "\n" not in str(e)
+        return
+    finally:
+        assert time.perf_counter() - t0 < 0.5
+    assert tr.hbm_bytes > 0 and all(x >= 0 for x in tr.flops.values())
+    assert tr.attention_flops <= tr.flops["matmul"]
+    assert isinstance(causal, (bool, np.bool_))
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), -1, 0, 1.5, True, "1k"])
+def test_memory_capacity_edges(bad):
+    from analysis.memory import Memory
+
+    with pytest.raises(ValueError, match="sram_bytes must be a positive integer"):
+        Memory(sram_bytes=bad)
