@@ -134,7 +134,8 @@ def visit_order(log, br, bc, n_q, n_k):
 
 # %%
 def plot_order(ax, order, title):
-    ax.imshow(np.nan_to_num(order, nan=-1), cmap="viridis", vmin=-1)
+    im = ax.imshow(np.nan_to_num(order, nan=-1), cmap="viridis", vmin=-1)
+    plt.colorbar(im, ax=ax, shrink=0.8, label="visit step (−1: skipped)")
     for (i, j), s in np.ndenumerate(order):
         ax.text(j, i, "—" if np.isnan(s) else int(s), ha="center", va="center",
                 color="white" if np.isnan(s) or s < order[~np.isnan(order)].max() / 2 else "black")
@@ -188,12 +189,14 @@ for j, snap in enumerate(snapshots):
     axes[j].set_title(f"O in HBM\nafter j = {j}")
     axes[j].set_xlabel("d")
 axes[0].set_ylabel("query row")
-axes[len(snapshots)].imshow(o_full[0, 0].float(), cmap="RdBu", vmin=-1.5, vmax=1.5)
+im = axes[len(snapshots)].imshow(o_full[0, 0].float(), cmap="RdBu", vmin=-1.5, vmax=1.5)
+fig.colorbar(im, ax=axes[len(snapshots)], shrink=0.7, label="O (all panels)")
 axes[len(snapshots)].set_title("reference O\n(all keys)")
 ax = axes[-1]
 ax.semilogy(range(len(snapshots)), err_full, "o-", label="vs reference over all keys")
 ax.semilogy(range(len(snapshots)), np.maximum(err_seen, 1e-9), "s--", label="vs reference over keys < (j+1)·Bc")
 ax.set_xlabel("outer step j")
+ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))  # steps are integers
 ax.set_ylabel("max |error|")
 ax.set_title("running O")
 legend_outside(ax)

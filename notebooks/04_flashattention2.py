@@ -73,7 +73,8 @@ for ax, (title, visits) in zip(axes, orders.items()):
     grid = np.full((t.t_r, t.t_c), np.nan)
     for step, (i, j) in enumerate(visits):
         grid[i, j] = step
-    ax.imshow(np.nan_to_num(grid, nan=-1), cmap="viridis", vmin=-1)
+    im = ax.imshow(np.nan_to_num(grid, nan=-1), cmap="viridis", vmin=-1)
+    fig.colorbar(im, ax=ax, shrink=0.8, label="visit step (−1: skipped)")
     for (i, j), s in np.ndenumerate(grid):
         ax.text(j, i, "—" if np.isnan(s) else int(s), ha="center", va="center",
                 color="white" if np.isnan(s) or s < len(visits) / 2 else "black")
