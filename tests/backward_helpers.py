@@ -44,7 +44,8 @@ def rounding_floor(name, q, k, v, do, o, *, causal=False, scale=None, block_k=No
     The backward of every variant subtracts two close numbers, dS = P ∘ (dP - D), so a rounding of
     what it reads comes out of dq and dk amplified by the cancellation (most where P is peaked):
       fa2, v_once, fa1: D = rowsum(dO ∘ O) from the forward's O, rounded to the input dtype;
-      naive: P, dP and dS stored in HBM in the input dtype (FA1 Alg. 3 lines 1-3);
+      naive: S (its forward's, FA1 Alg. 0 line 1), P, dP and dS stored in HBM in the input dtype
+             (FA1 Alg. 3 lines 1-3);
       fa1 also accumulates dQ in the input dtype, rounded once per visited key block (FA1 Alg. 4 line 21).
     Computed in float64 with exactly those roundings and nothing else; the test then allows a multiple of it.
     """
@@ -55,6 +56,8 @@ def rounding_floor(name, q, k, v, do, o, *, causal=False, scale=None, block_k=No
         return {"dq": 0.0, "dk": 0.0, "dv": 0.0}
     q64, k64, v64, do64 = (t.double() for t in (q, k, v, do))
     s = scale * (q64 @ k64.transpose(-1, -2))
+    if name == "naive":
+        s = _round(s, dt)
     if causal:
         s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
     lse = torch.logsumexp(s, dim=-1, keepdim=True)
