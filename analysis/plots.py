@@ -17,18 +17,9 @@ from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 from analysis.gpus import GPUS  # noqa: E402
 
-STYLE = {  # variant key -> (colour, marker, line style)
-    "naive": ("tab:gray", "s", "-"),
-    "fa1": ("tab:blue", "o", "-"),
-    "fa2": ("tab:green", "^", "-"),
-    "fa2_swapped": ("tab:green", "^", "--"),
-    "v_once_auto_eager": ("tab:red", "D", "-"),
-    "v_once_auto_lazy": ("tab:orange", "v", "--"),
-    "v_once_sram_eager": ("tab:purple", "P", ":"),
-    "v_once_sram_lazy": ("tab:pink", "P", ":"),
-    "v_once_hbm_eager": ("tab:brown", "D", "-."),
-    "v_once_hbm_lazy": ("tab:olive", "v", "-."),
-}
+from analysis.style import variant_styles  # noqa: E402
+
+STYLE = variant_styles()  # variant key -> (colour, marker, line style): the one table, analysis/style.py
 LABELS = {
     "naive": "naive (S, P through HBM)",
     "fa1": "fa1 (Bc = ⌈M/4d⌉, Br = min(Bc, d))",

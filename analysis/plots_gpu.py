@@ -12,20 +12,21 @@ def plot_validation(rows: list[dict], path: str) -> None:
 
     times = [r for r in rows if "time" in r["quantity"]]
     kernels = sorted({r["kernel"].split("[")[0].split("{")[0] for r in times})
-    colors = plt.get_cmap("tab10")
+    from analysis.style import line_style  # one style per kernel, the same in every plot
     fig, ax = plt.subplots(figsize=(7, 6))
     lo = min(min(r["model"], r["measured"]) for r in times) * 0.8
     hi = max(max(r["model"], r["measured"]) for r in times) * 1.25
     xs = [lo, hi]
     ax.fill_between(xs, [x / 1.15 for x in xs], [x * 1.15 for x in xs], color="0.9", label="±15%")
     ax.plot(xs, xs, color="0.5", lw=0.8)
-    for i, k in enumerate(kernels):
+    for k in kernels:
         for train in (False, True):
             sel = [r for r in times if r["kernel"].split("[")[0].split("{")[0] == k and r["train"] == train]
             if not sel:
                 continue
-            ax.scatter([r["measured"] * 1e3 / 1e3 for r in sel], [r["model"] for r in sel], s=14,
-                       facecolors="none" if train else colors(i % 10), edgecolors=colors(i % 10),
+            st = line_style(k)
+            ax.scatter([r["measured"] * 1e3 / 1e3 for r in sel], [r["model"] for r in sel], s=14, marker=st["marker"],
+                       facecolors="none" if train else st["color"], edgecolors=st["color"],
                        label=f"{k}{' (fit)' if train else ''}")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -34,7 +35,7 @@ def plot_validation(rows: list[dict], path: str) -> None:
     ax.set_xlabel("measured time (s): bench medians, ncu durations")
     ax.set_ylabel("GPU model time (s)")
     ax.set_title("GPU model vs H200 measurements (hollow: fitted cells)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the data
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,0 +1,421 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 1 · Why IO matters
+#
+# Attention is $O = \mathrm{softmax}(QK^T/\sqrt d)\,V$. Its FLOPs are fixed — about $4N^2d$ per head —
+# so why are some implementations several times faster than others? Because on a modern GPU most of
+# the time goes to **moving bytes** between the big, slow HBM and the small, fast on-chip SRAM, not
+# to arithmetic. This notebook shows it with the workbench's numbers:
+#
+# 1. Standard ("naive") attention, and exactly what it writes to HBM.
+# 2. The memory hierarchy of an H200 (`analysis.gpus`).
+# 3. The HBM traffic and roofline of naive attention (`analysis.closed_forms`, `analysis.roofline`).
+# 4. Where the time goes: the bytes of $S$ and $P$ against those of $Q, K, V, O$.
+#
+# Reading order: this notebook, then 2 (online softmax), 3 (FlashAttention-1), 4 (FlashAttention-2),
+# 5 (issue #941's "multiply V once"), 6 (measurements on a real GPU).
+
+# %%
+# Setup: make the workbench packages importable from wherever this notebook was opened.
+import pathlib, sys
+ROOT = pathlib.Path.cwd().resolve()
+while not (ROOT / "variants").is_dir() and ROOT != ROOT.parent:
+    ROOT = ROOT.parent
+sys.path.insert(0, str(ROOT))
+
+import math
+import numpy as np
+import torch
+import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
+
+torch.set_num_threads(1)  # tiny problems: one thread is faster than two
+torch.manual_seed(0)
+# %matplotlib inline
+
+from analysis.nbtools import human, show_table  # Markdown tables; 1.5 GB, 12 MB, 640 B
+from analysis.style import colour, legend_outside, line_style  # one style per kernel, in every plot
+
+
+# %% [markdown]
+# ## 1 · Standard attention
+#
+# The FlashAttention paper's Algorithm 0, as three passes (in a real implementation three kernels):
+#
+# 1. $S = QK^T/\sqrt d$ — **write $S$** ($N \times N$) to HBM;
+# 2. $P = \mathrm{softmax}(S)$ — **read $S$, write $P$** ($N \times N$);
+# 3. $O = PV$ — **read $P$**, write $O$.
+#
+# The workbench's reference `variants/naive.py` is written against a counting memory model: every
+# transfer between HBM and SRAM is a `mem.load` or a `mem.store`, so the code itself says what goes
+# where:
+
+# %%
+import inspect
+import variants.naive
+from variants import VARIANTS, attention_reference
+
+for line in inspect.getsource(variants.naive.forward).splitlines():
+    if "mem.load" in line or "mem.store" in line or "# line" in line:
+        print(line.rstrip())
+
+# %% [markdown]
+# Run it on a small problem ($N = 64$, $d = 16$, fp16, tiles of $16 \times 16$) with a
+# `Memory` to count, and check the answer against the float64 oracle:
+
+# %%
+from analysis.memory import Memory
+
+N, D = 64, 16
+q, k, v = (torch.randn(1, 1, N, D).half() for _ in range(3))
+mem = Memory()
+o, lse = VARIANTS["naive"].forward(q, k, v, block_q=16, block_k=16, mem=mem)
+o_ref, _ = attention_reference(q, k, v)
+print(f"max |O - O_ref| = {(o.double() - o_ref).abs().max():.1e} (fp16 inputs, S and P stored in fp16)")
+
+c = mem.counts
+names = sorted(set(c.read_bytes) | set(c.write_bytes), key="QKVSPOlse".find)
+show_table(["tensor", "read (bytes)", "written (bytes)"],
+           [[x, f"{c.read_bytes.get(x, 0):,}", f"{c.write_bytes.get(x, 0):,}"] for x in names])
+sp = sum(c.read_bytes.get(x, 0) + c.write_bytes.get(x, 0) for x in "SP")
+print(f"S and P: {sp:,} of {c.hbm_bytes:,} bytes ({sp / c.hbm_bytes:.0%}) - and they grow as N², "
+      "while reading each input once grows as N·d")
+
+# %% [markdown]
+# ## 2 · The memory hierarchy of an H200
+#
+# The figures below come from `analysis.gpus` (each with its source). The on-chip SRAM (shared memory)
+# is fast but tiny — 227 KiB per thread block — while HBM is huge but, per byte, far slower than the
+# arithmetic units are per FLOP. (The FlashAttention paper quotes ~19 TB/s for an A100's SRAM against
+# 1.5–2 TB/s for its HBM.)
+
+# %%
+from analysis.gpus import get_gpu
+
+h200 = get_gpu("h200")
+sms = int(h200.sms.value)
+hierarchy = [
+    ("SRAM per thread block", h200.smem_per_block_bytes),
+    ("SRAM per SM", h200.smem_per_sm_bytes),
+    ("L2 cache", h200.measured["l2_bytes"]),  # 60 MB as the device reports it (the whitepaper says 50)
+    ("HBM", h200.hbm_bytes),
+]
+rows = [[name, human(f.value, binary=name != "HBM"), f"{f.source}: {f.note}" if f.note else f.source]
+        for name, f in hierarchy]  # HBM: GB
+rows.insert(2, [f"SRAM, all {sms} SMs", human(h200.smem_per_sm_bytes.value * sms, binary=True), "per SM × SMs"])
+show_table(["level", "capacity", "source"], rows)
+
+rates = [
+    ("HBM bandwidth", "hbm_bandwidth", "B/s"),
+    ("fp16 tensor-core matmul (dense)", "fp16_tensor_flops", "FLOP/s"),
+    ("fp32 (CUDA cores)", "fp32_flops", "FLOP/s"),
+    ("exponentials (SFU)", "exp_rate", "exp/s"),
+]
+rows_rates = []
+for name, key, unit in rates:
+    spec, measured = h200.figure(key), h200.measured.get(key)
+    rows_rates.append([name, f"{spec.value:.3g} {unit}", f"{measured.value:.3g} {unit}" if measured else "—",
+                       spec.source])
+show_table(["rate", "spec", "measured on this workplace's H200", "source"], rows_rates)
+ridge = h200.fp16_tensor_flops.value / h200.hbm_bandwidth.value
+print(f"ridge point: {ridge:.0f} FLOP per byte of HBM traffic - below it, an algorithm waits for memory")
+
+# capacity beside bandwidth: the level that holds the most is the slowest to read
+levels = ["SRAM (all SMs)", "L2 cache", "HBM"]
+capacity = [h200.smem_per_sm_bytes.value * sms, h200.measured["l2_bytes"].value, h200.hbm_bytes.value]
+# bandwidth: HBM measured here; SRAM and L2 are not in analysis.gpus, so the FlashAttention paper's
+# A100 ratio (~19 TB/s SRAM against ~1.5-2 TB/s HBM) is the only on-chip figure we quote, as a label
+fig, (ax_c, ax_b) = plt.subplots(1, 2, figsize=(10, 2.8), sharey=True)
+colours = ["tab:green", "tab:orange", "tab:red"]
+ax_c.barh(levels, capacity, color=colours)
+ax_c.set_xscale("log")  # 8 decades: a linear axis would show only HBM
+for y, v in enumerate(capacity):
+    ax_c.text(v, y, " " + human(v, binary=y < 2), va="center", fontsize=8)
+ax_c.set_xlim(right=max(capacity) * 50)
+ax_c.invert_yaxis()
+ax_c.set_xlabel("capacity (bytes, log scale)")
+ax_c.set_title("how much it holds")
+hbm_bw = h200.measured["hbm_bandwidth"].value
+ax_b.barh(["HBM"], [hbm_bw / 1e12], color="tab:red")
+ax_b.barh(["HBM"], [h200.hbm_bandwidth.value / 1e12], color="none", edgecolor="tab:red", hatch="//")
+ax_b.text(hbm_bw / 1e12, 2, f" {hbm_bw / 1e12:.1f} TB/s measured (datasheet {h200.hbm_bandwidth.value / 1e12:.1f}, hatched)",
+          va="center", fontsize=8)
+for y in (0, 1):
+    ax_b.text(0.1, y, "on chip: roughly 10× HBM's rate (FA paper, A100: ~19 TB/s SRAM)", va="center", fontsize=8)
+ax_b.set_xlim(0, 20)
+ax_b.set_xlabel("bandwidth (TB/s, linear)")
+ax_b.set_title("how fast it is read")
+fig.suptitle("H200 memory hierarchy: capacity beside bandwidth")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 3 · HBM traffic and roofline of naive attention
+#
+# The closed forms (`analysis.closed_forms.counts`) restate the Memory model's counts exactly without
+# running anything, so real sizes are instant. Blocks come from FlashAttention's rule for an H200's
+# SRAM (`closed_forms.fa1_blocks`); FlashAttention-2 (`fa2`, notebook 4) is shown for contrast.
+# `analysis.roofline` turns each count into three times — HBM bytes / bandwidth, matmul FLOPs /
+# tensor rate, non-matmul work / SFU and FP32 rates — and the largest one bounds the kernel.
+
+# %%
+from analysis import closed_forms
+from analysis.roofline import roofline
+
+d, dtype, heads = 64, "fp16", 32  # hidden size 2048
+br, bc = closed_forms.fa1_blocks(h200.sram_bytes, d)
+seq = [512, 1024, 2048, 4096, 8192, 16384]
+res = {}
+for name in ("naive", "fa2"):
+    for n in seq:
+        c = closed_forms.counts(name, 16384 // n, heads, n, n, d, dtype=dtype, block_q=br, block_k=bc,
+                                sram_bytes=h200.sram_bytes)  # batch x N = 16k tokens
+        res[(name, n)] = (c, roofline(c, h200))
+
+from analysis.headline import min_hbm_bytes
+
+# intensity twice: by the papers' count (every request goes to HBM) and with each input read once and
+# each output written once (what a cache that holds K and V would leave: the most DRAM can be spared)
+show_table(["variant", "N", "HBM bytes (papers' count)", "FLOP/B papers' count", "FLOP/B each input once",
+            "t memory", "t matmul", "t non-matmul", "roofline bound (papers' count)", "predicted TFLOP/s"],
+           [[name, n, human(c.hbm_bytes), f"{r.intensity_flop_per_byte:.0f}",
+             f"{c.total_flops / min_hbm_bytes(c.batch, c.heads, n, n, d, 2):.0f}", f"{r.t_memory_s * 1e6:.0f} µs",
+             f"{r.t_matmul_s * 1e6:.0f} µs", f"{r.t_nonmatmul_s * 1e6:.0f} µs", r.bound,
+             f"{r.predicted_tflops:.0f}"]
+            for (name, n), (c, r) in res.items() if n in (1024, 4096, 16384)])
+
+# %%
+peak = h200.fp16_tensor_flops.value
+bw = h200.hbm_bandwidth.value
+x = np.logspace(0, 4, 200)
+fig, ax = plt.subplots(figsize=(6.5, 4.2))
+ax.loglog(x, np.minimum(peak, bw * x) / 1e12, "k-", lw=1.5, label="roofline: min(tensor peak, BW × I)")
+ax.axvline(peak / bw, color="grey", ls=":", lw=0.8)
+ax.text(peak / bw * 1.15, 30, f"ridge:\n{peak / bw:.0f} FLOP/B", color="grey", fontsize=8)
+for name, marker in (("naive", "o"), ("fa2", "s")):
+    xs = [res[(name, n)][1].matmul_intensity_flop_per_byte for n in seq]
+    ax.loglog(xs, np.minimum(peak, bw * np.array(xs)) / 1e12, marker, ms=7,
+              label=f"{name}, N = 512 … 16k (the points coincide)")
+ax.set_xlabel("arithmetic intensity I (matmul FLOP per HBM byte)")
+ax.set_ylabel("attainable TFLOP/s (matmul roof only)")
+ax.set_title(f"H200 roofline, d = {d}, fp16")
+legend_outside(ax)
+plt.show()
+
+# %% [markdown]
+# Naive attention's intensity does not grow with $N$: both its FLOPs and its $S$/$P$ bytes grow as
+# $N^2$, so by the papers' count it sits at a fixed point far left of the ridge at every length.
+# FlashAttention-2's bytes grow as $N^2 d / B_r$ (it re-reads $K$ and $V$ once per query block), so
+# its intensity is $\Theta(B_r)$: three times naive's with these blocks, and it grows with $B_r$. By
+# the papers' count it is still left of the ridge — but that count is *global-memory requests*, as if
+# there were no cache. Read each input once (the "each input once" column) and FA2's intensity grows
+# as $N$, far right of the ridge: on an H200 the 60 MB L2 serves nearly every re-read of $K_j, V_j$
+# (Nsight Compute: DRAM bytes 0.97–1.04× reading Q, K, V once and writing O once), so no FA2 kernel
+# measured here is bound by memory. Naive's $S$ and $P$ (128 MiB at N = 4k per head) do not fit any
+# cache: its DRAM traffic is real. Notebook 6 says what bounds each kernel on the H200, from the GPU
+# model, with the measurements beside it.
+#
+# ## 4 · Where the time goes
+#
+# Split naive attention's HBM traffic into the score matrices ($S$, $P$) and everything else
+# ($Q$, $K$, $V$, $O$, lse), against $N$, per (batch, head):
+
+# %%
+sp_bytes, qkvo_bytes = [], []
+for n in seq:
+    c = closed_forms.counts("naive", 1, 1, n, n, d, dtype=dtype, block_q=br, block_k=bc)
+    sp = sum(c.read_bytes.get(x, 0) + c.write_bytes.get(x, 0) for x in "SP")
+    sp_bytes.append(sp)
+    qkvo_bytes.append(c.hbm_bytes - sp)
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+ax = axes[0]
+ax.loglog(seq, sp_bytes, "o-", label="S and P (written + read)")
+ax.loglog(seq, qkvo_bytes, "s-", label="Q, K, V (re-read per tile), O, lse")
+ax.loglog(seq, [4 * n * d * 2 for n in seq], "k:", label="Q, K, V, O once each")
+ax.set_xlabel("sequence length N")
+ax.set_ylabel("HBM bytes per (batch, head)")
+ax.set_title(f"naive attention: HBM traffic by tensor, d = {d}, fp16")
+legend_outside(ax)
+
+ax = axes[1]
+width = 0.2
+xs = np.arange(len(seq))
+t_sp = [b * (16384 // n) * heads / bw * 1e6 for b, n in zip(sp_bytes, seq)]
+t_rest = [b * (16384 // n) * heads / bw * 1e6 for b, n in zip(qkvo_bytes, seq)]
+t_mm = [res[("naive", n)][1].t_matmul_s * 1e6 for n in seq]
+t_nm = [res[("naive", n)][1].t_nonmatmul_s * 1e6 for n in seq]
+for off, vals, lab in ((-1.5, t_sp, "HBM: S and P"), (-0.5, t_rest, "HBM: Q, K, V, O"),
+                       (0.5, t_mm, "matmul"), (1.5, t_nm, "exp + other")):
+    ax.bar(xs + off * width, vals, width, label=lab)
+ax.set_xticks(xs, [f"{n // 1024}k" if n >= 1024 else str(n) for n in seq])
+ax.set_xlabel("sequence length N (batch = 16k / N, H = 32)")
+ax.set_ylabel("time on an H200 if it were the only cost (µs)")
+ax.set_title("naive attention: where the time goes")
+legend_outside(ax)
+fig.tight_layout()
+plt.show()
+share = [a / (a + b) for a, b in zip(sp_bytes, qkvo_bytes)]
+print("share of naive's HBM bytes that are S and P:", ", ".join(f"N={n}: {s:.0%}" for n, s in zip(seq, share)))
+
+# %% [markdown]
+# The score matrices are the largest share of the traffic, and moving them alone takes several times
+# longer than all the arithmetic. (The other line grows as $N^2$ too: naive's tiled products re-read
+# $K$ and $V$ once per query block, $T_r \cdot N d$ elements — a cost of the tiling, which larger GEMM
+# tiles and the L2 cache shrink. $S$ and $P$ cannot be shrunk that way.) Yet $S$ and $P$ are intermediate results: nobody needs them in HBM. The rest of
+# the workbench is about not writing them:
+#
+# - notebook 2: the **online softmax** lets a kernel normalise a row it sees only block by block;
+# - notebook 3: **FlashAttention-1** keeps $S$ and $P$ on chip and proves its traffic is
+#   $\Theta(N^2 d^2 / M)$;
+# - notebook 4: **FlashAttention-2** swaps the loops for parallelism and fewer non-matmul FLOPs;
+# - notebook 5: issue #941's **multiply V once**, and what its $f$ row costs;
+# - notebook 6: the kernels on a real GPU.
+#
+# The same numbers are one command away: `fa-traffic report` (here for two variants):
+
+# %%
+import subprocess
+
+out = subprocess.run([sys.executable, "-m", "analysis", "report", "--variant", "naive,fa2",
+                      "--seq-len", "1k,16k", "--format", "markdown"],
+                     cwd=ROOT, capture_output=True, text=True)
+display(Markdown(out.stdout) if out.returncode == 0 else Markdown(f"`fa-traffic` failed: {out.stderr}"))
+
+# %% [markdown]
+# ## 5 · S in HBM, in the input dtype
+#
+# Writing $S$ to HBM has a second cost besides the bytes: it is stored in the **input dtype**. In fp16
+# a score beyond ±65504 becomes ±inf there, and the softmax turns it into NaN; a row whose scores all
+# lie below −65504 reads as a row that sees no key ($o = 0$, lse $= -\infty$). FlashAttention keeps
+# $S$ on chip in float32, where the same scores are ordinary numbers. `variants.naive` keeps the
+# overflow (it is what unfused attention does) and reports it with a `ScoreRangeWarning`:
+
+# %%
+import warnings
+
+from variants.naive import ScoreRangeWarning
+
+torch.manual_seed(0)
+q, k, v = (torch.randn(1, 1, 8, 4) for _ in range(3))
+q[..., 0, :] = torch.tensor([400.0, 0, 0, 0])  # score (0, 0) = 400 · 400 / sqrt(4) = 8e4
+k[..., 0, :] = torch.tensor([400.0, 0, 0, 0])
+q, k, v = q.half(), k.half(), v.half()
+ref_o, ref_lse = attention_reference(q, k, v)
+rows = []
+for name in ("naive", "fa2"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        o, lse = VARIANTS[name].forward(q, k, v, block_q=4, block_k=4)
+    said = [str(w.message) for w in caught if issubclass(w.category, ScoreRangeWarning)]
+    rows.append([name, f"{lse[0, 0, 0].item():.6g}", str([round(x, 3) for x in o[0, 0, 0].tolist()]),
+                 f"{(o.double() - ref_o).abs().max().item():.3g}", said[0][:60] + "…" if said else "—"])
+rows.append(["float64 reference", f"{ref_lse[0, 0, 0].item():.6g}",
+             str([round(x, 3) for x in ref_o[0, 0, 0].tolist()]), "0", ""])
+show_table(["variant (fp16 inputs)", "lse row 0", "o row 0", "max |o - o_ref|", "warning"], rows)
+
+# %% [markdown]
+# bf16 has fp32's range, so it does not overflow, but it keeps 8 significant bits: at $|S| \approx 10^4$
+# a stored score is off by up to 32, and $e^{32}$ is not a rounding error. The warning fires from
+# $|S| \ge 2/\varepsilon$ (fp16: 2048, bf16: 256), where rounding $S$ errs by 1 or more.
+#
+# TFLOP/s of the committed records counts the papers' FLOPs ($4 B H N^2 d$, halved when causal: the
+# papers' convention, exact here only for the non-causal rows, since causal $N_q = N_k$ has
+# $N(N+1)/2$ visible pairs) over the median time; new runs divide `analysis.headline.attention_flops`
+# (4·d per visible pair) instead. Records use
+
+# %%
+# Checks for the exercises: call one with your answer; it says whether it is right.
+from analysis.gpus import get_gpu as _get_gpu
+
+
+def check_l2_fill(n):
+    l2 = _get_gpu("h200").measured["l2_bytes"].value  # 60 MB, as the device reports it
+
+    def sp(m):
+        return 2 * m * m * 2  # S and P, fp16, one head
+
+    assert sp(n) >= l2 and sp(n - 1) < l2, f"N = {n}: S and P take {human(sp(n))} of the L2's {human(l2)}"
+    print("exercise 2: right")
+
+
+def check_intensity(d, flops_per_byte):
+    want = 4 * d / (4 * 2)  # 4N²d FLOPs over 4N² fp16 elements of S and P moved
+    assert abs(flops_per_byte - want) < 1e-9 * want, f"d = {d}: not the intensity of the closed form"
+    print("exercise 4: right")
+
+
+# %% [markdown]
+# ## Exercises
+#
+# **1.** In the small counted example, predict the bytes of $S$ read and written for a **causal** mask
+# before running it (`causal=True`). Why does naive attention gain nothing from the mask in HBM
+# traffic? (See the docstring of `variants/naive.py`.)
+#
+# <details><summary>Solution</summary>
+#
+# The same as without the mask: $N_q N_k$ elements of $S$ written and read again (and the same for $P$).
+# Each pass is a separate kernel and the next one reads a full $N \times N$ matrix, so the hidden
+# entries are still written (as $-\infty$, without computing them). Only pass 3 skips the $P$ tiles
+# the mask hides. Check with `Memory` and `variants.naive.forward(..., causal=True)`.
+#
+# </details>
+#
+# **2.** At which $N$ do $S$ and $P$ alone (fp16, one head) fill the H200's 60 MB L2 cache (as the device
+# reports it)? Check: `check_l2_fill(N)`. What changes for a kernel whose $S$ fits in L2?
+#
+# <details><summary>Solution</summary>
+#
+# The smallest $N$ with $2 \cdot N^2 \cdot 2$ bytes $\ge$ `h200.measured["l2_bytes"].value`. Below it,
+# $S$ written by one kernel can be read back by the next from the L2 instead of DRAM: the papers' count
+# (requests) stays the same, but the DRAM bytes drop — the gap notebook 6 measures.
+#
+# </details>
+#
+# **3.** Move the roofline to an A100 (`get_gpu("a100")`). Does the ridge point move left or right, and
+# does naive attention (by the papers' count) get any closer to it there?
+#
+# <details><summary>Solution</summary>
+#
+# Left: the A100's ridge (datasheet figures) is about 153 FLOP/B against the H200's 206, because its
+# tensor cores are slower relative to its HBM. Naive attention's intensity does not depend on the GPU
+# ($\approx d/2$ FLOP/B in fp16, 32 at $d = 64$), so it is relatively closer on the A100 but still far
+# left of the ridge: memory-bound on both.
+#
+# </details>
+#
+# **4.** Naive attention at $d = 128$: does its arithmetic intensity change? Derive it from the closed
+# form: FLOPs $\approx 4N^2 d$, bytes $\approx 4N^2 \cdot$ itemsize. Check: `check_intensity(d, your_value)`
+# for $d = 64$ and $128$.
+#
+# <details><summary>Solution</summary>
+#
+# Intensity $= 4N^2 d / (4N^2 \cdot 2) = d/2$ FLOP per byte in fp16: it doubles from 32 to 64 when $d$
+# doubles, independent of $N$ — still well below the ridge.
+#
+# </details>
+#
+# **5.** The roofline takes the **max** of three times (perfect overlap). Which real effects make a kernel
+# slower than that bound? Keep your list for notebook 6.
+#
+# <details><summary>Solution</summary>
+#
+# Imperfect overlap of memory and compute; latency that too few resident warps cannot hide (occupancy);
+# kernel launch overhead at small sizes; wave quantisation and the causal tail; shared-memory bank
+# conflicts and instruction issue; the L2, which makes DRAM traffic differ from the papers' count.
+#
+# </details>
