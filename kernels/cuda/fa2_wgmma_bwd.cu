@@ -83,6 +83,9 @@
 #ifndef DQ_BULK  // 1: dQ slices staged in smem, one cp.reduce.async.bulk (TMA add) per warpgroup per step
 #define DQ_BULK 0
 #endif
+#ifndef ROTATE  // 1: key block j starts its Q-block loop at its own offset, so concurrent CTAs reduce into
+#define ROTATE 0    //    different dQ blocks instead of all into the same one at the same time
+#endif
 #ifndef DQ_V4  // DQ_BULK=0 only: lane pairs swap halves so each thread adds 4 contiguous floats (red .v4)
 #define DQ_V4 0
 #endif
@@ -333,11 +336,13 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     // line 8: the first query that sees key n0 is n0 - causal_off; Q blocks above it are hidden
     const int i_first = is_causal ? max(0, n0 - causal_off) / BLOCK_M : 0;
     const int T = (Nq + BLOCK_M - 1) / BLOCK_M - i_first;
+    const int rot = ROTATE ? (int)(blockIdx.x % (unsigned)max(T, 1)) : 0;
+    auto q_block = [&](int t) { return i_first + (ROTATE ? (t + rot) % T : t); };  // line 8's i of step t
 
-    // line 9 as a ring: group t holds Q_i, dO_i, L_i, D_i of i = i_first + t in slot t % STAGES
+    // line 9 as a ring: group t holds Q_i, dO_i, L_i, D_i of i = q_block(t) in slot t % STAGES
     auto issue_group = [&](int t) {
         if (t < T) {
-            const int m0 = (i_first + t) * BLOCK_M, slot = t % STAGES;
+            const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES;
             load_tile_sw128<BLOCK_M>(sQ0 + slot * TILE_Q_BYTES, q_g, m0, Nq, tid);
             load_tile_sw128<BLOCK_M>(sdO0 + slot * TILE_Q_BYTES, do_g, m0, Nq, tid);
             const u32 sl = sLD0 + slot * LD_BYTES;
@@ -362,7 +367,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     const bool key_tail = n0 + BLOCK_N > Nk;
 
     for (int t = 0; t < T; ++t) {
-        const int m0 = (i_first + t) * BLOCK_M, slot = t % STAGES;
+        const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES;
         cp_async_wait<STAGES - 2>();  // group t landed (this thread's copies)
         fence_proxy_async();
         __syncthreads();  // ... everyone's; and every warpgroup is done with slot (t-1) % STAGES and dS^T
