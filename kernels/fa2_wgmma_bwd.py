@@ -35,7 +35,8 @@ CONFIGS = {  # v1 sweep winners
 # TFLOP/s non-causal (NWG=1 Br=64 x2 CTAs/SM: 257-301), d=128 NWG=2 Br=64 STAGES=3 DQ_BULK=1 358-420
 # (STAGES=2: 333-404, red.v2 atomics: 326-384). SDPA flash 225-300, cuDNN 376-523. Dropped before timing:
 # d=64 Br=128 STAGES=3 (spills 104 B), NWG=2 Br=64 at d=64 (a 32-column dQ slice is half a swizzle panel).
-# v2 candidates: ROTATE (each key block starts at its own Q block: the reductions spread over dQ) and DQ_V4.
+# v2 sweep (bench/results/bwd_wgmma_v2.json): ROTATE (each key block starts at its own Q block) 0-4% slower,
+# DQ_V4 (red.v4) 3-15% slower than DQ_BULK: the defaults stay.
 SWEEP = {
     64: [dict(NWG=2, BR=128, DQ_BULK=1), dict(NWG=2, BR=128, DQ_BULK=1, ROTATE=1), dict(NWG=2, BR=128, DQ_V4=1),
          dict(NWG=2, BR=128, DQ_V4=1, ROTATE=1)],

@@ -59,8 +59,23 @@
 //                                                                                 cuDNN 376/414/436
 //         d=64  NWG=1 Br=64, 2 CTAs/SM          257/283/301 (negative: K/V reuse halves, Q/dO traffic doubles)
 //       Ablation, d=128 N=16k (red.v2 build): 386 TFLOP/s; without the dQ atomics 532; without the dQ product
-//       at all 618. d=64: 335 / 449 / 519. dQ's reduction into HBM is the largest single cost: the next
-//       steps are a separate warp for it (FA3) and TMA loads by a producer warp.
+//       at all 618. d=64: 335 / 449 / 519. dQ's reduction into HBM is the largest single cost.
+//   v2  (bench/results/bwd_wgmma_v2.json; 72/72 checks, tests/test_kernels_bwd_gpu.py 12/12 with hypothesis,
+//       compute-sanitizer memcheck 0 errors and racecheck 0 hazards on the default builds)
+//       Defaults (v1 winners), N = 2k/4k/16k, backward TFLOP/s:
+//         d=128 fp16 364/385/423 (causal 289/327/411)  bf16 362/378/436 (causal 289/350/426)
+//               SDPA flash fp16 248/284/304 (causal 206/250/303); cuDNN 411/531/511 (causal 375/456/505)
+//         d=64  fp16 303/324/349 (causal 226/290/343)  bf16 303/323/351 (causal 247/292/345)
+//               SDPA flash fp16 229/259/282 (causal 176/219/268); cuDNN 380/426/430 (causal 272/358/424)
+//       i.e. 1.2-1.6x SDPA flash in every cell, 0.7-0.86x cuDNN at d=128 and 0.76-0.83x at d=64.
+//       Negative results: ROTATE=1 (each key block starts at its own Q block so concurrent CTAs reduce into
+//       different dQ blocks) 0-4% slower (the reductions were not contending on the same lines; Q/dO L2
+//       reuse drops); DQ_V4=1 (red.global.add.v4 after a lane-pair swap) 3-15% slower than DQ_BULK.
+//       Ablation on the DQ_BULK build, d=128 N=16k: 423 -> 513 without the bulk reduce -> 596 without dQ.
+//       What stands between this and cuDNN/FA3 (561 on H100): the dQ reduction (~20%) and the dQ product's
+//       CTA barrier (~15%) sit on the MMA warpgroups' critical path; FA3 hands the reduce to a producer
+//       warp, loads Q/dO with TMA (no cp.async issue slots), and gives the MMA warpgroups 240 registers
+//       with setmaxnreg (this kernel runs at the 255 cap, d=64 spills 60-72 B).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
