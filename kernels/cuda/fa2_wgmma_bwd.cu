@@ -67,7 +67,7 @@
 //               SDPA flash fp16 248/284/304 (causal 206/250/303); cuDNN 411/531/511 (causal 375/456/505)
 //         d=64  fp16 303/324/349 (causal 226/290/343)  bf16 303/323/351 (causal 247/292/345)
 //               SDPA flash fp16 229/259/282 (causal 176/219/268); cuDNN 380/426/430 (causal 272/358/424)
-//       i.e. 1.2-1.6x SDPA flash in every cell, 0.7-0.86x cuDNN at d=128 and 0.76-0.83x at d=64.
+//       i.e. 1.2-1.6x SDPA flash in every cell, 0.72-0.96x cuDNN at d=128 and 0.73-0.91x at d=64.
 //       Negative results: ROTATE=1 (each key block starts at its own Q block so concurrent CTAs reduce into
 //       different dQ blocks) 0-4% slower (the reductions were not contending on the same lines; Q/dO L2
 //       reuse drops); DQ_V4=1 (red.global.add.v4 after a lane-pair swap) 3-15% slower than DQ_BULK.
