@@ -35,10 +35,13 @@ CONFIGS = {  # v1 sweep winners
 # TFLOP/s non-causal (NWG=1 Br=64 x2 CTAs/SM: 257-301), d=128 NWG=2 Br=64 STAGES=3 DQ_BULK=1 358-420
 # (STAGES=2: 333-404, red.v2 atomics: 326-384). SDPA flash 225-300, cuDNN 376-523. Dropped before timing:
 # d=64 Br=128 STAGES=3 (spills 104 B), NWG=2 Br=64 at d=64 (a 32-column dQ slice is half a swizzle panel).
+# v2 sweep (bench/results/bwd_wgmma_v2.json): ROTATE (each key block starts at its own Q block) 0-4% slower,
+# DQ_V4 (red.v4) 3-15% slower than DQ_BULK: the defaults stay.
 SWEEP = {
-    64: [dict(NWG=2, BR=128, DQ_BULK=1), dict(NWG=2, BR=128, DQ_V4=1), dict(NWG=1, BR=64, MIN_BLOCKS=2, DQ_BULK=1)],
-    128: [dict(NWG=2, BR=64, STAGES=3, DQ_BULK=1), dict(NWG=2, BR=64, DQ_BULK=1), dict(NWG=2, BR=64, DQ_V4=1),
-          dict(NWG=2, BR=64, STAGES=3, DQ_V4=1)],
+    64: [dict(NWG=2, BR=128, DQ_BULK=1), dict(NWG=2, BR=128, DQ_BULK=1, ROTATE=1), dict(NWG=2, BR=128, DQ_V4=1),
+         dict(NWG=2, BR=128, DQ_V4=1, ROTATE=1)],
+    128: [dict(NWG=2, BR=64, STAGES=3, DQ_BULK=1), dict(NWG=2, BR=64, STAGES=3, DQ_BULK=1, ROTATE=1),
+          dict(NWG=2, BR=64, STAGES=3, DQ_V4=1), dict(NWG=2, BR=64, STAGES=3, DQ_V4=1, ROTATE=1)],
 }
 # ptxas (NVRTC 13.0, sm_90a) at the 255-register cap of 256-thread CTAs: d=128 NWG=2 Br=64 spills 36 B
 # (0 with DQ_BULK), d=64 NWG=2 Br=128 60 B (72 with DQ_BULK): dK, dV, S^T, dP^T and the in-flight P^T / dS^T

@@ -59,8 +59,23 @@
 //                                                                                 cuDNN 376/414/436
 //         d=64  NWG=1 Br=64, 2 CTAs/SM          257/283/301 (negative: K/V reuse halves, Q/dO traffic doubles)
 //       Ablation, d=128 N=16k (red.v2 build): 386 TFLOP/s; without the dQ atomics 532; without the dQ product
-//       at all 618. d=64: 335 / 449 / 519. dQ's reduction into HBM is the largest single cost: the next
-//       steps are a separate warp for it (FA3) and TMA loads by a producer warp.
+//       at all 618. d=64: 335 / 449 / 519. dQ's reduction into HBM is the largest single cost.
+//   v2  (bench/results/bwd_wgmma_v2.json; 72/72 checks, tests/test_kernels_bwd_gpu.py 12/12 with hypothesis,
+//       compute-sanitizer memcheck 0 errors and racecheck 0 hazards on the default builds)
+//       Defaults (v1 winners), N = 2k/4k/16k, backward TFLOP/s:
+//         d=128 fp16 364/385/423 (causal 289/327/411)  bf16 362/378/436 (causal 289/350/426)
+//               SDPA flash fp16 248/284/304 (causal 206/250/303); cuDNN 411/531/511 (causal 375/456/505)
+//         d=64  fp16 303/324/349 (causal 226/290/343)  bf16 303/323/351 (causal 247/292/345)
+//               SDPA flash fp16 229/259/282 (causal 176/219/268); cuDNN 380/426/430 (causal 272/358/424)
+//       i.e. 1.2-1.6x SDPA flash in every cell, 0.72-0.96x cuDNN at d=128 and 0.73-0.91x at d=64.
+//       Negative results: ROTATE=1 (each key block starts at its own Q block so concurrent CTAs reduce into
+//       different dQ blocks) 0-4% slower (the reductions were not contending on the same lines; Q/dO L2
+//       reuse drops); DQ_V4=1 (red.global.add.v4 after a lane-pair swap) 3-15% slower than DQ_BULK.
+//       Ablation on the DQ_BULK build, d=128 N=16k: 423 -> 513 without the bulk reduce -> 596 without dQ.
+//       What stands between this and cuDNN/FA3 (561 on H100): the dQ reduction (~20%) and the dQ product's
+//       CTA barrier (~15%) sit on the MMA warpgroups' critical path; FA3 hands the reduce to a producer
+//       warp, loads Q/dO with TMA (no cp.async issue slots), and gives the MMA warpgroups 240 registers
+//       with setmaxnreg (this kernel runs at the 255 cap, d=64 spills 60-72 B).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -82,6 +97,9 @@
 #endif
 #ifndef DQ_BULK  // 1: dQ slices staged in smem, one cp.reduce.async.bulk (TMA add) per warpgroup per step
 #define DQ_BULK 0
+#endif
+#ifndef ROTATE  // 1: key block j starts its Q-block loop at its own offset, so concurrent CTAs reduce into
+#define ROTATE 0    //    different dQ blocks instead of all into the same one at the same time
 #endif
 #ifndef DQ_V4  // DQ_BULK=0 only: lane pairs swap halves so each thread adds 4 contiguous floats (red .v4)
 #define DQ_V4 0
@@ -333,11 +351,13 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     // line 8: the first query that sees key n0 is n0 - causal_off; Q blocks above it are hidden
     const int i_first = is_causal ? max(0, n0 - causal_off) / BLOCK_M : 0;
     const int T = (Nq + BLOCK_M - 1) / BLOCK_M - i_first;
+    const int rot = ROTATE ? (int)(blockIdx.x % (unsigned)max(T, 1)) : 0;
+    auto q_block = [&](int t) { return i_first + (ROTATE ? (t + rot) % T : t); };  // line 8's i of step t
 
-    // line 9 as a ring: group t holds Q_i, dO_i, L_i, D_i of i = i_first + t in slot t % STAGES
+    // line 9 as a ring: group t holds Q_i, dO_i, L_i, D_i of i = q_block(t) in slot t % STAGES
     auto issue_group = [&](int t) {
         if (t < T) {
-            const int m0 = (i_first + t) * BLOCK_M, slot = t % STAGES;
+            const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES;
             load_tile_sw128<BLOCK_M>(sQ0 + slot * TILE_Q_BYTES, q_g, m0, Nq, tid);
             load_tile_sw128<BLOCK_M>(sdO0 + slot * TILE_Q_BYTES, do_g, m0, Nq, tid);
             const u32 sl = sLD0 + slot * LD_BYTES;
@@ -362,7 +382,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     const bool key_tail = n0 + BLOCK_N > Nk;
 
     for (int t = 0; t < T; ++t) {
-        const int m0 = (i_first + t) * BLOCK_M, slot = t % STAGES;
+        const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES;
         cp_async_wait<STAGES - 2>();  // group t landed (this thread's copies)
         fence_proxy_async();
         __syncthreads();  // ... everyone's; and every warpgroup is done with slot (t-1) % STAGES and dS^T
