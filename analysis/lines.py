@@ -169,7 +169,7 @@ IMPLEMENTED_BY: dict[tuple[str, int], tuple[str, ...]] = {
     ("FA2", 1): ("reference", "teaching", "tensor-core"),
     ("FA1", 3): ("reference",),
     ("FA1", 4): ("reference",),
-    ("FA2", 2): ("reference", "teaching"),
+    ("FA2", 2): ("reference", "teaching", "tensor-core"),
 }
 TEACHING_CUDA = {"naive.cu", "fa1.cu", "fa2.cu", "fa2_bwd.cu", "v_once.cu", "teaching.cuh"}
 SCANNED = ("variants/*.py", "kernels/cuda/*.cu", "kernels/cuda/*.cuh", "analysis/*.py")

@@ -1,28 +1,28 @@
 // fa2_wgmma_bwd.cu -- FlashAttention-2 backward on Hopper tensor cores (wgmma.mma_async, sm_90a).
 //
 // FlashAttention-2 paper (Dao 2023), Algorithm 2, in three kernels (FA3's backward has the same split):
-//   fa2_wgmma_bwd_pre   line 4      D = rowsum(dO o O) (fp32, padded to Nq_pad), L2 = lse * log2(e) with
+//   fa2_wgmma_bwd_pre   FA2 Alg. 2 line 4      D = rowsum(dO o O) (fp32, padded to Nq_pad), L2 = lse * log2(e) with
 //                                   -inf (a row that saw no key) and padding mapped to +inf, so that
 //                                   P = exp2(S*scale*log2e - L2) is exactly 0 there; zeroes the fp32 dQ
-//                                   accumulator (line 3: dQ = 0).
-//   fa2_wgmma_bwd       lines 5-21  one CTA per (key block j, b*h); Bc = 64*NWG keys, warpgroup g owns
+//                                   accumulator (FA2 Alg. 2 line 3: dQ = 0).
+//   fa2_wgmma_bwd       FA2 Alg. 2 line 5 on one CTA per (key block j, b*h); Bc = 64*NWG keys, warpgroup g owns
 //                                   keys 64g..64g+63 and their dK_j, dV_j rows in registers (fp32).
-//   fa2_wgmma_bwd_dq    line 21'    dQ = scale * dQacc, rounded to fp16/bf16.
+//   fa2_wgmma_bwd_dq    FA2 Alg. 2 line 20  dQ = scale * dQacc, rounded to fp16/bf16.
 //
 // The main kernel, for one key block j (keys n0..n0+Bc-1):
-//   line 6   load K_j, V_j from HBM to SRAM                  -> cp.async, resident in smem for the whole loop
-//   line 7   dK_j = 0, dV_j = 0                              -> registers
-//   line 8   for i = first Q block that sees block j .. Tr-1 (hidden Q blocks above the causal diagonal skipped)
-//   line 9     load Q_i, dO_i, L_i, D_i                      -> cp.async, STAGES-slot ring, STAGES-1 blocks ahead
-//   line 10    S^T = K_j Q_i^T                               -> wgmma SS (A = K_j rows of this warpgroup, B = Q_i)
-//   line 11    P^T = exp(S^T * scale - L_i)                  -> registers, exp2 domain, masked entries 0
-//   line 12    dV_j += P^T dO_i                              -> wgmma RS (A = P^T from registers, B = dO_i MN-major)
-//   line 13    dP^T = V_j dO_i^T                             -> wgmma SS (issued with line 10, before the softmax)
-//   line 14    dS^T = P^T o (dP^T - D_i)                     -> registers; also stored to smem (for line 15)
-//   line 15    dQ_i += dS K_j                                -> wgmma SS, both operands MN-major (dS^T tile, K_j),
+//   FA2 Alg. 2 line 6   load K_j, V_j from HBM to SRAM                  -> cp.async, resident in smem for the whole loop
+//   FA2 Alg. 2 line 7   dK_j = 0, dV_j = 0                              -> registers
+//   FA2 Alg. 2 line 8   for i = first Q block that sees block j .. Tr-1 (hidden Q blocks above the causal diagonal skipped)
+//   FA2 Alg. 2 line 9     load Q_i, dO_i, L_i, D_i                      -> cp.async, STAGES-slot ring, STAGES-1 blocks ahead
+//   FA2 Alg. 2 line 10    S^T = K_j Q_i^T                               -> wgmma SS (A = K_j rows of this warpgroup, B = Q_i)
+//   FA2 Alg. 2 line 11    P^T = exp(S^T * scale - L_i)                  -> registers, exp2 domain, masked entries 0
+//   FA2 Alg. 2 line 12    dV_j += P^T dO_i                              -> wgmma RS (A = P^T from registers, B = dO_i MN-major)
+//   FA2 Alg. 2 line 13    dP^T = V_j dO_i^T                             -> wgmma SS (issued with FA2 Alg. 2 line 10, before the softmax)
+//   FA2 Alg. 2 line 14    dS^T = P^T o (dP^T - D_i)                     -> registers; also stored to smem (for FA2 Alg. 2 line 15)
+//   FA2 Alg. 2 line 15    dQ_i += dS K_j                                -> wgmma SS, both operands MN-major (dS^T tile, K_j),
 //                                                               then fp32 red.global.add.v2 into dQacc (HBM)
-//   line 16    dK_j += dS^T Q_i                              -> wgmma RS (A = dS^T from registers, B = Q_i MN-major)
-//   line 18    write dK_j (times scale), dV_j                -> from registers, fp16/bf16
+//   FA2 Alg. 2 line 16    dK_j += dS^T Q_i                              -> wgmma RS (A = dS^T from registers, B = Q_i MN-major)
+//   FA2 Alg. 2 line 18    write dK_j (times scale), dV_j                -> from registers, fp16/bf16
 // Computing S^T and dP^T (keys as the M dimension) rather than S and dP is FA3's trick: the accumulator
 // layout of a wgmma is the register A layout of the next one, so P^T and dS^T feed dV and dK without
 // touching shared memory; only dS goes through smem, once, for dQ.
@@ -157,7 +157,7 @@ __device__ __forceinline__ float u16_to_f32(u16 x) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// line 4 (and line 3's dQ = 0): one block per 64 rows of one (b, h); CH threads per row
+// FA2 Alg. 2 line 4 (and FA2 Alg. 2 line 3's dQ = 0): one block per 64 rows of one (b, h); CH threads per row
 // ------------------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(128)
 fa2_wgmma_bwd_pre(const u16* __restrict__ Og, const u16* __restrict__ dOg, const float* __restrict__ LSEg,
@@ -278,7 +278,7 @@ __device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
 }
 
-// lines 10 and 13: X^T = A_j B_i^T for this warpgroup's 64 key rows (A = K or V, B = Q or dO; both K-major)
+// FA2 Alg. 2 line 10 and FA2 Alg. 2 line 13: X^T = A_j B_i^T for this warpgroup's 64 key rows (A = K or V, B = Q or dO; both K-major)
 __device__ __forceinline__ void issue_t(float (&x)[BLOCK_M / 2], u32 sA, u32 sB, int wg) {
     wgmma_fence();
 #pragma unroll
@@ -290,7 +290,7 @@ __device__ __forceinline__ void issue_t(float (&x)[BLOCK_M / 2], u32 sA, u32 sB,
     wgmma_commit();
 }
 
-// lines 12 and 16: acc += X^T B_i, X^T from registers, B = dO_i or Q_i (k = query rows, d contiguous: MN-major)
+// FA2 Alg. 2 line 12 and FA2 Alg. 2 line 16: acc += X^T B_i, X^T from registers, B = dO_i or Q_i (k = query rows, d contiguous: MN-major)
 __device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const u32 (&xa)[KM][4], u32 sB) {
     wgmma_fence();
 #pragma unroll
@@ -298,7 +298,7 @@ __device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const u32 (&xa)[K
     wgmma_commit();
 }
 
-// line 15: this warpgroup's 64 x DQ_N slice of dS K_j. A = dS read from the dS^T tile (query columns
+// FA2 Alg. 2 line 15: this warpgroup's 64 x DQ_N slice of dS K_j. A = dS read from the dS^T tile (query columns
 // contiguous: MN-major), B = K_j (key rows = k, d contiguous: MN-major)
 __device__ __forceinline__ void issue_dq(float (&dq)[DQ_N / 2], u32 sdS, u32 sK, int ms, int ns) {
     wgmma_fence();
@@ -323,7 +323,7 @@ __device__ __forceinline__ void pack_frag(u32 (&xa)[KM][4], const float (&x)[BLO
 }
 
 // ------------------------------------------------------------------------------------------------
-// lines 5-21
+// FA2 Alg. 2 line 5 on: the loop over key blocks, one per CTA
 // ------------------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16* __restrict__ Vg,
@@ -348,13 +348,13 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     const u32 sdS = sdO0 + STAGES * TILE_Q_BYTES, sdQ0 = sdS + TILE_DS_BYTES;
     const u32 sLD0 = sdQ0 + DQ_BULK * NWG * DQ_SLICE_BYTES;
 
-    // line 8: the first query that sees key n0 is n0 - causal_off; Q blocks above it are hidden
+    // FA2 Alg. 2 line 8: the first query that sees key n0 is n0 - causal_off; Q blocks above it are hidden
     const int i_first = is_causal ? max(0, n0 - causal_off) / BLOCK_M : 0;
     const int T = (Nq + BLOCK_M - 1) / BLOCK_M - i_first;
     const int rot = ROTATE ? (int)(blockIdx.x % (unsigned)max(T, 1)) : 0;
-    auto q_block = [&](int t) { return i_first + (ROTATE ? (t + rot) % T : t); };  // line 8's i of step t
+    auto q_block = [&](int t) { return i_first + (ROTATE ? (t + rot) % T : t); };  // FA2 Alg. 2 line 8's i of step t
 
-    // line 9 as a ring: group t holds Q_i, dO_i, L_i, D_i of i = q_block(t) in slot t % STAGES
+    // FA2 Alg. 2 line 9 as a ring: group t holds Q_i, dO_i, L_i, D_i of i = q_block(t) in slot t % STAGES
     auto issue_group = [&](int t) {
         if (t < T) {
             const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES;
@@ -366,13 +366,13 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         }
         cp_async_commit();  // always: every thread counts the same groups
     };
-    // line 6, in group 0
+    // FA2 Alg. 2 line 6, in group 0
     load_tile_sw128<BLOCK_N>(sK, Kg + bh * Nk * D, n0, Nk, tid);
     load_tile_sw128<BLOCK_N>(sV, Vg + bh * Nk * D, n0, Nk, tid);
 #pragma unroll
     for (int t = 0; t < STAGES - 1; ++t) issue_group(t);
 
-    // line 7
+    // FA2 Alg. 2 line 7
     float dk[D / 2], dv[D / 2];
 #pragma unroll
     for (int x = 0; x < D / 2; ++x) dk[x] = dv[x] = 0.f;
@@ -391,12 +391,12 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         const u32 sL = sLD0 + slot * LD_BYTES, sDd = sL + 4 * BLOCK_M;
 
         float s[BLOCK_M / 2], dp[BLOCK_M / 2];
-        issue_t(s, sK, sQ, wg);    // line 10
-        issue_t(dp, sV, sdO, wg);  // line 13, on the tensor cores during line 11
+        issue_t(s, sK, sQ, wg);    // FA2 Alg. 2 line 10
+        issue_t(dp, sV, sdO, wg);  // FA2 Alg. 2 line 13, on the tensor cores during FA2 Alg. 2 line 11
         wgmma_wait<1>();
         wgmma_fence_operand(s);
 
-        // line 11: P^T = exp2(S^T * scale * log2e - L2_i); hidden (key, query) pairs and key padding -> 0
+        // FA2 Alg. 2 line 11: P^T = exp2(S^T * scale * log2e - L2_i); hidden (key, query) pairs and key padding -> 0
         const bool need_mask = key_tail || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
 #pragma unroll
         for (int nt = 0; nt < NQ8; ++nt) {
@@ -418,11 +418,11 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         u32 pa[KM][4];
         pack_frag(pa, s);
         wgmma_fence_operand(dv);
-        issue_acc(dv, pa, sdO);  // line 12
+        issue_acc(dv, pa, sdO);  // FA2 Alg. 2 line 12
         wgmma_wait<1>();         // S^T, dP^T done; dV may still run
         wgmma_fence_operand(dp);
 
-        // line 14: dS^T = P^T o (dP^T - D_i); stored transposed-as-is (rows = keys) for line 15
+        // FA2 Alg. 2 line 14: dS^T = P^T o (dP^T - D_i); stored transposed-as-is (rows = keys) for FA2 Alg. 2 line 15
 #pragma unroll
         for (int nt = 0; nt < NQ8; ++nt) {
             const int c = 8 * nt + 2 * (lane & 3);
@@ -439,7 +439,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         u32 dsa[KM][4];
         pack_frag(dsa, dp);
         wgmma_fence_operand(dk);
-        issue_acc(dk, dsa, sQ);  // line 16
+        issue_acc(dk, dsa, sQ);  // FA2 Alg. 2 line 16
 #if DQ_ABLATE == 2
         wgmma_wait<0>();
         wgmma_fence_operand(dk);
@@ -449,7 +449,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         __syncthreads();         // the whole dS^T tile is written
 
         float dq[DQ_N / 2];
-        issue_dq(dq, sdS, sK, ms, ns);  // line 15
+        issue_dq(dq, sdS, sK, ms, ns);  // FA2 Alg. 2 line 15
         wgmma_wait<0>();
         wgmma_fence_operand(dq);
         wgmma_fence_operand(dk);
@@ -506,7 +506,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     if ((tid & 127) == 0) bulk_wait_all();  // the smem slices stay valid until the reduces are done
 #endif
 
-    // line 18: dK_j = scale * sum dS^T Q (the scores were S * scale), dV_j
+    // FA2 Alg. 2 line 18: dK_j = scale * sum dS^T Q (the scores were S * scale), dV_j
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int key = n0 + key_l + 8 * h;
