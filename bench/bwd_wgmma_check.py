@@ -85,20 +85,11 @@ def step_pytest():
     print("pytest", rc, tail)
 
 
-def _time(fn, reps=15, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
+def _time(fn):
+    """Median ms of fn() by the one timing method (bench.harness.time_fn)."""
+    from bench import harness
+
+    return harness.time_fn(lambda: fn(), [()])["median_ms"]
 
 
 def _rel(a, b):
@@ -106,26 +97,23 @@ def _rel(a, b):
 
 
 def _cell(n, d, dtype, causal, configs, ablate=False):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.functional import scaled_dot_product_attention as sdpa
-
+    from bench import harness
     from kernels import fa2_wgmma, fa2_wgmma_bwd
 
     b, h = max(1, 16384 // n), 2048 // d
     g = torch.Generator(device="cuda").manual_seed(n + d)
     q, k, v, do = (torch.randn(b, h, n, d, generator=g, device="cuda").to(dtype) for _ in range(4))
-    flops = 2.5 * 4 * b * h * n * n * d / (2 if causal else 1)
+    flops = 2.5 * harness.flops(b, h, n, n, d, causal)  # backward = 2.5 forwards (the papers' convention)
     rows = []
     ref = None
-    for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+    for name, backend in (("sdpa_flash", "flash"), ("cudnn", "cudnn")):
         try:
             qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
-            with sdpa_kernel(backend):
-                o = sdpa(qr, kr, vr, is_causal=causal)
-                grads = torch.autograd.grad(o, (qr, kr, vr), do, retain_graph=True)
-                if ref is None:
-                    ref = grads
-                ms = _time(lambda: torch.autograd.grad(o, (qr, kr, vr), do, retain_graph=True))
+            o = harness.sdpa(backend, qr, kr, vr, causal)  # the backward follows the forward's backend
+            grads = torch.autograd.grad(o, (qr, kr, vr), do, retain_graph=True)
+            if ref is None:
+                ref = grads
+            ms = _time(lambda: torch.autograd.grad(o, (qr, kr, vr), do, retain_graph=True))
             rows.append(dict(kernel=name, ms=ms, tflops=flops / ms / 1e9,
                              rel_err_vs_flash=[_rel(x, y) for x, y in zip(grads, ref)]))
             del o, grads
