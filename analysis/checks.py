@@ -81,15 +81,24 @@ def check_problem(batch, heads, n_q, n_k, d, *, causal, block_q, block_k, scale=
     return out
 
 
-def check_shapes(q_shape, k_shape, v_shape) -> tuple[int, int, int, int, int]:
-    """(B, H, Nq, Nk, d) of q (B, H, Nq, d), k and v (B, H, Nk, d), or the first mismatch named."""
+def check_shapes(q_shape, k_shape, v_shape, *, gqa: bool = False) -> tuple[int, int, int, int, int]:
+    """(B, H, Nq, Nk, d) of q (B, H, Nq, d), k and v (B, H, Nk, d), or the first mismatch named.
+
+    gqa: k and v may have H_kv heads, H_kv dividing H (grouped-query attention, the kernels that take it)."""
     for name, shape in (("q", q_shape), ("k", k_shape), ("v", v_shape)):
         if len(shape) != 4:
             raise ValueError(f"{name} must have rank 4 (B, H, N, d), got shape {tuple(shape)}")
     (b, h, n_q, d), (bk, hk, n_k, dk), (bv, hv, n_v, dv) = q_shape, k_shape, v_shape
     if not (b == bk == bv):
         raise ValueError(f"batch mismatch: q has {b}, k has {bk}, v has {bv}")
-    if not (h == hk == hv):
+    if gqa and hk == hv and hk >= 1 and h % hk == 0:
+        pass
+    elif gqa and hk != hv:
+        raise ValueError(f"k and v must have the same number of heads, got {hk} and {hv}")
+    elif gqa and hk >= 1:
+        raise ValueError(f"grouped-query attention needs H_kv dividing H: q has H = {h} heads, k and v "
+                         f"have H_kv = {hk}")
+    elif not (h == hk == hv):
         raise ValueError(f"heads mismatch: q has {h}, k has {hk}, v has {hv}")
     if not (d == dk == dv):
         raise ValueError(f"head dim d mismatch: q has {d}, k has {dk}, v has {dv}")

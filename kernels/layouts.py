@@ -56,20 +56,9 @@ def layout_rules(q, k, v, head_dims) -> None:
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    (b, h, _, d), (bk, h_kv, n_k, dk), (bv, h_v, n_v, dv) = q.shape, k.shape, v.shape
-    if not b == bk == bv:
-        raise ValueError(f"batch mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if not d == dk == dv:
-        raise ValueError(f"head dim d mismatch: q has {d}, k has {dk}, v has {dv}")
-    if n_k != n_v:
-        raise ValueError(f"k and v must have the same sequence length, got {n_k} and {n_v}")
-    if min(q.shape) < 1 or min(k.shape) < 1:
-        raise ValueError(f"every dimension must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if h_kv != h_v:
-        raise ValueError(f"k and v must have the same number of heads, got {h_kv} and {h_v}")
-    if h % h_kv:
-        raise ValueError(f"grouped-query attention needs H_kv dividing H: q has H = {h} heads, k and v "
-                         f"have H_kv = {h_kv}")
+    from analysis.checks import check_shapes
+
+    _, _, _, _, d = check_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), gqa=True)  # the shared wording
     if d not in head_dims:
         raise ValueError(f"head dim d={d} unsupported; this kernel takes d in {sorted(head_dims)}")
     for name, t in (("q", q), ("k", k), ("v", v)):
