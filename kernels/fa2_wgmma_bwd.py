@@ -10,7 +10,6 @@ key-block-outer main kernel (dK, dV in registers, dQ by fp32 atomics), and dQ's 
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from kernels import fa2_tc
@@ -47,12 +46,19 @@ SWEEP = {
 # (0 with DQ_BULK), d=64 NWG=2 Br=128 60 B (72 with DQ_BULK): dK, dV, S^T, dP^T and the in-flight P^T / dS^T
 # fragments are live together. The compile test holds every build to this budget so growth fails.
 MAX_SPILL_BYTES = 80
+KNOBS = set(DEFAULTS) | {"NWG", "BR", "DQ_V4", "ROTATE", "DQ_ABLATE"}  # the .cu's compile-time knobs
 
 
 def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if d not in HEAD_DIMS:
         raise ValueError(f"fa2_wgmma backward supports head dims {HEAD_DIMS}, got d={d}")
     cfg = dict(CONFIGS[d] if config is None else config)
+    unknown = sorted(set(cfg) - KNOBS)
+    if unknown:  # a typo must not time the default build under another name
+        raise ValueError(f"unknown fa2_wgmma backward config keys {unknown}; known: {sorted(KNOBS)}")
+    missing = [key for key in ("NWG", "BR") if key not in dict(DEFAULTS, **cfg)]
+    if missing:
+        raise ValueError(f"a fa2_wgmma backward config needs {missing} (e.g. {CONFIGS[d]})")
     return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **cfg))
 
 
@@ -164,7 +170,9 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
                            f"{q.device} is {major}.x")
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    from analysis import checks
+
+    scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # as the forward checks them
     defs = defines_for(d, q.dtype == torch.bfloat16, config)
     dq, dk, dv = _grads(q, k, out)
     n_pad = -(-n_q // PAD) * PAD

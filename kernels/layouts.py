@@ -30,7 +30,7 @@ def check_strided_gqa(q, k, v, *, head_dims) -> tuple[int, int, int, int, int, i
                 and ks == v.shape):
             b, h, n_q, d = qs
             bk, h_kv, n_k, dk = ks
-            if (b == bk and d == dk and d in head_dims and h % h_kv == 0 and b * h * n_q and n_k * h_kv
+            if (b == bk and d == dk and d in head_dims and h_kv and h % h_kv == 0 and b * h * n_q and n_k * h_kv
                     and q.stride(3) == 1 and k.stride(3) == 1 and v.stride(3) == 1):
                 return b, h, h_kv, n_q, n_k, d
     _explain(q, k, v, head_dims)

@@ -289,8 +289,10 @@ else:
 # the math backend really launches, and what fraction of HBM bandwidth and tensor-core rate each
 # reaches - is for a profiler to measure (notebook 6; `bench/results/kernels_notes.md` has the math
 # backend at 16-26 TFLOP/s against 300+ for flash). The direction is the lesson: an unfused backward's
-# five kernels (section 2) pay the same toll for $P$, $dP$ and $dS$. The backward kernels come with
-# the next issue; its benchmark will add measured backward times here.
+# five kernels (section 2) pay the same toll for $P$, $dP$ and $dS$. The workbench's own backward
+# kernels (`kernels/fa2_bwd.py`, readable; `kernels/fa2_wgmma_bwd.py`, Hopper, 1.2–1.6× SDPA flash's
+# backward: `bench/results/bwd_wgmma_v2.md`) and `kernels.attention`, which trains a model with them, are
+# measured in `bench/results/`.
 #
 # ## 6 · The references as a differentiable op
 #

@@ -76,3 +76,25 @@ def test_05():
     ns["check_spill_extra"](lambda n, d, br: 2 * n * n * 2)
     with pytest.raises(AssertionError):
         ns["check_spill_extra"](lambda n, d, br: 2 * n * n * d // br)
+
+
+def test_07():
+    from analysis import backward_forms as bf
+    from analysis.gpus import GPUS
+
+    nb = jupytext.read(NOTEBOOKS / "07_backward_recomputation.py")
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("# Checks for the exercises"))
+    ns = {"torch": torch, "math": math, "human": human, "bf": bf, "GPUS": GPUS}
+    exec(compile(cell.source, "07:checks", "exec"), ns)
+    ns["check_softmax_backward_row"](lambda p, dp: p * (dp - (p * dp).sum()))
+    with pytest.raises(AssertionError):
+        ns["check_softmax_backward_row"](lambda p, dp: p * dp)
+    ns["check_fa2_reads"](lambda n, blk, d: bf.backward_counts("fa2", 1, 1, n, n, d, dtype="fp16", block_q=blk,
+                                                               block_k=blk).reads)
+    with pytest.raises(AssertionError):
+        ns["check_fa2_reads"](lambda n, blk, d: {"Q": n * d})
+    first = next(m for m in range(1, 1 << 20)
+                 if bf.saved_bytes("naive", 32, 16, m, m, "fp16") > GPUS["h200"].hbm_bytes.value)
+    ns["check_naive_limit"](first)
+    with pytest.raises(AssertionError):
+        ns["check_naive_limit"](first + 1)

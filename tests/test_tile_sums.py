@@ -39,7 +39,7 @@ def test_huge_sizes_keep_the_invariants(n_q, n_k, br, bc, causal):
     t = Tiling(n_q, n_k, br, bc, causal)
     t0 = time.perf_counter()
     s = tile_sums(t)
-    assert time.perf_counter() - t0 < 0.05
+    assert time.perf_counter() - t0 < 0.5  # O(log N) steps: ~1 ms; the margin is for a loaded 2-core CI
     c_first = min(bc, n_k)
     pairs = visible_pairs(n_q, n_k, causal)
     assert pairs <= s.rc <= n_q * n_k  # visited tiles cover every visible pair, no more than all

@@ -48,7 +48,9 @@
 //   v2  layouts (issue 14): 4-D tensor maps with the inputs' strides ((B, N, H, d) views read in place),
 //       grouped-query K/V (kv head h / group), d = 96 (tiles padded to two panels) and d = 256 (Br = 128,
 //       Bc = 80, producer at 24 registers). NVRTC: no spills in any build. GPU check and timing:
-//       bench/gpu_check_layouts.sh (not yet run when this was written).
+//       bench/gpu_check_layouts.sh, H200 (bench/results/layouts_check/): strided and GQA at 0.95-1.03x the
+//       contiguous time at N = 4k/8k; d = 128 N = 8k 594 TFLOP/s, d = 256 N = 8k 655; memcheck clean on
+//       Nq = 300, Nk = 1100 shapes; racecheck of these shapes did not finish in its time cap (not run).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
