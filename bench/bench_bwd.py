@@ -56,25 +56,6 @@ def time_ms(fn) -> float:
     return float(harness.time_fn(lambda: fn(), [()])["median_ms"])
 
 
-class Poisoned:
-    """Within the block, every floating tensor from torch.empty / empty_like starts as NaN."""
-
-    def __enter__(self):
-        import torch
-
-        self.torch, self.empty, self.empty_like = torch, torch.empty, torch.empty_like
-
-        def poison(t):
-            if t.is_floating_point():
-                t.fill_(float("nan"))
-            return t
-
-        torch.empty = lambda *a, **kw: poison(self.empty(*a, **kw))
-        torch.empty_like = lambda *a, **kw: poison(self.empty_like(*a, **kw))
-        return self
-
-    def __exit__(self, *exc):
-        self.torch.empty, self.torch.empty_like = self.empty, self.empty_like
 
 
 def contenders(names: list[str]):
@@ -105,7 +86,7 @@ def check(fn, b, h, n, d, dtype, causal):
     import torch
 
     (q, k, v), do = make_inputs(b, h, n, d, dtype, seed=12345 + n + d)
-    with Poisoned():
+    with harness.Poisoned():
         o = fn(q, k, v, causal)
         grads = torch.autograd.grad(o, (q, k, v), do)
     torch.cuda.synchronize()

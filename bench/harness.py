@@ -303,6 +303,29 @@ def compare(o, lse, q, k, v, causal: bool, dtype_name: str, *, scores_rounded: b
     return res
 
 
+class Poisoned:
+    """Within the block, every floating tensor from torch.empty / empty_like starts as NaN, so an
+    element a kernel fails to write (or scratch it reads before writing) shows up. Used by the GPU tests
+    and bench scripts that call launchers without an out= to poison."""
+
+    def __enter__(self):
+        import torch
+
+        self.torch, self.empty, self.empty_like = torch, torch.empty, torch.empty_like
+
+        def poison(t):
+            if t.is_floating_point():
+                t.fill_(float("nan"))
+            return t
+
+        torch.empty = lambda *a, **kw: poison(self.empty(*a, **kw))
+        torch.empty_like = lambda *a, **kw: poison(self.empty_like(*a, **kw))
+        return self
+
+    def __exit__(self, *exc):
+        self.torch.empty, self.torch.empty_like = self.empty, self.empty_like
+
+
 def check_one(entry: Entry, b, h, n_q, n_k, d, dtype, causal, *, input_scale=1.0, seed=0) -> dict:
     """One problem: fresh inputs, poisoned outputs, compare()."""
     import torch

@@ -24,6 +24,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.harness import Poisoned
 from kernels import KERNELS
 
 ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -207,24 +208,6 @@ def test_custom_ops_pass_opcheck_with_a_cpu_stand_in(monkeypatch, causal):
 
 # ----------------------------------------------------------------------------- GPU helpers
 
-class Poisoned:
-    """Within the block, every floating tensor from torch.empty / empty_like starts as NaN, so an
-    element a kernel fails to write (or scratch it reads before writing) shows up."""
-
-    def __enter__(self):
-        self.empty, self.empty_like = torch.empty, torch.empty_like
-
-        def poison(t):
-            if t.is_floating_point():
-                t.fill_(float("nan"))
-            return t
-
-        torch.empty = lambda *a, **kw: poison(self.empty(*a, **kw))
-        torch.empty_like = lambda *a, **kw: poison(self.empty_like(*a, **kw))
-        return self
-
-    def __exit__(self, *exc):
-        torch.empty, torch.empty_like = self.empty, self.empty_like
 
 
 def _scores(q, k, causal, scale):

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels import KERNELS
+from bench.harness import Poisoned
 from tests.strategies import assert_close_to_reference, make_inputs, problems
 from variants import attention_reference
 
@@ -30,23 +31,6 @@ CONFIGS = [(s.name, opts) for s in TEACHING for opts in s.configs()]
 IDS = [KERNELS[n].label(**o) for n, o in CONFIGS]
 
 
-class Poisoned:
-    """Within the block, every floating tensor from torch.empty / empty_like starts as NaN."""
-
-    def __enter__(self):
-        self.empty, self.empty_like = torch.empty, torch.empty_like
-
-        def poison(t):
-            if t.is_floating_point():
-                t.fill_(float("nan"))
-            return t
-
-        torch.empty = lambda *a, **kw: poison(self.empty(*a, **kw))
-        torch.empty_like = lambda *a, **kw: poison(self.empty_like(*a, **kw))
-        return self
-
-    def __exit__(self, *exc):
-        torch.empty, torch.empty_like = self.empty, self.empty_like
 
 
 def run(name, q, k, v, **kw):
