@@ -17,7 +17,6 @@ import importlib.util
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 KERNEL_NAMES = ("fa2_wgmma", "fa2_tc", "v_once_tc", "fa2")
@@ -31,17 +30,6 @@ def load_harness():
     return mod
 
 
-def host_us(fn, calls=1000):
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e6
 
 
 def main(argv=None) -> int:
@@ -64,9 +52,9 @@ def main(argv=None) -> int:
     for e in entries:
         o, _ = e.forward(q, k, v, True)
         res["checksums"][e.label] = float(o.double().sum())
-        res["host"].append(dict(kernel=e.label, host_us=host_us(lambda e=e: e.forward(q, k, v, False))))
+        res["host"].append(dict(kernel=e.label, host_us=h.host_us(lambda e=e: e.forward(q, k, v, False))))
     sdpa = h.entries(["sdpa_flash"])[0]
-    res["host"].append(dict(kernel="sdpa_flash", host_us=host_us(lambda: sdpa.forward(q, k, v, False))))
+    res["host"].append(dict(kernel="sdpa_flash", host_us=h.host_us(lambda: sdpa.forward(q, k, v, False))))
     for n in (int(x) for x in args.seqs.split(",")):
         for d in (64, 128):
             b, heads = 16384 // n, 2048 // d

@@ -435,6 +435,23 @@ def time_fn(fn, sets, *, warmup_ms=25, rep_ms=100, force_events=False) -> dict:
                 timer="triton.testing.do_bench")
 
 
+def host_us(fn, calls=1000):
+    """Host µs per call: wall time of `calls` back-to-back calls without synchronising (what the host
+    spends launching), after one warm call; the GPU catches up after the clock stops."""
+    import time
+
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
 def measure(entry: Entry, sets, causal: bool, **timing) -> dict:
     """Checked on the timed inputs (check_on), then timed (time_fn); an entry that fails is not timed.
     Returns the record: label, tier, shape, rel_err, ok, median_ms, tflops, gbps, run_id."""

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -27,17 +26,6 @@ from bench import harness  # noqa: E402
 SHAPE = (1, 2, 128, 64)  # B, H, N, d
 
 
-def host_us(fn, calls=2000):
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e6
 
 
 def loader_pieces(q, k, v) -> dict:
@@ -59,11 +47,11 @@ def loader_pieces(q, k, v) -> dict:
         grid, block = (-(-n // defs["BLOCK_M"]), b * h, 1), (32 * defs["NWARPS"], 1, 1)
         smem = fa2_tc.smem_bytes(defs)
         return dict(
-            get_function=host_us(lambda: loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=defs,
+            get_function=harness.host_us(calls=2000, fn=lambda: loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=defs,
                                                              device=q.device.index)),
-            launch=host_us(lambda: kern.launch(grid, block, args, shared_mem=smem)),
-            current_stream=host_us(lambda: torch.cuda.current_stream(q.device.index).cuda_stream),
-            two_empty=host_us(lambda: (torch.empty_like(q), torch.empty((b, h, n), device=q.device))))
+            launch=harness.host_us(lambda: kern.launch(grid, block, args, shared_mem=smem), 2000),
+            current_stream=harness.host_us(lambda: torch.cuda.current_stream(q.device.index).cuda_stream, 2000),
+            two_empty=harness.host_us(lambda: (torch.empty_like(q), torch.empty((b, h, n), device=q.device)), 2000))
     except Exception as exc:  # a renamed launcher internal: report, do not fail the measurement
         return dict(error=f"{type(exc).__name__}: {exc}"[:200])
 
@@ -90,7 +78,7 @@ def main(argv=None) -> int:
         row = dict(kernel=label, path="torch" if e.spec is None else "loader", rel_err=chk.get("rel_err"),
                    ok=chk.get("ok"), run_id=harness.run_info()["run_id"])
         if chk.get("ok"):
-            row.update(host_us=host_us(fn),
+            row.update(host_us=harness.host_us(fn, 2000),
                        event_ms=harness.time_events(lambda *_: fn(), [()], warmup=20, reps=200)["median_ms"])
         else:
             bad += 1
