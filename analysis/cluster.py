@@ -1,0 +1,80 @@
+"""Where the f row of "multiply V once" fits on chip across a thread-block cluster (issue 18), torch-free.
+
+The cluster kernel (kernels/cuda/v_once_cluster.cu) gives one Q block of Br rows to a cluster of
+`cluster_size` CTAs; CTA r takes the key blocks r·Tc_cta .. (r+1)·Tc_cta - 1 and keeps its slice of f
+(Br x keys_per_cta, input dtype) in its own shared memory beside its Q tile and a ring of K/V stages.
+The row maxima and sums, then the partial O's, are reduced across the cluster through distributed
+shared memory. This module is the one statement of that budget: the launcher picks the build from it,
+the closed forms and the GPU model price it, the report says where it applies.
+
+The constants are the kernel's; change them together with kernels/cuda/v_once_cluster.cu.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# cudaDevAttrMaxSharedMemoryPerBlockOptin on the H100/H200 (sm_90): 227 KB of the SM's 228 KB.
+SMEM_PER_CTA = 232448
+CLUSTER_SIZES = (1, 2, 4, 8, 16)  # 8 is the portable maximum; 16 needs the non-portable opt-in
+PORTABLE_MAX = 8
+RESERVE = 1024  # mbarriers, the cluster's m / ℓ exchange and alignment slack
+F32 = 4
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    cluster_size: int
+    block_q: int  # Br
+    block_k: int  # Bc
+    keys_per_cta: int  # a multiple of Bc
+    smem_bytes: int  # per CTA
+    f_bytes: int  # per CTA: its slice of the f row
+
+    @property
+    def key_blocks_per_cta(self) -> int:
+        return self.keys_per_cta // self.block_k
+
+    @property
+    def portable(self) -> bool:
+        return self.cluster_size <= PORTABLE_MAX
+
+
+def smem_bytes(keys_per_cta: int, d: int, *, block_q: int = 64, block_k: int = 64, stages: int = 2,
+               itemsize: int = 2) -> int:
+    """Shared memory of one CTA: Q_i, `stages` K/V tiles, the f slice (input dtype), the block maxima
+    m_ij (float32, one per row and key block) and the reserve. The partial O (Br x d float32) reuses the
+    f slice once the P V products are done, so it is not added (it must fit inside it or the ring)."""
+    f = block_q * keys_per_cta * itemsize
+    block_maxima = block_q * _cdiv(keys_per_cta, block_k) * F32
+    return (block_q * d + stages * block_k * d) * itemsize + f + block_maxima + RESERVE
+
+
+def plan(n_k: int, d: int, *, block_q: int = 64, block_k: int = 64, stages: int = 2, itemsize: int = 2,
+         max_cluster: int = 16, capacity: int = SMEM_PER_CTA) -> ClusterPlan | None:
+    """The smallest cluster whose CTAs hold the whole f row of one Q block (None: no cluster does)."""
+    if n_k < 1 or d < 1:
+        raise ValueError(f"n_k and d must be positive, got n_k={n_k}, d={d}")
+    for cs in CLUSTER_SIZES:
+        if cs > max_cluster:
+            break
+        keys = _cdiv(_cdiv(n_k, cs), block_k) * block_k
+        nbytes = smem_bytes(keys, d, block_q=block_q, block_k=block_k, stages=stages, itemsize=itemsize)
+        if nbytes <= capacity:
+            return ClusterPlan(cs, block_q, block_k, keys, nbytes, block_q * keys * itemsize)
+    return None
+
+
+def max_keys(d: int, cluster_size: int, **kw) -> int:
+    """The largest Nk a cluster of `cluster_size` CTAs holds on chip (0 if not even one key block)."""
+    block_k = kw.get("block_k", 64)
+    keys = 0
+    while True:
+        nxt = keys + block_k
+        p = plan(nxt * cluster_size, d, max_cluster=cluster_size, **kw)
+        if p is None or p.cluster_size > cluster_size:
+            return keys * cluster_size
+        keys = nxt
