@@ -82,7 +82,7 @@ static_assert(D == 64 || D == 128, "HEAD_DIM must be 64 or 128");
 static_assert(CS == 1 || CS == 2 || CS == 4 || CS == 8 || CS == 16, "CS: 1, 2, 4, 8 or 16 CTAs per cluster");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
 static_assert(RING_BYTES >= BLOCK_M * D * 4, "the ring must hold the partial O (64 x d fp32) after phase 2");
-static_assert(8 * (1 + 2 * STAGES) <= BAR_BYTES, "mbarriers");
+static_assert(STAGES >= 2 && 8 * (1 + 2 * STAGES) <= BAR_BYTES, "mbarriers; phase 1 holds two ring slots at once");
 
 #include "tc_common.cuh"  // pack2, ex2, quad reductions, NEG_INF, scale2
 #include "wgmma.cuh"
