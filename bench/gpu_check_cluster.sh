@@ -10,12 +10,15 @@
 #   tests      pytest tests/test_kernels_cluster.py: hypothesis (odd Nq <= 700, Nk <= 3000, causal rows that see
 #              no key, fp16/bf16, d 64/128, scores to ~1e4) + long rows at every cluster size (Nk 1100..10700),
 #              GQA and (B,N,H,d) views, the auto fallback, clear errors      -> $OUT/gpu_tests.log
-#   memcheck   compute-sanitizer memcheck on bench/sanitize.py KERNEL_SHAPES["v_once_cluster"], fp16 + bf16
-#   racecheck  compute-sanitizer racecheck on the same shapes, fp16        -> $OUT/sanitize_*/sanitize.json, logs
-#   speed      bench/cluster_speed.py --small: v_once_cluster vs fa2_wgmma vs v_once_tc (hbm, lazy) vs SDPA
+#   memcheck   compute-sanitizer memcheck of bench/cluster_sanitize_target.py: bench/sanitize.py's
+#              KERNEL_SHAPES["v_once_cluster"] (CS 1..8, ring reuse, several Q blocks, idle causal ranks, GQA) on
+#              the default build and NWG=2, fp16 + bf16                     -> $OUT/memcheck.log
+#   racecheck  the same, fp16 (racecheck covers shared memory: the f slice, the ring, the O exchange)
+#                                                                           -> $OUT/racecheck.log
+#   speed      bench/cluster_speed.py --small: v_once_cluster (default build and NWG=2) vs fa2_wgmma vs v_once_tc (hbm, lazy) vs SDPA
 #              flash / cuDNN, fp16, d 64/128, N 1k/4k/8k/16k at B*N = 16k, H = 2048/d, causal and not, plus
 #              B*H <= 16 cells                                              -> $OUT/cluster_speed.json
-# Read: "passed" with no FAILED lines; "memcheck/racecheck: errors=0 wrong=0 finished=True"; the speed table's
+# Read: "passed" with no FAILED lines; "memcheck/racecheck: ERROR SUMMARY: 0 / 0 hazards, BAD=0, done"; the speed table's
 # t/fa2 column (v_once_cluster / fa2_wgmma, same run; "-" where no cluster holds the row, N = 16k) and its CS.
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
@@ -44,7 +47,9 @@ def one(c):
     loader.compile_cubin(src, defines=defs, arch=arch)
     return loader.resource_usage(src, kernel, defines=defs, arch=arch)
 
-builds = [(*c, v_once_cluster.ARCH) for c in v_once_cluster.compile_configs()]
+builds = [(*c, v_once_cluster.ARCH) for c in v_once_cluster.compile_configs() + v_once_cluster.sweep_configs()]
+builds = list(dict.fromkeys((s, k, tuple(sorted(d.items())), a) for s, k, d, a in builds))
+builds = [(s, k, dict(d), a) for s, k, d, a in builds]
 builds += [(*c, fa2_wgmma.ARCH) for c in fa2_wgmma.compile_configs()]
 builds += [(*c, "sm_90") for c in v_once_tc.compile_configs()]
 with ProcessPoolExecutor(min(16, os.cpu_count() or 1)) as ex:
@@ -59,17 +64,20 @@ tests() {
   python3 -m pytest -q -p no:cacheprovider tests/test_kernels_cluster.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
   return "${PIPESTATUS[0]}"
 }
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | tail -1)
+export SANITIZER
 memcheck() {
-  python3 bench/sanitize.py --out "$OUT/sanitize_memcheck" --kernels v_once_cluster --shapes 0 \
-    --dtypes float16,bfloat16 --tools memcheck
+  "$SANITIZER" --tool memcheck --report-api-errors no --print-limit 50 python3 bench/cluster_sanitize_target.py \
+    --configs default,NWG=2 --dtypes float16,bfloat16 > "$OUT/memcheck.log" 2>&1
+  local rc=$?; tail -3 "$OUT/memcheck.log"; return $rc
 }
 racecheck() {
-  python3 bench/sanitize.py --out "$OUT/sanitize_racecheck" --kernels v_once_cluster --shapes 0 \
-    --dtypes float16 --tools racecheck
+  "$SANITIZER" --tool racecheck --report-api-errors no --print-limit 50 python3 bench/cluster_sanitize_target.py \
+    --configs default,NWG=2 --dtypes float16 > "$OUT/racecheck.log" 2>&1
+  local rc=$?; tail -3 "$OUT/racecheck.log"; return $rc
 }
 speed() {
-  python3 bench/cluster_speed.py --out "$OUT" --small --max-sets 2 2> "$OUT/cluster_speed.err" | tee "$OUT/cluster_speed.txt"
-  return "${PIPESTATUS[0]}"
+  python3 bench/cluster_speed.py --out "$OUT" --small --max-sets 2 > "$OUT/cluster_speed.txt" 2> "$OUT/cluster_speed.err"
 }
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
@@ -85,19 +93,15 @@ cat "$OUT/steps.txt"
 grep -E "passed|failed" "$OUT/gpu_tests.log" | tail -3
 grep -E "^FAILED|Error" "$OUT/gpu_tests.log" | head -10
 for t in memcheck racecheck; do
-  python3 - "$OUT/sanitize_$t/sanitize.json" <<'PY'
-import json, sys
-from pathlib import Path
-p = Path(sys.argv[1])
-if p.exists():
-    for tool, r in json.loads(p.read_text()).get("tools", {}).items():
-        print(f"sanitize {tool}: errors={r['errors']} wrong={r['wrong_results']} finished={r['finished']} {r['seconds']}s")
-        for label, n in r.get("per_kernel_reports", {}).items():
-            if n:
-                print(f"   {n} reports in {label}")
-else:
-    print(f"{p}: missing")
-PY
+  f="$OUT/$t.log"
+  if [ -f "$f" ]; then
+    echo "$t: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" | tail -1) BAD=$(grep -c ' BAD ' "$f") $(grep -q '@@DONE' "$f" && echo done || echo NOT-FINISHED)"
+    grep -E "^========= (Invalid|Error|Race|Program hit|Barrier)" "$f" | sort | uniq -c | head -5
+  else
+    echo "$t: no log"
+  fi
 done
-[ -f "$OUT/cluster_speed.txt" ] && cat "$OUT/cluster_speed.txt"
+[ -f "$OUT/cluster_speed.json" ] && python3 -c 'import json, sys
+from bench.cluster_speed import print_table
+print_table(json.load(open(sys.argv[1]))["rows"])' "$OUT/cluster_speed.json"
 [ ${#failed[@]} -eq 0 ] || { echo "FAILED steps: ${failed[*]}"; exit 1; }

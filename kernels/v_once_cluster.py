@@ -18,6 +18,9 @@ placement: "cluster" runs the cluster kernel or raises ValueError naming the lar
 holds; "auto" (the default) runs it where a cluster holds the row and otherwise falls back to the spilled
 kernel, kernels.v_once_tc with placement="hbm", rescale="lazy" (contiguous, equal-head inputs only).
 last_plan() says which ran for the last call.
+
+config: {"NWG": 2} runs two consumer warpgroups that split each CTA's key blocks (even / odd), {"STAGES": 3|4}
+deepens the K/V ring (less room for f: plan() accounts for it); the default is CONFIG. No speed measured yet.
 """
 from __future__ import annotations
 
@@ -34,47 +37,77 @@ LOG2E = 1.4426950408889634
 PLACEMENTS = ("auto", "cluster")
 OPTIONS = {"placement": PLACEMENTS}
 BENCH_OPTIONS = ({"placement": "cluster"},)  # timed as itself: the fallback is v_once_tc's own entry
-CONFIG = dict(BLOCK_M=64, BLOCK_N=64, STAGES=2)  # Br, Bc, K/V ring slots: what the .cu and plan() assume
+# Br, Bc, K/V ring slots, consumer warpgroups (with 2 they split the CTA's key blocks, even / odd: Br stays 64,
+# so the f slice and plan() do not change): the default build. config= may set NWG and STAGES (the ring: it
+# enters plan()'s budget).
+CONFIG = dict(BLOCK_M=64, BLOCK_N=64, STAGES=2, NWG=1)
+TUNABLE = {"NWG": (1, 2), "STAGES": (2, 3, 4)}
+SWEEP = [dict(NWG=2), dict(NWG=2, STAGES=4), dict(STAGES=4)]  # candidates the GPU check times beside the default
 CLUSTER_SIZES = (1, 2, 4, 8)  # compiled builds; 16 (non-portable) needs cuLaunchKernelEx: not yet
 MAX_CLUSTER = max(CLUSTER_SIZES)
-NTHREADS = 256  # a producer warpgroup and one consumer warpgroup
 
 _LAST: dict = {}
 
 
-def cluster_plan(n_k: int, d: int, *, itemsize: int = 2, max_cluster: int = MAX_CLUSTER):
+def build_config(config: dict | None = None) -> dict:
+    """CONFIG with config's NWG / STAGES; anything else is a ValueError naming what it takes."""
+    cfg = dict(CONFIG)
+    for key, value in (config or {}).items():
+        if key not in TUNABLE or value not in TUNABLE[key]:
+            raise ValueError(f"v_once_cluster config {key}={value!r}: it takes "
+                             + ", ".join(f"{k} in {v}" for k, v in TUNABLE.items()))
+        cfg[key] = int(value)
+    return cfg
+
+
+def threads(config: dict | None = None) -> int:
+    return 128 * (build_config(config)["NWG"] + 1)  # a producer warpgroup and the consumer warpgroups
+
+
+def cluster_plan(n_k: int, d: int, *, itemsize: int = 2, max_cluster: int = MAX_CLUSTER, config: dict | None = None):
     """analysis.cluster.plan() at this kernel's tiles: the smallest cluster whose CTAs hold the f row of one
     Q block over n_k keys (None: no cluster up to max_cluster does)."""
-    return _cluster.plan(n_k, d, block_q=CONFIG["BLOCK_M"], block_k=CONFIG["BLOCK_N"], stages=CONFIG["STAGES"],
+    cfg = build_config(config)
+    return _cluster.plan(n_k, d, block_q=cfg["BLOCK_M"], block_k=cfg["BLOCK_N"], stages=cfg["STAGES"],
                          itemsize=itemsize, max_cluster=max_cluster)
 
 
-def max_keys(d: int, cluster_size: int = MAX_CLUSTER) -> int:
+def max_keys(d: int, cluster_size: int = MAX_CLUSTER, config: dict | None = None) -> int:
     """The largest Nk a cluster of `cluster_size` CTAs of this kernel holds on chip."""
-    return _cluster.max_keys(d, cluster_size, block_q=CONFIG["BLOCK_M"], block_k=CONFIG["BLOCK_N"],
-                             stages=CONFIG["STAGES"])
+    cfg = build_config(config)
+    return _cluster.max_keys(d, cluster_size, block_q=cfg["BLOCK_M"], block_k=cfg["BLOCK_N"], stages=cfg["STAGES"])
 
 
-def smem_bytes(d: int, tc_alloc: int) -> int:
-    """The .cu's layout: 1 KB alignment slack, Q, the ring, 128 B of mbarriers, the 4 x 64 float32 reduction
+def smem_bytes(d: int, tc_alloc: int, config: dict | None = None) -> int:
+    """The .cu's layout: 1 KB alignment slack, Q, the ring, 128 B of mbarriers, the 6 x 64 float32 reduction
     arrays, tc_alloc block maxima (64 float32 each) and tc_alloc f blocks (64 x Bc, 16-bit).
     Equal to analysis.cluster.smem_bytes (tests/test_kernels_cluster.py checks it)."""
-    bm, bn, st = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"], CONFIG["STAGES"]
-    return 1024 + bm * d * 2 + st * bn * d * 2 + 128 + 4 * bm * 4 + tc_alloc * (bm * 4 + bm * bn * 2)
+    cfg = build_config(config)
+    bm, bn, st = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["STAGES"]
+    return 1024 + bm * d * 2 + st * bn * d * 2 + 128 + 6 * bm * 4 + tc_alloc * (bm * 4 + bm * bn * 2)
 
 
-def defines_for(d: int, is_bf16: bool, cluster_size: int) -> dict:
+def defines_for(d: int, is_bf16: bool, cluster_size: int, config: dict | None = None) -> dict:
     if d not in HEAD_DIMS:
         raise ValueError(f"v_once_cluster supports head dims {HEAD_DIMS}, got d={d}")
     if cluster_size not in CLUSTER_SIZES:
         raise ValueError(f"v_once_cluster: cluster size {cluster_size} not built; sizes {CLUSTER_SIZES}")
-    return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), CS=int(cluster_size), BLOCK_N=CONFIG["BLOCK_N"],
-                STAGES=CONFIG["STAGES"])
+    cfg = build_config(config)
+    return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), CS=int(cluster_size), BLOCK_N=cfg["BLOCK_N"],
+                STAGES=cfg["STAGES"], NWG=cfg["NWG"])
 
 
 def compile_configs() -> list[tuple[str, str, dict]]:
-    return [(str(SOURCE), KERNEL, defines_for(d, bf16, cs)) for cs in CLUSTER_SIZES for d in HEAD_DIMS
-            for bf16 in (0, 1)]
+    """The default build at every cluster size, head dim and dtype, and two warpgroups (fp16) beside it."""
+    out = [(str(SOURCE), KERNEL, defines_for(d, bf16, cs)) for cs in CLUSTER_SIZES for d in HEAD_DIMS
+           for bf16 in (0, 1)]
+    return out + [(str(SOURCE), KERNEL, defines_for(d, 0, cs, dict(NWG=2))) for cs in CLUSTER_SIZES for d in HEAD_DIMS]
+
+
+def sweep_configs() -> list[tuple[str, str, dict]]:
+    """Every SWEEP candidate at every cluster size, head dim and dtype (the GPU check precompiles them)."""
+    return [(str(SOURCE), KERNEL, defines_for(d, bf16, cs, cfg)) for cfg in SWEEP for cs in CLUSTER_SIZES
+            for d in HEAD_DIMS for bf16 in (0, 1)]
 
 
 def supported(device=None) -> bool:
@@ -90,15 +123,15 @@ def last_plan() -> dict:
     return dict(_LAST)
 
 
-def _resolve(n_k: int, d: int, placement: str):
+def _resolve(n_k: int, d: int, placement: str, config: dict | None = None):
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-    p = cluster_plan(n_k, d)
+    p = cluster_plan(n_k, d, config=config)
     if p is None and placement == "cluster":
         raise ValueError(
             f"v_once_cluster placement='cluster': the f row of a {CONFIG['BLOCK_M']}-row Q block over Nk={n_k} keys "
             f"does not fit in the shared memory of a cluster of {MAX_CLUSTER} CTAs; the largest Nk it holds at "
-            f"d={d} is {max_keys(d)}; use placement='auto' (spills f to HBM through v_once_tc)")
+            f"d={d} is {max_keys(d, config=config)}; use placement='auto' (spills f to HBM through v_once_tc)")
     return p
 
 
@@ -113,17 +146,16 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     from analysis import checks
     from kernels import fa2_tc, layouts, loader
 
-    if config is not None:
-        raise ValueError(f"v_once_cluster takes no config (its tiles are fixed: {CONFIG}); got {config!r}")
     b, h, h_kv, n_q, n_k, d = layouts.check_strided_gqa(q, k, v, head_dims=HEAD_DIMS)
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)
-    p = _resolve(n_k, d, placement)
+    p = _resolve(n_k, d, placement, config)
     if p is None:  # auto, and no cluster holds the row: the spilled kernel
         from kernels import v_once_tc
 
         _LAST.clear()
         _LAST.update(placement="hbm", kernel="v_once_tc", rescale="lazy",
-                     reason=f"Nk={n_k} is over the {max_keys(d)} keys a cluster of {MAX_CLUSTER} holds at d={d}")
+                     reason=f"Nk={n_k} is over the {max_keys(d, config=config)} keys a cluster of {MAX_CLUSTER} "
+                            f"holds at d={d}")
         return v_once_tc.forward(q, k, v, causal=causal, scale=scale, placement="hbm", rescale="lazy", out=out)
     if b * h > 65535:
         raise ValueError(f"B*H = {b * h} is over the 65535 grid rows this launcher uses")
@@ -135,8 +167,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
                                f"is {major}.x -- use kernels.v_once_tc there")
         _HOPPER.add(dev)
     tc_alloc = p.key_blocks_per_cta
-    smem = smem_bytes(d, tc_alloc)
-    defs = defines_for(d, q.dtype == torch.bfloat16, p.cluster_size)
+    smem = smem_bytes(d, tc_alloc, config)
+    defs = defines_for(d, q.dtype == torch.bfloat16, p.cluster_size, config)
     if out is None:
         o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
         lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
@@ -151,37 +183,40 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     t_r = -(-n_q // bm)
     _LAST.clear()
     _LAST.update(placement="cluster", kernel="v_once_cluster", cluster_size=p.cluster_size,
-                 keys_per_cta=p.keys_per_cta, f_bytes_per_cta=p.f_bytes, smem_bytes=smem, grid=(t_r * p.cluster_size, b * h))
+                 keys_per_cta=p.keys_per_cta, f_bytes_per_cta=p.f_bytes, smem_bytes=smem,
+                 grid=(t_r * p.cluster_size, b * h), nwg=defs["NWG"], stages=defs["STAGES"])
     loader.get_function(SOURCE, KERNEL, defines=defs, arch=ARCH, device=dev).launch(
-        (t_r * p.cluster_size, b * h, 1), (NTHREADS, 1, 1), args, shared_mem=smem)
+        (t_r * p.cluster_size, b * h, 1), (128 * (defs["NWG"] + 1), 1, 1), args, shared_mem=smem)
     return o, lse
 
 
 # -- what the GPU model needs (analysis.descriptors; torch-free) ------------------------------------------
 def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 4096, n_k: int | None = None,
-             placement: str = "auto", **_) -> dict:
+             placement: str = "auto", config: dict | None = None, **_) -> dict:
     """This build's descriptor: wgmma (S from smem Q, K; P V with f from registers), a TMA producer warpgroup
-    and one consumer warpgroup, the f slice in shared memory, one CTA per SM at the shared memory plan() gives.
+    and NWG consumer warpgroups, the f slice in shared memory, one CTA per SM at the shared memory plan() gives.
     (The cluster terms -- DSMEM reductions, co-scheduling -- are the GPU model's, issue 18 item 2.)"""
     from analysis.descriptors import ctas_per_sm, overhead, registers_of
 
     n_k = n_q if n_k is None else n_k
-    p = cluster_plan(n_k, d)
+    p = cluster_plan(n_k, d, config=config)
     if p is None and placement == "cluster":
-        _resolve(n_k, d, placement)
+        _resolve(n_k, d, placement, config)
     if p is None:  # auto beyond the largest cluster: the spilled kernel's descriptor
         from kernels import v_once_tc
 
         return v_once_tc.describe(d, dtype, causal, n_q=n_q, n_k=n_k, placement="hbm", rescale="lazy")
-    smem = smem_bytes(d, p.key_blocks_per_cta)
-    br, bc = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"]
+    cfg = build_config(config)
+    smem = smem_bytes(d, p.key_blocks_per_cta, config)
+    defs = defines_for(d, dtype == "bf16", p.cluster_size, config)
+    br, bc, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], threads(config) // 32
     # per tile: Q and K_j (S), V_j (the product) by wgmma, f written and read back (16-bit)
     smem_tile = br * d * 2 + 2 * bc * d * 2 + 2 * br * bc * 2
     t, src = overhead("fa2_tc")
-    return dict(kernel="v_once_cluster", build=f"Br={br} Bc={bc} CS={p.cluster_size}", variant="v_once",
-                path="wgmma", structure="warp_specialized", block_q=br, block_k=bc, warps=NTHREADS // 32,
-                ctas_per_sm=ctas_per_sm(NTHREADS // 32, smem, registers_of("v_once_cluster", defines_for(d, dtype == "bf16", p.cluster_size)), 1),
-                loads="tma", s_p="registers",
-                grid="q_blocks", smem_bytes_per_tile=smem_tile, f="sram", rescale="lazy", smem_bytes=smem,
-                launch_overhead_s=t, overhead_source=src, source="kernels/v_once_cluster.py CONFIG and cluster_plan()",
-                options=dict(placement=placement, cluster_size=p.cluster_size))
+    return dict(kernel="v_once_cluster", build=f"Br={br} Bc={bc} CS={p.cluster_size} NWG={cfg['NWG']}",
+                variant="v_once", path="wgmma", structure="warp_specialized", block_q=br, block_k=bc, warps=warps,
+                ctas_per_sm=ctas_per_sm(warps, smem, registers_of("v_once_cluster", defs), 1), loads="tma",
+                s_p="registers", grid="q_blocks", smem_bytes_per_tile=smem_tile, f="sram", rescale="lazy",
+                smem_bytes=smem, launch_overhead_s=t, overhead_source=src,
+                source="kernels/v_once_cluster.py CONFIG and cluster_plan()",
+                options=dict(placement=placement, cluster_size=p.cluster_size, NWG=cfg["NWG"], STAGES=cfg["STAGES"]))

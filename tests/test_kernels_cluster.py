@@ -19,6 +19,8 @@ from hypothesis import strategies as st  # noqa: E402
 from analysis import cluster  # noqa: E402
 from kernels import KERNELS, v_once_cluster as vc  # noqa: E402
 
+CONFIGS = [None] + list(vc.SWEEP)  # the default build and the tuning candidates
+
 
 def _hopper() -> bool:
     try:
@@ -33,18 +35,37 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(H
 
 
 # ------------------------------------------------------------------------------------------------ CPU
-def test_layout_is_the_cluster_budget():
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_layout_is_the_cluster_budget(config):
     """The .cu's shared-memory layout (kernels.v_once_cluster.smem_bytes) is analysis.cluster's budget at the
-    kernel's tiles, for every cluster size and key count: plan() can only pick builds that fit."""
+    kernel's tiles, for every build, cluster size and key count: plan() can only pick builds that fit."""
     for d in vc.HEAD_DIMS:
-        for n_k in (1, 63, 64, 65, 1000, 1537, 3001, 5000, 9000, vc.max_keys(d)):
-            p = vc.cluster_plan(n_k, d)
+        top = vc.max_keys(d, config=config)
+        for n_k in (1, 63, 64, 65, 1000, 1537, 3001, 5000, top):
+            p = vc.cluster_plan(n_k, d, config=config)
             assert p is not None, (d, n_k)
-            assert vc.smem_bytes(d, p.key_blocks_per_cta) == p.smem_bytes <= cluster.SMEM_PER_CTA
+            assert vc.smem_bytes(d, p.key_blocks_per_cta, config) == p.smem_bytes <= cluster.SMEM_PER_CTA
             assert p.cluster_size * p.keys_per_cta >= n_k and p.block_q == 64 and p.block_k == 64
             if p.cluster_size > 1:  # the smallest cluster: half of it would not hold the row
-                assert vc.cluster_plan(n_k, d, max_cluster=p.cluster_size // 2) is None
-        assert vc.cluster_plan(vc.max_keys(d) + 1, d) is None
+                assert vc.cluster_plan(n_k, d, max_cluster=p.cluster_size // 2, config=config) is None
+        assert vc.cluster_plan(top + 1, d, config=config) is None
+
+
+def test_rank_split_never_needs_more_f_slots_than_planned():
+    """The kernel gives rank r of a cluster the visible key blocks [r·per, min((r+1)·per, Tc_vis)), per =
+    ceil(Tc_vis / CS), Tc_vis cut at the causal diagonal of the Q block; every block goes to exactly one rank
+    and per never exceeds the f slots the launcher allocates (tc_alloc = plan().key_blocks_per_cta; the kernel
+    traps otherwise)."""
+    for n_q, n_k, d in ((1, 5000, 64), (300, 1100, 64), (9000, 9000, 128), (77, 10700, 128), (1000, 300, 64)):
+        p = vc.cluster_plan(n_k, d)
+        tc_alloc, cs = p.key_blocks_per_cta, p.cluster_size
+        for i in range(-(-n_q // 64)):
+            for causal in (False, True):
+                n_vis = max(0, min(n_k, min(64 * i + 64, n_q) + n_k - n_q)) if causal else n_k
+                tc_vis = -(-n_vis // 64)
+                per = -(-tc_vis // cs)
+                got = [j for r in range(cs) for j in range(min(r * per, tc_vis), min(r * per + per, tc_vis))]
+                assert got == list(range(tc_vis)) and per <= tc_alloc
 
 
 def test_cluster_sizes_reached():
@@ -54,8 +75,11 @@ def test_cluster_sizes_reached():
 
 
 def test_every_build_is_compiled_by_ci():
-    builds = {(d["CS"], d["HEAD_DIM"], d["IS_BF16"]) for _, _, d in vc.compile_configs()}
-    assert builds == {(cs, dd, bf) for cs in vc.CLUSTER_SIZES for dd in vc.HEAD_DIMS for bf in (0, 1)}
+    builds = {(d["CS"], d["HEAD_DIM"], d["IS_BF16"], d["NWG"]) for _, _, d in vc.compile_configs()}
+    assert {(cs, dd, bf, 1) for cs in vc.CLUSTER_SIZES for dd in vc.HEAD_DIMS for bf in (0, 1)} <= builds
+    assert {(cs, dd, 0, 2) for cs in vc.CLUSTER_SIZES for dd in vc.HEAD_DIMS} <= builds
+    swept = {tuple(sorted(d.items())) for _, _, d in vc.sweep_configs()}
+    assert len(swept) == len(vc.SWEEP) * len(vc.CLUSTER_SIZES) * len(vc.HEAD_DIMS) * 2
     spec = KERNELS["v_once_cluster"]
     assert spec.tier == "tensor-core" and spec.variant == "v_once" and spec.arch == "sm_90a"
     assert spec.options == {"placement": ("auto", "cluster")}
@@ -72,6 +96,10 @@ def test_bad_options_are_one_clear_line():
         vc.defines_for(96, False, 1)
     with pytest.raises(ValueError, match="cluster size 16 not built"):
         vc.defines_for(64, False, 16)
+    with pytest.raises(ValueError, match="NWG in"):
+        vc.build_config({"NWG": 3})
+    with pytest.raises(ValueError, match="config BLOCK_N"):
+        vc.build_config({"BLOCK_N": 128})
 
 
 def test_descriptor_follows_the_plan():
@@ -94,12 +122,12 @@ def _inputs(b, h, n_q, n_k, d, dtype, scale, seed, h_kv=None):
     return q, k, v
 
 
-def _check(b, h, n_q, n_k, d, dtype, causal, scale, seed, placement="cluster", h_kv=None):
+def _check(b, h, n_q, n_k, d, dtype, causal, scale, seed, placement="cluster", h_kv=None, config=None):
     from bench import harness
 
     q, k, v = _inputs(b, h, n_q, n_k, d, dtype, scale, seed, h_kv)
     out = (torch.full_like(q, float("nan")), torch.full((b, h, n_q), float("nan"), device="cuda"))
-    o, lse = vc.forward(q, k, v, causal=causal, placement=placement, out=out)
+    o, lse = vc.forward(q, k, v, causal=causal, placement=placement, out=out, config=config)
     torch.cuda.synchronize()
     assert o.data_ptr() == out[0].data_ptr() and lse.data_ptr() == out[1].data_ptr()
     if k.shape[1] != h:  # the reference takes equal heads: expand the kv heads it reads
@@ -125,10 +153,12 @@ shape = st.tuples(
 @pytest.mark.gpu
 @needs_hopper
 @SETTINGS
-@given(s=shape)
-def test_matches_reference(s):
-    plan = _check(*s)
-    assert plan["placement"] == "cluster" and plan["cluster_size"] == vc.cluster_plan(s[3], s[4]).cluster_size
+@given(s=shape, config=st.sampled_from(CONFIGS))
+def test_matches_reference(s, config):
+    plan = _check(*s, config=config)
+    assert plan["placement"] == "cluster"
+    assert plan["cluster_size"] == vc.cluster_plan(s[3], s[4], config=config).cluster_size
+    assert plan["nwg"] == vc.build_config(config)["NWG"]
 
 # (Nq, Nk, d, causal, dtype, input scale): several Q blocks, many key blocks per CTA, every cluster size
 LONG = [
@@ -145,9 +175,10 @@ LONG = [
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("config", [None, {"NWG": 2}], ids=str)
 @pytest.mark.parametrize("n_q,n_k,d,causal,dtype,scale", LONG, ids=lambda x: str(x))
-def test_long_rows_every_cluster_size(n_q, n_k, d, causal, dtype, scale):
-    plan = _check(1, 2, n_q, n_k, d, dtype, causal, scale, n_k)
+def test_long_rows_every_cluster_size(n_q, n_k, d, causal, dtype, scale, config):
+    plan = _check(1, 2, n_q, n_k, d, dtype, causal, scale, n_k, config=config)
     assert plan["cluster_size"] == vc.cluster_plan(n_k, d).cluster_size
 @pytest.mark.gpu
 @needs_hopper
@@ -155,7 +186,8 @@ def test_rows_that_see_no_key():
     """Causal with Nq > Nk: the first Nq - Nk rows see no key (o = 0, lse = -inf); whole Q blocks and whole
     cluster ranks see nothing."""
     for n_q, n_k, d in ((1000, 300, 64), (700, 65, 128), (3000, 2900, 128)):
-        _check(1, 2, n_q, n_k, d, torch.float16, True, 1.0, 7)
+        for config in (None, {"NWG": 2}):
+            _check(1, 2, n_q, n_k, d, torch.float16, True, 1.0, 7, config=config)
 @pytest.mark.gpu
 @needs_hopper
 def test_grouped_and_strided_inputs():

@@ -2,11 +2,14 @@
 // spread over a thread-block cluster: wgmma + TMA + distributed shared memory (sm_90a). Issue 18.
 //
 // The proposal at its strongest: the reference's rescale="lazy" (variants/v_once.py), f never leaves the chip.
-// One Q block of Br = 64 rows (one consumer warpgroup) per cluster of CS CTAs. The Q block's Tc_vis visible key
+// One Q block of Br = 64 rows per cluster of CS CTAs. The Q block's Tc_vis visible key
 // blocks are split evenly over the ranks: CTA r takes blocks [r*per, min((r+1)*per, Tc_vis)), per =
 // ceil(Tc_vis / CS) (at most kernels/v_once_cluster.py's tc_alloc, the per-CTA f slots analysis/cluster.py's
 // plan() sized shared memory for; an even split per Q block, so causal Q blocks near the top keep every rank
 // busy). A rank whose share is empty still joins every cluster barrier with m = -inf, l = 0, O = 0.
+// NWG = 2: two consumer warpgroups share the CTA's 64 rows and split its key blocks (local t even / odd), each
+// with its own m, l and partial O (so Br, the f slice and plan() are unchanged; the tensor cores run one
+// warpgroup's product during the other's softmax). Their partials join the cluster reductions as 2 CS partials.
 //
 //   issue #941 / FA2 Algorithm 1                     -> here
 //   FA2 Alg. 1 line 4     load Q_i                   -> producer warp: TMA once (each CTA its own copy)
@@ -38,13 +41,16 @@
 // Arguments: three CUtensorMaps (Q box 64 x 64 rows, K and V box 64 x BLOCK_N rows; kernels/tma.py, any strides,
 // grouped-query K/V), o, lse, Nq, Nk, scale_log2, scale, causal, H, group, tc_alloc (f slots per CTA: the
 // shared-memory layout's size). grid = (Tr * CS, B*H), __cluster_dims__(CS, 1, 1): cluster c is Q block c.
-// smem (1024-aligned base): [Q][ring: STAGES x K/V tile][mbarriers][m_r, l_r, M, l: 4 x 64 f32]
+// smem (1024-aligned base): [Q][ring: STAGES x K/V tile][mbarriers][m_r, l_r of 2 warpgroups, M, l: 6 x 64 f32]
 //                           [block maxima: tc_alloc x 64 f32][f: tc_alloc x 64 x BLOCK_N 16-bit]
 // = analysis/cluster.py smem_bytes() (its RESERVE: alignment slack + mbarriers + the reduction arrays).
-// Knobs: HEAD_DIM (64|128), CS (1|2|4|8|16), BLOCK_N (Bc), STAGES, IS_BF16.
+// Knobs: HEAD_DIM (64|128), CS (1|2|4|8|16), NWG (1|2), BLOCK_N (Bc), STAGES (>= 2), IS_BF16.
 //
 // Version log:
-//   v1  as above, Br = 64, Bc = 64, STAGES = 2, CS = 1/2/4/8. NVRTC: no spills in any build. Measured: not yet run.
+//   v1  as above, Br = 64, Bc = 64, STAGES = 2, CS = 1/2/4/8, NWG = 1 (default) and 2. NVRTC (sm_90a): no spills,
+//       no wgmma serialisation warning in any build (a wgmma under a branch inside the phase-1 loop, or in flight
+//       across its back edge, or a rank from %cluster_ctarank that ptxas cannot prove warp-uniform, each made
+//       ptxas serialise every wgmma: C7515 / C7518). Measured: not yet run.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -61,11 +67,14 @@
 #ifndef IS_BF16
 #define IS_BF16 0
 #endif
+#ifndef NWG
+#define NWG 1  // consumer warpgroups; with 2 they split the CTA's key blocks (even / odd), not its rows
+#endif
 
 #define D HEAD_DIM
 #define PANELS (D / 64)
-#define BLOCK_M 64                  // Br: one consumer warpgroup
-#define NTHREADS 256                // warpgroup 0: producer; warpgroup 1: consumer
+#define BLOCK_M 64                  // Br: the rows of one consumer warpgroup
+#define NTHREADS (128 * (NWG + 1))  // warpgroup 0: producer; 1..NWG: consumers
 #define CH (D / 8)
 #define NT (BLOCK_N / 8)
 #define KD (D / 16)
@@ -75,14 +84,20 @@
 #define RING_BYTES (STAGES * TILE_KV_BYTES)
 #define F_SLOT_BYTES (BLOCK_M * BLOCK_N * 2)  // one f_ij block: KN uint4 per consumer thread
 #define BAR_BYTES 128
-#define RED_BYTES (4 * BLOCK_M * 4)
+#define RED_BYTES (6 * BLOCK_M * 4)  // m_r, l_r of up to 2 consumer warpgroups, then M, l (fixed: one layout)
+#define RED_M(w) ((w) * BLOCK_M)
+#define RED_L(w) ((2 + (w)) * BLOCK_M)
+#define RED_MFIN (4 * BLOCK_M)
+#define RED_LFIN (5 * BLOCK_M)
+#define PAIRS (STAGES >= 2 * NWG)  // phase 1 holds two ring slots per warpgroup at once
 #define ROWS_PER_RANK (BLOCK_M / CS)  // cluster reduction 2: rows of O each rank sums and writes
 
 static_assert(D == 64 || D == 128, "HEAD_DIM must be 64 or 128");
 static_assert(CS == 1 || CS == 2 || CS == 4 || CS == 8 || CS == 16, "CS: 1, 2, 4, 8 or 16 CTAs per cluster");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
 static_assert(RING_BYTES >= BLOCK_M * D * 4, "the ring must hold the partial O (64 x d fp32) after phase 2");
-static_assert(STAGES >= 2 && 8 * (1 + 2 * STAGES) <= BAR_BYTES, "mbarriers; phase 1 holds two ring slots at once");
+static_assert(NWG == 1 || NWG == 2, "1 or 2 consumer warpgroups");
+static_assert(STAGES >= 2 && 8 * (1 + 2 * STAGES) <= BAR_BYTES, "mbarriers");
 
 #include "tc_common.cuh"  // pack2, ex2, quad reductions, NEG_INF, scale2
 #include "wgmma.cuh"
@@ -162,6 +177,34 @@ __device__ __forceinline__ void build_p(u32 (&pa)[KN][4], u32 sF, u32 sMb, int t
     }
 }
 
+// O (accumulator layout, 64 x d fp32) to/from sO: row r's 16-byte chunk c at r*4d + ((c ^ (r%8)) * 16), so the
+// eight rows a warp writes per column pair spread over the banks
+__device__ __forceinline__ u32 o_addr(u32 sO, int r, int dt, int lane) {
+    const int c = 2 * dt + ((lane & 3) >> 1);  // the chunk of columns 8dt + 2(lane%4), +1
+    return sO + r * (D * 4) + ((c ^ (r & 7)) << 4) + ((lane & 1) << 3);
+}
+__device__ __forceinline__ void store_o(u32 sO, const float (&o)[D / 2], const int (&rowl)[2], int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt)
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(o_addr(sO, rowl[h], dt, lane)),
+                         "f"(o[4 * dt + 2 * h]), "f"(o[4 * dt + 2 * h + 1]) : "memory");
+}
+__device__ __forceinline__ void add_o(u32 sO, float (&o)[D / 2], const int (&rowl)[2], int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+            const u32 addr = o_addr(sO, rowl[h], dt, lane);
+            float x, y;
+            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(x), "=f"(y) : "r"(addr) : "memory");
+            o[4 * dt + 2 * h] += x;
+            o[4 * dt + 2 * h + 1] += y;
+        }
+    store_o(sO, o, rowl, lane);
+}
+
 extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NTHREADS, 1)
 v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__ TensorMap tmK,
                    const __grid_constant__ TensorMap tmV, u16* __restrict__ Og, float* __restrict__ LSEg, int Nq,
@@ -184,7 +227,7 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     const u32 sQ = s_base;
     const u32 sRing = sQ + TILE_Q_BYTES;
     const u32 bar0 = sRing + RING_BYTES;
-    const u32 sRed = bar0 + BAR_BYTES;  // [0,64) m_r  [64,128) l_r  [128,192) M  [192,256) l (f32)
+    const u32 sRed = bar0 + BAR_BYTES;  // f32 [RED_M(w)] m_r, [RED_L(w)] l_r of warpgroup w; [RED_MFIN] M, [RED_LFIN] l
     const u32 sMb = sRed + RED_BYTES;
     const u32 sF = sMb + tc_alloc * BLOCK_M * 4;
     const u32 full_q = bar0;
@@ -253,7 +296,9 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     }
 
     // ---------------------------------------------------------------------------------------- consumer
-    const int ctid = tid - 128, cw = warp - 4;
+    const int cg = warp / 4 - 1;          // consumer warpgroup: local key blocks t = cg, cg + NWG, ...
+    const int ctid = tid & 127, cw = warp & 3;
+    const int Tw = T > cg ? (T - cg + NWG - 1) / NWG : 0;
     Phase1 p1;
     p1.m[0] = p1.m[1] = NEG_INF;
     p1.l[0] = p1.l[1] = 0.f;
@@ -269,45 +314,51 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     p1.causal = is_causal;
     p1.scale_log2 = scale_log2;
 
-    // ---- phase 1: S_j = Q K_j^T, f_ij and m_ij kept. Blocks go in pairs: both products issued, the first
-    // one's softmax runs while the second is on the tensor cores (no wgmma under a branch inside the loop, and
-    // none in flight across its back edge: either makes ptxas serialise every wgmma) ----
-    if (T > 0) {
-        float s0[BLOCK_N / 2], s1[BLOCK_N / 2];
+    // ---- phase 1: S_j = Q K_j^T, f_ij and m_ij kept. PAIRS: both products of a pair issued, the first one's
+    // softmax while the second is on the tensor cores; else (two warpgroups, 2 slots) one block at a time, the
+    // other warpgroup's product overlapping. No wgmma under a branch inside a loop and none in flight across a
+    // back edge: either makes ptxas serialise every wgmma ----
+    if (Tw > 0) {
+        float s0[BLOCK_N / 2];
         mbar_wait(full_q, 0);
-        int t = 0;
-        for (; t + 1 < T; t += 2) {
-            mbar_wait(FULL(t % STAGES), (t / STAGES) & 1);
-            issue_qk(s0, sQ, sRing + (t % STAGES) * TILE_KV_BYTES, 0);
-            mbar_wait(FULL((t + 1) % STAGES), ((t + 1) / STAGES) & 1);
-            issue_qk(s1, sQ, sRing + ((t + 1) % STAGES) * TILE_KV_BYTES, 0);
+        int i = 0;
+#if PAIRS
+        float s1[BLOCK_N / 2];
+        for (; i + 1 < Tw; i += 2) {
+            const int t0 = cg + NWG * i, t1 = t0 + NWG;
+            mbar_wait(FULL(t0 % STAGES), (t0 / STAGES) & 1);
+            issue_qk(s0, sQ, sRing + (t0 % STAGES) * TILE_KV_BYTES, 0);
+            mbar_wait(FULL(t1 % STAGES), (t1 / STAGES) & 1);
+            issue_qk(s1, sQ, sRing + (t1 % STAGES) * TILE_KV_BYTES, 0);
             wgmma_wait<1>();
             wgmma_fence_operand(s0);
-            if (lane == 0) mbar_arrive(EMPTY(t % STAGES));
-            phase1_block(s0, p1, t, j_begin + t);
+            if (lane == 0) mbar_arrive(EMPTY(t0 % STAGES));
+            phase1_block(s0, p1, t0, j_begin + t0);
             wgmma_wait<0>();
             wgmma_fence_operand(s1);
-            if (lane == 0) mbar_arrive(EMPTY((t + 1) % STAGES));
-            phase1_block(s1, p1, t + 1, j_begin + t + 1);
+            if (lane == 0) mbar_arrive(EMPTY(t1 % STAGES));
+            phase1_block(s1, p1, t1, j_begin + t1);
         }
-        if (t < T) {  // an odd count: the last block alone
-            mbar_wait(FULL(t % STAGES), (t / STAGES) & 1);
-            issue_qk(s0, sQ, sRing + (t % STAGES) * TILE_KV_BYTES, 0);
+#endif
+        for (; i < Tw; ++i) {  // PAIRS: an odd count's last block
+            const int t0 = cg + NWG * i;
+            mbar_wait(FULL(t0 % STAGES), (t0 / STAGES) & 1);
+            issue_qk(s0, sQ, sRing + (t0 % STAGES) * TILE_KV_BYTES, 0);
             wgmma_wait<0>();
             wgmma_fence_operand(s0);
-            if (lane == 0) mbar_arrive(EMPTY(t % STAGES));
-            phase1_block(s0, p1, t, j_begin + t);
+            if (lane == 0) mbar_arrive(EMPTY(t0 % STAGES));
+            phase1_block(s0, p1, t0, j_begin + t0);
         }
     }
 
-    // ---- cluster reduction 1: M and l of every row from all ranks' m_r, l_r ----
+    // ---- cluster reduction 1: M and l of every row from all ranks' (and warpgroups') m_r, l_r ----
     const int rowl[2] = {cw * 16 + (lane >> 2), cw * 16 + (lane >> 2) + 8};  // the thread's rows in the Q block
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const float l_row = quad_sum(p1.l[h]);
         if ((lane & 3) == 0) {
-            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + rowl[h] * 4), "f"(p1.m[h]) : "memory");
-            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (BLOCK_M + rowl[h]) * 4), "f"(l_row) : "memory");
+            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_M(cg) + rowl[h]) * 4), "f"(p1.m[h]) : "memory");
+            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_L(cg) + rowl[h]) * 4), "f"(l_row) : "memory");
         }
     }
     cluster_arrive();
@@ -315,45 +366,49 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     float Ms[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const u32 m_addr = sRed + rowl[h] * 4, l_addr = sRed + (BLOCK_M + rowl[h]) * 4;
         float M = NEG_INF;
 #pragma unroll
-        for (int r = 0; r < CS; ++r) M = fmaxf(M, dsmem_ld_f32(dsmem_map(m_addr, r)));
+        for (int r = 0; r < CS; ++r)
+#pragma unroll
+            for (int w = 0; w < NWG; ++w) M = fmaxf(M, dsmem_ld_f32(dsmem_map(sRed + (RED_M(w) + rowl[h]) * 4, r)));
         Ms[h] = (M == NEG_INF) ? 0.f : M * scale_log2;
         float l = 0.f;
 #pragma unroll
-        for (int r = 0; r < CS; ++r) {
-            const float mr = dsmem_ld_f32(dsmem_map(m_addr, r));
-            const float lr = dsmem_ld_f32(dsmem_map(l_addr, r));
-            l += lr * ex2(mr * scale_log2 - Ms[h]);  // a rank that saw nothing: 0 * 0
-        }
-        if ((lane & 3) == 0) {
-            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (2 * BLOCK_M + rowl[h]) * 4), "f"(M) : "memory");
-            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (3 * BLOCK_M + rowl[h]) * 4), "f"(l) : "memory");
+        for (int r = 0; r < CS; ++r)
+#pragma unroll
+            for (int w = 0; w < NWG; ++w) {
+                const float mr = dsmem_ld_f32(dsmem_map(sRed + (RED_M(w) + rowl[h]) * 4, r));
+                const float lr = dsmem_ld_f32(dsmem_map(sRed + (RED_L(w) + rowl[h]) * 4, r));
+                l += lr * ex2(mr * scale_log2 - Ms[h]);  // a partial that saw nothing: 0 * 0
+            }
+        if ((lane & 3) == 0 && cg == 0) {
+            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_MFIN + rowl[h]) * 4), "f"(M) : "memory");
+            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_LFIN + rowl[h]) * 4), "f"(l) : "memory");
         }
     }
 
-    // ---- phase 2 (#941 step 5, once): O_r = sum_j (f_ij e^(m_ij - M)) V_j; ring uses u = T..2T-1 ----
+    // ---- phase 2 (#941 step 5, once): O_w = sum_j (f_ij e^(m_ij - M)) V_j over this warpgroup's blocks; the
+    // ring carries V_t as item u = T + t ----
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-    if (T > 0) {
+    if (Tw > 0) {
         u32 pa0[KN][4], pa1[KN][4];
-        build_p(pa0, sF, sMb, 0, ctid, cw, lane, Ms, scale_log2);
-        for (int t = 0; t < T; t += 2) {
-            const int u0 = T + t;
+        build_p(pa0, sF, sMb, cg, ctid, cw, lane, Ms, scale_log2);
+        for (int i = 0; i < Tw; i += 2) {
+            const int t0 = cg + NWG * i, u0 = T + t0;
             mbar_wait(FULL(u0 % STAGES), (u0 / STAGES) & 1);
             wgmma_fence_operand(o);
             issue_pv(o, pa0, sRing + (u0 % STAGES) * TILE_KV_BYTES);
-            if (t + 1 < T) build_p(pa1, sF, sMb, t + 1, ctid, cw, lane, Ms, scale_log2);  // during the product
+            if (i + 1 < Tw) build_p(pa1, sF, sMb, t0 + NWG, ctid, cw, lane, Ms, scale_log2);  // during the product
             wgmma_wait<0>();
             wgmma_fence_operand(o);
             if (lane == 0) mbar_arrive(EMPTY(u0 % STAGES));
-            if (t + 1 < T) {
-                const int u1 = u0 + 1;
+            if (i + 1 < Tw) {
+                const int u1 = u0 + NWG;
                 mbar_wait(FULL(u1 % STAGES), (u1 / STAGES) & 1);
                 issue_pv(o, pa1, sRing + (u1 % STAGES) * TILE_KV_BYTES);
-                if (t + 2 < T) build_p(pa0, sF, sMb, t + 2, ctid, cw, lane, Ms, scale_log2);
+                if (i + 2 < Tw) build_p(pa0, sF, sMb, t0 + 2 * NWG, ctid, cw, lane, Ms, scale_log2);
                 wgmma_wait<0>();
                 wgmma_fence_operand(o);
                 if (lane == 0) mbar_arrive(EMPTY(u1 % STAGES));
@@ -361,24 +416,22 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
         }
     }
 
-    // ---- cluster reduction 2: O_r into the ring (fp32, 16-byte chunks XOR-swizzled by row), summed by row chunks ----
-    named_sync(1, 128);  // every consumer warp's products are done reading the ring
+    // ---- cluster reduction 2: the CTA's O_r (its warpgroups' sum) into the ring as fp32, 16-byte chunks
+    // XOR-swizzled by row; then CTA r sums rows [r*64/CS, (r+1)*64/CS) of every rank's ----
+    named_sync(1, 128 * NWG);  // every consumer warp's products are done reading the ring
     const u32 sO = sRing;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = rowl[h];
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-            const int c = 2 * dt + ((lane & 3) >> 1);  // 16-byte chunk of columns 8dt + 2(lane%4), +1
-            const u32 addr = sO + r * (D * 4) + ((c ^ (r & 7)) << 4) + ((lane & 1) << 3);
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(o[4 * dt + 2 * h]),
-                         "f"(o[4 * dt + 2 * h + 1]) : "memory");
-        }
-    }
+#if NWG == 2
+    if (cg == 1) store_o(sO, o, rowl, lane);
+    named_sync(1, 256);
+    if (cg == 0) add_o(sO, o, rowl, lane);  // each thread reads back exactly what its twin of warpgroup 1 wrote
+#else
+    store_o(sO, o, rowl, lane);
+#endif
     cluster_arrive();
     cluster_wait();
     u16* o_g = Og + (long long)bh * Nq * D;
-    for (int idx = ctid; idx < ROWS_PER_RANK * (D / 4); idx += 128) {
+    const int ct = tid - 128;  // 0 .. 128 NWG - 1
+    for (int idx = ct; idx < ROWS_PER_RANK * (D / 4); idx += 128 * NWG) {
         const int r = rank * ROWS_PER_RANK + idx / (D / 4), c = idx % (D / 4);
         const u32 local = sO + r * (D * 4) + ((c ^ (r & 7)) << 4);
         float4 acc;
@@ -392,7 +445,7 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
             acc.w += x.w;
         }
         float l;
-        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(l) : "r"(sRed + (3 * BLOCK_M + r) * 4) : "memory");
+        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(l) : "r"(sRed + (RED_LFIN + r) * 4) : "memory");
         const float inv = (l > 0.f) ? 1.f / l : 0.f;  // a row that saw no key (or NaN): O = 0
         if (m0 + r < Nq) {
             uint2 val;
@@ -401,12 +454,12 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
             *(uint2*)(o_g + (long long)(m0 + r) * D + c * 4) = val;
         }
     }
-    if (ctid < ROWS_PER_RANK) {
-        const int r = rank * ROWS_PER_RANK + ctid;
+    if (ct < ROWS_PER_RANK) {
+        const int r = rank * ROWS_PER_RANK + ct;
         if (m0 + r < Nq) {
             float M, l;
-            asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(M) : "r"(sRed + (2 * BLOCK_M + r) * 4) : "memory");
-            asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(l) : "r"(sRed + (3 * BLOCK_M + r) * 4) : "memory");
+            asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(M) : "r"(sRed + (RED_MFIN + r) * 4) : "memory");
+            asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(l) : "r"(sRed + (RED_LFIN + r) * 4) : "memory");
             LSEg[(long long)bh * Nq + m0 + r] = (l > 0.f) ? M * scale + logf(l) : NEG_INF;
         }
     }
