@@ -26,7 +26,7 @@ from bench import harness  # noqa: E402
 TOKENS = 16384
 HIDDEN = 2048
 LABELS = ("v_once_cluster_cluster", "fa2_wgmma", "v_once_tc_hbm_lazy", "sdpa_flash", "sdpa_cudnn")
-CANDIDATES = ({"NWG": 2},)  # v_once_cluster builds timed beside the default (kernels.v_once_cluster.SWEEP)
+CANDIDATES = ({"NWG": 2}, {"BLOCK_N": 128})  # v_once_cluster builds timed beside the default (kernels.v_once_cluster.SWEEP)
 
 
 def cells(ns, ds, small: bool) -> list[tuple[int, int, int, int]]:
@@ -65,13 +65,16 @@ def main(argv=None) -> int:
     rows = []
     for b, h, n, d in cells([int(x) for x in args.n.split(",")], [int(x) for x in args.d.split(",")], args.small):
         sets = harness.input_sets(b, h, n, n, d, torch.float16, max_sets=args.max_sets)
-        plan = v_once_cluster.cluster_plan(n, d)
         for causal in [bool(int(x)) for x in args.causal.split(",")]:
             for label in ent:
-                if label.startswith("v_once_cluster") and plan is None:  # no cluster holds the row: not run
+                ours = label.startswith("v_once_cluster")
+                cfg = ent[label].config
+                plan = v_once_cluster.cluster_plan(n, d, config=cfg) if ours else None
+                if ours and plan is None:  # no cluster holds the row: not run
                     rec = dict(label=label, kernel=label, b=b, h=h, n=n, n_q=n, n_k=n, d=d, causal=causal,
                                dtype="float16", run_id=harness.run_info()["run_id"],
-                               skipped=f"Nk={n} over the {v_once_cluster.max_keys(d)} keys a cluster holds at d={d}")
+                               skipped=f"Nk={n} over the {v_once_cluster.max_keys(d, config=cfg)} keys a cluster "
+                                       f"holds at d={d}")
                 else:
                     rec = harness.measure(ent[label], sets, causal)
                 rec["cluster_size"] = plan.cluster_size if plan else None

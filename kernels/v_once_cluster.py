@@ -20,7 +20,8 @@ kernel, kernels.v_once_tc with placement="hbm", rescale="lazy" (contiguous, equa
 last_plan() says which ran for the last call.
 
 config: {"NWG": 2} runs two consumer warpgroups that split each CTA's key blocks (even / odd), {"STAGES": 3|4}
-deepens the K/V ring (less room for f: plan() accounts for it); the default is CONFIG. No speed measured yet.
+deepens the K/V ring, {"BLOCK_N": 128} doubles Bc (both leave less room for f: plan() accounts for it); the
+default is CONFIG. No speed measured yet.
 """
 from __future__ import annotations
 
@@ -41,8 +42,10 @@ BENCH_OPTIONS = ({"placement": "cluster"},)  # timed as itself: the fallback is 
 # so the f slice and plan() do not change): the default build. config= may set NWG and STAGES (the ring: it
 # enters plan()'s budget).
 CONFIG = dict(BLOCK_M=64, BLOCK_N=64, STAGES=2, NWG=1)
-TUNABLE = {"NWG": (1, 2), "STAGES": (2, 3, 4)}
-SWEEP = [dict(NWG=2), dict(NWG=2, STAGES=4), dict(STAGES=4)]  # candidates the GPU check times beside the default
+TUNABLE = {"NWG": (1, 2), "STAGES": (2, 3, 4), "BLOCK_N": (64, 128)}
+# candidates the GPU check tests and times beside the default (NVRTC: no spills; NWG=2 with Bc=128 at d=128
+# spills 8-20 B, so it is not one)
+SWEEP = [dict(NWG=2), dict(NWG=2, STAGES=4), dict(STAGES=4), dict(BLOCK_N=128)]
 CLUSTER_SIZES = (1, 2, 4, 8)  # compiled builds; 16 (non-portable) needs cuLaunchKernelEx: not yet
 MAX_CLUSTER = max(CLUSTER_SIZES)
 
