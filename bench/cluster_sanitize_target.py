@@ -4,8 +4,8 @@
         [--configs default,NWG=2,...] [--dtypes float16,bfloat16]
 
 bench/sanitize.py runs the registry's option sets (placement) on the default build; this runs each build of
-kernels.v_once_cluster (the default and its SWEEP candidates: two consumer warpgroups, a 4-slot ring) on
-KERNEL_SHAPES["v_once_cluster"] (every cluster size, each CTA's slice several times round the ring, several Q
+kernels.v_once_cluster (the default and its SWEEP candidates: two consumer warpgroups, a 4-slot ring, Bc = 128;
+and MAX_CLUSTER=16, the non-portable cluster, on SHAPES16) on KERNEL_SHAPES["v_once_cluster"] (every cluster size, each CTA's slice several times round the ring, several Q
 blocks, causal ranks with nothing to do, a GQA view), each launch judged by bench.harness.compare (poisoned
 outputs, float64 reference). One line per launch; exit 1 on a wrong result.
 """
@@ -18,6 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+SHAPES16 = [(1, 1, 130, 15000, 128, True), (1, 1, 70, 20000, 64, False)]
 
 
 def parse_config(text: str) -> dict | None:
@@ -43,7 +46,10 @@ def main(argv=None) -> int:
         config = parse_config(cfg_text)
         for dt in args.dtypes.split(","):
             dtype = getattr(torch, dt)
-            for b, h, n_q, n_k, d, causal, *gqa in KERNEL_SHAPES["v_once_cluster"]:
+            shapes = KERNEL_SHAPES["v_once_cluster"]
+            if config and config.get("MAX_CLUSTER") == 16:  # rows only a cluster of 16 holds
+                shapes = SHAPES16
+            for b, h, n_q, n_k, d, causal, *gqa in shapes:
                 h_kv = gqa[0] if gqa else h
                 g = torch.Generator(device="cuda").manual_seed(n_q + n_k)
                 q = torch.randn(b, h, n_q, d, generator=g, device="cuda").to(dtype)

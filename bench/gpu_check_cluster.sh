@@ -9,13 +9,14 @@
 #              v_once_tc's, one process per core, into the disk cache the later steps read
 #   tests      pytest tests/test_kernels_cluster.py: hypothesis (odd Nq <= 700, Nk <= 3000, causal rows that see
 #              no key, fp16/bf16, d 64/128, scores to ~1e4) + long rows at every cluster size (Nk 1100..10700),
-#              GQA and (B,N,H,d) views, the auto fallback, clear errors      -> $OUT/gpu_tests.log
+#              GQA and (B,N,H,d) views, the auto fallback, clear errors, every tuning candidate, and the
+#              non-portable cluster of 16 (config MAX_CLUSTER=16, Nk 15k-21k) -> $OUT/gpu_tests.log
 #   memcheck   compute-sanitizer memcheck of bench/cluster_sanitize_target.py: bench/sanitize.py's
 #              KERNEL_SHAPES["v_once_cluster"] (CS 1..8, ring reuse, several Q blocks, idle causal ranks, GQA) on
-#              the default build, NWG=2 and Bc=128, fp16                     -> $OUT/memcheck.log
+#              the default build, NWG=2, Bc=128 and (Nk 15k-20k) the cluster of 16, fp16 -> $OUT/memcheck.log
 #   racecheck  the same, fp16 (racecheck covers shared memory: the f slice, the ring, the O exchange)
 #                                                                           -> $OUT/racecheck.log
-#   speed      bench/cluster_speed.py --small: v_once_cluster (default build, NWG=2, Bc=128) vs fa2_wgmma vs v_once_tc (hbm, lazy) vs SDPA
+#   speed      bench/cluster_speed.py --small: v_once_cluster (default build, NWG=2, Bc=128; CS=16 at N = 16k) vs fa2_wgmma vs v_once_tc (hbm, lazy) vs SDPA
 #              flash / cuDNN, fp16, d 64/128, N 1k/4k/8k/16k at B*N = 16k, H = 2048/d, causal and not, plus
 #              B*H <= 16 cells                                              -> $OUT/cluster_speed.json
 # Read: "passed" with no FAILED lines; "memcheck/racecheck: ERROR SUMMARY: 0 / 0 hazards, BAD=0, done"; the speed table's
@@ -68,7 +69,7 @@ SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sani
 export SANITIZER
 memcheck() {
   "$SANITIZER" --tool memcheck --report-api-errors no --print-limit 50 python3 bench/cluster_sanitize_target.py \
-    --configs default,NWG=2,BLOCK_N=128 --dtypes float16 > "$OUT/memcheck.log" 2>&1
+    --configs default,NWG=2,BLOCK_N=128,MAX_CLUSTER=16 --dtypes float16 > "$OUT/memcheck.log" 2>&1
   local rc=$?; tail -3 "$OUT/memcheck.log"; return $rc
 }
 racecheck() {

@@ -20,8 +20,9 @@ kernel, kernels.v_once_tc with placement="hbm", rescale="lazy" (contiguous, equa
 last_plan() says which ran for the last call.
 
 config: {"NWG": 2} runs two consumer warpgroups that split each CTA's key blocks (even / odd), {"STAGES": 3|4}
-deepens the K/V ring, {"BLOCK_N": 128} doubles Bc (both leave less room for f: plan() accounts for it); the
-default is CONFIG. No speed measured yet.
+deepens the K/V ring, {"BLOCK_N": 128} doubles Bc (both leave less room for f: plan() accounts for it),
+{"MAX_CLUSTER": 16} lets plan() pick the non-portable cluster of 16 (launched with cuLaunchKernelEx and the
+function's non-portable opt-in; not yet run on a GPU); the default is CONFIG. No speed measured yet.
 """
 from __future__ import annotations
 
@@ -41,13 +42,15 @@ BENCH_OPTIONS = ({"placement": "cluster"},)  # timed as itself: the fallback is 
 # Br, Bc, K/V ring slots, consumer warpgroups (with 2 they split the CTA's key blocks, even / odd: Br stays 64,
 # so the f slice and plan() do not change): the default build. config= may set NWG and STAGES (the ring: it
 # enters plan()'s budget).
-CONFIG = dict(BLOCK_M=64, BLOCK_N=64, STAGES=2, NWG=1)
-TUNABLE = {"NWG": (1, 2), "STAGES": (2, 3, 4), "BLOCK_N": (64, 128)}
+CONFIG = dict(BLOCK_M=64, BLOCK_N=64, STAGES=2, NWG=1, MAX_CLUSTER=8)
+TUNABLE = {"NWG": (1, 2), "STAGES": (2, 3, 4), "BLOCK_N": (64, 128), "MAX_CLUSTER": (8, 16)}
+LAUNCH_ONLY = ("MAX_CLUSTER",)  # config keys that are not .cu defines
 # candidates the GPU check tests and times beside the default (NVRTC: no spills; NWG=2 with Bc=128 at d=128
 # spills 8-20 B, so it is not one)
 SWEEP = [dict(NWG=2), dict(NWG=2, STAGES=4), dict(STAGES=4), dict(BLOCK_N=128)]
-CLUSTER_SIZES = (1, 2, 4, 8)  # compiled builds; 16 (non-portable) needs cuLaunchKernelEx: not yet
-MAX_CLUSTER = max(CLUSTER_SIZES)
+CLUSTER_SIZES = (1, 2, 4, 8, 16)  # 16 is non-portable: config MAX_CLUSTER=16 opts in (cuLaunchKernelEx)
+PORTABLE_SIZES = (1, 2, 4, 8)
+MAX_CLUSTER = CONFIG["MAX_CLUSTER"]  # the default plan's largest cluster
 
 _LAST: dict = {}
 
@@ -63,22 +66,78 @@ def build_config(config: dict | None = None) -> dict:
     return cfg
 
 
+def _cluster_launch(kernel, grid, block, args, smem: int, cluster: int) -> None:
+    """A launch with the cluster shape set at launch time (cuLaunchKernelEx): the CS = 16 build, over the
+    portable 8, which also needs the function's non-portable-cluster-size opt-in. Same argument packing as
+    kernels.loader (one ArgPlan per argument signature), on torch's current stream."""
+    import torch
+    from cuda.bindings import driver
+
+    from kernels.launch_args import ArgPlan
+
+    state = _EX.get(id(kernel))
+    if state is None or state[0] is not kernel:
+        f = driver.CUfunction(kernel.raw.kernel.ptr)
+        for attr, value in ((driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),):
+            _driver_ok(driver.cuFuncSetAttribute(f, attr, value), "cuFuncSetAttribute")
+        state = _EX[id(kernel)] = [kernel, f, 0, {}]
+    _, f, smem_set, plans = state
+    if smem > smem_set:
+        _driver_ok(driver.cuFuncSetAttribute(
+            f, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute")
+        state[2] = smem
+    signature = tuple(map(type, args))
+    plan = plans.get(signature)
+    if plan is None:
+        plan = plans[signature] = ArgPlan(args, kernel.device_index, KERNEL)
+    cfg = launch_config(grid, block, smem, torch.cuda.current_stream(kernel.device_index).cuda_stream, cluster)
+    _driver_ok(driver.cuLaunchKernelEx(cfg, f, plan.fill(args), 0), f"cuLaunchKernelEx (grid {grid}, cluster {cluster})")
+
+
+_EX: dict = {}
+
+
+def launch_config(grid, block, smem: int, stream: int, cluster: int):
+    """The CUlaunchConfig of a launch with a (cluster, 1, 1) cluster shape (no GPU needed to build it)."""
+    from cuda.bindings import driver
+
+    cfg = driver.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (int(x) for x in grid)
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (int(x) for x in block)
+    cfg.sharedMemBytes = int(smem)
+    cfg.hStream = driver.CUstream(int(stream))
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = int(cluster), 1, 1
+    cfg.attrs = [attr]
+    cfg.numAttrs = 1
+    return cfg
+
+
+def _driver_ok(result, what: str) -> None:
+    from cuda.bindings import driver
+
+    if result[0] != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"v_once_cluster: {what} failed: {result[0].name}")
+
+
 def threads(config: dict | None = None) -> int:
     return 128 * (build_config(config)["NWG"] + 1)  # a producer warpgroup and the consumer warpgroups
 
 
-def cluster_plan(n_k: int, d: int, *, itemsize: int = 2, max_cluster: int = MAX_CLUSTER, config: dict | None = None):
+def cluster_plan(n_k: int, d: int, *, itemsize: int = 2, max_cluster: int | None = None, config: dict | None = None):
     """analysis.cluster.plan() at this kernel's tiles: the smallest cluster whose CTAs hold the f row of one
-    Q block over n_k keys (None: no cluster up to max_cluster does)."""
+    Q block over n_k keys (None: no cluster up to max_cluster, default the config's MAX_CLUSTER, does)."""
     cfg = build_config(config)
     return _cluster.plan(n_k, d, block_q=cfg["BLOCK_M"], block_k=cfg["BLOCK_N"], stages=cfg["STAGES"],
-                         itemsize=itemsize, max_cluster=max_cluster)
+                         itemsize=itemsize, max_cluster=cfg["MAX_CLUSTER"] if max_cluster is None else max_cluster)
 
 
-def max_keys(d: int, cluster_size: int = MAX_CLUSTER, config: dict | None = None) -> int:
-    """The largest Nk a cluster of `cluster_size` CTAs of this kernel holds on chip."""
+def max_keys(d: int, cluster_size: int | None = None, config: dict | None = None) -> int:
+    """The largest Nk a cluster of `cluster_size` CTAs (default: the config's MAX_CLUSTER) holds on chip."""
     cfg = build_config(config)
-    return _cluster.max_keys(d, cluster_size, block_q=cfg["BLOCK_M"], block_k=cfg["BLOCK_N"], stages=cfg["STAGES"])
+    return _cluster.max_keys(d, cfg["MAX_CLUSTER"] if cluster_size is None else cluster_size, block_q=cfg["BLOCK_M"],
+                             block_k=cfg["BLOCK_N"], stages=cfg["STAGES"])
 
 
 def smem_bytes(d: int, tc_alloc: int, config: dict | None = None) -> int:
@@ -96,21 +155,26 @@ def defines_for(d: int, is_bf16: bool, cluster_size: int, config: dict | None = 
     if cluster_size not in CLUSTER_SIZES:
         raise ValueError(f"v_once_cluster: cluster size {cluster_size} not built; sizes {CLUSTER_SIZES}")
     cfg = build_config(config)
+    if cluster_size > cfg["MAX_CLUSTER"]:
+        raise ValueError(f"v_once_cluster: cluster size {cluster_size} needs config MAX_CLUSTER=16 (non-portable)")
     return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), CS=int(cluster_size), BLOCK_N=cfg["BLOCK_N"],
                 STAGES=cfg["STAGES"], NWG=cfg["NWG"])
 
 
 def compile_configs() -> list[tuple[str, str, dict]]:
     """The default build at every cluster size, head dim and dtype, and two warpgroups (fp16) beside it."""
-    out = [(str(SOURCE), KERNEL, defines_for(d, bf16, cs)) for cs in CLUSTER_SIZES for d in HEAD_DIMS
+    out = [(str(SOURCE), KERNEL, defines_for(d, bf16, cs)) for cs in PORTABLE_SIZES for d in HEAD_DIMS
            for bf16 in (0, 1)]
-    return out + [(str(SOURCE), KERNEL, defines_for(d, 0, cs, dict(NWG=2))) for cs in CLUSTER_SIZES for d in HEAD_DIMS]
+    out += [(str(SOURCE), KERNEL, defines_for(d, 0, cs, dict(NWG=2))) for cs in PORTABLE_SIZES for d in HEAD_DIMS]
+    return out + [(str(SOURCE), KERNEL, defines_for(d, 0, 16, dict(MAX_CLUSTER=16))) for d in HEAD_DIMS]
 
 
 def sweep_configs() -> list[tuple[str, str, dict]]:
     """Every SWEEP candidate at every cluster size, head dim and dtype (the GPU check precompiles them)."""
-    return [(str(SOURCE), KERNEL, defines_for(d, bf16, cs, cfg)) for cfg in SWEEP for cs in CLUSTER_SIZES
-            for d in HEAD_DIMS for bf16 in (0, 1)]
+    out = [(str(SOURCE), KERNEL, defines_for(d, bf16, cs, cfg)) for cfg in SWEEP for cs in PORTABLE_SIZES
+           for d in HEAD_DIMS for bf16 in (0, 1)]
+    return out + [(str(SOURCE), KERNEL, defines_for(d, bf16, 16, dict(MAX_CLUSTER=16))) for d in HEAD_DIMS
+                  for bf16 in (0, 1)]
 
 
 def supported(device=None) -> bool:
@@ -133,7 +197,8 @@ def _resolve(n_k: int, d: int, placement: str, config: dict | None = None):
     if p is None and placement == "cluster":
         raise ValueError(
             f"v_once_cluster placement='cluster': the f row of a {CONFIG['BLOCK_M']}-row Q block over Nk={n_k} keys "
-            f"does not fit in the shared memory of a cluster of {MAX_CLUSTER} CTAs; the largest Nk it holds at "
+            f"does not fit in the shared memory of a cluster of {build_config(config)['MAX_CLUSTER']} CTAs; the "
+            f"largest Nk it holds at "
             f"d={d} is {max_keys(d, config=config)}; use placement='auto' (spills f to HBM through v_once_tc)")
     return p
 
@@ -157,7 +222,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
 
         _LAST.clear()
         _LAST.update(placement="hbm", kernel="v_once_tc", rescale="lazy",
-                     reason=f"Nk={n_k} is over the {max_keys(d, config=config)} keys a cluster of {MAX_CLUSTER} "
+                     reason=f"Nk={n_k} is over the {max_keys(d, config=config)} keys a cluster of "
+                            f"{build_config(config)['MAX_CLUSTER']} "
                             f"holds at d={d}")
         return v_once_tc.forward(q, k, v, causal=causal, scale=scale, placement="hbm", rescale="lazy", out=out)
     if b * h > 65535:
@@ -188,8 +254,12 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     _LAST.update(placement="cluster", kernel="v_once_cluster", cluster_size=p.cluster_size,
                  keys_per_cta=p.keys_per_cta, f_bytes_per_cta=p.f_bytes, smem_bytes=smem,
                  grid=(t_r * p.cluster_size, b * h), nwg=defs["NWG"], stages=defs["STAGES"])
-    loader.get_function(SOURCE, KERNEL, defines=defs, arch=ARCH, device=dev).launch(
-        (t_r * p.cluster_size, b * h, 1), (128 * (defs["NWG"] + 1), 1, 1), args, shared_mem=smem)
+    kernel = loader.get_function(SOURCE, KERNEL, defines=defs, arch=ARCH, device=dev)
+    grid, block = (t_r * p.cluster_size, b * h, 1), (128 * (defs["NWG"] + 1), 1, 1)
+    if p.cluster_size in PORTABLE_SIZES:  # the shape is compiled in (__cluster_dims__): a plain launch
+        kernel.launch(grid, block, args, shared_mem=smem)
+    else:
+        _cluster_launch(kernel, grid, block, args, smem, p.cluster_size)
     return o, lse
 
 

@@ -20,6 +20,7 @@ from analysis import cluster  # noqa: E402
 from kernels import KERNELS, v_once_cluster as vc  # noqa: E402
 
 CONFIGS = [None] + list(vc.SWEEP)  # the default build and the tuning candidates
+CS16 = {"MAX_CLUSTER": 16}  # opts in to the non-portable cluster of 16 CTAs
 
 
 def _hopper() -> bool:
@@ -72,15 +73,18 @@ def test_rank_split_never_needs_more_f_slots_than_planned():
 def test_cluster_sizes_reached():
     """The long-row GPU tests below reach every built cluster size."""
     sizes = {vc.cluster_plan(n_k, d).cluster_size for n_k, d in [(s[1], s[2]) for s in LONG]}
-    assert sizes == set(vc.CLUSTER_SIZES)
+    assert sizes == set(vc.PORTABLE_SIZES)
+    big = {vc.cluster_plan(n_k, d, config=CS16).cluster_size for n_q, n_k, d, *_ in LONG16}
+    assert big == {16}
 
 
 def test_every_build_is_compiled_by_ci():
     builds = {(d["CS"], d["HEAD_DIM"], d["IS_BF16"], d["NWG"]) for _, _, d in vc.compile_configs()}
-    assert {(cs, dd, bf, 1) for cs in vc.CLUSTER_SIZES for dd in vc.HEAD_DIMS for bf in (0, 1)} <= builds
-    assert {(cs, dd, 0, 2) for cs in vc.CLUSTER_SIZES for dd in vc.HEAD_DIMS} <= builds
+    assert {(cs, dd, bf, 1) for cs in vc.PORTABLE_SIZES for dd in vc.HEAD_DIMS for bf in (0, 1)} <= builds
+    assert {(cs, dd, 0, 2) for cs in vc.PORTABLE_SIZES for dd in vc.HEAD_DIMS} <= builds
+    assert {(16, dd, 0, 1) for dd in vc.HEAD_DIMS} <= builds  # the non-portable cluster, fp16
     swept = {tuple(sorted(d.items())) for _, _, d in vc.sweep_configs()}
-    assert len(swept) == len(vc.SWEEP) * len(vc.CLUSTER_SIZES) * len(vc.HEAD_DIMS) * 2
+    assert len(swept) == (len(vc.SWEEP) * len(vc.PORTABLE_SIZES) + 1) * len(vc.HEAD_DIMS) * 2
     spec = KERNELS["v_once_cluster"]
     assert spec.tier == "tensor-core" and spec.variant == "v_once" and spec.arch == "sm_90a"
     assert spec.options == {"placement": ("auto", "cluster")}
@@ -95,12 +99,29 @@ def test_bad_options_are_one_clear_line():
     assert vc._resolve(big, 128, "auto") is None  # auto: the spill fallback
     with pytest.raises(ValueError, match="head dims"):
         vc.defines_for(96, False, 1)
-    with pytest.raises(ValueError, match="cluster size 16 not built"):
+    with pytest.raises(ValueError, match="cluster size 32 not built"):
+        vc.defines_for(64, False, 32)
+    with pytest.raises(ValueError, match="needs config MAX_CLUSTER=16"):
         vc.defines_for(64, False, 16)
+    assert vc.defines_for(64, False, 16, CS16)["CS"] == 16 and "MAX_CLUSTER" not in vc.defines_for(64, False, 16, CS16)
     with pytest.raises(ValueError, match="NWG in"):
         vc.build_config({"NWG": 3})
     with pytest.raises(ValueError, match="config BLOCK_N"):
         vc.build_config({"BLOCK_N": 96})
+
+
+def test_launch_config_of_the_non_portable_cluster():
+    """CS = 16 is launched with cuLaunchKernelEx and a cluster-dimension attribute (no __cluster_dims__)."""
+    pytest.importorskip("cuda.bindings")
+    from cuda.bindings import driver
+
+    cfg = vc.launch_config((32, 3, 1), (256, 1, 1), 200_000, 0, 16)
+    assert (cfg.gridDimX, cfg.gridDimY, cfg.blockDimX, cfg.sharedMemBytes, cfg.numAttrs) == (32, 3, 256, 200_000, 1)
+    attr = cfg.attrs[0]
+    assert attr.id == driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    assert (attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z) == (16, 1, 1)
+    for d in vc.HEAD_DIMS:
+        assert vc.max_keys(d, config=CS16) > 1.9 * vc.max_keys(d)
 
 
 def test_descriptor_follows_the_plan():
@@ -181,6 +202,19 @@ LONG = [
 def test_long_rows_every_cluster_size(n_q, n_k, d, causal, dtype, scale, config):
     plan = _check(1, 2, n_q, n_k, d, dtype, causal, scale, n_k, config=config)
     assert plan["cluster_size"] == vc.cluster_plan(n_k, d).cluster_size
+# the non-portable cluster of 16 (config MAX_CLUSTER=16): rows no cluster of 8 holds
+LONG16 = [(130, 15000, 128, True, torch.float16, 1.0), (70, 20000, 64, False, torch.bfloat16, 4.0),
+          (200, 21000, 128, False, torch.float16, 1.0)]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("n_q,n_k,d,causal,dtype,scale", LONG16, ids=lambda x: str(x))
+def test_non_portable_cluster_of_16(n_q, n_k, d, causal, dtype, scale):
+    plan = _check(1, 2, n_q, n_k, d, dtype, causal, scale, n_k, config=CS16)
+    assert plan["cluster_size"] == 16
+
+
 @pytest.mark.gpu
 @needs_hopper
 def test_rows_that_see_no_key():

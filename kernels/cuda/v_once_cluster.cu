@@ -40,7 +40,8 @@
 //
 // Arguments: three CUtensorMaps (Q box 64 x 64 rows, K and V box 64 x BLOCK_N rows; kernels/tma.py, any strides,
 // grouped-query K/V), o, lse, Nq, Nk, scale_log2, scale, causal, H, group, tc_alloc (f slots per CTA: the
-// shared-memory layout's size). grid = (Tr * CS, B*H), __cluster_dims__(CS, 1, 1): cluster c is Q block c.
+// shared-memory layout's size). grid = (Tr * CS, B*H), __cluster_dims__(CS, 1, 1) (CS = 16: set at launch):
+// cluster c is Q block c.
 // smem (1024-aligned base): [Q][ring: STAGES x K/V tile][mbarriers][m_r, l_r of 2 warpgroups, M, l: 6 x 64 f32]
 //                           [block maxima: tc_alloc x 64 f32][f: tc_alloc x 64 x BLOCK_N 16-bit]
 // = analysis/cluster.py smem_bytes() (its RESERVE: alignment slack + mbarriers + the reduction arrays).
@@ -205,7 +206,13 @@ __device__ __forceinline__ void add_o(u32 sO, float (&o)[D / 2], const int (&row
     store_o(sO, o, rowl, lane);
 }
 
-extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NTHREADS, 1)
+#if CS <= 8
+#define CLUSTER_DIMS __cluster_dims__(CS, 1, 1)
+#else  // 16 is over the portable 8: no compile-time shape, the launcher sets it (cuLaunchKernelEx, opt-in attribute)
+#define CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(NTHREADS, 1)
 v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__ TensorMap tmK,
                    const __grid_constant__ TensorMap tmV, u16* __restrict__ Og, float* __restrict__ LSEg, int Nq,
                    int Nk, float scale_log2, float scale, int causal, int H, int group, int tc_alloc) {
