@@ -19,8 +19,12 @@
 #   speed      bench/cluster_speed.py --small: v_once_cluster (default build, NWG=2, Bc=128; CS=16 at N = 16k) vs fa2_wgmma vs v_once_tc (hbm, lazy) vs SDPA
 #              flash / cuDNN, fp16, d 64/128, N 1k/4k/8k/16k at B*N = 16k, H = 2048/d, causal and not, plus
 #              B*H <= 16 cells                                              -> $OUT/cluster_speed.json
+#   ncu        bench/cluster_ncu_target.py under ncu: v_once_cluster and fa2_wgmma at N = 4k (d 64, 128) and 8k
+#              (d 128): duration, DRAM read + write bytes against the compulsory Q, K, V, O bytes (issue 18:
+#              no f byte to DRAM), L2 bytes, tensor-pipe (gmma) activity  -> $OUT/ncu.csv
 # Read: "passed" with no FAILED lines; "memcheck/racecheck: ERROR SUMMARY: 0 / 0 hazards, BAD=0, done"; the speed table's
-# t/fa2 column (v_once_cluster / fa2_wgmma, same run; "-" where no cluster holds the row, N = 16k) and its CS.
+# t/fa2 column (v_once_cluster / fa2_wgmma, same run; "-" where no cluster holds the row) and its CS; the ncu
+# table's DRAM/compulsory of v_once_cluster (about 1: f stayed on chip) beside fa2_wgmma's.
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 export OUT=${OUT:-$(mktemp -d)}
@@ -77,16 +81,22 @@ racecheck() {
     --configs default,NWG=2 --dtypes float16 > "$OUT/racecheck.log" 2>&1
   local rc=$?; tail -3 "$OUT/racecheck.log"; return $rc
 }
+ncu_step() {
+  ncu --clock-control none --csv --print-units base --kernel-name "regex:v_once_cluster_fwd|fa2_wgmma_tma_fwd" \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active \
+    python3 bench/cluster_ncu_target.py > "$OUT/ncu.csv" 2> "$OUT/ncu.stderr"
+}
 speed() {
   python3 bench/cluster_speed.py --out "$OUT" --small --max-sets 2 > "$OUT/cluster_speed.txt" 2> "$OUT/cluster_speed.err"
 }
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
-step compile 40 compile_all
-step tests 55 tests
-step memcheck 35 memcheck
-step racecheck 45 racecheck
-step speed 95 speed
+step compile 35 compile_all
+step tests 50 tests
+step memcheck 25 memcheck
+step racecheck 35 racecheck
+step speed 75 speed
+step ncu 25 ncu_step
 
 echo
 echo "== summary ($OUT)"
@@ -105,4 +115,30 @@ done
 [ -f "$OUT/cluster_speed.json" ] && python3 -c 'import json, sys
 from bench.cluster_speed import print_table
 print_table(json.load(open(sys.argv[1]))["rows"])' "$OUT/cluster_speed.json"
+[ -f "$OUT/ncu.csv" ] && python3 - "$OUT/ncu.csv" <<'PY'
+import csv, sys
+launches, rows, table = [], {}, []
+for line in open(sys.argv[1]):
+    if line.startswith("target launched"):
+        launches.append(dict(kv.split("=", 1) for kv in line.split()[3:]) | {"name": line.split()[2]})
+    elif line.startswith('"'):
+        table.append(line)
+for r in csv.DictReader(table):  # the header row ("ID", ..., "Metric Name", "Metric Unit", "Metric Value")
+    try:
+        rows.setdefault(int(r["ID"]), {})[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
+    except (KeyError, TypeError, ValueError):
+        pass
+ids = sorted(rows)
+# two launches per (kernel, shape): the warm one, then the one "target launched" names
+print(f"{'kernel':16s} {'N':>6s} {'d':>4s} {'CS':>3s} {'ms':>8s} {'DRAM/compulsory':>16s} {'L2 GB':>7s} {'gmma %':>7s}")
+for i, meta in enumerate(launches):
+    if 2 * i + 1 >= len(ids):
+        break
+    m = rows[ids[2 * i + 1]]
+    dram = m.get("dram__bytes_read.sum", float("nan")) + m.get("dram__bytes_write.sum", float("nan"))
+    print(f"{meta['name']:16s} {meta['n']:>6s} {meta['d']:>4s} {meta['cluster_size']:>3s} "
+          f"{m.get('gpu__time_duration.sum', float('nan')) / 1e6:8.3f} {dram / float(meta['compulsory_bytes']):16.3f} "
+          f"{m.get('lts__t_bytes.sum', float('nan')) / 1e9:7.2f} "
+          f"{m.get('sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active', float('nan')):7.1f}")
+PY
 [ ${#failed[@]} -eq 0 ] || { echo "FAILED steps: ${failed[*]}"; exit 1; }

@@ -32,7 +32,7 @@ def _hopper() -> bool:
 
 needs_hopper = pytest.mark.skipif(not torch.cuda.is_available() or not _hopper(),
                                   reason="v_once_cluster needs a compute capability 9.x GPU (wgmma, clusters, DSMEM)")
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
 # ------------------------------------------------------------------------------------------------ CPU
