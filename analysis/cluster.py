@@ -17,7 +17,8 @@ from dataclasses import dataclass
 SMEM_PER_CTA = 232448
 CLUSTER_SIZES = (1, 2, 4, 8, 16)  # 8 is the portable maximum; 16 needs the non-portable opt-in
 PORTABLE_MAX = 8
-RESERVE = 1024  # mbarriers, the cluster's m / ℓ exchange and alignment slack
+RESERVE = 2688  # v_once_cluster.cu: 1024 B alignment slack of the dynamic base + 128 B mbarriers + the
+                # cluster's m / ℓ exchange (2 warpgroups) and the final M / ℓ (6 x 64 float32 = 1536 B)
 F32 = 4
 
 
