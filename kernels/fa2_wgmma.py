@@ -97,11 +97,46 @@ SWEEP = {
     ],
 }
 
+# Every compile-time knob a config may set (defines_for refuses others: a misspelt knob must not time the
+# baseline under a new name).
+KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
+         "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG"}
+
+# Issue 14 item 1, the speed knobs of fa2_wgmma_tma.cu, each exact in the result and OFF in CONFIGS until
+# bench/gpu_check_speed.sh has timed it against the build without it (A/B in one run):
+#   rescale  RESCALE_THRESHOLD=8: FA4's rescale threshold (wgmma_fa2.cuh): m moves only when a block's max
+#            exceeds it by more than 2^8 in P, so O and l are rescaled (and the warp's multiply skipped)
+#            almost never after the first key block
+#   poly     EXP2_POLY=2: 2 of every 8 exponentials on the FMA pipe (exp2_poly.cuh; FA4), the MUFU's share
+#            of the softmax drops by a quarter (at d = 64 it rivals the two products' tensor time)
+SPEED_KNOBS = {
+    "rescale": dict(RESCALE_THRESHOLD=8),
+    "poly": dict(EXP2_POLY=2),
+}
+SPEED_COMBOS = {"rescale+poly": ("rescale", "poly")}  # the combinations the A/B times beside each knob alone
+
+
+def speed_configs(d: int) -> dict:
+    """{name: config} of the A/B: "base" (CONFIGS[d]), each knob alone, each combination."""
+    out = {"base": dict(CONFIGS[d])}
+    for name, knob in SPEED_KNOBS.items():
+        out[name] = dict(CONFIGS[d], **knob)
+    for name, parts in SPEED_COMBOS.items():
+        out[name] = dict(CONFIGS[d], **{k: v for part in parts for k, v in SPEED_KNOBS[part].items()})
+    return out
+
+
+for _d in HEAD_DIMS:  # the speed builds are sweep candidates: compiled (spill-free) and GPU-tested as such
+    SWEEP[_d] += [c for name, c in speed_configs(_d).items() if name != "base" and c not in SWEEP[_d]]
+
 
 def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if d not in HEAD_DIMS:
         raise ValueError(f"fa2_wgmma supports head dims {HEAD_DIMS}, got d={d}")
     cfg = dict(CONFIGS[d] if config is None else config)
+    unknown = sorted(set(cfg) - KNOBS)
+    if unknown:
+        raise ValueError(f"fa2_wgmma: unknown config keys {unknown}; known: {sorted(KNOBS)}")
     if not cfg.get("TMA") and d not in CP_ASYNC_HEAD_DIMS:
         raise ValueError(f"fa2_wgmma: d={d} needs a TMA build (TMA=1); the cp.async build takes d in "
                          f"{CP_ASYNC_HEAD_DIMS}")
