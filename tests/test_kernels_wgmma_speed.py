@@ -87,3 +87,32 @@ def test_poly_moves_exponentials_off_the_mufu(poly):
     moved = 4 * (cfg["BLOCK_N"] // 2) * poly // 8
     assert a["MUFU.EX2"] - b["MUFU.EX2"] == moved, (a["MUFU.EX2"], b["MUFU.EX2"])
     assert b["FADD.RM"] == moved, "one rounded-down add per polynomial exponential"
+
+
+def test_ab_summary_reads_its_rows():
+    """bench/ab_wgmma_speed.py's table: variant time over base time, the best build over cuDNN, failures."""
+    from bench import ab_wgmma_speed as ab
+
+    def row(v, ms, ok=True, n=4096):
+        return dict(variant=v, dtype="float16", d=64, n=n, causal=False, median_ms=ms, tflops=100.0 / ms, ok=ok)
+
+    rows = [row("sdpa_cudnn", 1.0), row("sdpa_flash", 1.5), row("fa2_wgmma[base]", 1.2),
+            row("fa2_wgmma[poly]", 0.9), row("fa2_wgmma[rescale]", 1.3, ok=False)]
+    text = ab.summary(dict(rows=rows, not_run=[dict(d=256)]))
+    line = next(x for x in text.splitlines() if x.startswith("float16"))
+    assert "0.750" in line and "fail" in line and line.rstrip().endswith("1.111"), line
+    assert "cells with best/cuDNN >= 1.0: 1 of 1" in text
+    assert "failed or skipped entries: 1" in text and "cells not run (time budget): 1" in text
+
+
+def test_sanitizer_runs_the_speed_builds_at_scale():
+    """issue 14 item 4: the first 4 fa2_wgmma sanitizer shapes (racecheck's) cover d = 64/128/256/96 with each
+    K/V ring slot refilled at least 8 times by every speed build, and several Q blocks per head."""
+    from bench import sanitize
+
+    shapes = sanitize.shapes_for("fa2_wgmma", shapes=[], kernel_shapes=4)
+    for d in fa2_wgmma.HEAD_DIMS:
+        for cfg in fa2_wgmma.speed_configs(d).values():
+            defs = fa2_wgmma.defines_for(d, 0, cfg)
+            assert any(s[4] == d and s[3] >= 8 * defs["STAGES"] * defs["BLOCK_N"]
+                       and s[2] >= 2 * fa2_wgmma.block_m(defs) for s in shapes), (d, cfg)

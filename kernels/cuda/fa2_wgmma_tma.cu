@@ -31,7 +31,8 @@
 // made by kernels/tma.py, then o, lse, Nq, Nk, scale_log2, scale, causal, H, group. grid = (Tr, B*H).
 // Grouped-query attention: K and V have H / group heads; query head h reads kv head h / group.
 // Knobs: HEAD_DIM (64|96|128|256), BLOCK_N, NWG (1|2 consumer warpgroups), STAGES, PINGPONG, MIN_BLOCKS,
-// IS_BF16, PV_N (d = 96 only: 128 pads the P V product to two full 64-column panels, 96 stops at d).
+// IS_BF16, PV_N (d = 96 only: 128 pads the P V product to two full 64-column panels, 96 stops at d);
+// speed knobs (v3, wgmma_fa2.cuh): RESCALE_THRESHOLD, EXP2_POLY, EXP2_POLY_DEG.
 // d = 96 is a 64-column panel plus a half panel: smem tiles are padded to 128 columns (TMA zero-fills
 // columns 96..127, which count in the transaction bytes), S = Q K^T takes 6 k-steps, not 8.
 //
@@ -51,6 +52,15 @@
 //       bench/gpu_check_layouts.sh, H200 (bench/results/layouts_check/): strided and GQA at 0.95-1.03x the
 //       contiguous time at N = 4k/8k; d = 128 N = 8k 594 TFLOP/s, d = 256 N = 8k 655; memcheck clean on
 //       Nq = 300, Nk = 1100 shapes; racecheck of these shapes did not finish in its time cap (not run).
+//   v3  speed knobs (issue 14 item 1), each a compile-time define, OFF in CONFIGS until measured (A/B in one
+//       run: bench/gpu_check_speed.sh -> bench/ab_wgmma_speed.py; configs: kernels/fa2_wgmma.py SPEED_KNOBS):
+//       v3a RESCALE_THRESHOLD=8 (FA4): m moves only when a block's max exceeds it by > 2^8 in P; O/l rescale
+//           and its multiply skipped otherwise (wgmma_fa2.cuh). Exact (lse uses the m used). NVRTC: no spills.
+//           Measured: not yet.
+//       v3b EXP2_POLY=2 (FA4): 2 of 8 exponentials per thread-row on the FMA pipe (exp2_poly.cuh: Cody-Waite
+//           floor + degree-4 (fp16) / 3 (bf16) minimax, rel. error 2.9e-6 / 8.6e-5 vs P's rounding 4.9e-4 /
+//           3.9e-3). SASS (d = 64): MUFU.EX2 264 -> 200. NVRTC: no spills. Measured: not yet.
+//       v3c both. Measured: not yet.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
