@@ -132,8 +132,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--variants", default="", help="names of fa2_wgmma.speed_configs (default: all)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this many seconds")
-    ap.add_argument("--warmup-ms", type=float, default=15)
-    ap.add_argument("--rep-ms", type=float, default=60)
+    ap.add_argument("--warmup-ms", type=float, default=10)
+    ap.add_argument("--rep-ms", type=float, default=40)
     ap.add_argument("--summary", default="", help="print the summary of an existing JSON and exit")
     args = ap.parse_args(argv)
     if args.summary:

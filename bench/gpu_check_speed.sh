@@ -12,9 +12,10 @@
 #              key loops; strided + GQA; row max creeping / jumping for the rescale threshold), the fa2_wgmma
 #              tests of tests/test_kernels_tc.py (every sweep candidate on tails) and
 #              tests/test_kernels_layouts.py                                   -> $OUT/gpu_tests.log
-#   memcheck   compute-sanitizer memcheck of the combined speed builds ({d: build}), fp16 + bf16, on
-#              bench/sanitize.py's fa2_wgmma KERNEL_SHAPES (Nk = 2900: each ring slot refilled 8-18 times;
-#              Nq = 300: 3 Q blocks; strided + GQA)                      -> $OUT/memcheck/sanitize.json, log
+#   memcheck   compute-sanitizer memcheck of the all-knobs speed builds ({d: build}; persistent ones on 2
+#              CTAs, so each loops over several tiles), fp16 + bf16, on bench/sanitize.py's fa2_wgmma
+#              KERNEL_SHAPES (Nk = 2900: each ring slot refilled 8-18 times; Nq = 300: 3 Q blocks per head;
+#              strided + GQA)                                            -> $OUT/memcheck/sanitize.json, log
 #   racecheck  racecheck of the same builds on the first 4 of those shapes (d = 64/128/256/96, one head)
 #                                                                        -> $OUT/racecheck/sanitize.json, log
 #   ab         bench/ab_wgmma_speed.py: base vs each knob alone vs the combinations, SDPA flash and cuDNN
@@ -62,13 +63,14 @@ tests() {
     2>&1 | tee "$OUT/gpu_tests.log" | tail -25
   return "${PIPESTATUS[0]}"
 }
-speed_builds() {  # JSON for sanitize.py --configs: one {d: build} per combination of SPEED_COMBOS (each
-  # holds the code of every knob it combines; the knobs are independent #if blocks)
+speed_builds() {  # JSON for sanitize.py --configs: {d: build} of the last of SPEED_COMBOS, which holds the
+  # code of every knob (independent #if blocks; only PERSISTENT touches memory or barriers)
   python3 -c "
 import json
 from kernels import fa2_wgmma
-print(json.dumps({'fa2_wgmma': [{str(d): fa2_wgmma.speed_configs(d)[n] for d in fa2_wgmma.HEAD_DIMS}
-                                for n in fa2_wgmma.SPEED_COMBOS]}))"
+grid = lambda c: dict(c, GRID=2) if c.get('PERSISTENT') else c  # 2 CTAs: more tiles than CTAs at Nq = 300
+print(json.dumps({'fa2_wgmma': [{str(d): grid(fa2_wgmma.speed_configs(d)[n]) for d in fa2_wgmma.HEAD_DIMS}
+                                for n in list(fa2_wgmma.SPEED_COMBOS)[-1:]]}))"
 }
 memcheck() {
   python3 bench/sanitize.py --out "$OUT/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
@@ -78,14 +80,14 @@ racecheck() {
   python3 bench/sanitize.py --out "$OUT/racecheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
     --tools racecheck --only-configs --kernel-shapes 4 --configs "$(speed_builds)"
 }
-ab() { python3 bench/ab_wgmma_speed.py --out "$OUT" --budget-s 95 > "$OUT/ab_wgmma_speed.txt" 2>&1; }
+ab() { python3 bench/ab_wgmma_speed.py --out "$OUT" --budget-s 90 > "$OUT/ab_wgmma_speed.txt" 2>&1; }
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
-step compile 20 compile_all
-step tests 70 tests
-step memcheck 55 memcheck
+step compile 30 compile_all
+step tests 60 tests
+step memcheck 50 memcheck
 step racecheck 35 racecheck
-step ab 115 ab
+step ab 110 ab
 
 echo
 echo "== summary ($OUT)"

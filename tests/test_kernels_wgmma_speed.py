@@ -30,11 +30,23 @@ BUILDS = [(d, bf16, name, cfg) for d in fa2_wgmma.HEAD_DIMS for name, cfg in fa2
 @needs_nvrtc
 @pytest.mark.parametrize("d,bf16,name,cfg", BUILDS, ids=[f"d{b[0]}-{'bf16' if b[1] else 'fp16'}-{b[2]}" for b in BUILDS])
 def test_speed_build_compiles_without_spills(d, bf16, name, cfg):
+    """No spills, except the persistent builds' producer thread within fa2_wgmma.PRODUCER_SPILL_BYTES: then
+    every local-memory access must come after the producer's setmaxnreg.dec (its code), none in the
+    consumers' key loop."""
     defs = fa2_wgmma.defines_for(d, bf16, cfg)
     src, kernel = fa2_wgmma.source_of(defs)
     res = loader.resource_usage(src, kernel, defines=defs, arch=fa2_wgmma.ARCH)
     assert 0 < res["registers"] <= 255
-    assert max(res["spill_stores"], res["spill_loads"], res["local_bytes"]) == 0, res
+    spill = max(res["spill_stores"], res["spill_loads"], res["local_bytes"])
+    if spill and cfg.get("PERSISTENT"):
+        assert spill <= fa2_wgmma.PRODUCER_SPILL_BYTES, res
+        if _nvdisasm():
+            lines = _sass(defs).splitlines()
+            split = next(i for i, x in enumerate(lines) if "USETMAXREG.DEALLOC" in x)
+            local = [i for i, x in enumerate(lines) if re.search(r"\b(STL|LDL)(\.\S+)?\s", x)]
+            assert local and min(local) > split, f"local memory in the consumers: {res}"
+    else:
+        assert spill == 0, res
 
 
 def test_speed_builds_are_sweep_candidates():
@@ -61,12 +73,15 @@ def _nvdisasm() -> str | None:
         return None
 
 
-def _opcodes(defs: dict) -> collections.Counter:
+def _sass(defs: dict) -> str:
     src, _ = fa2_wgmma.source_of(defs)
     cubin = loader.cubin_path(src, defines=defs, arch=fa2_wgmma.ARCH)
-    sass = subprocess.run([_nvdisasm(), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([_nvdisasm(), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+def _opcodes(defs: dict) -> collections.Counter:
     ops = collections.Counter()
-    for line in sass.splitlines():
+    for line in _sass(defs).splitlines():
         if m := re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", line):
             ops[m.group(1)] += 1
     return ops
