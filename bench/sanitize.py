@@ -1,12 +1,15 @@
 """Run every registered kernel under compute-sanitizer (memcheck, racecheck) on small shapes.
 
     PYTHONPATH=. python bench/sanitize.py [--out DIR] [--tools memcheck,racecheck] [--kernels fa2,...]
+        [--configs '{"fa2_wgmma": [{...}, {"64": {...}, "128": {...}}]}'] [--only-configs] [--kernel-shapes N]
 
 One child process per tool runs every kernel configuration on a few small shapes (tails, Nq != Nk,
 causal with rows that see no key, d below and above 64) and prints a marker line before each one
 and synchronises after it, so that each sanitizer report lands in its kernel's section. Writes
 sanitize.json (error counts per tool and per kernel; 0 expected) and one log per tool to DIR
-(default $OUT, else bench/results/). Exit status 1 if any error was reported.
+(default $OUT, else bench/results/). Exit status 1 if any error was reported. --configs adds launcher
+builds (forward(config=...)) beside each kernel's option sets; --kernel-shapes keeps the first N of a
+kernel's KERNEL_SHAPES (racecheck is slow).
 """
 from __future__ import annotations
 
@@ -28,15 +31,17 @@ MARK = "@@SANITIZE kernel="
 # the first line of each sanitizer report (summary lines such as "0 hazards displayed" are not)
 REPORT = re.compile(r"=+ (Invalid |Error: |Race reported|Program hit|Uninitialized|Barrier error)")
 SHAPES = [(1, 2, 70, 43, 40, True), (1, 1, 97, 150, 96, False), (1, 1, 64, 64, 128, True)]
-# Per kernel, after SHAPES: the pipeline at scale (issue 14): key loops that reuse every K/V ring slot
-# several times (Nk = 1100: 7-14 key blocks over 2 slots) and several Q blocks per head (Nq = 300: 3 of
-# Br = 128), at every head dim; then strided views and grouped-query K/V:
+# Per kernel, after SHAPES: the pipeline at scale (issue 14 item 4): key loops that reuse every K/V ring
+# slot several times (Nk = 2900 >= 8 * STAGES * Bc for every build: 17-37 key blocks over 2 slots, each slot
+# refilled 8-18 times) and several Q blocks per head (Nq = 300: 3 of Br = 128), at every head dim, one
+# (batch, head) first so racecheck's --kernel-shapes 4 stays short; then strided views and grouped-query K/V:
 # (B, H, Nq, Nk, d, causal, H_kv, layout) with layout "bnhd" = a (B, N, H, d) tensor transposed.
 KERNEL_SHAPES = {
-    "fa2_wgmma": [(1, 2, 300, 1100, 64, True), (1, 2, 300, 1100, 96, False), (1, 2, 300, 1100, 128, True),
-                  (1, 2, 300, 1100, 256, False), (1, 2, 300, 1100, 256, True),
+    "fa2_wgmma": [(1, 1, 300, 2900, 64, True), (1, 1, 300, 2900, 128, False), (1, 1, 300, 2900, 256, True),
+                  (1, 1, 300, 2900, 96, False),
+                  (1, 2, 300, 2900, 64, False), (1, 2, 300, 2900, 128, True), (1, 2, 300, 2900, 256, False),
                   (2, 4, 300, 1100, 96, True, 2, "bnhd"), (1, 4, 300, 1100, 256, False, 1, "bnhd"),
-                  (1, 4, 257, 999, 128, True, 4, "bnhd")],
+                  (1, 4, 257, 2900, 128, True, 4, "bnhd")],
     # issue 18: every cluster size (1, 2, 4, 8 CTAs), each CTA's slice several times round the 2-slot ring
     # (K then V), several Q blocks, causal ranks with nothing to do, a GQA view
     "v_once_cluster": [(1, 2, 300, 1100, 64, True), (1, 1, 300, 1100, 128, False), (1, 1, 200, 2500, 128, True),
@@ -45,8 +50,8 @@ KERNEL_SHAPES = {
 }
 
 
-def shapes_for(name: str, shapes=SHAPES) -> list[tuple]:
-    return list(shapes) + KERNEL_SHAPES.get(name, [])
+def shapes_for(name: str, shapes=SHAPES, kernel_shapes: int | None = None) -> list[tuple]:
+    return list(shapes) + KERNEL_SHAPES.get(name, [])[:kernel_shapes]
 
 
 def check_layout_shape(entry, b, h, n_q, n_k, d, dtype, causal, h_kv, layout) -> dict:
@@ -85,7 +90,8 @@ def find_sanitizer() -> str | None:
     return None
 
 
-def child(names: list[str], dtypes: list[str], shapes=SHAPES) -> int:
+def child(names: list[str], dtypes: list[str], shapes=SHAPES, launcher_configs=None, kernel_shapes=None,
+          only_configs=False) -> int:
     """Runs inside compute-sanitizer: every configuration of every kernel on SHAPES, each launch checked
     by bench.harness's rule (poisoned outputs, float64 reference)."""
     import torch
@@ -94,6 +100,7 @@ def child(names: list[str], dtypes: list[str], shapes=SHAPES) -> int:
     from kernels import KERNELS
 
     bad = 0
+    launcher_configs = launcher_configs or {}
     for name in names:
         spec = KERNELS[name]
         try:
@@ -105,13 +112,17 @@ def child(names: list[str], dtypes: list[str], shapes=SHAPES) -> int:
             print(f"@@FAILED {name}: {exc!r}", flush=True)
             bad += 1
             continue
-        for options in configs:
-            entry = harness.Entry(spec.label(**options), spec.tier, spec, dict(options))
+        entries = [] if only_configs else [harness.Entry(spec.label(**options), spec.tier, spec, dict(options))
+                                           for options in configs]
+        for c in launcher_configs.get(name, ()):  # {"64": config, ...} from JSON: one build per head dim
+            c = {int(k): v for k, v in c.items()} if c and all(str(k).isdigit() for k in c) else c
+            entries.append(harness.Entry(spec.label() + json.dumps(c, sort_keys=True), spec.tier, spec, {}, c))
+        for entry in entries:
             for dt_name in dtypes:
                 dtype = getattr(torch, dt_name)
                 if dtype not in dtypes_ok:
                     continue
-                for b, h, n_q, n_k, d, causal, *layout in shapes_for(name, shapes):
+                for b, h, n_q, n_k, d, causal, *layout in shapes_for(name, shapes, kernel_shapes):
                     if layout:
                         label = f"{entry.label} {dt_name} {(b, h, n_q, n_k, d)} causal={causal} H_kv={layout[0]} {layout[1]}"
                         print(MARK + label, flush=True)
@@ -162,6 +173,9 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", default="", help="comma-separated registry names (default: all)")
     ap.add_argument("--dtypes", default="float16,float32")
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="the first this many of SHAPES")
+    ap.add_argument("--configs", default="", help='launcher builds per kernel, JSON {"name": [config, ...]}')
+    ap.add_argument("--kernel-shapes", type=int, default=None, help="the first this many of KERNEL_SHAPES")
+    ap.add_argument("--only-configs", action="store_true", help="the --configs builds only, not the option sets")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -169,8 +183,9 @@ def main(argv=None) -> int:
 
     names = [n for n in (args.kernels.split(",") if args.kernels else KERNELS) if n]
     dtypes = [d for d in args.dtypes.split(",") if d]
+    configs = json.loads(args.configs) if args.configs else {}
     if args.child:
-        return child(names, dtypes, SHAPES[:args.shapes])
+        return child(names, dtypes, SHAPES[:args.shapes], configs, args.kernel_shapes, args.only_configs)
 
     sanitizer = find_sanitizer()
     out = Path(args.out)
@@ -178,7 +193,8 @@ def main(argv=None) -> int:
     from bench import harness
 
     report = {"run_id": harness.run_info()["run_id"], "sanitizer": sanitizer, "kernels": names, "dtypes": dtypes,
-              "shapes": SHAPES[:args.shapes], "kernel_shapes": {n: KERNEL_SHAPES.get(n, []) for n in names},
+              "shapes": SHAPES[:args.shapes], "configs": configs,
+              "kernel_shapes": {n: KERNEL_SHAPES.get(n, [])[:args.kernel_shapes] for n in names},
               "tools": {}}
     if sanitizer is None:
         report["error"] = "compute-sanitizer not found"
@@ -194,6 +210,9 @@ def main(argv=None) -> int:
         cmd = [sanitizer, "--tool", tool, "--report-api-errors", "no", "--print-limit", "50", "--error-exitcode", "3"]
         cmd += [sys.executable, __file__, "--child", "--kernels", ",".join(names),
                 "--dtypes", ",".join(dtypes), "--shapes", str(args.shapes)]
+        cmd += ["--configs", args.configs] if args.configs else []
+        cmd += ["--kernel-shapes", str(args.kernel_shapes)] if args.kernel_shapes is not None else []
+        cmd += ["--only-configs"] if args.only_configs else []
         t0 = time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         log = proc.stdout + proc.stderr

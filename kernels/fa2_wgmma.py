@@ -97,11 +97,68 @@ SWEEP = {
     ],
 }
 
+# Every compile-time knob a config may set (defines_for refuses others: a misspelt knob must not time the
+# baseline under a new name).
+KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
+         "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT"}
+# Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
+# and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
+LAUNCH_KEYS = {"GRID"}
+
+# Issue 14 item 1, the speed knobs of fa2_wgmma_tma.cu, each exact in the result and OFF in CONFIGS until
+# bench/gpu_check_speed.sh has timed it against the build without it (A/B in one run):
+#   rescale  RESCALE_THRESHOLD=8: FA4's rescale threshold (wgmma_fa2.cuh): m moves only when a block's max
+#            exceeds it by more than 2^8 in P, so O and l are rescaled (and the warp's multiply skipped)
+#            almost never after the first key block
+#   poly     EXP2_POLY=2: 2 of every 8 exponentials on the FMA pipe (exp2_poly.cuh; FA4), the MUFU's share
+#            of the softmax drops by a quarter (at d = 64 it rivals the two products' tensor time)
+#   persist  PERSISTENT=1: SMs x CTAs/SM persistent CTAs stride over the (Q block, head) tiles (causal:
+#            longest first), the K/V ring and the producer run on from one tile into the next
+#   dynamic  PERSISTENT=2: the same, each CTA's next tile from an atomic counter (FA3's scheduler: a CTA that
+#            drew short causal tiles takes more of them)
+SPEED_KNOBS = {
+    "rescale": dict(RESCALE_THRESHOLD=8),
+    "poly": dict(EXP2_POLY=2),
+    "persist": dict(PERSISTENT=1),
+    "dynamic": dict(PERSISTENT=2),
+}
+# the combinations the A/B times beside each knob alone (the last one: the sanitizer's build)
+SPEED_COMBOS = {"rescale+poly": ("rescale", "poly"), "rescale+poly+dynamic": ("rescale", "poly", "dynamic")}
+# what a knob needs besides itself at one head dim: d = 256's producer keeps 24 registers so that the
+# consumers get 240 (O alone is 128); its tile loop needs more: at 32 (consumers still 240) NVRTC reports
+# 4-8 bytes of spill, all in the producer thread (one reload per key block, L1), at 24 36 bytes, and at 40
+# (consumers 232) 0-48 bytes depending on the build. PRODUCER_SPILL_BYTES is that stated budget; the
+# CPU test checks the spill count and that no local-memory access is in the consumers' code.
+SPEED_KNOB_EXTRA = {256: {"persist": dict(PRODUCER_REGS=32), "dynamic": dict(PRODUCER_REGS=32)}}
+PRODUCER_SPILL_BYTES = 16
+
+
+def speed_configs(d: int) -> dict:
+    """{name: config} of the A/B: "base" (CONFIGS[d]), each knob alone, each combination."""
+    extra = SPEED_KNOB_EXTRA.get(d, {})
+
+    def build(parts):
+        cfg = dict(CONFIGS[d])
+        for part in parts:
+            cfg.update(SPEED_KNOBS[part], **extra.get(part, {}))
+        return cfg
+    out = {"base": dict(CONFIGS[d])}
+    out.update({name: build([name]) for name in SPEED_KNOBS})
+    out.update({name: build(parts) for name, parts in SPEED_COMBOS.items()})
+    return out
+
+
+for _d in HEAD_DIMS:  # the speed builds are sweep candidates: compiled (spill-free) and GPU-tested as such
+    SWEEP[_d] += [c for name, c in speed_configs(_d).items() if name != "base" and c not in SWEEP[_d]]
+
 
 def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if d not in HEAD_DIMS:
         raise ValueError(f"fa2_wgmma supports head dims {HEAD_DIMS}, got d={d}")
-    cfg = dict(CONFIGS[d] if config is None else config)
+    cfg = {k: v for k, v in (CONFIGS[d] if config is None else config).items() if k not in LAUNCH_KEYS}
+    unknown = sorted(set(cfg) - KNOBS)
+    if unknown:
+        raise ValueError(f"fa2_wgmma: unknown config keys {unknown}; known: {sorted(KNOBS)}")
     if not cfg.get("TMA") and d not in CP_ASYNC_HEAD_DIMS:
         raise ValueError(f"fa2_wgmma: d={d} needs a TMA build (TMA=1); the cp.async build takes d in "
                          f"{CP_ASYNC_HEAD_DIMS}")
@@ -136,6 +193,8 @@ def smem_bytes(defines: dict) -> int:
     """Q tile + 2-slot K and V rings (fp16/bf16) + 1 KB so the kernel can align its base to 1024 B."""
     d, bn, stages = padded_d(defines["HEAD_DIM"]), defines["BLOCK_N"], defines.get("STAGES", 2)
     barriers = 8 * (1 + 4 * stages) if defines.get("TMA") else 0  # mbarriers: full_q, full/empty K and V
+    if defines.get("PERSISTENT"):
+        barriers += 8 * 5 + 8  # empty_q, tile_full[2], tile_empty[2], two int32 tile slots
     return block_m(defines) * d * 2 + 2 * stages * bn * d * 2 + barriers + 1024
 
 
@@ -226,9 +285,29 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
                              "use a TMA build (the default) for strided or grouped-query inputs")
         args = (q, k, v, o, lse, int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale),
                 int(bool(causal)))
-    loader.get_function(src, kernel, defines=defs, arch=ARCH, device=dev).launch(
-        (-(-n_q // bm), b * h, 1), block, args, shared_mem=smem)
+    grid = (-(-n_q // bm), b * h, 1)
+    if defs.get("PERSISTENT"):  # persistent CTAs loop over the Tr x B*H tiles (fa2_wgmma_tma.cu)
+        n_tiles = grid[0] * grid[1]
+        ctas = (config or {}).get("GRID") or _sm_count(dev) * defs.get("MIN_BLOCKS", 1)
+        grid = (max(1, min(n_tiles, int(ctas))), 1, 1)
+        # PERSISTENT=2 counts tiles handed out with atomicAdd: a fresh zeroed counter per call (stream-ordered
+        # with the launch, so calls on several streams cannot share one); PERSISTENT=1 never reads it
+        counter = torch.zeros(1, dtype=torch.int32, device=q.device) if defs["PERSISTENT"] == 2 else o
+        args = args + (int(b * h), counter)
+    loader.get_function(src, kernel, defines=defs, arch=ARCH, device=dev).launch(grid, block, args, shared_mem=smem)
     return o, lse
+
+
+_SMS: dict = {}  # device index -> SM count
+
+
+def _sm_count(dev) -> int:
+    n = _SMS.get(dev)
+    if n is None:
+        import torch
+
+        n = _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
+    return n
 
 
 # -- what the GPU model needs (analysis.descriptors; torch-free) ------------------------------------------

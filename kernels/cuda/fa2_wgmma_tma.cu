@@ -28,10 +28,12 @@
 //
 // Arguments: three CUtensorMaps (Q, K, V as 4-D tensors (d, N, H, B) with the inputs' own strides, so
 // (B, N, H, d) views transposed to (B, H, N, d) need no copy; 128-byte swizzle, box 64 x rows x 1 x 1)
-// made by kernels/tma.py, then o, lse, Nq, Nk, scale_log2, scale, causal, H, group. grid = (Tr, B*H).
+// made by kernels/tma.py, then o, lse, Nq, Nk, scale_log2, scale, causal, H, group. grid = (Tr, B*H);
+// PERSISTENT builds add B*H and the tile counter, grid = (persistent CTAs, 1, 1).
 // Grouped-query attention: K and V have H / group heads; query head h reads kv head h / group.
 // Knobs: HEAD_DIM (64|96|128|256), BLOCK_N, NWG (1|2 consumer warpgroups), STAGES, PINGPONG, MIN_BLOCKS,
-// IS_BF16, PV_N (d = 96 only: 128 pads the P V product to two full 64-column panels, 96 stops at d).
+// IS_BF16, PV_N (d = 96 only: 128 pads the P V product to two full 64-column panels, 96 stops at d);
+// speed knobs (v3): RESCALE_THRESHOLD, EXP2_POLY, EXP2_POLY_DEG (wgmma_fa2.cuh), PERSISTENT (here).
 // d = 96 is a 64-column panel plus a half panel: smem tiles are padded to 128 columns (TMA zero-fills
 // columns 96..127, which count in the transaction bytes), S = Q K^T takes 6 k-steps, not 8.
 //
@@ -51,6 +53,23 @@
 //       bench/gpu_check_layouts.sh, H200 (bench/results/layouts_check/): strided and GQA at 0.95-1.03x the
 //       contiguous time at N = 4k/8k; d = 128 N = 8k 594 TFLOP/s, d = 256 N = 8k 655; memcheck clean on
 //       Nq = 300, Nk = 1100 shapes; racecheck of these shapes did not finish in its time cap (not run).
+//   v3  speed knobs (issue 14 item 1), each a compile-time define, OFF in CONFIGS until measured (A/B in one
+//       run: bench/gpu_check_speed.sh -> bench/ab_wgmma_speed.py; configs: kernels/fa2_wgmma.py SPEED_KNOBS):
+//       v3a RESCALE_THRESHOLD=8 (FA4): m moves only when a block's max exceeds it by > 2^8 in P; O/l rescale
+//           and its multiply skipped otherwise (wgmma_fa2.cuh). Exact (lse uses the m used). NVRTC: no spills.
+//           Measured: not yet.
+//       v3b EXP2_POLY=2 (FA4): 2 of 8 exponentials per thread-row on the FMA pipe (exp2_poly.cuh: Cody-Waite
+//           floor + degree-4 (fp16) / 3 (bf16) minimax, rel. error 2.9e-6 / 8.6e-5 vs P's rounding 4.9e-4 /
+//           3.9e-3). SASS (d = 64): MUFU.EX2 264 -> 200. NVRTC: no spills. Measured: not yet.
+//       v3c PERSISTENT=1|2 (FA3's persistent kernel): grid = SMs x CTAs/SM (kernels/fa2_wgmma.py; GRID
+//           overrides it), each CTA loops over (Q block, batch*head) tiles: 1 a static stride, 2 the next tile
+//           from an atomic counter the launcher zeroes per call. Causal tiles longest first (the Q blocks
+//           that see the most key blocks), non-causal a head's Q blocks together (its K/V shared in L2). The
+//           producer publishes each tile through two smem slots (tile_full/tile_empty mbarriers), runs the
+//           K/V ring on from tile to tile and sends the next tile's first K block before waiting for the
+//           consumers to hand the Q tile back (empty_q, after the epilogue staged O through it). d = 256:
+//           PRODUCER_REGS=32 (4-8 B of producer-only spill; fa2_wgmma.PRODUCER_SPILL_BYTES). Measured: not yet.
+//       v3d the combinations (rescale+poly, rescale+poly+dynamic). Measured: not yet.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -76,6 +95,10 @@
 #ifndef PRODUCER_REGS
 #define PRODUCER_REGS 40
 #endif
+#ifndef PERSISTENT
+#define PERSISTENT 0  // 1: persistent CTAs, static stride over the tiles; 2: dynamic, from an atomic counter
+#endif
+static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 2 (atomic counter)");
 // setmaxnreg: the producer gives registers back, the consumers take what the CTA's share of the register
 // file (65536 / MIN_BLOCKS) leaves, in multiples of 8, at most 240: 232 for NWG=2 with one CTA per SM.
 #define CONSUMER_REGS_FIT ((65536 / MIN_BLOCKS - 128 * PRODUCER_REGS) / (128 * NWG) / 8 * 8)
@@ -125,19 +148,57 @@ __device__ __forceinline__ void turn_end(int cg) {
 #endif
 }
 
-// smem: [Q][K slots][V slots][mbarriers: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S]]
-#define SMEM_BYTES (TILE_Q_BYTES + 2 * STAGES * TILE_KV_BYTES + 8 * (1 + 4 * STAGES))
+// smem: [Q][K slots][V slots][mbarriers: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
+//        (PERSISTENT: + empty_q, tile_full[2], tile_empty[2], then two int32 tile slots)]
+#define PERSIST_BYTES (PERSISTENT ? 8 * 5 + 8 : 0)
+#define SMEM_BYTES (TILE_Q_BYTES + 2 * STAGES * TILE_KV_BYTES + 8 * (1 + 4 * STAGES) + PERSIST_BYTES)
+
+#if PERSISTENT
+// tile -> (Q block, batch*head). Causal: longest first (the Q blocks that see the most key blocks, for every
+// head, before any shorter one), so the last tiles to start are the short ones. Non-causal: a head's Q blocks
+// are consecutive, so CTAs running at the same time share its K and V in L2.
+__device__ __forceinline__ void tile_coords(int tile, int Tr, int BH, bool causal, int& m_block, int& bh) {
+    if (causal) {
+        m_block = Tr - 1 - tile / BH;
+        bh = tile % BH;
+    } else {
+        bh = tile / Tr;
+        m_block = tile % Tr;
+    }
+}
+// Tr, computed where it is used from an opaque copy of Nq: hoisted above the producer/consumer split, NVRTC
+// kept it in local memory (a reload per tile in both roles)
+__device__ __forceinline__ int q_blocks(int Nq) {
+    int n;
+    asm volatile("mov.b32 %0, %1;\n" : "=r"(n) : "r"(Nq));
+    return (n + BLOCK_M - 1) / BLOCK_M;
+}
+// gridDim.x read where it is used (asm volatile: not hoisted into a register the producer would spill at 24-40)
+__device__ __forceinline__ int n_ctas() {
+    int n;
+    asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(n));
+    return n;
+}
+__device__ __forceinline__ void st_shared_s32(u32 addr, int v) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_shared_s32(u32 addr) {
+    int v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__ TensorMap tmK,
                   const __grid_constant__ TensorMap tmV, u16* __restrict__ Og, float* __restrict__ LSEg, int Nq,
-                  int Nk, float scale_log2, float scale, int causal, int H, int group) {
+                  int Nk, float scale_log2, float scale, int causal, int H, int group
+#if PERSISTENT
+                  , int BH, int* __restrict__ tile_counter  // B*H; PERSISTENT=2: zeroed before each launch
+#endif
+                  ) {
     extern __shared__ __align__(1024) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-    const int m_block = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    const int bh = blockIdx.y;  // o and lse are (B, H, Nq, .) contiguous: row bh
-    const int b_idx = bh / H, h_idx = bh % H, hk_idx = h_idx / group;  // GQA: kv head of query head h
-    const int m0 = m_block * BLOCK_M;
     const int causal_off = Nk - Nq;
     const bool is_causal = causal != 0;
 
@@ -151,10 +212,13 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #define FULL_V(s) (bar0 + 8 * (1 + STAGES + (s)))
 #define EMPTY_K(s) (bar0 + 8 * (1 + 2 * STAGES + (s)))
 #define EMPTY_V(s) (bar0 + 8 * (1 + 3 * STAGES + (s)))
-
-    int n_vis = Nk;
-    if (is_causal) n_vis = max(0, min(Nk, min(m0 + BLOCK_M, Nq) + causal_off));
-    const int T = (n_vis + BLOCK_N - 1) / BLOCK_N;
+#if PERSISTENT
+    // empty_q: the consumers are done with the Q tile (last S product and the epilogue staged through it)
+    const u32 empty_q = bar0 + 8 * (1 + 4 * STAGES);
+#define TILE_FULL(i) (bar0 + 8 * (2 + 4 * STAGES + (i)))   // the producer published tile slot i
+#define TILE_EMPTY(i) (bar0 + 8 * (4 + 4 * STAGES + (i)))  // every consumer warp has read it
+    const u32 tile_slot0 = bar0 + 8 * (6 + 4 * STAGES);
+#endif
 
     if (tid == 0) {
         mbar_init(full_q, 1);
@@ -165,6 +229,13 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             mbar_init(EMPTY_K(s), 4 * NWG);  // one arrival per consumer warp
             mbar_init(EMPTY_V(s), 4 * NWG);
         }
+#if PERSISTENT
+        mbar_init(empty_q, 4 * NWG);
+        for (int i = 0; i < 2; ++i) {
+            mbar_init(TILE_FULL(i), 1);
+            mbar_init(TILE_EMPTY(i), 4 * NWG);
+        }
+#endif
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();  // the last CTA-wide barrier: from here producer and consumers run apart
@@ -172,22 +243,73 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     if (wg == 0) {
         // ------------------------------------------------------------------------ producer (FA2 Alg. 1 line 4, 7)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
-        if (warp == 0 && lane == 0 && T > 0) {
-            mbar_expect_tx(full_q, TILE_Q_BYTES);
+        if (warp == 0 && lane == 0) {
+            int kv_it = 0;  // K/V blocks loaded so far by this CTA: the ring runs on across tiles
+#if PERSISTENT
+            int tile = blockIdx.x;
+            for (int k = 0;; ++k) {  // k-th tile of this CTA
+                if (k >= 2) mbar_wait(TILE_EMPTY(k & 1), ((k >> 1) - 1) & 1);  // tile k-2's slot was read
+                st_shared_s32(tile_slot0 + 4 * (k & 1), tile);
+                mbar_arrive(TILE_FULL(k & 1));  // release: the consumers' wait orders their read after the store
+                const int Tr = q_blocks(Nq);
+                if (tile >= Tr * BH) break;
+                int m_block, bh;
+                tile_coords(tile, Tr, BH, is_causal, m_block, bh);
+#else
+            {
+                const int k = 0;
+                const int m_block = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+                const int bh = blockIdx.y;
+#endif
+                const int b_idx = bh / H, h_idx = bh % H, hk_idx = h_idx / group;  // GQA: kv head of query head h
+                const int m0 = m_block * BLOCK_M;
+                int n_vis = Nk;
+                if (is_causal) n_vis = max(0, min(Nk, min(m0 + BLOCK_M, Nq) + causal_off));
+                const int T = (n_vis + BLOCK_N - 1) / BLOCK_N;
+                auto load_q = [&]() {
+#if PERSISTENT
+                    if (k > 0) mbar_wait(empty_q, (k - 1) & 1);  // tile k-1 is done with the Q tile
+#endif
+                    mbar_expect_tx(full_q, TILE_Q_BYTES);
 #pragma unroll
-            for (int p = 0; p < PANELS; ++p) tma_load(sQ + p * BLOCK_M * 128, &tmQ, p * 64, m0, h_idx, b_idx, full_q);
-            for (int t = 0; t < T; ++t) {
-                const int j = T - 1 - t, slot = t % STAGES, use = t / STAGES;
-                if (use > 0) mbar_wait(EMPTY_K(slot), (use - 1) & 1);  // S of step t-STAGES has read it
-                mbar_expect_tx(FULL_K(slot), TILE_KV_BYTES);
+                    for (int p = 0; p < PANELS; ++p)
+                        tma_load(sQ + p * BLOCK_M * 128, &tmQ, p * 64, m0, h_idx, b_idx, full_q);
+                };
+                auto load_k = [&](int t) {
+                    const int j = T - 1 - t, slot = (kv_it + t) % STAGES, use = (kv_it + t) / STAGES;
+                    if (use > 0) mbar_wait(EMPTY_K(slot), (use - 1) & 1);  // S of step t-STAGES has read it
+                    mbar_expect_tx(FULL_K(slot), TILE_KV_BYTES);
 #pragma unroll
-                for (int p = 0; p < PANELS; ++p)
-                    tma_load(sK0 + slot * TILE_KV_BYTES + p * BLOCK_N * 128, &tmK, p * 64, j * BLOCK_N, hk_idx, b_idx, FULL_K(slot));
-                if (use > 0) mbar_wait(EMPTY_V(slot), (use - 1) & 1);  // P V of step t-STAGES+1 has read it
-                mbar_expect_tx(FULL_V(slot), TILE_KV_BYTES);
+                    for (int p = 0; p < PANELS; ++p)
+                        tma_load(sK0 + slot * TILE_KV_BYTES + p * BLOCK_N * 128, &tmK, p * 64, j * BLOCK_N, hk_idx, b_idx, FULL_K(slot));
+                };
+                auto load_v = [&](int t) {
+                    const int j = T - 1 - t, slot = (kv_it + t) % STAGES, use = (kv_it + t) / STAGES;
+                    if (use > 0) mbar_wait(EMPTY_V(slot), (use - 1) & 1);  // P V of step t-STAGES+1 has read it
+                    mbar_expect_tx(FULL_V(slot), TILE_KV_BYTES);
 #pragma unroll
-                for (int p = 0; p < PANELS; ++p)
-                    tma_load(sV0 + slot * TILE_KV_BYTES + p * BLOCK_N * 128, &tmV, p * 64, j * BLOCK_N, hk_idx, b_idx, FULL_V(slot));
+                    for (int p = 0; p < PANELS; ++p)
+                        tma_load(sV0 + slot * TILE_KV_BYTES + p * BLOCK_N * 128, &tmV, p * 64, j * BLOCK_N, hk_idx, b_idx, FULL_V(slot));
+                };
+                if (T > 0) {
+#if PERSISTENT
+                    load_k(0);  // tile k's first K block goes out before its Q, while tile k-1's epilogue runs
+                    load_q();
+#else
+                    load_q();
+                    load_k(0);
+#endif
+                    load_v(0);
+                }
+                for (int t = 1; t < T; ++t) {
+                    load_k(t);
+                    load_v(t);
+                }
+                if (PERSISTENT && T == 0) load_q();  // the consumers stage this tile's epilogue through it
+                kv_it += T;
+#if PERSISTENT
+                tile = PERSISTENT == 2 ? n_ctas() + atomicAdd(tile_counter, 1) : tile + n_ctas();
+#endif
             }
         }
         return;
@@ -197,73 +319,114 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
     const int cg = wg - 1;                   // consumer warpgroup: rows 64cg..64cg+63 of the Q block
     const int cw = warp - 4;                 // consumer warp 0..4*NWG-1: rows 16cw..16cw+15
-    const int row0 = m0 + cw * 16;
-    float o[O_N / 2];
-#pragma unroll
-    for (int i = 0; i < O_N / 2; ++i) o[i] = 0.f;
-    Softmax sm;
-    sm.m[0] = sm.m[1] = NEG_INF;
-    sm.l[0] = sm.l[1] = 0.f;
-    float s[BLOCK_N / 2];
-    u32 pa[KN][4];
-    float alpha[2];
-
-    if (T > 0) {
-#if PINGPONG
-        if (cg == 1) named_arrive(1, 256);  // warpgroup 0 takes the first turn
+    int kv_it = 0;
+#if PERSISTENT
+    for (int k = 0;; ++k) {
+        mbar_wait(TILE_FULL(k & 1), (k >> 1) & 1);
+        const int tile = ld_shared_s32(tile_slot0 + 4 * (k & 1));
+        __syncwarp();
+        if (lane == 0) mbar_arrive(TILE_EMPTY(k & 1));
+        const int Tr = q_blocks(Nq);
+        if (tile >= Tr * BH) break;
+        int m_block, bh;
+        tile_coords(tile, Tr, BH, is_causal, m_block, bh);
+#else
+    {
+        const int k = 0;
+        const int m_block = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+        const int bh = blockIdx.y;  // o and lse are (B, H, Nq, .) contiguous: row bh
 #endif
-        // step 0 (j = T-1): S and softmax
-        mbar_wait(full_q, 0);
-        mbar_wait(FULL_K(0), 0);
-        turn_begin(cg);
-        issue_qk(s, sQ, sK0, cg);
-        turn_end(cg);
-        wgmma_wait<0>();
-        wgmma_fence_operand(s);
-        if (lane == 0) mbar_arrive(EMPTY_K(0));
-        {
-            const int n0 = (T - 1) * BLOCK_N;
-            const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
-            if (need_mask) softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
-            else softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
-        }
-        pack_p(pa, s);
-        // step t: S_j = Q K_j^T and O += P_{j+1} V_{j+1}
-        for (int t = 1; t < T; ++t) {
-            const int j = T - 1 - t, n0 = j * BLOCK_N;
-            const int ks = t % STAGES, vs = (t - 1) % STAGES;
-            mbar_wait(FULL_K(ks), (t / STAGES) & 1);
-            mbar_wait(FULL_V(vs), ((t - 1) / STAGES) & 1);
+        const int m0 = m_block * BLOCK_M;
+        const int row0 = m0 + cw * 16;
+        int n_vis = Nk;
+        if (is_causal) n_vis = max(0, min(Nk, min(m0 + BLOCK_M, Nq) + causal_off));
+        const int T = (n_vis + BLOCK_N - 1) / BLOCK_N;
+        float o[O_N / 2];
+#pragma unroll
+        for (int i = 0; i < O_N / 2; ++i) o[i] = 0.f;
+        Softmax sm;
+        sm.m[0] = sm.m[1] = NEG_INF;
+        sm.l[0] = sm.l[1] = 0.f;
+        float s[BLOCK_N / 2];
+        u32 pa[KN][4];
+        float alpha[2];
+
+        if (PERSISTENT || T > 0) mbar_wait(full_q, k & 1);  // persistent: Q is loaded even when T = 0
+        if (T > 0) {
+#if PINGPONG
+            if (cg == 1) named_arrive(1, 256);  // warpgroup 0 takes the first turn
+#endif
+            // step 0 (j = T-1): S and softmax
+            mbar_wait(FULL_K(kv_it % STAGES), (kv_it / STAGES) & 1);
             turn_begin(cg);
-            issue_qk(s, sQ, sK0 + ks * TILE_KV_BYTES, cg);
+            issue_qk(s, sQ, sK0 + (kv_it % STAGES) * TILE_KV_BYTES, cg);
+            turn_end(cg);
+            wgmma_wait<0>();
+            wgmma_fence_operand(s);
+            if (lane == 0) mbar_arrive(EMPTY_K(kv_it % STAGES));
+            {
+                const int n0 = (T - 1) * BLOCK_N;
+                const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
+                if (need_mask) softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
+                else softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
+            }
+            pack_p(pa, s);
+            // step t: S_j = Q K_j^T and O += P_{j+1} V_{j+1}
+            for (int t = 1; t < T; ++t) {
+                const int j = T - 1 - t, n0 = j * BLOCK_N;
+                const int ks = (kv_it + t) % STAGES, vs = (kv_it + t - 1) % STAGES;
+                mbar_wait(FULL_K(ks), ((kv_it + t) / STAGES) & 1);
+                mbar_wait(FULL_V(vs), ((kv_it + t - 1) / STAGES) & 1);
+                turn_begin(cg);
+                issue_qk(s, sQ, sK0 + ks * TILE_KV_BYTES, cg);
+                wgmma_fence_operand(o);
+                issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES);
+                turn_end(cg);
+                wgmma_wait<1>();  // S_j done; P_{j+1} V_{j+1} still on the tensor cores during the softmax
+                wgmma_fence_operand(s);
+                if (lane == 0) mbar_arrive(EMPTY_K(ks));
+                const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
+                const bool moved = need_mask
+                    ? softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2)
+                    : softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
+                wgmma_wait<0>();
+                wgmma_fence_operand(o);
+                if (lane == 0) mbar_arrive(EMPTY_V(vs));
+                if (moved) rescale_o(o, alpha);
+                pack_p(pa, s);
+            }
+            // step T: the last P V (block j = 0)
+            const int vs = (kv_it + T - 1) % STAGES;
+            mbar_wait(FULL_V(vs), ((kv_it + T - 1) / STAGES) & 1);
+#if PINGPONG
+            named_sync(1 + cg, 256);
+            if (cg == 0) named_arrive(2, 256);  // warpgroup 1's last turn; it hands back nothing
+#endif
             wgmma_fence_operand(o);
             issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES);
-            turn_end(cg);
-            wgmma_wait<1>();  // S_j done; P_{j+1} V_{j+1} still on the tensor cores during the softmax
-            wgmma_fence_operand(s);
-            if (lane == 0) mbar_arrive(EMPTY_K(ks));
-            const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
-            const bool moved = need_mask
-                ? softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2)
-                : softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
             wgmma_wait<0>();
             wgmma_fence_operand(o);
-            if (lane == 0) mbar_arrive(EMPTY_V(vs));
-            if (moved) rescale_o(o, alpha);
-            pack_p(pa, s);
-        }
-        // step T: the last P V (block j = 0)
-        const int vs = (T - 1) % STAGES;
-        mbar_wait(FULL_V(vs), ((T - 1) / STAGES) & 1);
-#if PINGPONG
-        named_sync(1 + cg, 256);
-        if (cg == 0) named_arrive(2, 256);  // warpgroup 1's last turn; it hands back nothing
+#if PERSISTENT
+            if (lane == 0) mbar_arrive(EMPTY_V(vs));  // the ring runs on into the next tile
 #endif
-        wgmma_fence_operand(o);
-        issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES);
-        wgmma_wait<0>();
-        wgmma_fence_operand(o);
-    }
+        }
 
-    write_o_lse(o, sm, sQ, Og, LSEg, bh, m0, Nq, cw, lane, scale);  // FA2 Alg. 1 lines 12-15
+#if PERSISTENT
+        // an opaque copy of sQ per tile: the epilogue's lane-dependent addresses are then computed per tile
+        // instead of being hoisted out of the tile loop and kept live (spilled) across the key loop
+        u32 sQ_tile;
+        asm volatile("mov.b32 %0, %1;\n" : "=r"(sQ_tile) : "r"(sQ));
+#else
+        const u32 sQ_tile = sQ;
+#endif
+        write_o_lse(o, sm, sQ_tile, Og, LSEg, bh, m0, Nq, cw, lane, scale);  // FA2 Alg. 1 lines 12-15
+#if PERSISTENT
+        // the epilogue wrote and read the Q tile through the generic proxy; the next Q arrives through the
+        // async proxy (TMA): order the two before handing the tile back
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty_q);
+#endif
+        kv_it += T;
+    }
 }

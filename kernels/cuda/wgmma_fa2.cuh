@@ -9,6 +9,27 @@
 #ifndef O_N
 #define O_N D
 #endif
+// FA4's two softmax knobs (issue 14 item 1; both off by default, both exact in the result):
+//   RESCALE_THRESHOLD (integer, log2 units; 0 = off): a row keeps the max m its exponentials use until a
+//     block's max exceeds it by more than this, so P = 2^(s*scale_log2 - m) <= 2^RESCALE_THRESHOLD (fits
+//     fp16/bf16; l and O are fp32), and O, l are rescaled only when m moves. lse = m*scale + ln(l) with
+//     the m that was used, so o and lse are the same function of the scores.
+//   EXP2_POLY (0..8): of every 8 exponentials of a thread's row, this many on the FMA pipe (ex2_poly,
+//     exp2_poly.cuh), the rest on the MUFU (ex2.approx).
+#ifndef RESCALE_THRESHOLD
+#define RESCALE_THRESHOLD 0
+#endif
+#ifndef EXP2_POLY
+#define EXP2_POLY 0
+#endif
+static_assert(RESCALE_THRESHOLD >= 0 && RESCALE_THRESHOLD <= 15, "RESCALE_THRESHOLD: 0..15 (P <= 2^15 < fp16 max)");
+static_assert(EXP2_POLY >= 0 && EXP2_POLY <= 8, "EXP2_POLY: 0..8 of every 8 exponentials");
+#include "exp2_poly.cuh"
+
+// the i-th exponential of a thread's row: FMA pipe for EXP2_POLY of every 8 (i is a constant once unrolled)
+__device__ __forceinline__ float ex2_row(float x, int i) {
+    return ((i & 7) < EXP2_POLY) ? ex2_poly(x) : ex2(x);
+}
 
 typedef unsigned long long u64;
 
@@ -77,14 +98,25 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
         mx = quad_max(mx);
+#if RESCALE_THRESHOLD
+        // -inf old max: +inf > T, the row moves (alpha = 0); both -inf: NaN > T is false, m stays -inf
+        if ((mx - sm.m[h]) * scale_log2 > (float)RESCALE_THRESHOLD) {
+            alpha[h] = ex2((sm.m[h] - mx) * scale_log2);
+            sm.m[h] = mx;
+        } else {
+            alpha[h] = 1.f;
+        }
+        const float ms = (sm.m[h] == NEG_INF) ? 0.f : sm.m[h] * scale_log2;
+#else
         const float ms = (mx == NEG_INF) ? 0.f : mx * scale_log2;
         alpha[h] = ex2(sm.m[h] * scale_log2 - ms);  // 0 when the old max was -inf
         sm.m[h] = mx;
+#endif
         float rs = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-            s[4 * nt + 2 * h] = ex2(fmaf(s[4 * nt + 2 * h], scale_log2, -ms));
-            s[4 * nt + 2 * h + 1] = ex2(fmaf(s[4 * nt + 2 * h + 1], scale_log2, -ms));
+            s[4 * nt + 2 * h] = ex2_row(fmaf(s[4 * nt + 2 * h], scale_log2, -ms), 2 * nt);
+            s[4 * nt + 2 * h + 1] = ex2_row(fmaf(s[4 * nt + 2 * h + 1], scale_log2, -ms), 2 * nt + 1);
             rs += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
         }
         sm.l[h] = sm.l[h] * alpha[h] + rs;

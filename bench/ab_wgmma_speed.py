@@ -1,0 +1,149 @@
+"""A/B of fa2_wgmma's speed knobs in one run (issue 14 item 1): the shipped build ("base"), each knob alone,
+the combinations (kernels.fa2_wgmma.speed_configs), with SDPA flash and cuDNN beside, on the same inputs.
+
+    PYTHONPATH=. python bench/ab_wgmma_speed.py --out DIR [--dtypes float16,bfloat16] [--dims 64,128,256]
+        [--seqs 512,1024,2048,4096,8192,16384] [--variants base,rescale,...] [--budget-s 120]
+
+Shapes: batch*N = 16k tokens, hidden 2048 (H = 2048/d), causal and not. Every entry goes through
+bench/harness.py: checked against the float64 reference on the timed inputs first (an entry that fails is
+not timed), then timed by the one timer (do_bench, L2 flushed); TFLOP/s = harness.flops (4*d per visible
+(query, key) pair: about half for causal) / median. Cells run d = 64 first (where cuDNN leads most); when
+--budget-s is spent the remaining cells are listed as not run, and DIR/ab_wgmma_speed.json is rewritten
+after every cell, so a time limit keeps what was measured. The summary table comes last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SDPA = ("flash", "cudnn")
+TOKENS, HIDDEN = 16384, 2048
+
+
+def entries(d: int, variants):
+    from bench import harness
+    from kernels import KERNELS, fa2_wgmma
+
+    spec = KERNELS["fa2_wgmma"]
+    cfgs = fa2_wgmma.speed_configs(d)
+    out = [harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, dict(cfgs[v])) for v in variants if v in cfgs]
+    return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in SDPA]
+
+
+def run(args) -> dict:
+    import torch
+
+    from bench import harness
+    from kernels import fa2_wgmma
+
+    variants = args.variants.split(",") if args.variants else list(fa2_wgmma.speed_configs(64))
+    res = dict(env=harness.environment(), variants={str(d): fa2_wgmma.speed_configs(d)
+                                                    for d in (int(x) for x in args.dims.split(","))},
+               shapes=f"batch*N = {TOKENS}, hidden {HIDDEN}", rows=[], not_run=[])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "ab_wgmma_speed.json"
+    t0 = time.time()
+    cells = [(d, n, causal, dt) for d in (int(x) for x in args.dims.split(","))
+             for n in (int(x) for x in args.seqs.split(",")) for causal in (False, True)
+             for dt in args.dtypes.split(",")]
+    for d, n, causal, dt in cells:
+        if time.time() - t0 > args.budget_s:
+            res["not_run"].append(dict(d=d, n=n, causal=causal, dtype=dt))
+            continue
+        sets = harness.input_sets(TOKENS // n, HIDDEN // d, n, n, d, getattr(torch, dt), max_sets=2)
+        for e in entries(d, variants):
+            rec = harness.measure(e, sets, causal, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+            rec["variant"] = e.label
+            res["rows"].append({k: rec.get(k) for k in ("variant", "dtype", "d", "n", "b", "h", "causal", "median_ms",
+                                                        "min_ms", "max_ms", "tflops", "ok", "rel_err", "skipped")})
+            print(f"{dt:8s} d={d:3d} N={n:5d} causal={int(causal)} {e.label:26s} "
+                  f"{rec.get('median_ms') or float('nan'):8.4f} ms {rec.get('tflops') or float('nan'):6.1f} TFLOP/s "
+                  f"{rec.get('skipped', '')}", flush=True)
+        del sets
+        torch.cuda.empty_cache()
+        res["seconds"] = round(time.time() - t0, 1)
+        path.write_text(json.dumps(res, indent=1))
+    res["seconds"] = round(time.time() - t0, 1)
+    path.write_text(json.dumps(res, indent=1))
+    return res
+
+
+def summary(res: dict) -> str:
+    """One line per (dtype, d, causal, N): cuDNN and flash TFLOP/s, base TFLOP/s and base/cuDNN, each variant
+    as its time ratio to base (< 1: faster), the best fa2_wgmma build over cuDNN."""
+    rows = res["rows"]
+    cell = {}
+    for r in rows:
+        cell.setdefault((r["dtype"], r["d"], r["causal"], r["n"]), {})[r["variant"]] = r
+    variants = [v for v in dict.fromkeys(r["variant"] for r in rows) if v.startswith("fa2_wgmma[")]
+    others = [v for v in variants if v != "fa2_wgmma[base]"]
+    short = [v[len("fa2_wgmma["):-1] for v in others]
+    lines = [f"{'dtype':8s} {'d':>3s} {'c':>1s} {'N':>5s} {'cuDNN':>6s} {'flash':>6s} {'base':>6s} {'b/cuD':>5s} "
+             + " ".join(f"{s[:12]:>12s}" for s in short) + f" {'best/cuDNN':>12s}",
+             "  (TFLOP/s; variant columns: time / base time, < 1 is faster; best/cuDNN: the fastest fa2_wgmma build)"]
+    worst = []
+    for (dt, d, causal, n), c in sorted(cell.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3])):
+        def tf(v):
+            r = c.get(v)
+            return r["tflops"] if r and r.get("tflops") else None
+
+        def ms(v):
+            r = c.get(v)
+            return r["median_ms"] if r and r.get("median_ms") and r.get("ok") else None
+
+        cud, fl, base = tf("sdpa_cudnn"), tf("sdpa_flash"), tf("fa2_wgmma[base]")
+        fast = [tf(v) for v in variants if tf(v) and c[v].get("ok")]
+        best = max(fast) if fast else None
+        ratios = []
+        for v in others:
+            a, b = ms(v), ms("fa2_wgmma[base]")
+            ratios.append(f"{a / b:12.3f}" if (a and b) else f"{'fail' if v in c else '-':>12s}")
+        f = lambda x: f"{x:6.1f}" if x else f"{'-':>6s}"  # noqa: E731
+        bc = f"{base / cud:5.2f}" if base and cud else f"{'-':>5s}"
+        bb = best / cud if best and cud else None
+        if bb:
+            worst.append((bb, dt, d, causal, n))
+        lines.append(f"{dt:8s} {d:3d} {int(causal):1d} {n:5d} {f(cud)} {f(fl)} {f(base)} {bc} " + " ".join(ratios)
+                     + f" {bb if bb else float('nan'):12.3f}")
+    if worst:
+        w = min(worst)
+        lines.append(f"cells with best/cuDNN >= 1.0: {sum(x[0] >= 1.0 for x in worst)} of {len(worst)}; worst "
+                     f"{w[0]:.3f} ({w[1]}, d={w[2]}, causal={int(w[3])}, N={w[4]})")
+    bad = [r for r in rows if r.get("ok") is False or (r.get("skipped") and "SDPA" not in str(r.get("skipped")))]
+    lines.append(f"failed or skipped entries: {len(bad)}" + "".join(
+        f"\n  {r['variant']} {r['dtype']} d={r['d']} N={r['n']} causal={r['causal']}: {r.get('skipped')}" for r in bad[:10]))
+    if res.get("not_run"):
+        lines.append(f"cells not run (time budget): {len(res['not_run'])}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp")
+    ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--dims", default="64,128,256")
+    ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--variants", default="", help="names of fa2_wgmma.speed_configs (default: all)")
+    ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this many seconds")
+    ap.add_argument("--warmup-ms", type=float, default=10)
+    ap.add_argument("--rep-ms", type=float, default=40)
+    ap.add_argument("--summary", default="", help="print the summary of an existing JSON and exit")
+    args = ap.parse_args(argv)
+    if args.summary:
+        print(summary(json.loads(Path(args.summary).read_text())))
+        return 0
+    res = run(args)
+    print()
+    print(summary(res))
+    return 1 if any(r.get("ok") is False for r in res["rows"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

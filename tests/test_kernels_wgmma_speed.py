@@ -1,0 +1,133 @@
+"""CPU checks of fa2_wgmma's speed knobs (issue 14 item 1; kernels.fa2_wgmma.SPEED_KNOBS): every A/B build
+compiles for sm_90a with NVRTC and no spills, the polynomial really takes exponentials off the MUFU (SASS),
+and a misspelt knob is refused. The GPU side (exactness vs float64) is tests/test_kernels_wgmma_speed_gpu.py,
+the polynomial's accuracy tests/test_exp2_poly.py."""
+from __future__ import annotations
+
+import collections
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernels import fa2_wgmma, loader
+
+try:
+    loader.nvrtc_version()
+    loader.cuda_include_dirs()
+    TOOLCHAIN = None
+except loader.ToolchainMissing as exc:
+    TOOLCHAIN = str(exc)
+
+needs_nvrtc = pytest.mark.skipif(TOOLCHAIN is not None, reason=f"no NVRTC toolchain: {TOOLCHAIN}")
+
+BUILDS = [(d, bf16, name, cfg) for d in fa2_wgmma.HEAD_DIMS for name, cfg in fa2_wgmma.speed_configs(d).items()
+          if name != "base" for bf16 in (0, 1)]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("d,bf16,name,cfg", BUILDS, ids=[f"d{b[0]}-{'bf16' if b[1] else 'fp16'}-{b[2]}" for b in BUILDS])
+def test_speed_build_compiles_without_spills(d, bf16, name, cfg):
+    """No spills, except the persistent builds' producer thread within fa2_wgmma.PRODUCER_SPILL_BYTES: then
+    every local-memory access must come after the producer's setmaxnreg.dec (its code), none in the
+    consumers' key loop."""
+    defs = fa2_wgmma.defines_for(d, bf16, cfg)
+    src, kernel = fa2_wgmma.source_of(defs)
+    res = loader.resource_usage(src, kernel, defines=defs, arch=fa2_wgmma.ARCH)
+    assert 0 < res["registers"] <= 255
+    spill = max(res["spill_stores"], res["spill_loads"], res["local_bytes"])
+    if spill and cfg.get("PERSISTENT"):
+        assert spill <= fa2_wgmma.PRODUCER_SPILL_BYTES, res
+        if _nvdisasm():
+            lines = _sass(defs).splitlines()
+            split = next(i for i, x in enumerate(lines) if "USETMAXREG.DEALLOC" in x)
+            local = [i for i, x in enumerate(lines) if re.search(r"\b(STL|LDL)(\.\S+)?\s", x)]
+            assert local and min(local) > split, f"local memory in the consumers: {res}"
+    else:
+        assert spill == 0, res
+
+
+def test_speed_builds_are_sweep_candidates():
+    for d in fa2_wgmma.HEAD_DIMS:
+        for name, cfg in fa2_wgmma.speed_configs(d).items():
+            assert name == "base" and cfg == fa2_wgmma.CONFIGS[d] or cfg in fa2_wgmma.SWEEP[d], (d, name)
+
+
+def test_unknown_knob_is_refused():
+    with pytest.raises(ValueError, match=r"unknown config keys \['RESCALE_TRESHOLD'\]"):
+        fa2_wgmma.defines_for(64, 0, dict(fa2_wgmma.CONFIGS[64], RESCALE_TRESHOLD=8))
+
+
+def _nvdisasm() -> str | None:
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    try:
+        import nvidia.cu13 as cu13  # the pip CUDA 13 tools (nvidia-cuda-nvdisasm), where installed
+
+        path = Path(list(cu13.__path__)[0]) / "bin" / "nvdisasm"
+        return str(path) if path.exists() else None
+    except ImportError:
+        return None
+
+
+def _sass(defs: dict) -> str:
+    src, _ = fa2_wgmma.source_of(defs)
+    cubin = loader.cubin_path(src, defines=defs, arch=fa2_wgmma.ARCH)
+    return subprocess.run([_nvdisasm(), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+def _opcodes(defs: dict) -> collections.Counter:
+    ops = collections.Counter()
+    for line in _sass(defs).splitlines():
+        if m := re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", line):
+            ops[m.group(1)] += 1
+    return ops
+
+
+@needs_nvrtc
+@pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm not found")
+@pytest.mark.parametrize("poly", [2, 4])
+def test_poly_moves_exponentials_off_the_mufu(poly):
+    """EXP2_POLY = k of 8: the softmax's MUFU.EX2 count drops by k/8 of its exponentials (the unrolled
+    block of BLOCK_N/2 per thread, in each of its 4 copies: masked / unmasked, first step / loop)."""
+    cfg = dict(fa2_wgmma.CONFIGS[64])
+    base = fa2_wgmma.defines_for(64, 0, cfg)
+    loader.compile_cubin(fa2_wgmma.source_of(base)[0], defines=base, arch=fa2_wgmma.ARCH)
+    fast = fa2_wgmma.defines_for(64, 0, dict(cfg, EXP2_POLY=poly))
+    loader.compile_cubin(fa2_wgmma.source_of(fast)[0], defines=fast, arch=fa2_wgmma.ARCH)
+    a, b = _opcodes(base), _opcodes(fast)
+    moved = 4 * (cfg["BLOCK_N"] // 2) * poly // 8
+    assert a["MUFU.EX2"] - b["MUFU.EX2"] == moved, (a["MUFU.EX2"], b["MUFU.EX2"])
+    assert b["FADD.RM"] == moved, "one rounded-down add per polynomial exponential"
+
+
+def test_ab_summary_reads_its_rows():
+    """bench/ab_wgmma_speed.py's table: variant time over base time, the best build over cuDNN, failures."""
+    from bench import ab_wgmma_speed as ab
+
+    def row(v, ms, ok=True, n=4096):
+        return dict(variant=v, dtype="float16", d=64, n=n, causal=False, median_ms=ms, tflops=100.0 / ms, ok=ok)
+
+    rows = [row("sdpa_cudnn", 1.0), row("sdpa_flash", 1.5), row("fa2_wgmma[base]", 1.2),
+            row("fa2_wgmma[poly]", 0.9), row("fa2_wgmma[rescale]", 1.3, ok=False)]
+    text = ab.summary(dict(rows=rows, not_run=[dict(d=256)]))
+    line = next(x for x in text.splitlines() if x.startswith("float16"))
+    assert "0.750" in line and "fail" in line and line.rstrip().endswith("1.111"), line
+    assert "cells with best/cuDNN >= 1.0: 1 of 1" in text
+    assert "failed or skipped entries: 1" in text and "cells not run (time budget): 1" in text
+
+
+def test_sanitizer_runs_the_speed_builds_at_scale():
+    """issue 14 item 4: the first 4 fa2_wgmma sanitizer shapes (racecheck's) cover d = 64/128/256/96 with each
+    K/V ring slot refilled at least 8 times by every speed build, and several Q blocks per head."""
+    from bench import sanitize
+
+    shapes = sanitize.shapes_for("fa2_wgmma", shapes=[], kernel_shapes=4)
+    for d in fa2_wgmma.HEAD_DIMS:
+        for cfg in fa2_wgmma.speed_configs(d).values():
+            defs = fa2_wgmma.defines_for(d, 0, cfg)
+            assert any(s[4] == d and s[3] >= 8 * defs["STAGES"] * defs["BLOCK_N"]
+                       and s[2] >= 2 * fa2_wgmma.block_m(defs) for s in shapes), (d, cfg)

@@ -1,0 +1,147 @@
+"""fa2_wgmma's speed knobs (issue 14 item 1; kernels.fa2_wgmma.speed_configs) against the float64 oracle on
+a Hopper GPU: each knob alone and the combinations, on hypothesis shapes (odd Nq/Nk, tails, Nq != Nk, causal
+with rows that see no key, fp16/bf16, d = 64/96/128/256, scores up to ~1e4, where the rescale threshold and
+the polynomial must hold), on long key loops (every K/V ring slot reused many times), on strided/GQA inputs,
+and on scores built so that the row max creeps up block after block (the stale-max path of
+RESCALE_THRESHOLD) or jumps (its rescale path). Poisoned outputs; the rule of tests/test_kernels_tc.py."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from kernels import fa2_wgmma  # noqa: E402
+from tests.test_kernels_layouts import _check as _check_layout  # noqa: E402
+from tests.test_kernels_tc import TOL, _check  # noqa: E402
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+NAMES = [n for n in fa2_wgmma.speed_configs(64) if n != "base"]
+# persistent builds also with a few CTAs (GRID, a launch key), so each loops over many tiles at these sizes
+CASES = [(n, None) for n in NAMES] + [(n, g) for n in NAMES if fa2_wgmma.speed_configs(64)[n].get("PERSISTENT")
+                                      for g in (1, 3)]
+
+needs_hopper = pytest.mark.skipif(not torch.cuda.is_available() or not fa2_wgmma.supported(),
+                                  reason="fa2_wgmma needs a compute capability 9.x GPU (wgmma)")
+
+
+def _fn(d, name, grid=None):
+    cfg = dict(fa2_wgmma.speed_configs(d)[name], **({"GRID": grid} if grid else {}))
+
+    def fn(q, k, v, **kw):
+        return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+    return fn
+
+
+shape = st.tuples(
+    st.integers(1, 2),                                      # B
+    st.integers(1, 3),                                      # H
+    st.integers(1, 700),                                    # Nq
+    st.integers(1, 700),                                    # Nk
+    st.sampled_from([64, 96, 128, 256]),                    # d
+    st.sampled_from([torch.float16, torch.bfloat16]),
+    st.booleans(),                                          # causal
+    st.sampled_from([0.5, 1.0, 4.0, 20.0]),                 # input scale: scores up to ~1e4
+    st.integers(0, 2**31 - 1),                              # seed
+)
+
+
+@needs_hopper
+@pytest.mark.parametrize("name,grid", CASES)
+@SETTINGS
+@given(s=shape)
+def test_speed_knob_matches_reference(name, grid, s):
+    _check(_fn(s[4], name, grid), *s)
+
+
+@needs_hopper
+@pytest.mark.parametrize("name,grid", CASES)
+@pytest.mark.parametrize("d", fa2_wgmma.HEAD_DIMS)
+def test_speed_knob_long_key_loop(name, grid, d):
+    """Nk = 4100: 24-52 key blocks, each ring slot refilled 12-26 times; several Q blocks (persistent with
+    GRID CTAs: 10 tiles each run by 1 or 3 CTAs, the ring running on from tile to tile); causal and not."""
+    for causal, dtype in ((False, torch.float16), (True, torch.bfloat16)):
+        _check(_fn(d, name, grid), 1, 2, 520, 4100, d, dtype, causal, 4.0, d)
+
+
+@needs_hopper
+@pytest.mark.parametrize("name,grid", CASES)
+def test_speed_knob_strided_gqa(name, grid):
+    for d in (64, 128):
+        cfg = dict(fa2_wgmma.speed_configs(d)[name], **({"GRID": grid} if grid else {}))
+        _check_layout(2, 4, 2, 300, 1000, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)
+
+
+@needs_hopper
+@pytest.mark.parametrize("persistent", [1, 2])
+def test_persistent_causal_with_empty_tiles(persistent):
+    """Causal, Nq > Nk: whole Q blocks see no key (T = 0 tiles: Q still loaded, epilogue writes o = 0 and
+    lse = -inf), mixed with long tiles, on 1, 2 and 5 CTAs and on the full grid."""
+    for grid in (1, 2, 5, None):
+        cfg = dict(fa2_wgmma.CONFIGS[64], PERSISTENT=persistent, **({"GRID": grid} if grid else {}))
+
+        def fn(q, k, v, **kw):
+            return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+        _check(fn, 2, 3, 900, 300, 64, torch.float16, True, 1.0, grid or 0)
+
+
+@needs_hopper
+def test_dynamic_counter_is_fresh_per_call():
+    """PERSISTENT=2 hands out tiles from an atomic counter: back-to-back calls (no sync between them) must
+    each start from tile 0, so every output is written every time."""
+    cfg = dict(fa2_wgmma.CONFIGS[128], PERSISTENT=2, GRID=4)
+    q = torch.randn(1, 2, 700, 128, device="cuda", dtype=torch.float16)
+    outs = []
+    for _ in range(3):
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+        fa2_wgmma.forward(q, q, q, config=cfg, out=(o, lse))
+        outs.append(o)
+    torch.cuda.synchronize()
+    assert all(torch.isfinite(o).all() for o in outs) and all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+def _ramp(n_k, d, dtype, log2_span, reverse):
+    """q = e0, k_n = c_n e0 with c_n a ramp: scores (times scale*log2 e) span log2_span along the keys.
+    The kernel visits key blocks last to first, so reverse=True makes the row max grow with every block
+    (by less than 8 in log2 units per block when log2_span / blocks < 8: the stale path), False makes the
+    first block hold it."""
+    import math
+
+    scale_log2 = d ** -0.5 * 1.4426950408889634
+    q = torch.zeros(1, 1, 64, d, device="cuda")
+    q[..., 0] = 1.0
+    c = torch.linspace(0, log2_span / scale_log2, n_k, device="cuda")
+    if reverse:
+        c = c.flip(0)
+    k = torch.zeros(1, 1, n_k, d, device="cuda")
+    k[0, 0, :, 0] = c
+    v = torch.randn(1, 1, n_k, d, device="cuda", generator=torch.Generator(device="cuda").manual_seed(n_k))
+    assert math.isfinite(float(c.max()))
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", [n for n in NAMES if "rescale" in n])
+@pytest.mark.parametrize("log2_span", [3.0, 60.0, 400.0])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_rescale_paths(name, log2_span, reverse):
+    """Row max creeping (span 60 over ~30 blocks: 2 per block, under the threshold), jumping (400: 13 per
+    block, over it) or flat (3); bf16 inputs keep the ramp's values exact enough to matter."""
+    from variants.reference import attention_reference
+
+    for d in (64, 128):
+        q, k, v = _ramp(4000, d, torch.bfloat16, log2_span, reverse)
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+        _fn(d, name)(q, k, v, causal=False, out=(o, lse))
+        torch.cuda.synchronize()
+        ro, rl = attention_reference(q, k, v, causal=False)
+        rel = float((o.double() - ro).norm() / ro.norm())
+        assert rel <= TOL[torch.bfloat16], f"relative error {rel:.2e}"
+        err = (lse.double() - rl).abs()
+        assert (err <= 2e-3 + 1e-5 * rl.abs()).all(), f"lse error {float(err.max()):.2e}"

@@ -1,0 +1,315 @@
+"""The synchronisation of fa2_wgmma_tma.cu's PERSISTENT builds, as a model run on the CPU: the producer thread
+and the consumer warpgroups of each CTA written step for step after the kernel (mbarrier phases and parities,
+TMA transaction bytes landing at random later times, wgmma reads lasting from issue to wait, the ping-pong
+named barriers, the tile slots and the atomic tile counter), interleaved at random by hypothesis.
+
+It checks what a GPU run can only show as a hang or a wrong number: no deadlock; every S and P V product
+reads the K, V and Q blocks of its own tile and step (no TMA lands in a slot while a product or the epilogue
+still reads it); every (Q block, head) tile is computed and written exactly once, by static and dynamic
+scheduling, with empty (T = 0) tiles, few and many CTAs. It models the protocol, not the arithmetic (the
+GPU tests check that against float64), and it must be kept in step with the kernel by hand.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+class Deadlock(Exception):
+    pass
+
+
+class MBar:
+    """mbarrier: a phase completes when `count` arrivals are in and no transaction bytes are pending."""
+
+    def __init__(self, count):
+        self.count, self.arrived, self.tx, self.phases = count, 0, 0, 0
+
+    def _check(self):
+        if self.arrived == self.count and self.tx == 0:
+            self.arrived, self.phases = 0, self.phases + 1
+
+    def arrive(self, tx=0):
+        assert self.arrived < self.count, "more arrivals than the count in one phase"
+        self.arrived += 1
+        self.tx += tx
+        self._check()
+
+    def complete_tx(self, n):
+        self.tx -= n
+        assert self.tx >= 0, "more bytes landed than expected"
+        self._check()
+
+    def done(self, parity):  # try_wait.parity: the phase with this parity has completed
+        return (self.phases & 1) != parity
+
+
+class NamedBar:
+    """bar.sync / bar.arrive with 256 threads: two warpgroup-sized contributions complete it."""
+
+    def __init__(self):
+        self.count, self.generation = 0, 0
+
+    def arrive(self):
+        """Returns the generation whose completion releases this arrival (already reached when it completes)."""
+        self.count += 1
+        if self.count == 2:
+            self.count, self.generation = 0, self.generation + 1
+            return self.generation
+        return self.generation + 1
+
+
+class CTA:
+    def __init__(self, sim, cta, p):
+        self.sim, self.cta, self.p = sim, cta, p
+        s = p["STAGES"]
+        self.full_q, self.empty_q = MBar(1), MBar(4 * p["NWG"])
+        self.full_k = [MBar(1) for _ in range(s)]
+        self.full_v = [MBar(1) for _ in range(s)]
+        self.empty_k = [MBar(4 * p["NWG"]) for _ in range(s)]
+        self.empty_v = [MBar(4 * p["NWG"]) for _ in range(s)]
+        self.tile_full = [MBar(1), MBar(1)]
+        self.tile_empty = [MBar(4 * p["NWG"]), MBar(4 * p["NWG"])]
+        self.tile_slot = [None, None]
+        self.named = {1: NamedBar(), 2: NamedBar()}
+        self.smem = {}       # ("q",) / ("k", slot) / ("v", slot) -> tag of what landed there
+        self.readers = {}    # the same keys -> number of products / epilogues reading it now
+        self.pending = set() # keys with a TMA write in flight
+
+    # --------------------------------------------------------------------------------- helpers
+    def tma(self, key, tag, bar):
+        assert self.readers.get(key, 0) == 0, f"CTA {self.cta}: TMA into {key} while it is read"
+        self.pending.add(key)
+        self.sim.events.append((self, key, tag, bar))
+
+    def read(self, key, want):
+        assert key not in self.pending, f"CTA {self.cta}: {key} read while a TMA write is in flight"
+        assert self.smem.get(key) == want, f"CTA {self.cta}: {key} holds {self.smem.get(key)}, wanted {want}"
+        self.readers[key] = self.readers.get(key, 0) + 1
+
+    def unread(self, key):
+        self.readers[key] -= 1
+
+    def coords(self, tile):
+        p = self.p
+        tr = -(-p["Nq"] // p["BM"])
+        if p["causal"]:
+            return tr - 1 - tile // p["BH"], tile % p["BH"]
+        return tile % tr, tile // tr
+
+    def blocks(self, m_block):
+        p = self.p
+        n_vis = p["Nk"]
+        if p["causal"]:
+            n_vis = max(0, min(p["Nk"], min(m_block * p["BM"] + p["BM"], p["Nq"]) + p["Nk"] - p["Nq"]))
+        return -(-n_vis // p["BN"])
+
+    # --------------------------------------------------------------------------------- producer
+    def producer(self):
+        p, S = self.p, self.p["STAGES"]
+        n_tiles = -(-p["Nq"] // p["BM"]) * p["BH"]
+        kv_it, tile, k = 0, self.cta, 0
+        while True:
+            if k >= 2:
+                yield lambda k=k: self.tile_empty[k & 1].done(((k >> 1) - 1) & 1)
+            self.tile_slot[k & 1] = tile
+            self.tile_full[k & 1].arrive()
+            if tile >= n_tiles:
+                return
+            m_block, bh = self.coords(tile)
+            T = self.blocks(m_block)
+
+            def load_q(k=k, tile=tile):
+                if k > 0:
+                    yield lambda: self.empty_q.done((k - 1) & 1)
+                self.full_q.arrive(tx=1)
+                self.tma(("q",), tile, self.full_q)
+
+            def load(kind, t, kv_it=kv_it, T=T, bh=bh):
+                slot, use = (kv_it + t) % S, (kv_it + t) // S
+                empty, full = (self.empty_k, self.full_k) if kind == "k" else (self.empty_v, self.full_v)
+                if use > 0:
+                    yield lambda: empty[slot].done((use - 1) & 1)
+                full[slot].arrive(tx=1)
+                self.tma((kind, slot), (bh, T - 1 - t), full[slot])
+
+            if T > 0:
+                yield from load("k", 0)
+                yield from load_q()
+                yield from load("v", 0)
+            for t in range(1, T):
+                yield from load("k", t)
+                yield from load("v", t)
+            if T == 0:
+                yield from load_q()
+            kv_it += T
+            tile = self.sim.next_tile(self, tile)
+            k += 1
+
+    # --------------------------------------------------------------------------------- consumers
+    def consumer(self, cg):
+        p, S, W = self.p, self.p["STAGES"], 4  # W: the warps of this warpgroup, arriving together
+        n_tiles = -(-p["Nq"] // p["BM"]) * p["BH"]
+        pingpong = p["PINGPONG"]
+        kv_it, k = 0, 0
+
+        def turn_begin():
+            if pingpong:
+                gen = self.named[1 + cg].arrive()
+                yield lambda: self.named[1 + cg].generation >= gen
+
+        def turn_end():
+            if pingpong:
+                self.named[2 - cg].arrive()
+
+        def arrive(bar):
+            for _ in range(W):
+                bar.arrive()
+
+        while True:
+            yield lambda k=k: self.tile_full[k & 1].done((k >> 1) & 1)
+            tile = self.tile_slot[k & 1]
+            arrive(self.tile_empty[k & 1])
+            if tile >= n_tiles:
+                return
+            m_block, bh = self.coords(tile)
+            T = self.blocks(m_block)
+            yield lambda k=k: self.full_q.done(k & 1)
+            if T > 0:
+                if pingpong and cg == 1:
+                    self.named[1].arrive()
+                ks = kv_it % S
+                yield lambda ks=ks, ph=(kv_it // S) & 1: self.full_k[ks].done(ph)
+                yield from turn_begin()
+                self.read(("q",), tile)
+                self.read(("k", ks), (bh, T - 1))
+                turn_end()
+                yield None  # the product runs
+                self.unread(("q",))
+                self.unread(("k", ks))
+                arrive(self.empty_k[ks])
+                for t in range(1, T):
+                    ks, vs = (kv_it + t) % S, (kv_it + t - 1) % S
+                    yield lambda ks=ks, ph=((kv_it + t) // S) & 1: self.full_k[ks].done(ph)
+                    yield lambda vs=vs, ph=((kv_it + t - 1) // S) & 1: self.full_v[vs].done(ph)
+                    yield from turn_begin()
+                    self.read(("q",), tile)
+                    self.read(("k", ks), (bh, T - 1 - t))
+                    self.read(("v", vs), (bh, T - t))
+                    turn_end()
+                    yield None  # wait<1>: S done
+                    self.unread(("q",))
+                    self.unread(("k", ks))
+                    arrive(self.empty_k[ks])
+                    yield None  # softmax, then wait<0>: P V done
+                    self.unread(("v", vs))
+                    arrive(self.empty_v[vs])
+                vs = (kv_it + T - 1) % S
+                yield lambda vs=vs, ph=((kv_it + T - 1) // S) & 1: self.full_v[vs].done(ph)
+                if pingpong:
+                    gen = self.named[1 + cg].arrive()
+                    yield lambda gen=gen: self.named[1 + cg].generation >= gen
+                    if cg == 0:
+                        self.named[2].arrive()
+                self.read(("v", vs), (bh, 0))
+                yield None
+                self.unread(("v", vs))
+                if p.get("release_last_v", True):  # the persistent kernel's addition: the ring runs on
+                    arrive(self.empty_v[vs])
+            # epilogue: O staged through this warpgroup's rows of the Q tile
+            self.readers[("q",)] = self.readers.get(("q",), 0) + 1
+            assert ("q",) not in self.pending
+            yield None
+            self.sim.written.append((tile, cg))
+            self.readers[("q",)] -= 1
+            arrive(self.empty_q)
+            kv_it += T
+            k += 1
+
+
+class Sim:
+    def __init__(self, p, ctas, dynamic, seed):
+        self.p, self.dynamic, self.rng = p, dynamic, random.Random(seed)
+        self.counter, self.n_ctas = 0, ctas
+        self.events, self.written = [], []
+        self.ctas = [CTA(self, c, p) for c in range(ctas)]
+        self.agents = []
+        for c in self.ctas:
+            self.agents.append([c.producer(), None])
+            self.agents += [[c.consumer(cg), None] for cg in range(p["NWG"])]
+
+    def next_tile(self, cta, tile):
+        if self.dynamic:
+            self.counter += 1
+            return self.n_ctas + self.counter - 1
+        return tile + self.n_ctas
+
+    def run(self, max_steps=200000):
+        for _ in range(max_steps):
+            live = [a for a in self.agents if a[0] is not None]
+            if not live and not self.events:
+                return
+            ready = [a for a in live if a[1] is None or a[1]()]
+            choices = len(ready) + (1 if self.events else 0)
+            if choices == 0:
+                raise Deadlock(f"{len(live)} agents waiting, no TMA in flight")
+            i = self.rng.randrange(choices)
+            if i == len(ready):  # a TMA write lands
+                cta, key, tag, bar = self.events.pop(self.rng.randrange(len(self.events)))
+                assert cta.readers.get(key, 0) == 0, f"TMA landed in {key} while it was read"
+                cta.smem[key] = tag
+                cta.pending.discard(key)
+                bar.complete_tx(1)
+                continue
+            agent = ready[i]
+            try:
+                agent[1] = next(agent[0])
+            except StopIteration:
+                agent[0] = None
+        raise Deadlock("step limit")
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.integers(1, 700), st.integers(1, 1500), st.integers(1, 3), st.booleans(), st.booleans(),
+       st.integers(1, 5), st.sampled_from([(128, 128, 0), (128, 176, 1), (128, 80, 1)]), st.sampled_from([2, 3]),
+       st.integers(0, 2**31 - 1))
+def test_persistent_protocol(n_q, n_k, bh, causal, dynamic, ctas, blocks, stages, seed):
+    bm, bn, pingpong = blocks
+    p = dict(Nq=n_q, Nk=n_k, BH=bh, causal=causal, BM=bm, BN=bn, NWG=2, STAGES=stages, PINGPONG=pingpong)
+    n_tiles = -(-n_q // bm) * bh
+    sim = Sim(p, min(ctas, n_tiles), dynamic, seed)
+    sim.run()
+    assert sorted(sim.written) == sorted((t, cg) for t in range(n_tiles) for cg in range(2)), "a tile lost or twice"
+
+
+def test_the_model_catches_a_missing_release():
+    """The model must be able to fail: without the release of each tile's last V slot (which the
+    one-tile kernel never needed) the producer waits forever once the ring comes back to that slot."""
+    p = dict(Nq=256, Nk=300, BH=1, causal=False, BM=128, BN=128, NWG=2, STAGES=2, PINGPONG=0)
+    Sim(p, 1, False, 0).run()
+    with pytest.raises(Deadlock):
+        Sim(dict(p, release_last_v=False), 1, False, 0).run()
+
+
+def test_the_model_catches_a_stale_read():
+    """... and a data race: the Q tile handed back before the epilogue is done with it."""
+    p = dict(Nq=256, Nk=300, BH=2, causal=False, BM=128, BN=128, NWG=2, STAGES=2, PINGPONG=0)
+    real = MBar.done
+
+    def early(self, parity):  # empty_q's wait passes at once: the next Q may land during the epilogue
+        return True if self.count == 8 and getattr(self, "is_empty_q", False) else real(self, parity)
+    failures = 0
+    for seed in range(40):
+        sim = Sim(p, 1, False, seed)
+        sim.ctas[0].empty_q.is_empty_q = True
+        MBar.done = early
+        try:
+            sim.run()
+        except AssertionError:
+            failures += 1
+        finally:
+            MBar.done = real
+    assert failures > 0
