@@ -1,0 +1,73 @@
+// The CUDA runtime pieces a teaching kernel uses, as plain C++ for the CPU emulators (tests/emulate/*_host.cpp):
+// one std::thread per CUDA thread, std::barrier for __syncthreads (and per warp, around the shuffles'
+// exchange), std::atomic_ref for atomicAdd. Include it, then the .cu file, then define the shared-memory
+// array `smem` the kernels' `extern __shared__ float smem[]` names, then call launch(gx, gy, body).
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+using std::max;
+using std::min;
+
+struct Dim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local Dim3 threadIdx;
+Dim3 blockIdx, gridDim;
+static std::barrier<>* block_barrier;
+static std::barrier<>* warp_barrier[8];  // NTHREADS / 32
+static float shuffle_slot[256];          // NTHREADS
+
+inline void __syncthreads() { block_barrier->arrive_and_wait(); }
+inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+// Every lane of a warp posts its value, the warp meets, each reads its partner's, the warp meets again.
+inline float __shfl_xor_sync(unsigned, float x, int lane_mask) {
+  const int t = threadIdx.x, w = t / 32;
+  shuffle_slot[t] = x;
+  warp_barrier[w]->arrive_and_wait();
+  const float y = shuffle_slot[(t & ~31) | ((t & 31) ^ lane_mask)];
+  warp_barrier[w]->arrive_and_wait();
+  return y;
+}
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__
+#define __restrict__ __restrict
+
+// One launch: grid (gx, gy, gz) of 256-thread blocks, one block after another, `shared` (the block's shared
+// memory, bytes) poisoned to ~3e38 before each block so that a tile read before it is written shows.
+template <class Body>
+static void launch_blocks(int gx, int gy, int gz, void* shared, size_t shared_bytes, Body body) {
+  gridDim.x = gx;
+  gridDim.y = gy;
+  gridDim.z = gz;
+  for (int z = 0; z < gz; ++z)
+    for (int y = 0; y < gy; ++y)
+      for (int x = 0; x < gx; ++x) {
+        blockIdx.x = x;
+        blockIdx.y = y;
+        blockIdx.z = z;
+        std::barrier<> barrier(256);
+        block_barrier = &barrier;
+        std::vector<std::unique_ptr<std::barrier<>>> warps;
+        for (int w = 0; w < 8; ++w) {
+          warps.push_back(std::make_unique<std::barrier<>>(32));
+          warp_barrier[w] = warps.back().get();
+        }
+        std::memset(shared, 0x7f, shared_bytes);
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 256; ++t)
+          threads.emplace_back([=] {
+            threadIdx.x = t;
+            body();
+          });
+        for (auto& t : threads) t.join();
+      }
+}
