@@ -113,8 +113,8 @@ def emulated_backward(monkeypatch, lib, q, k, v, do, causal, scale, block_q, blo
 def test_emulated_kernel_matches_float64_autograd(build, n_q, n_k, d, blocks, causal, scale, large, seed):
     scale = 1 / math.sqrt(d) if scale is None else scale
     g = torch.Generator().manual_seed(seed)
-    q, do = torch.randn(1, 2, n_q, d, generator=g), torch.randn(1, 2, n_q, d, generator=g)
-    k, v = torch.randn(1, 2, n_k, d, generator=g), torch.randn(1, 2, n_k, d, generator=g)
+    q, do = torch.randn(1, 1, n_q, d, generator=g), torch.randn(1, 1, n_q, d, generator=g)  # B*H > 1: below
+    k, v = torch.randn(1, 1, n_k, d, generator=g), torch.randn(1, 1, n_k, d, generator=g)
     if large:  # scale·q·k ~ 1e4
         a = math.sqrt(1e4 / (scale * math.sqrt(d)))
         q, k = q * a, k * a

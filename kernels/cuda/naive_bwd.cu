@@ -28,8 +28,8 @@
 // and refuses rows longer than the shared memory holds (8 Nk bytes: Nk <= 29,000 at 227 KB).
 #include "teaching.cuh"
 
-// FA1 Alg. 3 lines 1 and 5 share this body: out_j = factor * sum over visited i of M_ij^T X_i, with M the
-// (Nq x Nk) matrix in HBM (P for line 1, dS for line 5) and X the (Nq x d) input (dO, Q). One block per
+// FA1 Alg. 3 line 1 and FA1 Alg. 3 line 5 share this body: out_j = factor * sum over visited i of M_ij^T X_i,
+// with M the (Nq x Nk) matrix in HBM (P, then dS) and X the (Nq x d) input (dO, then Q). One block per
 // (key block j, batch*head), key rows ty+16a and columns tx+16b of out_j per thread (registers).
 template <int NS>
 __device__ __forceinline__ void tn_pass(const T* __restrict__ m, const T* __restrict__ x, T* __restrict__ out,

@@ -126,7 +126,8 @@ __device__ __forceinline__ void tile_pv_ns(float (&O)[RA][DV], const float* Ps, 
 
 // acc[a][b] += sum_r A[r][ty+16a] * B[r][tx+16b] for b < NS: this thread's share of A^T B, with A a
 // (Br x Bc) tile (leading dimension ldp) and B a (Br x d_pad) tile (ld). The backward's transposed
-// products: dV_j += P^T dO_i, dK_j += dS^T Q_i (FA2 Alg. 2 lines 12, 16; FA1 Alg. 3 lines 1, 5).
+// products: dV_j += P^T dO_i (FA2 Alg. 2 line 12, FA1 Alg. 3 line 1) and dK_j += dS^T Q_i
+// (FA2 Alg. 2 line 16, FA1 Alg. 3 line 5).
 template <int NS>
 __device__ __forceinline__ void tile_tn_ns(float (&acc)[CB][NS], const float* A, int ldp,
                                            const float* B, int ld) {
