@@ -126,7 +126,8 @@ def test_predict():
 
 
 SCRIPTS = ["bench_kernels.py", "bench_tc.py", "fa2_teaching_ab.py", "launch_overhead.py", "sanitize.py",
-           "sdpa_backward.py", "bench_bwd.py", "bwd_wgmma_check.py", "layouts_speed.py", "train_gpt.py"]
+           "sdpa_backward.py", "bench_bwd.py", "bwd_wgmma_check.py", "layouts_speed.py", "train_gpt.py",
+           "teach_bwd_ab.py"]
 # times an old source tree with this tree's harness, so it loads bench/harness.py by path, not by import
 BY_PATH = {"ab_speed.py"}
 # scripts that time nothing (ncu targets, precompilers, table writers) or time the host alone
