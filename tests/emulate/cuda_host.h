@@ -16,8 +16,8 @@ using std::max;
 using std::min;
 
 struct Dim3 { unsigned x = 0, y = 0, z = 0; };
-thread_local Dim3 threadIdx;
-Dim3 blockIdx, gridDim;
+thread_local Dim3 threadIdx, blockIdx;  // blockIdx per thread: each walks the grid in the same order
+Dim3 gridDim;
 static std::barrier<>* block_barrier;
 static std::barrier<>* warp_barrier[8];  // NTHREADS / 32
 static float shuffle_slot[256];          // NTHREADS
@@ -41,33 +41,36 @@ inline float __shfl_xor_sync(unsigned, float x, int lane_mask) {
 #define __shared__
 #define __restrict__ __restrict
 
-// One launch: grid (gx, gy, gz) of 256-thread blocks, one block after another, `shared` (the block's shared
-// memory, bytes) poisoned to ~3e38 before each block so that a tile read before it is written shows.
+// One launch: grid (gx, gy, gz) of 256-thread blocks, one block after another, run by 256 std::threads made
+// once per launch. Before each block, `shared` (the block's shared memory, bytes) is poisoned to ~3e38 so that
+// a tile read before it is written shows; the barriers around the poisoning keep blocks apart.
 template <class Body>
 static void launch_blocks(int gx, int gy, int gz, void* shared, size_t shared_bytes, Body body) {
   gridDim.x = gx;
   gridDim.y = gy;
   gridDim.z = gz;
-  for (int z = 0; z < gz; ++z)
-    for (int y = 0; y < gy; ++y)
-      for (int x = 0; x < gx; ++x) {
-        blockIdx.x = x;
-        blockIdx.y = y;
-        blockIdx.z = z;
-        std::barrier<> barrier(256);
-        block_barrier = &barrier;
-        std::vector<std::unique_ptr<std::barrier<>>> warps;
-        for (int w = 0; w < 8; ++w) {
-          warps.push_back(std::make_unique<std::barrier<>>(32));
-          warp_barrier[w] = warps.back().get();
-        }
-        std::memset(shared, 0x7f, shared_bytes);
-        std::vector<std::thread> threads;
-        for (int t = 0; t < 256; ++t)
-          threads.emplace_back([=] {
-            threadIdx.x = t;
+  std::barrier<> barrier(256);
+  block_barrier = &barrier;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  for (int w = 0; w < 8; ++w) {
+    warps.push_back(std::make_unique<std::barrier<>>(32));
+    warp_barrier[w] = warps.back().get();
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 256; ++t)
+    threads.emplace_back([=, &barrier] {
+      threadIdx.x = t;
+      for (int z = 0; z < gz; ++z)
+        for (int y = 0; y < gy; ++y)
+          for (int x = 0; x < gx; ++x) {
+            blockIdx.x = x;
+            blockIdx.y = y;
+            blockIdx.z = z;
+            barrier.arrive_and_wait();  // every thread has left the previous block
+            if (t == 0) std::memset(shared, 0x7f, shared_bytes);
+            barrier.arrive_and_wait();
             body();
-          });
-        for (auto& t : threads) t.join();
-      }
+          }
+    });
+  for (auto& t : threads) t.join();
 }
