@@ -63,9 +63,10 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
 
 
 def backward_shared_bytes(d: int, block_q: int = 64, block_k: int = 64) -> int:
-    """fa2_bwd.cu's carving: K_j, V_j (Bc x ld), Q_i, dO_i (Br x ld), P, dS (Br x (Bc+1)), L_i, D_i (Br)."""
-    ld = _teaching.tile_ld(d)
-    return _teaching.F32 * (2 * block_k * ld + 2 * block_q * ld + 2 * block_q * (block_k + 1) + 2 * block_q)
+    """fa2_bwd.cu's carving: K_j, V_j (Bc x (d_pad+4)), Q_i, dO_i (Br x (d_pad+4)), P^T, dS^T (Bc x (Br+4)),
+    L_i, D_i (Br); float32."""
+    ldk = _teaching.d_padded(d) + 4
+    return _teaching.F32 * (2 * block_k * ldk + 2 * block_q * ldk + 2 * block_k * (block_q + 4) + 2 * block_q)
 
 
 def _check_saved(q, o, lse, do):

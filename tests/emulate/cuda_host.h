@@ -22,6 +22,14 @@ static std::barrier<>* block_barrier;
 static std::barrier<>* warp_barrier[8];  // NTHREADS / 32
 static float shuffle_slot[256];          // NTHREADS
 
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline float4 atomicAdd(float4* p, float4 v) {  // sm_90's vector atomicAdd: four float atomics here
+  float* f = &p->x;
+  return {std::atomic_ref<float>(f[0]).fetch_add(v.x), std::atomic_ref<float>(f[1]).fetch_add(v.y),
+          std::atomic_ref<float>(f[2]).fetch_add(v.z), std::atomic_ref<float>(f[3]).fetch_add(v.w)};
+}
+
 inline void __syncthreads() { block_barrier->arrive_and_wait(); }
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }

@@ -8,12 +8,12 @@
 #include "cuda_host.h"
 #include "fa2_bwd.cu"
 
-#define SMEM_FLOATS ((2 * BC + 2 * BR) * (D_PAD + 1) + 2 * BR * (BC + 1) + 2 * BR)  // the v1 carving, an upper bound
-float smem[SMEM_FLOATS];
+#define SMEM_FLOATS ((2 * BC + 2 * BR) * (D_PAD + 4) + 2 * BC * (BR + 4) + 2 * BR)  // fa2_bwd.cu's carving
+float4 smem4[SMEM_FLOATS / 4];
 
 static_assert(NTHREADS == 256, "cuda_host.h is sized for 256 threads");
 
-#define LAUNCH(gx, gy, call) launch_blocks(gx, gy, 1, smem, sizeof(smem), [=] { call; })
+#define LAUNCH(gx, gy, call) launch_blocks(gx, gy, 1, smem4, sizeof(smem4), [=] { call; })
 
 // The three launches of kernels/fa2.py backward, on the grid the caller gives (gx, gy): the launcher's own
 // grids when tests/test_fa2_bwd_emulated.py routes kernels/fa2.py through here.
