@@ -2,10 +2,11 @@
 
     requests  the papers' count (FA1 Theorem 2, FA2 section 3): every byte a thread block asks global
               memory for, as if there were no cache. `analysis.closed_forms` at the kernel's own Br, Bc.
-    l2        L2 request bytes: what the SMs send to the L2 (the SM-side counter lts__t_sectors_srcunit_tex
-              x 32 B). A FlashAttention kernel has no L1 reuse across its CTAs (cp.async.cg and TMA bypass
-              L1) and S/P/O stay in registers or smem, so this equals `requests` at the real tiling
-              (TMA or cp.async move the same bytes; what differs is who issues them).
+    l2        L2 request bytes: what the SMs send to the L2 (the SM-side crossbar counters). A FlashAttention
+              kernel has no L1 reuse across its CTAs (cp.async.cg and TMA bypass L1) and S/P/O stay in
+              registers or smem, so this equals `requests` at the real tiling (TMA or cp.async move the
+              same bytes; what differs is who issues them), plus the local-memory level: the register
+              spills of 255-register builds, stored through L1 to the L2 (analysis/local_memory.py).
     dram      DRAM bytes, from an L2 residency model: every input byte is read once (compulsory) and
               every output written once; a re-read (K/V by the next Q block, a spilled f / S / P / O
               row read back) is an L2 hit when the data touched between the two uses fits the
@@ -25,6 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from analysis import closed_forms as cf
+from analysis.local_memory import local_bytes
 from analysis.tiling import Tiling, cdiv
 
 
@@ -41,6 +43,7 @@ class Levels:
     spill_working_set_bytes: int
     resident_ctas: int
     heads_in_flight: int
+    local_bytes: int = 0  # spill stores, L1 -> L2 (part of l2_bytes; none of it counted in DRAM)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -163,7 +166,8 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
         # a spilled byte is written back once when it stays resident, every time when it does not
         unique = min(w, bh * n_q * n_k * item) if name in ("f", "S", "P") else w
         writes += round(unique + (w - unique) * spill_miss)
-    return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes, dram_bytes=reads + writes,
+    local = local_bytes(desc, batch, heads, n_q, n_k, causal)
+    return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes + local, dram_bytes=reads + writes,
                   dram_read_bytes=reads, dram_write_bytes=writes, compulsory_bytes=compulsory,
                   l2_capacity_bytes=cap, kv_working_set_bytes=kv_ws, spill_working_set_bytes=spill_ws,
-                  resident_ctas=resident, heads_in_flight=in_flight)
+                  resident_ctas=resident, heads_in_flight=in_flight, local_bytes=local)
