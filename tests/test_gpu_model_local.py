@@ -131,3 +131,38 @@ def test_committed_spill_sites_are_this_source():
     row = next(r for r in committed if r["defines"]["HEAD_DIM"] == 128 and r["defines"]["BLOCK_N"] == 64
                and not r["defines"]["IS_BF16"] and r["defines"]["BLOCK_M"] == 128)
     assert ss.analyse(row["defines"], tool, ss.step_lines()) == row
+
+
+# -- Little's law on the spilled kernels' DRAM rate (analysis/gpu_model.py in_flight_per_sm) -------------
+def test_bytes_in_flight_follow_the_resident_warps():
+    from analysis import gpu_model as gm
+
+    lazy = describe("v_once_tc", 64, n_q=4096, placement="hbm", rescale="lazy")
+    fewer = lazy.__class__(**dict(lazy.as_dict(), ctas_per_sm=lazy.ctas_per_sm - 1))
+    assert gm.in_flight_per_sm(fewer, 64, 2) == pytest.approx(
+        gm.in_flight_per_sm(lazy, 64, 2) * fewer.ctas_per_sm / lazy.ctas_per_sm)
+    # per warp: its share of the Bc x d ring tile and its rows of one Br x Bc f block
+    assert gm.in_flight_per_sm(lazy, 64, 2) == lazy.ctas_per_sm * (64 * 64 * 2 + 64 * 64 * 2)
+
+
+def test_little_cap_binds_only_on_spilled_kernels():
+    from analysis import gpu_model as gm
+
+    params = gm.load_params()
+    off = dict(params, lat_dram=0.0)
+    spilled = gm.predict("v_once_tc", 4, 16, 4096, None, 128, placement="hbm", rescale="eager")
+    assert spilled.time_s > gm.predict("v_once_tc", 4, 16, 4096, None, 128, params=off, placement="hbm",
+                                       rescale="eager").time_s
+    for name in ("fa2_tc", "fa2_wgmma", "sdpa_flash"):
+        assert gm.predict(name, 4, 16, 4096, None, 128).time_s == gm.predict(name, 4, 16, 4096, None, 128,
+                                                                             params=off).time_s
+
+
+def test_two_stage_fit_keeps_stage_one():
+    """Stage 2 fits only the spilled kernels' constants: the others are stage 1's, on the base split."""
+    from analysis import fit_gpu_model as f
+
+    cells = [c for c in __import__("analysis.measured", fromlist=["x"]).bench_cells() if f.is_train_spill(c)]
+    assert cells and all(c["kernel"] == "v_once_tc" and not c["causal"] and c["dtype"] == "fp16" for c in cells)
+    assert {c["n_q"] for c in cells} == set(f.TRAIN_N_V_ONCE_TC)
+    assert set(f.SPILL_PARAMS) == {"sigma_spill", "lat_dram"}
