@@ -27,7 +27,7 @@ TRAIN_N = (2048, 8192)
 # v_once_tc with f spilled: its CTAs/SM (so its bytes in flight, Little's law) change with N (the lazy
 # block-max array, plan()'s placement), so stage 2 trains on every N it timed, fp16 non-causal
 TRAIN_N_V_ONCE_TC = (2048, 4096, 8192, 16384)
-SPILL_PARAMS = ("sigma_spill", "lat_dram")  # stage 2: what only the spilled (f in HBM) kernels depend on
+SPILL_PARAMS = ("sigma_spill", "lat_dram", "L_gmem", "L_gmem_dram")  # stage 2: what only the spilled (f in HBM) kernels depend on
 
 
 def is_train(cell: dict) -> bool:
@@ -115,11 +115,12 @@ def fit(verbose=True) -> dict:
     fixed at stage 1's: the v_once_tc cells of is_train_spill and the teaching v_once cells of stage 1."""
     base = [c for c in bench_cells() + teaching_cells() if is_train_base(c)]
     works = [(work_of(c), c["time_s"]) for c in base]
-    names = [k for k in gm.DEFAULT_PARAMS if k != "lat_dram"]
+    names = [k for k in gm.DEFAULT_PARAMS if k not in ("lat_dram", "L_gmem_dram")]
     bounded = {"sigma_fa2": (0.0, 1.0), "sigma_ws": (0.0, 1.0), "eta_lds": (0.05, 1.0),
                "R_wgmma": (500, 4096), "R_mma_sync": (500, 4096),
                "W_sat": (8.0, 64.0), "sigma_spill": (0.0, 1.0), "lat_dram": (0.0, 20000.0)}
-    params, val = _fit_names(names, {"lat_dram": 0.0}, works, gm.DEFAULT_PARAMS, bounded, restarts=2)
+    params, val = _fit_names(names, {"lat_dram": 0.0, "L_gmem_dram": 0.0}, works, gm.DEFAULT_PARAMS, bounded,
+                             restarts=2)
     spill_cells = [c for c in bench_cells() + teaching_cells() if is_train(c)]
     spill_works = [(w, c["time_s"]) for c in spill_cells for w in [work_of(c)] if w.desc.f == "hbm"]
     fixed = {k: v for k, v in params.items() if k not in SPILL_PARAMS}

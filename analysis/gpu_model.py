@@ -75,7 +75,8 @@ DEFAULT_PARAMS = {
     #                     leave out there (P stored to smem, the 16-lane shuffles of row_max16/row_sum16,
     #                     the visibility test), all on the same FP32 issue slots
     "W_sat": 16.0,  # resident warps per SM for the teaching tier's full issue rate (fits near 16: 2 CTAs of 8)
-    "L_gmem": 1500.0,  # cycles per dependent global round trip under load (fits near 1800, ~1 µs)
+    "L_gmem": 1500.0,  # cycles per dependent global round trip under load, served by the L2
+    "L_gmem_dram": 1500.0,  # what a round trip adds when its line went to DRAM (teaching v_once, spilled f)
     "sigma_spill": 0.3,
     "lat_dram": 2000.0,  # cycles a spilled kernel's DRAM request waits under load (Little's law, v_once_tc hbm)
 }
@@ -226,12 +227,16 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     slots = sms * desc.ctas_per_sm
     terms = tile_terms(work, params)
     t_tile = combine(desc, terms, params)
-    per_tile, fixed, lat = desc.ctas_per_sm * t_tile, params["L_cycles"], params["L_gmem"]
+    lv = work.levels
+    # a dependent round trip to the spilled f row waits on the L2 or, when the line was evicted, on DRAM:
+    # L_gmem + (share of the re-touched bytes that miss) x L_gmem_dram
+    miss = min(1.0, max(0.0, (lv.dram_bytes - lv.compulsory_bytes) / max(1, lv.l2_bytes - lv.compulsory_bytes)))
+    per_tile, fixed = desc.ctas_per_sm * t_tile, params["L_cycles"]
+    lat = params["L_gmem"] + miss * params.get("L_gmem_dram", 0.0)
     cycles, waves = _schedule(work.cta_tiles, work.repeats, slots,
                               lambda n: per_tile * n + fixed + lat * round_trips(desc, n))
     t_compute = cycles / clock
     t_latency = sum(lat * round_trips(desc, n) for n in work.cta_tiles) * work.repeats / slots / clock
-    lv = work.levels
     dram_bw = g.value("hbm_bandwidth", "measured")
     t_dram = lv.dram_bytes / dram_bw
     t_l2 = lv.l2_bytes / L2_BANDWIDTH

@@ -165,4 +165,20 @@ def test_two_stage_fit_keeps_stage_one():
     cells = [c for c in __import__("analysis.measured", fromlist=["x"]).bench_cells() if f.is_train_spill(c)]
     assert cells and all(c["kernel"] == "v_once_tc" and not c["causal"] and c["dtype"] == "fp16" for c in cells)
     assert {c["n_q"] for c in cells} == set(f.TRAIN_N_V_ONCE_TC)
-    assert set(f.SPILL_PARAMS) == {"sigma_spill", "lat_dram"}
+    assert set(f.SPILL_PARAMS) == {"sigma_spill", "lat_dram", "L_gmem", "L_gmem_dram"}
+
+
+def test_round_trips_cost_more_when_f_misses_the_l2():
+    """Teaching v_once, spilled f: a round trip waits L_gmem, plus L_gmem_dram for the share that misses."""
+    from analysis import gpu_model as gm
+
+    p = gm.load_params()
+    assert p["L_gmem"] > 0 and p["L_gmem_dram"] > 0
+    # the same cell, with the DRAM part of a round trip taken away, is faster; the more f misses, the more
+    times = []
+    for n in (2048, 8192):
+        on = gm.predict("v_once", 2, 16, n, None, 128, placement="hbm", rescale="eager")
+        off = gm.predict("v_once", 2, 16, n, None, 128, params=dict(p, L_gmem_dram=0.0), placement="hbm",
+                         rescale="eager")
+        times.append(on.time_s / off.time_s)
+    assert 1.0 < times[0] < times[1]
