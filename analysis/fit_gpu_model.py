@@ -7,9 +7,14 @@ Training split (TRAIN): fp16, non-causal, N = 2048 and 8192 only, of
     tc_bench_wgmma_tma.json  fa2_tc, fa2_wgmma (TMA builds), SDPA flash, cuDNN
     tc_bench.json            v_once_tc (every placement/rescale it timed)
     bench_kernels.json       every teaching kernel (naive, fa1, fa2, v_once lazy and eager)
-Held out: bf16, causal, N = 512, 1024, 4096, 16384, the other runs (tc_bench_run2, tc_bench_wgmma: the
-older cp.async fa2_wgmma builds), every ncu duration and byte counter.
+Held out: bf16, causal, N = 512, 1024, 4096, 16384 (but v_once_tc's, below), the other runs (tc_bench_run2,
+tc_bench_wgmma: the older cp.async fa2_wgmma builds), every ncu duration and byte counter.
 Objective: the sum of squared log(predicted / measured) times; Nelder-Mead on log-parameters.
+Two stages. Stage 1 fits every constant on that split with the spilled kernels' extra terms off (lat_dram,
+L_gmem_dram = 0). Stage 2 refits SPILL_PARAMS, the constants only a kernel with its f row in HBM depends on
+(σ_spill, lat_dram, L_gmem, L_gmem_dram), on the training cells such a kernel runs: the teaching v_once
+cells of stage 1 and tc_bench.json v_once_tc fp16 non-causal at every N it timed (2048, 4096, 8192, 16384:
+its CTAs/SM, and so its bytes in flight, change with N); the rest stay at stage 1's values.
 Before it, `analysis.local_memory` refits SDPA flash's spill bytes per step on its one ncu training row
 (N = 4096 non-causal; bench/results/local_memory_fit.json), which the L2 level uses.
 """
@@ -134,7 +139,7 @@ def fit(verbose=True) -> dict:
     return dict(params=params, train_cells=len(works), rms_log_error=rms,
                 split="fp16 non-causal N in {2048, 8192}: tc_bench_wgmma_tma.json (fa2_tc, fa2_wgmma, "
                       "sdpa_flash, sdpa_cudnn), tc_bench.json (v_once_tc), bench_kernels.json (every teaching kernel); "
-                      "stage 2 (sigma_spill, lat_dram): the spilled (f in HBM) cells among them and tc_bench.json "
+                      "stage 2 (sigma_spill, lat_dram, L_gmem, L_gmem_dram): the spilled (f in HBM) cells among them and tc_bench.json "
                       "v_once_tc fp16 non-causal at N in {2048, 4096, 8192, 16384}",
                 script="analysis/fit_gpu_model.py",
                 measured_inputs="descriptors' issue_per_tile of the profiled FA2-style builds (fa2_tc, sdpa_flash at d = 64, "

@@ -21,7 +21,9 @@ Overlap rule per kernel structure (the descriptor's):
 A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L + L_gmem · rt(n) cycles (it shares its SM with
 ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; rt(n): the dependent global round trips the
 descriptor declares, round_trips_per_tile · n + rescale_round_trips · n(n-1)/2 (eager v_once, spilled:
-block n rescales the n earlier f blocks in HBM, one read-scale-write round trip each), L_gmem fitted); CTAs are list-scheduled in launch order onto
+block n rescales the n earlier f blocks in HBM, one read-scale-write round trip each); a round trip waits
+L_gmem when the L2 serves it and L_gmem + L_gmem_dram when its line went to DRAM, weighted by the share of
+the re-touched bytes the levels send to DRAM ((DRAM - compulsory) / (L2 - compulsory)); both fitted); CTAs are list-scheduled in launch order onto
 SMs x ctas_per_sm slots (wave quantisation and the causal tail fall out of it); the persistent cuDNN
 kernel is scheduled the same way over its work tiles. Cycles -> seconds at the clock of gpus.py.
 Then t = max(t_compute, L2 bytes / BW_L2, DRAM bytes / BW_DRAM) + launch overhead (measured per launcher);
