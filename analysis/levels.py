@@ -15,8 +15,10 @@
               K/V of the heads in flight, ⌈resident CTAs / Tr⌉ of them (Q blocks are launched
               fastest), and the Q tiles they stream; a spilled row is read back after every resident CTA has written its own.
 
-Only re-reads separated by a wave boundary (separated_share) can miss: co-resident Q blocks of one head
-read K_j together. Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
+Only re-reads separated by a wave boundary can miss: co-resident Q blocks of one head read K_j together.
+Non-causal q_blocks / persistent grids: analysis/residency.py counts, per head straddling two waves, the
+key blocks whose reuse distance exceeds the capacity (strict LRU); causal grids and FA1's keep the ramp
+on one wave's working set times separated_share. Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
 whitepaper: the L2 is two partitions, each caching data for the SMs of its GPCs, so data every SM reads
 may be held twice). DRAM writes: the ncu counters (bench/results/tc_ncu*.csv) see 0.85-0.9 of O written
 within the kernel (the rest is still dirty in L2 at its end); the model counts every output byte.
@@ -27,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 from analysis import closed_forms as cf
 from analysis.local_memory import local_bytes
+from analysis.residency import separated_missing_bytes
 from analysis.tiling import Tiling, cdiv
 
 
@@ -152,7 +155,12 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
         eager_miss = num / den if den else 0.0
     inputs_req = sum(rb.get(n, 0) for n in ("Q", "K", "V"))
     inputs_unique = bh * (q_bytes + kv_bytes)
-    reads = inputs_unique + round(max(0, inputs_req - inputs_unique) * kv_miss * separated_share(desc, bh, t_r, slots))
+    if causal or desc.grid == "heads":  # one wave's working set against the ramp (causal tails break the waves)
+        kv_missing = max(0, inputs_req - inputs_unique) * kv_miss * separated_share(desc, bh, t_r, slots)
+    else:  # every straddled head's re-read, block by block, against its reuse distance (analysis/residency.py)
+        qo = 2 * resident * min(desc.block_q, n_q) * d * item
+        kv_missing = separated_missing_bytes(bh, t_r, cdiv(n_k, desc.block_k), int(slots), kv_bytes, qo, cap)
+    reads = inputs_unique + round(kv_missing)
     writes = bh * out_bytes
     for name in spill_names:
         r, w = rb.get(name, 0), wb.get(name, 0)
