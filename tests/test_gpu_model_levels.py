@@ -102,7 +102,7 @@ def test_fa2_tc_ahead_of_sdpa_flash_at_d64(n):
 
 # -- the per-block reuse distance of straddled heads (analysis/residency.py) ----------------------------
 @given(c0=st.floats(0, 100), slope=st.floats(-5, 5), t_c=st.integers(1, 300), cap=st.floats(0, 100))
-def test_missed_blocks_closed_form(c0, slope, t_c, cap):
+def test_missed_blocks_counts_every_block(c0, slope, t_c, cap):
     from analysis.residency import missed_blocks
 
     assert missed_blocks(c0, slope, t_c, cap) == sum(1 for j in range(t_c) if c0 + slope * j > cap)
