@@ -29,6 +29,9 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     issue_per_tile  FA2-style builds profiled by bench/ncu_levels.sh: warp instructions per tile other than
                  the MMAs (smsp__inst_executed / tiles - 4·Br·Bc·d / 4096 per m16n8k16), measured once per
                  build (analysis/issue.py); it replaces the closed-form estimate of the softmax's issue work
+    local_step_bytes, local_masked_step_bytes, local_cta_bytes  register spills (analysis/local_memory.py):
+                 stack-frame bytes a thread stores per unmasked step, per masked step (causal diagonal,
+                 Nk tail) and once per CTA; every one crosses from L1 to the L2 (0: no spills known)
     rescale_round_trips   eager v_once with f spilled: dependent round trips per earlier f block at each
                  new block (the read-scale-write loop over k < j; teaching: one per row slot, Br/16;
                  v_once_tc: none, its 16-byte fragments keep enough bytes in flight to run at bandwidth)
@@ -74,6 +77,10 @@ class KernelDescriptor:
     rescale: str | None = None
     issue_per_tile: float = 0.0  # measured warp instructions per tile other than the MMAs (0: not measured)
     issue_source: str = ""
+    local_step_bytes: float = 0.0  # spill stores per thread per unmasked step (analysis/local_memory.py)
+    local_masked_step_bytes: float = 0.0
+    local_cta_bytes: float = 0.0
+    local_source: str = ""
     launches: int = 1
     launch_overhead_s: float = 0.0
     overhead_source: str = ""
@@ -204,6 +211,10 @@ def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_
         issue, src = measured_issue(data["kernel"], d, data["build"], data.get("options", {}))
         if issue:
             data = dict(data, issue_per_tile=issue, issue_source=src)
+    if "local_source" not in data:
+        from analysis.local_memory import for_descriptor
+
+        data = dict(data, **for_descriptor(data, d, dtype))
     return KernelDescriptor(**data)
 
 

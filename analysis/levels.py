@@ -2,10 +2,11 @@
 
     requests  the papers' count (FA1 Theorem 2, FA2 section 3): every byte a thread block asks global
               memory for, as if there were no cache. `analysis.closed_forms` at the kernel's own Br, Bc.
-    l2        L2 request bytes: what the SMs send to the L2 (the SM-side counter lts__t_sectors_srcunit_tex
-              x 32 B). A FlashAttention kernel has no L1 reuse across its CTAs (cp.async.cg and TMA bypass
-              L1) and S/P/O stay in registers or smem, so this equals `requests` at the real tiling
-              (TMA or cp.async move the same bytes; what differs is who issues them).
+    l2        L2 request bytes: what the SMs send to the L2 (the SM-side crossbar counters). A FlashAttention
+              kernel has no L1 reuse across its CTAs (cp.async.cg and TMA bypass L1) and S/P/O stay in
+              registers or smem, so this equals `requests` at the real tiling (TMA or cp.async move the
+              same bytes; what differs is who issues them), plus the local-memory level: the register
+              spills of 255-register builds, stored through L1 to the L2 (analysis/local_memory.py).
     dram      DRAM bytes, from an L2 residency model: every input byte is read once (compulsory) and
               every output written once; a re-read (K/V by the next Q block, a spilled f / S / P / O
               row read back) is an L2 hit when the data touched between the two uses fits the
@@ -14,8 +15,10 @@
               K/V of the heads in flight, ⌈resident CTAs / Tr⌉ of them (Q blocks are launched
               fastest), and the Q tiles they stream; a spilled row is read back after every resident CTA has written its own.
 
-Only re-reads separated by a wave boundary (separated_share) can miss: co-resident Q blocks of one head
-read K_j together. Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
+Only re-reads separated by a wave boundary can miss: co-resident Q blocks of one head read K_j together.
+Non-causal q_blocks / persistent grids: analysis/residency.py counts, per head straddling two waves, the
+key blocks whose reuse distance exceeds the capacity (strict LRU); causal grids and FA1's keep the ramp
+on one wave's working set times separated_share. Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
 whitepaper: the L2 is two partitions, each caching data for the SMs of its GPCs, so data every SM reads
 may be held twice). DRAM writes: the ncu counters (bench/results/tc_ncu*.csv) see 0.85-0.9 of O written
 within the kernel (the rest is still dirty in L2 at its end); the model counts every output byte.
@@ -25,6 +28,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from analysis import closed_forms as cf
+from analysis.local_memory import local_bytes
+from analysis.residency import separated_missing_bytes
 from analysis.tiling import Tiling, cdiv
 
 
@@ -41,6 +46,7 @@ class Levels:
     spill_working_set_bytes: int
     resident_ctas: int
     heads_in_flight: int
+    local_bytes: int = 0  # spill stores, L1 -> L2 (part of l2_bytes; none of it counted in DRAM)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -149,7 +155,12 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
         eager_miss = num / den if den else 0.0
     inputs_req = sum(rb.get(n, 0) for n in ("Q", "K", "V"))
     inputs_unique = bh * (q_bytes + kv_bytes)
-    reads = inputs_unique + round(max(0, inputs_req - inputs_unique) * kv_miss * separated_share(desc, bh, t_r, slots))
+    if causal or desc.grid == "heads":  # one wave's working set against the ramp (causal tails break the waves)
+        kv_missing = max(0, inputs_req - inputs_unique) * kv_miss * separated_share(desc, bh, t_r, slots)
+    else:  # every straddled head's re-read, block by block, against its reuse distance (analysis/residency.py)
+        qo = 2 * resident * min(desc.block_q, n_q) * d * item
+        kv_missing = separated_missing_bytes(bh, t_r, cdiv(n_k, desc.block_k), int(slots), kv_bytes, qo, cap)
+    reads = inputs_unique + round(kv_missing)
     writes = bh * out_bytes
     for name in spill_names:
         r, w = rb.get(name, 0), wb.get(name, 0)
@@ -163,7 +174,8 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
         # a spilled byte is written back once when it stays resident, every time when it does not
         unique = min(w, bh * n_q * n_k * item) if name in ("f", "S", "P") else w
         writes += round(unique + (w - unique) * spill_miss)
-    return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes, dram_bytes=reads + writes,
+    local = local_bytes(desc, batch, heads, n_q, n_k, causal)
+    return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes + local, dram_bytes=reads + writes,
                   dram_read_bytes=reads, dram_write_bytes=writes, compulsory_bytes=compulsory,
                   l2_capacity_bytes=cap, kv_working_set_bytes=kv_ws, spill_working_set_bytes=spill_ws,
-                  resident_ctas=resident, heads_in_flight=in_flight)
+                  resident_ctas=resident, heads_in_flight=in_flight, local_bytes=local)

@@ -153,6 +153,7 @@ def read_ncu_csv(path) -> list[dict]:
                           lts_bytes=m.get("lts__t_bytes.sum"),
                           l2_tex_bytes=None if tex is None else tex * 32,
                           l2_sm_bytes=_sm_side(m),
+                          l2_sm_write_bytes=m.get("l1tex__m_l1tex2xbar_write_bytes.sum"),
                           instructions=m.get("smsp__inst_executed.sum")))
     return cells
 
