@@ -74,6 +74,8 @@ class Counts:
     write_bytes: Counter = field(default_factory=Tally)
     flops: Counter = field(default_factory=Tally)  # kind -> FLOPs
     sram_peak_bytes: int = 0
+    # tensor name -> bytes one CTA read from another CTA's shared memory (a cluster's DSMEM; no HBM byte)
+    dsmem_bytes: Counter = field(default_factory=Tally)
 
     @property
     def hbm_read_bytes(self) -> int:
@@ -97,6 +99,7 @@ class Counts:
             "hbm_write_bytes": self.hbm_write_bytes,
             "flops": {kind: self.flops.get(kind, 0) for kind in FLOP_KINDS},
             "sram_peak_bytes": self.sram_peak_bytes,
+            "dsmem_bytes": dict(self.dsmem_bytes),
         }
 
 
@@ -169,6 +172,14 @@ class Memory:
             self.counts.writes[name] += n
             self.counts.write_bytes[name] += n * view.element_size()
         view.copy_(value)
+
+    # -- distributed shared memory (issue 18: placement="cluster") ----------------------------
+    def dsmem(self, name: str, value: torch.Tensor, itemsize: int = 4) -> torch.Tensor:
+        """One CTA reads `value` from another CTA's shared memory in its cluster: counted as DSMEM bytes
+        (float32 statistics and partial O: `itemsize` 4 whatever the compute dtype), never as HBM."""
+        if self.counting:
+            self.counts.dsmem_bytes[name] += value.numel() * itemsize
+        return value
 
     # -- FLOPs ------------------------------------------------------------------------------
     def matmul(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
