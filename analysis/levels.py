@@ -81,7 +81,16 @@ def separated_share(desc, bh: int, t_r: int, slots: int) -> float:
 def grid_ctas(desc, batch: int, heads: int, n_q: int) -> int:
     if desc.grid == "heads":
         return batch * heads
-    return cdiv(n_q, desc.block_q) * batch * heads
+    return cdiv(n_q, desc.block_q) * batch * heads * getattr(desc, "cluster_size", 1)
+
+
+def q_block_slots(desc, gpu) -> int:
+    """Q blocks (CTAs, or clusters of CS CTAs) resident at once on the whole GPU."""
+    if desc.grid == "clusters":  # co-scheduled within a GPC (analysis/cluster_model.py)
+        from analysis.cluster_model import active_clusters
+
+        return max(1, active_clusters(desc.cluster_size, desc.ctas_per_sm))
+    return int(gpu.value("sms", "measured") * desc.ctas_per_sm)
 
 
 def counts(desc, batch, heads, n_q, n_k, d, dtype, causal) -> cf.Traffic:
@@ -89,6 +98,10 @@ def counts(desc, batch, heads, n_q, n_k, d, dtype, causal) -> cf.Traffic:
     opts = {}
     if desc.variant == "v_once":
         opts = dict(placement=desc.f or "hbm", rescale=desc.rescale or "lazy")
+    if desc.f == "cluster":  # the cluster the kernel runs: chosen against one CTA's opt-in smem
+        from analysis.cluster import SMEM_PER_CTA
+
+        opts["sram_bytes"] = SMEM_PER_CTA
     return cf.counts(desc.variant, batch, heads, n_q, n_k, d, causal=causal, dtype=dtype,
                      block_q=desc.block_q, block_k=desc.block_k, **opts)
 
@@ -102,11 +115,12 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
     out_bytes = n_q * d * item + 4 * n_q
     compulsory = bh * (q_bytes + kv_bytes + out_bytes)
 
-    slots = gpu.value("sms", "measured") * desc.ctas_per_sm
+    slots = q_block_slots(desc, gpu)  # Q blocks at once (a cluster of CS CTAs is one Q block)
+    per_q_block = getattr(desc, "cluster_size", 1) if desc.grid == "clusters" else 1
     ctas = grid_ctas(desc, batch, heads, n_q)
-    resident = int(min(ctas, slots))
+    resident = int(min(ctas, slots * per_q_block))
     t_r = 1 if desc.grid == "heads" else cdiv(n_q, desc.block_q)
-    in_flight = max(1, min(bh, cdiv(resident, t_r)))
+    in_flight = max(1, min(bh, cdiv(resident // per_q_block, t_r)))
     # between two reads of K_j: the K/V of the heads in flight, and the Q tiles the resident CTAs stream
     kv_ws = in_flight * kv_bytes + resident * min(desc.block_q, n_q) * d * item
 
