@@ -101,6 +101,10 @@ def cmd_predict(args, error) -> int:
              human_bytes(r["requests_bytes"])]
             + [human_time(r["terms"][k]) for k in ("tensor", "softmax", "smem", "latency", "l2", "dram")]
             for r in recs]
+    if any("dsmem" in r["terms"] for r in recs):  # a cluster kernel (issue 18): its reductions and barriers
+        header += ["t DSMEM", "t sync"]
+        for row, r in zip(rows, recs):
+            row += [human_time(r["terms"].get(k, 0.0)) for k in ("dsmem", "sync")]
     _table(header, rows, args.format, recs)
     return 0
 
