@@ -79,7 +79,8 @@ def load_constants() -> dict:
         data = json.loads(PROBE_FILE.read_text())
     except (OSError, ValueError):
         return out
-    for key in ("gpc_sms", "dsmem_bytes_per_clk", "barrier_cycles"):
+    for key in ("gpc_sms", "dsmem_bytes_per_clk", "barrier_cycles", "dsmem_bytes_per_clk_by_cs",
+                "barrier_cycles_by_cs", "max_active_clusters_by_cs"):
         if data.get(key):
             out[key] = data[key]
     out["source"] = f"bench/results/cluster_probe.json ({data.get('device', 'measured')})"
@@ -91,9 +92,19 @@ def ctas_per_sm(smem_bytes: int) -> int:
     return max(1, min(MAX_CTAS_PER_SM, SMEM_PER_SM // (smem_bytes + 1024)))
 
 
+def _by_cs(k: dict, key: str, cluster_size: int):
+    """A probe's per-cluster-size value (its '<key>_by_cs'), else the single one."""
+    return float(k.get(f"{key}_by_cs", {}).get(str(cluster_size), k[key]))
+
+
 def active_clusters(cluster_size: int, per_sm: int = 1, gpc_sms=None) -> int:
-    """Clusters of `cluster_size` CTAs resident at once: each within one GPC (cudaOccupancyMaxActiveClusters)."""
-    gpcs = gpc_sms or load_constants()["gpc_sms"]
+    """Clusters of `cluster_size` CTAs resident at once: each within one GPC (cudaOccupancyMaxActiveClusters);
+    a probe's count where it measured this size at one CTA per SM."""
+    k = load_constants()
+    measured = k.get("max_active_clusters_by_cs", {}).get(str(cluster_size))
+    if gpc_sms is None and per_sm == 1 and measured:
+        return int(measured)
+    gpcs = gpc_sms or k["gpc_sms"]
     return sum((sms * per_sm) // cluster_size for sms in gpcs)
 
 
@@ -135,8 +146,9 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 40
 def cluster_costs(desc, d: int, dsmem_bytes_per_q_block: float) -> dict:
     """Cycles one cluster spends outside its tiles: the DSMEM reductions (per CTA) and the barriers."""
     k = load_constants()
-    per_cta = dsmem_bytes_per_q_block / desc.cluster_size
-    return {"dsmem": per_cta / float(k["dsmem_bytes_per_clk"]), "sync": SYNCS * float(k["barrier_cycles"])}
+    cs = desc.cluster_size
+    per_cta = dsmem_bytes_per_q_block / cs
+    return {"dsmem": per_cta / _by_cs(k, "dsmem_bytes_per_clk", cs), "sync": SYNCS * _by_cs(k, "barrier_cycles", cs)}
 
 
 def busiest_rank_tiles(n_visited: int, key_blocks_per_cta: int) -> int:

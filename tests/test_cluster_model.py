@@ -130,6 +130,12 @@ def test_probe_file_replaces_the_defaults(tmp_path, monkeypatch):
         k = cm.load_constants()
         assert k["dsmem_bytes_per_clk"] == 20.5 and k["barrier_cycles"] == 600 and "cluster_probe.json" in k["source"]
         assert cm.active_clusters(16) == 8 and cm.active_clusters(4) == 33
+        probe.write_text(json.dumps({"device": "H200", "dsmem_bytes_per_clk": 10.0, "dsmem_bytes_per_clk_by_cs": {"16": 5.0},
+                                     "max_active_clusters_by_cs": {"16": 7}}))
+        cm.load_constants.cache_clear()
+        assert cm.active_clusters(16) == 7 and cm.active_clusters(16, 2) == 16  # measured at 1 CTA/SM only
+        desc = describe("v_once_cluster", 128, n_q=16384)
+        assert cm.cluster_costs(desc, 128, 1600.0)["dsmem"] == pytest.approx(1600 / 16 / 5.0)
     finally:
         cm.load_constants.cache_clear()
 
