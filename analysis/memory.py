@@ -7,7 +7,9 @@ A reference never touches HBM directly. It calls
     P  = mem.exp(S - m)                         # counted exponentials
     mem.store("O", o[..., r0:r1, :], Oi / li)   # counted HBM write into the view
 
-so the code itself says which tensor lives on chip and which crosses to HBM. Counts are whole-problem
+so the code itself says which tensor lives on chip and which crosses to HBM. A cluster's exchange
+between the shared memories of its CTAs (v_once placement "cluster", issue 18) is `mem.dsmem(name,
+value)`: counted in `dsmem_bytes` (float32 bytes), never as HBM traffic. Counts are whole-problem
 numbers: a view of a (B, H, N, d) tensor carries B·H rows of work, so per-(batch, head) counts are
 multiplied by B·H automatically. Bytes are elements x the itemsize of the HBM tensor the view belongs
 to (Q, K, V, O, S, P, f in the input dtype; l, m, lse in float32).
