@@ -36,7 +36,7 @@ Constants and where they come from:
                       32-byte segments); Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU
                       Architecture" (arXiv:2402.13499) measure the SM-to-SM network and find its connections
                       compete for bandwidth as clusters grow. No H200 number is committed: the GPU probe
-                      (bench/cluster_probe.py) measures it, and a committed bench/results/cluster_probe.json
+                      (tools/cluster_probe.py) measures it, and a committed bench/results/cluster_probe.json
                       replaces these defaults (load_constants()).
     BARRIER_CYCLES    1000 cycles per barrier.cluster arrive+wait (with the remote reads it orders): an assumption, not
                       a measurement (Lühnen, Marschner, Lal, HPEC 2024, study the latencies of Hopper's thread block
@@ -154,3 +154,60 @@ def cluster_costs(desc, d: int, dsmem_bytes_per_q_block: float) -> dict:
 def busiest_rank_tiles(n_visited: int, key_blocks_per_cta: int) -> int:
     """Tiles of the cluster's busiest CTA (rank 0 owns the first key blocks, the ones every row sees)."""
     return min(n_visited, key_blocks_per_cta)
+
+
+# -- the model's side of the verdict (issue 18 item 4): v_once_cluster against fa2_wgmma on the issue's grid -----
+GRID_N = (512, 1024, 2048, 4096, 8192, 16384)
+SMALL_BH = ((1, 1), (1, 4), (2, 8))  # B·H <= 16: where splitting the keys adds CTAs FA2 lacks
+
+
+def verdict_rows(dtypes=("fp16", "bf16"), dims=HEAD_DIMS, causal=(False, True)) -> list[dict]:
+    """Predicted time of v_once_cluster over fa2_wgmma per cell (the bench's B = 16k/N, H = 2048/d, and small
+    B·H), with the cluster size, both bounds and the cluster's own terms: what the measurement will be read against."""
+    from analysis import gpu_model as gm
+
+    rows = []
+    for dtype in dtypes:
+        for d in dims:
+            for c in causal:
+                for n in GRID_N:
+                    for b, h in ((max(1, 16384 // n), max(1, 2048 // d)),) + SMALL_BH:
+                        try:
+                            vc = gm.predict(KERNEL, b, h, n, None, d, dtype, c)
+                        except ValueError:
+                            continue
+                        fa2 = gm.predict("fa2_wgmma", b, h, n, None, d, dtype, c)
+                        rows.append(dict(dtype=dtype, d=d, causal=c, n=n, batch=b, heads=h,
+                                         cluster_size=describe(d, dtype, c, n_q=n)["cluster_size"],
+                                         ratio=vc.time_s / fa2.time_s, cluster_ms=vc.time_s * 1e3,
+                                         fa2_ms=fa2.time_s * 1e3, cluster_bound=vc.bound, fa2_bound=fa2.bound,
+                                         dsmem_share=vc.terms["dsmem"] / vc.time_s, sync_share=vc.terms["sync"] / vc.time_s))
+    return rows
+
+
+def main(argv=None) -> int:
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m analysis.cluster_model",
+                                 description="the GPU model's v_once_cluster / fa2_wgmma on the issue's grid")
+    ap.add_argument("--format", choices=("table", "json"), default="table")
+    args = ap.parse_args(argv)
+    rows = verdict_rows()
+    if args.format == "json":
+        json.dump(rows, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    k = load_constants()
+    print(f"model: v_once_cluster time / fa2_wgmma time (> 1: FA2 faster); cluster constants: {k['source']}")
+    print(f"{'dtype':5} {'d':>3} {'causal':6} {'N':>6} {'B':>3} {'H':>3} {'CS':>3} {'ratio':>6} {'cluster ms':>10} "
+          f"{'fa2 ms':>8} {'bound':>7} {'fa2 bound':>9} {'dsmem':>6} {'sync':>6}")
+    for r in rows:
+        print(f"{r['dtype']:5} {r['d']:>3} {'y' if r['causal'] else '':6} {r['n']:>6} {r['batch']:>3} {r['heads']:>3} "
+              f"{r['cluster_size']:>3} {r['ratio']:>6.2f} {r['cluster_ms']:>10.4f} {r['fa2_ms']:>8.4f} "
+              f"{r['cluster_bound']:>7} {r['fa2_bound']:>9} {r['dsmem_share']:>6.1%} {r['sync_share']:>6.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -211,3 +211,13 @@ def test_cluster_model_path_imports_no_torch():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["False", "False"]
+
+
+def test_verdict_rows_state_both_kernels_per_cell():
+    rows = cm.verdict_rows(dtypes=("fp16",), dims=(64,), causal=(False,))
+    assert {r["n"] for r in rows} == set(cm.GRID_N)
+    for r in rows:
+        assert r["ratio"] == pytest.approx(r["cluster_ms"] / r["fa2_ms"])
+        assert r["cluster_size"] == cluster.plan(r["n"], 64).cluster_size
+        assert 0 <= r["dsmem_share"] < 1 and 0 <= r["sync_share"] < 1
+    assert any(r["batch"] * r["heads"] <= 16 for r in rows)

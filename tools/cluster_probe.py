@@ -1,6 +1,6 @@
 """Measure the three cluster constants the GPU model assumes (analysis/cluster_model.py), on the H200.
 
-    PYTHONPATH=. python3 bench/cluster_probe.py          # writes $OUT/cluster_probe.json (+ .log)
+    PYTHONPATH=. python3 tools/cluster_probe.py          # writes $OUT/cluster_probe.json, prints a table
 
 1. Residency: clusters of CS = 1, 2, 4, 8, 16 CTAs, each CTA holding 150 KB of dynamic shared memory (one
    per SM, as the cluster v_once kernel), spin 300 µs and record %smid and %globaltimer. From the records:
