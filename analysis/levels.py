@@ -14,6 +14,9 @@
               K/V of the heads in flight, ⌈resident CTAs / Tr⌉ of them (Q blocks are launched
               fastest), and the Q tiles they stream; a spilled row is read back after every resident CTA has written its own.
 
+A cluster kernel (grid "clusters", v_once placement "cluster") is one Q block per cluster of CS CTAs: its
+slots are the clusters resident at once (analysis/cluster_model.py), each CTA streams its own Q tile.
+
 Only re-reads separated by a wave boundary (separated_share) can miss: co-resident Q blocks of one head
 read K_j together. Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
 whitepaper: the L2 is two partitions, each caching data for the SMs of its GPCs, so data every SM reads

@@ -103,7 +103,7 @@ def _kernel(mod, name: str, smem: int):
 
     k = mod.get_function(name)
     k.max_dynamic_shared_size_bytes = smem
-    driver.funcSetAttribute(k.ptr, NON_PORTABLE, 1)  # CS = 16 (Hopper's non-portable size)
+    driver.funcSetAttribute(k.kernel.ptr, NON_PORTABLE, 1)  # CS = 16 (Hopper's non-portable size)
     return k
 
 
