@@ -203,9 +203,10 @@ def _configs(args, sweep: bool):
 
         pairs = list(itertools.product(placements or cf.PLACEMENTS, rescales or cf.RESCALES))
         v_once = [pr for pr in pairs if v_once_valid(*pr)]  # cluster is lazy only
-        if not v_once:
-            raise CliError(f"--placement {','.join(placements)} with --rescale {','.join(rescales)}: placement "
-                           "cluster rescales lazily by construction; use --rescale lazy")
+        for place in placements:  # a placement asked for must give a row
+            if not any(p == place for p, _ in v_once):
+                raise CliError(f"--placement {place} with --rescale {','.join(rescales)}: placement cluster "
+                               "rescales lazily by construction; add --rescale lazy")
     else:
         v_once = list(SWEEP_V_ONCE if sweep else REPORT_V_ONCE)
     out = []

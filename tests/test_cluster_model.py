@@ -172,6 +172,7 @@ def test_report_says_where_each_placement_applies(capsys):
 @pytest.mark.parametrize("argv,match", [
     (["report", "--placement", "cluster", "--seq-len", "64k"], "no cluster of up to 16 CTAs holds"),
     (["report", "--placement", "cluster", "--rescale", "eager"], "lazily by construction"),
+    (["report", "--placement", "cluster,sram", "--rescale", "eager"], "lazily by construction"),
 ])
 def test_report_cluster_errors_exit_2(capsys, argv, match):
     rc, out, err = _run(capsys, *argv)
