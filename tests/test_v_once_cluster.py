@@ -47,7 +47,9 @@ def test_cluster_matches_float64_reference_and_sram_lazy(pr, cs):
     assert torch.equal(torch.isneginf(lse), torch.isneginf(lse1))
     seen = ~torch.isneginf(lse1)
     assert torch.allclose(lse[seen], lse1[seen], rtol=1e-5, atol=1e-5)
-    tol = 2 * torch.finfo(pr["dtype"]).eps * max(1.0, v.abs().max().item())  # one rounding of O apart
+    # one rounding of O apart in fp16/bf16; in fp32 the float32 sums associated by CTA (a few ulps per block)
+    eps = max(2 * torch.finfo(pr["dtype"]).eps, 64 * torch.finfo(torch.float32).eps)
+    tol = eps * max(1.0, v.abs().max().item())
     assert (o.double() - o1.double()).abs().max().item() <= tol
 
 
