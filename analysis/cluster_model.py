@@ -133,8 +133,9 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 40
     per_sm = ctas_per_sm(p.smem_bytes)
     t, src = overhead("fa2_tc")  # the same CuPy driver launch (cluster launch attributes not timed apart)
     smem_tile = (BLOCK_Q * d + 2 * BLOCK_K * d + 2 * BLOCK_Q * BLOCK_K) * 2
+    # warp-specialised (a TMA producer), but one consumer warpgroup: the overlap rule is the FA2 one (module docstring)
     return dict(kernel=KERNEL, build=f"Br={BLOCK_Q} Bc={BLOCK_K} cluster={p.cluster_size} "
-                f"({p.keys_per_cta} keys/CTA, {p.smem_bytes:,} B smem)",
+                f"({p.keys_per_cta} keys/CTA, {p.smem_bytes:,} B smem; TMA producer + 1 consumer warpgroup)",
                 variant="v_once", path="wgmma", structure="fa2", block_q=BLOCK_Q, block_k=BLOCK_K, warps=WARPS,
                 ctas_per_sm=per_sm, loads="tma", s_p="smem", grid="clusters", smem_bytes_per_tile=smem_tile,
                 smem_bytes=p.smem_bytes, f="cluster", rescale="lazy", cluster_size=p.cluster_size,
