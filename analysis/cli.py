@@ -729,7 +729,7 @@ def _emit(args, plan, records, *, table_rows, title):
             names = [("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM"), ("matmul", "exp", "other"),
                      ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")]
             if "kernel" in header:  # issue 11's columns
-                names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "smem"),
+                names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "DSMEM", "smem"),
                          ("matmul", "exp", "other", "FLOP/B req", "FLOP/B min"), ("bound", "TFLOP/s")]
             groups = [[header.index(h) for h in g if h in header] for g in names]
         caption = _caption(args, plan.srams, plan.dims, plan.gpu, recs)
@@ -808,6 +808,11 @@ def cmd_report(args) -> int:
         header, rows = list(REPORT_COLUMNS), [_report_row(r) for r in recs]
         if any("why" not in r.get("gpu_model", {"why": 1}) for r in recs):  # --blocks kernel (issue 11)
             header, rows = list(KERNEL_REPORT_COLUMNS), [_kernel_report_row(r) for r in recs]
+            if any(r["dsmem_bytes"] for r in recs):  # placement cluster (issue 18): its DSMEM beside the levels
+                i = header.index("DRAM × min") + 1
+                header.insert(i, "DSMEM")
+                for row, r in zip(rows, recs):
+                    row.insert(i, human_bytes(sum(r["dsmem_bytes"].values())) if r["dsmem_bytes"] else "—")
         if one_d:
             i = header.index("d")
             header.pop(i)

@@ -120,6 +120,7 @@ class Prediction:
     waves: float
     block_q: int
     block_k: int
+    dsmem_bytes: int = 0  # a cluster's reductions through distributed shared memory (issue 18)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -267,7 +268,7 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
                       tflops=work.paper_flops / total / 1e12, bound=bound, terms=named,
                       l2_bytes=lv.l2_bytes, dram_bytes=lv.dram_bytes, requests_bytes=lv.requests_bytes,
                       ctas=grid_ctas(desc, work.batch, work.heads, work.n_q), ctas_per_sm=desc.ctas_per_sm,
-                      waves=waves, block_q=desc.block_q, block_k=desc.block_k)
+                      waves=waves, block_q=desc.block_q, block_k=desc.block_k, dsmem_bytes=lv.dsmem_bytes)
 
 
 def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: int, dtype="fp16",

@@ -44,6 +44,7 @@ class Levels:
     spill_working_set_bytes: int
     resident_ctas: int
     heads_in_flight: int
+    dsmem_bytes: int = 0  # across a cluster's distributed shared memory (placement "cluster"): no L2/DRAM byte
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -183,4 +184,4 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
     return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes, dram_bytes=reads + writes,
                   dram_read_bytes=reads, dram_write_bytes=writes, compulsory_bytes=compulsory,
                   l2_capacity_bytes=cap, kv_working_set_bytes=kv_ws, spill_working_set_bytes=spill_ws,
-                  resident_ctas=resident, heads_in_flight=in_flight)
+                  resident_ctas=resident, heads_in_flight=in_flight, dsmem_bytes=tr.dsmem_total_bytes)

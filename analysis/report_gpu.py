@@ -72,6 +72,7 @@ def model_record(desc, batch: int, heads: int, n_q: int, n_k: int, d: int, dtype
                 time_s=p.time_s, tflops=p.tflops, bound=p.bound,
                 requests_bytes=round(lv.requests_bytes * share), l2_bytes=round(lv.l2_bytes * share),
                 dram_bytes=round(lv.dram_bytes * share), compulsory_bytes=round(lv.compulsory_bytes * share),
+                dsmem_bytes=round(lv.dsmem_bytes * share),
                 smem_bytes=desc.smem_bytes,
                 terms=dict(p.terms))
 

@@ -143,6 +143,11 @@ def test_probe_file_replaces_the_defaults(tmp_path, monkeypatch):
 def test_predict_cli(capsys):
     rc, out, err = _run(capsys, "predict", "--kernel", "v_once_cluster", "--seq-len", "2k,8k", "--head-dim", "64")
     assert rc == 0 and "t DSMEM" in out and "v_once_cluster" in out
+    rc, out, err = _run(capsys, "predict", "--kernel", "v_once_cluster", "--seq-len", "8k", "--head-dim", "128",
+                        "--format", "json")
+    rec = json.loads(out)[0]
+    tr = cf.counts("v_once", 1, 1, 8192, 8192, 128, placement="cluster", rescale="lazy", sram_bytes=cluster.SMEM_PER_CTA)
+    assert rc == 0 and rec["dsmem_bytes"] == tr.dsmem_total_bytes > 0
     rc, out, err = _run(capsys, "predict", "--kernel", "v_once_cluster", "--seq-len", "64k", "--head-dim", "64")
     assert rc == 2 and out == "" and err.count("\n") == 1 and "no cluster of up to 16 CTAs" in err
 
@@ -165,6 +170,9 @@ def test_report_placement_cluster(capsys):
 def test_report_says_where_each_placement_applies(capsys):
     rc, out, _ = _run(capsys, "report", "--seq-len", "1k,4k,64k")
     assert rc == 0
+    assert "DSMEM" not in out.splitlines()[1]  # no cluster row, no DSMEM column
+    rc, out2, _ = _run(capsys, "report", "--placement", "cluster", "--seq-len", "4k")
+    assert rc == 0 and "DSMEM" in out2.splitlines()[1]
     line = next(s for s in out.splitlines() if s.startswith("v_once f row"))
     assert "N=1024 d=64 sram" in line and "N=4096 d=64 cluster (4 CTAs)" in line and "N=65536 d=64 hbm" in line
 
