@@ -50,7 +50,7 @@ from pathlib import Path
 from analysis import closed_forms as cf
 from analysis.gpus import get_gpu
 from analysis.headline import attention_flops
-from analysis.levels import counts, grid_ctas, levels
+from analysis.levels import counts, grid_ctas, levels, q_block_slots
 from analysis.tiling import Tiling, cdiv
 
 FIT_FILE = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_model_fit.json"
@@ -128,6 +128,7 @@ class Prediction:
     waves: float
     block_q: int
     block_k: int
+    dsmem_bytes: int = 0  # a cluster's reductions through distributed shared memory (issue 18)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -142,10 +143,23 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
     per_block = [len(t.k_blocks(i)) for i in range(t.t_r)]
     if desc.grid == "heads":
         pattern, repeats = [sum(per_block)], batch * heads
+    elif desc.grid == "clusters":  # a cluster lasts as long as its busiest CTA, rank 0 (analysis/cluster_model.py)
+        from analysis.cluster import plan_or_largest
+        from analysis.cluster_model import busiest_rank_tiles
+
+        kb = plan_or_largest(n_k, d, block_q=desc.block_q, block_k=desc.block_k,
+                             capacity=_smem_per_cta()).key_blocks_per_cta
+        pattern, repeats = [busiest_rank_tiles(n, kb) for n in per_block], batch * heads
     else:
         pattern, repeats = per_block, batch * heads
     return Work(desc, batch, heads, n_q, n_k, d, dtype, bool(causal), tr, lv, sum(per_block) * batch * heads,
                 pattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal))  # 4·d per visible pair
+
+
+def _smem_per_cta() -> int:
+    from analysis.cluster import SMEM_PER_CTA
+
+    return SMEM_PER_CTA
 
 
 def round_trips(desc, n: int) -> float:
@@ -235,6 +249,14 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     miss = min(1.0, max(0.0, (lv.dram_bytes - lv.compulsory_bytes) / max(1, lv.l2_bytes - lv.compulsory_bytes)))
     per_tile, fixed = desc.ctas_per_sm * t_tile, params["L_cycles"]
     lat = params["L_gmem"] + miss * params.get("L_gmem_dram", 0.0)
+    cluster_terms = {}
+    if desc.grid == "clusters":  # issue 18: clusters co-scheduled in a GPC; DSMEM reductions and barriers per Q block
+        from analysis.cluster_model import cluster_costs
+
+        slots = q_block_slots(desc, g)  # clusters resident at once
+        q_blocks = len(work.cta_tiles) * work.repeats
+        cluster_terms = cluster_costs(desc, work.d, work.traffic.dsmem_total_bytes / max(1, q_blocks))
+        fixed += sum(cluster_terms.values())
     cycles, waves = _schedule(work.cta_tiles, work.repeats, slots,
                               lambda n: per_tile * n + fixed + lat * round_trips(desc, n))
     t_compute = cycles / clock
@@ -243,9 +265,12 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     t_dram = lv.dram_bytes / dram_bw
     t_l2 = lv.l2_bytes / L2_BANDWIDTH
     # each compute term as if it alone ran: whole-problem SM cycles spread over every SM
-    scale = work.tiles * desc.ctas_per_sm / slots / clock
+    cta_slots = slots * (desc.cluster_size if desc.grid == "clusters" else 1)
+    scale = work.tiles * desc.ctas_per_sm / cta_slots / clock
     named = {"tensor": terms["tensor"] * scale, "softmax": terms["softmax"] * scale,
              "smem": terms["smem"] * scale, "latency": t_latency, "l2": t_l2, "dram": t_dram}
+    for k, cyc in cluster_terms.items():  # per cluster, whole problem spread over the resident clusters
+        named[k] = cyc * len(work.cta_tiles) * work.repeats / slots / clock
     if desc.launches > 1:  # separate passes: the spilled S/P traffic is not hidden under the products
         spill = max(0, lv.dram_bytes - lv.compulsory_bytes) / dram_bw
         t = max(t_compute, t_l2) + spill
@@ -261,14 +286,14 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     overhead = desc.launch_overhead_s * desc.launches
     named.update(compute=t_compute, overhead=overhead)
     total = t + overhead
-    bound = max(("tensor", "softmax", "smem", "latency", "l2", "dram"), key=lambda k: named[k])
+    bound = max(("tensor", "softmax", "smem", "latency", "l2", "dram") + tuple(cluster_terms), key=lambda k: named[k])
     if desc.path == "ffma" and bound == "tensor":
         bound = "ffma"
     return Prediction(kernel=desc.kernel, build=desc.build, time_s=total,
                       tflops=work.paper_flops / total / 1e12, bound=bound, terms=named,
                       l2_bytes=lv.l2_bytes, dram_bytes=lv.dram_bytes, requests_bytes=lv.requests_bytes,
                       ctas=grid_ctas(desc, work.batch, work.heads, work.n_q), ctas_per_sm=desc.ctas_per_sm,
-                      waves=waves, block_q=desc.block_q, block_k=desc.block_k)
+                      waves=waves, block_q=desc.block_q, block_k=desc.block_k, dsmem_bytes=lv.dsmem_bytes)
 
 
 def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: int, dtype="fp16",

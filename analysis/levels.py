@@ -15,6 +15,9 @@
               K/V of the heads in flight, ⌈resident CTAs / Tr⌉ of them (Q blocks are launched
               fastest), and the Q tiles they stream; a spilled row is read back after every resident CTA has written its own.
 
+A cluster kernel (grid "clusters", v_once placement "cluster") is one Q block per cluster of CS CTAs: its
+slots are the clusters resident at once (analysis/cluster_model.py), each CTA streams its own Q tile.
+
 Only re-reads separated by a wave boundary can miss: co-resident Q blocks of one head read K_j together.
 Non-causal q_blocks / persistent grids: analysis/residency.py counts, per head straddling two waves, the
 key blocks whose reuse distance exceeds the capacity (strict LRU); causal grids and FA1's keep the ramp
@@ -47,6 +50,7 @@ class Levels:
     resident_ctas: int
     heads_in_flight: int
     local_bytes: int = 0  # spill stores, L1 -> L2 (part of l2_bytes; none of it counted in DRAM)
+    dsmem_bytes: int = 0  # across a cluster's distributed shared memory (placement "cluster"): no L2/DRAM byte
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -87,7 +91,16 @@ def separated_share(desc, bh: int, t_r: int, slots: int) -> float:
 def grid_ctas(desc, batch: int, heads: int, n_q: int) -> int:
     if desc.grid == "heads":
         return batch * heads
-    return cdiv(n_q, desc.block_q) * batch * heads
+    return cdiv(n_q, desc.block_q) * batch * heads * getattr(desc, "cluster_size", 1)
+
+
+def q_block_slots(desc, gpu) -> int:
+    """Q blocks (CTAs, or clusters of CS CTAs) resident at once on the whole GPU."""
+    if desc.grid == "clusters":  # co-scheduled within a GPC (analysis/cluster_model.py)
+        from analysis.cluster_model import active_clusters
+
+        return max(1, active_clusters(desc.cluster_size, desc.ctas_per_sm))
+    return int(gpu.value("sms", "measured") * desc.ctas_per_sm)
 
 
 def counts(desc, batch, heads, n_q, n_k, d, dtype, causal) -> cf.Traffic:
@@ -95,6 +108,10 @@ def counts(desc, batch, heads, n_q, n_k, d, dtype, causal) -> cf.Traffic:
     opts = {}
     if desc.variant == "v_once":
         opts = dict(placement=desc.f or "hbm", rescale=desc.rescale or "lazy")
+    if desc.f == "cluster":  # the cluster the kernel runs: chosen against one CTA's opt-in smem
+        from analysis.cluster import SMEM_PER_CTA
+
+        opts["sram_bytes"] = SMEM_PER_CTA
     return cf.counts(desc.variant, batch, heads, n_q, n_k, d, causal=causal, dtype=dtype,
                      block_q=desc.block_q, block_k=desc.block_k, **opts)
 
@@ -108,11 +125,12 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
     out_bytes = n_q * d * item + 4 * n_q
     compulsory = bh * (q_bytes + kv_bytes + out_bytes)
 
-    slots = gpu.value("sms", "measured") * desc.ctas_per_sm
+    slots = q_block_slots(desc, gpu)  # Q blocks at once (a cluster of CS CTAs is one Q block)
+    per_q_block = getattr(desc, "cluster_size", 1) if desc.grid == "clusters" else 1
     ctas = grid_ctas(desc, batch, heads, n_q)
-    resident = int(min(ctas, slots))
+    resident = int(min(ctas, slots * per_q_block))
     t_r = 1 if desc.grid == "heads" else cdiv(n_q, desc.block_q)
-    in_flight = max(1, min(bh, cdiv(resident, t_r)))
+    in_flight = max(1, min(bh, cdiv(resident // per_q_block, t_r)))
     # between two reads of K_j: the K/V of the heads in flight, and the Q tiles the resident CTAs stream
     kv_ws = in_flight * kv_bytes + resident * min(desc.block_q, n_q) * d * item
 
@@ -178,4 +196,5 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
     return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes + local, dram_bytes=reads + writes,
                   dram_read_bytes=reads, dram_write_bytes=writes, compulsory_bytes=compulsory,
                   l2_capacity_bytes=cap, kv_working_set_bytes=kv_ws, spill_working_set_bytes=spill_ws,
-                  resident_ctas=resident, heads_in_flight=in_flight, local_bytes=local)
+                  resident_ctas=resident, heads_in_flight=in_flight, local_bytes=local,
+                  dsmem_bytes=tr.dsmem_total_bytes)
