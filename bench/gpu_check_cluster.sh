@@ -52,7 +52,9 @@ def one(c):
     loader.compile_cubin(src, defines=defs, arch=arch)
     return loader.resource_usage(src, kernel, defines=defs, arch=arch)
 
-builds = [(*c, v_once_cluster.ARCH) for c in v_once_cluster.compile_configs() + v_once_cluster.sweep_configs()]
+extra = [(str(v_once_cluster.SOURCE), v_once_cluster.KERNEL, v_once_cluster.defines_for(128, 0, cs, {"RUNTIME_CLUSTER": 1}))
+         for cs in v_once_cluster.PORTABLE_SIZES]  # tests/test_kernels_cluster.py::test_cluster_shape_set_at_launch
+builds = [(*c, v_once_cluster.ARCH) for c in v_once_cluster.compile_configs() + v_once_cluster.sweep_configs() + extra]
 builds = list(dict.fromkeys((s, k, tuple(sorted(d.items())), a) for s, k, d, a in builds))
 builds = [(s, k, dict(d), a) for s, k, d, a in builds]
 builds += [(*c, fa2_wgmma.ARCH) for c in fa2_wgmma.compile_configs()]

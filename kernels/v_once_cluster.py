@@ -22,7 +22,9 @@ last_plan() says which ran for the last call.
 config: {"NWG": 2} runs two consumer warpgroups that split each CTA's key blocks (even / odd), {"STAGES": 3|4}
 deepens the K/V ring, {"BLOCK_N": 128} doubles Bc (both leave less room for f: plan() accounts for it),
 {"MAX_CLUSTER": 16} lets plan() pick the non-portable cluster of 16 (launched with cuLaunchKernelEx and the
-function's non-portable opt-in; not yet run on a GPU); the default is CONFIG. No speed measured yet.
+function's non-portable opt-in; not yet run on a GPU), {"RUNTIME_CLUSTER": 1} sets every cluster shape at launch
+(cuLaunchKernelEx) instead of compiling it in (__cluster_dims__ with a plain cuLaunchKernel, the default); the
+default is CONFIG. No speed measured yet.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ BENCH_OPTIONS = ({"placement": "cluster"},)  # timed as itself: the fallback is 
 # so the f slice and plan() do not change): the default build. config= may set NWG and STAGES (the ring: it
 # enters plan()'s budget).
 CONFIG = dict(BLOCK_M=64, BLOCK_N=64, STAGES=2, NWG=1, MAX_CLUSTER=8)
-TUNABLE = {"NWG": (1, 2), "STAGES": (2, 3, 4), "BLOCK_N": (64, 128), "MAX_CLUSTER": (8, 16)}
+TUNABLE = {"NWG": (1, 2), "STAGES": (2, 3, 4), "BLOCK_N": (64, 128), "MAX_CLUSTER": (8, 16), "RUNTIME_CLUSTER": (0, 1)}
 LAUNCH_ONLY = ("MAX_CLUSTER",)  # config keys that are not .cu defines
 # candidates the GPU check tests and times beside the default (NVRTC: no spills; NWG=2 with Bc=128 at d=128
 # spills 8-20 B, so it is not one)
@@ -157,8 +159,11 @@ def defines_for(d: int, is_bf16: bool, cluster_size: int, config: dict | None = 
     cfg = build_config(config)
     if cluster_size > cfg["MAX_CLUSTER"]:
         raise ValueError(f"v_once_cluster: cluster size {cluster_size} needs config MAX_CLUSTER=16 (non-portable)")
-    return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), CS=int(cluster_size), BLOCK_N=cfg["BLOCK_N"],
+    defs = dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), CS=int(cluster_size), BLOCK_N=cfg["BLOCK_N"],
                 STAGES=cfg["STAGES"], NWG=cfg["NWG"])
+    if cfg.get("RUNTIME_CLUSTER"):  # the cluster shape set at launch (cuLaunchKernelEx), not compiled in
+        defs["RUNTIME_CLUSTER"] = 1
+    return defs
 
 
 def compile_configs() -> list[tuple[str, str, dict]]:
@@ -256,7 +261,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
                  grid=(t_r * p.cluster_size, b * h), nwg=defs["NWG"], stages=defs["STAGES"])
     kernel = loader.get_function(SOURCE, KERNEL, defines=defs, arch=ARCH, device=dev)
     grid, block = (t_r * p.cluster_size, b * h, 1), (128 * (defs["NWG"] + 1), 1, 1)
-    if p.cluster_size in PORTABLE_SIZES:  # the shape is compiled in (__cluster_dims__): a plain launch
+    if p.cluster_size in PORTABLE_SIZES and not defs.get("RUNTIME_CLUSTER"):  # __cluster_dims__: a plain launch
         kernel.launch(grid, block, args, shared_mem=smem)
     else:
         _cluster_launch(kernel, grid, block, args, smem, p.cluster_size)

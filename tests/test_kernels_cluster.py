@@ -217,6 +217,16 @@ def test_non_portable_cluster_of_16(n_q, n_k, d, causal, dtype, scale):
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("n_k", [500, 2000, 4000, 9000])
+def test_cluster_shape_set_at_launch(n_k):
+    """RUNTIME_CLUSTER=1: the portable sizes without __cluster_dims__, launched with cuLaunchKernelEx (the path
+    the cluster of 16 takes), same results."""
+    plan = _check(1, 2, 129, n_k, 128, torch.float16, True, 1.0, n_k, config={"RUNTIME_CLUSTER": 1})
+    assert plan["cluster_size"] == vc.cluster_plan(n_k, 128).cluster_size
+
+
+@pytest.mark.gpu
+@needs_hopper
 def test_rows_that_see_no_key():
     """Causal with Nq > Nk: the first Nq - Nk rows see no key (o = 0, lse = -inf); whole Q blocks and whole
     cluster ranks see nothing."""

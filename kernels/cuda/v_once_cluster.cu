@@ -45,7 +45,8 @@
 // smem (1024-aligned base): [Q][ring: STAGES x K/V tile][mbarriers][m_r, l_r of 2 warpgroups, M, l: 6 x 64 f32]
 //                           [block maxima: tc_alloc x 64 f32][f: tc_alloc x 64 x BLOCK_N 16-bit]
 // = analysis/cluster.py smem_bytes() (its RESERVE: alignment slack + mbarriers + the reduction arrays).
-// Knobs: HEAD_DIM (64|128), CS (1|2|4|8|16), NWG (1|2), BLOCK_N (Bc), STAGES (>= 2), IS_BF16.
+// Knobs: HEAD_DIM (64|128), CS (1|2|4|8|16), NWG (1|2), BLOCK_N (Bc), STAGES (>= 2), IS_BF16,
+// RUNTIME_CLUSTER (1: the cluster shape set at launch, as CS = 16 always is).
 //
 // Version log:
 //   v1  as above, Br = 64, Bc = 64, STAGES = 2, CS = 1/2/4/8, NWG = 1 (default) and 2. NVRTC (sm_90a): no spills,
@@ -206,7 +207,10 @@ __device__ __forceinline__ void add_o(u32 sO, float (&o)[D / 2], const int (&row
     store_o(sO, o, rowl, lane);
 }
 
-#if CS <= 8
+#ifndef RUNTIME_CLUSTER
+#define RUNTIME_CLUSTER 0  // 1: no compile-time cluster shape; the launcher sets it (cuLaunchKernelEx)
+#endif
+#if CS <= 8 && !RUNTIME_CLUSTER
 #define CLUSTER_DIMS __cluster_dims__(CS, 1, 1)
 #else  // 16 is over the portable 8: no compile-time shape, the launcher sets it (cuLaunchKernelEx, opt-in attribute)
 #define CLUSTER_DIMS
