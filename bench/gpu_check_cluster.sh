@@ -93,12 +93,12 @@ speed() {
 }
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
-step compile 35 compile_all
-step tests 50 tests
+step compile 60 compile_all
+step tests 45 tests
 step memcheck 25 memcheck
-step racecheck 35 racecheck
-step speed 75 speed
-step ncu 25 ncu_step
+step racecheck 30 racecheck
+step speed 65 speed
+step ncu 20 ncu_step
 
 echo
 echo "== summary ($OUT)"
