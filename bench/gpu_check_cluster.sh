@@ -5,8 +5,9 @@
 #   PYTHONPATH=. bash bench/gpu_check_cluster.sh        # OUT=<dir> (default: a temp dir)
 #
 # Steps (each under its own time limit; one failing does not stop the rest; $OUT/steps.txt has rc and seconds):
-#   compile    NVRTC every v_once_cluster build (CS 1/2/4/8 x d 64/128 x fp16/bf16), fa2_wgmma's defaults and
-#              v_once_tc's, one process per core, into the disk cache the later steps read
+#   compile    NVRTC every v_once_cluster build (CS 1/2/4/8 x d 64/128 x fp16/bf16, the tuning candidates, CS 16,
+#              runtime-shaped clusters: 112 builds with the others), fa2_wgmma's and v_once_tc's defaults, one
+#              process per core, into the disk cache the later steps read
 #   tests      pytest tests/test_kernels_cluster.py: hypothesis (odd Nq <= 700, Nk <= 3000, causal rows that see
 #              no key, fp16/bf16, d 64/128, scores to ~1e4) + long rows at every cluster size (Nk 1100..10700),
 #              GQA and (B,N,H,d) views, the auto fallback, clear errors, every tuning candidate, and the
@@ -16,13 +17,15 @@
 #              the default build, NWG=2, Bc=128 and (Nk 15k-20k) the cluster of 16, fp16 -> $OUT/memcheck.log
 #   racecheck  the same, fp16 (racecheck covers shared memory: the f slice, the ring, the O exchange)
 #                                                                           -> $OUT/racecheck.log
-#   speed      bench/cluster_speed.py --small: v_once_cluster (default build, NWG=2, Bc=128; CS=16 at N = 16k) vs fa2_wgmma vs v_once_tc (hbm, lazy) vs SDPA
-#              flash / cuDNN, fp16, d 64/128, N 1k/4k/8k/16k at B*N = 16k, H = 2048/d, causal and not, plus
-#              B*H <= 16 cells                                              -> $OUT/cluster_speed.json
+#   speed      bench/cluster_speed.py --small: v_once_cluster (default build, NWG=2; CS=16 at N = 16k) vs
+#              fa2_wgmma vs v_once_tc (hbm, lazy) vs SDPA flash / cuDNN, fp16, d 64/128, N 1k/4k/8k/16k at
+#              B*N = 16k, H = 2048/d, causal and not, plus B=1, H=4/16, N=8k   -> $OUT/cluster_speed.json
+#              (written after every cell: a run cut by its time limit keeps what it measured)
 #   ncu        bench/cluster_ncu_target.py under ncu: v_once_cluster and fa2_wgmma at N = 4k (d 64, 128) and 8k
 #              (d 128): duration, DRAM read + write bytes against the compulsory Q, K, V, O bytes (issue 18:
 #              no f byte to DRAM), L2 bytes, tensor-pipe (gmma) activity  -> $OUT/ncu.csv
-# Read: "passed" with no FAILED lines; "memcheck/racecheck: ERROR SUMMARY: 0 / 0 hazards, BAD=0, done"; the speed table's
+# Read: "passed" with no FAILED lines; "memcheck/racecheck: ERROR SUMMARY: 0 / 0 hazards, BAD=0, done"; the
+# speed table's
 # t/fa2 column (v_once_cluster / fa2_wgmma, same run; "-" where no cluster holds the row) and its CS; the ncu
 # table's DRAM/compulsory of v_once_cluster (about 1: f stayed on chip) beside fa2_wgmma's.
 set -u
