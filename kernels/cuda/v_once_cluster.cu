@@ -266,7 +266,7 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     __syncthreads();
 
     if (warp < 4) {
-        // ------------------------------------------------------------ producer (FA2 Alg. 1 lines 4 and 7)
+        // ------------------------------------------------ producer (FA2 Alg. 1 line 4, FA2 Alg. 1 line 7)
         if (warp == 0) {
             if (lane == 0 && T > 0) {
                 mbar_expect_tx(full_q, TILE_Q_BYTES);
