@@ -42,11 +42,11 @@ PLACEMENTS = ("auto", "cluster")
 OPTIONS = {"placement": PLACEMENTS}
 BENCH_OPTIONS = ({"placement": "cluster"},)  # timed as itself: the fallback is v_once_tc's own entry
 # Br, Bc, K/V ring slots, consumer warpgroups (with 2 they split the CTA's key blocks, even / odd: Br stays 64,
-# so the f slice and plan() do not change): the default build. config= may set NWG and STAGES (the ring: it
-# enters plan()'s budget).
+# so the f slice and plan() do not change), the largest cluster plan() may pick: the default build. config= may
+# set what TUNABLE lists (Bc and the ring enter plan()'s budget; MAX_CLUSTER only the plan; RUNTIME_CLUSTER the
+# launch path).
 CONFIG = dict(BLOCK_M=64, BLOCK_N=64, STAGES=2, NWG=1, MAX_CLUSTER=8)
 TUNABLE = {"NWG": (1, 2), "STAGES": (2, 3, 4), "BLOCK_N": (64, 128), "MAX_CLUSTER": (8, 16), "RUNTIME_CLUSTER": (0, 1)}
-LAUNCH_ONLY = ("MAX_CLUSTER",)  # config keys that are not .cu defines
 # candidates the GPU check tests and times beside the default (NVRTC: no spills; NWG=2 with Bc=128 at d=128
 # spills 8-20 B, so it is not one)
 SWEEP = [dict(NWG=2), dict(NWG=2, STAGES=4), dict(STAGES=4), dict(BLOCK_N=128)]
@@ -250,7 +250,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
         o, lse = fa2_tc._outputs(q, out)
     from kernels.tma import tensor_map
 
-    bm, bn = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"]
+    cfg = build_config(config)
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]  # the TMA boxes: Q_i and K_j / V_j tiles of this build
     args = (tensor_map(q, bm, name="q"), tensor_map(k, bn, name="k"), tensor_map(v, bn, name="v"), o, lse,
             int(n_q), int(n_k), float(scale * LOG2E), float(scale), int(bool(causal)), int(h), int(h // h_kv),
             int(tc_alloc))

@@ -202,6 +202,17 @@ LONG = [
 def test_long_rows_every_cluster_size(n_q, n_k, d, causal, dtype, scale, config):
     plan = _check(1, 2, n_q, n_k, d, dtype, causal, scale, n_k, config=config)
     assert plan["cluster_size"] == vc.cluster_plan(n_k, d).cluster_size
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("config", vc.SWEEP, ids=str)
+def test_every_tuning_candidate(config, d):
+    """The builds the GPU check times beside the default (two warpgroups, deeper ring, Bc = 128) on tails,
+    causal rows that see no key and clusters of 1, 2 and 4."""
+    for n_q, n_k, causal in ((77, 203, True), (300, 100, True), (333, 1025, False), (130, 3000, True)):
+        _check(1, 2, n_q, n_k, d, torch.bfloat16, causal, 4.0, n_q, config=config)
+
+
 # the non-portable cluster of 16 (config MAX_CLUSTER=16): rows no cluster of 8 holds
 LONG16 = [(130, 15000, 128, True, torch.float16, 1.0), (70, 20000, 64, False, torch.bfloat16, 4.0),
           (200, 21000, 128, False, torch.float16, 1.0)]
