@@ -71,18 +71,19 @@ print(len(res), "builds compiled")
 PY
 }
 tests() {
-  python3 -m pytest -q -p no:cacheprovider tests/test_kernels_cluster.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  # -v: each test's name is printed as it starts, so a hang cut by the time limit names its test
+  python3 -m pytest -v --tb=short -p no:cacheprovider tests/test_kernels_cluster.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
   return "${PIPESTATUS[0]}"
 }
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | tail -1)
 export SANITIZER
 memcheck() {
-  "$SANITIZER" --tool memcheck --report-api-errors no --print-limit 50 python3 bench/cluster_sanitize_target.py \
+  "$SANITIZER" --tool memcheck --report-api-errors no --print-limit 50 --error-exitcode 3 python3 bench/cluster_sanitize_target.py \
     --configs default,NWG=2,BLOCK_N=128,MAX_CLUSTER=16 --dtypes float16 > "$OUT/memcheck.log" 2>&1
   local rc=$?; tail -3 "$OUT/memcheck.log"; return $rc
 }
 racecheck() {
-  "$SANITIZER" --tool racecheck --report-api-errors no --print-limit 50 python3 bench/cluster_sanitize_target.py \
+  "$SANITIZER" --tool racecheck --report-api-errors no --print-limit 50 --error-exitcode 3 python3 bench/cluster_sanitize_target.py \
     --configs default,NWG=2 --dtypes float16 > "$OUT/racecheck.log" 2>&1
   local rc=$?; tail -3 "$OUT/racecheck.log"; return $rc
 }
@@ -107,6 +108,7 @@ echo
 echo "== summary ($OUT)"
 cat "$OUT/steps.txt"
 grep -E "passed|failed" "$OUT/gpu_tests.log" | tail -3
+tail -1 "$OUT/gpu_tests.log"  # a test cut by the time limit: its name is the last line
 grep -E "^FAILED|Error" "$OUT/gpu_tests.log" | head -10
 for t in memcheck racecheck; do
   f="$OUT/$t.log"

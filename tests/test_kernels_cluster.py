@@ -159,6 +159,16 @@ def _check(b, h, n_q, n_k, d, dtype, causal, scale, seed, placement="cluster", h
     return vc.last_plan()
 
 
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("n_k,d", [(64, 64), (200, 128), (2000, 64), (5000, 128), (9000, 64)], ids=str)
+def test_smoke_each_cluster_size(n_k, d):
+    """First on the GPU, one small launch per cluster size (1, 1, 2, 4, 8), default build, so a failure (or a
+    hang: the GPU check's time limit) names the cluster size before the random tests run."""
+    plan = _check(1, 1, 100, n_k, d, torch.float16, False, 1.0, 0)
+    assert plan["cluster_size"] == vc.cluster_plan(n_k, d).cluster_size
+
+
 shape = st.tuples(
     st.integers(1, 2),                                      # B
     st.integers(1, 3),                                      # H

@@ -52,7 +52,9 @@
 //   v1  as above, Br = 64, Bc = 64, STAGES = 2, CS = 1/2/4/8, NWG = 1 (default) and 2. NVRTC (sm_90a): no spills,
 //       no wgmma serialisation warning in any build (a wgmma under a branch inside the phase-1 loop, or in flight
 //       across its back edge, or a rank from %cluster_ctarank that ptxas cannot prove warp-uniform, each made
-//       ptxas serialise every wgmma: C7515 / C7518). Measured: not yet run.
+//       ptxas serialise every wgmma: C7515 / C7518). Candidates beside it (kernels/v_once_cluster.py SWEEP): NWG=2,
+//       STAGES=4, Bc=128 (NWG=1; with NWG=2 at d=128 it spills 8-20 B); CS = 16 (non-portable, shape set at launch).
+//       Measured: not yet run (bench/gpu_check_cluster.sh).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
