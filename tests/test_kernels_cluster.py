@@ -80,14 +80,27 @@ def test_cluster_sizes_reached():
 
 def test_every_build_is_compiled_by_ci():
     builds = {(d["CS"], d["HEAD_DIM"], d["IS_BF16"], d["NWG"]) for _, _, d in vc.compile_configs()}
-    assert {(cs, dd, bf, 1) for cs in vc.PORTABLE_SIZES for dd in vc.HEAD_DIMS for bf in (0, 1)} <= builds
-    assert {(cs, dd, 0, 2) for cs in vc.PORTABLE_SIZES for dd in vc.HEAD_DIMS} <= builds
-    assert {(16, dd, 0, 1) for dd in vc.HEAD_DIMS} <= builds  # the non-portable cluster, fp16
+    assert builds == {(cs, dd, bf, 1) for cs in vc.PORTABLE_SIZES for dd in vc.HEAD_DIMS for bf in (0, 1)}
     swept = {tuple(sorted(d.items())) for _, _, d in vc.sweep_configs()}
     assert len(swept) == (len(vc.SWEEP) * len(vc.PORTABLE_SIZES) + 1) * len(vc.HEAD_DIMS) * 2
     spec = KERNELS["v_once_cluster"]
     assert spec.tier == "tensor-core" and spec.variant == "v_once" and spec.arch == "sm_90a"
     assert spec.options == {"placement": ("auto", "cluster")}
+
+
+@pytest.mark.parametrize("cs,config", [(8, {"NWG": 2}), (8, {"BLOCK_N": 128}), (16, CS16)], ids=str)
+def test_candidate_builds_do_not_spill(cs, config):
+    """The largest candidate builds (d = 128; CI compiles only the default ones) keep every register."""
+    from kernels import loader
+
+    try:
+        loader.nvrtc_version()
+        loader.cuda_include_dirs()
+    except loader.ToolchainMissing as exc:
+        pytest.skip(str(exc))
+    defs = vc.defines_for(128, False, cs, config)
+    res = loader.resource_usage(vc.SOURCE, vc.KERNEL, defines=defs, arch=vc.ARCH)
+    assert res["spill_stores"] == res["spill_loads"] == res["local_bytes"] == 0, res
 
 
 def test_bad_options_are_one_clear_line():
