@@ -2,10 +2,13 @@
 
 GPU tests (marked gpu; skipped without a compute capability 9.x GPU): hypothesis over odd Nq, Nk up to ~3000
 (cluster sizes 1, 2 and, at d = 128, 4), Nq != Nk both ways, causal with rows that see no key, fp16/bf16,
-d = 64/128, input scales that put scores up to ~1e4; explicit long rows for clusters of 4 and 8 CTAs, grouped
-and strided inputs, the "auto" fallback and the clear errors. Outputs are NaN-poisoned (out=) and judged by
-bench.harness.compare, the one correctness rule. CPU tests: the launcher's shared-memory layout is
-analysis.cluster's budget, every build is listed for the compile test, bad options fail with one clear line.
+d = 64/128, input scales that put scores up to ~1e4, every build (default and kernels.v_once_cluster.SWEEP);
+a smoke launch per cluster size first; explicit long rows for clusters of 1 to 8 CTAs (default and NWG=2), the
+non-portable cluster of 16 (config MAX_CLUSTER=16), cluster shapes set at launch, grouped and strided inputs,
+the "auto" fallback and the clear errors. Outputs are NaN-poisoned (out=) and judged by bench.harness.compare,
+the one correctness rule. CPU tests: the launcher's shared-memory layout is analysis.cluster's budget, the rank
+split covers every key block within the planned f slots, the builds CI compiles, candidate builds do not spill,
+the CS = 16 launch configuration, bad options fail with one clear line.
 """
 from __future__ import annotations
 
