@@ -376,27 +376,33 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     }
     cluster_arrive();
     cluster_wait();
+    // every partial's m and l first (all DSMEM loads in flight at once: one remote latency, not 3 CS NWG), then
+    // the max and the sum
     float Ms[2];
+    {
+        float mv[2][CS * NWG], lv[2][CS * NWG];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float M = NEG_INF;
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int r = 0; r < CS; ++r)
+            for (int r = 0; r < CS; ++r)
 #pragma unroll
-            for (int w = 0; w < NWG; ++w) M = fmaxf(M, dsmem_ld_f32(dsmem_map(sRed + (RED_M(w) + rowl[h]) * 4, r)));
-        Ms[h] = (M == NEG_INF) ? 0.f : M * scale_log2;
-        float l = 0.f;
+                for (int w = 0; w < NWG; ++w) {
+                    mv[h][r * NWG + w] = dsmem_ld_f32(dsmem_map(sRed + (RED_M(w) + rowl[h]) * 4, r));
+                    lv[h][r * NWG + w] = dsmem_ld_f32(dsmem_map(sRed + (RED_L(w) + rowl[h]) * 4, r));
+                }
 #pragma unroll
-        for (int r = 0; r < CS; ++r)
+        for (int h = 0; h < 2; ++h) {
+            float M = NEG_INF;
 #pragma unroll
-            for (int w = 0; w < NWG; ++w) {
-                const float mr = dsmem_ld_f32(dsmem_map(sRed + (RED_M(w) + rowl[h]) * 4, r));
-                const float lr = dsmem_ld_f32(dsmem_map(sRed + (RED_L(w) + rowl[h]) * 4, r));
-                l += lr * ex2(mr * scale_log2 - Ms[h]);  // a partial that saw nothing: 0 * 0
+            for (int k = 0; k < CS * NWG; ++k) M = fmaxf(M, mv[h][k]);
+            Ms[h] = (M == NEG_INF) ? 0.f : M * scale_log2;
+            float l = 0.f;
+#pragma unroll
+            for (int k = 0; k < CS * NWG; ++k) l += lv[h][k] * ex2(mv[h][k] * scale_log2 - Ms[h]);  // empty: 0 * 0
+            if ((lane & 3) == 0 && cg == 0) {
+                asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_MFIN + rowl[h]) * 4), "f"(M) : "memory");
+                asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_LFIN + rowl[h]) * 4), "f"(l) : "memory");
             }
-        if ((lane & 3) == 0 && cg == 0) {
-            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_MFIN + rowl[h]) * 4), "f"(M) : "memory");
-            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_LFIN + rowl[h]) * 4), "f"(l) : "memory");
         }
     }
 
@@ -444,27 +450,41 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     cluster_wait();
     u16* o_g = Og + (long long)bh * Nq * D;
     const int ct = tid - 128;  // 0 .. 128 NWG - 1
-    for (int idx = ct; idx < ROWS_PER_RANK * (D / 4); idx += 128 * NWG) {
-        const int r = rank * ROWS_PER_RANK + idx / (D / 4), c = idx % (D / 4);
-        const u32 local = sO + r * (D * 4) + ((c ^ (r & 7)) << 4);
-        float4 acc;
-        acc.x = acc.y = acc.z = acc.w = 0.f;
+    {
+        // a thread's items (16-byte chunks of the rank's rows), every rank's partial of each loaded first: all
+        // D / (8 NWG) remote loads in flight at once (one DSMEM latency), then summed, scaled by 1 / l, written
+        constexpr int TOTAL = ROWS_PER_RANK * (D / 4), ITEMS = (TOTAL + 128 * NWG - 1) / (128 * NWG);
+        float4 x[ITEMS][CS];
 #pragma unroll
-        for (int rr = 0; rr < CS; ++rr) {
-            const float4 x = dsmem_ld_f32x4(dsmem_map(local, rr));
-            acc.x += x.x;
-            acc.y += x.y;
-            acc.z += x.z;
-            acc.w += x.w;
+        for (int it = 0; it < ITEMS; ++it) {
+            const int idx = ct + it * 128 * NWG;
+            const int r = rank * ROWS_PER_RANK + idx / (D / 4), c = idx % (D / 4);
+            const u32 local = sO + r * (D * 4) + ((c ^ (r & 7)) << 4);
+#pragma unroll
+            for (int rr = 0; rr < CS; ++rr)
+                if (idx < TOTAL) x[it][rr] = dsmem_ld_f32x4(dsmem_map(local, rr));
         }
-        float l;
-        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(l) : "r"(sRed + (RED_LFIN + r) * 4) : "memory");
-        const float inv = (l > 0.f) ? 1.f / l : 0.f;  // a row that saw no key (or NaN): O = 0
-        if (m0 + r < Nq) {
-            uint2 val;
-            val.x = pack2(acc.x * inv, acc.y * inv);
-            val.y = pack2(acc.z * inv, acc.w * inv);
-            *(uint2*)(o_g + (long long)(m0 + r) * D + c * 4) = val;
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+            const int idx = ct + it * 128 * NWG;
+            const int r = rank * ROWS_PER_RANK + idx / (D / 4), c = idx % (D / 4);
+            if (idx < TOTAL && m0 + r < Nq) {
+                float4 acc = x[it][0];
+#pragma unroll
+                for (int rr = 1; rr < CS; ++rr) {
+                    acc.x += x[it][rr].x;
+                    acc.y += x[it][rr].y;
+                    acc.z += x[it][rr].z;
+                    acc.w += x[it][rr].w;
+                }
+                float l;
+                asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(l) : "r"(sRed + (RED_LFIN + r) * 4) : "memory");
+                const float inv = (l > 0.f) ? 1.f / l : 0.f;  // a row that saw no key (or NaN): O = 0
+                uint2 val;
+                val.x = pack2(acc.x * inv, acc.y * inv);
+                val.y = pack2(acc.z * inv, acc.w * inv);
+                *(uint2*)(o_g + (long long)(m0 + r) * D + c * 4) = val;
+            }
         }
     }
     if (ct < ROWS_PER_RANK) {
