@@ -35,7 +35,7 @@ def _hopper() -> bool:
 
 needs_hopper = pytest.mark.skipif(not torch.cuda.is_available() or not _hopper(),
                                   reason="v_once_cluster needs a compute capability 9.x GPU (wgmma, clusters, DSMEM)")
-SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
 # ------------------------------------------------------------------------------------------------ CPU
@@ -201,7 +201,7 @@ shape = st.tuples(
 @pytest.mark.gpu
 @needs_hopper
 @SETTINGS
-@given(s=shape, config=st.sampled_from(CONFIGS))
+@given(s=shape, config=st.sampled_from([None, {"NWG": 2}]))  # the other candidates: test_every_tuning_candidate
 def test_matches_reference(s, config):
     plan = _check(*s, config=config)
     assert plan["placement"] == "cluster"
