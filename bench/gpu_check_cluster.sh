@@ -13,7 +13,8 @@
 #                      scores to ~1e4; default and NWG=2), long rows at every cluster size (Nk 1100..10700),
 #                      GQA and (B,N,H,d) views, the auto fallback, clear errors, cluster shapes set at launch
 #                                                                                         -> gpu_tests_main.log
-#   tests_candidates   every tuning candidate (NWG=2, STAGES=4, both, Bc=128) on tails; the non-portable cluster
+#   tests_candidates   every tuning candidate (NWG=2, NWG=2 with a 4-slot ring, the fixed 2-slot ring, Bc=128) on
+#                      tails; the non-portable cluster
 #                      of 16 (config MAX_CLUSTER=16, Nk 15k-21k)                          -> gpu_tests_candidates.log
 #   memcheck           compute-sanitizer memcheck of bench/cluster_sanitize_target.py on bench/sanitize.py's
 #                      KERNEL_SHAPES["v_once_cluster"] (CS 1..8, ring reuse, several Q blocks, idle causal ranks,
@@ -22,8 +23,9 @@
 #   speed_main         bench/cluster_speed.py --set main: v_once_cluster (default) vs fa2_wgmma vs v_once_tc (hbm,
 #                      lazy) vs SDPA flash / cuDNN, fp16, d 64/128, N 1k/4k/8k/16k at B*N = 16k, H = 2048/d,
 #                      causal and not, plus B=1, H=4/16, N=8k          -> cluster_speed_main.json (after every cell)
-#   speed_candidates   the same cells for NWG=2, STAGES=4, both, and CS=16 at N=16k -> cluster_speed_candidates.json
-#   memcheck_candidates  memcheck of STAGES=4, Bc=128 and the cluster of 16               -> memcheck_candidates.log
+#   speed_candidates   the same cells for NWG=2, the fixed 2-slot ring (STAGES=2: the first visit's default), and
+#                      CS=16 at N=16k                                  -> cluster_speed_candidates.json
+#   memcheck_candidates  memcheck of the fixed 2-slot ring, Bc=128 and the cluster of 16   -> memcheck_candidates.log
 #   ncu                bench/cluster_ncu_target.py: v_once_cluster and fa2_wgmma at N = 4k (d 64, 128) and 8k
 #                      (d 128): duration, DRAM bytes / compulsory Q, K, V, O bytes (issue 18: no f byte to DRAM),
 #                      L2 bytes, tensor-pipe activity                                     -> ncu.csv
@@ -93,7 +95,7 @@ sanitize() {  # sanitize TOOL LOG ARGS...: one compute-sanitizer run of bench/cl
   local rc=$?; tail -2 "$OUT/$log"; return $rc
 }
 memcheck() { sanitize memcheck memcheck.log --configs default,NWG=2 --dtypes float16; }
-memcheck_candidates() { sanitize memcheck memcheck_candidates.log --configs STAGES=4,BLOCK_N=128,MAX_CLUSTER=16 --dtypes float16; }
+memcheck_candidates() { sanitize memcheck memcheck_candidates.log --configs STAGES=2,BLOCK_N=128,MAX_CLUSTER=16 --dtypes float16; }
 racecheck() { sanitize racecheck racecheck.log --configs default,NWG=2 --dtypes float16 --small; }
 ncu_step() {
   ncu --clock-control none --csv --print-units base --kernel-name "regex:v_once_cluster_fwd|fa2_wgmma_tma_fwd" \
