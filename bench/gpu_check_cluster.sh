@@ -23,7 +23,7 @@
 #   speed_main         bench/cluster_speed.py --set main: v_once_cluster (default) vs fa2_wgmma vs v_once_tc (hbm,
 #                      lazy) vs SDPA flash / cuDNN, fp16, d 64/128, N 1k/4k/8k/16k at B*N = 16k, H = 2048/d,
 #                      causal and not, plus B=1, H=4/16, N=8k          -> cluster_speed_main.json (after every cell)
-#   speed_candidates   the same cells for NWG=2, the fixed 2-slot ring (STAGES=2: the first visit's default), and
+#   speed_candidates   the same cells for NWG=2, Bc=128, the fixed 2-slot ring (STAGES=2: the first visit's default), and
 #                      CS=16 at N=16k                                  -> cluster_speed_candidates.json
 #   memcheck_candidates  memcheck of the fixed 2-slot ring, Bc=128 and the cluster of 16   -> memcheck_candidates.log
 #   ncu                bench/cluster_ncu_target.py: v_once_cluster and fa2_wgmma at N = 4k (d 64, 128) and 8k
