@@ -28,7 +28,7 @@ HIDDEN = 2048
 LABELS = ("v_once_cluster_cluster", "fa2_wgmma", "v_once_tc_hbm_lazy", "sdpa_flash", "sdpa_cudnn")
 # v_once_cluster builds timed beside the default (--set candidates; MAX_CLUSTER=16 only where it picks 16)
 # STAGES=2: the first visit's fixed 2-slot ring (the default now deepens it into the shared memory f leaves)
-CANDIDATES = ({"NWG": 2}, {"BLOCK_N": 128}, {"STAGES": 2}, {"MAX_CLUSTER": 16})  # v_once_cluster builds timed beside the default (kernels.v_once_cluster.SWEEP)
+CANDIDATES = ({"NWG": 2}, {"BLOCK_N": 128}, {"STAGES": 2}, {"MAX_CLUSTER": 16})
 
 
 def cells(ns, ds, small: bool) -> list[tuple[int, int, int, int]]:
