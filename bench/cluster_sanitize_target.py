@@ -21,6 +21,8 @@ if str(ROOT) not in sys.path:
 
 
 SHAPES16 = [(1, 1, 130, 15000, 128, True), (1, 1, 70, 20000, 64, False)]
+# --small (racecheck, which is slow on shared memory): one Q block, one head, a cluster of each size
+SMALL = [(1, 1, 64, 200, 64, True), (1, 1, 64, 1600, 64, False), (1, 1, 64, 3100, 64, True), (1, 1, 64, 6200, 64, False)]
 
 
 def parse_config(text: str) -> dict | None:
@@ -40,13 +42,14 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default=",".join(["default"] + ["+".join(f"{k}={v}" for k, v in c.items())
                                                                  for c in vc.SWEEP]))
     ap.add_argument("--dtypes", default="float16")
+    ap.add_argument("--small", action="store_true", help="SMALL shapes (one Q block, one head, CS 1/2/4/8)")
     args = ap.parse_args(argv)
     bad = 0
     for cfg_text in args.configs.split(","):
         config = parse_config(cfg_text)
         for dt in args.dtypes.split(","):
             dtype = getattr(torch, dt)
-            shapes = KERNEL_SHAPES["v_once_cluster"]
+            shapes = SMALL if args.small else KERNEL_SHAPES["v_once_cluster"]
             if config and config.get("MAX_CLUSTER") == 16:  # rows only a cluster of 16 holds
                 shapes = SHAPES16
             for b, h, n_q, n_k, d, causal, *gqa in shapes:

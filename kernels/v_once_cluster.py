@@ -19,10 +19,14 @@ holds; "auto" (the default) runs it where a cluster holds the row and otherwise 
 kernel, kernels.v_once_tc with placement="hbm", rescale="lazy" (contiguous, equal-head inputs only).
 last_plan() says which ran for the last call.
 
-config: {"NWG": 2} runs two consumer warpgroups that split each CTA's key blocks (even / odd), {"STAGES": 3|4}
-deepens the K/V ring, {"BLOCK_N": 128} doubles Bc (both leave less room for f: plan() accounts for it),
+The K/V ring: plan() sizes the cluster at 2 slots, then the ring deepens into whatever shared memory the f slice
+leaves (ring_stages(), up to 7 slots); config {"STAGES": k} fixes it at k slots (plan() at k).
+config: {"NWG": 2} runs two consumer warpgroups that split each CTA's key blocks (even / odd),
+{"BLOCK_N": 128} doubles Bc (less room for f: plan() accounts for it),
 {"MAX_CLUSTER": 16} lets plan() pick the non-portable cluster of 16 (launched with cuLaunchKernelEx and the
-function's non-portable opt-in; not yet run on a GPU); the default is CONFIG. No speed measured yet.
+function's non-portable opt-in; not yet run on a GPU), {"RUNTIME_CLUSTER": 1} sets every cluster shape at launch
+(cuLaunchKernelEx) instead of compiling it in (__cluster_dims__ with a plain cuLaunchKernel, the default); the
+default is CONFIG. No speed measured yet.
 """
 from __future__ import annotations
 
@@ -40,14 +44,16 @@ PLACEMENTS = ("auto", "cluster")
 OPTIONS = {"placement": PLACEMENTS}
 BENCH_OPTIONS = ({"placement": "cluster"},)  # timed as itself: the fallback is v_once_tc's own entry
 # Br, Bc, K/V ring slots, consumer warpgroups (with 2 they split the CTA's key blocks, even / odd: Br stays 64,
-# so the f slice and plan() do not change): the default build. config= may set NWG and STAGES (the ring: it
-# enters plan()'s budget).
+# so the f slice and plan() do not change), the largest cluster plan() may pick: the default build. config= may
+# set what TUNABLE lists (Bc and the ring enter plan()'s budget; MAX_CLUSTER only the plan; RUNTIME_CLUSTER the
+# launch path).
 CONFIG = dict(BLOCK_M=64, BLOCK_N=64, STAGES=2, NWG=1, MAX_CLUSTER=8)
-TUNABLE = {"NWG": (1, 2), "STAGES": (2, 3, 4), "BLOCK_N": (64, 128), "MAX_CLUSTER": (8, 16)}
-LAUNCH_ONLY = ("MAX_CLUSTER",)  # config keys that are not .cu defines
+TUNABLE = {"NWG": (1, 2), "STAGES": (2, 3, 4, 5, 6, 7), "BLOCK_N": (64, 128), "MAX_CLUSTER": (8, 16),
+           "RUNTIME_CLUSTER": (0, 1)}
+MAX_STAGES = 7  # the .cu's mbarrier block (MAX_STAGES there)
 # candidates the GPU check tests and times beside the default (NVRTC: no spills; NWG=2 with Bc=128 at d=128
 # spills 8-20 B, so it is not one)
-SWEEP = [dict(NWG=2), dict(NWG=2, STAGES=4), dict(STAGES=4), dict(BLOCK_N=128)]
+SWEEP = [dict(NWG=2), dict(NWG=2, STAGES=4), dict(STAGES=2), dict(BLOCK_N=128)]  # STAGES=k: a fixed k-slot ring
 CLUSTER_SIZES = (1, 2, 4, 8, 16)  # 16 is non-portable: config MAX_CLUSTER=16 opts in (cuLaunchKernelEx)
 PORTABLE_SIZES = (1, 2, 4, 8)
 MAX_CLUSTER = CONFIG["MAX_CLUSTER"]  # the default plan's largest cluster
@@ -140,13 +146,26 @@ def max_keys(d: int, cluster_size: int | None = None, config: dict | None = None
                              block_k=cfg["BLOCK_N"], stages=cfg["STAGES"])
 
 
-def smem_bytes(d: int, tc_alloc: int, config: dict | None = None) -> int:
-    """The .cu's layout: 1 KB alignment slack, Q, the ring, 128 B of mbarriers, the 6 x 64 float32 reduction
-    arrays, tc_alloc block maxima (64 float32 each) and tc_alloc f blocks (64 x Bc, 16-bit).
-    Equal to analysis.cluster.smem_bytes (tests/test_kernels_cluster.py checks it)."""
+def smem_bytes(d: int, tc_alloc: int, config: dict | None = None, stages: int | None = None) -> int:
+    """The .cu's layout: 1 KB alignment slack, Q, the ring (stages slots; default the config's STAGES), 128 B of
+    mbarriers, the 6 x 64 float32 reduction arrays, tc_alloc block maxima (64 float32 each) and tc_alloc f
+    blocks (64 x Bc, 16-bit). At the config's STAGES, analysis.cluster.smem_bytes (tests check it)."""
     cfg = build_config(config)
-    bm, bn, st = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["STAGES"]
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    st = cfg["STAGES"] if stages is None else stages
     return 1024 + bm * d * 2 + st * bn * d * 2 + 128 + 6 * bm * 4 + tc_alloc * (bm * 4 + bm * bn * 2)
+
+
+def ring_stages(d: int, tc_alloc: int, config: dict | None = None, capacity: int = _cluster.SMEM_PER_CTA) -> int:
+    """The ring depth a launch gets: config STAGES fixes it; by default (no STAGES in config) plan()'s 2 slots
+    deepen into the shared memory the f slice leaves, up to MAX_STAGES (more K/V tiles in flight: the TMA round
+    trip is the CTA's main exposed latency)."""
+    if config and "STAGES" in config:
+        return build_config(config)["STAGES"]
+    st = build_config(config)["STAGES"]
+    while st < MAX_STAGES and smem_bytes(d, tc_alloc, config, st + 1) <= capacity:
+        st += 1
+    return st
 
 
 def defines_for(d: int, is_bf16: bool, cluster_size: int, config: dict | None = None) -> dict:
@@ -157,24 +176,30 @@ def defines_for(d: int, is_bf16: bool, cluster_size: int, config: dict | None = 
     cfg = build_config(config)
     if cluster_size > cfg["MAX_CLUSTER"]:
         raise ValueError(f"v_once_cluster: cluster size {cluster_size} needs config MAX_CLUSTER=16 (non-portable)")
-    return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), CS=int(cluster_size), BLOCK_N=cfg["BLOCK_N"],
-                STAGES=cfg["STAGES"], NWG=cfg["NWG"])
+    defs = dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), CS=int(cluster_size), BLOCK_N=cfg["BLOCK_N"],
+                NWG=cfg["NWG"])  # the ring depth is an argument (ring_stages), not a build
+    if cfg.get("RUNTIME_CLUSTER"):  # the cluster shape set at launch (cuLaunchKernelEx), not compiled in
+        defs["RUNTIME_CLUSTER"] = 1
+    return defs
 
 
 def compile_configs() -> list[tuple[str, str, dict]]:
-    """The default build at every cluster size, head dim and dtype, and two warpgroups (fp16) beside it."""
-    out = [(str(SOURCE), KERNEL, defines_for(d, bf16, cs)) for cs in PORTABLE_SIZES for d in HEAD_DIMS
-           for bf16 in (0, 1)]
-    out += [(str(SOURCE), KERNEL, defines_for(d, 0, cs, dict(NWG=2))) for cs in PORTABLE_SIZES for d in HEAD_DIMS]
-    return out + [(str(SOURCE), KERNEL, defines_for(d, 0, 16, dict(MAX_CLUSTER=16))) for d in HEAD_DIMS]
+    """The default build at every portable cluster size, head dim and dtype: 16 builds (CI compiles each; the
+    candidates' builds are sweep_configs(), a few checked in tests/test_kernels_cluster.py)."""
+    return [(str(SOURCE), KERNEL, defines_for(d, bf16, cs)) for cs in PORTABLE_SIZES for d in HEAD_DIMS
+            for bf16 in (0, 1)]
 
 
 def sweep_configs() -> list[tuple[str, str, dict]]:
     """Every SWEEP candidate at every cluster size, head dim and dtype (the GPU check precompiles them)."""
     out = [(str(SOURCE), KERNEL, defines_for(d, bf16, cs, cfg)) for cfg in SWEEP for cs in PORTABLE_SIZES
            for d in HEAD_DIMS for bf16 in (0, 1)]
-    return out + [(str(SOURCE), KERNEL, defines_for(d, bf16, 16, dict(MAX_CLUSTER=16))) for d in HEAD_DIMS
-                  for bf16 in (0, 1)]
+    out += [(str(SOURCE), KERNEL, defines_for(d, bf16, 16, dict(MAX_CLUSTER=16))) for d in HEAD_DIMS
+            for bf16 in (0, 1)]
+    unique = {}
+    for item in out:  # a ring depth is an argument, not a build: STAGES candidates share the others' builds
+        unique.setdefault((item[1], tuple(sorted(item[2].items()))), item)
+    return list(unique.values())
 
 
 def supported(device=None) -> bool:
@@ -236,7 +261,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
                                f"is {major}.x -- use kernels.v_once_tc there")
         _HOPPER.add(dev)
     tc_alloc = p.key_blocks_per_cta
-    smem = smem_bytes(d, tc_alloc, config)
+    stages = ring_stages(d, tc_alloc, config)
+    smem = smem_bytes(d, tc_alloc, config, stages)
     defs = defines_for(d, q.dtype == torch.bfloat16, p.cluster_size, config)
     if out is None:
         o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
@@ -245,18 +271,19 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
         o, lse = fa2_tc._outputs(q, out)
     from kernels.tma import tensor_map
 
-    bm, bn = CONFIG["BLOCK_M"], CONFIG["BLOCK_N"]
+    cfg = build_config(config)
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]  # the TMA boxes: Q_i and K_j / V_j tiles of this build
     args = (tensor_map(q, bm, name="q"), tensor_map(k, bn, name="k"), tensor_map(v, bn, name="v"), o, lse,
             int(n_q), int(n_k), float(scale * LOG2E), float(scale), int(bool(causal)), int(h), int(h // h_kv),
-            int(tc_alloc))
+            int(tc_alloc), int(stages))
     t_r = -(-n_q // bm)
     _LAST.clear()
     _LAST.update(placement="cluster", kernel="v_once_cluster", cluster_size=p.cluster_size,
                  keys_per_cta=p.keys_per_cta, f_bytes_per_cta=p.f_bytes, smem_bytes=smem,
-                 grid=(t_r * p.cluster_size, b * h), nwg=defs["NWG"], stages=defs["STAGES"])
+                 grid=(t_r * p.cluster_size, b * h), nwg=defs["NWG"], stages=stages)
     kernel = loader.get_function(SOURCE, KERNEL, defines=defs, arch=ARCH, device=dev)
     grid, block = (t_r * p.cluster_size, b * h, 1), (128 * (defs["NWG"] + 1), 1, 1)
-    if p.cluster_size in PORTABLE_SIZES:  # the shape is compiled in (__cluster_dims__): a plain launch
+    if p.cluster_size in PORTABLE_SIZES and not defs.get("RUNTIME_CLUSTER"):  # __cluster_dims__: a plain launch
         kernel.launch(grid, block, args, shared_mem=smem)
     else:
         _cluster_launch(kernel, grid, block, args, smem, p.cluster_size)
@@ -280,7 +307,8 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 40
 
         return v_once_tc.describe(d, dtype, causal, n_q=n_q, n_k=n_k, placement="hbm", rescale="lazy")
     cfg = build_config(config)
-    smem = smem_bytes(d, p.key_blocks_per_cta, config)
+    stages = ring_stages(d, p.key_blocks_per_cta, config)
+    smem = smem_bytes(d, p.key_blocks_per_cta, config, stages)
     defs = defines_for(d, dtype == "bf16", p.cluster_size, config)
     br, bc, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], threads(config) // 32
     # per tile: Q and K_j (S), V_j (the product) by wgmma, f written and read back (16-bit)
@@ -292,4 +320,4 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 40
                 s_p="registers", grid="q_blocks", smem_bytes_per_tile=smem_tile, f="sram", rescale="lazy",
                 smem_bytes=smem, launch_overhead_s=t, overhead_source=src,
                 source="kernels/v_once_cluster.py CONFIG and cluster_plan()",
-                options=dict(placement=placement, cluster_size=p.cluster_size, NWG=cfg["NWG"], STAGES=cfg["STAGES"]))
+                options=dict(placement=placement, cluster_size=p.cluster_size, NWG=cfg["NWG"], STAGES=stages))

@@ -135,7 +135,7 @@ BY_PATH = {"ab_speed.py"}
 NOT_TIMING = {"harness.py", "timing.py", "__init__.py", "ncu_levels_target.py", "ncu_bwd_target.py",
               "bwd_sanitize_target.py", "precompile_bwd.py", "verdict_table.py", "host_overhead_cpu.py",
                "inputs_gpu_check.py", "spill_sites.py"}
-NOT_TIMING |= {"cluster_sanitize_target.py"}  # issue 18: a compute-sanitizer target
+NOT_TIMING |= {"cluster_sanitize_target.py", "cluster_ncu_target.py"}  # issue 18: sanitizer and ncu targets
 
 
 def test_every_bench_script_is_listed():

@@ -14,6 +14,7 @@ __device__ __forceinline__ u32 cluster_ctarank() {
     return r;
 }
 __device__ __forceinline__ void cluster_arrive() {
+    __syncwarp();  // .aligned: the whole warp executes it together (after lane-divergent code)
     asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
 }
 __device__ __forceinline__ void cluster_wait() {

@@ -13,7 +13,7 @@
 //
 //   issue #941 / FA2 Algorithm 1                     -> here
 //   FA2 Alg. 1 line 4     load Q_i                   -> producer warp: TMA once (each CTA its own copy)
-//   FA2 Alg. 1 line 7     load K_j                   -> producer: TMA into ring slot u % STAGES, u = 0..T-1
+//   FA2 Alg. 1 line 7     load K_j                   -> producer: TMA into ring slot u % stages, u = 0..T-1
 //   #941 step 1           S = Q_i K_j^T              -> consumer: wgmma SS (issue_qk), next S issued before this
 //                                                       block's softmax (two S buffers)
 //   #941 step 2           m_ij = rowmax(S), f_ij = exp(S - m_ij), l_ij = rowsum(f_ij)
@@ -42,16 +42,27 @@
 // grouped-query K/V), o, lse, Nq, Nk, scale_log2, scale, causal, H, group, tc_alloc (f slots per CTA: the
 // shared-memory layout's size). grid = (Tr * CS, B*H), __cluster_dims__(CS, 1, 1) (CS = 16: set at launch):
 // cluster c is Q block c.
-// smem (1024-aligned base): [Q][ring: STAGES x K/V tile][mbarriers][m_r, l_r of 2 warpgroups, M, l: 6 x 64 f32]
+// smem (1024-aligned base): [Q][ring: stages x K/V tile][mbarriers][m_r, l_r of 2 warpgroups, M, l: 6 x 64 f32]
 //                           [block maxima: tc_alloc x 64 f32][f: tc_alloc x 64 x BLOCK_N 16-bit]
-// = analysis/cluster.py smem_bytes() (its RESERVE: alignment slack + mbarriers + the reduction arrays).
-// Knobs: HEAD_DIM (64|128), CS (1|2|4|8|16), NWG (1|2), BLOCK_N (Bc), STAGES (>= 2), IS_BF16.
+// = analysis/cluster.py smem_bytes() at a 2-slot ring (its RESERVE: alignment slack + mbarriers + the reduction
+// arrays); the launcher then deepens the ring (argument stages, up to MAX_STAGES) into what the f slice leaves.
+// Knobs: HEAD_DIM (64|128), CS (1|2|4|8|16), NWG (1|2), BLOCK_N (Bc), IS_BF16,
+// RUNTIME_CLUSTER (1: the cluster shape set at launch, as CS = 16 always is).
 //
 // Version log:
 //   v1  as above, Br = 64, Bc = 64, STAGES = 2, CS = 1/2/4/8, NWG = 1 (default) and 2. NVRTC (sm_90a): no spills,
 //       no wgmma serialisation warning in any build (a wgmma under a branch inside the phase-1 loop, or in flight
 //       across its back edge, or a rank from %cluster_ctarank that ptxas cannot prove warp-uniform, each made
-//       ptxas serialise every wgmma: C7515 / C7518). Measured: not yet run.
+//       ptxas serialise every wgmma: C7515 / C7518). Candidates beside it (kernels/v_once_cluster.py SWEEP): NWG=2,
+//       Bc=128 (NWG=1; with NWG=2 at d=128 it spills 8-20 B); CS = 16 (non-portable, shape set at launch).
+//       H200 (first visit, bench/results/visit2 on main): correct on every memcheck shape (CS 1..8, default and
+//       NWG=2); DRAM bytes 0.974-0.976x the compulsory Q, K, V, O (ncu: no f byte leaves the chip); 3.2-3.7x
+//       fa2_wgmma's time (N = 4k d = 64/128, 8k d = 128); Bc=128 hung (the launcher's TMA box stayed 64 rows).
+//   v2  per CTA ~18 us at N = 4k, mostly exposed latency: a 2-slot ring gave the producer one pair of blocks of
+//       look-ahead (a TMA round trip per pair, ~1 us), and the cluster reductions waited on each DSMEM load in
+//       turn (3 CS NWG remote latencies, then CS per output chunk). Now every DSMEM load of a reduction is
+//       issued before any is used, and the ring is as deep as the shared memory the f slice leaves (the launcher
+//       passes stages, 2..7; plan() still sizes the cluster at 2 slots). Measured: not yet run.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -62,9 +73,7 @@
 #ifndef BLOCK_N
 #define BLOCK_N 64
 #endif
-#ifndef STAGES
-#define STAGES 2
-#endif
+#define MAX_STAGES 7  // ring slots the mbarrier block holds; the launcher passes how many this launch has
 #ifndef IS_BF16
 #define IS_BF16 0
 #endif
@@ -82,7 +91,6 @@
 #define KN (BLOCK_N / 16)
 #define TILE_Q_BYTES (BLOCK_M * D * 2)
 #define TILE_KV_BYTES (BLOCK_N * D * 2)
-#define RING_BYTES (STAGES * TILE_KV_BYTES)
 #define F_SLOT_BYTES (BLOCK_M * BLOCK_N * 2)  // one f_ij block: KN uint4 per consumer thread
 #define BAR_BYTES 128
 #define RED_BYTES (6 * BLOCK_M * 4)  // m_r, l_r of up to 2 consumer warpgroups, then M, l (fixed: one layout)
@@ -90,15 +98,15 @@
 #define RED_L(w) ((2 + (w)) * BLOCK_M)
 #define RED_MFIN (4 * BLOCK_M)
 #define RED_LFIN (5 * BLOCK_M)
-#define PAIRS (STAGES >= 2 * NWG)  // phase 1 holds two ring slots per warpgroup at once
+#define PAIRS (NWG == 1)  // phase 1 holds two ring slots at once (two warpgroups overlap each other instead)
 #define ROWS_PER_RANK (BLOCK_M / CS)  // cluster reduction 2: rows of O each rank sums and writes
 
 static_assert(D == 64 || D == 128, "HEAD_DIM must be 64 or 128");
 static_assert(CS == 1 || CS == 2 || CS == 4 || CS == 8 || CS == 16, "CS: 1, 2, 4, 8 or 16 CTAs per cluster");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
-static_assert(RING_BYTES >= BLOCK_M * D * 4, "the ring must hold the partial O (64 x d fp32) after phase 2");
+static_assert(2 * TILE_KV_BYTES >= BLOCK_M * D * 4, "two ring slots must hold the partial O (64 x d fp32)");
 static_assert(NWG == 1 || NWG == 2, "1 or 2 consumer warpgroups");
-static_assert(STAGES >= 2 && 8 * (1 + 2 * STAGES) <= BAR_BYTES, "mbarriers");
+static_assert(8 * (1 + 2 * MAX_STAGES) <= BAR_BYTES, "mbarriers");
 
 #include "tc_common.cuh"  // pack2, ex2, quad reductions, NEG_INF, scale2
 #include "wgmma.cuh"
@@ -206,7 +214,10 @@ __device__ __forceinline__ void add_o(u32 sO, float (&o)[D / 2], const int (&row
     store_o(sO, o, rowl, lane);
 }
 
-#if CS <= 8
+#ifndef RUNTIME_CLUSTER
+#define RUNTIME_CLUSTER 0  // 1: no compile-time cluster shape; the launcher sets it (cuLaunchKernelEx)
+#endif
+#if CS <= 8 && !RUNTIME_CLUSTER
 #define CLUSTER_DIMS __cluster_dims__(CS, 1, 1)
 #else  // 16 is over the portable 8: no compile-time shape, the launcher sets it (cuLaunchKernelEx, opt-in attribute)
 #define CLUSTER_DIMS
@@ -215,7 +226,7 @@ __device__ __forceinline__ void add_o(u32 sO, float (&o)[D / 2], const int (&row
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(NTHREADS, 1)
 v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__ TensorMap tmK,
                    const __grid_constant__ TensorMap tmV, u16* __restrict__ Og, float* __restrict__ LSEg, int Nq,
-                   int Nk, float scale_log2, float scale, int causal, int H, int group, int tc_alloc) {
+                   int Nk, float scale_log2, float scale, int causal, int H, int group, int tc_alloc, int stages) {
     extern __shared__ __align__(1024) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     // = %cluster_ctarank for __cluster_dims__(CS, 1, 1); from blockIdx, ptxas knows it is warp-uniform (from the
@@ -233,13 +244,13 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     const u32 s_base = (smem_addr(smem) + 1023u) & ~1023u;  // the same offset in every CTA: DSMEM maps by offset
     const u32 sQ = s_base;
     const u32 sRing = sQ + TILE_Q_BYTES;
-    const u32 bar0 = sRing + RING_BYTES;
+    const u32 bar0 = sRing + stages * TILE_KV_BYTES;  // stages: 2..MAX_STAGES, as deep as the f slice leaves room
     const u32 sRed = bar0 + BAR_BYTES;  // f32 [RED_M(w)] m_r, [RED_L(w)] l_r of warpgroup w; [RED_MFIN] M, [RED_LFIN] l
     const u32 sMb = sRed + RED_BYTES;
     const u32 sF = sMb + tc_alloc * BLOCK_M * 4;
     const u32 full_q = bar0;
 #define FULL(s) (bar0 + 8 * (1 + (s)))
-#define EMPTY(s) (bar0 + 8 * (1 + STAGES + (s)))
+#define EMPTY(s) (bar0 + 8 * (1 + MAX_STAGES + (s)))
 
     // this CTA's share of the visible key blocks (FA2's Tc, cut at the causal diagonal)
     int n_vis = Nk;
@@ -248,12 +259,12 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     const int per = (tc_vis + CS - 1) / CS;
     const int j_begin = min(rank * per, tc_vis);
     const int T = min(j_begin + per, tc_vis) - j_begin;
-    if (per > tc_alloc) __trap();  // the launcher sized the f slice from plan(): never true
+    if (per > tc_alloc || stages < 2 || stages > MAX_STAGES) __trap();  // the launcher's plan: never true
 
     if (tid == 0) {
         mbar_init(full_q, 1);
 #pragma unroll
-        for (int s = 0; s < STAGES; ++s) {
+        for (int s = 0; s < MAX_STAGES; ++s) {
             mbar_init(FULL(s), 1);
             mbar_init(EMPTY(s), 4);  // one arrival per consumer warp
         }
@@ -262,14 +273,14 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     __syncthreads();
 
     if (warp < 4) {
-        // ------------------------------------------------------------ producer (FA2 Alg. 1 lines 4 and 7)
+        // ------------------------------------------------ producer (FA2 Alg. 1 line 4, FA2 Alg. 1 line 7)
         if (warp == 0) {
             if (lane == 0 && T > 0) {
                 mbar_expect_tx(full_q, TILE_Q_BYTES);
 #pragma unroll
                 for (int p = 0; p < PANELS; ++p) tma_load(sQ + p * BLOCK_M * 128, &tmQ, p * 64, m0, h_idx, b_idx, full_q);
                 for (int u = 0; u < T; ++u) {  // K_j, then (after the barrier arrival) V_j through the same ring
-                    const int slot = u % STAGES, use = u / STAGES;
+                    const int slot = u % stages, use = u / stages;
                     if (use > 0) mbar_wait(EMPTY(slot), (use - 1) & 1);
                     mbar_expect_tx(FULL(slot), TILE_KV_BYTES);
 #pragma unroll
@@ -285,7 +296,7 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
         if (warp == 0) {
             if (lane == 0) {
                 for (int u = T; u < 2 * T; ++u) {
-                    const int slot = u % STAGES, use = u / STAGES;
+                    const int slot = u % stages, use = u / stages;
                     if (use > 0) mbar_wait(EMPTY(slot), (use - 1) & 1);
                     mbar_expect_tx(FULL(slot), TILE_KV_BYTES);
 #pragma unroll
@@ -333,27 +344,27 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
         float s1[BLOCK_N / 2];
         for (; i + 1 < Tw; i += 2) {
             const int t0 = cg + NWG * i, t1 = t0 + NWG;
-            mbar_wait(FULL(t0 % STAGES), (t0 / STAGES) & 1);
-            issue_qk(s0, sQ, sRing + (t0 % STAGES) * TILE_KV_BYTES, 0);
-            mbar_wait(FULL(t1 % STAGES), (t1 / STAGES) & 1);
-            issue_qk(s1, sQ, sRing + (t1 % STAGES) * TILE_KV_BYTES, 0);
+            mbar_wait(FULL(t0 % stages), (t0 / stages) & 1);
+            issue_qk(s0, sQ, sRing + (t0 % stages) * TILE_KV_BYTES, 0);
+            mbar_wait(FULL(t1 % stages), (t1 / stages) & 1);
+            issue_qk(s1, sQ, sRing + (t1 % stages) * TILE_KV_BYTES, 0);
             wgmma_wait<1>();
             wgmma_fence_operand(s0);
-            if (lane == 0) mbar_arrive(EMPTY(t0 % STAGES));
+            if (lane == 0) mbar_arrive(EMPTY(t0 % stages));
             phase1_block(s0, p1, t0, j_begin + t0);
             wgmma_wait<0>();
             wgmma_fence_operand(s1);
-            if (lane == 0) mbar_arrive(EMPTY(t1 % STAGES));
+            if (lane == 0) mbar_arrive(EMPTY(t1 % stages));
             phase1_block(s1, p1, t1, j_begin + t1);
         }
 #endif
         for (; i < Tw; ++i) {  // PAIRS: an odd count's last block
             const int t0 = cg + NWG * i;
-            mbar_wait(FULL(t0 % STAGES), (t0 / STAGES) & 1);
-            issue_qk(s0, sQ, sRing + (t0 % STAGES) * TILE_KV_BYTES, 0);
+            mbar_wait(FULL(t0 % stages), (t0 / stages) & 1);
+            issue_qk(s0, sQ, sRing + (t0 % stages) * TILE_KV_BYTES, 0);
             wgmma_wait<0>();
             wgmma_fence_operand(s0);
-            if (lane == 0) mbar_arrive(EMPTY(t0 % STAGES));
+            if (lane == 0) mbar_arrive(EMPTY(t0 % stages));
             phase1_block(s0, p1, t0, j_begin + t0);
         }
     }
@@ -370,27 +381,33 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     }
     cluster_arrive();
     cluster_wait();
+    // every partial's m and l first (all DSMEM loads in flight at once: one remote latency, not 3 CS NWG), then
+    // the max and the sum
     float Ms[2];
+    {
+        float mv[2][CS * NWG], lv[2][CS * NWG];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float M = NEG_INF;
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int r = 0; r < CS; ++r)
+            for (int r = 0; r < CS; ++r)
 #pragma unroll
-            for (int w = 0; w < NWG; ++w) M = fmaxf(M, dsmem_ld_f32(dsmem_map(sRed + (RED_M(w) + rowl[h]) * 4, r)));
-        Ms[h] = (M == NEG_INF) ? 0.f : M * scale_log2;
-        float l = 0.f;
+                for (int w = 0; w < NWG; ++w) {
+                    mv[h][r * NWG + w] = dsmem_ld_f32(dsmem_map(sRed + (RED_M(w) + rowl[h]) * 4, r));
+                    lv[h][r * NWG + w] = dsmem_ld_f32(dsmem_map(sRed + (RED_L(w) + rowl[h]) * 4, r));
+                }
 #pragma unroll
-        for (int r = 0; r < CS; ++r)
+        for (int h = 0; h < 2; ++h) {
+            float M = NEG_INF;
 #pragma unroll
-            for (int w = 0; w < NWG; ++w) {
-                const float mr = dsmem_ld_f32(dsmem_map(sRed + (RED_M(w) + rowl[h]) * 4, r));
-                const float lr = dsmem_ld_f32(dsmem_map(sRed + (RED_L(w) + rowl[h]) * 4, r));
-                l += lr * ex2(mr * scale_log2 - Ms[h]);  // a partial that saw nothing: 0 * 0
+            for (int k = 0; k < CS * NWG; ++k) M = fmaxf(M, mv[h][k]);
+            Ms[h] = (M == NEG_INF) ? 0.f : M * scale_log2;
+            float l = 0.f;
+#pragma unroll
+            for (int k = 0; k < CS * NWG; ++k) l += lv[h][k] * ex2(mv[h][k] * scale_log2 - Ms[h]);  // empty: 0 * 0
+            if ((lane & 3) == 0 && cg == 0) {
+                asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_MFIN + rowl[h]) * 4), "f"(M) : "memory");
+                asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_LFIN + rowl[h]) * 4), "f"(l) : "memory");
             }
-        if ((lane & 3) == 0 && cg == 0) {
-            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_MFIN + rowl[h]) * 4), "f"(M) : "memory");
-            asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sRed + (RED_LFIN + rowl[h]) * 4), "f"(l) : "memory");
         }
     }
 
@@ -404,21 +421,21 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
         build_p(pa0, sF, sMb, cg, ctid, cw, lane, Ms, scale_log2);
         for (int i = 0; i < Tw; i += 2) {
             const int t0 = cg + NWG * i, u0 = T + t0;
-            mbar_wait(FULL(u0 % STAGES), (u0 / STAGES) & 1);
+            mbar_wait(FULL(u0 % stages), (u0 / stages) & 1);
             wgmma_fence_operand(o);
-            issue_pv(o, pa0, sRing + (u0 % STAGES) * TILE_KV_BYTES);
+            issue_pv(o, pa0, sRing + (u0 % stages) * TILE_KV_BYTES);
             if (i + 1 < Tw) build_p(pa1, sF, sMb, t0 + NWG, ctid, cw, lane, Ms, scale_log2);  // during the product
             wgmma_wait<0>();
             wgmma_fence_operand(o);
-            if (lane == 0) mbar_arrive(EMPTY(u0 % STAGES));
+            if (lane == 0) mbar_arrive(EMPTY(u0 % stages));
             if (i + 1 < Tw) {
                 const int u1 = u0 + NWG;
-                mbar_wait(FULL(u1 % STAGES), (u1 / STAGES) & 1);
-                issue_pv(o, pa1, sRing + (u1 % STAGES) * TILE_KV_BYTES);
+                mbar_wait(FULL(u1 % stages), (u1 / stages) & 1);
+                issue_pv(o, pa1, sRing + (u1 % stages) * TILE_KV_BYTES);
                 if (i + 2 < Tw) build_p(pa0, sF, sMb, t0 + 2 * NWG, ctid, cw, lane, Ms, scale_log2);
                 wgmma_wait<0>();
                 wgmma_fence_operand(o);
-                if (lane == 0) mbar_arrive(EMPTY(u1 % STAGES));
+                if (lane == 0) mbar_arrive(EMPTY(u1 % stages));
             }
         }
     }
@@ -438,27 +455,41 @@ v_once_cluster_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant_
     cluster_wait();
     u16* o_g = Og + (long long)bh * Nq * D;
     const int ct = tid - 128;  // 0 .. 128 NWG - 1
-    for (int idx = ct; idx < ROWS_PER_RANK * (D / 4); idx += 128 * NWG) {
-        const int r = rank * ROWS_PER_RANK + idx / (D / 4), c = idx % (D / 4);
-        const u32 local = sO + r * (D * 4) + ((c ^ (r & 7)) << 4);
-        float4 acc;
-        acc.x = acc.y = acc.z = acc.w = 0.f;
+    {
+        // a thread's items (16-byte chunks of the rank's rows), every rank's partial of each loaded first: all
+        // D / (8 NWG) remote loads in flight at once (one DSMEM latency), then summed, scaled by 1 / l, written
+        constexpr int TOTAL = ROWS_PER_RANK * (D / 4), ITEMS = (TOTAL + 128 * NWG - 1) / (128 * NWG);
+        float4 x[ITEMS][CS];
 #pragma unroll
-        for (int rr = 0; rr < CS; ++rr) {
-            const float4 x = dsmem_ld_f32x4(dsmem_map(local, rr));
-            acc.x += x.x;
-            acc.y += x.y;
-            acc.z += x.z;
-            acc.w += x.w;
+        for (int it = 0; it < ITEMS; ++it) {
+            const int idx = ct + it * 128 * NWG;
+            const int r = rank * ROWS_PER_RANK + idx / (D / 4), c = idx % (D / 4);
+            const u32 local = sO + r * (D * 4) + ((c ^ (r & 7)) << 4);
+#pragma unroll
+            for (int rr = 0; rr < CS; ++rr)
+                if (idx < TOTAL) x[it][rr] = dsmem_ld_f32x4(dsmem_map(local, rr));
         }
-        float l;
-        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(l) : "r"(sRed + (RED_LFIN + r) * 4) : "memory");
-        const float inv = (l > 0.f) ? 1.f / l : 0.f;  // a row that saw no key (or NaN): O = 0
-        if (m0 + r < Nq) {
-            uint2 val;
-            val.x = pack2(acc.x * inv, acc.y * inv);
-            val.y = pack2(acc.z * inv, acc.w * inv);
-            *(uint2*)(o_g + (long long)(m0 + r) * D + c * 4) = val;
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+            const int idx = ct + it * 128 * NWG;
+            const int r = rank * ROWS_PER_RANK + idx / (D / 4), c = idx % (D / 4);
+            if (idx < TOTAL && m0 + r < Nq) {
+                float4 acc = x[it][0];
+#pragma unroll
+                for (int rr = 1; rr < CS; ++rr) {
+                    acc.x += x[it][rr].x;
+                    acc.y += x[it][rr].y;
+                    acc.z += x[it][rr].z;
+                    acc.w += x[it][rr].w;
+                }
+                float l;
+                asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(l) : "r"(sRed + (RED_LFIN + r) * 4) : "memory");
+                const float inv = (l > 0.f) ? 1.f / l : 0.f;  // a row that saw no key (or NaN): O = 0
+                uint2 val;
+                val.x = pack2(acc.x * inv, acc.y * inv);
+                val.y = pack2(acc.z * inv, acc.w * inv);
+                *(uint2*)(o_g + (long long)(m0 + r) * D + c * 4) = val;
+            }
         }
     }
     if (ct < ROWS_PER_RANK) {
