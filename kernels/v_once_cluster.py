@@ -290,34 +290,5 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     return o, lse
 
 
-# -- what the GPU model needs (analysis.descriptors; torch-free) ------------------------------------------
-def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 4096, n_k: int | None = None,
-             placement: str = "auto", config: dict | None = None, **_) -> dict:
-    """This build's descriptor: wgmma (S from smem Q, K; P V with f from registers), a TMA producer warpgroup
-    and NWG consumer warpgroups, the f slice in shared memory, one CTA per SM at the shared memory plan() gives.
-    (The cluster terms -- DSMEM reductions, co-scheduling -- are the GPU model's, issue 18 item 2.)"""
-    from analysis.descriptors import ctas_per_sm, overhead, registers_of
-
-    n_k = n_q if n_k is None else n_k
-    p = cluster_plan(n_k, d, config=config)
-    if p is None and placement == "cluster":
-        _resolve(n_k, d, placement, config)
-    if p is None:  # auto beyond the largest cluster: the spilled kernel's descriptor
-        from kernels import v_once_tc
-
-        return v_once_tc.describe(d, dtype, causal, n_q=n_q, n_k=n_k, placement="hbm", rescale="lazy")
-    cfg = build_config(config)
-    stages = ring_stages(d, p.key_blocks_per_cta, config)
-    smem = smem_bytes(d, p.key_blocks_per_cta, config, stages)
-    defs = defines_for(d, dtype == "bf16", p.cluster_size, config)
-    br, bc, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], threads(config) // 32
-    # per tile: Q and K_j (S), V_j (the product) by wgmma, f written and read back (16-bit)
-    smem_tile = br * d * 2 + 2 * bc * d * 2 + 2 * br * bc * 2
-    t, src = overhead("fa2_tc")
-    return dict(kernel="v_once_cluster", build=f"Br={br} Bc={bc} CS={p.cluster_size} NWG={cfg['NWG']}",
-                variant="v_once", path="wgmma", structure="warp_specialized", block_q=br, block_k=bc, warps=warps,
-                ctas_per_sm=ctas_per_sm(warps, smem, registers_of("v_once_cluster", defs), 1), loads="tma",
-                s_p="registers", grid="q_blocks", smem_bytes_per_tile=smem_tile, f="sram", rescale="lazy",
-                smem_bytes=smem, launch_overhead_s=t, overhead_source=src,
-                source="kernels/v_once_cluster.py CONFIG and cluster_plan()",
-                options=dict(placement=placement, cluster_size=p.cluster_size, NWG=cfg["NWG"], STAGES=stages))
+# What the GPU model needs (tiles, cluster size, shared memory, terms) is analysis/cluster_model.py's
+# descriptor, built from the same analysis.cluster.plan as cluster_plan() here.

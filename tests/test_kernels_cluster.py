@@ -161,13 +161,18 @@ def test_launch_config_of_the_non_portable_cluster():
 
 
 def test_descriptor_follows_the_plan():
+    """The GPU model's descriptor (analysis/cluster_model.py) and the launcher pick the same cluster size from
+    analysis.cluster.plan; past 8 CTAs the model describes the non-portable cluster of 16 (config MAX_CLUSTER=16)."""
     from analysis.descriptors import describe
+    from kernels import v_once_cluster as vc
 
     small, large = describe("v_once_cluster", 128, n_q=1024), describe("v_once_cluster", 128, n_q=9000)
-    assert small.options["cluster_size"] == 1 and large.options["cluster_size"] == 8
-    assert small.path == "wgmma" and small.rescale == "lazy" and small.smem_bytes < large.smem_bytes
-    spilled = describe("v_once_cluster", 128, n_q=20000)
-    assert spilled.kernel == "v_once_tc" and spilled.f == "hbm"
+    assert small.cluster_size == 1 and large.cluster_size == 8
+    assert small.path == "wgmma" and small.rescale == "lazy" and small.f == "cluster"
+    assert small.smem_bytes < large.smem_bytes
+    for n in (1024, 5000, 9000):
+        assert describe("v_once_cluster", 128, n_q=n).cluster_size == vc.cluster_plan(n, 128).cluster_size
+    assert describe("v_once_cluster", 128, n_q=20000).cluster_size == 16
 
 
 # ------------------------------------------------------------------------------------------------ GPU
