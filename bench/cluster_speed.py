@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", default="1024,4096,8192,16384")
     ap.add_argument("--d", default="64,128")
     ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--dtypes", default="float16", help="float16,bfloat16")
     ap.add_argument("--small", action="store_true", help="add the B*H <= 16 cells")
     ap.add_argument("--max-sets", type=int, default=3)
     ap.add_argument("--set", choices=("main", "candidates", "all"), default="all",
@@ -71,8 +72,10 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for b, h, n, d in cells([int(x) for x in args.n.split(",")], [int(x) for x in args.d.split(",")], args.small):
-        sets = harness.input_sets(b, h, n, n, d, torch.float16, max_sets=args.max_sets)
+    grid = [(dt, *c) for dt in args.dtypes.split(",")
+            for c in cells([int(x) for x in args.n.split(",")], [int(x) for x in args.d.split(",")], args.small)]
+    for dtype, b, h, n, d in grid:
+        sets = harness.input_sets(b, h, n, n, d, getattr(torch, dtype), max_sets=args.max_sets)
         for causal in [bool(int(x)) for x in args.causal.split(",")]:
             for label in ent:
                 ours = label.startswith("v_once_cluster")
@@ -82,14 +85,14 @@ def main(argv=None) -> int:
                     continue  # the same build as the default's wherever a portable cluster holds the row
                 if ours and plan is None:  # no cluster holds the row: not run
                     rec = dict(label=label, kernel=label, b=b, h=h, n=n, n_q=n, n_k=n, d=d, causal=causal,
-                               dtype="float16", run_id=harness.run_info()["run_id"],
+                               dtype=dtype, run_id=harness.run_info()["run_id"],
                                skipped=f"Nk={n} over the {v_once_cluster.max_keys(d, config=cfg)} keys a cluster "
                                        f"holds at d={d}")
                 else:
                     rec = harness.measure(ent[label], sets, causal)
                 rec["cluster_size"] = plan.cluster_size if plan else None
                 rows.append(rec)
-                print(f"{label:24s} B={b} H={h} N={n} d={d} causal={causal} "
+                print(f"{label:24s} {dtype} B={b} H={h} N={n} d={d} causal={causal} "
                       f"{rec.get('median_ms', rec.get('skipped'))}", file=sys.stderr, flush=True)
         del sets
         torch.cuda.empty_cache()
@@ -106,7 +109,7 @@ def _fmt(x, spec: str, width: int) -> str:
 def print_table(rows) -> None:
     """Every record with its time ratio to fa2_wgmma in the same run, then per cell the fastest v_once_cluster
     build against fa2_wgmma and cuDNN (the proposal at its strongest)."""
-    key = lambda r: (r["b"], r["h"], r["n"], r["d"], r["causal"])  # noqa: E731
+    key = lambda r: (r["b"], r["h"], r["n"], r["d"], r["causal"], r.get("dtype", "float16"))  # noqa: E731
     fa2 = {key(r): r.get("median_ms") for r in rows if r["label"] == "fa2_wgmma"}
     cudnn = {key(r): r.get("median_ms") for r in rows if r["label"] == "sdpa_cudnn"}
     print(f"{'kernel':34s} {'B':>3s} {'H':>3s} {'N':>6s} {'d':>4s} {'causal':>6s} {'CS':>3s} {'ms':>9s} {'TFLOP/s':>8s} "
@@ -123,13 +126,13 @@ def print_table(rows) -> None:
             if key(r) not in best or r["median_ms"] < best[key(r)]["median_ms"]:
                 best[key(r)] = r
     print(f"\nfastest v_once_cluster build per cell: {'B':>3s} {'H':>3s} {'N':>6s} {'d':>4s} {'causal':>6s} {'CS':>3s} "
-          f"{'ms':>9s} {'t/fa2':>7s} {'t/cuDNN':>7s}  build")
+          f"{'ms':>9s} {'t/fa2':>7s} {'t/cuDNN':>7s}  dtype, build")
     for k, r in sorted(best.items()):
         ms = r["median_ms"]
         f, c = fa2.get(k), cudnn.get(k)
         print(f"{'':38s} {k[0]:3d} {k[1]:3d} {k[2]:6d} {k[3]:4d} {str(k[4]):>6s} {_fmt(r.get('cluster_size'), '3d', 3)} "
               f"{ms:9.4f} {_fmt(ms / f if f else None, '7.3f', 7)} {_fmt(ms / c if c else None, '7.3f', 7)}  "
-              f"{r['label']}")
+              f"{k[5]}, {r['label']}")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,9 @@
 # GPU check of issue 18 items 1 and 5 (kernels/v_once_cluster.py, the cluster "multiply V once"), from the
 # repository root on an H200 (about 4 minutes):
 #
-#   PYTHONPATH=. bash bench/gpu_check_cluster.sh        # OUT=<dir> (default: a temp dir)
+#   PYTHONPATH=. bash bench/gpu_check_cluster.sh   # LIMIT_<step>=seconds overrides a step's limit; SPEED_ARGS
+#                                                 # adds bench/cluster_speed.py arguments to speed_main;
+#                                                 # OUT=<dir> (default: a temp dir)
 #
 # Steps (each under its own time limit, in its own process, so a build that hangs costs only its step; one failing
 # does not stop the rest; $OUT/steps.txt has rc (124: cut by the limit) and seconds; at most ~5 minutes in all):
@@ -40,6 +42,7 @@ mkdir -p "$OUT"
 failed=()
 step() {  # step NAME SECONDS FUNCTION: run under a time limit, log rc and seconds, keep going
   local name=$1 limit=$2; shift 2
+  local override="LIMIT_$name"; limit=${!override:-$limit}  # e.g. LIMIT_speed_main=120 in the environment
   local t0=$(date +%s)
   echo "=== $name" >&2
   timeout "$limit" bash -c "$(declare -f); $1"  # every function: the steps call helpers (pyt, sanitize)
@@ -103,7 +106,8 @@ ncu_step() {
     python3 bench/cluster_ncu_target.py > "$OUT/ncu.csv" 2> "$OUT/ncu.stderr"
 }
 speed_main() {
-  python3 bench/cluster_speed.py --out "$OUT" --small --max-sets 2 --set main > /dev/null 2> "$OUT/cluster_speed_main.err"
+  python3 bench/cluster_speed.py --out "$OUT" --small --max-sets 2 --set main ${SPEED_ARGS:-} > /dev/null \
+    2> "$OUT/cluster_speed_main.err"
 }
 speed_candidates() {
   python3 bench/cluster_speed.py --out "$OUT" --small --max-sets 2 --set candidates > /dev/null \
