@@ -11,10 +11,10 @@
 #              shapes with odd Nq/Nk, causal rows that see no key, scores to ~1e4, d = 64/96/128/256; Nk = 4100
 #              key loops; strided + GQA; row max creeping / jumping for the rescale threshold), the fa2_wgmma
 #              tests of tests/test_kernels_tc.py (every sweep candidate on tails) and
-#              tests/test_kernels_layouts.py, all but the persistent builds    -> $OUT/gpu_tests.log
-#   smoke      each persistent build (PERSISTENT=1/2) once per d on 1, 3 and all CTAs, causal and not: a hang
-#              or a wrong result here drops the persistent variants from the A/B (steps.txt: smoke rc)
-#   tests_persistent  the same GPU tests for the persistent builds      -> $OUT/gpu_tests_persistent.log
+#              tests/test_kernels_layouts.py, all but the PERSISTENT / QK_AHEAD builds -> $OUT/gpu_tests.log
+#   smoke      each build with a new barrier protocol (PERSISTENT=1/2, QK_AHEAD=1) once per d on 1, 3 and all
+#              CTAs, causal and not: a hang or a wrong result here drops those variants from the A/B
+#   tests_protocol  the GPU tests of those builds                        -> $OUT/gpu_tests_protocol.log
 #   memcheck   compute-sanitizer memcheck of the all-knobs speed builds ({d: build}; persistent ones on 2
 #              CTAs, so each loops over several tiles), fp16 + bf16, on bench/sanitize.py's fa2_wgmma
 #              KERNEL_SHAPES (Nk = 2900: each ring slot refilled 8-18 times; Nq = 300: 3 Q blocks per head;
@@ -60,13 +60,14 @@ with ProcessPoolExecutor(min(16, os.cpu_count() or 1)) as ex:
     print(sum(ex.map(one, builds)), "fa2_wgmma builds compiled")
 PY
 }
-tests() {  # the persistent builds apart (a hang there must not cost the other tests): smoke, then tests
+RISKY="persist or dynamic or ahead"  # -k: test ids of the PERSISTENT / QK_AHEAD builds (case-insensitive)
+tests() {  # the new-protocol builds apart (a hang there must not cost the other tests): smoke, then their tests
   python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py tests/test_kernels_layouts.py \
-    tests/test_kernels_tc.py -k "(wgmma or speed or layouts or strided or gqa or head_dims or rescale) and not persist \
-    and not dynamic and not PERSISTENT" 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+    tests/test_kernels_tc.py -k "(wgmma or speed or layouts or strided or gqa or head_dims or rescale) and not \
+    ($RISKY)" 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
   return "${PIPESTATUS[0]}"
 }
-smoke() {  # each persistent build once per head dim, 1 and 3 CTAs and the full grid; rc 0 = no hang, all right
+smoke() {  # each PERSISTENT / QK_AHEAD build once per d (persistent: 1, 3, all CTAs); rc 0: no hang, all right
   python3 - <<'PY'
 import torch
 from bench import harness
@@ -74,10 +75,10 @@ from kernels import KERNELS, fa2_wgmma
 spec, bad = KERNELS["fa2_wgmma"], 0
 for name, _ in fa2_wgmma.speed_configs(64).items():
     for d in fa2_wgmma.HEAD_DIMS:
-        cfg = fa2_wgmma.speed_configs(d)[name]
-        if not cfg.get("PERSISTENT"):
+        cfg = fa2_wgmma.speed_configs(d).get(name)
+        if not cfg or not (cfg.get("PERSISTENT") or cfg.get("QK_AHEAD")):
             continue
-        for grid in (1, 3, None):
+        for grid in ((1, 3, None) if cfg.get("PERSISTENT") else (None,)):
             c = dict(cfg, **({"GRID": grid} if grid else {}))
             e = harness.Entry(f"{name} d={d} grid={grid}", spec.tier, spec, {}, c)
             for causal in (False, True):
@@ -87,19 +88,18 @@ for name, _ in fa2_wgmma.speed_configs(64).items():
 raise SystemExit(1 if bad else 0)
 PY
 }
-tests_persistent() {
+tests_protocol() {
   python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py tests/test_kernels_tc.py \
-    -k "persist or dynamic or PERSISTENT" 2>&1 | tee "$OUT/gpu_tests_persistent.log" | tail -15
+    -k "$RISKY" 2>&1 | tee "$OUT/gpu_tests_protocol.log" | tail -15
   return "${PIPESTATUS[0]}"
 }
-speed_builds() {  # JSON for sanitize.py --configs: {d: build} of the last of SPEED_COMBOS, which holds the
-  # code of every knob (independent #if blocks; only PERSISTENT touches memory or barriers)
+speed_builds() {  # JSON for sanitize.py --configs: {d: fa2_wgmma.full_speed_config(d)}, every knob that fits
+  # d at once (independent #if blocks; PERSISTENT and QK_AHEAD change the barrier protocol)
   python3 -c "
 import json
 from kernels import fa2_wgmma
 grid = lambda c: dict(c, GRID=2) if c.get('PERSISTENT') else c  # 2 CTAs: more tiles than CTAs at Nq = 300
-print(json.dumps({'fa2_wgmma': [{str(d): grid(fa2_wgmma.speed_configs(d)[n]) for d in fa2_wgmma.HEAD_DIMS}
-                                for n in list(fa2_wgmma.SPEED_COMBOS)[-1:]]}))"
+print(json.dumps({'fa2_wgmma': [{str(d): grid(fa2_wgmma.full_speed_config(d)) for d in fa2_wgmma.HEAD_DIMS}]}))"
 }
 memcheck() {
   python3 bench/sanitize.py --out "$OUT/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
@@ -110,18 +110,19 @@ racecheck() {
     --tools racecheck --only-configs --kernel-shapes 4 --configs "$(speed_builds)"
 }
 ab() {  # without the persistent variants if their smoke check failed or hung
-  local v=""
+  local v=""  # default: bench/ab_wgmma_speed.py's own list
   grep -q "^smoke rc=0 " "$OUT/steps.txt" || v=$(python3 -c "
 from kernels import fa2_wgmma
-print(','.join(n for n, c in fa2_wgmma.speed_configs(64).items() if not c.get('PERSISTENT')))")
+print(','.join(n for n, c in fa2_wgmma.speed_configs(64).items()
+               if not (c.get('PERSISTENT') or c.get('QK_AHEAD') or n == 'persist')))")
   python3 bench/ab_wgmma_speed.py --out "$OUT" --budget-s 85 ${v:+--variants "$v"} > "$OUT/ab_wgmma_speed.txt" 2>&1
 }
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
 step compile 30 compile_all
-step tests 45 tests
-step smoke 15 smoke
-step tests_persistent 30 tests_persistent
+step tests 40 tests
+step smoke 20 smoke
+step tests_protocol 30 tests_protocol
 step memcheck 45 memcheck
 step racecheck 30 racecheck
 step ab 100 ab
@@ -129,7 +130,7 @@ step ab 100 ab
 echo
 echo "== summary ($OUT)"
 cat "$OUT/steps.txt"
-for log in "$OUT/gpu_tests.log" "$OUT/gpu_tests_persistent.log"; do
+for log in "$OUT/gpu_tests.log" "$OUT/gpu_tests_protocol.log"; do
   echo "$(basename "$log"): $(grep -E "passed|failed" "$log" | tail -1)"
   grep -E "^FAILED" "$log" | head -10
 done

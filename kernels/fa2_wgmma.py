@@ -100,7 +100,7 @@ SWEEP = {
 # Every compile-time knob a config may set (defines_for refuses others: a misspelt knob must not time the
 # baseline under a new name).
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
-         "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT"}
+         "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -116,21 +116,33 @@ LAUNCH_KEYS = {"GRID"}
 #            longest first), the K/V ring and the producer run on from one tile into the next
 #   dynamic  PERSISTENT=2: the same, each CTA's next tile from an atomic counter (FA3's scheduler: a CTA that
 #            drew short causal tiles takes more of them)
+#   ahead    QK_AHEAD=1 (FA3 Sec. 3.2, intra-warpgroup overlap): S_{t+1} issued before the softmax of step t,
+#            two S tiles in registers, no ping-pong turns (PINGPONG=0); where two S tiles do not fit beside O
+#            at the shipped Bc, a smaller Bc (SPEED_KNOB_EXTRA)
 SPEED_KNOBS = {
     "rescale": dict(RESCALE_THRESHOLD=8),
     "poly": dict(EXP2_POLY=2),
     "persist": dict(PERSISTENT=1),
     "dynamic": dict(PERSISTENT=2),
+    "ahead": dict(QK_AHEAD=1, PINGPONG=0),
 }
 # the combinations the A/B times beside each knob alone (the last one: the sanitizer's build)
-SPEED_COMBOS = {"rescale+poly": ("rescale", "poly"), "rescale+poly+dynamic": ("rescale", "poly", "dynamic")}
+SPEED_COMBOS = {"rescale+poly": ("rescale", "poly"), "rescale+poly+dynamic": ("rescale", "poly", "dynamic"),
+                "rescale+poly+dynamic+ahead": ("rescale", "poly", "dynamic", "ahead")}
 # what a knob needs besides itself at one head dim: d = 256's producer keeps 24 registers so that the
 # consumers get 240 (O alone is 128); its tile loop needs more: at 32 (consumers still 240) NVRTC reports
 # 4-8 bytes of spill, all in the producer thread (one reload per key block, L1), at 24 36 bytes, and at 40
 # (consumers 232) 0-48 bytes depending on the build. PRODUCER_SPILL_BYTES is that stated budget; the
 # CPU test checks the spill count and that no local-memory access is in the consumers' code.
-SPEED_KNOB_EXTRA = {256: {"persist": dict(PRODUCER_REGS=32), "dynamic": dict(PRODUCER_REGS=32)}}
+# QK_AHEAD: O + two S tiles + P at the shipped Bc spill at d = 96 and 128 (Bc = 128: 240 B at 240 registers)
+# and do not fit at d = 256 (Bc = 80); Bc = 96 / 96 / 64 compile without spills.
+SPEED_KNOB_EXTRA = {96: {"ahead": dict(BLOCK_N=96)}, 128: {"ahead": dict(BLOCK_N=96)},
+                    256: {"persist": dict(PRODUCER_REGS=32), "dynamic": dict(PRODUCER_REGS=32),
+                          "ahead": dict(BLOCK_N=64)}}
 PRODUCER_SPILL_BYTES = 16
+# combinations that do not fit a head dim: d = 256 persistent + QK_AHEAD spills 148-244 B at every producer
+# budget tried (24-40 registers)
+SPEED_COMBO_SKIP = {256: {"rescale+poly+dynamic+ahead"}}
 
 
 def speed_configs(d: int) -> dict:
@@ -144,8 +156,15 @@ def speed_configs(d: int) -> dict:
         return cfg
     out = {"base": dict(CONFIGS[d])}
     out.update({name: build([name]) for name in SPEED_KNOBS})
-    out.update({name: build(parts) for name, parts in SPEED_COMBOS.items()})
+    out.update({name: build(parts) for name, parts in SPEED_COMBOS.items()
+                if name not in SPEED_COMBO_SKIP.get(d, ())})
     return out
+
+
+def full_speed_config(d: int) -> dict:
+    """The last combination of SPEED_COMBOS that d builds (every knob that fits it): the sanitizer's build."""
+    cfgs = speed_configs(d)
+    return cfgs[[n for n in SPEED_COMBOS if n in cfgs][-1]]
 
 
 for _d in HEAD_DIMS:  # the speed builds are sweep candidates: compiled (spill-free) and GPU-tested as such
