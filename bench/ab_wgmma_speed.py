@@ -1,5 +1,6 @@
 """A/B of fa2_wgmma's speed knobs in one run (issue 14 item 1): the shipped build ("base"), each knob alone,
-the combinations (kernels.fa2_wgmma.speed_configs), with SDPA flash and cuDNN beside, on the same inputs.
+the combinations (kernels.fa2_wgmma.speed_configs), and at N <= SIZE_MAX_N the size-based candidates
+(SIZE_CANDIDATES: the evidence for SIZE_RULES), with SDPA flash and cuDNN beside, on the same inputs.
 
     PYTHONPATH=. python bench/ab_wgmma_speed.py --out DIR [--dtypes float16,bfloat16] [--dims 64,128,256]
         [--seqs 512,1024,2048,4096,8192,16384] [--variants base,rescale,...] [--budget-s 120]
@@ -29,12 +30,15 @@ TOKENS, HIDDEN = 16384, 2048
 SKIP_BY_DEFAULT = ("persist",)
 
 
-def entries(d: int, variants):
+def entries(d: int, variants, n: int):
+    """The speed builds at d, the size-based candidates where N <= fa2_wgmma.SIZE_MAX_N, then SDPA."""
     from bench import harness
     from kernels import KERNELS, fa2_wgmma
 
     spec = KERNELS["fa2_wgmma"]
-    cfgs = fa2_wgmma.speed_configs(d)
+    cfgs = dict(fa2_wgmma.speed_configs(d))
+    if n <= fa2_wgmma.SIZE_MAX_N:
+        cfgs.update({k: v for k, v in fa2_wgmma.SIZE_CANDIDATES.get(d, {}).items() if k in variants})
     out = [harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, dict(cfgs[v])) for v in variants if v in cfgs]
     return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in SDPA]
 
@@ -46,9 +50,12 @@ def run(args) -> dict:
     from kernels import fa2_wgmma
 
     variants = (args.variants.split(",") if args.variants else
-                [v for v in fa2_wgmma.speed_configs(64) if v not in SKIP_BY_DEFAULT])
-    res = dict(env=harness.environment(), variants={str(d): fa2_wgmma.speed_configs(d)
+                [v for v in fa2_wgmma.speed_configs(64) if v not in SKIP_BY_DEFAULT]
+                + list(dict.fromkeys(k for c in fa2_wgmma.SIZE_CANDIDATES.values() for k in c)))
+    res = dict(env=harness.environment(), variants={str(d): dict(fa2_wgmma.speed_configs(d),
+                                                                 **fa2_wgmma.SIZE_CANDIDATES.get(d, {}))
                                                     for d in (int(x) for x in args.dims.split(","))},
+               size_max_n=fa2_wgmma.SIZE_MAX_N,
                shapes=f"batch*N = {TOKENS}, hidden {HIDDEN}", rows=[], not_run=[])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -62,7 +69,7 @@ def run(args) -> dict:
             res["not_run"].append(dict(d=d, n=n, causal=causal, dtype=dt))
             continue
         sets = harness.input_sets(TOKENS // n, HIDDEN // d, n, n, d, getattr(torch, dt), max_sets=2)
-        for e in entries(d, variants):
+        for e in entries(d, variants, n):
             rec = harness.measure(e, sets, causal, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
             rec["variant"] = e.label
             res["rows"].append({k: rec.get(k) for k in ("variant", "dtype", "d", "n", "b", "h", "causal", "median_ms",
@@ -79,6 +86,15 @@ def run(args) -> dict:
     return res
 
 
+ABBREV = {"R": "rescale", "P": "poly", "S": "persist", "D": "dynamic", "A": "ahead", "st": "small-tma",
+          "sc": "small-cp"}
+
+
+def abbrev(variant: str) -> str:
+    back = {v: k for k, v in ABBREV.items()}
+    return "+".join(back.get(part, part) for part in variant.split("+"))
+
+
 def summary(res: dict) -> str:
     """One line per (dtype, d, causal, N): cuDNN and flash TFLOP/s, base TFLOP/s and base/cuDNN, each variant
     as its time ratio to base (< 1: faster), the best fa2_wgmma build over cuDNN."""
@@ -88,10 +104,11 @@ def summary(res: dict) -> str:
         cell.setdefault((r["dtype"], r["d"], r["causal"], r["n"]), {})[r["variant"]] = r
     variants = [v for v in dict.fromkeys(r["variant"] for r in rows) if v.startswith("fa2_wgmma[")]
     others = [v for v in variants if v != "fa2_wgmma[base]"]
-    short = [v[len("fa2_wgmma["):-1] for v in others]
+    short = [abbrev(v[len("fa2_wgmma["):-1]) for v in others]
     lines = [f"{'dtype':8s} {'d':>3s} {'c':>1s} {'N':>5s} {'cuDNN':>6s} {'flash':>6s} {'base':>6s} {'b/cuD':>5s} "
-             + " ".join(f"{s[:12]:>12s}" for s in short) + f" {'best/cuDNN':>12s}",
-             "  (TFLOP/s; variant columns: time / base time, < 1 is faster; best/cuDNN: the fastest fa2_wgmma build)"]
+             + " ".join(f"{s[:9]:>9s}" for s in short) + f" {'best/cuDNN':>10s}",
+             "  (TFLOP/s; variant columns: time / base time, < 1 is faster; best/cuDNN: the fastest fa2_wgmma build;"
+             " " + ", ".join(f"{k} = {v}" for k, v in ABBREV.items()) + ")"]
     worst = []
     for (dt, d, causal, n), c in sorted(cell.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3])):
         def tf(v):
@@ -108,14 +125,14 @@ def summary(res: dict) -> str:
         ratios = []
         for v in others:
             a, b = ms(v), ms("fa2_wgmma[base]")
-            ratios.append(f"{a / b:12.3f}" if (a and b) else f"{'fail' if v in c else '-':>12s}")
+            ratios.append(f"{a / b:9.3f}" if (a and b) else f"{'fail' if v in c else '-':>9s}")
         f = lambda x: f"{x:6.1f}" if x else f"{'-':>6s}"  # noqa: E731
         bc = f"{base / cud:5.2f}" if base and cud else f"{'-':>5s}"
         bb = best / cud if best and cud else None
         if bb:
             worst.append((bb, dt, d, causal, n))
         lines.append(f"{dt:8s} {d:3d} {int(causal):1d} {n:5d} {f(cud)} {f(fl)} {f(base)} {bc} " + " ".join(ratios)
-                     + f" {bb if bb else float('nan'):12.3f}")
+                     + f" {bb if bb else float('nan'):10.3f}")
     if worst:
         w = min(worst)
         lines.append(f"cells with best/cuDNN >= 1.0: {sum(x[0] >= 1.0 for x in worst)} of {len(worst)}; worst "

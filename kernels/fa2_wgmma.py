@@ -161,6 +161,37 @@ def speed_configs(d: int) -> dict:
     return out
 
 
+# Issue 14 item 5, a size-based choice of build. Candidates for short key loops, timed by the A/B only where
+# N <= SIZE_MAX_N (bench/ab_wgmma_speed.py): one warpgroup per CTA, several CTAs per SM, so a Q block's
+# prologue (Q and the first K through HBM) and epilogue overlap other CTAs' products. v1 evidence (old
+# per-call event timing, tc_bench_wgmma.md): the cp.async d = 64 Bc = 128 x 3 CTAs build at 1.21-1.34x SDPA
+# flash for N < 1k, where the TMA default was at 0.90-0.98x (NOTES-tc.md, fa2_wgmma v2).
+SIZE_CANDIDATES = {
+    64: {"small-tma": dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2),
+         "small-cp": dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3)},
+    128: {"small-tma": dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2),
+          "small-cp": dict(BLOCK_N=96, NWG=1, MIN_BLOCKS=2)},
+}
+SIZE_MAX_N = 2048
+# The rule forward() applies when no config is given: per d, (largest Nk, config), first match wins; a
+# cp.async candidate (no TMA key) only for contiguous inputs with equal head counts. Empty until the A/B
+# (bench/gpu_check_speed.sh) measures the candidates against the default at N <= SIZE_MAX_N: each entry
+# goes in with the cells that justify it.
+SIZE_RULES: dict = {}
+
+
+def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None) -> dict | None:
+    """The size-based build for d and Nk (None: CONFIGS[d]); plain: contiguous q, k, v with equal heads."""
+    for max_nk, cfg in (SIZE_RULES if rules is None else rules).get(d, ()):
+        if n_k <= max_nk and (cfg.get("TMA") or plain):
+            return cfg
+    return None
+
+
+for _d, _cands in SIZE_CANDIDATES.items():  # compiled (spill-free) and GPU-tested as sweep candidates
+    SWEEP[_d] += [c for c in _cands.values() if c not in SWEEP[_d]]
+
+
 def full_speed_config(d: int) -> dict:
     """The last combination of SPEED_COMBOS that d builds (every knob that fits it): the sanitizer's build."""
     cfgs = speed_configs(d)
@@ -286,6 +317,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     from analysis import checks
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
+    if config is None and SIZE_RULES:
+        config = choose_config(d, n_k, h_kv == h and q.is_contiguous() and k.is_contiguous() and v.is_contiguous())
     defs, src, kernel, block, smem, bm, bn, tma = _plan(d, q.dtype == torch.bfloat16, config)
     if out is None:  # not empty_like: o is contiguous whatever q's strides
         o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)

@@ -23,7 +23,8 @@ except loader.ToolchainMissing as exc:
 
 needs_nvrtc = pytest.mark.skipif(TOOLCHAIN is not None, reason=f"no NVRTC toolchain: {TOOLCHAIN}")
 
-BUILDS = [(d, bf16, name, cfg) for d in fa2_wgmma.HEAD_DIMS for name, cfg in fa2_wgmma.speed_configs(d).items()
+BUILDS = [(d, bf16, name, cfg) for d in fa2_wgmma.HEAD_DIMS
+          for name, cfg in dict(fa2_wgmma.speed_configs(d), **fa2_wgmma.SIZE_CANDIDATES.get(d, {})).items()
           if name != "base" for bf16 in (0, 1)]
 
 
@@ -131,3 +132,17 @@ def test_sanitizer_runs_the_speed_builds_at_scale():
             defs = fa2_wgmma.defines_for(d, 0, cfg)
             assert any(s[4] == d and s[3] >= 8 * defs["STAGES"] * defs["BLOCK_N"]
                        and s[2] >= 2 * fa2_wgmma.block_m(defs) for s in shapes), (d, cfg)
+
+
+def test_size_rule_picks_the_first_matching_build():
+    tma, cp = dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2), dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3)
+    rules = {64: [(1024, cp), (2048, tma)]}
+    assert fa2_wgmma.choose_config(64, 1000, True, rules) is cp
+    assert fa2_wgmma.choose_config(64, 1000, False, rules) is tma, "cp.async builds: contiguous, equal heads only"
+    assert fa2_wgmma.choose_config(64, 2000, True, rules) is tma
+    assert fa2_wgmma.choose_config(64, 4096, True, rules) is None
+    assert fa2_wgmma.choose_config(128, 100, True, rules) is None
+    for d, cands in fa2_wgmma.SIZE_CANDIDATES.items():
+        assert all(c in fa2_wgmma.SWEEP[d] for c in cands.values())
+    for d, rules_d in fa2_wgmma.SIZE_RULES.items():  # what ships must be a candidate the A/B timed
+        assert all(cfg in fa2_wgmma.SIZE_CANDIDATES[d].values() for _, cfg in rules_d)
