@@ -5,9 +5,12 @@ the polynomial's accuracy tests/test_exp2_poly.py."""
 from __future__ import annotations
 
 import collections
+import multiprocessing
+import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -30,9 +33,23 @@ BUILDS = [(d, 0, name, cfg) for d in fa2_wgmma.HEAD_DIMS
           if name != "base"] + [(d, 1, "all", fa2_wgmma.full_speed_config(d)) for d in fa2_wgmma.HEAD_DIMS]
 
 
+def _compile(item):
+    d, bf16, cfg = item
+    defs = fa2_wgmma.defines_for(d, bf16, cfg)
+    loader.compile_cubin(fa2_wgmma.source_of(defs)[0], defines=defs, arch=fa2_wgmma.ARCH)
+
+
+@pytest.fixture(scope="module")
+def precompiled():
+    """NVRTC is single-threaded: the builds compile in parallel into the disk cache the tests then read."""
+    if TOOLCHAIN is None and (os.cpu_count() or 1) > 1:
+        with ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_compile, [(d, bf16, cfg) for d, bf16, _, cfg in BUILDS]))
+
+
 @needs_nvrtc
 @pytest.mark.parametrize("d,bf16,name,cfg", BUILDS, ids=[f"d{b[0]}-{'bf16' if b[1] else 'fp16'}-{b[2]}" for b in BUILDS])
-def test_speed_build_compiles_without_spills(d, bf16, name, cfg):
+def test_speed_build_compiles_without_spills(d, bf16, name, cfg, precompiled):
     """No spills, except the persistent builds' producer thread within fa2_wgmma.PRODUCER_SPILL_BYTES: then
     every local-memory access must come after the producer's setmaxnreg.dec (its code), none in the
     consumers' key loop."""
