@@ -107,9 +107,14 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #ifndef QK_AHEAD
 #define QK_AHEAD 0  // 1: S_{t+1} issued before the softmax of step t (two S tiles in registers; no ping-pong)
 #endif
-// setmaxnreg: the producer gives registers back, the consumers take what the CTA's share of the register
-// file (65536 / MIN_BLOCKS) leaves, in multiples of 8, at most 240: 232 for NWG=2 with one CTA per SM.
-#define CONSUMER_REGS_FIT ((65536 / MIN_BLOCKS - 128 * PRODUCER_REGS) / (128 * NWG) / 8 * 8)
+// setmaxnreg: the CTA starts with REGS_AT_LAUNCH per thread (__launch_bounds__: the CTA's share of the
+// 65536 registers over NTHREADS, in multiples of 8: 168 for NWG=2, one CTA per SM); the producer gives
+// REGS_AT_LAUNCH - PRODUCER_REGS back and the NWG consumer warpgroups may take only that, in multiples of 8,
+// at most 240: 232 at PRODUCER_REGS=40, 240 at 24. setmaxnreg.inc waits until the registers are free, so a
+// consumer budget over what the producer frees is a hang, not an error (v3: PRODUCER_REGS=32 with the old
+// formula, which counted 65536 instead of what the CTA holds, asked for 240 of a possible 236).
+#define REGS_AT_LAUNCH ((65536 / MIN_BLOCKS / NTHREADS) / 8 * 8)
+#define CONSUMER_REGS_FIT ((REGS_AT_LAUNCH + (REGS_AT_LAUNCH - PRODUCER_REGS) / NWG) / 8 * 8)
 #ifndef CONSUMER_REGS
 #define CONSUMER_REGS (CONSUMER_REGS_FIT < 240 ? CONSUMER_REGS_FIT : 240)
 #endif
@@ -123,6 +128,8 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #define O_N PV_N                // wgmma_fa2.cuh: the O accumulator is 64 x PV_N
 #define BLOCK_M (64 * NWG)
 #define NTHREADS (128 * (NWG + 1))  // warpgroup 0: producer; 1..NWG: consumers
+static_assert(NWG * (CONSUMER_REGS - REGS_AT_LAUNCH) <= REGS_AT_LAUNCH - PRODUCER_REGS,
+              "setmaxnreg: the consumers may take only what the producer gives back (else setmaxnreg.inc hangs)");
 #define CH (D / 8)
 #define NT (BLOCK_N / 8)
 #define KD (D / 16)
