@@ -213,4 +213,5 @@ def pass_counts(pass_name: str, variant: str, *args, **kwargs) -> cf.Traffic:
         sram_capacity=bwd.sram_capacity, placement=bwd.placement,
         placement_resolved=bwd.placement_resolved, rescale=bwd.rescale, pass_name="train",
         recompute_flops=bwd.recompute_flops, saved_bytes=bwd.saved_bytes,
+        dsmem_bytes=add(fwd.dsmem_bytes, bwd.dsmem_bytes), cluster_size=fwd.cluster_size,
     )

@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--block-q", type=_positive_int, help="Br (default: FA1 rule min(Bc, d))")
         p.add_argument("--block-k", type=_positive_int, help="Bc (default: FA1 rule ceil(M/4d), M = SRAM/4)")
         p.add_argument("--placement", action="append", type=_choice_list(cf.PLACEMENTS, "placement"),
-                       help="v_once f-row placement(s): auto, sram, hbm")
+                       help="v_once f-row placement(s): auto, sram, hbm, cluster (the row over a "
+                            "thread-block cluster, lazy only)")
         p.add_argument("--rescale", action="append", type=_choice_list(cf.RESCALES, "rescale"),
                        help="v_once rescale mode(s): eager, lazy")
         p.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
@@ -198,7 +199,14 @@ def _configs(args, sweep: bool):
     variants = _flatten(args.variant) or list(cf.VARIANT_NAMES)
     placements, rescales = _flatten(args.placement), _flatten(args.rescale)
     if placements or rescales:
-        v_once = list(itertools.product(placements or cf.PLACEMENTS, rescales or cf.RESCALES))
+        from analysis.sram import v_once_valid
+
+        pairs = list(itertools.product(placements or cf.PLACEMENTS, rescales or cf.RESCALES))
+        v_once = [pr for pr in pairs if v_once_valid(*pr)]  # cluster is lazy only
+        for place in placements:  # a placement asked for must give a row
+            if not any(p == place for p, _ in v_once):
+                raise CliError(f"--placement {place} with --rescale {','.join(rescales)}: placement cluster "
+                               "rescales lazily by construction; add --rescale lazy")
     else:
         v_once = list(SWEEP_V_ONCE if sweep else REPORT_V_ONCE)
     out = []
@@ -224,6 +232,11 @@ def _min_working_set(name, opts, n_q, n_k, d, dtype) -> int:
     """The smallest working set a variant can have (Br = Bc = 1; v_once spilled unless sram)."""
     placement = opts.get("placement", "auto")
     placement = "hbm" if placement == "auto" else placement
+    if placement == "cluster":  # one CTA of the largest cluster
+        from analysis import cluster
+
+        return cluster.at_size(cluster.CLUSTER_SIZES[-1], n_k, d, block_q=1, block_k=1,
+                               itemsize=cf.DTYPES[cf.dtype_name(dtype)]).smem_bytes
     return cf.sram_working_set(name, n_q, n_k, d, 1, 1, dtype, placement=placement,
                                rescale=opts.get("rescale", "eager"))[0]
 
@@ -257,6 +270,7 @@ def record(tr: cf.Traffic, gpu, block_rule: str = "fa1") -> dict:
         "attention_flops": tr.attention_flops, "paper_flops": tr.paper_flops,
         "sram_peak_bytes": tr.sram_peak_bytes,
         "fits": tr.fits, "over_by_bytes": tr.over_by_bytes,
+        "dsmem_bytes": dict(tr.dsmem_bytes), "cluster_size": tr.cluster_size,
         "roofline": roofline(tr, gpu, "spec").as_dict(),
     }
     if gpu.measured:
@@ -337,6 +351,16 @@ class _Plan:
                 raise CliError(f"Nq={n_q}, Nk={n_k}, d={d}: {e}") from None
         # an error only if nothing at all can fit the smallest SRAM asked for
         _check_sram_can_hold_something(configs, self.problems, min(self.srams), args.dtype)
+        if not sweep and any(o.get("placement") == "cluster" for _, o in configs):  # asked for: it must exist
+            from analysis.report_cluster import check_cluster_holds
+
+            for n_q, n_k, d in self.problems:
+                for sram in self.srams:
+                    br, bc = (64, 64) if self.by_kernel else _blocks(args, sram, d)[:2]
+                    try:
+                        check_cluster_holds(n_k, d, br, bc, cf.DTYPES[args.dtype], sram)
+                    except ValueError as e:
+                        raise CliError(str(e)) from None
         self.series = series
         self.total = rows
         self.dims = sorted({d for _, _, d in self.problems})
@@ -371,6 +395,11 @@ class _Plan:
                     except ValueError as e:
                         raise CliError(f"{name} at Nq={n_q}, Nk={n_k}, d={d}: {e}") from None
                     rec = record(tr, self.gpu, rule_)
+                    if not self.sweep and name == "v_once":  # where each placement applies (issue 18)
+                        from analysis.report_cluster import applies
+
+                        kind, cs = applies(n_q, n_k, d, args.causal, cf.DTYPES[args.dtype])
+                        rec["f_row"] = {"placement": kind, "cluster_size": cs}
                     if not self.sweep:
                         from analysis import report_gpu
 
@@ -700,12 +729,15 @@ def _emit(args, plan, records, *, table_rows, title):
             names = [("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM"), ("matmul", "exp", "other"),
                      ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")]
             if "kernel" in header:  # issue 11's columns
-                names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "smem"),
+                names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "DSMEM", "smem"),
                          ("matmul", "exp", "other", "FLOP/B req", "FLOP/B min"), ("bound", "TFLOP/s")]
             groups = [[header.index(h) for h in g if h in header] for g in names]
-        render_table(header, rows, title=title,
-                     caption=_caption(args, plan.srams, plan.dims, plan.gpu, recs),
-                     groups=groups, keep=2 if groups else 4)
+        caption = _caption(args, plan.srams, plan.dims, plan.gpu, recs)
+        if groups and any(r["variant"] == "v_once" for r in recs):  # the report: where each placement applies
+            from analysis.report_cluster import caption_line
+
+            caption += "\n" + caption_line(plan.problems, args.causal, cf.DTYPES[args.dtype])
+        render_table(header, rows, title=title, caption=caption, groups=groups, keep=2 if groups else 4)
 
 
 class _Progress:
@@ -776,6 +808,11 @@ def cmd_report(args) -> int:
         header, rows = list(REPORT_COLUMNS), [_report_row(r) for r in recs]
         if any("why" not in r.get("gpu_model", {"why": 1}) for r in recs):  # --blocks kernel (issue 11)
             header, rows = list(KERNEL_REPORT_COLUMNS), [_kernel_report_row(r) for r in recs]
+            if any(r["dsmem_bytes"] for r in recs):  # placement cluster (issue 18): its DSMEM beside the levels
+                i = header.index("DRAM × min") + 1
+                header.insert(i, "DSMEM")
+                for row, r in zip(rows, recs):
+                    row.insert(i, human_bytes(sum(r["dsmem_bytes"].values())) if r["dsmem_bytes"] else "—")
         if one_d:
             i = header.index("d")
             header.pop(i)

@@ -28,6 +28,9 @@ visit K block j).
                    eager: + Σ (r Bc n (n-1)/2 + r (W - c_0))   (rescaling earlier blocks, then f_ij)
                    lazy:  + Σ 2 r n                   (the fused e^{m_ij - m_i}/ℓ_i factor)
             f spilled (placement hbm): reads = writes = Σ r W  (+ Σ r Bc n (n-1)/2 eager)
+            cluster of CS CTAs (placement cluster, lazy only; analysis.cluster picks CS against the SRAM):
+                   as sram lazy, with reads Q: CS Nq d (each CTA loads Q_i), other + (CS-1) Nq d (the
+                   partial O's summed); DSMEM bytes m, ℓ: 4 CS(CS-1) Nq each, O: 4 (CS-1) Nq d; no f byte
 
 Only the last visited block of a row can be a tail, and it is never rescaled by a later block, so
 eager rescaling touches exactly Bc·n(n-1)/2 columns per row. Bytes: Q, K, V, O, S, P, f have the
@@ -49,7 +52,7 @@ DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}  # name -> itemsize in HBM
 F32 = 4
 # VARIANT_NAMES: the registered variants, in registration order (a module attribute computed on access,
 # see __getattr__ at the end: register() adds one)
-PLACEMENTS = ("auto", "sram", "hbm")  # as variants.v_once (checked equal in the tests)
+PLACEMENTS = ("auto", "sram", "hbm", "cluster")  # as variants.v_once (checked equal in the tests)
 RESCALES = ("eager", "lazy")
 _FLOAT32_TENSORS = frozenset({"l", "m", "lse"})
 
@@ -89,6 +92,14 @@ class Traffic:
     placement: str | None = None  # v_once: requested
     placement_resolved: str | None = None  # v_once: what auto became
     rescale: str | None = None
+    # placement "cluster" (issue 18): bytes read across the cluster's distributed shared memory, by tensor
+    # (m, l: reduction 1; O: the partial O's of reduction 2), and the cluster size CS; no HBM byte
+    dsmem_bytes: dict = field(default_factory=dict)
+    cluster_size: int | None = None
+
+    @property
+    def dsmem_total_bytes(self) -> int:
+        return sum(self.dsmem_bytes.values())
 
     @property
     def hbm_read_bytes(self) -> int:
@@ -150,6 +161,7 @@ class Traffic:
             "hbm_write_bytes": self.hbm_write_bytes,
             "flops": {kind: self.flops.get(kind, 0) for kind in FLOP_KINDS},
             "sram_peak_bytes": self.sram_peak_bytes,
+            "dsmem_bytes": dict(self.dsmem_bytes),
         }
 
 
@@ -159,7 +171,8 @@ class ClosedForm:
     """One variant's closed form (docs/design.md, "How to add a variant").
 
     terms(s: TileSums, t: Tiling, d: int, **options) -> (reads, writes, flops): per (batch, head), in
-        elements, tensor name -> count and FLOP kind -> count, exactly what the reference records.
+        elements, tensor name -> count and FLOP kind -> count, exactly what the reference records
+        (a fourth item, tensor -> DSMEM bytes, where the variant reduces across a cluster).
     sram: the reference's own working-set function, or "module:function" (imported on first use:
         variants import torch, this module does not). Without options it is called as
         sram(n_q, n_k, d, block_q, block_k, itemsize); with options as
@@ -231,6 +244,13 @@ def sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype="fp16", causa
 def _v_once_sram(n_q, n_k, d, block_q, block_k, itemsize, causal, *, capacity, placement, rescale):
     from analysis.sram import v_once_resolve_placement as resolve_placement, v_once_sram_bytes as sram_bytes
 
+    if placement == "cluster":  # the cluster chosen against the capacity: the counts depend on its size
+        from analysis.cluster import plan_or_largest
+        from analysis.sram import check_v_once_pair
+
+        check_v_once_pair(placement, rescale)
+        cl = plan_or_largest(n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize, capacity=capacity)
+        return cl.smem_bytes, {"placement": placement, "rescale": rescale, "cluster_size": cl.cluster_size}
     if placement == "auto":
         placement = resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,
                                       rescale=rescale, capacity=capacity)
@@ -309,7 +329,21 @@ def _v_once(s: TileSums, t: Tiling, d: int, spill: bool, eager: bool):
     return reads, writes, flops
 
 
-def _v_once_terms(s: TileSums, t: Tiling, d: int, *, placement: str, rescale: str):
+def _v_once_cluster(s: TileSums, t: Tiling, d: int, cs: int):
+    """placement "cluster" (variants/v_once_cluster.py): placement "sram", rescale "lazy", plus each of the
+    CS CTAs loading Q_i, the (CS - 1)·r·d adds of reduction 2, and the DSMEM bytes of both reductions."""
+    from analysis.cluster import dsmem_bytes
+
+    reads, writes, flops = _v_once(s, t, d, False, False)
+    reads["Q"] = cs * t.n_q * d  # #941 step 1's Q_i, once per CTA of the cluster
+    flops["other"] += (cs - 1) * t.n_q * d  # the partial O's summed (reduction 2)
+    dsmem = dsmem_bytes(cs, t.n_q, d)  # linear in the rows: Σ over Q blocks of r is Nq
+    return reads, writes, flops, dsmem
+
+
+def _v_once_terms(s: TileSums, t: Tiling, d: int, *, placement: str, rescale: str, cluster_size: int = 1):
+    if placement == "cluster":
+        return _v_once_cluster(s, t, d, cluster_size)
     return _v_once(s, t, d, placement == "hbm", rescale == "eager")
 
 
@@ -344,7 +378,9 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
     sram, resolved = _working_set(entry, n_q, n_k, d, block_q, block_k, itemsize, causal,
                                   sram_bytes, opts)
     s = tile_sums(t)
-    reads, writes, flops = entry.terms(s, t, d, **resolved)
+    terms = entry.terms(s, t, d, **resolved)
+    reads, writes, flops = terms[:3]
+    dsmem = terms[3] if len(terms) > 3 else {}  # (reads, writes, flops[, DSMEM bytes by tensor])
     bh = batch * heads
     reads = {k: v * bh for k, v in reads.items() if v}
     writes = {k: v * bh for k, v in writes.items() if v}
@@ -362,6 +398,7 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
         sram_peak_bytes=int(sram), sram_capacity=sram_bytes,
         placement=opts.get("placement"), placement_resolved=resolved.get("placement"),
         rescale=opts.get("rescale"),
+        dsmem_bytes={k: v * bh for k, v in dsmem.items() if v}, cluster_size=resolved.get("cluster_size"),
     )
 
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 SMEM_PER_CTA = 232448
 CLUSTER_SIZES = (1, 2, 4, 8, 16)  # 8 is the portable maximum; 16 needs the non-portable opt-in
 PORTABLE_MAX = 8
-RESERVE = 1024  # mbarriers, the cluster's m / ℓ exchange and alignment slack
+RESERVE = 2688  # v_once_cluster.cu: 1024 B alignment slack of the dynamic base + 128 B mbarriers + the
+                # cluster's m / ℓ exchange (2 warpgroups) and the final M / ℓ (6 x 64 float32 = 1536 B)
 F32 = 4
 
 
@@ -78,3 +79,43 @@ def max_keys(d: int, cluster_size: int, **kw) -> int:
         if p is None or p.cluster_size > cluster_size:
             return keys * cluster_size
         keys = nxt
+
+
+# -- the cluster as the reference, the closed forms and the GPU model count it (issue 18 item 2) ---------
+UNLIMITED = 1 << 62  # a capacity no working set reaches: "None = an unlimited chip" (one CTA holds the row)
+
+
+def at_size(cluster_size: int, n_k: int, d: int, *, block_q: int = 64, block_k: int = 64, stages: int = 2,
+            itemsize: int = 2) -> ClusterPlan:
+    """The split over exactly `cluster_size` CTAs, whether or not it fits (its smem_bytes say)."""
+    keys = _cdiv(_cdiv(n_k, cluster_size), block_k) * block_k
+    nbytes = smem_bytes(keys, d, block_q=block_q, block_k=block_k, stages=stages, itemsize=itemsize)
+    return ClusterPlan(cluster_size, block_q, block_k, keys, nbytes, block_q * keys * itemsize)
+
+
+def plan_or_largest(n_k: int, d: int, *, block_q: int = 64, block_k: int = 64, itemsize: int = 2,
+                    capacity: int | None = None, max_cluster: int = CLUSTER_SIZES[-1]) -> ClusterPlan:
+    """plan() against `capacity` (None: unlimited, so one CTA); where no cluster holds the row, the largest
+    cluster, whose smem_bytes are then over `capacity` (the caller reports or raises the overflow)."""
+    cap = UNLIMITED if capacity is None else capacity
+    p = plan(n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize, max_cluster=max_cluster, capacity=cap)
+    if p is not None:
+        return p
+    largest = max(cs for cs in CLUSTER_SIZES if cs <= max_cluster)
+    return at_size(largest, n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize)
+
+
+def rank_blocks(rank: int, p: ClusterPlan, visited: range) -> range:
+    """The key blocks j CTA `rank` owns among the visited prefix: [rank·Tc_cta, (rank+1)·Tc_cta) ∩ visited."""
+    lo = rank * p.key_blocks_per_cta
+    return range(min(lo, len(visited)), min(lo + p.key_blocks_per_cta, len(visited)))
+
+
+def dsmem_bytes(cluster_size: int, rows: int, d: int) -> dict:
+    """Bytes one Q block of `rows` rows moves across distributed shared memory, by what they are.
+
+    Reduction 1: every CTA reads the other CS - 1 ranks' m and ℓ (float32, one per row each).
+    Reduction 2: CTA r reads the r-th 1/CS share of every other rank's partial O (float32), so the cluster
+    moves (CS - 1)·rows·d floats in all, whatever the split. A CTA's own values never cross DSMEM."""
+    cs = cluster_size
+    return {"m": cs * (cs - 1) * rows * F32, "l": cs * (cs - 1) * rows * F32, "O": (cs - 1) * rows * d * F32}

@@ -16,7 +16,8 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     structure    the overlap rule: warp_specialized (producer warp + consumer warpgroups: tensor and
                  softmax overlap), fa2 (the same warps do both: they add, partly hidden by other CTAs),
                  teaching (FFMA, LDS and the softmax share the issue slots)
-    grid         q_blocks (Tr x B·H CTAs, Q blocks fastest), heads (FA1: B·H CTAs), persistent (SMs CTAs)
+    grid         q_blocks (Tr x B·H CTAs, Q blocks fastest), heads (FA1: B·H CTAs), persistent (SMs CTAs),
+                 clusters (Tr x B·H clusters of cluster_size CTAs: v_once_cluster, analysis/cluster_model.py)
     smem_bytes_per_tile  shared-memory bytes read per Br x Bc tile (ldmatrix / LDS / wgmma operands)
     smem_bytes   shared memory per CTA as the launcher allocates it (S and P in registers where the kernel
                  keeps them there: the reference's working set is not the kernel's)
@@ -29,6 +30,9 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     issue_per_tile  FA2-style builds profiled by bench/ncu_levels.sh: warp instructions per tile other than
                  the MMAs (smsp__inst_executed / tiles - 4·Br·Bc·d / 4096 per m16n8k16), measured once per
                  build (analysis/issue.py); it replaces the closed-form estimate of the softmax's issue work
+    local_step_bytes, local_masked_step_bytes, local_cta_bytes  register spills (analysis/local_memory.py):
+                 stack-frame bytes a thread stores per unmasked step, per masked step (causal diagonal,
+                 Nk tail) and once per CTA; every one crosses from L1 to the L2 (0: no spills known)
     rescale_round_trips   eager v_once with f spilled: dependent round trips per earlier f block at each
                  new block (the read-scale-write loop over k < j; teaching: one per row slot, Br/16;
                  v_once_tc: none, its 16-byte fragments keep enough bytes in flight to run at bandwidth)
@@ -45,7 +49,7 @@ RESOURCES = ROOT / "bench" / "results" / "tc_resources.json"
 
 PATHS = ("wgmma", "mma_sync", "ffma")
 STRUCTURES = ("warp_specialized", "fa2", "teaching")
-GRIDS = ("q_blocks", "heads", "persistent")
+GRIDS = ("q_blocks", "heads", "persistent", "clusters")
 EXTERNAL_NAMES = ("sdpa_flash", "sdpa_cudnn")
 
 
@@ -73,7 +77,12 @@ class KernelDescriptor:
     f: str | None = None  # v_once: where the f row lives (sram | hbm)
     rescale: str | None = None
     issue_per_tile: float = 0.0  # measured warp instructions per tile other than the MMAs (0: not measured)
+    cluster_size: int = 1  # CTAs per Q block (grid "clusters")
     issue_source: str = ""
+    local_step_bytes: float = 0.0  # spill stores per thread per unmasked step (analysis/local_memory.py)
+    local_masked_step_bytes: float = 0.0
+    local_cta_bytes: float = 0.0
+    local_source: str = ""
     launches: int = 1
     launch_overhead_s: float = 0.0
     overhead_source: str = ""
@@ -183,6 +192,8 @@ def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
 
 
 EXTERNAL = {"sdpa_flash": _sdpa_flash, "sdpa_cudnn": _sdpa_cudnn}
+# kernels whose descriptor the model states itself (no launcher import): the cluster v_once (issue 18)
+MODELLED = ("v_once_cluster",)
 TEACHING = ("naive", "fa1", "fa2", "v_once")
 
 
@@ -190,7 +201,7 @@ def kernel_names() -> tuple:
     """Every name `describe` takes: the KERNELS registry, then the external kernels."""
     from kernels import KERNELS
 
-    return tuple(KERNELS) + EXTERNAL_NAMES
+    return tuple(dict.fromkeys(tuple(KERNELS) + MODELLED)) + EXTERNAL_NAMES
 
 
 def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 4096,
@@ -204,6 +215,10 @@ def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_
         issue, src = measured_issue(data["kernel"], d, data["build"], data.get("options", {}))
         if issue:
             data = dict(data, issue_per_tile=issue, issue_source=src)
+    if "local_source" not in data:
+        from analysis.local_memory import for_descriptor
+
+        data = dict(data, **for_descriptor(data, d, dtype))
     return KernelDescriptor(**data)
 
 
@@ -212,6 +227,10 @@ def _describe_data(name: str, d: int, dtype: str = "fp16", causal: bool = False,
     n_k = n_q if n_k is None else n_k
     if name in EXTERNAL:
         data = EXTERNAL[name](d, dtype, causal, **options)
+    elif name in MODELLED:
+        from analysis import cluster_model
+
+        data = cluster_model.describe(d, dtype, causal, n_q=n_q, n_k=n_k, **options)
     else:
         from kernels import KERNELS
 

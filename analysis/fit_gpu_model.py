@@ -7,9 +7,16 @@ Training split (TRAIN): fp16, non-causal, N = 2048 and 8192 only, of
     tc_bench_wgmma_tma.json  fa2_tc, fa2_wgmma (TMA builds), SDPA flash, cuDNN
     tc_bench.json            v_once_tc (every placement/rescale it timed)
     bench_kernels.json       every teaching kernel (naive, fa1, fa2, v_once lazy and eager)
-Held out: bf16, causal, N = 512, 1024, 4096, 16384, the other runs (tc_bench_run2, tc_bench_wgmma: the
-older cp.async fa2_wgmma builds), every ncu duration and byte counter.
+Held out: bf16, causal, N = 512, 1024, 4096, 16384 (but v_once_tc's, below), the other runs (tc_bench_run2,
+tc_bench_wgmma: the older cp.async fa2_wgmma builds), every ncu duration and byte counter.
 Objective: the sum of squared log(predicted / measured) times; Nelder-Mead on log-parameters.
+Two stages. Stage 1 fits every constant on that split with the spilled kernels' extra terms off (lat_dram,
+L_gmem_dram = 0). Stage 2 refits SPILL_PARAMS, the constants only a kernel with its f row in HBM depends on
+(σ_spill, lat_dram, L_gmem, L_gmem_dram), on the training cells such a kernel runs: the teaching v_once
+cells of stage 1 and tc_bench.json v_once_tc fp16 non-causal at every N it timed (2048, 4096, 8192, 16384:
+its CTAs/SM, and so its bytes in flight, change with N); the rest stay at stage 1's values.
+Before it, `analysis.local_memory` refits SDPA flash's spill bytes per step on its one ncu training row
+(N = 4096 non-causal; bench/results/local_memory_fit.json), which the L2 level uses.
 """
 from __future__ import annotations
 
@@ -22,9 +29,18 @@ from analysis.descriptors import describe
 from analysis.measured import bench_cells, teaching_cells
 
 TRAIN_N = (2048, 8192)
+# v_once_tc with f spilled: its CTAs/SM (so its bytes in flight, Little's law) change with N (the lazy
+# block-max array, plan()'s placement), so stage 2 trains on every N it timed, fp16 non-causal
+TRAIN_N_V_ONCE_TC = (2048, 4096, 8192, 16384)
+SPILL_PARAMS = ("sigma_spill", "lat_dram", "L_gmem", "L_gmem_dram")  # stage 2: what only the spilled (f in HBM) kernels depend on
 
 
 def is_train(cell: dict) -> bool:
+    """In either stage's training split (validate marks these rows 'train')."""
+    return is_train_base(cell) or is_train_spill(cell)
+
+
+def is_train_base(cell: dict) -> bool:
     if cell["dtype"] != "fp16" or cell["causal"] or cell["n_q"] not in TRAIN_N or "time_s" not in cell:
         return False
     src, k = cell["source"], cell["kernel"]
@@ -35,6 +51,12 @@ def is_train(cell: dict) -> bool:
     if src == "bench_kernels.json":
         return True  # every teaching kernel (fa1's occupancy, v_once's round trips need their own cells)
     return False
+
+
+def is_train_spill(cell: dict) -> bool:
+    """Stage 2 (SPILL_PARAMS): v_once_tc with f spilled, fp16 non-causal at every N tc_bench.json timed."""
+    return (cell["source"] == "tc_bench.json" and cell["kernel"] == "v_once_tc" and cell["dtype"] == "fp16"
+            and not cell["causal"] and cell["n_q"] in TRAIN_N_V_ONCE_TC and "time_s" in cell)
 
 
 def work_of(cell: dict):
@@ -74,16 +96,10 @@ def nelder_mead(f, x0, step=0.3, iters=600, tol=1e-7):
     return pts[best], vals[best]
 
 
-def fit(verbose=True) -> dict:
-    cells = [c for c in bench_cells() + teaching_cells() if is_train(c)]
-    works = [(work_of(c), c["time_s"]) for c in cells]
-    names = list(gm.DEFAULT_PARAMS)
-    bounded = {"sigma_fa2": (0.0, 1.0), "sigma_ws": (0.0, 1.0), "eta_lds": (0.05, 1.0),
-               "R_wgmma": (500, 4096), "R_mma_sync": (500, 4096),
-               "W_sat": (8.0, 64.0), "sigma_spill": (0.0, 1.0)}
-
+def _fit_names(names, fixed, works, start, bounded, restarts):
     def params_of(x):
-        p = {k: math.exp(v) for k, v in zip(names, x)}
+        p = dict(fixed)
+        p.update({k: math.exp(v) for k, v in zip(names, x)})
         for k, (lo, hi) in bounded.items():
             p[k] = min(max(p[k], lo), hi)
         return p
@@ -92,16 +108,39 @@ def fit(verbose=True) -> dict:
         p = params_of(x)
         return sum(math.log(gm.predict_work(w, p).time_s / t) ** 2 for w, t in works)
 
-    x, val = nelder_mead(loss, [math.log(gm.DEFAULT_PARAMS[k]) for k in names])
-    for _ in range(2):  # restarts from the best point
+    x, val = nelder_mead(loss, [math.log(start[k]) for k in names])
+    for _ in range(restarts):  # restarts from the best point
         x, val = nelder_mead(loss, x, step=0.1)
-    params = params_of(x)
+    return params_of(x), val
+
+
+def fit(verbose=True) -> dict:
+    """Stage 1: every constant but SPILL_PARAMS on the base split (the spilled kernels' Little's-law cap off:
+    lat_dram 0). Stage 2: SPILL_PARAMS on every training cell a spilled (f in HBM) kernel runs, the others
+    fixed at stage 1's: the v_once_tc cells of is_train_spill and the teaching v_once cells of stage 1."""
+    base = [c for c in bench_cells() + teaching_cells() if is_train_base(c)]
+    works = [(work_of(c), c["time_s"]) for c in base]
+    names = [k for k in gm.DEFAULT_PARAMS if k not in ("lat_dram", "L_gmem_dram")]
+    bounded = {"sigma_fa2": (0.0, 1.0), "sigma_ws": (0.0, 1.0), "eta_lds": (0.05, 1.0),
+               "R_wgmma": (500, 4096), "R_mma_sync": (500, 4096),
+               "W_sat": (8.0, 64.0), "sigma_spill": (0.0, 1.0), "lat_dram": (0.0, 20000.0)}
+    params, val = _fit_names(names, {"lat_dram": 0.0, "L_gmem_dram": 0.0}, works, gm.DEFAULT_PARAMS, bounded,
+                             restarts=2)
+    spill_cells = [c for c in bench_cells() + teaching_cells() if is_train(c)]
+    spill_works = [(w, c["time_s"]) for c in spill_cells for w in [work_of(c)] if w.desc.f == "hbm"]
+    fixed = {k: v for k, v in params.items() if k not in SPILL_PARAMS}
+    params, _ = _fit_names(list(SPILL_PARAMS), fixed, spill_works, gm.DEFAULT_PARAMS, bounded, restarts=2)
+    cells = base + [c for c in spill_cells if not is_train_base(c)]
+    works += [(work_of(c), c["time_s"]) for c in cells[len(base):]]
+    val = sum(math.log(gm.predict_work(w, params).time_s / t) ** 2 for w, t in works)
     rms = math.sqrt(val / len(works))
     if verbose:
         print(f"fitted on {len(works)} cells, rms log error {rms:.4f}", file=sys.stderr)
     return dict(params=params, train_cells=len(works), rms_log_error=rms,
                 split="fp16 non-causal N in {2048, 8192}: tc_bench_wgmma_tma.json (fa2_tc, fa2_wgmma, "
-                      "sdpa_flash, sdpa_cudnn), tc_bench.json (v_once_tc), bench_kernels.json (every teaching kernel)",
+                      "sdpa_flash, sdpa_cudnn), tc_bench.json (v_once_tc), bench_kernels.json (every teaching kernel); "
+                      "stage 2 (sigma_spill, lat_dram, L_gmem, L_gmem_dram): the spilled (f in HBM) cells among them and tc_bench.json "
+                      "v_once_tc fp16 non-causal at N in {2048, 4096, 8192, 16384}",
                 script="analysis/fit_gpu_model.py",
                 measured_inputs="descriptors' issue_per_tile of the profiled FA2-style builds (fa2_tc, sdpa_flash at d = 64, "
                                 "128): instruction counts of bench/results/ncu_levels.csv's non-causal rows (analysis/issue.py), "
@@ -109,6 +148,9 @@ def fit(verbose=True) -> dict:
 
 
 def main() -> int:
+    from analysis import local_memory
+
+    local_memory.main()  # SDPA flash's spill constants first: the L2 level the time fit sees uses them
     result = fit()
     gm.FIT_FILE.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["params"], indent=1))

@@ -14,7 +14,7 @@ import sys
 
 PREDICT_KEYS = ("kernel", "build", "batch", "heads", "seq_q", "seq_k", "head_dim", "dtype", "causal",
                 "block_q", "block_k", "ctas_per_sm", "time_s", "tflops", "l2_bytes", "dram_bytes",
-                "requests_bytes", "bound", "terms")
+                "requests_bytes", "dsmem_bytes", "bound", "terms")
 
 
 def add_subcommands(sub, common_types: dict) -> None:
@@ -70,7 +70,7 @@ def predict_records(args, error) -> list[dict]:
                          head_dim=args.head_dim, dtype=args.dtype, causal=args.causal, block_q=p.block_q,
                          block_k=p.block_k, ctas_per_sm=p.ctas_per_sm, time_s=p.time_s, tflops=p.tflops,
                          l2_bytes=p.l2_bytes, dram_bytes=p.dram_bytes, requests_bytes=p.requests_bytes,
-                         bound=p.bound, terms=dict(p.terms)))
+                         dsmem_bytes=p.dsmem_bytes, bound=p.bound, terms=dict(p.terms)))
     return recs
 
 
@@ -101,6 +101,10 @@ def cmd_predict(args, error) -> int:
              human_bytes(r["requests_bytes"])]
             + [human_time(r["terms"][k]) for k in ("tensor", "softmax", "smem", "latency", "l2", "dram")]
             for r in recs]
+    if any("dsmem" in r["terms"] for r in recs):  # a cluster kernel (issue 18): its reductions and barriers
+        header += ["DSMEM", "t DSMEM", "t sync"]
+        for row, r in zip(rows, recs):
+            row += [human_bytes(r["dsmem_bytes"])] + [human_time(r["terms"].get(k, 0.0)) for k in ("dsmem", "sync")]
     _table(header, rows, args.format, recs)
     return 0
 

@@ -21,13 +21,19 @@ Overlap rule per kernel structure (the descriptor's):
 A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L + L_gmem · rt(n) cycles (it shares its SM with
 ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; rt(n): the dependent global round trips the
 descriptor declares, round_trips_per_tile · n + rescale_round_trips · n(n-1)/2 (eager v_once, spilled:
-block n rescales the n earlier f blocks in HBM, one read-scale-write round trip each), L_gmem fitted); CTAs are list-scheduled in launch order onto
+block n rescales the n earlier f blocks in HBM, one read-scale-write round trip each); a round trip waits
+L_gmem when the L2 serves it and L_gmem + L_gmem_dram when its line went to DRAM, weighted by the share of
+the re-touched bytes the levels send to DRAM ((DRAM - compulsory) / (L2 - compulsory)); both fitted); CTAs are list-scheduled in launch order onto
 SMs x ctas_per_sm slots (wave quantisation and the causal tail fall out of it); the persistent cuDNN
 kernel is scheduled the same way over its work tiles. Cycles -> seconds at the clock of gpus.py.
 Then t = max(t_compute, L2 bytes / BW_L2, DRAM bytes / BW_DRAM) + launch overhead (measured per launcher);
 a kernel that spills its f row (v_once, placement hbm) runs two phases in each CTA, the products and the
 f stores, then the f loads and (f/l)V, so its memory time only partly hides under its compute:
-+ σ_spill · min(t_compute, t_memory) (σ_spill fitted);
++ σ_spill · min(t_compute, t_memory) (σ_spill fitted); and its memory rate is capped by Little's law:
+a level delivers at most (bytes in flight) / latency, bytes in flight per SM = resident warps (CTAs/SM x
+warps) x the bytes each warp has outstanding (in_flight_per_sm), latency lat_dram fitted:
+t_dram = max(bytes / BW_dram, bytes · lat_dram / (SMs · in flight per SM)) (the same cap on the L2 level,
+with its own latency, fitted to its floor: no training cell is L2-latency bound, so it is left out);
 kernels of several launches (naive) pay their spilled S/P traffic after the compute instead of under it.
 The bound is the largest of compute's terms (tensor, softmax, smem, latency: the round trips), L2 and DRAM.
 
@@ -44,7 +50,7 @@ from pathlib import Path
 from analysis import closed_forms as cf
 from analysis.gpus import get_gpu
 from analysis.headline import attention_flops
-from analysis.levels import counts, grid_ctas, levels
+from analysis.levels import counts, grid_ctas, levels, q_block_slots
 from analysis.tiling import Tiling, cdiv
 
 FIT_FILE = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_model_fit.json"
@@ -71,8 +77,10 @@ DEFAULT_PARAMS = {
     #                     leave out there (P stored to smem, the 16-lane shuffles of row_max16/row_sum16,
     #                     the visibility test), all on the same FP32 issue slots
     "W_sat": 16.0,  # resident warps per SM for the teaching tier's full issue rate (fits near 16: 2 CTAs of 8)
-    "L_gmem": 1500.0,  # cycles per dependent global round trip under load (fits near 1800, ~1 µs)
+    "L_gmem": 1500.0,  # cycles per dependent global round trip under load, served by the L2
+    "L_gmem_dram": 1500.0,  # what a round trip adds when its line went to DRAM (teaching v_once, spilled f)
     "sigma_spill": 0.3,
+    "lat_dram": 2000.0,  # cycles a spilled kernel's DRAM request waits under load (Little's law, v_once_tc hbm)
 }
 
 
@@ -120,6 +128,7 @@ class Prediction:
     waves: float
     block_q: int
     block_k: int
+    dsmem_bytes: int = 0  # a cluster's reductions through distributed shared memory (issue 18)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -134,10 +143,23 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
     per_block = [len(t.k_blocks(i)) for i in range(t.t_r)]
     if desc.grid == "heads":
         pattern, repeats = [sum(per_block)], batch * heads
+    elif desc.grid == "clusters":  # a cluster lasts as long as its busiest CTA, rank 0 (analysis/cluster_model.py)
+        from analysis.cluster import plan_or_largest
+        from analysis.cluster_model import busiest_rank_tiles
+
+        kb = plan_or_largest(n_k, d, block_q=desc.block_q, block_k=desc.block_k,
+                             capacity=_smem_per_cta()).key_blocks_per_cta
+        pattern, repeats = [busiest_rank_tiles(n, kb) for n in per_block], batch * heads
     else:
         pattern, repeats = per_block, batch * heads
     return Work(desc, batch, heads, n_q, n_k, d, dtype, bool(causal), tr, lv, sum(per_block) * batch * heads,
                 pattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal))  # 4·d per visible pair
+
+
+def _smem_per_cta() -> int:
+    from analysis.cluster import SMEM_PER_CTA
+
+    return SMEM_PER_CTA
 
 
 def round_trips(desc, n: int) -> float:
@@ -161,6 +183,15 @@ def _schedule(pattern, repeats, slots, cost) -> tuple[float, float]:
             start = heapq.heappop(heap)
             heapq.heappush(heap, start + c)
     return max(heap), waves
+
+
+def in_flight_per_sm(desc, d: int, item: int) -> float:
+    """Bytes a SM keeps in flight in a spilled two-phase kernel (v_once_tc, f in HBM): resident warps x the
+    bytes each has outstanding, its share of the K/V ring tile being loaded (Bc x d, cp.async, while the
+    other slot is used) and its rows of one f block (its A fragments of f_k: the eager rescale loads KN
+    16-byte fragments per lane before it scales them; phase 2 prefetches f_{j+1} while block j multiplies)."""
+    per_warp = desc.block_k * d * item / desc.warps + desc.block_q / desc.warps * desc.block_k * item
+    return desc.ctas_per_sm * desc.warps * per_warp
 
 
 def tile_terms(work: Work, params: dict) -> dict:
@@ -212,23 +243,42 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     slots = sms * desc.ctas_per_sm
     terms = tile_terms(work, params)
     t_tile = combine(desc, terms, params)
-    per_tile, fixed, lat = desc.ctas_per_sm * t_tile, params["L_cycles"], params["L_gmem"]
+    lv = work.levels
+    # a dependent round trip to the spilled f row waits on the L2 or, when the line was evicted, on DRAM:
+    # L_gmem + (share of the re-touched bytes that miss) x L_gmem_dram
+    miss = min(1.0, max(0.0, (lv.dram_bytes - lv.compulsory_bytes) / max(1, lv.l2_bytes - lv.compulsory_bytes)))
+    per_tile, fixed = desc.ctas_per_sm * t_tile, params["L_cycles"]
+    lat = params["L_gmem"] + miss * params.get("L_gmem_dram", 0.0)
+    cluster_terms = {}
+    if desc.grid == "clusters":  # issue 18: clusters co-scheduled in a GPC; DSMEM reductions and barriers per Q block
+        from analysis.cluster_model import cluster_costs
+
+        slots = q_block_slots(desc, g)  # clusters resident at once
+        q_blocks = len(work.cta_tiles) * work.repeats
+        cluster_terms = cluster_costs(desc, work.d, work.traffic.dsmem_total_bytes / max(1, q_blocks))
+        fixed += sum(cluster_terms.values())
     cycles, waves = _schedule(work.cta_tiles, work.repeats, slots,
                               lambda n: per_tile * n + fixed + lat * round_trips(desc, n))
     t_compute = cycles / clock
     t_latency = sum(lat * round_trips(desc, n) for n in work.cta_tiles) * work.repeats / slots / clock
-    lv = work.levels
     dram_bw = g.value("hbm_bandwidth", "measured")
     t_dram = lv.dram_bytes / dram_bw
     t_l2 = lv.l2_bytes / L2_BANDWIDTH
     # each compute term as if it alone ran: whole-problem SM cycles spread over every SM
-    scale = work.tiles * desc.ctas_per_sm / slots / clock
+    cta_slots = slots * (desc.cluster_size if desc.grid == "clusters" else 1)
+    scale = work.tiles * desc.ctas_per_sm / cta_slots / clock
     named = {"tensor": terms["tensor"] * scale, "softmax": terms["softmax"] * scale,
              "smem": terms["smem"] * scale, "latency": t_latency, "l2": t_l2, "dram": t_dram}
+    for k, cyc in cluster_terms.items():  # per cluster, whole problem spread over the resident clusters
+        named[k] = cyc * len(work.cta_tiles) * work.repeats / slots / clock
     if desc.launches > 1:  # separate passes: the spilled S/P traffic is not hidden under the products
         spill = max(0, lv.dram_bytes - lv.compulsory_bytes) / dram_bw
         t = max(t_compute, t_l2) + spill
     elif desc.f == "hbm":  # two phases per CTA: the f traffic partly exposed (σ_spill)
+        if desc.path != "ffma":  # Little's law: the resident warps keep too few bytes in flight (teaching: L_gmem)
+            flight = sms * in_flight_per_sm(desc, work.d, cf.DTYPES[work.dtype])
+            t_dram = max(t_dram, lv.dram_bytes * params["lat_dram"] / clock / flight)
+            named.update(dram=t_dram)
         t_mem = max(t_l2, t_dram)
         t = max(t_compute, t_mem) + params["sigma_spill"] * min(t_compute, t_mem)
     else:
@@ -236,14 +286,14 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     overhead = desc.launch_overhead_s * desc.launches
     named.update(compute=t_compute, overhead=overhead)
     total = t + overhead
-    bound = max(("tensor", "softmax", "smem", "latency", "l2", "dram"), key=lambda k: named[k])
+    bound = max(("tensor", "softmax", "smem", "latency", "l2", "dram") + tuple(cluster_terms), key=lambda k: named[k])
     if desc.path == "ffma" and bound == "tensor":
         bound = "ffma"
     return Prediction(kernel=desc.kernel, build=desc.build, time_s=total,
                       tflops=work.paper_flops / total / 1e12, bound=bound, terms=named,
                       l2_bytes=lv.l2_bytes, dram_bytes=lv.dram_bytes, requests_bytes=lv.requests_bytes,
                       ctas=grid_ctas(desc, work.batch, work.heads, work.n_q), ctas_per_sm=desc.ctas_per_sm,
-                      waves=waves, block_q=desc.block_q, block_k=desc.block_k)
+                      waves=waves, block_q=desc.block_q, block_k=desc.block_k, dsmem_bytes=lv.dsmem_bytes)
 
 
 def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: int, dtype="fp16",

@@ -2,10 +2,11 @@
 
     requests  the papers' count (FA1 Theorem 2, FA2 section 3): every byte a thread block asks global
               memory for, as if there were no cache. `analysis.closed_forms` at the kernel's own Br, Bc.
-    l2        L2 request bytes: what the SMs send to the L2 (the SM-side counter lts__t_sectors_srcunit_tex
-              x 32 B). A FlashAttention kernel has no L1 reuse across its CTAs (cp.async.cg and TMA bypass
-              L1) and S/P/O stay in registers or smem, so this equals `requests` at the real tiling
-              (TMA or cp.async move the same bytes; what differs is who issues them).
+    l2        L2 request bytes: what the SMs send to the L2 (the SM-side crossbar counters). A FlashAttention
+              kernel has no L1 reuse across its CTAs (cp.async.cg and TMA bypass L1) and S/P/O stay in
+              registers or smem, so this equals `requests` at the real tiling (TMA or cp.async move the
+              same bytes; what differs is who issues them), plus the local-memory level: the register
+              spills of 255-register builds, stored through L1 to the L2 (analysis/local_memory.py).
     dram      DRAM bytes, from an L2 residency model: every input byte is read once (compulsory) and
               every output written once; a re-read (K/V by the next Q block, a spilled f / S / P / O
               row read back) is an L2 hit when the data touched between the two uses fits the
@@ -14,8 +15,13 @@
               K/V of the heads in flight, ⌈resident CTAs / Tr⌉ of them (Q blocks are launched
               fastest), and the Q tiles they stream; a spilled row is read back after every resident CTA has written its own.
 
-Only re-reads separated by a wave boundary (separated_share) can miss: co-resident Q blocks of one head
-read K_j together. Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
+A cluster kernel (grid "clusters", v_once placement "cluster") is one Q block per cluster of CS CTAs: its
+slots are the clusters resident at once (analysis/cluster_model.py), each CTA streams its own Q tile.
+
+Only re-reads separated by a wave boundary can miss: co-resident Q blocks of one head read K_j together.
+Non-causal q_blocks / persistent grids: analysis/residency.py counts, per head straddling two waves, the
+key blocks whose reuse distance exceeds the capacity (strict LRU); causal grids and FA1's keep the ramp
+on one wave's working set times separated_share. Effective L2 capacity: half the L2 (bench/results: 60 MB on the H200 as torch reports it; H100
 whitepaper: the L2 is two partitions, each caching data for the SMs of its GPCs, so data every SM reads
 may be held twice). DRAM writes: the ncu counters (bench/results/tc_ncu*.csv) see 0.85-0.9 of O written
 within the kernel (the rest is still dirty in L2 at its end); the model counts every output byte.
@@ -25,6 +31,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from analysis import closed_forms as cf
+from analysis.local_memory import local_bytes
+from analysis.residency import separated_missing_bytes
 from analysis.tiling import Tiling, cdiv
 
 
@@ -41,6 +49,8 @@ class Levels:
     spill_working_set_bytes: int
     resident_ctas: int
     heads_in_flight: int
+    local_bytes: int = 0  # spill stores, L1 -> L2 (part of l2_bytes; none of it counted in DRAM)
+    dsmem_bytes: int = 0  # across a cluster's distributed shared memory (placement "cluster"): no L2/DRAM byte
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -81,7 +91,16 @@ def separated_share(desc, bh: int, t_r: int, slots: int) -> float:
 def grid_ctas(desc, batch: int, heads: int, n_q: int) -> int:
     if desc.grid == "heads":
         return batch * heads
-    return cdiv(n_q, desc.block_q) * batch * heads
+    return cdiv(n_q, desc.block_q) * batch * heads * getattr(desc, "cluster_size", 1)
+
+
+def q_block_slots(desc, gpu) -> int:
+    """Q blocks (CTAs, or clusters of CS CTAs) resident at once on the whole GPU."""
+    if desc.grid == "clusters":  # co-scheduled within a GPC (analysis/cluster_model.py)
+        from analysis.cluster_model import active_clusters
+
+        return max(1, active_clusters(desc.cluster_size, desc.ctas_per_sm))
+    return int(gpu.value("sms", "measured") * desc.ctas_per_sm)
 
 
 def counts(desc, batch, heads, n_q, n_k, d, dtype, causal) -> cf.Traffic:
@@ -89,6 +108,10 @@ def counts(desc, batch, heads, n_q, n_k, d, dtype, causal) -> cf.Traffic:
     opts = {}
     if desc.variant == "v_once":
         opts = dict(placement=desc.f or "hbm", rescale=desc.rescale or "lazy")
+    if desc.f == "cluster":  # the cluster the kernel runs: chosen against one CTA's opt-in smem
+        from analysis.cluster import SMEM_PER_CTA
+
+        opts["sram_bytes"] = SMEM_PER_CTA
     return cf.counts(desc.variant, batch, heads, n_q, n_k, d, causal=causal, dtype=dtype,
                      block_q=desc.block_q, block_k=desc.block_k, **opts)
 
@@ -102,11 +125,12 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
     out_bytes = n_q * d * item + 4 * n_q
     compulsory = bh * (q_bytes + kv_bytes + out_bytes)
 
-    slots = gpu.value("sms", "measured") * desc.ctas_per_sm
+    slots = q_block_slots(desc, gpu)  # Q blocks at once (a cluster of CS CTAs is one Q block)
+    per_q_block = getattr(desc, "cluster_size", 1) if desc.grid == "clusters" else 1
     ctas = grid_ctas(desc, batch, heads, n_q)
-    resident = int(min(ctas, slots))
+    resident = int(min(ctas, slots * per_q_block))
     t_r = 1 if desc.grid == "heads" else cdiv(n_q, desc.block_q)
-    in_flight = max(1, min(bh, cdiv(resident, t_r)))
+    in_flight = max(1, min(bh, cdiv(resident // per_q_block, t_r)))
     # between two reads of K_j: the K/V of the heads in flight, and the Q tiles the resident CTAs stream
     kv_ws = in_flight * kv_bytes + resident * min(desc.block_q, n_q) * d * item
 
@@ -149,7 +173,12 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
         eager_miss = num / den if den else 0.0
     inputs_req = sum(rb.get(n, 0) for n in ("Q", "K", "V"))
     inputs_unique = bh * (q_bytes + kv_bytes)
-    reads = inputs_unique + round(max(0, inputs_req - inputs_unique) * kv_miss * separated_share(desc, bh, t_r, slots))
+    if causal or desc.grid == "heads":  # one wave's working set against the ramp (causal tails break the waves)
+        kv_missing = max(0, inputs_req - inputs_unique) * kv_miss * separated_share(desc, bh, t_r, slots)
+    else:  # every straddled head's re-read, block by block, against its reuse distance (analysis/residency.py)
+        qo = 2 * resident * min(desc.block_q, n_q) * d * item
+        kv_missing = separated_missing_bytes(bh, t_r, cdiv(n_k, desc.block_k), int(slots), kv_bytes, qo, cap)
+    reads = inputs_unique + round(kv_missing)
     writes = bh * out_bytes
     for name in spill_names:
         r, w = rb.get(name, 0), wb.get(name, 0)
@@ -163,7 +192,9 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
         # a spilled byte is written back once when it stays resident, every time when it does not
         unique = min(w, bh * n_q * n_k * item) if name in ("f", "S", "P") else w
         writes += round(unique + (w - unique) * spill_miss)
-    return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes, dram_bytes=reads + writes,
+    local = local_bytes(desc, batch, heads, n_q, n_k, causal)
+    return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes + local, dram_bytes=reads + writes,
                   dram_read_bytes=reads, dram_write_bytes=writes, compulsory_bytes=compulsory,
                   l2_capacity_bytes=cap, kv_working_set_bytes=kv_ws, spill_working_set_bytes=spill_ws,
-                  resident_ctas=resident, heads_in_flight=in_flight)
+                  resident_ctas=resident, heads_in_flight=in_flight, local_bytes=local,
+                  dsmem_bytes=tr.dsmem_total_bytes)

@@ -25,13 +25,15 @@ RESULTS = ROOT / "bench" / "results"
 DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
 # ncu kernel names -> the registry / external name they belong to (launch order resolves several builds)
-NCU_KERNELS = (("fa2_wgmma_tma_fwd", "fa2_wgmma"), ("fa2_wgmma_fwd", "fa2_wgmma"), ("fa2_tc_fwd", "fa2_tc"),
+NCU_KERNELS = (("v_once_cluster", "v_once_cluster"), ("fa2_wgmma_tma_fwd", "fa2_wgmma"), ("fa2_wgmma_fwd", "fa2_wgmma"), ("fa2_tc_fwd", "fa2_tc"),
                ("v_once_tc_fwd", "v_once_tc"), ("pytorch_flash::flash_fwd", "sdpa_flash"),
                ("flash_fprop", "sdpa_cudnn"))
 
 
 def _kernel_of(label: str) -> tuple[str, dict]:
     """'v_once_tc[hbm,lazy]' -> ('v_once_tc', {placement, rescale}); 'fa2_wgmma{...}' -> config."""
+    if re.match(r"^v_once_cluster(\b|_|\[|$)", label):  # issue 18: the build follows from Nk (analysis.cluster)
+        return "v_once_cluster", {}
     m = re.match(r"^v_once_tc\[(\w+),(\w+)\]$", label)
     if m:
         return "v_once_tc", {"placement": m.group(1), "rescale": m.group(2)}
@@ -55,9 +57,15 @@ def _meta_configs(meta: dict) -> dict:
     return out
 
 
-def bench_cells(pattern: str = "tc_bench*.json") -> list[dict]:
+# the benchmark files read: tc_bench*.json (bench/bench_tc.py bench), and the cluster kernel's run under either
+# that name or cluster_bench*.json (issue 18): rows labelled v_once_cluster validate with no code change
+BENCH_PATTERNS = ("tc_bench*.json", "cluster_bench*.json")
+
+
+def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
     cells = []
-    for path in sorted(RESULTS.glob(pattern)):
+    patterns = (pattern,) if isinstance(pattern, str) else pattern
+    for path in sorted({p for pat in patterns for p in RESULTS.glob(pat)}):
         data = json.loads(path.read_text())
         configs = _meta_configs(data.get("meta", {}))
         for r in data.get("rows", []):
@@ -153,6 +161,7 @@ def read_ncu_csv(path) -> list[dict]:
                           lts_bytes=m.get("lts__t_bytes.sum"),
                           l2_tex_bytes=None if tex is None else tex * 32,
                           l2_sm_bytes=_sm_side(m),
+                          l2_sm_write_bytes=m.get("l1tex__m_l1tex2xbar_write_bytes.sum"),
                           instructions=m.get("smsp__inst_executed.sum")))
     return cells
 

@@ -7,7 +7,9 @@ A reference never touches HBM directly. It calls
     P  = mem.exp(S - m)                         # counted exponentials
     mem.store("O", o[..., r0:r1, :], Oi / li)   # counted HBM write into the view
 
-so the code itself says which tensor lives on chip and which crosses to HBM. Counts are whole-problem
+so the code itself says which tensor lives on chip and which crosses to HBM. A cluster's exchange
+between the shared memories of its CTAs (v_once placement "cluster", issue 18) is `mem.dsmem(name,
+value)`: counted in `dsmem_bytes` (float32 bytes), never as HBM traffic. Counts are whole-problem
 numbers: a view of a (B, H, N, d) tensor carries B·H rows of work, so per-(batch, head) counts are
 multiplied by B·H automatically. Bytes are elements x the itemsize of the HBM tensor the view belongs
 to (Q, K, V, O, S, P, f in the input dtype; l, m, lse in float32).
@@ -74,6 +76,8 @@ class Counts:
     write_bytes: Counter = field(default_factory=Tally)
     flops: Counter = field(default_factory=Tally)  # kind -> FLOPs
     sram_peak_bytes: int = 0
+    # tensor name -> bytes one CTA read from another CTA's shared memory (a cluster's DSMEM; no HBM byte)
+    dsmem_bytes: Counter = field(default_factory=Tally)
 
     @property
     def hbm_read_bytes(self) -> int:
@@ -97,6 +101,7 @@ class Counts:
             "hbm_write_bytes": self.hbm_write_bytes,
             "flops": {kind: self.flops.get(kind, 0) for kind in FLOP_KINDS},
             "sram_peak_bytes": self.sram_peak_bytes,
+            "dsmem_bytes": dict(self.dsmem_bytes),
         }
 
 
@@ -169,6 +174,14 @@ class Memory:
             self.counts.writes[name] += n
             self.counts.write_bytes[name] += n * view.element_size()
         view.copy_(value)
+
+    # -- distributed shared memory (issue 18: placement="cluster") ----------------------------
+    def dsmem(self, name: str, value: torch.Tensor, itemsize: int = 4) -> torch.Tensor:
+        """One CTA reads `value` from another CTA's shared memory in its cluster: counted as DSMEM bytes
+        (float32 statistics and partial O: `itemsize` 4 whatever the compute dtype), never as HBM."""
+        if self.counting:
+            self.counts.dsmem_bytes[name] += value.numel() * itemsize
+        return value
 
     # -- FLOPs ------------------------------------------------------------------------------
     def matmul(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

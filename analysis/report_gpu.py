@@ -6,6 +6,7 @@ with the three memory levels and the bound / time / TFLOP/s of `analysis.gpu_mod
     fa1      fa1               the teaching FA1 (Algorithm 1, K/V outer): the only FA1 kernel
     fa2      fa2_wgmma         the fastest FA2 here (wgmma + TMA, warp-specialised), the one to judge FA2 by
     v_once   v_once_tc         issue #941 on tensor cores (its placement and rescale from the row)
+             v_once_cluster    placement "cluster": the f row over a thread-block cluster (issue 18)
 
 Levels (analysis.levels): `requests` is the papers' count (FA1 Theorem 2, FA2 section 3: every byte a
 thread block asks global memory for, as if there were no cache) at the kernel's Br, Bc; `l2` what the
@@ -31,6 +32,8 @@ def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtyp
     if gpu_key not in MODELLED_GPUS:
         return None, f"the GPU model is fitted to the {', '.join(g.upper() for g in MODELLED_GPUS)} only"
     kernel = KERNEL_OF.get(variant)
+    if variant == "v_once" and opts.get("placement") == "cluster":  # issue 18: the cluster kernel
+        kernel, opts = "v_once_cluster", {}
     if kernel is None:  # a registered variant with no kernel (tests/test_add_a_variant.py's toy)
         return None, f"no kernel runs variant {variant}"
     try:
@@ -69,6 +72,7 @@ def model_record(desc, batch: int, heads: int, n_q: int, n_k: int, d: int, dtype
                 time_s=p.time_s, tflops=p.tflops, bound=p.bound,
                 requests_bytes=round(lv.requests_bytes * share), l2_bytes=round(lv.l2_bytes * share),
                 dram_bytes=round(lv.dram_bytes * share), compulsory_bytes=round(lv.compulsory_bytes * share),
+                dsmem_bytes=round(lv.dsmem_bytes * share),
                 smem_bytes=desc.smem_bytes,
                 terms=dict(p.terms))
 

@@ -34,7 +34,9 @@ def fa2_sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False) -> int
     return (br * d + 2 * bc * d) * itemsize + (br * bc + br * d + 2 * br) * F32
 
 
-V_ONCE_PLACEMENTS = ("auto", "sram", "hbm")
+# "cluster" (issue 18): the f row split over a thread-block cluster's shared memories (analysis.cluster);
+# "auto" still chooses between one CTA's smem and HBM only (what one thread block does)
+V_ONCE_PLACEMENTS = ("auto", "sram", "hbm", "cluster")
 V_ONCE_RESCALES = ("eager", "lazy")
 
 
@@ -45,11 +47,33 @@ def check_v_once_options(placement, rescale):
         raise ValueError(f"unknown rescale {rescale!r}; choose one of {', '.join(V_ONCE_RESCALES)}")
 
 
+def v_once_valid(placement, rescale) -> bool:
+    """Whether the pair is a v_once configuration: the cluster keeps each f block relative to its own
+    max m_ij and scales it once by the cluster's final max (lazy by construction); eager rescaling would
+    rewrite other CTAs' slices through DSMEM at every new max, which no kernel here does."""
+    return not (placement == "cluster" and rescale != "lazy")
+
+
+def check_v_once_pair(placement, rescale):
+    check_v_once_options(placement, rescale)
+    if not v_once_valid(placement, rescale):
+        raise ValueError(f"placement 'cluster' rescales lazily by construction (each f block once, by the "
+                         f"cluster's final max); use rescale='lazy', not {rescale!r}")
+
+
 def v_once_sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False, *, placement="auto",
                       rescale="eager", capacity=None) -> int:
     """On chip: Q_i, one K_j or V_j tile, the S tile, f (the whole row or one tile), O_i, ℓ_i, m_i,
-    and with lazy rescaling the Tc block maxima. "auto" resolves against `capacity` (None: fits)."""
-    check_v_once_options(placement, rescale)
+    and with lazy rescaling the Tc block maxima. "auto" resolves against `capacity` (None: fits).
+    "cluster": one CTA's shared memory (analysis.cluster.smem_bytes: Q_i, the K/V ring, its f slice, its
+    block maxima) in the smallest cluster that holds the row within `capacity` (None: unlimited, one CTA);
+    where none does, the largest cluster's bytes, over `capacity`."""
+    check_v_once_pair(placement, rescale)
+    if placement == "cluster":  # per CTA: the kernel's own budget (analysis.cluster), its cluster against capacity
+        from analysis.cluster import plan_or_largest
+
+        return plan_or_largest(n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize,
+                               capacity=capacity).smem_bytes
     if placement == "auto":
         placement = v_once_resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,
                                              rescale=rescale, capacity=capacity)

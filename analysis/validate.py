@@ -33,6 +33,7 @@ from pathlib import Path
 
 from analysis import gpu_model as gm
 from analysis.fit_gpu_model import is_train, work_of
+from analysis.local_memory import is_train as local_train
 from analysis.measured import bench_cells, ncu_cells, teaching_cells
 
 TC_BAND, TEACHING_BAND, DRAM_BAND, L2_BAND = 0.15, 0.30, 0.10, 0.15
@@ -96,8 +97,8 @@ def rows(params=None) -> list[dict]:
         if "dram_bytes" in c:
             out.append(dict(base, quantity="dram bytes", model=p.dram_bytes, measured=c["dram_bytes"],
                             band=DRAM_BAND))
-        if c.get("l2_sm_bytes"):
-            out.append(dict(base, quantity="l2 bytes (SM xbar)", model=p.l2_bytes,
+        if c.get("l2_sm_bytes"):  # SDPA flash's spill constant was fitted on its N = 4096 non-causal rows
+            out.append(dict(base, train=local_train(c), quantity="l2 bytes (SM xbar)", model=p.l2_bytes,
                             measured=c["l2_sm_bytes"], band=L2_BAND))
         if c.get("l2_tex_bytes"):  # banded only where no SM-side counter was profiled (older CSVs)
             out.append(dict(base, quantity="l2 bytes (srcunit_tex)", model=p.l2_bytes,

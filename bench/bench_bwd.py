@@ -5,7 +5,8 @@
 Grid (issue 13 item 4): fp16 and bf16, d = 64 and 128, N = 512 ... 16k with batch·N = 16k and hidden 2048
 (H = 2048/d), causal and not. Contenders, each through autograd on the same inputs: our kernels via
 kernels.attention (fa2_wgmma by default when it has a backward; the teaching fa2 up to --teaching-max-n),
-SDPA flash (FlashAttention-2), SDPA cuDNN, and SDPA math (the unfused backward: S, P, dP, dS in HBM; up
+the teaching naive (FA1 Alg. 3: the forward's P kept, dP and dS in HBM, the same float32 micro-tiles
+as fa2; up to --naive-max-n), SDPA flash (FlashAttention-2), SDPA cuDNN, and SDPA math (the unfused backward: S, P, dP, dS in HBM; up
 to --math-max-n) in the input dtype (tensor-core GEMMs) and on float32 copies (sdpa_math_fp32: FFMA GEMMs,
 CUDA cores like the teaching kernel) -- the unfused baselines of "faster than a naive backward at N >= 4k".
 
@@ -66,6 +67,8 @@ def contenders(names: list[str]):
         return lambda q, k, v, c: kernels.attention(q, k, v, causal=c, kernel=kernel)
 
     fns = {n: ours(n) for n in names}
+    if "naive" in fns:  # the teaching unfused backward keeps the forward's P, as SDPA math does
+        fns["naive"] = lambda q, k, v, c: kernels.KERNELS["naive"].module.trainable(q, k, v, causal=c)
     for backend in ("flash", "cudnn", "math"):
         fns[f"sdpa_{backend}"] = lambda q, k, v, c, b=backend: harness.sdpa(b, q, k, v, c)
     # unfused on CUDA cores, like the teaching kernel (float32 GEMMs; TF32 is off by default in torch)
@@ -128,6 +131,8 @@ def bench_cell(name, fn, b, h, n, d, dtype, dname, causal):
 def runs(name, n, args) -> bool:
     if name == "fa2":
         return n <= args.teaching_max_n
+    if name == "naive":
+        return n <= args.naive_max_n
     if name == "sdpa_math_fp32":
         return n <= min(args.math_max_n, args.math_fp32_max_n)
     if name == "sdpa_math":
@@ -139,7 +144,7 @@ def our_kernels(requested: str | None) -> list[str]:
     from kernels import KERNELS
 
     names = (requested.split(",") if requested else
-             [n for n in ("fa2_wgmma", "fa2") if n in KERNELS and KERNELS[n].backward is not None])
+             [n for n in ("fa2_wgmma", "fa2", "naive") if n in KERNELS and KERNELS[n].backward is not None])
     out = []
     for n in names:
         spec = KERNELS.get(n)
@@ -239,6 +244,10 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--teaching-max-n", type=int, default=4096, help="largest N the teaching fa2 runs")
+    ap.add_argument("--naive-max-n", type=int, default=8192, help="largest N the teaching naive runs. Memory: "
+                    "P, dP, dS are B·H·N² input-dtype elements each (batch·N = 16k: 16k·H·N·2 bytes, 4.3 GB at "
+                    "N = 4096, d = 64; all fit an H200 up to N = 16k: 52 GB); its row pass holds 8·N bytes on chip "
+                    "(N <= 29,000)")
     ap.add_argument("--math-max-n", type=int, default=8192, help="largest N SDPA math runs (N² memory)")
     ap.add_argument("--math-fp32-max-n", type=int, default=4096, help="largest N sdpa_math_fp32 runs (float32 "
                     "N² matrices: ~60 GB at N = 8k)")

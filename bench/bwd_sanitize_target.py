@@ -1,6 +1,6 @@
-"""The teaching fa2 backward on a few small shapes, for compute-sanitizer (bench/gpu_check_bwd.sh).
+"""The teaching backwards (fa2, naive) on a few small shapes, for compute-sanitizer (bench/gpu_check_bwd.sh).
 
-    compute-sanitizer --tool memcheck|racecheck python3 bench/bwd_sanitize_target.py
+    compute-sanitizer --tool memcheck|racecheck python3 bench/bwd_sanitize_target.py [fa2,naive]
 
 Shapes with several Q blocks and key blocks, tails on both sides, Nq != Nk, causal with rows that see no
 key, d below and above 64, each dtype. Prints one line per shape (max error of dq, dk, dv against float64
@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+NAMES = ("fa2", "naive")  # the teaching backwards: FA2 Alg. 2 and the unfused FA1 Alg. 3
 # (B, H, Nq, Nk, d, causal, dtype, Br, Bc): Tr x Tc tiles
 SHAPES = [(1, 2, 150, 200, 40, True, "float16", 64, 64),     # 3 x 4, tails
           (1, 1, 140, 37, 128, True, "float32", 32, 16),     # 5 x 3, 103 rows see no key
@@ -27,14 +28,19 @@ def main() -> int:
     from kernels import KERNELS
     from variants.reference import causal_mask
 
-    spec, bad = KERNELS["fa2"], 0
-    for b, h, n_q, n_k, d, causal, dt, br, bc in SHAPES:
+    bad = 0
+    names = sys.argv[1].split(",") if len(sys.argv) > 1 else list(NAMES)
+    for name, (b, h, n_q, n_k, d, causal, dt, br, bc) in ((nm, shape) for nm in names for shape in SHAPES):
+        spec = KERNELS[name]
         dtype = getattr(torch, dt)
         g = torch.Generator(device="cuda").manual_seed(0)
         q, do = (torch.randn(b, h, n_q, d, generator=g, device="cuda").to(dtype) for _ in range(2))
         k, v = (torch.randn(b, h, n_k, d, generator=g, device="cuda").to(dtype) for _ in range(2))
-        o, lse = spec.forward(q, k, v, causal=causal, block_q=br, block_k=bc)
-        grads = spec.backward(q, k, v, o, lse, do, causal=causal, block_q=br, block_k=bc)
+        saved = {} if name == "naive" else None  # naive's backward reads the forward's P (FA1 Alg. 3)
+        o, lse = spec.forward(q, k, v, causal=causal, block_q=br, block_k=bc,
+                              **({"saved": saved} if saved is not None else {}))
+        grads = spec.backward(q, k, v, o, lse, do, causal=causal, block_q=br, block_k=bc,
+                              **({"P": saved["P"]} if saved is not None else {}))
         torch.cuda.synchronize()
         leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
         s = (leaves[0] @ leaves[1].transpose(-1, -2)) / d ** 0.5
@@ -48,7 +54,7 @@ def main() -> int:
         errs = [float((x.double() - r).abs().max() / r.abs().max().clamp_min(1e-30)) for x, r in zip(grads, ref)]
         ok = all(bool(torch.isfinite(x).all()) for x in grads) and max(errs) <= 5e-2
         bad += not ok
-        print(f"fa2 backward {dt} {(b, h, n_q, n_k, d)} causal={causal} Br={br} Bc={bc}: "
+        print(f"{name} backward {dt} {(b, h, n_q, n_k, d)} causal={causal} Br={br} Bc={bc}: "
               f"rel err dq {errs[0]:.1e} dk {errs[1]:.1e} dv {errs[2]:.1e} {'ok' if ok else 'BAD'}", flush=True)
     return 1 if bad else 0
 

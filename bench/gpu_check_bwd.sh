@@ -50,7 +50,7 @@ for step in "${steps[@]}"; do
           python3 bench/bwd_sanitize_target.py > "$OUT/sanitize_$step.tmp" 2>&1
         rc=$?
         cat "$OUT/sanitize_$step.tmp" >> "$LOG"
-        grep -E "fa2 backward|SUMMARY" "$OUT/sanitize_$step.tmp" | tail -6
+        grep -E "(fa2|naive) backward|SUMMARY" "$OUT/sanitize_$step.tmp" | tail -6
         rm -f "$OUT/sanitize_$step.tmp"
       fi ;;
     bench)

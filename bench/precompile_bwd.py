@@ -2,8 +2,9 @@
 
     PYTHONPATH=. python bench/precompile_bwd.py [--jobs 16]
 
-The builds: compile_configs() of every kernel with a backward, plus the teaching fa2 forward and backward at
-the block shapes tests/test_kernels_backward.py and bench/bwd_sanitize_target.py use. Serially they take
+The builds: compile_configs() of every kernel with a backward, plus the teaching fa2 and naive forwards and
+backwards at the block shapes tests/test_kernels_backward.py and bench/bwd_sanitize_target.py use
+(--teaching: the teaching tier only). Serially they take
 about a minute; the GPU tests then find them cached. Exit 1 if one fails to compile (its log is printed).
 """
 from __future__ import annotations
@@ -22,16 +23,18 @@ if str(ROOT) not in sys.path:
 TEACHING_BLOCKS = ((64, 64), (16, 64), (64, 16), (32, 16))
 
 
-def builds() -> list[tuple]:
-    from kernels import KERNELS, _teaching, fa2, loader
+def builds(teaching_only: bool = False) -> list[tuple]:
+    from kernels import KERNELS, _teaching, fa2, loader, naive
 
     arch = loader.default_arch()
     jobs = [(src, defs, spec.arch or arch) for spec in KERNELS.values() if spec.backward is not None
-            for src, _, defs in spec.compile_configs()]
+            and (spec.tier == "teaching" or not teaching_only) for src, _, defs in spec.compile_configs()]
     for dt in _teaching.DTYPES:
         for br, bc in TEACHING_BLOCKS:
             jobs += [(fa2.SOURCE, _teaching.defines(dt, br, bc, FA2_OWN_V=v), arch) for v in (0, 1)]
-            jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, D_PAD=p), arch) for p in (64, 128)]
+            jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, **fa2.bwd_defines(p)), arch)
+                     for p in (64, 128)]
+            jobs += [(src, _teaching.defines(dt, br, bc), arch) for src in (naive.SOURCE, naive.BWD_SOURCE)]
     return list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())
 
 
@@ -44,8 +47,9 @@ def compile_one(source, defines, arch):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
+    ap.add_argument("--teaching", action="store_true", help="only the teaching tier (fa2, naive)")
     args = ap.parse_args(argv)
-    jobs = builds()
+    jobs = builds(args.teaching)
     # spawn, not fork: default_arch() may have initialised CUDA here, and a forked child must not inherit it
     with cf.ProcessPoolExecutor(max(1, args.jobs), mp_context=mp.get_context("spawn")) as ex:
         futures = [ex.submit(compile_one, *job) for job in jobs]

@@ -117,6 +117,8 @@ _ALL = (
     KernelSpec("fa2_tc", "tensor-core", "fa2", "FlashAttention-2 with mma.sync (m16n8k16) tensor cores"),
     KernelSpec("fa2_wgmma", "tensor-core", "fa2", "FlashAttention-2 with Hopper wgmma (sm_90a)"),
     KernelSpec("v_once_tc", "tensor-core", "v_once", "multiply V once with tensor cores"),
+    KernelSpec("v_once_cluster", "tensor-core", "v_once",
+               "multiply V once, the f row on chip across a thread-block cluster (wgmma, DSMEM; sm_90a)"),
 )
 
 

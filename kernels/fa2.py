@@ -37,10 +37,15 @@ BWD_KERNELS = ("fa2_bwd_preprocess", "fa2_bwd", "fa2_bwd_dq")
 PREPROCESS_ROWS = 8  # fa2_bwd_preprocess: one warp per row
 
 
+def bwd_defines(d_pad: int) -> dict:
+    """The backward's compile-time knobs beyond STORAGE, BR, BC (fa2_bwd.cu's header)."""
+    return {"D_PAD": d_pad}
+
+
 def compile_configs():
     return (_teaching.compile_configs(SOURCE, [KERNEL], extra_defines=({"FA2_OWN_V": 0}, {"FA2_OWN_V": 1}))
             + _teaching.compile_configs(BWD_SOURCE, BWD_KERNELS,
-                                        extra_defines=({"D_PAD": 64}, {"D_PAD": 128})))
+                                        extra_defines=(bwd_defines(64), bwd_defines(128))))
 
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
@@ -58,9 +63,10 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
 
 
 def backward_shared_bytes(d: int, block_q: int = 64, block_k: int = 64) -> int:
-    """fa2_bwd.cu's carving: K_j, V_j (Bc x ld), Q_i, dO_i (Br x ld), P, dS (Br x (Bc+1)), L_i, D_i (Br)."""
-    ld = _teaching.tile_ld(d)
-    return _teaching.F32 * (2 * block_k * ld + 2 * block_q * ld + 2 * block_q * (block_k + 1) + 2 * block_q)
+    """fa2_bwd.cu's carving: K_j, V_j (Bc x (d_pad+4)), Q_i, dO_i (Br x (d_pad+4)), P^T, dS^T (Bc x (Br+4)),
+    L_i, D_i (Br); float32."""
+    ldk = _teaching.d_padded(d) + 4
+    return _teaching.F32 * (2 * block_k * ldk + 2 * block_q * ldk + 2 * block_k * (block_q + 4) + 2 * block_q)
 
 
 def _check_saved(q, o, lse, do):
@@ -99,7 +105,7 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block
     dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # zeroed by line 3
     delta = torch.empty(p.batch, p.heads, p.n_q, dtype=torch.float32, device=q.device)  # D, line 4
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    defs = _teaching.defines(q.dtype, block_q, block_k, D_PAD=_teaching.d_padded(p.d))
+    defs = _teaching.defines(q.dtype, block_q, block_k, **bwd_defines(_teaching.d_padded(p.d)))
 
     def fn(name):
         return loader.get_function(BWD_SOURCE, name, defines=defs, device=q.device.index)

@@ -15,7 +15,18 @@ import torch
 from analysis.memory import SramOverflow
 from analysis.tiling import cdiv
 from kernels import _teaching, loader
-from variants.v_once import PLACEMENTS, RESCALES, _check_options
+from variants.v_once import RESCALES
+
+# one thread block per Q block: placement "cluster" is kernels/v_once_cluster.py's (issue 18)
+PLACEMENTS = ("auto", "sram", "hbm")
+
+
+def _check_options(placement, rescale):
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)} (the "
+                         "teaching kernel runs one thread block per Q block; the cluster kernel is v_once_cluster)")
+    if rescale not in RESCALES:
+        raise ValueError(f"unknown rescale {rescale!r}; choose one of {', '.join(RESCALES)}")
 
 SOURCE = "v_once.cu"
 KERNEL = "v_once_forward"

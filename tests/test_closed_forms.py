@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
+from analysis import cluster
 from analysis import closed_forms as cf
 from analysis.memory import Memory, SramOverflow
 from variants import VARIANTS, v_once
@@ -62,9 +63,11 @@ def problems(draw, max_n=64, max_tiles=8):
         causal=draw(st.booleans()),
         dtype=draw(st.sampled_from(list(TORCH_DTYPES))),
         # the SRAM capacity: unlimited, or v_once's spilled working set (auto must spill; the other
-        # variants may or may not fit it), or a random size
-        capacity=draw(st.sampled_from(["none", "spill", "random"])),
+        # variants may or may not fit it), or a random size, or one CTA's bytes in a cluster of
+        # cluster_size CTAs (placement "cluster" needs a cluster of at most that size)
+        capacity=draw(st.sampled_from(["none", "spill", "random", "cluster"])),
         random_capacity=draw(st.integers(64, 8192)),
+        cluster_size=draw(st.sampled_from([2, 4, 8, 16])),
     )
 
 
@@ -74,6 +77,9 @@ def _capacity(pr, rescale):
     if pr["capacity"] == "random":
         return pr["random_capacity"]
     itemsize = TORCH_DTYPES[pr["dtype"]].itemsize
+    if pr["capacity"] == "cluster":
+        return cluster.at_size(pr["cluster_size"], pr["n_k"], pr["d"], block_q=pr["block_q"],
+                               block_k=pr["block_k"], itemsize=itemsize).smem_bytes
     return v_once.sram_bytes(pr["n_q"], pr["n_k"], pr["d"], pr["block_q"], pr["block_k"], itemsize,
                              pr["causal"], placement="hbm", rescale=rescale)
 
@@ -97,6 +103,13 @@ def test_closed_forms_equal_instrumented_counts(pr):
                                               pr["block_k"], itemsize, pr["causal"],
                                               rescale=opts["rescale"], capacity=cap)
             assert tr.placement_resolved == expect, what
+        if name == "v_once" and opts["placement"] == "cluster":
+            itemsize = TORCH_DTYPES[pr["dtype"]].itemsize
+            plan = cluster.plan(pr["n_k"], pr["d"], block_q=pr["block_q"], block_k=pr["block_k"],
+                                itemsize=itemsize, capacity=cluster.UNLIMITED if cap is None else cap)
+            assert tr.cluster_size == plan.cluster_size and tr.sram_peak_bytes == plan.smem_bytes <= (cap or plan.smem_bytes), what
+            if pr["capacity"] == "cluster":
+                assert tr.cluster_size <= pr["cluster_size"], what
 
 
 def test_unlimited_sram_counts_even_when_it_does_not_fit():
@@ -171,3 +184,5 @@ def test_bad_arguments():
         cf.counts("fa2", 1, 1, 8, 8, 4, dtype="fp8")
     with pytest.raises(ValueError, match="placement"):
         cf.counts("v_once", 1, 1, 8, 8, 4, placement="l2")
+    with pytest.raises(ValueError, match="cluster.*lazy"):
+        cf.counts("v_once", 1, 1, 8, 8, 4, placement="cluster", rescale="eager")

@@ -1,7 +1,7 @@
 """The teaching backward kernel (kernels/cuda/fa2_bwd.cu, fa2_bwd) run on the CPU, without a GPU.
 
-tests/emulate/fa2_bwd_host.cpp compiles the .cu file as C++ (g++ -std=c++20) with one std::thread per CUDA
-thread, a std::barrier for __syncthreads and std::atomic_ref for the dQ atomics, shared memory poisoned
+tests/emulate/fa2_bwd_host.cpp compiles the .cu file as C++ (g++ -std=c++20; tests/emulate/cuda_host.h) with one
+std::thread per CUDA thread, a std::barrier for __syncthreads and std::atomic_ref for the dQ atomics, shared memory poisoned
 before every block, and runs its three launches in order. Hypothesis drives it with the GPU suite's problems (odd sizes, tails, Nq != Nk, causal
 with rows that see no key, scores up to ~1e4, every block shape the tests use) in float32 and checks dQ, dK,
 dV against float64 autograd with the GPU suite's tolerance. O and L come from the float64 reference here
@@ -51,7 +51,7 @@ def build(tmp_path_factory):
         if key not in libs:
             so = out / f"fa2_bwd_{block_q}_{block_k}_{d_pad}.so"
             cmd = [CXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-                   f"-I{ROOT / 'tests' / 'emulate' / 'fake'}", f"-I{ROOT / 'kernels' / 'cuda'}", "-DSTORAGE=float",
+                   f"-I{ROOT / 'tests' / 'emulate'}", f"-I{ROOT / 'tests' / 'emulate' / 'fake'}", f"-I{ROOT / 'kernels' / 'cuda'}", "-DSTORAGE=float",
                    f"-DBR={block_q}", f"-DBC={block_k}", f"-DD_PAD={d_pad}", str(HARNESS), "-o", str(so)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-3000:]}"
@@ -119,7 +119,7 @@ def test_a_wrong_kernel_fails(build, tmp_path):
     shutil.copy(ROOT / "kernels" / "cuda" / "teaching.cuh", cuda / "teaching.cuh")
     so = tmp_path / "broken.so"
     subprocess.run([CXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-                    f"-I{ROOT / 'tests' / 'emulate' / 'fake'}", f"-I{cuda}", "-DSTORAGE=float", "-DBR=64",
+                    f"-I{ROOT / 'tests' / 'emulate'}", f"-I{ROOT / 'tests' / 'emulate' / 'fake'}", f"-I{cuda}", "-DSTORAGE=float", "-DBR=64",
                     "-DBC=64", "-DD_PAD=64", str(HARNESS), "-o", str(so)], check=True)
     g = torch.Generator().manual_seed(2)
     q, k, v, do = (torch.randn(1, 1, 50, 32, generator=g) for _ in range(4))

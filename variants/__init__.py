@@ -25,11 +25,13 @@ class Variant:
     sram_bytes: Callable
     options: dict = field(default_factory=dict)  # option -> choices (first is the default)
     backward: Callable | None = None  # (q, k, v, o, lse, do, *, causal, scale, ...) -> (dq, dk, dv)
+    valid: Callable | None = None  # valid(**options) -> bool: combinations that exist (None: all)
 
     def configs(self) -> list[dict]:
-        """Every combination of this variant's options ([{}] when it has none)."""
+        """Every valid combination of this variant's options ([{}] when it has none)."""
         names = list(self.options)
-        return [dict(zip(names, combo)) for combo in itertools.product(*self.options.values())]
+        combos = [dict(zip(names, combo)) for combo in itertools.product(*self.options.values())]
+        return [c for c in combos if self.valid is None or self.valid(**c)]
 
     def label(self, *, block_q=None, block_k=None, **options) -> str:
         """A name that says what ran: fa2_Br64_Bc64, v_once_hbm_lazy_Br64_Bc128."""
@@ -52,7 +54,8 @@ VARIANTS: dict[str, Variant] = {
                 "FlashAttention-2 paper, Algorithm 1", fa2.forward, fa2.sram_bytes, backward=fa2.backward),
         Variant("v_once", "multiply V once (f row, then one (f/l)V product)",
                 "Dao-AILab/flash-attention issue #941", v_once.forward, v_once.sram_bytes,
-                {"placement": v_once.PLACEMENTS, "rescale": v_once.RESCALES}, backward=v_once.backward),
+                {"placement": v_once.PLACEMENTS, "rescale": v_once.RESCALES}, backward=v_once.backward,
+                valid=v_once.valid),
     )
 }
 

@@ -9,6 +9,9 @@ Knobs (docs/design.md):
 - placement: "sram" keeps the f row on chip (SramOverflow if Br·Nk·itemsize does not fit with the
   rest); "hbm" spills every f block to a scratch buffer in HBM and reads it back for the product;
   "auto" keeps it on chip when it fits, else spills.
+- "cluster" (issue 18, variants/v_once_cluster.py): the f row split over the shared memories of a
+  thread-block cluster of CS CTAs (the smallest that holds it, analysis.cluster), m, ℓ and the partial
+  O's reduced through distributed shared memory; lazy only (rescale="eager" is a ValueError).
 - rescale: "eager" is the issue's code: when block j raises the running max, every earlier block
   f_ik (k < j) is multiplied by e^{m_old - m_new} (spilled blocks are read and written back each
   time); "lazy" keeps each block's own max m_ij and rescales each f block once, at the end,
@@ -38,15 +41,13 @@ from analysis.memory import resolve
 from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
                               safe_div)
 
-PLACEMENTS = ("auto", "sram", "hbm")
-RESCALES = ("eager", "lazy")
+PLACEMENTS = _sram.V_ONCE_PLACEMENTS  # auto, sram, hbm, cluster (variants/v_once_cluster.py)
+RESCALES = _sram.V_ONCE_RESCALES
+valid = _sram.v_once_valid  # placement "cluster" is lazy only
 
 
 def _check_options(placement, rescale):
-    if placement not in PLACEMENTS:
-        raise ValueError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
-    if rescale not in RESCALES:
-        raise ValueError(f"unknown rescale {rescale!r}; choose one of {', '.join(RESCALES)}")
+    _sram.check_v_once_options(placement, rescale)
 
 
 # the working set lives in analysis.sram (torch-free: the report path imports it)
@@ -58,9 +59,18 @@ resolve_placement = _sram.v_once_resolve_placement
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, placement="auto",
             rescale="eager", mem=None):
-    _check_options(placement, rescale)
+    _sram.check_v_once_pair(placement, rescale)
     p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
     mem, t = resolve(mem), p.tiling
+    if placement == "cluster":  # the f row over a thread-block cluster (issue 18)
+        from variants import v_once_cluster
+
+        cl = v_once_cluster.cluster_of(p, mem)
+        mem.require_sram(f"v_once working set per CTA (placement=cluster, {cl.cluster_size} CTAs, Br={t.block_q}, "
+                         f"Bc={t.block_k}, d={p.d}, f slice of {cl.keys_per_cta} of Nk={p.n_k} keys)",
+                         sram_bytes(p.n_q, p.n_k, p.d, block_q, block_k, p.itemsize, causal,
+                                    placement=placement, rescale=rescale, capacity=mem.sram_bytes))
+        return v_once_cluster.forward(q, k, v, p, mem, cl)
     if placement == "auto":
         placement = resolve_placement(p.n_q, p.n_k, p.d, block_q, block_k, p.itemsize, causal,
                                       rescale=rescale, capacity=mem.sram_bytes)

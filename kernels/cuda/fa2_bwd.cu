@@ -8,15 +8,15 @@
 //   fa2_bwd_dq          FA2 Alg. 2 line 20: dQ = scale * dQ_acc, in the input dtype
 //
 // Per visited (i, j), five products (FA2 Alg. 2 line 10, FA2 Alg. 2 lines 12-13, FA2 Alg. 2 lines 15-16),
-// all float32 FFMA:
+// all float32 FFMA on 16 x 16 threads:
 //   S   = scale * Q_i K_j^T      rows ty+16a, key columns tx+16b per thread (as the forward)
 //   P   = exp(S - L_i)           recomputed from the saved L (natural log of the scaled scores, the
 //                                forward's lse), so no Nq x Nk matrix was kept
 //   dP  = dO_i V_j^T             same mapping as S
 //   dS  = P o (dP - D_i)         the softmax's chain rule with D_i = rowsum(dO_i o O_i) = rowsum(P o dP)
-//   dV_j += P^T dO_i             key rows ty+16a, columns tx+16b per thread (registers)
+//   dV_j += P^T dO_i             key rows ty+16a, columns 4tx+64g+e (e < 4) per thread (registers)
 //   dK_j += dS^T Q_i             same mapping (registers); times scale when written
-//   dQ_i += dS K_j               float32 atomics into dQ_acc
+//   dQ_i += dS K_j               rows ty+16a, columns 4tx+64g+e; float32 atomics into dQ_acc
 //
 // Why atomics for dQ: with key blocks outer, the Tc blocks of one (b, h) all add into every dQ_i
 // at the same time. A block cannot own dQ_i as it owns dK_j, dV_j; the alternatives are a second
@@ -29,18 +29,43 @@
 // masked to P = 0 so they add nothing; tail key rows and padding columns are zero-filled and never
 // written. Causal: Q blocks that see none of K_j are skipped (they are a prefix: i < i_first).
 //
-// Shared memory (float32, ld = D_PAD + 1 as the forward): K_j, V_j (Bc x ld) for the whole block,
-// Q_i, dO_i (Br x ld) and P, dS (Br x (Bc + 1)) per step, L_i, D_i (Br): 162 KB at d = 128 (one block
-// per SM), 98 KB at d <= 64 (two). Caveats (teaching tier): CUDA cores only, no double buffering,
-// three barriers per step; a readable statement of Algorithm 2, not a fast one (see fa2_wgmma_bwd).
+// Why the products read float4: shared memory delivers 128 bytes per clock per SM, and at v1's scalar
+// reads (two per FFMA pair in Q_i K_j^T) it, not the FFMA pipe, set the pace. Each product now reads 4
+// consecutive elements of its reduction index per load: Q_i K_j^T and dO_i V_j^T read rows of Q_i, K_j,
+// dO_i, V_j 4 columns at a time; P^T dO_i and dS^T Q_i read P and dS transposed (stored as P^T, dS^T:
+// key rows, query columns) 4 query rows at a time, and dO_i, Q_i, K_j 4 head columns at a time, which is
+// why a thread owns the columns 4tx..4tx+3 (+64) of dK_j, dV_j, dQ_i. Leading dimensions are d_pad + 4
+// and Br + 4 floats: multiples of 4 (float4 alignment) whose bank offset of 4 words per row keeps 8
+// rows' float4 reads in 8 distinct bank quads.
+//
+// Shared memory (float32): K_j, V_j (Bc x (d_pad+4)) for the whole block, Q_i, dO_i (Br x (d_pad+4)) and
+// P^T, dS^T (Bc x (Br+4)) per step, L_i, D_i (Br): 170 KB at d = 128 (one block per SM), 105 KB at
+// d <= 64 (two). Caveats (teaching tier): CUDA cores only, no double buffering, three barriers per step;
+// a readable statement of Algorithm 2 (see fa2_wgmma_bwd for a fast one).
+//
+// Version log (llm.c style; H200, fp16, batch*N = 16k, hidden 2048, bench/teach_bwd_ab.py):
+//   v1  (kept as fa2_bwd_v1.cu for the A/B) scalar shared reads, ld = d_pad + 1, P and dS row-major,
+//       scalar dQ atomics. Measured (bench/results/bwd_final, backward TFLOP/s, N = 4096): 25.0 (d = 64)
+//       and 17.9 (d = 128) non-causal, 24.6 / 18.5 causal.
+//   v2  float4 shared reads along each product's reduction index, P^T and dS^T stored transposed, dK, dV,
+//       dQ columns 4tx+64g+e per thread, dQ added with one float4 atomicAdd per 4 columns (sm_90; scalar
+//       when d % 4 != 0). Shared-memory wavefronts per step and thread at d = 128: 4352 (v1) -> ~1900
+//       against 2560 FFMA-issue cycles. Measured: not yet run (bench/gpu_check_teach_bwd.sh).
 #include "teaching.cuh"
 
 #ifndef D_PAD
 #define D_PAD 128  // 64 for d <= 64 (kernels/fa2.py sets it): halves the dK, dV, dQ registers
 #endif
 #define NS (D_PAD / TX)  // columns of a (rows x d) tile per thread
+#define NG (D_PAD / 64)  // of them, groups of 4 consecutive columns: x = 4 tx + 64 g + e
+#define LDK (D_PAD + 4)  // row stride of K_j, V_j, Q_i, dO_i (floats)
+#define LDT (BR + 4)     // row stride of P^T, dS^T (floats)
 
 static_assert(D_PAD == 64 || D_PAD == 128, "D_PAD is 64 or 128");
+
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+// Component i of v; i is a compile-time constant after unrolling, so this is a register, not a branch.
+__device__ __forceinline__ float at(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // FA2 Alg. 2 lines 3-4: zero the float32 dQ accumulator and write D_i = rowsum(dO_i o O_i).
 // One warp per row, 8 rows per block; grid (cdiv(Nq, 8), B*H).
@@ -61,22 +86,76 @@ fa2_bwd_preprocess(const T* __restrict__ o, const T* __restrict__ dout, float* _
   if (lane == 0) delta[row] = sum;  // FA2 Alg. 2 line 4: D = rowsum(dO o O), written to HBM
 }
 
-// acc[a][b] += sum_r A[r][ty+16a] * B[r][tx+16b]: this thread's share of A^T B, A (Br x ldp), B (Br x ld).
-// dV_j += P^T dO_i (FA2 Alg. 2 line 12) and dK_j += dS^T Q_i (FA2 Alg. 2 line 16).
-__device__ __forceinline__ void tile_tn(float (&acc)[CB][NS], const float* A, int ldp, const float* B,
-                                        int ld) {
+// acc[a][b] = sum_kk A[ty+16a][kk] * B[tx+16b][kk] (A Br x LDK, B Bc x LDK): S = Q_i K_j^T, dP = dO_i V_j^T.
+// kk runs to d rounded up to 4; the columns past d are zero-filled.
+__device__ __forceinline__ void tile_nt(float (&acc)[RA][CB], const float* A, const float* B, int d) {
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+#pragma unroll
+  for (int a = 0; a < RA; ++a)
+#pragma unroll
+    for (int b = 0; b < CB; ++b) acc[a][b] = 0.f;
+#pragma unroll 2
+  for (int kk = 0; kk < d; kk += 4) {
+    float4 x[RA], y[CB];
+#pragma unroll
+    for (int a = 0; a < RA; ++a) x[a] = ld4(A + (ty + TY * a) * LDK + kk);
+#pragma unroll
+    for (int b = 0; b < CB; ++b) y[b] = ld4(B + (tx + TX * b) * LDK + kk);
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int a = 0; a < RA; ++a)
+#pragma unroll
+        for (int b = 0; b < CB; ++b) acc[a][b] = fmaf(at(x[a], e), at(y[b], e), acc[a][b]);
+  }
+}
+
+// acc[a][4g+e] += sum_r At[ty+16a][r] * X[r][4tx+64g+e] (At Bc x LDT, the transpose of a Br x Bc tile;
+// X Br x LDK): dV_j += P^T dO_i (FA2 Alg. 2 line 12) and dK_j += dS^T Q_i (FA2 Alg. 2 line 16).
+__device__ __forceinline__ void tile_tn(float (&acc)[CB][NS], const float* At, const float* X) {
+  const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+#pragma unroll 2
+  for (int r = 0; r < BR; r += 4) {
+    float4 p[CB];
+#pragma unroll
+    for (int a = 0; a < CB; ++a) p[a] = ld4(At + (ty + TY * a) * LDT + r);
+#pragma unroll
+    for (int rr = 0; rr < 4; ++rr) {
+      float4 x[NG];
+#pragma unroll
+      for (int g = 0; g < NG; ++g) x[g] = ld4(X + (r + rr) * LDK + 4 * tx + 64 * g);
+#pragma unroll
+      for (int a = 0; a < CB; ++a)
+#pragma unroll
+        for (int g = 0; g < NG; ++g)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[a][4 * g + e] = fmaf(at(p[a], rr), at(x[g], e), acc[a][4 * g + e]);
+    }
+  }
+}
+
+// acc[a][4g+e] = sum_c dS[ty+16a][c] * K[c][4tx+64g+e], dS read from dS^T (two addresses per warp: a
+// broadcast), K_j four columns at a time: dQ_i's share of this key block (FA2 Alg. 2 line 15).
+__device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, const float* K) {
+  const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+#pragma unroll
+  for (int a = 0; a < RA; ++a)
+#pragma unroll
+    for (int b = 0; b < NS; ++b) acc[a][b] = 0.f;
 #pragma unroll 4
-  for (int r = 0; r < BR; ++r) {
-    float x[CB], y[NS];
+  for (int c = 0; c < BC; ++c) {
+    float s[RA];
+    float4 k[NG];
 #pragma unroll
-    for (int a = 0; a < CB; ++a) x[a] = A[r * ldp + ty + TY * a];
+    for (int a = 0; a < RA; ++a) s[a] = dSt[c * LDT + ty + TY * a];
 #pragma unroll
-    for (int b = 0; b < NS; ++b) y[b] = B[r * ld + tx + TX * b];
+    for (int g = 0; g < NG; ++g) k[g] = ld4(K + c * LDK + 4 * tx + 64 * g);
 #pragma unroll
-    for (int a = 0; a < CB; ++a)
+    for (int a = 0; a < RA; ++a)
 #pragma unroll
-      for (int b = 0; b < NS; ++b) acc[a][b] = fmaf(x[a], y[b], acc[a][b]);
+      for (int g = 0; g < NG; ++g)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[a][4 * g + e] = fmaf(s[a], at(k[g], e), acc[a][4 * g + e]);
   }
 }
 
@@ -85,16 +164,16 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
         const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
         float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv, int n_q, int n_k, int d,
         float scale, int causal) {
-  extern __shared__ float smem[];
+  extern __shared__ float4 smem4[];  // float4: the carving below keeps every tile 16-byte aligned
+  float* smem = reinterpret_cast<float*>(smem4);
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
-  const int ld = D_PAD + 1, ldp = BC + 1;
-  float* Ks = smem;             // Bc x ld   K_j
-  float* Vs = Ks + BC * ld;     // Bc x ld   V_j
-  float* Qs = Vs + BC * ld;     // Br x ld   Q_i
-  float* dOs = Qs + BR * ld;    // Br x ld   dO_i
-  float* Ps = dOs + BR * ld;    // Br x ldp  P_i^(j)
-  float* dSs = Ps + BR * ldp;   // Br x ldp  dS_i^(j)
-  float* Ls = dSs + BR * ldp;   // Br        L_i
+  float* Ks = smem;             // Bc x LDK  K_j
+  float* Vs = Ks + BC * LDK;    // Bc x LDK  V_j
+  float* Qs = Vs + BC * LDK;    // Br x LDK  Q_i
+  float* dOs = Qs + BR * LDK;   // Br x LDK  dO_i
+  float* Pt = dOs + BR * LDK;   // Bc x LDT  (P_i^(j))^T
+  float* dSt = Pt + BC * LDT;   // Bc x LDT  (dS_i^(j))^T
+  float* Ls = dSt + BC * LDT;   // Br        L_i
   float* Ds = Ls + BR;          // Br        D_i
 
   // FA2 Alg. 2 line 5: this block's key block j and (batch, head). Block j = 0 sees the most Q blocks under the
@@ -107,10 +186,10 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   const int i_first = causal ? min(max(0, c0 - offset) / BR, t_r - 1) : 0;
 
   // FA2 Alg. 2 line 6: load K_j, V_j from HBM to on-chip SRAM (zero-filled tails and padding)
-  load_tile(Ks, ld, k + (bh * n_k + c0) * d, d, cols, d, BC, D_PAD);
-  load_tile(Vs, ld, v + (bh * n_k + c0) * d, d, cols, d, BC, D_PAD);
+  load_tile(Ks, LDK, k + (bh * n_k + c0) * d, d, cols, d, BC, D_PAD);
+  load_tile(Vs, LDK, v + (bh * n_k + c0) * d, d, cols, d, BC, D_PAD);
 
-  // FA2 Alg. 2 line 7: on chip, dK_j = 0, dV_j = 0 (Bc x d): key rows ty+16a, columns tx+16b of each thread
+  // FA2 Alg. 2 line 7: on chip, dK_j = 0, dV_j = 0 (Bc x d): key rows ty+16a, columns 4tx+64g+e of each thread
   float dK[CB][NS], dV[CB][NS];
 #pragma unroll
   for (int a = 0; a < CB; ++a)
@@ -120,11 +199,11 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   for (int i = i_first; i < t_r; ++i) {  // FA2 Alg. 2 line 8: for 1 <= i <= Tr (hidden Q blocks skipped)
     const int r0 = i * BR, rows = min(BR, n_q - r0);
     const long long row0 = bh * n_q + r0;
-    __syncthreads();  // the previous step is done with Qs, dOs, Ps, dSs
+    __syncthreads();  // the previous step is done with Qs, dOs, Pt, dSt
     // FA2 Alg. 2 line 9: load Q_i, dO_i, L_i, D_i from HBM to on-chip SRAM (dQ_i is read-modify-written by
     // the atomics of FA2 Alg. 2 line 15 instead of being loaded)
-    load_tile(Qs, ld, q + row0 * d, d, rows, d, BR, D_PAD);
-    load_tile(dOs, ld, dout + row0 * d, d, rows, d, BR, D_PAD);
+    load_tile(Qs, LDK, q + row0 * d, d, rows, d, BR, D_PAD);
+    load_tile(dOs, LDK, dout + row0 * d, d, rows, d, BR, D_PAD);
     for (int r = threadIdx.x; r < BR; r += NTHREADS) {
       Ls[r] = r < rows ? finite_or_zero(lse[row0 + r]) : 0.f;  // L = -inf: a row that sees no key
       Ds[r] = r < rows ? delta[row0 + r] : 0.f;
@@ -133,10 +212,10 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
 
     // FA2 Alg. 2 line 10: S_i^(j) = scale * Q_i K_j^T
     float P[RA][CB], dP[RA][CB];
-    tile_qk(P, Qs, Ks, ld, d);
+    tile_nt(P, Qs, Ks, d);
     // FA2 Alg. 2 line 13 (computed here, before the barrier, since it needs only dO_i and V_j):
     // dP_i^(j) = dO_i V_j^T
-    tile_qk(dP, dOs, Vs, ld, d);
+    tile_nt(dP, dOs, Vs, d);
 #pragma unroll
     for (int a = 0; a < RA; ++a) {
       const int r = ty + TY * a;
@@ -146,39 +225,44 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
         // FA2 Alg. 2 line 11: P_i^(j) = exp(S_i^(j) - L_i); hidden entries (causal, tails) are 0
         const bool seen = r < rows && visible(r0 + r, c0 + c, c0 + cols, offset, causal);
         const float p = seen ? expf(P[a][b] * scale - Ls[r]) : 0.f;
-        P[a][b] = p;
-        Ps[r * ldp + c] = p;
+        Pt[c * LDT + r] = p;
         // FA2 Alg. 2 line 14: dS_i^(j) = P_i^(j) o (dP_i^(j) - D_i)
-        dSs[r * ldp + c] = p * (dP[a][b] - Ds[r]);
+        dSt[c * LDT + r] = p * (dP[a][b] - Ds[r]);
       }
     }
     __syncthreads();  // P and dS complete: every thread needs whole columns of them below
 
     // FA2 Alg. 2 line 12: dV_j <- dV_j + (P_i^(j))^T dO_i
-    tile_tn(dV, Ps, ldp, dOs, ld);
+    tile_tn(dV, Pt, dOs);
 
     // FA2 Alg. 2 line 15: dQ_i <- dQ_i + dS_i^(j) K_j, added into the float32 accumulator in HBM (atomics: the
     // other key blocks of this (b, h) add into the same dQ_i concurrently). The scale is applied
     // once, by fa2_bwd_dq.
-    float dQ[RA][DV];
-#pragma unroll
-    for (int a = 0; a < RA; ++a)
-#pragma unroll
-      for (int b = 0; b < DV; ++b) dQ[a][b] = 0.f;
-    tile_pv_ns<NS>(dQ, dSs, ldp, Ks, ld);
+    float dQ[RA][NS];
+    tile_dq(dQ, dSt, Ks);
 #pragma unroll
     for (int a = 0; a < RA; ++a) {
       const int r = ty + TY * a;
       if (r >= rows) continue;
+      float* dQg = dq_acc + (row0 + r) * d;
 #pragma unroll
-      for (int b = 0; b < NS; ++b) {
-        const int c = tx + TX * b;
-        if (c < d) atomicAdd(dq_acc + (row0 + r) * d + c, dQ[a][b]);
+      for (int g = 0; g < NG; ++g) {
+        const int x = 4 * tx + 64 * g;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+        if ((d & 3) == 0) {  // the 4 columns are all below d or all past it, and 16-byte aligned
+          if (x < d) atomicAdd(reinterpret_cast<float4*>(dQg + x),
+                               make_float4(dQ[a][4 * g], dQ[a][4 * g + 1], dQ[a][4 * g + 2], dQ[a][4 * g + 3]));
+          continue;
+        }
+#endif
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (x + e < d) atomicAdd(dQg + x + e, dQ[a][4 * g + e]);
       }
     }
 
     // FA2 Alg. 2 line 16: dK_j <- dK_j + (dS_i^(j))^T Q_i
-    tile_tn(dK, dSs, ldp, Qs, ld);
+    tile_tn(dK, dSt, Qs);
   }  // end for (over the Q blocks i)
 
   // FA2 Alg. 2 line 18: write dK_j (times the scale of S = scale * Q K^T), dV_j to HBM
@@ -190,7 +274,7 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
     T* dVg = dv + (bh * n_k + c0 + c) * d;
 #pragma unroll
     for (int b = 0; b < NS; ++b) {
-      const int x = tx + TX * b;
+      const int x = 4 * tx + 64 * (b / 4) + b % 4;
       if (x < d) {
         store_as(dKg + x, dK[a][b] * scale);
         store_as(dVg + x, dV[a][b]);

@@ -92,3 +92,21 @@ __device__ __forceinline__ void load_tile(u32 s_tile, const u16* g, int row0, in
         cp_async16(dst + i * STEP * D * 2, ok ? (const void*)(src + i * STEP * D) : (const void*)g, ok ? 16 : 0);
     }
 }
+
+// unpack a packed fp16/bf16 pair back to fp32 (lo = bits 0..15); scale2: the pair times f, rounded once
+__device__ __forceinline__ void unpack2(u32 x, float& lo, float& hi) {
+#if IS_BF16
+    lo = __int_as_float((int)(x << 16));
+    hi = __int_as_float((int)(x & 0xffff0000u));
+#else
+    u16 a, b;
+    asm("mov.b32 {%0, %1}, %2;\n" : "=h"(a), "=h"(b) : "r"(x));
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(lo) : "h"(a));
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(hi) : "h"(b));
+#endif
+}
+__device__ __forceinline__ u32 scale2(u32 x, float f) {
+    float lo, hi;
+    unpack2(x, lo, hi);
+    return pack2(lo * f, hi * f);
+}

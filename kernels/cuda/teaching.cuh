@@ -124,6 +124,28 @@ __device__ __forceinline__ void tile_pv_ns(float (&O)[RA][DV], const float* Ps, 
   }
 }
 
+// acc[a][b] += sum_r A[r][ty+16a] * B[r][tx+16b] for b < NS: this thread's share of A^T B, with A a
+// (Br x Bc) tile (leading dimension ldp) and B a (Br x d_pad) tile (ld). The backward's transposed
+// products: dV_j += P^T dO_i (FA2 Alg. 2 line 12, FA1 Alg. 3 line 1) and dK_j += dS^T Q_i
+// (FA2 Alg. 2 line 16, FA1 Alg. 3 line 5).
+template <int NS>
+__device__ __forceinline__ void tile_tn_ns(float (&acc)[CB][NS], const float* A, int ldp,
+                                           const float* B, int ld) {
+  const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+#pragma unroll 4
+  for (int r = 0; r < BR; ++r) {
+    float x[CB], y[NS];
+#pragma unroll
+    for (int a = 0; a < CB; ++a) x[a] = A[r * ldp + ty + TY * a];
+#pragma unroll
+    for (int b = 0; b < NS; ++b) y[b] = B[r * ld + tx + TX * b];
+#pragma unroll
+    for (int a = 0; a < CB; ++a)
+#pragma unroll
+      for (int b = 0; b < NS; ++b) acc[a][b] = fmaf(x[a], y[b], acc[a][b]);
+  }
+}
+
 __device__ __forceinline__ void tile_pv(float (&O)[RA][DV], const float* Ps, int ldp,
                                         const float* Vs, int ld, int d_pad) {
   if (d_pad == 64)

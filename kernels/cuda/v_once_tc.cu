@@ -44,23 +44,7 @@
 #define FRAGS_PER_WARP_BLOCK (MT * KN)  // uint4 per lane per key block
 #define RING_BYTES (2 * TILE_KV_BYTES)
 
-// unpack a packed pair back to fp32 (lo = bits 0..15)
-__device__ __forceinline__ void unpack2(u32 x, float& lo, float& hi) {
-#if IS_BF16
-    lo = __int_as_float((int)(x << 16));
-    hi = __int_as_float((int)(x & 0xffff0000u));
-#else
-    u16 a, b;
-    asm("mov.b32 {%0, %1}, %2;\n" : "=h"(a), "=h"(b) : "r"(x));
-    asm("cvt.f32.f16 %0, %1;\n" : "=f"(lo) : "h"(a));
-    asm("cvt.f32.f16 %0, %1;\n" : "=f"(hi) : "h"(b));
-#endif
-}
-__device__ __forceinline__ u32 scale2(u32 x, float f) {
-    float lo, hi;
-    unpack2(x, lo, hi);
-    return pack2(lo * f, hi * f);
-}
+// unpack2 / scale2 (a packed pair times a float, through fp32): tc_common.cuh
 
 // f storage: one uint4 per (block j, warp, m tile, k16 tile, lane)
 __device__ __forceinline__ int f_index(int j, int warp, int mt, int kn, int lane) {

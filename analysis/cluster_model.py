@@ -1,0 +1,214 @@
+"""The GPU model's view of the cluster v_once kernel (issue 18): its descriptor and the costs only clusters have.
+
+kernels/cuda/v_once_cluster.cu (launcher kernels/v_once_cluster.py) runs one Q block of Br = 64 rows per
+cluster of CS CTAs (analysis.cluster.plan: the smallest cluster whose shared memories hold the f row).
+The descriptor is stated here from analysis.cluster's budget, so the model needs neither the launcher
+module nor torch (`fa-traffic predict --kernel v_once_cluster` and the report's placement-cluster rows).
+
+Per Br x Bc tile of a CTA (the model's tile terms, analysis/gpu_model.py):
+    tensor    S = Q K_j^T and O_c += P V_j on wgmma: 4·Br·Bc·d FLOPs, as FA2 (the fitted R_wgmma)
+    softmax   exp(S - m_ij) on MUFU and the lazy pass P = f_ij · e^{m_ij - M} / ℓ (an FMUL per element:
+              the closed form's 'other' count), the block maxima and sums
+    smem      wgmma operands Q_i, K_j, V_j from smem, f_ij written once (phase 1) and read once (phase 2):
+              (Br·d + 2·Bc·d + 2·Br·Bc) · 2 bytes per tile at 128 B/clk
+    overlap   one consumer warpgroup (Br = 64 = one wgmma M) and one CTA per SM: no second warpgroup or
+              CTA runs products while this one does its softmax, so they add (the model's FA2 rule at one
+              CTA per SM, σ = 1). fa2_wgmma's TMA builds ping-pong two consumer warpgroups and overlap them
+              (FlashAttention-3, arXiv:2407.08608, section 3.1): that is the issue rate the cluster gives up.
+Per cluster (once per Q block, not hidden: the phases wait for them):
+    dsmem     the two reductions' bytes per CTA (analysis.cluster.dsmem_bytes / CS) at DSMEM_BYTES_PER_CLK
+    sync      SYNCS cluster barriers (stats published, partial O's published, no CTA exits while its smem is
+              read) at BARRIER_CYCLES each
+Occupancy: CTAs/SM from plan().smem_bytes; a cluster's CTAs are co-scheduled within one GPC, so only
+Σ_GPC ⌊SMs_g · CTAs/SM / CS⌋ clusters are resident at once (what cudaOccupancyMaxActiveClusters answers on
+the device: CUDA runtime API, "return the maximum number of clusters that could co-exist on the target
+device ... the calculated occupancy is not guaranteed to be achievable"). With the GPC split below, CS = 16
+leaves 8 clusters (128 of 132 SMs) and CS = 8 16 clusters: a full GPU's worth of Q blocks runs in waves of
+8 or 16 Q blocks, against 132 (or 264) for fa2_wgmma.
+
+Constants and where they come from:
+    GPC_SMS           H100/H200 SXM: 132 SMs = 66 TPCs in 8 GPCs (NVIDIA, "NVIDIA Hopper Architecture In-Depth";
+                      the split over GPCs is uneven: NVIDIA/cutlass issue #1921). The split 2 x 18 + 6 x 16 is an
+                      assumption consistent with a 16-SM GPC observed on an H100 (accel-sim gpu-app-collection
+                      PR #87, SM->GPC mapping tool) and at most 9 TPCs per GPC (GH100: 8 x 9 TPCs).
+    DSMEM_BYTES_PER_CLK  32 B/clk/SM: an assumption, not a measurement. DSMEM traffic moves in 32-byte segments
+                      like global memory (NVIDIA Hopper Tuning Guide, "Distributed Shared Memory": coalesce to
+                      32-byte segments); Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU
+                      Architecture" (arXiv:2402.13499) measure the SM-to-SM network and find its connections
+                      compete for bandwidth as clusters grow. No H200 number is committed: the GPU probe
+                      (tools/cluster_probe.py) measures it, and a committed bench/results/cluster_probe.json
+                      replaces these defaults (load_constants()).
+    BARRIER_CYCLES    1000 cycles per barrier.cluster arrive+wait (with the remote reads it orders): an assumption, not
+                      a measurement (Lühnen, Marschner, Lal, HPEC 2024, study the latencies of Hopper's thread block
+                      clusters and find large clusters cost measurable overhead); replaced by the probe's measurement
+                      when committed.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from analysis import cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE_FILE = ROOT / "bench" / "results" / "cluster_probe.json"
+
+KERNEL = "v_once_cluster"
+HEAD_DIMS = (64, 128)
+BLOCK_Q = 64  # Br: one consumer warpgroup, one wgmma M
+BLOCK_K = 64  # Bc: analysis.cluster.plan's default
+WARPS = 8  # a producer warpgroup (TMA) and one consumer warpgroup
+SYNCS = 3  # cluster barriers per Q block
+SMEM_PER_SM = 228 * 1024  # CUDA guide, CC 9.0: 228 KB of shared memory per SM (1 KB reserved per block)
+MAX_CTAS_PER_SM = 2  # two 256-thread CTAs of >= 128 registers fill the 64K-register file
+
+DEFAULTS = {
+    "gpc_sms": [18, 18, 16, 16, 16, 16, 16, 16],
+    "dsmem_bytes_per_clk": 32.0,
+    "barrier_cycles": 1000.0,
+    "source": "assumed (analysis/cluster_model.py docstring): no committed probe of the H200",
+}
+
+
+@lru_cache(maxsize=1)
+def load_constants() -> dict:
+    """DEFAULTS, with what a committed probe (bench/results/cluster_probe.json) measured in their place."""
+    out = dict(DEFAULTS)
+    try:
+        data = json.loads(PROBE_FILE.read_text())
+    except (OSError, ValueError):
+        return out
+    for key in ("gpc_sms", "dsmem_bytes_per_clk", "barrier_cycles", "dsmem_bytes_per_clk_by_cs",
+                "barrier_cycles_by_cs", "max_active_clusters_by_cs"):
+        if data.get(key):
+            out[key] = data[key]
+    out["source"] = f"bench/results/cluster_probe.json ({data.get('device', 'measured')})"
+    return out
+
+
+def ctas_per_sm(smem_bytes: int) -> int:
+    """CTAs of `smem_bytes` an SM holds (CUDA guide: 1 KB of each block's smem is reserved), at most 2."""
+    return max(1, min(MAX_CTAS_PER_SM, SMEM_PER_SM // (smem_bytes + 1024)))
+
+
+def _by_cs(k: dict, key: str, cluster_size: int):
+    """A probe's per-cluster-size value (its '<key>_by_cs'), else the single one."""
+    return float(k.get(f"{key}_by_cs", {}).get(str(cluster_size), k[key]))
+
+
+def active_clusters(cluster_size: int, per_sm: int = 1, gpc_sms=None) -> int:
+    """Clusters of `cluster_size` CTAs resident at once: each within one GPC (cudaOccupancyMaxActiveClusters);
+    a probe's count where it measured this size at one CTA per SM."""
+    k = load_constants()
+    measured = k.get("max_active_clusters_by_cs", {}).get(str(cluster_size))
+    if gpc_sms is None and per_sm == 1 and measured:
+        return int(measured)
+    gpcs = gpc_sms or k["gpc_sms"]
+    return sum((sms * per_sm) // cluster_size for sms in gpcs)
+
+
+def plan_for(n_k: int, d: int, dtype: str = "fp16") -> cluster.ClusterPlan:
+    """The kernel's cluster for this Nk, or ValueError (one line) where none holds the f row."""
+    if d not in HEAD_DIMS:
+        raise ValueError(f"{KERNEL} takes d = {' or '.join(map(str, HEAD_DIMS))}, got d={d}")
+    if dtype not in ("fp16", "bf16"):
+        raise ValueError(f"{KERNEL} takes fp16/bf16 inputs, not {dtype}")
+    p = cluster.plan(n_k, d, block_q=BLOCK_Q, block_k=BLOCK_K)
+    if p is None:
+        from analysis.report_cluster import most_keys
+
+        raise ValueError(f"{KERNEL}: no cluster of up to {cluster.CLUSTER_SIZES[-1]} CTAs holds the f row of Nk={n_k} "
+                         f"keys at d={d} (at most {most_keys(d):,}); placement auto spills it (v_once_tc)")
+    return p
+
+
+def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 4096, n_k: int | None = None,
+             **_) -> dict:
+    """The descriptor (analysis.descriptors.KernelDescriptor fields) of the build that runs this Nk."""
+    from analysis.descriptors import overhead
+
+    n_k = n_q if n_k is None else n_k
+    p = plan_for(n_k, d, dtype)
+    per_sm = ctas_per_sm(p.smem_bytes)
+    t, src = overhead("fa2_tc")  # the same CuPy driver launch (cluster launch attributes not timed apart)
+    smem_tile = (BLOCK_Q * d + 2 * BLOCK_K * d + 2 * BLOCK_Q * BLOCK_K) * 2
+    # warp-specialised (a TMA producer), but one consumer warpgroup: the overlap rule is the FA2 one (module docstring)
+    return dict(kernel=KERNEL, build=f"Br={BLOCK_Q} Bc={BLOCK_K} cluster={p.cluster_size} "
+                f"({p.keys_per_cta} keys/CTA, {p.smem_bytes:,} B smem; TMA producer + 1 consumer warpgroup)",
+                variant="v_once", path="wgmma", structure="fa2", block_q=BLOCK_Q, block_k=BLOCK_K, warps=WARPS,
+                ctas_per_sm=per_sm, loads="tma", s_p="smem", grid="clusters", smem_bytes_per_tile=smem_tile,
+                smem_bytes=p.smem_bytes, f="cluster", rescale="lazy", cluster_size=p.cluster_size,
+                launch_overhead_s=t, overhead_source=src,
+                source="analysis/cluster_model.py from analysis.cluster.plan (the kernel's budget)",
+                options={})
+
+
+def cluster_costs(desc, d: int, dsmem_bytes_per_q_block: float) -> dict:
+    """Cycles one cluster spends outside its tiles: the DSMEM reductions (per CTA) and the barriers."""
+    k = load_constants()
+    cs = desc.cluster_size
+    per_cta = dsmem_bytes_per_q_block / cs
+    return {"dsmem": per_cta / _by_cs(k, "dsmem_bytes_per_clk", cs), "sync": SYNCS * _by_cs(k, "barrier_cycles", cs)}
+
+
+def busiest_rank_tiles(n_visited: int, key_blocks_per_cta: int) -> int:
+    """Tiles of the cluster's busiest CTA (rank 0 owns the first key blocks, the ones every row sees)."""
+    return min(n_visited, key_blocks_per_cta)
+
+
+# -- the model's side of the verdict (issue 18 item 4): v_once_cluster against fa2_wgmma on the issue's grid -----
+GRID_N = (512, 1024, 2048, 4096, 8192, 16384)
+SMALL_BH = ((1, 1), (1, 4), (2, 8))  # B·H <= 16: where splitting the keys adds CTAs FA2 lacks
+
+
+def verdict_rows(dtypes=("fp16", "bf16"), dims=HEAD_DIMS, causal=(False, True)) -> list[dict]:
+    """Predicted time of v_once_cluster over fa2_wgmma per cell (the bench's B = 16k/N, H = 2048/d, and small
+    B·H), with the cluster size, both bounds and the cluster's own terms: what the measurement will be read against."""
+    from analysis import gpu_model as gm
+
+    rows = []
+    for dtype in dtypes:
+        for d in dims:
+            for c in causal:
+                for n in GRID_N:
+                    for b, h in ((max(1, 16384 // n), max(1, 2048 // d)),) + SMALL_BH:
+                        try:
+                            vc = gm.predict(KERNEL, b, h, n, None, d, dtype, c)
+                        except ValueError:
+                            continue
+                        fa2 = gm.predict("fa2_wgmma", b, h, n, None, d, dtype, c)
+                        rows.append(dict(dtype=dtype, d=d, causal=c, n=n, batch=b, heads=h,
+                                         cluster_size=describe(d, dtype, c, n_q=n)["cluster_size"],
+                                         ratio=vc.time_s / fa2.time_s, cluster_ms=vc.time_s * 1e3,
+                                         fa2_ms=fa2.time_s * 1e3, cluster_bound=vc.bound, fa2_bound=fa2.bound,
+                                         dsmem_share=vc.terms["dsmem"] / vc.time_s, sync_share=vc.terms["sync"] / vc.time_s))
+    return rows
+
+
+def main(argv=None) -> int:
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m analysis.cluster_model",
+                                 description="the GPU model's v_once_cluster / fa2_wgmma on the issue's grid")
+    ap.add_argument("--format", choices=("table", "json"), default="table")
+    args = ap.parse_args(argv)
+    rows = verdict_rows()
+    if args.format == "json":
+        json.dump(rows, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    k = load_constants()
+    print(f"model: v_once_cluster time / fa2_wgmma time (> 1: FA2 faster); cluster constants: {k['source']}")
+    print(f"{'dtype':5} {'d':>3} {'causal':6} {'N':>6} {'B':>3} {'H':>3} {'CS':>3} {'ratio':>6} {'cluster ms':>10} "
+          f"{'fa2 ms':>8} {'bound':>7} {'fa2 bound':>9} {'dsmem':>6} {'sync':>6}")
+    for r in rows:
+        print(f"{r['dtype']:5} {r['d']:>3} {'y' if r['causal'] else '':6} {r['n']:>6} {r['batch']:>3} {r['heads']:>3} "
+              f"{r['cluster_size']:>3} {r['ratio']:>6.2f} {r['cluster_ms']:>10.4f} {r['fa2_ms']:>8.4f} "
+              f"{r['cluster_bound']:>7} {r['fa2_bound']:>9} {r['dsmem_share']:>6.1%} {r['sync_share']:>6.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

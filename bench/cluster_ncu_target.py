@@ -1,0 +1,45 @@
+"""One launch each of v_once_cluster and fa2_wgmma, for ncu (bench/gpu_check_cluster.sh, step ncu).
+
+fp16, non-causal, B·N = 16k, H = 2048 / d: (N, d) = (4096, 64), (4096, 128), (8192, 128) -- clusters of 4, 4
+and 8 CTAs. One warm-up call per kernel first (NVRTC load, tensor maps); ncu profiles the launches whose
+names match --kernel-name. Issue 18's target read from it: the cluster kernel's DRAM bytes stay at the
+compulsory Q, K, V read and O write (no f byte leaves the chip), against fa2_wgmma's in the same run.
+Prints "target launched NAME n=.. d=.. b=.. h=.. causal=0 dtype=fp16 compulsory_bytes=.." per profiled launch.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SHAPES = [(4096, 64), (4096, 128), (8192, 128)]
+TOKENS, HIDDEN = 16384, 2048
+
+
+def main() -> int:
+    import torch
+
+    from kernels import fa2_wgmma, v_once_cluster
+
+    fns = {"v_once_cluster": lambda q, k, v: v_once_cluster.forward(q, k, v, placement="cluster"),
+           "fa2_wgmma": lambda q, k, v: fa2_wgmma.forward(q, k, v)}
+    for n, d in SHAPES:
+        b, h = max(1, TOKENS // n), HIDDEN // d
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+        for name, fn in fns.items():
+            fn(q, k, v)  # warm: load, tensor maps (ncu profiles this one too: launch order is what counts)
+            torch.cuda.synchronize()
+            fn(q, k, v)
+            torch.cuda.synchronize()
+            plan = v_once_cluster.last_plan() if name == "v_once_cluster" else {}
+            print(f"target launched {name} n={n} d={d} b={b} h={h} causal=0 dtype=fp16 "
+                  f"compulsory_bytes={4 * b * h * n * d * 2} cluster_size={plan.get('cluster_size', '-')}",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# GPU check of the teaching backwards (issue 13's last target), correctness first, then one A/B; <= ~3 min.
+#
+#   PYTHONPATH=. bash bench/gpu_check_teach_bwd.sh [precompile] [tests] [memcheck] [racecheck] [ab]
+#   (default: all, in that order). Environment: TOTAL_S=175 (time budget; each step gets at most its CAP
+#   and what is left), AB_ARGS="" (extra bench/teach_bwd_ab.py arguments).
+#
+# Steps:
+#   precompile  bench/precompile_bwd.py --teaching: NVRTC the teaching fa2 and naive builds the tests launch
+#   tests       the GPU backward tests of the teaching fa2 and naive (tests/test_kernels_backward.py:
+#               hypothesis against float64 autograd, odd shapes, causal with rows that see no key, many
+#               blocks with tails, each dtype; kernels.attention and opcheck through the custom op)
+#   memcheck,   compute-sanitizer on bench/bwd_sanitize_target.py fa2,naive (small shapes, tails, Nq != Nk,
+#   racecheck   rows that see no key; the dQ atomics included)
+#   ab          bench/teach_bwd_ab.py: fa2 (new) vs fa2_v1 (old build) vs naive vs sdpa_math_fp32 vs
+#               sdpa_math, fp16, d = 64/128, N = 4096, 8192, 2048, causal and not (each cell checked first)
+# Writes to $OUT: gpu_check_teach_bwd.log (every step's output), gpu_check_teach_bwd.json (step -> rc, s),
+# teach_bwd_ab.{json,md}.
+# Read: the tables printed last. Step rc 0 everywhere; in the log pytest's last line, "ERROR SUMMARY: 0
+# errors" and "RACECHECK SUMMARY: 0 hazards"; in teach_bwd_ab.md the fa2/naive, fa2/sdpa_math_fp32 and
+# fa2/fa2_v1 columns at N >= 4096 (the target: fa2/naive > 1), and the fp32 exactness lines (<= 1e-5).
+set -u
+export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
+OUT=${OUT:-$(mktemp -d /tmp/gpu_check_teach_bwd.XXXX)}
+mkdir -p "$OUT"
+TOTAL_S=${TOTAL_S:-175}
+T0=$(date +%s)
+LOG="$OUT/gpu_check_teach_bwd.log"
+: > "$LOG"
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(precompile tests memcheck racecheck ab)
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
+declare -A RC SECS CAP=([precompile]=25 [tests]=55 [memcheck]=18 [racecheck]=22 [ab]=80)
+TESTS=(
+  "tests/test_kernels_backward.py::test_teaching_backward_matches_float64_autograd"
+  "tests/test_kernels_backward.py::test_teaching_backward_many_blocks"
+  "tests/test_kernels_backward.py::test_teaching_backward_rows_that_see_no_key"
+  "tests/test_kernels_backward.py::test_teaching_dk_dv_are_deterministic"
+  "tests/test_kernels_backward.py::test_attention_gradients_match_float64_autograd[fa2]"
+  "tests/test_kernels_backward.py::test_attention_gradients_match_float64_autograd[naive]"
+  "tests/test_kernels_backward.py::test_opcheck[naive]"
+)
+
+left() { local l=$(( TOTAL_S - ($(date +%s) - T0) )); [ "$l" -gt 10 ] && echo "$l" || echo 10; }
+cap() { local c=${CAP[$1]:-60} l; l=$(left); [ "$c" -lt "$l" ] && echo "$c" || echo "$l"; }
+
+for step in "${steps[@]}"; do
+  t0=$(date +%s)
+  limit=$(cap "$step")
+  echo "==================== $step (limit ${limit} s)" >> "$LOG"
+  case "$step" in
+    precompile)
+      timeout "$limit" python3 bench/precompile_bwd.py --teaching 2>&1 | tee -a "$LOG" | tail -3
+      rc=${PIPESTATUS[0]} ;;
+    tests)
+      timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "${TESTS[@]}" 2>&1 | tee -a "$LOG" | tail -15
+      rc=${PIPESTATUS[0]} ;;
+    memcheck|racecheck)
+      if [ -z "$SANITIZER" ]; then
+        echo "compute-sanitizer not found" | tee -a "$LOG"; rc=127
+      else
+        timeout "$limit" "$SANITIZER" --tool "$step" --report-api-errors no --print-limit 50 --error-exitcode 3 \
+          python3 bench/bwd_sanitize_target.py fa2,naive > "$OUT/sanitize_$step.tmp" 2>&1
+        rc=$?
+        cat "$OUT/sanitize_$step.tmp" >> "$LOG"
+        grep -E "(fa2|naive) backward|SUMMARY" "$OUT/sanitize_$step.tmp" | tail -8
+        rm -f "$OUT/sanitize_$step.tmp"
+      fi ;;
+    ab)
+      # shellcheck disable=SC2086
+      timeout "$limit" python3 bench/teach_bwd_ab.py --out "$OUT" --budget-s $(( limit - 15 )) ${AB_ARGS:-} \
+        > "$OUT/ab.tmp" 2>&1
+      rc=$?
+      cat "$OUT/ab.tmp" >> "$LOG"
+      grep -E "fp32 exactness|NOT OK" "$OUT/ab.tmp" | head -12
+      rm -f "$OUT/ab.tmp" ;;
+    *) echo "unknown step $step"; rc=2 ;;
+  esac
+  RC[$step]=$rc; SECS[$step]=$(( $(date +%s) - t0 ))
+  echo "== $step: rc=$rc, ${SECS[$step]} s (limit ${limit} s)"
+done
+
+{
+  echo "{"
+  first=1
+  for step in "${steps[@]}"; do
+    [ $first -eq 1 ] || echo ","
+    first=0
+    printf '  "%s": {"rc": %s, "seconds": %s}' "$step" "${RC[$step]}" "${SECS[$step]}"
+  done
+  echo; echo "}"
+} > "$OUT/gpu_check_teach_bwd.json"
+echo
+[ -f "$OUT/teach_bwd_ab.md" ] && grep -E "^(###|\|)" "$OUT/teach_bwd_ab.md"
+echo
+echo "step         rc  seconds   (rc 124: hit its time limit)"
+for step in "${steps[@]}"; do printf '%-12s %3s %8s\n' "$step" "${RC[$step]}" "${SECS[$step]}"; done
+echo "total $(( $(date +%s) - T0 )) s; logs in $OUT"
+for step in "${steps[@]}"; do [ "${RC[$step]}" -eq 0 ] || exit 1; done
