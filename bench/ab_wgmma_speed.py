@@ -30,7 +30,16 @@ TOKENS, HIDDEN = 16384, 2048
 SKIP_BY_DEFAULT = ("persist",)
 
 
-def entries(d: int, variants, n: int):
+def parse_variants(text: str) -> list[tuple[str, set | None]]:
+    """"base,dynamic,ahead@64" -> [(name, head dims or None for all)]; "@64+128" limits a variant to d = 64, 128."""
+    out = []
+    for item in (x for x in text.split(",") if x):
+        name, _, dims = item.partition("@")
+        out.append((name, {int(x) for x in dims.split("+")} if dims else None))
+    return out
+
+
+def entries(d: int, variants, n: int, sdpa=SDPA):
     """The speed builds at d, the size-based candidates where N <= fa2_wgmma.SIZE_MAX_N, then SDPA."""
     from bench import harness
     from kernels import KERNELS, fa2_wgmma
@@ -38,9 +47,10 @@ def entries(d: int, variants, n: int):
     spec = KERNELS["fa2_wgmma"]
     cfgs = dict(fa2_wgmma.speed_configs(d))
     if n <= fa2_wgmma.SIZE_MAX_N:
-        cfgs.update({k: v for k, v in fa2_wgmma.SIZE_CANDIDATES.get(d, {}).items() if k in variants})
-    out = [harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, dict(cfgs[v])) for v in variants if v in cfgs]
-    return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in SDPA]
+        cfgs.update(fa2_wgmma.SIZE_CANDIDATES.get(d, {}))
+    out = [harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, dict(cfgs[v])) for v, dims in variants
+           if v in cfgs and (dims is None or d in dims)]
+    return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in sdpa]
 
 
 def run(args) -> dict:
@@ -49,9 +59,10 @@ def run(args) -> dict:
     from bench import harness
     from kernels import fa2_wgmma
 
-    variants = (args.variants.split(",") if args.variants else
-                [v for v in fa2_wgmma.speed_configs(64) if v not in SKIP_BY_DEFAULT]
-                + list(dict.fromkeys(k for c in fa2_wgmma.SIZE_CANDIDATES.values() for k in c)))
+    variants = (parse_variants(args.variants) if args.variants else
+                [(v, None) for v in fa2_wgmma.speed_configs(64) if v not in SKIP_BY_DEFAULT]
+                + [(k, None) for k in dict.fromkeys(k for c in fa2_wgmma.SIZE_CANDIDATES.values() for k in c)])
+    sdpa = tuple(b for b in args.sdpa.split(",") if b)
     res = dict(env=harness.environment(), variants={str(d): dict(fa2_wgmma.speed_configs(d),
                                                                  **fa2_wgmma.SIZE_CANDIDATES.get(d, {}))
                                                     for d in (int(x) for x in args.dims.split(","))},
@@ -69,7 +80,7 @@ def run(args) -> dict:
             res["not_run"].append(dict(d=d, n=n, causal=causal, dtype=dt))
             continue
         sets = harness.input_sets(TOKENS // n, HIDDEN // d, n, n, d, getattr(torch, dt), max_sets=2)
-        for e in entries(d, variants, n):
+        for e in entries(d, variants, n, sdpa):
             rec = harness.measure(e, sets, causal, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
             rec["variant"] = e.label
             res["rows"].append({k: rec.get(k) for k in ("variant", "dtype", "d", "n", "b", "h", "causal", "median_ms",
@@ -151,7 +162,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384")
-    ap.add_argument("--variants", default="", help="names of fa2_wgmma.speed_configs (default: all)")
+    ap.add_argument("--variants", default="", help="names of fa2_wgmma.speed_configs / SIZE_CANDIDATES, each "
+                    "optionally @d1+d2 (only at those head dims); default: all but SKIP_BY_DEFAULT")
+    ap.add_argument("--sdpa", default=",".join(SDPA), help="SDPA backends beside (default: flash,cudnn)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this many seconds")
     ap.add_argument("--warmup-ms", type=float, default=10)
     ap.add_argument("--rep-ms", type=float, default=40)

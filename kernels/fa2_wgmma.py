@@ -39,14 +39,18 @@ ARCH = "sm_90a"
 # P V_{j+1}), STAGES (K/V ring slots), MIN_BLOCKS (CTAs per SM the register cap aims at).
 DEFAULTS = dict(OVERLAP=1, STAGES=2, MIN_BLOCKS=1)
 CONFIGS = {  # sweep v4 winners (bench/results/wgmma_sweep_v4_tma.json): the TMA kernel
-    64: dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0),
+    # RESCALE_THRESHOLD=8 (FA4's rescale threshold, v3a) at d = 64 and 256, from the A/B of the second H200
+    # visit (bench/results/visit2/ab_wgmma_speed.json, time / time without it, geomean over N = 512-16k, fp16
+    # and bf16): d = 256 0.94-0.98 (every cell 0.92-1.02), d = 64 causal 0.97-0.985, non-causal 1.00; d = 128
+    # 0.98-1.02 with cells from 0.94 to 1.09 (noise level): left off there, and at d = 96 (not timed).
+    64: dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0, RESCALE_THRESHOLD=8),
     128: dict(TMA=1, BLOCK_N=176, NWG=2),
     # d = 96: Bc = 128 (FA3's hopper/tile_size.h: 128 or 144); the P V product padded to 128 columns
     # (PV_N=128: two whole swizzle panels, the d = 128 product); PV_N=96 is the unpadded candidate.
     96: dict(TMA=1, BLOCK_N=128, NWG=2, PV_N=128),
     # d = 256: FA3's Br = 128 (two consumer warpgroups), Bc = 80: Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB
     # of the 227 KB; O is 128 fp32 registers per thread, so the producer keeps 24 (consumers get 240).
-    256: dict(TMA=1, BLOCK_N=80, NWG=2, PRODUCER_REGS=24),
+    256: dict(TMA=1, BLOCK_N=80, NWG=2, PRODUCER_REGS=24, RESCALE_THRESHOLD=8),
 }
 
 # Candidates of the tuning sweep (measurements: bench/NOTES-tc.md, fa2_wgmma section). v1 sweep: d=64 NWG=3
@@ -111,7 +115,8 @@ LAUNCH_KEYS = {"GRID"}
 #            exceeds it by more than 2^8 in P, so O and l are rescaled (and the warp's multiply skipped)
 #            almost never after the first key block
 #   poly     EXP2_POLY=2: 2 of every 8 exponentials on the FMA pipe (exp2_poly.cuh; FA4), the MUFU's share
-#            of the softmax drops by a quarter (at d = 64 it rivals the two products' tensor time)
+#            of the softmax drops by a quarter. Measured (visit 2): 1.00-1.18x the time, slower everywhere:
+#            the softmax is bound by issue slots / the FMA pipe, not the MUFU, on the H200
 #   persist  PERSISTENT=1: SMs x CTAs/SM persistent CTAs stride over the (Q block, head) tiles (causal:
 #            longest first), the K/V ring and the producer run on from one tile into the next
 #   dynamic  PERSISTENT=2: the same, each CTA's next tile from an atomic counter (FA3's scheduler: a CTA that
@@ -126,9 +131,9 @@ SPEED_KNOBS = {
     "dynamic": dict(PERSISTENT=2),
     "ahead": dict(QK_AHEAD=1, PINGPONG=0),
 }
-# the combinations the A/B times beside each knob alone (the last one: the sanitizer's build)
-SPEED_COMBOS = {"rescale+poly": ("rescale", "poly"), "rescale+poly+dynamic": ("rescale", "poly", "dynamic"),
-                "rescale+poly+dynamic+ahead": ("rescale", "poly", "dynamic", "ahead")}
+# the combinations the A/B times beside each knob alone (on CONFIGS, which has RESCALE_THRESHOLD at d = 64 and
+# 256). EXP2_POLY is in none: 1.00-1.18x the time without it in every cell of the second visit's A/B.
+SPEED_COMBOS = {"dynamic+ahead": ("dynamic", "ahead")}
 # what a knob needs besides itself at one head dim, and the spill budget of the persistent builds: d = 256's
 # producer keeps 24 registers so that the consumers get 240 (O alone is 128); its tile loop spills 20-36 bytes
 # there, all in the producer thread (a reload per key block or tile, L1). At 32 or 40 the consumers get 232
@@ -142,7 +147,7 @@ SPEED_KNOB_EXTRA = {96: {"ahead": dict(BLOCK_N=96)}, 128: {"ahead": dict(BLOCK_N
 PRODUCER_SPILL_BYTES = 48
 # combinations that do not fit a head dim: d = 256 persistent + QK_AHEAD spills 148-244 B at every producer
 # budget tried (24-40 registers)
-SPEED_COMBO_SKIP = {256: {"rescale+poly+dynamic+ahead"}}
+SPEED_COMBO_SKIP = {256: {"dynamic+ahead"}}
 
 
 def speed_configs(d: int) -> dict:
@@ -192,10 +197,15 @@ for _d, _cands in SIZE_CANDIDATES.items():  # compiled (spill-free) and GPU-test
     SWEEP[_d] += [c for c in _cands.values() if c not in SWEEP[_d]]
 
 
+# The builds that could become defaults after the last A/B (persistent everywhere, QK_AHEAD at d = 64, where
+# it keeps the shipped Bc): what the final GPU visit checks under memcheck and times against CONFIGS.
+DEFAULT_CANDIDATES = {64: ("dynamic", "ahead", "dynamic+ahead"), 96: ("dynamic",), 128: ("dynamic",),
+                      256: ("dynamic",)}
+
+
 def full_speed_config(d: int) -> dict:
-    """The last combination of SPEED_COMBOS that d builds (every knob that fits it): the sanitizer's build."""
-    cfgs = speed_configs(d)
-    return cfgs[[n for n in SPEED_COMBOS if n in cfgs][-1]]
+    """The candidate default with the most knobs at d (the last of DEFAULT_CANDIDATES[d]): the sanitizer's."""
+    return speed_configs(d)[DEFAULT_CANDIDATES[d][-1]]
 
 
 for _d in HEAD_DIMS:  # the speed builds are sweep candidates: compiled (spill-free) and GPU-tested as such

@@ -165,3 +165,18 @@ def test_size_rule_picks_the_first_matching_build():
         assert all(c in fa2_wgmma.SWEEP[d] for c in cands.values())
     for d, rules_d in fa2_wgmma.SIZE_RULES.items():  # what ships must be a candidate the A/B timed
         assert all(cfg in fa2_wgmma.SIZE_CANDIDATES[d].values() for _, cfg in rules_d)
+
+
+def test_ab_variants_can_be_limited_to_head_dims():
+    from bench import ab_wgmma_speed as ab
+
+    assert ab.parse_variants("base,dynamic@64+128,ahead@64") == [("base", None), ("dynamic", {64, 128}),
+                                                                 ("ahead", {64})]
+    names = [e.label for e in ab.entries(128, ab.parse_variants("base,dynamic@64+128,ahead@64"), 512, ("cudnn",))]
+    assert names == ["fa2_wgmma[base]", "fa2_wgmma[dynamic]", "sdpa_cudnn"]
+
+
+def test_default_candidates_build_and_are_sanitized():
+    for d, names in fa2_wgmma.DEFAULT_CANDIDATES.items():
+        assert all(n in fa2_wgmma.speed_configs(d) for n in names)
+        assert fa2_wgmma.full_speed_config(d) == fa2_wgmma.speed_configs(d)[names[-1]]

@@ -53,28 +53,35 @@
 //       bench/gpu_check_layouts.sh, H200 (bench/results/layouts_check/): strided and GQA at 0.95-1.03x the
 //       contiguous time at N = 4k/8k; d = 128 N = 8k 594 TFLOP/s, d = 256 N = 8k 655; memcheck clean on
 //       Nq = 300, Nk = 1100 shapes; racecheck of these shapes did not finish in its time cap (not run).
-//   v3  speed knobs (issue 14 item 1), each a compile-time define, OFF in CONFIGS until measured (A/B in one
-//       run: bench/gpu_check_speed.sh -> bench/ab_wgmma_speed.py; configs: kernels/fa2_wgmma.py SPEED_KNOBS):
+//   v3  speed knobs (issue 14 item 1), each a compile-time define, off in CONFIGS until measured (A/B in one
+//       run: bench/gpu_check_speed.sh -> bench/ab_wgmma_speed.py; configs: kernels/fa2_wgmma.py SPEED_KNOBS).
+//       Second H200 visit (bench/results/visit2/, 72 cells: fp16/bf16, d = 64/128/256, N = 512-16k, causal
+//       and not; ratios are time / time of the build without the knob):
 //       v3a RESCALE_THRESHOLD=8 (FA4): m moves only when a block's max exceeds it by > 2^8 in P; O/l rescale
-//           and its multiply skipped otherwise (wgmma_fa2.cuh). Exact (lse uses the m used). NVRTC: no spills.
-//           Measured: not yet.
-//       v3b EXP2_POLY=2 (FA4): 2 of 8 exponentials per thread-row on the FMA pipe (exp2_poly.cuh: Cody-Waite
-//           floor + degree-4 (fp16) / 3 (bf16) minimax, rel. error 2.9e-6 / 8.6e-5 vs P's rounding 4.9e-4 /
-//           3.9e-3). SASS (d = 64): MUFU.EX2 264 -> 200. NVRTC: no spills. Measured: not yet.
+//           and its multiply skipped otherwise (wgmma_fa2.cuh). Exact (lse uses the m used). Measured: 0.92-1.07;
+//           geomean d = 256 0.94-0.98, d = 64 causal 0.97-0.985 (non-causal 1.00), d = 128 0.98-1.02 (cells
+//           0.94-1.09, noise). In CONFIGS at d = 64 and 256.
+//       v3b EXP2_POLY=2 (FA4): 2 of 8 exponentials per thread-row on the FMA pipe (exp2_poly.cuh: floor by a
+//           rounded-down add + degree-4 (fp16) / 3 (bf16) minimax, rel. error 2.9e-6 / 8.6e-5 vs P's rounding
+//           4.9e-4 / 3.9e-3; SASS d = 64: MUFU.EX2 264 -> 200). Measured: 1.00-1.18, slower in every cell
+//           (geomean 1.03-1.11; with v3a 1.05-1.17 at d = 64): negative. On the H200 the softmax is not
+//           MUFU-bound here; each polynomial exponential costs ~9 FMA/ALU issue slots for the one MUFU op.
 //       v3c PERSISTENT=1|2 (FA3's persistent kernel): grid = SMs x CTAs/SM (kernels/fa2_wgmma.py; GRID
 //           overrides it), each CTA loops over (Q block, batch*head) tiles: 1 a static stride, 2 the next tile
 //           from an atomic counter the launcher zeroes per call. Causal tiles longest first (the Q blocks
 //           that see the most key blocks), non-causal a head's Q blocks together (its K/V shared in L2). The
 //           producer publishes each tile through two smem slots (tile_full/tile_empty mbarriers), runs the
 //           K/V ring on from tile to tile and sends the next tile's first K block before waiting for the
-//           consumers to hand the Q tile back (empty_q, after the epilogue staged O through it). d = 256:
-//           PRODUCER_REGS=32 (4-8 B of producer-only spill; fa2_wgmma.PRODUCER_SPILL_BYTES). Measured: not yet.
+//           consumers to hand the Q tile back (empty_q, after the epilogue staged O through it). Visit 2:
+//           correct at d = 64/96/128 (1, 3, all CTAs; causal and not); d = 256 hung in setmaxnreg.inc: at
+//           PRODUCER_REGS=32 the consumers asked for 240 registers where the producer had freed enough for 236
+//           (the budget formula counted 65536, not the 168 x 384 the CTA holds). Fixed (REGS_AT_LAUNCH, a
+//           static_assert); d = 256 keeps 24 (20-36 B of producer-only spill). Speed: not yet (last visit).
 //       v3d QK_AHEAD=1 (FA3 Sec. 3.2, intra-warpgroup overlap with two S tiles): S_{t+1} = Q K^T issued before
 //           the softmax of step t, right after P_{t-1} V_{t-1}, so both products run under it; PINGPONG=0.
 //           Two S tiles fit beside O at d = 64 Bc = 128 (the shipped Bc), d = 96/128 Bc = 96, d = 256
 //           Bc = 64 (Bc = 128 at d = 128 spills 240 B at 240 registers). NVRTC: no spills. Measured: not yet.
-//       v3e the combinations (rescale+poly, +dynamic, +ahead; d = 256 persistent + ahead spills: not built).
-//           Measured: not yet.
+//       v3e combination dynamic+ahead (d = 256: persistent + two S tiles spill, not built). Measured: not yet.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
