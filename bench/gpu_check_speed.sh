@@ -10,8 +10,8 @@
 #
 #   compile    NVRTC the shipped builds and the candidates, fp16 + bf16, in parallel
 #   smoke      each candidate once per d in its own process and time limit (a hang costs that d only):
-#              persistent ones on 1, 3 and all CTAs, causal and not; vs float64 -> $OUT/smoke_ok.txt (the d
-#              that passed; the A/B times the candidates only there)
+#              persistent ones on 1, 3 and all CTAs, causal and not; vs float64 -> $OUT/smoke_ok.txt ("d:name"
+#              of each candidate that passed; the A/B times a candidate only where it passed)
 #   tests      pytest: tests/test_kernels_wgmma_speed_gpu.py for the candidates and the rescale threshold
 #              (hypothesis shapes: odd Nq/Nk, causal rows that see no key, scores to ~1e4, d = 64/96/128/256;
 #              Nk = 4100; strided + GQA; 1-3 CTAs over many tiles; T = 0 tiles; a fresh tile counter per call;
@@ -24,7 +24,8 @@
 #   ab         bench/ab_wgmma_speed.py: CONFIGS ("base") vs each candidate, cuDNN beside, fp16 and bf16,
 #              d = 64/128/256, N = 512/1k/2k/8k (batch*N = 16k, hidden 2048), causal and not; each entry
 #              checked vs float64 on its timed inputs first                 -> $OUT/ab_wgmma_speed.json
-# Read: smoke_ok.txt (64 96 128 256 expected), the failed-test lines (none expected), "memcheck: errors=0
+# Read: "smoke passed:" (64:dynamic 64:ahead 64:dynamic+ahead 128:dynamic 256:dynamic 96:dynamic expected),
+# the failed-test lines (none expected), "memcheck: errors=0
 # wrong=0 finished=True", then the table: per cell cuDNN and base TFLOP/s, each candidate's time / base time
 # (< 1: faster), best/cuDNN. A candidate goes into CONFIGS[d] (or SIZE_RULES, if it wins only at small N)
 # where it is faster in the cells of that d.
@@ -62,22 +63,26 @@ with ProcessPoolExecutor(min(16, os.cpu_count() or 1)) as ex:
     print(sum(ex.map(one, items)), "fa2_wgmma builds compiled")
 PY
 }
-smoke_d() {  # smoke_d D: every candidate at head dim D; exit 0 when all agree with float64
+smoke_d() {  # smoke_d D: every candidate at head dim D vs float64; "D:name" into smoke_ok.txt per candidate
   python3 - "$1" <<'PY'
-import sys
+import os, sys
 import torch
 from bench import harness
 from kernels import KERNELS, fa2_wgmma
 d, spec, bad = int(sys.argv[1]), KERNELS["fa2_wgmma"], 0
 for name in fa2_wgmma.DEFAULT_CANDIDATES[d]:
-    cfg = fa2_wgmma.speed_configs(d)[name]
+    cfg, ok = fa2_wgmma.speed_configs(d)[name], True
     for grid in ((1, 3, None) if cfg.get("PERSISTENT") else (None,)):
         c = dict(cfg, **({"GRID": grid} if grid else {}))
         e = harness.Entry(f"{name} d={d} grid={grid}", spec.tier, spec, {}, c)
         for causal, dtype in ((False, torch.bfloat16), (True, torch.float16)):
             r = harness.check_one(e, 2, 3, 333, 1100, d, dtype, causal)
-            bad += not r.get("ok")
+            ok = ok and bool(r.get("ok"))
             print(e.label, "causal" if causal else "", "ok" if r.get("ok") else f"WRONG {r}", flush=True)
+    bad += not ok
+    if ok:
+        with open(os.path.join(os.environ["OUT"], "smoke_ok.txt"), "a") as f:
+            f.write(f"{d}:{name} ")
 raise SystemExit(1 if bad else 0)
 PY
 }
@@ -85,11 +90,10 @@ smoke() {
   : > "$OUT/smoke_ok.txt"
   local rc=0
   for d in 64 128 256 96; do  # d = 64 has three candidates, the others one
-    if timeout $([ $d = 64 ] && echo 20 || echo 11) bash -c "$(declare -f smoke_d); smoke_d $d"; then
-      echo -n "$d " >> "$OUT/smoke_ok.txt"
-    else echo "smoke d=$d: rc=$? (hang or wrong)"; rc=1; fi
+    timeout $([ $d = 64 ] && echo 20 || echo 11) bash -c "$(declare -f smoke_d); smoke_d $d" \
+      || { echo "smoke d=$d: rc=$? (a hang or a wrong result)"; rc=1; }
   done
-  echo "smoke passed at d = $(cat "$OUT/smoke_ok.txt")"
+  echo "smoke passed: $(cat "$OUT/smoke_ok.txt")"
   return $rc
 }
 tests() {
@@ -108,14 +112,14 @@ print(json.dumps({'fa2_wgmma': [{str(d): grid(fa2_wgmma.full_speed_config(d)) fo
   python3 bench/sanitize.py --out "$OUT/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
     --tools memcheck --only-configs --kernel-shapes 4 --timeout 37 --configs "$cfg"
 }
-ab() {  # the candidates only at the head dims whose smoke passed
+ab() {  # each candidate only at the head dims where its smoke passed
   local v
   v=$(python3 -c "
 from kernels import fa2_wgmma
 ok = set(open('$OUT/smoke_ok.txt').read().split())
 out = ['base']
 for name in dict.fromkeys(n for c in fa2_wgmma.DEFAULT_CANDIDATES.values() for n in c):
-    dims = [d for d in (64, 128, 256) if name in fa2_wgmma.DEFAULT_CANDIDATES[d] and str(d) in ok]
+    dims = [d for d in (64, 128, 256) if f'{d}:{name}' in ok]
     if dims:
         out.append(name + '@' + '+'.join(map(str, dims)))
 print(','.join(out))")
@@ -134,7 +138,7 @@ step ab 65 ab
 echo
 echo "== summary ($OUT)"
 cat "$OUT/steps.txt"
-echo "smoke passed at d = $(cat "$OUT/smoke_ok.txt" 2>/dev/null)"
+echo "smoke passed: $(cat "$OUT/smoke_ok.txt" 2>/dev/null)"
 echo "gpu_tests.log: $(grep -E "passed|failed" "$OUT/gpu_tests.log" | tail -1)"
 grep -E "^FAILED" "$OUT/gpu_tests.log" | head -10
 python3 - "$OUT/memcheck/sanitize.json" <<'PY'
