@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -148,12 +149,52 @@ def summary(res: dict) -> str:
         w = min(worst)
         lines.append(f"cells with best/cuDNN >= 1.0: {sum(x[0] >= 1.0 for x in worst)} of {len(worst)}; worst "
                      f"{w[0]:.3f} ({w[1]}, d={w[2]}, causal={int(w[3])}, N={w[4]})")
+    lines += decisions(rows)
     bad = [r for r in rows if r.get("ok") is False or (r.get("skipped") and "SDPA" not in str(r.get("skipped")))]
     lines.append(f"failed or skipped entries: {len(bad)}" + "".join(
         f"\n  {r['variant']} {r['dtype']} d={r['d']} N={r['n']} causal={r['causal']}: {r.get('skipped')}" for r in bad[:10]))
     if res.get("not_run"):
         lines.append(f"cells not run (time budget): {len(res['not_run'])}")
     return "\n".join(lines)
+
+
+# The rule that turns the table into defaults (time / base time per cell, both checked ok): a build goes into
+# CONFIGS[d] when its geomean over all cells of d is <= 0.99 and no cell is over 1.03; into SIZE_RULES (Nk up
+# to SIZE_MAX_N) when that holds over the cells with N <= SIZE_MAX_N only; otherwise it stays off.
+ALL_GAIN, WORST_LOSS = 0.99, 1.03
+
+
+def decisions(rows) -> list[str]:
+    """Per (d, build): geomean time / base at N <= SIZE_MAX_N and above, the worst cell, and the rule's call."""
+    from kernels import fa2_wgmma
+
+    base = {(r["dtype"], r["d"], r["causal"], r["n"]): r["median_ms"] for r in rows
+            if r["variant"] == "fa2_wgmma[base]" and r.get("ok") and r.get("median_ms")}
+    ratios: dict = {}
+    for r in rows:
+        key = (r["dtype"], r["d"], r["causal"], r["n"])
+        if r["variant"].startswith("fa2_wgmma[") and r["variant"] != "fa2_wgmma[base]" and key in base \
+                and r.get("ok") and r.get("median_ms"):
+            ratios.setdefault((r["d"], r["variant"][len("fa2_wgmma["):-1]), []).append((r["n"], r["median_ms"] / base[key]))
+    if not ratios:
+        return []
+
+    def geo(xs):
+        return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+    out = [f"{'d':>3s} {'build':22s} {'N<=' + str(fa2_wgmma.SIZE_MAX_N):>8s} {'N>' + str(fa2_wgmma.SIZE_MAX_N):>8s} "
+           f"{'worst':>6s} {'cells':>5s}  rule (<= {ALL_GAIN} geomean, no cell > {WORST_LOSS})"]
+    for (d, name), vals in sorted(ratios.items()):
+        small = [x for n, x in vals if n <= fa2_wgmma.SIZE_MAX_N]
+        large = [x for n, x in vals if n > fa2_wgmma.SIZE_MAX_N]
+        every = small + large
+        if geo(every) <= ALL_GAIN and max(every) <= WORST_LOSS:
+            call = f"CONFIGS[{d}]"
+        elif small and geo(small) <= ALL_GAIN and max(small) <= WORST_LOSS:
+            call = f"SIZE_RULES[{d}] (Nk <= {fa2_wgmma.SIZE_MAX_N})"
+        else:
+            call = "off"
+        out.append(f"{d:3d} {name:22s} {geo(small):8.3f} {geo(large):8.3f} {max(every):6.3f} {len(every):5d}  {call}")
+    return out
 
 
 def main(argv=None) -> int:

@@ -27,8 +27,8 @@
 # Read: "smoke passed:" (64:dynamic 64:ahead 64:dynamic+ahead 128:dynamic 256:dynamic 96:dynamic expected),
 # the failed-test lines (none expected), "memcheck: errors=0
 # wrong=0 finished=True", then the table: per cell cuDNN and base TFLOP/s, each candidate's time / base time
-# (< 1: faster), best/cuDNN. A candidate goes into CONFIGS[d] (or SIZE_RULES, if it wins only at small N)
-# where it is faster in the cells of that d.
+# (< 1: faster), best/cuDNN; last, per (d, candidate) the geomeans and the decision rule's call (CONFIGS[d],
+# SIZE_RULES[d] for Nk <= 2k, or off: bench/ab_wgmma_speed.py decisions()).
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 export OUT=${OUT:-$(mktemp -d)}

@@ -180,3 +180,18 @@ def test_default_candidates_build_and_are_sanitized():
     for d, names in fa2_wgmma.DEFAULT_CANDIDATES.items():
         assert all(n in fa2_wgmma.speed_configs(d) for n in names)
         assert fa2_wgmma.full_speed_config(d) == fa2_wgmma.speed_configs(d)[names[-1]]
+
+
+def test_ab_decision_rule():
+    """A build faster in every cell goes into CONFIGS, one faster only at small N into SIZE_RULES."""
+    from bench import ab_wgmma_speed as ab
+
+    rows = []
+    for n in (512, 2048, 8192):
+        rows += [dict(variant="fa2_wgmma[base]", dtype="float16", d=64, n=n, causal=False, median_ms=1.0, ok=True),
+                 dict(variant="fa2_wgmma[dynamic]", dtype="float16", d=64, n=n, causal=False,
+                      median_ms=0.9 if n <= 2048 else 1.05, ok=True),
+                 dict(variant="fa2_wgmma[ahead]", dtype="float16", d=64, n=n, causal=False, median_ms=0.95, ok=True),
+                 dict(variant="fa2_wgmma[poly]", dtype="float16", d=64, n=n, causal=False, median_ms=1.1, ok=True)]
+    calls = {line.split()[1]: line.split("  ")[-1].strip() for line in ab.decisions(rows)[1:]}
+    assert calls == {"ahead": "CONFIGS[64]", "dynamic": "SIZE_RULES[64] (Nk <= 2048)", "poly": "off"}, calls
