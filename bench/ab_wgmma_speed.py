@@ -1,5 +1,6 @@
 """A/B of fa2_wgmma's speed knobs in one run (issue 14 item 1): the shipped build ("base"), each knob alone,
-the combinations (kernels.fa2_wgmma.speed_configs), with SDPA flash and cuDNN beside, on the same inputs.
+the combinations (kernels.fa2_wgmma.speed_configs), and at N <= SIZE_MAX_N the size-based candidates
+(SIZE_CANDIDATES: the evidence for SIZE_RULES), with SDPA flash and cuDNN beside, on the same inputs.
 
     PYTHONPATH=. python bench/ab_wgmma_speed.py --out DIR [--dtypes float16,bfloat16] [--dims 64,128,256]
         [--seqs 512,1024,2048,4096,8192,16384] [--variants base,rescale,...] [--budget-s 120]
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -24,16 +26,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SDPA = ("flash", "cudnn")
 TOKENS, HIDDEN = 16384, 2048
+# timed by default: every speed build but the static persistent one (PERSISTENT=1, the first step towards
+# the dynamic scheduler; --variants persist times it), to keep the full grid within the visit's time
+SKIP_BY_DEFAULT = ("persist",)
 
 
-def entries(d: int, variants):
+def parse_variants(text: str) -> list[tuple[str, set | None]]:
+    """"base,dynamic,ahead@64" -> [(name, head dims or None for all)]; "@64+128" limits a variant to d = 64, 128."""
+    out = []
+    for item in (x for x in text.split(",") if x):
+        name, _, dims = item.partition("@")
+        out.append((name, {int(x) for x in dims.split("+")} if dims else None))
+    return out
+
+
+def entries(d: int, variants, n: int, sdpa=SDPA):
+    """The speed builds at d, the size-based candidates where N <= fa2_wgmma.SIZE_MAX_N, then SDPA."""
     from bench import harness
     from kernels import KERNELS, fa2_wgmma
 
     spec = KERNELS["fa2_wgmma"]
-    cfgs = fa2_wgmma.speed_configs(d)
-    out = [harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, dict(cfgs[v])) for v in variants if v in cfgs]
-    return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in SDPA]
+    cfgs = dict(fa2_wgmma.speed_configs(d))
+    if n <= fa2_wgmma.SIZE_MAX_N:
+        cfgs.update(fa2_wgmma.SIZE_CANDIDATES.get(d, {}))
+    out = [harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, dict(cfgs[v])) for v, dims in variants
+           if v in cfgs and (dims is None or d in dims)]
+    return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in sdpa]
 
 
 def run(args) -> dict:
@@ -42,9 +60,14 @@ def run(args) -> dict:
     from bench import harness
     from kernels import fa2_wgmma
 
-    variants = args.variants.split(",") if args.variants else list(fa2_wgmma.speed_configs(64))
-    res = dict(env=harness.environment(), variants={str(d): fa2_wgmma.speed_configs(d)
+    variants = (parse_variants(args.variants) if args.variants else
+                [(v, None) for v in fa2_wgmma.speed_configs(64) if v not in SKIP_BY_DEFAULT]
+                + [(k, None) for k in dict.fromkeys(k for c in fa2_wgmma.SIZE_CANDIDATES.values() for k in c)])
+    sdpa = tuple(b for b in args.sdpa.split(",") if b)
+    res = dict(env=harness.environment(), variants={str(d): dict(fa2_wgmma.speed_configs(d),
+                                                                 **fa2_wgmma.SIZE_CANDIDATES.get(d, {}))
                                                     for d in (int(x) for x in args.dims.split(","))},
+               size_max_n=fa2_wgmma.SIZE_MAX_N,
                shapes=f"batch*N = {TOKENS}, hidden {HIDDEN}", rows=[], not_run=[])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -58,7 +81,7 @@ def run(args) -> dict:
             res["not_run"].append(dict(d=d, n=n, causal=causal, dtype=dt))
             continue
         sets = harness.input_sets(TOKENS // n, HIDDEN // d, n, n, d, getattr(torch, dt), max_sets=2)
-        for e in entries(d, variants):
+        for e in entries(d, variants, n, sdpa):
             rec = harness.measure(e, sets, causal, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
             rec["variant"] = e.label
             res["rows"].append({k: rec.get(k) for k in ("variant", "dtype", "d", "n", "b", "h", "causal", "median_ms",
@@ -75,6 +98,15 @@ def run(args) -> dict:
     return res
 
 
+ABBREV = {"R": "rescale", "P": "poly", "S": "persist", "D": "dynamic", "A": "ahead", "st": "small-tma",
+          "sc": "small-cp"}
+
+
+def abbrev(variant: str) -> str:
+    back = {v: k for k, v in ABBREV.items()}
+    return "+".join(back.get(part, part) for part in variant.split("+"))
+
+
 def summary(res: dict) -> str:
     """One line per (dtype, d, causal, N): cuDNN and flash TFLOP/s, base TFLOP/s and base/cuDNN, each variant
     as its time ratio to base (< 1: faster), the best fa2_wgmma build over cuDNN."""
@@ -84,10 +116,11 @@ def summary(res: dict) -> str:
         cell.setdefault((r["dtype"], r["d"], r["causal"], r["n"]), {})[r["variant"]] = r
     variants = [v for v in dict.fromkeys(r["variant"] for r in rows) if v.startswith("fa2_wgmma[")]
     others = [v for v in variants if v != "fa2_wgmma[base]"]
-    short = [v[len("fa2_wgmma["):-1] for v in others]
+    short = [abbrev(v[len("fa2_wgmma["):-1]) for v in others]
     lines = [f"{'dtype':8s} {'d':>3s} {'c':>1s} {'N':>5s} {'cuDNN':>6s} {'flash':>6s} {'base':>6s} {'b/cuD':>5s} "
-             + " ".join(f"{s[:12]:>12s}" for s in short) + f" {'best/cuDNN':>12s}",
-             "  (TFLOP/s; variant columns: time / base time, < 1 is faster; best/cuDNN: the fastest fa2_wgmma build)"]
+             + " ".join(f"{s[:9]:>9s}" for s in short) + f" {'best/cuDNN':>10s}",
+             "  (TFLOP/s; variant columns: time / base time, < 1 is faster; best/cuDNN: the fastest fa2_wgmma build;"
+             " " + ", ".join(f"{k} = {v}" for k, v in ABBREV.items()) + ")"]
     worst = []
     for (dt, d, causal, n), c in sorted(cell.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3])):
         def tf(v):
@@ -104,18 +137,19 @@ def summary(res: dict) -> str:
         ratios = []
         for v in others:
             a, b = ms(v), ms("fa2_wgmma[base]")
-            ratios.append(f"{a / b:12.3f}" if (a and b) else f"{'fail' if v in c else '-':>12s}")
+            ratios.append(f"{a / b:9.3f}" if (a and b) else f"{'fail' if v in c else '-':>9s}")
         f = lambda x: f"{x:6.1f}" if x else f"{'-':>6s}"  # noqa: E731
         bc = f"{base / cud:5.2f}" if base and cud else f"{'-':>5s}"
         bb = best / cud if best and cud else None
         if bb:
             worst.append((bb, dt, d, causal, n))
         lines.append(f"{dt:8s} {d:3d} {int(causal):1d} {n:5d} {f(cud)} {f(fl)} {f(base)} {bc} " + " ".join(ratios)
-                     + f" {bb if bb else float('nan'):12.3f}")
+                     + f" {bb if bb else float('nan'):10.3f}")
     if worst:
         w = min(worst)
         lines.append(f"cells with best/cuDNN >= 1.0: {sum(x[0] >= 1.0 for x in worst)} of {len(worst)}; worst "
                      f"{w[0]:.3f} ({w[1]}, d={w[2]}, causal={int(w[3])}, N={w[4]})")
+    lines += decisions(rows)
     bad = [r for r in rows if r.get("ok") is False or (r.get("skipped") and "SDPA" not in str(r.get("skipped")))]
     lines.append(f"failed or skipped entries: {len(bad)}" + "".join(
         f"\n  {r['variant']} {r['dtype']} d={r['d']} N={r['n']} causal={r['causal']}: {r.get('skipped')}" for r in bad[:10]))
@@ -124,13 +158,54 @@ def summary(res: dict) -> str:
     return "\n".join(lines)
 
 
+# The rule that turns the table into defaults (time / base time per cell, both checked ok): a build goes into
+# CONFIGS[d] when its geomean over all cells of d is <= 0.99 and no cell is over 1.03; into SIZE_RULES (Nk up
+# to SIZE_MAX_N) when that holds over the cells with N <= SIZE_MAX_N only; otherwise it stays off.
+ALL_GAIN, WORST_LOSS = 0.99, 1.03
+
+
+def decisions(rows) -> list[str]:
+    """Per (d, build): geomean time / base at N <= SIZE_MAX_N and above, the worst cell, and the rule's call."""
+    from kernels import fa2_wgmma
+
+    base = {(r["dtype"], r["d"], r["causal"], r["n"]): r["median_ms"] for r in rows
+            if r["variant"] == "fa2_wgmma[base]" and r.get("ok") and r.get("median_ms")}
+    ratios: dict = {}
+    for r in rows:
+        key = (r["dtype"], r["d"], r["causal"], r["n"])
+        if r["variant"].startswith("fa2_wgmma[") and r["variant"] != "fa2_wgmma[base]" and key in base \
+                and r.get("ok") and r.get("median_ms"):
+            ratios.setdefault((r["d"], r["variant"][len("fa2_wgmma["):-1]), []).append((r["n"], r["median_ms"] / base[key]))
+    if not ratios:
+        return []
+
+    def geo(xs):
+        return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+    out = [f"{'d':>3s} {'build':22s} {'N<=' + str(fa2_wgmma.SIZE_MAX_N):>8s} {'N>' + str(fa2_wgmma.SIZE_MAX_N):>8s} "
+           f"{'worst':>6s} {'cells':>5s}  rule (<= {ALL_GAIN} geomean, no cell > {WORST_LOSS})"]
+    for (d, name), vals in sorted(ratios.items()):
+        small = [x for n, x in vals if n <= fa2_wgmma.SIZE_MAX_N]
+        large = [x for n, x in vals if n > fa2_wgmma.SIZE_MAX_N]
+        every = small + large
+        if geo(every) <= ALL_GAIN and max(every) <= WORST_LOSS:
+            call = f"CONFIGS[{d}]"
+        elif small and geo(small) <= ALL_GAIN and max(small) <= WORST_LOSS:
+            call = f"SIZE_RULES[{d}] (Nk <= {fa2_wgmma.SIZE_MAX_N})"
+        else:
+            call = "off"
+        out.append(f"{d:3d} {name:22s} {geo(small):8.3f} {geo(large):8.3f} {max(every):6.3f} {len(every):5d}  {call}")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp")
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384")
-    ap.add_argument("--variants", default="", help="names of fa2_wgmma.speed_configs (default: all)")
+    ap.add_argument("--variants", default="", help="names of fa2_wgmma.speed_configs / SIZE_CANDIDATES, each "
+                    "optionally @d1+d2 (only at those head dims); default: all but SKIP_BY_DEFAULT")
+    ap.add_argument("--sdpa", default=",".join(SDPA), help="SDPA backends beside (default: flash,cudnn)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this many seconds")
     ap.add_argument("--warmup-ms", type=float, default=10)
     ap.add_argument("--rep-ms", type=float, default=40)

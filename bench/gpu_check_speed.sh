@@ -1,34 +1,34 @@
 #!/usr/bin/env bash
-# GPU check of issue 14 items 1 and 4 (fa2_wgmma's speed knobs, kernels.fa2_wgmma.SPEED_KNOBS), from the
-# repository root on an H200 (at most ~5 minutes; each step under its own time limit, one failing does not
-# stop the rest; $OUT/steps.txt has rc and seconds per step):
+# Last GPU check of issue 14 items 1, 4, 5 (fa2_wgmma): what decides the defaults, lean (about 4 minutes on an
+# H200; every step under its own time limit, one failing does not stop the rest; $OUT/steps.txt: rc, seconds).
+# The second visit (bench/results/visit2/) timed RESCALE_THRESHOLD (now in CONFIGS at d = 64, 256) and
+# EXP2_POLY (negative); its persistent d = 256 build hung in setmaxnreg (consumer budget over what the
+# producer freed; fixed, with a static_assert). Here: the candidate defaults, kernels.fa2_wgmma.DEFAULT_CANDIDATES
+# (PERSISTENT=2 at every d, QK_AHEAD at d = 64).
 #
 #   PYTHONPATH=. bash bench/gpu_check_speed.sh        # OUT=<dir> (default: a temp dir)
 #
-#   compile    NVRTC every fa2_wgmma build (defaults, sweep candidates incl. every speed build), one process
-#              per core, into the disk cache the later steps read
-#   tests      pytest: tests/test_kernels_wgmma_speed_gpu.py (each knob and combination vs float64: hypothesis
-#              shapes with odd Nq/Nk, causal rows that see no key, scores to ~1e4, d = 64/96/128/256; Nk = 4100
-#              key loops; strided + GQA; row max creeping / jumping for the rescale threshold), the fa2_wgmma
-#              tests of tests/test_kernels_tc.py (every sweep candidate on tails) and
-#              tests/test_kernels_layouts.py, all but the persistent builds    -> $OUT/gpu_tests.log
-#   smoke      each persistent build (PERSISTENT=1/2) once per d on 1, 3 and all CTAs, causal and not: a hang
-#              or a wrong result here drops the persistent variants from the A/B (steps.txt: smoke rc)
-#   tests_persistent  the same GPU tests for the persistent builds      -> $OUT/gpu_tests_persistent.log
-#   memcheck   compute-sanitizer memcheck of the all-knobs speed builds ({d: build}; persistent ones on 2
-#              CTAs, so each loops over several tiles), fp16 + bf16, on bench/sanitize.py's fa2_wgmma
-#              KERNEL_SHAPES (Nk = 2900: each ring slot refilled 8-18 times; Nq = 300: 3 Q blocks per head;
-#              strided + GQA)                                            -> $OUT/memcheck/sanitize.json, log
-#   racecheck  racecheck of the same builds on the first 4 of those shapes (d = 64/128/256/96, one head)
-#                                                                        -> $OUT/racecheck/sanitize.json, log
-#   ab         bench/ab_wgmma_speed.py: base vs each knob alone vs the combinations, SDPA flash and cuDNN
-#              beside, fp16 and bf16, d = 64/128/256, N = 512..16k, batch*N = 16k, hidden 2048, causal and
-#              not; each entry checked vs float64 on its timed inputs, then timed (do_bench, L2 flushed)
-#                                                                        -> $OUT/ab_wgmma_speed.json
-# Read: the failed-test lines (none expected), "memcheck/racecheck: errors=0 wrong=0 finished=True", and the
-# A/B table last: per cell cuDNN / flash / base TFLOP/s, each variant's time over base (< 1 is faster), the
-# best build over cuDNN (issue 14 target: >= 1.0 in every cell). These fill the "v3 ... measured: not yet"
-# entries of kernels/cuda/fa2_wgmma_tma.cu's version log and decide which knobs go into CONFIGS.
+#   compile    NVRTC the shipped builds and the candidates, fp16 + bf16, in parallel
+#   smoke      each candidate once per d in its own process and time limit (a hang costs that d only):
+#              persistent ones on 1, 3 and all CTAs, causal and not; vs float64 -> $OUT/smoke_ok.txt ("d:name"
+#              of each candidate that passed; the A/B times a candidate only where it passed)
+#   tests      pytest: tests/test_kernels_wgmma_speed_gpu.py for the candidates and the rescale threshold
+#              (hypothesis shapes: odd Nq/Nk, causal rows that see no key, scores to ~1e4, d = 64/96/128/256;
+#              Nk = 4100; strided + GQA; 1-3 CTAs over many tiles; T = 0 tiles; a fresh tile counter per call;
+#              row max creeping and jumping), the shipped builds' fa2_wgmma tests (test_kernels_tc.py,
+#              test_kernels_layouts.py)                                     -> $OUT/gpu_tests.log
+#   memcheck   compute-sanitizer memcheck of fa2_wgmma.full_speed_config(d) (the candidate with the most knobs)
+#              on 2 CTAs (more tiles than CTAs), fp16, at scale: Nq = 300 (3 Q blocks), Nk = 2900 (every K/V
+#              ring slot refilled 8-18 times), d = 64/128/256/96; a partial log is kept at the time limit
+#                                                                           -> $OUT/memcheck/sanitize.json, log
+#   ab         bench/ab_wgmma_speed.py: CONFIGS ("base") vs each candidate, cuDNN beside, fp16 and bf16,
+#              d = 64/128/256, N = 512/1k/2k/8k (batch*N = 16k, hidden 2048), causal and not; each entry
+#              checked vs float64 on its timed inputs first                 -> $OUT/ab_wgmma_speed.json
+# Read: "smoke passed:" (64:dynamic 64:ahead 64:dynamic+ahead 128:dynamic 256:dynamic 96:dynamic expected),
+# the failed-test lines (none expected), "memcheck: errors=0
+# wrong=0 finished=True", then the table: per cell cuDNN and base TFLOP/s, each candidate's time / base time
+# (< 1: faster), best/cuDNN; last, per (d, candidate) the geomeans and the decision rule's call (CONFIGS[d],
+# SIZE_RULES[d] for Nk <= 2k, or off: bench/ab_wgmma_speed.py decisions()).
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 export OUT=${OUT:-$(mktemp -d)}
@@ -50,102 +50,110 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from kernels import fa2_wgmma, loader
 
-def one(c):
-    src, _, defs = c
-    loader.compile_cubin(src, defines=defs, arch=fa2_wgmma.ARCH)
+def one(item):
+    d, bf16, cfg = item
+    defs = fa2_wgmma.defines_for(d, bf16, cfg)
+    loader.compile_cubin(fa2_wgmma.source_of(defs)[0], defines=defs, arch=fa2_wgmma.ARCH)
     return 1
 
-builds = fa2_wgmma.compile_configs() + [c for c in fa2_wgmma.sweep_configs() if c not in fa2_wgmma.compile_configs()]
+items = [(d, bf16, cfg) for d in fa2_wgmma.HEAD_DIMS for bf16 in (0, 1)
+         for cfg in [fa2_wgmma.CONFIGS[d], fa2_wgmma.speed_configs(d)["rescale"]]
+         + [fa2_wgmma.speed_configs(d)[n] for n in fa2_wgmma.DEFAULT_CANDIDATES[d]]]
 with ProcessPoolExecutor(min(16, os.cpu_count() or 1)) as ex:
-    print(sum(ex.map(one, builds)), "fa2_wgmma builds compiled")
+    print(sum(ex.map(one, items)), "fa2_wgmma builds compiled")
 PY
 }
-tests() {  # the persistent builds apart (a hang there must not cost the other tests): smoke, then tests
-  python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py tests/test_kernels_layouts.py \
-    tests/test_kernels_tc.py -k "(wgmma or speed or layouts or strided or gqa or head_dims or rescale) and not persist \
-    and not dynamic and not PERSISTENT" 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
-  return "${PIPESTATUS[0]}"
-}
-smoke() {  # each persistent build once per head dim, 1 and 3 CTAs and the full grid; rc 0 = no hang, all right
-  python3 - <<'PY'
+smoke_d() {  # smoke_d D: every candidate at head dim D vs float64; "D:name" into smoke_ok.txt per candidate
+  python3 - "$1" <<'PY'
+import os, sys
 import torch
 from bench import harness
 from kernels import KERNELS, fa2_wgmma
-spec, bad = KERNELS["fa2_wgmma"], 0
-for name, _ in fa2_wgmma.speed_configs(64).items():
-    for d in fa2_wgmma.HEAD_DIMS:
-        cfg = fa2_wgmma.speed_configs(d)[name]
-        if not cfg.get("PERSISTENT"):
-            continue
-        for grid in (1, 3, None):
-            c = dict(cfg, **({"GRID": grid} if grid else {}))
-            e = harness.Entry(f"{name} d={d} grid={grid}", spec.tier, spec, {}, c)
-            for causal in (False, True):
-                r = harness.check_one(e, 2, 3, 333, 1100, d, torch.bfloat16, causal)
-                bad += not r.get("ok")
-                print(e.label, "causal" if causal else "", "ok" if r.get("ok") else f"WRONG {r}", flush=True)
+d, spec, bad = int(sys.argv[1]), KERNELS["fa2_wgmma"], 0
+for name in fa2_wgmma.DEFAULT_CANDIDATES[d]:
+    cfg, ok = fa2_wgmma.speed_configs(d)[name], True
+    for grid in ((1, 3, None) if cfg.get("PERSISTENT") else (None,)):
+        c = dict(cfg, **({"GRID": grid} if grid else {}))
+        e = harness.Entry(f"{name} d={d} grid={grid}", spec.tier, spec, {}, c)
+        for causal, dtype in ((False, torch.bfloat16), (True, torch.float16)):
+            r = harness.check_one(e, 2, 3, 333, 1100, d, dtype, causal)
+            ok = ok and bool(r.get("ok"))
+            print(e.label, "causal" if causal else "", "ok" if r.get("ok") else f"WRONG {r}", flush=True)
+    bad += not ok
+    if ok:
+        with open(os.path.join(os.environ["OUT"], "smoke_ok.txt"), "a") as f:
+            f.write(f"{d}:{name} ")
 raise SystemExit(1 if bad else 0)
 PY
 }
-tests_persistent() {
-  python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py tests/test_kernels_tc.py \
-    -k "persist or dynamic or PERSISTENT" 2>&1 | tee "$OUT/gpu_tests_persistent.log" | tail -15
+smoke() {
+  : > "$OUT/smoke_ok.txt"
+  local rc=0
+  for d in 64 128 256 96; do  # d = 64 has three candidates, the others one
+    timeout $([ $d = 64 ] && echo 20 || echo 11) bash -c "$(declare -f smoke_d); smoke_d $d" \
+      || { echo "smoke d=$d: rc=$? (a hang or a wrong result)"; rc=1; }
+  done
+  echo "smoke passed: $(cat "$OUT/smoke_ok.txt")"
+  return $rc
+}
+tests() {  # the shipped builds' tests first: a hang in a candidate must not cost them
+  python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
+    tests/test_kernels_wgmma_speed_gpu.py -k "(dynamic or ahead or rescale or empty_tiles or fa2_wgmma_matches_reference \
+    or strided_gqa or new_head_dims) and not persist- and not poly" 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
   return "${PIPESTATUS[0]}"
 }
-speed_builds() {  # JSON for sanitize.py --configs: {d: build} of the last of SPEED_COMBOS, which holds the
-  # code of every knob (independent #if blocks; only PERSISTENT touches memory or barriers)
-  python3 -c "
+memcheck() {
+  local cfg
+  cfg=$(python3 -c "
 import json
 from kernels import fa2_wgmma
 grid = lambda c: dict(c, GRID=2) if c.get('PERSISTENT') else c  # 2 CTAs: more tiles than CTAs at Nq = 300
-print(json.dumps({'fa2_wgmma': [{str(d): grid(fa2_wgmma.speed_configs(d)[n]) for d in fa2_wgmma.HEAD_DIMS}
-                                for n in list(fa2_wgmma.SPEED_COMBOS)[-1:]]}))"
+print(json.dumps({'fa2_wgmma': [{str(d): grid(fa2_wgmma.full_speed_config(d)) for d in fa2_wgmma.HEAD_DIMS}]}))")
+  python3 bench/sanitize.py --out "$OUT/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
+    --tools memcheck --only-configs --kernel-shapes 4 --timeout 37 --configs "$cfg"
 }
-memcheck() {
-  python3 bench/sanitize.py --out "$OUT/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
-    --tools memcheck --only-configs --configs "$(speed_builds)"
-}
-racecheck() {
-  python3 bench/sanitize.py --out "$OUT/racecheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
-    --tools racecheck --only-configs --kernel-shapes 4 --configs "$(speed_builds)"
-}
-ab() {  # without the persistent variants if their smoke check failed or hung
-  local v=""
-  grep -q "^smoke rc=0 " "$OUT/steps.txt" || v=$(python3 -c "
+ab() {  # each candidate only at the head dims where its smoke passed
+  local v
+  v=$(python3 -c "
 from kernels import fa2_wgmma
-print(','.join(n for n, c in fa2_wgmma.speed_configs(64).items() if not c.get('PERSISTENT')))")
-  python3 bench/ab_wgmma_speed.py --out "$OUT" --budget-s 85 ${v:+--variants "$v"} > "$OUT/ab_wgmma_speed.txt" 2>&1
+ok = set(open('$OUT/smoke_ok.txt').read().split())
+out = ['base']
+for name in dict.fromkeys(n for c in fa2_wgmma.DEFAULT_CANDIDATES.values() for n in c):
+    dims = [d for d in (64, 128, 256) if f'{d}:{name}' in ok]
+    if dims:
+        out.append(name + '@' + '+'.join(map(str, dims)))
+print(','.join(out))")
+  echo "A/B variants: $v"
+  python3 bench/ab_wgmma_speed.py --out "$OUT" --budget-s 50 --seqs 512,1024,2048,8192 --sdpa cudnn \
+    --variants "$v" > "$OUT/ab_wgmma_speed.txt" 2>&1
 }
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
-step compile 30 compile_all
+step compile 20 compile_all
+step smoke 56 smoke
 step tests 45 tests
-step smoke 15 smoke
-step tests_persistent 30 tests_persistent
-step memcheck 45 memcheck
-step racecheck 30 racecheck
-step ab 100 ab
+step memcheck 42 memcheck
+step ab 65 ab
 
 echo
 echo "== summary ($OUT)"
 cat "$OUT/steps.txt"
-for log in "$OUT/gpu_tests.log" "$OUT/gpu_tests_persistent.log"; do
-  echo "$(basename "$log"): $(grep -E "passed|failed" "$log" | tail -1)"
-  grep -E "^FAILED" "$log" | head -10
-done
-for tool in memcheck racecheck; do
-  python3 - "$OUT/$tool/sanitize.json" <<'PY'
+echo "smoke passed: $(cat "$OUT/smoke_ok.txt" 2>/dev/null)"
+echo "gpu_tests.log: $(grep -E "passed|failed" "$OUT/gpu_tests.log" | tail -1)"
+grep -E "^FAILED" "$OUT/gpu_tests.log" | head -10
+python3 - "$OUT/memcheck/sanitize.json" <<'PY'
 import json, sys
 from pathlib import Path
 p = Path(sys.argv[1])
 if p.exists():
     for tool, r in json.loads(p.read_text()).get("tools", {}).items():
+        done = [k for k in r["per_kernel_reports"]]
         print(f"sanitize {tool}: errors={r['errors']} wrong={r['wrong_results']} finished={r['finished']} "
-              f"{r['seconds']} s" + "".join(f"\n   {n} reports in {k}" for k, n in r["per_kernel_reports"].items() if n))
+              f"{r['seconds']} s, {len(done)} launches reached" +
+              "".join(f"\n   {n} reports in {k}" for k, n in r["per_kernel_reports"].items() if n))
 else:
     print(f"{p}: missing")
 PY
-done
 echo
 if [ -f "$OUT/ab_wgmma_speed.json" ]; then
   python3 bench/ab_wgmma_speed.py --summary "$OUT/ab_wgmma_speed.json"

@@ -166,6 +166,22 @@ def count_errors(log: str, tool: str) -> tuple[int, dict]:
     return (total if total is not None else -1), per_kernel
 
 
+def run_tool(cmd: list[str], timeout: float | None) -> tuple[str, int]:
+    """(stdout + stderr, return code) of the sanitizer run; past `timeout` seconds its whole process group (the
+    sanitizer and the program under it, which would otherwise keep the GPU) is killed and the output so far
+    returned with code -9: the sections it reached still count (a partial run is evidence, not a pass)."""
+    import signal
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return out, proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return (out or "") + f"\n@@TIMEOUT after {timeout} s\n", -9
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
@@ -176,6 +192,8 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default="", help='launcher builds per kernel, JSON {"name": [config, ...]}')
     ap.add_argument("--kernel-shapes", type=int, default=None, help="the first this many of KERNEL_SHAPES")
     ap.add_argument("--only-configs", action="store_true", help="the --configs builds only, not the option sets")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="stop each tool after this many seconds and keep its partial log (finished: false)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -214,18 +232,17 @@ def main(argv=None) -> int:
         cmd += ["--kernel-shapes", str(args.kernel_shapes)] if args.kernel_shapes is not None else []
         cmd += ["--only-configs"] if args.only_configs else []
         t0 = time.time()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        log = proc.stdout + proc.stderr
+        log, returncode = run_tool(cmd, args.timeout)
         (out / f"sanitize_{tool}.log").write_text(log)
         total, per_kernel = count_errors(log, tool)
         finished = "@@DONE" in log
         wrong = log.count("@@WRONG") + log.count("@@FAILED")
         report["tools"][tool] = {
-            "errors": total, "per_kernel_reports": per_kernel, "returncode": proc.returncode,
+            "errors": total, "per_kernel_reports": per_kernel, "returncode": returncode,
             "finished": finished, "wrong_results": wrong, "seconds": round(time.time() - t0, 1)}
         failed |= total != 0 or not finished or wrong > 0
         print(f"{tool}: {total} errors, {wrong} wrong results, finished={finished}, "
-              f"rc={proc.returncode}, {time.time() - t0:.0f} s", flush=True)
+              f"rc={returncode}, {time.time() - t0:.0f} s", flush=True)
         for label, n in per_kernel.items():
             if n:
                 print(f"   {n} reports in {label}")

@@ -39,14 +39,19 @@ ARCH = "sm_90a"
 # P V_{j+1}), STAGES (K/V ring slots), MIN_BLOCKS (CTAs per SM the register cap aims at).
 DEFAULTS = dict(OVERLAP=1, STAGES=2, MIN_BLOCKS=1)
 CONFIGS = {  # sweep v4 winners (bench/results/wgmma_sweep_v4_tma.json): the TMA kernel
-    64: dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0),
+    # RESCALE_THRESHOLD=8 (FA4's rescale threshold, v3a) at d = 64 and 256, from the A/B of the second H200
+    # visit (bench/results/visit2/ab_wgmma_speed.json, time / time without it, geomean over N = 512-16k, fp16
+    # and bf16): d = 256 0.94-0.98 (every cell 0.92-1.02), d = 64 causal 0.97-0.985, non-causal 1.00; d = 128
+    # 0.98-1.02 with cells from 0.94 to 1.09 (noise level): left off there, and at d = 96 (not timed). The
+    # decision rule (bench/ab_wgmma_speed.py decisions(): geomean <= 0.99, no cell over 1.03) gives the same.
+    64: dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0, RESCALE_THRESHOLD=8),
     128: dict(TMA=1, BLOCK_N=176, NWG=2),
     # d = 96: Bc = 128 (FA3's hopper/tile_size.h: 128 or 144); the P V product padded to 128 columns
     # (PV_N=128: two whole swizzle panels, the d = 128 product); PV_N=96 is the unpadded candidate.
     96: dict(TMA=1, BLOCK_N=128, NWG=2, PV_N=128),
     # d = 256: FA3's Br = 128 (two consumer warpgroups), Bc = 80: Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB
     # of the 227 KB; O is 128 fp32 registers per thread, so the producer keeps 24 (consumers get 240).
-    256: dict(TMA=1, BLOCK_N=80, NWG=2, PRODUCER_REGS=24),
+    256: dict(TMA=1, BLOCK_N=80, NWG=2, PRODUCER_REGS=24, RESCALE_THRESHOLD=8),
 }
 
 # Candidates of the tuning sweep (measurements: bench/NOTES-tc.md, fa2_wgmma section). v1 sweep: d=64 NWG=3
@@ -100,7 +105,7 @@ SWEEP = {
 # Every compile-time knob a config may set (defines_for refuses others: a misspelt knob must not time the
 # baseline under a new name).
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
-         "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT"}
+         "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -111,26 +116,39 @@ LAUNCH_KEYS = {"GRID"}
 #            exceeds it by more than 2^8 in P, so O and l are rescaled (and the warp's multiply skipped)
 #            almost never after the first key block
 #   poly     EXP2_POLY=2: 2 of every 8 exponentials on the FMA pipe (exp2_poly.cuh; FA4), the MUFU's share
-#            of the softmax drops by a quarter (at d = 64 it rivals the two products' tensor time)
+#            of the softmax drops by a quarter. Measured (visit 2): 1.00-1.18x the time, slower everywhere:
+#            the softmax is bound by issue slots / the FMA pipe, not the MUFU, on the H200
 #   persist  PERSISTENT=1: SMs x CTAs/SM persistent CTAs stride over the (Q block, head) tiles (causal:
 #            longest first), the K/V ring and the producer run on from one tile into the next
 #   dynamic  PERSISTENT=2: the same, each CTA's next tile from an atomic counter (FA3's scheduler: a CTA that
 #            drew short causal tiles takes more of them)
+#   ahead    QK_AHEAD=1 (FA3 Sec. 3.2, intra-warpgroup overlap): S_{t+1} issued before the softmax of step t,
+#            two S tiles in registers, no ping-pong turns (PINGPONG=0); where two S tiles do not fit beside O
+#            at the shipped Bc, a smaller Bc (SPEED_KNOB_EXTRA)
 SPEED_KNOBS = {
     "rescale": dict(RESCALE_THRESHOLD=8),
     "poly": dict(EXP2_POLY=2),
     "persist": dict(PERSISTENT=1),
     "dynamic": dict(PERSISTENT=2),
+    "ahead": dict(QK_AHEAD=1, PINGPONG=0),
 }
-# the combinations the A/B times beside each knob alone (the last one: the sanitizer's build)
-SPEED_COMBOS = {"rescale+poly": ("rescale", "poly"), "rescale+poly+dynamic": ("rescale", "poly", "dynamic")}
-# what a knob needs besides itself at one head dim: d = 256's producer keeps 24 registers so that the
-# consumers get 240 (O alone is 128); its tile loop needs more: at 32 (consumers still 240) NVRTC reports
-# 4-8 bytes of spill, all in the producer thread (one reload per key block, L1), at 24 36 bytes, and at 40
-# (consumers 232) 0-48 bytes depending on the build. PRODUCER_SPILL_BYTES is that stated budget; the
-# CPU test checks the spill count and that no local-memory access is in the consumers' code.
-SPEED_KNOB_EXTRA = {256: {"persist": dict(PRODUCER_REGS=32), "dynamic": dict(PRODUCER_REGS=32)}}
-PRODUCER_SPILL_BYTES = 16
+# the combinations the A/B times beside each knob alone (on CONFIGS, which has RESCALE_THRESHOLD at d = 64 and
+# 256). EXP2_POLY is in none: 1.00-1.18x the time without it in every cell of the second visit's A/B.
+SPEED_COMBOS = {"dynamic+ahead": ("dynamic", "ahead")}
+# what a knob needs besides itself at one head dim, and the spill budget of the persistent builds: d = 256's
+# producer keeps 24 registers so that the consumers get 240 (O alone is 128); its tile loop spills 20-36 bytes
+# there, all in the producer thread (a reload per key block or tile, L1). At 32 or 40 the consumers get 232
+# (what the producer gives back bounds them: kernel header, setmaxnreg) and spill in the key loop.
+# PRODUCER_SPILL_BYTES is the stated budget; the CPU test checks the count and that every local-memory
+# access is in the producer's code.
+# QK_AHEAD: O + two S tiles + P at the shipped Bc spill at d = 96 and 128 (Bc = 128: 240 B at 240 registers)
+# and do not fit at d = 256 (Bc = 80); Bc = 96 / 96 / 64 compile without spills.
+SPEED_KNOB_EXTRA = {96: {"ahead": dict(BLOCK_N=96)}, 128: {"ahead": dict(BLOCK_N=96)},
+                    256: {"ahead": dict(BLOCK_N=64)}}
+PRODUCER_SPILL_BYTES = 48
+# combinations that do not fit a head dim: d = 256 persistent + QK_AHEAD spills 148-244 B at every producer
+# budget tried (24-40 registers)
+SPEED_COMBO_SKIP = {256: {"dynamic+ahead"}}
 
 
 def speed_configs(d: int) -> dict:
@@ -144,8 +162,51 @@ def speed_configs(d: int) -> dict:
         return cfg
     out = {"base": dict(CONFIGS[d])}
     out.update({name: build([name]) for name in SPEED_KNOBS})
-    out.update({name: build(parts) for name, parts in SPEED_COMBOS.items()})
+    out.update({name: build(parts) for name, parts in SPEED_COMBOS.items()
+                if name not in SPEED_COMBO_SKIP.get(d, ())})
     return out
+
+
+# Issue 14 item 5, a size-based choice of build. Candidates for short key loops, timed by the A/B only where
+# N <= SIZE_MAX_N (bench/ab_wgmma_speed.py): one warpgroup per CTA, several CTAs per SM, so a Q block's
+# prologue (Q and the first K through HBM) and epilogue overlap other CTAs' products. v1 evidence (old
+# per-call event timing, tc_bench_wgmma.md): the cp.async d = 64 Bc = 128 x 3 CTAs build at 1.21-1.34x SDPA
+# flash for N < 1k, where the TMA default was at 0.90-0.98x (NOTES-tc.md, fa2_wgmma v2).
+SIZE_CANDIDATES = {
+    64: {"small-tma": dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2),
+         "small-cp": dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3)},
+    128: {"small-tma": dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2),
+          "small-cp": dict(BLOCK_N=96, NWG=1, MIN_BLOCKS=2)},
+}
+SIZE_MAX_N = 2048
+# The rule forward() applies when no config is given: per d, (largest Nk, config), first match wins; a
+# cp.async candidate (no TMA key) only for contiguous inputs with equal head counts. Empty until the A/B
+# (bench/gpu_check_speed.sh) measures the candidates against the default at N <= SIZE_MAX_N: each entry
+# goes in with the cells that justify it.
+SIZE_RULES: dict = {}
+
+
+def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None) -> dict | None:
+    """The size-based build for d and Nk (None: CONFIGS[d]); plain: contiguous q, k, v with equal heads."""
+    for max_nk, cfg in (SIZE_RULES if rules is None else rules).get(d, ()):
+        if n_k <= max_nk and (cfg.get("TMA") or plain):
+            return cfg
+    return None
+
+
+for _d, _cands in SIZE_CANDIDATES.items():  # compiled (spill-free) and GPU-tested as sweep candidates
+    SWEEP[_d] += [c for c in _cands.values() if c not in SWEEP[_d]]
+
+
+# The builds that could become defaults after the last A/B (persistent everywhere, QK_AHEAD at d = 64, where
+# it keeps the shipped Bc): what the final GPU visit checks under memcheck and times against CONFIGS.
+DEFAULT_CANDIDATES = {64: ("dynamic", "ahead", "dynamic+ahead"), 96: ("dynamic",), 128: ("dynamic",),
+                      256: ("dynamic",)}
+
+
+def full_speed_config(d: int) -> dict:
+    """The candidate default with the most knobs at d (the last of DEFAULT_CANDIDATES[d]): the sanitizer's."""
+    return speed_configs(d)[DEFAULT_CANDIDATES[d][-1]]
 
 
 for _d in HEAD_DIMS:  # the speed builds are sweep candidates: compiled (spill-free) and GPU-tested as such
@@ -267,6 +328,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     from analysis import checks
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
+    if config is None and SIZE_RULES:
+        config = choose_config(d, n_k, h_kv == h and q.is_contiguous() and k.is_contiguous() and v.is_contiguous())
     defs, src, kernel, block, smem, bm, bn, tma = _plan(d, q.dtype == torch.bfloat16, config)
     if out is None:  # not empty_like: o is contiguous whatever q's strides
         o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)

@@ -5,9 +5,12 @@ the polynomial's accuracy tests/test_exp2_poly.py."""
 from __future__ import annotations
 
 import collections
+import multiprocessing
+import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,13 +26,30 @@ except loader.ToolchainMissing as exc:
 
 needs_nvrtc = pytest.mark.skipif(TOOLCHAIN is not None, reason=f"no NVRTC toolchain: {TOOLCHAIN}")
 
-BUILDS = [(d, bf16, name, cfg) for d in fa2_wgmma.HEAD_DIMS for name, cfg in fa2_wgmma.speed_configs(d).items()
-          if name != "base" for bf16 in (0, 1)]
+# every speed and size build in fp16; in bf16 (the same registers but for EXP2_POLY_DEG 3 instead of 4) the
+# build with every knob per d: NVRTC takes ~3 s a build on 2 cores, and the CPU suite has 10 minutes
+BUILDS = [(d, 0, name, cfg) for d in fa2_wgmma.HEAD_DIMS
+          for name, cfg in dict(fa2_wgmma.speed_configs(d), **fa2_wgmma.SIZE_CANDIDATES.get(d, {})).items()
+          if name != "base"] + [(d, 1, "all", fa2_wgmma.full_speed_config(d)) for d in fa2_wgmma.HEAD_DIMS]
+
+
+def _compile(item):
+    d, bf16, cfg = item
+    defs = fa2_wgmma.defines_for(d, bf16, cfg)
+    loader.compile_cubin(fa2_wgmma.source_of(defs)[0], defines=defs, arch=fa2_wgmma.ARCH)
+
+
+@pytest.fixture(scope="module")
+def precompiled():
+    """NVRTC is single-threaded: the builds compile in parallel into the disk cache the tests then read."""
+    if TOOLCHAIN is None and (os.cpu_count() or 1) > 1:
+        with ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_compile, [(d, bf16, cfg) for d, bf16, _, cfg in BUILDS]))
 
 
 @needs_nvrtc
 @pytest.mark.parametrize("d,bf16,name,cfg", BUILDS, ids=[f"d{b[0]}-{'bf16' if b[1] else 'fp16'}-{b[2]}" for b in BUILDS])
-def test_speed_build_compiles_without_spills(d, bf16, name, cfg):
+def test_speed_build_compiles_without_spills(d, bf16, name, cfg, precompiled):
     """No spills, except the persistent builds' producer thread within fa2_wgmma.PRODUCER_SPILL_BYTES: then
     every local-memory access must come after the producer's setmaxnreg.dec (its code), none in the
     consumers' key loop."""
@@ -131,3 +151,47 @@ def test_sanitizer_runs_the_speed_builds_at_scale():
             defs = fa2_wgmma.defines_for(d, 0, cfg)
             assert any(s[4] == d and s[3] >= 8 * defs["STAGES"] * defs["BLOCK_N"]
                        and s[2] >= 2 * fa2_wgmma.block_m(defs) for s in shapes), (d, cfg)
+
+
+def test_size_rule_picks_the_first_matching_build():
+    tma, cp = dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2), dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3)
+    rules = {64: [(1024, cp), (2048, tma)]}
+    assert fa2_wgmma.choose_config(64, 1000, True, rules) is cp
+    assert fa2_wgmma.choose_config(64, 1000, False, rules) is tma, "cp.async builds: contiguous, equal heads only"
+    assert fa2_wgmma.choose_config(64, 2000, True, rules) is tma
+    assert fa2_wgmma.choose_config(64, 4096, True, rules) is None
+    assert fa2_wgmma.choose_config(128, 100, True, rules) is None
+    for d, cands in fa2_wgmma.SIZE_CANDIDATES.items():
+        assert all(c in fa2_wgmma.SWEEP[d] for c in cands.values())
+    for d, rules_d in fa2_wgmma.SIZE_RULES.items():  # what ships must be a candidate the A/B timed
+        assert all(cfg in fa2_wgmma.SIZE_CANDIDATES[d].values() for _, cfg in rules_d)
+
+
+def test_ab_variants_can_be_limited_to_head_dims():
+    from bench import ab_wgmma_speed as ab
+
+    assert ab.parse_variants("base,dynamic@64+128,ahead@64") == [("base", None), ("dynamic", {64, 128}),
+                                                                 ("ahead", {64})]
+    names = [e.label for e in ab.entries(128, ab.parse_variants("base,dynamic@64+128,ahead@64"), 512, ("cudnn",))]
+    assert names == ["fa2_wgmma[base]", "fa2_wgmma[dynamic]", "sdpa_cudnn"]
+
+
+def test_default_candidates_build_and_are_sanitized():
+    for d, names in fa2_wgmma.DEFAULT_CANDIDATES.items():
+        assert all(n in fa2_wgmma.speed_configs(d) for n in names)
+        assert fa2_wgmma.full_speed_config(d) == fa2_wgmma.speed_configs(d)[names[-1]]
+
+
+def test_ab_decision_rule():
+    """A build faster in every cell goes into CONFIGS, one faster only at small N into SIZE_RULES."""
+    from bench import ab_wgmma_speed as ab
+
+    rows = []
+    for n in (512, 2048, 8192):
+        rows += [dict(variant="fa2_wgmma[base]", dtype="float16", d=64, n=n, causal=False, median_ms=1.0, ok=True),
+                 dict(variant="fa2_wgmma[dynamic]", dtype="float16", d=64, n=n, causal=False,
+                      median_ms=0.9 if n <= 2048 else 1.05, ok=True),
+                 dict(variant="fa2_wgmma[ahead]", dtype="float16", d=64, n=n, causal=False, median_ms=0.95, ok=True),
+                 dict(variant="fa2_wgmma[poly]", dtype="float16", d=64, n=n, causal=False, median_ms=1.1, ok=True)]
+    calls = {line.split()[1]: line.split("  ")[-1].strip() for line in ab.decisions(rows)[1:]}
+    assert calls == {"ahead": "CONFIGS[64]", "dynamic": "SIZE_RULES[64] (Nk <= 2048)", "poly": "off"}, calls

@@ -19,7 +19,7 @@ from kernels import fa2_wgmma  # noqa: E402
 from tests.test_kernels_layouts import _check as _check_layout  # noqa: E402
 from tests.test_kernels_tc import TOL, _check  # noqa: E402
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 NAMES = [n for n in fa2_wgmma.speed_configs(64) if n != "base"]
 # persistent builds also with a few CTAs (GRID, a launch key), so each loops over many tiles at these sizes
 CASES = [(n, None) for n in NAMES] + [(n, g) for n in NAMES if fa2_wgmma.speed_configs(64)[n].get("PERSISTENT")
@@ -30,6 +30,9 @@ needs_hopper = pytest.mark.skipif(not torch.cuda.is_available() or not fa2_wgmma
 
 
 def _fn(d, name, grid=None):
+    """forward with the speed build `name` at d; None where d does not build it (SPEED_COMBO_SKIP)."""
+    if name not in fa2_wgmma.speed_configs(d):
+        return None
     cfg = dict(fa2_wgmma.speed_configs(d)[name], **({"GRID": grid} if grid else {}))
 
     def fn(q, k, v, **kw):
@@ -55,7 +58,9 @@ shape = st.tuples(
 @SETTINGS
 @given(s=shape)
 def test_speed_knob_matches_reference(name, grid, s):
-    _check(_fn(s[4], name, grid), *s)
+    fn = _fn(s[4], name, grid)
+    if fn is not None:
+        _check(fn, *s)
 
 
 @needs_hopper
@@ -64,8 +69,11 @@ def test_speed_knob_matches_reference(name, grid, s):
 def test_speed_knob_long_key_loop(name, grid, d):
     """Nk = 4100: 24-52 key blocks, each ring slot refilled 12-26 times; several Q blocks (persistent with
     GRID CTAs: 10 tiles each run by 1 or 3 CTAs, the ring running on from tile to tile); causal and not."""
+    fn = _fn(d, name, grid)
+    if fn is None:
+        pytest.skip(f"{name} is not built at d={d}")
     for causal, dtype in ((False, torch.float16), (True, torch.bfloat16)):
-        _check(_fn(d, name, grid), 1, 2, 520, 4100, d, dtype, causal, 4.0, d)
+        _check(fn, 1, 2, 520, 4100, d, dtype, causal, 4.0, d)
 
 
 @needs_hopper

@@ -1,4 +1,4 @@
-"""The synchronisation of fa2_wgmma_tma.cu's PERSISTENT builds, as a model run on the CPU: the producer thread
+"""The synchronisation of fa2_wgmma_tma.cu's PERSISTENT builds (with and without QK_AHEAD), as a model run on the CPU: the producer thread
 and the consumer warpgroups of each CTA written step for step after the kernel (mbarrier phases and parities,
 TMA transaction bytes landing at random later times, wgmma reads lasting from issue to wait, the ping-pong
 named barriers, the tile slots and the atomic tile counter), interleaved at random by hypothesis.
@@ -178,7 +178,47 @@ class CTA:
             m_block, bh = self.coords(tile)
             T = self.blocks(m_block)
             yield lambda k=k: self.full_q.done(k & 1)
-            if T > 0:
+            if T > 0 and p.get("QK_AHEAD"):  # S_{t+1} issued before the softmax of step t (no ping-pong)
+                def wait_k(t):
+                    ks = (kv_it + t) % S
+                    return ks, (lambda ks=ks, ph=((kv_it + t) // S) & 1: self.full_k[ks].done(ph))
+
+                ks, cond = wait_k(0)
+                yield cond
+                self.read(("q",), tile)
+                self.read(("k", ks), (bh, T - 1))
+                yield None
+                self.unread(("q",))
+                self.unread(("k", ks))
+                arrive(self.empty_k[ks])
+                if T > 1:
+                    kn, cond = wait_k(1)
+                    yield cond
+                    self.read(("q",), tile)
+                    self.read(("k", kn), (bh, T - 2))
+                for t in range(1, T):
+                    ks, vs = (kv_it + t) % S, (kv_it + t - 1) % S
+                    yield lambda vs=vs, ph=((kv_it + t - 1) // S) & 1: self.full_v[vs].done(ph)
+                    self.read(("v", vs), (bh, T - t))
+                    yield None  # wait<1>: S_t done
+                    self.unread(("q",))
+                    self.unread(("k", ks))
+                    arrive(self.empty_k[ks])
+                    if t + 1 < T:
+                        kn, cond = wait_k(t + 1)
+                        yield cond
+                        self.read(("q",), tile)
+                        self.read(("k", kn), (bh, T - 2 - t))
+                    yield None  # softmax, then the wait for P_{t-1} V_{t-1}
+                    self.unread(("v", vs))
+                    arrive(self.empty_v[vs])
+                vs = (kv_it + T - 1) % S
+                yield lambda vs=vs, ph=((kv_it + T - 1) // S) & 1: self.full_v[vs].done(ph)
+                self.read(("v", vs), (bh, 0))
+                yield None
+                self.unread(("v", vs))
+                arrive(self.empty_v[vs])
+            elif T > 0:
                 if pingpong and cg == 1:
                     self.named[1].arrive()
                 ks = kv_it % S
@@ -274,11 +314,13 @@ class Sim:
 
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.integers(1, 700), st.integers(1, 1500), st.integers(1, 3), st.booleans(), st.booleans(),
-       st.integers(1, 5), st.sampled_from([(128, 128, 0), (128, 176, 1), (128, 80, 1)]), st.sampled_from([2, 3]),
+       st.integers(1, 5), st.sampled_from([(128, 128, 0, 0), (128, 176, 1, 0), (128, 80, 1, 0), (128, 96, 0, 1),
+                                           (128, 128, 0, 1)]), st.sampled_from([2, 3]),
        st.integers(0, 2**31 - 1))
 def test_persistent_protocol(n_q, n_k, bh, causal, dynamic, ctas, blocks, stages, seed):
-    bm, bn, pingpong = blocks
-    p = dict(Nq=n_q, Nk=n_k, BH=bh, causal=causal, BM=bm, BN=bn, NWG=2, STAGES=stages, PINGPONG=pingpong)
+    bm, bn, pingpong, ahead = blocks
+    p = dict(Nq=n_q, Nk=n_k, BH=bh, causal=causal, BM=bm, BN=bn, NWG=2, STAGES=stages, PINGPONG=pingpong,
+             QK_AHEAD=ahead)
     n_tiles = -(-n_q // bm) * bh
     sim = Sim(p, min(ctas, n_tiles), dynamic, seed)
     sim.run()

@@ -33,7 +33,7 @@
 // Grouped-query attention: K and V have H / group heads; query head h reads kv head h / group.
 // Knobs: HEAD_DIM (64|96|128|256), BLOCK_N, NWG (1|2 consumer warpgroups), STAGES, PINGPONG, MIN_BLOCKS,
 // IS_BF16, PV_N (d = 96 only: 128 pads the P V product to two full 64-column panels, 96 stops at d);
-// speed knobs (v3): RESCALE_THRESHOLD, EXP2_POLY, EXP2_POLY_DEG (wgmma_fa2.cuh), PERSISTENT (here).
+// speed knobs (v3): RESCALE_THRESHOLD, EXP2_POLY, EXP2_POLY_DEG (wgmma_fa2.cuh), PERSISTENT, QK_AHEAD (here).
 // d = 96 is a 64-column panel plus a half panel: smem tiles are padded to 128 columns (TMA zero-fills
 // columns 96..127, which count in the transaction bytes), S = Q K^T takes 6 k-steps, not 8.
 //
@@ -53,23 +53,35 @@
 //       bench/gpu_check_layouts.sh, H200 (bench/results/layouts_check/): strided and GQA at 0.95-1.03x the
 //       contiguous time at N = 4k/8k; d = 128 N = 8k 594 TFLOP/s, d = 256 N = 8k 655; memcheck clean on
 //       Nq = 300, Nk = 1100 shapes; racecheck of these shapes did not finish in its time cap (not run).
-//   v3  speed knobs (issue 14 item 1), each a compile-time define, OFF in CONFIGS until measured (A/B in one
-//       run: bench/gpu_check_speed.sh -> bench/ab_wgmma_speed.py; configs: kernels/fa2_wgmma.py SPEED_KNOBS):
+//   v3  speed knobs (issue 14 item 1), each a compile-time define, off in CONFIGS until measured (A/B in one
+//       run: bench/gpu_check_speed.sh -> bench/ab_wgmma_speed.py; configs: kernels/fa2_wgmma.py SPEED_KNOBS).
+//       Second H200 visit (bench/results/visit2/, 72 cells: fp16/bf16, d = 64/128/256, N = 512-16k, causal
+//       and not; ratios are time / time of the build without the knob):
 //       v3a RESCALE_THRESHOLD=8 (FA4): m moves only when a block's max exceeds it by > 2^8 in P; O/l rescale
-//           and its multiply skipped otherwise (wgmma_fa2.cuh). Exact (lse uses the m used). NVRTC: no spills.
-//           Measured: not yet.
-//       v3b EXP2_POLY=2 (FA4): 2 of 8 exponentials per thread-row on the FMA pipe (exp2_poly.cuh: Cody-Waite
-//           floor + degree-4 (fp16) / 3 (bf16) minimax, rel. error 2.9e-6 / 8.6e-5 vs P's rounding 4.9e-4 /
-//           3.9e-3). SASS (d = 64): MUFU.EX2 264 -> 200. NVRTC: no spills. Measured: not yet.
+//           and its multiply skipped otherwise (wgmma_fa2.cuh). Exact (lse uses the m used). Measured: 0.92-1.07;
+//           geomean d = 256 0.94-0.98, d = 64 causal 0.97-0.985 (non-causal 1.00), d = 128 0.98-1.02 (cells
+//           0.94-1.09, noise). In CONFIGS at d = 64 and 256.
+//       v3b EXP2_POLY=2 (FA4): 2 of 8 exponentials per thread-row on the FMA pipe (exp2_poly.cuh: floor by a
+//           rounded-down add + degree-4 (fp16) / 3 (bf16) minimax, rel. error 2.9e-6 / 8.6e-5 vs P's rounding
+//           4.9e-4 / 3.9e-3; SASS d = 64: MUFU.EX2 264 -> 200). Measured: 1.00-1.18, slower in every cell
+//           (geomean 1.03-1.11; with v3a 1.05-1.17 at d = 64): negative. On the H200 the softmax is not
+//           MUFU-bound here; each polynomial exponential costs ~9 FMA/ALU issue slots for the one MUFU op.
 //       v3c PERSISTENT=1|2 (FA3's persistent kernel): grid = SMs x CTAs/SM (kernels/fa2_wgmma.py; GRID
 //           overrides it), each CTA loops over (Q block, batch*head) tiles: 1 a static stride, 2 the next tile
 //           from an atomic counter the launcher zeroes per call. Causal tiles longest first (the Q blocks
 //           that see the most key blocks), non-causal a head's Q blocks together (its K/V shared in L2). The
 //           producer publishes each tile through two smem slots (tile_full/tile_empty mbarriers), runs the
 //           K/V ring on from tile to tile and sends the next tile's first K block before waiting for the
-//           consumers to hand the Q tile back (empty_q, after the epilogue staged O through it). d = 256:
-//           PRODUCER_REGS=32 (4-8 B of producer-only spill; fa2_wgmma.PRODUCER_SPILL_BYTES). Measured: not yet.
-//       v3d the combinations (rescale+poly, rescale+poly+dynamic). Measured: not yet.
+//           consumers to hand the Q tile back (empty_q, after the epilogue staged O through it). Visit 2:
+//           correct at d = 64/96/128 (1, 3, all CTAs; causal and not); d = 256 hung in setmaxnreg.inc: at
+//           PRODUCER_REGS=32 the consumers asked for 240 registers where the producer had freed enough for 236
+//           (the budget formula counted 65536, not the 168 x 384 the CTA holds). Fixed (REGS_AT_LAUNCH, a
+//           static_assert); d = 256 keeps 24 (20-36 B of producer-only spill). Speed: not yet (last visit).
+//       v3d QK_AHEAD=1 (FA3 Sec. 3.2, intra-warpgroup overlap with two S tiles): S_{t+1} = Q K^T issued before
+//           the softmax of step t, right after P_{t-1} V_{t-1}, so both products run under it; PINGPONG=0.
+//           Two S tiles fit beside O at d = 64 Bc = 128 (the shipped Bc), d = 96/128 Bc = 96, d = 256
+//           Bc = 64 (Bc = 128 at d = 128 spills 240 B at 240 registers). NVRTC: no spills. Measured: not yet.
+//       v3e combination dynamic+ahead (d = 256: persistent + two S tiles spill, not built). Measured: not yet.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -99,9 +111,17 @@
 #define PERSISTENT 0  // 1: persistent CTAs, static stride over the tiles; 2: dynamic, from an atomic counter
 #endif
 static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 2 (atomic counter)");
-// setmaxnreg: the producer gives registers back, the consumers take what the CTA's share of the register
-// file (65536 / MIN_BLOCKS) leaves, in multiples of 8, at most 240: 232 for NWG=2 with one CTA per SM.
-#define CONSUMER_REGS_FIT ((65536 / MIN_BLOCKS - 128 * PRODUCER_REGS) / (128 * NWG) / 8 * 8)
+#ifndef QK_AHEAD
+#define QK_AHEAD 0  // 1: S_{t+1} issued before the softmax of step t (two S tiles in registers; no ping-pong)
+#endif
+// setmaxnreg: the CTA starts with REGS_AT_LAUNCH per thread (__launch_bounds__: the CTA's share of the
+// 65536 registers over NTHREADS, in multiples of 8: 168 for NWG=2, one CTA per SM); the producer gives
+// REGS_AT_LAUNCH - PRODUCER_REGS back and the NWG consumer warpgroups may take only that, in multiples of 8,
+// at most 240: 232 at PRODUCER_REGS=40, 240 at 24. setmaxnreg.inc waits until the registers are free, so a
+// consumer budget over what the producer frees is a hang, not an error (v3: PRODUCER_REGS=32 with the old
+// formula, which counted 65536 instead of what the CTA holds, asked for 240 of a possible 236).
+#define REGS_AT_LAUNCH ((65536 / MIN_BLOCKS / NTHREADS) / 8 * 8)
+#define CONSUMER_REGS_FIT ((REGS_AT_LAUNCH + (REGS_AT_LAUNCH - PRODUCER_REGS) / NWG) / 8 * 8)
 #ifndef CONSUMER_REGS
 #define CONSUMER_REGS (CONSUMER_REGS_FIT < 240 ? CONSUMER_REGS_FIT : 240)
 #endif
@@ -115,6 +135,8 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #define O_N PV_N                // wgmma_fa2.cuh: the O accumulator is 64 x PV_N
 #define BLOCK_M (64 * NWG)
 #define NTHREADS (128 * (NWG + 1))  // warpgroup 0: producer; 1..NWG: consumers
+static_assert(NWG * (CONSUMER_REGS - REGS_AT_LAUNCH) <= REGS_AT_LAUNCH - PRODUCER_REGS,
+              "setmaxnreg: the consumers may take only what the producer gives back (else setmaxnreg.inc hangs)");
 #define CH (D / 8)
 #define NT (BLOCK_N / 8)
 #define KD (D / 16)
@@ -124,6 +146,7 @@ static_assert(D == 64 || D == 96 || D == 128 || D == 256, "HEAD_DIM must be 64, 
 static_assert(PV_N == D || PV_N == DP, "PV_N: d, or d padded to whole panels");
 static_assert(NWG == 1 || NWG == 2, "1 or 2 consumer warpgroups");
 static_assert(!PINGPONG || NWG == 2, "ping-pong needs two consumer warpgroups");
+static_assert(!(QK_AHEAD && PINGPONG), "QK_AHEAD issues the products at two points per step: no ping-pong turns");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
 
 #define TILE_Q_BYTES (BLOCK_M * DP * 2)
@@ -352,6 +375,71 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         float alpha[2];
 
         if (PERSISTENT || T > 0) mbar_wait(full_q, k & 1);  // persistent: Q is loaded even when T = 0
+#if QK_AHEAD
+        if (T > 0) {
+            // FA3 Sec. 3.2 with two S tiles: S_{t+1} = Q K^T is issued before the softmax of step t and P_{t-1} V
+            // just before it, so both products of a step run under its softmax (FA2 Alg. 1 lines 8-10)
+            float s2[BLOCK_N / 2];
+            const int k0 = kv_it % STAGES;
+            mbar_wait(FULL_K(k0), (kv_it / STAGES) & 1);
+            issue_qk(s, sQ, sK0 + k0 * TILE_KV_BYTES, cg);
+            wgmma_wait<0>();
+            wgmma_fence_operand(s);
+            if (lane == 0) mbar_arrive(EMPTY_K(k0));
+            if (T > 1) {
+                const int k1 = (kv_it + 1) % STAGES;
+                mbar_wait(FULL_K(k1), ((kv_it + 1) / STAGES) & 1);
+                issue_qk(s2, sQ, sK0 + k1 * TILE_KV_BYTES, cg);
+            }
+            {
+                const int n0 = (T - 1) * BLOCK_N;
+                const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
+                if (need_mask) softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
+                else softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
+            }
+            pack_p(pa, s);
+            // step t: S_t in `cur` (issued a step ago), S_{t+1} into `nxt`, O += P_{t-1} V_{t-1}
+            auto step = [&](int t, float(&cur)[BLOCK_N / 2], float(&nxt)[BLOCK_N / 2]) {
+                const int n0 = (T - 1 - t) * BLOCK_N;
+                const int ks = (kv_it + t) % STAGES, vs = (kv_it + t - 1) % STAGES;
+                mbar_wait(FULL_V(vs), ((kv_it + t - 1) / STAGES) & 1);
+                wgmma_fence_operand(o);
+                issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES);
+                wgmma_wait<1>();  // S_t done; P_{t-1} V_{t-1} in flight
+                wgmma_fence_operand(cur);
+                if (lane == 0) mbar_arrive(EMPTY_K(ks));
+                const bool ahead = t + 1 < T;
+                if (ahead) {
+                    const int kn = (kv_it + t + 1) % STAGES;
+                    mbar_wait(FULL_K(kn), ((kv_it + t + 1) / STAGES) & 1);
+                    issue_qk(nxt, sQ, sK0 + kn * TILE_KV_BYTES, cg);
+                }
+                const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
+                const bool moved = need_mask
+                    ? softmax_step<true>(cur, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2)
+                    : softmax_step<false>(cur, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
+                if (ahead) wgmma_wait<1>();  // P_{t-1} V_{t-1} done, S_{t+1} may still run
+                else wgmma_wait<0>();
+                wgmma_fence_operand(o);
+                if (lane == 0) mbar_arrive(EMPTY_V(vs));
+                if (moved) rescale_o(o, alpha);
+                pack_p(pa, cur);
+            };
+            for (int t = 1; t < T; t += 2) {  // unrolled by two: the S tiles swap roles without a copy
+                step(t, s2, s);
+                if (t + 1 < T) step(t + 1, s, s2);
+            }
+            const int vs = (kv_it + T - 1) % STAGES;
+            mbar_wait(FULL_V(vs), ((kv_it + T - 1) / STAGES) & 1);
+            wgmma_fence_operand(o);
+            issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES);
+            wgmma_wait<0>();
+            wgmma_fence_operand(o);
+#if PERSISTENT
+            if (lane == 0) mbar_arrive(EMPTY_V(vs));  // the ring runs on into the next tile
+#endif
+        }
+#else
         if (T > 0) {
 #if PINGPONG
             if (cg == 1) named_arrive(1, 256);  // warpgroup 0 takes the first turn
@@ -410,6 +498,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             if (lane == 0) mbar_arrive(EMPTY_V(vs));  // the ring runs on into the next tile
 #endif
         }
+#endif  // QK_AHEAD
 
 #if PERSISTENT
         // an opaque copy of sQ per tile: the epilogue's lane-dependent addresses are then computed per tile
