@@ -36,6 +36,7 @@ mkdir -p "$OUT"
 failed=()
 step() {  # step NAME SECONDS FUNCTION: run under a time limit, log rc and seconds, keep going
   local name=$1 limit=$2; shift 2
+  local override="LIMIT_$name"; limit=${!override:-$limit}  # e.g. LIMIT_ab=40 in the environment
   local t0=$(date +%s)
   echo "=== $name" >&2
   timeout "$limit" bash -c "$(declare -f); $1"  # a shell function (and its helpers), under the time limit

@@ -21,15 +21,16 @@ OUT=$W/probe timeout 35 python3 tools/cluster_probe.py > "$W/probe/run.txt" 2>&1
 tail -12 "$W/probe/run.txt"
 
 OUT=$W/cluster LIMIT_compile=35 LIMIT_tests_smoke=20 LIMIT_tests_main=45 LIMIT_tests_candidates=20 \
-  LIMIT_memcheck=25 LIMIT_racecheck=30 LIMIT_speed_main=90 LIMIT_speed_candidates=15 LIMIT_memcheck_candidates=1 \
+  LIMIT_memcheck=25 LIMIT_racecheck=25 LIMIT_speed_main=85 LIMIT_speed_candidates=1 LIMIT_memcheck_candidates=1 \
   LIMIT_ncu=15 SPEED_ARGS="--n 512,1024,2048,4096,8192,16384 --dtypes float16,bfloat16" \
-  timeout 300 bash bench/gpu_check_cluster.sh > "$W/cluster/run.txt" 2>&1; stamp cluster $?
+  timeout 270 bash bench/gpu_check_cluster.sh > "$W/cluster/run.txt" 2>&1; stamp cluster $?
 sed -n '/== summary/,$p' "$W/cluster/run.txt" | head -120
 
-OUT=$W/speed timeout 150 bash bench/gpu_check_speed.sh > "$W/speed/run.txt" 2>&1; stamp speed $?
+OUT=$W/speed LIMIT_compile=20 LIMIT_smoke=45 LIMIT_tests=40 LIMIT_memcheck=25 LIMIT_ab=38 \
+  timeout 170 bash bench/gpu_check_speed.sh > "$W/speed/run.txt" 2>&1; stamp speed $?
 tail -45 "$W/speed/run.txt"
 
-OUT=$W/teach TOTAL_S=105 timeout 115 bash bench/gpu_check_teach_bwd.sh > "$W/teach/run.txt" 2>&1; stamp teach $?
+OUT=$W/teach TOTAL_S=92 timeout 98 bash bench/gpu_check_teach_bwd.sh > "$W/teach/run.txt" 2>&1; stamp teach $?
 tail -40 "$W/teach/run.txt"
 
 tar czf "$ROOT_OUT/final.tgz" -C "$W" . && rm -rf "$W"
