@@ -20,7 +20,7 @@ stamp() { echo "== $1 rc=$2 at $(( $(date +%s) - T0 )) s" | tee -a "$W/steps.txt
 OUT=$W/probe timeout 35 python3 tools/cluster_probe.py > "$W/probe/run.txt" 2>&1; stamp probe $?
 tail -12 "$W/probe/run.txt"
 
-OUT=$W/cluster LIMIT_compile=35 LIMIT_tests_smoke=20 LIMIT_tests_main=45 LIMIT_tests_candidates=20 \
+OUT=$W/cluster LIMIT_compile=35 LIMIT_tests_smoke=20 LIMIT_tests_main=45 LIMIT_tests_candidates=12 \
   LIMIT_memcheck=25 LIMIT_racecheck=25 LIMIT_speed_main=85 LIMIT_speed_candidates=1 LIMIT_memcheck_candidates=1 \
   LIMIT_ncu=15 SPEED_ARGS="--n 512,1024,2048,4096,8192,16384 --dtypes float16,bfloat16" \
   timeout 270 bash bench/gpu_check_cluster.sh > "$W/cluster/run.txt" 2>&1; stamp cluster $?
