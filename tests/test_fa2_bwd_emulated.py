@@ -48,12 +48,12 @@ def build(tmp_path_factory):
                       capture_output=True).returncode != 0:
         pytest.skip(f"{CXX} lacks C++20 std::barrier / std::atomic_ref<float> (GCC >= 11 has them)")
 
-    def get(block_q, block_k, d_pad, storage="float"):
-        key = (block_q, block_k, d_pad, storage)
+    def get(block_q, block_k, d_pad, storage="float", prefetch=0):
+        key = (block_q, block_k, d_pad, storage, prefetch)
         if key not in libs:
-            so = out / f"fa2_bwd_{block_q}_{block_k}_{d_pad}_{storage}.so"
+            so = out / f"fa2_bwd_{block_q}_{block_k}_{d_pad}_{storage}_{prefetch}.so"
             cmd = [CXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-                   f"-I{ROOT / 'tests' / 'emulate'}", f"-I{ROOT / 'tests' / 'emulate' / 'fake'}", f"-I{ROOT / 'kernels' / 'cuda'}", f"-DSTORAGE={storage}",
+                   f"-I{ROOT / 'tests' / 'emulate'}", f"-I{ROOT / 'tests' / 'emulate' / 'fake'}", f"-I{ROOT / 'kernels' / 'cuda'}", f"-DSTORAGE={storage}", f"-DFA2_PREFETCH={prefetch}",
                    f"-DBR={block_q}", f"-DBC={block_k}", f"-DD_PAD={d_pad}", str(HARNESS), "-o", str(so)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-3000:]}"
@@ -84,7 +84,7 @@ def emulated_backward(lib, q, k, v, do, causal, scale):
 
 
 @settings(max_examples=25)  # 18 possible builds (blocks x d_pad x dtype); 25 keeps the suite's budget under any profile
-@given(n_q=st.integers(1, 150), n_k=st.integers(1, 150), d=st.sampled_from([1, 7, 40, 64, 65, 100, 128]),
+@given(n_q=st.integers(1, 150), n_k=st.integers(1, 150), d=st.sampled_from([1, 7, 40, 64, 65, 100, 104, 128]),
        blocks=st.sampled_from(BLOCKS), causal=st.booleans(), scale=st.one_of(st.none(), st.floats(0.05, 2.0)),
        large=st.booleans(), dtype=st.sampled_from(list(STORAGE)), seed=st.integers(0, 2**31 - 1))
 def test_emulated_kernel_matches_float64_autograd(build, n_q, n_k, d, blocks, causal, scale, large, dtype, seed):
@@ -96,7 +96,9 @@ def test_emulated_kernel_matches_float64_autograd(build, n_q, n_k, d, blocks, ca
         a = math.sqrt(1e4 / (scale * math.sqrt(d)))
         q, k = q * a, k * a
     q, k, v, do = (t.to(dtype) for t in (q, k, v, do))
-    lib = build(*blocks, 64 if d <= 64 else 128, STORAGE[dtype])
+    from kernels import fa2
+
+    lib = build(*blocks, 64 if d <= 64 else 128, STORAGE[dtype], int(fa2.prefetch(dtype, d)))  # the launcher's build
     got = emulated_backward(lib, q, k, v, do, causal, scale)
     assert_grads_close(got, q, k, v, do, causal, scale, what=f"Br, Bc = {blocks}, {n_q}x{n_k}x{d} causal={causal}")
 
@@ -157,7 +159,8 @@ def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch):
 
     def get_function(source, name, *, defines=None, **_):
         assert source == fa2.BWD_SOURCE and defines["STORAGE"] == "float"
-        return Emulated(build(defines["BR"], defines["BC"], defines["D_PAD"]), name, defines)
+        return Emulated(build(defines["BR"], defines["BC"], defines["D_PAD"], "float", defines["FA2_PREFETCH"]), name,
+                        defines)
 
     monkeypatch.setattr(loader, "get_function", get_function)
     monkeypatch.setattr(loader, "check_cuda_inputs", lambda *a, **kw: None)  # CPU tensors stand in
@@ -171,3 +174,24 @@ def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch):
     assert calls[1][1:] == ((2, 2), fa2.backward_shared_bytes(40))  # (Tc, B*H) = (90/64, 2)
     assert_grads_close(got, q, k, v, do, True, 1 / math.sqrt(40))
     assert (got[0][..., :60, :] == 0).all()  # causal, Nq > Nk: 60 rows see no key
+
+
+@pytest.mark.parametrize("dtype, d, causal", [(torch.float16, 128, True), (torch.bfloat16, 104, False)])
+def test_emulated_prefetch_path(build, dtype, d, causal):
+    """fa2_bwd.cu v3 (FA2_PREFETCH: Q_{i+1}, dO_{i+1} staged during step i), the build the launcher picks for
+    16-bit inputs at d_pad = 128: several Q blocks with a tail, Nq > Nk so causal rows see no key; and the
+    same problem through the v2 build gives the same gradients to float32 rounding."""
+    from kernels import fa2
+
+    assert fa2.prefetch(dtype, d) and fa2.bwd_defines(dtype, d)["FA2_PREFETCH"] == 1
+    g = torch.Generator().manual_seed(d)
+    q, do = (torch.randn(1, 2, 150, d, generator=g).to(dtype) for _ in range(2))
+    k, v = (torch.randn(1, 2, 90, d, generator=g).to(dtype) for _ in range(2))
+    scale = 1 / math.sqrt(d)
+    got = emulated_backward(build(64, 64, 128, STORAGE[dtype], 1), q, k, v, do, causal, scale)
+    assert_grads_close(got, q, k, v, do, causal, scale, what=f"prefetch {dtype} d={d}")
+    v2 = emulated_backward(build(64, 64, 128, STORAGE[dtype], 0), q, k, v, do, causal, scale)
+    for a, b in zip(got, v2):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2 * b.float().abs().max().item())
+    if causal:
+        assert (got[0][..., :60, :] == 0).all()

@@ -40,7 +40,8 @@
 //
 // Shared memory (float32): K_j, V_j (Bc x (d_pad+4)) for the whole block, Q_i, dO_i (Br x (d_pad+4)) and
 // P^T, dS^T (Bc x (Br+4)) per step, L_i, D_i (Br): 170 KB at d = 128 (one block per SM), 105 KB at
-// d <= 64 (two). Caveats (teaching tier): CUDA cores only, no double buffering, three barriers per step;
+// d <= 64 (two); v3 adds the staging of Q_{i+1}, dO_{i+1}. Caveats (teaching tier): CUDA cores only,
+// three barriers per step;
 // a readable statement of Algorithm 2 (see fa2_wgmma_bwd for a fast one).
 //
 // Version log (llm.c style; H200, fp16, batch*N = 16k, hidden 2048, bench/teach_bwd_ab.py):
@@ -51,6 +52,15 @@
 //       dQ columns 4tx+64g+e per thread, dQ added with one float4 atomicAdd per 4 columns (sm_90; scalar
 //       when d % 4 != 0). Shared-memory wavefronts per step and thread at d = 128: 4352 (v1) -> ~1900
 //       against 2560 FFMA-issue cycles. Measured: not yet run (bench/gpu_check_teach_bwd.sh).
+//   v3  FA2_PREFETCH (kernels/fa2.py sets it for fp16/bf16 at d_pad = 128 with d % 8 == 0): Q_{i+1}, dO_{i+1}
+//       are copied HBM -> shared memory (cp.async, input dtype, 2 Br d_pad 2 bytes = 32 KB: 203 KB in all)
+//       while step i computes, then widened to float32 at the top of step i+1; at one block per SM nothing
+//       else hid that load. Not at d <= 64 (the staging would cost the second block per SM) nor for
+//       float32 inputs (64 KB of staging does not fit). Measured: not yet run (fa2 vs fa2_v2 columns).
+//   Considered, not built: Q, K, V, dO tiles in the input dtype in shared memory (halving it to ~100 KB at
+//   d = 128) would not give d = 128 a second block per SM: registers already hold it to one (200 per
+//   thread x 256 threads; two blocks need <= 128, and dK_j, dV_j alone take 64), and every product would pay
+//   a 16 -> 32-bit conversion per element read.
 #include "teaching.cuh"
 
 #ifndef D_PAD
@@ -62,6 +72,48 @@
 #define LDT (BR + 4)     // row stride of P^T, dS^T (floats)
 
 static_assert(D_PAD == 64 || D_PAD == 128, "D_PAD is 64 or 128");
+
+#ifndef FA2_PREFETCH
+#define FA2_PREFETCH 0  // 1: stage Q_{i+1}, dO_{i+1} with cp.async during step i (kernels/fa2.py: 16-bit, d_pad 128, d % 8 == 0)
+#endif
+static_assert(!FA2_PREFETCH || (sizeof(T) == 2 && D_PAD == 128), "the staging buffer fits at 16 bits, d_pad = 128");
+
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80+); bytes < 16
+// zero-fills the rest (0: a tail row, nothing is read). The emulator (tests/emulate) copies synchronously.
+__device__ __forceinline__ void copy16_async(void* dst, const void* src, int bytes) {
+#ifdef __CUDA_ARCH__
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
+#else
+  std::memset(dst, 0, 16);
+  std::memcpy(dst, src, bytes);
+#endif
+}
+__device__ __forceinline__ void copies_commit() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+__device__ __forceinline__ void copies_wait_all() {  // this thread's copies have landed (then a barrier: everyone's)
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group 0;\n" ::);
+#endif
+}
+
+// Stage rows [r0, r0 + rows) of a (Nq x d) input into a (Br x D_PAD) shared tile in the input dtype, 8 elements
+// per copy: rows past `rows` and columns past d are zero-filled. Needs d % 8 == 0 (16-byte aligned rows).
+__device__ __forceinline__ void stage_tile(T* dst, const T* __restrict__ src, int rows, int d) {
+  for (int e = threadIdx.x; e < BR * D_PAD / 8; e += NTHREADS) {
+    const int r = e / (D_PAD / 8), c = 8 * (e % (D_PAD / 8));
+    const bool in = r < rows && c < d;
+    copy16_async(dst + r * D_PAD + c, in ? src + (long long)r * d + c : src, in ? 16 : 0);
+  }
+}
+
+// The staged tile to its float32 tile (row stride LDK), all D_PAD columns (the staging zero-filled them).
+__device__ __forceinline__ void unstage_tile(float* dst, const T* src) {
+  for (int e = threadIdx.x; e < BR * D_PAD; e += NTHREADS) dst[(e / D_PAD) * LDK + e % D_PAD] = to_f32(src[e]);
+}
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 // Component i of v; i is a compile-time constant after unrolling, so this is a register, not a branch.
@@ -175,6 +227,10 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   float* dSt = Pt + BC * LDT;   // Bc x LDT  (dS_i^(j))^T
   float* Ls = dSt + BC * LDT;   // Br        L_i
   float* Ds = Ls + BR;          // Br        D_i
+#if FA2_PREFETCH
+  T* Qst = reinterpret_cast<T*>(Ds + BR);  // Br x D_PAD  Q_{i+1} staged (input dtype), in flight during step i
+  T* dOst = Qst + BR * D_PAD;              // Br x D_PAD  dO_{i+1} staged
+#endif
 
   // FA2 Alg. 2 line 5: this block's key block j and (batch, head). Block j = 0 sees the most Q blocks under the
   // causal mask, so the grid's natural order is already heaviest first.
@@ -195,20 +251,43 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   for (int a = 0; a < CB; ++a)
 #pragma unroll
     for (int b = 0; b < NS; ++b) dK[a][b] = dV[a][b] = 0.f;
+#if FA2_PREFETCH
+  {  // the first Q block's tiles start on their way before the loop
+    const int r0 = i_first * BR;
+    stage_tile(Qst, q + (bh * n_q + r0) * d, min(BR, n_q - r0), d);
+    stage_tile(dOst, dout + (bh * n_q + r0) * d, min(BR, n_q - r0), d);
+    copies_commit();
+  }
+#endif
 
   for (int i = i_first; i < t_r; ++i) {  // FA2 Alg. 2 line 8: for 1 <= i <= Tr (hidden Q blocks skipped)
     const int r0 = i * BR, rows = min(BR, n_q - r0);
     const long long row0 = bh * n_q + r0;
-    __syncthreads();  // the previous step is done with Qs, dOs, Pt, dSt
     // FA2 Alg. 2 line 9: load Q_i, dO_i, L_i, D_i from HBM to on-chip SRAM (dQ_i is read-modify-written by
     // the atomics of FA2 Alg. 2 line 15 instead of being loaded)
+#if FA2_PREFETCH
+    copies_wait_all();
+    __syncthreads();  // Q_i, dO_i staged by every thread; the previous step is done with Qs, dOs, Pt, dSt
+    unstage_tile(Qs, Qst);
+    unstage_tile(dOs, dOst);
+#else
+    __syncthreads();  // the previous step is done with Qs, dOs, Pt, dSt
     load_tile(Qs, LDK, q + row0 * d, d, rows, d, BR, D_PAD);
     load_tile(dOs, LDK, dout + row0 * d, d, rows, d, BR, D_PAD);
+#endif
     for (int r = threadIdx.x; r < BR; r += NTHREADS) {
       Ls[r] = r < rows ? finite_or_zero(lse[row0 + r]) : 0.f;  // L = -inf: a row that sees no key
       Ds[r] = r < rows ? delta[row0 + r] : 0.f;
     }
     __syncthreads();
+#if FA2_PREFETCH
+    if (i + 1 < t_r) {  // Q_{i+1}, dO_{i+1} travel while this step computes (the staging buffer is free again)
+      const int r1 = r0 + BR;
+      stage_tile(Qst, q + (bh * n_q + r1) * d, min(BR, n_q - r1), d);
+      stage_tile(dOst, dout + (bh * n_q + r1) * d, min(BR, n_q - r1), d);
+    }
+    copies_commit();
+#endif
 
     // FA2 Alg. 2 line 10: S_i^(j) = scale * Q_i K_j^T
     float P[RA][CB], dP[RA][CB];

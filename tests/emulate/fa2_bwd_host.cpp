@@ -8,7 +8,8 @@
 #include "cuda_host.h"
 #include "fa2_bwd.cu"
 
-#define SMEM_FLOATS ((2 * BC + 2 * BR) * (D_PAD + 4) + 2 * BC * (BR + 4) + 2 * BR)  // fa2_bwd.cu's carving
+// fa2_bwd.cu's carving; FA2_PREFETCH adds two 16-bit Br x D_PAD staging tiles (Br x D_PAD floats)
+#define SMEM_FLOATS ((2 * BC + 2 * BR) * (D_PAD + 4) + 2 * BC * (BR + 4) + 2 * BR + (FA2_PREFETCH ? BR * D_PAD : 0))
 float4 smem4[SMEM_FLOATS / 4];
 
 static_assert(NTHREADS == 256, "cuda_host.h is sized for 256 threads");
