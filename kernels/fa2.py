@@ -115,7 +115,8 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block
     p = _teaching.prepare(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
                           mem=mem)
     _check_saved(q, o, lse, do)
-    knobs = bwd_defines(q.dtype, p.d, use_prefetch=use_prefetch)
+    aligned = q.data_ptr() % 16 == 0 and do.data_ptr() % 16 == 0  # cp.async copies 16-byte chunks
+    knobs = bwd_defines(q.dtype, p.d, use_prefetch=aligned if use_prefetch is None else use_prefetch and aligned)
     smem = backward_shared_bytes(p.d, block_q, block_k, staged=bool(knobs["FA2_PREFETCH"]))
     limit = loader.max_dynamic_smem(q.device.index)
     if smem > limit:
