@@ -31,7 +31,7 @@ LOG="$OUT/gpu_check_teach_bwd.log"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(precompile tests memcheck racecheck ab)
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
-declare -A RC SECS CAP=([precompile]=30 [tests]=55 [memcheck]=15 [racecheck]=25 [ab]=100)  # ab: what is left (>= 55 s)
+declare -A RC SECS CAP=([precompile]=25 [tests]=50 [memcheck]=15 [racecheck]=35 [ab]=100)  # ab: what is left (>= 55 s)
 TESTS=(
   "tests/test_kernels_backward.py::test_teaching_backward_matches_float64_autograd"
   "tests/test_kernels_backward.py::test_teaching_backward_many_blocks"
