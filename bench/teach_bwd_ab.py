@@ -12,6 +12,8 @@ Contenders, each through autograd (backward timed alone on a kept graph, bench/b
                    forward, dP, dS in HBM; the same float32 micro-tiles)
     sdpa_math_fp32 torch SDPA math on float32 copies (cuBLAS FFMA SGEMMs; S, P, dP, dS in HBM)
     sdpa_math      torch SDPA math in the input dtype (tensor-core GEMMs)
+fa2_v1 / naive is the like-for-like ratio (both on teaching.cuh's scalar micro-tiles: fused vs unfused
+alone); fa2 / naive adds fa2_bwd.cu v2's float4 micro-tiles (and v3's prefetch) to the fusion.
 fp16, d = 64 and 128, batch·N = 16k, hidden 2048, causal and not, N = 4096 and 8192 first (the target),
 then 2048. Every cell's gradients are checked first against float32 math (bench_bwd.check, poisoned
 outputs); a failing cell is reported, not timed. Before any timing, fa2 and fa2_v1 are checked in float32
@@ -39,8 +41,8 @@ from bench import bench_bwd, harness  # noqa: E402
 
 V1_SOURCE = "fa2_bwd_v1.cu"
 NAMES = ("fa2", "fa2_v2", "fa2_v1", "naive", "sdpa_math_fp32", "sdpa_math")
-RATIOS = (("fa2", "fa2_v1"), ("fa2", "fa2_v2"), ("fa2", "naive"), ("fa2", "sdpa_math_fp32"), ("fa2", "sdpa_math"),
-          ("naive", "sdpa_math_fp32"))
+RATIOS = (("fa2", "fa2_v1"), ("fa2", "fa2_v2"), ("fa2", "naive"), ("fa2_v1", "naive"), ("fa2", "sdpa_math_fp32"),
+          ("fa2", "sdpa_math"), ("naive", "sdpa_math_fp32"))
 
 
 def log(*a):
