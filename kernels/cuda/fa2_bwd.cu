@@ -16,7 +16,8 @@
 //   dS  = P o (dP - D_i)         the softmax's chain rule with D_i = rowsum(dO_i o O_i) = rowsum(P o dP)
 //   dV_j += P^T dO_i             key rows ty+16a, columns 4tx+64g+e (e < 4) per thread (registers)
 //   dK_j += dS^T Q_i             same mapping (registers); times scale when written
-//   dQ_i += dS K_j               rows ty+16a, columns 4tx+64g+e; float32 atomics into dQ_acc
+//   dQ_i += dS K_j               rows RA ty + a (RA = Br/16 consecutive rows), columns 4tx+64g+e;
+//                                float32 atomics into dQ_acc
 //
 // Why atomics for dQ: with key blocks outer, the Tc blocks of one (b, h) all add into every dQ_i
 // at the same time. A block cannot own dQ_i as it owns dK_j, dV_j; the alternatives are a second
@@ -49,9 +50,9 @@
 //       scalar dQ atomics. Measured (bench/results/bwd_final, backward TFLOP/s, N = 4096): 25.0 (d = 64)
 //       and 17.9 (d = 128) non-causal, 24.6 / 18.5 causal.
 //   v2  float4 shared reads along each product's reduction index, P^T and dS^T stored transposed, dK, dV,
-//       dQ columns 4tx+64g+e per thread, dQ added with one float4 atomicAdd per 4 columns (sm_90; scalar
-//       when d % 4 != 0). Shared-memory wavefronts per step and thread at d = 128: 4352 (v1) -> ~1900
-//       against 2560 FFMA-issue cycles. Measured: not yet run (bench/gpu_check_teach_bwd.sh).
+//       dQ columns 4tx+64g+e per thread (dQ rows: RA consecutive ones, read from dS^T as float4), dQ added
+//       with one float4 atomicAdd per 4 columns (sm_90; scalar when d % 4 != 0). Shared-memory wavefronts
+//       per warp and step at d = 128: 4352 (v1) -> ~1700, against 2560 cycles of FFMA issue. Measured: not yet run (bench/gpu_check_teach_bwd.sh).
 //   v3  FA2_PREFETCH (kernels/fa2.py sets it for fp16/bf16 at d_pad = 128 with d % 8 == 0): Q_{i+1}, dO_{i+1}
 //       are copied HBM -> shared memory (cp.async, input dtype, 2 Br d_pad 2 bytes = 32 KB: 203 KB in all)
 //       while step i computes, then widened to float32 at the top of step i+1; at one block per SM nothing
@@ -186,8 +187,9 @@ __device__ __forceinline__ void tile_tn(float (&acc)[CB][NS], const float* At, c
   }
 }
 
-// acc[a][4g+e] = sum_c dS[ty+16a][c] * K[c][4tx+64g+e], dS read from dS^T (two addresses per warp: a
-// broadcast), K_j four columns at a time: dQ_i's share of this key block (FA2 Alg. 2 line 15).
+// acc[a][4g+e] = sum_c dS[RA ty + a][c] * K[c][4tx+64g+e]: dQ_i's share of this key block (FA2 Alg. 2 line 15).
+// Here a thread owns RA consecutive query rows (not every 16th), so that dS^T's column c holds its RA values
+// side by side: one float4 read per 4 rows when RA is a multiple of 4 (Br = 64, 128), else scalar reads.
 __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, const float* K) {
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
 #pragma unroll
@@ -197,9 +199,17 @@ __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, 
 #pragma unroll 4
   for (int c = 0; c < BC; ++c) {
     float s[RA];
-    float4 k[NG];
+    if constexpr (RA % 4 == 0) {
 #pragma unroll
-    for (int a = 0; a < RA; ++a) s[a] = dSt[c * LDT + ty + TY * a];
+      for (int a = 0; a < RA; a += 4) {
+        const float4 s4 = ld4(dSt + c * LDT + RA * ty + a);
+        s[a] = s4.x, s[a + 1] = s4.y, s[a + 2] = s4.z, s[a + 3] = s4.w;
+      }
+    } else {
+#pragma unroll
+      for (int a = 0; a < RA; ++a) s[a] = dSt[c * LDT + RA * ty + a];
+    }
+    float4 k[NG];
 #pragma unroll
     for (int g = 0; g < NG; ++g) k[g] = ld4(K + c * LDK + 4 * tx + 64 * g);
 #pragma unroll
@@ -321,7 +331,7 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
     tile_dq(dQ, dSt, Ks);
 #pragma unroll
     for (int a = 0; a < RA; ++a) {
-      const int r = ty + TY * a;
+      const int r = RA * ty + a;  // tile_dq's rows
       if (r >= rows) continue;
       float* dQg = dq_acc + (row0 + r) * d;
 #pragma unroll
