@@ -52,7 +52,8 @@
 //   v2  float4 shared reads along each product's reduction index, P^T and dS^T stored transposed, dK, dV,
 //       dQ columns 4tx+64g+e per thread (dQ rows: RA consecutive ones, read from dS^T as float4), dQ added
 //       with one float4 atomicAdd per 4 columns (sm_90; scalar when d % 4 != 0). Shared-memory wavefronts
-//       per warp and step at d = 128: 4352 (v1) -> ~1700, against 2560 cycles of FFMA issue. Measured: not yet run (bench/gpu_check_teach_bwd.sh).
+//       per warp and step at d = 128: 4352 (v1) -> ~1700, against 2560 cycles of FFMA issue.
+//       Measured: not yet run (bench/gpu_check_teach_bwd.sh: the fa2_v2 / fa2_v1 columns).
 //   v3  FA2_PREFETCH (kernels/fa2.py sets it for fp16/bf16 at d_pad = 128 with d % 8 == 0): Q_{i+1}, dO_{i+1}
 //       are copied HBM -> shared memory (cp.async, input dtype, 2 Br d_pad 2 bytes = 32 KB: 203 KB in all)
 //       while step i computes, then widened to float32 at the top of step i+1; at one block per SM nothing
@@ -75,7 +76,8 @@
 static_assert(D_PAD == 64 || D_PAD == 128, "D_PAD is 64 or 128");
 
 #ifndef FA2_PREFETCH
-#define FA2_PREFETCH 0  // 1: stage Q_{i+1}, dO_{i+1} with cp.async during step i (kernels/fa2.py: 16-bit, d_pad 128, d % 8 == 0)
+// 1: stage Q_{i+1}, dO_{i+1} with cp.async during step i (kernels/fa2.py: 16-bit, d_pad 128, d % 8 == 0)
+#define FA2_PREFETCH 0
 #endif
 static_assert(!FA2_PREFETCH || (sizeof(T) == 2 && D_PAD == 128), "the staging buffer fits at 16 bits, d_pad = 128");
 
@@ -101,8 +103,9 @@ __device__ __forceinline__ void copies_wait_all() {  // this thread's copies hav
 #endif
 }
 
-// Stage rows [r0, r0 + rows) of a (Nq x d) input into a (Br x D_PAD) shared tile in the input dtype, 8 elements
-// per copy: rows past `rows` and columns past d are zero-filled. Needs d % 8 == 0 (16-byte aligned rows).
+// Stage the Br rows at src (the first `rows` of them real) of a (Nq x d) input into a (Br x D_PAD) shared tile
+// in the input dtype, 8 elements per copy: rows past `rows` and columns past d are zero-filled. Needs
+// d % 8 == 0 (16-byte aligned rows).
 __device__ __forceinline__ void stage_tile(T* dst, const T* __restrict__ src, int rows, int d) {
   for (int e = threadIdx.x; e < BR * D_PAD / 8; e += NTHREADS) {
     const int r = e / (D_PAD / 8), c = 8 * (e % (D_PAD / 8));

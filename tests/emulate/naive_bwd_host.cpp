@@ -1,7 +1,7 @@
 // kernels/cuda/naive_bwd.cu's five kernels compiled as plain C++ and run on the CPU (tests/emulate/cuda_host.h),
-// float32, fp16 or bf16 storage (STORAGE; tests/emulate/fake has host fp16/bf16): the index arithmetic, masks, barriers and the order of FA1 Alg. 3's lines, checked
-// without a GPU by tests/test_naive_bwd_emulated.py.
-//   g++ -std=c++20 -O1 -shared -fPIC -pthread -I tests/emulate/fake -I kernels/cuda -DSTORAGE=float
+// float32, fp16 or bf16 storage (STORAGE; tests/emulate/fake has host fp16/bf16): the index arithmetic,
+// masks, barriers and the order of FA1 Alg. 3's lines, checked without a GPU by tests/test_naive_bwd_emulated.py.
+//   g++ -std=c++20 -O1 -shared -fPIC -pthread -I tests/emulate -I tests/emulate/fake -I kernels/cuda -DSTORAGE=float
 //       -DBR=64 -DBC=64 tests/emulate/naive_bwd_host.cpp -o naive_bwd_host.so
 #include "cuda_host.h"
 #include "naive_bwd.cu"
