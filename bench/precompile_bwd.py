@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-TEACHING_BLOCKS = ((64, 64), (16, 64), (64, 16), (32, 16))
+TEACHING_BLOCKS = ((64, 64), (16, 64), (64, 16), (32, 16), (32, 32))
 
 
 def builds(teaching_only: bool = False) -> list[tuple]:

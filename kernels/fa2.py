@@ -58,9 +58,12 @@ def bwd_builds(dtype: torch.dtype) -> list[dict]:
 
 
 def compile_configs():
+    """The forward's builds, and every backward build at 64 x 64 and at the default blocks of its d_pad."""
+    bwd = [(BWD_SOURCE, name, _teaching.defines(dtype, *blocks, **extra)) for dtype in DTYPES
+           for extra in bwd_builds(dtype) for blocks in {(64, 64), backward_blocks(extra["D_PAD"])}
+           for name in BWD_KERNELS]
     return (_teaching.compile_configs(SOURCE, [KERNEL], extra_defines=({"FA2_OWN_V": 0}, {"FA2_OWN_V": 1}))
-            + [(BWD_SOURCE, name, _teaching.defines(dtype, 64, 64, **extra)) for dtype in DTYPES
-               for extra in bwd_builds(dtype) for name in BWD_KERNELS])
+            + sorted(bwd, key=str))
 
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
@@ -105,13 +108,25 @@ def _check_saved(q, o, lse, do):
             raise ValueError(f"{name} must be contiguous; call .contiguous() first")
 
 
-def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64, mem=None,
+def backward_blocks(d: int) -> tuple[int, int]:
+    """fa2_bwd.cu v4: the default (Br, Bc) of the backward. 64 x 64 at d <= 64 (two blocks per SM); 32 x 32 at
+    d > 64, where 64 x 64 holds one block per SM (170 KB of shared memory, 200 registers) and the H200
+    measured the backward at 19-21 TFLOP/s against 30 at d = 64 (bench/results/visit2); 32 x 32 fits two
+    blocks (77 KB, 128 registers) at ~half the float4 reuse per shared read."""
+    return (64, 64) if _teaching.d_padded(d) == 64 else (32, 32)
+
+
+def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, block_k=None, mem=None,
              use_prefetch=None):
     """FA2 Alg. 2 on the GPU: (dq, dk, dv) in q's dtype from the forward's o and lse and the gradient do.
 
-    Rows that see no key (lse = -inf) get dq = 0 and add nothing to dk, dv. use_prefetch: None (the
-    default, `prefetch`) or False (fa2_bwd.cu v2's synchronous loads, for the A/B).
+    Rows that see no key (lse = -inf) get dq = 0 and add nothing to dk, dv. block_q, block_k: None picks
+    `backward_blocks(d)`. use_prefetch: None (the default, `prefetch`) or False (fa2_bwd.cu v2's
+    synchronous loads, for the A/B).
     """
+    if block_q is None or block_k is None:
+        bq, bk = backward_blocks(q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else 64)
+        block_q, block_k = bq if block_q is None else block_q, bk if block_k is None else block_k
     p = _teaching.prepare(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
                           mem=mem)
     _check_saved(q, o, lse, do)

@@ -31,7 +31,7 @@ HARNESS = ROOT / "tests" / "emulate" / "fa2_bwd_host.cpp"
 CXX = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="needs a C++20 compiler (g++)")
 
-BLOCKS = [(64, 64), (16, 64), (32, 16)]  # (Br, Bc): one and several rows/columns per thread
+BLOCKS = [(64, 64), (16, 64), (32, 16), (32, 32)]  # (Br, Bc): one and several rows/columns per thread; the defaults
 STORAGE = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
 
 
@@ -176,8 +176,9 @@ def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch):
     assert (got[0][..., :60, :] == 0).all()  # causal, Nq > Nk: 60 rows see no key
 
 
+@pytest.mark.parametrize("blocks", [(64, 64), (32, 32)])
 @pytest.mark.parametrize("dtype, d, causal", [(torch.float16, 128, True), (torch.bfloat16, 104, False)])
-def test_emulated_prefetch_path(build, dtype, d, causal):
+def test_emulated_prefetch_path(build, dtype, d, causal, blocks):
     """fa2_bwd.cu v3 (FA2_PREFETCH: Q_{i+1}, dO_{i+1} staged during step i), the build the launcher picks for
     16-bit inputs at d_pad = 128: several Q blocks with a tail, Nq > Nk so causal rows see no key; and the
     same problem through the v2 build gives the same gradients to float32 rounding."""
@@ -188,9 +189,9 @@ def test_emulated_prefetch_path(build, dtype, d, causal):
     q, do = (torch.randn(1, 2, 150, d, generator=g).to(dtype) for _ in range(2))
     k, v = (torch.randn(1, 2, 90, d, generator=g).to(dtype) for _ in range(2))
     scale = 1 / math.sqrt(d)
-    got = emulated_backward(build(64, 64, 128, STORAGE[dtype], 1), q, k, v, do, causal, scale)
-    assert_grads_close(got, q, k, v, do, causal, scale, what=f"prefetch {dtype} d={d}")
-    v2 = emulated_backward(build(64, 64, 128, STORAGE[dtype], 0), q, k, v, do, causal, scale)
+    got = emulated_backward(build(*blocks, 128, STORAGE[dtype], 1), q, k, v, do, causal, scale)
+    assert_grads_close(got, q, k, v, do, causal, scale, what=f"prefetch {dtype} d={d} {blocks}")
+    v2 = emulated_backward(build(*blocks, 128, STORAGE[dtype], 0), q, k, v, do, causal, scale)
     for a, b in zip(got, v2):
         assert torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2 * b.float().abs().max().item())
     if causal:

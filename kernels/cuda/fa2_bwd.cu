@@ -40,8 +40,9 @@
 // rows' float4 reads in 8 distinct bank quads.
 //
 // Shared memory (float32): K_j, V_j (Bc x (d_pad+4)) for the whole block, Q_i, dO_i (Br x (d_pad+4)) and
-// P^T, dS^T (Bc x (Br+4)) per step, L_i, D_i (Br): 170 KB at d = 128 (one block per SM), 105 KB at
-// d <= 64 (two); v3 adds the staging of Q_{i+1}, dO_{i+1}. Caveats (teaching tier): CUDA cores only,
+// P^T, dS^T (Bc x (Br+4)) per step, L_i, D_i (Br): at 64 x 64, 170 KB at d = 128 (one block per SM) and
+// 105 KB at d <= 64 (two); at 32 x 32 (v4's default for d > 64) 77 KB (two); v3 adds the staging of
+// Q_{i+1}, dO_{i+1}. Caveats (teaching tier): CUDA cores only,
 // three barriers per step;
 // a readable statement of Algorithm 2 (see fa2_wgmma_bwd for a fast one).
 //
@@ -59,6 +60,13 @@
 //       while step i computes, then widened to float32 at the top of step i+1; at one block per SM nothing
 //       else hid that load. Not at d <= 64 (the staging would cost the second block per SM) nor for
 //       float32 inputs (64 KB of staging does not fit). Measured: not yet run (fa2 vs fa2_v2 columns).
+//   v4  The H200 measured v2 (commit b751920, bench/results/visit2) at 30 TFLOP/s for d = 64 (v1: 25) but
+//       19-21 for d = 128 (v1: 18-19), below the teaching naive's 24 there: at 64 x 64, d = 128 holds one
+//       block (8 warps) per SM, and its barriers and load latencies have nothing to hide behind (naive's
+//       small kernels run several blocks per SM). kernels/fa2.py's default at d_pad = 128 becomes Br = Bc =
+//       32: 77 KB of shared memory (93 KB with v3's staging) and 128 registers (MIN_BLOCKS = 2), so two
+//       blocks per SM, for about half the reuse per shared read (6 wavefronts per 16 FFMA in Q_i K_j^T, 12
+//       per 64 at 64 x 64) and twice the dQ atomics. Measured: not yet run (fa2 vs fa2_64 columns).
 //   Considered, not built: Q, K, V, dO tiles in the input dtype in shared memory (halving it to ~100 KB at
 //   d = 128) would not give d = 128 a second block per SM: registers already hold it to one (200 per
 //   thread x 256 threads; two blocks need <= 128, and dK_j, dV_j alone take 64), and every product would pay
@@ -224,7 +232,11 @@ __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, 
   }
 }
 
-extern "C" __global__ void __launch_bounds__(NTHREADS, D_PAD == 64 ? 2 : 1)
+// Two blocks per SM where the shared memory allows it (d <= 64 at 64 x 64, or Br x Bc <= 32 x 32 at d = 128: v4):
+// registers must then stay within 128 per thread.
+#define MIN_BLOCKS (D_PAD == 64 || BR * BC <= 32 * 32 ? 2 : 1)
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
         const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
         float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv, int n_q, int n_k, int d,
