@@ -244,10 +244,10 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--teaching-max-n", type=int, default=4096, help="largest N the teaching fa2 runs")
-    ap.add_argument("--naive-max-n", type=int, default=8192, help="largest N the teaching naive runs. Memory: "
-                    "P, dP, dS are B·H·N² input-dtype elements each (batch·N = 16k: 16k·H·N·2 bytes, 4.3 GB at "
-                    "N = 4096, d = 64; all fit an H200 up to N = 16k: 52 GB); its row pass holds 8·N bytes on chip "
-                    "(N <= 29,000)")
+    ap.add_argument("--naive-max-n", type=int, default=16384, help="largest N the teaching naive runs. Its limit "
+                    "is FA1 Alg. 3 line 3's row pass, which holds rows of P and dP on chip: 8·N bytes, N <= 29,000 "
+                    "at 227 KB. Memory is not: P, dP, dS are B·H·N² input-dtype elements each (batch·N = 16k: "
+                    "16k·H·N·2 bytes, 4.3 GB at N = 4096, d = 64; 52 GB for the three at N = 16k)")
     ap.add_argument("--math-max-n", type=int, default=8192, help="largest N SDPA math runs (N² memory)")
     ap.add_argument("--math-fp32-max-n", type=int, default=4096, help="largest N sdpa_math_fp32 runs (float32 "
                     "N² matrices: ~60 GB at N = 8k)")

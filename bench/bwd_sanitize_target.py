@@ -19,7 +19,8 @@ NAMES = ("fa2", "naive")  # the teaching backwards: FA2 Alg. 2 and the unfused F
 # (B, H, Nq, Nk, d, causal, dtype, Br, Bc): Tr x Tc tiles
 SHAPES = [(1, 2, 150, 200, 40, True, "float16", 64, 64),     # 3 x 4, tails
           (1, 1, 140, 37, 128, True, "float32", 32, 16),     # 5 x 3, 103 rows see no key
-          (1, 1, 97, 150, 96, False, "bfloat16", 64, 64)]    # 2 x 3
+          (1, 1, 97, 150, 96, False, "bfloat16", 64, 64),    # 2 x 3 (fa2: the cp.async prefetch build)
+          (1, 1, 200, 130, 128, True, "float16", 64, 64)]    # 4 x 3, prefetch, 70 rows see no key
 
 
 def main() -> int:

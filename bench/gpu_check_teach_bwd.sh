@@ -2,14 +2,15 @@
 # GPU check of the teaching backwards (issue 13's last target), correctness first, then one A/B; <= ~3 min.
 #
 #   PYTHONPATH=. bash bench/gpu_check_teach_bwd.sh [precompile] [tests] [memcheck] [racecheck] [ab]
-#   (default: all, in that order). Environment: TOTAL_S=175 (time budget; each step gets at most its CAP
+#   (default: all, in that order). Environment: TOTAL_S=180 (time budget; each step gets at most its CAP
 #   and what is left), AB_ARGS="" (extra bench/teach_bwd_ab.py arguments).
 #
 # Steps:
 #   precompile  bench/precompile_bwd.py --teaching: NVRTC the teaching fa2 and naive builds the tests launch
 #   tests       the GPU backward tests of the teaching fa2 and naive (tests/test_kernels_backward.py:
 #               hypothesis against float64 autograd, odd shapes, causal with rows that see no key, many
-#               blocks with tails, each dtype; kernels.attention and opcheck through the custom op)
+#               blocks with tails, each dtype; naive through kernels.attention and opcheck (the custom op;
+#               fa2's kernels.attention test calls the same launcher the teaching tests do))
 #   memcheck,   compute-sanitizer on bench/bwd_sanitize_target.py fa2,naive (small shapes, tails, Nq != Nk,
 #   racecheck   rows that see no key; the dQ atomics included)
 #   ab          bench/teach_bwd_ab.py: fa2 (new) vs fa2_v1 (old build) vs naive vs sdpa_math_fp32 vs
@@ -23,20 +24,19 @@ set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d /tmp/gpu_check_teach_bwd.XXXX)}
 mkdir -p "$OUT"
-TOTAL_S=${TOTAL_S:-175}
+TOTAL_S=${TOTAL_S:-180}
 T0=$(date +%s)
 LOG="$OUT/gpu_check_teach_bwd.log"
 : > "$LOG"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(precompile tests memcheck racecheck ab)
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
-declare -A RC SECS CAP=([precompile]=25 [tests]=55 [memcheck]=18 [racecheck]=22 [ab]=80)
+declare -A RC SECS CAP=([precompile]=25 [tests]=50 [memcheck]=15 [racecheck]=35 [ab]=100)  # ab: what is left (>= 55 s)
 TESTS=(
   "tests/test_kernels_backward.py::test_teaching_backward_matches_float64_autograd"
   "tests/test_kernels_backward.py::test_teaching_backward_many_blocks"
   "tests/test_kernels_backward.py::test_teaching_backward_rows_that_see_no_key"
   "tests/test_kernels_backward.py::test_teaching_dk_dv_are_deterministic"
-  "tests/test_kernels_backward.py::test_attention_gradients_match_float64_autograd[fa2]"
   "tests/test_kernels_backward.py::test_attention_gradients_match_float64_autograd[naive]"
   "tests/test_kernels_backward.py::test_opcheck[naive]"
 )

@@ -4,7 +4,7 @@
 
 The builds: compile_configs() of every kernel with a backward, plus the teaching fa2 and naive forwards and
 backwards at the block shapes tests/test_kernels_backward.py and bench/bwd_sanitize_target.py use
-(--teaching: the teaching tier only). Serially they take
+(--teaching: the teaching tier only, and the frozen fa2_bwd_v1.cu of bench/teach_bwd_ab.py). Serially they take
 about a minute; the GPU tests then find them cached. Exit 1 if one fails to compile (its log is printed).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-TEACHING_BLOCKS = ((64, 64), (16, 64), (64, 16), (32, 16))
+TEACHING_BLOCKS = ((64, 64), (16, 64), (64, 16), (32, 16), (32, 32))
 
 
 def builds(teaching_only: bool = False) -> list[tuple]:
@@ -32,9 +32,10 @@ def builds(teaching_only: bool = False) -> list[tuple]:
     for dt in _teaching.DTYPES:
         for br, bc in TEACHING_BLOCKS:
             jobs += [(fa2.SOURCE, _teaching.defines(dt, br, bc, FA2_OWN_V=v), arch) for v in (0, 1)]
-            jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, **fa2.bwd_defines(p)), arch)
-                     for p in (64, 128)]
+            jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, **knobs), arch) for knobs in fa2.bwd_builds(dt)]
             jobs += [(src, _teaching.defines(dt, br, bc), arch) for src in (naive.SOURCE, naive.BWD_SOURCE)]
+        if teaching_only:  # the frozen v1 bench/teach_bwd_ab.py times beside the shipped backward
+            jobs += [("fa2_bwd_v1.cu", _teaching.defines(dt, 64, 64, D_PAD=p), arch) for p in (64, 128)]
     return list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())
 
 

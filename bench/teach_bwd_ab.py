@@ -4,12 +4,16 @@
     PYTHONPATH=. python bench/teach_bwd_ab.py [--out DIR] [--budget-s 80] [--seqs 4096,8192,2048]
 
 Contenders, each through autograd (backward timed alone on a kept graph, bench/bench_bwd.py's method):
-    fa2            the shipped teaching FA2 backward (kernels/cuda/fa2_bwd.cu, the newest version)
+    fa2            the shipped teaching FA2 backward (kernels/cuda/fa2_bwd.cu, the newest version: v3 where
+                   it prefetches (fp16, d = 128), else v2)
+    fa2_v2         the same source without the prefetch (FA2_PREFETCH=0; timed only where fa2 prefetches)
     fa2_v1         the frozen v1 (kernels/cuda/fa2_bwd_v1.cu, the build measured in bench/results/bwd_final)
     naive          the teaching unfused backward (kernels/cuda/naive_bwd.cu, FA1 Alg. 3: P kept from the
                    forward, dP, dS in HBM; the same float32 micro-tiles)
     sdpa_math_fp32 torch SDPA math on float32 copies (cuBLAS FFMA SGEMMs; S, P, dP, dS in HBM)
     sdpa_math      torch SDPA math in the input dtype (tensor-core GEMMs)
+fa2_v1 / naive is the like-for-like ratio (both on teaching.cuh's scalar micro-tiles: fused vs unfused
+alone); fa2 / naive adds fa2_bwd.cu v2's float4 micro-tiles (and v3's prefetch) to the fusion.
 fp16, d = 64 and 128, batch·N = 16k, hidden 2048, causal and not, N = 4096 and 8192 first (the target),
 then 2048. Every cell's gradients are checked first against float32 math (bench_bwd.check, poisoned
 outputs); a failing cell is reported, not timed. Before any timing, fa2 and fa2_v1 are checked in float32
@@ -36,9 +40,9 @@ if str(ROOT) not in sys.path:
 from bench import bench_bwd, harness  # noqa: E402
 
 V1_SOURCE = "fa2_bwd_v1.cu"
-NAMES = ("fa2", "fa2_v1", "naive", "sdpa_math_fp32", "sdpa_math")
-RATIOS = (("fa2", "fa2_v1"), ("fa2", "naive"), ("fa2", "sdpa_math_fp32"), ("fa2", "sdpa_math"),
-          ("naive", "sdpa_math_fp32"))
+NAMES = ("fa2", "fa2_v2", "fa2_v1", "naive", "sdpa_math_fp32", "sdpa_math")
+RATIOS = (("fa2", "fa2_v1"), ("fa2", "fa2_v2"), ("fa2", "naive"), ("fa2_v1", "naive"), ("fa2", "sdpa_math_fp32"),
+          ("fa2", "sdpa_math"), ("naive", "sdpa_math_fp32"))
 
 
 def log(*a):
@@ -74,12 +78,13 @@ def fa2_v1_backward(q, k, v, o, lse, do, *, causal=False, scale=None):
     return dq, dk, dv
 
 
-def _v1_function():
+def _with_backward(backward):
+    """The teaching fa2 forward with another backward build, as one differentiable function."""
     import torch
 
     from kernels import KERNELS
 
-    class V1(torch.autograd.Function):
+    class Fn(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, causal):
             o, lse = KERNELS["fa2"].forward(q, k, v, causal=causal)
@@ -90,14 +95,17 @@ def _v1_function():
         @staticmethod
         def backward(ctx, do):
             q, k, v, o, lse = ctx.saved_tensors
-            return (*fa2_v1_backward(q, k, v, o, lse, do.contiguous(), causal=ctx.causal), None)
+            return (*backward(q, k, v, o, lse, do.contiguous(), causal=ctx.causal), None)
 
-    return lambda q, k, v, c: V1.apply(q, k, v, c)
+    return lambda q, k, v, c: Fn.apply(q, k, v, c)
 
 
 def contenders() -> dict:
+    from kernels import fa2
+
     fns = bench_bwd.contenders(["fa2", "naive"])
-    fns["fa2_v1"] = _v1_function()
+    fns["fa2_v1"] = _with_backward(fa2_v1_backward)
+    fns["fa2_v2"] = _with_backward(lambda *a, **kw: fa2.backward(*a, use_prefetch=False, **kw))
     return {n: fns[n] for n in NAMES}
 
 
@@ -124,6 +132,14 @@ def fp32_exactness() -> list[dict]:
             rows.append(dict(kernel=name, shape=[b, h, n_q, n_k, d], causal=causal, max_rel_err=max(errs),
                              finite=all(bool(torch.isfinite(x).all()) for x in grads)))
     return rows
+
+
+def fa2_prefetches(d: int) -> bool:
+    import torch
+
+    from kernels import fa2
+
+    return fa2.prefetch(torch.float16, d)
 
 
 def cell(name, fn, b, h, n, d, causal) -> dict:
@@ -198,6 +214,8 @@ def main(argv=None) -> int:
         for d in (int(x) for x in args.dims.split(",")):
             for causal in (False, True):
                 for name in names:
+                    if name == "fa2_v2" and not fa2_prefetches(d):
+                        continue  # the same build as fa2 there
                     if time.time() - t0 > args.budget_s:
                         skipped.append(dict(kernel=name, n=n, d=d, causal=causal))
                         continue

@@ -37,15 +37,33 @@ BWD_KERNELS = ("fa2_bwd_preprocess", "fa2_bwd", "fa2_bwd_dq")
 PREPROCESS_ROWS = 8  # fa2_bwd_preprocess: one warp per row
 
 
-def bwd_defines(d_pad: int) -> dict:
-    """The backward's compile-time knobs beyond STORAGE, BR, BC (fa2_bwd.cu's header)."""
-    return {"D_PAD": d_pad}
+def prefetch(dtype: torch.dtype, d: int) -> bool:
+    """fa2_bwd.cu's FA2_PREFETCH (v3): stage Q_{i+1}, dO_{i+1} with cp.async during step i. Only where the
+    input-dtype staging buffer (2·Br·d_pad·2 bytes) fits beside the float32 tiles without costing a block
+    per SM (d_pad = 128: one block per SM already), and rows are 16-byte aligned (d % 8 == 0)."""
+    return dtype in (torch.float16, torch.bfloat16) and _teaching.d_padded(d) == 128 and d % 8 == 0
+
+
+def bwd_defines(dtype: torch.dtype, d: int, *, use_prefetch: bool | None = None) -> dict:
+    """The backward's compile-time knobs beyond STORAGE, BR, BC (fa2_bwd.cu's header); use_prefetch=False
+    builds v2 where v3 would prefetch (bench/teach_bwd_ab.py's A/B)."""
+    on = prefetch(dtype, d) if use_prefetch is None else use_prefetch and prefetch(dtype, d)
+    return {"D_PAD": _teaching.d_padded(d), "FA2_PREFETCH": int(on)}
+
+
+def bwd_builds(dtype: torch.dtype) -> list[dict]:
+    """Every backward build a dtype can launch: d_pad 64 and 128, and at 16 bits 128 with the prefetch."""
+    return [bwd_defines(dtype, 64), bwd_defines(dtype, 128, use_prefetch=False)] + (
+        [bwd_defines(dtype, 128)] if prefetch(dtype, 128) else [])
 
 
 def compile_configs():
+    """The forward's builds, and every backward build at 64 x 64 and at the default blocks of its d_pad."""
+    bwd = [(BWD_SOURCE, name, _teaching.defines(dtype, *blocks, **extra)) for dtype in DTYPES
+           for extra in bwd_builds(dtype) for blocks in {(64, 64), backward_blocks(extra["D_PAD"])}
+           for name in BWD_KERNELS]
     return (_teaching.compile_configs(SOURCE, [KERNEL], extra_defines=({"FA2_OWN_V": 0}, {"FA2_OWN_V": 1}))
-            + _teaching.compile_configs(BWD_SOURCE, BWD_KERNELS,
-                                        extra_defines=(bwd_defines(64), bwd_defines(128))))
+            + sorted(bwd, key=str))
 
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
@@ -62,11 +80,13 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
     return o, lse
 
 
-def backward_shared_bytes(d: int, block_q: int = 64, block_k: int = 64) -> int:
+def backward_shared_bytes(d: int, block_q: int = 64, block_k: int = 64, *, staged: bool = False) -> int:
     """fa2_bwd.cu's carving: K_j, V_j (Bc x (d_pad+4)), Q_i, dO_i (Br x (d_pad+4)), P^T, dS^T (Bc x (Br+4)),
-    L_i, D_i (Br); float32."""
-    ldk = _teaching.d_padded(d) + 4
-    return _teaching.F32 * (2 * block_k * ldk + 2 * block_q * ldk + 2 * block_k * (block_q + 4) + 2 * block_q)
+    L_i, D_i (Br), float32; staged (FA2_PREFETCH): + Q_{i+1}, dO_{i+1} (Br x d_pad) at 16 bits."""
+    d_pad = _teaching.d_padded(d)
+    ldk = d_pad + 4
+    f32 = _teaching.F32 * (2 * block_k * ldk + 2 * block_q * ldk + 2 * block_k * (block_q + 4) + 2 * block_q)
+    return f32 + (2 * block_q * d_pad * 2 if staged else 0)
 
 
 def _check_saved(q, o, lse, do):
@@ -88,15 +108,31 @@ def _check_saved(q, o, lse, do):
             raise ValueError(f"{name} must be contiguous; call .contiguous() first")
 
 
-def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
+def backward_blocks(d: int) -> tuple[int, int]:
+    """fa2_bwd.cu v4: the default (Br, Bc) of the backward. 64 x 64 at d <= 64 (two blocks per SM); 32 x 32 at
+    d > 64, where 64 x 64 holds one block per SM (170 KB of shared memory, 200 registers) and the H200
+    measured the backward at 19-21 TFLOP/s against 30 at d = 64 (bench/results/visit2); 32 x 32 fits two
+    blocks (77 KB, 128 registers) at ~half the float4 reuse per shared read."""
+    return (64, 64) if _teaching.d_padded(d) == 64 else (32, 32)
+
+
+def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, block_k=None, mem=None,
+             use_prefetch=None):
     """FA2 Alg. 2 on the GPU: (dq, dk, dv) in q's dtype from the forward's o and lse and the gradient do.
 
-    Rows that see no key (lse = -inf) get dq = 0 and add nothing to dk, dv.
+    Rows that see no key (lse = -inf) get dq = 0 and add nothing to dk, dv. block_q, block_k: None picks
+    `backward_blocks(d)`. use_prefetch: None (the default, `prefetch`) or False (fa2_bwd.cu v2's
+    synchronous loads, for the A/B).
     """
+    if block_q is None or block_k is None:
+        bq, bk = backward_blocks(q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else 64)
+        block_q, block_k = bq if block_q is None else block_q, bk if block_k is None else block_k
     p = _teaching.prepare(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
                           mem=mem)
     _check_saved(q, o, lse, do)
-    smem = backward_shared_bytes(p.d, block_q, block_k)
+    aligned = q.data_ptr() % 16 == 0 and do.data_ptr() % 16 == 0  # cp.async copies 16-byte chunks
+    knobs = bwd_defines(q.dtype, p.d, use_prefetch=aligned if use_prefetch is None else use_prefetch and aligned)
+    smem = backward_shared_bytes(p.d, block_q, block_k, staged=bool(knobs["FA2_PREFETCH"]))
     limit = loader.max_dynamic_smem(q.device.index)
     if smem > limit:
         raise ValueError(f"fa2 backward with Br={block_q}, Bc={block_k}, d={p.d} needs {smem:,} B of shared "
@@ -105,7 +141,7 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block
     dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # zeroed by line 3
     delta = torch.empty(p.batch, p.heads, p.n_q, dtype=torch.float32, device=q.device)  # D, line 4
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    defs = _teaching.defines(q.dtype, block_q, block_k, **bwd_defines(_teaching.d_padded(p.d)))
+    defs = _teaching.defines(q.dtype, block_q, block_k, **knobs)
 
     def fn(name):
         return loader.get_function(BWD_SOURCE, name, defines=defs, device=q.device.index)

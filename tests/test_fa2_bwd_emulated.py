@@ -3,9 +3,10 @@
 tests/emulate/fa2_bwd_host.cpp compiles the .cu file as C++ (g++ -std=c++20; tests/emulate/cuda_host.h) with one
 std::thread per CUDA thread, a std::barrier for __syncthreads and std::atomic_ref for the dQ atomics, shared memory poisoned
 before every block, and runs its three launches in order. Hypothesis drives it with the GPU suite's problems (odd sizes, tails, Nq != Nk, causal
-with rows that see no key, scores up to ~1e4, every block shape the tests use) in float32 and checks dQ, dK,
+with rows that see no key, scores up to ~1e4, every block shape the tests use) in float32, fp16 and bf16
+storage (tests/emulate/fake: g++'s _Float16, bf16 bit rounding) and checks dQ, dK,
 dV against float64 autograd with the GPU suite's tolerance. O and L come from the float64 reference here
-(the forward kernel is checked on the GPU). What it cannot see: half-precision storage, warp-level timing,
+(the forward kernel is checked on the GPU). What it cannot see: warp-level timing,
 real races (the barrier is exact). One test routes kernels/fa2.py's own backward (grids, argument order,
 shared-memory size) through the emulated kernels.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_kernels_backward import assert_grads_close
@@ -30,7 +31,8 @@ HARNESS = ROOT / "tests" / "emulate" / "fa2_bwd_host.cpp"
 CXX = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="needs a C++20 compiler (g++)")
 
-BLOCKS = [(64, 64), (16, 64), (32, 16)]  # (Br, Bc): one and several rows/columns per thread
+BLOCKS = [(64, 64), (16, 64), (32, 16), (32, 32)]  # (Br, Bc): one and several rows/columns per thread; the defaults
+STORAGE = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
 
 
 PROBE = "#include <barrier>\n#include <atomic>\nint main() { float f = 0; std::atomic_ref<float>(f).fetch_add(1.f); " \
@@ -46,12 +48,12 @@ def build(tmp_path_factory):
                       capture_output=True).returncode != 0:
         pytest.skip(f"{CXX} lacks C++20 std::barrier / std::atomic_ref<float> (GCC >= 11 has them)")
 
-    def get(block_q, block_k, d_pad):
-        key = (block_q, block_k, d_pad)
+    def get(block_q, block_k, d_pad, storage="float", prefetch=0):
+        key = (block_q, block_k, d_pad, storage, prefetch)
         if key not in libs:
-            so = out / f"fa2_bwd_{block_q}_{block_k}_{d_pad}.so"
+            so = out / f"fa2_bwd_{block_q}_{block_k}_{d_pad}_{storage}_{prefetch}.so"
             cmd = [CXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-                   f"-I{ROOT / 'tests' / 'emulate'}", f"-I{ROOT / 'tests' / 'emulate' / 'fake'}", f"-I{ROOT / 'kernels' / 'cuda'}", "-DSTORAGE=float",
+                   f"-I{ROOT / 'tests' / 'emulate'}", f"-I{ROOT / 'tests' / 'emulate' / 'fake'}", f"-I{ROOT / 'kernels' / 'cuda'}", f"-DSTORAGE={storage}", f"-DFA2_PREFETCH={prefetch}",
                    f"-DBR={block_q}", f"-DBC={block_k}", f"-DD_PAD={d_pad}", str(HARNESS), "-o", str(so)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-3000:]}"
@@ -67,9 +69,9 @@ def emulated_backward(lib, q, k, v, do, causal, scale):
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     o, lse = attention_reference(q, k, v, causal=causal, scale=scale)
-    o, lse = o.float().contiguous(), lse.float().contiguous()
-    nan = lambda t: torch.full_like(t, float("nan"))  # noqa: E731
-    dq_acc, delta, dq, dk, dv = nan(q), nan(lse), nan(q), nan(k), nan(v)
+    o, lse = o.to(q.dtype).contiguous(), lse.float().contiguous()
+    nan = lambda t, dtype=None: torch.full_like(t, float("nan"), dtype=dtype)  # noqa: E731
+    dq_acc, delta, dq, dk, dv = nan(q, torch.float32), nan(lse), nan(q), nan(k), nan(v)
     ptr = lambda t: ctypes.c_void_p(t.data_ptr())  # noqa: E731
     bh, f32 = b * h, ctypes.c_float
     lib.fa2_bwd_preprocess_launch(-(-n_q // 8), bh, ptr(o), ptr(do), ptr(dq_acc), ptr(delta), n_q, d)  # FA2 Alg. 2 lines 3-4
@@ -77,14 +79,15 @@ def emulated_backward(lib, q, k, v, do, causal, scale):
                        ptr(dq_acc), ptr(dk), ptr(dv), n_q, n_k, d, f32(scale), int(causal))  # lines 5-18
     lib.fa2_bwd_dq_launch(min(3, -(-dq.numel() // 256)), 1, ptr(dq_acc), ptr(dq), ctypes.c_longlong(dq.numel()),
                           f32(scale))  # line 20, a few blocks so the grid-stride loop strides
-    assert torch.allclose(delta, (do * o).sum(-1), rtol=1e-5, atol=1e-5), "D = rowsum(dO o O)"
+    assert torch.allclose(delta, (do.float() * o.float()).sum(-1), rtol=1e-5, atol=1e-5), "D = rowsum(dO o O)"
     return dq, dk, dv
 
 
-@given(n_q=st.integers(1, 150), n_k=st.integers(1, 150), d=st.sampled_from([1, 7, 40, 64, 65, 100, 128]),
+@settings(max_examples=25)  # 18 possible builds (blocks x d_pad x dtype); 25 keeps the suite's budget under any profile
+@given(n_q=st.integers(1, 150), n_k=st.integers(1, 150), d=st.sampled_from([1, 7, 40, 64, 65, 100, 104, 128]),
        blocks=st.sampled_from(BLOCKS), causal=st.booleans(), scale=st.one_of(st.none(), st.floats(0.05, 2.0)),
-       large=st.booleans(), seed=st.integers(0, 2**31 - 1))
-def test_emulated_kernel_matches_float64_autograd(build, n_q, n_k, d, blocks, causal, scale, large, seed):
+       large=st.booleans(), dtype=st.sampled_from(list(STORAGE)), seed=st.integers(0, 2**31 - 1))
+def test_emulated_kernel_matches_float64_autograd(build, n_q, n_k, d, blocks, causal, scale, large, dtype, seed):
     scale = 1 / math.sqrt(d) if scale is None else scale
     g = torch.Generator().manual_seed(seed)
     q, do = torch.randn(1, 2, n_q, d, generator=g), torch.randn(1, 2, n_q, d, generator=g)
@@ -92,7 +95,10 @@ def test_emulated_kernel_matches_float64_autograd(build, n_q, n_k, d, blocks, ca
     if large:  # scale·q·k ~ 1e4
         a = math.sqrt(1e4 / (scale * math.sqrt(d)))
         q, k = q * a, k * a
-    lib = build(*blocks, 64 if d <= 64 else 128)
+    q, k, v, do = (t.to(dtype) for t in (q, k, v, do))
+    from kernels import fa2
+
+    lib = build(*blocks, 64 if d <= 64 else 128, STORAGE[dtype], int(fa2.prefetch(dtype, d)))  # the launcher's build
     got = emulated_backward(lib, q, k, v, do, causal, scale)
     assert_grads_close(got, q, k, v, do, causal, scale, what=f"Br, Bc = {blocks}, {n_q}x{n_k}x{d} causal={causal}")
 
@@ -153,7 +159,8 @@ def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch):
 
     def get_function(source, name, *, defines=None, **_):
         assert source == fa2.BWD_SOURCE and defines["STORAGE"] == "float"
-        return Emulated(build(defines["BR"], defines["BC"], defines["D_PAD"]), name, defines)
+        return Emulated(build(defines["BR"], defines["BC"], defines["D_PAD"], "float", defines["FA2_PREFETCH"]), name,
+                        defines)
 
     monkeypatch.setattr(loader, "get_function", get_function)
     monkeypatch.setattr(loader, "check_cuda_inputs", lambda *a, **kw: None)  # CPU tensors stand in
@@ -167,3 +174,25 @@ def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch):
     assert calls[1][1:] == ((2, 2), fa2.backward_shared_bytes(40))  # (Tc, B*H) = (90/64, 2)
     assert_grads_close(got, q, k, v, do, True, 1 / math.sqrt(40))
     assert (got[0][..., :60, :] == 0).all()  # causal, Nq > Nk: 60 rows see no key
+
+
+@pytest.mark.parametrize("blocks", [(64, 64), (32, 32)])
+@pytest.mark.parametrize("dtype, d, causal", [(torch.float16, 128, True), (torch.bfloat16, 104, False)])
+def test_emulated_prefetch_path(build, dtype, d, causal, blocks):
+    """fa2_bwd.cu v3 (FA2_PREFETCH: Q_{i+1}, dO_{i+1} staged during step i), the build the launcher picks for
+    16-bit inputs at d_pad = 128: several Q blocks with a tail, Nq > Nk so causal rows see no key; and the
+    same problem through the v2 build gives the same gradients to float32 rounding."""
+    from kernels import fa2
+
+    assert fa2.prefetch(dtype, d) and fa2.bwd_defines(dtype, d)["FA2_PREFETCH"] == 1
+    g = torch.Generator().manual_seed(d)
+    q, do = (torch.randn(1, 2, 150, d, generator=g).to(dtype) for _ in range(2))
+    k, v = (torch.randn(1, 2, 90, d, generator=g).to(dtype) for _ in range(2))
+    scale = 1 / math.sqrt(d)
+    got = emulated_backward(build(*blocks, 128, STORAGE[dtype], 1), q, k, v, do, causal, scale)
+    assert_grads_close(got, q, k, v, do, causal, scale, what=f"prefetch {dtype} d={d} {blocks}")
+    v2 = emulated_backward(build(*blocks, 128, STORAGE[dtype], 0), q, k, v, do, causal, scale)
+    for a, b in zip(got, v2):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2 * b.float().abs().max().item())
+    if causal:
+        assert (got[0][..., :60, :] == 0).all()

@@ -16,7 +16,8 @@
 //   dS  = P o (dP - D_i)         the softmax's chain rule with D_i = rowsum(dO_i o O_i) = rowsum(P o dP)
 //   dV_j += P^T dO_i             key rows ty+16a, columns 4tx+64g+e (e < 4) per thread (registers)
 //   dK_j += dS^T Q_i             same mapping (registers); times scale when written
-//   dQ_i += dS K_j               rows ty+16a, columns 4tx+64g+e; float32 atomics into dQ_acc
+//   dQ_i += dS K_j               rows RA ty + a (RA = Br/16 consecutive rows), columns 4tx+64g+e;
+//                                float32 atomics into dQ_acc
 //
 // Why atomics for dQ: with key blocks outer, the Tc blocks of one (b, h) all add into every dQ_i
 // at the same time. A block cannot own dQ_i as it owns dK_j, dV_j; the alternatives are a second
@@ -39,8 +40,10 @@
 // rows' float4 reads in 8 distinct bank quads.
 //
 // Shared memory (float32): K_j, V_j (Bc x (d_pad+4)) for the whole block, Q_i, dO_i (Br x (d_pad+4)) and
-// P^T, dS^T (Bc x (Br+4)) per step, L_i, D_i (Br): 170 KB at d = 128 (one block per SM), 105 KB at
-// d <= 64 (two). Caveats (teaching tier): CUDA cores only, no double buffering, three barriers per step;
+// P^T, dS^T (Bc x (Br+4)) per step, L_i, D_i (Br): at 64 x 64, 170 KB at d = 128 (one block per SM) and
+// 105 KB at d <= 64 (two); at 32 x 32 (v4's default for d > 64) 77 KB (two); v3 adds the staging of
+// Q_{i+1}, dO_{i+1}. Caveats (teaching tier): CUDA cores only,
+// three barriers per step;
 // a readable statement of Algorithm 2 (see fa2_wgmma_bwd for a fast one).
 //
 // Version log (llm.c style; H200, fp16, batch*N = 16k, hidden 2048, bench/teach_bwd_ab.py):
@@ -48,9 +51,26 @@
 //       scalar dQ atomics. Measured (bench/results/bwd_final, backward TFLOP/s, N = 4096): 25.0 (d = 64)
 //       and 17.9 (d = 128) non-causal, 24.6 / 18.5 causal.
 //   v2  float4 shared reads along each product's reduction index, P^T and dS^T stored transposed, dK, dV,
-//       dQ columns 4tx+64g+e per thread, dQ added with one float4 atomicAdd per 4 columns (sm_90; scalar
-//       when d % 4 != 0). Shared-memory wavefronts per step and thread at d = 128: 4352 (v1) -> ~1900
-//       against 2560 FFMA-issue cycles. Measured: not yet run (bench/gpu_check_teach_bwd.sh).
+//       dQ columns 4tx+64g+e per thread (dQ rows: RA consecutive ones, read from dS^T as float4), dQ added
+//       with one float4 atomicAdd per 4 columns (sm_90; scalar when d % 4 != 0). Shared-memory wavefronts
+//       per warp and step at d = 128: 4352 (v1) -> ~1700, against 2560 cycles of FFMA issue.
+//       Measured: not yet run (bench/gpu_check_teach_bwd.sh: the fa2_v2 / fa2_v1 columns).
+//   v3  FA2_PREFETCH (kernels/fa2.py sets it for fp16/bf16 at d_pad = 128 with d % 8 == 0): Q_{i+1}, dO_{i+1}
+//       are copied HBM -> shared memory (cp.async, input dtype, 2 Br d_pad 2 bytes = 32 KB: 203 KB in all)
+//       while step i computes, then widened to float32 at the top of step i+1; at one block per SM nothing
+//       else hid that load. Not at d <= 64 (the staging would cost the second block per SM) nor for
+//       float32 inputs (64 KB of staging does not fit). Measured: not yet run (fa2 vs fa2_v2 columns).
+//   v4  The H200 measured v2 (commit b751920, bench/results/visit2) at 30 TFLOP/s for d = 64 (v1: 25) but
+//       19-21 for d = 128 (v1: 18-19), below the teaching naive's 24 there: at 64 x 64, d = 128 holds one
+//       block (8 warps) per SM, and its barriers and load latencies have nothing to hide behind (naive's
+//       small kernels run several blocks per SM). kernels/fa2.py's default at d_pad = 128 becomes Br = Bc =
+//       32: 77 KB of shared memory (93 KB with v3's staging) and 128 registers (MIN_BLOCKS = 2), so two
+//       blocks per SM, for about half the reuse per shared read (6 wavefronts per 16 FFMA in Q_i K_j^T, 12
+//       per 64 at 64 x 64) and twice the dQ atomics. Measured: not yet run (fa2 vs fa2_64 columns).
+//   Considered, not built: Q, K, V, dO tiles in the input dtype in shared memory (halving it to ~100 KB at
+//   d = 128) would not give d = 128 a second block per SM: registers already hold it to one (200 per
+//   thread x 256 threads; two blocks need <= 128, and dK_j, dV_j alone take 64), and every product would pay
+//   a 16 -> 32-bit conversion per element read.
 #include "teaching.cuh"
 
 #ifndef D_PAD
@@ -62,6 +82,50 @@
 #define LDT (BR + 4)     // row stride of P^T, dS^T (floats)
 
 static_assert(D_PAD == 64 || D_PAD == 128, "D_PAD is 64 or 128");
+
+#ifndef FA2_PREFETCH
+// 1: stage Q_{i+1}, dO_{i+1} with cp.async during step i (kernels/fa2.py: 16-bit, d_pad 128, d % 8 == 0)
+#define FA2_PREFETCH 0
+#endif
+static_assert(!FA2_PREFETCH || (sizeof(T) == 2 && D_PAD == 128), "the staging buffer fits at 16 bits, d_pad = 128");
+
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80+); bytes < 16
+// zero-fills the rest (0: a tail row, nothing is read). The emulator (tests/emulate) copies synchronously.
+__device__ __forceinline__ void copy16_async(void* dst, const void* src, int bytes) {
+#ifdef __CUDA_ARCH__
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
+#else
+  std::memset(dst, 0, 16);
+  std::memcpy(dst, src, bytes);
+#endif
+}
+__device__ __forceinline__ void copies_commit() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+__device__ __forceinline__ void copies_wait_all() {  // this thread's copies have landed (then a barrier: everyone's)
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group 0;\n" ::);
+#endif
+}
+
+// Stage the Br rows at src (the first `rows` of them real) of a (Nq x d) input into a (Br x D_PAD) shared tile
+// in the input dtype, 8 elements per copy: rows past `rows` and columns past d are zero-filled. Needs
+// d % 8 == 0 (16-byte aligned rows).
+__device__ __forceinline__ void stage_tile(T* dst, const T* __restrict__ src, int rows, int d) {
+  for (int e = threadIdx.x; e < BR * D_PAD / 8; e += NTHREADS) {
+    const int r = e / (D_PAD / 8), c = 8 * (e % (D_PAD / 8));
+    const bool in = r < rows && c < d;
+    copy16_async(dst + r * D_PAD + c, in ? src + (long long)r * d + c : src, in ? 16 : 0);
+  }
+}
+
+// The staged tile to its float32 tile (row stride LDK), all D_PAD columns (the staging zero-filled them).
+__device__ __forceinline__ void unstage_tile(float* dst, const T* src) {
+  for (int e = threadIdx.x; e < BR * D_PAD; e += NTHREADS) dst[(e / D_PAD) * LDK + e % D_PAD] = to_f32(src[e]);
+}
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 // Component i of v; i is a compile-time constant after unrolling, so this is a register, not a branch.
@@ -134,8 +198,9 @@ __device__ __forceinline__ void tile_tn(float (&acc)[CB][NS], const float* At, c
   }
 }
 
-// acc[a][4g+e] = sum_c dS[ty+16a][c] * K[c][4tx+64g+e], dS read from dS^T (two addresses per warp: a
-// broadcast), K_j four columns at a time: dQ_i's share of this key block (FA2 Alg. 2 line 15).
+// acc[a][4g+e] = sum_c dS[RA ty + a][c] * K[c][4tx+64g+e]: dQ_i's share of this key block (FA2 Alg. 2 line 15).
+// Here a thread owns RA consecutive query rows (not every 16th), so that dS^T's column c holds its RA values
+// side by side: one float4 read per 4 rows when RA is a multiple of 4 (Br = 64, 128), else scalar reads.
 __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, const float* K) {
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
 #pragma unroll
@@ -145,9 +210,17 @@ __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, 
 #pragma unroll 4
   for (int c = 0; c < BC; ++c) {
     float s[RA];
-    float4 k[NG];
+    if constexpr (RA % 4 == 0) {
 #pragma unroll
-    for (int a = 0; a < RA; ++a) s[a] = dSt[c * LDT + ty + TY * a];
+      for (int a = 0; a < RA; a += 4) {
+        const float4 s4 = ld4(dSt + c * LDT + RA * ty + a);
+        s[a] = s4.x, s[a + 1] = s4.y, s[a + 2] = s4.z, s[a + 3] = s4.w;
+      }
+    } else {
+#pragma unroll
+      for (int a = 0; a < RA; ++a) s[a] = dSt[c * LDT + RA * ty + a];
+    }
+    float4 k[NG];
 #pragma unroll
     for (int g = 0; g < NG; ++g) k[g] = ld4(K + c * LDK + 4 * tx + 64 * g);
 #pragma unroll
@@ -159,7 +232,11 @@ __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, 
   }
 }
 
-extern "C" __global__ void __launch_bounds__(NTHREADS, D_PAD == 64 ? 2 : 1)
+// Two blocks per SM where the shared memory allows it (d <= 64 at 64 x 64, or Br x Bc <= 32 x 32 at d = 128: v4):
+// registers must then stay within 128 per thread.
+#define MIN_BLOCKS (D_PAD == 64 || BR * BC <= 32 * 32 ? 2 : 1)
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
         const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
         float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv, int n_q, int n_k, int d,
@@ -175,6 +252,10 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   float* dSt = Pt + BC * LDT;   // Bc x LDT  (dS_i^(j))^T
   float* Ls = dSt + BC * LDT;   // Br        L_i
   float* Ds = Ls + BR;          // Br        D_i
+#if FA2_PREFETCH
+  T* Qst = reinterpret_cast<T*>(Ds + BR);  // Br x D_PAD  Q_{i+1} staged (input dtype), in flight during step i
+  T* dOst = Qst + BR * D_PAD;              // Br x D_PAD  dO_{i+1} staged
+#endif
 
   // FA2 Alg. 2 line 5: this block's key block j and (batch, head). Block j = 0 sees the most Q blocks under the
   // causal mask, so the grid's natural order is already heaviest first.
@@ -195,20 +276,43 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   for (int a = 0; a < CB; ++a)
 #pragma unroll
     for (int b = 0; b < NS; ++b) dK[a][b] = dV[a][b] = 0.f;
+#if FA2_PREFETCH
+  {  // the first Q block's tiles start on their way before the loop
+    const int r0 = i_first * BR;
+    stage_tile(Qst, q + (bh * n_q + r0) * d, min(BR, n_q - r0), d);
+    stage_tile(dOst, dout + (bh * n_q + r0) * d, min(BR, n_q - r0), d);
+    copies_commit();
+  }
+#endif
 
   for (int i = i_first; i < t_r; ++i) {  // FA2 Alg. 2 line 8: for 1 <= i <= Tr (hidden Q blocks skipped)
     const int r0 = i * BR, rows = min(BR, n_q - r0);
     const long long row0 = bh * n_q + r0;
-    __syncthreads();  // the previous step is done with Qs, dOs, Pt, dSt
     // FA2 Alg. 2 line 9: load Q_i, dO_i, L_i, D_i from HBM to on-chip SRAM (dQ_i is read-modify-written by
     // the atomics of FA2 Alg. 2 line 15 instead of being loaded)
+#if FA2_PREFETCH
+    copies_wait_all();
+    __syncthreads();  // Q_i, dO_i staged by every thread; the previous step is done with Qs, dOs, Pt, dSt
+    unstage_tile(Qs, Qst);
+    unstage_tile(dOs, dOst);
+#else
+    __syncthreads();  // the previous step is done with Qs, dOs, Pt, dSt
     load_tile(Qs, LDK, q + row0 * d, d, rows, d, BR, D_PAD);
     load_tile(dOs, LDK, dout + row0 * d, d, rows, d, BR, D_PAD);
+#endif
     for (int r = threadIdx.x; r < BR; r += NTHREADS) {
       Ls[r] = r < rows ? finite_or_zero(lse[row0 + r]) : 0.f;  // L = -inf: a row that sees no key
       Ds[r] = r < rows ? delta[row0 + r] : 0.f;
     }
     __syncthreads();
+#if FA2_PREFETCH
+    if (i + 1 < t_r) {  // Q_{i+1}, dO_{i+1} travel while this step computes (the staging buffer is free again)
+      const int r1 = r0 + BR;
+      stage_tile(Qst, q + (bh * n_q + r1) * d, min(BR, n_q - r1), d);
+      stage_tile(dOst, dout + (bh * n_q + r1) * d, min(BR, n_q - r1), d);
+    }
+    copies_commit();
+#endif
 
     // FA2 Alg. 2 line 10: S_i^(j) = scale * Q_i K_j^T
     float P[RA][CB], dP[RA][CB];
@@ -242,7 +346,7 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
     tile_dq(dQ, dSt, Ks);
 #pragma unroll
     for (int a = 0; a < RA; ++a) {
-      const int r = ty + TY * a;
+      const int r = RA * ty + a;  // tile_dq's rows
       if (r >= rows) continue;
       float* dQg = dq_acc + (row0 + r) * d;
 #pragma unroll

@@ -1,7 +1,7 @@
 // kernels/cuda/naive_bwd.cu's five kernels compiled as plain C++ and run on the CPU (tests/emulate/cuda_host.h),
-// float32 storage only: the index arithmetic, masks, barriers and the order of FA1 Alg. 3's lines, checked
-// without a GPU by tests/test_naive_bwd_emulated.py.
-//   g++ -std=c++20 -O1 -shared -fPIC -pthread -I tests/emulate/fake -I kernels/cuda -DSTORAGE=float
+// float32, fp16 or bf16 storage (STORAGE; tests/emulate/fake has host fp16/bf16): the index arithmetic,
+// masks, barriers and the order of FA1 Alg. 3's lines, checked without a GPU by tests/test_naive_bwd_emulated.py.
+//   g++ -std=c++20 -O1 -shared -fPIC -pthread -I tests/emulate -I tests/emulate/fake -I kernels/cuda -DSTORAGE=float
 //       -DBR=64 -DBC=64 tests/emulate/naive_bwd_host.cpp -o naive_bwd_host.so
 #include "cuda_host.h"
 #include "naive_bwd.cu"
@@ -13,23 +13,23 @@ static_assert(NTHREADS == 256, "cuda_host.h is sized for 256 threads");
 
 #define LAUNCH(gx, gy, gz, call) launch_blocks(gx, gy, gz, smem, sizeof(smem), [=] { call; })
 
-extern "C" void naive_bwd_dv_launch(int gx, int gy, const float* p, const float* dout, float* dv, int n_q,
+extern "C" void naive_bwd_dv_launch(int gx, int gy, const T* p, const T* dout, T* dv, int n_q,
                                     int n_k, int d, int causal) {
   LAUNCH(gx, gy, 1, naive_bwd_dv(p, dout, dv, n_q, n_k, d, causal));
 }
-extern "C" void naive_bwd_dp_launch(int gx, int gy, int gz, const float* dout, const float* v, float* dp,
+extern "C" void naive_bwd_dp_launch(int gx, int gy, int gz, const T* dout, const T* v, T* dp,
                                     int n_q, int n_k, int d, int causal) {
   LAUNCH(gx, gy, gz, naive_bwd_dp(dout, v, dp, n_q, n_k, d, causal));
 }
-extern "C" void naive_bwd_ds_launch(int gx, int gy, const float* p, const float* dp, float* ds, int n_q,
+extern "C" void naive_bwd_ds_launch(int gx, int gy, const T* p, const T* dp, T* ds, int n_q,
                                     int n_k) {
   LAUNCH(gx, gy, 1, naive_bwd_ds(p, dp, ds, n_q, n_k));
 }
-extern "C" void naive_bwd_dq_launch(int gx, int gy, const float* ds, const float* k, float* dq, int n_q,
+extern "C" void naive_bwd_dq_launch(int gx, int gy, const T* ds, const T* k, T* dq, int n_q,
                                     int n_k, int d, float scale, int causal) {
   LAUNCH(gx, gy, 1, naive_bwd_dq(ds, k, dq, n_q, n_k, d, scale, causal));
 }
-extern "C" void naive_bwd_dk_launch(int gx, int gy, const float* ds, const float* q, float* dk, int n_q,
+extern "C" void naive_bwd_dk_launch(int gx, int gy, const T* ds, const T* q, T* dk, int n_q,
                                     int n_k, int d, float scale, int causal) {
   LAUNCH(gx, gy, 1, naive_bwd_dk(ds, q, dk, n_q, n_k, d, scale, causal));
 }
