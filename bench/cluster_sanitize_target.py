@@ -23,6 +23,11 @@ if str(ROOT) not in sys.path:
 SHAPES16 = [(1, 1, 130, 15000, 128, True), (1, 1, 70, 20000, 64, False)]
 # --small (racecheck, which is slow on shared memory): one Q block, one head, a cluster of each size
 SMALL = [(1, 1, 64, 200, 64, True), (1, 1, 64, 1600, 64, False), (1, 1, 64, 3100, 64, True), (1, 1, 64, 6200, 64, False)]
+# --forced: short rows split over a cluster larger than they need (config CLUSTER=k), so racecheck sees every
+# cluster size's reductions, idle ranks (no key block) and a reused ring slot in seconds, not minutes:
+# (B, H, Nq, Nk, d, causal, k)
+FORCED = [(1, 1, 64, 600, 64, False, 2), (1, 1, 64, 1100, 64, True, 4), (1, 1, 64, 900, 128, False, 8),
+          (1, 1, 100, 2100, 128, True, 8)]
 
 
 def parse_config(text: str) -> dict | None:
@@ -43,6 +48,7 @@ def main(argv=None) -> int:
                                                                  for c in vc.SWEEP]))
     ap.add_argument("--dtypes", default="float16")
     ap.add_argument("--small", action="store_true", help="SMALL shapes (one Q block, one head, CS 1/2/4/8)")
+    ap.add_argument("--forced", action="store_true", help="FORCED shapes (short rows over clusters of 2/4/8)")
     args = ap.parse_args(argv)
     bad = 0
     for cfg_text in args.configs.split(","):
@@ -50,10 +56,14 @@ def main(argv=None) -> int:
         for dt in args.dtypes.split(","):
             dtype = getattr(torch, dt)
             shapes = SMALL if args.small else KERNEL_SHAPES["v_once_cluster"]
+            if args.forced:
+                shapes = FORCED
             if config and config.get("MAX_CLUSTER") == 16:  # rows only a cluster of 16 holds
                 shapes = SHAPES16
-            for b, h, n_q, n_k, d, causal, *gqa in shapes:
-                h_kv = gqa[0] if gqa else h
+            for b, h, n_q, n_k, d, causal, *extra in shapes:
+                h_kv = extra[0] if extra and not args.forced else h
+                if args.forced:
+                    config = dict(parse_config(cfg_text) or {}, CLUSTER=extra[0])
                 g = torch.Generator(device="cuda").manual_seed(n_q + n_k)
                 q = torch.randn(b, h, n_q, d, generator=g, device="cuda").to(dtype)
                 k, v = (torch.randn(b, h_kv, n_k, d, generator=g, device="cuda").to(dtype) for _ in range(2))

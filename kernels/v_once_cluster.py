@@ -49,7 +49,9 @@ BENCH_OPTIONS = ({"placement": "cluster"},)  # timed as itself: the fallback is 
 # launch path).
 CONFIG = dict(BLOCK_M=64, BLOCK_N=64, STAGES=2, NWG=1, MAX_CLUSTER=8)
 TUNABLE = {"NWG": (1, 2), "STAGES": (2, 3, 4, 5, 6, 7), "BLOCK_N": (64, 128), "MAX_CLUSTER": (8, 16),
-           "RUNTIME_CLUSTER": (0, 1)}
+           "RUNTIME_CLUSTER": (0, 1), "CLUSTER": (0, 1, 2, 4, 8)}
+# CLUSTER=k (checks only): split the keys over k CTAs even where fewer hold the row, so compute-sanitizer's
+# racecheck, slow per shared-memory access, sees every cluster size's reductions on short rows.
 MAX_STAGES = 7  # the .cu's mbarrier block (MAX_STAGES there)
 # candidates the GPU check tests and times beside the default (NVRTC: no spills; NWG=2 with Bc=128 at d=128
 # spills 8-20 B, so it is not one)
@@ -219,6 +221,10 @@ def _resolve(n_k: int, d: int, placement: str, config: dict | None = None):
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     p = cluster_plan(n_k, d, config=config)
+    forced = build_config(config).get("CLUSTER", 0)
+    if p is not None and forced > p.cluster_size:
+        cfg = build_config(config)
+        p = _cluster.at_size(forced, n_k, d, block_q=cfg["BLOCK_M"], block_k=cfg["BLOCK_N"], stages=cfg["STAGES"])
     if p is None and placement == "cluster":
         raise ValueError(
             f"v_once_cluster placement='cluster': the f row of a {CONFIG['BLOCK_M']}-row Q block over Nk={n_k} keys "

@@ -160,6 +160,17 @@ def test_launch_config_of_the_non_portable_cluster():
         assert vc.max_keys(d, config=CS16) > 1.9 * vc.max_keys(d)
 
 
+def test_forced_cluster_splits_short_rows():
+    """config CLUSTER=k (a check hook) splits a row over k CTAs even where fewer hold it; never fewer than plan()."""
+    from kernels.v_once_cluster import _resolve
+
+    assert _resolve(600, 64, "cluster", {"CLUSTER": 8}).cluster_size == 8
+    assert _resolve(600, 64, "cluster", {"CLUSTER": 8}).keys_per_cta == 128  # ranks 5-7 get no key block
+    assert _resolve(5000, 64, "cluster", {"CLUSTER": 2}).cluster_size == 4  # the plan needs 4: not fewer
+    with pytest.raises(ValueError, match="CLUSTER"):
+        _resolve(600, 64, "cluster", {"CLUSTER": 3})
+
+
 def test_descriptor_follows_the_plan():
     """The GPU model's descriptor (analysis/cluster_model.py) and the launcher pick the same cluster size from
     analysis.cluster.plan; past 8 CTAs the model describes the non-portable cluster of 16 (config MAX_CLUSTER=16)."""
@@ -285,6 +296,16 @@ def test_cluster_shape_set_at_launch(n_k):
     the cluster of 16 takes), same results."""
     plan = _check(1, 2, 129, n_k, 128, torch.float16, True, 1.0, n_k, config={"RUNTIME_CLUSTER": 1})
     assert plan["cluster_size"] == vc.cluster_plan(n_k, 128).cluster_size
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("cs,n_k,d,causal", [(2, 600, 64, False), (4, 1100, 64, True), (8, 900, 128, False),
+                                             (8, 300, 64, True)], ids=str)
+def test_forced_cluster_matches_reference(cs, n_k, d, causal):
+    """Short rows over clusters larger than they need (the racecheck shapes): idle ranks, every reduction."""
+    plan = _check(1, 2, 100, n_k, d, torch.float16, causal, 4.0, cs, config={"CLUSTER": cs})
+    assert plan["cluster_size"] == cs
 
 
 @pytest.mark.gpu
