@@ -34,7 +34,7 @@ def _kernel_of(label: str) -> tuple[str, dict]:
     """'v_once_tc[hbm,lazy]' -> ('v_once_tc', {placement, rescale}); 'fa2_wgmma{...}' -> config."""
     if re.match(r"^v_once_cluster(\b|_|\[|$)", label):  # issue 18: the build follows from Nk (analysis.cluster)
         return "v_once_cluster", {}
-    m = re.match(r"^v_once_tc\[(\w+),(\w+)\]$", label)
+    m = re.match(r"^v_once_tc\[(\w+),(\w+)\]$", label) or re.match(r"^v_once_tc_(sram|hbm|auto)_(lazy|eager)$", label)
     if m:
         return "v_once_tc", {"placement": m.group(1), "rescale": m.group(2)}
     m = re.match(r"^(fa2_wgmma|fa2_tc)(\{.*\})$", label)

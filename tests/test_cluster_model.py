@@ -32,6 +32,10 @@ def constants(monkeypatch):
     original = cm.load_constants
     original.cache_clear()
     base = dict(original())
+    # a committed probe's per-cluster-size values win over the single constants: a test that sets one
+    # constant drops them, so its value is the one used
+    for key in ("dsmem_bytes_per_clk_by_cs", "barrier_cycles_by_cs"):
+        base.pop(key, None)
 
     def set_(**kw):
         monkeypatch.setattr(cm, "load_constants", lambda: dict(base, **kw))
@@ -94,8 +98,10 @@ def test_levels_count_the_clusters_q_rereads_and_no_f():
 
 
 def test_dsmem_and_barrier_constants_move_the_prediction(constants):
+    constants()  # the single constants (a probe's per-size values dropped)
+    rate = cm.load_constants()["dsmem_bytes_per_clk"]
     base = gm.predict("v_once_cluster", 1, 16, 16384, None, 128)
-    constants(dsmem_bytes_per_clk=4.0)
+    constants(dsmem_bytes_per_clk=rate / 8)
     slow = gm.predict("v_once_cluster", 1, 16, 16384, None, 128)
     assert slow.terms["dsmem"] == pytest.approx(8 * base.terms["dsmem"]) and slow.time_s > base.time_s
     constants(barrier_cycles=0.0, dsmem_bytes_per_clk=1e9)
