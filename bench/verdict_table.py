@@ -1,9 +1,12 @@
 """The issue #941 verdict's numbers, read from a tc_bench.json (so the write-up never holds hand-copied cells).
 
     python bench/verdict_table.py [bench/results/tc_bench.json] [--dtype float16]
+    python bench/verdict_table.py --cluster [bench/results/cluster_bench.json] [--dtype float16]
 
 Prints the markdown table of docs/issue-941-verdict.md (fa2_tc and every v_once_tc mode, TFLOP/s, and
-the best v_once over fa2_tc taken in the same run), then the ranges the text quotes.
+the best v_once over fa2_tc taken in the same run), then the ranges the text quotes. With --cluster: the
+cluster v_once (issue 18) against fa2_wgmma, the spilled v_once_tc and cuDNN, from bench/cluster_speed.py's
+JSON, and the model's predicted ratio beside each measured one (analysis.gpu_model).
 """
 from __future__ import annotations
 
@@ -32,11 +35,44 @@ def best_ratio(t, dtype, d, causal, n):
     return best / fa2["tflops"], mode
 
 
+def cluster_table(path, dtype: str) -> None:
+    from analysis import gpu_model as gm
+
+    rows = [r for r in json.loads(Path(path).read_text())["rows"] if r.get("median_ms") and r.get("dtype") == dtype]
+    t = {(r["d"], bool(r["causal"]), r["b"], r["h"], r["n"], r["label"]): r for r in rows}
+    dt = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    print("| d | causal | B·H | N | CS | cluster TFLOP/s | fa2_wgmma | cluster / fa2_wgmma time | model's | "
+          "/ v_once_tc (spilled) | cuDNN |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    ratios, preds = [], []
+    for key in sorted({k[:5] for k in t}):
+        c, f = t.get(key + ("v_once_cluster_cluster",)), t.get(key + ("fa2_wgmma",))
+        v, cu = t.get(key + ("v_once_tc_hbm_lazy",)), t.get(key + ("sdpa_cudnn",))
+        if not c or not f:
+            continue
+        d, causal, b, h, n = key
+        pc = gm.predict("v_once_cluster", b, h, n, None, d, dt, causal).time_s
+        pf = gm.predict("fa2_wgmma", b, h, n, None, d, dt, causal).time_s
+        ratio, pred = c["median_ms"] / f["median_ms"], pc / pf
+        ratios.append(ratio)
+        preds.append(pred)
+        print(f"| {d} | {'yes' if causal else 'no'} | {b * h} | {n} | {c.get('cluster_size')} | {c['tflops']:.0f} | "
+              f"{f['tflops']:.0f} | {ratio:.2f} | {pred:.2f} | "
+              f"{c['median_ms'] / v['median_ms']:.2f} | {cu['tflops']:.0f} |" if v and cu else "")
+    print(f"\n{dtype}: cluster v_once / fa2_wgmma time {min(ratios):.2f}-{max(ratios):.2f} "
+          f"(model {min(preds):.2f}-{max(preds):.2f}); cells where it is faster: {sum(r < 1 for r in ratios)}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("path", nargs="?", default=str(Path(__file__).parent / "results" / "tc_bench.json"))
+    ap.add_argument("path", nargs="?", default=None)
     ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--cluster", action="store_true", help="the cluster v_once table (issue 18)")
     args = ap.parse_args(argv)
+    if args.cluster:
+        cluster_table(args.path or Path(__file__).parent / "results" / "cluster_bench.json", args.dtype)
+        return 0
+    args.path = args.path or str(Path(__file__).parent / "results" / "tc_bench.json")
     t = load(args.path)
     dt = args.dtype
     print("| d | causal | N | fa2_tc | v_once sram lazy | sram eager | hbm lazy | hbm eager | best v_once / fa2 |")
