@@ -81,7 +81,20 @@
 //           the softmax of step t, right after P_{t-1} V_{t-1}, so both products run under it; PINGPONG=0.
 //           Two S tiles fit beside O at d = 64 Bc = 128 (the shipped Bc), d = 96/128 Bc = 96, d = 256
 //           Bc = 64 (Bc = 128 at d = 128 spills 240 B at 240 registers). NVRTC: no spills. Measured: not yet.
-//       v3e combination dynamic+ahead (d = 256: persistent + two S tiles spill, not built). Measured: not yet.
+//       v3e combination dynamic+ahead (d = 256: persistent + two S tiles spill, not built).
+//       Last visit (bench/results/speed_final/: GPU tests 87 passed; every persistent and QK_AHEAD build
+//       correct on 1, 3 and all CTAs at every d; memcheck of the shipped builds at Nk = 2900, 0 errors; A/B
+//       fp16/bf16, d = 64/128/256, N = 512/1k/2k/8k, causal and not, time / base, geomean N <= 2k | N > 2k):
+//         v3c PERSISTENT=2: d = 64 1.00 | 1.06, d = 128 1.04 | 1.00, d = 256 1.08 | 1.02 (worst cells 1.11-1.22):
+//             negative here. The dynamic scheduler adds a counter reset and a tile hand-off per tile, and this
+//             kernel's one-tile-per-CTA grid already fills the SMs at B*N = 16k (>= 8 waves); FA3's gain at
+//             N = 1k came against a kernel without its producer/consumer prologue overlap.
+//         v3d QK_AHEAD=1 (d = 64): 1.23 | 1.35; with PERSISTENT 1.26 | 1.45: negative. Two S tiles cost the
+//             registers of the ping-pong schedule it replaces (PINGPONG=0), and at d = 64 the second
+//             warpgroup's softmax already hides under the first's products.
+//       All off in CONFIGS (the A/B's decision rule: geomean <= 0.99 with no cell above 1.03). Against cuDNN
+//       the shipped builds are >= 1.0x in 13 of 48 cells of that A/B (24 of 72 on visit 2): d = 256 and
+//       d = 128 at N >= 8k; d = 64 (0.70-0.98x) and N <= 2k remain behind.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
