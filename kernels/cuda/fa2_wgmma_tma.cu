@@ -86,11 +86,11 @@
 //       correct on 1, 3 and all CTAs at every d; memcheck of the shipped builds at Nk = 2900, 0 errors; A/B
 //       fp16/bf16, d = 64/128/256, N = 512/1k/2k/8k, causal and not, time / base, geomean N <= 2k | N > 2k):
 //         v3c PERSISTENT=2: d = 64 1.00 | 1.06, d = 128 1.04 | 1.00, d = 256 1.08 | 1.02 (worst cells 1.11-1.22):
-//             negative here. The dynamic scheduler adds a counter reset and a tile hand-off per tile, and this
+//             negative here. Not profiled; likely: the scheduler adds a counter reset and a tile hand-off, and this
 //             kernel's one-tile-per-CTA grid already fills the SMs at B*N = 16k (>= 8 waves); FA3's gain at
 //             N = 1k came against a kernel without its producer/consumer prologue overlap.
-//         v3d QK_AHEAD=1 (d = 64): 1.23 | 1.35; with PERSISTENT 1.26 | 1.45: negative. Two S tiles cost the
-//             registers of the ping-pong schedule it replaces (PINGPONG=0), and at d = 64 the second
+//         v3d QK_AHEAD=1 (d = 64): 1.23 | 1.35; with PERSISTENT 1.26 | 1.45: negative. Not profiled;
+//             likely: two S tiles cost the ping-pong schedule they replace (PINGPONG=0), and at d = 64 the second
 //             warpgroup's softmax already hides under the first's products.
 //       All off in CONFIGS (the A/B's decision rule: geomean <= 0.99 with no cell above 1.03). Against cuDNN
 //       the shipped builds are >= 1.0x in 13 of 48 cells of that A/B (24 of 72 on visit 2): d = 256 and
