@@ -106,9 +106,12 @@ def plan_or_largest(n_k: int, d: int, *, block_q: int = 64, block_k: int = 64, i
 
 
 def rank_blocks(rank: int, p: ClusterPlan, visited: range) -> range:
-    """The key blocks j CTA `rank` owns among the visited prefix: [rank·Tc_cta, (rank+1)·Tc_cta) ∩ visited."""
-    lo = rank * p.key_blocks_per_cta
-    return range(min(lo, len(visited)), min(lo + p.key_blocks_per_cta, len(visited)))
+    """The key blocks CTA `rank` owns among the visited prefix, as the kernel splits them
+    (kernels/cuda/v_once_cluster.cu): evenly, per = ceil(Tc_vis / CS), CTA r taking [r·per, (r+1)·per) ∩ visited,
+    so a causal Q block near the top keeps every rank busy. per never exceeds the plan's slots per CTA."""
+    per = -(-len(visited) // p.cluster_size)
+    lo = rank * per
+    return range(min(lo, len(visited)), min(lo + per, len(visited)))
 
 
 def dsmem_bytes(cluster_size: int, rows: int, d: int) -> dict:

@@ -147,9 +147,9 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
         from analysis.cluster import plan_or_largest
         from analysis.cluster_model import busiest_rank_tiles
 
-        kb = plan_or_largest(n_k, d, block_q=desc.block_q, block_k=desc.block_k,
-                             capacity=_smem_per_cta()).key_blocks_per_cta
-        pattern, repeats = [busiest_rank_tiles(n, kb) for n in per_block], batch * heads
+        cs = plan_or_largest(n_k, d, block_q=desc.block_q, block_k=desc.block_k,
+                             capacity=_smem_per_cta()).cluster_size
+        pattern, repeats = [busiest_rank_tiles(n, cs) for n in per_block], batch * heads
     else:
         pattern, repeats = per_block, batch * heads
     return Work(desc, batch, heads, n_q, n_k, d, dtype, bool(causal), tr, lv, sum(per_block) * batch * heads,
@@ -257,6 +257,13 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
         q_blocks = len(work.cta_tiles) * work.repeats
         cluster_terms = cluster_costs(desc, work.d, work.traffic.dsmem_total_bytes / max(1, q_blocks))
         fixed += sum(cluster_terms.values())
+        exposed = params.get("cluster_exposed_cycles")
+        if exposed is None:
+            from analysis.cluster_model import exposed_cycles_per_tile
+
+            exposed = exposed_cycles_per_tile()
+        per_tile += exposed  # one consumer warpgroup: the latency it leaves exposed per tile (fitted)
+        cluster_terms["exposed"] = exposed * sum(work.cta_tiles) / max(1, len(work.cta_tiles))
     cycles, waves = _schedule(work.cta_tiles, work.repeats, slots,
                               lambda n: per_tile * n + fixed + lat * round_trips(desc, n))
     t_compute = cycles / clock

@@ -32,6 +32,7 @@ import math
 from pathlib import Path
 
 from analysis import gpu_model as gm
+from analysis.cluster_model import is_train as cluster_train  # its one constant's own split (cluster_model_fit.json)
 from analysis.fit_gpu_model import is_train, work_of
 from analysis.local_memory import is_train as local_train
 from analysis.measured import bench_cells, ncu_cells, teaching_cells
@@ -84,7 +85,8 @@ def rows(params=None) -> list[dict]:
             cache[key] = gm.predict_work(work_of(c), params)
         p = cache[key]
         base = dict(source=c["source"], kernel=_label(c), batch=c["batch"], heads=c["heads"], n=c["n_q"],
-                    d=c["d"], dtype=c["dtype"], causal=c["causal"], train=is_train(c), bound=p.bound)
+                    d=c["d"], dtype=c["dtype"], causal=c["causal"], train=is_train(c) or cluster_train(c),
+                    bound=p.bound)
         if "time_s" in c or "duration_s" in c:
             measured = c.get("time_s", c.get("duration_s"))
             what = "time" if "time_s" in c else "ncu time"

@@ -388,7 +388,8 @@ print("8 is the portable cluster size; 16 needs the driver's non-portable opt-in
 # %% [markdown]
 # The measurement (`bench/results/cluster_bench.json`, H200, one run, every cell checked against the
 # float64 reference first): the cluster kernel's time over `fa2_wgmma`'s, with the GPU model's predicted
-# ratio beside it (`analysis.gpu_model`, never fitted on these cells). Above 1: FA2 is faster.
+# ratio beside it (`analysis.gpu_model`; its one cluster constant is fitted on the fp16, d = 64, non-causal
+# cells at N ≥ 2k). Above 1: FA2 is faster.
 
 # %%
 import json
@@ -433,9 +434,10 @@ else:
 # about: its slice fills a block's shared memory (162–204 KB), so each SM runs a single consumer
 # warpgroup. ncu puts the tensor pipe at 12.6% active at d = 64 and 22% at d = 128, against 48% and 77%
 # for `fa2_wgmma`. On top of that, the two products can no longer overlap, because no P·V may start before the whole
-# cluster has its row max, and $f$ makes a round trip through shared memory. The model ranks the two
-# kernels right in every cell but predicts less of the gap than was measured: it lacks the latency that
-# one warpgroup leaves exposed, and `docs/issue-941-verdict.md` says so.
+# cluster has its row max, and $f$ makes a round trip through shared memory. The GPU model explains the
+# gap with one more term, fitted on three cells (fp16, d = 64, non-causal): about 900 cycles per tile that a
+# lone warpgroup leaves exposed. It then holds within ±15% on every held-out cell with N ≥ 2k (d = 128,
+# causal, bf16, small B·H; `docs/issue-941-verdict.md`).
 
 # %% [markdown]
 # ## Verdict

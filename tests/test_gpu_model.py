@@ -32,7 +32,8 @@ def test_every_kernel_has_a_descriptor(name, d):
     desc = describe(name, d, "fp16", False, n_q=4096)
     assert desc.block_q > 0 and desc.block_k > 0 and desc.ctas_per_sm >= 1
     p = gm.predict(name, 4, 2048 // d, 4096, None, d, "fp16", False)
-    assert p.time_s > 0 and p.tflops > 0 and p.bound in ("tensor", "ffma", "softmax", "smem", "latency", "l2", "dram")
+    assert p.time_s > 0 and p.tflops > 0 and p.bound in ("tensor", "ffma", "softmax", "smem", "latency", "l2", "dram",
+                                                             "dsmem", "sync", "exposed")
 
 
 def test_descriptor_ctas_match_measured_resources():
