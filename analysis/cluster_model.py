@@ -182,7 +182,7 @@ def fit_exposed(cells: list[dict]) -> dict:
         lo, hi = 0.0, 20000.0
         for _ in range(40):
             mid = (lo + hi) / 2
-            t = gm.predict_work(work, dict(gm.load_params(), cluster_exposed_cycles=mid)).time_s
+            t = gm.as_timed(gm.predict_work(work, dict(gm.load_params(), cluster_exposed_cycles=mid)), c.get("timer"))
             lo, hi = (mid, hi) if t < c["time_s"] else (lo, mid)
         implied.append(((lo + hi) / 2, c))
     values = sorted(v for v, _ in implied)

@@ -76,7 +76,7 @@ def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
                 opts = dict(opts, config=configs[kernel][r["d"]])
             cells.append(dict(source=path.name, kernel=kernel, options=opts, label=r["kernel"], batch=r["b"],
                               heads=r["h"], n_q=r["n"], n_k=r["n"], d=r["d"], dtype=DTYPE[r["dtype"]],
-                              causal=bool(r["causal"]), time_s=r["median_ms"] * 1e-3))
+                              causal=bool(r["causal"]), time_s=r["median_ms"] * 1e-3, timer=r.get("timer")))
     return cells
 
 

@@ -94,7 +94,7 @@ def rows(params=None) -> list[dict]:
             if c["n_q"] >= MIN_N:
                 band = TEACHING_BAND if c["kernel"] in TEACHING else TC_BAND
             # ncu durations have no host launch overhead: compare the kernel alone
-            model = p.time_s if what == "time" else p.time_s - p.terms["overhead"]
+            model = gm.as_timed(p, c.get("timer")) if what == "time" else p.time_s - p.terms["overhead"]
             out.append(dict(base, quantity=what, model=model, measured=measured, band=band))
         if "dram_bytes" in c:
             out.append(dict(base, quantity="dram bytes", model=p.dram_bytes, measured=c["dram_bytes"],

@@ -435,7 +435,7 @@ else:
 # warpgroup. ncu puts the tensor pipe at 12.6% active at d = 64 and 22% at d = 128, against 48% and 77%
 # for `fa2_wgmma`. On top of that, the two products can no longer overlap, because no P·V may start before the whole
 # cluster has its row max, and $f$ makes a round trip through shared memory. The GPU model explains the
-# gap with one more term, fitted on three cells (fp16, d = 64, non-causal): about 900 cycles per tile that a
+# gap with one more term, fitted on three cells (fp16, d = 64, non-causal): about 950 cycles per tile that a
 # lone warpgroup leaves exposed. It then holds within ±15% on every held-out cell with N ≥ 2k (d = 128,
 # causal, bf16, small B·H; `docs/issue-941-verdict.md`).
 
