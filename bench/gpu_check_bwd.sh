@@ -15,6 +15,7 @@
 # errors" (memcheck) and "RACECHECK SUMMARY: 0 hazards" (racecheck), train_gpt's AGREE line and tokens/s;
 # bwd_bench.md (fa2_wgmma / sdpa_flash ratios; fa2 / sdpa_math_fp32 at N = 4096: the teaching target).
 set -u
+. "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d /tmp/gpu_check_bwd.XXXX)}
 mkdir -p "$OUT"
@@ -69,16 +70,7 @@ for step in "${steps[@]}"; do
   echo "== $step: rc=$rc, ${SECS[$step]} s (limit ${limit} s)"
 done
 
-{
-  echo "{"
-  first=1
-  for step in "${steps[@]}"; do
-    [ $first -eq 1 ] || echo ","
-    first=0
-    printf '  "%s": {"rc": %s, "seconds": %s}' "$step" "${RC[$step]}" "${SECS[$step]}"
-  done
-  echo; echo "}"
-} > "$OUT/gpu_check_bwd.json"
+steps_json "$OUT/gpu_check_bwd.json" "${steps[@]}"
 echo
 echo "step         rc  seconds   (rc 124: hit its time limit)"
 for step in "${steps[@]}"; do printf '%-12s %3s %8s\n' "$step" "${RC[$step]}" "${SECS[$step]}"; done

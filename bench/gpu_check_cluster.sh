@@ -35,6 +35,7 @@
 # "ERROR SUMMARY: 0 errors" / "0 hazards", BAD=0, done; the speed table's t/fa2 (same run) and, per cell, the
 # fastest v_once_cluster build against fa2_wgmma and cuDNN; the ncu table's DRAM/compulsory of v_once_cluster (~1).
 set -u
+. "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 export OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
@@ -42,7 +43,7 @@ mkdir -p "$OUT"
 failed=()
 step() {  # step NAME SECONDS FUNCTION: run under a time limit, log rc and seconds, keep going
   local name=$1 limit=$2; shift 2
-  local override="LIMIT_$name"; limit=${!override:-$limit}  # e.g. LIMIT_speed_main=120 in the environment
+  limit=$(step_limit "$name" "$limit")  # LIMIT_<name> in the environment overrides it
   local t0=$(date +%s)
   echo "=== $name" >&2
   timeout "$limit" bash -c "$(declare -f); $1"  # every function: the steps call helpers (pyt, sanitize)

@@ -21,6 +21,7 @@
 # errors" and "RACECHECK SUMMARY: 0 hazards"; in teach_bwd_ab.md the fa2/naive, fa2/sdpa_math_fp32 and
 # fa2/fa2_v1 columns at N >= 4096 (the target: fa2/naive > 1), and the fp32 exactness lines (<= 1e-5).
 set -u
+. "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d /tmp/gpu_check_teach_bwd.XXXX)}
 mkdir -p "$OUT"
@@ -80,16 +81,7 @@ for step in "${steps[@]}"; do
   echo "== $step: rc=$rc, ${SECS[$step]} s (limit ${limit} s)"
 done
 
-{
-  echo "{"
-  first=1
-  for step in "${steps[@]}"; do
-    [ $first -eq 1 ] || echo ","
-    first=0
-    printf '  "%s": {"rc": %s, "seconds": %s}' "$step" "${RC[$step]}" "${SECS[$step]}"
-  done
-  echo; echo "}"
-} > "$OUT/gpu_check_teach_bwd.json"
+steps_json "$OUT/gpu_check_teach_bwd.json" "${steps[@]}"
 echo
 [ -f "$OUT/teach_bwd_ab.md" ] && grep -E "^(###|\|)" "$OUT/teach_bwd_ab.md"
 echo

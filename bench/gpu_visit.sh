@@ -13,6 +13,7 @@
 # $OUT/tc_ncu_d$NCU_D.csv (ncu counters of one launch per kernel at N = 4096 and 1024) and
 # $OUT/visit.json (step -> rc, s). The device tool returns at most 8 files: split the steps over calls.
 set -u
+. "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/results}
 mkdir -p "$OUT"
@@ -50,15 +51,6 @@ l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum --section WarpStateStat
   RC[$step]=$rc; SECS[$step]=$(( $(date +%s) - t0 ))
   echo "== $step: rc=$rc, ${SECS[$step]} s"
 done
-{
-  echo "{"
-  first=1
-  for step in "${steps[@]}"; do
-    [ $first -eq 1 ] || echo ","
-    first=0
-    printf '  "%s": {"rc": %s, "seconds": %s}' "$step" "${RC[$step]}" "${SECS[$step]}"
-  done
-  echo; echo "}"
-} > "$OUT/visit.json"
+steps_json "$OUT/visit.json" "${steps[@]}"
 cat "$OUT/visit.json"
 for step in "${steps[@]}"; do [ "${RC[$step]}" -eq 0 ] || exit 1; done
