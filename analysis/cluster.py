@@ -62,23 +62,21 @@ def plan(n_k: int, d: int, *, block_q: int = 64, block_k: int = 64, stages: int 
     for cs in CLUSTER_SIZES:
         if cs > max_cluster:
             break
-        keys = _cdiv(_cdiv(n_k, cs), block_k) * block_k
-        nbytes = smem_bytes(keys, d, block_q=block_q, block_k=block_k, stages=stages, itemsize=itemsize)
-        if nbytes <= capacity:
-            return ClusterPlan(cs, block_q, block_k, keys, nbytes, block_q * keys * itemsize)
+        p = at_size(cs, n_k, d, block_q=block_q, block_k=block_k, stages=stages, itemsize=itemsize)
+        if p.smem_bytes <= capacity:
+            return p
     return None
 
 
-def max_keys(d: int, cluster_size: int, **kw) -> int:
-    """The largest Nk a cluster of `cluster_size` CTAs holds on chip (0 if not even one key block)."""
-    block_k = kw.get("block_k", 64)
+def max_keys(d: int, cluster_size: int, *, block_q: int = 64, block_k: int = 64, stages: int = 2,
+             itemsize: int = 2, capacity: int = SMEM_PER_CTA) -> int:
+    """The largest Nk a cluster of `cluster_size` CTAs holds on chip (0 if not even one key block): the most
+    key blocks one CTA's shared memory takes, times the CTAs."""
     keys = 0
-    while True:
-        nxt = keys + block_k
-        p = plan(nxt * cluster_size, d, max_cluster=cluster_size, **kw)
-        if p is None or p.cluster_size > cluster_size:
-            return keys * cluster_size
-        keys = nxt
+    while smem_bytes(keys + block_k, d, block_q=block_q, block_k=block_k, stages=stages,
+                     itemsize=itemsize) <= capacity:
+        keys += block_k
+    return keys * cluster_size
 
 
 # -- the cluster as the reference, the closed forms and the GPU model count it (issue 18 item 2) ---------
@@ -109,7 +107,7 @@ def rank_blocks(rank: int, p: ClusterPlan, visited: range) -> range:
     """The key blocks CTA `rank` owns among the visited prefix, as the kernel splits them
     (kernels/cuda/v_once_cluster.cu): evenly, per = ceil(Tc_vis / CS), CTA r taking [r·per, (r+1)·per) ∩ visited,
     so a causal Q block near the top keeps every rank busy. per never exceeds the plan's slots per CTA."""
-    per = -(-len(visited) // p.cluster_size)
+    per = _cdiv(len(visited), p.cluster_size)
     lo = rank * per
     return range(min(lo, len(visited)), min(lo + per, len(visited)))
 

@@ -221,10 +221,9 @@ def _resolve(n_k: int, d: int, placement: str, config: dict | None = None):
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     p = cluster_plan(n_k, d, config=config)
-    forced = build_config(config).get("CLUSTER", 0)
-    if p is not None and forced > p.cluster_size:
-        cfg = build_config(config)
-        p = _cluster.at_size(forced, n_k, d, block_q=cfg["BLOCK_M"], block_k=cfg["BLOCK_N"], stages=cfg["STAGES"])
+    cfg = build_config(config)
+    if p is not None and cfg.get("CLUSTER", 0) > p.cluster_size:
+        p = _cluster.at_size(cfg["CLUSTER"], n_k, d, block_q=cfg["BLOCK_M"], block_k=cfg["BLOCK_N"], stages=cfg["STAGES"])
     if p is None and placement == "cluster":
         raise ValueError(
             f"v_once_cluster placement='cluster': the f row of a {CONFIG['BLOCK_M']}-row Q block over Nk={n_k} keys "
