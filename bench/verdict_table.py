@@ -56,9 +56,10 @@ def cluster_table(path, dtype: str) -> None:
         ratio, pred = c["median_ms"] / f["median_ms"], pc / pf
         ratios.append(ratio)
         preds.append(pred)
+        spilled = f"{c['median_ms'] / v['median_ms']:.2f}" if v else "—"
+        cudnn = f"{cu['tflops']:.0f}" if cu else "—"
         print(f"| {d} | {'yes' if causal else 'no'} | {b * h} | {n} | {c.get('cluster_size')} | {c['tflops']:.0f} | "
-              f"{f['tflops']:.0f} | {ratio:.2f} | {pred:.2f} | "
-              f"{c['median_ms'] / v['median_ms']:.2f} | {cu['tflops']:.0f} |" if v and cu else "")
+              f"{f['tflops']:.0f} | {ratio:.2f} | {pred:.2f} | {spilled} | {cudnn} |")
     print(f"\n{dtype}: cluster v_once / fa2_wgmma time {min(ratios):.2f}-{max(ratios):.2f} "
           f"(model {min(preds):.2f}-{max(preds):.2f}); cells where it is faster: {sum(r < 1 for r in ratios)}")
 
