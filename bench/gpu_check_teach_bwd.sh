@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # GPU check of the teaching backwards (issue 13's last target), correctness first, then one A/B; <= ~3 min.
 #
-#   PYTHONPATH=. bash bench/gpu_check_teach_bwd.sh [precompile] [tests] [memcheck] [racecheck] [ab]
-#   (default: all, in that order). Environment: TOTAL_S=180 (time budget; each step gets at most its CAP
-#   and what is left), AB_ARGS="" (extra bench/teach_bwd_ab.py arguments).
+#   PYTHONPATH=. bash bench/gpu_check_teach_bwd.sh [precompile] [tests] [quicktests] [memcheck] [racecheck] [ab]
+#   PYTHONPATH=. bash bench/gpu_check_teach_bwd.sh final     # the last visit, ~95 s: precompile, quicktests
+#                                                           # (teaching fa2 GPU tests), racecheck on small
+#                                                           # shapes (fa2, naive), ab at d = 128 only
+#   (default: all but quicktests, in that order). Environment: TOTAL_S=180 (time budget; each step gets at
+#   most its CAP and what is left; TOTAL_S_FINAL=95 for final), AB_ARGS="" (extra bench/teach_bwd_ab.py
+#   arguments), SANITIZE_ARGS="fa2,naive" (bench/bwd_sanitize_target.py arguments; "fa2,naive small").
 #
 # Steps:
 #   precompile  bench/precompile_bwd.py --teaching: NVRTC the teaching fa2 and naive builds the tests launch
@@ -30,8 +34,16 @@ LOG="$OUT/gpu_check_teach_bwd.log"
 : > "$LOG"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(precompile tests memcheck racecheck ab)
+if [ "${steps[0]}" = final ]; then  # the last visit (~90 s): what changed for d = 128 after the first one
+  steps=(precompile quicktests racecheck ab)
+  TOTAL_S=${TOTAL_S_FINAL:-95}
+  SANITIZE_ARGS=${SANITIZE_ARGS:-"fa2,naive small"}
+  AB_ARGS=${AB_ARGS:-"--dims 128 --seqs 4096,8192 --names fa2,fa2_64,fa2_32_sync,fa2_v2,naive"}
+  CAP_QUICK=25 CAP_RACE=20
+fi
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
-declare -A RC SECS CAP=([precompile]=25 [tests]=50 [memcheck]=15 [racecheck]=35 [ab]=100)  # ab: what is left (>= 55 s)
+declare -A RC SECS CAP=([precompile]=25 [tests]=50 [quicktests]=${CAP_QUICK:-25} [memcheck]=15
+                         [racecheck]=${CAP_RACE:-35} [ab]=100)  # ab: what is left (>= 55 s)
 TESTS=(
   "tests/test_kernels_backward.py::test_teaching_backward_matches_float64_autograd"
   "tests/test_kernels_backward.py::test_teaching_backward_many_blocks"
@@ -55,12 +67,16 @@ for step in "${steps[@]}"; do
     tests)
       timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "${TESTS[@]}" 2>&1 | tee -a "$LOG" | tail -15
       rc=${PIPESTATUS[0]} ;;
+    quicktests)  # the teaching fa2's GPU tests only (its defaults changed at d = 128): ~15 s
+      timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_backward.py \
+        -k "teaching and not naive" 2>&1 | tee -a "$LOG" | tail -8
+      rc=${PIPESTATUS[0]} ;;
     memcheck|racecheck)
       if [ -z "$SANITIZER" ]; then
         echo "compute-sanitizer not found" | tee -a "$LOG"; rc=127
       else
         timeout "$limit" "$SANITIZER" --tool "$step" --report-api-errors no --print-limit 50 --error-exitcode 3 \
-          python3 bench/bwd_sanitize_target.py fa2,naive > "$OUT/sanitize_$step.tmp" 2>&1
+          python3 bench/bwd_sanitize_target.py ${SANITIZE_ARGS:-fa2,naive} > "$OUT/sanitize_$step.tmp" 2>&1
         rc=$?
         cat "$OUT/sanitize_$step.tmp" >> "$LOG"
         grep -E "(fa2|naive) backward|SUMMARY" "$OUT/sanitize_$step.tmp" | tail -8

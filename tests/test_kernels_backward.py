@@ -384,7 +384,7 @@ def scores_rounded(name, pr) -> bool:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.filterwarnings("ignore:ExternalStream is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("name", TEACHING_BACKWARDS)
-@pytest.mark.parametrize("block_q, block_k", [(64, 64), (16, 64), (64, 16)])
+@pytest.mark.parametrize("block_q, block_k", [(64, 64), (16, 64), (64, 16), (32, 32)])  # 32 x 32: fa2's d > 64
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(pr=grad_problems(dtypes=[torch.float32, torch.float16, torch.bfloat16]))
 def test_teaching_backward_matches_float64_autograd(name, block_q, block_k, pr):
