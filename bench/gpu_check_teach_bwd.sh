@@ -38,7 +38,7 @@ if [ "${steps[0]}" = final ]; then  # the last visit (~90 s): what changed for d
   steps=(precompile quicktests racecheck ab)
   TOTAL_S=${TOTAL_S_FINAL:-95}
   SANITIZE_ARGS=${SANITIZE_ARGS:-"fa2,naive small"}
-  AB_ARGS=${AB_ARGS:-"--dims 128 --seqs 4096,8192 --names fa2,fa2_64,fa2_32_sync,fa2_v2,naive"}
+  AB_ARGS=${AB_ARGS:-"--dims 128 --seqs 4096,8192 --names fa2,fa2_64,fa2_v2,fa2_b48x32,naive,fa2_32_sync,fa2_b64x32"}
   CAP_QUICK=25 CAP_RACE=20
 fi
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)

@@ -9,6 +9,8 @@ Contenders, each through autograd (backward timed alone on a kept graph, bench/b
     fa2_64         d = 128 only: the same at 64 x 64 blocks (v3)
     fa2_32_sync    d = 128 only: 32 x 32 without the prefetch (v4 without v3)
     fa2_v2         d = 128 only: 64 x 64 without the prefetch (v2)
+    fa2_bRxC       d = 128 only: Br x Bc blocks with the prefetch (64 x 32: 119 KB, one block per SM; 48 x 32:
+                   98 KB, two)
     fa2_v1         the frozen v1 (kernels/cuda/fa2_bwd_v1.cu, the build measured in bench/results/bwd_final)
     naive          the teaching unfused backward (kernels/cuda/naive_bwd.cu, FA1 Alg. 3: P kept from the
                    forward, dP, dS in HBM; the same float32 micro-tiles)
@@ -42,10 +44,11 @@ if str(ROOT) not in sys.path:
 from bench import bench_bwd, harness  # noqa: E402
 
 V1_SOURCE = "fa2_bwd_v1.cu"
-NAMES = ("fa2", "fa2_64", "fa2_32_sync", "fa2_v2", "fa2_v1", "naive", "sdpa_math_fp32", "sdpa_math")
+NAMES = ("fa2", "fa2_64", "fa2_32_sync", "fa2_v2", "fa2_b64x32", "fa2_b48x32", "fa2_v1", "naive", "sdpa_math_fp32",
+         "sdpa_math")
 RATIOS = (("fa2", "fa2_v1"), ("fa2", "fa2_64"), ("fa2", "fa2_32_sync"), ("fa2_64", "fa2_v2"), ("fa2", "naive"),
           ("fa2_v1", "naive"), ("fa2", "sdpa_math_fp32"), ("naive", "sdpa_math_fp32"))
-D128_ONLY = ("fa2_64", "fa2_32_sync", "fa2_v2")  # builds that differ from fa2 only at d_pad = 128
+D128_ONLY = ("fa2_64", "fa2_32_sync", "fa2_v2", "fa2_b64x32", "fa2_b48x32")  # differ from fa2 at d_pad = 128 only
 
 
 def log(*a):
@@ -112,6 +115,9 @@ def contenders() -> dict:
                                                                  **kw))
     fns["fa2_64"] = _with_backward(lambda *a, **kw: fa2.backward(*a, block_q=64, block_k=64, **kw))
     fns["fa2_32_sync"] = _with_backward(lambda *a, **kw: fa2.backward(*a, use_prefetch=False, **kw))
+    for br, bc in ((64, 32), (48, 32)):  # other block shapes at d = 128 (one block per SM at 119 KB; two at 98 KB)
+        fns[f"fa2_b{br}x{bc}"] = _with_backward(lambda *a, br=br, bc=bc, **kw: fa2.backward(*a, block_q=br, block_k=bc,
+                                                                                           **kw))
     return {n: fns[n] for n in NAMES}
 
 

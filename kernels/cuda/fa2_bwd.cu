@@ -232,9 +232,10 @@ __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, 
   }
 }
 
-// Two blocks per SM where the shared memory allows it (d <= 64 at 64 x 64, or Br x Bc <= 32 x 32 at d = 128: v4):
-// registers must then stay within 128 per thread.
-#define MIN_BLOCKS (D_PAD == 64 || BR * BC <= 32 * 32 ? 2 : 1)
+// Two blocks per SM where the shared memory allows it (an SM has 228 KB, 1 KB of it reserved per block: at most
+// 113 KB each): d <= 64 at 64 x 64, d = 128 at 32 x 32 (v4). Registers must then stay within 128 per thread.
+#define SMEM_BYTES (4 * ((2 * BC + 2 * BR) * LDK + 2 * BC * LDT + 2 * BR) + (FA2_PREFETCH ? 4 * BR * D_PAD : 0))
+#define MIN_BLOCKS (SMEM_BYTES <= 113 * 1024 ? 2 : 1)
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
