@@ -206,6 +206,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--names", default=",".join(NAMES))
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this long")
+    ap.add_argument("--no-fp32-check", action="store_true", help="skip the float32 exactness check (the GPU tests "
+                    "check the same)")
     args = ap.parse_args(argv)
     import torch
 
@@ -215,7 +217,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    exact = fp32_exactness()
+    exact = [] if args.no_fp32_check else fp32_exactness()
     for r in exact:
         log(f"fp32 exactness {r['kernel']:7s} {r['shape']} causal={int(r['causal'])}: max rel err "
             f"{r['max_rel_err']:.2e} {'ok' if r['finite'] and r['max_rel_err'] <= 1e-5 else 'BAD'}")
