@@ -7,7 +7,8 @@
 #                                                           # shapes (fa2, naive), ab at d = 128 only
 #   (default: all but quicktests, in that order). Environment: TOTAL_S=180 (time budget; each step gets at
 #   most its CAP and what is left; TOTAL_S_FINAL=100 for final), AB_ARGS="" (extra bench/teach_bwd_ab.py
-#   arguments), SANITIZE_ARGS="fa2,naive" (bench/bwd_sanitize_target.py arguments; "fa2,naive small").
+#   arguments), MEM_ARGS="fa2,naive", RACE_ARGS="fa2,naive small" (bench/bwd_sanitize_target.py arguments:
+#   racecheck runs the small shapes, which the first visit showed it needs to finish in its time).
 #
 # Steps:
 #   precompile  bench/precompile_bwd.py --teaching: NVRTC the teaching fa2 and naive builds the tests launch
@@ -37,7 +38,6 @@ steps=("$@")
 if [ "${steps[0]}" = final ]; then  # the last visit (~90 s): what changed for d = 128 after the first one
   steps=(precompile quicktests racecheck ab)
   TOTAL_S=${TOTAL_S_FINAL:-100}
-  SANITIZE_ARGS=${SANITIZE_ARGS:-"fa2,naive small"}
   AB_ARGS=${AB_ARGS:-"--dims 128 --seqs 4096,8192 --no-fp32-check
            --names fa2,naive,fa2_64,fa2_v2,fa2_b48x32,fa2_32_sync,fa2_b64x32"}
   CAP_QUICK=25 CAP_RACE=30
@@ -77,7 +77,8 @@ for step in "${steps[@]}"; do
         echo "compute-sanitizer not found" | tee -a "$LOG"; rc=127
       else
         timeout "$limit" "$SANITIZER" --tool "$step" --report-api-errors no --print-limit 50 --error-exitcode 3 \
-          python3 bench/bwd_sanitize_target.py ${SANITIZE_ARGS:-fa2,naive} > "$OUT/sanitize_$step.tmp" 2>&1
+          python3 bench/bwd_sanitize_target.py $([ "$step" = memcheck ] && echo "${MEM_ARGS:-fa2,naive}" \
+          || echo "${RACE_ARGS:-fa2,naive small}") > "$OUT/sanitize_$step.tmp" 2>&1
         rc=$?
         cat "$OUT/sanitize_$step.tmp" >> "$LOG"
         grep -E "(fa2|naive) backward|SUMMARY" "$OUT/sanitize_$step.tmp" | tail -8
