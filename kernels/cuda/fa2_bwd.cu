@@ -50,7 +50,7 @@
 //       scalar dQ atomics. Measured (bench/results/bwd_final, backward TFLOP/s, N = 4096): 25.0 (d = 64)
 //       and 17.9 (d = 128) non-causal, 24.6 / 18.5 causal.
 //   v2  float4 shared reads along each product's reduction index, P^T and dS^T stored transposed, dK, dV,
-//       dQ columns 4tx+64g+e per thread (dQ rows: RA consecutive ones, read from dS^T as float4), dQ added
+//       dQ columns 4tx+64g+e per thread (dQ rows: RA consecutive ones, read from dS^T as float4/float2), dQ added
 //       with one float4 atomicAdd per 4 columns (sm_90; scalar when d % 4 != 0). Shared-memory wavefronts
 //       per warp and step at d = 128: 4352 (v1) -> ~1700, against 2560 cycles of FFMA issue. Measured
 //       (H200, commit b751920, before the dQ-rows change; bench/results/visit2; TFLOP/s at N = 2k/4k/8k):
@@ -203,7 +203,8 @@ __device__ __forceinline__ void tile_tn(float (&acc)[CB][NS], const float* At, c
 
 // acc[a][4g+e] = sum_c dS[RA ty + a][c] * K[c][4tx+64g+e]: dQ_i's share of this key block (FA2 Alg. 2 line 15).
 // Here a thread owns RA consecutive query rows (not every 16th), so that dS^T's column c holds its RA values
-// side by side: one float4 read per 4 rows when RA is a multiple of 4 (Br = 64, 128), else scalar reads.
+// side by side: one float4 read per 4 rows when RA is a multiple of 4 (Br = 64, 128), float2 per 2 rows
+// (Br = 32, 96), else scalar reads.
 __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, const float* K) {
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
 #pragma unroll
@@ -218,6 +219,12 @@ __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, 
       for (int a = 0; a < RA; a += 4) {
         const float4 s4 = ld4(dSt + c * LDT + RA * ty + a);
         s[a] = s4.x, s[a + 1] = s4.y, s[a + 2] = s4.z, s[a + 3] = s4.w;
+      }
+    } else if constexpr (RA % 2 == 0) {  // Br = 32, 96: float2
+#pragma unroll
+      for (int a = 0; a < RA; a += 2) {
+        const float2 s2 = *reinterpret_cast<const float2*>(dSt + c * LDT + RA * ty + a);
+        s[a] = s2.x, s[a + 1] = s2.y;
       }
     } else {
 #pragma unroll
