@@ -1,6 +1,6 @@
 """The teaching backwards (fa2, naive) on a few small shapes, for compute-sanitizer (bench/gpu_check_bwd.sh).
 
-    compute-sanitizer --tool memcheck|racecheck python3 bench/bwd_sanitize_target.py [fa2,naive]
+    compute-sanitizer --tool memcheck|racecheck python3 bench/bwd_sanitize_target.py [fa2,naive] [small]
 
 Shapes with several Q blocks and key blocks, tails on both sides, Nq != Nk, causal with rows that see no
 key, d below and above 64, each dtype. Prints one line per shape (max error of dq, dk, dv against float64
@@ -16,6 +16,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 NAMES = ("fa2", "naive")  # the teaching backwards: FA2 Alg. 2 and the unfused FA1 Alg. 3
+# `small` (second argument): racecheck within a minute; fa2 at d = 128 with the default 32 x 32 blocks and the
+# cp.async prefetch (fp16), several Q and key blocks, tails, rows that see no key
+SMALL = [(1, 1, 100, 70, 128, True, "float16", 32, 32),     # 4 x 3, 30 rows see no key
+         (1, 1, 70, 100, 96, False, "bfloat16", 64, 64),    # 2 x 2, prefetch at 64 x 64
+         (1, 1, 50, 40, 40, True, "float32", 32, 16)]       # 2 x 3, d_pad 64
 # (B, H, Nq, Nk, d, causal, dtype, Br, Bc): Tr x Tc tiles
 SHAPES = [(1, 2, 150, 200, 40, True, "float16", 64, 64),     # 3 x 4, tails
           (1, 1, 140, 37, 128, True, "float32", 32, 16),     # 5 x 3, 103 rows see no key
@@ -31,7 +36,8 @@ def main() -> int:
 
     bad = 0
     names = sys.argv[1].split(",") if len(sys.argv) > 1 else list(NAMES)
-    for name, (b, h, n_q, n_k, d, causal, dt, br, bc) in ((nm, shape) for nm in names for shape in SHAPES):
+    shapes = SMALL if sys.argv[2:] == ["small"] else SHAPES
+    for name, (b, h, n_q, n_k, d, causal, dt, br, bc) in ((nm, shape) for nm in names for shape in shapes):
         spec = KERNELS[name]
         dtype = getattr(torch, dt)
         g = torch.Generator(device="cuda").manual_seed(0)

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # GPU check of the teaching backwards (issue 13's last target), correctness first, then one A/B; <= ~3 min.
 #
-#   PYTHONPATH=. bash bench/gpu_check_teach_bwd.sh [precompile] [tests] [memcheck] [racecheck] [ab]
-#   (default: all, in that order). Environment: TOTAL_S=180 (time budget; each step gets at most its CAP
-#   and what is left), AB_ARGS="" (extra bench/teach_bwd_ab.py arguments).
+#   PYTHONPATH=. bash bench/gpu_check_teach_bwd.sh [precompile] [tests] [quicktests] [memcheck] [racecheck] [ab]
+#   PYTHONPATH=. bash bench/gpu_check_teach_bwd.sh final     # the last visit, <= 110 s: precompile, quicktests
+#                                                           # (teaching fa2 GPU tests), sanitize (memcheck and
+#                                                           # racecheck at once, small shapes, fa2 and naive),
+#                                                           # ab at d = 128 only
+#   (default: all but quicktests, in that order). Environment: TOTAL_S=180 (time budget; each step gets at
+#   most its CAP and what is left; TOTAL_S_FINAL=110 for final), AB_ARGS="" (extra bench/teach_bwd_ab.py
+#   arguments), MEM_ARGS="fa2,naive", RACE_ARGS="fa2,naive small" (bench/bwd_sanitize_target.py arguments:
+#   racecheck runs the small shapes, which the first visit showed it needs to finish in its time).
 #
 # Steps:
 #   precompile  bench/precompile_bwd.py --teaching: NVRTC the teaching fa2 and naive builds the tests launch
@@ -31,8 +37,17 @@ LOG="$OUT/gpu_check_teach_bwd.log"
 : > "$LOG"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(precompile tests memcheck racecheck ab)
+if [ "${steps[0]}" = final ]; then  # the last visit (~90 s): what changed for d = 128 after the first one
+  steps=(precompile quicktests sanitize ab)
+  TOTAL_S=${TOTAL_S_FINAL:-110}
+  MEM_ARGS=${MEM_ARGS:-"fa2,naive small"}
+  AB_ARGS=${AB_ARGS:-"--dims 128 --seqs 4096,8192 --no-fp32-check
+           --names fa2,naive,fa2_64,fa2_v2,fa2_b48x32,fa2_32_sync,fa2_b64x32"}
+  CAP_QUICK=20
+fi
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
-declare -A RC SECS CAP=([precompile]=25 [tests]=50 [memcheck]=15 [racecheck]=35 [ab]=100)  # ab: what is left (>= 55 s)
+declare -A RC SECS CAP=([precompile]=30 [tests]=50 [quicktests]=${CAP_QUICK:-25} [memcheck]=15
+                         [racecheck]=35 [sanitize]=30 [ab]=100)  # ab: what is left
 TESTS=(
   "tests/test_kernels_backward.py::test_teaching_backward_matches_float64_autograd"
   "tests/test_kernels_backward.py::test_teaching_backward_many_blocks"
@@ -56,12 +71,35 @@ for step in "${steps[@]}"; do
     tests)
       timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider "${TESTS[@]}" 2>&1 | tee -a "$LOG" | tail -15
       rc=${PIPESTATUS[0]} ;;
+    quicktests)  # the teaching fa2's GPU tests at its default blocks (changed at d = 128), each dtype: ~10 s
+      timeout "$limit" python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_backward.py \
+        -k "teaching and not naive and not matches_float64" 2>&1 | tee -a "$LOG" | tail -8
+      rc=${PIPESTATUS[0]} ;;
+    sanitize)  # memcheck and racecheck side by side (two processes; the shapes are small)
+      if [ -z "$SANITIZER" ]; then
+        echo "compute-sanitizer not found" | tee -a "$LOG"; rc=127
+      else
+        for tool in memcheck racecheck; do
+          # shellcheck disable=SC2046
+          timeout "$limit" "$SANITIZER" --tool "$tool" --report-api-errors no --print-limit 50 --error-exitcode 3 \
+            python3 bench/bwd_sanitize_target.py $([ "$tool" = memcheck ] && echo "${MEM_ARGS:-fa2,naive}" \
+            || echo "${RACE_ARGS:-fa2,naive small}") > "$OUT/sanitize_$tool.tmp" 2>&1 &
+        done
+        wait %1; rc1=$?; wait %2; rc2=$?
+        rc=$(( rc1 != 0 ? rc1 : rc2 ))
+        for tool in memcheck racecheck; do
+          echo "---- $tool" >> "$LOG"; cat "$OUT/sanitize_$tool.tmp" >> "$LOG"
+          echo "$tool:"; grep -E "(fa2|naive) backward|SUMMARY" "$OUT/sanitize_$tool.tmp" | tail -8
+          rm -f "$OUT/sanitize_$tool.tmp"
+        done
+      fi ;;
     memcheck|racecheck)
       if [ -z "$SANITIZER" ]; then
         echo "compute-sanitizer not found" | tee -a "$LOG"; rc=127
       else
         timeout "$limit" "$SANITIZER" --tool "$step" --report-api-errors no --print-limit 50 --error-exitcode 3 \
-          python3 bench/bwd_sanitize_target.py fa2,naive > "$OUT/sanitize_$step.tmp" 2>&1
+          python3 bench/bwd_sanitize_target.py $([ "$step" = memcheck ] && echo "${MEM_ARGS:-fa2,naive}" \
+          || echo "${RACE_ARGS:-fa2,naive small}") > "$OUT/sanitize_$step.tmp" 2>&1
         rc=$?
         cat "$OUT/sanitize_$step.tmp" >> "$LOG"
         grep -E "(fa2|naive) backward|SUMMARY" "$OUT/sanitize_$step.tmp" | tail -8

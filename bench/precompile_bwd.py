@@ -32,8 +32,11 @@ def builds(teaching_only: bool = False) -> list[tuple]:
     for dt in _teaching.DTYPES:
         for br, bc in TEACHING_BLOCKS:
             jobs += [(fa2.SOURCE, _teaching.defines(dt, br, bc, FA2_OWN_V=v), arch) for v in (0, 1)]
-            jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, **knobs), arch) for knobs in fa2.bwd_builds(dt)]
+            jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, **knobs), arch)
+                     for knobs in fa2.bwd_builds(dt, br, bc)]
             jobs += [(src, _teaching.defines(dt, br, bc), arch) for src in (naive.SOURCE, naive.BWD_SOURCE)]
+        for br, bc in ((64, 32), (48, 32)):  # bench/teach_bwd_ab.py's other block shapes at d = 128
+            jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, **fa2.bwd_defines(dt, 128, br, bc)), arch)]
         if teaching_only:  # the frozen v1 bench/teach_bwd_ab.py times beside the shipped backward
             jobs += [("fa2_bwd_v1.cu", _teaching.defines(dt, 64, 64, D_PAD=p), arch) for p in (64, 128)]
     return list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())

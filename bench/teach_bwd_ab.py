@@ -4,9 +4,13 @@
     PYTHONPATH=. python bench/teach_bwd_ab.py [--out DIR] [--budget-s 80] [--seqs 4096,8192,2048]
 
 Contenders, each through autograd (backward timed alone on a kept graph, bench/bench_bwd.py's method):
-    fa2            the shipped teaching FA2 backward (kernels/cuda/fa2_bwd.cu, the newest version: v3 where
-                   it prefetches (fp16, d = 128), else v2)
-    fa2_v2         the same source without the prefetch (FA2_PREFETCH=0; timed only where fa2 prefetches)
+    fa2            the shipped teaching FA2 backward (kernels/cuda/fa2_bwd.cu, the newest version: at d = 128
+                   v4's 32 x 32 blocks with v3's prefetch, at d = 64 v2 at 64 x 64)
+    fa2_64         d = 128 only: the same at 64 x 64 blocks (v3)
+    fa2_32_sync    d = 128 only: 32 x 32 without the prefetch (v4 without v3)
+    fa2_v2         d = 128 only: 64 x 64 without the prefetch (v2)
+    fa2_bRxC       d = 128 only: Br x Bc blocks with the prefetch (64 x 32: 119 KB, one block per SM; 48 x 32:
+                   98 KB, two)
     fa2_v1         the frozen v1 (kernels/cuda/fa2_bwd_v1.cu, the build measured in bench/results/bwd_final)
     naive          the teaching unfused backward (kernels/cuda/naive_bwd.cu, FA1 Alg. 3: P kept from the
                    forward, dP, dS in HBM; the same float32 micro-tiles)
@@ -40,9 +44,11 @@ if str(ROOT) not in sys.path:
 from bench import bench_bwd, harness  # noqa: E402
 
 V1_SOURCE = "fa2_bwd_v1.cu"
-NAMES = ("fa2", "fa2_v2", "fa2_v1", "naive", "sdpa_math_fp32", "sdpa_math")
-RATIOS = (("fa2", "fa2_v1"), ("fa2", "fa2_v2"), ("fa2", "naive"), ("fa2_v1", "naive"), ("fa2", "sdpa_math_fp32"),
-          ("fa2", "sdpa_math"), ("naive", "sdpa_math_fp32"))
+NAMES = ("fa2", "fa2_64", "fa2_32_sync", "fa2_v2", "fa2_b64x32", "fa2_b48x32", "fa2_v1", "naive", "sdpa_math_fp32",
+         "sdpa_math")
+RATIOS = (("fa2", "fa2_v1"), ("fa2", "fa2_64"), ("fa2", "fa2_32_sync"), ("fa2_64", "fa2_v2"), ("fa2", "naive"),
+          ("fa2_v1", "naive"), ("fa2", "sdpa_math_fp32"), ("naive", "sdpa_math_fp32"))
+D128_ONLY = ("fa2_64", "fa2_32_sync", "fa2_v2", "fa2_b64x32", "fa2_b48x32")  # differ from fa2 at d_pad = 128 only
 
 
 def log(*a):
@@ -105,7 +111,13 @@ def contenders() -> dict:
 
     fns = bench_bwd.contenders(["fa2", "naive"])
     fns["fa2_v1"] = _with_backward(fa2_v1_backward)
-    fns["fa2_v2"] = _with_backward(lambda *a, **kw: fa2.backward(*a, use_prefetch=False, **kw))
+    fns["fa2_v2"] = _with_backward(lambda *a, **kw: fa2.backward(*a, use_prefetch=False, block_q=64, block_k=64,
+                                                                 **kw))
+    fns["fa2_64"] = _with_backward(lambda *a, **kw: fa2.backward(*a, block_q=64, block_k=64, **kw))
+    fns["fa2_32_sync"] = _with_backward(lambda *a, **kw: fa2.backward(*a, use_prefetch=False, **kw))
+    for br, bc in ((64, 32), (48, 32)):  # other block shapes at d = 128 (one block per SM at 119 KB; two at 98 KB)
+        fns[f"fa2_b{br}x{bc}"] = _with_backward(lambda *a, br=br, bc=bc, **kw: fa2.backward(*a, block_q=br, block_k=bc,
+                                                                                           **kw))
     return {n: fns[n] for n in NAMES}
 
 
@@ -194,6 +206,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--names", default=",".join(NAMES))
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this long")
+    ap.add_argument("--no-fp32-check", action="store_true", help="skip the float32 exactness check (the GPU tests "
+                    "check the same)")
     args = ap.parse_args(argv)
     import torch
 
@@ -203,7 +217,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    exact = fp32_exactness()
+    exact = [] if args.no_fp32_check else fp32_exactness()
     for r in exact:
         log(f"fp32 exactness {r['kernel']:7s} {r['shape']} causal={int(r['causal'])}: max rel err "
             f"{r['max_rel_err']:.2e} {'ok' if r['finite'] and r['max_rel_err'] <= 1e-5 else 'BAD'}")
@@ -214,7 +228,7 @@ def main(argv=None) -> int:
         for d in (int(x) for x in args.dims.split(",")):
             for causal in (False, True):
                 for name in names:
-                    if name == "fa2_v2" and not fa2_prefetches(d):
+                    if name in D128_ONLY and not fa2_prefetches(d):
                         continue  # the same build as fa2 there
                     if time.time() - t0 > args.budget_s:
                         skipped.append(dict(kernel=name, n=n, d=d, causal=causal))

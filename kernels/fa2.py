@@ -37,33 +37,53 @@ BWD_KERNELS = ("fa2_bwd_preprocess", "fa2_bwd", "fa2_bwd_dq")
 PREPROCESS_ROWS = 8  # fa2_bwd_preprocess: one warp per row
 
 
-def prefetch(dtype: torch.dtype, d: int) -> bool:
-    """fa2_bwd.cu's FA2_PREFETCH (v3): stage Q_{i+1}, dO_{i+1} with cp.async during step i. Only where the
-    input-dtype staging buffer (2·Br·d_pad·2 bytes) fits beside the float32 tiles without costing a block
-    per SM (d_pad = 128: one block per SM already), and rows are 16-byte aligned (d % 8 == 0)."""
-    return dtype in (torch.float16, torch.bfloat16) and _teaching.d_padded(d) == 128 and d % 8 == 0
+SM_SHARED = 228 * 1024  # an H100/H200 SM; each resident block also reserves 1 KB
+BLOCK_RESERVED = 1024
 
 
-def bwd_defines(dtype: torch.dtype, d: int, *, use_prefetch: bool | None = None) -> dict:
+def blocks_per_sm(smem: int) -> int:
+    return SM_SHARED // (smem + BLOCK_RESERVED)
+
+
+def prefetch(dtype: torch.dtype, d: int, block_q: int | None = None, block_k: int | None = None) -> bool:
+    """fa2_bwd.cu's FA2_PREFETCH (v3): stage Q_{i+1}, dO_{i+1} with cp.async during step i. Only for 16-bit
+    inputs at d_pad = 128 with 16-byte aligned rows (d % 8 == 0), and only where the staging buffer
+    (2·Br·d_pad·2 bytes) does not cost a block per SM (64 x 64: one either way; 32 x 32: two either way)."""
+    if dtype not in (torch.float16, torch.bfloat16) or _teaching.d_padded(d) != 128 or d % 8:
+        return False
+    bq, bk = backward_blocks(d)
+    bq, bk = bq if block_q is None else block_q, bk if block_k is None else block_k
+    return blocks_per_sm(backward_shared_bytes(d, bq, bk, staged=True)) == blocks_per_sm(
+        backward_shared_bytes(d, bq, bk))
+
+
+def bwd_defines(dtype: torch.dtype, d: int, block_q: int | None = None, block_k: int | None = None, *,
+                use_prefetch: bool | None = None) -> dict:
     """The backward's compile-time knobs beyond STORAGE, BR, BC (fa2_bwd.cu's header); use_prefetch=False
     builds v2 where v3 would prefetch (bench/teach_bwd_ab.py's A/B)."""
-    on = prefetch(dtype, d) if use_prefetch is None else use_prefetch and prefetch(dtype, d)
-    return {"D_PAD": _teaching.d_padded(d), "FA2_PREFETCH": int(on)}
+    on = prefetch(dtype, d, block_q, block_k)
+    return {"D_PAD": _teaching.d_padded(d), "FA2_PREFETCH": int(on if use_prefetch is None else on and use_prefetch)}
 
 
-def bwd_builds(dtype: torch.dtype) -> list[dict]:
-    """Every backward build a dtype can launch: d_pad 64 and 128, and at 16 bits 128 with the prefetch."""
-    return [bwd_defines(dtype, 64), bwd_defines(dtype, 128, use_prefetch=False)] + (
-        [bwd_defines(dtype, 128)] if prefetch(dtype, 128) else [])
+def bwd_builds(dtype: torch.dtype, block_q: int | None = None, block_k: int | None = None) -> list[dict]:
+    """Every backward build a dtype can launch at these blocks: d_pad 64 and 128, 128 with the prefetch."""
+    builds = [bwd_defines(dtype, 64, block_q, block_k), bwd_defines(dtype, 128, block_q, block_k, use_prefetch=False),
+              bwd_defines(dtype, 128, block_q, block_k)]
+    return list({tuple(sorted(b.items())): b for b in builds}.values())
 
 
 def compile_configs():
     """The forward's builds, and every backward build at 64 x 64 and at the default blocks of its d_pad."""
-    bwd = [(BWD_SOURCE, name, _teaching.defines(dtype, *blocks, **extra)) for dtype in DTYPES
-           for extra in bwd_builds(dtype) for blocks in {(64, 64), backward_blocks(extra["D_PAD"])}
-           for name in BWD_KERNELS]
+    bwd = {}
+    for dtype in DTYPES:
+        for d in (64, 128):
+            for b in {(64, 64), backward_blocks(d)}:
+                for extra in {str(x): x for x in (bwd_defines(dtype, d, *b, use_prefetch=False),
+                                                  bwd_defines(dtype, d, *b))}.values():
+                    for name in BWD_KERNELS:
+                        bwd[str((name, dtype, b, extra))] = (BWD_SOURCE, name, _teaching.defines(dtype, *b, **extra))
     return (_teaching.compile_configs(SOURCE, [KERNEL], extra_defines=({"FA2_OWN_V": 0}, {"FA2_OWN_V": 1}))
-            + sorted(bwd, key=str))
+            + [bwd[key] for key in sorted(bwd)])
 
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
@@ -131,7 +151,8 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, blo
                           mem=mem)
     _check_saved(q, o, lse, do)
     aligned = q.data_ptr() % 16 == 0 and do.data_ptr() % 16 == 0  # cp.async copies 16-byte chunks
-    knobs = bwd_defines(q.dtype, p.d, use_prefetch=aligned if use_prefetch is None else use_prefetch and aligned)
+    knobs = bwd_defines(q.dtype, p.d, block_q, block_k,
+                        use_prefetch=aligned if use_prefetch is None else use_prefetch and aligned)
     smem = backward_shared_bytes(p.d, block_q, block_k, staged=bool(knobs["FA2_PREFETCH"]))
     limit = loader.max_dynamic_smem(q.device.index)
     if smem > limit:

@@ -98,7 +98,7 @@ def test_emulated_kernel_matches_float64_autograd(build, n_q, n_k, d, blocks, ca
     q, k, v, do = (t.to(dtype) for t in (q, k, v, do))
     from kernels import fa2
 
-    lib = build(*blocks, 64 if d <= 64 else 128, STORAGE[dtype], int(fa2.prefetch(dtype, d)))  # the launcher's build
+    lib = build(*blocks, 64 if d <= 64 else 128, STORAGE[dtype], int(fa2.prefetch(dtype, d, *blocks)))  # the launcher's
     got = emulated_backward(lib, q, k, v, do, causal, scale)
     assert_grads_close(got, q, k, v, do, causal, scale, what=f"Br, Bc = {blocks}, {n_q}x{n_k}x{d} causal={causal}")
 

@@ -66,6 +66,31 @@ def test_backward_shared_memory_fits_an_h200_at_the_default_blocks():
     assert fa2.backward_shared_bytes(128, 128, 128) > h200_optin  # the launcher refuses this one
 
 
+def test_teaching_backward_builds_keep_the_blocks_per_sm_their_shared_memory_allows():
+    """fa2_bwd.cu's MIN_BLOCKS mirrors kernels/fa2.py's carving: wherever two blocks fit in shared memory
+    (d <= 64 at 64 x 64, the 32 x 32 default at d = 128, with or without the prefetch), the registers stay
+    within 128 per thread so the second block is not lost to them; the prefetch never costs a block."""
+    from kernels import fa2, loader
+
+    try:
+        loader.nvrtc_version()
+    except loader.ToolchainMissing as exc:
+        pytest.skip(f"no NVRTC: {exc}")
+    assert fa2.backward_blocks(64) == (64, 64) and fa2.backward_blocks(128) == (32, 32)
+    for _, kernel, defs in fa2.compile_configs():
+        if kernel != "fa2_bwd":
+            continue
+        d = defs["D_PAD"]
+        smem = fa2.backward_shared_bytes(d, defs["BR"], defs["BC"], staged=bool(defs["FA2_PREFETCH"]))
+        regs = loader.resource_usage(fa2.BWD_SOURCE, kernel, defines=defs, arch="sm_90")["registers"]
+        if fa2.blocks_per_sm(smem) >= 2:
+            assert regs <= 128, (defs, regs)
+        if defs["FA2_PREFETCH"]:
+            assert fa2.blocks_per_sm(smem) == fa2.blocks_per_sm(fa2.backward_shared_bytes(d, defs["BR"], defs["BC"]))
+    assert fa2.blocks_per_sm(fa2.backward_shared_bytes(128, 32, 32, staged=True)) == 2
+    assert fa2.blocks_per_sm(fa2.backward_shared_bytes(64)) == 2
+
+
 def test_importing_kernels_does_not_register_the_ops():
     code = ("import sys, kernels; assert 'kernels.autograd' not in sys.modules; "
             "assert callable(kernels.attention); assert 'kernels.autograd' in sys.modules; "
@@ -384,7 +409,7 @@ def scores_rounded(name, pr) -> bool:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.filterwarnings("ignore:ExternalStream is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("name", TEACHING_BACKWARDS)
-@pytest.mark.parametrize("block_q, block_k", [(64, 64), (16, 64), (64, 16)])
+@pytest.mark.parametrize("block_q, block_k", [(64, 64), (16, 64), (64, 16), (32, 32)])  # 32 x 32: fa2's d > 64
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(pr=grad_problems(dtypes=[torch.float32, torch.float16, torch.bfloat16]))
 def test_teaching_backward_matches_float64_autograd(name, block_q, block_k, pr):

@@ -42,31 +42,34 @@
 // Shared memory (float32): K_j, V_j (Bc x (d_pad+4)) for the whole block, Q_i, dO_i (Br x (d_pad+4)) and
 // P^T, dS^T (Bc x (Br+4)) per step, L_i, D_i (Br): at 64 x 64, 170 KB at d = 128 (one block per SM) and
 // 105 KB at d <= 64 (two); at 32 x 32 (v4's default for d > 64) 77 KB (two); v3 adds the staging of
-// Q_{i+1}, dO_{i+1}. Caveats (teaching tier): CUDA cores only,
-// three barriers per step;
-// a readable statement of Algorithm 2 (see fa2_wgmma_bwd for a fast one).
+// Q_{i+1}, dO_{i+1}. Caveats (teaching tier): CUDA cores only, three barriers per step; a readable
+// statement of Algorithm 2 (see fa2_wgmma_bwd for a fast one).
 //
 // Version log (llm.c style; H200, fp16, batch*N = 16k, hidden 2048, bench/teach_bwd_ab.py):
 //   v1  (kept as fa2_bwd_v1.cu for the A/B) scalar shared reads, ld = d_pad + 1, P and dS row-major,
 //       scalar dQ atomics. Measured (bench/results/bwd_final, backward TFLOP/s, N = 4096): 25.0 (d = 64)
 //       and 17.9 (d = 128) non-causal, 24.6 / 18.5 causal.
 //   v2  float4 shared reads along each product's reduction index, P^T and dS^T stored transposed, dK, dV,
-//       dQ columns 4tx+64g+e per thread (dQ rows: RA consecutive ones, read from dS^T as float4), dQ added
+//       dQ columns 4tx+64g+e per thread (dQ rows: RA consecutive ones, read from dS^T as float4/float2), dQ added
 //       with one float4 atomicAdd per 4 columns (sm_90; scalar when d % 4 != 0). Shared-memory wavefronts
-//       per warp and step at d = 128: 4352 (v1) -> ~1700, against 2560 cycles of FFMA issue.
-//       Measured: not yet run (bench/gpu_check_teach_bwd.sh: the fa2_v2 / fa2_v1 columns).
-//   v3  FA2_PREFETCH (kernels/fa2.py sets it for fp16/bf16 at d_pad = 128 with d % 8 == 0): Q_{i+1}, dO_{i+1}
-//       are copied HBM -> shared memory (cp.async, input dtype, 2 Br d_pad 2 bytes = 32 KB: 203 KB in all)
-//       while step i computes, then widened to float32 at the top of step i+1; at one block per SM nothing
-//       else hid that load. Not at d <= 64 (the staging would cost the second block per SM) nor for
-//       float32 inputs (64 KB of staging does not fit). Measured: not yet run (fa2 vs fa2_v2 columns).
+//       per warp and step at d = 128: 4352 (v1) -> ~1700, against 2560 cycles of FFMA issue. Measured
+//       (H200, commit b751920, before the dQ-rows change; bench/results/visit2; TFLOP/s at N = 2k/4k/8k):
+//       d = 64 29.9/30.2/30.0 non-causal (v1 25.4/25.0/25.4), 28.2/29.0/29.2 causal (v1 24.0/24.7/24.6);
+//       d = 128 19.1/19.8/21.2 (v1 17.7/18.1/19.0), 19.6/20.6/20.7 causal: 1.2x at d = 64, 1.1x at d = 128.
+//   v3  FA2_PREFETCH (kernels/fa2.py prefetch(): fp16/bf16 at d_pad = 128 with d % 8 == 0, where the staging
+//       costs no block per SM): Q_{i+1}, dO_{i+1} are copied HBM -> shared memory (cp.async, input dtype,
+//       2 Br d_pad 2 bytes: 32 KB at 64 x 64, 203 KB in all) while step i computes, then widened to float32
+//       at the top of step i+1; at one block per SM nothing else hid that load. Not at d <= 64 (the staging
+//       would cost the second block per SM) nor for float32 inputs (64 KB of staging at 64 x 64).
+//       Measured: not yet run (bench/teach_bwd_ab.py: fa2_64 vs fa2_v2, fa2 vs fa2_32_sync).
 //   v4  The H200 measured v2 (commit b751920, bench/results/visit2) at 30 TFLOP/s for d = 64 (v1: 25) but
 //       19-21 for d = 128 (v1: 18-19), below the teaching naive's 24 there: at 64 x 64, d = 128 holds one
 //       block (8 warps) per SM, and its barriers and load latencies have nothing to hide behind (naive's
 //       small kernels run several blocks per SM). kernels/fa2.py's default at d_pad = 128 becomes Br = Bc =
 //       32: 77 KB of shared memory (93 KB with v3's staging) and 128 registers (MIN_BLOCKS = 2), so two
 //       blocks per SM, for about half the reuse per shared read (6 wavefronts per 16 FFMA in Q_i K_j^T, 12
-//       per 64 at 64 x 64) and twice the dQ atomics. Measured: not yet run (fa2 vs fa2_64 columns).
+//       per 64 at 64 x 64) and twice the dQ atomics. The v2 float4 reads and the v3 prefetch are kept.
+//       Measured: not yet run (bench/teach_bwd_ab.py: fa2 vs fa2_64; 48 x 32 and 64 x 32 beside them).
 //   Considered, not built: Q, K, V, dO tiles in the input dtype in shared memory (halving it to ~100 KB at
 //   d = 128) would not give d = 128 a second block per SM: registers already hold it to one (200 per
 //   thread x 256 threads; two blocks need <= 128, and dK_j, dV_j alone take 64), and every product would pay
@@ -200,7 +203,8 @@ __device__ __forceinline__ void tile_tn(float (&acc)[CB][NS], const float* At, c
 
 // acc[a][4g+e] = sum_c dS[RA ty + a][c] * K[c][4tx+64g+e]: dQ_i's share of this key block (FA2 Alg. 2 line 15).
 // Here a thread owns RA consecutive query rows (not every 16th), so that dS^T's column c holds its RA values
-// side by side: one float4 read per 4 rows when RA is a multiple of 4 (Br = 64, 128), else scalar reads.
+// side by side: one float4 read per 4 rows when RA is a multiple of 4 (Br = 64, 128), float2 per 2 rows
+// (Br = 32, 96), else scalar reads.
 __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, const float* K) {
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
 #pragma unroll
@@ -215,6 +219,12 @@ __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, 
       for (int a = 0; a < RA; a += 4) {
         const float4 s4 = ld4(dSt + c * LDT + RA * ty + a);
         s[a] = s4.x, s[a + 1] = s4.y, s[a + 2] = s4.z, s[a + 3] = s4.w;
+      }
+    } else if constexpr (RA % 2 == 0) {  // Br = 32, 96: float2
+#pragma unroll
+      for (int a = 0; a < RA; a += 2) {
+        const float2 s2 = *reinterpret_cast<const float2*>(dSt + c * LDT + RA * ty + a);
+        s[a] = s2.x, s[a + 1] = s2.y;
       }
     } else {
 #pragma unroll
@@ -232,9 +242,10 @@ __device__ __forceinline__ void tile_dq(float (&acc)[RA][NS], const float* dSt, 
   }
 }
 
-// Two blocks per SM where the shared memory allows it (d <= 64 at 64 x 64, or Br x Bc <= 32 x 32 at d = 128: v4):
-// registers must then stay within 128 per thread.
-#define MIN_BLOCKS (D_PAD == 64 || BR * BC <= 32 * 32 ? 2 : 1)
+// Two blocks per SM where the shared memory allows it (an SM has 228 KB, 1 KB of it reserved per block: at most
+// 113 KB each): d <= 64 at 64 x 64, d = 128 at 32 x 32 (v4). Registers must then stay within 128 per thread.
+#define SMEM_BYTES (4 * ((2 * BC + 2 * BR) * LDK + 2 * BC * LDT + 2 * BR) + (FA2_PREFETCH ? 4 * BR * D_PAD : 0))
+#define MIN_BLOCKS (SMEM_BYTES <= 113 * 1024 ? 2 : 1)
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,

@@ -23,6 +23,7 @@ static std::barrier<>* warp_barrier[8];  // NTHREADS / 32
 static float shuffle_slot[256];          // NTHREADS
 
 struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float4 atomicAdd(float4* p, float4 v) {  // sm_90's vector atomicAdd: four float atomics here
   float* f = &p->x;
