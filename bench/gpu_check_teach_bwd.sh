@@ -2,12 +2,13 @@
 # GPU check of the teaching backwards (issue 13's last target), correctness first, then one A/B; <= ~3 min.
 #
 #   PYTHONPATH=. bash bench/gpu_check_teach_bwd.sh [precompile] [tests] [quicktests] [memcheck] [racecheck] [ab]
-#   PYTHONPATH=. bash bench/gpu_check_teach_bwd.sh final     # the last visit, <= 110 s: precompile, quicktests
+#   PYTHONPATH=. bash bench/gpu_check_teach_bwd.sh final     # the last visit, <= 170 s: precompile, quicktests
 #                                                           # (teaching fa2 GPU tests), sanitize (memcheck and
 #                                                           # racecheck at once, small shapes, fa2 and naive),
-#                                                           # ab at d = 128 only
+#                                                           # ab: d = 64/128, N = 4k/8k/2k, the shipped fa2 vs
+#                                                           # naive, v4's 32 x 32, v2, v1 and cuBLAS fp32
 #   (default: all but quicktests, in that order). Environment: TOTAL_S=180 (time budget; each step gets at
-#   most its CAP and what is left; TOTAL_S_FINAL=110 for final), AB_ARGS="" (extra bench/teach_bwd_ab.py
+#   most its CAP and what is left; TOTAL_S_FINAL=170 for final), AB_ARGS="" (extra bench/teach_bwd_ab.py
 #   arguments), MEM_ARGS="fa2,naive", RACE_ARGS="fa2,naive small" (bench/bwd_sanitize_target.py arguments:
 #   racecheck runs the small shapes, which the first visit showed it needs to finish in its time).
 #
@@ -39,15 +40,14 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(precompile tests memcheck racecheck ab)
 if [ "${steps[0]}" = final ]; then  # the last visit (~90 s): what changed for d = 128 after the first one
   steps=(precompile quicktests sanitize ab)
-  TOTAL_S=${TOTAL_S_FINAL:-110}
+  TOTAL_S=${TOTAL_S_FINAL:-170}
   MEM_ARGS=${MEM_ARGS:-"fa2,naive small"}
-  AB_ARGS=${AB_ARGS:-"--dims 128 --seqs 4096,8192 --no-fp32-check
-           --names fa2,naive,fa2_64,fa2_v2,fa2_b48x32,fa2_32_sync,fa2_b64x32"}
+  AB_ARGS=${AB_ARGS:-"--seqs 4096,8192,2048 --names fa2,naive,fa2_32,fa2_v2,fa2_v1,sdpa_math_fp32"}
   CAP_QUICK=20
 fi
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
 declare -A RC SECS CAP=([precompile]=30 [tests]=50 [quicktests]=${CAP_QUICK:-25} [memcheck]=15
-                         [racecheck]=35 [sanitize]=30 [ab]=100)  # ab: what is left
+                         [racecheck]=35 [sanitize]=35 [ab]=110)  # ab: what is left
 TESTS=(
   "tests/test_kernels_backward.py::test_teaching_backward_matches_float64_autograd"
   "tests/test_kernels_backward.py::test_teaching_backward_many_blocks"

@@ -5,8 +5,8 @@
 
 Contenders, each through autograd (backward timed alone on a kept graph, bench/bench_bwd.py's method):
     fa2            the shipped teaching FA2 backward (kernels/cuda/fa2_bwd.cu, the newest version: at d = 128
-                   v4's 32 x 32 blocks with v3's prefetch, at d = 64 v2 at 64 x 64)
-    fa2_64         d = 128 only: the same at 64 x 64 blocks (v3)
+                   v5, 64 x 64 blocks with v3's prefetch; at d = 64 v2 at 64 x 64)
+    fa2_32         d = 128 only: 32 x 32 blocks with the prefetch (v4's default)
     fa2_32_sync    d = 128 only: 32 x 32 without the prefetch (v4 without v3)
     fa2_v2         d = 128 only: 64 x 64 without the prefetch (v2)
     fa2_bRxC       d = 128 only: Br x Bc blocks with the prefetch (64 x 32: 119 KB, one block per SM; 48 x 32:
@@ -44,11 +44,11 @@ if str(ROOT) not in sys.path:
 from bench import bench_bwd, harness  # noqa: E402
 
 V1_SOURCE = "fa2_bwd_v1.cu"
-NAMES = ("fa2", "fa2_64", "fa2_32_sync", "fa2_v2", "fa2_b64x32", "fa2_b48x32", "fa2_v1", "naive", "sdpa_math_fp32",
+NAMES = ("fa2", "fa2_32", "fa2_32_sync", "fa2_v2", "fa2_b64x32", "fa2_b48x32", "fa2_v1", "naive", "sdpa_math_fp32",
          "sdpa_math")
-RATIOS = (("fa2", "fa2_v1"), ("fa2", "fa2_64"), ("fa2", "fa2_32_sync"), ("fa2_64", "fa2_v2"), ("fa2", "naive"),
+RATIOS = (("fa2", "fa2_v1"), ("fa2", "fa2_32"), ("fa2", "fa2_32_sync"), ("fa2", "fa2_v2"), ("fa2", "naive"),
           ("fa2_v1", "naive"), ("fa2", "sdpa_math_fp32"), ("naive", "sdpa_math_fp32"))
-D128_ONLY = ("fa2_64", "fa2_32_sync", "fa2_v2", "fa2_b64x32", "fa2_b48x32")  # differ from fa2 at d_pad = 128 only
+D128_ONLY = ("fa2_32", "fa2_32_sync", "fa2_v2", "fa2_b64x32", "fa2_b48x32")  # differ from fa2 at d_pad = 128 only
 
 
 def log(*a):
@@ -113,7 +113,7 @@ def contenders() -> dict:
     fns["fa2_v1"] = _with_backward(fa2_v1_backward)
     fns["fa2_v2"] = _with_backward(lambda *a, **kw: fa2.backward(*a, use_prefetch=False, block_q=64, block_k=64,
                                                                  **kw))
-    fns["fa2_64"] = _with_backward(lambda *a, **kw: fa2.backward(*a, block_q=64, block_k=64, **kw))
+    fns["fa2_32"] = _with_backward(lambda *a, **kw: fa2.backward(*a, block_q=32, block_k=32, **kw))
     fns["fa2_32_sync"] = _with_backward(lambda *a, **kw: fa2.backward(*a, use_prefetch=False, **kw))
     for br, bc in ((64, 32), (48, 32)):  # other block shapes at d = 128 (one block per SM at 119 KB; two at 98 KB)
         fns[f"fa2_b{br}x{bc}"] = _with_backward(lambda *a, br=br, bc=bc, **kw: fa2.backward(*a, block_q=br, block_k=bc,

@@ -45,13 +45,18 @@ def blocks_per_sm(smem: int) -> int:
     return SM_SHARED // (smem + BLOCK_RESERVED)
 
 
+def can_stage(dtype: torch.dtype, d: int) -> bool:
+    """fa2_bwd.cu's staging buffer takes 16-bit inputs at d_pad = 128 with 16-byte aligned rows (d % 8 == 0)."""
+    return dtype in (torch.float16, torch.bfloat16) and _teaching.d_padded(d) == 128 and d % 8 == 0
+
+
 def prefetch(dtype: torch.dtype, d: int, block_q: int | None = None, block_k: int | None = None) -> bool:
-    """fa2_bwd.cu's FA2_PREFETCH (v3): stage Q_{i+1}, dO_{i+1} with cp.async during step i. Only for 16-bit
-    inputs at d_pad = 128 with 16-byte aligned rows (d % 8 == 0), and only where the staging buffer
-    (2·Br·d_pad·2 bytes) does not cost a block per SM (64 x 64: one either way; 32 x 32: two either way)."""
-    if dtype not in (torch.float16, torch.bfloat16) or _teaching.d_padded(d) != 128 or d % 8:
+    """fa2_bwd.cu's FA2_PREFETCH (v3): stage Q_{i+1}, dO_{i+1} with cp.async during step i. Only where
+    `can_stage`, and only where the staging buffer (2·Br·d_pad·2 bytes) does not cost a block per SM
+    (64 x 64: one either way; 32 x 32: two either way)."""
+    if not can_stage(dtype, d):
         return False
-    bq, bk = backward_blocks(d)
+    bq, bk = backward_blocks(d, dtype)
     bq, bk = bq if block_q is None else block_q, bk if block_k is None else block_k
     return blocks_per_sm(backward_shared_bytes(d, bq, bk, staged=True)) == blocks_per_sm(
         backward_shared_bytes(d, bq, bk))
@@ -128,12 +133,17 @@ def _check_saved(q, o, lse, do):
             raise ValueError(f"{name} must be contiguous; call .contiguous() first")
 
 
-def backward_blocks(d: int) -> tuple[int, int]:
-    """fa2_bwd.cu v4: the default (Br, Bc) of the backward. 64 x 64 at d <= 64 (two blocks per SM); 32 x 32 at
-    d > 64, where 64 x 64 holds one block per SM (170 KB of shared memory, 200 registers) and the H200
-    measured the backward at 19-21 TFLOP/s against 30 at d = 64 (bench/results/visit2); 32 x 32 fits two
-    blocks (77 KB, 128 registers) at ~half the float4 reuse per shared read."""
-    return (64, 64) if _teaching.d_padded(d) == 64 else (32, 32)
+def backward_blocks(d: int, dtype: torch.dtype | None = None, aligned: bool = True) -> tuple[int, int]:
+    """fa2_bwd.cu v5: the default (Br, Bc) of the backward. 64 x 64 at d <= 64 (two blocks per SM). At
+    d_pad = 128, 64 x 64 with the v3 staging where it applies (`can_stage`, 16-byte aligned q and do), else
+    32 x 32. Measured on the H200 (fp16, d = 128, N = 4k/8k, bench/results/teach_bwd_s12/): 64 x 64 staged
+    29.2-30.4 TFLOP/s, 32 x 32 staged (v4's default) 21.6-22.0, 64 x 64 unstaged (v2) 20.1-21.4: at one block
+    per SM the staging hides what v4's second block per SM was meant to hide, with twice v4's reuse per shared
+    read and half its dQ atomics. Without the staging 32 x 32 stays ahead of 64 x 64 (21.0-21.3 against
+    20.1-21.4 at fp16)."""
+    if _teaching.d_padded(d) == 64 or (dtype is not None and aligned and can_stage(dtype, d)):
+        return 64, 64
+    return 32, 32
 
 
 def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, block_k=None, mem=None,
@@ -144,13 +154,15 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, blo
     `backward_blocks(d)`. use_prefetch: None (the default, `prefetch`) or False (fa2_bwd.cu v2's
     synchronous loads, for the A/B).
     """
+    aligned = all(isinstance(t, torch.Tensor) and t.data_ptr() % 16 == 0 for t in (q, do))  # cp.async: 16 B
     if block_q is None or block_k is None:
-        bq, bk = backward_blocks(q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else 64)
+        is4 = isinstance(q, torch.Tensor) and q.dim() == 4
+        bq, bk = backward_blocks(q.shape[-1] if is4 else 64, q.dtype if is4 else None,
+                                 aligned and use_prefetch is not False)
         block_q, block_k = bq if block_q is None else block_q, bk if block_k is None else block_k
     p = _teaching.prepare(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
                           mem=mem)
     _check_saved(q, o, lse, do)
-    aligned = q.data_ptr() % 16 == 0 and do.data_ptr() % 16 == 0  # cp.async copies 16-byte chunks
     knobs = bwd_defines(q.dtype, p.d, block_q, block_k,
                         use_prefetch=aligned if use_prefetch is None else use_prefetch and aligned)
     smem = backward_shared_bytes(p.d, block_q, block_k, staged=bool(knobs["FA2_PREFETCH"]))

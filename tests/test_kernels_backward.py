@@ -66,6 +66,18 @@ def test_backward_shared_memory_fits_an_h200_at_the_default_blocks():
     assert fa2.backward_shared_bytes(128, 128, 128) > h200_optin  # the launcher refuses this one
 
 
+def test_teaching_backward_default_blocks():
+    """fa2_bwd.cu v5: 64 x 64 with the staging where it applies (16-bit, d_pad 128, d % 8 == 0, aligned rows), the
+    H200's fastest (bench/results/teach_bwd_s12); 32 x 32 where it does not; 64 x 64 at d <= 64."""
+    from kernels import fa2
+
+    assert fa2.backward_blocks(128, torch.float16) == (64, 64) == fa2.backward_blocks(96, torch.bfloat16)  # v5
+    assert fa2.backward_blocks(128, torch.float32) == (32, 32) == fa2.backward_blocks(100, torch.float16)
+    assert fa2.backward_blocks(128, torch.float16, aligned=False) == (32, 32)
+    assert fa2.prefetch(torch.float16, 128) and not fa2.prefetch(torch.float32, 128)
+    assert fa2.backward_blocks(40, torch.float32) == (64, 64)
+
+
 def test_teaching_backward_builds_keep_the_blocks_per_sm_their_shared_memory_allows():
     """fa2_bwd.cu's MIN_BLOCKS mirrors kernels/fa2.py's carving: wherever two blocks fit in shared memory
     (d <= 64 at 64 x 64, the 32 x 32 default at d = 128, with or without the prefetch), the registers stay

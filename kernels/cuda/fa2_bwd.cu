@@ -61,7 +61,9 @@
 //       2 Br d_pad 2 bytes: 32 KB at 64 x 64, 203 KB in all) while step i computes, then widened to float32
 //       at the top of step i+1; at one block per SM nothing else hid that load. Not at d <= 64 (the staging
 //       would cost the second block per SM) nor for float32 inputs (64 KB of staging at 64 x 64).
-//       Measured: not yet run (bench/teach_bwd_ab.py: fa2_64 vs fa2_v2, fa2 vs fa2_32_sync).
+//       Measured (H200, fp16, d = 128, N = 4k/8k, bench/results/teach_bwd_s12/; TFLOP/s non-causal | causal):
+//       at 64 x 64, 29.9/29.8 | 29.2/30.4 against v2's 20.1/21.4 | 21.0/21.1: 1.39-1.49x. At one block per SM the
+//       load of the next Q_i, dO_i was what the 8 warps waited on.
 //   v4  The H200 measured v2 (commit b751920, bench/results/visit2) at 30 TFLOP/s for d = 64 (v1: 25) but
 //       19-21 for d = 128 (v1: 18-19), below the teaching naive's 24 there: at 64 x 64, d = 128 holds one
 //       block (8 warps) per SM, and its barriers and load latencies have nothing to hide behind (naive's
@@ -69,7 +71,13 @@
 //       32: 77 KB of shared memory (93 KB with v3's staging) and 128 registers (MIN_BLOCKS = 2), so two
 //       blocks per SM, for about half the reuse per shared read (6 wavefronts per 16 FFMA in Q_i K_j^T, 12
 //       per 64 at 64 x 64) and twice the dQ atomics. The v2 float4 reads and the v3 prefetch are kept.
-//       Measured: not yet run (bench/teach_bwd_ab.py: fa2 vs fa2_64; 48 x 32 and 64 x 32 beside them).
+//       Measured (same run as v3; v4 was chosen before v3 was timed): 32 x 32 with the staging 21.7/22.0 |
+//       21.6/21.7, without it 21.0/21.3 | 20.9/21.1; 48 x 32 (two blocks) 23.3/23.6 | 22.7/23.2; 64 x 32 (one)
+//       22.4/22.6 | 22.5/22.5. Negative: the second block per SM bought less than v3's staging at 64 x 64
+//       (0.73x of it), because halving the tile halves the reuse per shared read and doubles the dQ atomics.
+//   v5  kernels/fa2.py backward_blocks(): 64 x 64 with the v3 staging wherever it applies (16-bit inputs, d_pad
+//       = 128, d % 8 == 0, 16-byte aligned q and dO); 32 x 32 only where it does not (float32 inputs, d % 8 != 0).
+//       Against the teaching naive backward in that run (23.9 | 21.2-21.8 TFLOP/s): 1.25x | 1.34-1.43x.
 //   Considered, not built: Q, K, V, dO tiles in the input dtype in shared memory (halving it to ~100 KB at
 //   d = 128) would not give d = 128 a second block per SM: registers already hold it to one (200 per
 //   thread x 256 threads; two blocks need <= 128, and dK_j, dV_j alone take 64), and every product would pay
