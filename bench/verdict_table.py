@@ -1,12 +1,14 @@
 """The issue #941 verdict's numbers, read from a tc_bench.json (so the write-up never holds hand-copied cells).
 
     python bench/verdict_table.py [bench/results/tc_bench.json] [--dtype float16]
-    python bench/verdict_table.py --cluster [bench/results/cluster_bench.json] [--dtype float16]
+    python bench/verdict_table.py --cluster [bench/results/cluster_bench.json ...] [--dtype float16]
 
 Prints the markdown table of docs/issue-941-verdict.md (fa2_tc and every v_once_tc mode, TFLOP/s, and
 the best v_once over fa2_tc taken in the same run), then the ranges the text quotes. With --cluster: the
 cluster v_once (issue 18) against fa2_wgmma, the spilled v_once_tc and cuDNN, from bench/cluster_speed.py's
-JSON, and the model's predicted ratio beside each measured one (analysis.gpu_model).
+JSON, and the model's predicted ratio beside each measured one (analysis.gpu_model). Several files: a later
+file's cells replace an earlier one's (each cell's ratios stay within one run); default CLUSTER_RUNS. Where the
+default build holds no row (N = 16k), the cluster of 16 (config MAX_CLUSTER=16) stands in.
 """
 from __future__ import annotations
 
@@ -35,18 +37,30 @@ def best_ratio(t, dtype, d, causal, n):
     return best / fa2["tflops"], mode
 
 
-def cluster_table(path, dtype: str) -> None:
+RESULTS = Path(__file__).parent / "results"
+CLUSTER_RUNS = (RESULTS / "cluster_bench.json", RESULTS / "cluster_bench_16k.json")
+CLUSTER_BUILDS = ("v_once_cluster_cluster", 'v_once_cluster{"MAX_CLUSTER":16}')  # the default, then CS = 16
+
+
+def cluster_table(paths, dtype: str) -> None:
     from analysis import gpu_model as gm
 
-    rows = [r for r in json.loads(Path(path).read_text())["rows"] if r.get("median_ms") and r.get("dtype") == dtype]
-    t = {(r["d"], bool(r["causal"]), r["b"], r["h"], r["n"], r["label"]): r for r in rows}
+    t = {}
+    for path in paths:
+        run = {}
+        for r in json.loads(Path(path).read_text())["rows"]:
+            if r.get("median_ms") and r.get("dtype") == dtype:
+                run[(r["d"], bool(r["causal"]), r["b"], r["h"], r["n"], r["label"])] = r
+        cells = {k[:5] for k in run}
+        t = {k: r for k, r in t.items() if k[:5] not in cells} | run  # a later run replaces whole cells
     dt = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
     print("| d | causal | B·H | N | CS | cluster TFLOP/s | fa2_wgmma | cluster / fa2_wgmma time | model's | "
           "/ v_once_tc (spilled) | cuDNN |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     ratios, preds = [], []
     for key in sorted({k[:5] for k in t}):
-        c, f = t.get(key + ("v_once_cluster_cluster",)), t.get(key + ("fa2_wgmma",))
+        c = next((t[key + (b,)] for b in CLUSTER_BUILDS if key + (b,) in t), None)
+        f = t.get(key + ("fa2_wgmma",))
         v, cu = t.get(key + ("v_once_tc_hbm_lazy",)), t.get(key + ("sdpa_cudnn",))
         if not c or not f:
             continue
@@ -66,14 +80,14 @@ def cluster_table(path, dtype: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("path", nargs="?", default=None)
+    ap.add_argument("path", nargs="*", default=None)
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--cluster", action="store_true", help="the cluster v_once table (issue 18)")
     args = ap.parse_args(argv)
     if args.cluster:
-        cluster_table(args.path or Path(__file__).parent / "results" / "cluster_bench.json", args.dtype)
+        cluster_table(args.path or CLUSTER_RUNS, args.dtype)
         return 0
-    args.path = args.path or str(Path(__file__).parent / "results" / "tc_bench.json")
+    args.path = args.path[0] if args.path else str(RESULTS / "tc_bench.json")
     t = load(args.path)
     dt = args.dtype
     print("| d | causal | N | fa2_tc | v_once sram lazy | sram eager | hbm lazy | hbm eager | best v_once / fa2 |")
