@@ -13,10 +13,9 @@ distances, mirrored in j):
 The re-read of block j misses when that distance D(j) exceeds the effective capacity (LRU on a stream:
 all or nothing); D is linear in j, so the missing blocks are a prefix or a suffix of the sweep, found by bisection.
 
-Checked on the ncu rows (d = 128; 30 MiB effective capacity, not refitted): fa2_wgmma N = 16k, 64k and
-SDPA flash N = 4096, 16k, 32k, 64k within 7%; fa2_wgmma N = 32k 1.28x (its D(j) runs from 21 to 38 MB
-across the capacity: 36 MiB would give 1.00x, which one row cannot tell from the LRU idealisation);
-fa2_tc 1.14-1.18x at N = 16k, 32k and 0.71x at 64k on the same tiling, CTAs/SM and sweep as SDPA flash
+Checked on the ncu rows (d = 128; effective capacity 36 MiB, fitted on the rows before N = 24k / 48k were
+profiled: analysis/l2_capacity.py): fa2_wgmma and SDPA flash at N = 16k-64k within 6% (24k and 48k held out);
+fa2_tc 1.14-1.18x at N = 16k-32k and 0.71-0.84x at 48k-64k on the same tiling, CTAs/SM and sweep as SDPA flash
 (bench/results/gpu_model_known_gaps.json). The ramp the levels used before (misses growing from 0 at the
 capacity to all at twice it, on one wave's working set) gave 0.46-0.80x at N = 32k and 64k.
 """

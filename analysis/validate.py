@@ -34,6 +34,7 @@ from pathlib import Path
 from analysis import gpu_model as gm
 from analysis.cluster_model import is_train as cluster_train  # its one constant's own split (cluster_model_fit.json)
 from analysis.fit_gpu_model import is_train, work_of
+from analysis.l2_capacity import is_train as capacity_train  # the effective L2's split (l2_capacity_fit.json)
 from analysis.local_memory import is_train as local_train
 from analysis.measured import bench_cells, ncu_cells, teaching_cells
 
@@ -97,8 +98,8 @@ def rows(params=None) -> list[dict]:
             model = gm.as_timed(p, c.get("timer")) if what == "time" else p.time_s - p.terms["overhead"]
             out.append(dict(base, quantity=what, model=model, measured=measured, band=band))
         if "dram_bytes" in c:
-            out.append(dict(base, quantity="dram bytes", model=p.dram_bytes, measured=c["dram_bytes"],
-                            band=DRAM_BAND))
+            out.append(dict(base, train=capacity_train(c), quantity="dram bytes", model=p.dram_bytes,
+                            measured=c["dram_bytes"], band=DRAM_BAND))  # the L2 capacity's own split
         if c.get("l2_sm_bytes"):  # SDPA flash's spill constant was fitted on its N = 4096 non-causal rows
             out.append(dict(base, train=local_train(c), quantity="l2 bytes (SM xbar)", model=p.l2_bytes,
                             measured=c["l2_sm_bytes"], band=L2_BAND))

@@ -24,7 +24,10 @@ def _overrides():
     import os
 
     shapes = [tuple(int(x) for x in s.split("x")) for s in os.environ.get("NCU_LEVELS_SHAPES", "").split(",") if s]
-    kernels = [k for k in os.environ.get("NCU_LEVELS_KERNELS", "").split(",") if k]
+    import re
+
+    # commas inside brackets belong to a name: "v_once_tc[hbm,lazy],fa2_tc" is two kernels
+    kernels = [k for k in re.split(r",(?![^\[]*\])", os.environ.get("NCU_LEVELS_KERNELS", "")) if k]
     return shapes or SHAPES, kernels
 
 

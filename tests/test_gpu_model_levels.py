@@ -124,14 +124,15 @@ def test_straddled_heads_miss_only_past_the_capacity():
 
 @pytest.mark.skipif(not (RESULTS / "ncu_l2_capacity.csv").exists(), reason="ncu_l2_capacity.csv not committed")
 def test_long_sequences_dram_against_ncu():
-    """N = 32k, 64k (bench/ncu_l2_capacity.sh): the ramp gave 0.46-0.80x; the per-block rule is in band for
-    fa2_wgmma at 64k and SDPA flash at both (fa2_wgmma 32k and fa2_tc are known gaps)."""
-    cells = read_ncu_csv(RESULTS / "ncu_l2_capacity.csv")
-    assert len(cells) == 6
+    """N = 24k-64k (bench/ncu_l2_capacity.sh, bench/gpu_gaps_check.sh): the ramp gave 0.46-0.80x; the per-block
+    rule at the fitted capacity is in band for fa2_wgmma and SDPA flash at every N (24k and 48k held out of the
+    capacity fit); fa2_tc is a known gap."""
+    cells = read_ncu_csv(RESULTS / "ncu_l2_capacity.csv") + read_ncu_csv(RESULTS / "ncu_gaps_capacity.csv")
+    assert len(cells) == 12
     for c in cells:
         p = gm.predict(c["kernel"], c["batch"], c["heads"], c["n_q"], c["n_k"], c["d"], c["dtype"], c["causal"],
                        **c["options"])
         ratio = p.dram_bytes / c["dram_bytes"]
         assert ratio > 0.7
-        if c["kernel"] == "sdpa_flash" or (c["kernel"] == "fa2_wgmma" and c["n_q"] == 65536):
-            assert abs(ratio - 1) <= 0.10
+        if c["kernel"] in ("sdpa_flash", "fa2_wgmma"):
+            assert abs(ratio - 1) <= 0.10, (c["kernel"], c["n_q"], ratio)
