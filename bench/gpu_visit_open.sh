@@ -13,6 +13,9 @@
 #   teach      issue 13: bench/gpu_check_teach_bwd.sh final (teaching fa2 backward GPU tests, memcheck and
 #              racecheck, A/B of the d = 128 builds against the teaching naive backward at N = 4k, 8k) -> teach/
 #   gaps       issue 11: bench/gpu_gaps_check.sh (ncu levels at N = 24k / 48k and v_once_tc at N = 2048)  -> gaps/
+#   vonce_ncu  issue 11: ncu levels of v_once_tc (f in HBM, lazy and eager) at N = 2048, d = 64/128  -> vonce_ncu/
+#   size14     issue 14: the GPU tests of kernels.fa2_wgmma.SIZE_CANDIDATES, then bench/ab_wgmma_speed.py of them
+#              against the shipped build and cuDNN, fp16/bf16, d = 64/128, N = 512..4096, causal and not -> size14/
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 ROOT_OUT=${OUT:-$(mktemp -d)}
@@ -32,6 +35,26 @@ for part in "$@"; do
     gaps)
       OUT=$W timeout 250 bash bench/gpu_gaps_check.sh > "$W/run.txt" 2>&1; rc=$?
       tail -30 "$W/run.txt" ;;
+    vonce_ncu)  # the second half of gaps alone (its kernel names did not parse on the first run)
+      OUT=$W NCU_LEVELS_SHAPES=2048x64,2048x128 NCU_LEVELS_KERNELS="v_once_tc[hbm,lazy],v_once_tc[hbm,eager]" \
+        timeout 90 bash bench/ncu_levels.sh > "$W/run.txt" 2>&1; rc=$?
+      tail -8 "$W/run.txt" ;;
+    size14)  # issue 14: the size-based builds, tested, then timed against the default and cuDNN at N <= 4k
+      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k size_candidate \
+        > "$W/tests.log" 2>&1; rc=$?
+      tail -4 "$W/tests.log"
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048,4096 \
+        --variants base,small-tma,small-tma3,small-cp --budget-s 170 > "$W/ab.txt" 2>&1; rc2=$?
+      tail -60 "$W/ab.txt"; rc=$(( rc != 0 ? rc : rc2 ))
+      cfg=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+c = f.SIZE_CANDIDATES
+print(json.dumps({'fa2_wgmma': [{'64': c[64]['small-tma'], '128': c[128]['small-tma']}, {'64': c[64]['small-tma3']},
+                                {'64': c[64]['small-cp'], '128': c[128]['small-cp']}]}))")
+      timeout 100 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
+        --tools memcheck --only-configs --kernel-shapes 2 --timeout 90 --configs "$cfg" > "$W/memcheck.txt" 2>&1
+      rc3=$?; tail -5 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : rc3 )) ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

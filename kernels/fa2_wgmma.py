@@ -172,13 +172,18 @@ def speed_configs(d: int) -> dict:
 # prologue (Q and the first K through HBM) and epilogue overlap other CTAs' products. v1 evidence (old
 # per-call event timing, tc_bench_wgmma.md): the cp.async d = 64 Bc = 128 x 3 CTAs build at 1.21-1.34x SDPA
 # flash for N < 1k, where the TMA default was at 0.90-0.98x (NOTES-tc.md, fa2_wgmma v2).
+# TMA candidates: NWG=1 (no ping-pong partner), the shipped rescale threshold at d = 64; NVRTC: no spills.
+# Shared memory per CTA: d = 64 Bc = 128 x 2 CTAs 72 KB, Bc = 96 x 3 CTAs 56 KB; d = 128 Bc = 96 x 2 CTAs
+# 112 KB (Bc = 128 is 144 KB: one CTA per SM, so not a candidate).
 SIZE_CANDIDATES = {
-    64: {"small-tma": dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2),
+    64: {"small-tma": dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2, PINGPONG=0, RESCALE_THRESHOLD=8),
+         "small-tma3": dict(TMA=1, BLOCK_N=96, NWG=1, MIN_BLOCKS=3, PINGPONG=0, PRODUCER_REGS=24,
+                            RESCALE_THRESHOLD=8),
          "small-cp": dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3)},
-    128: {"small-tma": dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2),
+    128: {"small-tma": dict(TMA=1, BLOCK_N=96, NWG=1, MIN_BLOCKS=2, PINGPONG=0),
           "small-cp": dict(BLOCK_N=96, NWG=1, MIN_BLOCKS=2)},
 }
-SIZE_MAX_N = 2048
+SIZE_MAX_N = 4096
 # The rule forward() applies when no config is given: per d, (largest Nk, config), first match wins; a
 # cp.async candidate (no TMA key) only for contiguous inputs with equal head counts. Empty until the A/B
 # (bench/gpu_check_speed.sh) measures the candidates against the default at N <= SIZE_MAX_N: each entry

@@ -153,3 +153,45 @@ def test_rescale_paths(name, log2_span, reverse):
         assert rel <= TOL[torch.bfloat16], f"relative error {rel:.2e}"
         err = (lse.double() - rl).abs()
         assert (err <= 2e-3 + 1e-5 * rl.abs()).all(), f"lse error {float(err.max()):.2e}"
+
+
+# Issue 14 item 1, the size-based builds (kernels.fa2_wgmma.SIZE_CANDIDATES): one warpgroup per CTA, 2-3 CTAs per
+# SM, for short key loops; checked like the speed knobs before the A/B times them or SIZE_RULES picks them.
+SIZE = [(d, name) for d, cands in fa2_wgmma.SIZE_CANDIDATES.items() for name in cands]
+size_shape = st.tuples(
+    st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),  # B, H, Nq, Nk
+    st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(),                 # dtype, causal
+    st.sampled_from([0.5, 1.0, 4.0, 20.0]), st.integers(0, 2**31 - 1),              # input scale, seed
+)
+
+
+def _size_fn(d, name):
+    cfg = fa2_wgmma.SIZE_CANDIDATES[d][name]
+
+    def fn(q, k, v, **kw):
+        return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+    return fn
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,name", SIZE)
+@SETTINGS
+@given(s=size_shape)
+def test_size_candidate_matches_reference(d, name, s):
+    b, h, n_q, n_k, dtype, causal, scale, seed = s
+    _check(_size_fn(d, name), b, h, n_q, n_k, d, dtype, causal, scale, seed)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,name", SIZE)
+def test_size_candidate_long_key_loop(d, name):
+    """Nk = 4100 (every ring slot refilled many times), several Q blocks and more CTAs than one per SM holds."""
+    for causal, dtype in ((False, torch.float16), (True, torch.bfloat16)):
+        _check(_size_fn(d, name), 2, 3, 700, 4100, d, dtype, causal, 4.0, d)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,name", [(d, n) for d, n in SIZE if fa2_wgmma.SIZE_CANDIDATES[d][n].get("TMA")])
+def test_size_candidate_strided_gqa(d, name):
+    _check_layout(2, 4, 2, 300, 1000, d, torch.bfloat16, True, 4.0, "bnhd", d,
+                  config=fa2_wgmma.SIZE_CANDIDATES[d][name])
