@@ -44,7 +44,7 @@ for part in "$@"; do
         > "$W/tests.log" 2>&1; rc=$?
       tail -4 "$W/tests.log"
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048,4096 \
-        --variants base,small-tma,small-tma3,small-cp --budget-s 170 > "$W/ab.txt" 2>&1; rc2=$?
+        --variants base,small-tma,small-tma-dyn,small-tma3,small-cp --sdpa cudnn --budget-s 170 > "$W/ab.txt" 2>&1; rc2=$?
       tail -60 "$W/ab.txt"; rc=$(( rc != 0 ? rc : rc2 ))
       cfg=$(python3 -c "
 import json

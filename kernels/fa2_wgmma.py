@@ -183,6 +183,8 @@ SIZE_CANDIDATES = {
     128: {"small-tma": dict(TMA=1, BLOCK_N=96, NWG=1, MIN_BLOCKS=2, PINGPONG=0),
           "small-cp": dict(BLOCK_N=96, NWG=1, MIN_BLOCKS=2)},
 }
+for _d in (64, 128):  # and the 2-CTA TMA build persistent (v3c's dynamic scheduler): one more overlap of tiles
+    SIZE_CANDIDATES[_d]["small-tma-dyn"] = dict(SIZE_CANDIDATES[_d]["small-tma"], PERSISTENT=2)
 SIZE_MAX_N = 4096
 # The rule forward() applies when no config is given: per d, (largest Nk, config), first match wins; a
 # cp.async candidate (no TMA key) only for contiguous inputs with equal head counts. Empty until the A/B

@@ -188,6 +188,13 @@ def test_size_candidate_long_key_loop(d, name):
     """Nk = 4100 (every ring slot refilled many times), several Q blocks and more CTAs than one per SM holds."""
     for causal, dtype in ((False, torch.float16), (True, torch.bfloat16)):
         _check(_size_fn(d, name), 2, 3, 700, 4100, d, dtype, causal, 4.0, d)
+    if fa2_wgmma.SIZE_CANDIDATES[d][name].get("PERSISTENT"):  # 3 CTAs: each loops over many tiles
+        cfg = dict(fa2_wgmma.SIZE_CANDIDATES[d][name], GRID=3)
+
+        def fn(q, k, v, **kw):
+            return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+        _check(fn, 2, 3, 700, 1500, d, torch.float16, True, 4.0, d + 1)
+        _check(fn, 2, 3, 900, 300, d, torch.bfloat16, True, 1.0, d + 2)  # whole Q blocks see no key
 
 
 @needs_hopper
