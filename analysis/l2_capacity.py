@@ -92,7 +92,7 @@ def fit(verbose: bool = True) -> dict:
         train_sources=list(TRAIN_SOURCES), train_rows=len(train),
         train_mean_abs_log=round(best, 5), train_in_band_10pct=next(n for c, _, n in scan if c == cap),
         plateau_mib=[plateau[0] / MIB, plateau[1] / MIB],
-        held_out=[dict(source=c["source"], kernel=c["kernel"], n=c["n_q"], d=c["d"], causal=c["causal"],
+        held_out=[dict(source=c["source"], kernel=c["kernel"], label=c["label"], n=c["n_q"], d=c["d"], causal=c["causal"],
                        ratio=round(x, 4)) for c, x in zip(held, held_ratios)],
         scan=[dict(mib=c / MIB, mean_abs_log=round(loss, 5), in_band=n) for c, loss, n in scan],
         script="analysis/l2_capacity.py",
@@ -102,7 +102,7 @@ def fit(verbose: bool = True) -> dict:
         print(f"effective L2: {cap / MIB:.1f} MiB = {s:.3f} x {l2 / MIB:.0f} MiB (plateau {out['plateau_mib']}), "
               f"train {len(train)} rows, mean |log| {best:.4f}")
         for h in out["held_out"]:
-            print(f"  held out {h['source']} {h['kernel']} N={h['n']} d={h['d']}: model/measured {h['ratio']:.3f}")
+            print(f"  held out {h['source']} {h['label']} N={h['n']} d={h['d']}: model/measured {h['ratio']:.3f}")
     return out
 
 

@@ -60,6 +60,9 @@ def _meta_configs(meta: dict) -> dict:
 # the benchmark files read: tc_bench*.json (bench/bench_tc.py bench), and the cluster kernel's run under either
 # that name or cluster_bench*.json (issue 18): rows labelled v_once_cluster validate with no code change
 BENCH_PATTERNS = ("tc_bench*.json", "cluster_bench*.json")
+# runs whose default fa2_wgmma build was CONFIGS[d] at every N (timed before kernels.fa2_wgmma.SIZE_RULES was set)
+BEFORE_SIZE_RULES = ("tc_bench.json", "tc_bench_run2.json", "tc_bench_wgmma.json", "tc_bench_wgmma_tma.json",
+                     "cluster_bench.json", "cluster_bench_bf16.json", "cluster_bench_16k.json")
 
 
 def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
@@ -74,6 +77,9 @@ def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
             kernel, opts = _kernel_of(r["kernel"])
             if kernel in configs and r["d"] in configs[kernel]:
                 opts = dict(opts, config=configs[kernel][r["d"]])
+            elif kernel == "fa2_wgmma" and "config" not in opts and path.name in BEFORE_SIZE_RULES:
+                from kernels.fa2_wgmma import CONFIGS  # these runs' default: no size rule had been set yet
+                opts = dict(opts, config=CONFIGS[r["d"]])
             cells.append(dict(source=path.name, kernel=kernel, options=opts, label=r["kernel"], batch=r["b"],
                               heads=r["h"], n_q=r["n"], n_k=r["n"], d=r["d"], dtype=DTYPE[r["dtype"]],
                               causal=bool(r["causal"]), time_s=r["median_ms"] * 1e-3, timer=r.get("timer")))

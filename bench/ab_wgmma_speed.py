@@ -159,8 +159,8 @@ def summary(res: dict) -> str:
 
 
 # The rule that turns the table into defaults (time / base time per cell, both checked ok): a build goes into
-# CONFIGS[d] when its geomean over all cells of d is <= 0.99 and no cell is over 1.03; into SIZE_RULES (Nk up
-# to SIZE_MAX_N) when that holds over the cells with N <= SIZE_MAX_N only; otherwise it stays off.
+# CONFIGS[d] when its geomean over all cells of d is <= 0.99 and no cell is over 1.03; into SIZE_RULES up to the
+# largest measured N (<= SIZE_MAX_N) for which that holds over the cells at or below it; otherwise it stays off.
 ALL_GAIN, WORST_LOSS = 0.99, 1.03
 
 
@@ -187,10 +187,13 @@ def decisions(rows) -> list[str]:
         small = [x for n, x in vals if n <= fa2_wgmma.SIZE_MAX_N]
         large = [x for n, x in vals if n > fa2_wgmma.SIZE_MAX_N]
         every = small + large
+        # SIZE_RULES: the largest measured N up to SIZE_MAX_N where the rule holds over every cell at or below it
+        wins = [n0 for n0 in sorted({n for n, _ in vals if n <= fa2_wgmma.SIZE_MAX_N})
+                if geo([x for n, x in vals if n <= n0]) <= ALL_GAIN and max(x for n, x in vals if n <= n0) <= WORST_LOSS]
         if geo(every) <= ALL_GAIN and max(every) <= WORST_LOSS:
             call = f"CONFIGS[{d}]"
-        elif small and geo(small) <= ALL_GAIN and max(small) <= WORST_LOSS:
-            call = f"SIZE_RULES[{d}] (Nk <= {fa2_wgmma.SIZE_MAX_N})"
+        elif wins:
+            call = f"SIZE_RULES[{d}] (Nk <= {wins[-1]})"
         else:
             call = "off"
         out.append(f"{d:3d} {name:22s} {geo(small):8.3f} {geo(large):8.3f} {max(every):6.3f} {len(every):5d}  {call}")

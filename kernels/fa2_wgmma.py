@@ -187,10 +187,14 @@ for _d in (64, 128):  # and the 2-CTA TMA build persistent (v3c's dynamic schedu
     SIZE_CANDIDATES[_d]["small-tma-dyn"] = dict(SIZE_CANDIDATES[_d]["small-tma"], PERSISTENT=2)
 SIZE_MAX_N = 4096
 # The rule forward() applies when no config is given: per d, (largest Nk, config), first match wins; a
-# cp.async candidate (no TMA key) only for contiguous inputs with equal head counts. Empty until the A/B
-# (bench/gpu_check_speed.sh) measures the candidates against the default at N <= SIZE_MAX_N: each entry
-# goes in with the cells that justify it.
-SIZE_RULES: dict = {}
+# cp.async candidate (no TMA key) only for contiguous inputs with equal head counts. Each entry goes in with the
+# cells that justify it: bench/results/size_rules/ab_wgmma_speed.json (H200, one run, fp16 and bf16, causal and
+# not, batch*N = 16k, H = 2048/d; time / time of CONFIGS[d], < 1 faster):
+#   d = 64, Nk <= 1024: small-tma3 (3 CTAs/SM, Bc = 96) 0.76-0.89 at N = 512 and 1024 (8 cells); at 2048 0.93-1.04
+#   d = 64, Nk <= 2048: small-tma (2 CTAs/SM, Bc = 128) 0.92-0.99 at N = 2048 (4 cells); at 4096 0.90-1.13
+# Not at d = 128: every candidate 1.2-1.8x slower there (one consumer warpgroup per CTA loses the ping-pong
+# between two that d = 128's default relies on; small-cp 0.94 in one cell only).
+SIZE_RULES: dict = {64: [(1024, SIZE_CANDIDATES[64]["small-tma3"]), (2048, SIZE_CANDIDATES[64]["small-tma"])]}
 
 
 def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None) -> dict | None:
@@ -381,12 +385,17 @@ def _sm_count(dev) -> int:
 
 
 # -- what the GPU model needs (analysis.descriptors; torch-free) ------------------------------------------
-def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict | None = None, **_) -> dict:
+def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict | None = None,
+             n_k: int | None = None, **_) -> dict:
     """This build's descriptor: wgmma reads Q, K_j, V_j straight from swizzled smem (P from registers);
     TMA=1 is warp-specialised (a producer warpgroup feeds consumers that overlap softmax and products),
-    the cp.async build has every warp load, then compute (FA2's structure)."""
+    the cp.async build has every warp load, then compute (FA2's structure). No config: the build forward()
+    runs for this Nk (SIZE_RULES, contiguous inputs), else CONFIGS[d]."""
     from analysis.descriptors import ctas_per_sm, overhead, registers_of
 
+    ruled = config is None and n_k is not None and choose_config(d, n_k, True) is not None
+    if ruled:
+        config = choose_config(d, n_k, True)
     defs = defines_for(d, dtype == "bf16", config)
     bc, nwg = defs["BLOCK_N"], defs["NWG"]
     tma = bool(defs.get("TMA"))
@@ -402,5 +411,5 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                 loads="tma" if tma else "cp.async", s_p="registers", grid="q_blocks",
                 smem_bytes_per_tile=smem_tile, smem_bytes=smem_bytes(defs), launch_overhead_s=t,
                 overhead_source=src,
-                source="kernels/fa2_wgmma.py CONFIGS",
+                source="kernels/fa2_wgmma.py " + ("SIZE_RULES" if ruled else "CONFIGS"),
                 options={k: v for k, v in defs.items() if k not in ("HEAD_DIM", "IS_BF16")})

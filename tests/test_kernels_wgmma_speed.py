@@ -167,6 +167,23 @@ def test_size_rule_picks_the_first_matching_build():
         assert all(cfg in fa2_wgmma.SIZE_CANDIDATES[d].values() for _, cfg in rules_d)
 
 
+def test_the_model_describes_the_build_the_size_rule_runs():
+    """fa-traffic predict at a short Nk models the SIZE_RULES build forward() runs; the benchmark files timed before
+    the rule keep CONFIGS[d] (analysis.measured.BEFORE_SIZE_RULES)."""
+    from analysis.descriptors import describe
+    from analysis.measured import bench_cells
+
+    small, large = describe("fa2_wgmma", 64, n_q=512, n_k=512), describe("fa2_wgmma", 64, n_q=8192, n_k=8192)
+    rule = fa2_wgmma.choose_config(64, 512, True)
+    assert rule is not None and small.options["MIN_BLOCKS"] == rule["MIN_BLOCKS"] and small.block_k == rule["BLOCK_N"]
+    assert "SIZE_RULES" in small.source and "CONFIGS" in large.source
+    assert large.options["NWG"] == fa2_wgmma.CONFIGS[64]["NWG"]
+    old = [c for c in bench_cells() if c["kernel"] == "fa2_wgmma" and c["d"] == 64 and c["n_k"] <= 2048
+           and c["label"] == "fa2_wgmma"]
+    ruled = [cfg for rules in fa2_wgmma.SIZE_RULES.values() for _, cfg in rules]
+    assert old and all(c["options"].get("config") and c["options"]["config"] not in ruled for c in old)
+
+
 def test_ab_variants_can_be_limited_to_head_dims():
     from bench import ab_wgmma_speed as ab
 

@@ -35,10 +35,10 @@ def test_the_committed_held_out_ratios_recompute():
     fit = json.loads(lc.FIT_FILE.read_text())
     held = lc._rows(train=False)
     got = lc._ratios(held, fit["share_of_l2"])
-    want = {(h["source"], h["kernel"], h["n"], h["d"], h["causal"]): h["ratio"] for h in fit["held_out"]}
+    want = {(h["source"], h["label"], h["n"], h["d"], h["causal"]): h["ratio"] for h in fit["held_out"]}
     assert len(got) == len(want)
     for c, r in zip(held, got):
-        assert r == pytest.approx(want[(c["source"], c["kernel"], c["n_q"], c["d"], c["causal"])], abs=2e-4)
+        assert r == pytest.approx(want[(c["source"], c["label"], c["n_q"], c["d"], c["causal"])], abs=2e-4)
 
 
 def test_the_override_changes_the_per_block_rule():

@@ -95,6 +95,16 @@
 //       All off in CONFIGS (the A/B's decision rule: geomean <= 0.99 with no cell above 1.03). Against cuDNN
 //       the shipped builds are >= 1.0x in 13 of 48 cells of that A/B (24 of 72 on visit 2): d = 256 and
 //       d = 128 at N >= 8k; d = 64 (0.70-0.98x) and N <= 2k remain behind.
+//   v4  size-based builds (kernels/fa2_wgmma.py SIZE_CANDIDATES, SIZE_RULES): NWG=1 (one consumer warpgroup,
+//       no ping-pong partner) with 2-3 CTAs per SM, so one CTA's prologue (Q and the first K through TMA) and
+//       epilogue overlap the other CTAs' products on short key loops. A/B (bench/results/size_rules/, fp16 and
+//       bf16, N = 512-4096, time / the default's): d = 64 Bc = 96 x 3 CTAs 0.76-0.89 at N <= 1024, Bc = 128 x 2
+//       CTAs 0.92-0.99 at N = 2048 -> SIZE_RULES[64]; at N = 4096 both lose (up to 1.13). Persistent (2 CTAs,
+//       dynamic tiles) 0.84-1.32: negative. d = 128 Bc = 96 x 2 CTAs 1.27-1.67: negative (the default's two
+//       ping-ponging warpgroups are what d = 128 needs). Against cuDNN at d = 64 the best build is still 0.88-0.94x.
+//       racecheck at the sanitizer's at-scale shapes (Nq = 300, Nk = 2900: each ring slot refilled 8-18 times;
+//       GQA views) of every shipped build (CONFIGS at d = 64/96/128/256) and of the 3-CTA build: 0 hazards
+//       (bench/results/sanitize_wgmma_scale/, bench/results/size_rules/); memcheck of every size candidate: 0 errors.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
