@@ -51,6 +51,8 @@ def entries(d: int, variants, n: int, sdpa=SDPA):
         cfgs.update(fa2_wgmma.SIZE_CANDIDATES.get(d, {}))
     out = [harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, dict(cfgs[v])) for v, dims in variants
            if v in cfgs and (dims is None or d in dims)]
+    if any(v == "default" and (dims is None or d in dims) for v, dims in variants):  # what forward() picks: SIZE_RULES
+        out.insert(0, harness.Entry("fa2_wgmma[default]", spec.tier, spec, {}, None))
     return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in sdpa]
 
 

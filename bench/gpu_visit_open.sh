@@ -16,6 +16,8 @@
 #   vonce_ncu  issue 11: ncu levels of v_once_tc (f in HBM, lazy and eager) at N = 2048, d = 64/128  -> vonce_ncu/
 #   size14     issue 14: the GPU tests of kernels.fa2_wgmma.SIZE_CANDIDATES, then bench/ab_wgmma_speed.py of them
 #              against the shipped build and cuDNN, fp16/bf16, d = 64/128, N = 512..4096, causal and not -> size14/
+#   grid14     issue 14's grid: forward()'s default (SIZE_RULES), CONFIGS and d = 128 Bc = 128, SDPA flash and
+#              cuDNN, fp16/bf16, d = 64/128/256, N = 512..16k, causal and not             -> grid14/
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 ROOT_OUT=${OUT:-$(mktemp -d)}
@@ -55,6 +57,14 @@ print(json.dumps({'fa2_wgmma': [{'64': c[64]['small-tma'], '128': c[128]['small-
       timeout 100 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
         --tools memcheck --only-configs --kernel-shapes 2 --timeout 90 --configs "$cfg" > "$W/memcheck.txt" 2>&1
       rc3=$?; tail -5 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : rc3 )) ;;
+    grid14)  # issue 14: what forward() runs (SIZE_RULES), CONFIGS, a d = 128 Bc = 128 candidate, SDPA flash and cuDNN
+      timeout 70 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py tests/test_kernels_tc.py \
+        -k "small-bc128 or (wgmma and matches_reference)" > "$W/tests.log" 2>&1; rc=$?
+      tail -3 "$W/tests.log"
+      timeout 420 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default,base,small-bc128@128 --budget-s 380 \
+        > "$W/ab.txt" 2>&1; rc2=$?
+      tail -75 "$W/ab.txt"; rc=$(( rc != 0 ? rc : rc2 )) ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -185,6 +185,9 @@ SIZE_CANDIDATES = {
 }
 for _d in (64, 128):  # and the 2-CTA TMA build persistent (v3c's dynamic scheduler): one more overlap of tiles
     SIZE_CANDIDATES[_d]["small-tma-dyn"] = dict(SIZE_CANDIDATES[_d]["small-tma"], PERSISTENT=2)
+# d = 128, the default's two ping-ponging warpgroups with Bc = 128: N = 512 and 1024 are whole 128-key blocks,
+# where Bc = 176 ends each row on a masked, partly empty block (512 = 2 x 176 + 160)
+SIZE_CANDIDATES[128]["small-bc128"] = dict(CONFIGS[128], BLOCK_N=128)
 SIZE_MAX_N = 4096
 # The rule forward() applies when no config is given: per d, (largest Nk, config), first match wins; a
 # cp.async candidate (no TMA key) only for contiguous inputs with equal head counts. Each entry goes in with the

@@ -191,6 +191,10 @@ def test_ab_variants_can_be_limited_to_head_dims():
                                                                  ("ahead", {64})]
     names = [e.label for e in ab.entries(128, ab.parse_variants("base,dynamic@64+128,ahead@64"), 512, ("cudnn",))]
     assert names == ["fa2_wgmma[base]", "fa2_wgmma[dynamic]", "sdpa_cudnn"]
+    ents = ab.entries(64, ab.parse_variants("base,default,small-tma3@64"), 512, ())
+    assert [e.label for e in ents] == ["fa2_wgmma[default]", "fa2_wgmma[base]", "fa2_wgmma[small-tma3]"]
+    assert ents[0].config is None  # forward() picks: the size rule
+    assert [e.label for e in ab.entries(64, ab.parse_variants("small-tma3@64"), 8192, ())] == []  # N > SIZE_MAX_N
 
 
 def test_default_candidates_build_and_are_sanitized():
