@@ -18,6 +18,7 @@
 #              against the shipped build and cuDNN, fp16/bf16, d = 64/128, N = 512..4096, causal and not -> size14/
 #   grid14     issue 14's grid: forward()'s default (SIZE_RULES), CONFIGS and d = 128 Bc = 128, SDPA flash and
 #              cuDNN, fp16/bf16, d = 64/128/256, N = 512..16k, causal and not             -> grid14/
+#   moonshot_ncu  issue 14: bench/ncu_moonshot.sh (fa2_wgmma vs cuDNN, SOL / warp-state sections)   -> moonshot_ncu/
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 ROOT_OUT=${OUT:-$(mktemp -d)}
@@ -65,6 +66,9 @@ print(json.dumps({'fa2_wgmma': [{'64': c[64]['small-tma'], '128': c[128]['small-
         --seqs 512,1024,2048,4096,8192,16384 --variants default,base,small-bc128@128 --budget-s 380 \
         > "$W/ab.txt" 2>&1; rc2=$?
       tail -75 "$W/ab.txt"; rc=$(( rc != 0 ? rc : rc2 )) ;;
+    moonshot_ncu)  # issue 14: ncu sections of fa2_wgmma against cuDNN on the moonshot cells and the worst gap
+      OUT=$W timeout 220 bash bench/ncu_moonshot.sh > "$W/run.txt" 2>&1; rc=$?
+      tail -30 "$W/run.txt" ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
