@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 import sys
 
 WANT = {  # ncu section metric name -> column
     "Duration": "ms", "Compute (SM) Throughput": "SM %", "Memory Throughput": "mem %",
     "Issue Slots Busy": "issue %", "Executed Ipc Active": "IPC", "Registers Per Thread": "regs",
-    "Achieved Occupancy": "occ %", "Warp Cycles Per Issued Instruction": "cyc/inst",
+    "Achieved Occupancy": "occ %", "Warp Cycles Per Issued Instruction": "cyc/inst", "SM Frequency": "SM GHz",
+    "L2 Cache Throughput": "L2 %", "DRAM Throughput": "DRAM %", "Grid Size": "CTAs", "Waves Per SM": "waves",
 }
-STALL = re.compile(r"^Stall (.+)$")
 
 
 def main(path: str) -> int:
@@ -37,11 +36,10 @@ def main(path: str) -> int:
                 v = f"{float(v.replace(',', '')) / 1e3:.3f}"
             elif name == "Duration" and unit in ("nsecond", "ns"):
                 v = f"{float(v.replace(',', '')) / 1e6:.3f}"
+            elif name == "SM Frequency" and v != "-":
+                v = f"{float(v.replace(',', '')) / (1e9 if unit in ('hz', 'Hz', '') else 1e3 if unit == 'Mhz' else 1):.2f}"
             vals.append(f"{col} {v}")
-        stalls = sorted(((float(v.replace(",", "")), STALL.match(k).group(1)) for k, (v, _) in m.items()
-                         if STALL.match(k) and v not in ("", "n/a")), reverse=True)[:4]
-        print(f"{label}\n    " + ", ".join(vals) + "\n    top stalls (cycles per issued instruction): "
-              + ", ".join(f"{s} {v:.2f}" for v, s in stalls))
+        print(f"{label}\n    " + ", ".join(vals))
     return 0
 
 
