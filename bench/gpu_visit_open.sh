@@ -69,6 +69,22 @@ print(json.dumps({'fa2_wgmma': [{'64': c[64]['small-tma'], '128': c[128]['small-
     moonshot_ncu)  # issue 14: ncu sections of fa2_wgmma against cuDNN on the moonshot cells and the worst gap
       OUT=$W timeout 220 bash bench/ncu_moonshot.sh > "$W/run.txt" 2>&1; rc=$?
       tail -30 "$W/run.txt" ;;
+    confirm128)  # issue 14: d = 128 Bc = 128 at N <= 1k timed twice more (the grid's cells differ by +-7% between
+                 # two identical builds), and its sanitizers at scale
+      for rep in 1 2; do
+        timeout 60 python3 bench/ab_wgmma_speed.py --out "$W/rep$rep" --dims 128 --seqs 512,1024 \
+          --variants base,small-bc128@128 --sdpa cudnn > "$W/ab$rep.txt" 2>&1
+        grep -A12 "^dtype" "$W/ab$rep.txt" | tail -12
+      done
+      cfg=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+print(json.dumps({'fa2_wgmma': [{'128': f.SIZE_CANDIDATES[128]['small-bc128']}]}))")
+      for tool in memcheck racecheck; do
+        timeout 100 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
+          --tools $tool --only-configs --kernel-shapes 6 --timeout 90 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        rc=$?; tail -2 "$W/$tool.txt"
+      done ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
