@@ -195,9 +195,13 @@ SIZE_MAX_N = 4096
 # not, batch*N = 16k, H = 2048/d; time / time of CONFIGS[d], < 1 faster):
 #   d = 64, Nk <= 1024: small-tma3 (3 CTAs/SM, Bc = 96) 0.76-0.89 at N = 512 and 1024 (8 cells); at 2048 0.93-1.04
 #   d = 64, Nk <= 2048: small-tma (2 CTAs/SM, Bc = 128) 0.92-0.99 at N = 2048 (4 cells); at 4096 0.90-1.13
-# Not at d = 128: every candidate 1.2-1.8x slower there (one consumer warpgroup per CTA loses the ping-pong
-# between two that d = 128's default relies on; small-cp 0.94 in one cell only).
-SIZE_RULES: dict = {64: [(1024, SIZE_CANDIDATES[64]["small-tma3"]), (2048, SIZE_CANDIDATES[64]["small-tma"])]}
+# At d = 128 the one-warpgroup builds are 1.2-1.8x slower (they lose the ping-pong between two warpgroups that
+# d = 128's default relies on). The default with Bc = 128 ("small-bc128") instead: three runs
+# (bench/results/grid14/, bench/results/size_rules/d128/rep1, rep2), time / CONFIGS' time at N = 512: non-causal
+# 0.96-0.98, causal 0.87-0.89 (the Q and key blocks meet the diagonal on the same 128-row grid); at N = 1024
+# causal 0.91-0.94 but non-causal fp16 1.04-1.05, so Nk <= 512 only.
+SIZE_RULES: dict = {64: [(1024, SIZE_CANDIDATES[64]["small-tma3"]), (2048, SIZE_CANDIDATES[64]["small-tma"])],
+                    128: [(512, SIZE_CANDIDATES[128]["small-bc128"])]}
 
 
 def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None) -> dict | None:

@@ -102,6 +102,8 @@
 //       CTAs 0.92-0.99 at N = 2048 -> SIZE_RULES[64]; at N = 4096 both lose (up to 1.13). Persistent (2 CTAs,
 //       dynamic tiles) 0.84-1.32: negative. d = 128 Bc = 96 x 2 CTAs 1.27-1.67: negative (the default's two
 //       ping-ponging warpgroups are what d = 128 needs). Against cuDNN at d = 64 the best build is still 0.88-0.94x.
+//       d = 128 instead: the default with Bc = 128 at Nk <= 512 (SIZE_RULES[128]; three runs, bench/results/
+//       size_rules/d128/: 0.96-0.98 non-causal, 0.87-0.89 causal; memcheck and racecheck at scale clean).
 //       racecheck at the sanitizer's at-scale shapes (Nq = 300, Nk = 2900: each ring slot refilled 8-18 times;
 //       GQA views) of every shipped build (CONFIGS at d = 64/96/128/256) and of the 3-CTA build: 0 hazards
 //       (bench/results/sanitize_wgmma_scale/, bench/results/size_rules/); memcheck of every size candidate: 0 errors.
