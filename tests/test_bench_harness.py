@@ -136,6 +136,7 @@ NOT_TIMING = {"harness.py", "timing.py", "__init__.py", "ncu_levels_target.py", 
               "bwd_sanitize_target.py", "precompile_bwd.py", "verdict_table.py", "host_overhead_cpu.py",
                "inputs_gpu_check.py", "spill_sites.py"}
 NOT_TIMING |= {"cluster_sanitize_target.py", "cluster_ncu_target.py"}  # issue 18: sanitizer and ncu targets
+NOT_TIMING |= {"ncu_moonshot_target.py", "ncu_moonshot_summary.py"}  # issue 14: an ncu target and its reader
 
 
 def test_every_bench_script_is_listed():
