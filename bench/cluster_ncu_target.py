@@ -19,14 +19,25 @@ SHAPES = [(4096, 64), (4096, 128), (8192, 128)]
 TOKENS, HIDDEN = 16384, 2048
 
 
+def _overrides():
+    """CLUSTER_NCU_SHAPES="16384x64,16384x128" (N x d) and CLUSTER_NCU_CONFIG='{"MAX_CLUSTER": 16}' (the cluster
+    kernel's build: 16 CTAs for the rows an 8-CTA cluster cannot hold); unset: SHAPES and the default build."""
+    import json
+    import os
+
+    shapes = [tuple(int(x) for x in s.split("x")) for s in os.environ.get("CLUSTER_NCU_SHAPES", "").split(",") if s]
+    return shapes or SHAPES, json.loads(os.environ.get("CLUSTER_NCU_CONFIG") or "null")
+
+
 def main() -> int:
     import torch
 
     from kernels import fa2_wgmma, v_once_cluster
 
-    fns = {"v_once_cluster": lambda q, k, v: v_once_cluster.forward(q, k, v, placement="cluster"),
+    shapes, cfg = _overrides()
+    fns = {"v_once_cluster": lambda q, k, v: v_once_cluster.forward(q, k, v, placement="cluster", config=cfg),
            "fa2_wgmma": lambda q, k, v: fa2_wgmma.forward(q, k, v)}
-    for n, d in SHAPES:
+    for n, d in shapes:
         b, h = max(1, TOKENS // n), HIDDEN // d
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
         for name, fn in fns.items():

@@ -156,30 +156,5 @@ for name in ("cluster_speed_main.json", "cluster_speed_candidates.json"):
         rows += json.loads(p.read_text())["rows"]
 print_table(rows) if rows else print("no speed records")
 PY
-[ -f "$OUT/ncu.csv" ] && python3 - "$OUT/ncu.csv" <<'PY'
-import csv, sys
-launches, rows, table = [], {}, []
-for line in open(sys.argv[1]):
-    if line.startswith("target launched"):
-        launches.append(dict(kv.split("=", 1) for kv in line.split()[3:]) | {"name": line.split()[2]})
-    elif line.startswith('"'):
-        table.append(line)
-for r in csv.DictReader(table):  # the header row ("ID", ..., "Metric Name", "Metric Unit", "Metric Value")
-    try:
-        rows.setdefault(int(r["ID"]), {})[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
-    except (KeyError, TypeError, ValueError):
-        pass
-ids = sorted(rows)
-# two launches per (kernel, shape): the warm one, then the one "target launched" names
-print(f"{'kernel':16s} {'N':>6s} {'d':>4s} {'CS':>3s} {'ms':>8s} {'DRAM/compulsory':>16s} {'L2 GB':>7s} {'tensor%':>7s}")
-for i, meta in enumerate(launches):
-    if 2 * i + 1 >= len(ids):
-        break
-    m = rows[ids[2 * i + 1]]
-    dram = m.get("dram__bytes_read.sum", float("nan")) + m.get("dram__bytes_write.sum", float("nan"))
-    print(f"{meta['name']:16s} {meta['n']:>6s} {meta['d']:>4s} {meta['cluster_size']:>3s} "
-          f"{m.get('gpu__time_duration.sum', float('nan')) / 1e6:8.3f} {dram / float(meta['compulsory_bytes']):16.3f} "
-          f"{m.get('lts__t_bytes.sum', float('nan')) / 1e9:7.2f} "
-          f"{m.get('sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active', float('nan')):7.1f}")
-PY
+[ -f "$OUT/ncu.csv" ] && python3 bench/cluster_ncu_summary.py "$OUT/ncu.csv"
 [ ${#failed[@]} -eq 0 ] || { echo "FAILED steps: ${failed[*]}"; exit 1; }

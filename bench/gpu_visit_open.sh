@@ -85,6 +85,12 @@ print(json.dumps({'fa2_wgmma': [{'128': f.SIZE_CANDIDATES[128]['small-bc128']}]}
           --tools $tool --only-configs --kernel-shapes 6 --timeout 90 --configs "$cfg" > "$W/$tool.txt" 2>&1
         rc=$?; tail -2 "$W/$tool.txt"
       done ;;
+    cluster16_ncu)  # issue 18: DRAM bytes of the 16-CTA cluster kernel (f on chip) at N = 16k and 21504, d = 64/128
+      CLUSTER_NCU_SHAPES=16384x64,16384x128,21504x128 CLUSTER_NCU_CONFIG='{"MAX_CLUSTER": 16}' timeout 150 \
+        ncu --clock-control none --csv --print-units base --kernel-name "regex:v_once_cluster_fwd|fa2_wgmma_tma_fwd" \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+        python3 bench/cluster_ncu_target.py > "$W/ncu.csv" 2> "$W/ncu.stderr"; rc=$?
+      python3 bench/cluster_ncu_summary.py "$W/ncu.csv"; tail -3 "$W/ncu.stderr" ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
