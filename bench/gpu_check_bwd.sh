@@ -15,7 +15,7 @@
 # errors" (memcheck) and "RACECHECK SUMMARY: 0 hazards" (racecheck), train_gpt's AGREE line and tokens/s;
 # bwd_bench.md (fa2_wgmma / sdpa_flash ratios; fa2 / sdpa_math_fp32 at N = 4096: the teaching target).
 set -u
-. "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit
+. "$(dirname "$0")/gpu_steps.sh"  # steps_json, left, cap
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d /tmp/gpu_check_bwd.XXXX)}
 mkdir -p "$OUT"
@@ -28,8 +28,6 @@ steps=("$@")
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
 declare -A RC SECS CAP=([precompile]=40 [tests]=130 [memcheck]=35 [racecheck]=45 [train]=150 [bench]=60)
 
-left() { local l=$(( TOTAL_S - ($(date +%s) - T0) )); [ "$l" -gt 10 ] && echo "$l" || echo 10; }
-cap() { local c=${CAP[$1]:-60} l; l=$(left); [ "$c" -lt "$l" ] && echo "$c" || echo "$l"; }
 
 for step in "${steps[@]}"; do
   t0=$(date +%s)

@@ -35,22 +35,12 @@
 # "ERROR SUMMARY: 0 errors" / "0 hazards", BAD=0, done; the speed table's t/fa2 (same run) and, per cell, the
 # fastest v_once_cluster build against fa2_wgmma and cuDNN; the ncu table's DRAM/compulsory of v_once_cluster (~1).
 set -u
-. "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit
+. "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit, step
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 export OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 : > "$OUT/steps.txt"
 failed=()
-step() {  # step NAME SECONDS FUNCTION: run under a time limit, log rc and seconds, keep going
-  local name=$1 limit=$2; shift 2
-  limit=$(step_limit "$name" "$limit")  # LIMIT_<name> in the environment overrides it
-  local t0=$(date +%s)
-  echo "=== $name" >&2
-  timeout "$limit" bash -c "$(declare -f); $1"  # every function: the steps call helpers (pyt, sanitize)
-  local rc=$?
-  echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/steps.txt"
-  [ $rc -eq 0 ] || failed+=("$name")
-}
 
 compile_all() {
   python3 - <<'PY'

@@ -22,19 +22,11 @@
 # table's t/contig column (issue 14 target: <= 1.03 for bnhd, gqa, bnhd_gqa at N >= 2k) and host_us of
 # fa2_wgmma vs sdpa_flash (was 50-80 vs 43-62 µs before this change).
 set -u
+. "$(dirname "$0")/gpu_steps.sh"  # step
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 export OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 failed=()
-step() {  # step NAME SECONDS FUNCTION: run under a time limit, log rc and seconds, keep going
-  local name=$1 limit=$2; shift 2
-  local t0=$(date +%s)
-  echo "=== $name" >&2
-  timeout "$limit" bash -c "$(declare -f "$1"); $1"  # a shell function, run under the time limit
-  local rc=$?
-  echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/steps.txt"
-  [ $rc -eq 0 ] || failed+=("$name")
-}
 
 compile_all() {
   python3 - <<'PY'

@@ -30,21 +30,11 @@
 # (< 1: faster), best/cuDNN; last, per (d, candidate) the geomeans and the decision rule's call (CONFIGS[d],
 # SIZE_RULES[d] for Nk <= 2k, or off: bench/ab_wgmma_speed.py decisions()).
 set -u
-. "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit
+. "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit, step
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 export OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 failed=()
-step() {  # step NAME SECONDS FUNCTION: run under a time limit, log rc and seconds, keep going
-  local name=$1 limit=$2; shift 2
-  limit=$(step_limit "$name" "$limit")  # LIMIT_<name> in the environment overrides it
-  local t0=$(date +%s)
-  echo "=== $name" >&2
-  timeout "$limit" bash -c "$(declare -f); $1"  # a shell function (and its helpers), under the time limit
-  local rc=$?
-  echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/steps.txt"
-  [ $rc -eq 0 ] || failed+=("$name")
-}
 
 compile_all() {
   python3 - <<'PY'

@@ -28,7 +28,7 @@
 # errors" and "RACECHECK SUMMARY: 0 hazards"; in teach_bwd_ab.md the fa2/naive, fa2/sdpa_math_fp32 and
 # fa2/fa2_v1 columns at N >= 4096 (the target: fa2/naive > 1), and the fp32 exactness lines (<= 1e-5).
 set -u
-. "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit
+. "$(dirname "$0")/gpu_steps.sh"  # steps_json, left, cap
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 OUT=${OUT:-$(mktemp -d /tmp/gpu_check_teach_bwd.XXXX)}
 mkdir -p "$OUT"
@@ -57,8 +57,6 @@ TESTS=(
   "tests/test_kernels_backward.py::test_opcheck[naive]"
 )
 
-left() { local l=$(( TOTAL_S - ($(date +%s) - T0) )); [ "$l" -gt 10 ] && echo "$l" || echo 10; }
-cap() { local c=${CAP[$1]:-60} l; l=$(left); [ "$c" -lt "$l" ] && echo "$c" || echo "$l"; }
 
 for step in "${steps[@]}"; do
   t0=$(date +%s)
