@@ -309,7 +309,6 @@ def supported(device=None) -> bool:
 
 
 _PLANS: dict = {}      # (d, bf16, config) -> launch plan: defines, source, block, smem, tile sizes
-_HOPPER: set = set()   # device indices already found to be compute capability 9.x
 
 
 def _plan(d: int, bf16: bool, config: dict | None) -> tuple:
@@ -337,12 +336,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     if b * h > 65535:
         raise ValueError(f"B*H = {b * h} is over the 65535 grid rows this launcher uses")
     dev = q.device.index
-    if dev not in _HOPPER:
-        major = torch.cuda.get_device_capability(q.device)[0]
-        if major != 9:
-            raise RuntimeError(f"fa2_wgmma needs a compute capability 9.x GPU (wgmma, sm_90a); {q.device} is "
-                               f"{major}.x -- use kernels.fa2_tc there")
-        _HOPPER.add(dev)
+    loader.require_hopper(q.device, "fa2_wgmma needs a compute capability 9.x GPU (wgmma, sm_90a)", "fa2_tc")
     from analysis import checks
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules

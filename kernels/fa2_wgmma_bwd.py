@@ -161,13 +161,12 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
     """FA2 Algorithm 2 with wgmma; returns (dq, dk, dv). out=(dq, dk, dv) writes into given tensors."""
     import torch
 
+    from kernels import loader
+
     if options:
         raise TypeError(f"fa2_wgmma backward takes no options {sorted(options)} (it has config=, out=)")
     _check(q, k, v, o, lse, do)
-    major = torch.cuda.get_device_capability(q.device)[0]
-    if major != 9:
-        raise RuntimeError(f"the fa2_wgmma backward needs a compute capability 9.x GPU (wgmma, sm_90a); "
-                           f"{q.device} is {major}.x")
+    loader.require_hopper(q.device, "the fa2_wgmma backward needs a compute capability 9.x GPU (wgmma, sm_90a)")
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     from analysis import checks
@@ -179,8 +178,6 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
     l2 = torch.empty((b * h, n_pad), dtype=torch.float32, device=q.device)
     dd = torch.empty_like(l2)
     dq_acc = torch.empty((b * h, n_pad, d), dtype=torch.float32, device=q.device)
-    from kernels import loader
-
     dev = q.device.index
 
     def fn(name):

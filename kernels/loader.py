@@ -474,3 +474,19 @@ def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (strides {t.stride()} for shape "
                              f"{tuple(t.shape)}); call .contiguous() first")
+
+
+_HOPPER: set = set()  # device indices already found to be compute capability 9.x
+
+
+def require_hopper(device, what: str, instead: str | None = None) -> None:
+    """RuntimeError "<what>; <device> is <major>.x [-- use kernels.<instead> there]" unless `device` is compute
+    capability 9.x (the sm_90a launchers: wgmma, TMA, clusters). Checked once per device: launchers call it per call."""
+    if device.index in _HOPPER:
+        return
+    import torch
+
+    major = torch.cuda.get_device_capability(device)[0]
+    if major != 9:
+        raise RuntimeError(f"{what}; {device} is {major}.x" + (f" -- use kernels.{instead} there" if instead else ""))
+    _HOPPER.add(device.index)

@@ -233,9 +233,6 @@ def _resolve(n_k: int, d: int, placement: str, config: dict | None = None):
     return p
 
 
-_HOPPER: set = set()
-
-
 def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placement: str = "auto",
             config: dict | None = None, out=None):
     """The cluster "multiply V once" forward; returns (o, lse). out=(o, lse) writes into given tensors."""
@@ -259,12 +256,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     if b * h > 65535:
         raise ValueError(f"B*H = {b * h} is over the 65535 grid rows this launcher uses")
     dev = q.device.index
-    if dev not in _HOPPER:
-        major = torch.cuda.get_device_capability(q.device)[0]
-        if major != 9:
-            raise RuntimeError(f"v_once_cluster needs a compute capability 9.x GPU (wgmma, clusters); {q.device} "
-                               f"is {major}.x -- use kernels.v_once_tc there")
-        _HOPPER.add(dev)
+    loader.require_hopper(q.device, "v_once_cluster needs a compute capability 9.x GPU (wgmma, clusters)", "v_once_tc")
     tc_alloc = p.key_blocks_per_cta
     stages = ring_stages(d, tc_alloc, config)
     smem = smem_bytes(d, tc_alloc, config, stages)
