@@ -394,9 +394,8 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
     runs for this Nk (SIZE_RULES, contiguous inputs), else CONFIGS[d]."""
     from analysis.descriptors import ctas_per_sm, overhead, registers_of
 
-    ruled = config is None and n_k is not None and choose_config(d, n_k, True) is not None
-    if ruled:
-        config = choose_config(d, n_k, True)
+    rule = choose_config(d, n_k, True) if config is None and n_k is not None else None
+    config = rule or config
     defs = defines_for(d, dtype == "bf16", config)
     bc, nwg = defs["BLOCK_N"], defs["NWG"]
     tma = bool(defs.get("TMA"))
@@ -412,5 +411,5 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                 loads="tma" if tma else "cp.async", s_p="registers", grid="q_blocks",
                 smem_bytes_per_tile=smem_tile, smem_bytes=smem_bytes(defs), launch_overhead_s=t,
                 overhead_source=src,
-                source="kernels/fa2_wgmma.py " + ("SIZE_RULES" if ruled else "CONFIGS"),
+                source="kernels/fa2_wgmma.py " + ("SIZE_RULES" if rule else "CONFIGS"),
                 options={k: v for k, v in defs.items() if k not in ("HEAD_DIM", "IS_BF16")})
