@@ -65,6 +65,16 @@ BEFORE_SIZE_RULES = ("tc_bench.json", "tc_bench_run2.json", "tc_bench_wgmma.json
                      "cluster_bench.json", "cluster_bench_bf16.json", "cluster_bench_16k.json")
 
 
+def run_options(kernel: str, file: str, d: int, options: dict | None = None) -> dict:
+    """The launcher options a default (config-less) row of `file` ran with, for the model to describe that build:
+    fa2_wgmma rows of the runs before SIZE_RULES ran CONFIGS[d] at every N; otherwise nothing to add."""
+    if kernel == "fa2_wgmma" and "config" not in (options or {}) and file in BEFORE_SIZE_RULES:
+        from kernels.fa2_wgmma import CONFIGS
+
+        return {"config": CONFIGS[d]}
+    return {}
+
+
 def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
     cells = []
     patterns = (pattern,) if isinstance(pattern, str) else pattern
@@ -77,9 +87,8 @@ def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
             kernel, opts = _kernel_of(r["kernel"])
             if kernel in configs and r["d"] in configs[kernel]:
                 opts = dict(opts, config=configs[kernel][r["d"]])
-            elif kernel == "fa2_wgmma" and "config" not in opts and path.name in BEFORE_SIZE_RULES:
-                from kernels.fa2_wgmma import CONFIGS  # these runs' default: no size rule had been set yet
-                opts = dict(opts, config=CONFIGS[r["d"]])
+            else:
+                opts = dict(opts, **run_options(kernel, path.name, r["d"], opts))
             cells.append(dict(source=path.name, kernel=kernel, options=opts, label=r["kernel"], batch=r["b"],
                               heads=r["h"], n_q=r["n"], n_k=r["n"], d=r["d"], dtype=DTYPE[r["dtype"]],
                               causal=bool(r["causal"]), time_s=r["median_ms"] * 1e-3, timer=r.get("timer")))

@@ -62,6 +62,18 @@ def one_per_shape(records: list[dict]) -> list[dict]:
     return list(out.values())
 
 
+def latest_run_cells(paths, cell, keep=lambda r: True) -> dict:
+    """{(*cell(row), label): row} over the named result files in order, a later file replacing every row of each
+    cell it has (not row by row), so all rows of one cell, and the ratios between them, come from one run.
+    keep(row) filters rows; each row gains `file` (its file's name); a missing file raises FileNotFoundError."""
+    out: dict = {}
+    for path in map(Path, paths):
+        run = {(*cell(r), r["label"]): dict(r, file=path.name) for r in _rows(json.loads(path.read_text())) if keep(r)}
+        cells = {k[:-1] for k in run}
+        out = {k: r for k, r in out.items() if k[:-1] not in cells} | run
+    return out
+
+
 def measured_ratio(records, n, d=64, causal=False, ref=("fa2_tc", "fa2")):
     """(best v_once TFLOP/s / best reference TFLOP/s, v_once kernel, reference, run) at one fp16 shape.
 

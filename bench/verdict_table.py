@@ -44,15 +44,11 @@ CLUSTER_BUILDS = ("v_once_cluster_cluster", 'v_once_cluster{"MAX_CLUSTER":16}') 
 
 def cluster_table(paths, dtype: str) -> None:
     from analysis import gpu_model as gm
+    from analysis.measured import run_options  # the build fa2_wgmma ran in that file
+    from analysis.results import latest_run_cells
 
-    t = {}
-    for path in paths:
-        run = {}
-        for r in json.loads(Path(path).read_text())["rows"]:
-            if r.get("median_ms") and r.get("dtype") == dtype:
-                run[(r["d"], bool(r["causal"]), r["b"], r["h"], r["n"], r["label"])] = r
-        cells = {k[:5] for k in run}
-        t = {k: r for k, r in t.items() if k[:5] not in cells} | run  # a later run replaces whole cells
+    t = latest_run_cells(paths, lambda r: (r["d"], bool(r["causal"]), r["b"], r["h"], r["n"]),
+                         keep=lambda r: r.get("median_ms") and r.get("dtype") == dtype)
     dt = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
     print("| d | causal | B·H | N | CS | cluster TFLOP/s | fa2_wgmma | cluster / fa2_wgmma time | model's | "
           "/ v_once_tc (spilled) | cuDNN |")
@@ -66,7 +62,7 @@ def cluster_table(paths, dtype: str) -> None:
             continue
         d, causal, b, h, n = key
         pc = gm.predict("v_once_cluster", b, h, n, None, d, dt, causal).time_s
-        pf = gm.predict("fa2_wgmma", b, h, n, None, d, dt, causal).time_s
+        pf = gm.predict("fa2_wgmma", b, h, n, None, d, dt, causal, **run_options("fa2_wgmma", f["file"], d)).time_s
         ratio, pred = c["median_ms"] / f["median_ms"], pc / pf
         ratios.append(ratio)
         preds.append(pred)

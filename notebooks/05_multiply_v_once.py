@@ -402,14 +402,13 @@ CLUSTER_BUILDS = ("v_once_cluster_cluster", 'v_once_cluster{"MAX_CLUSTER":16}')
 if not CLUSTER_RUNS[0].exists():
     print(f"not measured yet: no {CLUSTER_RUNS[0].name}")
 else:
-    by, run_ids = {}, []
-    for path in (p for p in CLUSTER_RUNS if p.exists()):
-        run = json.loads(path.read_text())
-        run_ids.append(run["run"]["run_id"].split("-")[0])
-        new = {(r["d"], r["causal"], r["n"], r["label"]): r for r in run["rows"]
-               if r.get("median_ms") and r.get("dtype") == "float16" and r["b"] * r["h"] > 16}
-        cells = {k[:3] for k in new}
-        by = {k: r for k, r in by.items() if k[:3] not in cells} | new
+    from analysis.measured import run_options  # the fa2_wgmma build each run timed
+    from analysis.results import latest_run_cells
+
+    runs = [p for p in CLUSTER_RUNS if p.exists()]
+    run_ids = [json.loads(p.read_text())["run"]["run_id"].split("-")[0] for p in runs]
+    by = latest_run_cells(runs, lambda r: (r["d"], r["causal"], r["n"]),
+                          keep=lambda r: r.get("median_ms") and r.get("dtype") == "float16" and r["b"] * r["h"] > 16)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for ax, dd in zip(axes, (64, 128)):
         for causal, ls in ((False, "-"), (True, "--")):
@@ -420,7 +419,8 @@ else:
                 if c and f:
                     b, h = f["b"], f["h"]
                     model = (gm.predict("v_once_cluster", b, h, n, None, dd, "fp16", causal).time_s
-                             / gm.predict("fa2_wgmma", b, h, n, None, dd, "fp16", causal).time_s)
+                             / gm.predict("fa2_wgmma", b, h, n, None, dd, "fp16", causal,
+                                          **run_options("fa2_wgmma", f["file"], dd)).time_s)
                     pts.append((n, c["median_ms"] / f["median_ms"], model))
             if pts:
                 ns, meas, model = zip(*pts)

@@ -81,3 +81,19 @@ def test_no_two_kernels_share_colour_and_marker():
 def test_nbtools():
     assert nbtools.md_table(["a", "b|c"], [[1, "x|y"]]).splitlines() == ["| a | b\\|c |", "|---|---|", "| 1 | x\\|y |"]
     assert nbtools.human(1.5e9) == "1.5 GB" and nbtools.human(2048, binary=True) == "2 KiB" and nbtools.human(640) == "640 B"
+
+
+def test_latest_run_cells_replaces_whole_cells(tmp_path):
+    """A later file's cell replaces all of the earlier file's rows of that cell, so ratios never mix runs."""
+    import json
+
+    from analysis.results import latest_run_cells
+
+    def row(n, label, ms):
+        return dict(n=n, label=label, median_ms=ms)
+    (tmp_path / "a.json").write_text(json.dumps({"rows": [row(512, "x", 1.0), row(512, "y", 2.0), row(1024, "x", 3.0)]}))
+    (tmp_path / "b.json").write_text(json.dumps({"rows": [row(512, "x", 5.0), row(2048, "x", 0.0)]}))
+    got = latest_run_cells([tmp_path / "a.json", tmp_path / "b.json"], lambda r: (r["n"],),
+                           keep=lambda r: r["median_ms"] > 0)
+    assert {k: (r["median_ms"], r["file"]) for k, r in got.items()} == {
+        (512, "x"): (5.0, "b.json"), (1024, "x"): (3.0, "a.json")}  # a.json's (512, "y") left with its cell
