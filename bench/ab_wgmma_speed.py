@@ -1,6 +1,7 @@
 """A/B of fa2_wgmma's speed knobs in one run (issue 14 item 1): the shipped build ("base"), each knob alone,
-the combinations (kernels.fa2_wgmma.speed_configs), and at N <= SIZE_MAX_N the size-based candidates
-(SIZE_CANDIDATES: the evidence for SIZE_RULES), with SDPA flash and cuDNN beside, on the same inputs.
+the combinations (kernels.fa2_wgmma.speed_configs), the tile candidates (TILE_CANDIDATES), and at N <= SIZE_MAX_N
+the size-based candidates (SIZE_CANDIDATES: the evidence for SIZE_RULES), with SDPA flash and cuDNN beside, on the
+same inputs.
 
     PYTHONPATH=. python bench/ab_wgmma_speed.py --out DIR [--dtypes float16,bfloat16] [--dims 64,128,256]
         [--seqs 512,1024,2048,4096,8192,16384] [--variants base,rescale,...] [--budget-s 120]
@@ -46,7 +47,7 @@ def entries(d: int, variants, n: int, sdpa=SDPA):
     from kernels import KERNELS, fa2_wgmma
 
     spec = KERNELS["fa2_wgmma"]
-    cfgs = dict(fa2_wgmma.speed_configs(d))
+    cfgs = dict(fa2_wgmma.speed_configs(d), **fa2_wgmma.TILE_CANDIDATES.get(d, {}))  # tiles: at every N
     if n <= fa2_wgmma.SIZE_MAX_N:
         cfgs.update(fa2_wgmma.SIZE_CANDIDATES.get(d, {}))
     out = [harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, dict(cfgs[v])) for v, dims in variants
@@ -67,7 +68,8 @@ def run(args) -> dict:
                 + [(k, None) for k in dict.fromkeys(k for c in fa2_wgmma.SIZE_CANDIDATES.values() for k in c)])
     sdpa = tuple(b for b in args.sdpa.split(",") if b)
     res = dict(env=harness.environment(), variants={str(d): dict(fa2_wgmma.speed_configs(d),
-                                                                 **fa2_wgmma.SIZE_CANDIDATES.get(d, {}))
+                                                                 **fa2_wgmma.SIZE_CANDIDATES.get(d, {}),
+                                                                 **fa2_wgmma.TILE_CANDIDATES.get(d, {}))
                                                     for d in (int(x) for x in args.dims.split(","))},
                size_max_n=fa2_wgmma.SIZE_MAX_N,
                shapes=f"batch*N = {TOKENS}, hidden {HIDDEN}", rows=[], not_run=[])

@@ -19,11 +19,27 @@
 #   grid14     issue 14's grid: forward()'s default (SIZE_RULES), CONFIGS and d = 128 Bc = 128, SDPA flash and
 #              cuDNN, fp16/bf16, d = 64/128/256, N = 512..16k, causal and not             -> grid14/
 #   moonshot_ncu  issue 14: bench/ncu_moonshot.sh (fa2_wgmma vs cuDNN, SOL / warp-state sections)   -> moonshot_ncu/
+#   hopper_tests  the GPU tests of the sm_90a launchers (fa2_wgmma forward and backward, v_once_cluster): their
+#              shared compute-capability check (kernels/loader.require_hopper) and SIZE_RULES dispatch  -> hopper_tests/
+#   rowsum     issue 14: ROW_SUM_MMA builds (l from the tensor core, d = 64): GPU tests, memcheck at scale -> rowsum/
+#   rowsum_race  the same builds under racecheck at scale (fp16)                                 -> rowsum_race/
+#   br192      issue 14: d = 64 with three consumer warpgroups (TILE_CANDIDATES): GPU tests, memcheck, racecheck -> br192/
+#   tiles_ab   issue 14: A/B of ROW_SUM_MMA and Br = 192 against the shipped d = 64 builds, two runs  -> tiles_ab/
+#   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
+#              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 ROOT_OUT=${OUT:-$(mktemp -d)}
 T0=$(date +%s)
 nvidia-smi -L
+rowsum_configs() {  # the ROW_SUM_MMA builds (issue 14): the default's and the two d = 64 size builds'
+  python3 -c "
+import json
+from kernels import fa2_wgmma as f
+c = f.SIZE_CANDIDATES[64]
+print(json.dumps({'fa2_wgmma': [{'64': f.speed_configs(64)['rowsum']}, {'64': c['small-tma3-rs']},
+                                {'64': c['small-tma-rs']}]}))"
+}
 for part in "$@"; do
   W=$ROOT_OUT/$part; mkdir -p "$W"
   t0=$(date +%s)
@@ -91,6 +107,46 @@ print(json.dumps({'fa2_wgmma': [{'128': f.SIZE_CANDIDATES[128]['small-bc128']}]}
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
         python3 bench/cluster_ncu_target.py > "$W/ncu.csv" 2> "$W/ncu.stderr"; rc=$?
       python3 bench/cluster_ncu_summary.py "$W/ncu.csv"; tail -3 "$W/ncu.stderr" ;;
+    hopper_tests)
+      timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_cluster.py \
+        tests/test_kernels_bwd_gpu.py -k "(wgmma and matches_reference) or smoke or errors or opcheck" \
+        > "$W/tests.log" 2>&1; rc=$?
+      tail -6 "$W/tests.log" ;;
+    rowsum)
+      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "rowsum or tma-rs or tma3-rs" > "$W/tests.log" 2>&1; rc=$?
+      tail -6 "$W/tests.log"
+      timeout 110 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
+        --tools memcheck --only-configs --kernel-shapes 6 --timeout 100 --configs "$(rowsum_configs)" > "$W/memcheck.txt" 2>&1
+      r=$?; tail -3 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    rowsum_race)
+      timeout 160 python3 bench/sanitize.py --out "$W/racecheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
+        --tools racecheck --only-configs --kernel-shapes 6 --timeout 150 --configs "$(rowsum_configs)" > "$W/racecheck.txt" 2>&1
+      rc=$?; tail -3 "$W/racecheck.txt" ;;
+    rowsum_ab)
+      timeout 330 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
+        --dtypes float16 --variants base,rowsum,small-tma3,small-tma3-rs,small-tma,small-tma-rs --budget-s 290 > "$W/ab.txt" 2>&1; rc=$?
+      tail -40 "$W/ab.txt" ;;
+    br192)  # issue 14: three consumer warpgroups at d = 64 (TILE_CANDIDATES): GPU tests, memcheck, racecheck at scale
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "br192" \
+        > "$W/tests.log" 2>&1; rc=$?
+      tail -4 "$W/tests.log"
+      cfg=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+print(json.dumps({'fa2_wgmma': [{'64': c} for c in f.TILE_CANDIDATES[64].values()]}))")
+      for tool in memcheck racecheck; do
+        timeout 130 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
+          --tools $tool --only-configs --kernel-shapes 6 --timeout 120 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        r=$?; tail -2 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
+      done ;;
+    tiles_ab)  # issue 14: ROW_SUM_MMA and the Br = 192 tile against the shipped d = 64 builds, twice (cells move +-7%)
+      for rep in 1 2; do
+        timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/rep$rep" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
+          --dtypes float16,bfloat16 --variants base,rowsum,br192,br192-rs,small-tma3,small-tma3-rs,small-tma \
+          --budget-s 120 > "$W/ab$rep.txt" 2>&1; r=$?
+        grep -A30 "^dtype" "$W/ab$rep.txt"; rc=$(( rep == 1 ? r : (rc != 0 ? rc : r) ))
+      done ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

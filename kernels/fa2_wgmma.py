@@ -105,7 +105,7 @@ SWEEP = {
 # Every compile-time knob a config may set (defines_for refuses others: a misspelt knob must not time the
 # baseline under a new name).
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
-         "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD"}
+         "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -122,6 +122,9 @@ LAUNCH_KEYS = {"GRID"}
 #            longest first), the K/V ring and the producer run on from one tile into the next
 #   dynamic  PERSISTENT=2: the same, each CTA's next tile from an atomic counter (FA3's scheduler: a CTA that
 #            drew short causal tiles takes more of them)
+#   rowsum   ROW_SUM_MMA=1 (d = 64): l from the tensor core, P V over [V | ones] (wgmma_fa2.cuh): one
+#            fp32 add per exponential leaves the softmax (its issue slots bound d = 64: NOTES-tc.md, v4 ncu)
+#            for 8 more columns of the P V product (+12% of that product's tensor time)
 #   ahead    QK_AHEAD=1 (FA3 Sec. 3.2, intra-warpgroup overlap): S_{t+1} issued before the softmax of step t,
 #            two S tiles in registers, no ping-pong turns (PINGPONG=0); where two S tiles do not fit beside O
 #            at the shipped Bc, a smaller Bc (SPEED_KNOB_EXTRA)
@@ -131,7 +134,9 @@ SPEED_KNOBS = {
     "persist": dict(PERSISTENT=1),
     "dynamic": dict(PERSISTENT=2),
     "ahead": dict(QK_AHEAD=1, PINGPONG=0),
+    "rowsum": dict(ROW_SUM_MMA=1),
 }
+SPEED_KNOB_DIMS = {"rowsum": (64,)}  # knobs that exist at some head dims only (the rest: every d)
 # the combinations the A/B times beside each knob alone (on CONFIGS, which has RESCALE_THRESHOLD at d = 64 and
 # 256). EXP2_POLY is in none: 1.00-1.18x the time without it in every cell of the second visit's A/B.
 SPEED_COMBOS = {"dynamic+ahead": ("dynamic", "ahead")}
@@ -161,7 +166,7 @@ def speed_configs(d: int) -> dict:
             cfg.update(SPEED_KNOBS[part], **extra.get(part, {}))
         return cfg
     out = {"base": dict(CONFIGS[d])}
-    out.update({name: build([name]) for name in SPEED_KNOBS})
+    out.update({name: build([name]) for name in SPEED_KNOBS if d in SPEED_KNOB_DIMS.get(name, (d,))})
     out.update({name: build(parts) for name, parts in SPEED_COMBOS.items()
                 if name not in SPEED_COMBO_SKIP.get(d, ())})
     return out
@@ -183,6 +188,8 @@ SIZE_CANDIDATES = {
     128: {"small-tma": dict(TMA=1, BLOCK_N=96, NWG=1, MIN_BLOCKS=2, PINGPONG=0),
           "small-cp": dict(BLOCK_N=96, NWG=1, MIN_BLOCKS=2)},
 }
+for _name in ("small-tma", "small-tma3"):  # the d = 64 size builds with l from the tensor core (ROW_SUM_MMA)
+    SIZE_CANDIDATES[64][_name + "-rs"] = dict(SIZE_CANDIDATES[64][_name], ROW_SUM_MMA=1)
 for _d in (64, 128):  # and the 2-CTA TMA build persistent (v3c's dynamic scheduler): one more overlap of tiles
     SIZE_CANDIDATES[_d]["small-tma-dyn"] = dict(SIZE_CANDIDATES[_d]["small-tma"], PERSISTENT=2)
 # d = 128, the default's two ping-ponging warpgroups with Bc = 128: N = 512 and 1024 are whole 128-key blocks,
@@ -212,7 +219,27 @@ def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None) -> d
     return None
 
 
-for _d, _cands in SIZE_CANDIDATES.items():  # compiled (spill-free) and GPU-tested as sweep candidates
+# Tile candidates timed at every N (bench/ab_wgmma_speed.py): d = 64 with three consumer warpgroups (Br = 192,
+# FA3's hopper/tile_size.h tile for d <= 64), one CTA of 512 threads per SM. At d = 64 the exponentials of a
+# step take the MUFU (16/clk/SM) as long as its two products take the tensor cores, so the SM needs one more
+# warpgroup's softmax in flight to keep both busy; consumers get 160 registers (the producer keeps 24).
+# Bc = 176 and 192 spill 300-450 B at 160 registers (nvcc 13.0), so Bc = 128 only.
+TILE_CANDIDATES = {
+    64: {"br192": dict(TMA=1, BLOCK_N=128, NWG=3, PINGPONG=0, PRODUCER_REGS=24, RESCALE_THRESHOLD=8)},
+}
+TILE_CANDIDATES[64]["br192-rs"] = dict(TILE_CANDIDATES[64]["br192"], ROW_SUM_MMA=1)
+
+
+def candidate(d: int, name: str) -> dict:
+    """A size-based or tile candidate by name (SIZE_CANDIDATES, then TILE_CANDIDATES)."""
+    for table in (SIZE_CANDIDATES, TILE_CANDIDATES):
+        if name in table.get(d, {}):
+            return table[d][name]
+    raise KeyError(f"fa2_wgmma: no candidate {name!r} at d={d}")
+
+
+for _d, _cands in list(SIZE_CANDIDATES.items()) + list(TILE_CANDIDATES.items()):  # compiled (spill-free) and
+    # GPU-tested as sweep candidates
     SWEEP[_d] += [c for c in _cands.values() if c not in SWEEP[_d]]
 
 
@@ -243,6 +270,13 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
                          f"{CP_ASYNC_HEAD_DIMS}")
     if "PV_N" in cfg and cfg["PV_N"] not in (d, padded_d(d)):
         raise ValueError(f"fa2_wgmma: PV_N={cfg['PV_N']} must be d={d} or {padded_d(d)}")
+    if cfg.get("ROW_SUM_MMA") and not (cfg.get("TMA") and d == 64):
+        raise ValueError(f"fa2_wgmma: ROW_SUM_MMA is a TMA build at d = 64 only (got d={d}, "
+                         f"TMA={cfg.get('TMA', 0)})")
+    if cfg.get("ROW_SUM_MMA") and is_bf16:
+        # bf16 keeps the fp32 row sum: l from bf16-rounded P (2^-9) moves lse by up to ~4e-3, past the 2e-3 the
+        # kernels promise (H200, tests/test_kernels_wgmma_speed_gpu.py: 2.3-3.4e-3; fp16's 2^-11 stays inside)
+        cfg = {k: v for k, v in cfg.items() if k != "ROW_SUM_MMA"}
     if cfg.get("TMA"):
         base = dict(TMA_DEFAULTS, PINGPONG=int(cfg.get("NWG", 2) == 2))  # ping-pong takes two warpgroups
     else:
@@ -274,7 +308,8 @@ def smem_bytes(defines: dict) -> int:
     barriers = 8 * (1 + 4 * stages) if defines.get("TMA") else 0  # mbarriers: full_q, full/empty K and V
     if defines.get("PERSISTENT"):
         barriers += 8 * 5 + 8  # empty_q, tile_full[2], tile_empty[2], two int32 tile slots
-    return block_m(defines) * d * 2 + 2 * stages * bn * d * 2 + barriers + 1024
+    ones = bn * 128 if defines.get("ROW_SUM_MMA") else 0  # the panel of ones beside V (l from P V)
+    return block_m(defines) * d * 2 + 2 * stages * bn * d * 2 + ones + barriers + 1024
 
 
 def _build(defines: dict) -> tuple[str, str, dict]:

@@ -29,7 +29,8 @@ needs_nvrtc = pytest.mark.skipif(TOOLCHAIN is not None, reason=f"no NVRTC toolch
 # every speed and size build in fp16; in bf16 (the same registers but for EXP2_POLY_DEG 3 instead of 4) the
 # build with every knob per d: NVRTC takes ~3 s a build on 2 cores, and the CPU suite has 10 minutes
 BUILDS = [(d, 0, name, cfg) for d in fa2_wgmma.HEAD_DIMS
-          for name, cfg in dict(fa2_wgmma.speed_configs(d), **fa2_wgmma.SIZE_CANDIDATES.get(d, {})).items()
+          for name, cfg in dict(fa2_wgmma.speed_configs(d), **fa2_wgmma.SIZE_CANDIDATES.get(d, {}),
+                                **fa2_wgmma.TILE_CANDIDATES.get(d, {})).items()
           if name != "base"] + [(d, 1, "all", fa2_wgmma.full_speed_config(d)) for d in fa2_wgmma.HEAD_DIMS]
 
 
@@ -124,6 +125,30 @@ def test_poly_moves_exponentials_off_the_mufu(poly):
     assert b["FADD.RM"] == moved, "one rounded-down add per polynomial exponential"
 
 
+@needs_nvrtc
+@pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm not found")
+def test_row_sum_mma_takes_the_row_sum_adds_out_of_the_softmax():
+    """ROW_SUM_MMA: l comes from P V over [V | ones] (an m64n72 product at d = 64), so the softmax's one fp32 add
+    per exponential goes: in each of its 4 copies (masked / unmasked, first step / loop) BLOCK_N/2 per thread."""
+    cfg = dict(fa2_wgmma.CONFIGS[64])
+    base = fa2_wgmma.defines_for(64, 0, cfg)
+    fast = fa2_wgmma.defines_for(64, 0, dict(cfg, ROW_SUM_MMA=1))
+    for defs in (base, fast):
+        loader.compile_cubin(fa2_wgmma.source_of(defs)[0], defines=defs, arch=fa2_wgmma.ARCH)
+    a, b = _opcodes(base), _opcodes(fast)
+    fadd = lambda ops: sum(n for op, n in ops.items() if op.startswith("FADD"))  # noqa: E731
+    assert fadd(a) - fadd(b) >= 4 * (cfg["BLOCK_N"] // 2), (fadd(a), fadd(b))
+    assert b["MUFU.EX2"] >= 4 * (cfg["BLOCK_N"] // 2), "P's exponentials stay on the MUFU"
+    assert "HGMMA.64x72x16" not in _sass(base) and "HGMMA.64x72x16" in _sass(fast)
+
+
+def test_row_sum_mma_is_refused_where_it_does_not_exist():
+    with pytest.raises(ValueError, match="ROW_SUM_MMA is a TMA build at d = 64 only"):
+        fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.CONFIGS[128], ROW_SUM_MMA=1))
+    with pytest.raises(ValueError, match="ROW_SUM_MMA"):
+        fa2_wgmma.defines_for(64, 0, dict(BLOCK_N=128, NWG=2, ROW_SUM_MMA=1))  # cp.async build
+
+
 def test_ab_summary_reads_its_rows():
     """bench/ab_wgmma_speed.py's table: variant time over base time, the best build over cuDNN, failures."""
     from bench import ab_wgmma_speed as ab
@@ -216,3 +241,10 @@ def test_ab_decision_rule():
                  dict(variant="fa2_wgmma[poly]", dtype="float16", d=64, n=n, causal=False, median_ms=1.1, ok=True)]
     calls = {line.split()[1]: line.split("  ")[-1].strip() for line in ab.decisions(rows)[1:]}
     assert calls == {"ahead": "CONFIGS[64]", "dynamic": "SIZE_RULES[64] (Nk <= 2048)", "poly": "off"}, calls
+
+
+def test_row_sum_mma_is_an_fp16_build():
+    """bf16 keeps the fp32 row sum (P's bf16 rounding would move lse past its 2e-3): the same build as without."""
+    cfg = dict(fa2_wgmma.CONFIGS[64], ROW_SUM_MMA=1)
+    assert fa2_wgmma.defines_for(64, 0, cfg)["ROW_SUM_MMA"] == 1
+    assert fa2_wgmma.defines_for(64, 1, cfg) == fa2_wgmma.defines_for(64, 1, fa2_wgmma.CONFIGS[64])

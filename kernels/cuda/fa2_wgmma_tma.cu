@@ -169,7 +169,14 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #ifndef PV_N
 #define PV_N DP
 #endif
+#ifndef ROW_SUM_MMA
+#define ROW_SUM_MMA 0
+#endif
+#if ROW_SUM_MMA
+#define O_N (D + 8)             // wgmma_fa2.cuh: O's column d is l (the P V product over a panel of ones)
+#else
 #define O_N PV_N                // wgmma_fa2.cuh: the O accumulator is 64 x PV_N
+#endif
 #define BLOCK_M (64 * NWG)
 #define NTHREADS (128 * (NWG + 1))  // warpgroup 0: producer; 1..NWG: consumers
 static_assert(NWG * (CONSUMER_REGS - REGS_AT_LAUNCH) <= REGS_AT_LAUNCH - PRODUCER_REGS,
@@ -181,7 +188,11 @@ static_assert(NWG * (CONSUMER_REGS - REGS_AT_LAUNCH) <= REGS_AT_LAUNCH - PRODUCE
 
 static_assert(D == 64 || D == 96 || D == 128 || D == 256, "HEAD_DIM must be 64, 96, 128 or 256");
 static_assert(PV_N == D || PV_N == DP, "PV_N: d, or d padded to whole panels");
-static_assert(NWG == 1 || NWG == 2, "1 or 2 consumer warpgroups");
+// d = 64: the ones panel is V's second 64-column panel (the descriptor's LBO points at it from every slot);
+// at d = 128 the third panel would have to sit at the V panel stride after every slot, and d = 256 + 8 is past
+// wgmma's N = 256
+static_assert(!ROW_SUM_MMA || D == 64, "ROW_SUM_MMA: d = 64 only");
+static_assert(NWG >= 1 && NWG <= 3, "1 to 3 consumer warpgroups (3: Br = 192, FA3's d = 64 tile)");
 static_assert(!PINGPONG || NWG == 2, "ping-pong needs two consumer warpgroups");
 static_assert(!(QK_AHEAD && PINGPONG), "QK_AHEAD issues the products at two points per step: no ping-pong turns");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
@@ -208,10 +219,11 @@ __device__ __forceinline__ void turn_end(int cg) {
 #endif
 }
 
-// smem: [Q][K slots][V slots][mbarriers: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
+// smem: [Q][K slots][V slots][ROW_SUM_MMA: ones][mbarriers: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
 //        (PERSISTENT: + empty_q, tile_full[2], tile_empty[2], then two int32 tile slots)]
 #define PERSIST_BYTES (PERSISTENT ? 8 * 5 + 8 : 0)
-#define SMEM_BYTES (TILE_Q_BYTES + 2 * STAGES * TILE_KV_BYTES + 8 * (1 + 4 * STAGES) + PERSIST_BYTES)
+#define ONES_BYTES (ROW_SUM_MMA * BLOCK_N * 128)  // ROW_SUM_MMA: a V-shaped panel of ones, after the V slots
+#define SMEM_BYTES (TILE_Q_BYTES + 2 * STAGES * TILE_KV_BYTES + ONES_BYTES + 8 * (1 + 4 * STAGES) + PERSIST_BYTES)
 
 #if PERSISTENT
 // tile -> (Q block, batch*head). Causal: longest first (the Q blocks that see the most key blocks, for every
@@ -266,8 +278,11 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     const u32 sQ = s_base;
     const u32 sK0 = sQ + TILE_Q_BYTES;
     const u32 sV0 = sK0 + STAGES * TILE_KV_BYTES;
-    const u32 bar0 = sV0 + STAGES * TILE_KV_BYTES;
+    const u32 sOnes = sV0 + STAGES * TILE_KV_BYTES;
+    const u32 bar0 = sOnes + ONES_BYTES;
     const u32 full_q = bar0;
+    // P V reads V slot s and, ROW_SUM_MMA, the ones panel as its next 64 columns
+#define PV_LBO(s) (ROW_SUM_MMA ? sOnes - (sV0 + (s) * TILE_KV_BYTES) : BLOCK_N * 128)
 #define FULL_K(s) (bar0 + 8 * (1 + (s)))
 #define FULL_V(s) (bar0 + 8 * (1 + STAGES + (s)))
 #define EMPTY_K(s) (bar0 + 8 * (1 + 2 * STAGES + (s)))
@@ -298,6 +313,14 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #endif
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+#if ROW_SUM_MMA
+    {   // 1.0 in every element (so the swizzle does not matter), written by the generic proxy and read by wgmma
+        const u32 one2 = IS_BF16 ? 0x3F803F80u : 0x3C003C00u;
+        for (int i = tid; i < ONES_BYTES / 16; i += NTHREADS)
+            asm volatile("st.shared.v4.b32 [%0], {%1,%1,%1,%1};\n" ::"r"(sOnes + 16 * i), "r"(one2) : "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+#endif
     __syncthreads();  // the last CTA-wide barrier: from here producer and consumers run apart
 
     if (wg == 0) {
@@ -441,7 +464,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 const int ks = (kv_it + t) % STAGES, vs = (kv_it + t - 1) % STAGES;
                 mbar_wait(FULL_V(vs), ((kv_it + t - 1) / STAGES) & 1);
                 wgmma_fence_operand(o);
-                issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES);
+                issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
                 wgmma_wait<1>();  // S_t done; P_{t-1} V_{t-1} in flight
                 wgmma_fence_operand(cur);
                 if (lane == 0) mbar_arrive(EMPTY_K(ks));
@@ -469,7 +492,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             const int vs = (kv_it + T - 1) % STAGES;
             mbar_wait(FULL_V(vs), ((kv_it + T - 1) / STAGES) & 1);
             wgmma_fence_operand(o);
-            issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES);
+            issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
             wgmma_wait<0>();
             wgmma_fence_operand(o);
 #if PERSISTENT
@@ -505,7 +528,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 turn_begin(cg);
                 issue_qk(s, sQ, sK0 + ks * TILE_KV_BYTES, cg);
                 wgmma_fence_operand(o);
-                issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES);
+                issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
                 turn_end(cg);
                 wgmma_wait<1>();  // S_j done; P_{j+1} V_{j+1} still on the tensor cores during the softmax
                 wgmma_fence_operand(s);
@@ -528,7 +551,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             if (cg == 0) named_arrive(2, 256);  // warpgroup 1's last turn; it hands back nothing
 #endif
             wgmma_fence_operand(o);
-            issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES);
+            issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
             wgmma_wait<0>();
             wgmma_fence_operand(o);
 #if PERSISTENT

@@ -16,9 +16,19 @@
 //     the m that was used, so o and lse are the same function of the scores.
 //   EXP2_POLY (0..8): of every 8 exponentials of a thread's row, this many on the FMA pipe (ex2_poly,
 //     exp2_poly.cuh), the rest on the MUFU (ex2.approx).
+//   ROW_SUM_MMA (0/1; fa2_wgmma_tma.cu at d = 64 only): l from the tensor core. The P V product runs 8
+//     columns wider (O_N = d + 8) over a constant smem panel of ones beside V, so column d of O is the row
+//     sum of the rounded P the product multiplies, already in every lane of a quad: the softmax's per-element
+//     row-sum adds and the end's quad reduction go, and l is rescaled with O (diag(alpha) covers column d).
+//     Exact in the result up to P's rounding, which l then shares with O (o = sum P~ v / sum P~); lse carries
+//     it too, so fp16 only (2^-11; bf16's 2^-9 moved lse by 2.3-3.4e-3 on the H200: kernels/fa2_wgmma.py).
 #ifndef RESCALE_THRESHOLD
 #define RESCALE_THRESHOLD 0
 #endif
+#ifndef ROW_SUM_MMA
+#define ROW_SUM_MMA 0
+#endif
+#define O_LIVE (D + 8 * ROW_SUM_MMA)  // columns of O that hold values; O_N may pad past them (d = 96)
 #ifndef EXP2_POLY
 #define EXP2_POLY 0
 #endif
@@ -58,11 +68,13 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK
 }
 
 // ---- FA2 Alg. 1 line 10, second half: O += P V_j, P from registers (issued, not waited) ----
-__device__ __forceinline__ void issue_pv(float (&o)[O_N / 2], const u32 (&pa)[KN][4], u32 sV) {
+// lbo: the byte offset from one 64-column panel of V to the next (ROW_SUM_MMA: to the panel of ones)
+__device__ __forceinline__ void issue_pv(float (&o)[O_N / 2], const u32 (&pa)[KN][4], u32 sV,
+                                         u32 lbo = BLOCK_N * 128) {
     wgmma_fence();
 #pragma unroll
     for (int kn = 0; kn < KN; ++kn) {
-        wgmma_rs<O_N>(o, pa[kn], desc_sw128(sV + kn * 16 * 128, BLOCK_N * 128, 1024), 1);
+        wgmma_rs<O_N>(o, pa[kn], desc_sw128(sV + kn * 16 * 128, lbo, 1024), 1);
     }
     wgmma_commit();
 }
@@ -117,9 +129,9 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
         for (int nt = 0; nt < NT; ++nt) {
             s[4 * nt + 2 * h] = ex2_row(fmaf(s[4 * nt + 2 * h], scale_log2, -ms), 2 * nt);
             s[4 * nt + 2 * h + 1] = ex2_row(fmaf(s[4 * nt + 2 * h + 1], scale_log2, -ms), 2 * nt + 1);
-            rs += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
+            if (!ROW_SUM_MMA) rs += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
         }
-        sm.l[h] = sm.l[h] * alpha[h] + rs;
+        if (!ROW_SUM_MMA) sm.l[h] = sm.l[h] * alpha[h] + rs;  // else: O's column d, rescaled with O
         moved |= (alpha[h] != 1.f);
     }
     return __any_sync(0xffffffffu, moved);
@@ -128,7 +140,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
 // FA2 Alg. 1 line 10, first half: O = diag(alpha) O
 __device__ __forceinline__ void rescale_o(float (&o)[O_N / 2], const float (&alpha)[2]) {
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {  // O_N > D: the padded columns are never written
+    for (int dt = 0; dt < O_LIVE / 8; ++dt) {  // O_N > O_LIVE: the padded columns are never written
         o[4 * dt + 0] *= alpha[0];
         o[4 * dt + 1] *= alpha[0];
         o[4 * dt + 2] *= alpha[1];
@@ -154,7 +166,7 @@ __device__ __forceinline__ void write_o_lse(const float (&o)[O_N / 2], const Sof
                                             float scale) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const float l = quad_sum(sm.l[h]);
+        const float l = ROW_SUM_MMA ? o[4 * (D / 8) + 2 * h] : quad_sum(sm.l[h]);
         const bool empty = !(l > 0.f);  // row saw no key (or NaN)
         const float inv = empty ? 0.f : 1.f / l;
         const int r = w * 16 + (lane >> 2) + h * 8;  // row within the Q tile
