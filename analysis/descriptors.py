@@ -33,6 +33,9 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     local_step_bytes, local_masked_step_bytes, local_cta_bytes  register spills (analysis/local_memory.py):
                  stack-frame bytes a thread stores per unmasked step, per masked step (causal diagonal,
                  Nk tail) and once per CTA; every one crosses from L1 to the L2 (0: no spills known)
+    row_sum_cols columns the P V product runs past d to compute the row sum l on the tensor cores
+                 (fa2_wgmma ROW_SUM_MMA: 8, a panel of ones beside V); the softmax then has one add fewer
+                 per score (0: l summed on the FP32 pipe)
     rescale_round_trips   eager v_once with f spilled: dependent round trips per earlier f block at each
                  new block (the read-scale-write loop over k < j; teaching: one per row slot, Br/16;
                  v_once_tc: none, its 16-byte fragments keep enough bytes in flight to run at bandwidth)
@@ -78,6 +81,7 @@ class KernelDescriptor:
     rescale: str | None = None
     issue_per_tile: float = 0.0  # measured warp instructions per tile other than the MMAs (0: not measured)
     cluster_size: int = 1  # CTAs per Q block (grid "clusters")
+    row_sum_cols: int = 0  # P V columns past d that compute l (ROW_SUM_MMA); one add per score fewer
     issue_source: str = ""
     local_step_bytes: float = 0.0  # spill stores per thread per unmasked step (analysis/local_memory.py)
     local_masked_step_bytes: float = 0.0

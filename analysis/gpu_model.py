@@ -2,6 +2,7 @@
 
 Per visited Br x Bc tile, in SM cycles (rates per SM per clock):
     tensor  4·Br·Bc·d / R_path       R_wgmma, R_mma_sync: attainable FLOP/clk/SM, fitted (PARAMS);
+                                     2·Br·Bc·(2d + c) with c row-sum columns (descriptor row_sum_cols);
                                      the dense peak is 4096 (H100 whitepaper: 989.4 TFLOP/s / 132 / 1.83 GHz)
     smem    smem bytes per tile / 128 (CUDA guide: 32 banks x 4 B per clock per SM)
     mufu    exponentials per tile / 16 (CUDA guide, CC 9.0: 16 ex2 results/clk/SM)
@@ -215,7 +216,10 @@ def tile_terms(work: Work, params: dict) -> dict:
         occ = min(1.0, desc.ctas_per_sm * desc.warps / params["W_sat"])
         return {"tensor": ffma / occ, "smem": lds / occ, "softmax": (mufu + alu) / occ}
     rate = params["R_wgmma"] if desc.path == "wgmma" else params["R_mma_sync"]
-    tensor = 4.0 * desc.block_q * desc.block_k * work.d / rate
+    # S = Q K^T over d, O += P V over d (+ the row-sum columns, where l comes from the tensor cores)
+    tensor = 2.0 * desc.block_q * desc.block_k * (2 * work.d + desc.row_sum_cols) / rate
+    if desc.row_sum_cols:  # the softmax's row-sum add per score (FA2 Alg. 1 line 9) is the product's now
+        other = max(0.0, other - desc.block_q * desc.block_k)
     alu = (params["k_alu"] * other + desc.exp_alu * exps) / FP32_LANES
     if desc.issue_per_tile:  # measured (analysis/issue.py): every non-MMA instruction, MUFU and ldmatrix included
         return {"tensor": tensor, "smem": smem, "softmax": desc.issue_per_tile / ISSUE_PER_CLK}

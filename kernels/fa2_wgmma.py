@@ -228,6 +228,10 @@ TILE_CANDIDATES = {
     64: {"br192": dict(TMA=1, BLOCK_N=128, NWG=3, PINGPONG=0, PRODUCER_REGS=24, RESCALE_THRESHOLD=8)},
 }
 TILE_CANDIDATES[64]["br192-rs"] = dict(TILE_CANDIDATES[64]["br192"], ROW_SUM_MMA=1)
+# and FA4's FMA-pipe exponentials again, 1 of 8, now that ROW_SUM_MMA has freed an issue slot per score (v3b's 2 of
+# 8 without it: 1.00-1.18x the time)
+TILE_CANDIDATES[64]["rs-poly1"] = dict(CONFIGS[64], ROW_SUM_MMA=1, EXP2_POLY=1)
+TILE_CANDIDATES[64]["br192-rs-poly1"] = dict(TILE_CANDIDATES[64]["br192-rs"], EXP2_POLY=1)
 
 
 def candidate(d: int, name: str) -> dict:
@@ -434,7 +438,8 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
     defs = defines_for(d, dtype == "bf16", config)
     bc, nwg = defs["BLOCK_N"], defs["NWG"]
     tma = bool(defs.get("TMA"))
-    smem_tile = nwg * (64 * padded_d(d) * 2 + 2 * bc * padded_d(d) * 2)
+    rs_cols = 8 if defs.get("ROW_SUM_MMA") else 0  # P V also reads 8 columns of the ones panel
+    smem_tile = nwg * (64 * padded_d(d) * 2 + 2 * bc * padded_d(d) * 2 + bc * rs_cols * 2)
     warps = threads(defs) // 32
     t, src = overhead("fa2_tc")  # the same CuPy driver launch (+ tensor maps for TMA, not timed apart)
     return dict(kernel="fa2_wgmma", build=f"{'TMA' if tma else 'cp.async'} Br={block_m(defs)} Bc={bc}"
@@ -445,6 +450,7 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                                         defs.get("MIN_BLOCKS", 1)),
                 loads="tma" if tma else "cp.async", s_p="registers", grid="q_blocks",
                 smem_bytes_per_tile=smem_tile, smem_bytes=smem_bytes(defs), launch_overhead_s=t,
+                row_sum_cols=rs_cols,
                 overhead_source=src,
                 source="kernels/fa2_wgmma.py " + ("SIZE_RULES" if rule else "CONFIGS"),
                 options={k: v for k, v in defs.items() if k not in ("HEAD_DIM", "IS_BF16")})

@@ -248,3 +248,18 @@ def test_row_sum_mma_is_an_fp16_build():
     cfg = dict(fa2_wgmma.CONFIGS[64], ROW_SUM_MMA=1)
     assert fa2_wgmma.defines_for(64, 0, cfg)["ROW_SUM_MMA"] == 1
     assert fa2_wgmma.defines_for(64, 1, cfg) == fa2_wgmma.defines_for(64, 1, fa2_wgmma.CONFIGS[64])
+
+
+def test_the_model_prices_row_sum_mma():
+    """The descriptor says where l is summed: 8 more P V columns on the tensor cores, one add fewer per score."""
+    from analysis import gpu_model
+    from analysis.descriptors import describe
+
+    base = describe("fa2_wgmma", d=64, dtype="fp16", config=fa2_wgmma.CONFIGS[64])
+    rs = describe("fa2_wgmma", d=64, dtype="fp16", config=dict(fa2_wgmma.CONFIGS[64], ROW_SUM_MMA=1))
+    assert (base.row_sum_cols, rs.row_sum_cols) == (0, 8)
+    params = gpu_model.load_params()
+    terms = [gpu_model.tile_terms(gpu_model.prepare(desc, 4, 32, 4096, 4096, 64, "fp16", False), params)
+             for desc in (base, rs)]
+    assert terms[1]["tensor"] == pytest.approx(terms[0]["tensor"] * (2 * 64 + 2 * 72) / (4 * 64))
+    assert terms[1]["softmax"] < terms[0]["softmax"]
