@@ -25,6 +25,7 @@
 #   rowsum_race  the same builds under racecheck at scale (fp16)                                 -> rowsum_race/
 #   br192      issue 14: d = 64 with three consumer warpgroups (TILE_CANDIDATES): GPU tests, memcheck, racecheck -> br192/
 #   tiles_ab   issue 14: A/B of ROW_SUM_MMA and Br = 192 against the shipped d = 64 builds, two runs  -> tiles_ab/
+#   short128_ncu  issue 14: ncu of d = 128 at N = 512/1024: the default, the persistent scheduler, cuDNN -> short128_ncu/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
 set -u
@@ -147,6 +148,16 @@ print(json.dumps({'fa2_wgmma': [{'64': c} for c in f.TILE_CANDIDATES[64].values(
           --budget-s 120 > "$W/ab$rep.txt" 2>&1; r=$?
         grep -A30 "^dtype" "$W/ab$rep.txt"; rc=$(( rep == 1 ? r : (rc != 0 ? rc : r) ))
       done ;;
+    short128_ncu)  # issue 14: why the persistent scheduler lost at short N (d = 128): ncu of the default, the
+                   # dynamic-persistent build and cuDNN at N = 512 / 1024
+      builds=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+c = f.SIZE_CANDIDATES[128]['small-bc128']
+print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], PERSISTENT=2)}))")
+      OUT=$W MOONSHOT_CELLS=512x128x0,512x128x1,1024x128x1 MOONSHOT_BUILDS="$builds" timeout 200 \
+        bash bench/ncu_moonshot.sh > "$W/run.txt" 2>&1; rc=$?
+      tail -25 "$W/run.txt" ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -3,9 +3,13 @@ moonshot and its worst gap, for ncu (bench/ncu_moonshot.sh): fp16, batch*N = 16k
 
     d = 128 causal N = 4096 (FA3: 690 TFLOP/s), d = 128 and d = 256 non-causal N = 16384 (650 / 750),
     d = 64 non-causal N = 512 (the largest gap to cuDNN).
+Environment: MOONSHOT_CELLS="512x128x0,512x128x1" (N x d x causal) replaces the cells; MOONSHOT_BUILDS, a JSON
+{"label": config, ...} of fa2_wgmma builds profiled beside the default (e.g. the persistent scheduler at short N).
 """
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -25,7 +29,13 @@ def main() -> int:
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=c)
 
     fns = {"fa2_wgmma": lambda q, k, v, c: fa2_wgmma.forward(q, k, v, causal=c), "sdpa_cudnn": cudnn}
-    for n, d, causal in CELLS:
+    for label, cfg in json.loads(os.environ.get("MOONSHOT_BUILDS", "{}")).items():
+        fns[f"fa2_wgmma[{label}]"] = lambda q, k, v, c, cfg=cfg: fa2_wgmma.forward(q, k, v, causal=c, config=cfg)
+    cells = CELLS
+    if os.environ.get("MOONSHOT_CELLS"):
+        cells = [(int(n), int(d), bool(int(c))) for n, d, c in
+                 (x.split("x") for x in os.environ["MOONSHOT_CELLS"].split(","))]
+    for n, d, causal in cells:
         b, h = max(1, 16384 // n), 2048 // d
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
         for name, f in fns.items():

@@ -119,6 +119,19 @@
 //       2048 one-tile CTAs; cuDNN runs 132 persistent CTAs and is no faster) and the clock, not bytes (DRAM 11%).
 //       At d = 64, N = 512 cuDNN is 13% faster with fewer instructions: 2.19 against 1.92 IPC at 54% / 47% issue
 //       utilisation for the same work, i.e. this kernel's per-tile softmax and bookkeeping cost more issue slots.
+//   v5  d = 64's softmax (issue 14). At d = 64 a warpgroup-step's 8192 exponentials take the MUFU (16/clk/SM) 512
+//       clocks, as long as its two products take the tensor cores (2.1 MFLOP at 4096 FLOP/clk/SM), so both pipes
+//       must stay busy and every other softmax instruction competes for the issue slots they need.
+//       v5a ROW_SUM_MMA=1 (wgmma_fa2.cuh): l from the tensor core. P V runs over [V | ones] (m64n72k16; a constant
+//           panel of ones after the V slots, the descriptor's LBO pointing at it from each slot), so O's column 64
+//           is sum_j P~_ij in every lane of a quad: the fp32 add per score goes (SASS: 282 -> 18 FADD), l is
+//           rescaled with O. fp16 only: with bf16's P rounding lse moved by 2.3-3.4e-3 (> the 2e-3 promised;
+//           bench/results/rowsum/rowsum/tests_first_run_bf16_lse.log), so bf16 builds drop the knob. H200 A/B
+//           (bench/results/rowsum/rowsum_ab/, fp16, N = 512-16k, causal and not, time / the build without it):
+//           CONFIGS[64] 0.940-1.003, geomean 0.979 (11 of 12 cells faster); the one-warpgroup size builds 0.97-1.12,
+//           geomean 1.009-1.018 (negative: with no second warpgroup the longer P V sits on the critical path).
+//           GPU tests (hypothesis, Nk = 4100, GQA/strided, the rescale ramps) pass; memcheck 0 errors, racecheck 0
+//           hazards at scale.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
