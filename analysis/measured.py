@@ -65,13 +65,20 @@ BEFORE_SIZE_RULES = ("tc_bench.json", "tc_bench_run2.json", "tc_bench_wgmma.json
                      "cluster_bench.json", "cluster_bench_bf16.json", "cluster_bench_16k.json")
 
 
+# fa2_wgmma knobs that entered CONFIGS after these runs were timed: their default rows ran the build without them
+# (ROW_SUM_MMA at d = 64, fa2_wgmma_tma.cu v5a)
+KNOBS_ADDED_LATER = {"ROW_SUM_MMA": BEFORE_SIZE_RULES}
+
+
 def run_options(kernel: str, file: str, d: int, options: dict | None = None) -> dict:
     """The launcher options a default (config-less) row of `file` ran with, for the model to describe that build:
-    fa2_wgmma rows of the runs before SIZE_RULES ran CONFIGS[d] at every N; otherwise nothing to add."""
+    fa2_wgmma rows of the runs before SIZE_RULES ran CONFIGS[d] at every N, less the knobs added since;
+    otherwise nothing to add."""
     if kernel == "fa2_wgmma" and "config" not in (options or {}) and file in BEFORE_SIZE_RULES:
         from kernels.fa2_wgmma import CONFIGS
 
-        return {"config": CONFIGS[d]}
+        later = {knob for knob, files in KNOBS_ADDED_LATER.items() if file in files}
+        return {"config": {k: v for k, v in CONFIGS[d].items() if k not in later}}
     return {}
 
 

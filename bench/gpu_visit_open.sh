@@ -129,7 +129,7 @@ print(json.dumps({'fa2_wgmma': [{'128': f.SIZE_CANDIDATES[128]['small-bc128']}]}
         --dtypes float16 --variants base,rowsum,small-tma3,small-tma3-rs,small-tma,small-tma-rs --budget-s 290 > "$W/ab.txt" 2>&1; rc=$?
       tail -40 "$W/ab.txt" ;;
     br192)  # issue 14: three consumer warpgroups at d = 64 (TILE_CANDIDATES): GPU tests, memcheck, racecheck at scale
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "br192 or rs-poly1" \
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "br192 or rs-poly1 or no-rs or rowsum" \
         > "$W/tests.log" 2>&1; rc=$?
       tail -4 "$W/tests.log"
       cfg=$(python3 -c "
@@ -144,7 +144,7 @@ print(json.dumps({'fa2_wgmma': [{'64': c} for c in f.TILE_CANDIDATES[64].values(
     tiles_ab)  # issue 14: ROW_SUM_MMA and the Br = 192 tile against the shipped d = 64 builds, twice (cells move +-7%)
       for rep in 1 2; do
         timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/rep$rep" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
-          --dtypes float16,bfloat16 --variants base,rowsum,rs-poly1,br192,br192-rs,br192-rs-poly1,small-tma3,small-tma \
+          --dtypes float16,bfloat16 --variants base,no-rs,rs-poly1,br192,br192-rs,br192-rs-poly1,small-tma3,small-tma \
           --budget-s 120 > "$W/ab$rep.txt" 2>&1; r=$?
         grep -A30 "^dtype" "$W/ab$rep.txt"; rc=$(( rep == 1 ? r : (rc != 0 ? rc : r) ))
       done ;;

@@ -44,7 +44,11 @@ CONFIGS = {  # sweep v4 winners (bench/results/wgmma_sweep_v4_tma.json): the TMA
     # and bf16): d = 256 0.94-0.98 (every cell 0.92-1.02), d = 64 causal 0.97-0.985, non-causal 1.00; d = 128
     # 0.98-1.02 with cells from 0.94 to 1.09 (noise level): left off there, and at d = 96 (not timed). The
     # decision rule (bench/ab_wgmma_speed.py decisions(): geomean <= 0.99, no cell over 1.03) gives the same.
-    64: dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0, RESCALE_THRESHOLD=8),
+    # ROW_SUM_MMA=1 (v5a: l from P V over a panel of ones; fp16 only, bf16 builds drop it): 0.940-1.003x the time
+    # without it, geomean 0.979, 11 of 12 cells faster (bench/results/rowsum/rowsum_ab/, fp16, N = 512-16k, causal
+    # and not; the decision rule's geomean <= 0.99, no cell over 1.03). Runs timed before it: analysis/measured.py
+    # KNOBS_ADDED_LATER.
+    64: dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0, RESCALE_THRESHOLD=8, ROW_SUM_MMA=1),
     128: dict(TMA=1, BLOCK_N=176, NWG=2),
     # d = 96: Bc = 128 (FA3's hopper/tile_size.h: 128 or 144); the P V product padded to 128 columns
     # (PV_N=128: two whole swizzle panels, the d = 128 product); PV_N=96 is the unpadded candidate.
@@ -231,6 +235,8 @@ TILE_CANDIDATES[64]["br192-rs"] = dict(TILE_CANDIDATES[64]["br192"], ROW_SUM_MMA
 # and FA4's FMA-pipe exponentials again, 1 of 8, now that ROW_SUM_MMA has freed an issue slot per score (v3b's 2 of
 # 8 without it: 1.00-1.18x the time)
 TILE_CANDIDATES[64]["rs-poly1"] = dict(CONFIGS[64], ROW_SUM_MMA=1, EXP2_POLY=1)
+# the shipped d = 64 build before v5a (l summed on the FP32 pipe): the A/B's check that ROW_SUM_MMA still wins
+TILE_CANDIDATES[64]["no-rs"] = {k: v for k, v in CONFIGS[64].items() if k != "ROW_SUM_MMA"}
 TILE_CANDIDATES[64]["br192-rs-poly1"] = dict(TILE_CANDIDATES[64]["br192-rs"], EXP2_POLY=1)
 
 

@@ -130,7 +130,7 @@ def test_poly_moves_exponentials_off_the_mufu(poly):
 def test_row_sum_mma_takes_the_row_sum_adds_out_of_the_softmax():
     """ROW_SUM_MMA: l comes from P V over [V | ones] (an m64n72 product at d = 64), so the softmax's one fp32 add
     per exponential goes: in each of its 4 copies (masked / unmasked, first step / loop) BLOCK_N/2 per thread."""
-    cfg = dict(fa2_wgmma.CONFIGS[64])
+    cfg = fa2_wgmma.TILE_CANDIDATES[64]["no-rs"]  # CONFIGS[64] without it
     base = fa2_wgmma.defines_for(64, 0, cfg)
     fast = fa2_wgmma.defines_for(64, 0, dict(cfg, ROW_SUM_MMA=1))
     for defs in (base, fast):
@@ -247,7 +247,16 @@ def test_row_sum_mma_is_an_fp16_build():
     """bf16 keeps the fp32 row sum (P's bf16 rounding would move lse past its 2e-3): the same build as without."""
     cfg = dict(fa2_wgmma.CONFIGS[64], ROW_SUM_MMA=1)
     assert fa2_wgmma.defines_for(64, 0, cfg)["ROW_SUM_MMA"] == 1
-    assert fa2_wgmma.defines_for(64, 1, cfg) == fa2_wgmma.defines_for(64, 1, fa2_wgmma.CONFIGS[64])
+    assert fa2_wgmma.defines_for(64, 1, cfg) == fa2_wgmma.defines_for(64, 1, fa2_wgmma.TILE_CANDIDATES[64]["no-rs"])
+
+
+def test_runs_timed_before_row_sum_mma_are_modelled_without_it():
+    """The benchmark files timed before v5a ran d = 64 without ROW_SUM_MMA (analysis.measured.KNOBS_ADDED_LATER)."""
+    from analysis.measured import bench_cells
+
+    assert fa2_wgmma.CONFIGS[64].get("ROW_SUM_MMA") == 1
+    old = [c for c in bench_cells() if c["kernel"] == "fa2_wgmma" and c["d"] == 64 and c["label"] == "fa2_wgmma"]
+    assert old and all("ROW_SUM_MMA" not in c["options"]["config"] for c in old)
 
 
 def test_the_model_prices_row_sum_mma():
@@ -255,8 +264,9 @@ def test_the_model_prices_row_sum_mma():
     from analysis import gpu_model
     from analysis.descriptors import describe
 
-    base = describe("fa2_wgmma", d=64, dtype="fp16", config=fa2_wgmma.CONFIGS[64])
-    rs = describe("fa2_wgmma", d=64, dtype="fp16", config=dict(fa2_wgmma.CONFIGS[64], ROW_SUM_MMA=1))
+    no_rs = fa2_wgmma.TILE_CANDIDATES[64]["no-rs"]
+    base = describe("fa2_wgmma", d=64, dtype="fp16", config=no_rs)
+    rs = describe("fa2_wgmma", d=64, dtype="fp16", config=dict(no_rs, ROW_SUM_MMA=1))
     assert (base.row_sum_cols, rs.row_sum_cols) == (0, 8)
     params = gpu_model.load_params()
     terms = [gpu_model.tile_terms(gpu_model.prepare(desc, 4, 32, 4096, 4096, 64, "fp16", False), params)
