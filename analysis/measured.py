@@ -102,6 +102,36 @@ def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
     return cells
 
 
+# bench/ab_wgmma_speed.py runs (issue 14's A/Bs, none in the model's fit): the rows of builds the descriptors
+# price -- the shipped build of the day ("base", its config recorded in the file's "variants"), the ROW_SUM_MMA
+# pair (v5a) -- and SDPA's two backends. Builds whose knob the model does not price (EXP2_POLY, QK_AHEAD,
+# PERSISTENT, the size candidates) are left out: their rows time a negative result, not a shipped kernel.
+AB_FILE = "ab_wgmma_speed.json"
+AB_VARIANTS = ("fa2_wgmma[base]", "fa2_wgmma[rowsum]", "fa2_wgmma[no-rs]", "sdpa_flash", "sdpa_cudnn")
+
+
+def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
+    cells = []
+    for path in sorted(RESULTS.glob(pattern)):
+        data = json.loads(path.read_text())
+        variants, timer = data.get("variants", {}), data.get("env", {}).get("timer")
+        for r in data.get("rows", []):
+            if r["variant"] not in AB_VARIANTS or not r.get("ok", True) or not r.get("median_ms"):
+                continue
+            if r["variant"].startswith("fa2_wgmma["):
+                cfg = variants.get(str(r["d"]), {}).get(r["variant"][len("fa2_wgmma["):-1])
+                if cfg is None:
+                    continue
+                kernel, opts = "fa2_wgmma", {"config": cfg}
+            else:
+                kernel, opts = r["variant"], {}
+            cells.append(dict(source=str(path.relative_to(RESULTS)), kernel=kernel, options=opts,
+                              label=r["variant"], batch=r["b"], heads=r["h"], n_q=r["n"], n_k=r["n"], d=r["d"],
+                              dtype=DTYPE[r["dtype"]], causal=bool(r["causal"]), time_s=r["median_ms"] * 1e-3,
+                              timer=timer))
+    return cells
+
+
 TEACHING_LABELS = ("naive", "fa1", "fa2", "v_once_auto_lazy", "v_once_auto_eager")
 
 

@@ -244,3 +244,22 @@ def test_do_bench_timing_hides_the_host_launch_behind_queued_calls():
     assert gm.as_timed(p, "triton.testing.do_bench") == pytest.approx(max(p.time_s - host, host))
     tiny = gm.predict("fa2_wgmma", 1, 1, 128, None, 64)  # a kernel shorter than its launch: the host bounds it
     assert gm.as_timed(tiny, "triton.testing.do_bench") == pytest.approx(tiny.terms["overhead"])
+
+
+def test_ab_runs_are_held_out_cells_of_the_builds_the_model_prices():
+    """bench/ab_wgmma_speed.py runs feed validate: the shipped build of the day with the config its file recorded,
+    the ROW_SUM_MMA pair and SDPA's backends; none is in the fit's training split; d = 256 is printed, not banded."""
+    from analysis import validate as val
+    from analysis.fit_gpu_model import is_train
+    from analysis.measured import AB_VARIANTS, ab_cells
+
+    cells = ab_cells()
+    assert {c["label"] for c in cells} <= set(AB_VARIANTS) and len(cells) > 300
+    assert not any(is_train(c) for c in cells)
+    wgmma = [c for c in cells if c["kernel"] == "fa2_wgmma"]
+    assert wgmma and all(c["options"]["config"].get("TMA") == 1 for c in wgmma)
+    assert all(c["timer"] and "do_bench" in c["timer"] for c in cells)
+    rs = [r for r in val.rows() if "ab_wgmma_speed" in r["source"] and r["quantity"] == "time"]
+    assert rs and all(r["band"] is None for r in rs if r["d"] not in val.BANDED_D)
+    banded = [r for r in rs if r["band"] is not None]
+    assert len(banded) > 250 and sum(bool(r["in_band"]) for r in banded) >= 0.97 * len(banded)
