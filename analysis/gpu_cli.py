@@ -157,6 +157,8 @@ def cmd_validate(args, error) -> int:
                   f"({rank['share']:.1%}; target {val.RANK_TARGET:.0%}; {rank['ties']} pairs measured within "
                   f"{val.RANK_TIE:.0%} are ties, right when the model puts them within its time band); "
                   f"strict, every pair by sign: {rank['strict_agree']}/{rank['pairs']} ({rank['strict_share']:.1%})")
+            if rank.get("families"):
+                print("  by run: " + ", ".join(f"{f} {v:.1%}" for f, v in rank["families"].items()))
             for w in rank["wrong"][:10]:
                 print(f"  misordered: {w}")
             if not rank["ok"]:

@@ -104,10 +104,13 @@ def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
 
 # bench/ab_wgmma_speed.py runs (issue 14's A/Bs, none in the model's fit): the rows of builds the descriptors
 # price -- the shipped build of the day ("base", its config recorded in the file's "variants"), the ROW_SUM_MMA
-# pair (v5a) -- and SDPA's two backends. Builds whose knob the model does not price (EXP2_POLY, QK_AHEAD,
-# PERSISTENT, the size candidates) are left out: their rows time a negative result, not a shipped kernel.
+# pair (v5a), the builds SIZE_RULES runs or ran at d = 64 (small-tma3, small-tma, br192[-rs]) -- and SDPA's
+# two backends. Builds whose knob the model does not price (EXP2_POLY, QK_AHEAD, PERSISTENT) are left out: their
+# rows time a negative result, not a kernel the launcher runs.
 AB_FILE = "ab_wgmma_speed.json"
-AB_VARIANTS = ("fa2_wgmma[base]", "fa2_wgmma[rowsum]", "fa2_wgmma[no-rs]", "sdpa_flash", "sdpa_cudnn")
+AB_VARIANTS = {"fa2_wgmma[base]": None, "fa2_wgmma[rowsum]": None, "fa2_wgmma[no-rs]": None,  # variant: its d
+               "fa2_wgmma[small-tma3]": (64,), "fa2_wgmma[small-tma]": (64,), "fa2_wgmma[br192]": (64,),
+               "fa2_wgmma[br192-rs]": (64,), "sdpa_flash": None, "sdpa_cudnn": None}
 
 
 def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
@@ -117,6 +120,8 @@ def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
         variants, timer = data.get("variants", {}), data.get("env", {}).get("timer")
         for r in data.get("rows", []):
             if r["variant"] not in AB_VARIANTS or not r.get("ok", True) or not r.get("median_ms"):
+                continue
+            if AB_VARIANTS[r["variant"]] is not None and r["d"] not in AB_VARIANTS[r["variant"]]:
                 continue
             if r["variant"].startswith("fa2_wgmma["):
                 cfg = variants.get(str(r["d"]), {}).get(r["variant"][len("fa2_wgmma["):-1])

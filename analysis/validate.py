@@ -118,8 +118,9 @@ def rows(params=None) -> list[dict]:
     return out
 
 
-def ranking(rs: list[dict]) -> dict:
-    """Pairs of kernels timed on one shape in one file: does the model order them as measured?"""
+def ranking(rs: list[dict], by_family: bool = True) -> dict:
+    """Pairs of kernels (or builds) timed on one shape in one file: does the model order them as measured?
+    families: the share per kind of run (benchmark runs; A/B runs of fa2_wgmma builds, per head dim)."""
     groups = {}
     for r in rs:
         if r["quantity"] != "time":
@@ -145,8 +146,20 @@ def ranking(rs: list[dict]) -> dict:
                 wrong.append(f"{a['source']} n={a['n']} d={a['d']} {a['dtype']}{' causal' if a['causal'] else ''}: "
                              f"{a['kernel']} vs {b['kernel']} measured {m:.2f}x, model {a['model'] / b['model']:.2f}x")
     share = agree / total if total else 1.0
-    return dict(pairs=total, agree=agree, share=share, ok=share >= RANK_TARGET, ties=ties,
-                strict_agree=strict, strict_share=strict / total if total else 1.0, wrong=wrong)
+    out = dict(pairs=total, agree=agree, share=share, ok=share >= RANK_TARGET, ties=ties,
+               strict_agree=strict, strict_share=strict / total if total else 1.0, wrong=wrong)
+    if by_family:  # the benchmark runs (one build per kernel, mostly) apart from the A/B runs (several builds)
+        fams = {}
+        for r in rs:
+            fams.setdefault(family(r), []).append(r)
+        out["families"] = {f: ranking(x, by_family=False)["share"] for f, x in sorted(fams.items())} if len(fams) > 1 \
+            else {}
+    return out
+
+
+def family(row) -> str:
+    """Which kind of run a row comes from: an A/B of builds (per head dim), or a benchmark run."""
+    return f"A/B runs d={row['d']}" if "ab_wgmma_speed" in row["source"] else "benchmark runs"
 
 
 def _band(row) -> float:

@@ -26,6 +26,7 @@
 #   br192      issue 14: d = 64 with three consumer warpgroups (TILE_CANDIDATES): GPU tests, memcheck, racecheck -> br192/
 #   tiles_ab   issue 14: A/B of ROW_SUM_MMA and Br = 192 against the shipped d = 64 builds, two runs  -> tiles_ab/
 #   short128_ncu  issue 14: ncu of d = 128 at N = 512/1024: the default, the persistent scheduler, cuDNN -> short128_ncu/
+#   grid64     issue 14: forward()'s d = 64 rule: GPU tests (long rows, both dtypes), then d = 64's grid   -> grid64/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
 set -u
@@ -158,6 +159,14 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       OUT=$W MOONSHOT_CELLS=512x128x0,512x128x1,1024x128x1 MOONSHOT_BUILDS="$builds" timeout 200 \
         bash bench/ncu_moonshot.sh > "$W/run.txt" 2>&1; rc=$?
       tail -25 "$W/run.txt" ;;
+    grid64)  # issue 14: forward()'s d = 64 rule (small-tma3 short / causal 2k, Br = 192 elsewhere): its GPU tests,
+             # then the grid at d = 64 against CONFIGS, SDPA flash and cuDNN
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py \
+        -k "long_rows or (wgmma and matches_reference)" > "$W/tests.log" 2>&1; rc=$?
+      tail -3 "$W/tests.log"
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
+        --variants default,base --budget-s 180 > "$W/ab.txt" 2>&1; r=$?
+      grep -A30 "^dtype" "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

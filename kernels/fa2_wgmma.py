@@ -200,29 +200,6 @@ for _d in (64, 128):  # and the 2-CTA TMA build persistent (v3c's dynamic schedu
 # where Bc = 176 ends each row on a masked, partly empty block (512 = 2 x 176 + 160)
 SIZE_CANDIDATES[128]["small-bc128"] = dict(CONFIGS[128], BLOCK_N=128)
 SIZE_MAX_N = 4096
-# The rule forward() applies when no config is given: per d, (largest Nk, config), first match wins; a
-# cp.async candidate (no TMA key) only for contiguous inputs with equal head counts. Each entry goes in with the
-# cells that justify it: bench/results/size_rules/ab_wgmma_speed.json (H200, one run, fp16 and bf16, causal and
-# not, batch*N = 16k, H = 2048/d; time / time of CONFIGS[d], < 1 faster):
-#   d = 64, Nk <= 1024: small-tma3 (3 CTAs/SM, Bc = 96) 0.76-0.89 at N = 512 and 1024 (8 cells); at 2048 0.93-1.04
-#   d = 64, Nk <= 2048: small-tma (2 CTAs/SM, Bc = 128) 0.92-0.99 at N = 2048 (4 cells); at 4096 0.90-1.13
-# At d = 128 the one-warpgroup builds are 1.2-1.8x slower (they lose the ping-pong between two warpgroups that
-# d = 128's default relies on). The default with Bc = 128 ("small-bc128") instead: three runs
-# (bench/results/grid14/, bench/results/size_rules/d128/rep1, rep2), time / CONFIGS' time at N = 512: non-causal
-# 0.96-0.98, causal 0.87-0.89 (the Q and key blocks meet the diagonal on the same 128-row grid); at N = 1024
-# causal 0.91-0.94 but non-causal fp16 1.04-1.05, so Nk <= 512 only.
-SIZE_RULES: dict = {64: [(1024, SIZE_CANDIDATES[64]["small-tma3"]), (2048, SIZE_CANDIDATES[64]["small-tma"])],
-                    128: [(512, SIZE_CANDIDATES[128]["small-bc128"])]}
-
-
-def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None) -> dict | None:
-    """The size-based build for d and Nk (None: CONFIGS[d]); plain: contiguous q, k, v with equal heads."""
-    for max_nk, cfg in (SIZE_RULES if rules is None else rules).get(d, ()):
-        if n_k <= max_nk and (cfg.get("TMA") or plain):
-            return cfg
-    return None
-
-
 # Tile candidates timed at every N (bench/ab_wgmma_speed.py): d = 64 with three consumer warpgroups (Br = 192,
 # FA3's hopper/tile_size.h tile for d <= 64), one CTA of 512 threads per SM. At d = 64 the exponentials of a
 # step take the MUFU (16/clk/SM) as long as its two products take the tensor cores, so the SM needs one more
@@ -246,6 +223,37 @@ def candidate(d: int, name: str) -> dict:
         if name in table.get(d, {}):
             return table[d][name]
     raise KeyError(f"fa2_wgmma: no candidate {name!r} at d={d}")
+
+
+# The rule forward() applies when no config is given: per d, (largest Nk or None for any, config, "causal" or None),
+# first match wins; a "causal" entry applies to causal calls only; a cp.async candidate (no TMA key) only for
+# contiguous inputs with equal head counts. Each entry goes in with the cells that justify it (H200, fp16 and bf16,
+# causal and not, batch*N = 16k, H = 2048/d; time / time of CONFIGS[d], < 1 faster):
+#   d = 64 (bench/results/tiles64/tiles_ab/rep1, rep2: two runs of one visit, the mean per cell):
+#     Nk <= 1024: small-tma3 (3 CTAs/SM, Bc = 96) 0.76-0.90 (8 cells; size_rules/ab_wgmma_speed.json: 0.76-0.89)
+#     causal, Nk <= 2048: small-tma3 0.89-0.90 (br192-rs 0.95-0.96); at causal 4096 0.91-0.98, level with br192-rs
+#     otherwise: br192-rs (three consumer warpgroups, Br = 192, ROW_SUM_MMA in fp16) non-causal 0.89-0.93 at
+#       N = 2048-4096 and 0.88-0.89 at 8k-16k, causal 0.92-0.96 from 4096; loses below (1.08-1.10 causal N <= 1k).
+#     The 2-CTA small-tma of the previous rule (Nk <= 2048) is 0.98-1.05 at N = 2048 in these runs: dropped.
+#     CONFIGS[64] stays the base the knob A/Bs are measured against; at d = 64 every Nk has a rule.
+# At d = 128 the one-warpgroup builds are 1.2-1.8x slower (they lose the ping-pong between two warpgroups that
+# d = 128's default relies on). The default with Bc = 128 ("small-bc128") instead: three runs
+# (bench/results/grid14/, bench/results/size_rules/d128/rep1, rep2), time / CONFIGS' time at N = 512: non-causal
+# 0.96-0.98, causal 0.87-0.89 (the Q and key blocks meet the diagonal on the same 128-row grid); at N = 1024
+# causal 0.91-0.94 but non-causal fp16 1.04-1.05, so Nk <= 512 only.
+SIZE_RULES: dict = {64: [(1024, SIZE_CANDIDATES[64]["small-tma3"], None),
+                         (2048, SIZE_CANDIDATES[64]["small-tma3"], "causal"),
+                         (None, TILE_CANDIDATES[64]["br192-rs"], None)],
+                    128: [(512, SIZE_CANDIDATES[128]["small-bc128"], None)]}
+
+
+def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None, causal: bool = False) -> dict | None:
+    """The size-based build for d, Nk and causal (None: CONFIGS[d]); plain: contiguous q, k, v with equal heads."""
+    for max_nk, cfg, only in (SIZE_RULES if rules is None else rules).get(d, ()):
+        if ((max_nk is None or n_k <= max_nk) and (cfg.get("TMA") or plain)
+                and (only is None or (only == "causal") == bool(causal))):
+            return cfg
+    return None
 
 
 for _d, _cands in list(SIZE_CANDIDATES.items()) + list(TILE_CANDIDATES.items()):  # compiled (spill-free) and
@@ -386,7 +394,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
     if config is None and SIZE_RULES:
-        config = choose_config(d, n_k, h_kv == h and q.is_contiguous() and k.is_contiguous() and v.is_contiguous())
+        config = choose_config(d, n_k, h_kv == h and q.is_contiguous() and k.is_contiguous() and v.is_contiguous(),
+                               causal=causal)
     defs, src, kernel, block, smem, bm, bn, tma = _plan(d, q.dtype == torch.bfloat16, config)
     if out is None:  # not empty_like: o is contiguous whatever q's strides
         o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
@@ -439,7 +448,7 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
     runs for this Nk (SIZE_RULES, contiguous inputs), else CONFIGS[d]."""
     from analysis.descriptors import ctas_per_sm, overhead, registers_of
 
-    rule = choose_config(d, n_k, True) if config is None and n_k is not None else None
+    rule = choose_config(d, n_k, True, causal=causal) if config is None and n_k is not None else None
     config = rule or config
     defs = defines_for(d, dtype == "bf16", config)
     bc, nwg = defs["BLOCK_N"], defs["NWG"]

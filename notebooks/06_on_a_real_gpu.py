@@ -190,6 +190,8 @@ else:
     rank = val.ranking(cells)
     print(f"ranking: {rank['share']:.1%} of {rank['pairs']} measured pairs (ties within {val.RANK_TIE:.0%}: "
           f"right when the model keeps them within its band); strict, by sign: {rank['strict_share']:.1%}")
+    if rank.get("families"):  # the A/B runs of fa2_wgmma's d = 64 builds are what the model cannot order
+        print("  by run: " + ", ".join(f"{f} {v:.1%}" for f, v in rank["families"].items()))
 
 # %% [markdown]
 # ### What bounds each kernel on the H200

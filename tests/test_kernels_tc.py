@@ -146,8 +146,9 @@ def test_long_rows(n, d):
 
     for causal in (False, True):
         _check(fa2_tc.forward, 1, 2, n, n, d, torch.float16, causal, 1.0, 1)
-        if fa2_wgmma.supported():
+        if fa2_wgmma.supported():  # forward()'s own choice of build (SIZE_RULES: per d, Nk, causal), both dtypes
             _check(fa2_wgmma.forward, 1, 2, n, n, d, torch.bfloat16, causal, 1.0, 3)
+            _check(fa2_wgmma.forward, 1, 2, n, n, d, torch.float16, causal, 1.0, 4)
         _check(lambda q, k, v, **kw: v_once_tc.forward(q, k, v, placement="auto", rescale="lazy", **kw),
                1, 2, n, n, d, torch.bfloat16, causal, 1.0, 2)
 

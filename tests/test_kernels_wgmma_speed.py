@@ -180,16 +180,21 @@ def test_sanitizer_runs_the_speed_builds_at_scale():
 
 def test_size_rule_picks_the_first_matching_build():
     tma, cp = dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2), dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3)
-    rules = {64: [(1024, cp), (2048, tma)]}
+    wide = dict(TMA=1, BLOCK_N=128, NWG=3)
+    rules = {64: [(1024, cp, None), (2048, tma, None)], 96: [(1024, cp, "causal"), (None, wide, None)]}
     assert fa2_wgmma.choose_config(64, 1000, True, rules) is cp
     assert fa2_wgmma.choose_config(64, 1000, False, rules) is tma, "cp.async builds: contiguous, equal heads only"
     assert fa2_wgmma.choose_config(64, 2000, True, rules) is tma
     assert fa2_wgmma.choose_config(64, 4096, True, rules) is None
     assert fa2_wgmma.choose_config(128, 100, True, rules) is None
+    assert fa2_wgmma.choose_config(96, 1000, True, rules, causal=True) is cp
+    assert fa2_wgmma.choose_config(96, 1000, True, rules, causal=False) is wide, "a causal entry skips non-causal"
+    assert fa2_wgmma.choose_config(96, 10**6, True, rules) is wide, "None: any Nk"
     for d, cands in fa2_wgmma.SIZE_CANDIDATES.items():
         assert all(c in fa2_wgmma.SWEEP[d] for c in cands.values())
     for d, rules_d in fa2_wgmma.SIZE_RULES.items():  # what ships must be a candidate the A/B timed
-        assert all(cfg in fa2_wgmma.SIZE_CANDIDATES[d].values() for _, cfg in rules_d)
+        timed = list(fa2_wgmma.SIZE_CANDIDATES[d].values()) + list(fa2_wgmma.TILE_CANDIDATES.get(d, {}).values())
+        assert all(cfg in timed and only in (None, "causal") for _, cfg, only in rules_d)
 
 
 def test_the_model_describes_the_build_the_size_rule_runs():
@@ -198,14 +203,17 @@ def test_the_model_describes_the_build_the_size_rule_runs():
     from analysis.descriptors import describe
     from analysis.measured import bench_cells
 
-    small, large = describe("fa2_wgmma", 64, n_q=512, n_k=512), describe("fa2_wgmma", 64, n_q=8192, n_k=8192)
+    small, large = describe("fa2_wgmma", 64, n_q=512, n_k=512), describe("fa2_wgmma", 128, n_q=8192, n_k=8192)
     rule = fa2_wgmma.choose_config(64, 512, True)
     assert rule is not None and small.options["MIN_BLOCKS"] == rule["MIN_BLOCKS"] and small.block_k == rule["BLOCK_N"]
     assert "SIZE_RULES" in small.source and "CONFIGS" in large.source
-    assert large.options["NWG"] == fa2_wgmma.CONFIGS[64]["NWG"]
+    assert large.block_k == fa2_wgmma.CONFIGS[128]["BLOCK_N"]
+    # d = 64 at Nk = 2048: causal and not run different builds, and the model follows
+    c2k, n2k = (describe("fa2_wgmma", 64, causal=c, n_q=2048, n_k=2048) for c in (True, False))
+    assert (c2k.block_q, n2k.block_q) == (64, 192) and "SIZE_RULES" in n2k.source
     old = [c for c in bench_cells() if c["kernel"] == "fa2_wgmma" and c["d"] == 64 and c["n_k"] <= 2048
            and c["label"] == "fa2_wgmma"]
-    ruled = [cfg for rules in fa2_wgmma.SIZE_RULES.values() for _, cfg in rules]
+    ruled = [cfg for rules in fa2_wgmma.SIZE_RULES.values() for _, cfg, _ in rules]
     assert old and all(c["options"].get("config") and c["options"]["config"] not in ruled for c in old)
 
 
