@@ -164,9 +164,9 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py \
         -k "long_rows or (wgmma and matches_reference)" > "$W/tests.log" 2>&1; rc=$?
       tail -3 "$W/tests.log"
-      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
-        --variants default,base --budget-s 180 > "$W/ab.txt" 2>&1; r=$?
-      grep -A30 "^dtype" "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+      timeout 300 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
+        --variants default,base --budget-s 270 > "$W/ab.txt" 2>&1; r=$?
+      grep -A80 "^dtype" "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
