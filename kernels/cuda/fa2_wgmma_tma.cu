@@ -131,7 +131,17 @@
 //           CONFIGS[64] 0.940-1.003, geomean 0.979 (11 of 12 cells faster); the one-warpgroup size builds 0.97-1.12,
 //           geomean 1.009-1.018 (negative: with no second warpgroup the longer P V sits on the critical path).
 //           GPU tests (hypothesis, Nk = 4100, GQA/strided, the rescale ramps) pass; memcheck 0 errors, racecheck 0
-//           hazards at scale.
+//           hazards at scale. Checked again in two more runs (bench/results/tiles64/tiles_ab/rep1, rep2): the build
+//           without it 1.03-1.05x the time fp16 non-causal, 0.99-1.04 causal; bf16 (the same build twice) 0.98-1.02.
+//       v5b NWG=3 (Br = 192, FA3's d = 64 tile; kernels/fa2_wgmma.py TILE_CANDIDATES "br192", "br192-rs"): three
+//           consumer warpgroups, one CTA of 512 threads per SM, consumers at 160 registers (producer 24; Bc = 128:
+//           176/192 spill). One more softmax in flight beside the tensor cores. Two runs (tiles64, fp16/bf16, time /
+//           CONFIGS[64]'s): non-causal 0.93-0.96 at N <= 1k, 0.89-0.93 at 2k-4k, 0.88-0.89 at 8k-16k; causal
+//           1.08-1.10 at N <= 1k (fewer, longer causal tiles), 0.92-0.96 from 2k. GPU tests, memcheck, racecheck
+//           clean. SIZE_RULES[64] now: 3-CTA small-tma3 to Nk 1024 (causal 2048), br192-rs beyond; in those runs
+//           that is 0.88-1.14x cuDNN, >= 1.0 in 10 of 24 cells (the grid14 default: 2 of 24), 1.30-1.74x SDPA flash.
+//       v5c EXP2_POLY=1 beside ROW_SUM_MMA ("rs-poly1", "br192-rs-poly1"): 1.00-1.08x the time: negative (one
+//           polynomial exponential per 8 still costs more issue slots than the MUFU op it saves).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
