@@ -108,7 +108,7 @@ def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
 # two backends. Builds whose knob the model does not price (EXP2_POLY, QK_AHEAD, PERSISTENT) are left out: their
 # rows time a negative result, not a kernel the launcher runs.
 AB_FILE = "ab_wgmma_speed.json"
-AB_VARIANTS = {"fa2_wgmma[base]": None, "fa2_wgmma[rowsum]": None, "fa2_wgmma[no-rs]": None,  # variant: its d
+AB_VARIANTS = {"fa2_wgmma[default]": None, "fa2_wgmma[base]": None, "fa2_wgmma[rowsum]": None, "fa2_wgmma[no-rs]": None,  # variant: its d
                "fa2_wgmma[small-tma3]": (64,), "fa2_wgmma[small-tma]": (64,), "fa2_wgmma[br192]": (64,),
                "fa2_wgmma[br192-rs]": (64,), "sdpa_flash": None, "sdpa_cudnn": None}
 
@@ -123,8 +123,8 @@ def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
                 continue
             if AB_VARIANTS[r["variant"]] is not None and r["d"] not in AB_VARIANTS[r["variant"]]:
                 continue
-            if r["variant"].startswith("fa2_wgmma["):
-                cfg = variants.get(str(r["d"]), {}).get(r["variant"][len("fa2_wgmma["):-1])
+            if r["variant"].startswith("fa2_wgmma["):  # a row's own config (forward()'s rule), else the named build
+                cfg = r.get("config") or variants.get(str(r["d"]), {}).get(r["variant"][len("fa2_wgmma["):-1])
                 if cfg is None:
                     continue
                 kernel, opts = "fa2_wgmma", {"config": cfg}

@@ -88,8 +88,11 @@ def run(args) -> dict:
         for e in entries(d, variants, n, sdpa):
             rec = harness.measure(e, sets, causal, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
             rec["variant"] = e.label
-            res["rows"].append({k: rec.get(k) for k in ("variant", "dtype", "d", "n", "b", "h", "causal", "median_ms",
-                                                        "min_ms", "max_ms", "tflops", "ok", "rel_err", "skipped")})
+            row = {k: rec.get(k) for k in ("variant", "dtype", "d", "n", "b", "h", "causal", "median_ms",
+                                           "min_ms", "max_ms", "tflops", "ok", "rel_err", "skipped")}
+            if e.label == "fa2_wgmma[default]":  # the build forward()'s rule ran (the GPU model reads it back)
+                row["config"] = fa2_wgmma.choose_config(d, n, True, causal=causal) or fa2_wgmma.CONFIGS[d]
+            res["rows"].append(row)
             print(f"{dt:8s} d={d:3d} N={n:5d} causal={int(causal)} {e.label:26s} "
                   f"{rec.get('median_ms') or float('nan'):8.4f} ms {rec.get('tflops') or float('nan'):6.1f} TFLOP/s "
                   f"{rec.get('skipped', '')}", flush=True)
