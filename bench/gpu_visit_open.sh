@@ -27,6 +27,7 @@
 #   tiles_ab   issue 14: A/B of ROW_SUM_MMA and Br = 192 against the shipped d = 64 builds, two runs  -> tiles_ab/
 #   short128_ncu  issue 14: ncu of d = 128 at N = 512/1024: the default, the persistent scheduler, cuDNN -> short128_ncu/
 #   grid64     issue 14: forward()'s d = 64 rule: GPU tests (long rows, both dtypes), then d = 64's grid   -> grid64/
+#   bc192      issue 14: Br = 192 with Bc = 96 / 64 at d = 64 (tests, memcheck, A/B)                   -> bc192/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
 set -u
@@ -167,6 +168,20 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 300 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
         --variants default,base --budget-s 270 > "$W/ab.txt" 2>&1; r=$?
       grep -A80 "^dtype" "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    bc192)  # issue 14: Br = 192 with Bc = 96 / 64 at d = 64: GPU tests, memcheck, A/B against the rule's builds
+      timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "bc96 or bc64" \
+        > "$W/tests.log" 2>&1; rc=$?
+      tail -3 "$W/tests.log"
+      cfg=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+print(json.dumps({'fa2_wgmma': [{'64': f.TILE_CANDIDATES[64][n]} for n in ('br192-bc96-rs', 'br192-bc64-rs')]}))")
+      timeout 60 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
+        --tools memcheck --only-configs --kernel-shapes 6 --timeout 55 --configs "$cfg" > "$W/memcheck.txt" 2>&1
+      r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 120 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
+        --variants default,base,small-tma3,br192-rs,br192-bc96-rs,br192-bc64-rs --budget-s 100 > "$W/ab.txt" 2>&1
+      r=$?; grep -A30 "^dtype" "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -215,6 +215,10 @@ TILE_CANDIDATES[64]["rs-poly1"] = dict(CONFIGS[64], ROW_SUM_MMA=1, EXP2_POLY=1)
 # the shipped d = 64 build before v5a (l summed on the FP32 pipe): the A/B's check that ROW_SUM_MMA still wins
 TILE_CANDIDATES[64]["no-rs"] = {k: v for k, v in CONFIGS[64].items() if k != "ROW_SUM_MMA"}
 TILE_CANDIDATES[64]["br192-rs-poly1"] = dict(TILE_CANDIDATES[64]["br192-rs"], EXP2_POLY=1)
+# Br = 192 with shorter key blocks, for the cells it still trails in (causal N <= 4k, N <= 2k): less of the
+# causal diagonal's block is masked work, and the short rows get more steps to pipeline
+for _bc in (96, 64):
+    TILE_CANDIDATES[64][f"br192-bc{_bc}-rs"] = dict(TILE_CANDIDATES[64]["br192-rs"], BLOCK_N=_bc)
 
 
 def candidate(d: int, name: str) -> dict:
