@@ -28,6 +28,7 @@
 #   short128_ncu  issue 14: ncu of d = 128 at N = 512/1024: the default, the persistent scheduler, cuDNN -> short128_ncu/
 #   grid64     issue 14: forward()'s d = 64 rule: GPU tests (long rows, both dtypes), then d = 64's grid   -> grid64/
 #   bc192      issue 14: Br = 192 with Bc = 96 / 64 at d = 64 (tests, memcheck, A/B)                   -> bc192/
+#   grid_abba  issue 14's grid, forward()'s default against SDPA, every cell timed in order then reversed -> grid_abba/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
 set -u
@@ -182,6 +183,11 @@ print(json.dumps({'fa2_wgmma': [{'64': f.TILE_CANDIDATES[64][n]} for n in ('br19
       timeout 120 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
         --variants default,base,small-tma3,br192-rs,br192-bc96-rs,br192-bc64-rs --budget-s 100 > "$W/ab.txt" 2>&1
       r=$?; grep -A30 "^dtype" "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    grid_abba)  # issue 14's grid once more, each cell timed in order then reverse (--order abba): forward()'s
+                # default, SDPA flash and cuDNN, fp16/bf16, d = 64/128/256, N = 512..16k, causal and not
+      timeout 170 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
+        --variants default --order abba --budget-s 150 > "$W/ab.txt" 2>&1; rc=$?
+      grep -A80 "^dtype" "$W/ab.txt" | tail -8 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -281,3 +281,40 @@ def test_the_model_prices_row_sum_mma():
              for desc in (base, rs)]
     assert terms[1]["tensor"] == pytest.approx(terms[0]["tensor"] * (2 * 64 + 2 * 72) / (4 * 64))
     assert terms[1]["softmax"] < terms[0]["softmax"]
+
+
+def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
+    """--order abba times a cell's entries in order, then in reverse, and keeps the mean: a clock that slows
+    linearly through the cell then gives identical builds the same time whatever their position."""
+    import argparse
+    import types
+
+    from bench import ab_wgmma_speed as ab
+    from bench import harness
+
+    clock = {"t": 0}
+
+    def tick():  # every timing costs 1 ms more than the one before it (the drift)
+        clock["t"] += 1
+        return float(clock["t"])
+
+    order = []
+    monkeypatch.setattr(harness, "input_sets", lambda *a, **k: [None])
+    monkeypatch.setattr(harness, "environment", lambda: {})
+    monkeypatch.setattr(harness, "measure", lambda e, sets, causal, **kw: (
+        order.append(e.label), dict(median_ms=tick(), min_ms=0.0, max_ms=9e9, flops=1e9, ok=True))[1])
+
+    def time_fn(fn, sets, **kw):
+        fn(None, None, None)
+        return dict(median_ms=tick(), min_ms=0.0, max_ms=9e9)
+    monkeypatch.setattr(harness, "time_fn", time_fn)
+    same = [types.SimpleNamespace(label=f"fa2_wgmma[{x}]", forward=lambda q, k, v, c, x=x: order.append(x))
+            for x in ("a", "b", "c")]
+    monkeypatch.setattr(ab, "entries", lambda d, variants, n, sdpa: same)
+    args = argparse.Namespace(variants="a", sdpa="", dims="64", seqs="512", dtypes="float16", out=str(tmp_path),
+                              budget_s=1e9, warmup_ms=1, rep_ms=1, order="abba")
+    res = ab.run(args)
+    assert order == 2 * ["fa2_wgmma[a]", "fa2_wgmma[b]", "fa2_wgmma[c]", "c", "b", "a"]  # causal and not
+    meds = [r["median_ms"] for r in res["rows"]]
+    assert meds == [3.5] * 3 + [9.5] * 3 and res["rows"][0]["pass_ms"] == [1.0, 6.0]
+    assert res["env"]["order"] == "abba"
