@@ -142,6 +142,9 @@
 //           that is 0.88-1.14x cuDNN, >= 1.0 in 10 of 24 cells (the grid14 default: 2 of 24), 1.30-1.74x SDPA flash.
 //       v5c EXP2_POLY=1 beside ROW_SUM_MMA ("rs-poly1", "br192-rs-poly1"): 1.00-1.08x the time: negative (one
 //           polynomial exponential per 8 still costs more issue slots than the MUFU op it saves).
+//       v5d Br = 192 with Bc = 96 / 64 (bench/results/tiles64/bc192/): no better than Bc = 128 anywhere: negative.
+//       Grid with these defaults (bench/results/grid_v5/): >= cuDNN in 32 of 72 cells (d = 64 10, d = 128 5,
+//       d = 256 17), 20 of them by >= 4% (an entry timed first in a cell runs ~1.6% faster on average: NOTES-tc.md).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
