@@ -31,9 +31,10 @@
 // made by kernels/tma.py, then o, lse, Nq, Nk, scale_log2, scale, causal, H, group. grid = (Tr, B*H);
 // PERSISTENT builds add B*H and the tile counter, grid = (persistent CTAs, 1, 1).
 // Grouped-query attention: K and V have H / group heads; query head h reads kv head h / group.
-// Knobs: HEAD_DIM (64|96|128|256), BLOCK_N, NWG (1|2 consumer warpgroups), STAGES, PINGPONG, MIN_BLOCKS,
+// Knobs: HEAD_DIM (64|96|128|256), BLOCK_N, NWG (1-3 consumer warpgroups), STAGES, PINGPONG, MIN_BLOCKS,
 // IS_BF16, PV_N (d = 96 only: 128 pads the P V product to two full 64-column panels, 96 stops at d);
-// speed knobs (v3): RESCALE_THRESHOLD, EXP2_POLY, EXP2_POLY_DEG (wgmma_fa2.cuh), PERSISTENT, QK_AHEAD (here).
+// speed knobs (v3): RESCALE_THRESHOLD, EXP2_POLY, EXP2_POLY_DEG (wgmma_fa2.cuh), PERSISTENT, QK_AHEAD (here);
+// (v5) ROW_SUM_MMA (d = 64: the row sum l of FA2 Alg. 1 line 9 from the P V product over a panel of ones).
 // d = 96 is a 64-column panel plus a half panel: smem tiles are padded to 128 columns (TMA zero-fills
 // columns 96..127, which count in the transaction bytes), S = Q K^T takes 6 k-steps, not 8.
 //
