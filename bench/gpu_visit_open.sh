@@ -36,13 +36,17 @@ export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 ROOT_OUT=${OUT:-$(mktemp -d)}
 T0=$(date +%s)
 nvidia-smi -L
-rowsum_configs() {  # the ROW_SUM_MMA builds (issue 14): the default's and the two d = 64 size builds'
+# wgmma_builds D:NAME ...: bench/sanitize.py's --configs JSON for fa2_wgmma builds named as the A/B names them
+# (kernels.fa2_wgmma.candidate: size, tile or speed builds), one build per entry
+wgmma_builds() {
   python3 -c "
-import json
+import json, sys
 from kernels import fa2_wgmma as f
-c = f.SIZE_CANDIDATES[64]
-print(json.dumps({'fa2_wgmma': [{'64': f.speed_configs(64)['rowsum']}, {'64': c['small-tma3-rs']},
-                                {'64': c['small-tma-rs']}]}))"
+pairs = (a.split(':', 1) for a in sys.argv[1:])
+print(json.dumps({'fa2_wgmma': [{d: f.candidate(int(d), n)} for d, n in pairs]}))" "$@"
+}
+rowsum_configs() {  # the ROW_SUM_MMA builds (issue 14): the default's and the two d = 64 size builds'
+  wgmma_builds 64:rowsum 64:small-tma3-rs 64:small-tma-rs
 }
 for part in "$@"; do
   W=$ROOT_OUT/$part; mkdir -p "$W"
@@ -69,12 +73,7 @@ for part in "$@"; do
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048,4096 \
         --variants base,small-tma,small-tma-dyn,small-tma3,small-cp --sdpa cudnn --budget-s 170 > "$W/ab.txt" 2>&1; rc2=$?
       tail -60 "$W/ab.txt"; rc=$(( rc != 0 ? rc : rc2 ))
-      cfg=$(python3 -c "
-import json
-from kernels import fa2_wgmma as f
-c = f.SIZE_CANDIDATES
-print(json.dumps({'fa2_wgmma': [{'64': c[64]['small-tma'], '128': c[128]['small-tma']}, {'64': c[64]['small-tma3']},
-                                {'64': c[64]['small-cp'], '128': c[128]['small-cp']}]}))")
+      cfg=$(wgmma_builds 64:small-tma 128:small-tma 64:small-tma3 64:small-cp 128:small-cp)
       timeout 100 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
         --tools memcheck --only-configs --kernel-shapes 2 --timeout 90 --configs "$cfg" > "$W/memcheck.txt" 2>&1
       rc3=$?; tail -5 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : rc3 )) ;;
@@ -96,10 +95,7 @@ print(json.dumps({'fa2_wgmma': [{'64': c[64]['small-tma'], '128': c[128]['small-
           --variants base,small-bc128@128 --sdpa cudnn > "$W/ab$rep.txt" 2>&1
         grep -A12 "^dtype" "$W/ab$rep.txt" | tail -12
       done
-      cfg=$(python3 -c "
-import json
-from kernels import fa2_wgmma as f
-print(json.dumps({'fa2_wgmma': [{'128': f.SIZE_CANDIDATES[128]['small-bc128']}]}))")
+      cfg=$(wgmma_builds 128:small-bc128)
       for tool in memcheck racecheck; do
         timeout 100 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
           --tools $tool --only-configs --kernel-shapes 6 --timeout 90 --configs "$cfg" > "$W/$tool.txt" 2>&1
@@ -135,10 +131,7 @@ print(json.dumps({'fa2_wgmma': [{'128': f.SIZE_CANDIDATES[128]['small-bc128']}]}
       timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "br192 or rs-poly1 or no-rs or rowsum" \
         > "$W/tests.log" 2>&1; rc=$?
       tail -4 "$W/tests.log"
-      cfg=$(python3 -c "
-import json
-from kernels import fa2_wgmma as f
-print(json.dumps({'fa2_wgmma': [{'64': c} for n, c in f.TILE_CANDIDATES[64].items() if n != 'no-rs']}))")
+      cfg=$(wgmma_builds 64:br192 64:br192-rs 64:rs-poly1 64:br192-rs-poly1)  # the four that visit sanitized
       for tool in memcheck racecheck; do
         timeout 180 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
           --tools $tool --only-configs --kernel-shapes 6 --timeout 170 --configs "$cfg" > "$W/$tool.txt" 2>&1
@@ -173,10 +166,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "bc96 or bc64" \
         > "$W/tests.log" 2>&1; rc=$?
       tail -3 "$W/tests.log"
-      cfg=$(python3 -c "
-import json
-from kernels import fa2_wgmma as f
-print(json.dumps({'fa2_wgmma': [{'64': f.TILE_CANDIDATES[64][n]} for n in ('br192-bc96-rs', 'br192-bc64-rs')]}))")
+      cfg=$(wgmma_builds 64:br192-bc96-rs 64:br192-bc64-rs)
       timeout 60 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
         --tools memcheck --only-configs --kernel-shapes 6 --timeout 55 --configs "$cfg" > "$W/memcheck.txt" 2>&1
       r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))

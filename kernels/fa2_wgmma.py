@@ -222,10 +222,14 @@ for _bc in (96, 64):
 
 
 def candidate(d: int, name: str) -> dict:
-    """A size-based or tile candidate by name (SIZE_CANDIDATES, then TILE_CANDIDATES)."""
+    """A build by the name the A/B and the tests give it: a size-based or tile candidate (SIZE_CANDIDATES, then
+    TILE_CANDIDATES), else a speed build ("base", a knob or a combination: speed_configs)."""
     for table in (SIZE_CANDIDATES, TILE_CANDIDATES):
         if name in table.get(d, {}):
             return table[d][name]
+    speed = speed_configs(d) if d in CONFIGS else {}
+    if name in speed:
+        return speed[name]
     raise KeyError(f"fa2_wgmma: no candidate {name!r} at d={d}")
 
 

@@ -318,3 +318,13 @@ def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
     meds = [r["median_ms"] for r in res["rows"]]
     assert meds == [3.5] * 3 + [9.5] * 3 and res["rows"][0]["pass_ms"] == [1.0, 6.0]
     assert res["env"]["order"] == "abba"
+
+
+def test_candidate_names_every_build_the_ab_names():
+    """kernels.fa2_wgmma.candidate: size, tile and speed builds by name (the visit scripts' --configs come from it)."""
+    assert fa2_wgmma.candidate(64, "small-tma3") is fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3"]
+    assert fa2_wgmma.candidate(64, "br192-rs") is fa2_wgmma.TILE_CANDIDATES[64]["br192-rs"]
+    assert fa2_wgmma.candidate(128, "base") == fa2_wgmma.CONFIGS[128]
+    assert fa2_wgmma.candidate(64, "rowsum") == fa2_wgmma.speed_configs(64)["rowsum"]
+    with pytest.raises(KeyError, match="no candidate 'br192' at d=128"):
+        fa2_wgmma.candidate(128, "br192")
