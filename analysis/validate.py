@@ -36,7 +36,7 @@ from analysis.cluster_model import is_train as cluster_train  # its one constant
 from analysis.fit_gpu_model import is_train, work_of
 from analysis.l2_capacity import is_train as capacity_train  # the effective L2's split (l2_capacity_fit.json)
 from analysis.local_memory import is_train as local_train
-from analysis.measured import ab_cells, bench_cells, ncu_cells, teaching_cells
+from analysis.measured import AB_FILE, ab_cells, bench_cells, ncu_cells, teaching_cells
 
 TC_BAND, TEACHING_BAND, DRAM_BAND, L2_BAND = 0.15, 0.30, 0.10, 0.15
 MIN_N = 2048
@@ -159,7 +159,7 @@ def ranking(rs: list[dict], by_family: bool = True) -> dict:
 
 def family(row) -> str:
     """Which kind of run a row comes from: an A/B of builds (per head dim), or a benchmark run."""
-    return f"A/B runs d={row['d']}" if "ab_wgmma_speed" in row["source"] else "benchmark runs"
+    return f"A/B runs d={row['d']}" if row["source"].endswith(AB_FILE) else "benchmark runs"
 
 
 def _band(row) -> float:
