@@ -39,6 +39,14 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     rescale_round_trips   eager v_once with f spilled: dependent round trips per earlier f block at each
                  new block (the read-scale-write loop over k < j; teaching: one per row slot, Br/16;
                  v_once_tc: none, its 16-byte fragments keep enough bytes in flight to run at bandwidth)
+    causal_order which causal Q block blockIdx.x runs: ascending (block i = blockIdx.x, the lightest first under
+                 bottom-right causal: SDPA flash, and cuDNN, whose order is not known) or heaviest_first
+                 (Tr - 1 - blockIdx.x: every kernel of this repo, HEAVIEST_FIRST below, read off its source);
+                 the model list-schedules the CTAs in that order, so it sets the causal tail
+    next_tile_prefetch  a persistent kernel whose CTAs load their next work tile's Q and K/V while this tile
+                 finishes (cuDNN: assumed, its engine is closed; see _sdpa_cudnn): a work tile then pays its
+                 pipeline's fill and drain, not the CTA's prologue latency (analysis/gpu_model.py). fa2_wgmma's
+                 PERSISTENT builds load the next Q after the epilogue and are not described as persistent
 """
 from __future__ import annotations
 
@@ -54,6 +62,18 @@ PATHS = ("wgmma", "mma_sync", "ffma")
 STRUCTURES = ("warp_specialized", "fa2", "teaching")
 GRIDS = ("q_blocks", "heads", "persistent", "clusters")
 EXTERNAL_NAMES = ("sdpa_flash", "sdpa_cudnn")
+CAUSAL_ORDERS = ("ascending", "heaviest_first")
+# Kernels whose causal grid launches the longest Q blocks first (the line that maps blockIdx.x to the Q block);
+# their launchers' describe() does not state it (yet), so describe() below adds it.
+HEAVIEST_FIRST = {
+    "fa2_wgmma": "kernels/cuda/fa2_wgmma_tma.cu and fa2_wgmma.cu: m_block = causal ? gridDim.x - 1 - blockIdx.x",
+    "fa2_tc": "kernels/cuda/tc_fa2.cuh: qb.i = causal ? gridDim.x - 1 - blockIdx.x",
+    "v_once_tc": "kernels/cuda/tc_fa2.cuh (shared with fa2_tc): qb.i = causal ? gridDim.x - 1 - blockIdx.x",
+    "fa2": "kernels/cuda/fa2.cu: i = t_r - 1 - blockIdx.x",
+    "v_once": "kernels/cuda/v_once.cu: i = t_r - 1 - blockIdx.x (heaviest causal blocks first)",
+    "naive": "kernels/cuda/naive.cu, the P V pass: i = t_r - 1 - blockIdx.x (heaviest causal blocks first)",
+    "v_once_cluster": "kernels/cuda/v_once_cluster.cu: m_block = causal ? n_qblocks - 1 - q_blk",
+}
 
 
 @dataclass(frozen=True)
@@ -83,6 +103,8 @@ class KernelDescriptor:
     cluster_size: int = 1  # CTAs per Q block (grid "clusters")
     row_sum_cols: int = 0  # P V columns past d that compute l (ROW_SUM_MMA); one add per score fewer
     issue_source: str = ""
+    causal_order: str = "ascending"  # ascending | heaviest_first: the causal Q block each blockIdx.x runs
+    next_tile_prefetch: bool = False  # persistent CTAs load the next work tile while this one finishes
     local_step_bytes: float = 0.0  # spill stores per thread per unmasked step (analysis/local_memory.py)
     local_masked_step_bytes: float = 0.0
     local_cta_bytes: float = 0.0
@@ -98,6 +120,8 @@ class KernelDescriptor:
                                      ("grid", self.grid, GRIDS)):
             if value not in allowed:
                 raise ValueError(f"{self.kernel}: {name} {value!r} not one of {allowed}")
+        if self.causal_order not in CAUSAL_ORDERS:
+            raise ValueError(f"{self.kernel}: causal_order {self.causal_order!r} not one of {CAUSAL_ORDERS}")
         if self.block_q <= 0 or self.block_k <= 0 or self.ctas_per_sm <= 0:
             raise ValueError(f"{self.kernel}: Br, Bc and CTAs/SM must be positive")
 
@@ -182,7 +206,11 @@ def _sdpa_flash(d: int, dtype: str, causal: bool, **_) -> dict:
 def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
     # ncu: cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x{d}_4x1x1: 384 threads
     # (a producer and two consumer warpgroups of 64 rows: Br = 128, Bc = 128), grid = 132 CTAs (persistent),
-    # 1 CTA/SM (232 KB of smem at d = 128), 168 registers.
+    # 1 CTA/SM (232 KB of smem at d = 128), 168 registers. next_tile_prefetch: assumed (closed engine): its
+    # producer loads the next work tile while the consumers finish this one, as its timings say: against
+    # fa2_wgmma's one-tile CTAs (same Br, Bc, warpgroups) it is 0.84x at N = 2048 and 0.92x at 8192 (d = 64, the
+    # fit's training cells, tc_bench_wgmma_tma.json): a per-tile latency that shrinks with the tile count.
+    # Its causal order is not known: ascending (the list schedule's).
     if d > 256:
         raise ValueError(f"sdpa_cudnn takes head dims up to 256, got d={d}")
     br, bc = 128, 128
@@ -190,7 +218,7 @@ def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
     t, src = overhead("sdpa_flash")  # the same torch dispatch; cuDNN's own was not timed
     return dict(kernel="sdpa_cudnn", build=f"cuDNN sm90 flash fprop wgmma 64x128x{d}", variant="fa2",
                 path="wgmma", structure="warp_specialized", block_q=br, block_k=bc, warps=12, ctas_per_sm=1,
-                loads="tma", s_p="registers", grid="persistent", smem_bytes_per_tile=smem,
+                loads="tma", s_p="registers", grid="persistent", next_tile_prefetch=True, smem_bytes_per_tile=smem,
                 launch_overhead_s=t, overhead_source=src + "; cuDNN assumed as SDPA flash",
                 source="ncu kernel names and launch stats in bench/results/tc_ncu_wgmma_tma_d{64,128}.csv")
 
@@ -219,6 +247,8 @@ def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_
         issue, src = measured_issue(data["kernel"], d, data["build"], data.get("options", {}))
         if issue:
             data = dict(data, issue_per_tile=issue, issue_source=src)
+    if "causal_order" not in data and data["kernel"] in HEAVIEST_FIRST:
+        data = dict(data, causal_order="heaviest_first")
     if "local_source" not in data:
         from analysis.local_memory import for_descriptor
 

@@ -15,6 +15,9 @@ L_gmem_dram = 0). Stage 2 refits SPILL_PARAMS, the constants only a kernel with 
 (σ_spill, lat_dram, L_gmem, L_gmem_dram), on the training cells such a kernel runs: the teaching v_once
 cells of stage 1 and tc_bench.json v_once_tc fp16 non-causal at every N it timed (2048, 4096, 8192, 16384:
 its CTAs/SM, and so its bytes in flight, change with N); the rest stay at stage 1's values.
+Stage 3 fits PERSISTENT_PARAMS (L_persistent_steps: a prefetching persistent kernel's latency per work tile, in
+tensor + softmax cycles of one tile) on the base split's cells of such kernels (cuDNN: d = 64, 128 at N = 2048,
+8192); stages 1 and 2 price them as every other CTA (L_cycles per work tile) and their constants stay as fitted.
 Before it, `analysis.local_memory` refits SDPA flash's spill bytes per step on its one ncu training row
 (N = 4096 non-causal; bench/results/local_memory_fit.json), which the L2 level uses.
 """
@@ -33,6 +36,7 @@ TRAIN_N = (2048, 8192)
 # block-max array, plan()'s placement), so stage 2 trains on every N it timed, fp16 non-causal
 TRAIN_N_V_ONCE_TC = (2048, 4096, 8192, 16384)
 SPILL_PARAMS = ("sigma_spill", "lat_dram", "L_gmem", "L_gmem_dram")  # stage 2: what only the spilled (f in HBM) kernels depend on
+PERSISTENT_PARAMS = ("L_persistent_steps",)  # stage 3: what only a prefetching persistent kernel (cuDNN) depends on
 
 
 def is_train(cell: dict) -> bool:
@@ -101,7 +105,8 @@ def _fit_names(names, fixed, works, start, bounded, restarts):
         p = dict(fixed)
         p.update({k: math.exp(v) for k, v in zip(names, x)})
         for k, (lo, hi) in bounded.items():
-            p[k] = min(max(p[k], lo), hi)
+            if k in p:  # a stage that leaves a constant out (absent: its term off)
+                p[k] = min(max(p[k], lo), hi)
         return p
 
     def loss(x):
@@ -120,16 +125,19 @@ def fit(verbose=True) -> dict:
     fixed at stage 1's: the v_once_tc cells of is_train_spill and the teaching v_once cells of stage 1."""
     base = [c for c in bench_cells() + teaching_cells() if is_train_base(c)]
     works = [(work_of(c), c["time_s"]) for c in base]
-    names = [k for k in gm.DEFAULT_PARAMS if k not in ("lat_dram", "L_gmem_dram")]
+    names = [k for k in gm.DEFAULT_PARAMS if k not in ("lat_dram", "L_gmem_dram") + PERSISTENT_PARAMS]
     bounded = {"sigma_fa2": (0.0, 1.0), "sigma_ws": (0.0, 1.0), "eta_lds": (0.05, 1.0),
                "R_wgmma": (500, 4096), "R_mma_sync": (500, 4096),
-               "W_sat": (8.0, 64.0), "sigma_spill": (0.0, 1.0), "lat_dram": (0.0, 20000.0)}
+               "W_sat": (8.0, 64.0), "sigma_spill": (0.0, 1.0), "lat_dram": (0.0, 20000.0),
+               "L_persistent_steps": (0.0, 4.0)}
     params, val = _fit_names(names, {"lat_dram": 0.0, "L_gmem_dram": 0.0}, works, gm.DEFAULT_PARAMS, bounded,
                              restarts=2)
     spill_cells = [c for c in bench_cells() + teaching_cells() if is_train(c)]
     spill_works = [(w, c["time_s"]) for c in spill_cells for w in [work_of(c)] if w.desc.f == "hbm"]
     fixed = {k: v for k, v in params.items() if k not in SPILL_PARAMS}
     params, _ = _fit_names(list(SPILL_PARAMS), fixed, spill_works, gm.DEFAULT_PARAMS, bounded, restarts=2)
+    persistent = [(w, t) for w, t in works if w.desc.grid == "persistent" and w.desc.next_tile_prefetch]
+    params, _ = _fit_names(list(PERSISTENT_PARAMS), params, persistent, gm.DEFAULT_PARAMS, bounded, restarts=2)
     cells = base + [c for c in spill_cells if not is_train_base(c)]
     works += [(work_of(c), c["time_s"]) for c in cells[len(base):]]
     val = sum(math.log(gm.predict_work(w, params).time_s / t) ** 2 for w, t in works)
@@ -140,7 +148,8 @@ def fit(verbose=True) -> dict:
                 split="fp16 non-causal N in {2048, 8192}: tc_bench_wgmma_tma.json (fa2_tc, fa2_wgmma, "
                       "sdpa_flash, sdpa_cudnn), tc_bench.json (v_once_tc), bench_kernels.json (every teaching kernel); "
                       "stage 2 (sigma_spill, lat_dram, L_gmem, L_gmem_dram): the spilled (f in HBM) cells among them and tc_bench.json "
-                      "v_once_tc fp16 non-causal at N in {2048, 4096, 8192, 16384}",
+                      "v_once_tc fp16 non-causal at N in {2048, 4096, 8192, 16384}; stage 3 (L_persistent_steps): the "
+                      "prefetching persistent kernels' cells among the base split (sdpa_cudnn, d = 64 and 128, N in {2048, 8192})",
                 script="analysis/fit_gpu_model.py",
                 measured_inputs="descriptors' issue_per_tile of the profiled FA2-style builds (fa2_tc, sdpa_flash at d = 64, "
                                 "128): instruction counts of bench/results/ncu_levels.csv's non-causal rows (analysis/issue.py), "

@@ -20,12 +20,16 @@ Overlap rule per kernel structure (the descriptor's):
                       σ = σ_fa2^(CTAs/SM - 1), each co-resident CTA hiding the same share of what is left;
                       σ = 1 at one CTA per SM: nothing runs products while its warps do the softmax)
 A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L + L_gmem · rt(n) cycles (it shares its SM with
-ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; rt(n): the dependent global round trips the
+ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; a persistent kernel that loads its next work tile
+while this one finishes (descriptor next_tile_prefetch: cuDNN) pays L once per CTA and per work tile only
+λ_p · (tensor + softmax) of one tile, the step its pipeline cannot overlap at a tile's start and end (λ_p
+fitted, stage 3 of analysis/fit_gpu_model.py); rt(n): the dependent global round trips the
 descriptor declares, round_trips_per_tile · n + rescale_round_trips · n(n-1)/2 (eager v_once, spilled:
 block n rescales the n earlier f blocks in HBM, one read-scale-write round trip each); a round trip waits
 L_gmem when the L2 serves it and L_gmem + L_gmem_dram when its line went to DRAM, weighted by the share of
 the re-touched bytes the levels send to DRAM ((DRAM - compulsory) / (L2 - compulsory)); both fitted); CTAs are list-scheduled in launch order onto
-SMs x ctas_per_sm slots (wave quantisation and the causal tail fall out of it); the persistent cuDNN
+SMs x ctas_per_sm slots (wave quantisation and the causal tail fall out of it; causal grids in the order the
+kernel launches its Q blocks, descriptor causal_order: the repo's kernels the longest first); the persistent cuDNN
 kernel is scheduled the same way over its work tiles. Cycles -> seconds at the clock of gpus.py.
 Then t = max(t_compute, L2 bytes / BW_L2, DRAM bytes / BW_DRAM) + launch overhead (measured per launcher);
 a kernel that spills its f row (v_once, placement hbm) runs two phases in each CTA, the products and the
@@ -73,6 +77,8 @@ DEFAULT_PARAMS = {
     "sigma_fa2": 0.5,
     "sigma_ws": 0.1,
     "L_cycles": 4000.0,
+    "L_persistent_steps": 1.0,  # λ_p: per work tile of a prefetching persistent kernel (cuDNN), its latency in
+    #                            units of one tile's tensor + softmax cycles (stage 3 of the fit; absent: L_cycles)
     "eta_lds": 0.5,
     "k_alu_ffma": 2.0,  # teaching tier; fitted near 14: it also carries the per-element work the counts
     #                     leave out there (P stored to smem, the 16-lane shuffles of row_max16/row_sum16,
@@ -153,6 +159,8 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
         pattern, repeats = [busiest_rank_tiles(n, cs) for n in per_block], batch * heads
     else:
         pattern, repeats = per_block, batch * heads
+    if causal and desc.causal_order == "heaviest_first":  # blockIdx.x -> Q block Tr - 1 - blockIdx.x
+        pattern = pattern[::-1]
     return Work(desc, batch, heads, n_q, n_k, d, dtype, bool(causal), tr, lv, sum(per_block) * batch * heads,
                 pattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal))  # 4·d per visible pair
 
@@ -252,6 +260,12 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     # L_gmem + (share of the re-touched bytes that miss) x L_gmem_dram
     miss = min(1.0, max(0.0, (lv.dram_bytes - lv.compulsory_bytes) / max(1, lv.l2_bytes - lv.compulsory_bytes)))
     per_tile, fixed = desc.ctas_per_sm * t_tile, params["L_cycles"]
+    once = 0.0  # cycles a CTA pays once, not per work tile
+    if desc.grid == "persistent" and desc.next_tile_prefetch and params.get("L_persistent_steps") is not None:
+        # the next tile's Q and K/V load under this tile's end: a work tile pays its pipeline's fill and drain,
+        # one step of products and softmax in series; the CTA's first loads (L) once
+        fixed = params["L_persistent_steps"] * (terms["tensor"] + terms["softmax"])
+        once = max(0.0, params["L_cycles"] - fixed)
     lat = params["L_gmem"] + miss * params.get("L_gmem_dram", 0.0)
     cluster_terms = {}
     if desc.grid == "clusters":  # issue 18: clusters co-scheduled in a GPC; DSMEM reductions and barriers per Q block
@@ -270,6 +284,7 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
         cluster_terms["exposed"] = exposed * sum(work.cta_tiles) / max(1, len(work.cta_tiles))
     cycles, waves = _schedule(work.cta_tiles, work.repeats, slots,
                               lambda n: per_tile * n + fixed + lat * round_trips(desc, n))
+    cycles += once
     t_compute = cycles / clock
     t_latency = sum(lat * round_trips(desc, n) for n in work.cta_tiles) * work.repeats / slots / clock
     dram_bw = g.value("hbm_bandwidth", "measured")

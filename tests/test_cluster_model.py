@@ -111,11 +111,13 @@ def test_dsmem_and_barrier_constants_move_the_prediction(constants):
 
 def test_busiest_rank_sets_a_causal_clusters_time():
     """Causal: the kernel splits a Q block's visible key blocks evenly over the ranks, so a cluster lasts
-    ceil(visible / CS) tiles (its rank 0's share)."""
+    ceil(visible / CS) tiles (its rank 0's share); in launch order, the longest Q block first
+    (v_once_cluster.cu: m_block = n_qblocks - 1 - q_blk)."""
     desc = describe("v_once_cluster", 64, causal=True, n_q=16384)
+    assert desc.causal_order == "heaviest_first"
     work = gm.prepare(desc, 1, 1, 16384, 16384, 64, causal=True)
     cs = cluster.plan(16384, 64).cluster_size
-    assert work.cta_tiles == [-(-(i + 1) // cs) for i in range(256)]
+    assert work.cta_tiles == [-(-(i + 1) // cs) for i in reversed(range(256))]
     assert work.tiles == sum(i + 1 for i in range(256))
 
 

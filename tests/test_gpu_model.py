@@ -263,3 +263,47 @@ def test_ab_runs_are_held_out_cells_of_the_builds_the_model_prices():
     assert rs and all(r["band"] is None for r in rs if r["d"] not in val.BANDED_D)
     banded = [r for r in rs if r["band"] is not None]
     assert len(banded) > 250 and sum(bool(r["in_band"]) for r in banded) >= 0.97 * len(banded)
+
+
+def test_causal_grids_are_scheduled_in_launch_order():
+    """The repo's kernels launch their longest causal Q blocks first (Tr - 1 - blockIdx.x, descriptors.HEAVIEST_FIRST);
+    SDPA flash the shortest first. The list schedule takes CTAs in that order, so the causal tail is shorter."""
+    from analysis.descriptors import HEAVIEST_FIRST
+
+    assert {"fa2_wgmma", "fa2_tc", "v_once_tc", "fa2", "v_once", "naive", "v_once_cluster"} <= set(HEAVIEST_FIRST)
+    root = Path(__file__).resolve().parent.parent
+    for name, where in HEAVIEST_FIRST.items():  # each names the source file that says so
+        assert (root / where.split()[0].rstrip(":,")).exists(), name
+    w = describe("fa2_wgmma", 128, causal=True, n_q=8192)
+    assert w.causal_order == "heaviest_first" and describe("sdpa_flash", 128, causal=True).causal_order == "ascending"
+    work = gm.prepare(w, 1, 4, 8192, 8192, 128, causal=True)
+    assert work.cta_tiles == sorted(work.cta_tiles, reverse=True)
+    assert len(set(gm.prepare(w, 1, 4, 8192, 8192, 128).cta_tiles)) == 1  # non-causal: equal CTAs, order moot
+    light_first = dataclasses_replace(w, causal_order="ascending")
+    assert gm.predict_work(work).time_s < gm.predict_work(gm.prepare(light_first, 1, 4, 8192, 8192, 128, causal=True)).time_s
+    with pytest.raises(ValueError):
+        dataclasses_replace(w, causal_order="random")
+
+
+def dataclasses_replace(desc, **kw):
+    import dataclasses
+
+    return dataclasses.replace(desc, **kw)
+
+
+def test_prefetching_persistent_kernel_pays_a_tiles_fill_per_work_tile():
+    """cuDNN (persistent, next_tile_prefetch): L once per CTA, then lambda_p x (tensor + softmax) per work tile
+    (stage 3 of the fit); without the constant (stages 1-2 of the fit) every work tile pays L, as any CTA."""
+    c = describe("sdpa_cudnn", 64)
+    assert c.grid == "persistent" and c.next_tile_prefetch
+    assert not describe("fa2_wgmma", 64).next_tile_prefetch
+    params = gm.load_params()
+    assert 0.5 < params["L_persistent_steps"] < 2.0
+    old = {k: v for k, v in params.items() if k != "L_persistent_steps"}
+
+    def ratio(n, b):
+        w = gm.prepare(c, b, 32, n, n, 64)
+        return gm.predict_work(w, params).time_s / gm.predict_work(w, old).time_s
+
+    short, long = ratio(512, 32), ratio(16384, 1)  # B*N = 16k: same work tiles, 4 vs 128 key blocks each
+    assert short < 0.9 and 0.97 < long < 1.0 and short < long
