@@ -46,7 +46,11 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     next_tile_prefetch  a persistent kernel whose CTAs load their next work tile's Q and K/V while this tile
                  finishes (cuDNN: assumed, its engine is closed; see _sdpa_cudnn): a work tile then pays its
                  pipeline's fill and drain, not the CTA's prologue latency (analysis/gpu_model.py). fa2_wgmma's
-                 PERSISTENT builds load the next Q after the epilogue and are not described as persistent
+                 PERSISTENT builds with O_TILE do (v6: the Q tile goes back after the last S = Q K^T); without it
+                 they load the next Q after the epilogue (persistent, no prefetch)
+    causal_section_kb  a persistent kernel's causal tile order: the tiles of each section of heads whose K and V
+                 fit in this many KB, longest first (fa2_wgmma_tma.cu tile_coords); 0: each head's Q blocks in the
+                 kernel's causal_order
 """
 from __future__ import annotations
 
@@ -105,6 +109,7 @@ class KernelDescriptor:
     issue_source: str = ""
     causal_order: str = "ascending"  # ascending | heaviest_first: the causal Q block each blockIdx.x runs
     next_tile_prefetch: bool = False  # persistent CTAs load the next work tile while this one finishes
+    causal_section_kb: int = 0  # persistent causal order: longest first within sections of heads whose K/V fit
     local_step_bytes: float = 0.0  # spill stores per thread per unmasked step (analysis/local_memory.py)
     local_masked_step_bytes: float = 0.0
     local_cta_bytes: float = 0.0

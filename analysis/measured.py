@@ -110,7 +110,11 @@ def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
 AB_FILE = "ab_wgmma_speed.json"
 AB_VARIANTS = {"fa2_wgmma[default]": None, "fa2_wgmma[base]": None, "fa2_wgmma[rowsum]": None, "fa2_wgmma[no-rs]": None,  # variant: its d
                "fa2_wgmma[small-tma3]": (64,), "fa2_wgmma[small-tma]": (64,), "fa2_wgmma[br192]": (64,),
-               "fa2_wgmma[br192-rs]": (64,), "sdpa_flash": None, "sdpa_cudnn": None}
+               "fa2_wgmma[br192-rs]": (64,), "sdpa_flash": None, "sdpa_cudnn": None,
+               # v6: the persistent builds the rules now run (next tile's Q under this one's end: O_TILE), and the
+               # dynamic persistent build of d = 256's causal rule
+               "fa2_wgmma[bc128-dyn-oq]": (128,), "fa2_wgmma[small-tma3-dyn-oq]": (64,),
+               "fa2_wgmma[br192-rs-dyn-oq]": (64,), "fa2_wgmma[dynamic]": (256,)}
 
 
 def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:

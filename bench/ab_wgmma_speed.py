@@ -230,7 +230,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this many seconds")
     ap.add_argument("--order", choices=("abba", "once"), default="abba",
                     help="abba: every cell's entries timed in order, then in reverse (the mean of both); once: in "
-                    "order only. Identical builds timed first and third in one cell differed by 0-8% (mean ~3%, the "
+                    "order only. Identical builds timed first and third in one cell differed by 0-8%% (mean ~3%%, the "
                     "first faster: bench/results/tiles64/bc192), so 'once' favours the first entries")
     ap.add_argument("--warmup-ms", type=float, default=10)
     ap.add_argument("--rep-ms", type=float, default=40)

@@ -29,6 +29,11 @@
 #   grid64     issue 14: forward()'s d = 64 rule: GPU tests (long rows, both dtypes), then d = 64's grid   -> grid64/
 #   bc192      issue 14: Br = 192 with Bc = 96 / 64 at d = 64 (tests, memcheck, A/B)                   -> bc192/
 #   grid_abba  issue 14's grid, forward()'s default against SDPA, every cell timed in order then reversed -> grid_abba/
+#   persist_short  issue 14: persistent builds for short rows (causal order in L2 sections, O_TILE): tests,
+#              memcheck / racecheck on 3 CTAs, A/B at d = 64/128, N <= 4k against the default and cuDNN -> persist_short/
+#   persist2   issue 14: persistent builds after the hand-off change: racecheck probe, tests, racecheck, grid A/B -> persist2/
+#   confirm6   issue 14 v6: forward()'s rules: tests, d = 256 persistent sanitizers, grid A/B, layouts_speed -> confirm6/
+#   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
 set -u
@@ -178,6 +183,70 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 170 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
         --variants default --order abba --budget-s 150 > "$W/ab.txt" 2>&1; rc=$?
       grep -A80 "^dtype" "$W/ab.txt" | tail -8 ;;
+    persist_short)  # issue 14: the persistent short-row builds (sectioned causal order, O_TILE's early Q): GPU
+                    # tests, memcheck and racecheck at scale on 3 CTAs (each loops over many tiles), the A/B
+      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "sections or (size_candidate and dyn)" > "$W/tests.log" 2>&1; rc=$?
+      tail -4 "$W/tests.log"
+      cfg=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+b = [(128, 'bc128-dyn-oq'), (128, 'bc160-dyn-oq'), (64, 'small-tma3-dyn-oq'), (64, 'br192-rs-dyn-oq')]
+print(json.dumps({'fa2_wgmma': [{d: dict(f.candidate(d, n), GRID=3)} for d, n in b]}))")
+      for tool in memcheck racecheck; do
+        timeout 150 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
+          --tools $tool --only-configs --kernel-shapes 6 --timeout 140 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        r=$?; tail -2 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
+      done
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048,4096 --dtypes float16 \
+        --variants default,bc128-dyn,bc128-dyn-lpt,bc128-dyn-oq,bc160-dyn-oq,dynamic@128,small-tma3-dyn-oq,br192-rs-dyn-oq --budget-s 180 \
+        > "$W/ab.txt" 2>&1; r=$?
+      grep -A40 "^dtype" "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    persist2)  # issue 14: the tile hand-off with per-thread arrivals (racecheck flagged the warp's lane-0 arrival),
+               # the racecheck probe of that protocol, GPU tests, racecheck at scale on 3 CTAs, then the whole grid
+      san=$(command -v compute-sanitizer || ls -d /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | sort -r | head -1)
+      timeout 60 "$san" --tool racecheck python3 bench/racecheck_mbarrier_probe.py > "$W/probe.txt" 2>&1
+      echo "probe rc=$?"; grep -E "@@PROBE|mode=|Race reported|SUMMARY" "$W/probe.txt" | head -20
+      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "sections or (size_candidate and dyn) or persistent or dynamic" > "$W/tests.log" 2>&1; rc=$?
+      tail -3 "$W/tests.log"
+      cfg=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+b = [(128, 'bc128-dyn-oq'), (128, 'bc160-dyn-oq'), (64, 'small-tma3-dyn-oq'), (64, 'br192-rs-dyn-oq'), (128, 'dynamic')]
+print(json.dumps({'fa2_wgmma': [{d: dict(f.candidate(d, n), GRID=3)} for d, n in b]}))")
+      timeout 170 python3 bench/sanitize.py --out "$W/racecheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
+        --tools racecheck --only-configs --kernel-shapes 6 --timeout 160 --configs "$cfg" > "$W/racecheck.txt" 2>&1
+      r=$?; tail -4 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 230 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
+        --variants default,bc128-dyn-oq@128,bc160-dyn-oq@128,dynamic@128+256,br192-rs-dyn-oq@64,small-tma3-dyn-oq@64 \
+        --budget-s 210 > "$W/ab.txt" 2>&1; r=$?
+      tail -3 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    confirm6)  # issue 14 v6: forward()'s new rules (persistent builds): its dispatch and layouts tests, d = 256's
+               # persistent build under memcheck / racecheck on 3 CTAs, the grid (new default against the v5 rule's
+               # builds and cuDNN, --order abba), and strided / GQA inputs against contiguous (layouts_speed)
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
+        -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$W/tests.log" 2>&1; rc=$?
+      tail -3 "$W/tests.log"
+      cfg=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+print(json.dumps({'fa2_wgmma': [{256: dict(f.candidate(256, 'dynamic'), GRID=3)}]}))")
+      for tool in memcheck racecheck; do
+        timeout 80 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
+          --tools $tool --only-configs --kernel-shapes 6 --timeout 75 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        r=$?; tail -1 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
+      done
+      timeout 110 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
+        --variants default,base,small-bc128@128,small-tma3@64,br192-rs@64 --budget-s 100 > "$W/ab.txt" 2>&1; r=$?
+      tail -2 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 120 python3 bench/layouts_speed.py --out "$W" --n 2048,8192 --d 64,128,256 --sets 2 > "$W/layouts.txt" 2>&1
+      r=$?; grep -c True "$W/layouts.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
+            # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
+      timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        > "$W/tests.log" 2>&1; rc=$?
+      tail -5 "$W/tests.log" ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -109,7 +109,8 @@ SWEEP = {
 # Every compile-time knob a config may set (defines_for refuses others: a misspelt knob must not time the
 # baseline under a new name).
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
-         "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA"}
+         "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA",
+         "O_TILE", "CAUSAL_SECTION_KB"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -154,7 +155,9 @@ SPEED_COMBOS = {"dynamic+ahead": ("dynamic", "ahead")}
 # and do not fit at d = 256 (Bc = 80); Bc = 96 / 96 / 64 compile without spills.
 SPEED_KNOB_EXTRA = {96: {"ahead": dict(BLOCK_N=96)}, 128: {"ahead": dict(BLOCK_N=96)},
                     256: {"ahead": dict(BLOCK_N=64)}}
-PRODUCER_SPILL_BYTES = 48
+# The 3-CTA persistent build (small-tma3-dyn-oq: 80 registers at launch) spills 80-92 B in its producer at 24;
+# at 32 its consumers (then 128 registers) spill in the key loop instead.
+PRODUCER_SPILL_BYTES = 96
 # combinations that do not fit a head dim: d = 256 persistent + QK_AHEAD spills 148-244 B at every producer
 # budget tried (24-40 registers)
 SPEED_COMBO_SKIP = {256: {"dynamic+ahead"}}
@@ -199,6 +202,19 @@ for _d in (64, 128):  # and the 2-CTA TMA build persistent (v3c's dynamic schedu
 # d = 128, the default's two ping-ponging warpgroups with Bc = 128: N = 512 and 1024 are whole 128-key blocks,
 # where Bc = 176 ends each row on a masked, partly empty block (512 = 2 x 176 + 160)
 SIZE_CANDIDATES[128]["small-bc128"] = dict(CONFIGS[128], BLOCK_N=128)
+# Persistent builds for short rows, where a tile's prologue and epilogue are a large share of its time (d = 128,
+# N = 512: 4 key blocks per tile): the dynamic scheduler, its causal order in L2-sized sections of heads
+# (fa2_wgmma_tma.cu tile_coords; "-lpt": one section, the order ncu showed moving 1.8-2.7x the DRAM bytes), and
+# O_TILE ("-oq"): O staged in its own smem tile, so the next tile's Q loads during this tile's last P V and
+# epilogue instead of after them. O_TILE needs a second Q-sized tile: d = 128 Bc = 128 192 KB, d = 64 Br = 192
+# 128 KB, d = 64 3 CTAs x 64 KB; d = 256 (224 KB) and d = 128 Bc = 176 (208 KB) have no room.
+CAUSAL_SECTION_KB = 16384  # fa2_wgmma_tma.cu's default (tests/test_kernels_wgmma_speed.py reads it there)
+SIZE_CANDIDATES[128]["bc128-dyn"] = dict(SIZE_CANDIDATES[128]["small-bc128"], PERSISTENT=2)
+SIZE_CANDIDATES[128]["bc128-dyn-lpt"] = dict(SIZE_CANDIDATES[128]["bc128-dyn"], CAUSAL_SECTION_KB=0)
+SIZE_CANDIDATES[128]["bc128-dyn-oq"] = dict(SIZE_CANDIDATES[128]["bc128-dyn"], O_TILE=1)
+# the longest key block beside a second Q-sized tile at d = 128: 2 x 32 + 4 x 40 KB = 224 KB of the 227
+SIZE_CANDIDATES[128]["bc160-dyn-oq"] = dict(CONFIGS[128], BLOCK_N=160, PERSISTENT=2, O_TILE=1)
+SIZE_CANDIDATES[64]["small-tma3-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-tma3"], PERSISTENT=2, O_TILE=1)
 SIZE_MAX_N = 4096
 # Tile candidates timed at every N (bench/ab_wgmma_speed.py): d = 64 with three consumer warpgroups (Br = 192,
 # FA3's hopper/tile_size.h tile for d <= 64), one CTA of 512 threads per SM. At d = 64 the exponentials of a
@@ -219,6 +235,10 @@ TILE_CANDIDATES[64]["br192-rs-poly1"] = dict(TILE_CANDIDATES[64]["br192-rs"], EX
 # causal diagonal's block is masked work, and the short rows get more steps to pipeline
 for _bc in (96, 64):
     TILE_CANDIDATES[64][f"br192-bc{_bc}-rs"] = dict(TILE_CANDIDATES[64]["br192-rs"], BLOCK_N=_bc)
+# the persistent, early-Q build of Br = 192 (see the persistent size builds above); its producer at 32 registers
+# (at 24 the tile loop spills 60-72 B; the consumers keep 160 either way)
+TILE_CANDIDATES[64]["br192-rs-dyn-oq"] = dict(TILE_CANDIDATES[64]["br192-rs"], PERSISTENT=2, O_TILE=1,
+                                              PRODUCER_REGS=32)
 
 
 def candidate(d: int, name: str) -> dict:
@@ -249,10 +269,29 @@ def candidate(d: int, name: str) -> dict:
 # (bench/results/grid14/, bench/results/size_rules/d128/rep1, rep2), time / CONFIGS' time at N = 512: non-causal
 # 0.96-0.98, causal 0.87-0.89 (the Q and key blocks meet the diagonal on the same 128-row grid); at N = 1024
 # causal 0.91-0.94 but non-causal fp16 1.04-1.05, so Nk <= 512 only.
-SIZE_RULES: dict = {64: [(1024, SIZE_CANDIDATES[64]["small-tma3"], None),
-                         (2048, SIZE_CANDIDATES[64]["small-tma3"], "causal"),
-                         (None, TILE_CANDIDATES[64]["br192-rs"], None)],
-                    128: [(512, SIZE_CANDIDATES[128]["small-bc128"], None)]}
+# v6 (persistent builds: causal tiles longest first in L2-sized sections of heads, O_TILE's early Q; two runs of one
+# visit, bench/results/persist14/persist_short (fp16, N <= 4k) and persist2 (fp16 and bf16, N = 512-16k), time /
+# the v5 rule's build (the one above each entry; --order abba):
+#   d = 64, causal Nk <= 2048: small-tma3-dyn-oq 0.96-1.00 (against small-tma3); at 4k and beyond br192-rs-dyn-oq
+#     0.89-0.92 (4k), 0.90-0.94 (8k-16k) against br192-rs (its 1.19-1.23 at causal N <= 1k keeps it there);
+#   d = 64, non-causal: br192-rs-dyn-oq 0.93-0.97 at N = 512 (against small-tma3), 0.96-0.98 at 2k, 0.93-1.01 at 4k,
+#     0.96-0.99 at 8k-16k (against br192-rs); at 1k 0.98-1.03, so small-tma3 keeps N <= 1024;
+#   d = 128: bc128-dyn-oq (Bc = 128, persistent, O_TILE) non-causal 0.89-0.92 at N = 512, 0.93-0.95 at 1k, 0.98-0.99
+#     at 2k (CONFIGS at 4k: 0.99-1.01); causal 0.91-0.92 at 512, 0.83-0.84 at 1k, 0.87-0.89 at 2k, 0.95-0.97 at 4k.
+#     Without the sections (bc128-dyn-lpt) 0.99-1.07 where bc128-dyn gives 0.89-1.01: the sections are most of the
+#     causal gain, O_TILE 4-9% more at N <= 1k;
+#   d = 256, causal from N = 1024: the dynamic persistent build (CONFIGS[256], PERSISTENT=2; no room for O_TILE) 0.89-0.96
+#     up to 8k, 0.99-1.00 at 16k; at 512 1.01-1.02 and non-causal 0.97-1.03 (CONFIGS stays).
+# GPU tests (hypothesis shapes, Nk = 4100, 3 CTAs over many tiles, causal rows with no key, sections of 1 and 4
+# heads, GQA (B, N, H, d) views), memcheck 0 errors and racecheck 0 hazards at scale on 3 CTAs (persist2).
+SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
+                         (512, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None),  # non-causal: causal took the rule above
+                         (1024, SIZE_CANDIDATES[64]["small-tma3"], None),
+                         (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
+                    128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oq"], "causal"),
+                          (2048, SIZE_CANDIDATES[128]["bc128-dyn-oq"], None)],
+                    256: [(512, CONFIGS[256], "causal"),
+                          (None, dict(CONFIGS[256], PERSISTENT=2), "causal")]}
 
 
 def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None, causal: bool = False) -> dict | None:
@@ -335,7 +374,8 @@ def smem_bytes(defines: dict) -> int:
     if defines.get("PERSISTENT"):
         barriers += 8 * 5 + 8  # empty_q, tile_full[2], tile_empty[2], two int32 tile slots
     ones = bn * 128 if defines.get("ROW_SUM_MMA") else 0  # the panel of ones beside V (l from P V)
-    return block_m(defines) * d * 2 + 2 * stages * bn * d * 2 + ones + barriers + 1024
+    tiles_q = 2 if defines.get("O_TILE") else 1  # O_TILE: the epilogue's staging tile beside Q's
+    return tiles_q * block_m(defines) * d * 2 + 2 * stages * bn * d * 2 + ones + barriers + 1024
 
 
 def _build(defines: dict) -> tuple[str, str, dict]:
@@ -471,7 +511,11 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                 block_q=block_m(defs), block_k=bc, warps=warps,
                 ctas_per_sm=ctas_per_sm(warps, smem_bytes(defs), registers_of("fa2_wgmma", defs),
                                         defs.get("MIN_BLOCKS", 1)),
-                loads="tma" if tma else "cp.async", s_p="registers", grid="q_blocks",
+                loads="tma" if tma else "cp.async", s_p="registers",
+                # PERSISTENT: SMs x CTAs/SM CTAs over the tiles; O_TILE: the next tile's Q loads under this one's end
+                grid="persistent" if defs.get("PERSISTENT") else "q_blocks",
+                next_tile_prefetch=bool(defs.get("PERSISTENT") and defs.get("O_TILE")),
+                causal_section_kb=defs.get("CAUSAL_SECTION_KB", CAUSAL_SECTION_KB) if defs.get("PERSISTENT") else 0,
                 smem_bytes_per_tile=smem_tile, smem_bytes=smem_bytes(defs), launch_overhead_s=t,
                 row_sum_cols=rs_cols,
                 overhead_source=src,

@@ -296,7 +296,11 @@ def test_prefetching_persistent_kernel_pays_a_tiles_fill_per_work_tile():
     (stage 3 of the fit); without the constant (stages 1-2 of the fit) every work tile pays L, as any CTA."""
     c = describe("sdpa_cudnn", 64)
     assert c.grid == "persistent" and c.next_tile_prefetch
-    assert not describe("fa2_wgmma", 64).next_tile_prefetch
+    from kernels.fa2_wgmma import CONFIGS, candidate
+
+    assert not describe("fa2_wgmma", 64, config=CONFIGS[64]).next_tile_prefetch  # one tile per CTA
+    assert not describe("fa2_wgmma", 128, config=candidate(128, "dynamic")).next_tile_prefetch  # Q after the epilogue
+    assert describe("fa2_wgmma", 128, config=candidate(128, "bc128-dyn-oq")).next_tile_prefetch  # O_TILE: Q early
     params = gm.load_params()
     assert 0.5 < params["L_persistent_steps"] < 2.0
     old = {k: v for k, v in params.items() if k != "L_persistent_steps"}

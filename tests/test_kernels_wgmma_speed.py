@@ -192,9 +192,10 @@ def test_size_rule_picks_the_first_matching_build():
     assert fa2_wgmma.choose_config(96, 10**6, True, rules) is wide, "None: any Nk"
     for d, cands in fa2_wgmma.SIZE_CANDIDATES.items():
         assert all(c in fa2_wgmma.SWEEP[d] for c in cands.values())
-    for d, rules_d in fa2_wgmma.SIZE_RULES.items():  # what ships must be a candidate the A/B timed
-        timed = list(fa2_wgmma.SIZE_CANDIDATES[d].values()) + list(fa2_wgmma.TILE_CANDIDATES.get(d, {}).values())
-        assert all(cfg in timed and only in (None, "causal") for _, cfg, only in rules_d)
+    for d, rules_d in fa2_wgmma.SIZE_RULES.items():  # what ships must be a candidate the A/B timed (or CONFIGS)
+        timed = (list(fa2_wgmma.SIZE_CANDIDATES.get(d, {}).values()) + list(fa2_wgmma.TILE_CANDIDATES.get(d, {}).values())
+                 + list(fa2_wgmma.speed_configs(d).values()))
+        assert all(cfg in timed and only in (None, "causal") for _, cfg, only in rules_d), d
 
 
 def test_the_model_describes_the_build_the_size_rule_runs():
@@ -205,7 +206,9 @@ def test_the_model_describes_the_build_the_size_rule_runs():
 
     small, large = describe("fa2_wgmma", 64, n_q=512, n_k=512), describe("fa2_wgmma", 128, n_q=8192, n_k=8192)
     rule = fa2_wgmma.choose_config(64, 512, True)
-    assert rule is not None and small.options["MIN_BLOCKS"] == rule["MIN_BLOCKS"] and small.block_k == rule["BLOCK_N"]
+    assert rule is not None and (small.block_q, small.block_k) == (64 * rule["NWG"], rule["BLOCK_N"])
+    assert small.grid == ("persistent" if rule.get("PERSISTENT") else "q_blocks")
+    assert small.next_tile_prefetch == bool(rule.get("O_TILE")), "O_TILE: the next tile's Q loads under this one"
     assert "SIZE_RULES" in small.source and "CONFIGS" in large.source
     assert large.block_k == fa2_wgmma.CONFIGS[128]["BLOCK_N"]
     # d = 64 at Nk = 2048: causal and not run different builds, and the model follows
@@ -328,3 +331,13 @@ def test_candidate_names_every_build_the_ab_names():
     assert fa2_wgmma.candidate(64, "rowsum") == fa2_wgmma.speed_configs(64)["rowsum"]
     with pytest.raises(KeyError, match="no candidate 'br192' at d=128"):
         fa2_wgmma.candidate(128, "br192")
+
+
+def test_causal_section_default_matches_the_kernel():
+    """The model's persistent causal order (analysis.gpu_model.prepare) uses the kernel's section size."""
+    src = (Path(fa2_wgmma.__file__).parent / "cuda" / "fa2_wgmma_tma.cu").read_text()
+    m = re.search(r"#define CAUSAL_SECTION_KB (\d+)", src)
+    assert m and int(m.group(1)) == fa2_wgmma.CAUSAL_SECTION_KB
+    desc = fa2_wgmma.describe(128, causal=True, n_k=2048)
+    assert desc["grid"] == "persistent" and desc["causal_section_kb"] == fa2_wgmma.CAUSAL_SECTION_KB
+    assert fa2_wgmma.describe(128, causal=True, config=fa2_wgmma.CONFIGS[128])["causal_section_kb"] == 0

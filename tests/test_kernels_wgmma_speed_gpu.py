@@ -100,6 +100,23 @@ def test_persistent_causal_with_empty_tiles(persistent):
 
 
 @needs_hopper
+@pytest.mark.parametrize("section_kb", [1, 1536])
+def test_persistent_causal_sections(section_kb):
+    """The persistent causal order in sections of heads (CAUSAL_SECTION_KB, fa2_wgmma_tma.cu tile_coords) with
+    the early Q hand-back (O_TILE): sections of one head, and of four heads with a partial last section (B*H = 6,
+    K and V 384 KB per head at d = 128, Nk = 700); Nq > Nk, so whole Q blocks see no key; 3 CTAs and the full
+    grid; and grouped-query (B, N, H, d) views, whose kv head is shared by two query heads."""
+    base = dict(fa2_wgmma.candidate(128, "bc128-dyn-oq"), CAUSAL_SECTION_KB=section_kb)
+    for grid in (3, None):
+        cfg = dict(base, **({"GRID": grid} if grid else {}))
+
+        def fn(q, k, v, **kw):
+            return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+        _check(fn, 2, 3, 900, 700, 128, torch.float16, True, 4.0, section_kb)
+    _check_layout(2, 4, 2, 300, 1000, 128, torch.bfloat16, True, 4.0, "bnhd", 128, config=base)
+
+
+@needs_hopper
 def test_dynamic_counter_is_fresh_per_call():
     """PERSISTENT=2 hands out tiles from an atomic counter: back-to-back calls (no sync between them) must
     each start from tile 0, so every output is written every time."""

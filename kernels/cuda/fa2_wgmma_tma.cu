@@ -34,7 +34,8 @@
 // Knobs: HEAD_DIM (64|96|128|256), BLOCK_N, NWG (1-3 consumer warpgroups), STAGES, PINGPONG, MIN_BLOCKS,
 // IS_BF16, PV_N (d = 96 only: 128 pads the P V product to two full 64-column panels, 96 stops at d);
 // speed knobs (v3): RESCALE_THRESHOLD, EXP2_POLY, EXP2_POLY_DEG (wgmma_fa2.cuh), PERSISTENT, QK_AHEAD (here);
-// (v5) ROW_SUM_MMA (d = 64: the row sum l of FA2 Alg. 1 line 9 from the P V product over a panel of ones).
+// (v5) ROW_SUM_MMA (d = 64: the row sum l of FA2 Alg. 1 line 9 from the P V product over a panel of ones);
+// (v6) O_TILE (persistent: O staged apart from Q, the next Q loaded early), CAUSAL_SECTION_KB (causal tile order).
 // d = 96 is a 64-column panel plus a half panel: smem tiles are padded to 128 columns (TMA zero-fills
 // columns 96..127, which count in the transaction bytes), S = Q K^T takes 6 k-steps, not 8.
 //
@@ -146,6 +147,27 @@
 //       v5d Br = 192 with Bc = 96 / 64 (bench/results/tiles64/bc192/): no better than Bc = 128 anywhere: negative.
 //       Grid with these defaults (bench/results/grid_v5/): >= cuDNN in 32 of 72 cells (d = 64 10, d = 128 5,
 //       d = 256 17), 20 of them by >= 4% (an entry timed first in a cell runs ~1.6% faster on average: NOTES-tc.md).
+//   v6  persistent builds for short rows and causal grids (issue 14; bench/results/persist14/, --order abba). ncu had
+//       shown the dynamic scheduler's causal order (the longest Q block of every head first) moving 1.8-2.7x the DRAM
+//       bytes at d = 128, N <= 1k: ~132 heads' K/V in flight, evicted before their next Q blocks.
+//       v6a CAUSAL_SECTION_KB (tile_coords): longest first within sections of heads whose K and V fit in 16 MB (FA3's
+//           L2 swizzle). d = 128 Bc = 128 causal, time / the one-tile-per-CTA build: 0.83-1.01 with sections, 0.99-1.07
+//           without (bc128-dyn vs bc128-dyn-lpt): most of the causal gain.
+//       v6b O_TILE=1: O staged in its own smem tile, so the Q tile goes back (empty_q) as soon as the tile's last
+//           S = Q K^T has read it and the next tile's Q loads under this tile's last P V and epilogue. A further 4-9%
+//           at N <= 1k (bc128-dyn-oq vs bc128-dyn). Needs a second Q-sized tile: d = 128 Bc <= 160, d = 64 any; not
+//           d = 256 (224 KB) nor Bc = 176. wgmma.cuh gained N = 160 (bc160-dyn-oq: level with Bc = 128 from 2k).
+//       v6c the tile hand-off: every consumer thread arrives on TILE_EMPTY (was: lane 0 after __syncwarp). racecheck
+//           reported the slot's store/load pair as a race wherever a slot was reused (persist14/persist_short/
+//           racecheck); bench/racecheck_mbarrier_probe.py shows racecheck flags the lane-0 form and a real race, and
+//           accepts per-thread arrivals (persist2/probe.txt). Under the PTX memory model both forms are ordered; the
+//           per-thread form needs no argument about __syncwarp's cumulativity and costs one arrival per thread a tile.
+//       Shipped (kernels/fa2_wgmma.py SIZE_RULES, time / the v5 rule's build, two runs): d = 128 bc128-dyn-oq at
+//       non-causal Nk <= 2048 (0.89-0.99) and causal Nk <= 4096 (0.83-0.97); d = 64 small-tma3-dyn-oq causal <= 2048
+//       (0.96-1.00), br192-rs-dyn-oq non-causal at 512 and from 2048 (0.93-1.01) and causal from 4096 (0.89-0.94);
+//       d = 256 causal from 1024 CONFIGS + PERSISTENT=2 (0.89-0.96; 16k 0.99-1.00). GPU tests, memcheck 0 errors,
+//       racecheck 0 hazards on 3 CTAs at scale. The producer of the 3-CTA persistent build spills 80-92 B (producer
+//       only, PRODUCER_SPILL_BYTES).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -175,6 +197,12 @@
 #define PERSISTENT 0  // 1: persistent CTAs, static stride over the tiles; 2: dynamic, from an atomic counter
 #endif
 static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 2 (atomic counter)");
+#ifndef O_TILE
+#define O_TILE 0  // 1 (persistent): O staged in its own smem tile, the Q tile handed back after the last S = Q K^T
+#endif
+#ifndef CAUSAL_SECTION_KB
+#define CAUSAL_SECTION_KB 16384  // persistent causal order: longest first within sections of heads whose K/V fit
+#endif
 #ifndef QK_AHEAD
 #define QK_AHEAD 0  // 1: S_{t+1} issued before the softmax of step t (two S tiles in registers; no ping-pong)
 #endif
@@ -222,6 +250,7 @@ static_assert(!ROW_SUM_MMA || D == 64, "ROW_SUM_MMA: d = 64 only");
 static_assert(NWG >= 1 && NWG <= 3, "1 to 3 consumer warpgroups (3: Br = 192, FA3's d = 64 tile)");
 static_assert(!PINGPONG || NWG == 2, "ping-pong needs two consumer warpgroups");
 static_assert(!(QK_AHEAD && PINGPONG), "QK_AHEAD issues the products at two points per step: no ping-pong turns");
+static_assert(!O_TILE || (PERSISTENT && !QK_AHEAD), "O_TILE: a persistent build without QK_AHEAD (its Q goes back early)");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
 
 #define TILE_Q_BYTES (BLOCK_M * DP * 2)
@@ -246,20 +275,36 @@ __device__ __forceinline__ void turn_end(int cg) {
 #endif
 }
 
-// smem: [Q][K slots][V slots][ROW_SUM_MMA: ones][mbarriers: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
+// smem: [Q][K slots][V slots][ROW_SUM_MMA: ones][O_TILE: O][mbarriers: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
 //        (PERSISTENT: + empty_q, tile_full[2], tile_empty[2], then two int32 tile slots)]
 #define PERSIST_BYTES (PERSISTENT ? 8 * 5 + 8 : 0)
 #define ONES_BYTES (ROW_SUM_MMA * BLOCK_N * 128)  // ROW_SUM_MMA: a V-shaped panel of ones, after the V slots
-#define SMEM_BYTES (TILE_Q_BYTES + 2 * STAGES * TILE_KV_BYTES + ONES_BYTES + 8 * (1 + 4 * STAGES) + PERSIST_BYTES)
+#define O_TILE_BYTES (O_TILE * TILE_Q_BYTES)  // O_TILE: the epilogue's staging tile, apart from Q
+#define SMEM_BYTES (TILE_Q_BYTES + 2 * STAGES * TILE_KV_BYTES + ONES_BYTES + O_TILE_BYTES + 8 * (1 + 4 * STAGES) + PERSIST_BYTES)
 
 #if PERSISTENT
-// tile -> (Q block, batch*head). Causal: longest first (the Q blocks that see the most key blocks, for every
-// head, before any shorter one), so the last tiles to start are the short ones. Non-causal: a head's Q blocks
-// are consecutive, so CTAs running at the same time share its K and V in L2.
-__device__ __forceinline__ void tile_coords(int tile, int Tr, int BH, bool causal, int& m_block, int& bh) {
+// tile -> (Q block, batch*head). Causal: longest first (the Q blocks that see the most key blocks before any
+// shorter one), so the last tiles to start are the short ones, within sections of heads whose K and V fit in
+// CAUSAL_SECTION_KB (FA3's L2 swizzle of its LPT scheduler): ordered over every head at once, the CTAs running
+// together read the K/V of ~132 heads, evicted before the same heads' next Q blocks reread them (ncu at
+// d = 128, N = 512-1024: 1.8-2.7x the DRAM bytes of the one-tile-per-CTA grid; bench/results/tiles64/
+// short128_ncu). CAUSAL_SECTION_KB=0: one section. Non-causal: a head's Q blocks are consecutive, so CTAs
+// running at the same time share its K and V in L2.
+__device__ __forceinline__ void tile_coords(int tile, int Tr, int BH, bool causal, int Nk, int group, int& m_block,
+                                            int& bh) {
     if (causal) {
+#if CAUSAL_SECTION_KB
+        // K and V per query head in KB, 32-bit (the producer runs on 24-40 registers): 4 Nk D / 1024 / group
+        const unsigned kv_kb = max(1u, ((unsigned)(Nk + 255) >> 8) * D / (unsigned)group);
+        const int hs = max(1, min(BH, (int)(CAUSAL_SECTION_KB / kv_kb)));
+        const int sec = tile / (Tr * hs), r = tile - sec * Tr * hs;
+        const int h_sec = min(hs, BH - sec * hs);  // the last section may hold fewer heads
+        m_block = Tr - 1 - r / h_sec;
+        bh = sec * hs + r % h_sec;
+#else
         m_block = Tr - 1 - tile / BH;
         bh = tile % BH;
+#endif
     } else {
         bh = tile / Tr;
         m_block = tile % Tr;
@@ -306,7 +351,8 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     const u32 sK0 = sQ + TILE_Q_BYTES;
     const u32 sV0 = sK0 + STAGES * TILE_KV_BYTES;
     const u32 sOnes = sV0 + STAGES * TILE_KV_BYTES;
-    const u32 bar0 = sOnes + ONES_BYTES;
+    const u32 sO = sOnes + ONES_BYTES;  // O_TILE: the epilogue's own tile (else it stages O through Q's)
+    const u32 bar0 = sO + O_TILE_BYTES;
     const u32 full_q = bar0;
     // P V reads V slot s and, ROW_SUM_MMA, the ones panel as its next 64 columns
 #define PV_LBO(s) (ROW_SUM_MMA ? sOnes - (sV0 + (s) * TILE_KV_BYTES) : BLOCK_N * 128)
@@ -315,10 +361,10 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #define EMPTY_K(s) (bar0 + 8 * (1 + 2 * STAGES + (s)))
 #define EMPTY_V(s) (bar0 + 8 * (1 + 3 * STAGES + (s)))
 #if PERSISTENT
-    // empty_q: the consumers are done with the Q tile (last S product and the epilogue staged through it)
+    // empty_q: the consumers are done with the Q tile (last S product, and without O_TILE the epilogue)
     const u32 empty_q = bar0 + 8 * (1 + 4 * STAGES);
 #define TILE_FULL(i) (bar0 + 8 * (2 + 4 * STAGES + (i)))   // the producer published tile slot i
-#define TILE_EMPTY(i) (bar0 + 8 * (4 + 4 * STAGES + (i)))  // every consumer warp has read it
+#define TILE_EMPTY(i) (bar0 + 8 * (4 + 4 * STAGES + (i)))  // every consumer thread has read it
     const u32 tile_slot0 = bar0 + 8 * (6 + 4 * STAGES);
 #endif
 
@@ -335,7 +381,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         mbar_init(empty_q, 4 * NWG);
         for (int i = 0; i < 2; ++i) {
             mbar_init(TILE_FULL(i), 1);
-            mbar_init(TILE_EMPTY(i), 4 * NWG);
+            mbar_init(TILE_EMPTY(i), 128 * NWG);  // one arrival per consumer thread: each orders its own load
         }
 #endif
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -364,7 +410,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 const int Tr = q_blocks(Nq);
                 if (tile >= Tr * BH) break;
                 int m_block, bh;
-                tile_coords(tile, Tr, BH, is_causal, m_block, bh);
+                tile_coords(tile, Tr, BH, is_causal, Nk, group, m_block, bh);
 #else
             {
                 const int k = 0;
@@ -434,12 +480,11 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     for (int k = 0;; ++k) {
         mbar_wait(TILE_FULL(k & 1), (k >> 1) & 1);
         const int tile = ld_shared_s32(tile_slot0 + 4 * (k & 1));
-        __syncwarp();
-        if (lane == 0) mbar_arrive(TILE_EMPTY(k & 1));
+        mbar_arrive(TILE_EMPTY(k & 1));  // per thread, not lane 0 after __syncwarp: racecheck, see the v6 log
         const int Tr = q_blocks(Nq);
         if (tile >= Tr * BH) break;
         int m_block, bh;
-        tile_coords(tile, Tr, BH, is_causal, m_block, bh);
+        tile_coords(tile, Tr, BH, is_causal, Nk, group, m_block, bh);
 #else
     {
         const int k = 0;
@@ -539,6 +584,9 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             wgmma_wait<0>();
             wgmma_fence_operand(s);
             if (lane == 0) mbar_arrive(EMPTY_K(kv_it % STAGES));
+#if O_TILE
+            if (T == 1 && lane == 0) mbar_arrive(empty_q);  // the tile's last S has read Q
+#endif
             {
                 const int n0 = (T - 1) * BLOCK_N;
                 const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
@@ -560,6 +608,9 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 wgmma_wait<1>();  // S_j done; P_{j+1} V_{j+1} still on the tensor cores during the softmax
                 wgmma_fence_operand(s);
                 if (lane == 0) mbar_arrive(EMPTY_K(ks));
+#if O_TILE
+                if (t == T - 1 && lane == 0) mbar_arrive(empty_q);  // the next tile's Q may load now
+#endif
                 const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
                 const bool moved = need_mask
                     ? softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2)
@@ -588,15 +639,19 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #endif  // QK_AHEAD
 
 #if PERSISTENT
-        // an opaque copy of sQ per tile: the epilogue's lane-dependent addresses are then computed per tile
-        // instead of being hoisted out of the tile loop and kept live (spilled) across the key loop
-        u32 sQ_tile;
-        asm volatile("mov.b32 %0, %1;\n" : "=r"(sQ_tile) : "r"(sQ));
+        // an opaque copy of the staging tile's address per tile: the epilogue's lane-dependent addresses are then
+        // computed per tile instead of being hoisted out of the tile loop and kept live (spilled) across it
+        u32 s_stage;
+        asm volatile("mov.b32 %0, %1;\n" : "=r"(s_stage) : "r"(O_TILE ? sO : sQ));
 #else
-        const u32 sQ_tile = sQ;
+        const u32 s_stage = sQ;
 #endif
-        write_o_lse(o, sm, sQ_tile, Og, LSEg, bh, m0, Nq, cw, lane, scale);  // FA2 Alg. 1 lines 12-15
-#if PERSISTENT
+#if O_TILE
+        if (T == 0 && lane == 0) mbar_arrive(empty_q);  // no S read Q (the row sees no key)
+        __syncwarp();  // every lane's reads of the previous tile's O in this warp's rows are done
+#endif
+        write_o_lse(o, sm, s_stage, Og, LSEg, bh, m0, Nq, cw, lane, scale);  // FA2 Alg. 1 lines 12-15
+#if PERSISTENT && !O_TILE
         // the epilogue wrote and read the Q tile through the generic proxy; the next Q arrives through the
         // async proxy (TMA): order the two before handing the tile back
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
