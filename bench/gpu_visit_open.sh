@@ -33,6 +33,7 @@
 #              memcheck / racecheck on 3 CTAs, A/B at d = 64/128, N <= 4k against the default and cuDNN -> persist_short/
 #   persist2   issue 14: persistent builds after the hand-off change: racecheck probe, tests, racecheck, grid A/B -> persist2/
 #   confirm6   issue 14 v6: forward()'s rules: tests, d = 256 persistent sanitizers, grid A/B, layouts_speed -> confirm6/
+#   layouts6   issue 14 v6: layouts_speed at d = 64/128, N = 2k/4k, twice                              -> layouts6/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -242,6 +243,14 @@ print(json.dumps({'fa2_wgmma': [{256: dict(f.candidate(256, 'dynamic'), GRID=3)}
       tail -2 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r ))
       timeout 120 python3 bench/layouts_speed.py --out "$W" --n 2048,8192 --d 64,128,256 --sets 2 > "$W/layouts.txt" 2>&1
       r=$?; grep -c True "$W/layouts.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    layouts6)  # issue 14 v6: strided / GQA against contiguous with the persistent defaults at N = 2k/4k, twice (the
+               # confirm6 run had d = 64 non-causal N = 2k at 1.05-1.08x, every other cell within 3.3%)
+      rc=0
+      for rep in 1 2; do
+        timeout 100 python3 bench/layouts_speed.py --out "$W/rep$rep" --n 2048,4096 --d 64,128 --sets 3 \
+          > "$W/layouts$rep.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r ))
+        grep "^fa2_wgmma" "$W/layouts$rep.txt" | awk '{print $2, $3, $4, $5, $8}' | tr '\n' ';'; echo
+      done ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

@@ -280,8 +280,10 @@ def candidate(d: int, name: str) -> dict:
 #     at 2k (CONFIGS at 4k: 0.99-1.01); causal 0.91-0.92 at 512, 0.83-0.84 at 1k, 0.87-0.89 at 2k, 0.95-0.97 at 4k.
 #     Without the sections (bc128-dyn-lpt) 0.99-1.07 where bc128-dyn gives 0.89-1.01: the sections are most of the
 #     causal gain, O_TILE 4-9% more at N <= 1k;
-#   d = 256, causal from N = 1024: the dynamic persistent build (CONFIGS[256], PERSISTENT=2; no room for O_TILE) 0.89-0.96
-#     up to 8k, 0.99-1.00 at 16k; at 512 1.01-1.02 and non-causal 0.97-1.03 (CONFIGS stays).
+#   d = 256, causal N = 1024-8192: the dynamic persistent build (CONFIGS[256], PERSISTENT=2; no room for O_TILE)
+#     0.89-0.96; at 16k 0.99-1.03 and at 512 1.00-1.02, non-causal 0.97-1.03 (CONFIGS stays there).
+#   A third run (persist14/confirm6, forward()'s default against the v5 builds) agrees: d = 64 0.89-1.00, d = 128
+#     0.83-0.98 at N <= 4k, d = 256 causal 0.92-0.99 at 1k-8k.
 # GPU tests (hypothesis shapes, Nk = 4100, 3 CTAs over many tiles, causal rows with no key, sections of 1 and 4
 # heads, GQA (B, N, H, d) views), memcheck 0 errors and racecheck 0 hazards at scale on 3 CTAs (persist2).
 SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
@@ -291,7 +293,7 @@ SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causa
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oq"], "causal"),
                           (2048, SIZE_CANDIDATES[128]["bc128-dyn-oq"], None)],
                     256: [(512, CONFIGS[256], "causal"),
-                          (None, dict(CONFIGS[256], PERSISTENT=2), "causal")]}
+                          (8192, dict(CONFIGS[256], PERSISTENT=2), "causal")]}
 
 
 def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None, causal: bool = False) -> dict | None:

@@ -138,6 +138,7 @@ NOT_TIMING = {"harness.py", "timing.py", "__init__.py", "ncu_levels_target.py", 
 NOT_TIMING |= {"cluster_sanitize_target.py", "cluster_ncu_target.py"}  # issue 18: sanitizer and ncu targets
 NOT_TIMING |= {"ncu_moonshot_target.py", "ncu_moonshot_summary.py"}  # issue 14: an ncu target and its reader
 NOT_TIMING |= {"cluster_ncu_summary.py"}  # reads cluster_ncu_target.py's ncu CSV
+NOT_TIMING |= {"racecheck_mbarrier_probe.py"}  # a racecheck probe of the tile hand-off (issue 14 v6c)
 
 
 def test_every_bench_script_is_listed():

@@ -3,6 +3,10 @@ and the consumer warpgroups of each CTA written step for step after the kernel (
 TMA transaction bytes landing at random later times, wgmma reads lasting from issue to wait, the ping-pong
 named barriers, the tile slots and the atomic tile counter), interleaved at random by hypothesis.
 
+v6 (kept in step): the causal tile order in sections of heads (CAUSAL_SECTION_KB, here "HS" heads per section),
+the early hand-back of the Q tile under O_TILE (after the tile's last S = Q K^T; the epilogue stages O in its own
+tile) and the tile slot released by every consumer thread (TILE_EMPTY counts 128 per warpgroup).
+
 It checks what a GPU run can only show as a hang or a wrong number: no deadlock; every S and P V product
 reads the K, V and Q blocks of its own tile and step (no TMA lands in a slot while a product or the epilogue
 still reads it); every (Q block, head) tile is computed and written exactly once, by static and dynamic
@@ -72,7 +76,7 @@ class CTA:
         self.empty_k = [MBar(4 * p["NWG"]) for _ in range(s)]
         self.empty_v = [MBar(4 * p["NWG"]) for _ in range(s)]
         self.tile_full = [MBar(1), MBar(1)]
-        self.tile_empty = [MBar(4 * p["NWG"]), MBar(4 * p["NWG"])]
+        self.tile_empty = [MBar(128 * p["NWG"]), MBar(128 * p["NWG"])]  # one arrival per consumer thread
         self.tile_slot = [None, None]
         self.named = {1: NamedBar(), 2: NamedBar()}
         self.smem = {}       # ("q",) / ("k", slot) / ("v", slot) -> tag of what landed there
@@ -97,7 +101,10 @@ class CTA:
         p = self.p
         tr = -(-p["Nq"] // p["BM"])
         if p["causal"]:
-            return tr - 1 - tile // p["BH"], tile % p["BH"]
+            hs = p.get("HS") or p["BH"]  # tile_coords: sections of hs heads, each longest first
+            sec, r = divmod(tile, tr * hs)
+            h_sec = min(hs, p["BH"] - sec * hs)
+            return tr - 1 - r // h_sec, sec * hs + r % h_sec
         return tile % tr, tile // tr
 
     def blocks(self, m_block):
@@ -154,6 +161,8 @@ class CTA:
         p, S, W = self.p, self.p["STAGES"], 4  # W: the warps of this warpgroup, arriving together
         n_tiles = -(-p["Nq"] // p["BM"]) * p["BH"]
         pingpong = p["PINGPONG"]
+        o_tile = p.get("O_TILE", 0)
+        assert not (o_tile and p.get("QK_AHEAD")), "O_TILE builds have no QK_AHEAD (static_assert)"
         kv_it, k = 0, 0
 
         def turn_begin():
@@ -172,7 +181,8 @@ class CTA:
         while True:
             yield lambda k=k: self.tile_full[k & 1].done((k >> 1) & 1)
             tile = self.tile_slot[k & 1]
-            arrive(self.tile_empty[k & 1])
+            for _ in range(128):  # every thread of the warpgroup, after its own load of the slot
+                self.tile_empty[k & 1].arrive()
             if tile >= n_tiles:
                 return
             m_block, bh = self.coords(tile)
@@ -231,6 +241,8 @@ class CTA:
                 self.unread(("q",))
                 self.unread(("k", ks))
                 arrive(self.empty_k[ks])
+                if o_tile and (T == 1 or p.get("release_q_at_first_s")):
+                    arrive(self.empty_q)  # the tile's last S has read Q
                 for t in range(1, T):
                     ks, vs = (kv_it + t) % S, (kv_it + t - 1) % S
                     yield lambda ks=ks, ph=((kv_it + t) // S) & 1: self.full_k[ks].done(ph)
@@ -244,6 +256,8 @@ class CTA:
                     self.unread(("q",))
                     self.unread(("k", ks))
                     arrive(self.empty_k[ks])
+                    if o_tile and t == T - 1 and not p.get("release_q_at_first_s"):
+                        arrive(self.empty_q)  # the next tile's Q may land now
                     yield None  # softmax, then wait<0>: P V done
                     self.unread(("v", vs))
                     arrive(self.empty_v[vs])
@@ -259,13 +273,18 @@ class CTA:
                 self.unread(("v", vs))
                 if p.get("release_last_v", True):  # the persistent kernel's addition: the ring runs on
                     arrive(self.empty_v[vs])
-            # epilogue: O staged through this warpgroup's rows of the Q tile
-            self.readers[("q",)] = self.readers.get(("q",), 0) + 1
-            assert ("q",) not in self.pending
-            yield None
-            self.sim.written.append((tile, cg))
-            self.readers[("q",)] -= 1
-            arrive(self.empty_q)
+            if o_tile:  # epilogue: O staged through its own tile, which no TMA writes; Q went back already
+                if T == 0:
+                    arrive(self.empty_q)
+                yield None
+                self.sim.written.append((tile, cg))
+            else:  # epilogue: O staged through this warpgroup's rows of the Q tile
+                self.readers[("q",)] = self.readers.get(("q",), 0) + 1
+                assert ("q",) not in self.pending
+                yield None
+                self.sim.written.append((tile, cg))
+                self.readers[("q",)] -= 1
+                arrive(self.empty_q)
             kv_it += T
             k += 1
 
@@ -313,14 +332,15 @@ class Sim:
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
-@given(st.integers(1, 700), st.integers(1, 1500), st.integers(1, 3), st.booleans(), st.booleans(),
-       st.integers(1, 5), st.sampled_from([(128, 128, 0, 0), (128, 176, 1, 0), (128, 80, 1, 0), (128, 96, 0, 1),
-                                           (128, 128, 0, 1)]), st.sampled_from([2, 3]),
-       st.integers(0, 2**31 - 1))
-def test_persistent_protocol(n_q, n_k, bh, causal, dynamic, ctas, blocks, stages, seed):
-    bm, bn, pingpong, ahead = blocks
+@given(st.integers(1, 700), st.integers(1, 1500), st.integers(1, 5), st.booleans(), st.booleans(),
+       st.integers(1, 5), st.sampled_from([(128, 128, 0, 0, 0), (128, 176, 1, 0, 0), (128, 80, 1, 0, 0),
+                                           (128, 96, 0, 1, 0), (128, 128, 0, 1, 0), (128, 128, 1, 0, 1),
+                                           (128, 128, 0, 0, 1)]),
+       st.sampled_from([2, 3]), st.integers(0, 3), st.integers(0, 2**31 - 1))
+def test_persistent_protocol(n_q, n_k, bh, causal, dynamic, ctas, blocks, stages, hs, seed):
+    bm, bn, pingpong, ahead, o_tile = blocks
     p = dict(Nq=n_q, Nk=n_k, BH=bh, causal=causal, BM=bm, BN=bn, NWG=2, STAGES=stages, PINGPONG=pingpong,
-             QK_AHEAD=ahead)
+             QK_AHEAD=ahead, O_TILE=o_tile, HS=hs)
     n_tiles = -(-n_q // bm) * bh
     sim = Sim(p, min(ctas, n_tiles), dynamic, seed)
     sim.run()
@@ -354,4 +374,31 @@ def test_the_model_catches_a_stale_read():
             failures += 1
         finally:
             MBar.done = real
+    assert failures > 0
+
+
+def test_sections_visit_every_tile_once_longest_first():
+    """tile_coords with sections (here 2 heads, the last section partial): a bijection onto (Q block, head), and
+    within a section the Q blocks that see the most keys come first."""
+    p = dict(Nq=500, Nk=500, BH=5, causal=True, BM=128, BN=128, NWG=2, STAGES=2, PINGPONG=0, HS=2)
+    cta = Sim(p, 1, False, 0).ctas[0]
+    tr = 4
+    coords = [cta.coords(t) for t in range(tr * 5)]
+    assert sorted(coords) == sorted((m, h) for m in range(tr) for h in range(5))
+    assert [h for _, h in coords[:8]] == [0, 1] * 4 and [m for m, _ in coords[:8]] == [3, 3, 2, 2, 1, 1, 0, 0]
+    assert coords[16:] == [(3, 4), (2, 4), (1, 4), (0, 4)]  # the last section holds one head
+
+
+def test_the_model_catches_an_early_q_release():
+    """O_TILE hands Q back after the tile's last S; handing it back after the first S lets the next tile's Q
+    land while a later S of this tile still reads it."""
+    p = dict(Nq=512, Nk=900, BH=2, causal=False, BM=128, BN=128, NWG=2, STAGES=2, PINGPONG=0, O_TILE=1)
+    for seed in range(5):
+        Sim(p, 1, True, seed).run()
+    failures = 0
+    for seed in range(40):
+        try:
+            Sim(dict(p, release_q_at_first_s=True), 1, True, seed).run()
+        except (AssertionError, Deadlock):
+            failures += 1
     assert failures > 0

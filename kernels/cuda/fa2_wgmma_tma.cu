@@ -165,7 +165,7 @@
 //       Shipped (kernels/fa2_wgmma.py SIZE_RULES, time / the v5 rule's build, two runs): d = 128 bc128-dyn-oq at
 //       non-causal Nk <= 2048 (0.89-0.99) and causal Nk <= 4096 (0.83-0.97); d = 64 small-tma3-dyn-oq causal <= 2048
 //       (0.96-1.00), br192-rs-dyn-oq non-causal at 512 and from 2048 (0.93-1.01) and causal from 4096 (0.89-0.94);
-//       d = 256 causal from 1024 CONFIGS + PERSISTENT=2 (0.89-0.96; 16k 0.99-1.00). GPU tests, memcheck 0 errors,
+//       d = 256 causal 1024-8192 CONFIGS + PERSISTENT=2 (0.89-0.96; 16k 0.99-1.03, not taken). GPU tests, memcheck 0 errors,
 //       racecheck 0 hazards on 3 CTAs at scale. The producer of the 3-CTA persistent build spills 80-92 B (producer
 //       only, PRODUCER_SPILL_BYTES).
 
