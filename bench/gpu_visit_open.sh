@@ -34,6 +34,7 @@
 #   persist2   issue 14: persistent builds after the hand-off change: racecheck probe, tests, racecheck, grid A/B -> persist2/
 #   confirm6   issue 14 v6: forward()'s rules: tests, d = 256 persistent sanitizers, grid A/B, layouts_speed -> confirm6/
 #   layouts6   issue 14 v6: layouts_speed at d = 64/128, N = 2k/4k, twice                              -> layouts6/
+#   ncu6       issue 14 v6: ncu (SOL, warp state) of the v6 default against cuDNN at N = 512 and causal 4k   -> ncu6/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -251,6 +252,11 @@ print(json.dumps({'fa2_wgmma': [{256: dict(f.candidate(256, 'dynamic'), GRID=3)}
           > "$W/layouts$rep.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r ))
         grep "^fa2_wgmma" "$W/layouts$rep.txt" | awk '{print $2, $3, $4, $5, $8}' | tr '\n' ';'; echo
       done ;;
+    ncu6)  # issue 14 v6: ncu of forward()'s v6 default against cuDNN where it still trails (N = 512 at every d) and at
+           # the causal moonshot cell (d = 128, 4k)
+      OUT=$W MOONSHOT_CELLS=512x64x0,512x128x0,512x128x1,4096x128x1,512x256x1 timeout 220 \
+        bash bench/ncu_moonshot.sh > "$W/run.txt" 2>&1; rc=$?
+      tail -30 "$W/run.txt" ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
