@@ -35,6 +35,7 @@
 #   confirm6   issue 14 v6: forward()'s rules: tests, d = 256 persistent sanitizers, grid A/B, layouts_speed -> confirm6/
 #   layouts6   issue 14 v6: layouts_speed at d = 64/128, N = 2k/4k, twice                              -> layouts6/
 #   ncu6       issue 14 v6: ncu (SOL, warp state) of the v6 default against cuDNN at N = 512 and causal 4k   -> ncu6/
+#   oqt        issue 14 v6d: O_TMA builds: tests, memcheck on 3 CTAs, A/B against the v6 default         -> oqt/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -257,6 +258,21 @@ print(json.dumps({'fa2_wgmma': [{256: dict(f.candidate(256, 'dynamic'), GRID=3)}
       OUT=$W MOONSHOT_CELLS=512x64x0,512x128x0,512x128x1,4096x128x1,512x256x1 timeout 220 \
         bash bench/ncu_moonshot.sh > "$W/run.txt" 2>&1; rc=$?
       tail -30 "$W/run.txt" ;;
+    oqt)  # issue 14 v6d: O stored by TMA from the staging tile (O_TMA): GPU tests, memcheck on 3 CTAs, A/B (abba)
+      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "oqt" \
+        > "$W/tests.log" 2>&1; rc=$?
+      tail -3 "$W/tests.log"
+      cfg=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+b = [(128, 'bc128-dyn-oqt'), (64, 'br192-rs-dyn-oqt')]
+print(json.dumps({'fa2_wgmma': [{d: dict(f.candidate(d, n), GRID=3)} for d, n in b]}))")
+      timeout 60 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
+        --tools memcheck --only-configs --kernel-shapes 10 --timeout 55 --configs "$cfg" > "$W/memcheck.txt" 2>&1
+      r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 110 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048,4096,8192,16384 \
+        --variants default,bc128-dyn-oqt@128,br192-rs-dyn-oqt@64 --budget-s 100 > "$W/ab.txt" 2>&1; r=$?
+      tail -2 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

@@ -110,7 +110,7 @@ SWEEP = {
 # baseline under a new name).
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
          "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA",
-         "O_TILE", "CAUSAL_SECTION_KB"}
+         "O_TILE", "CAUSAL_SECTION_KB", "O_TMA"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -214,6 +214,10 @@ SIZE_CANDIDATES[128]["bc128-dyn-lpt"] = dict(SIZE_CANDIDATES[128]["bc128-dyn"], 
 SIZE_CANDIDATES[128]["bc128-dyn-oq"] = dict(SIZE_CANDIDATES[128]["bc128-dyn"], O_TILE=1)
 # the longest key block beside a second Q-sized tile at d = 128: 2 x 32 + 4 x 40 KB = 224 KB of the 227
 SIZE_CANDIDATES[128]["bc160-dyn-oq"] = dict(CONFIGS[128], BLOCK_N=160, PERSISTENT=2, O_TILE=1)
+# O_TMA: each consumer warpgroup stores its rows of O from the staging tile with one TMA per panel, instead of every
+# thread's 16 shared loads, global stores and row checks per tile (ncu at N = 512: cuDNN does the same work with
+# 8-25% fewer instructions; bench/results/persist14/ncu6)
+SIZE_CANDIDATES[128]["bc128-dyn-oqt"] = dict(SIZE_CANDIDATES[128]["bc128-dyn-oq"], O_TMA=1)
 SIZE_CANDIDATES[64]["small-tma3-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-tma3"], PERSISTENT=2, O_TILE=1)
 SIZE_MAX_N = 4096
 # Tile candidates timed at every N (bench/ab_wgmma_speed.py): d = 64 with three consumer warpgroups (Br = 192,
@@ -239,6 +243,7 @@ for _bc in (96, 64):
 # (at 24 the tile loop spills 60-72 B; the consumers keep 160 either way)
 TILE_CANDIDATES[64]["br192-rs-dyn-oq"] = dict(TILE_CANDIDATES[64]["br192-rs"], PERSISTENT=2, O_TILE=1,
                                               PRODUCER_REGS=32)
+TILE_CANDIDATES[64]["br192-rs-dyn-oqt"] = dict(TILE_CANDIDATES[64]["br192-rs-dyn-oq"], O_TMA=1)
 
 
 def candidate(d: int, name: str) -> dict:
@@ -455,9 +460,11 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     if tma:
         from kernels.tma import tensor_map
 
-        args = (tensor_map(q, bm, name="q"), tensor_map(k, bn, name="k"), tensor_map(v, bn, name="v"), o, lse,
-                int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale), int(bool(causal)), int(h),
-                int(h // h_kv))
+        maps = (tensor_map(q, bm, name="q"), tensor_map(k, bn, name="k"), tensor_map(v, bn, name="v"))
+        if defs.get("O_TMA"):  # o stored by TMA, 64 rows (one consumer warpgroup) per box
+            maps += (tensor_map(o, 64, name="o"),)
+        args = maps + (o, lse, int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale), int(bool(causal)),
+                       int(h), int(h // h_kv))
     else:
         if h_kv != h or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
             raise ValueError("the cp.async build (TMA=0) takes contiguous q, k, v with equal head counts; "

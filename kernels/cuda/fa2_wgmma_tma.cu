@@ -200,6 +200,9 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #ifndef O_TILE
 #define O_TILE 0  // 1 (persistent): O staged in its own smem tile, the Q tile handed back after the last S = Q K^T
 #endif
+#ifndef O_TMA
+#define O_TMA 0  // 1 (O_TILE): each consumer warpgroup stores its 64 rows of O from the staging tile with TMA
+#endif
 #ifndef CAUSAL_SECTION_KB
 #define CAUSAL_SECTION_KB 16384  // persistent causal order: longest first within sections of heads whose K/V fit
 #endif
@@ -250,6 +253,7 @@ static_assert(!ROW_SUM_MMA || D == 64, "ROW_SUM_MMA: d = 64 only");
 static_assert(NWG >= 1 && NWG <= 3, "1 to 3 consumer warpgroups (3: Br = 192, FA3's d = 64 tile)");
 static_assert(!PINGPONG || NWG == 2, "ping-pong needs two consumer warpgroups");
 static_assert(!(QK_AHEAD && PINGPONG), "QK_AHEAD issues the products at two points per step: no ping-pong turns");
+static_assert(!O_TMA || O_TILE, "O_TMA stores from O_TILE's staging tile");
 static_assert(!O_TILE || (PERSISTENT && !QK_AHEAD), "O_TILE: a persistent build without QK_AHEAD (its Q goes back early)");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
 
@@ -335,7 +339,11 @@ __device__ __forceinline__ int ld_shared_s32(u32 addr) {
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__ TensorMap tmK,
-                  const __grid_constant__ TensorMap tmV, u16* __restrict__ Og, float* __restrict__ LSEg, int Nq,
+                  const __grid_constant__ TensorMap tmV,
+#if O_TMA
+                  const __grid_constant__ TensorMap tmO,  // o as (d, Nq, H, B), box 64 x 64: one warpgroup's rows
+#endif
+                  u16* __restrict__ Og, float* __restrict__ LSEg, int Nq,
                   int Nk, float scale_log2, float scale, int causal, int H, int group
 #if PERSISTENT
                   , int BH, int* __restrict__ tile_counter  // B*H; PERSISTENT=2: zeroed before each launch
@@ -650,7 +658,24 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         if (T == 0 && lane == 0) mbar_arrive(empty_q);  // no S read Q (the row sees no key)
         __syncwarp();  // every lane's reads of the previous tile's O in this warp's rows are done
 #endif
+#if O_TMA
+        {   // FA2 Alg. 1 lines 12-15: O / l staged, then one TMA store per 64-column panel of this warpgroup's rows
+            const bool leader = (tid & 127) == 0;
+            if (leader) bulk_wait_read();  // the previous tile's store has read the staging rows
+            named_sync(3 + cg, 128);
+            stage_o_lse(o, sm, s_stage, LSEg, bh, m0, Nq, cw, lane, scale);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> the TMA's reads
+            named_sync(3 + cg, 128);
+            if (leader) {
+#pragma unroll
+                for (int p = 0; p < PANELS; ++p)
+                    tma_store(&tmO, s_stage + p * BLOCK_M * 128 + cg * 64 * 128, p * 64, m0 + 64 * cg, bh % H, bh / H);
+                bulk_commit();
+            }
+        }
+#else
         write_o_lse(o, sm, s_stage, Og, LSEg, bh, m0, Nq, cw, lane, scale);  // FA2 Alg. 1 lines 12-15
+#endif
 #if PERSISTENT && !O_TILE
         // the epilogue wrote and read the Q tile through the generic proxy; the next Q arrives through the
         // async proxy (TMA): order the two before handing the tile back
@@ -660,4 +685,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #endif
         kv_it += T;
     }
+#if O_TMA
+    if ((tid & 127) == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // smem outlives the stores
+#endif
 }

@@ -26,5 +26,13 @@ __device__ __forceinline__ void tma_load(u32 dst, const TensorMap* map, int col,
         "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
         ::"r"(dst), "l"((u64)map), "r"(col), "r"(row), "r"(h), "r"(b), "r"(bar) : "memory");
 }
+// one 64-column panel (box 64 x rows x 1 x 1) from smem into a (d, N, H, B) tensor (rows past N, columns past d
+// clipped), in this thread's bulk group; smem must not change until bulk_wait_read says the copy has read it
+__device__ __forceinline__ void tma_store(const TensorMap* map, u32 src, int col, int row, int h, int b) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+                 ::"l"((u64)map), "r"(src), "r"(col), "r"(row), "r"(h), "r"(b) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }

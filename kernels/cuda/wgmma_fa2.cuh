@@ -161,7 +161,8 @@ __device__ __forceinline__ void pack_p(u32 (&pa)[KN][4], const float (&s)[BLOCK_
 
 // ---- FA2 Alg. 1 lines 12-15: O / l, lse = m*scale + ln(l); warp `w` (16 rows of the Q block) stages its rows through
 // the Q tile (its own rows only, which no other warp reads once its last S product is done) ----
-__device__ __forceinline__ void write_o_lse(const float (&o)[O_N / 2], const Softmax& sm, u32 sQ, u16* __restrict__ Og,
+// stage_o_lse: O / l into the staging tile (swizzled as the Q tile TMA loads) and lse to global memory
+__device__ __forceinline__ void stage_o_lse(const float (&o)[O_N / 2], const Softmax& sm, u32 sQ,
                                             float* __restrict__ LSEg, long long bh, int m0, int Nq, int w, int lane,
                                             float scale) {
 #pragma unroll
@@ -178,6 +179,11 @@ __device__ __forceinline__ void write_o_lse(const float (&o)[O_N / 2], const Sof
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(val) : "memory");
         }
     }
+}
+__device__ __forceinline__ void write_o_lse(const float (&o)[O_N / 2], const Softmax& sm, u32 sQ, u16* __restrict__ Og,
+                                            float* __restrict__ LSEg, long long bh, int m0, int Nq, int w, int lane,
+                                            float scale) {
+    stage_o_lse(o, sm, sQ, LSEg, bh, m0, Nq, w, lane, scale);
     __syncwarp();
     u16* o_g = Og + bh * Nq * D;
 #pragma unroll
