@@ -114,7 +114,8 @@ AB_VARIANTS = {"fa2_wgmma[default]": None, "fa2_wgmma[base]": None, "fa2_wgmma[r
                # v6: the persistent builds the rules now run (next tile's Q under this one's end: O_TILE), and the
                # dynamic persistent build of d = 256's causal rule
                "fa2_wgmma[bc128-dyn-oq]": (128,), "fa2_wgmma[small-tma3-dyn-oq]": (64,),
-               "fa2_wgmma[br192-rs-dyn-oq]": (64,), "fa2_wgmma[dynamic]": (256,)}
+               "fa2_wgmma[br192-rs-dyn-oq]": (64,), "fa2_wgmma[dynamic]": (256,),
+               "fa2_wgmma[bc128-dyn-oqt]": (128,), "fa2_wgmma[br192-rs-dyn-oqt]": (64,)}  # v6d: O stored by TMA
 
 
 def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:

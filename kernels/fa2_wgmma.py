@@ -291,12 +291,15 @@ def candidate(d: int, name: str) -> dict:
 #     0.83-0.98 at N <= 4k, d = 256 causal 0.92-0.99 at 1k-8k.
 # GPU tests (hypothesis shapes, Nk = 4100, 3 CTAs over many tiles, causal rows with no key, sections of 1 and 4
 # heads, GQA (B, N, H, d) views), memcheck 0 errors and racecheck 0 hazards at scale on 3 CTAs (persist2).
+# v6d, d = 128: the same build with O stored by TMA (bc128-dyn-oqt; persist14/oqt, one run, fp16 and bf16): 0.94-0.99
+# against bc128-dyn-oq in every cell at N <= 4k, causal and not (0.95-0.99 against CONFIGS at non-causal 4k), so it
+# replaces bc128-dyn-oq and takes non-causal 4k too; GPU tests 6 passed, memcheck 0 errors on 3 CTAs. At d = 64
+# (br192-rs-dyn-oqt) 0.95-1.04, geomean ~0.99 with cells over 1.03: not taken.
 SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
                          (512, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None),  # non-causal: causal took the rule above
                          (1024, SIZE_CANDIDATES[64]["small-tma3"], None),
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
-                    128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oq"], "causal"),
-                          (2048, SIZE_CANDIDATES[128]["bc128-dyn-oq"], None)],
+                    128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt"], None)],
                     256: [(512, CONFIGS[256], "causal"),
                           (8192, dict(CONFIGS[256], PERSISTENT=2), "causal")]}
 

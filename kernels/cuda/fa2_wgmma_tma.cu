@@ -168,6 +168,12 @@
 //       d = 256 causal 1024-8192 CONFIGS + PERSISTENT=2 (0.89-0.96; 16k 0.99-1.03, not taken). GPU tests, memcheck 0 errors,
 //       racecheck 0 hazards on 3 CTAs at scale. The producer of the 3-CTA persistent build spills 80-92 B (producer
 //       only, PRODUCER_SPILL_BYTES).
+//       v6d O_TMA=1 (with O_TILE): each consumer warpgroup stores its 64 rows of O from the staging tile with one TMA
+//           per panel (tma_store, a bulk group; the leader waits for the previous store to have read the tile before
+//           the next epilogue writes it), where every thread issued 16 shared loads, global stores and row checks per
+//           tile (ncu at N = 512: cuDNN runs the same work with 8-25% fewer instructions; persist14/ncu6). d = 128
+//           (bc128-dyn-oqt, persist14/oqt): 0.94-0.99x bc128-dyn-oq's time in every cell at N <= 4k -> SIZE_RULES[128]
+//           (Nk <= 4096, causal or not). d = 64 Br = 192: 0.95-1.04, not taken. GPU tests, memcheck clean.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
