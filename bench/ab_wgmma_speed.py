@@ -125,19 +125,29 @@ def abbrev(variant: str) -> str:
     return "+".join(back.get(part, part) for part in variant.split("+"))
 
 
+def reference(rows) -> str | None:
+    """The build the table divides by: "base" (CONFIGS) where the run timed it, else the run's first fa2_wgmma
+    build (e.g. forward()'s "default"). A run without base used to print every ratio as "fail"."""
+    variants = [v for v in dict.fromkeys(r["variant"] for r in rows) if v.startswith("fa2_wgmma[")]
+    return "fa2_wgmma[base]" if "fa2_wgmma[base]" in variants else (variants[0] if variants else None)
+
+
 def summary(res: dict) -> str:
-    """One line per (dtype, d, causal, N): cuDNN and flash TFLOP/s, base TFLOP/s and base/cuDNN, each variant
-    as its time ratio to base (< 1: faster), the best fa2_wgmma build over cuDNN."""
+    """One line per (dtype, d, causal, N): cuDNN and flash TFLOP/s, the reference build's TFLOP/s (base, else the
+    first build timed) and its ratio to cuDNN, each other variant as its time ratio to the reference (< 1: faster;
+    "fail": that entry failed its check; "-": not timed in this cell), the best fa2_wgmma build over cuDNN."""
     rows = res["rows"]
     cell = {}
     for r in rows:
         cell.setdefault((r["dtype"], r["d"], r["causal"], r["n"]), {})[r["variant"]] = r
     variants = [v for v in dict.fromkeys(r["variant"] for r in rows) if v.startswith("fa2_wgmma[")]
-    others = [v for v in variants if v != "fa2_wgmma[base]"]
+    ref = reference(rows)
+    others = [v for v in variants if v != ref]
     short = [abbrev(v[len("fa2_wgmma["):-1]) for v in others]
-    lines = [f"{'dtype':8s} {'d':>3s} {'c':>1s} {'N':>5s} {'cuDNN':>6s} {'flash':>6s} {'base':>6s} {'b/cuD':>5s} "
+    ref_name = abbrev(ref[len("fa2_wgmma["):-1]) if ref else "base"
+    lines = [f"{'dtype':8s} {'d':>3s} {'c':>1s} {'N':>5s} {'cuDNN':>6s} {'flash':>6s} {ref_name[:6]:>6s} {'r/cuD':>5s} "
              + " ".join(f"{s[:9]:>9s}" for s in short) + f" {'best/cuDNN':>10s}",
-             "  (TFLOP/s; variant columns: time / base time, < 1 is faster; best/cuDNN: the fastest fa2_wgmma build;"
+             f"  (TFLOP/s; variant columns: time / {ref_name} time, < 1 is faster; best/cuDNN: the fastest fa2_wgmma build;"
              " " + ", ".join(f"{k} = {v}" for k, v in ABBREV.items()) + ")"]
     worst = []
     for (dt, d, causal, n), c in sorted(cell.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3])):
@@ -149,13 +159,14 @@ def summary(res: dict) -> str:
             r = c.get(v)
             return r["median_ms"] if r and r.get("median_ms") and r.get("ok") else None
 
-        cud, fl, base = tf("sdpa_cudnn"), tf("sdpa_flash"), tf("fa2_wgmma[base]")
+        cud, fl, base = tf("sdpa_cudnn"), tf("sdpa_flash"), tf(ref)
         fast = [tf(v) for v in variants if tf(v) and c[v].get("ok")]
         best = max(fast) if fast else None
         ratios = []
         for v in others:
-            a, b = ms(v), ms("fa2_wgmma[base]")
-            ratios.append(f"{a / b:9.3f}" if (a and b) else f"{'fail' if v in c else '-':>9s}")
+            a, b = ms(v), ms(ref)
+            failed = v in c and c[v].get("ok") is False
+            ratios.append(f"{a / b:9.3f}" if (a and b) else f"{'fail' if failed else '-':>9s}")
         f = lambda x: f"{x:6.1f}" if x else f"{'-':>6s}"  # noqa: E731
         bc = f"{base / cud:5.2f}" if base and cud else f"{'-':>5s}"
         bb = best / cud if best and cud else None
@@ -186,12 +197,13 @@ def decisions(rows) -> list[str]:
     """Per (d, build): geomean time / base at N <= SIZE_MAX_N and above, the worst cell, and the rule's call."""
     from kernels import fa2_wgmma
 
+    ref = reference(rows)
     base = {(r["dtype"], r["d"], r["causal"], r["n"]): r["median_ms"] for r in rows
-            if r["variant"] == "fa2_wgmma[base]" and r.get("ok") and r.get("median_ms")}
+            if r["variant"] == ref and r.get("ok") and r.get("median_ms")}
     ratios: dict = {}
     for r in rows:
         key = (r["dtype"], r["d"], r["causal"], r["n"])
-        if r["variant"].startswith("fa2_wgmma[") and r["variant"] != "fa2_wgmma[base]" and key in base \
+        if r["variant"].startswith("fa2_wgmma[") and r["variant"] != ref and key in base \
                 and r.get("ok") and r.get("median_ms"):
             ratios.setdefault((r["d"], r["variant"][len("fa2_wgmma["):-1]), []).append((r["n"], r["median_ms"] / base[key]))
     if not ratios:

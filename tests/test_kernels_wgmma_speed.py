@@ -163,6 +163,10 @@ def test_ab_summary_reads_its_rows():
     assert "0.750" in line and "fail" in line and line.rstrip().endswith("1.111"), line
     assert "cells with best/cuDNN >= 1.0: 1 of 1" in text
     assert "failed or skipped entries: 1" in text and "cells not run (time budget): 1" in text
+    # a run without base (forward()'s default against candidates): ratios to the first build, not "fail"
+    rows = [row("sdpa_cudnn", 1.0), row("fa2_wgmma[default]", 1.0), row("fa2_wgmma[bc128-dyn-oq]", 0.9)]
+    line = next(x for x in ab.summary(dict(rows=rows)).splitlines() if x.startswith("float16"))
+    assert "0.900" in line and "fail" not in line, line
 
 
 def test_sanitizer_runs_the_speed_builds_at_scale():
