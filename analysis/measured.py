@@ -118,6 +118,11 @@ AB_VARIANTS = {"fa2_wgmma[default]": None, "fa2_wgmma[base]": None, "fa2_wgmma[r
                "fa2_wgmma[bc128-dyn-oqt]": (128,), "fa2_wgmma[br192-rs-dyn-oqt]": (64,)}  # v6d: O stored by TMA
 
 
+# persistent builds order their causal tiles in sections of heads since fa2_wgmma_tma.cu v6 (CAUSAL_SECTION_KB);
+# A/B runs outside these directories were timed before, with every head in one section
+SECTIONS_SINCE = ("persist14/",)
+
+
 def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
     cells = []
     for path in sorted(RESULTS.glob(pattern)):
@@ -132,6 +137,9 @@ def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
                 cfg = r.get("config") or variants.get(str(r["d"]), {}).get(r["variant"][len("fa2_wgmma["):-1])
                 if cfg is None:
                     continue
+                rel = str(path.relative_to(RESULTS))
+                if cfg.get("PERSISTENT") and "CAUSAL_SECTION_KB" not in cfg and not rel.startswith(SECTIONS_SINCE):
+                    cfg = dict(cfg, CAUSAL_SECTION_KB=0)  # timed before v6: one causal section (the old order)
                 kernel, opts = "fa2_wgmma", {"config": cfg}
             else:
                 kernel, opts = r["variant"], {}
