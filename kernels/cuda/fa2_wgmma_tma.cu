@@ -28,7 +28,8 @@
 //
 // Arguments: three CUtensorMaps (Q, K, V as 4-D tensors (d, N, H, B) with the inputs' own strides, so
 // (B, N, H, d) views transposed to (B, H, N, d) need no copy; 128-byte swizzle, box 64 x rows x 1 x 1)
-// made by kernels/tma.py, then o, lse, Nq, Nk, scale_log2, scale, causal, H, group. grid = (Tr, B*H);
+// made by kernels/tma.py (O_TMA builds: a fourth, o's, box 64 x 64), then o, lse, Nq, Nk, scale_log2, scale, causal,
+// H, group. grid = (Tr, B*H);
 // PERSISTENT builds add B*H and the tile counter, grid = (persistent CTAs, 1, 1).
 // Grouped-query attention: K and V have H / group heads; query head h reads kv head h / group.
 // Knobs: HEAD_DIM (64|96|128|256), BLOCK_N, NWG (1-3 consumer warpgroups), STAGES, PINGPONG, MIN_BLOCKS,
