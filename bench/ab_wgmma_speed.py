@@ -227,6 +227,10 @@ def decisions(rows) -> list[str]:
         else:
             call = "off"
         out.append(f"{d:3d} {name:22s} {geo(small):8.3f} {geo(large):8.3f} {max(every):6.3f} {len(every):5d}  {call}")
+    if len({r["causal"] for r in rows}) > 1:  # SIZE_RULES entries may be causal-only: the rule per flag as well
+        for flag, label in ((True, "causal"), (False, "non-causal")):
+            part = decisions([r for r in rows if bool(r["causal"]) == flag])
+            out += [f"{line}  [{label} cells]" for line in part[1:]]
     return out
 
 

@@ -256,6 +256,12 @@ def test_ab_decision_rule():
                  dict(variant="fa2_wgmma[poly]", dtype="float16", d=64, n=n, causal=False, median_ms=1.1, ok=True)]
     calls = {line.split()[1]: line.split("  ")[-1].strip() for line in ab.decisions(rows)[1:]}
     assert calls == {"ahead": "CONFIGS[64]", "dynamic": "SIZE_RULES[64] (Nk <= 2048)", "poly": "off"}, calls
+    # with causal cells beside, the rule is also called per flag (SIZE_RULES entries may be causal-only)
+    causal = [dict(r, causal=True, median_ms=r["median_ms"] * (0.8 if r["variant"] == "fa2_wgmma[poly]" else 1))
+              for r in rows if r["variant"] in ("fa2_wgmma[base]", "fa2_wgmma[poly]")]
+    lines = ab.decisions(rows + causal)
+    assert any("poly" in x and x.endswith("CONFIGS[64]  [causal cells]") for x in lines), lines
+    assert any("poly" in x and x.endswith("off  [non-causal cells]") for x in lines), lines
 
 
 def test_row_sum_mma_is_an_fp16_build():
