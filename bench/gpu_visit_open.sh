@@ -44,14 +44,16 @@ export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
 ROOT_OUT=${OUT:-$(mktemp -d)}
 T0=$(date +%s)
 nvidia-smi -L
-# wgmma_builds D:NAME ...: bench/sanitize.py's --configs JSON for fa2_wgmma builds named as the A/B names them
-# (kernels.fa2_wgmma.candidate: size, tile or speed builds), one build per entry
+# wgmma_builds D:NAME[:GRID] ...: bench/sanitize.py's --configs JSON for fa2_wgmma builds named as the A/B names
+# them (kernels.fa2_wgmma.candidate: size, tile or speed builds), one build per entry; GRID: persistent builds on
+# that many CTAs, so each loops over many tiles at the sanitizer's shapes
 wgmma_builds() {
   python3 -c "
 import json, sys
 from kernels import fa2_wgmma as f
-pairs = (a.split(':', 1) for a in sys.argv[1:])
-print(json.dumps({'fa2_wgmma': [{d: f.candidate(int(d), n)} for d, n in pairs]}))" "$@"
+def build(d, name, grid=None):
+    return {d: dict(f.candidate(int(d), name), **({'GRID': int(grid)} if grid else {}))}
+print(json.dumps({'fa2_wgmma': [build(*a.split(':')) for a in sys.argv[1:]]}))" "$@"
 }
 rowsum_configs() {  # the ROW_SUM_MMA builds (issue 14): the default's and the two d = 64 size builds'
   wgmma_builds 64:rowsum 64:small-tma3-rs 64:small-tma-rs
@@ -191,11 +193,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
         -k "sections or (size_candidate and dyn)" > "$W/tests.log" 2>&1; rc=$?
       tail -4 "$W/tests.log"
-      cfg=$(python3 -c "
-import json
-from kernels import fa2_wgmma as f
-b = [(128, 'bc128-dyn-oq'), (128, 'bc160-dyn-oq'), (64, 'small-tma3-dyn-oq'), (64, 'br192-rs-dyn-oq')]
-print(json.dumps({'fa2_wgmma': [{d: dict(f.candidate(d, n), GRID=3)} for d, n in b]}))")
+      cfg=$(wgmma_builds 128:bc128-dyn-oq:3 128:bc160-dyn-oq:3 64:small-tma3-dyn-oq:3 64:br192-rs-dyn-oq:3)
       for tool in memcheck racecheck; do
         timeout 150 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
           --tools $tool --only-configs --kernel-shapes 6 --timeout 140 --configs "$cfg" > "$W/$tool.txt" 2>&1
@@ -213,11 +211,8 @@ print(json.dumps({'fa2_wgmma': [{d: dict(f.candidate(d, n), GRID=3)} for d, n in
       timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
         -k "sections or (size_candidate and dyn) or persistent or dynamic" > "$W/tests.log" 2>&1; rc=$?
       tail -3 "$W/tests.log"
-      cfg=$(python3 -c "
-import json
-from kernels import fa2_wgmma as f
-b = [(128, 'bc128-dyn-oq'), (128, 'bc160-dyn-oq'), (64, 'small-tma3-dyn-oq'), (64, 'br192-rs-dyn-oq'), (128, 'dynamic')]
-print(json.dumps({'fa2_wgmma': [{d: dict(f.candidate(d, n), GRID=3)} for d, n in b]}))")
+      cfg=$(wgmma_builds 128:bc128-dyn-oq:3 128:bc160-dyn-oq:3 64:small-tma3-dyn-oq:3 64:br192-rs-dyn-oq:3 \
+        128:dynamic:3)
       timeout 170 python3 bench/sanitize.py --out "$W/racecheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
         --tools racecheck --only-configs --kernel-shapes 6 --timeout 160 --configs "$cfg" > "$W/racecheck.txt" 2>&1
       r=$?; tail -4 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
@@ -231,10 +226,7 @@ print(json.dumps({'fa2_wgmma': [{d: dict(f.candidate(d, n), GRID=3)} for d, n in
       timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
         -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$W/tests.log" 2>&1; rc=$?
       tail -3 "$W/tests.log"
-      cfg=$(python3 -c "
-import json
-from kernels import fa2_wgmma as f
-print(json.dumps({'fa2_wgmma': [{256: dict(f.candidate(256, 'dynamic'), GRID=3)}]}))")
+      cfg=$(wgmma_builds 256:dynamic:3)
       for tool in memcheck racecheck; do
         timeout 80 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
           --tools $tool --only-configs --kernel-shapes 6 --timeout 75 --configs "$cfg" > "$W/$tool.txt" 2>&1
@@ -262,11 +254,7 @@ print(json.dumps({'fa2_wgmma': [{256: dict(f.candidate(256, 'dynamic'), GRID=3)}
       timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "oqt" \
         > "$W/tests.log" 2>&1; rc=$?
       tail -3 "$W/tests.log"
-      cfg=$(python3 -c "
-import json
-from kernels import fa2_wgmma as f
-b = [(128, 'bc128-dyn-oqt'), (64, 'br192-rs-dyn-oqt')]
-print(json.dumps({'fa2_wgmma': [{d: dict(f.candidate(d, n), GRID=3)} for d, n in b]}))")
+      cfg=$(wgmma_builds 128:bc128-dyn-oqt:3 64:br192-rs-dyn-oqt:3)
       timeout 60 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
         --tools memcheck --only-configs --kernel-shapes 10 --timeout 55 --configs "$cfg" > "$W/memcheck.txt" 2>&1
       r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
