@@ -104,9 +104,9 @@ def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
 
 # bench/ab_wgmma_speed.py runs (issue 14's A/Bs, none in the model's fit): the rows of builds the descriptors
 # price -- the shipped build of the day ("base", its config recorded in the file's "variants"), the ROW_SUM_MMA
-# pair (v5a), the builds SIZE_RULES runs or ran at d = 64 (small-tma3, small-tma, br192[-rs]) -- and SDPA's
-# two backends. Builds whose knob the model does not price (EXP2_POLY, QK_AHEAD, PERSISTENT) are left out: their
-# rows time a negative result, not a kernel the launcher runs.
+# pair (v5a), the builds SIZE_RULES runs or ran (d = 64: small-tma3, small-tma, br192[-rs]; v6: the persistent
+# builds below) -- and SDPA's two backends. Builds whose knob the model does not price (EXP2_POLY, QK_AHEAD) and
+# persistent builds no rule runs are left out: their rows time a negative result, not a kernel the launcher runs.
 AB_FILE = "ab_wgmma_speed.json"
 AB_VARIANTS = {"fa2_wgmma[default]": None, "fa2_wgmma[base]": None, "fa2_wgmma[rowsum]": None, "fa2_wgmma[no-rs]": None,  # variant: its d
                "fa2_wgmma[small-tma3]": (64,), "fa2_wgmma[small-tma]": (64,), "fa2_wgmma[br192]": (64,),
@@ -128,6 +128,8 @@ def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
     for path in sorted(RESULTS.glob(pattern)):
         data = json.loads(path.read_text())
         variants, timer = data.get("variants", {}), data.get("env", {}).get("timer")
+        source = str(path.relative_to(RESULTS))
+        one_section = not source.startswith(SECTIONS_SINCE)
         for r in data.get("rows", []):
             if r["variant"] not in AB_VARIANTS or not r.get("ok", True) or not r.get("median_ms"):
                 continue
@@ -137,13 +139,12 @@ def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
                 cfg = r.get("config") or variants.get(str(r["d"]), {}).get(r["variant"][len("fa2_wgmma["):-1])
                 if cfg is None:
                     continue
-                rel = str(path.relative_to(RESULTS))
-                if cfg.get("PERSISTENT") and "CAUSAL_SECTION_KB" not in cfg and not rel.startswith(SECTIONS_SINCE):
+                if one_section and cfg.get("PERSISTENT") and "CAUSAL_SECTION_KB" not in cfg:
                     cfg = dict(cfg, CAUSAL_SECTION_KB=0)  # timed before v6: one causal section (the old order)
                 kernel, opts = "fa2_wgmma", {"config": cfg}
             else:
                 kernel, opts = r["variant"], {}
-            cells.append(dict(source=str(path.relative_to(RESULTS)), kernel=kernel, options=opts,
+            cells.append(dict(source=source, kernel=kernel, options=opts,
                               label=r["variant"], batch=r["b"], heads=r["h"], n_q=r["n"], n_k=r["n"], d=r["d"],
                               dtype=DTYPE[r["dtype"]], causal=bool(r["causal"]), time_s=r["median_ms"] * 1e-3,
                               timer=timer))

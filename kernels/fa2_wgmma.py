@@ -301,7 +301,7 @@ SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causa
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt"], None)],
                     256: [(512, CONFIGS[256], "causal"),
-                          (8192, dict(CONFIGS[256], PERSISTENT=2), "causal")]}
+                          (8192, candidate(256, "dynamic"), "causal")]}
 
 
 def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None, causal: bool = False) -> dict | None:
@@ -378,7 +378,8 @@ def padded_d(d: int) -> int:
 
 
 def smem_bytes(defines: dict) -> int:
-    """Q tile + 2-slot K and V rings (fp16/bf16) + 1 KB so the kernel can align its base to 1024 B."""
+    """Q tile (and O_TILE's staging tile) + 2-slot K and V rings (fp16/bf16) + ROW_SUM_MMA's panel of ones +
+    the mbarriers + 1 KB so the kernel can align its base to 1024 B."""
     d, bn, stages = padded_d(defines["HEAD_DIM"]), defines["BLOCK_N"], defines.get("STAGES", 2)
     barriers = 8 * (1 + 4 * stages) if defines.get("TMA") else 0  # mbarriers: full_q, full/empty K and V
     if defines.get("PERSISTENT"):
