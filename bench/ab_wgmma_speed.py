@@ -159,7 +159,7 @@ def summary(res: dict) -> str:
             r = c.get(v)
             return r["median_ms"] if r and r.get("median_ms") and r.get("ok") else None
 
-        cud, fl, base = tf("sdpa_cudnn"), tf("sdpa_flash"), tf(ref)
+        cud, fl, ref_tf = tf("sdpa_cudnn"), tf("sdpa_flash"), tf(ref)
         fast = [tf(v) for v in variants if tf(v) and c[v].get("ok")]
         best = max(fast) if fast else None
         ratios = []
@@ -168,11 +168,11 @@ def summary(res: dict) -> str:
             failed = v in c and c[v].get("ok") is False
             ratios.append(f"{a / b:9.3f}" if (a and b) else f"{'fail' if failed else '-':>9s}")
         f = lambda x: f"{x:6.1f}" if x else f"{'-':>6s}"  # noqa: E731
-        bc = f"{base / cud:5.2f}" if base and cud else f"{'-':>5s}"
+        bc = f"{ref_tf / cud:5.2f}" if ref_tf and cud else f"{'-':>5s}"
         bb = best / cud if best and cud else None
         if bb:
             worst.append((bb, dt, d, causal, n))
-        lines.append(f"{dt:8s} {d:3d} {int(causal):1d} {n:5d} {f(cud)} {f(fl)} {f(base)} {bc} " + " ".join(ratios)
+        lines.append(f"{dt:8s} {d:3d} {int(causal):1d} {n:5d} {f(cud)} {f(fl)} {f(ref_tf)} {bc} " + " ".join(ratios)
                      + f" {bb if bb else float('nan'):10.3f}")
     if worst:
         w = min(worst)
@@ -194,7 +194,8 @@ ALL_GAIN, WORST_LOSS = 0.99, 1.03
 
 
 def decisions(rows) -> list[str]:
-    """Per (d, build): geomean time / base at N <= SIZE_MAX_N and above, the worst cell, and the rule's call."""
+    """Per (d, build): geomean time / the reference build's (base, else the first timed: reference()) at
+    N <= SIZE_MAX_N and above, the worst cell, and the rule's call; with causal and non-causal cells, per flag too."""
     from kernels import fa2_wgmma
 
     ref = reference(rows)

@@ -1,6 +1,7 @@
 """The GPU model (issue 11): descriptors, levels, predict/validate CLI, and the torch-free report path."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -279,16 +280,10 @@ def test_causal_grids_are_scheduled_in_launch_order():
     work = gm.prepare(w, 1, 4, 8192, 8192, 128, causal=True)
     assert work.cta_tiles == sorted(work.cta_tiles, reverse=True)
     assert len(set(gm.prepare(w, 1, 4, 8192, 8192, 128).cta_tiles)) == 1  # non-causal: equal CTAs, order moot
-    light_first = dataclasses_replace(w, causal_order="ascending")
+    light_first = dataclasses.replace(w, causal_order="ascending")
     assert gm.predict_work(work).time_s < gm.predict_work(gm.prepare(light_first, 1, 4, 8192, 8192, 128, causal=True)).time_s
     with pytest.raises(ValueError):
-        dataclasses_replace(w, causal_order="random")
-
-
-def dataclasses_replace(desc, **kw):
-    import dataclasses
-
-    return dataclasses.replace(desc, **kw)
+        dataclasses.replace(w, causal_order="random")
 
 
 def test_prefetching_persistent_kernel_pays_a_tiles_fill_per_work_tile():
