@@ -54,7 +54,20 @@ def entries(d: int, variants, n: int, sdpa=SDPA):
            if v in cfgs and (dims is None or d in dims)]
     if any(v == "default" and (dims is None or d in dims) for v, dims in variants):  # what forward() picks: SIZE_RULES
         out.insert(0, harness.Entry("fa2_wgmma[default]", spec.tier, spec, {}, None))
+    if any(v == "default-memset" and (dims is None or d in dims) for v, dims in variants):
+        out.append(harness.Entry("fa2_wgmma[default-memset]", spec.tier, spec, {}, None, fn=_with_memset))
     return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in sdpa]
+
+
+def _with_memset(q, k, v, causal, out=None):
+    """forward()'s default as launched before v6e: a fresh torch.zeros tile counter (a fill kernel in the stream)
+    before each call. The kernel ignores it; the A/B prices that launch (fa2_wgmma_tma.cu v6e)."""
+    import torch
+
+    from kernels import fa2_wgmma
+
+    torch.zeros(1, dtype=torch.int32, device=q.device)
+    return fa2_wgmma.forward(q, k, v, causal=causal, out=out)
 
 
 def run(args) -> dict:
@@ -241,7 +254,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384")
-    ap.add_argument("--variants", default="", help="names of fa2_wgmma.speed_configs / SIZE_CANDIDATES, each "
+    ap.add_argument("--variants", default="", help="default (forward()'s rule), default-memset (the same after a "
+                    "torch.zeros launch, as before v6e), names of fa2_wgmma.speed_configs / SIZE_CANDIDATES, each "
                     "optionally @d1+d2 (only at those head dims); default: all but SKIP_BY_DEFAULT")
     ap.add_argument("--sdpa", default=",".join(SDPA), help="SDPA backends beside (default: flash,cudnn)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this many seconds")

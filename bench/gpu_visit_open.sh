@@ -36,6 +36,8 @@
 #   layouts6   issue 14 v6: layouts_speed at d = 64/128, N = 2k/4k, twice                              -> layouts6/
 #   ncu6       issue 14 v6: ncu (SOL, warp state) of the v6 default against cuDNN at N = 512 and causal 4k   -> ncu6/
 #   oqt        issue 14 v6d: O_TMA builds: tests, memcheck on 3 CTAs, A/B against the v6 default         -> oqt/
+#   v6e        issue 14 v6e: the self-zeroing tile counter: tests, memcheck / racecheck of forward()'s persistent builds
+#              on 3 CTAs, the grid of forward()'s default against the pre-v6e launch and SDPA (abba)      -> v6e/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -261,6 +263,25 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 110 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048,4096,8192,16384 \
         --variants default,bc128-dyn-oqt@128,br192-rs-dyn-oqt@64 --budget-s 100 > "$W/ab.txt" 2>&1; r=$?
       tail -2 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    v6e)  # issue 14 v6e: the tile counter that zeroes itself (atomicInc): the persistent builds' GPU tests and
+          # forward()'s dispatch / layouts tests, memcheck and racecheck of forward()'s persistent builds on 3 CTAs
+          # (O_TMA's first racecheck), then the grid: forward()'s default, the same after a torch.zeros launch (the
+          # pre-v6e launcher), SDPA flash and cuDNN, every cell in order then reversed
+      timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "counter or sections or (size_candidate and dyn) or persistent or dynamic or oqt" > "$W/tests.log" 2>&1; rc=$?
+      tail -3 "$W/tests.log"
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
+        -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$W/tests2.log" 2>&1
+      r=$?; tail -3 "$W/tests2.log"; rc=$(( rc != 0 ? rc : r ))
+      cfg=$(wgmma_builds 128:bc128-dyn-oqt:3 64:small-tma3-dyn-oq:3 64:br192-rs-dyn-oq:3 256:dynamic:3)
+      for tool in memcheck racecheck; do
+        timeout 170 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
+          --tools $tool --only-configs --kernel-shapes 6 --timeout 160 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        r=$?; tail -2 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
+      done
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
+        --variants default,default-memset --order abba --budget-s 180 > "$W/ab.txt" 2>&1; r=$?
+      tail -3 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

@@ -480,15 +480,28 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
         n_tiles = grid[0] * grid[1]
         ctas = (config or {}).get("GRID") or _sm_count(dev) * defs.get("MIN_BLOCKS", 1)
         grid = (max(1, min(n_tiles, int(ctas))), 1, 1)
-        # PERSISTENT=2 counts tiles handed out with atomicAdd: a fresh zeroed counter per call (stream-ordered
-        # with the launch, so calls on several streams cannot share one); PERSISTENT=1 never reads it
-        counter = torch.zeros(1, dtype=torch.int32, device=q.device) if defs["PERSISTENT"] == 2 else o
+        # PERSISTENT=2 counts tiles handed out with atomicAdd; the launch's last fetch zeroes it again (v6e), so
+        # one counter serves every call on a stream; PERSISTENT=1 never reads it
+        counter = _tile_counter(q.device) if defs["PERSISTENT"] == 2 else o
         args = args + (int(b * h), counter)
     loader.get_function(src, kernel, defines=defs, arch=ARCH, device=dev).launch(grid, block, args, shared_mem=smem)
     return o, lse
 
 
 _SMS: dict = {}  # device index -> SM count
+_COUNTERS: dict = {}  # (device index, stream) -> the PERSISTENT=2 tile counter
+
+
+def _tile_counter(device):
+    """The dynamic scheduler's int32 tile counter for the current stream: zeroed once here, and by each launch's
+    last fetch after that (fa2_wgmma_tma.cu v6e). One per stream, since launches on two streams may overlap."""
+    import torch
+
+    key = (device.index, torch.cuda.current_stream(device).cuda_stream)
+    c = _COUNTERS.get(key)
+    if c is None:
+        c = _COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+    return c
 
 
 def _sm_count(dev) -> int:

@@ -292,7 +292,8 @@ class CTA:
 class Sim:
     def __init__(self, p, ctas, dynamic, seed):
         self.p, self.dynamic, self.rng = p, dynamic, random.Random(seed)
-        self.counter, self.n_ctas = 0, ctas
+        self.counter, self.n_ctas, self.fetches = 0, ctas, 0
+        self.n_tiles = -(-p["Nq"] // p["BM"]) * p["BH"]
         self.events, self.written = [], []
         self.ctas = [CTA(self, c, p) for c in range(ctas)]
         self.agents = []
@@ -301,9 +302,13 @@ class Sim:
             self.agents += [[c.consumer(cg), None] for cg in range(p["NWG"])]
 
     def next_tile(self, cta, tile):
-        if self.dynamic:
+        if self.dynamic:  # the kernel's atomicInc, wrapping after the last tile's index: it leaves 0 (v6e)
+            got = self.counter
             self.counter += 1
-            return self.n_ctas + self.counter - 1
+            self.fetches += 1
+            if got == self.p.get("reset_at", self.n_tiles - 1):
+                self.counter = 0
+            return self.n_ctas + got
         return tile + self.n_ctas
 
     def run(self, max_steps=200000):
@@ -345,6 +350,8 @@ def test_persistent_protocol(n_q, n_k, bh, causal, dynamic, ctas, blocks, stages
     sim = Sim(p, min(ctas, n_tiles), dynamic, seed)
     sim.run()
     assert sorted(sim.written) == sorted((t, cg) for t in range(n_tiles) for cg in range(2)), "a tile lost or twice"
+    if dynamic:  # one fetch per tile run, and the counter back at 0 for the next launch on the stream
+        assert sim.fetches == n_tiles and sim.counter == 0
 
 
 def test_the_model_catches_a_missing_release():
@@ -402,3 +409,16 @@ def test_the_model_catches_an_early_q_release():
         except (AssertionError, Deadlock):
             failures += 1
     assert failures > 0
+
+
+def test_the_model_catches_an_early_counter_reset():
+    """The counter's reset must come from the launch's last fetch: zeroed by the first CTA to see the end (its
+    fetch returns Tr*B*H - CTAs), the CTAs still running fetch tiles that were already run."""
+    p = dict(Nq=512, Nk=300, BH=3, causal=False, BM=128, BN=128, NWG=2, STAGES=2, PINGPONG=0)
+    sim = Sim(p, 3, True, 0)
+    sim.run()
+    assert sim.counter == 0
+    sim = Sim(dict(p, reset_at=12 - 3), 3, True, 0)
+    with pytest.raises((AssertionError, RuntimeError, Deadlock)):
+        sim.run(max_steps=20000)
+        assert sorted(sim.written) == sorted((t, cg) for t in range(12) for cg in range(2)) and sim.counter == 0

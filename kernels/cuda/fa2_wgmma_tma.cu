@@ -175,6 +175,9 @@
 //           tile (ncu at N = 512: cuDNN runs the same work with 8-25% fewer instructions; persist14/ncu6). d = 128
 //           (bc128-dyn-oqt, persist14/oqt): 0.94-0.99x bc128-dyn-oq's time in every cell at N <= 4k -> SIZE_RULES[128]
 //           (Nk <= 4096, causal or not). d = 64 Br = 192: 0.95-1.04, not taken. GPU tests, memcheck clean.
+//       v6e the tile counter zeroes itself: one fetch per tile run, so a launch makes exactly Tr*B*H of them, and
+//           atomicInc wrapping at Tr*B*H - 1 leaves 0 after the last (the value each fetch returns is unchanged), and the launcher keeps one counter per device and stream instead of a torch.zeros
+//           (a fill kernel in the stream) before every call. Measured: see the v6e entry in persist14/counter.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -353,7 +356,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                   u16* __restrict__ Og, float* __restrict__ LSEg, int Nq,
                   int Nk, float scale_log2, float scale, int causal, int H, int group
 #if PERSISTENT
-                  , int BH, int* __restrict__ tile_counter  // B*H; PERSISTENT=2: zeroed before each launch
+                  , int BH, int* __restrict__ tile_counter  // B*H; PERSISTENT=2: 0 at launch, 0 again at exit
 #endif
                   ) {
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -478,8 +481,12 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 }
                 if (PERSISTENT && T == 0) load_q();  // the consumers stage this tile's epilogue through it
                 kv_it += T;
-#if PERSISTENT
-                tile = PERSISTENT == 2 ? n_ctas() + atomicAdd(tile_counter, 1) : tile + n_ctas();
+#if PERSISTENT == 2
+                // one fetch per tile run, so exactly Tr*B*H fetches a launch: atomicInc wraps at Tr*B*H - 1, so the
+                // last of them leaves 0 behind for the next launch on the stream (v6e)
+                tile = n_ctas() + (int)atomicInc(reinterpret_cast<unsigned*>(tile_counter), (unsigned)(Tr * BH - 1));
+#elif PERSISTENT
+                tile += n_ctas();
 #endif
             }
         }
