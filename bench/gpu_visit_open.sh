@@ -38,6 +38,8 @@
 #   oqt        issue 14 v6d: O_TMA builds: tests, memcheck on 3 CTAs, A/B against the v6 default         -> oqt/
 #   v6e        issue 14 v6e: the self-zeroing tile counter: tests, memcheck / racecheck of forward()'s persistent builds
 #              on 3 CTAs, the grid of forward()'s default against the pre-v6e launch and SDPA (abba)      -> v6e/
+#   cand7      issue 14 after v6e: Bc = 160 + O_TMA and the rescale threshold at d = 128, the 3-CTA build + O_TMA at
+#              d = 64: tests, memcheck, A/B at N <= 4k, ncu against cuDNN at d = 128 4k / d = 64 1k  -> cand7/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -282,6 +284,22 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
         --variants default,default-memset --order abba --budget-s 180 > "$W/ab.txt" 2>&1; r=$?
       tail -3 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    cand7)  # issue 14 after v6e: builds for the cells still behind cuDNN (d = 128 non-causal 1k-4k: Bc = 160 with O_TMA,
+            # the rescale threshold; d = 64 causal <= 2k: the 3-CTA build with O_TMA): GPU tests, memcheck on 3 CTAs,
+            # the A/B at N <= 4k (abba), ncu against cuDNN at d = 128 non-causal 4k and d = 64 non-causal 1k
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "size_candidate and oqt" > "$W/tests.log" 2>&1; rc=$?
+      tail -3 "$W/tests.log"
+      cfg=$(wgmma_builds 128:bc160-dyn-oqt:3 128:bc128-dyn-oqt-r:3 64:small-tma3-dyn-oqt:3)
+      timeout 90 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
+        --tools memcheck --only-configs --kernel-shapes 10 --timeout 85 --configs "$cfg" > "$W/memcheck.txt" 2>&1
+      r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 150 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048,4096 \
+        --variants default,bc160-dyn-oqt@128,bc128-dyn-oqt-r@128,small-tma3-dyn-oqt@64,br192-rs-dyn-oqt@64 \
+        --budget-s 130 > "$W/ab.txt" 2>&1; r=$?
+      tail -12 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r ))
+      OUT=$W MOONSHOT_CELLS=4096x128x0,1024x64x0 timeout 100 bash bench/ncu_moonshot.sh > "$W/ncu.txt" 2>&1
+      r=$?; tail -8 "$W/ncu.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

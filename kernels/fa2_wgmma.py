@@ -219,6 +219,12 @@ SIZE_CANDIDATES[128]["bc160-dyn-oq"] = dict(CONFIGS[128], BLOCK_N=160, PERSISTEN
 # 8-25% fewer instructions; bench/results/persist14/ncu6)
 SIZE_CANDIDATES[128]["bc128-dyn-oqt"] = dict(SIZE_CANDIDATES[128]["bc128-dyn-oq"], O_TMA=1)
 SIZE_CANDIDATES[64]["small-tma3-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-tma3"], PERSISTENT=2, O_TILE=1)
+# the cells still behind cuDNN after v6e (persist14/v6e): d = 128 non-causal 1k-4k (0.94-0.99) with the longest key
+# block that leaves room for O's tile, and with FA4's rescale threshold (v3a: level at d = 128 one tile per CTA, where
+# the O rescale is under the next block's loads); d = 64 causal N <= 2k (0.93-0.99) with O stored by TMA
+SIZE_CANDIDATES[128]["bc160-dyn-oqt"] = dict(SIZE_CANDIDATES[128]["bc160-dyn-oq"], O_TMA=1)
+SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"] = dict(SIZE_CANDIDATES[128]["bc128-dyn-oqt"], RESCALE_THRESHOLD=8)
+SIZE_CANDIDATES[64]["small-tma3-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], O_TMA=1)
 SIZE_MAX_N = 4096
 # Tile candidates timed at every N (bench/ab_wgmma_speed.py): d = 64 with three consumer warpgroups (Br = 192,
 # FA3's hopper/tile_size.h tile for d <= 64), one CTA of 512 threads per SM. At d = 64 the exponentials of a
