@@ -40,6 +40,8 @@
 #              on 3 CTAs, the grid of forward()'s default against the pre-v6e launch and SDPA (abba)      -> v6e/
 #   cand7      issue 14 after v6e: Bc = 160 + O_TMA and the rescale threshold at d = 128, the 3-CTA build + O_TMA at
 #              d = 64: tests, memcheck, A/B at N <= 4k, ncu against cuDNN at d = 128 4k / d = 64 1k  -> cand7/
+#   confirm7   issue 14: forward()'s rules after cand7: dispatch / layouts tests, the grid (abba) against the v6e builds,
+#              layouts_speed at N = 2k/4k                                                             -> confirm7/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -300,6 +302,19 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       tail -12 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r ))
       OUT=$W MOONSHOT_CELLS=4096x128x0,1024x64x0 timeout 100 bash bench/ncu_moonshot.sh > "$W/ncu.txt" 2>&1
       r=$?; tail -8 "$W/ncu.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    confirm7)  # issue 14 after cand7: forward()'s new rules (d = 128 bc128-dyn-oqt-r at N <= 4k, d = 64 br192-rs-dyn-oqt
+               # non-causal N <= 2k): dispatch and layouts tests, the whole grid against the v6e rules' builds, CONFIGS[128]
+               # with the rescale threshold at 8k-16k, SDPA flash and cuDNN (abba), then strided / GQA against contiguous
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
+        -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$W/tests.log" 2>&1; rc=$?
+      tail -3 "$W/tests.log"
+      timeout 230 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
+        --variants default,bc128-dyn-oqt@128,rescale@128,br192-rs-dyn-oq@64,small-tma3@64 --budget-s 210 \
+        > "$W/ab.txt" 2>&1; r=$?
+      tail -14 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 100 python3 bench/layouts_speed.py --out "$W" --n 2048,4096 --d 64,128 --sets 3 > "$W/layouts.txt" 2>&1
+      r=$?; grep "^fa2_wgmma" "$W/layouts.txt" | awk '{print $2, $3, $4, $5, $8}' | tr '\n' ';'; echo
+      rc=$(( rc != 0 ? rc : r )) ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

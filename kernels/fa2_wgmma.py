@@ -301,11 +301,16 @@ def candidate(d: int, name: str) -> dict:
 # against bc128-dyn-oq in every cell at N <= 4k, causal and not (0.95-0.99 against CONFIGS at non-causal 4k), so it
 # replaces bc128-dyn-oq and takes non-causal 4k too; GPU tests 6 passed, memcheck 0 errors on 3 CTAs. At d = 64
 # (br192-rs-dyn-oqt) 0.95-1.04, geomean ~0.99 with cells over 1.03: not taken.
+# After v6e (persist14/cand7, one run, fp16 and bf16, time / forward()'s v6e default; persist14/confirm7 the second):
+#   d = 128, N <= 4k: bc128-dyn-oqt-r (FA4's rescale threshold on bc128-dyn-oqt) 0.94-0.99 in all 16 cells (geomean
+#     0.963), causal and not. One tile per CTA it was level (v3a); here the O rescale it skips is no longer hidden.
+#     Bc = 160 with O_TMA: 0.99-1.16, not taken.
+#   d = 64, non-causal N <= 2k: br192-rs-dyn-oqt 0.97-0.99 (persist14/oqt: 0.98-1.01); at 4k 1.00-1.02, so not there.
+#     The 3-CTA build with O_TMA: causal 0.95-1.02, non-causal 1.03-1.13, not taken.
 SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
-                         (512, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None),  # non-causal: causal took the rule above
-                         (1024, SIZE_CANDIDATES[64]["small-tma3"], None),
+                         (2048, TILE_CANDIDATES[64]["br192-rs-dyn-oqt"], None),  # non-causal: causal took the above
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
-                    128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt"], None)],
+                    128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None)],
                     256: [(512, CONFIGS[256], "causal"),
                           (8192, candidate(256, "dynamic"), "causal")]}
 
