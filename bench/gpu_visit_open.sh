@@ -42,6 +42,7 @@
 #              d = 64: tests, memcheck, A/B at N <= 4k, ncu against cuDNN at d = 128 4k / d = 64 1k  -> cand7/
 #   confirm7   issue 14: forward()'s rules after cand7: dispatch / layouts tests, the grid (abba) against the v6e builds,
 #              layouts_speed at N = 2k/4k                                                             -> confirm7/
+#   rescale8k  issue 14: d = 128 N > 4k with the rescale threshold: tests, memcheck, A/B against CONFIGS  -> rescale8k/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -315,6 +316,21 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 100 python3 bench/layouts_speed.py --out "$W" --n 2048,4096 --d 64,128 --sets 3 > "$W/layouts.txt" 2>&1
       r=$?; grep "^fa2_wgmma" "$W/layouts.txt" | awk '{print $2, $3, $4, $5, $8}' | tr '\n' ';'; echo
       rc=$(( rc != 0 ? rc : r )) ;;
+    rescale8k)  # issue 14: d = 128 N > 4k with the rescale threshold in forward()'s rule (confirm7: 0.957 geomean against
+                # CONFIGS): the knob's GPU tests, dispatch / layouts tests, memcheck of the build, the A/B once more (abba)
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "rescale or stale or threshold" \
+        > "$W/tests.log" 2>&1; rc=$?
+      tail -2 "$W/tests.log"
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
+        -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$W/tests2.log" 2>&1
+      r=$?; tail -2 "$W/tests2.log"; rc=$(( rc != 0 ? rc : r ))
+      cfg=$(wgmma_builds 128:rescale)
+      timeout 60 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
+        --tools memcheck --only-configs --kernel-shapes 10 --timeout 55 --configs "$cfg" > "$W/memcheck.txt" 2>&1
+      r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 120 python3 bench/ab_wgmma_speed.py --out "$W" --dims 128 --seqs 4096,8192,16384 \
+        --variants default,base,rescale --budget-s 100 > "$W/ab.txt" 2>&1; r=$?
+      tail -6 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

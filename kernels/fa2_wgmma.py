@@ -307,10 +307,15 @@ def candidate(d: int, name: str) -> dict:
 #     Bc = 160 with O_TMA: 0.99-1.16, not taken.
 #   d = 64, non-causal N <= 2k: br192-rs-dyn-oqt 0.97-0.99 (persist14/oqt: 0.98-1.01); at 4k 1.00-1.02, so not there.
 #     The 3-CTA build with O_TMA: causal 0.95-1.02, non-causal 1.03-1.13, not taken.
+#   confirm7 (the second run) agrees: bc128-dyn-oqt / the new default 0.98-1.07 (geomean 1.025); br192-rs-dyn-oq 1.02-1.03
+#     and small-tma3 1.01-1.03 in the non-causal cells the new d = 64 entry took from them.
+#   d = 128, N > 4k: CONFIGS[128] with the rescale threshold ("rescale") 0.91-1.00 against CONFIGS (geomean 0.957, 8
+#     cells, confirm7; persist14/rescale8k the second run), where v3a had measured it level.
 SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
                          (2048, TILE_CANDIDATES[64]["br192-rs-dyn-oqt"], None),  # non-causal: causal took the above
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
-                    128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None)],
+                    128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None),
+                          (None, dict(CONFIGS[128], RESCALE_THRESHOLD=8), None)],
                     256: [(512, CONFIGS[256], "causal"),
                           (8192, candidate(256, "dynamic"), "causal")]}
 
