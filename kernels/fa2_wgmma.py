@@ -310,7 +310,9 @@ def candidate(d: int, name: str) -> dict:
 #   confirm7 (the second run) agrees: bc128-dyn-oqt / the new default 0.98-1.07 (geomean 1.025); br192-rs-dyn-oq 1.02-1.03
 #     and small-tma3 1.01-1.03 in the non-causal cells the new d = 64 entry took from them.
 #   d = 128, N > 4k: CONFIGS[128] with the rescale threshold ("rescale") 0.91-1.00 against CONFIGS (geomean 0.957, 8
-#     cells, confirm7; persist14/rescale8k the second run), where v3a had measured it level.
+#     cells, confirm7); persist14/rescale8k, the second run: 0.94-1.005 (geomean ~0.97). v3a had measured it level.
+#   GPU tests after the change (rescale8k): the threshold's paths, one CTA over tiles of three heads whose max jumps,
+#     stays and creeps, and forward()'s dispatch and layouts (62 passed); memcheck of the build 0 errors.
 SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
                          (2048, TILE_CANDIDATES[64]["br192-rs-dyn-oqt"], None),  # non-causal: causal took the above
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
