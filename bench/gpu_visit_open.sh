@@ -43,6 +43,8 @@
 #   confirm7   issue 14: forward()'s rules after cand7: dispatch / layouts tests, the grid (abba) against the v6e builds,
 #              layouts_speed at N = 2k/4k                                                             -> confirm7/
 #   rescale8k  issue 14: d = 128 N > 4k with the rescale threshold: tests, memcheck, A/B against CONFIGS  -> rescale8k/
+#   bc64       issue 14: Bc = 64 (exact key blocks at N = 512-2k) at d = 64 (3 CTAs) and d = 256: tests, sanitizers,
+#              A/B at N <= 2k                                                                         -> bc64/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -331,6 +333,20 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 120 python3 bench/ab_wgmma_speed.py --out "$W" --dims 128 --seqs 4096,8192,16384 \
         --variants default,base,rescale --budget-s 100 > "$W/ab.txt" 2>&1; r=$?
       tail -6 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    bc64)  # issue 14: key blocks that tile N = 512-2048 exactly (Bc = 64) at d = 64 (3 CTAs) and d = 256: GPU tests,
+           # memcheck / racecheck of the persistent builds on 3 CTAs, the A/B at N <= 2k against forward()'s default
+      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "size_candidate and bc64" > "$W/tests.log" 2>&1; rc=$?
+      tail -2 "$W/tests.log"
+      cfg=$(wgmma_builds 64:small-tma3-bc64-dyn-oq:3 256:bc64-dyn:3)
+      for tool in memcheck racecheck; do
+        timeout 100 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
+          --tools $tool --only-configs --kernel-shapes 6 --timeout 95 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        r=$?; tail -1 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
+      done
+      timeout 100 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,256 --seqs 512,1024,2048 \
+        --variants default,small-tma3-bc64-dyn-oq@64,bc64@256,bc64-dyn@256 --budget-s 90 > "$W/ab.txt" 2>&1; r=$?
+      grep -A16 "^dtype" "$W/ab.txt" | head -16; tail -8 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

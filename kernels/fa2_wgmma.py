@@ -225,6 +225,11 @@ SIZE_CANDIDATES[64]["small-tma3-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-tma3"
 SIZE_CANDIDATES[128]["bc160-dyn-oqt"] = dict(SIZE_CANDIDATES[128]["bc160-dyn-oq"], O_TMA=1)
 SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"] = dict(SIZE_CANDIDATES[128]["bc128-dyn-oqt"], RESCALE_THRESHOLD=8)
 SIZE_CANDIDATES[64]["small-tma3-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], O_TMA=1)
+# Key blocks that tile N = 512-2048 exactly: Bc = 96 at d = 64 (the 3-CTA build) runs 6 blocks over 512 keys, the
+# last one a third full (12.5% of the products on padding), and d = 256's Bc = 80 runs 7 (9%); Bc = 64 runs 8 full
+# ones at both (Bc = 128 does not fit 3 CTAs at d = 64, nor two stages at d = 256)
+SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], BLOCK_N=64)
+SIZE_CANDIDATES[256] = {"bc64": dict(CONFIGS[256], BLOCK_N=64), "bc64-dyn": dict(CONFIGS[256], BLOCK_N=64, PERSISTENT=2)}
 SIZE_MAX_N = 4096
 # Tile candidates timed at every N (bench/ab_wgmma_speed.py): d = 64 with three consumer warpgroups (Br = 192,
 # FA3's hopper/tile_size.h tile for d <= 64), one CTA of 512 threads per SM. At d = 64 the exponentials of a
