@@ -45,6 +45,7 @@
 #   rescale8k  issue 14: d = 128 N > 4k with the rescale threshold: tests, memcheck, A/B against CONFIGS  -> rescale8k/
 #   bc64       issue 14: Bc = 64 (exact key blocks at N = 512-2k) at d = 64 (3 CTAs) and d = 256: tests, sanitizers,
 #              A/B at N <= 2k                                                                         -> bc64/
+#   bc64b      issue 14: forward()'s d = 256 rule with bc64-dyn: dispatch tests, A/B at N = 512-8k      -> bc64b/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -347,6 +348,14 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 100 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,256 --seqs 512,1024,2048 \
         --variants default,small-tma3-bc64-dyn-oq@64,bc64@256,bc64-dyn@256 --budget-s 90 > "$W/ab.txt" 2>&1; r=$?
       grep -A16 "^dtype" "$W/ab.txt" | head -16; tail -8 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    bc64b)  # issue 14: forward()'s d = 256 rule with bc64-dyn (causal <= 2k, non-causal 512): dispatch tests, the A/B
+            # once more against the builds it replaced, and at causal 4k-8k where "dynamic" stays
+      timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
+        -k "head_dims or (wgmma and matches_reference)" > "$W/tests.log" 2>&1; rc=$?
+      tail -2 "$W/tests.log"
+      timeout 100 python3 bench/ab_wgmma_speed.py --out "$W" --dims 256 --seqs 512,1024,2048,4096,8192 \
+        --variants default,base,dynamic,bc64-dyn --budget-s 90 > "$W/ab.txt" 2>&1; r=$?
+      grep -A12 "^dtype" "$W/ab.txt" | head -22; tail -4 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

@@ -316,6 +316,10 @@ def candidate(d: int, name: str) -> dict:
 #     and small-tma3 1.01-1.03 in the non-causal cells the new d = 64 entry took from them.
 #   d = 128, N > 4k: CONFIGS[128] with the rescale threshold ("rescale") 0.91-1.00 against CONFIGS (geomean 0.957, 8
 #     cells, confirm7); persist14/rescale8k, the second run: 0.94-1.005 (geomean ~0.97). v3a had measured it level.
+#   d = 256, Bc = 64 persistent (bc64-dyn: 8 whole key blocks at N = 512 where Bc = 80 runs 7, the last 40% full;
+#     finer causal diagonal blocks) against the default (persist14/bc64, one run; persist14/bc64b the second): causal
+#     512-2048 0.95-0.97 (6 cells), non-causal 512 0.97-0.98 (1k-2k 1.02-1.05: not there). Bc = 64 one tile per CTA:
+#     0.96-1.11. d = 64 with 3 CTAs at Bc = 64: causal 512 0.97, elsewhere 1.00-1.17: not taken.
 #   GPU tests after the change (rescale8k): the threshold's paths, one CTA over tiles of three heads whose max jumps,
 #     stays and creeps, and forward()'s dispatch and layouts (62 passed); memcheck of the build 0 errors.
 SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
@@ -323,8 +327,9 @@ SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causa
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None),
                           (None, dict(CONFIGS[128], RESCALE_THRESHOLD=8), None)],
-                    256: [(512, CONFIGS[256], "causal"),
-                          (8192, candidate(256, "dynamic"), "causal")]}
+                    256: [(2048, SIZE_CANDIDATES[256]["bc64-dyn"], "causal"),
+                          (8192, candidate(256, "dynamic"), "causal"),
+                          (512, SIZE_CANDIDATES[256]["bc64-dyn"], None)]}
 
 
 def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None, causal: bool = False) -> dict | None:
