@@ -353,7 +353,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
         -k "head_dims or (wgmma and matches_reference)" > "$W/tests.log" 2>&1; rc=$?
       tail -2 "$W/tests.log"
-      timeout 100 python3 bench/ab_wgmma_speed.py --out "$W" --dims 256 --seqs 512,1024,2048,4096,8192 \
+      timeout 100 python3 bench/ab_wgmma_speed.py --out "$W" --dims 256 --seqs ${BC64_SEQS:-512,1024,2048,4096,8192} \
         --variants default,base,dynamic,bc64-dyn --budget-s 90 > "$W/ab.txt" 2>&1; r=$?
       grep -A12 "^dtype" "$W/ab.txt" | head -22; tail -4 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
