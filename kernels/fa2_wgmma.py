@@ -321,8 +321,9 @@ def candidate(d: int, name: str) -> dict:
 #     512-2048 0.95-0.97 (6 cells), non-causal 512 0.97-0.98 (1k-2k 1.02-1.05: not there). Bc = 64 one tile per CTA:
 #     0.96-1.11. d = 64 with 3 CTAs at Bc = 64: causal 512 0.97, elsewhere 1.00-1.17: not taken. The second run
 #     (bc64b, time / CONFIGS): bc64-dyn causal 0.95 / 0.91 / 0.88 / 0.87-0.89 at 512 / 1k / 2k / 4k where "dynamic"
-#     (Bc = 80) is 1.00 / 0.94 / 0.90-0.92 / 0.90-0.91, so it takes causal 4k too (one run there); non-causal 512
-#     0.96-0.98. At 8k and beyond not timed (a size candidate: N <= SIZE_MAX_N): "dynamic" keeps causal 8k.
+#     (Bc = 80) is 1.00 / 0.94 / 0.90-0.92 / 0.90-0.91; non-causal 512 0.96-0.98. At causal 4k a third run (bc64c,
+#     with the rule briefly at 4k) has the two level (bc64-dyn 0.87-0.90 as the default and 0.87-0.89 by name,
+#     "dynamic" 0.87-0.88; geomean over both runs 0.988, one cell 1.02), so "dynamic" keeps causal 4k-8k.
 #   GPU tests after the change (rescale8k): the threshold's paths, one CTA over tiles of three heads whose max jumps,
 #     stays and creeps, and forward()'s dispatch and layouts (62 passed); memcheck of the build 0 errors.
 SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
@@ -330,7 +331,7 @@ SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causa
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None),
                           (None, dict(CONFIGS[128], RESCALE_THRESHOLD=8), None)],
-                    256: [(4096, SIZE_CANDIDATES[256]["bc64-dyn"], "causal"),
+                    256: [(2048, SIZE_CANDIDATES[256]["bc64-dyn"], "causal"),
                           (8192, candidate(256, "dynamic"), "causal"),
                           (512, SIZE_CANDIDATES[256]["bc64-dyn"], None)]}
 
