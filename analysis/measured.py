@@ -115,7 +115,9 @@ AB_VARIANTS = {"fa2_wgmma[default]": None, "fa2_wgmma[base]": None, "fa2_wgmma[r
                # dynamic persistent build of d = 256's causal rule
                "fa2_wgmma[bc128-dyn-oq]": (128,), "fa2_wgmma[small-tma3-dyn-oq]": (64,),
                "fa2_wgmma[br192-rs-dyn-oq]": (64,), "fa2_wgmma[dynamic]": (256,),
-               "fa2_wgmma[bc128-dyn-oqt]": (128,), "fa2_wgmma[br192-rs-dyn-oqt]": (64,)}  # v6d: O stored by TMA
+               "fa2_wgmma[bc128-dyn-oqt]": (128,), "fa2_wgmma[br192-rs-dyn-oqt]": (64,),  # v6d: O stored by TMA
+               # v6f: the rules' builds with the rescale threshold at d = 128, and d = 256's Bc = 64 persistent build
+               "fa2_wgmma[bc128-dyn-oqt-r]": (128,), "fa2_wgmma[rescale]": (128,), "fa2_wgmma[bc64-dyn]": (256,)}
 
 
 # persistent builds order their causal tiles in sections of heads since fa2_wgmma_tma.cu v6 (CAUSAL_SECTION_KB);
