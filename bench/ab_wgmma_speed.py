@@ -61,12 +61,15 @@ def entries(d: int, variants, n: int, sdpa=SDPA):
 
 def _with_memset(q, k, v, causal, out=None):
     """forward()'s default as launched before v6e: a fresh torch.zeros tile counter (a fill kernel in the stream)
-    before each call. The kernel ignores it; the A/B prices that launch (fa2_wgmma_tma.cu v6e)."""
+    before each call of a dynamic persistent build (PERSISTENT=2). The kernel ignores it; the A/B prices that launch
+    (fa2_wgmma_tma.cu v6e). (persist14/v6e was timed with the fill before every default call, these builds or not.)"""
     import torch
 
     from kernels import fa2_wgmma
 
-    torch.zeros(1, dtype=torch.int32, device=q.device)
+    cfg = fa2_wgmma.choose_config(q.shape[-1], k.shape[2], True, causal=causal) or fa2_wgmma.CONFIGS[q.shape[-1]]
+    if cfg.get("PERSISTENT") == 2:
+        torch.zeros(1, dtype=torch.int32, device=q.device)
     return fa2_wgmma.forward(q, k, v, causal=causal, out=out)
 
 

@@ -45,7 +45,8 @@
 #   rescale8k  issue 14: d = 128 N > 4k with the rescale threshold: tests, memcheck, A/B against CONFIGS  -> rescale8k/
 #   bc64       issue 14: Bc = 64 (exact key blocks at N = 512-2k) at d = 64 (3 CTAs) and d = 256: tests, sanitizers,
 #              A/B at N <= 2k                                                                         -> bc64/
-#   bc64b      issue 14: forward()'s d = 256 rule with bc64-dyn: dispatch tests, A/B at N = 512-8k      -> bc64b/
+#   bc64b      issue 14: forward()'s d = 256 rule with bc64-dyn: dispatch tests, A/B at N = 512-8k (BC64_SEQS=4096:
+#              the causal 4k check, committed as persist14/bc64c)                                   -> bc64b/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/

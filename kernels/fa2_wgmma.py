@@ -311,7 +311,7 @@ def candidate(d: int, name: str) -> dict:
 #     0.963), causal and not. One tile per CTA it was level (v3a); here the O rescale it skips is no longer hidden.
 #     Bc = 160 with O_TMA: 0.99-1.16, not taken.
 #   d = 64, non-causal N <= 2k: br192-rs-dyn-oqt 0.97-0.99 (persist14/oqt: 0.98-1.01); at 4k 1.00-1.02, so not there.
-#     The 3-CTA build with O_TMA: causal 0.95-1.02, non-causal 1.03-1.13, not taken.
+#     The 3-CTA build with O_TMA: causal 0.95-1.02, non-causal 0.96-1.13, not taken.
 #   confirm7 (the second run) agrees: bc128-dyn-oqt / the new default 0.98-1.07 (geomean 1.025); br192-rs-dyn-oq 1.02-1.03
 #     and small-tma3 1.01-1.03 in the non-causal cells the new d = 64 entry took from them.
 #   d = 128, N > 4k: CONFIGS[128] with the rescale threshold ("rescale") 0.91-1.00 against CONFIGS (geomean 0.957, 8
@@ -330,7 +330,7 @@ SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causa
                          (2048, TILE_CANDIDATES[64]["br192-rs-dyn-oqt"], None),  # non-causal: causal took the above
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None),
-                          (None, dict(CONFIGS[128], RESCALE_THRESHOLD=8), None)],
+                          (None, candidate(128, "rescale"), None)],
                     256: [(2048, SIZE_CANDIDATES[256]["bc64-dyn"], "causal"),
                           (8192, candidate(256, "dynamic"), "causal"),
                           (512, SIZE_CANDIDATES[256]["bc64-dyn"], None)]}
@@ -526,9 +526,13 @@ _COUNTERS: dict = {}  # (device index, stream) -> the PERSISTENT=2 tile counter
 
 def _tile_counter(device):
     """The dynamic scheduler's int32 tile counter for the current stream: zeroed once here, and by each launch's
-    last fetch after that (fa2_wgmma_tma.cu v6e). One per stream, since launches on two streams may overlap."""
+    last fetch after that (fa2_wgmma_tma.cu v6e). One per stream, since launches on two streams may overlap.
+    Under CUDA-graph capture a fresh zeroed counter per call, as before v6e: a cached one would be shared by the
+    graph's replays and eager calls, and one first made during capture is zeroed only when the graph replays."""
     import torch
 
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros(1, dtype=torch.int32, device=device)
     key = (device.index, torch.cuda.current_stream(device).cuda_stream)
     c = _COUNTERS.get(key)
     if c is None:

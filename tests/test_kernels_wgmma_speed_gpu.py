@@ -117,19 +117,24 @@ def test_persistent_causal_sections(section_kb):
 
 
 @needs_hopper
-def test_dynamic_counter_is_fresh_per_call():
-    """PERSISTENT=2 hands out tiles from an atomic counter: back-to-back calls (no sync between them) must
-    each start from tile 0, so every output is written every time."""
+def test_dynamic_counter_resets_itself():
+    """PERSISTENT=2 hands out tiles from an atomic counter that each launch's last fetch zeroes (v6e): back-to-back
+    calls of different tile counts on one stream (no sync between them) must each start from tile 0, so every
+    output is written every time, and the counter is 0 after them."""
     cfg = dict(fa2_wgmma.CONFIGS[128], PERSISTENT=2, GRID=4)
-    q = torch.randn(1, 2, 700, 128, device="cuda", dtype=torch.float16)
     outs = []
-    for _ in range(3):
+    for n in (700, 130, 1100, 700):
+        gen = torch.Generator(device="cuda").manual_seed(n)
+        q = torch.randn(1, 2, n, 128, device="cuda", dtype=torch.float16, generator=gen)
         o = torch.full_like(q, float("nan"))
         lse = torch.full(q.shape[:3], float("nan"), device="cuda")
         fa2_wgmma.forward(q, q, q, config=cfg, out=(o, lse))
-        outs.append(o)
+        outs.append((o, lse))
     torch.cuda.synchronize()
-    assert all(torch.isfinite(o).all() for o in outs) and all(torch.equal(outs[0], o) for o in outs[1:])
+    assert all(bool(torch.isfinite(o).all()) and bool(torch.isfinite(lse).all()) for o, lse in outs)
+    assert torch.equal(outs[0][0], outs[3][0])
+    counter = fa2_wgmma._tile_counter(torch.device("cuda", torch.cuda.current_device()))
+    assert int(counter.item()) == 0
 
 
 def _ramp(n_k, d, dtype, log2_span, reverse):

@@ -419,6 +419,8 @@ def test_the_model_catches_an_early_counter_reset():
     sim.run()
     assert sim.counter == 0
     sim = Sim(dict(p, reset_at=12 - 3), 3, True, 0)
-    with pytest.raises((AssertionError, RuntimeError, Deadlock)):
+    try:
         sim.run(max_steps=20000)
-        assert sorted(sim.written) == sorted((t, cg) for t in range(12) for cg in range(2)) and sim.counter == 0
+    except Deadlock:  # the step limit: CTAs still fetching tiles that were already run
+        return
+    assert sim.fetches > 12 and len(sim.written) > 2 * 12, "tiles run again after the early reset"

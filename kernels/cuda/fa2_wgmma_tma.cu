@@ -176,16 +176,18 @@
 //           (bc128-dyn-oqt, persist14/oqt): 0.94-0.99x bc128-dyn-oq's time in every cell at N <= 4k -> SIZE_RULES[128]
 //           (Nk <= 4096, causal or not). d = 64 Br = 192: 0.95-1.04, not taken. GPU tests, memcheck clean.
 //       v6e the tile counter zeroes itself: one fetch per tile run, so a launch makes exactly Tr*B*H of them, and
-//           atomicInc wrapping at Tr*B*H - 1 leaves 0 after the last (the value each fetch returns is unchanged), and the launcher keeps one counter per device and stream instead of a torch.zeros
-//           (a fill kernel in the stream) before every call. Measured (persist14/v6e, abba, fp16/bf16, 72 cells): the
-//           pre-v6e launch (a torch.zeros before the call) / v6e: 1.00-1.02 at N = 512, geomean 1.000 over the grid (the
-//           fill kernel is ~2 us). GPU tests, memcheck and racecheck (3 CTAs, forward()'s four persistent builds,
-//           O_TMA's first racecheck): 0 errors, 0 hazards. Its producer spills 16 B at d = 64 Br = 192 (was 0).
+//           atomicInc wrapping at Tr*B*H - 1 leaves 0 after the last (the value each fetch returns is unchanged); the
+//           launcher keeps one counter per device and stream instead of a torch.zeros (a fill kernel in the stream)
+//           before every call (under graph capture it still makes a fresh one). Measured (persist14/v6e, abba,
+//           fp16/bf16, 72 cells): the pre-v6e launch (a torch.zeros before the call) / v6e: 0.99-1.02 at N = 512,
+//           geomean 1.000 over the grid (the fill kernel is ~2 us). GPU tests, memcheck and racecheck (3 CTAs,
+//           forward()'s four persistent builds, O_TMA's first racecheck): 0 errors, 0 hazards. Its producer spills
+//           16 B at d = 64 Br = 192 (was 0).
 //       v6f no kernel change, forward()'s rules (kernels/fa2_wgmma.py SIZE_RULES; persist14/cand7, confirm7, rescale8k):
 //           RESCALE_THRESHOLD=8 at d = 128 now wins: persistent bc128-dyn-oqt 0.94-0.99 in all 16 cells at N <= 4k
-//           (two runs), CONFIGS 0.91-1.005 at 8k-16k (two runs, geomean ~0.96). v3a had it level one tile per CTA.
-//           Not taken: Bc = 160 + O_TMA (0.99-1.16), 3 CTAs + O_TMA at d = 64 (0.95-1.13). Taken at d = 64:
-//           Br = 192 + O_TMA for non-causal N <= 2k (0.97-0.99, two runs). The grid (grid7, two abba runs): >= cuDNN
+//           (cand7; confirm7 0.94-1.02, geomean 0.976), CONFIGS 0.91-1.005 at 8k-16k (two runs, geomean ~0.96). v3a
+//           had it level one tile per CTA. Not taken: Bc = 160 + O_TMA (0.99-1.16), 3 CTAs + O_TMA at d = 64
+//           (0.95-1.13). Taken at d = 64: Br = 192 + O_TMA for non-causal N <= 2k (0.97-0.99, two runs). The grid (grid7, two abba runs): >= cuDNN
 //           in 56 and 50 of 72 cells (mean of the two: 52). Then d = 256 Bc = 64 persistent (bc64-dyn: 8 whole key
 //           blocks at N = 512 where Bc = 80 runs 7; finer causal diagonal blocks): causal 512-2k 0.95-0.97 of the
 //           default's time (persist14/bc64, bc64b), non-causal 512 0.97-0.98; level with Bc = 80 at causal 4k
