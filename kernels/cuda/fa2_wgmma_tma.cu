@@ -187,8 +187,8 @@
 //           RESCALE_THRESHOLD=8 at d = 128 now wins: persistent bc128-dyn-oqt 0.94-0.99 in all 16 cells at N <= 4k
 //           (cand7; confirm7 0.94-1.02, geomean 0.976), CONFIGS 0.91-1.005 at 8k-16k (two runs, geomean ~0.96). v3a
 //           had it level one tile per CTA. Not taken: Bc = 160 + O_TMA (0.99-1.16), 3 CTAs + O_TMA at d = 64
-//           (0.95-1.13). Taken at d = 64: Br = 192 + O_TMA for non-causal N <= 2k (0.97-0.99, two runs). The grid (grid7, two abba runs): >= cuDNN
-//           in 56 and 50 of 72 cells (mean of the two: 52). Then d = 256 Bc = 64 persistent (bc64-dyn: 8 whole key
+//           (0.95-1.13). Taken at d = 64: Br = 192 + O_TMA for non-causal N <= 2k (0.97-0.99, two runs). The grid
+//           (grid7, two abba runs): >= cuDNN in 56 and 50 of 72 cells (mean of the two: 52). Then d = 256 Bc = 64 persistent (bc64-dyn: 8 whole key
 //           blocks at N = 512 where Bc = 80 runs 7; finer causal diagonal blocks): causal 512-2k 0.95-0.97 of the
 //           default's time (persist14/bc64, bc64b), non-causal 512 0.97-0.98; level with Bc = 80 at causal 4k
 //           (bc64c). Bc = 64 one tile per CTA 0.96-1.11, and d = 64's 3-CTA build at Bc = 64 1.00-1.17 (causal 512
