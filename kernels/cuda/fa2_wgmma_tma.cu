@@ -715,6 +715,6 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         kv_it += T;
     }
 #if O_TMA
-    if ((tid & 127) == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // smem outlives the stores
+    if ((tid & 127) == 0) bulk_wait_all();  // smem outlives the stores
 #endif
 }
