@@ -47,6 +47,8 @@
 #              A/B at N <= 2k                                                                         -> bc64/
 #   bc64b      issue 14: forward()'s d = 256 rule with bc64-dyn: dispatch tests, A/B at N = 512-8k (BC64_SEQS=4096:
 #              the causal 4k check, committed as persist14/bc64c)                                   -> bc64b/
+#   closeout   stop 15's unrun GPU checks: the counter tests (mixed tile counts, graph capture), dispatch / layouts
+#              tests, the grid twice with every v6f rule                                              -> closeout/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -357,6 +359,20 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 100 python3 bench/ab_wgmma_speed.py --out "$W" --dims 256 --seqs ${BC64_SEQS:-512,1024,2048,4096,8192} \
         --variants default,base,dynamic,bc64-dyn --budget-s 90 > "$W/ab.txt" 2>&1; r=$?
       grep -A12 "^dtype" "$W/ab.txt" | head -22; tail -4 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    closeout)  # what stop 15 left unrun on the GPU: the counter tests as rewritten in review (tile counts mixed on one
+               # stream, CUDA-graph capture), forward()'s dispatch and layouts tests, then the grid twice (abba) with
+               # every rule of v6f (d = 256 Bc = 64 included)
+      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "counter" \
+        > "$W/tests.log" 2>&1; rc=$?
+      tail -2 "$W/tests.log"
+      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
+        -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$W/tests2.log" 2>&1
+      r=$?; tail -2 "$W/tests2.log"; rc=$(( rc != 0 ? rc : r ))
+      for rep in 1 2; do
+        timeout 170 python3 bench/ab_wgmma_speed.py --out "$W/run$rep" --dims 64,128,256 \
+          --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 150 > "$W/ab$rep.txt" 2>&1
+        r=$?; grep "^cells with" "$W/ab$rep.txt"; rc=$(( rc != 0 ? rc : r ))
+      done ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

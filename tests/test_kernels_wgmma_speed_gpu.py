@@ -137,6 +137,33 @@ def test_dynamic_counter_resets_itself():
     assert int(counter.item()) == 0
 
 
+@needs_hopper
+def test_dynamic_counter_under_graph_capture():
+    """Under CUDA-graph capture the launcher gives each captured call a fresh zeroed counter (kernels/fa2_wgmma.py
+    _tile_counter; eager calls share one per stream): replays of the graph, with eager calls between them, each
+    write every tile, the same bits as an eager call."""
+    cfg = dict(fa2_wgmma.CONFIGS[128], PERSISTENT=2, GRID=4)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    q = torch.randn(1, 2, 700, 128, device="cuda", dtype=torch.float16, generator=gen)
+    ref, _ = fa2_wgmma.forward(q, q, q, config=cfg)
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph asks
+        fa2_wgmma.forward(q, q, q, config=cfg, out=(o, lse))
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fa2_wgmma.forward(q, q, q, config=cfg, out=(o, lse))
+    for _ in range(3):
+        o.fill_(float("nan"))
+        graph.replay()
+        fa2_wgmma.forward(q, q, q, config=cfg)  # an eager call on the default stream between replays
+        torch.cuda.synchronize()
+        assert torch.equal(o, ref)
+
+
 def _ramp(n_k, d, dtype, log2_span, reverse):
     """q = e0, k_n = c_n e0 with c_n a ramp: scores (times scale*log2 e) span log2_span along the keys.
     The kernel visits key blocks last to first, so reverse=True makes the row max grow with every block
