@@ -152,6 +152,7 @@ static_assert(STAGES >= 2 && STAGES <= 3, "2..3 ring slots");
 #include "tc_common.cuh"  // cp.async, pack2, ex2
 #include "wgmma.cuh"      // wgmma_ss / wgmma_ss_tt / wgmma_rs / fence / commit / wait
 #include "wgmma_fa2.cuh"  // sw128 layout, desc_sw128
+#include "tma_pipe.cuh"   // bulk groups (commit, wait for the read, wait for all), named barriers
 
 #define LOG2E_F 1.4426950408889634f
 #define POS_INF __int_as_float(0x7f800000)
@@ -271,14 +272,11 @@ __device__ __forceinline__ float2 lds_f2(u32 addr) {
     return v;
 }
 
-__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, u32 ssrc, int bytes) {
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                  ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    bulk_commit();
 }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ void red_add_v4(float* addr, float a, float b, float c, float d) {
     asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
@@ -469,13 +467,13 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
             const u32 sdq = sdQ0 + wg * DQ_SLICE_BYTES;
             const int t128 = tid & 127;
             if (t128 == 0) bulk_wait_read();  // the previous step's reduce has read this slice
-            bar_sync(1 + wg, 128);
+            named_sync(1 + wg, 128);
 #pragma unroll
             for (int j = 0; j < DQ_N / 8; ++j)
                 asm volatile("st.shared.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"r"(sdq + (j * 128 + t128) * 16),
                              "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3]) : "memory");
             fence_proxy_async();  // generic-proxy stores before the bulk copy (async proxy) reads them
-            bar_sync(1 + wg, 128);
+            named_sync(1 + wg, 128);
             if (t128 == 0)
                 bulk_reduce_add_f32(dQacc + ((bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M) * NWG + wg) * (64 * DQ_N), sdq,
                                     DQ_SLICE_BYTES);
