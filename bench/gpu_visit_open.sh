@@ -68,6 +68,17 @@ def build(d, name, grid=None):
     return {d: dict(f.candidate(int(d), name), **({'GRID': int(grid)} if grid else {}))}
 print(json.dumps({'fa2_wgmma': [build(*a.split(':')) for a in sys.argv[1:]]}))" "$@"
 }
+# sanitize_wgmma TOOL DTYPES KERNEL_SHAPES LIMIT_S SANITIZE_LIMIT_S CONFIGS: bench/sanitize.py, one compute-sanitizer
+# tool over the fa2_wgmma builds of CONFIGS (JSON, as wgmma_builds prints it) alone -> $W/TOOL/, log $W/TOOL.txt
+sanitize_wgmma() {
+  timeout "$4" python3 bench/sanitize.py --out "$W/$1" --kernels fa2_wgmma --shapes 0 --dtypes "$2" \
+    --tools "$1" --only-configs --kernel-shapes "$3" --timeout "$5" --configs "$6" > "$W/$1.txt" 2>&1
+}
+# dispatch_tests LOG LIMIT_S: the GPU tests of forward()'s rule dispatch, head dims and layouts (strided, GQA)
+dispatch_tests() {
+  timeout "$2" python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
+    -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$1" 2>&1
+}
 rowsum_configs() {  # the ROW_SUM_MMA builds (issue 14): the default's and the two d = 64 size builds'
   wgmma_builds 64:rowsum 64:small-tma3-rs 64:small-tma-rs
 }
@@ -97,8 +108,7 @@ for part in "$@"; do
         --variants base,small-tma,small-tma-dyn,small-tma3,small-cp --sdpa cudnn --budget-s 170 > "$W/ab.txt" 2>&1; rc2=$?
       tail -60 "$W/ab.txt"; rc=$(( rc != 0 ? rc : rc2 ))
       cfg=$(wgmma_builds 64:small-tma 128:small-tma 64:small-tma3 64:small-cp 128:small-cp)
-      timeout 100 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
-        --tools memcheck --only-configs --kernel-shapes 2 --timeout 90 --configs "$cfg" > "$W/memcheck.txt" 2>&1
+      sanitize_wgmma memcheck float16 2 100 90 "$cfg"
       rc3=$?; tail -5 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : rc3 )) ;;
     grid14)  # issue 14: what forward() runs (SIZE_RULES), CONFIGS, a d = 128 Bc = 128 candidate, SDPA flash and cuDNN
       timeout 70 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py tests/test_kernels_tc.py \
@@ -120,8 +130,7 @@ for part in "$@"; do
       done
       cfg=$(wgmma_builds 128:small-bc128)
       for tool in memcheck racecheck; do
-        timeout 100 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
-          --tools $tool --only-configs --kernel-shapes 6 --timeout 90 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        sanitize_wgmma "$tool" float16 6 100 90 "$cfg"
         rc=$?; tail -2 "$W/$tool.txt"
       done ;;
     cluster16_ncu)  # issue 18: DRAM bytes of the 16-CTA cluster kernel (f on chip) at N = 16k and 21504, d = 64/128
@@ -139,12 +148,10 @@ for part in "$@"; do
       timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
         -k "rowsum or tma-rs or tma3-rs" > "$W/tests.log" 2>&1; rc=$?
       tail -6 "$W/tests.log"
-      timeout 110 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
-        --tools memcheck --only-configs --kernel-shapes 6 --timeout 100 --configs "$(rowsum_configs)" > "$W/memcheck.txt" 2>&1
+      sanitize_wgmma memcheck float16,bfloat16 6 110 100 "$(rowsum_configs)"
       r=$?; tail -3 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     rowsum_race)
-      timeout 160 python3 bench/sanitize.py --out "$W/racecheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
-        --tools racecheck --only-configs --kernel-shapes 6 --timeout 150 --configs "$(rowsum_configs)" > "$W/racecheck.txt" 2>&1
+      sanitize_wgmma racecheck float16 6 160 150 "$(rowsum_configs)"
       rc=$?; tail -3 "$W/racecheck.txt" ;;
     rowsum_ab)
       timeout 330 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
@@ -156,8 +163,7 @@ for part in "$@"; do
       tail -4 "$W/tests.log"
       cfg=$(wgmma_builds 64:br192 64:br192-rs 64:rs-poly1 64:br192-rs-poly1)  # the four that visit sanitized
       for tool in memcheck racecheck; do
-        timeout 180 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
-          --tools $tool --only-configs --kernel-shapes 6 --timeout 170 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        sanitize_wgmma "$tool" float16 6 180 170 "$cfg"
         r=$?; tail -2 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
       done ;;
     tiles_ab)  # issue 14: ROW_SUM_MMA and the Br = 192 tile against the shipped d = 64 builds, twice (cells move +-7%)
@@ -190,8 +196,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
         > "$W/tests.log" 2>&1; rc=$?
       tail -3 "$W/tests.log"
       cfg=$(wgmma_builds 64:br192-bc96-rs 64:br192-bc64-rs)
-      timeout 60 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
-        --tools memcheck --only-configs --kernel-shapes 6 --timeout 55 --configs "$cfg" > "$W/memcheck.txt" 2>&1
+      sanitize_wgmma memcheck float16 6 60 55 "$cfg"
       r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
       timeout 120 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
         --variants default,base,small-tma3,br192-rs,br192-bc96-rs,br192-bc64-rs --budget-s 100 > "$W/ab.txt" 2>&1
@@ -208,8 +213,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       tail -4 "$W/tests.log"
       cfg=$(wgmma_builds 128:bc128-dyn-oq:3 128:bc160-dyn-oq:3 64:small-tma3-dyn-oq:3 64:br192-rs-dyn-oq:3)
       for tool in memcheck racecheck; do
-        timeout 150 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
-          --tools $tool --only-configs --kernel-shapes 6 --timeout 140 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        sanitize_wgmma "$tool" float16 6 150 140 "$cfg"
         r=$?; tail -2 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
       done
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048,4096 --dtypes float16 \
@@ -226,8 +230,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       tail -3 "$W/tests.log"
       cfg=$(wgmma_builds 128:bc128-dyn-oq:3 128:bc160-dyn-oq:3 64:small-tma3-dyn-oq:3 64:br192-rs-dyn-oq:3 \
         128:dynamic:3)
-      timeout 170 python3 bench/sanitize.py --out "$W/racecheck" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
-        --tools racecheck --only-configs --kernel-shapes 6 --timeout 160 --configs "$cfg" > "$W/racecheck.txt" 2>&1
+      sanitize_wgmma racecheck float16 6 170 160 "$cfg"
       r=$?; tail -4 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
       timeout 230 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
         --variants default,bc128-dyn-oq@128,bc160-dyn-oq@128,dynamic@128+256,br192-rs-dyn-oq@64,small-tma3-dyn-oq@64 \
@@ -236,13 +239,11 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
     confirm6)  # issue 14 v6: forward()'s new rules (persistent builds): its dispatch and layouts tests, d = 256's
                # persistent build under memcheck / racecheck on 3 CTAs, the grid (new default against the v5 rule's
                # builds and cuDNN, --order abba), and strided / GQA inputs against contiguous (layouts_speed)
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
-        -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$W/tests.log" 2>&1; rc=$?
+      dispatch_tests "$W/tests.log" 150; rc=$?
       tail -3 "$W/tests.log"
       cfg=$(wgmma_builds 256:dynamic:3)
       for tool in memcheck racecheck; do
-        timeout 80 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
-          --tools $tool --only-configs --kernel-shapes 6 --timeout 75 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        sanitize_wgmma "$tool" float16 6 80 75 "$cfg"
         r=$?; tail -1 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
       done
       timeout 110 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
@@ -268,8 +269,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
         > "$W/tests.log" 2>&1; rc=$?
       tail -3 "$W/tests.log"
       cfg=$(wgmma_builds 128:bc128-dyn-oqt:3 64:br192-rs-dyn-oqt:3)
-      timeout 60 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
-        --tools memcheck --only-configs --kernel-shapes 10 --timeout 55 --configs "$cfg" > "$W/memcheck.txt" 2>&1
+      sanitize_wgmma memcheck float16,bfloat16 10 60 55 "$cfg"
       r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
       timeout 110 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048,4096,8192,16384 \
         --variants default,bc128-dyn-oqt@128,br192-rs-dyn-oqt@64 --budget-s 100 > "$W/ab.txt" 2>&1; r=$?
@@ -281,13 +281,10 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
         -k "counter or sections or (size_candidate and dyn) or persistent or dynamic or oqt" > "$W/tests.log" 2>&1; rc=$?
       tail -3 "$W/tests.log"
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
-        -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$W/tests2.log" 2>&1
-      r=$?; tail -3 "$W/tests2.log"; rc=$(( rc != 0 ? rc : r ))
+      dispatch_tests "$W/tests2.log" 150; r=$?; tail -3 "$W/tests2.log"; rc=$(( rc != 0 ? rc : r ))
       cfg=$(wgmma_builds 128:bc128-dyn-oqt:3 64:small-tma3-dyn-oq:3 64:br192-rs-dyn-oq:3 256:dynamic:3)
       for tool in memcheck racecheck; do
-        timeout 170 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
-          --tools $tool --only-configs --kernel-shapes 6 --timeout 160 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        sanitize_wgmma "$tool" float16 6 170 160 "$cfg"
         r=$?; tail -2 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
       done
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
@@ -300,8 +297,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
         -k "size_candidate and oqt" > "$W/tests.log" 2>&1; rc=$?
       tail -3 "$W/tests.log"
       cfg=$(wgmma_builds 128:bc160-dyn-oqt:3 128:bc128-dyn-oqt-r:3 64:small-tma3-dyn-oqt:3)
-      timeout 90 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
-        --tools memcheck --only-configs --kernel-shapes 10 --timeout 85 --configs "$cfg" > "$W/memcheck.txt" 2>&1
+      sanitize_wgmma memcheck float16,bfloat16 10 90 85 "$cfg"
       r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
       timeout 150 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048,4096 \
         --variants default,bc160-dyn-oqt@128,bc128-dyn-oqt-r@128,small-tma3-dyn-oqt@64,br192-rs-dyn-oqt@64 \
@@ -312,8 +308,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
     confirm7)  # issue 14 after cand7: forward()'s new rules (d = 128 bc128-dyn-oqt-r at N <= 4k, d = 64 br192-rs-dyn-oqt
                # non-causal N <= 2k): dispatch and layouts tests, the whole grid against the v6e rules' builds, CONFIGS[128]
                # with the rescale threshold at 8k-16k, SDPA flash and cuDNN (abba), then strided / GQA against contiguous
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
-        -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$W/tests.log" 2>&1; rc=$?
+      dispatch_tests "$W/tests.log" 150; rc=$?
       tail -3 "$W/tests.log"
       timeout 230 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
         --variants default,bc128-dyn-oqt@128,rescale@128,br192-rs-dyn-oq@64,small-tma3@64 --budget-s 210 \
@@ -327,12 +322,9 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "rescale or stale or threshold" \
         > "$W/tests.log" 2>&1; rc=$?
       tail -2 "$W/tests.log"
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
-        -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$W/tests2.log" 2>&1
-      r=$?; tail -2 "$W/tests2.log"; rc=$(( rc != 0 ? rc : r ))
+      dispatch_tests "$W/tests2.log" 150; r=$?; tail -2 "$W/tests2.log"; rc=$(( rc != 0 ? rc : r ))
       cfg=$(wgmma_builds 128:rescale)
-      timeout 60 python3 bench/sanitize.py --out "$W/memcheck" --kernels fa2_wgmma --shapes 0 --dtypes float16,bfloat16 \
-        --tools memcheck --only-configs --kernel-shapes 10 --timeout 55 --configs "$cfg" > "$W/memcheck.txt" 2>&1
+      sanitize_wgmma memcheck float16,bfloat16 10 60 55 "$cfg"
       r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
       timeout 120 python3 bench/ab_wgmma_speed.py --out "$W" --dims 128 --seqs 4096,8192,16384 \
         --variants default,base,rescale --budget-s 100 > "$W/ab.txt" 2>&1; r=$?
@@ -344,8 +336,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       tail -2 "$W/tests.log"
       cfg=$(wgmma_builds 64:small-tma3-bc64-dyn-oq:3 256:bc64-dyn:3)
       for tool in memcheck racecheck; do
-        timeout 100 python3 bench/sanitize.py --out "$W/$tool" --kernels fa2_wgmma --shapes 0 --dtypes float16 \
-          --tools $tool --only-configs --kernel-shapes 6 --timeout 95 --configs "$cfg" > "$W/$tool.txt" 2>&1
+        sanitize_wgmma "$tool" float16 6 100 95 "$cfg"
         r=$?; tail -1 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
       done
       timeout 100 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,256 --seqs 512,1024,2048 \
@@ -365,9 +356,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "counter" \
         > "$W/tests.log" 2>&1; rc=$?
       tail -2 "$W/tests.log"
-      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
-        -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$W/tests2.log" 2>&1
-      r=$?; tail -2 "$W/tests2.log"; rc=$(( rc != 0 ? rc : r ))
+      dispatch_tests "$W/tests2.log" 120; r=$?; tail -2 "$W/tests2.log"; rc=$(( rc != 0 ? rc : r ))
       for rep in 1 2; do
         timeout 170 python3 bench/ab_wgmma_speed.py --out "$W/run$rep" --dims 64,128,256 \
           --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 150 > "$W/ab$rep.txt" 2>&1
