@@ -512,7 +512,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
         n_tiles = grid[0] * grid[1]
         ctas = (config or {}).get("GRID") or _sm_count(dev) * defs.get("MIN_BLOCKS", 1)
         grid = (max(1, min(n_tiles, int(ctas))), 1, 1)
-        # PERSISTENT=2 counts tiles handed out with atomicAdd; the launch's last fetch zeroes it again (v6e), so
+        # PERSISTENT=2 hands out tiles with atomicInc, which the launch's last fetch wraps back to 0 (v6e), so
         # one counter serves every call on a stream; PERSISTENT=1 never reads it
         counter = _tile_counter(q.device) if defs["PERSISTENT"] == 2 else o
         args = args + (int(b * h), counter)
