@@ -49,6 +49,8 @@
 #              the causal 4k check, committed as persist14/bc64c)                                   -> bc64b/
 #   closeout   stop 15's unrun GPU checks: the counter tests (mixed tile counts, graph capture), dispatch / layouts
 #              tests, the grid twice with every v6f rule                                              -> closeout/
+#   ahead7c    issue 14 v7c: QK_AHEAD pipelined: its GPU tests, then its A/B at d = 64/96/128 (abba)        -> ahead7c/
+#   ahead7csan v7c: memcheck and racecheck of the QK_AHEAD builds                                     -> ahead7csan/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -361,6 +363,21 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
         timeout 170 python3 bench/ab_wgmma_speed.py --out "$W/run$rep" --dims 64,128,256 \
           --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 150 > "$W/ab$rep.txt" 2>&1
         r=$?; grep "^cells with" "$W/ab$rep.txt"; rc=$(( rc != 0 ? rc : r ))
+      done ;;
+    ahead7c)  # issue 14 v7c: QK_AHEAD with its products pipelined (v3d's builds were serialised by ptxas, C7515): the
+              # ahead builds' GPU tests (hypothesis shapes, 1 and 3 CTAs, long key loops, strided / GQA, rescale paths),
+              # then the A/B (abba) at d = 64, 96, 128 against CONFIGS and forward()'s default, SDPA flash and cuDNN
+      timeout 230 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k ahead \
+        > "$W/tests.log" 2>&1; rc=$?
+      tail -3 "$W/tests.log"
+      timeout 330 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128 --seqs 512,1024,2048,4096,8192,16384 \
+        --order abba --variants default,base,ahead,dynamic+ahead --budget-s 310 > "$W/ab.txt" 2>&1; r=$?
+      grep "^cells with" "$W/ab.txt"; tail -16 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    ahead7csan)  # v7c's sanitizers: memcheck and racecheck of the pipelined QK_AHEAD builds (the persistent one on 3 CTAs)
+      rc=0; cfg=$(wgmma_builds 64:ahead 64:dynamic+ahead:3 128:ahead)
+      for tool in memcheck racecheck; do
+        sanitize_wgmma "$tool" float16 6 150 140 "$cfg"
+        r=$?; tail -1 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
       done ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]

@@ -141,7 +141,9 @@ SPEED_KNOBS = {
     "ahead": dict(QK_AHEAD=1, PINGPONG=0),
     "rowsum": dict(ROW_SUM_MMA=1),
 }
-SPEED_KNOB_DIMS = {"rowsum": (64,)}  # knobs that exist at some head dims only (the rest: every d)
+# knobs that exist at some head dims only (the rest: every d). QK_AHEAD at d = 256 (O alone is 128 registers): with
+# its products pipelined (v7c) O + two S tiles + P spill 172 B at Bc = 64; the v3d build that fit was serialised
+SPEED_KNOB_DIMS = {"rowsum": (64,), "ahead": (64, 96, 128)}
 # the combinations the A/B times beside each knob alone (on CONFIGS, which has RESCALE_THRESHOLD at d = 64 and
 # 256). EXP2_POLY is in none: 1.00-1.18x the time without it in every cell of the second visit's A/B.
 SPEED_COMBOS = {"dynamic+ahead": ("dynamic", "ahead")}
@@ -151,15 +153,14 @@ SPEED_COMBOS = {"dynamic+ahead": ("dynamic", "ahead")}
 # (what the producer gives back bounds them: kernel header, setmaxnreg) and spill in the key loop.
 # PRODUCER_SPILL_BYTES is the stated budget; the CPU test checks the count and that every local-memory
 # access is in the producer's code.
-# QK_AHEAD: O + two S tiles + P at the shipped Bc spill at d = 96 and 128 (Bc = 128: 240 B at 240 registers)
-# and do not fit at d = 256 (Bc = 80); Bc = 96 / 96 / 64 compile without spills.
-SPEED_KNOB_EXTRA = {96: {"ahead": dict(BLOCK_N=96)}, 128: {"ahead": dict(BLOCK_N=96)},
-                    256: {"ahead": dict(BLOCK_N=64)}}
+# QK_AHEAD: O + two S tiles + P at the shipped Bc spill at d = 96 and 128 (Bc = 128: 240 B at 240 registers);
+# Bc = 96 compiles without spills.
+SPEED_KNOB_EXTRA = {96: {"ahead": dict(BLOCK_N=96)}, 128: {"ahead": dict(BLOCK_N=96)}}
 # The 3-CTA persistent build (small-tma3-dyn-oq: 80 registers at launch) spills 80-92 B in its producer at 24;
 # at 32 its consumers (then 128 registers) spill in the key loop instead.
 PRODUCER_SPILL_BYTES = 96
-# combinations that do not fit a head dim: d = 256 persistent + QK_AHEAD spills 148-244 B at every producer
-# budget tried (24-40 registers)
+# combinations that do not exist at a head dim: d = 256 has no QK_AHEAD (SPEED_KNOB_DIMS; persistent + QK_AHEAD
+# there spilled 148-244 B at every producer budget tried, 24-40 registers, even serialised)
 SPEED_COMBO_SKIP = {256: {"dynamic+ahead"}}
 
 

@@ -43,6 +43,7 @@ def test_compiles_for_sm90(config):
     assert res["spill_stores"] <= budget and res["spill_loads"] <= budget, (
         f"{kernel} spills more than its stated budget of {budget} B: {res}")
     assert res["local_bytes"] <= budget, f"{kernel} has a stack frame over {budget} B: {res}"
+    assert not res["wgmma_serialized"], f"ptxas serialised {kernel}'s wgmma pipeline: {res['wgmma_serialized']}"
 
 
 def test_registry_has_every_teaching_variant():
@@ -70,6 +71,8 @@ def test_import_needs_no_gpu():
 
 
 PTXAS_LOG = """ptxas info    : 0 bytes gmem
+ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma \
+instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the function 'b_kernel'
 ptxas info    : Compiling entry function 'a_kernel' for 'sm_90'
 ptxas info    : Function properties for a_kernel
 ptxas         .     16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
@@ -84,9 +87,10 @@ ptxas info    : Used 32 registers
 def test_parse_ptxas_log():
     table = loader.parse_ptxas_log(PTXAS_LOG)
     assert table["a_kernel"] == dict(registers=97, shared_static=4096, spill_stores=8,
-                                     spill_loads=12, local_bytes=16)
+                                     spill_loads=12, local_bytes=16, wgmma_serialized="")
     assert table["b_kernel"] == dict(registers=32, shared_static=0, spill_stores=0, spill_loads=0,
-                                     local_bytes=0)
+                                     local_bytes=0, wgmma_serialized="non wgmma instructions defining accumulator "
+                                     "registers of a wgmma between start and end of the pipeline stage")
 
 
 @needs_nvrtc

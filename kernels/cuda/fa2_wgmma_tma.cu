@@ -555,20 +555,19 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             wgmma_wait<0>();
             wgmma_fence_operand(s);
             if (lane == 0) mbar_arrive(EMPTY_K(k0));
-            if (T > 1) {
-                const int k1 = (kv_it + 1) % STAGES;
-                mbar_wait(FULL_K(k1), ((kv_it + 1) / STAGES) & 1);
-                issue_qk(s2, sQ, sK0 + k1 * TILE_KV_BYTES, cg);
-            }
-            {
+            auto softmax_0 = [&]() {
                 const int n0 = (T - 1) * BLOCK_N;
                 const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
                 if (need_mask) softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
                 else softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
-            }
-            pack_p(pa, s);
-            // step t: S_t in `cur` (issued a step ago), S_{t+1} into `nxt`, O += P_{t-1} V_{t-1}
-            auto step = [&](int t, float(&cur)[BLOCK_N / 2], float(&nxt)[BLOCK_N / 2]) {
+                pack_p(pa, s);
+            };
+            // step t: S_t in `cur` (issued a step ago), S_{t+1} into `nxt` (ahead: not the last step), O += P_{t-1} V_{t-1}.
+            // Every product is issued unconditionally on its path and the step ends with none in flight: a product
+            // issued in one branch of a join, or P packed while S_{t+1} ran, made ptxas serialise every wgmma of the
+            // build (C7515; v3d measured that serialised build: bench/NOTES-tc.md v7c)
+            // (ahead is a literal at each call: inlined, each copy is straight-line code)
+            auto step = [&](const bool ahead, int t, float(&cur)[BLOCK_N / 2], float(&nxt)[BLOCK_N / 2]) {
                 const int n0 = (T - 1 - t) * BLOCK_N;
                 const int ks = (kv_it + t) % STAGES, vs = (kv_it + t - 1) % STAGES;
                 mbar_wait(FULL_V(vs), ((kv_it + t - 1) / STAGES) & 1);
@@ -577,7 +576,6 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 wgmma_wait<1>();  // S_t done; P_{t-1} V_{t-1} in flight
                 wgmma_fence_operand(cur);
                 if (lane == 0) mbar_arrive(EMPTY_K(ks));
-                const bool ahead = t + 1 < T;
                 if (ahead) {
                     const int kn = (kv_it + t + 1) % STAGES;
                     mbar_wait(FULL_K(kn), ((kv_it + t + 1) / STAGES) & 1);
@@ -587,16 +585,30 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 const bool moved = need_mask
                     ? softmax_step<true>(cur, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2)
                     : softmax_step<false>(cur, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
-                if (ahead) wgmma_wait<1>();  // P_{t-1} V_{t-1} done, S_{t+1} may still run
-                else wgmma_wait<0>();
+                wgmma_wait<0>();  // P_{t-1} V_{t-1} and S_{t+1} (both under this softmax) done
                 wgmma_fence_operand(o);
                 if (lane == 0) mbar_arrive(EMPTY_V(vs));
                 if (moved) rescale_o(o, alpha);
                 pack_p(pa, cur);
             };
-            for (int t = 1; t < T; t += 2) {  // unrolled by two: the S tiles swap roles without a copy
-                step(t, s2, s);
-                if (t + 1 < T) step(t + 1, s, s2);
+            if (T == 1) {
+                softmax_0();
+            } else {
+                const int k1 = (kv_it + 1) % STAGES;
+                mbar_wait(FULL_K(k1), ((kv_it + 1) / STAGES) & 1);
+                issue_qk(s2, sQ, sK0 + k1 * TILE_KV_BYTES, cg);
+                softmax_0();
+                int t = 1;
+                for (; t + 2 < T; t += 2) {  // unrolled by two: the S tiles swap roles without a copy
+                    step(true, t, s2, s);
+                    step(true, t + 1, s, s2);
+                }
+                if (t + 1 < T) {  // two steps left
+                    step(true, t, s2, s);
+                    step(false, t + 1, s, s2);
+                } else {
+                    step(false, t, s2, s);
+                }
             }
             const int vs = (kv_it + T - 1) % STAGES;
             mbar_wait(FULL_V(vs), ((kv_it + T - 1) / STAGES) & 1);
