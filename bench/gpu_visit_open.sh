@@ -50,6 +50,7 @@
 #   closeout   stop 15's unrun GPU checks: the counter tests (mixed tile counts, graph capture), dispatch / layouts
 #              tests, the grid twice with every v6f rule                                              -> closeout/
 #   ahead7c    issue 14 v7c: QK_AHEAD pipelined: its GPU tests, then its A/B at d = 64/96/128 (abba)        -> ahead7c/
+#   ahead7d    the same after v7d (two P tiles, S_{t+1} under the pack again)                         -> ahead7d/
 #   ahead7csan v7c: memcheck and racecheck of the QK_AHEAD builds                                     -> ahead7csan/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
@@ -364,7 +365,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
           --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 150 > "$W/ab$rep.txt" 2>&1
         r=$?; grep "^cells with" "$W/ab$rep.txt"; rc=$(( rc != 0 ? rc : r ))
       done ;;
-    ahead7c)  # issue 14 v7c: QK_AHEAD with its products pipelined (v3d's builds were serialised by ptxas, C7515): the
+    ahead7c|ahead7d)  # issue 14 v7c (v7d: two P tiles): QK_AHEAD with its products pipelined (v3d's builds were serialised by ptxas, C7515): the
               # ahead builds' GPU tests (hypothesis shapes, 1 and 3 CTAs, long key loops, strided / GQA, rescale paths),
               # then the A/B (abba) at d = 64, 96, 128 against CONFIGS and forward()'s default, SDPA flash and cuDNN
       timeout 230 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k ahead \

@@ -562,17 +562,20 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 else softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
                 pack_p(pa, s);
             };
-            // step t: S_t in `cur` (issued a step ago), S_{t+1} into `nxt` (ahead: not the last step), O += P_{t-1} V_{t-1}.
-            // Every product is issued unconditionally on its path and the step ends with none in flight: a product
-            // issued in one branch of a join, or P packed while S_{t+1} ran, made ptxas serialise every wgmma of the
-            // build (C7515; v3d measured that serialised build: bench/NOTES-tc.md v7c)
+            // step t: S_t in `cur` (issued a step ago), S_{t+1} into `nxt` (ahead: not the last step), O += P_{t-1} V_{t-1}
+            // with P_{t-1} from `pin`, P_t packed into `pout`. Two P tiles, like the two S tiles: P_t is packed while
+            // S_{t+1} still runs, into registers no product in flight reads. v3d packed into the one P tile that
+            // P_{t-1} V_{t-1} had read and issued S_{t+1} in one branch of a join; ptxas serialised every wgmma of
+            // that build (C7515; v7c, which waited for S_{t+1} before packing instead, lost the overlap: NOTES-tc.md)
             // (ahead is a literal at each call: inlined, each copy is straight-line code)
-            auto step = [&](const bool ahead, int t, float(&cur)[BLOCK_N / 2], float(&nxt)[BLOCK_N / 2]) {
+            u32 pb[KN][4];
+            auto step = [&](const bool ahead, int t, float(&cur)[BLOCK_N / 2], float(&nxt)[BLOCK_N / 2],
+                            u32(&pin)[KN][4], u32(&pout)[KN][4]) {
                 const int n0 = (T - 1 - t) * BLOCK_N;
                 const int ks = (kv_it + t) % STAGES, vs = (kv_it + t - 1) % STAGES;
                 mbar_wait(FULL_V(vs), ((kv_it + t - 1) / STAGES) & 1);
                 wgmma_fence_operand(o);
-                issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
+                issue_pv(o, pin, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
                 wgmma_wait<1>();  // S_t done; P_{t-1} V_{t-1} in flight
                 wgmma_fence_operand(cur);
                 if (lane == 0) mbar_arrive(EMPTY_K(ks));
@@ -585,11 +588,12 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 const bool moved = need_mask
                     ? softmax_step<true>(cur, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2)
                     : softmax_step<false>(cur, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
-                wgmma_wait<0>();  // P_{t-1} V_{t-1} and S_{t+1} (both under this softmax) done
+                if (ahead) wgmma_wait<1>();  // P_{t-1} V_{t-1} done; S_{t+1} may still run
+                else wgmma_wait<0>();
                 wgmma_fence_operand(o);
                 if (lane == 0) mbar_arrive(EMPTY_V(vs));
                 if (moved) rescale_o(o, alpha);
-                pack_p(pa, cur);
+                pack_p(pout, cur);
             };
             if (T == 1) {
                 softmax_0();
@@ -599,15 +603,19 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 issue_qk(s2, sQ, sK0 + k1 * TILE_KV_BYTES, cg);
                 softmax_0();
                 int t = 1;
-                for (; t + 2 < T; t += 2) {  // unrolled by two: the S tiles swap roles without a copy
-                    step(true, t, s2, s);
-                    step(true, t + 1, s, s2);
+                for (; t + 2 < T; t += 2) {  // unrolled by two: the S and P tiles swap roles without a copy
+                    step(true, t, s2, s, pa, pb);
+                    step(true, t + 1, s, s2, pb, pa);
                 }
                 if (t + 1 < T) {  // two steps left
-                    step(true, t, s2, s);
-                    step(false, t + 1, s, s2);
-                } else {
-                    step(false, t, s2, s);
+                    step(true, t, s2, s, pa, pb);
+                    step(false, t + 1, s, s2, pb, pa);
+                } else {  // one: its P lands in pb, where the last P V below does not read
+                    step(false, t, s2, s, pa, pb);
+#pragma unroll
+                    for (int i = 0; i < KN; ++i)
+#pragma unroll
+                        for (int c = 0; c < 4; ++c) pa[i][c] = pb[i][c];
                 }
             }
             const int vs = (kv_it + T - 1) % STAGES;
