@@ -51,6 +51,7 @@
 #              tests, the grid twice with every v6f rule                                              -> closeout/
 #   ahead7c    issue 14 v7c: QK_AHEAD pipelined: its GPU tests, then its A/B at d = 64/96/128 (abba)        -> ahead7c/
 #   ahead7d    the same after v7d (two P tiles, S_{t+1} under the pack again)                         -> ahead7d/
+#   ahead7dncu v7d: ncu of d = 64's CONFIGS build with and without QK_AHEAD (N = 4096, 512)              -> ahead7dncu/
 #   ahead7csan v7c: memcheck and racecheck of the QK_AHEAD builds                                     -> ahead7csan/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
@@ -374,12 +375,21 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       timeout 330 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128 --seqs 512,1024,2048,4096,8192,16384 \
         --order abba --variants default,base,ahead,dynamic+ahead --budget-s 310 > "$W/ab.txt" 2>&1; r=$?
       grep "^cells with" "$W/ab.txt"; tail -16 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
-    ahead7csan)  # v7c's sanitizers: memcheck and racecheck of the pipelined QK_AHEAD builds (the persistent one on 3 CTAs)
+    ahead7csan)  # v7c-v7d sanitizers: memcheck and racecheck of the pipelined QK_AHEAD builds (the persistent one on 3 CTAs)
       rc=0; cfg=$(wgmma_builds 64:ahead 64:dynamic+ahead:3 128:ahead)
       for tool in memcheck racecheck; do
         sanitize_wgmma "$tool" float16 6 150 140 "$cfg"
         r=$?; tail -1 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
       done ;;
+    ahead7dncu)  # v7d: why QK_AHEAD loses at d = 64 (1.19-1.35x the time of the same build without it): ncu of CONFIGS[64]
+                 # and its QK_AHEAD build beside forward()'s default and cuDNN at N = 4096 and 512, non-causal
+      builds=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+print(json.dumps({'base': f.CONFIGS[64], 'ahead': f.speed_configs(64)['ahead']}))")
+      OUT=$W MOONSHOT_CELLS=4096x64x0,512x64x0 MOONSHOT_BUILDS=$builds timeout 200 bash bench/ncu_moonshot.sh \
+        > "$W/ncu.txt" 2>&1; rc=$?
+      tail -14 "$W/ncu.txt" ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
