@@ -131,8 +131,9 @@ LAUNCH_KEYS = {"GRID"}
 #            fp32 add per exponential leaves the softmax (its issue slots bound d = 64: NOTES-tc.md, v4 ncu)
 #            for 8 more columns of the P V product (+12% of that product's tensor time)
 #   ahead    QK_AHEAD=1 (FA3 Sec. 3.2, intra-warpgroup overlap): S_{t+1} issued before the softmax of step t,
-#            two S tiles in registers, no ping-pong turns (PINGPONG=0); where two S tiles do not fit beside O
-#            at the shipped Bc, a smaller Bc (SPEED_KNOB_EXTRA)
+#            two S tiles (and, v7d, two P tiles) in registers, no ping-pong turns (PINGPONG=0); where two S tiles
+#            do not fit beside O at the shipped Bc, a smaller Bc (SPEED_KNOB_EXTRA). v3d's 1.23-1.45x measured a build
+#            ptxas had serialised (C7515); pipelined (v7d) it is still 1.05-1.48x the time: off
 SPEED_KNOBS = {
     "rescale": dict(RESCALE_THRESHOLD=8),
     "poly": dict(EXP2_POLY=2),

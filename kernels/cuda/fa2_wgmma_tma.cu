@@ -193,6 +193,26 @@
 //           default's time (persist14/bc64, bc64b), non-causal 512 0.97-0.98; level with Bc = 80 at causal 4k
 //           (bc64c). Bc = 64 one tile per CTA 0.96-1.11, and d = 64's 3-CTA build at Bc = 64 1.00-1.17 (causal 512
 //           0.97): not taken.
+//   v7  the wgmma pipeline as ptxas builds it (issue 14; bench/NOTES-tc.md v7). kernels/loader.py reads ptxas' "Potential
+//       Performance Loss: wgmma.mma_async instructions are serialized" (C7510-C7515) into wgmma_serialized; the compile
+//       tests assert it empty for every build. A serialised kernel is correct and only slower, so nothing else shows it.
+//       v7a TILE_FUSE (not kept; persist14/fuse7): the next tile's S_0 issued in one turn with this tile's last P V, the
+//           epilogue under it. 1.16-1.49x forward()'s default in every cell, measured serialised (C7515: S_0 issued in
+//           one branch, read after the join). Two Q tiles, S_0 waited before the back edge, its own S tile, the tile
+//           body in two copies: each still C7515, or spilled 328-2804 B (C7511/C7512). Not a test of the idea.
+//       v7c-v7d QK_AHEAD (v3d): every QK_AHEAD build was serialised the same way (S_{t+1} issued in one branch of a
+//           join; P packed into the registers P_{t-1} V_{t-1} read while S_{t+1} ran), so v3d's 1.23-1.45x measured
+//           that. Now each product is issued on a straight-line path (T = 1 apart, the last step its own inlined
+//           copy) and P alternates between two tiles like S, so P_t is packed under S_{t+1} into registers no product
+//           in flight reads: pipelined and spill-free at d = 64/96/128 (d = 256 spills 172 B, knob dropped there).
+//           Measured (abba, fp16/bf16, d = 64/96/128, 72 cells, time / the same build without it): v7c (S_{t+1}
+//           waited for before the pack) ahead 1.05-1.49, dynamic+ahead 0.99-1.54 (persist14/ahead7c); v7d ahead
+//           1.05-1.48, dynamic+ahead 0.99-1.53 (persist14/ahead7d); the 0.99 is d = 64 causal N = 512 fp16 both times.
+//           Negative, now on a pipelined build: at d = 64 (same Bc, NWG, ROW_SUM_MMA) ncu has it issue 6% fewer
+//           instructions in 46% more cycles each (7.8 against 5.4 warp cycles per issued instruction, issue slots
+//           28% against 41%; persist14/ahead7dncu): two products queued per warpgroup on the one tensor pipe the two
+//           warpgroups share leave each waiting longer for its own S. GPU tests 20 passed (each visit); memcheck and
+//           racecheck of ahead@64, dynamic+ahead@64 on 3 CTAs and ahead@128: 0 errors, 0 hazards (ahead7csan).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
