@@ -53,6 +53,7 @@
 #   ahead7d    the same after v7d (two P tiles, S_{t+1} under the pack again)                         -> ahead7d/
 #   ahead7dncu v7d: ncu of d = 64's CONFIGS build with and without QK_AHEAD (N = 4096, 512)              -> ahead7dncu/
 #   ahead7csan v7c: memcheck and racecheck of the QK_AHEAD builds                                     -> ahead7csan/
+#   rs64       issue 14: d = 64 Br = Bc = 128 persistent O_TILE/O_TMA builds: tests, memcheck, A/B at N <= 4k  -> rs64/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -390,6 +391,18 @@ print(json.dumps({'base': f.CONFIGS[64], 'ahead': f.speed_configs(64)['ahead']})
       OUT=$W MOONSHOT_CELLS=4096x64x0,512x64x0 MOONSHOT_BUILDS=$builds timeout 200 bash bench/ncu_moonshot.sh \
         > "$W/ncu.txt" 2>&1; rc=$?
       tail -14 "$W/ncu.txt" ;;
+    rs64)  # issue 14: d = 64 Br = Bc = 128 persistent with O_TILE / O_TMA (whole tiles at N = 512 and 1k, where Br = 192 and
+           # the 3-CTA build's Bc = 96 each put 11% of their products on padding), with and without ping-pong: GPU tests,
+           # memcheck on 3 CTAs, then the A/B (abba) at N <= 4k against forward()'s default and the builds it runs
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "size_candidate and rs-dyn-oqt and not br192" > "$W/tests.log" 2>&1; rc=$?
+      tail -2 "$W/tests.log"
+      cfg=$(wgmma_builds 64:rs-dyn-oqt:3 64:rs-dyn-oqt-pp:3)
+      sanitize_wgmma memcheck float16,bfloat16 6 80 75 "$cfg"
+      r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096 --order abba \
+        --variants default,rs-dyn-oqt,rs-dyn-oqt-pp,br192-rs-dyn-oqt,small-tma3-dyn-oq --budget-s 180 > "$W/ab.txt" 2>&1
+      r=$?; grep "^cells with" "$W/ab.txt"; tail -24 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

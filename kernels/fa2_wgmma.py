@@ -232,6 +232,12 @@ SIZE_CANDIDATES[64]["small-tma3-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3
 # ones at both (Bc = 128 does not fit 3 CTAs at d = 64, nor two stages at d = 256)
 SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], BLOCK_N=64)
 SIZE_CANDIDATES[256] = {"bc64": dict(CONFIGS[256], BLOCK_N=64), "bc64-dyn": dict(CONFIGS[256], BLOCK_N=64, PERSISTENT=2)}
+# d = 64 at N = 512-1024 with whole tiles both ways: Br = 192 runs 3 Q blocks over 512 rows (the last 2/3 full) and the
+# 3-CTA build's Bc = 96 runs 6 key blocks (the last 1/3 full), 11% of the products on padding each; CONFIGS[64]'s
+# Br = Bc = 128 tiles N = 512 and 1024 exactly. Persistent with O_TILE and O_TMA (d = 128's winner at N <= 4k), and
+# with the two warpgroups ping-ponging (v1: 0-10% slower at N >= 8k one tile per CTA; not tried on short rows)
+SIZE_CANDIDATES[64]["rs-dyn-oqt"] = dict(CONFIGS[64], PERSISTENT=2, O_TILE=1, O_TMA=1)
+SIZE_CANDIDATES[64]["rs-dyn-oqt-pp"] = dict(SIZE_CANDIDATES[64]["rs-dyn-oqt"], PINGPONG=1)
 SIZE_MAX_N = 4096
 # Tile candidates timed at every N (bench/ab_wgmma_speed.py): d = 64 with three consumer warpgroups (Br = 192,
 # FA3's hopper/tile_size.h tile for d <= 64), one CTA of 512 threads per SM. At d = 64 the exponentials of a
