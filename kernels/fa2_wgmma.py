@@ -235,7 +235,10 @@ SIZE_CANDIDATES[256] = {"bc64": dict(CONFIGS[256], BLOCK_N=64), "bc64-dyn": dict
 # d = 64 at N = 512-1024 with whole tiles both ways: Br = 192 runs 3 Q blocks over 512 rows (the last 2/3 full) and the
 # 3-CTA build's Bc = 96 runs 6 key blocks (the last 1/3 full), 11% of the products on padding each; CONFIGS[64]'s
 # Br = Bc = 128 tiles N = 512 and 1024 exactly. Persistent with O_TILE and O_TMA (d = 128's winner at N <= 4k), and
-# with the two warpgroups ping-ponging (v1: 0-10% slower at N >= 8k one tile per CTA; not tried on short rows)
+# with the two warpgroups ping-ponging (v1: 0-10% slower at N >= 8k one tile per CTA; not tried on short rows).
+# Measured (persist14/rs64, abba, fp16/bf16, N = 512-4096, time / forward()'s default): rs-dyn-oqt 1.02-1.17,
+# rs-dyn-oqt-pp 1.07-1.17: not taken (the whole tiles do not make up for Br = 192's third softmax in flight, nor for
+# the 3-CTA build's overlap of one CTA's tile ends with the others' products)
 SIZE_CANDIDATES[64]["rs-dyn-oqt"] = dict(CONFIGS[64], PERSISTENT=2, O_TILE=1, O_TMA=1)
 SIZE_CANDIDATES[64]["rs-dyn-oqt-pp"] = dict(SIZE_CANDIDATES[64]["rs-dyn-oqt"], PINGPONG=1)
 SIZE_MAX_N = 4096
