@@ -52,7 +52,7 @@
 #   ahead7c    issue 14 v7c: QK_AHEAD pipelined: its GPU tests, then its A/B at d = 64/96/128 (abba)        -> ahead7c/
 #   ahead7d    the same after v7d (two P tiles, S_{t+1} under the pack again)                         -> ahead7d/
 #   ahead7dncu v7d: ncu of d = 64's CONFIGS build with and without QK_AHEAD (N = 4096, 512)              -> ahead7dncu/
-#   ahead7csan v7c: memcheck and racecheck of the QK_AHEAD builds                                     -> ahead7csan/
+#   ahead7csan v7d: memcheck and racecheck of the QK_AHEAD builds                                     -> ahead7csan/
 #   rs64       issue 14: d = 64 Br = Bc = 128 persistent O_TILE/O_TMA builds: tests, memcheck, A/B at N <= 4k  -> rs64/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
@@ -382,7 +382,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
         sanitize_wgmma "$tool" float16 6 150 140 "$cfg"
         r=$?; tail -1 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
       done ;;
-    ahead7dncu)  # v7d: why QK_AHEAD loses at d = 64 (1.19-1.35x the time of the same build without it): ncu of CONFIGS[64]
+    ahead7dncu)  # v7d: why QK_AHEAD loses at d = 64 (1.05-1.35x the time of the same build without it): ncu of CONFIGS[64]
                  # and its QK_AHEAD build beside forward()'s default and cuDNN at N = 4096 and 512, non-causal
       builds=$(python3 -c "
 import json

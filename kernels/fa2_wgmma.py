@@ -132,8 +132,9 @@ LAUNCH_KEYS = {"GRID"}
 #            for 8 more columns of the P V product (+12% of that product's tensor time)
 #   ahead    QK_AHEAD=1 (FA3 Sec. 3.2, intra-warpgroup overlap): S_{t+1} issued before the softmax of step t,
 #            two S tiles (and, v7d, two P tiles) in registers, no ping-pong turns (PINGPONG=0); where two S tiles
-#            do not fit beside O at the shipped Bc, a smaller Bc (SPEED_KNOB_EXTRA). v3d's 1.23-1.45x measured a build
-#            ptxas had serialised (C7515); pipelined (v7d) it is still 1.05-1.48x the time: off
+#            do not fit beside O at the shipped Bc, a smaller Bc (SPEED_KNOB_EXTRA). v3d measured a build ptxas had
+#            serialised (C7515); pipelined (v7d) it is still 1.05-1.48x CONFIGS' time (d = 64: 1.17 | 1.28 against
+#            v3d's 1.23 | 1.35, geomean N <= 2k | > 2k): off
 SPEED_KNOBS = {
     "rescale": dict(RESCALE_THRESHOLD=8),
     "poly": dict(EXP2_POLY=2),
@@ -154,8 +155,8 @@ SPEED_COMBOS = {"dynamic+ahead": ("dynamic", "ahead")}
 # (what the producer gives back bounds them: kernel header, setmaxnreg) and spill in the key loop.
 # PRODUCER_SPILL_BYTES is the stated budget; the CPU test checks the count and that every local-memory
 # access is in the producer's code.
-# QK_AHEAD: O + two S tiles + P at the shipped Bc spill at d = 96 and 128 (Bc = 128: 240 B at 240 registers);
-# Bc = 96 compiles without spills.
+# QK_AHEAD: O + two S tiles + two P tiles (v7d) at Bc = 128 compile without spills at d = 96 and 128, but ptxas
+# serialises the pipeline there (C7512, insufficient registers; v3d's single P tile spilled 240 B); Bc = 96 pipelines.
 SPEED_KNOB_EXTRA = {96: {"ahead": dict(BLOCK_N=96)}, 128: {"ahead": dict(BLOCK_N=96)}}
 # The 3-CTA persistent build (small-tma3-dyn-oq: 80 registers at launch) spills 80-92 B in its producer at 24;
 # at 32 its consumers (then 128 registers) spill in the key loop instead.
@@ -363,6 +364,7 @@ for _d, _cands in list(SIZE_CANDIDATES.items()) + list(TILE_CANDIDATES.items()):
 
 # The builds that could become defaults after the last A/B (persistent everywhere, QK_AHEAD at d = 64, where
 # it keeps the shipped Bc): what the final GPU visit checks under memcheck and times against CONFIGS.
+# (d = 64's ahead builds measured off since, v7d; kept here as the builds with the most knobs for the sanitizer)
 DEFAULT_CANDIDATES = {64: ("dynamic", "ahead", "dynamic+ahead"), 96: ("dynamic",), 128: ("dynamic",),
                       256: ("dynamic",)}
 

@@ -272,18 +272,19 @@ _PTXAS_FUNC = re.compile(r"Compiling entry function '(\w+)'")
 _PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _PTXAS_USED = re.compile(r"Used (\d+) registers")
 _PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
-_PTXAS_SERIAL = re.compile(r"wgmma\.mma_async instructions are serialized due to (.+?) in (?:the )?function '(\w+)'")
+_PTXAS_SERIAL = re.compile(r"wgmma\.mma_async instructions are serialized due to (.+?) (?:in|for) (?:the )?function '(\w+)'")
 
 
 def parse_ptxas_log(log: str) -> dict[str, dict]:
     """kernel name -> resources, from ptxas' -v report (one 'Compiling entry function' section each).
-    wgmma_serialized: ptxas' reason when it serialised the kernel's wgmma pipeline (C7510-C7515, printed before the
-    section: "Potential Performance Loss"), else ''. A kernel so built issues every product alone (measured 1.2-1.5x
-    the time of fa2_wgmma's builds, bench/NOTES-tc.md v7a), with no error and no spill to show it."""
+    wgmma_serialized: ptxas' reason when it serialised the kernel's wgmma pipeline (its "Potential Performance Loss:
+    wgmma.mma_async instructions are serialized due to ..." lines, C7510-C7518, printed before the section; the first
+    one for a kernel), else ''. Such a kernel issues every product alone and is correct: no error, spill or test shows
+    it, only a timing (bench/NOTES-tc.md v7)."""
     out, current, serialized = {}, None, {}
     for line in log.splitlines():
         if m := _PTXAS_SERIAL.search(line):
-            serialized[m.group(2)] = m.group(1)
+            serialized.setdefault(m.group(2), m.group(1))
         elif m := _PTXAS_FUNC.search(line):
             current = out.setdefault(m.group(1), dict(registers=0, shared_static=0, spill_stores=0,
                                                       spill_loads=0, local_bytes=0))

@@ -35,6 +35,7 @@ def test_compiles_for_sm90a_within_spill_budget(build):
     assert 0 < res["registers"] <= 255
     budget = fa2_wgmma_bwd.MAX_SPILL_BYTES if kernel == fa2_wgmma_bwd.KERNEL else 0
     assert max(res["spill_stores"], res["spill_loads"], res["local_bytes"]) <= budget, res
+    assert not res["wgmma_serialized"], f"ptxas serialised the wgmma pipeline: {res['wgmma_serialized']}"
     smem = fa2_wgmma_bwd.smem_bytes(defines)
     assert smem <= 227 * 1024, f"{smem} B of shared memory is over the H100/H200 227 KB per CTA"
 

@@ -81,6 +81,14 @@ ptxas info    : Compiling entry function 'b_kernel' for 'sm_90'
 ptxas info    : Function properties for b_kernel
 ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 32 registers
+ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient \
+register resources for the function 'c_kernel'
+ptxas info    : (C7518) Potential Performance Loss: wgmma.mma_async instructions are serialized due to wgmma pipeline \
+crossing function boundary in divergent path in the function 'c_kernel'
+ptxas info    : Compiling entry function 'c_kernel' for 'sm_90a'
+ptxas info    : Function properties for c_kernel
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers
 """
 
 
@@ -91,6 +99,7 @@ def test_parse_ptxas_log():
     assert table["b_kernel"] == dict(registers=32, shared_static=0, spill_stores=0, spill_loads=0,
                                      local_bytes=0, wgmma_serialized="non wgmma instructions defining accumulator "
                                      "registers of a wgmma between start and end of the pipeline stage")
+    assert table["c_kernel"]["wgmma_serialized"] == "insufficient register resources"  # "for the function", the first
 
 
 @needs_nvrtc

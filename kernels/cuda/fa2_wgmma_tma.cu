@@ -80,8 +80,9 @@
 //           PRODUCER_REGS=32 the consumers asked for 240 registers where the producer had freed enough for 236
 //           (the budget formula counted 65536, not the 168 x 384 the CTA holds). Fixed (REGS_AT_LAUNCH, a
 //           static_assert); d = 256 keeps 24 (20-36 B of producer-only spill). Speed: not yet (last visit).
-//       v3d QK_AHEAD=1 (FA3 Sec. 3.2, intra-warpgroup overlap with two S tiles): S_{t+1} = Q K^T issued before
-//           the softmax of step t, right after P_{t-1} V_{t-1}, so both products run under it; PINGPONG=0.
+//       v3d QK_AHEAD=1 (FA3 Sec. 3.2, intra-warpgroup overlap with two S tiles; ptxas serialised it, see v7):
+//           S_{t+1} = Q K^T issued before the softmax of step t, right after P_{t-1} V_{t-1}, so both products
+//           run under it; PINGPONG=0.
 //           Two S tiles fit beside O at d = 64 Bc = 128 (the shipped Bc), d = 96/128 Bc = 96, d = 256
 //           Bc = 64 (Bc = 128 at d = 128 spills 240 B at 240 registers). NVRTC: no spills. Measured: not yet.
 //       v3e combination dynamic+ahead (d = 256: persistent + two S tiles spill, not built).
@@ -94,7 +95,8 @@
 //             N = 1k came against a kernel without its producer/consumer prologue overlap.
 //         v3d QK_AHEAD=1 (d = 64): 1.23 | 1.35; with PERSISTENT 1.26 | 1.45: negative. Not profiled;
 //             likely: two S tiles cost the ping-pong schedule they replace (PINGPONG=0), and at d = 64 the second
-//             warpgroup's softmax already hides under the first's products.
+//             warpgroup's softmax already hides under the first's products. (v7: that build's wgmma pipeline was
+//             serialised by ptxas; pipelined, v7d, it is 1.17 | 1.28, still negative.)
 //       All off in CONFIGS (the A/B's decision rule: geomean <= 0.99 with no cell above 1.03). Against cuDNN
 //       the shipped builds are >= 1.0x in 13 of 48 cells of that A/B (24 of 72 on visit 2): d = 256 and
 //       d = 128 at N >= 8k; d = 64 (0.70-0.98x) and N <= 2k remain behind.
@@ -194,25 +196,29 @@
 //           (bc64c). Bc = 64 one tile per CTA 0.96-1.11, and d = 64's 3-CTA build at Bc = 64 1.00-1.17 (causal 512
 //           0.97): not taken.
 //   v7  the wgmma pipeline as ptxas builds it (issue 14; bench/NOTES-tc.md v7). kernels/loader.py reads ptxas' "Potential
-//       Performance Loss: wgmma.mma_async instructions are serialized" (C7510-C7515) into wgmma_serialized; the compile
-//       tests assert it empty for every build. A serialised kernel is correct and only slower, so nothing else shows it.
+//       Performance Loss: wgmma.mma_async instructions are serialized" lines (C7510-C7518) into wgmma_serialized; the
+//       compile tests assert it empty for every build they compile (CONFIGS, the speed, size and tile candidates, the
+//       backward's sweep, every kernel's compile configs). A serialised kernel is correct; only a timing shows it.
 //       v7a TILE_FUSE (not kept; persist14/fuse7): the next tile's S_0 issued in one turn with this tile's last P V, the
-//           epilogue under it. 1.16-1.49x forward()'s default in every cell, measured serialised (C7515: S_0 issued in
+//           epilogue under it. 1.07-1.49x forward()'s default per cell, measured serialised (C7515: S_0 issued in
 //           one branch, read after the join). Two Q tiles, S_0 waited before the back edge, its own S tile, the tile
 //           body in two copies: each still C7515, or spilled 328-2804 B (C7511/C7512). Not a test of the idea.
 //       v7c-v7d QK_AHEAD (v3d): every QK_AHEAD build was serialised the same way (S_{t+1} issued in one branch of a
-//           join; P packed into the registers P_{t-1} V_{t-1} read while S_{t+1} ran), so v3d's 1.23-1.45x measured
-//           that. Now each product is issued on a straight-line path (T = 1 apart, the last step its own inlined
+//           join; P packed into the registers P_{t-1} V_{t-1} read while S_{t+1} ran), so v3d measured a serialised
+//           build. Now each product is issued on a straight-line path (T = 1 apart, the last step its own inlined
 //           copy) and P alternates between two tiles like S, so P_t is packed under S_{t+1} into registers no product
-//           in flight reads: pipelined and spill-free at d = 64/96/128 (d = 256 spills 172 B, knob dropped there).
-//           Measured (abba, fp16/bf16, d = 64/96/128, 72 cells, time / the same build without it): v7c (S_{t+1}
-//           waited for before the pack) ahead 1.05-1.49, dynamic+ahead 0.99-1.54 (persist14/ahead7c); v7d ahead
-//           1.05-1.48, dynamic+ahead 0.99-1.53 (persist14/ahead7d); the 0.99 is d = 64 causal N = 512 fp16 both times.
-//           Negative, now on a pipelined build: at d = 64 (same Bc, NWG, ROW_SUM_MMA) ncu has it issue 6% fewer
-//           instructions in 46% more cycles each (7.8 against 5.4 warp cycles per issued instruction, issue slots
-//           28% against 41%; persist14/ahead7dncu): two products queued per warpgroup on the one tensor pipe the two
-//           warpgroups share leave each waiting longer for its own S. GPU tests 20 passed (each visit); memcheck and
-//           racecheck of ahead@64, dynamic+ahead@64 on 3 CTAs and ahead@128: 0 errors, 0 hazards (ahead7csan).
+//           in flight reads: pipelined and spill-free at d = 64/96/128 (d = 256 spills 172 B, knob dropped there; at
+//           d = 96/128 Bc = 128 compiles spill-free but ptxas serialises it, C7512, so the knob keeps Bc = 96).
+//           Measured (abba, fp16/bf16, d = 64/96/128, 72 cells, time / CONFIGS[d]: at d = 64 the same build without
+//           it, at d = 96/128 also Bc = 96 against 128/176 and no ping-pong): v7c (S_{t+1} waited for before the pack)
+//           ahead 1.05-1.49, dynamic+ahead 0.99-1.54 (persist14/ahead7c); v7d ahead 1.05-1.48, dynamic+ahead
+//           0.99-1.53 (persist14/ahead7d; the 0.99 is d = 64 causal N = 512 fp16 both times). Like for like with
+//           v3d (d = 64, geomean N <= 2k | N > 2k): v3d 1.23 | 1.35, v7d 1.17 | 1.28. Negative on a pipelined build:
+//           at d = 64 ncu has it issue ~5% fewer instructions in 46% more cycles each (7.8 against 5.4 warp cycles
+//           per issued instruction, issue slots 28% against 41%; persist14/ahead7dncu); likely two products queued
+//           per warpgroup on the tensor pipe the two warpgroups share leave each waiting longer for its own S (no
+//           stall breakdown was profiled). GPU tests 20 passed (each visit); memcheck and racecheck of ahead@64,
+//           dynamic+ahead@64 on 3 CTAs and ahead@128: 0 errors, 0 hazards (ahead7csan).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -586,7 +592,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             // with P_{t-1} from `pin`, P_t packed into `pout`. Two P tiles, like the two S tiles: P_t is packed while
             // S_{t+1} still runs, into registers no product in flight reads. v3d packed into the one P tile that
             // P_{t-1} V_{t-1} had read and issued S_{t+1} in one branch of a join; ptxas serialised every wgmma of
-            // that build (C7515; v7c, which waited for S_{t+1} before packing instead, lost the overlap: NOTES-tc.md)
+            // that build (C7515). v7c waited for S_{t+1} before packing instead; the two measured alike (NOTES-tc.md v7)
             // (ahead is a literal at each call: inlined, each copy is straight-line code)
             u32 pb[KN][4];
             auto step = [&](const bool ahead, int t, float(&cur)[BLOCK_N / 2], float(&nxt)[BLOCK_N / 2],
