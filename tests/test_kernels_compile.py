@@ -269,3 +269,19 @@ def test_wgmma_header_is_what_its_generator_writes():
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     assert (loader.CUDA_DIR / "wgmma.cuh").read_text() == gen.render(), "run python kernels/cuda/gen_wgmma.py"
+
+
+@needs_nvrtc
+def test_a_serialised_build_warns(monkeypatch):
+    """QK_AHEAD with Bc = 128 at d = 128 (two S and two P tiles beside O) compiles without spills, but ptxas
+    serialises its wgmma pipeline (C7512): its first load in a process warns (an error elsewhere in this suite,
+    pyproject.toml), and resource_usage names the reason."""
+    from kernels import fa2_wgmma
+
+    defs = fa2_wgmma.defines_for(128, False, dict(fa2_wgmma.speed_configs(128)["ahead"], BLOCK_N=128))
+    src, kernel = fa2_wgmma.source_of(defs)
+    monkeypatch.setattr(loader, "_compiled", {})  # a fresh process: the build is loaded from disk or NVRTC
+    with pytest.warns(loader.SerializedWgmmaWarning, match="serialised its wgmma pipeline"):
+        loader.compile_cubin(src, defines=defs, arch=fa2_wgmma.ARCH)
+    res = loader.resource_usage(src, kernel, defines=defs, arch=fa2_wgmma.ARCH)  # served in-process: no second warning
+    assert res["wgmma_serialized"] == "insufficient register resources" and res["spill_stores"] == 0
