@@ -1,8 +1,9 @@
 """python -m kernels check [--arch sm_90] [--kernels fa2,v_once] [--json FILE]
 
 Compiles every registered kernel configuration with NVRTC (no GPU needed) and prints, per kernel,
-registers, static shared memory, stack frame and spill bytes from ptxas' report. Exit status 1 if
-any configuration fails to compile.
+registers, static shared memory, stack frame and spill bytes from ptxas' report, and why ptxas serialised the
+kernel's wgmma pipeline where it did (loader.SerializedWgmmaWarning). Exit status 1 if any configuration fails to
+compile.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def check(arch: str, names=None) -> list[dict]:
 
 COLUMNS = (("spec", "spec"), ("kernel", "kernel"), ("defines", "defines"), ("registers", "regs"),
            ("shared_static", "smem static"), ("local_bytes", "stack"), ("spill_stores", "spill st"),
-           ("spill_loads", "spill ld"))
+           ("spill_loads", "spill ld"), ("wgmma_serialized", "wgmma serialised"))
 
 
 def render(rows, arch: str) -> None:
