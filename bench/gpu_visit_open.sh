@@ -54,6 +54,7 @@
 #   ahead7dncu v7d: ncu of d = 64's CONFIGS build with and without QK_AHEAD (N = 4096, 512)              -> ahead7dncu/
 #   ahead7csan v7d: memcheck and racecheck of the QK_AHEAD builds                                     -> ahead7csan/
 #   rs64       issue 14: d = 64 Br = Bc = 128 persistent O_TILE/O_TMA builds: tests, memcheck, A/B at N <= 4k  -> rs64/
+#   levels_persist issue 11: ncu levels of forward()'s persistent builds and cuDNN at N = 512-4k      -> levels_persist/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -403,6 +404,11 @@ print(json.dumps({'base': f.CONFIGS[64], 'ahead': f.speed_configs(64)['ahead']})
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096 --order abba \
         --variants default,rs-dyn-oqt,rs-dyn-oqt-pp,br192-rs-dyn-oqt,small-tma3-dyn-oq --budget-s 180 > "$W/ab.txt" 2>&1
       r=$?; grep "^cells with" "$W/ab.txt"; tail -24 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    levels_persist)  # issue 11: the GPU model's levels held out on the builds forward() runs since v6 (persistent, O_TMA,
+                     # the causal sections): ncu levels of fa2_wgmma's default and cuDNN at N = 512, 1k and 4k
+      OUT=$W NCU_LEVELS_SHAPES=512x64,512x128,1024x128,4096x64,4096x128 NCU_LEVELS_KERNELS=fa2_wgmma,sdpa_cudnn \
+        timeout 250 bash bench/ncu_levels.sh > "$W/run.txt" 2>&1; rc=$?
+      tail -24 "$W/run.txt" ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
