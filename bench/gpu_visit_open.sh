@@ -55,6 +55,7 @@
 #   ahead7csan v7d: memcheck and racecheck of the QK_AHEAD builds                                     -> ahead7csan/
 #   rs64       issue 14: d = 64 Br = Bc = 128 persistent O_TILE/O_TMA builds: tests, memcheck, A/B at N <= 4k  -> rs64/
 #   levels_persist issue 11: ncu levels of forward()'s persistent builds and cuDNN at N = 512-4k      -> levels_persist/
+#   levels256  issue 11: ncu levels at d = 256 (fa2_wgmma's default builds, cuDNN), N = 512, 4k, 16k    -> levels256/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -409,6 +410,11 @@ print(json.dumps({'base': f.CONFIGS[64], 'ahead': f.speed_configs(64)['ahead']})
       OUT=$W NCU_LEVELS_SHAPES=512x64,512x128,1024x128,4096x64,4096x128 NCU_LEVELS_KERNELS=fa2_wgmma,sdpa_cudnn \
         timeout 250 bash bench/ncu_levels.sh > "$W/run.txt" 2>&1; rc=$?
       tail -24 "$W/run.txt" ;;
+    levels256)  # issue 11: the levels at d = 256, never profiled (forward()'s Bc = 64 / 80 builds, persistent for causal, and
+                # cuDNN's one-K/V-stage kernel): N = 512, 4k (causal too) and 16k
+      OUT=$W NCU_LEVELS_SHAPES=512x256,4096x256,16384x256 NCU_LEVELS_KERNELS=fa2_wgmma,sdpa_cudnn \
+        timeout 250 bash bench/ncu_levels.sh > "$W/run.txt" 2>&1; rc=$?
+      tail -16 "$W/run.txt" ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
