@@ -56,6 +56,7 @@
 #   rs64       issue 14: d = 64 Br = Bc = 128 persistent O_TILE/O_TMA builds: tests, memcheck, A/B at N <= 4k  -> rs64/
 #   levels_persist issue 11: ncu levels of forward()'s persistent builds and cuDNN at N = 512-4k      -> levels_persist/
 #   levels256  issue 11: ncu levels at d = 256 (fa2_wgmma's default builds, cuDNN), N = 512, 4k, 16k    -> levels256/
+#   levels_causal issue 11: ncu levels of the persistent causal builds at N = 512-2k, d = 64/128       -> levels_causal/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -415,6 +416,11 @@ print(json.dumps({'base': f.CONFIGS[64], 'ahead': f.speed_configs(64)['ahead']})
       OUT=$W NCU_LEVELS_SHAPES=512x256,4096x256,16384x256 NCU_LEVELS_KERNELS=fa2_wgmma,sdpa_cudnn \
         timeout 250 bash bench/ncu_levels.sh > "$W/run.txt" 2>&1; rc=$?
       tail -16 "$W/run.txt" ;;
+    levels_causal)  # issue 11: the levels of forward()'s persistent causal builds at short N, where the tile order in sections
+                    # of heads (v6a) is what keeps DRAM near compulsory: d = 64, 128 at N = 512, 1k, 2k, causal and not
+      OUT=$W NCU_LEVELS_SHAPES=512x64,1024x64,2048x64,512x128,1024x128,2048x128 NCU_LEVELS_KERNELS=fa2_wgmma,sdpa_cudnn \
+        NCU_LEVELS_CAUSAL=1 timeout 250 bash bench/ncu_levels.sh > "$W/run.txt" 2>&1; rc=$?
+      tail -30 "$W/run.txt" ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

@@ -7,6 +7,7 @@ line analysis/measured.py matches to ncu's rows (in launch order).
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +21,8 @@ SHAPES = [(4096, 64), (4096, 128), (16384, 128)]
 
 def _overrides():
     """NCU_LEVELS_SHAPES="32768x128,65536x128" (N x d, B = max(1, 16k / N), H = 2048 / d) and
-    NCU_LEVELS_KERNELS="fa2_tc,fa2_wgmma": another set for bench/ncu_l2_capacity.sh; unset: the defaults."""
+    NCU_LEVELS_KERNELS="fa2_tc,fa2_wgmma": another set for bench/ncu_l2_capacity.sh; unset: the defaults.
+    NCU_LEVELS_CAUSAL=1: causal beside non-causal at every N (default: at N = 4096 only)."""
     import os
 
     shapes = [tuple(int(x) for x in s.split("x")) for s in os.environ.get("NCU_LEVELS_SHAPES", "").split(",") if s]
@@ -57,7 +59,7 @@ def main() -> int:
     for n, d in shapes:
         b, h = max(1, TOKENS // n), HIDDEN // d
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
-        for causal in ((False, True) if n == 4096 else (False,)):
+        for causal in ((False, True) if n == 4096 or os.environ.get("NCU_LEVELS_CAUSAL") == "1" else (False,)):
             for name, f in fns.items():
                 if name == "v_once_tc[hbm,eager]" and causal:
                     continue  # non-causal carries the O(Tc^2) rescale in full
