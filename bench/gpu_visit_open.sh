@@ -87,6 +87,12 @@ dispatch_tests() {
   timeout "$2" python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
     -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$1" 2>&1
 }
+# ncu_levels LIMIT_S SHAPES KERNELS [CAUSAL]: bench/ncu_levels.sh on NCU_LEVELS_SHAPES / _KERNELS (CAUSAL=1: causal
+# at every N too) -> $W (ncu_levels.csv ...), log $W/run.txt
+ncu_levels() {
+  OUT=$W NCU_LEVELS_SHAPES=$2 NCU_LEVELS_KERNELS=$3 NCU_LEVELS_CAUSAL=${4:-} timeout "$1" bash bench/ncu_levels.sh \
+    > "$W/run.txt" 2>&1
+}
 rowsum_configs() {  # the ROW_SUM_MMA builds (issue 14): the default's and the two d = 64 size builds'
   wgmma_builds 64:rowsum 64:small-tma3-rs 64:small-tma-rs
 }
@@ -105,8 +111,7 @@ for part in "$@"; do
       OUT=$W timeout 250 bash bench/gpu_gaps_check.sh > "$W/run.txt" 2>&1; rc=$?
       tail -30 "$W/run.txt" ;;
     vonce_ncu)  # the second half of gaps alone (its kernel names did not parse on the first run)
-      OUT=$W NCU_LEVELS_SHAPES=2048x64,2048x128 NCU_LEVELS_KERNELS="v_once_tc[hbm,lazy],v_once_tc[hbm,eager]" \
-        timeout 90 bash bench/ncu_levels.sh > "$W/run.txt" 2>&1; rc=$?
+      ncu_levels 90 2048x64,2048x128 "v_once_tc[hbm,lazy],v_once_tc[hbm,eager]"; rc=$?
       tail -8 "$W/run.txt" ;;
     size14)  # issue 14: the size-based builds, tested, then timed against the default and cuDNN at N <= 4k
       timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k size_candidate \
@@ -408,18 +413,15 @@ print(json.dumps({'base': f.CONFIGS[64], 'ahead': f.speed_configs(64)['ahead']})
       r=$?; grep "^cells with" "$W/ab.txt"; tail -24 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     levels_persist)  # issue 11: the GPU model's levels held out on the builds forward() runs since v6 (persistent, O_TMA,
                      # the causal sections): ncu levels of fa2_wgmma's default and cuDNN at N = 512, 1k and 4k
-      OUT=$W NCU_LEVELS_SHAPES=512x64,512x128,1024x128,4096x64,4096x128 NCU_LEVELS_KERNELS=fa2_wgmma,sdpa_cudnn \
-        timeout 250 bash bench/ncu_levels.sh > "$W/run.txt" 2>&1; rc=$?
+      ncu_levels 250 512x64,512x128,1024x128,4096x64,4096x128 fa2_wgmma,sdpa_cudnn; rc=$?
       tail -24 "$W/run.txt" ;;
     levels256)  # issue 11: the levels at d = 256, never profiled (forward()'s Bc = 64 / 80 builds, persistent for causal, and
                 # cuDNN's one-K/V-stage kernel): N = 512, 4k (causal too) and 16k
-      OUT=$W NCU_LEVELS_SHAPES=512x256,4096x256,16384x256 NCU_LEVELS_KERNELS=fa2_wgmma,sdpa_cudnn \
-        timeout 250 bash bench/ncu_levels.sh > "$W/run.txt" 2>&1; rc=$?
+      ncu_levels 250 512x256,4096x256,16384x256 fa2_wgmma,sdpa_cudnn; rc=$?
       tail -16 "$W/run.txt" ;;
     levels_causal)  # issue 11: the levels of forward()'s persistent causal builds at short N, where the tile order in sections
                     # of heads (v6a) is what keeps DRAM near compulsory: d = 64, 128 at N = 512, 1k, 2k, causal and not
-      OUT=$W NCU_LEVELS_SHAPES=512x64,1024x64,2048x64,512x128,1024x128,2048x128 NCU_LEVELS_KERNELS=fa2_wgmma,sdpa_cudnn \
-        NCU_LEVELS_CAUSAL=1 timeout 250 bash bench/ncu_levels.sh > "$W/run.txt" 2>&1; rc=$?
+      ncu_levels 250 512x64,1024x64,2048x64,512x128,1024x128,2048x128 fa2_wgmma,sdpa_cudnn 1; rc=$?
       tail -30 "$W/run.txt" ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
