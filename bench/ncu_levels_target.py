@@ -7,7 +7,6 @@ line analysis/measured.py matches to ncu's rows (in launch order).
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ def _overrides():
 
     # commas inside brackets belong to a name: "v_once_tc[hbm,lazy],fa2_tc" is two kernels
     kernels = [k for k in re.split(r",(?![^\[]*\])", os.environ.get("NCU_LEVELS_KERNELS", "")) if k]
-    return shapes or SHAPES, kernels
+    return shapes or SHAPES, kernels, os.environ.get("NCU_LEVELS_CAUSAL") == "1"
 
 
 def main() -> int:
@@ -53,13 +52,13 @@ def main() -> int:
            "v_once_tc[hbm,eager]": lambda q, k, v, c: v_once_tc.forward(q, k, v, causal=c, placement="hbm",
                                                                         rescale="eager"),
            "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
-    shapes, only = _overrides()
+    shapes, only, causal_everywhere = _overrides()
     if only:
         fns = {k: f for k, f in fns.items() if k in only}
     for n, d in shapes:
         b, h = max(1, TOKENS // n), HIDDEN // d
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
-        for causal in ((False, True) if n == 4096 or os.environ.get("NCU_LEVELS_CAUSAL") == "1" else (False,)):
+        for causal in ((False, True) if n == 4096 or causal_everywhere else (False,)):
             for name, f in fns.items():
                 if name == "v_once_tc[hbm,eager]" and causal:
                     continue  # non-causal carries the O(Tc^2) rescale in full
