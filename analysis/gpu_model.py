@@ -19,9 +19,11 @@ Overlap rule per kernel structure (the descriptor's):
     fa2               max(tensor, smem) + σ · (mufu + alu)   (the same warps do both; other CTAs hide part:
                       σ = σ_fa2^(CTAs/SM - 1), each co-resident CTA hiding the same share of what is left;
                       σ = 1 at one CTA per SM: nothing runs products while its warps do the softmax)
-A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L + L_gmem · rt(n) cycles (it shares its SM with
-ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; a persistent kernel that loads its next work tile
-while this one finishes (descriptor next_tile_prefetch: cuDNN) pays L once per CTA and per work tile only
+A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L + io + L_gmem · rt(n) cycles (it shares its SM with
+ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; io: its Q tile in and O tile out, 2·Br·d·item bytes,
+at the SM's share of the L2's rate, L2_BANDWIDTH / SMs: not fitted, so L is what is left once the tile sizes are
+priced, and a d = 256 tile's start and end cost 4x a d = 64 one's; a persistent kernel that loads its next work tile
+while this one finishes (descriptor next_tile_prefetch: cuDNN) pays L + io once per CTA and per work tile only
 λ_p · (tensor + softmax) of one tile, the step its pipeline cannot overlap at a tile's start and end (λ_p
 fitted, stage 3 of analysis/fit_gpu_model.py); rt(n): the dependent global round trips the
 descriptor declares, round_trips_per_tile · n + rescale_round_trips · n(n-1)/2 (eager v_once, spilled:
@@ -210,6 +212,17 @@ def in_flight_per_sm(desc, d: int, item: int) -> float:
     return desc.ctas_per_sm * desc.warps * per_warp
 
 
+def io_cycles(desc, d: int, item: int, g) -> float:
+    """Cycles a work tile spends moving its Q tile in and its O tile out (Br x d each way) at its SM's share of
+    the L2's rate (L2_BANDWIDTH / SMs): what a CTA's start and end expose beyond the fitted L, growing with d.
+    Tensor-core kernels only: the teaching tier's CTAs (FFMA, scalar loads by every thread) keep the fitted L
+    alone (with io their fit's error grows: R_wgmma 3571 instead of 3838, ranking 94.7% against 95.3%)."""
+    if desc.path == "ffma":
+        return 0.0
+    per_sm = L2_BANDWIDTH / g.value("sms", "measured") / g.value("clock_hz")
+    return 2 * desc.block_q * d * item / per_sm
+
+
 def tile_terms(work: Work, params: dict) -> dict:
     """SM cycles per tile of each compute term."""
     desc = work.desc
@@ -266,13 +279,14 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     # a dependent round trip to the spilled f row waits on the L2 or, when the line was evicted, on DRAM:
     # L_gmem + (share of the re-touched bytes that miss) x L_gmem_dram
     miss = min(1.0, max(0.0, (lv.dram_bytes - lv.compulsory_bytes) / max(1, lv.l2_bytes - lv.compulsory_bytes)))
-    per_tile, fixed = desc.ctas_per_sm * t_tile, params["L_cycles"]
+    io = io_cycles(desc, work.d, cf.DTYPES[work.dtype], g)
+    per_tile, fixed = desc.ctas_per_sm * t_tile, params["L_cycles"] + io
     once = 0.0  # cycles a CTA pays once, not per work tile
     if desc.grid == "persistent" and desc.next_tile_prefetch and params.get("L_persistent_steps") is not None:
         # the next tile's Q and K/V load under this tile's end: a work tile pays its pipeline's fill and drain,
         # one step of products and softmax in series; the CTA's first loads (L) once
         fixed = params["L_persistent_steps"] * (terms["tensor"] + terms["softmax"])
-        once = max(0.0, params["L_cycles"] - fixed)
+        once = max(0.0, params["L_cycles"] + io - fixed)
     lat = params["L_gmem"] + miss * params.get("L_gmem_dram", 0.0)
     cluster_terms = {}
     if desc.grid == "clusters":  # issue 18: clusters co-scheduled in a GPC; DSMEM reductions and barriers per Q block

@@ -57,6 +57,9 @@
 #   levels_persist issue 11: ncu levels of forward()'s persistent builds and cuDNN at N = 512-4k      -> levels_persist/
 #   levels256  issue 11: ncu levels at d = 256 (fa2_wgmma's default builds, cuDNN), N = 512, 4k, 16k    -> levels256/
 #   levels_causal issue 11: ncu levels of the persistent causal builds at N = 512-2k, d = 64/128       -> levels_causal/
+#   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
+#   fresh11    issue 11: never-timed N (768-12288) at d = 64/96/128/256, the default, CONFIGS, ring1 and SDPA, twice
+#              (abba): the GPU model's fresh held-out cells                                           -> fresh11/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -428,6 +431,23 @@ print(json.dumps({'base': f.CONFIGS[64], 'ahead': f.speed_configs(64)['ahead']})
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
         > "$W/tests.log" 2>&1; rc=$?
       tail -5 "$W/tests.log" ;;
+    fresh11t)  # issue 11: the one-slot K/V ring builds (ring1, d = 128 and 256: measurement builds for the GPU model's
+               # cuDNN) before fresh11 times them: their GPU tests (hypothesis shapes, a long key loop, strided / GQA)
+               # and racecheck at scale
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "size_candidate and ring1" \
+        > "$W/tests.log" 2>&1; rc=$?
+      tail -2 "$W/tests.log"
+      sanitize_wgmma racecheck float16 6 150 140 "$(wgmma_builds 128:ring1 256:ring1)"
+      r=$?; tail -2 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    fresh11)  # issue 11 (and 14): shapes no earlier run timed (N = 768, 1536, 3072, 6144, 12288; d = 64, 96, 128, 256),
+              # the GPU model's fresh held-out check: forward()'s default, CONFIGS, the ring1 builds, SDPA flash and
+              # cuDNN, twice (abba; the first run also compiles every build)
+      for rep in 1 2; do
+        timeout $(( rep == 1 ? 270 : 210 )) python3 bench/ab_wgmma_speed.py --out "$W/run$rep" --dims 64,96,128,256 \
+          --seqs 768,1536,3072,6144,12288 --variants default,base,ring1@128+256 --order abba \
+          --budget-s $(( rep == 1 ? 240 : 180 )) > "$W/ab$rep.txt" 2>&1
+        r=$?; grep "^cells with" "$W/ab$rep.txt"; rc=$(( rc != 0 ? rc : r ))
+      done ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -267,6 +267,12 @@ for _bc in (96, 64):
 TILE_CANDIDATES[64]["br192-rs-dyn-oq"] = dict(TILE_CANDIDATES[64]["br192-rs"], PERSISTENT=2, O_TILE=1,
                                               PRODUCER_REGS=32)
 TILE_CANDIDATES[64]["br192-rs-dyn-oqt"] = dict(TILE_CANDIDATES[64]["br192-rs-dyn-oq"], O_TMA=1)
+# Measurement builds, not speed candidates (issue 11): CONFIGS with a K/V ring of one slot each (STAGES=1), the
+# pipeline cuDNN's d = 256 kernel runs (232,448 B of smem: Q and one K and one V tile of Bc = 128; ours keeps Bc = 80:
+# Bc = 128 at d = 256 spills 144 B and ptxas serialises it, C7512). The A/B of these against CONFIGS prices what a
+# one-slot ring costs on this kernel, for the GPU model's cuDNN.
+for _d in (128, 256):
+    TILE_CANDIDATES.setdefault(_d, {})["ring1"] = dict(CONFIGS[_d], STAGES=1)
 
 
 def candidate(d: int, name: str) -> dict:
