@@ -36,6 +36,13 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     row_sum_cols columns the P V product runs past d to compute the row sum l on the tensor cores
                  (fa2_wgmma ROW_SUM_MMA: 8, a panel of ones beside V); the softmax then has one add fewer
                  per score (0: l summed on the FP32 pipe)
+    pv_pad_cols  columns the P V product runs past d on padding (fa2_wgmma at d = 96 with PV_N = 128: two whole
+                 64-column panels, 32 columns of zeros): tensor work the count of useful FLOPs leaves out
+    qk_pad_cols  columns the S = Q K^T product reduces over past d (cuDNN at d = 96: its d = 128 kernel, ncu
+                 bench/results/ncu_levels_d96.csv: 64x128x128); fa2_wgmma reduces over d itself (KD = d / 16)
+    load_cols    columns each row of a Q, K or V tile load moves from the L2 (0: d): TMA boxes of whole 64-column
+                 panels at d = 96 move 128 (ncu_levels_d96.csv: the SM-side L2 reads of fa2_wgmma and cuDNN are
+                 1.31-1.33x the d = 96 count, SDPA flash's 1.00x); DRAM still reads each byte once
     rescale_round_trips   eager v_once with f spilled: dependent round trips per earlier f block at each
                  new block (the read-scale-write loop over k < j; teaching: one per row slot, Br/16;
                  v_once_tc: none, its 16-byte fragments keep enough bytes in flight to run at bandwidth)
@@ -106,6 +113,9 @@ class KernelDescriptor:
     issue_per_tile: float = 0.0  # measured warp instructions per tile other than the MMAs (0: not measured)
     cluster_size: int = 1  # CTAs per Q block (grid "clusters")
     row_sum_cols: int = 0  # P V columns past d that compute l (ROW_SUM_MMA); one add per score fewer
+    pv_pad_cols: int = 0  # P V columns past d that are padding (fa2_wgmma PV_N = 128 at d = 96): products, no use
+    qk_pad_cols: int = 0  # S = Q K^T reduction columns past d (cuDNN at d = 96 runs its d = 128 kernel)
+    load_cols: int = 0  # columns a Q / K / V tile row load moves (TMA boxes of whole 64-column panels); 0: d
     issue_source: str = ""
     causal_order: str = "ascending"  # ascending | heaviest_first: the causal Q block each blockIdx.x runs
     next_tile_prefetch: bool = False  # persistent CTAs load the next work tile while this one finishes
@@ -219,10 +229,12 @@ def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
     if d > 256:
         raise ValueError(f"sdpa_cudnn takes head dims up to 256, got d={d}")
     br, bc = 128, 128
-    smem = 2 * (64 * d * 2 + 2 * bc * d * 2)
+    kd = next(x for x in (64, 128, 256) if x >= d)  # its kernels' head dims: d = 96 runs 64x128x128 (ncu_levels_d96)
+    smem = 2 * (64 * kd * 2 + 2 * bc * kd * 2)
     t, src = overhead("sdpa_flash")  # the same torch dispatch; cuDNN's own was not timed
-    return dict(kernel="sdpa_cudnn", build=f"cuDNN sm90 flash fprop wgmma 64x128x{d}", variant="fa2",
+    return dict(kernel="sdpa_cudnn", build=f"cuDNN sm90 flash fprop wgmma 64x128x{kd}", variant="fa2",
                 path="wgmma", structure="warp_specialized", block_q=br, block_k=bc, warps=12, ctas_per_sm=1,
+                qk_pad_cols=kd - d, pv_pad_cols=kd - d, load_cols=kd,
                 loads="tma", s_p="registers", grid="persistent", next_tile_prefetch=True, smem_bytes_per_tile=smem,
                 launch_overhead_s=t, overhead_source=src + "; cuDNN assumed as SDPA flash",
                 source="ncu kernel names and launch stats in bench/results/tc_ncu_wgmma_tma_d{64,128}.csv")

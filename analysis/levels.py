@@ -207,7 +207,9 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
         unique = min(w, bh * n_q * n_k * item) if name in ("f", "S", "P") else w
         writes += round(unique + (w - unique) * spill_miss)
     local = local_bytes(desc, batch, heads, n_q, n_k, causal)
-    return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes + local, dram_bytes=reads + writes,
+    # tile rows loaded wider than d (whole TMA panels): the L2 serves the padding, DRAM still reads each byte once
+    pad = (desc.load_cols / d - 1) * inputs_req if getattr(desc, "load_cols", 0) > d else 0
+    return Levels(requests_bytes=tr.hbm_bytes, l2_bytes=tr.hbm_bytes + round(pad) + local, dram_bytes=reads + writes,
                   dram_read_bytes=reads, dram_write_bytes=writes, compulsory_bytes=compulsory,
                   l2_capacity_bytes=cap, kv_working_set_bytes=kv_ws, spill_working_set_bytes=spill_ws,
                   resident_ctas=resident, heads_in_flight=in_flight, local_bytes=local,

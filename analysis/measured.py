@@ -117,12 +117,14 @@ AB_VARIANTS = {"fa2_wgmma[default]": None, "fa2_wgmma[base]": None, "fa2_wgmma[r
                "fa2_wgmma[br192-rs-dyn-oq]": (64,), "fa2_wgmma[dynamic]": (256,),
                "fa2_wgmma[bc128-dyn-oqt]": (128,), "fa2_wgmma[br192-rs-dyn-oqt]": (64,),  # v6d: O stored by TMA
                # v6f: the rules' builds with the rescale threshold at d = 128, and d = 256's Bc = 64 persistent build
-               "fa2_wgmma[bc128-dyn-oqt-r]": (128,), "fa2_wgmma[rescale]": (128,), "fa2_wgmma[bc64-dyn]": (256,)}
+               "fa2_wgmma[bc128-dyn-oqt-r]": (128,), "fa2_wgmma[rescale]": (128,), "fa2_wgmma[bc64-dyn]": (256,),
+               # fresh11: d = 96's short-N build (SIZE_RULES[96])
+               "fa2_wgmma[dyn-oqt-r]": (96,)}
 
 
 # persistent builds order their causal tiles in sections of heads since fa2_wgmma_tma.cu v6 (CAUSAL_SECTION_KB);
 # A/B runs outside these directories were timed before, with every head in one section
-SECTIONS_SINCE = ("persist14/",)
+SECTIONS_SINCE = ("persist14/", "fresh11/")
 
 
 def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:

@@ -60,6 +60,9 @@
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
 #   fresh11    issue 11: never-timed N (768-12288) at d = 64/96/128/256, the default, CONFIGS, ring1 and SDPA, twice
 #              (abba): the GPU model's fresh held-out cells                                           -> fresh11/
+#   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
+#   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
+#   d96rule    issue 14: SIZE_RULES[96]: racecheck of dyn-oqt-r on 3 CTAs, dispatch / layouts tests, d = 96's grid -> d96rule/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -426,6 +429,31 @@ print(json.dumps({'base': f.CONFIGS[64], 'ahead': f.speed_configs(64)['ahead']})
                     # of heads (v6a) is what keeps DRAM near compulsory: d = 64, 128 at N = 512, 1k, 2k, causal and not
       ncu_levels 250 512x64,1024x64,2048x64,512x128,1024x128,2048x128 fa2_wgmma,sdpa_cudnn 1; rc=$?
       tail -30 "$W/run.txt" ;;
+    levels96)  # issue 11: ncu levels at d = 96, never profiled (fa2_wgmma's default, cuDNN, SDPA flash; N = 1k and 4k, causal
+               # and not): which tile cuDNN runs at d = 96 (its kernel name), and held-out DRAM / L2 rows at a fourth d
+      ncu_levels 280 1024x96,4096x96 fa2_wgmma,sdpa_cudnn,sdpa_flash 1; rc=$?
+      tail -20 "$W/run.txt" ;;
+    d96)  # issue 14: d = 96 at short N, d = 128's persistent O_TMA form (SIZE_CANDIDATES[96]): GPU tests, memcheck and
+          # racecheck on 3 CTAs, then the A/B (abba) at N = 512-4096 against the default (CONFIGS[96]) and cuDNN
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "size_candidate and 96-dyn-oqt" > "$W/tests.log" 2>&1; rc=$?
+      tail -2 "$W/tests.log"
+      cfg=$(wgmma_builds 96:dyn-oqt:3 96:dyn-oqt-r:3)
+      for tool in memcheck racecheck; do
+        sanitize_wgmma "$tool" float16,bfloat16 6 80 75 "$cfg"
+        r=$?; tail -1 "$W/$tool.txt"; rc=$(( rc != 0 ? rc : r ))
+      done
+      timeout 170 python3 bench/ab_wgmma_speed.py --out "$W" --dims 96 --seqs 512,768,1024,1536,2048,3072,4096 \
+        --order abba --variants default,dyn-oqt,dyn-oqt-r --budget-s 150 > "$W/ab.txt" 2>&1
+      r=$?; grep "^cells with" "$W/ab.txt"; tail -14 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    d96rule)  # issue 14: SIZE_RULES[96] (dyn-oqt-r up to Nk = 4096): racecheck of the build on 3 CTAs (fp16; d96's
+              # fp16+bf16 run outlived its limit), forward()'s dispatch and layouts tests, d = 96's grid (abba)
+      sanitize_wgmma racecheck float16 6 230 220 "$(wgmma_builds 96:dyn-oqt-r:3)"
+      rc=$?; tail -1 "$W/racecheck.txt"
+      dispatch_tests "$W/tests.log" 120; r=$?; tail -2 "$W/tests.log"; rc=$(( rc != 0 ? rc : r ))
+      timeout 120 python3 bench/ab_wgmma_speed.py --out "$W" --dims 96 --seqs 512,1024,2048,4096,8192,16384 \
+        --order abba --variants default,base --budget-s 100 > "$W/ab.txt" 2>&1
+      r=$?; grep "^cells with" "$W/ab.txt"; tail -10 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
@@ -442,6 +470,7 @@ print(json.dumps({'base': f.CONFIGS[64], 'ahead': f.speed_configs(64)['ahead']})
     fresh11)  # issue 11 (and 14): shapes no earlier run timed (N = 768, 1536, 3072, 6144, 12288; d = 64, 96, 128, 256),
               # the GPU model's fresh held-out check: forward()'s default, CONFIGS, the ring1 builds, SDPA flash and
               # cuDNN, twice (abba; the first run also compiles every build)
+      rc=0
       for rep in 1 2; do
         timeout $(( rep == 1 ? 270 : 210 )) python3 bench/ab_wgmma_speed.py --out "$W/run$rep" --dims 64,96,128,256 \
           --seqs 768,1536,3072,6144,12288 --variants default,base,ring1@128+256 --order abba \

@@ -227,6 +227,15 @@ SIZE_CANDIDATES[64]["small-tma3-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-tma3"
 # the O rescale is under the next block's loads); d = 64 causal N <= 2k (0.93-0.99) with O stored by TMA
 SIZE_CANDIDATES[128]["bc160-dyn-oqt"] = dict(SIZE_CANDIDATES[128]["bc160-dyn-oq"], O_TMA=1)
 SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"] = dict(SIZE_CANDIDATES[128]["bc128-dyn-oqt"], RESCALE_THRESHOLD=8)
+# d = 96 had no short-N build: CONFIGS[96] (one tile per CTA) at every N trailed cuDNN by 0.905-0.93 at N = 768
+# (bench/results/fresh11). d = 128's short-N form on it: persistent, the next Q under this tile's end, O stored by TMA
+# (its smem: Q + O + two K/V slots of 128 padded columns, 194 KB)
+SIZE_CANDIDATES[96] = {"dyn-oqt": dict(CONFIGS[96], PERSISTENT=2, O_TILE=1, O_TMA=1)}
+SIZE_CANDIDATES[96]["dyn-oqt-r"] = dict(SIZE_CANDIDATES[96]["dyn-oqt"], RESCALE_THRESHOLD=8)
+# A/B (bench/results/fresh11/d96, one run abba, fp16/bf16, N = 512-4096, causal and not; time / CONFIGS[96]): dyn-oqt
+# 0.857-0.997 (geomean 0.927), dyn-oqt-r 0.837-0.969 (0.894; causal 0.857-0.905). With it d = 96 is >= cuDNN in 26 of
+# 28 cells (causal N = 512: 0.988-0.991); CONFIGS[96] was in 9. GPU tests 6 passed, memcheck on 3 CTAs 0 errors.
+# SIZE_RULES[96] takes dyn-oqt-r up to Nk = 4096, the measured range (d = 128's rule stops there too).
 SIZE_CANDIDATES[64]["small-tma3-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], O_TMA=1)
 # Key blocks that tile N = 512-2048 exactly: Bc = 96 at d = 64 (the 3-CTA build) runs 6 blocks over 512 keys, the
 # last one a third full (12.5% of the products on padding), and d = 256's Bc = 80 runs 7 (9%); Bc = 64 runs 8 full
@@ -269,8 +278,10 @@ TILE_CANDIDATES[64]["br192-rs-dyn-oq"] = dict(TILE_CANDIDATES[64]["br192-rs"], P
 TILE_CANDIDATES[64]["br192-rs-dyn-oqt"] = dict(TILE_CANDIDATES[64]["br192-rs-dyn-oq"], O_TMA=1)
 # Measurement builds, not speed candidates (issue 11): CONFIGS with a K/V ring of one slot each (STAGES=1), the
 # pipeline cuDNN's d = 256 kernel runs (232,448 B of smem: Q and one K and one V tile of Bc = 128; ours keeps Bc = 80:
-# Bc = 128 at d = 256 spills 144 B and ptxas serialises it, C7512). The A/B of these against CONFIGS prices what a
-# one-slot ring costs on this kernel, for the GPU model's cuDNN.
+# Bc = 128 at d = 256 spills 144 B and ptxas serialises it, C7512). Measured (bench/results/fresh11, three runs abba,
+# time / CONFIGS): 1.14-1.68x (d = 256 non-causal 1.48-1.68): this kernel holds K_j and V_{j+1} through a step, so each
+# load waits for the product that frees its slot. cuDNN pays far less for its one slot: the cost is the schedule's,
+# so the GPU model states no ring depth (and validates no ring1 row: analysis/measured.py AB_VARIANTS).
 for _d in (128, 256):
     TILE_CANDIDATES.setdefault(_d, {})["ring1"] = dict(CONFIGS[_d], STAGES=1)
 
@@ -349,6 +360,7 @@ SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causa
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None),
                           (None, candidate(128, "rescale"), None)],
+                    96: [(4096, SIZE_CANDIDATES[96]["dyn-oqt-r"], None)],
                     256: [(2048, SIZE_CANDIDATES[256]["bc64-dyn"], "causal"),
                           (8192, candidate(256, "dynamic"), "causal"),
                           (512, SIZE_CANDIDATES[256]["bc64-dyn"], None)]}
@@ -598,7 +610,8 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                 next_tile_prefetch=bool(defs.get("PERSISTENT") and defs.get("O_TILE")),
                 causal_section_kb=defs.get("CAUSAL_SECTION_KB", CAUSAL_SECTION_KB) if defs.get("PERSISTENT") else 0,
                 smem_bytes_per_tile=smem_tile, smem_bytes=smem_bytes(defs), launch_overhead_s=t,
-                row_sum_cols=rs_cols,
+                row_sum_cols=rs_cols, pv_pad_cols=defs.get("PV_N", padded_d(d)) - d if not rs_cols else 0,
+                load_cols=padded_d(d) if tma else d,  # TMA boxes of whole 64-column panels
                 overhead_source=src,
                 source="kernels/fa2_wgmma.py " + ("SIZE_RULES" if rule else "CONFIGS"),
                 options={k: v for k, v in defs.items() if k not in ("HEAD_DIM", "IS_BF16")})

@@ -319,3 +319,53 @@ def test_persistent_rows_timed_before_v6_keep_one_causal_section():
     assert old and new
     assert all(c["options"]["config"]["CAUSAL_SECTION_KB"] == 0 for c in old)
     assert all("CAUSAL_SECTION_KB" not in c["options"]["config"] for c in new)
+
+
+def test_a_work_tile_pays_its_q_in_and_o_out():
+    """io_cycles: a work tile's Q tile in and O tile out (2 Br d item bytes) at the SM's share of the L2 rate, beside
+    the fitted L: 4x at d = 256 what it is at d = 64 for the same Br, and nothing for the FFMA teaching tier."""
+    g = get_gpu("h200")
+    from kernels.fa2_wgmma import candidate
+
+    d64, d256 = describe("fa2_wgmma", 64, config=candidate(64, "base")), describe("fa2_wgmma", 256)
+    assert d64.block_q == d256.block_q == 128
+    per_sm = gm.L2_BANDWIDTH / g.value("sms", "measured") / g.value("clock_hz")
+    assert gm.io_cycles(d64, 64, 2, g) == pytest.approx(2 * 128 * 64 * 2 / per_sm)
+    assert gm.io_cycles(d256, 256, 2, g) == pytest.approx(4 * gm.io_cycles(d64, 64, 2, g))
+    assert gm.io_cycles(describe("fa2", 64), 64, 2, g) == 0.0
+    # it is in the model: a one-wave grid of one tile per CTA takes L + io more than its tiles alone
+    w = gm.prepare(d256, 1, 1, 128, 128, 256)
+    p = gm.load_params()
+    terms = gm.tile_terms(w, p)
+    n = w.cta_tiles[0]  # key blocks of Bc = 80 over Nk = 128: 2
+    cycles = n * gm.combine(d256, terms, p) + p["L_cycles"] + gm.io_cycles(d256, 256, 2, g)
+    assert gm.predict_work(w, p).terms["compute"] == pytest.approx(cycles / g.value("clock_hz"))
+
+
+def test_d96_padding_the_builds_run():
+    """d = 96: fa2_wgmma reduces S over d but runs P V over PV_N = 128 columns and loads whole 64-column TMA panels;
+    cuDNN runs its d = 128 kernel (ncu_levels_d96.csv: 64x128x128). The model prices the padded work and the L2
+    serves the padded rows (1.31-1.33x the d = 96 count on the SM-side counter), DRAM each byte once."""
+    from kernels.fa2_wgmma import CONFIGS
+
+    ours, cud, flash = describe("fa2_wgmma", 96, config=CONFIGS[96]), describe("sdpa_cudnn", 96), describe("sdpa_flash", 96)
+    assert (ours.pv_pad_cols, ours.qk_pad_cols, ours.load_cols) == (32, 0, 128)
+    assert (cud.pv_pad_cols, cud.qk_pad_cols, cud.load_cols) == (32, 32, 128) and "64x128x128" in cud.build
+    assert (flash.pv_pad_cols, flash.qk_pad_cols, flash.load_cols) == (0, 0, 0)
+    for d in (64, 128, 256):
+        c = describe("sdpa_cudnn", d)
+        assert (c.pv_pad_cols, c.qk_pad_cols, c.load_cols) == (0, 0, d)
+        assert describe("fa2_wgmma", d).pv_pad_cols == 0
+    g = get_gpu("h200")
+    b, h, n = 4, 21, 4096
+    from analysis.levels import counts
+
+    for desc in (ours, cud, flash):
+        lv = levels(desc, g, b, h, n, n, 96)
+        unpadded = levels(dataclasses.replace(desc, load_cols=0), g, b, h, n, n, 96)
+        inputs = sum(counts(desc, b, h, n, n, 96, "fp16", False).read_bytes[x] for x in "QKV")
+        assert lv.l2_bytes - unpadded.l2_bytes == round((128 / 96 - 1) * inputs if desc.load_cols else 0)
+        assert lv.dram_bytes == unpadded.dram_bytes and lv.requests_bytes == unpadded.requests_bytes
+    w = lambda desc: gm.tile_terms(gm.prepare(desc, b, h, n, n, 96), gm.load_params())["tensor"]  # noqa: E731
+    plain = dataclasses.replace(cud, qk_pad_cols=0, pv_pad_cols=0)
+    assert w(cud) == pytest.approx(w(plain) * 256 / 192)

@@ -219,6 +219,17 @@
 //           per warpgroup on the tensor pipe the two warpgroups share leave each waiting longer for its own S (no
 //           stall breakdown was profiled). GPU tests 20 passed (each visit); memcheck and racecheck of ahead@64,
 //           dynamic+ahead@64 on 3 CTAs and ahead@128: 0 errors, 0 hazards (ahead7csan).
+//   v8  no kernel change (issue 14 and 11; bench/results/fresh11, bench/NOTES-tc.md v8).
+//       v8a d = 96 short rows: d = 128's short-N form on CONFIGS[96] (PERSISTENT=2, O_TILE, O_TMA, RESCALE_THRESHOLD=8;
+//           SIZE_CANDIDATES[96] dyn-oqt-r): 0.837-0.969 of CONFIGS[96]'s time at N = 512-4096 (geomean 0.894; without
+//           the threshold 0.857-0.997), fresh11/d96. forward() runs it up to Nk = 4096 (SIZE_RULES[96]): d = 96 is then
+//           >= cuDNN in 26 of 28 cells at N <= 4k and 22 of 24 over N = 512-16k (fresh11/d96rule; causal N = 512
+//           0.99 both times). GPU tests 6 passed, memcheck 0 errors and racecheck 0 hazards on 3 CTAs, forward()'s
+//           dispatch and layouts tests 43 passed.
+//       v8b STAGES=1, one K and one V slot (measurement builds ring1, d = 128 and 256; cuDNN's d = 256 kernel has
+//           smem for only that): 1.14-1.68x CONFIGS' time (fresh11, three runs; d = 256 non-causal 1.48-1.68). This
+//           kernel's step holds K_j and V_{j+1} at once (S_j issued with P_{j+1} V_{j+1}), so each load waits for
+//           the product that frees its slot. cuDNN's d = 256 kernel pays far less than that for its one slot.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
