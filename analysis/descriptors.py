@@ -42,7 +42,7 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
                  bench/results/ncu_levels_d96.csv: 64x128x128); fa2_wgmma reduces over d itself (KD = d / 16)
     load_cols    columns each row of a Q, K or V tile load moves from the L2 (0: d): TMA boxes of whole 64-column
                  panels at d = 96 move 128 (ncu_levels_d96.csv: the SM-side L2 reads of fa2_wgmma and cuDNN are
-                 1.31-1.33x the d = 96 count, SDPA flash's 1.00x); DRAM still reads each byte once
+                 1.33x the d = 96 count, SDPA flash's 1.00x); DRAM still reads each byte once
     rescale_round_trips   eager v_once with f spilled: dependent round trips per earlier f block at each
                  new block (the read-scale-write loop over k < j; teaching: one per row slot, Br/16;
                  v_once_tc: none, its 16-byte fragments keep enough bytes in flight to run at bandwidth)
@@ -154,7 +154,9 @@ def _resources() -> list:
 
 
 def registers_of(kernel: str, defines: dict) -> int | None:
-    """Registers per thread of a build, from bench/results/tc_resources.json (None: not measured)."""
+    """Registers per thread of a build, from bench/results/tc_resources.json (None: not measured). DESC_STEP is
+    left out of the match: it changes no build's register count (ptxas -v, every SIZE_RULES build and CONFIGS)."""
+    defines = {k: v for k, v in defines.items() if k != "DESC_STEP"}
     for row in _resources():
         if row["kernel"] == kernel and row["defines"] == defines:
             return int(row["registers"])
@@ -229,7 +231,9 @@ def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
     if d > 256:
         raise ValueError(f"sdpa_cudnn takes head dims up to 256, got d={d}")
     br, bc = 128, 128
-    kd = next(x for x in (64, 128, 256) if x >= d)  # its kernels' head dims: d = 96 runs 64x128x128 (ncu_levels_d96)
+    # its kernels' head dims: d = 96 runs 64x128x128 (ncu_levels_d96.csv), the one padded d profiled; other d between
+    # 64, 128 and 256 are assumed to pad the same way (its kernel names seen: 64x128x{64, 128, 256})
+    kd = next(x for x in (64, 128, 256) if x >= d)
     smem = 2 * (64 * kd * 2 + 2 * bc * kd * 2)
     t, src = overhead("sdpa_flash")  # the same torch dispatch; cuDNN's own was not timed
     return dict(kernel="sdpa_cudnn", build=f"cuDNN sm90 flash fprop wgmma 64x128x{kd}", variant="fa2",
@@ -237,7 +241,8 @@ def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
                 qk_pad_cols=kd - d, pv_pad_cols=kd - d, load_cols=kd,
                 loads="tma", s_p="registers", grid="persistent", next_tile_prefetch=True, smem_bytes_per_tile=smem,
                 launch_overhead_s=t, overhead_source=src + "; cuDNN assumed as SDPA flash",
-                source="ncu kernel names and launch stats in bench/results/tc_ncu_wgmma_tma_d{64,128}.csv")
+                source="ncu kernel names and launch stats in bench/results/tc_ncu_wgmma_tma_d{64,128}.csv, "
+                       "ncu_levels_d256.csv, ncu_levels_d96.csv")
 
 
 EXTERNAL = {"sdpa_flash": _sdpa_flash, "sdpa_cudnn": _sdpa_cudnn}

@@ -56,7 +56,25 @@ def entries(d: int, variants, n: int, sdpa=SDPA):
         out.insert(0, harness.Entry("fa2_wgmma[default]", spec.tier, spec, {}, None))
     if any(v == "default-memset" and (dims is None or d in dims) for v, dims in variants):
         out.append(harness.Entry("fa2_wgmma[default-memset]", spec.tier, spec, {}, None, fn=_with_memset))
+    for v, dims in variants:  # "default+KNOB=V[+KNOB=V]": the build forward() picks for the call, with these knobs
+        if v.startswith("default+") and (dims is None or d in dims):
+            out.append(harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, None, fn=_default_with(v)))
     return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in sdpa]
+
+
+def _default_with(variant: str):
+    """forward()'s own choice for each call (SIZE_RULES, else CONFIGS[d]) with the variant's knobs added: the A/B of
+    a knob across every build the rules run, in one run ("default+DESC_STEP=1")."""
+    knobs = dict(kv.split("=") for kv in variant.split("+")[1:])
+    knobs = {k: int(x) for k, x in knobs.items()}
+
+    def fn(q, k, v, causal, out=None):
+        from kernels import fa2_wgmma
+
+        d = q.shape[-1]
+        cfg = fa2_wgmma.choose_config(d, k.shape[2], True, causal=causal) or fa2_wgmma.CONFIGS[d]
+        return fa2_wgmma.forward(q, k, v, causal=causal, out=out, config=dict(cfg, **knobs))
+    return fn
 
 
 def _with_memset(q, k, v, causal, out=None):

@@ -63,6 +63,10 @@
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
 #   d96rule    issue 14: SIZE_RULES[96]: racecheck of dyn-oqt-r on 3 CTAs, dispatch / layouts tests, d = 96's grid -> d96rule/
+#   opcodes512 issue 14: SASS instructions per opcode, forward()'s default against cuDNN at N = 512 (d = 64/128/256) -> opcodes512/
+#   desc9      issue 14 v9: DESC_STEP=1 on every rule build: GPU tests, memcheck (3 CTAs), the grid against the default -> desc9/
+#   desc9ab    issue 14 v9: the DESC_STEP grid A/B again                                              -> desc9ab/
+#   desc9final issue 14 v9: forward()'s dispatch / layouts GPU tests with DEFAULT_KNOBS (DESC_STEP=1)   -> desc9final/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -454,6 +458,42 @@ print(json.dumps({'base': f.CONFIGS[64], 'ahead': f.speed_configs(64)['ahead']})
       timeout 120 python3 bench/ab_wgmma_speed.py --out "$W" --dims 96 --seqs 512,1024,2048,4096,8192,16384 \
         --order abba --variants default,base --budget-s 100 > "$W/ab.txt" 2>&1
       r=$?; grep "^cells with" "$W/ab.txt"; tail -10 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    opcodes512)  # issue 14: where cuDNN's fewer instructions at N = 512 come from: SASS instructions executed per opcode
+                 # (sass__inst_executed_per_opcode, its instances printed), forward()'s default against cuDNN at N = 512,
+                 # d = 64 / 128 / 256 non-causal; the InstructionStats section if this ncu cannot print instances
+      cells=512x64x0,512x128x0,512x256x0
+      MOONSHOT_CELLS=$cells timeout 150 ncu --clock-control none --csv --page raw --print-metric-instances details \
+        --kernel-name "regex:fa2_wgmma|fprop" --metrics sass__inst_executed_per_opcode,sass__inst_executed_per_opcode_with_modifier_selective,smsp__inst_executed.sum \
+        python3 bench/ncu_moonshot_target.py > "$W/opcodes.csv" 2> "$W/opcodes.stderr"; rc=$?
+      if [ $rc -ne 0 ]; then
+        MOONSHOT_CELLS=$cells timeout 150 ncu --clock-control none --csv --page details --section InstructionStats \
+          --kernel-name "regex:fa2_wgmma|fprop" python3 bench/ncu_moonshot_target.py > "$W/opcodes_details.csv" \
+          2> "$W/opcodes_details.stderr"; rc=$?
+      fi
+      tail -3 "$W"/opcodes*.stderr; wc -c "$W"/opcodes*.csv ;;
+    desc9)  # issue 14 v9: DESC_STEP=1 (each wgmma descriptor built once per product, stepped per k-slice; opcodes512
+            # counted ~10% of the d = 128 N = 512 instructions in per-wgmma descriptor math): its GPU tests on every rule
+            # build, memcheck of two persistent builds on 3 CTAs, then the grid (abba) against forward()'s default
+      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k desc_step \
+        > "$W/tests.log" 2>&1; rc=$?
+      tail -2 "$W/tests.log"
+      cfg=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+b = lambda d, n: {d: dict(f.candidate(d, n), DESC_STEP=1, GRID=3)}
+print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-oq')]}))")
+      sanitize_wgmma memcheck float16 6 70 65 "$cfg"
+      r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
+        --order abba --variants default,default+DESC_STEP=1 --budget-s 180 > "$W/ab.txt" 2>&1
+      r=$?; grep "^cells with" "$W/ab.txt"; tail -12 "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    desc9ab)  # issue 14 v9: the DESC_STEP grid A/B again (desc9's gains were ~1%, one run)
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128,256 --seqs 512,1024,2048,4096,8192,16384 \
+        --order abba --variants default,default+DESC_STEP=1 --budget-s 180 > "$W/ab.txt" 2>&1
+      rc=$?; grep "^cells with" "$W/ab.txt"; tail -12 "$W/ab.txt" ;;
+    desc9final)  # issue 14 v9: forward()'s default now with DESC_STEP=1 (kernels/fa2_wgmma.py DEFAULT_KNOBS): the dispatch,
+                 # head-dim and layouts GPU tests (strided, GQA) on that path
+      dispatch_tests "$W/tests.log" 250; rc=$?; tail -2 "$W/tests.log" ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

@@ -110,7 +110,7 @@ SWEEP = {
 # baseline under a new name).
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
          "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA",
-         "O_TILE", "CAUSAL_SECTION_KB", "O_TMA"}
+         "O_TILE", "CAUSAL_SECTION_KB", "O_TMA", "DESC_STEP"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -229,12 +229,13 @@ SIZE_CANDIDATES[128]["bc160-dyn-oqt"] = dict(SIZE_CANDIDATES[128]["bc160-dyn-oq"
 SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"] = dict(SIZE_CANDIDATES[128]["bc128-dyn-oqt"], RESCALE_THRESHOLD=8)
 # d = 96 had no short-N build: CONFIGS[96] (one tile per CTA) at every N trailed cuDNN by 0.905-0.93 at N = 768
 # (bench/results/fresh11). d = 128's short-N form on it: persistent, the next Q under this tile's end, O stored by TMA
-# (its smem: Q + O + two K/V slots of 128 padded columns, 194 KB)
+# (its smem: Q + O + two K/V slots of 128 padded columns, 193 KiB)
 SIZE_CANDIDATES[96] = {"dyn-oqt": dict(CONFIGS[96], PERSISTENT=2, O_TILE=1, O_TMA=1)}
 SIZE_CANDIDATES[96]["dyn-oqt-r"] = dict(SIZE_CANDIDATES[96]["dyn-oqt"], RESCALE_THRESHOLD=8)
 # A/B (bench/results/fresh11/d96, one run abba, fp16/bf16, N = 512-4096, causal and not; time / CONFIGS[96]): dyn-oqt
 # 0.857-0.997 (geomean 0.927), dyn-oqt-r 0.837-0.969 (0.894; causal 0.857-0.905). With it d = 96 is >= cuDNN in 26 of
-# 28 cells (causal N = 512: 0.988-0.991); CONFIGS[96] was in 9. GPU tests 6 passed, memcheck on 3 CTAs 0 errors.
+# 28 cells (causal N = 512: 0.988-0.991); CONFIGS[96] was in 9. GPU tests 6 passed; memcheck and racecheck on 3 CTAs at
+# one d = 96 shape (1 x 1 x 300 x 2900, non-causal), 0 errors / 0 hazards.
 # SIZE_RULES[96] takes dyn-oqt-r up to Nk = 4096, the measured range (d = 128's rule stops there too).
 SIZE_CANDIDATES[64]["small-tma3-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], O_TMA=1)
 # Key blocks that tile N = 512-2048 exactly: Bc = 96 at d = 64 (the 3-CTA build) runs 6 blocks over 512 keys, the
@@ -280,7 +281,8 @@ TILE_CANDIDATES[64]["br192-rs-dyn-oqt"] = dict(TILE_CANDIDATES[64]["br192-rs-dyn
 # pipeline cuDNN's d = 256 kernel runs (232,448 B of smem: Q and one K and one V tile of Bc = 128; ours keeps Bc = 80:
 # Bc = 128 at d = 256 spills 144 B and ptxas serialises it, C7512). Measured (bench/results/fresh11, three runs abba,
 # time / CONFIGS): 1.14-1.68x (d = 256 non-causal 1.48-1.68): this kernel holds K_j and V_{j+1} through a step, so each
-# load waits for the product that frees its slot. cuDNN pays far less for its one slot: the cost is the schedule's,
+# load waits for the product that frees its slot. cuDNN's one-slot d = 256 kernel runs at 0.94-1.28x the two-slot
+# default's time, far from that (an inference across two kernels): the cost is the schedule's,
 # so the GPU model states no ring depth (and validates no ring1 row: analysis/measured.py AB_VARIANTS).
 for _d in (128, 256):
     TILE_CANDIDATES.setdefault(_d, {})["ring1"] = dict(CONFIGS[_d], STAGES=1)
@@ -364,6 +366,23 @@ SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causa
                     256: [(2048, SIZE_CANDIDATES[256]["bc64-dyn"], "causal"),
                           (8192, candidate(256, "dynamic"), "causal"),
                           (512, SIZE_CANDIDATES[256]["bc64-dyn"], None)]}
+
+
+# v9 (bench/results/fresh11/desc9, desc9ab; fa2_wgmma_tma.cu v9): the builds forward() picks itself (config=None) run
+# with each wgmma descriptor built once per product and stepped per k-slice. Time / the same builds without it, two
+# grid runs (abba, 72 cells each): geomean 0.98-0.998 per d at N <= 4k, 0.98-1.00 above, cells 0.924-1.048. GPU tests on
+# every rule build and CONFIGS (hypothesis shapes, long key loops, 3 persistent CTAs): 24 passed; memcheck 0 errors.
+# Explicit configs (the sweep, speed and size candidates) keep DESC_STEP=0 until their GPU tests run with it.
+DEFAULT_KNOBS = {"DESC_STEP": 1}
+
+
+def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
+    """The build forward() runs when given no config: SIZE_RULES' for this Nk (or CONFIGS[d]), with DEFAULT_KNOBS;
+    None for a head dim it does not take (defines_for then says which it does)."""
+    if d not in CONFIGS:
+        return None
+    rule = choose_config(d, n_k, plain, causal=causal) if n_k is not None else None
+    return dict(rule or CONFIGS[d], **DEFAULT_KNOBS)
 
 
 def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None, causal: bool = False) -> dict | None:
@@ -515,9 +534,9 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     from analysis import checks
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
-    if config is None and SIZE_RULES:
-        config = choose_config(d, n_k, h_kv == h and q.is_contiguous() and k.is_contiguous() and v.is_contiguous(),
-                               causal=causal)
+    if config is None:
+        config = default_config(d, n_k, h_kv == h and q.is_contiguous() and k.is_contiguous() and v.is_contiguous(),
+                                causal=causal)
     defs, src, kernel, block, smem, bm, bn, tma = _plan(d, q.dtype == torch.bfloat16, config)
     if out is None:  # not empty_like: o is contiguous whatever q's strides
         o = torch.empty((b, h, n_q, d), dtype=q.dtype, device=q.device)
@@ -590,7 +609,7 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
     from analysis.descriptors import ctas_per_sm, overhead, registers_of
 
     rule = choose_config(d, n_k, True, causal=causal) if config is None and n_k is not None else None
-    config = rule or config
+    config = default_config(d, n_k, True, causal) if config is None else config
     defs = defines_for(d, dtype == "bf16", config)
     bc, nwg = defs["BLOCK_N"], defs["NWG"]
     tma = bool(defs.get("TMA"))

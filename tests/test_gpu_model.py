@@ -345,7 +345,7 @@ def test_a_work_tile_pays_its_q_in_and_o_out():
 def test_d96_padding_the_builds_run():
     """d = 96: fa2_wgmma reduces S over d but runs P V over PV_N = 128 columns and loads whole 64-column TMA panels;
     cuDNN runs its d = 128 kernel (ncu_levels_d96.csv: 64x128x128). The model prices the padded work and the L2
-    serves the padded rows (1.31-1.33x the d = 96 count on the SM-side counter), DRAM each byte once."""
+    serves the padded rows (1.33x the d = 96 count in reads on the SM-side counter), DRAM each byte once."""
     from kernels.fa2_wgmma import CONFIGS
 
     ours, cud, flash = describe("fa2_wgmma", 96, config=CONFIGS[96]), describe("sdpa_cudnn", 96), describe("sdpa_flash", 96)

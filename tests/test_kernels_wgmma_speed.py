@@ -32,6 +32,10 @@ BUILDS = [(d, 0, name, cfg) for d in fa2_wgmma.HEAD_DIMS
           for name, cfg in dict(fa2_wgmma.speed_configs(d), **fa2_wgmma.SIZE_CANDIDATES.get(d, {}),
                                 **fa2_wgmma.TILE_CANDIDATES.get(d, {})).items()
           if name != "base"] + [(d, 1, "all", fa2_wgmma.full_speed_config(d)) for d in fa2_wgmma.HEAD_DIMS]
+# v9 DESC_STEP on every build forward()'s rules run (SIZE_RULES and CONFIGS)
+BUILDS += [(d, 0, f"desc-step-{i}", dict(c, DESC_STEP=1)) for i, (d, c) in enumerate(
+    list({repr(c): (d, c) for d, rules in fa2_wgmma.SIZE_RULES.items() for _, c, _ in rules}.values())
+    + list(fa2_wgmma.CONFIGS.items()))]
 
 
 def _compile(item):
@@ -354,3 +358,22 @@ def test_causal_section_default_matches_the_kernel():
     desc = fa2_wgmma.describe(128, causal=True, n_k=2048)
     assert desc["grid"] == "persistent" and desc["causal_section_kb"] == fa2_wgmma.CAUSAL_SECTION_KB
     assert fa2_wgmma.describe(128, causal=True, config=fa2_wgmma.CONFIGS[128])["causal_section_kb"] == 0
+
+
+def test_desc_step_is_the_descriptor_of_the_stepped_address():
+    """DESC_STEP (wgmma_fa2.cuh desc_step): desc(a + off) == desc(a) + (off >> 4) for 16-byte aligned shared
+    addresses below 2^18, the only ones a CTA has (every build's smem is under 228 KB): the address field (bits
+    0-13) never carries into the leading-byte offset."""
+    def desc(addr, lbo, sbo):  # desc_sw128, as in wgmma_fa2.cuh
+        return ((addr & 0x3FFFF) >> 4) | (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32) | (1 << 62)
+
+    for d, cands in [(d, list(fa2_wgmma.SWEEP[d]) + [fa2_wgmma.CONFIGS[d]]) for d in fa2_wgmma.HEAD_DIMS]:
+        for c in cands:
+            assert fa2_wgmma.smem_bytes(fa2_wgmma.defines_for(d, 0, c)) < 1 << 18
+    top = 228 * 1024
+    for a in range(0, top, 1040):  # 16-byte aligned bases across the window
+        a -= a % 16
+        for off in (0, 32, 96, 2048, 16 * 128 * 7, 128 * 128 * 3 + 96, top - 16 - a):
+            if a + off < top:
+                for lbo in (16, 128 * 128, 176 * 128):
+                    assert desc(a + off, lbo, 1024) == desc(a, lbo, 1024) + (off >> 4)

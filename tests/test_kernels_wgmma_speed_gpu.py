@@ -278,3 +278,34 @@ def test_size_candidate_long_key_loop(d, name):
 def test_size_candidate_strided_gqa(d, name):
     _check_layout(2, 4, 2, 300, 1000, d, torch.bfloat16, True, 4.0, "bnhd", d,
                   config=fa2_wgmma.candidate(d, name))
+
+
+# v9 DESC_STEP: each operand's wgmma descriptor built once per product and stepped by the k-slice offset, on every
+# build forward()'s rules run (SIZE_RULES and CONFIGS, each d): hypothesis shapes, a long key loop, 3 persistent CTAs
+RULE_BUILDS = list({repr(c): (d, c) for d, rules in fa2_wgmma.SIZE_RULES.items() for _, c, _ in rules}.values()) \
+    + list(fa2_wgmma.CONFIGS.items())
+DESC = [(d, dict(c, DESC_STEP=1)) for d, c in RULE_BUILDS]
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", DESC, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(DESC)])
+@SETTINGS
+@given(s=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),
+                   st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(), st.integers(0, 2**31 - 1)))
+def test_desc_step_matches_reference(d, cfg, s):
+    b, h, n_q, n_k, dtype, causal, seed = s
+
+    def fn(q, k, v, **kw):
+        return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+    _check(fn, b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", DESC, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(DESC)])
+def test_desc_step_long_key_loop(d, cfg):
+    grid = {"GRID": 3} if cfg.get("PERSISTENT") else {}
+
+    def fn(q, k, v, **kw):
+        return fa2_wgmma.forward(q, k, v, config=dict(cfg, **grid), **kw)
+    for causal, dtype in ((False, torch.float16), (True, torch.bfloat16)):
+        _check(fn, 2, 3, 700, 4100, d, dtype, causal, 4.0, d)

@@ -223,13 +223,25 @@
 //       v8a d = 96 short rows: d = 128's short-N form on CONFIGS[96] (PERSISTENT=2, O_TILE, O_TMA, RESCALE_THRESHOLD=8;
 //           SIZE_CANDIDATES[96] dyn-oqt-r): 0.837-0.969 of CONFIGS[96]'s time at N = 512-4096 (geomean 0.894; without
 //           the threshold 0.857-0.997), fresh11/d96. forward() runs it up to Nk = 4096 (SIZE_RULES[96]): d = 96 is then
-//           >= cuDNN in 26 of 28 cells at N <= 4k and 22 of 24 over N = 512-16k (fresh11/d96rule; causal N = 512
-//           0.99 both times). GPU tests 6 passed, memcheck 0 errors and racecheck 0 hazards on 3 CTAs, forward()'s
+//           >= cuDNN in 26 of 28 cells at N <= 4k (fresh11/d96) and 21 of 24 over N = 512-16k (d96rule; causal N = 512
+//           0.99 twice, bf16 8k 0.975 on CONFIGS). GPU tests 6 passed, memcheck 0 errors and racecheck 0 hazards on 3
+//           CTAs (one d = 96 shape, non-causal), forward()'s
 //           dispatch and layouts tests 43 passed.
 //       v8b STAGES=1, one K and one V slot (measurement builds ring1, d = 128 and 256; cuDNN's d = 256 kernel has
 //           smem for only that): 1.14-1.68x CONFIGS' time (fresh11, three runs; d = 256 non-causal 1.48-1.68). This
 //           kernel's step holds K_j and V_{j+1} at once (S_j issued with P_{j+1} V_{j+1}), so each load waits for
-//           the product that frees its slot. cuDNN's d = 256 kernel pays far less than that for its one slot.
+//           the product that frees its slot. cuDNN's one-slot d = 256 kernel runs at 0.94-1.28x the two-slot default.
+//   v9  DESC_STEP (wgmma_fa2.cuh): each operand's wgmma descriptor built once per product and stepped by the k-slice's
+//       offset, not rebuilt (and, shift, or) for every wgmma. ncu per opcode at N = 512 (fresh11/opcodes512, the
+//       builds without it): at d = 128 this kernel executes 46.3M warp instructions to cuDNN's 43.2M for the same
+//       HGMMA, MUFU, FMNMX and F2FP counts; it issues 7.4M fewer FP32 instructions (FFMA where cuDNN has FMUL + FADD)
+//       but 4.5M more uniform-datapath descriptor math (ULOP3, USHF, ULEA: ~0 in cuDNN) and 5.3M more mbarrier wait
+//       loop (SYNCS, BRA, YIELD). A/B of forward()'s builds with and without it (fresh11/desc9, desc9ab; two grid runs,
+//       abba, 72 cells each): geomean per d 0.98-0.998 at N <= 4k, 0.98-1.00 above; cells 0.924-1.048, faster in 55
+//       and 57 of 72 (the 1.048,
+//       d = 128 fp16 non-causal 4k, was 0.991 in the second run). GPU tests of every SIZE_RULES build and CONFIGS with
+//       it (hypothesis shapes, long key loops, 3 persistent CTAs): 24 passed; memcheck of two persistent builds on 3
+//       CTAs: 0 errors. forward() runs it (kernels/fa2_wgmma.py DEFAULT_KNOBS); explicit configs keep DESC_STEP=0.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128

@@ -55,14 +55,31 @@ __device__ __forceinline__ u64 desc_sw128(u32 addr, u32 lbo, u32 sbo) {
            (1ull << 62);
 }
 
+// DESC_STEP=1: one descriptor per operand tile, stepped by each k-slice's offset (CUTLASS's GmmaDescriptor does the
+// same). Its address field is bits 0-13 = addr >> 4, and shared-window addresses stay below 2^18 (228 KB), so
+// desc(a + off) == desc(a) + (off >> 4) with no carry out of the field. DESC_STEP=0 builds each descriptor from its
+// address (and, mask, shift, or per wgmma: the uniform-datapath instructions ncu counted at N = 512).
+#ifndef DESC_STEP
+#define DESC_STEP 0
+#endif
+__device__ __forceinline__ u64 desc_step(u64 base, u32 off) { return base + (off >> 4); }
+
 // ---- FA2 Alg. 1 line 8: S = Q_g K_j^T for this warpgroup's 64 rows (issued, not waited) ----
 __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK, int wg) {
     wgmma_fence();
+#if DESC_STEP
+    const u64 dq = desc_sw128(sQ + wg * 64 * 128, 16, 1024), dk = desc_sw128(sK, 16, 1024);
+#endif
 #pragma unroll
     for (int kd = 0; kd < KD; ++kd) {
+#if DESC_STEP
+        wgmma_ss<BLOCK_N>(s, desc_step(dq, (kd >> 2) * (BLOCK_M * 128) + (kd & 3) * 32),
+                          desc_step(dk, (kd >> 2) * (BLOCK_N * 128) + (kd & 3) * 32), kd > 0);
+#else
         const u32 a = sQ + (kd >> 2) * (BLOCK_M * 128) + wg * 64 * 128 + (kd & 3) * 32;
         const u32 b = sK + (kd >> 2) * (BLOCK_N * 128) + (kd & 3) * 32;
         wgmma_ss<BLOCK_N>(s, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
+#endif
     }
     wgmma_commit();
 }
@@ -72,9 +89,16 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK
 __device__ __forceinline__ void issue_pv(float (&o)[O_N / 2], const u32 (&pa)[KN][4], u32 sV,
                                          u32 lbo = BLOCK_N * 128) {
     wgmma_fence();
+#if DESC_STEP
+    const u64 dv = desc_sw128(sV, lbo, 1024);
+#endif
 #pragma unroll
     for (int kn = 0; kn < KN; ++kn) {
+#if DESC_STEP
+        wgmma_rs<O_N>(o, pa[kn], desc_step(dv, kn * 16 * 128), 1);
+#else
         wgmma_rs<O_N>(o, pa[kn], desc_sw128(sV + kn * 16 * 128, lbo, 1024), 1);
+#endif
     }
     wgmma_commit();
 }
