@@ -369,3 +369,25 @@ def test_d96_padding_the_builds_run():
     w = lambda desc: gm.tile_terms(gm.prepare(desc, b, h, n, n, 96), gm.load_params())["tensor"]  # noqa: E731
     plain = dataclasses.replace(cud, qk_pad_cols=0, pv_pad_cols=0)
     assert w(cud) == pytest.approx(w(plain) * 256 / 192)
+
+
+def test_io_on_the_prefetching_and_cluster_paths(monkeypatch):
+    """A prefetching persistent kernel (cuDNN) pays L + io once per CTA, less the per-tile fill it pays anyway; a
+    cluster's Q blocks pay io like any CTA: removing io changes both predictions by exactly that."""
+    p = gm.load_params()
+    g = get_gpu("h200")
+    cud = describe("sdpa_cudnn", 128)
+    w = gm.prepare(cud, 4, 16, 4096, 4096, 128)
+    with_io = gm.predict_work(w, p).terms["compute"]
+    io = gm.io_cycles(cud, 128, 2, g)
+    terms = gm.tile_terms(w, p)
+    fixed = p["L_persistent_steps"] * (terms["tensor"] + terms["softmax"])
+    expected = (max(0.0, p["L_cycles"] + io - fixed) - max(0.0, p["L_cycles"] - fixed)) / g.value("clock_hz")
+    monkeypatch.setattr(gm, "io_cycles", lambda *a, **k: 0.0)
+    assert with_io - gm.predict_work(w, p).terms["compute"] == pytest.approx(expected) and expected > 0
+    monkeypatch.undo()
+    cl = describe("v_once_cluster", 64)
+    wc = gm.prepare(cl, 1, 16, 8192, 8192, 64)
+    a = gm.predict_work(wc, p).terms["compute"]
+    monkeypatch.setattr(gm, "io_cycles", lambda *a, **k: 0.0)
+    assert a > gm.predict_work(wc, p).terms["compute"]
