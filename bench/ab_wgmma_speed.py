@@ -63,16 +63,15 @@ def entries(d: int, variants, n: int, sdpa=SDPA):
 
 
 def _default_with(variant: str):
-    """forward()'s own choice for each call (SIZE_RULES, else CONFIGS[d]) with the variant's knobs added: the A/B of
-    a knob across every build the rules run, in one run ("default+DESC_STEP=1")."""
+    """forward()'s own choice for each call (fa2_wgmma.default_config) with the variant's knobs added: the A/B of a
+    knob across every build the rules run, in one run ("default+DESC_STEP=1", run before DESC_STEP was a default)."""
     knobs = dict(kv.split("=") for kv in variant.split("+")[1:])
     knobs = {k: int(x) for k, x in knobs.items()}
 
     def fn(q, k, v, causal, out=None):
         from kernels import fa2_wgmma
 
-        d = q.shape[-1]
-        cfg = fa2_wgmma.choose_config(d, k.shape[2], True, causal=causal) or fa2_wgmma.CONFIGS[d]
+        cfg = fa2_wgmma.default_config(q.shape[-1], k.shape[2], True, causal)
         return fa2_wgmma.forward(q, k, v, causal=causal, out=out, config=dict(cfg, **knobs))
     return fn
 
@@ -85,8 +84,7 @@ def _with_memset(q, k, v, causal, out=None):
 
     from kernels import fa2_wgmma
 
-    cfg = fa2_wgmma.choose_config(q.shape[-1], k.shape[2], True, causal=causal) or fa2_wgmma.CONFIGS[q.shape[-1]]
-    if cfg.get("PERSISTENT") == 2:
+    if fa2_wgmma.default_config(q.shape[-1], k.shape[2], True, causal).get("PERSISTENT") == 2:
         torch.zeros(1, dtype=torch.int32, device=q.device)
     return fa2_wgmma.forward(q, k, v, causal=causal, out=out)
 

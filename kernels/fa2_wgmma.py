@@ -385,6 +385,13 @@ def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = F
     return dict(rule or CONFIGS[d], **DEFAULT_KNOBS)
 
 
+def default_builds() -> list[tuple[int, dict]]:
+    """(d, config) of every build forward() can pick itself: each distinct SIZE_RULES entry, then CONFIGS[d], all
+    with DEFAULT_KNOBS (the builds the v9 GPU tests and compile tests run)."""
+    rules = {repr(c): (d, c) for d, entries in SIZE_RULES.items() for _, c, _ in entries}
+    return [(d, dict(c, **DEFAULT_KNOBS)) for d, c in list(rules.values()) + list(CONFIGS.items())]
+
+
 def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None, causal: bool = False) -> dict | None:
     """The size-based build for d, Nk and causal (None: CONFIGS[d]); plain: contiguous q, k, v with equal heads."""
     for max_nk, cfg, only in (SIZE_RULES if rules is None else rules).get(d, ()):

@@ -33,9 +33,7 @@ BUILDS = [(d, 0, name, cfg) for d in fa2_wgmma.HEAD_DIMS
                                 **fa2_wgmma.TILE_CANDIDATES.get(d, {})).items()
           if name != "base"] + [(d, 1, "all", fa2_wgmma.full_speed_config(d)) for d in fa2_wgmma.HEAD_DIMS]
 # v9 DESC_STEP on every build forward()'s rules run (SIZE_RULES and CONFIGS)
-BUILDS += [(d, 0, f"desc-step-{i}", dict(c, DESC_STEP=1)) for i, (d, c) in enumerate(
-    list({repr(c): (d, c) for d, rules in fa2_wgmma.SIZE_RULES.items() for _, c, _ in rules}.values())
-    + list(fa2_wgmma.CONFIGS.items()))]
+BUILDS += [(d, 0, f"desc-step-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.default_builds())]
 
 
 def _compile(item):

@@ -282,9 +282,8 @@ def test_size_candidate_strided_gqa(d, name):
 
 # v9 DESC_STEP: each operand's wgmma descriptor built once per product and stepped by the k-slice offset, on every
 # build forward()'s rules run (SIZE_RULES and CONFIGS, each d): hypothesis shapes, a long key loop, 3 persistent CTAs
-RULE_BUILDS = list({repr(c): (d, c) for d, rules in fa2_wgmma.SIZE_RULES.items() for _, c, _ in rules}.values()) \
-    + list(fa2_wgmma.CONFIGS.items())
-DESC = [(d, dict(c, DESC_STEP=1)) for d, c in RULE_BUILDS]
+DESC = fa2_wgmma.default_builds()
+assert all(c["DESC_STEP"] == 1 for _, c in DESC)
 
 
 @needs_hopper
