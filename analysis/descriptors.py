@@ -153,10 +153,16 @@ def _resources() -> list:
         return []
 
 
+# fa2_wgmma knobs that forward()'s own builds carry (kernels.fa2_wgmma.default_knobs) and that change no register count:
+# v9's descriptor stepping, v10's idle warpgroups
+REGISTER_NEUTRAL = ("DESC_STEP", "WG_SKIP")
+
+
 def registers_of(kernel: str, defines: dict) -> int | None:
-    """Registers per thread of a build, from bench/results/tc_resources.json (None: not measured). DESC_STEP is
-    left out of the match: it changes no build's register count (ptxas -v, every SIZE_RULES build and CONFIGS)."""
-    defines = {k: v for k, v in defines.items() if k != "DESC_STEP"}
+    """Registers per thread of a build, from bench/results/tc_resources.json (None: not measured). REGISTER_NEUTRAL
+    knobs are left out of the match: they change no build's register count (ptxas -v, every SIZE_RULES build and
+    CONFIGS; tests/test_kernels_wgmma_speed.py checks it)."""
+    defines = {k: v for k, v in defines.items() if k not in REGISTER_NEUTRAL}
     for row in _resources():
         if row["kernel"] == kernel and row["defines"] == defines:
             return int(row["registers"])

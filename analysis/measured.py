@@ -123,8 +123,8 @@ AB_VARIANTS = {"fa2_wgmma[default]": None, "fa2_wgmma[base]": None, "fa2_wgmma[r
 
 
 # persistent builds order their causal tiles in sections of heads since fa2_wgmma_tma.cu v6 (CAUSAL_SECTION_KB);
-# A/B runs outside these directories were timed before, with every head in one section
-SECTIONS_SINCE = ("persist14/", "fresh11/")
+# the A/B runs in these directories were timed before, with every head in one section (later runs: the sections)
+ONE_SECTION_RUNS = ("grid14/", "grid_v5/", "rowsum/", "size_rules/", "speed_final/", "tiles64/", "visit2/")
 
 
 def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
@@ -133,7 +133,7 @@ def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
         data = json.loads(path.read_text())
         variants, timer = data.get("variants", {}), data.get("env", {}).get("timer")
         source = str(path.relative_to(RESULTS))
-        one_section = not source.startswith(SECTIONS_SINCE)
+        one_section = source.startswith(ONE_SECTION_RUNS)
         for r in data.get("rows", []):
             if r["variant"] not in AB_VARIANTS or not r.get("ok", True) or not r.get("median_ms"):
                 continue

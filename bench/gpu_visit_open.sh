@@ -67,6 +67,11 @@
 #   desc9      issue 14 v9: DESC_STEP=1 on every rule build: GPU tests, memcheck (3 CTAs), the grid against the default -> desc9/
 #   desc9ab    issue 14 v9: the DESC_STEP grid A/B again                                              -> desc9ab/
 #   desc9final issue 14 v9: forward()'s dispatch / layouts GPU tests with DEFAULT_KNOBS (DESC_STEP=1)   -> desc9final/
+#   wgskip     issue 14 v10: WG_SKIP (a warpgroup whose rows all lie past Nq computes nothing)
+#              on forward()'s builds: GPU tests, memcheck and racecheck on 3 CTAs at Nq = 300 (idle warpgroups)  -> wgskip/
+#   wgskipab   issue 14 v10: A/B of forward()'s builds with and without WG_SKIP, d = 64/96/128, N = 512-8192 with
+#              ragged 1000 and 3000, abba                                                           -> wgskipab/
+#   wgskipab2  the same A/B again with WG_SKIP in d = 64's default (off at d = 64, on at 96/128/256)      -> wgskipab2/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -494,6 +499,31 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     desc9final)  # issue 14 v9: forward()'s default now with DESC_STEP=1 (kernels/fa2_wgmma.py DEFAULT_KNOBS): the dispatch,
                  # head-dim and layouts GPU tests (strided, GQA) on that path
       dispatch_tests "$W/tests.log" 250; rc=$?; tail -2 "$W/tests.log" ;;
+    wgskip)  # issue 14 v10: WG_SKIP's GPU tests, memcheck (every WG_SKIP build) and racecheck (d = 64 Br = 192 and d = 128
+             # ping-pong) on 3 CTAs
+      timeout 220 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k wg_skip \
+        > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log"
+      skip_cfg() {  # WG_SKIP builds (kernels.fa2_wgmma.wg_skip_builds), persistent ones on 3 CTAs; $1: indices or "all"
+        python3 -c "
+import json, sys
+from kernels import fa2_wgmma as f
+b = f.wg_skip_builds()
+idx = range(len(b)) if sys.argv[1] == 'all' else [int(i) for i in sys.argv[1].split(',')]
+print(json.dumps({'fa2_wgmma': [{b[i][0]: dict(b[i][1], **({'GRID': 3} if b[i][1].get('PERSISTENT') else {}))} for i in idx]}))" "$1"
+      }
+      sanitize_wgmma memcheck float16 3 130 120 "$(skip_cfg all)"; r=$?; tail -2 "$W/memcheck.txt"
+      rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 3 150 140 "$(skip_cfg 0,2,3,5)"; r=$?; tail -2 "$W/racecheck.txt"
+      rc=$(( rc != 0 ? rc : r )) ;;
+    wgskipab)
+      timeout 280 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1000,1024,2048,3000,4096,8192 \
+        --order abba --variants default,default+WG_SKIP=1 --budget-s 250 > "$W/ab.txt" 2>&1
+      rc=$?; grep "^cells with" "$W/ab.txt"; tail -8 "$W/ab.txt" ;;
+    wgskipab2)  # the second run: forward()'s default (WG_SKIP=1 at d = 64 since wgskipab) against the same builds with it
+                # off at d = 64 and on at d = 96/128/256
+      timeout 280 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1000,1024,2048,3000,4096,8192 \
+        --order abba --variants default,default+WG_SKIP=0@64,default+WG_SKIP=1@96+128+256 --budget-s 250 > "$W/ab.txt" 2>&1
+      rc=$?; grep "^cells with" "$W/ab.txt"; tail -8 "$W/ab.txt" ;;
     knobs)  # the GPU tests of every speed, size and tile build (tests/test_kernels_wgmma_speed_gpu.py): the d = 64
             # speed builds (persistent, QK_AHEAD) carry ROW_SUM_MMA since it entered CONFIGS[64]
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \

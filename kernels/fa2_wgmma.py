@@ -110,7 +110,7 @@ SWEEP = {
 # baseline under a new name).
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
          "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA",
-         "O_TILE", "CAUSAL_SECTION_KB", "O_TMA", "DESC_STEP"}
+         "O_TILE", "CAUSAL_SECTION_KB", "O_TMA", "DESC_STEP", "WG_SKIP"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -374,22 +374,42 @@ SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causa
 # every rule build and CONFIGS (hypothesis shapes, long key loops, 3 persistent CTAs): 24 passed; memcheck 0 errors.
 # Explicit configs (the sweep, speed and size candidates) keep DESC_STEP=0 until their GPU tests run with it.
 DEFAULT_KNOBS = {"DESC_STEP": 1}
+# v10 (bench/results/wgskip/; fa2_wgmma_tma.cu v10): WG_SKIP, a consumer warpgroup whose 64 rows all lie past Nq walks the
+# barriers and computes nothing, with the warp index made warp-uniform for ptxas. A/B of forward()'s builds with and
+# without it, two runs (final/ab, final/ab2; abba, fp16/bf16, N = 512-8192 with ragged 1000 and 3000, causal and not),
+# time / without, geomean of the two runs per cell:
+#   d = 64: 0.911-1.005, geomean 0.968 at N <= 4k, 0.989 above (run 1 0.957 / 0.970, run 2 0.978 / 1.008): taken by the
+#     decision rule (geomean <= 0.99, no cell over 1.03) in the first run, and in the two together;
+#   d = 256: 0.953-1.024, geomean 0.990 (at the rule's edge: level, not a gain); taken by the rule over the two runs;
+#   d = 96: 0.995 (a cell 1.027), d = 128: 0.992 (cells to 1.02): level, off (the rule's geomean is not met).
+# d = 64's size builds with one warpgroup compile to the same cubin with it.
+DEFAULT_KNOBS_BY_D = {64: {"WG_SKIP": 1}, 256: {"WG_SKIP": 1}}
+
+
+def default_knobs(d: int) -> dict:
+    """The knobs forward()'s own builds add at d (DEFAULT_KNOBS, then DEFAULT_KNOBS_BY_D's)."""
+    return dict(DEFAULT_KNOBS, **DEFAULT_KNOBS_BY_D.get(d, {}))
 
 
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
-    """The build forward() runs when given no config: SIZE_RULES' for this Nk (or CONFIGS[d]), with DEFAULT_KNOBS;
+    """The build forward() runs when given no config: SIZE_RULES' for this Nk (or CONFIGS[d]), with default_knobs(d);
     None for a head dim it does not take (defines_for then says which it does)."""
     if d not in CONFIGS:
         return None
     rule = choose_config(d, n_k, plain, causal=causal) if n_k is not None else None
-    return dict(rule or CONFIGS[d], **DEFAULT_KNOBS)
+    return dict(rule or CONFIGS[d], **default_knobs(d))
 
 
 def default_builds() -> list[tuple[int, dict]]:
     """(d, config) of every build forward() can pick itself: each distinct SIZE_RULES entry, then CONFIGS[d], all
-    with DEFAULT_KNOBS (the builds the v9 GPU tests and compile tests run)."""
+    with default_knobs(d) (the builds the v9 and v10 GPU tests and compile tests run)."""
     rules = {repr(c): (d, c) for d, entries in SIZE_RULES.items() for _, c, _ in entries}
-    return [(d, dict(c, **DEFAULT_KNOBS)) for d, c in list(rules.values()) + list(CONFIGS.items())]
+    return [(d, dict(c, **default_knobs(d))) for d, c in list(rules.values()) + list(CONFIGS.items())]
+
+
+def wg_skip_builds() -> list[tuple[int, dict]]:
+    """default_builds() with WG_SKIP=1 where a consumer warpgroup can be idle (two or three of them): the v10 tests'."""
+    return [(d, dict(c, WG_SKIP=1)) for d, c in default_builds() if c.get("NWG", 2) >= 2]
 
 
 def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None, causal: bool = False) -> dict | None:

@@ -310,12 +310,12 @@ def test_prefetching_persistent_kernel_pays_a_tiles_fill_per_work_tile():
 
 def test_persistent_rows_timed_before_v6_keep_one_causal_section():
     """A/B runs before fa2_wgmma_tma.cu v6 ran the persistent builds with every head in one causal section; the model
-    must read them so (analysis.measured.SECTIONS_SINCE), and the v6 runs with the kernel's sections."""
-    from analysis.measured import SECTIONS_SINCE, ab_cells
+    must read them so (analysis.measured.ONE_SECTION_RUNS), and the v6 runs with the kernel's sections."""
+    from analysis.measured import ONE_SECTION_RUNS, ab_cells
 
     rows = [c for c in ab_cells() if c["kernel"] == "fa2_wgmma" and c["options"]["config"].get("PERSISTENT")]
-    old = [c for c in rows if not c["source"].startswith(SECTIONS_SINCE)]
-    new = [c for c in rows if c["source"].startswith(SECTIONS_SINCE)]
+    old = [c for c in rows if c["source"].startswith(ONE_SECTION_RUNS)]
+    new = [c for c in rows if not c["source"].startswith(ONE_SECTION_RUNS)]
     assert old and new
     assert all(c["options"]["config"]["CAUSAL_SECTION_KB"] == 0 for c in old)
     assert all("CAUSAL_SECTION_KB" not in c["options"]["config"] for c in new)

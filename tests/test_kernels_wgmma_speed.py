@@ -34,6 +34,8 @@ BUILDS = [(d, 0, name, cfg) for d in fa2_wgmma.HEAD_DIMS
           if name != "base"] + [(d, 1, "all", fa2_wgmma.full_speed_config(d)) for d in fa2_wgmma.HEAD_DIMS]
 # v9 DESC_STEP on every build forward()'s rules run (SIZE_RULES and CONFIGS)
 BUILDS += [(d, 0, f"desc-step-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.default_builds())]
+# v10 WG_SKIP on the same builds where a warpgroup can be idle (two or three consumer warpgroups)
+BUILDS += [(d, 0, f"wg-skip-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.wg_skip_builds())]
 
 
 def _compile(item):
@@ -72,6 +74,23 @@ def test_speed_build_compiles_without_spills(d, bf16, name, cfg, precompiled):
             assert local and min(local) > split, f"local memory in the consumers: {res}"
     else:
         assert spill == 0, res
+
+
+NEUTRAL = [(d, cfg) for d, cfg in fa2_wgmma.default_builds()]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("d,cfg", NEUTRAL, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(NEUTRAL)])
+def test_register_neutral_knobs_keep_the_register_count(d, cfg, precompiled):
+    """analysis.descriptors.registers_of matches forward()'s builds to the measured ones without DESC_STEP and WG_SKIP:
+    ptxas must give each the registers of the same build without them."""
+    from analysis.descriptors import REGISTER_NEUTRAL
+
+    def regs(c):
+        defs = fa2_wgmma.defines_for(d, 0, c)
+        return loader.resource_usage(fa2_wgmma.source_of(defs)[0], fa2_wgmma.source_of(defs)[1], defines=defs,
+                                     arch=fa2_wgmma.ARCH)["registers"]
+    assert regs(cfg) == regs({k: v for k, v in cfg.items() if k not in REGISTER_NEUTRAL})
 
 
 def test_speed_builds_are_sweep_candidates():

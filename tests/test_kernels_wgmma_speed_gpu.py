@@ -308,3 +308,49 @@ def test_desc_step_long_key_loop(d, cfg):
         return fa2_wgmma.forward(q, k, v, config=dict(cfg, **grid), **kw)
     for causal, dtype in ((False, torch.float16), (True, torch.bfloat16)):
         _check(fn, 2, 3, 700, 4100, d, dtype, causal, 4.0, d)
+
+
+# v10 WG_SKIP: a consumer warpgroup whose 64 rows all lie past Nq walks the barriers and computes nothing. Nq is chosen so
+# that the last Q block leaves one or two warpgroups idle (Br = 128: Nq % 128 in 1..64; Br = 192: 1..64 or 65..128), on
+# one CTA per SM and on 3 persistent CTAs that meet idle and working tiles in turn, with long key loops (each ring slot
+# refilled many times across idle tiles), causal (rows with no key) and not, fp16 and bf16, and strided GQA views
+SKIP = fa2_wgmma.wg_skip_builds()
+assert SKIP and all(c["WG_SKIP"] == 1 and c.get("NWG", 2) >= 2 for _, c in SKIP)
+
+
+def _idle_rows(cfg) -> list[int]:
+    """Nq values whose last Q block has idle warpgroups: one of each count the build can leave idle."""
+    br = 64 * cfg.get("NWG", 2)
+    return [2 * br + 64 * w - 50 for w in range(1, cfg.get("NWG", 2))]  # w working warpgroups in the last block
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", SKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(SKIP)])
+def test_wg_skip_idle_warpgroups(d, cfg):
+    for grid in ({}, {"GRID": 3} if cfg.get("PERSISTENT") else {}):
+        def fn(q, k, v, **kw):
+            return fa2_wgmma.forward(q, k, v, config=dict(cfg, **grid), **kw)
+        for n_q in _idle_rows(cfg):
+            _check(fn, 2, 3, n_q, 4100, d, torch.float16, False, 4.0, n_q)
+            _check(fn, 1, 3, n_q, 2 * n_q + 7, d, torch.bfloat16, True, 4.0, n_q + 1)
+            _check(fn, 2, 2, n_q, 90, d, torch.bfloat16, True, 1.0, n_q + 2)  # causal: Q blocks with no key
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", SKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(SKIP)])
+@SETTINGS
+@given(s=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),
+                   st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(), st.integers(0, 2**31 - 1)))
+def test_wg_skip_matches_reference(d, cfg, s):
+    b, h, n_q, n_k, dtype, causal, seed = s
+
+    def fn(q, k, v, **kw):
+        return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+    _check(fn, b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", SKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(SKIP)])
+def test_wg_skip_strided_gqa(d, cfg):
+    if cfg.get("TMA"):
+        _check_layout(2, 4, 2, _idle_rows(cfg)[-1], 1000, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)

@@ -36,7 +36,8 @@
 // IS_BF16, PV_N (d = 96 only: 128 pads the P V product to two full 64-column panels, 96 stops at d);
 // speed knobs (v3): RESCALE_THRESHOLD, EXP2_POLY, EXP2_POLY_DEG (wgmma_fa2.cuh), PERSISTENT, QK_AHEAD (here);
 // (v5) ROW_SUM_MMA (d = 64: the row sum l of FA2 Alg. 1 line 9 from the P V product over a panel of ones);
-// (v6) O_TILE (persistent: O staged apart from Q, the next Q loaded early), CAUSAL_SECTION_KB (causal tile order).
+// (v6) O_TILE (persistent: O staged apart from Q, the next Q loaded early), CAUSAL_SECTION_KB (causal tile order);
+// (v9) DESC_STEP (wgmma_fa2.cuh); (v10) WG_SKIP (idle warpgroups of a ragged last Q block).
 // d = 96 is a 64-column panel plus a half panel: smem tiles are padded to 128 columns (TMA zero-fills
 // columns 96..127, which count in the transaction bytes), S = Q K^T takes 6 k-steps, not 8.
 //
@@ -242,6 +243,29 @@
 //       d = 128 fp16 non-causal 4k, was 0.991 in the second run). GPU tests of every SIZE_RULES build and CONFIGS with
 //       it (hypothesis shapes, long key loops, 3 persistent CTAs): 24 passed; memcheck of two persistent builds on 3
 //       CTAs: 0 errors. forward() runs it (kernels/fa2_wgmma.py DEFAULT_KNOBS); explicit configs keep DESC_STEP=0.
+//       forward()'s dispatch, head-dim and layouts GPU tests with it: 43 passed (bench/results/wgskip/desc9final).
+//   v10 WG_SKIP: a consumer warpgroup whose 64 rows all lie past Nq (the last Q block of a ragged Nq; Br = 192 at N = 512
+//       leaves a third of its last block's rows past Nq, 11% of the products, and at N = 1000 two of its three
+//       warpgroups) issues no product and no softmax. It waits on each full barrier and arrives on each empty one as
+//       the working path does, takes its ping-pong turns and hands Q back, then leaves the tile before O is zeroed.
+//       Three forms, A/B against forward()'s builds without it (bench/results/wgskip/, abba, fp16/bf16, d = 64-256,
+//       N = 512-8192 with ragged 1000 and 3000, time / without; forms 1-2 at d = 64/96/128):
+//         form 1, the tile body in an if/else on the idle test: 0.95-1.14 (geomean 1.04-1.07), slower even where no
+//           warpgroup is ever idle (the d = 64 one-warpgroup builds, whose idle test is always false: 1.07-1.10);
+//         form 2, an early `continue` before O is zeroed: 0.95-1.14 (geomean 1.04-1.05; the d = 64 one-warpgroup builds
+//           now compile to the same cubin, 0.96-1.00).
+//           SASS (cuobjdump on the H200): the Br = 192 build grew from 3352 to 4512 instructions, its descriptor and
+//           ring arithmetic moved off the uniform datapath (UIADD3 101 -> 26, IMAD 281 -> 473): ptxas took the idle
+//           test, computed from the thread index, for a divergent branch, and nothing after its join stayed uniform;
+//         form 3 (this one): the idle test and the warp index through __shfl_sync from lane 0 (CUTLASS's
+//           canonical_warp_idx_sync), so ptxas sees both warp-uniform: the builds differ from the ones without it only
+//           by the idle walk (+112-248 instructions of branches, barrier waits and address math). Measured: d = 64
+//           0.903-1.008 (geomean 0.957 at N <= 4k, 0.970 above; non-causal N <= 1k 0.90-0.93, where Br = 192 idles
+//           warpgroups, and 0.95-1.00 at 8k, where 0.8% of the rows are idle: likely the uniform warp index itself,
+//           not measured apart); d = 96/128/256 0.94-1.03, geomean 0.993-0.996. GPU tests (idle warpgroups at
+//           Nq = 398/462/270, 3 persistent CTAs, Nk = 4100, GQA views, hypothesis shapes): 33 passed; memcheck (every
+//           build, 3 CTAs, Nq = 300) 0 errors; racecheck (d = 64 Br = 192 persistent, d = 128 ping-pong persistent and
+//           one tile per CTA, d = 256) 0 hazards. forward() runs it at d = 64 (kernels/fa2_wgmma.py DEFAULT_KNOBS_BY_D).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -279,6 +303,9 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #endif
 #ifndef CAUSAL_SECTION_KB
 #define CAUSAL_SECTION_KB 16384  // persistent causal order: longest first within sections of heads whose K/V fit
+#endif
+#ifndef WG_SKIP
+#define WG_SKIP 0  // 1: a consumer warpgroup whose 64 rows all lie past Nq keeps the barriers' count and computes nothing
 #endif
 #ifndef QK_AHEAD
 #define QK_AHEAD 0  // 1: S_{t+1} issued before the softmax of step t (two S tiles in registers; no ping-pong)
@@ -424,7 +451,12 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #endif
                   ) {
     extern __shared__ __align__(1024) unsigned char smem[];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+    // WG_SKIP: the warp index through a shuffle from lane 0 (CUTLASS's canonical_warp_idx_sync), so ptxas knows it and
+    // the warpgroup index are warp-uniform; otherwise the idle test below reads as a divergent branch, whatever follows
+    // its join (the ring counters, the wgmma descriptors) leaves the uniform datapath, and the build ran 3-12% slower
+    // (v10, first form; bench/NOTES-tc.md)
+    const int tid = threadIdx.x, lane = tid & 31, warp = WG_SKIP ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5,
+              wg = warp >> 2;
     const int causal_off = Nk - Nq;
     const bool is_causal = causal != 0;
 
@@ -582,6 +614,47 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         int n_vis = Nk;
         if (is_causal) n_vis = max(0, min(Nk, min(m0 + BLOCK_M, Nq) + causal_off));
         const int T = (n_vis + BLOCK_N - 1) / BLOCK_N;
+#if WG_SKIP
+        // v10: rows past Nq are never written (FA2 Alg. 1 line 15 stores rows < Nq), so a warpgroup whose 64 rows all lie
+        // past Nq (the last Q block of a ragged Nq: Br = 192 at N = 512 leaves its third warpgroup empty) issues no
+        // product and no softmax. It waits on every full barrier and arrives on every empty one as the working path
+        // does (each ring phase needs its arrival, so none completes early), takes its ping-pong turns, and hands the
+        // Q tile back; then it leaves the tile before O is even zeroed, so the working path's code is not touched.
+        if (NWG > 1 && __shfl_sync(0xffffffffu, (int)(m0 + 64 * cg >= Nq), 0)) {  // uniform: m0 comes from smem
+            if (PERSISTENT || T > 0) mbar_wait(full_q, k & 1);
+            if (T > 0) {
+#if PINGPONG
+                if (cg == 1) named_arrive(1, 256);
+#endif
+                for (int t = 0; t < T; ++t) {
+                    const int ks = (kv_it + t) % STAGES;
+                    mbar_wait(FULL_K(ks), ((kv_it + t) / STAGES) & 1);
+                    if (t > 0) mbar_wait(FULL_V((kv_it + t - 1) % STAGES), ((kv_it + t - 1) / STAGES) & 1);
+                    turn_begin(cg);
+                    turn_end(cg);
+                    if (lane == 0) {
+                        mbar_arrive(EMPTY_K(ks));
+                        if (t > 0) mbar_arrive(EMPTY_V((kv_it + t - 1) % STAGES));
+                    }
+                }
+                mbar_wait(FULL_V((kv_it + T - 1) % STAGES), ((kv_it + T - 1) / STAGES) & 1);
+#if PINGPONG
+                named_sync(1 + cg, 256);
+                if (cg == 0) named_arrive(2, 256);
+#endif
+#if PERSISTENT
+                if (lane == 0) mbar_arrive(EMPTY_V((kv_it + T - 1) % STAGES));
+#endif
+            }
+#if PERSISTENT
+            if (lane == 0) mbar_arrive(empty_q);  // with O_TILE after the tile's last S (or none), else after O
+            kv_it += T;
+            continue;
+#else
+            return;  // one tile per CTA: nothing left for this warpgroup
+#endif
+        }
+#endif
         float o[O_N / 2];
 #pragma unroll
         for (int i = 0; i < O_N / 2; ++i) o[i] = 0.f;
