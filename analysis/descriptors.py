@@ -153,7 +153,7 @@ def _resources() -> list:
         return []
 
 
-# fa2_wgmma knobs that forward()'s own builds carry (kernels.fa2_wgmma.default_knobs) and that change no register count:
+# fa2_wgmma knobs that forward()'s own builds carry (kernels.fa2_wgmma.DEFAULT_KNOBS) and that change no register count:
 # v9's descriptor stepping, v10's idle warpgroups
 REGISTER_NEUTRAL = ("DESC_STEP", "WG_SKIP")
 

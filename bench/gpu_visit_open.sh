@@ -71,6 +71,7 @@
 #              on forward()'s builds: GPU tests, memcheck and racecheck on 3 CTAs at Nq = 300 (idle warpgroups)  -> wgskip/
 #   wgskipab   issue 14 v10: A/B of forward()'s builds with and without WG_SKIP, d = 64/96/128, N = 512-8192 with
 #              ragged 1000 and 3000, abba                                                           -> wgskipab/
+#   wgskipsan  WG_SKIP's persistent builds on 2 CTAs under memcheck and racecheck, 7 at-scale shapes      -> wgskipsan/
 #   wgskipab2  the same A/B again with WG_SKIP in d = 64's default (off at d = 64, on at 96/128/256)      -> wgskipab2/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
@@ -519,7 +520,19 @@ print(json.dumps({'fa2_wgmma': [{b[i][0]: dict(b[i][1], **({'GRID': 3} if b[i][1
       timeout 280 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1000,1024,2048,3000,4096,8192 \
         --order abba --variants default,default+WG_SKIP=1 --budget-s 250 > "$W/ab.txt" 2>&1
       rc=$?; grep "^cells with" "$W/ab.txt"; tail -8 "$W/ab.txt" ;;
-    wgskipab2)  # the second run: forward()'s default (WG_SKIP=1 at d = 64 since wgskipab) against the same builds with it
+    wgskipsan)  # WG_SKIP's persistent builds on 2 CTAs at the sanitizer's first 7 at-scale shapes, the 2-head ones giving
+                # each CTA idle and working tiles in turn (Nq = 300: a warpgroup idle in every head's last Q block)
+      skip_cfg2() {
+        python3 -c "
+import json, sys
+from kernels import fa2_wgmma as f
+b = [x for x in f.wg_skip_builds() if x[1].get('PERSISTENT')]
+print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in b]}))"
+      }
+      sanitize_wgmma memcheck float16 7 110 100 "$(skip_cfg2)"; rc=$?; tail -2 "$W/memcheck.txt"
+      sanitize_wgmma racecheck float16 7 150 140 "$(skip_cfg2)"; r=$?; tail -2 "$W/racecheck.txt"
+      rc=$(( rc != 0 ? rc : r )) ;;
+    wgskipab2)  # the second run (when WG_SKIP was d = 64's default only): forward()'s default against the same builds with it
                 # off at d = 64 and on at d = 96/128/256
       timeout 280 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1000,1024,2048,3000,4096,8192 \
         --order abba --variants default,default+WG_SKIP=0@64,default+WG_SKIP=1@96+128+256 --budget-s 250 > "$W/ab.txt" 2>&1

@@ -32,10 +32,8 @@ BUILDS = [(d, 0, name, cfg) for d in fa2_wgmma.HEAD_DIMS
           for name, cfg in dict(fa2_wgmma.speed_configs(d), **fa2_wgmma.SIZE_CANDIDATES.get(d, {}),
                                 **fa2_wgmma.TILE_CANDIDATES.get(d, {})).items()
           if name != "base"] + [(d, 1, "all", fa2_wgmma.full_speed_config(d)) for d in fa2_wgmma.HEAD_DIMS]
-# v9 DESC_STEP on every build forward()'s rules run (SIZE_RULES and CONFIGS)
-BUILDS += [(d, 0, f"desc-step-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.default_builds())]
-# v10 WG_SKIP on the same builds where a warpgroup can be idle (two or three consumer warpgroups)
-BUILDS += [(d, 0, f"wg-skip-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.wg_skip_builds())]
+# every build forward()'s rules run (SIZE_RULES and CONFIGS) with DEFAULT_KNOBS: v9 DESC_STEP, v10 WG_SKIP
+BUILDS += [(d, 0, f"default-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.default_builds())]
 
 
 def _compile(item):

@@ -327,7 +327,7 @@ def _idle_rows(cfg) -> list[int]:
 @needs_hopper
 @pytest.mark.parametrize("d,cfg", SKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(SKIP)])
 def test_wg_skip_idle_warpgroups(d, cfg):
-    for grid in ({}, {"GRID": 3} if cfg.get("PERSISTENT") else {}):
+    for grid in [{}] + ([{"GRID": 3}] if cfg.get("PERSISTENT") else []):
         def fn(q, k, v, **kw):
             return fa2_wgmma.forward(q, k, v, config=dict(cfg, **grid), **kw)
         for n_q in _idle_rows(cfg):

@@ -261,11 +261,15 @@
 //           canonical_warp_idx_sync), so ptxas sees both warp-uniform: the builds differ from the ones without it only
 //           by the idle walk (+112-248 instructions of branches, barrier waits and address math). Measured: d = 64
 //           0.903-1.008 (geomean 0.957 at N <= 4k, 0.970 above; non-causal N <= 1k 0.90-0.93, where Br = 192 idles
-//           warpgroups, and 0.95-1.00 at 8k, where 0.8% of the rows are idle: likely the uniform warp index itself,
-//           not measured apart); d = 96/128/256 0.94-1.03, geomean 0.993-0.996. GPU tests (idle warpgroups at
+//           warpgroups; causal 3000-8192, where 1.5-5.6% of the warpgroup-steps idle, 0.95-0.99); d = 96/128/256
+//           0.94-1.03, geomean 0.993-0.996. A second run and the two together: where a warpgroup idles (d = 64's
+//           Br = 192 at every N; Br = 128 only at N = 3000) d = 64 0.961, d = 96 0.986, d = 128 0.989, d = 256 0.968;
+//           elsewhere (nothing to skip) 0.992-0.996, level. GPU tests (idle warpgroups at
 //           Nq = 398/462/270, 3 persistent CTAs, Nk = 4100, GQA views, hypothesis shapes): 33 passed; memcheck (every
 //           build, 3 CTAs, Nq = 300) 0 errors; racecheck (d = 64 Br = 192 persistent, d = 128 ping-pong persistent and
-//           one tile per CTA, d = 256) 0 hazards. forward() runs it at d = 64 (kernels/fa2_wgmma.py DEFAULT_KNOBS_BY_D).
+//           one tile per CTA, d = 256) 0 hazards. forward() runs it at every d (kernels/fa2_wgmma.py DEFAULT_KNOBS).
+//           The warp index goes through the shuffle only where a warpgroup can idle (NWG > 1): the one-warpgroup builds
+//           compile to the cubin without WG_SKIP (after review: with the shuffle they had differed by one SHFL).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -355,6 +359,7 @@ static_assert(NWG >= 1 && NWG <= 3, "1 to 3 consumer warpgroups (3: Br = 192, FA
 static_assert(!PINGPONG || NWG == 2, "ping-pong needs two consumer warpgroups");
 static_assert(!(QK_AHEAD && PINGPONG), "QK_AHEAD issues the products at two points per step: no ping-pong turns");
 static_assert(!O_TMA || O_TILE, "O_TMA stores from O_TILE's staging tile");
+static_assert(!(WG_SKIP && QK_AHEAD), "WG_SKIP's idle walk is tested on the one-S-tile loop only");
 static_assert(!O_TILE || (PERSISTENT && !QK_AHEAD), "O_TILE: a persistent build without QK_AHEAD (its Q goes back early)");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
 
@@ -455,8 +460,8 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     // the warpgroup index are warp-uniform; otherwise the idle test below reads as a divergent branch, whatever follows
     // its join (the ring counters, the wgmma descriptors) leaves the uniform datapath, and the build ran 3-12% slower
     // (v10, first form; bench/NOTES-tc.md)
-    const int tid = threadIdx.x, lane = tid & 31, warp = WG_SKIP ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5,
-              wg = warp >> 2;
+    const int tid = threadIdx.x, lane = tid & 31,
+              warp = WG_SKIP && NWG > 1 ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5, wg = warp >> 2;
     const int causal_off = Nk - Nq;
     const bool is_causal = causal != 0;
 
