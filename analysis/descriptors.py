@@ -58,6 +58,10 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     causal_section_kb  a persistent kernel's causal tile order: the tiles of each section of heads whose K and V
                  fit in this many KB, longest first (fa2_wgmma_tma.cu tile_coords); 0: each head's Q blocks in the
                  kernel's causal_order
+    idle_skip    the consumer warpgroups (64 rows each) of the last Q block whose rows all lie past Nq issue no
+                 product and no softmax (fa2_wgmma WG_SKIP with two or three warpgroups): that block's tiles cost the
+                 share of its warpgroups that hold a row (analysis/gpu_model.py prepare); False: the whole Br is
+                 computed, padding included
 """
 from __future__ import annotations
 
@@ -120,6 +124,7 @@ class KernelDescriptor:
     causal_order: str = "ascending"  # ascending | heaviest_first: the causal Q block each blockIdx.x runs
     next_tile_prefetch: bool = False  # persistent CTAs load the next work tile while this one finishes
     causal_section_kb: int = 0  # persistent causal order: longest first within sections of heads whose K/V fit
+    idle_skip: bool = False  # warpgroups of the last Q block with no row compute nothing (fa2_wgmma WG_SKIP)
     local_step_bytes: float = 0.0  # spill stores per thread per unmasked step (analysis/local_memory.py)
     local_masked_step_bytes: float = 0.0
     local_cta_bytes: float = 0.0

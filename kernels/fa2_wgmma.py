@@ -651,6 +651,7 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                 grid="persistent" if defs.get("PERSISTENT") else "q_blocks",
                 next_tile_prefetch=bool(defs.get("PERSISTENT") and defs.get("O_TILE")),
                 causal_section_kb=defs.get("CAUSAL_SECTION_KB", CAUSAL_SECTION_KB) if defs.get("PERSISTENT") else 0,
+                idle_skip=bool(tma and defs.get("WG_SKIP") and nwg > 1),  # v10: the idle warpgroups walk the barriers
                 smem_bytes_per_tile=smem_tile, smem_bytes=smem_bytes(defs), launch_overhead_s=t,
                 row_sum_cols=rs_cols, pv_pad_cols=defs.get("PV_N", padded_d(d)) - d if not rs_cols else 0,
                 load_cols=padded_d(d) if tma else d,  # TMA boxes of whole 64-column panels

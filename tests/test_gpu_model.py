@@ -391,3 +391,23 @@ def test_io_on_the_prefetching_and_cluster_paths(monkeypatch):
     a = gm.predict_work(wc, p).terms["compute"]
     monkeypatch.setattr(gm, "io_cycles", lambda *a, **k: 0.0)
     assert a > gm.predict_work(wc, p).terms["compute"]
+
+
+def test_idle_warpgroups_cost_no_products():
+    """fa2_wgmma WG_SKIP (v10): the last Q block's warpgroups whose 64 rows all lie past Nq issue no product, so the
+    descriptor says so (idle_skip) and the tensor term counts only the warpgroups holding a row: at Nq = 1000, Br = 192,
+    Bc = 128, five full Q blocks of 8 key blocks and a last one with 40 rows (one warpgroup of three working)."""
+    from kernels.fa2_wgmma import TILE_CANDIDATES, default_config
+
+    cfg = dict(TILE_CANDIDATES[64]["br192-rs-dyn-oqt"], WG_SKIP=1)
+    plain = {k: v for k, v in cfg.items() if k != "WG_SKIP"}
+    assert describe("fa2_wgmma", 64, config=cfg).idle_skip and not describe("fa2_wgmma", 64, config=plain).idle_skip
+    assert describe("fa2_wgmma", 64, config=default_config(64, 512, True)).idle_skip  # forward()'s default has it
+    skip, full = (gm.predict("fa2_wgmma", 16, 32, 1000, 1000, 64, "fp16", False, config=c) for c in (cfg, plain))
+    assert skip.terms["tensor"] / full.terms["tensor"] == pytest.approx((5 * 8 + 8 / 3) / 48)
+    # whole Q blocks: nothing idles, the same prediction
+    a, b = (gm.predict("fa2_wgmma", 4, 32, 3840, 3840, 64, "fp16", False, config=c) for c in (cfg, plain))
+    assert a.time_s == b.time_s
+    # one warpgroup per CTA: nothing can idle
+    one = dict(default_config(64, 512, True, causal=True))
+    assert one["NWG"] == 1 and one["WG_SKIP"] == 1 and not describe("fa2_wgmma", 64, config=one).idle_skip
