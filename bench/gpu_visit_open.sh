@@ -72,6 +72,7 @@
 #   wgskipab   issue 14 v10: A/B of forward()'s builds with and without WG_SKIP, d = 64/96/128, N = 512-8192 with
 #              ragged 1000 and 3000, abba                                                           -> wgskipab/
 #   wgskipsan  WG_SKIP's persistent builds on 2 CTAs under memcheck and racecheck, 7 at-scale shapes      -> wgskipsan/
+#   wgskipfinal  forward()'s dispatch tests with WG_SKIP at every d; racecheck of d = 256's persistent WG_SKIP builds -> wgskipfinal/
 #   wgskipab2  the same A/B again with WG_SKIP in d = 64's default (off at d = 64, on at 96/128/256)      -> wgskipab2/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
@@ -531,6 +532,16 @@ print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in b]}))"
       }
       sanitize_wgmma memcheck float16 7 110 100 "$(skip_cfg2)"; rc=$?; tail -2 "$W/memcheck.txt"
       sanitize_wgmma racecheck float16 7 150 140 "$(skip_cfg2)"; r=$?; tail -2 "$W/racecheck.txt"
+      rc=$(( rc != 0 ? rc : r )) ;;
+    wgskipfinal)  # what the v10 stop could not run: forward()'s dispatch / layouts tests with WG_SKIP at every d (d = 96 and
+                  # 128 were not run with it), and racecheck of the two d = 256 persistent WG_SKIP builds on 2 CTAs (wgskipsan's
+                  # racecheck stopped at its limit in the first of them)
+      dispatch_tests "$W/dispatch.log" 200; rc=$?; tail -2 "$W/dispatch.log"
+      cfg256=$(python3 -c "
+import json
+from kernels import fa2_wgmma as f
+print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in f.wg_skip_builds() if d == 256 and c.get('PERSISTENT')]}))")
+      sanitize_wgmma racecheck float16 7 280 270 "$cfg256"; r=$?; tail -2 "$W/racecheck.txt"
       rc=$(( rc != 0 ? rc : r )) ;;
     wgskipab2)  # the second run (when WG_SKIP was d = 64's default only): forward()'s default against the same builds with it
                 # off at d = 64 and on at d = 96/128/256
