@@ -93,6 +93,17 @@ def build(d, name, grid=None):
     return {d: dict(f.candidate(int(d), name), **({'GRID': int(grid)} if grid else {}))}
 print(json.dumps({'fa2_wgmma': [build(*a.split(':')) for a in sys.argv[1:]]}))" "$@"
 }
+# skip_builds GRID [COND]: the same JSON for kernels.fa2_wgmma.wg_skip_builds() (forward()'s builds where a warpgroup can
+# idle), those where the Python condition COND on i (index), d, c (config) holds; persistent ones on GRID CTAs
+skip_builds() {
+  python3 -c "
+import json, sys
+from kernels import fa2_wgmma as f
+grid, cond = int(sys.argv[1]), sys.argv[2]
+b = [(d, c) for i, (d, c) in enumerate(f.wg_skip_builds()) if eval(cond, {}, dict(i=i, d=d, c=c))]
+print(json.dumps({'fa2_wgmma': [{d: dict(c, **({'GRID': grid} if c.get('PERSISTENT') else {}))} for d, c in b]}))" \
+    "$1" "${2:-True}"
+}
 # sanitize_wgmma TOOL DTYPES KERNEL_SHAPES LIMIT_S SANITIZE_LIMIT_S CONFIGS: bench/sanitize.py, one compute-sanitizer
 # tool over the fa2_wgmma builds of CONFIGS (JSON, as wgmma_builds prints it) alone -> $W/TOOL/, log $W/TOOL.txt
 sanitize_wgmma() {
@@ -505,17 +516,9 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
              # ping-pong) on 3 CTAs
       timeout 220 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k wg_skip \
         > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log"
-      skip_cfg() {  # WG_SKIP builds (kernels.fa2_wgmma.wg_skip_builds), persistent ones on 3 CTAs; $1: indices or "all"
-        python3 -c "
-import json, sys
-from kernels import fa2_wgmma as f
-b = f.wg_skip_builds()
-idx = range(len(b)) if sys.argv[1] == 'all' else [int(i) for i in sys.argv[1].split(',')]
-print(json.dumps({'fa2_wgmma': [{b[i][0]: dict(b[i][1], **({'GRID': 3} if b[i][1].get('PERSISTENT') else {}))} for i in idx]}))" "$1"
-      }
-      sanitize_wgmma memcheck float16 3 130 120 "$(skip_cfg all)"; r=$?; tail -2 "$W/memcheck.txt"
+      sanitize_wgmma memcheck float16 3 130 120 "$(skip_builds 3)"; r=$?; tail -2 "$W/memcheck.txt"
       rc=$(( rc != 0 ? rc : r ))
-      sanitize_wgmma racecheck float16 3 150 140 "$(skip_cfg 0,2,3,5)"; r=$?; tail -2 "$W/racecheck.txt"
+      sanitize_wgmma racecheck float16 3 150 140 "$(skip_builds 3 'i in (0, 2, 3, 5)')"; r=$?; tail -2 "$W/racecheck.txt"
       rc=$(( rc != 0 ? rc : r )) ;;
     wgskipab)
       timeout 280 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1000,1024,2048,3000,4096,8192 \
@@ -523,25 +526,16 @@ print(json.dumps({'fa2_wgmma': [{b[i][0]: dict(b[i][1], **({'GRID': 3} if b[i][1
       rc=$?; grep "^cells with" "$W/ab.txt"; tail -8 "$W/ab.txt" ;;
     wgskipsan)  # WG_SKIP's persistent builds on 2 CTAs at the sanitizer's first 7 at-scale shapes, the 2-head ones giving
                 # each CTA idle and working tiles in turn (Nq = 300: a warpgroup idle in every head's last Q block)
-      skip_cfg2() {
-        python3 -c "
-import json, sys
-from kernels import fa2_wgmma as f
-b = [x for x in f.wg_skip_builds() if x[1].get('PERSISTENT')]
-print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in b]}))"
-      }
-      sanitize_wgmma memcheck float16 7 110 100 "$(skip_cfg2)"; rc=$?; tail -2 "$W/memcheck.txt"
-      sanitize_wgmma racecheck float16 7 150 140 "$(skip_cfg2)"; r=$?; tail -2 "$W/racecheck.txt"
+      cfg=$(skip_builds 2 "c.get('PERSISTENT')")
+      sanitize_wgmma memcheck float16 7 110 100 "$cfg"; rc=$?; tail -2 "$W/memcheck.txt"
+      sanitize_wgmma racecheck float16 7 150 140 "$cfg"; r=$?; tail -2 "$W/racecheck.txt"
       rc=$(( rc != 0 ? rc : r )) ;;
     wgskipfinal)  # what the v10 stop could not run: forward()'s dispatch / layouts tests with WG_SKIP at every d (d = 96 and
                   # 128 were not run with it), and racecheck of the two d = 256 persistent WG_SKIP builds on 2 CTAs (wgskipsan's
                   # racecheck stopped at its limit in the first of them)
       dispatch_tests "$W/dispatch.log" 200; rc=$?; tail -2 "$W/dispatch.log"
-      cfg256=$(python3 -c "
-import json
-from kernels import fa2_wgmma as f
-print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in f.wg_skip_builds() if d == 256 and c.get('PERSISTENT')]}))")
-      sanitize_wgmma racecheck float16 7 280 270 "$cfg256"; r=$?; tail -2 "$W/racecheck.txt"
+      sanitize_wgmma racecheck float16 7 280 270 "$(skip_builds 2 "d == 256 and c.get('PERSISTENT')")"; r=$?
+      tail -2 "$W/racecheck.txt"
       rc=$(( rc != 0 ? rc : r )) ;;
     wgskipab2)  # the second run (when WG_SKIP was d = 64's default only): forward()'s default against the same builds with it
                 # off at d = 64 and on at d = 96/128/256

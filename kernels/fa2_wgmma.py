@@ -404,8 +404,9 @@ def default_builds() -> list[tuple[int, dict]]:
 
 
 def wg_skip_builds() -> list[tuple[int, dict]]:
-    """default_builds() with WG_SKIP=1 where a consumer warpgroup can be idle (two or three of them): the v10 tests'."""
-    return [(d, dict(c, WG_SKIP=1)) for d, c in default_builds() if c.get("NWG", 2) >= 2]
+    """default_builds() where a consumer warpgroup can be idle (two or three of them; WG_SKIP is a DEFAULT_KNOBS knob):
+    the v10 idle-warpgroup tests' and sanitizer's builds."""
+    return [(d, c) for d, c in default_builds() if c.get("NWG", 2) >= 2]
 
 
 def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None, causal: bool = False) -> dict | None:

@@ -280,10 +280,11 @@ def test_size_candidate_strided_gqa(d, name):
                   config=fa2_wgmma.candidate(d, name))
 
 
-# v9 DESC_STEP: each operand's wgmma descriptor built once per product and stepped by the k-slice offset, on every
-# build forward()'s rules run (SIZE_RULES and CONFIGS, each d): hypothesis shapes, a long key loop, 3 persistent CTAs
+# every build forward()'s rules run (SIZE_RULES and CONFIGS, each d) with DEFAULT_KNOBS: v9 DESC_STEP (each operand's
+# wgmma descriptor built once per product and stepped by the k-slice offset) and v10 WG_SKIP (idle warpgroups);
+# hypothesis shapes (odd Nq: idle warpgroups in the last Q block), a long key loop, 3 persistent CTAs
 DESC = fa2_wgmma.default_builds()
-assert all(c["DESC_STEP"] == 1 for _, c in DESC)
+assert all(c["DESC_STEP"] == 1 and c["WG_SKIP"] == 1 for _, c in DESC)
 
 
 @needs_hopper
@@ -313,7 +314,8 @@ def test_desc_step_long_key_loop(d, cfg):
 # v10 WG_SKIP: a consumer warpgroup whose 64 rows all lie past Nq walks the barriers and computes nothing. Nq is chosen so
 # that the last Q block leaves one or two warpgroups idle (Br = 128: Nq % 128 in 1..64; Br = 192: 1..64 or 65..128), on
 # one CTA per SM and on 3 persistent CTAs that meet idle and working tiles in turn, with long key loops (each ring slot
-# refilled many times across idle tiles), causal (rows with no key) and not, fp16 and bf16, and strided GQA views
+# refilled many times across idle tiles), causal (rows with no key) and not, fp16 and bf16, and strided GQA views; the
+# hypothesis shapes of these builds are test_desc_step_matches_reference's (DEFAULT_KNOBS carries WG_SKIP)
 SKIP = fa2_wgmma.wg_skip_builds()
 assert SKIP and all(c["WG_SKIP"] == 1 and c.get("NWG", 2) >= 2 for _, c in SKIP)
 
@@ -334,19 +336,6 @@ def test_wg_skip_idle_warpgroups(d, cfg):
             _check(fn, 2, 3, n_q, 4100, d, torch.float16, False, 4.0, n_q)
             _check(fn, 1, 3, n_q, 2 * n_q + 7, d, torch.bfloat16, True, 4.0, n_q + 1)
             _check(fn, 2, 2, n_q, 90, d, torch.bfloat16, True, 1.0, n_q + 2)  # causal: Q blocks with no key
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,cfg", SKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(SKIP)])
-@SETTINGS
-@given(s=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),
-                   st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(), st.integers(0, 2**31 - 1)))
-def test_wg_skip_matches_reference(d, cfg, s):
-    b, h, n_q, n_k, dtype, causal, seed = s
-
-    def fn(q, k, v, **kw):
-        return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
-    _check(fn, b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
 
 
 @needs_hopper
