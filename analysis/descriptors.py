@@ -62,6 +62,9 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
                  product and no softmax (fa2_wgmma WG_SKIP with two or three warpgroups): that block's tiles cost the
                  share of its warpgroups that hold a row (analysis/gpu_model.py prepare); False: the whole Br is
                  computed, padding included
+    causal_walk  causal: a consumer warpgroup whose rows end before its Q block's last row walks the key blocks
+                 wholly past its own last row (fa2_wgmma WG_CAUSAL_SKIP, v11): that block's tiles cost the mean,
+                 over its warpgroups, of the steps each runs (analysis/gpu_model.py prepare)
 """
 from __future__ import annotations
 
@@ -125,6 +128,7 @@ class KernelDescriptor:
     next_tile_prefetch: bool = False  # persistent CTAs load the next work tile while this one finishes
     causal_section_kb: int = 0  # persistent causal order: longest first within sections of heads whose K/V fit
     idle_skip: bool = False  # warpgroups of the last Q block with no row compute nothing (fa2_wgmma WG_SKIP)
+    causal_walk: bool = False  # causal: each warpgroup runs only the key blocks its own rows see (WG_CAUSAL_SKIP)
     local_step_bytes: float = 0.0  # spill stores per thread per unmasked step (analysis/local_memory.py)
     local_masked_step_bytes: float = 0.0
     local_cta_bytes: float = 0.0
@@ -159,8 +163,8 @@ def _resources() -> list:
 
 
 # fa2_wgmma knobs that forward()'s own builds carry (kernels.fa2_wgmma.DEFAULT_KNOBS) and that change no register count:
-# v9's descriptor stepping, v10's idle warpgroups
-REGISTER_NEUTRAL = ("DESC_STEP", "WG_SKIP")
+# v9's descriptor stepping, v10's idle warpgroups, v11's causal walk
+REGISTER_NEUTRAL = ("DESC_STEP", "WG_SKIP", "WG_CAUSAL_SKIP")
 
 
 def registers_of(kernel: str, defines: dict) -> int | None:

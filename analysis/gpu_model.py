@@ -144,6 +144,23 @@ class Prediction:
         return asdict(self)
 
 
+def _causal_walk_share(m0: int, steps: int, desc, n_q: int, n_k: int, idle_skip: bool) -> float:
+    """The share of a causal Q block's tiles (of `steps` key blocks) whose products run under WG_CAUSAL_SKIP: each
+    warpgroup runs max(1, its own key blocks) steps (fa2_wgmma_tma.cu v11; kernels.fa2_wgmma.causal_walk_steps), over
+    the warpgroups holding a row (idle_skip already priced the others at zero) or all of them."""
+    if steps <= 1:
+        return 1.0
+    run = counted = 0
+    for cg in range(desc.block_q // 64):
+        if m0 + 64 * cg >= n_q:  # no row: idle (priced before) or computing the whole tile
+            if not idle_skip:
+                run, counted = run + steps, counted + 1
+            continue
+        vis = max(0, min(n_k, min(m0 + 64 * cg + 64, n_q) + n_k - n_q))
+        run, counted = run + max(1, -(-vis // desc.block_k)), counted + 1
+    return run / (steps * counted) if counted else 1.0
+
+
 def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200") -> Work:
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     dtype = cf.dtype_name(dtype)
@@ -154,6 +171,9 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
     if desc.idle_skip and per_block:  # the last Q block's warpgroups past Nq compute nothing (a fraction of its tiles)
         rows = n_q - (t.t_r - 1) * desc.block_q
         per_block[-1] *= min(desc.block_q, -(-rows // 64) * 64) / desc.block_q
+    if desc.causal_walk and causal and desc.block_q > 64:  # fa2_wgmma WG_CAUSAL_SKIP: each warpgroup's own key blocks
+        per_block = [n * _causal_walk_share(i * desc.block_q, len(t.k_blocks(i)), desc, n_q, n_k, desc.idle_skip)
+                     for i, n in enumerate(per_block)]
     if desc.grid == "heads":
         pattern, repeats = [sum(per_block)], batch * heads
     elif desc.grid == "clusters":  # a cluster lasts as long as its busiest CTA, rank 0 (analysis/cluster_model.py)

@@ -74,6 +74,15 @@
 #   wgskipsan  WG_SKIP's persistent builds on 2 CTAs under memcheck and racecheck, 7 at-scale shapes      -> wgskipsan/
 #   wgskipfinal  forward()'s dispatch tests with WG_SKIP at every d; racecheck of d = 256's persistent WG_SKIP builds -> wgskipfinal/
 #   wgskipab2  the same A/B again with WG_SKIP in d = 64's default (off at d = 64, on at 96/128/256)      -> wgskipab2/
+#   waithint   issue 14 v11: A/B of forward()'s builds with and without WAIT_HINT (try_wait's suspend-time hint,
+#              CUTLASS's 10^7 ns), d = 64/96/128/256, N = 512-8192, abba                              -> waithint/
+#   cskip      issue 14 v11: WG_CAUSAL_SKIP's GPU tests (forward()'s NWG >= 2 builds with it, and the two size builds that
+#              carry it), memcheck and racecheck on 2 CTAs of four persistent builds with it (d = 256 Bc = 64, d = 128
+#              ping-pong, d = 64 Br = 192, d = 128 Bc = 64) at the at-scale shapes                       -> cskip/
+#   cskipab    A/B of forward()'s builds with and without WG_CAUSAL_SKIP, and the two size builds, d = 64-256,
+#              N = 512-8192, abba                                                                      -> cskipab/
+#   cskipfinal with WG_CAUSAL_SKIP in DEFAULT_KNOBS: forward()'s dispatch, head-dim and layouts GPU tests, then the second
+#              A/B run (forward()'s default against it without the knob), d = 64-256, N = 512-8192 -> cskipfinal/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -565,6 +574,31 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
           --budget-s $(( rep == 1 ? 240 : 180 )) > "$W/ab$rep.txt" 2>&1
         r=$?; grep "^cells with" "$W/ab$rep.txt"; rc=$(( rc != 0 ? rc : r ))
       done ;;
+    cskip)
+      timeout 260 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "wg_causal_skip" > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
+      cfg=$(python3 -c "
+import json; from tests.test_kernels_wgmma_speed_gpu import CSKIP
+keep = [(d, c) for d, c in CSKIP if c.get('PERSISTENT') and (d, c['BLOCK_N'], c.get('NWG', 2), c.get('O_TMA', 0)) in
+        {(256, 64, 2, 0), (128, 128, 2, 1), (64, 128, 3, 1), (128, 64, 2, 1)}]
+keep = list({json.dumps(x, sort_keys=True): x for x in keep}.values())
+print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in keep]}))")
+      sanitize_wgmma memcheck float16 7 120 110 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 7 170 160 "$cfg"; r=$?; tail -2 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    cskipab)
+      timeout 300 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1024,2048,4096,8192 \
+        --order abba --variants default,default+WG_CAUSAL_SKIP=1,br192-rs-dyn-oqt-cs@64,bc64-dyn-oqt-r-cs@128 \
+        --budget-s 270 > "$W/ab.txt" 2>&1
+      rc=$?; grep "^cells with" "$W/ab.txt"; tail -12 "$W/ab.txt" ;;
+    cskipfinal)
+      dispatch_tests "$W/dispatch.log" 150; rc=$?; tail -2 "$W/dispatch.log"
+      timeout 300 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1024,2048,4096,8192 \
+        --order abba --variants default,default+WG_CAUSAL_SKIP=0 --budget-s 270 > "$W/ab.txt" 2>&1
+      r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/ab.txt"; tail -12 "$W/ab.txt" ;;
+    waithint)
+      timeout 300 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1024,2048,4096,8192 \
+        --order abba --variants default,default+WAIT_HINT=10000000 --budget-s 270 > "$W/ab.txt" 2>&1
+      rc=$?; grep "^cells with" "$W/ab.txt"; tail -8 "$W/ab.txt" ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

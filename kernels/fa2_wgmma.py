@@ -110,7 +110,8 @@ SWEEP = {
 # baseline under a new name).
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
          "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA",
-         "O_TILE", "CAUSAL_SECTION_KB", "O_TMA", "DESC_STEP", "WG_SKIP"}
+         "O_TILE", "CAUSAL_SECTION_KB", "O_TMA", "DESC_STEP", "WG_SKIP", "WAIT_HINT",
+         "WG_CAUSAL_SKIP"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -277,6 +278,15 @@ for _bc in (96, 64):
 TILE_CANDIDATES[64]["br192-rs-dyn-oq"] = dict(TILE_CANDIDATES[64]["br192-rs"], PERSISTENT=2, O_TILE=1,
                                               PRODUCER_REGS=32)
 TILE_CANDIDATES[64]["br192-rs-dyn-oqt"] = dict(TILE_CANDIDATES[64]["br192-rs-dyn-oq"], O_TMA=1)
+# v11 WG_CAUSAL_SKIP (fa2_wgmma_tma.cu): on causal rows a warpgroup walks the key blocks that lie wholly past its own
+# last row. It acts where Br > Bc's alignment leaves warpgroup 0 a block short of the tile's last one (causal_walk_steps:
+# d = 256 Bc = 64 at N = 512 walks 4 of 40 warpgroup-steps, d = 64 Br = 192 3 of 23; Br = Bc = 128 none at Nq = Nk).
+# Two builds where it acts, for the causal cells behind cuDNN at N <= 2k: d = 64's Br = 192 (the 3-CTA build forward()
+# runs there has one warpgroup, nothing to walk) and d = 128 at Bc = 64; with forward()'s DEFAULT_KNOBS (v9, v10)
+SIZE_CANDIDATES[64]["br192-rs-dyn-oqt-cs"] = dict(TILE_CANDIDATES[64]["br192-rs-dyn-oqt"], DESC_STEP=1, WG_SKIP=1,
+                                                  WG_CAUSAL_SKIP=1)
+SIZE_CANDIDATES[128]["bc64-dyn-oqt-r-cs"] = dict(SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], BLOCK_N=64, DESC_STEP=1,
+                                                 WG_SKIP=1, WG_CAUSAL_SKIP=1)
 # Measurement builds, not speed candidates (issue 11): CONFIGS with a K/V ring of one slot each (STAGES=1), the
 # pipeline cuDNN's d = 256 kernel runs (232,448 B of smem: Q and one K and one V tile of Bc = 128; ours keeps Bc = 80:
 # Bc = 128 at d = 256 spills 144 B and ptxas serialises it, C7512). Measured (bench/results/fresh11, three runs abba,
@@ -384,7 +394,18 @@ SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causa
 # N <= 4k, 0.970 above, no cell over 1.008; the second: 0.978 / 1.008, bf16 non-causal 8k 1.044) and d = 256 in the
 # second. The gain is where the knob acts, at every d, and it is exact, so forward() runs it at every d. The
 # one-warpgroup builds compile to the same cubin with it.
-DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1}
+# v11 (bench/results/cskip/; fa2_wgmma_tma.cu v11): WG_CAUSAL_SKIP, on causal rows a warpgroup walks the key blocks wholly
+# past its own last row. GPU tests of every NWG >= 2 build with it (hypothesis causal shapes, Nk - Nq off the block
+# grid, Nk = 4100, Nq > Nk, 3 persistent CTAs, strided GQA): 39 passed; memcheck and racecheck of four persistent builds
+# on 2 CTAs: 0 / 0. A/B (cskipab, abba, fp16/bf16, N = 512-8192), time / without: d = 256 causal 0.962-0.985 in all 10
+# cells (geomean 0.974; the Bc = 64 and 80 builds walk 10-11% of the warpgroup-steps at N = 512, 3% at 2k), the cells
+# where it cannot act (non-causal, and Br = Bc = 128 at Nq = Nk) 0.93-1.03, level (geomean 0.989-1.004). Exact, so
+# forward() runs it at every d, as v10's WG_SKIP.
+# Not taken, the same visits: WAIT_HINT (try_wait's suspend-time hint, CUTLASS's 10^7 ns; waithint/): geomean per d
+# 0.990-0.999 at N <= 4k, 0.97-1.00 above, cells 0.94-1.05, level; and the two builds where the walk acts more
+# (SIZE_CANDIDATES br192-rs-dyn-oqt-cs, bc64-dyn-oqt-r-cs; cskipab): d = 64 Br = 192 causal 512-1k 0.88-0.94 of
+# cuDNN against the 3-CTA default's 0.94-0.99; d = 128 Bc = 64 0.79-0.93 of cuDNN, 1.15-1.29x the default's time.
+DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
 
 
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
@@ -407,6 +428,26 @@ def wg_skip_builds() -> list[tuple[int, dict]]:
     """default_builds() where a consumer warpgroup can be idle (two or three of them; WG_SKIP is a DEFAULT_KNOBS knob):
     the v10 idle-warpgroup tests' and sanitizer's builds."""
     return [(d, c) for d, c in default_builds() if c.get("NWG", 2) >= 2]
+
+
+def causal_walk_steps(cfg: dict, n_q: int, n_k: int) -> tuple[int, int]:
+    """(warpgroup-steps walked, warpgroup-steps in all) of a causal launch with WG_CAUSAL_SKIP (v11), as
+    fa2_wgmma_tma.cu counts them: in each Q block of T key blocks, a consumer warpgroup whose rows end before the
+    block's last row runs max(1, its own key blocks) steps and walks the rest; warpgroups with no row below Nq
+    (WG_SKIP's idle ones) are counted in neither."""
+    nwg, bc = cfg.get("NWG", 2), cfg["BLOCK_N"]
+    br, off = 64 * nwg, n_k - n_q
+    walked = total = 0
+    for m0 in range(0, n_q, br):
+        t = -(-max(0, min(n_k, min(m0 + br, n_q) + off)) // bc)
+        for cg in range(nwg):
+            if m0 + 64 * cg >= n_q:
+                continue
+            vis = max(0, min(n_k, min(m0 + 64 * cg + 64, n_q) + off))
+            tw = max(1, -(-vis // bc)) if t > 1 and nwg > 1 else t
+            walked += t - tw
+            total += t
+    return walked, total
 
 
 def choose_config(d: int, n_k: int, plain: bool, rules: dict | None = None, causal: bool = False) -> dict | None:
@@ -653,6 +694,7 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                 next_tile_prefetch=bool(defs.get("PERSISTENT") and defs.get("O_TILE")),
                 causal_section_kb=defs.get("CAUSAL_SECTION_KB", CAUSAL_SECTION_KB) if defs.get("PERSISTENT") else 0,
                 idle_skip=bool(tma and defs.get("WG_SKIP") and nwg > 1),  # v10: the idle warpgroups walk the barriers
+                causal_walk=bool(tma and defs.get("WG_CAUSAL_SKIP") and nwg > 1),  # v11
                 smem_bytes_per_tile=smem_tile, smem_bytes=smem_bytes(defs), launch_overhead_s=t,
                 row_sum_cols=rs_cols, pv_pad_cols=defs.get("PV_N", padded_d(d)) - d if not rs_cols else 0,
                 load_cols=padded_d(d) if tma else d,  # TMA boxes of whole 64-column panels

@@ -411,3 +411,27 @@ def test_idle_warpgroups_cost_no_products():
     # one warpgroup per CTA: nothing can idle
     one = dict(default_config(64, 512, True, causal=True))
     assert one["NWG"] == 1 and one["WG_SKIP"] == 1 and not describe("fa2_wgmma", 64, config=one).idle_skip
+
+
+def test_causal_walk_prices_each_warpgroups_own_blocks():
+    """fa2_wgmma WG_CAUSAL_SKIP (v11): on causal rows warpgroup 0 of a Br = 128, Bc = 64 tile walks the diagonal block
+    it cannot see, so the descriptor says so (causal_walk) and the tensor term counts 36 of the 40 warpgroup-steps at
+    N = 512 (kernels.fa2_wgmma.causal_walk_steps); non-causal, and Br = Bc = 128 at Nq = Nk, nothing changes."""
+    from kernels.fa2_wgmma import SIZE_CANDIDATES, causal_walk_steps
+
+    plain = dict(SIZE_CANDIDATES[256]["bc64-dyn"], DESC_STEP=1, WG_SKIP=1)
+    walk = dict(plain, WG_CAUSAL_SKIP=1)
+    assert describe("fa2_wgmma", 256, config=walk).causal_walk and not describe("fa2_wgmma", 256, config=plain).causal_walk
+    a, b = (gm.predict("fa2_wgmma", 32, 8, 512, 512, 256, "fp16", True, config=c) for c in (walk, plain))
+    walked, total = causal_walk_steps(walk, 512, 512)
+    assert a.terms["tensor"] / b.terms["tensor"] == pytest.approx(1 - walked / total) == pytest.approx(0.9)
+    a, b = (gm.predict("fa2_wgmma", 32, 8, 512, 512, 256, "fp16", False, config=c) for c in (walk, plain))
+    assert a.time_s == b.time_s
+    sq = dict(SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], WG_CAUSAL_SKIP=1)
+    a, b = (gm.predict("fa2_wgmma", 32, 16, 512, 512, 128, "fp16", True, config=c) for c in (sq, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"]))
+    assert a.time_s == b.time_s
+    # ragged Nq with WG_SKIP too: the model's share is the kernel's count of the steps run
+    for n_q, n_k in ((700, 988), (333, 150), (1000, 1000)):
+        a, b = (gm.predict("fa2_wgmma", 1, 8, n_q, n_k, 256, "fp16", True, config=c) for c in (walk, plain))
+        walked, total = causal_walk_steps(walk, n_q, n_k)
+        assert a.terms["tensor"] / b.terms["tensor"] == pytest.approx(1 - walked / total)

@@ -392,3 +392,42 @@ def test_desc_step_is_the_descriptor_of_the_stepped_address():
             if a + off < top:
                 for lbo in (16, 128 * 128, 176 * 128):
                     assert desc(a + off, lbo, 1024) == desc(a, lbo, 1024) + (off >> 4)
+
+
+def _walked_by_mask(cfg, n_q, n_k):
+    """causal_walk_steps from the causal mask itself: per Q block and warpgroup, the leading key blocks (j = T-1 down)
+    in which none of its rows below Nq sees a key, capped so that one block is always run."""
+    nwg, bc = cfg.get("NWG", 2), cfg["BLOCK_N"]
+    walked = total = 0
+    for m0 in range(0, n_q, 64 * nwg):
+        rows = range(m0, min(m0 + 64 * nwg, n_q))
+        keys = max((min(n_k, r + 1 + n_k - n_q) for r in rows), default=0)
+        t = -(-max(0, keys) // bc)
+        for cg in range(nwg):
+            mine = [r for r in rows if m0 + 64 * cg <= r < m0 + 64 * cg + 64]
+            if not mine:
+                continue
+            sk = 0
+            for j in range(t - 1, 0, -1):  # block 0 always runs
+                if any(r + n_k - n_q >= j * bc for r in mine):  # row r sees key j*bc
+                    break
+                sk += 1
+            walked, total = walked + sk, total + t
+    return walked, total
+
+
+def test_causal_walk_steps_follows_the_mask():
+    """v11 WG_CAUSAL_SKIP's walk count (kernels.fa2_wgmma.causal_walk_steps, the kernel's formula) against the mask, on
+    every build the knob's GPU tests run, at those tests' shapes and a grid of ragged ones; each build walks somewhere."""
+    from tests.test_kernels_wgmma_speed_gpu import CSKIP, CSKIP_SHAPES
+
+    for d, cfg in CSKIP:
+        assert cfg["WG_CAUSAL_SKIP"] == 1 and cfg.get("NWG", 2) >= 2
+        shapes = CSKIP_SHAPES + [(n_q, n_k) for n_q in (1, 63, 65, 200, 333) for n_k in (1, 64, 150, 333, 700)]
+        for n_q, n_k in shapes:
+            assert fa2_wgmma.causal_walk_steps(cfg, n_q, n_k) == _walked_by_mask(cfg, n_q, n_k), (d, cfg, n_q, n_k)
+        assert any(fa2_wgmma.causal_walk_steps(cfg, n_q, n_k)[0] for n_q, n_k in CSKIP_SHAPES), (d, cfg)
+    # d = 256's Bc = 64 at N = 512: warpgroup 0 walks the diagonal block of each of the 4 Q blocks (4 of 40 steps);
+    # Br = Bc = 128 at Nq = Nk has nothing to walk
+    assert fa2_wgmma.causal_walk_steps(fa2_wgmma.SIZE_CANDIDATES[256]["bc64"], 512, 512) == (4, 40)
+    assert fa2_wgmma.causal_walk_steps(fa2_wgmma.SIZE_CANDIDATES[128]["small-bc128"], 512, 512) == (0, 20)

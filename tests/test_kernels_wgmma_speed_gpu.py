@@ -343,3 +343,42 @@ def test_wg_skip_idle_warpgroups(d, cfg):
 def test_wg_skip_strided_gqa(d, cfg):
     if cfg.get("TMA"):
         _check_layout(2, 4, 2, _idle_rows(cfg)[-1], 1000, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)
+
+
+# v11 WG_CAUSAL_SKIP: on causal rows a warpgroup walks the first key blocks of its tile that lie wholly past its own last
+# row (warpgroup 0 of Br = 128 with Bc = 64, or of Br = 192). Every forward() build with two or three warpgroups (the knob
+# is in DEFAULT_KNOBS; the first run, cskip/, also ran the two SIZE_CANDIDATES that carry it): hypothesis causal shapes; fixed shapes where each build walks (tests/test_kernels_wgmma_speed.py checks that with
+# kernels.fa2_wgmma.causal_walk_steps): Nk - Nq not a multiple of Bc, long key loops (every ring slot refilled many
+# times, walked and read), Nq > Nk (rows with no key, warpgroup 0 with none at all); 3 persistent CTAs; strided GQA views
+CSKIP = [(d, c) for d, c in fa2_wgmma.default_builds() if c.get("NWG", 2) >= 2]  # DEFAULT_KNOBS carry it
+assert CSKIP and all(c["WG_CAUSAL_SKIP"] == 1 for _, c in CSKIP)
+CSKIP_SHAPES = [(700, 988), (512, 512), (1000, 4100), (900, 300)]
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", CSKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CSKIP)])
+@SETTINGS
+@given(s=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),
+                   st.sampled_from([torch.float16, torch.bfloat16]), st.integers(0, 2**31 - 1)))
+def test_wg_causal_skip_matches_reference(d, cfg, s):
+    b, h, n_q, n_k, dtype, seed = s
+
+    def fn(q, k, v, **kw):
+        return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+    _check(fn, b, h, n_q, n_k, d, dtype, True, 4.0, seed)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", CSKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CSKIP)])
+def test_wg_causal_skip_walks(d, cfg):
+    for grid in [{}] + ([{"GRID": 3}] if cfg.get("PERSISTENT") else []):
+        def fn(q, k, v, **kw):
+            return fa2_wgmma.forward(q, k, v, config=dict(cfg, **grid), **kw)
+        for i, (n_q, n_k) in enumerate(CSKIP_SHAPES):
+            _check(fn, 2, 3, n_q, n_k, d, (torch.float16, torch.bfloat16)[i % 2], True, 4.0, n_q + i)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", CSKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CSKIP)])
+def test_wg_causal_skip_strided_gqa(d, cfg):
+    _check_layout(2, 4, 2, 700, 988, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)

@@ -37,7 +37,8 @@
 // speed knobs (v3): RESCALE_THRESHOLD, EXP2_POLY, EXP2_POLY_DEG (wgmma_fa2.cuh), PERSISTENT, QK_AHEAD (here);
 // (v5) ROW_SUM_MMA (d = 64: the row sum l of FA2 Alg. 1 line 9 from the P V product over a panel of ones);
 // (v6) O_TILE (persistent: O staged apart from Q, the next Q loaded early), CAUSAL_SECTION_KB (causal tile order);
-// (v9) DESC_STEP (wgmma_fa2.cuh); (v10) WG_SKIP (idle warpgroups of a ragged last Q block).
+// (v9) DESC_STEP (wgmma_fa2.cuh); (v10) WG_SKIP (idle warpgroups of a ragged last Q block); (v11) WG_CAUSAL_SKIP
+// (a warpgroup walks the causal key blocks past its own last row).
 // d = 96 is a 64-column panel plus a half panel: smem tiles are padded to 128 columns (TMA zero-fills
 // columns 96..127, which count in the transaction bytes), S = Q K^T takes 6 k-steps, not 8.
 //
@@ -272,6 +273,21 @@
 //           compile to the cubin without WG_SKIP (after review: with the shuffle they had differed by one SHFL).
 //           forward()'s dispatch, head-dim and layouts GPU tests with it at every d: 43 passed; racecheck of d = 256's
 //           two persistent builds on 2 CTAs at the at-scale shapes: 0 hazards (bench/results/wgskip/wgskipfinal).
+//   v11 WG_CAUSAL_SKIP: causal, the key loop runs j = T-1 down to 0 and T is set by the Q block's last row; warpgroup 0
+//       of Br = 128 with Bc = 64 (or of Br = 192) sees no key of block T-1 in any of its rows. It walks such blocks as
+//       WG_SKIP walks a tile (full waits, empty arrivals, one ping-pong turn each) and runs Tw = T - sk steps from ring
+//       position kv_it + sk (kernels/fa2_wgmma.py causal_walk_steps: d = 256 Bc = 64 at N = 512 walks 4 of 40
+//       warpgroup-steps, 10%; 3% at 2k; Br = Bc = 128 at Nq = Nk none). Same registers, no spill, one SHFL per tile.
+//       Two A/B runs (bench/results/cskip/cskipab, cskipfinal; abba, fp16/bf16, d = 64-256, N = 512-8192), time / without:
+//       d = 256 causal N = 512 0.975-0.981 and 1k 0.972-1.005 in both runs (geomean of the two 0.976-0.988), 2k-8k
+//       0.99-1.00; elsewhere level (two-run geomean per cell 0.967-1.029, the same spread as cells whose cubin is
+//       unchanged: the one-warpgroup d = 64 builds 1.005-1.019). Exact, so forward() runs it (DEFAULT_KNOBS). GPU tests
+//       (hypothesis causal shapes, Nk - Nq off the block grid, Nk = 4100, Nq > Nk, 3 persistent CTAs, strided GQA): 39
+//       passed; memcheck and racecheck on 2 CTAs of four persistent builds: 0 errors, 0 hazards; forward()'s dispatch
+//       tests with it: 43 passed. Not taken: Br = 192 at d = 64 causal N <= 1k, where the walk is 13% of the steps
+//       (0.88-0.94 of cuDNN against the one-warpgroup 3-CTA build's 0.94-0.99), and d = 128 at Bc = 64 (1.15-1.29x the
+//       default's time). Also not taken: WAIT_HINT (tma_pipe.cuh: try_wait's suspend-time hint, CUTLASS's 10^7 ns), two
+//       runs level (geomean per d 0.979-0.999, cells 0.93-1.05; waithint/, waithint2/).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -312,6 +328,9 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #endif
 #ifndef WG_SKIP
 #define WG_SKIP 0  // 1: a consumer warpgroup whose 64 rows all lie past Nq keeps the barriers' count and computes nothing
+#endif
+#ifndef WG_CAUSAL_SKIP
+#define WG_CAUSAL_SKIP 0  // 1 (causal): a warpgroup walks the tile's first key blocks that lie wholly past its own last row
 #endif
 #ifndef QK_AHEAD
 #define QK_AHEAD 0  // 1: S_{t+1} issued before the softmax of step t (two S tiles in registers; no ping-pong)
@@ -362,6 +381,7 @@ static_assert(!PINGPONG || NWG == 2, "ping-pong needs two consumer warpgroups");
 static_assert(!(QK_AHEAD && PINGPONG), "QK_AHEAD issues the products at two points per step: no ping-pong turns");
 static_assert(!O_TMA || O_TILE, "O_TMA stores from O_TILE's staging tile");
 static_assert(!(WG_SKIP && QK_AHEAD), "WG_SKIP's idle walk is tested on the one-S-tile loop only");
+static_assert(!(WG_CAUSAL_SKIP && QK_AHEAD), "WG_CAUSAL_SKIP's walk is written for the one-S-tile loop only");
 static_assert(!O_TILE || (PERSISTENT && !QK_AHEAD), "O_TILE: a persistent build without QK_AHEAD (its Q goes back early)");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
 
@@ -463,7 +483,8 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     // its join (the ring counters, the wgmma descriptors) leaves the uniform datapath, and the build ran 3-12% slower
     // (v10, first form; bench/NOTES-tc.md)
     const int tid = threadIdx.x, lane = tid & 31,
-              warp = WG_SKIP && NWG > 1 ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5, wg = warp >> 2;
+              warp = (WG_SKIP || WG_CAUSAL_SKIP) && NWG > 1 ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5,
+              wg = warp >> 2;
     const int causal_off = Nk - Nq;
     const bool is_causal = causal != 0;
 
@@ -758,34 +779,62 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #endif
         }
 #else
+#if WG_CAUSAL_SKIP
+        // v11: causal, the loop runs j = T-1 down to 0, and T is set by the tile's last row. A warpgroup whose rows end
+        // earlier (warpgroup 0 of Br = 128 with Bc = 64: its rows m0..m0+63 see no key of block j = T-1) finds its first
+        // sk blocks masked in every row (FA2 Alg. 1 line 9 would give P = 0 there): it walks them as WG_SKIP walks a
+        // tile (waits on the full barriers, arrives on the empty ones, takes its turns) and runs Tw = T - sk steps from
+        // ring position kv_it + sk. The tile's last warpgroup has sk = 0, so one warpgroup's products always run.
+        int sk = 0;
+        if (NWG > 1 && is_causal && T > 1) {
+            const int vis = max(0, min(Nk, min(m0 + 64 * cg + 64, Nq) + causal_off));  // this warpgroup's keys
+            sk = __shfl_sync(0xffffffffu, T - max(1, (vis + BLOCK_N - 1) / BLOCK_N), 0);
+        }
+        const int Tw = T - sk, kvw = kv_it + sk;
+#else
+        const int Tw = T, kvw = kv_it;
+#endif
         if (T > 0) {
 #if PINGPONG
             if (cg == 1) named_arrive(1, 256);  // warpgroup 0 takes the first turn
 #endif
-            // step 0 (j = T-1): S and softmax
-            mbar_wait(FULL_K(kv_it % STAGES), (kv_it / STAGES) & 1);
+#if WG_CAUSAL_SKIP
+            for (int t = 0; t < sk; ++t) {  // the walk: K_j and V_j released unread, one ping-pong turn each
+                const int ks = (kv_it + t) % STAGES, ph = ((kv_it + t) / STAGES) & 1;
+                mbar_wait(FULL_K(ks), ph);
+                turn_begin(cg);
+                turn_end(cg);
+                mbar_wait(FULL_V(ks), ph);
+                if (lane == 0) {
+                    mbar_arrive(EMPTY_K(ks));
+                    mbar_arrive(EMPTY_V(ks));
+                }
+            }
+#endif
+            // step 0 (j = Tw-1): S and softmax
+            mbar_wait(FULL_K(kvw % STAGES), (kvw / STAGES) & 1);
             turn_begin(cg);
-            issue_qk(s, sQ, sK0 + (kv_it % STAGES) * TILE_KV_BYTES, cg);
+            issue_qk(s, sQ, sK0 + (kvw % STAGES) * TILE_KV_BYTES, cg);
             turn_end(cg);
             wgmma_wait<0>();
             wgmma_fence_operand(s);
-            if (lane == 0) mbar_arrive(EMPTY_K(kv_it % STAGES));
+            if (lane == 0) mbar_arrive(EMPTY_K(kvw % STAGES));
 #if O_TILE
-            if (T == 1 && lane == 0) mbar_arrive(empty_q);  // the tile's last S has read Q
+            if (Tw == 1 && lane == 0) mbar_arrive(empty_q);  // the tile's last S has read Q
 #endif
             {
-                const int n0 = (T - 1) * BLOCK_N;
+                const int n0 = (Tw - 1) * BLOCK_N;
                 const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
                 if (need_mask) softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
                 else softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
             }
             pack_p(pa, s);
             // step t: S_j = Q K_j^T and O += P_{j+1} V_{j+1}
-            for (int t = 1; t < T; ++t) {
-                const int j = T - 1 - t, n0 = j * BLOCK_N;
-                const int ks = (kv_it + t) % STAGES, vs = (kv_it + t - 1) % STAGES;
-                mbar_wait(FULL_K(ks), ((kv_it + t) / STAGES) & 1);
-                mbar_wait(FULL_V(vs), ((kv_it + t - 1) / STAGES) & 1);
+            for (int t = 1; t < Tw; ++t) {
+                const int j = Tw - 1 - t, n0 = j * BLOCK_N;
+                const int ks = (kvw + t) % STAGES, vs = (kvw + t - 1) % STAGES;
+                mbar_wait(FULL_K(ks), ((kvw + t) / STAGES) & 1);
+                mbar_wait(FULL_V(vs), ((kvw + t - 1) / STAGES) & 1);
                 turn_begin(cg);
                 issue_qk(s, sQ, sK0 + ks * TILE_KV_BYTES, cg);
                 wgmma_fence_operand(o);
@@ -795,7 +844,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 wgmma_fence_operand(s);
                 if (lane == 0) mbar_arrive(EMPTY_K(ks));
 #if O_TILE
-                if (t == T - 1 && lane == 0) mbar_arrive(empty_q);  // the next tile's Q may load now
+                if (t == Tw - 1 && lane == 0) mbar_arrive(empty_q);  // the next tile's Q may load now
 #endif
                 const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
                 const bool moved = need_mask
@@ -807,9 +856,9 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 if (moved) rescale_o(o, alpha);
                 pack_p(pa, s);
             }
-            // step T: the last P V (block j = 0)
-            const int vs = (kv_it + T - 1) % STAGES;
-            mbar_wait(FULL_V(vs), ((kv_it + T - 1) / STAGES) & 1);
+            // step Tw: the last P V (block j = 0)
+            const int vs = (kvw + Tw - 1) % STAGES;
+            mbar_wait(FULL_V(vs), ((kvw + Tw - 1) / STAGES) & 1);
 #if PINGPONG
             named_sync(1 + cg, 256);
             if (cg == 0) named_arrive(2, 256);  // warpgroup 1's last turn; it hands back nothing
