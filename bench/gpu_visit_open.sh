@@ -83,6 +83,11 @@
 #              N = 512-8192, abba                                                                      -> cskipab/
 #   cskipfinal with WG_CAUSAL_SKIP in DEFAULT_KNOBS: forward()'s dispatch, head-dim and layouts GPU tests, then the second
 #              A/B run (forward()'s default against it without the knob), d = 64-256, N = 512-8192 -> cskipfinal/
+#   carry      issue 14 v12: TURN_CARRY's GPU tests (forward()'s ping-pong builds with it), then synccheck, racecheck and
+#              memcheck of its persistent builds on 2 CTAs at the at-scale shapes                     -> carry/
+#   carryab    A/B of forward()'s ping-pong builds with and without TURN_CARRY, d = 96/128/256, N = 512-8192 -> carryab/
+#   carryfinal with TURN_CARRY in forward()'s O_TILE ping-pong builds: the dispatch, head-dim and layouts GPU tests, then
+#              the second A/B run (the default against it without TURN_CARRY), d = 96/128/256        -> carryfinal/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -590,6 +595,24 @@ print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in keep]}))")
         --order abba --variants default,default+WG_CAUSAL_SKIP=1,br192-rs-dyn-oqt-cs@64,bc64-dyn-oqt-r-cs@128 \
         --budget-s 270 > "$W/ab.txt" 2>&1
       rc=$?; grep "^cells with" "$W/ab.txt"; tail -12 "$W/ab.txt" ;;
+    carry)
+      timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "turn_carry" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
+      cfg=$(python3 -c "
+import json; from tests.test_kernels_wgmma_speed_gpu import CARRY
+print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in CARRY if c.get('PERSISTENT')]}))")
+      sanitize_wgmma synccheck float16 7 100 90 "$cfg"; r=$?; tail -2 "$W/synccheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma memcheck float16 7 80 70 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 7 150 140 "$cfg"; r=$?; tail -2 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    carryab)
+      timeout 300 python3 bench/ab_wgmma_speed.py --out "$W" --dims 96,128,256 --seqs 512,1024,2048,4096,8192 \
+        --order abba --variants default,default+TURN_CARRY=1 --budget-s 270 > "$W/ab.txt" 2>&1
+      rc=$?; grep "^cells with" "$W/ab.txt"; tail -10 "$W/ab.txt" ;;
+    carryfinal)
+      dispatch_tests "$W/dispatch.log" 150; rc=$?; tail -2 "$W/dispatch.log"
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 96,128,256 --seqs 512,1024,2048,4096,8192 \
+        --order abba --variants default,default+TURN_CARRY=0@96+128 --budget-s 180 > "$W/ab.txt" 2>&1
+      r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/ab.txt"; tail -10 "$W/ab.txt" ;;
     cskipfinal)
       dispatch_tests "$W/dispatch.log" 150; rc=$?; tail -2 "$W/dispatch.log"
       timeout 300 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1024,2048,4096,8192 \

@@ -111,7 +111,7 @@ SWEEP = {
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
          "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA",
          "O_TILE", "CAUSAL_SECTION_KB", "O_TMA", "DESC_STEP", "WG_SKIP", "WAIT_HINT",
-         "WG_CAUSAL_SKIP"}
+         "WG_CAUSAL_SKIP", "TURN_CARRY"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -406,6 +406,23 @@ SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causa
 # (SIZE_CANDIDATES br192-rs-dyn-oqt-cs, bc64-dyn-oqt-r-cs; cskipab): d = 64 Br = 192 causal 512-1k 0.88-0.94 of
 # cuDNN against the 3-CTA default's 0.94-0.99; d = 128 Bc = 64 0.79-0.93 of cuDNN, 1.15-1.29x the default's time.
 DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
+# v12 (bench/results/carry/; fa2_wgmma_tma.cu v12): TURN_CARRY, the ping-pong turn runs on from tile to tile, so
+# warpgroup 0 issues its next tile's first S while warpgroup 1 finishes its last P V and epilogue. It can act only where
+# the next tile's Q is already in (O_TILE: the persistent d = 96/128 builds forward() runs at Nk <= 4096). Two A/B runs
+# (carryab, carryfinal; abba, fp16/bf16, N = 512-4096), time / without, geomean of the two per cell: d = 96 0.956-1.024
+# (geomean 0.982; causal 512-1k 0.961-0.976), d = 128 0.968-0.998 (geomean 0.983; 512 0.968-0.990). In the first run
+# d = 256 (no O_TILE: the next Q waits for the epilogue anyway) was level (0.97-1.03), and so were the one-tile-per-CTA
+# builds at 8k (0.98-1.04). GPU tests of every ping-pong build with it: 24 passed; synccheck, memcheck, racecheck on 2
+# CTAs of the persistent ones: 0 / 0 / 0; forward()'s dispatch tests with it: 43 passed. forward() runs it on the builds
+# with O_TILE and ping-pong (default_knobs).
+TURN_CARRY_KNOBS = {"TURN_CARRY": 1}
+
+
+def default_knobs(cfg: dict) -> dict:
+    """DEFAULT_KNOBS, and TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads the next Q under this
+    tile's end (O_TILE): the knobs forward() adds to a rule build."""
+    pingpong = cfg.get("NWG", 2) == 2 and cfg.get("PINGPONG", 1) and not cfg.get("QK_AHEAD")
+    return dict(DEFAULT_KNOBS, **(TURN_CARRY_KNOBS if pingpong and cfg.get("O_TILE") else {}))
 
 
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
@@ -414,14 +431,15 @@ def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = F
     if d not in CONFIGS:
         return None
     rule = choose_config(d, n_k, plain, causal=causal) if n_k is not None else None
-    return dict(rule or CONFIGS[d], **DEFAULT_KNOBS)
+    cfg = rule or CONFIGS[d]
+    return dict(cfg, **default_knobs(cfg))
 
 
 def default_builds() -> list[tuple[int, dict]]:
     """(d, config) of every build forward() can pick itself: each distinct SIZE_RULES entry, then CONFIGS[d], all
-    with DEFAULT_KNOBS (the builds the v9 and v10 GPU tests and compile tests run)."""
+    with default_knobs (the builds the v9-v12 GPU tests and compile tests run)."""
     rules = {repr(c): (d, c) for d, entries in SIZE_RULES.items() for _, c, _ in entries}
-    return [(d, dict(c, **DEFAULT_KNOBS)) for d, c in list(rules.values()) + list(CONFIGS.items())]
+    return [(d, dict(c, **default_knobs(c))) for d, c in list(rules.values()) + list(CONFIGS.items())]
 
 
 def wg_skip_builds() -> list[tuple[int, dict]]:

@@ -382,3 +382,44 @@ def test_wg_causal_skip_walks(d, cfg):
 @pytest.mark.parametrize("d,cfg", CSKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CSKIP)])
 def test_wg_causal_skip_strided_gqa(d, cfg):
     _check_layout(2, 4, 2, 700, 988, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)
+
+
+# v12 TURN_CARRY: the ping-pong turn runs on from tile to tile (warpgroup 1 hands it back as it issues its last P V; one
+# arrival made before the tile loop, taken by warpgroup 0 before it exits). Every forward() build with ping-pong, with the
+# knob: hypothesis shapes; ragged Nq with warpgroup 1 idle in the last Q block (its walk hands the turn back too); causal
+# Nq > Nk, where whole tiles run no step and take no turn; long key loops; 1 and 3 persistent CTAs; strided GQA views
+CARRY = [(d, dict(c, TURN_CARRY=1)) for d, c in fa2_wgmma.default_builds()
+         if c.get("NWG", 2) == 2 and c.get("PINGPONG", 1)]
+assert CARRY
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", CARRY, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CARRY)])
+@SETTINGS
+@given(s=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),
+                   st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(), st.integers(0, 2**31 - 1)))
+def test_turn_carry_matches_reference(d, cfg, s):
+    b, h, n_q, n_k, dtype, causal, seed = s
+
+    def fn(q, k, v, **kw):
+        return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+    _check(fn, b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", CARRY, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CARRY)])
+def test_turn_carry_across_tiles(d, cfg):
+    for grid in [{}] + ([{"GRID": 1}, {"GRID": 3}] if cfg.get("PERSISTENT") else []):
+        def fn(q, k, v, **kw):
+            return fa2_wgmma.forward(q, k, v, config=dict(cfg, **grid), **kw)
+        n_q = _idle_rows(cfg)[0]  # warpgroup 1 idle in each head's last Q block
+        _check(fn, 2, 3, n_q, 4100, d, torch.float16, False, 4.0, n_q)
+        _check(fn, 1, 3, n_q, 2 * n_q + 7, d, torch.bfloat16, True, 4.0, n_q + 1)
+        _check(fn, 2, 3, 900, 300, d, torch.bfloat16, True, 4.0, 7)  # Q blocks with no key: no turn taken
+        _check(fn, 2, 2, 512, 512, d, torch.float16, True, 4.0, 8)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", CARRY, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CARRY)])
+def test_turn_carry_strided_gqa(d, cfg):
+    _check_layout(2, 4, 2, 700, 988, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)

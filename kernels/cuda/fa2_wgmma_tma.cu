@@ -38,7 +38,8 @@
 // (v5) ROW_SUM_MMA (d = 64: the row sum l of FA2 Alg. 1 line 9 from the P V product over a panel of ones);
 // (v6) O_TILE (persistent: O staged apart from Q, the next Q loaded early), CAUSAL_SECTION_KB (causal tile order);
 // (v9) DESC_STEP (wgmma_fa2.cuh); (v10) WG_SKIP (idle warpgroups of a ragged last Q block); (v11) WG_CAUSAL_SKIP
-// (a warpgroup walks the causal key blocks past its own last row).
+// (a warpgroup walks the causal key blocks past its own last row); (v12) TURN_CARRY (the ping-pong turn runs on across
+// tiles).
 // d = 96 is a 64-column panel plus a half panel: smem tiles are padded to 128 columns (TMA zero-fills
 // columns 96..127, which count in the transaction bytes), S = Q K^T takes 6 k-steps, not 8.
 //
@@ -288,6 +289,17 @@
 //       (0.88-0.94 of cuDNN against the one-warpgroup 3-CTA build's 0.94-0.99), and d = 128 at Bc = 64 (1.15-1.29x the
 //       default's time). Also not taken: WAIT_HINT (tma_pipe.cuh: try_wait's suspend-time hint, CUTLASS's 10^7 ns), two
 //       runs level (geomean per d 0.979-0.999, cells 0.93-1.05; waithint/, waithint2/).
+//   v12 TURN_CARRY: with ping-pong, warpgroup 1 took its tile's last turn and handed nothing back; the next tile began with
+//       its arrive on barrier 1, after its last P V and its epilogue, so warpgroup 0's first S of every tile waited for
+//       warpgroup 1's epilogue with the tensor cores idle. Now the turn runs on: warpgroup 1 arrives once before the
+//       tile loop and hands the turn back as it issues its last P V; warpgroup 0 takes the last arrival before it exits
+//       (FA3's mma_init arrives once per kernel). The protocol's count per tile is unchanged (T+1 turns each), so one
+//       arrival is outstanding between tiles. It acts where the next Q is in before the epilogue ends (O_TILE):
+//       two A/B runs (bench/results/carry/carryab, carryfinal), time / without, N = 512-4096: d = 96 geomean 0.982
+//       (causal 512-1k 0.961-0.976), d = 128 0.983 (N = 512 0.968-0.990); d = 256 (no O_TILE) level. GPU tests of every
+//       ping-pong build (hypothesis shapes, warpgroup 1 idle in the last Q block, causal Q blocks with no key and no
+//       turn, 1 and 3 persistent CTAs, strided GQA): 24 passed; synccheck / memcheck / racecheck on 2 CTAs: 0 / 0 / 0.
+//       With it off the builds compile to the cubins before it. forward() runs it on its O_TILE ping-pong builds.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -328,6 +340,9 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #endif
 #ifndef WG_SKIP
 #define WG_SKIP 0  // 1: a consumer warpgroup whose 64 rows all lie past Nq keeps the barriers' count and computes nothing
+#endif
+#ifndef TURN_CARRY
+#define TURN_CARRY 0  // 1 (ping-pong): the turn runs on across tiles; warpgroup 1 hands it back as it issues its last P V
 #endif
 #ifndef WG_CAUSAL_SKIP
 #define WG_CAUSAL_SKIP 0  // 1 (causal): a warpgroup walks the tile's first key blocks that lie wholly past its own last row
@@ -381,6 +396,7 @@ static_assert(!PINGPONG || NWG == 2, "ping-pong needs two consumer warpgroups");
 static_assert(!(QK_AHEAD && PINGPONG), "QK_AHEAD issues the products at two points per step: no ping-pong turns");
 static_assert(!O_TMA || O_TILE, "O_TMA stores from O_TILE's staging tile");
 static_assert(!(WG_SKIP && QK_AHEAD), "WG_SKIP's idle walk is tested on the one-S-tile loop only");
+static_assert(!TURN_CARRY || PINGPONG, "TURN_CARRY carries the ping-pong turn from tile to tile");
 static_assert(!(WG_CAUSAL_SKIP && QK_AHEAD), "WG_CAUSAL_SKIP's walk is written for the one-S-tile loop only");
 static_assert(!O_TILE || (PERSISTENT && !QK_AHEAD), "O_TILE: a persistent build without QK_AHEAD (its Q goes back early)");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
@@ -622,6 +638,12 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     const int cg = wg - 1;                   // consumer warpgroup: rows 64cg..64cg+63 of the Q block
     const int cw = warp - 4;                 // consumer warp 0..4*NWG-1: rows 16cw..16cw+15
     int kv_it = 0;
+#if PINGPONG && TURN_CARRY
+    // v12: the turn runs on from tile to tile, so warpgroup 0 issues its next tile's first S while warpgroup 1 finishes
+    // its last P V and epilogue (FA3's mma_init arrives once per kernel, too); one arrival stays outstanding between
+    // tiles, and warpgroup 0 takes the last one before it exits
+    if (cg == 1) named_arrive(1, 256);
+#endif
 #if PERSISTENT
     for (int k = 0;; ++k) {
         mbar_wait(TILE_FULL(k & 1), (k >> 1) & 1);
@@ -652,7 +674,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             if (PERSISTENT || T > 0) mbar_wait(full_q, k & 1);
             if (T > 0) {
 #if PINGPONG
-                if (cg == 1) named_arrive(1, 256);
+                if (!TURN_CARRY && cg == 1) named_arrive(1, 256);
 #endif
                 for (int t = 0; t < T; ++t) {
                     const int ks = (kv_it + t) % STAGES;
@@ -668,7 +690,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 mbar_wait(FULL_V((kv_it + T - 1) % STAGES), ((kv_it + T - 1) / STAGES) & 1);
 #if PINGPONG
                 named_sync(1 + cg, 256);
-                if (cg == 0) named_arrive(2, 256);
+                if (TURN_CARRY) named_arrive(2 - cg, 256); else if (cg == 0) named_arrive(2, 256);
 #endif
 #if PERSISTENT
                 if (lane == 0) mbar_arrive(EMPTY_V((kv_it + T - 1) % STAGES));
@@ -679,6 +701,9 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             kv_it += T;
             continue;
 #else
+#if PINGPONG && TURN_CARRY
+            if (cg == 0) named_sync(1, 256);  // warpgroup 1 (idle too) handed the turn back at its walk's end
+#endif
             return;  // one tile per CTA: nothing left for this warpgroup
 #endif
         }
@@ -796,7 +821,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #endif
         if (T > 0) {
 #if PINGPONG
-            if (cg == 1) named_arrive(1, 256);  // warpgroup 0 takes the first turn
+            if (!TURN_CARRY && cg == 1) named_arrive(1, 256);  // warpgroup 0 takes the first turn
 #endif
 #if WG_CAUSAL_SKIP
             for (int t = 0; t < sk; ++t) {  // the walk: K_j and V_j released unread, one ping-pong turn each
@@ -861,7 +886,9 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             mbar_wait(FULL_V(vs), ((kvw + Tw - 1) / STAGES) & 1);
 #if PINGPONG
             named_sync(1 + cg, 256);
-            if (cg == 0) named_arrive(2, 256);  // warpgroup 1's last turn; it hands back nothing
+            // warpgroup 1's last turn: it hands back nothing, so warpgroup 0's next tile waits for its epilogue; with
+            // TURN_CARRY it hands the turn back here, and the arrival made once before the tile loop stands for the first
+            if (TURN_CARRY) named_arrive(2 - cg, 256); else if (cg == 0) named_arrive(2, 256);
 #endif
             wgmma_fence_operand(o);
             issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
@@ -912,6 +939,9 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #endif
         kv_it += T;
     }
+#if PINGPONG && TURN_CARRY
+    if (cg == 0) named_sync(1, 256);  // warpgroup 1's last hand-back: no arrival outlives the CTA
+#endif
 #if O_TMA
     if ((tid & 127) == 0) bulk_wait_all();  // smem outlives the stores
 #endif
