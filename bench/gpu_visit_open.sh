@@ -88,6 +88,10 @@
 #   carryab    A/B of forward()'s ping-pong builds with and without TURN_CARRY, d = 96/128/256, N = 512-8192 -> carryab/
 #   carryfinal with TURN_CARRY in forward()'s O_TILE ping-pong builds: the dispatch, head-dim and layouts GPU tests, then
 #              the second A/B run (the default against it without TURN_CARRY), d = 96/128/256        -> carryfinal/
+#   d64small   issue 14: d = 64 at N <= 2k (the causal cells behind cuDNN), forward()'s builds with Bc = 64, with O stored
+#              by TMA, and both, abba                                                                   -> d64small/
+#   d64rule    d = 64 causal short rows (the rule then at Nk <= 1k, now 512) on the 3-CTA build with Bc = 64 and O by TMA: its GPU tests (the default builds' at
+#              d = 64), forward()'s dispatch tests, memcheck / racecheck on 2 CTAs, the second A/B run     -> d64rule/
 #   knobs      every speed / size / tile build's GPU tests (test_kernels_wgmma_speed_gpu.py)            -> knobs/
 #   rowsum_ab  issue 14: A/B of the ROW_SUM_MMA builds against the builds without it, fp16 (its only dtype), d = 64,
 #              N = 512..16k, causal and not, SDPA flash and cuDNN beside                          -> rowsum_ab/
@@ -608,6 +612,22 @@ print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in CARRY if c.get(
       timeout 300 python3 bench/ab_wgmma_speed.py --out "$W" --dims 96,128,256 --seqs 512,1024,2048,4096,8192 \
         --order abba --variants default,default+TURN_CARRY=1 --budget-s 270 > "$W/ab.txt" 2>&1
       rc=$?; grep "^cells with" "$W/ab.txt"; tail -10 "$W/ab.txt" ;;
+    d64rule)
+      timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "desc_step and d64-0" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log"
+      dispatch_tests "$W/dispatch.log" 100; r=$?; rc=$(( rc != 0 ? rc : r )); tail -2 "$W/dispatch.log"
+      cfg=$(python3 -c "
+import json; from kernels import fa2_wgmma as f
+print(json.dumps({'fa2_wgmma': [{64: dict(f.default_config(64, 512, True, True), GRID=2)}]}))")
+      sanitize_wgmma memcheck float16 7 40 35 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 1 50 45 "$cfg"; r=$?; tail -1 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 60 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024 --order abba \
+        --variants default,default+BLOCK_N=96+O_TMA=0 --budget-s 50 > "$W/ab.txt" 2>&1
+      r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/ab.txt"; tail -4 "$W/ab.txt" ;;
+    d64small)
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048 --order abba \
+        --variants default,default+BLOCK_N=64,default+O_TMA=1,default+BLOCK_N=64+O_TMA=1 --budget-s 180 > "$W/ab.txt" 2>&1
+      rc=$?; grep "^cells with" "$W/ab.txt"; tail -12 "$W/ab.txt" ;;
     carryfinal)
       dispatch_tests "$W/dispatch.log" 150; rc=$?; tail -2 "$W/dispatch.log"
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 96,128,256 --seqs 512,1024,2048,4096,8192 \

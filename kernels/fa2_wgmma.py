@@ -243,6 +243,11 @@ SIZE_CANDIDATES[64]["small-tma3-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3
 # last one a third full (12.5% of the products on padding), and d = 256's Bc = 80 runs 7 (9%); Bc = 64 runs 8 full
 # ones at both (Bc = 128 does not fit 3 CTAs at d = 64, nor two stages at d = 256)
 SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], BLOCK_N=64)
+# and with O stored by TMA: d = 64 causal at short rows, the cells furthest behind cuDNN after v12 (0.93-0.95). A/B of
+# forward()'s build with Bc = 64 and O_TMA, time / the 3-CTA Bc = 96 build (bench/results/carry/d64small, d64rule; abba):
+# causal 512 0.949-0.955 and 0.968-0.970 (second run), 1k 0.974-0.975 and 1.014-1.019 (level), 2k 1.00-1.07; non-causal,
+# where forward() runs Br = 192, 1.14-1.20. SIZE_RULES[64] takes it at causal Nk <= 512, where both runs gain
+SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oq"], O_TMA=1)
 SIZE_CANDIDATES[256] = {"bc64": dict(CONFIGS[256], BLOCK_N=64), "bc64-dyn": dict(CONFIGS[256], BLOCK_N=64, PERSISTENT=2)}
 # d = 64 at N = 512-1024 with whole tiles both ways: Br = 192 runs 3 Q blocks over 512 rows (the last 2/3 full) and the
 # 3-CTA build's Bc = 96 runs 6 key blocks (the last 1/3 full), 11% of the products on padding each; CONFIGS[64]'s
@@ -367,7 +372,8 @@ def candidate(d: int, name: str) -> dict:
 #     "dynamic" 0.87-0.88; geomean over both runs 0.988, one cell 1.02), so "dynamic" keeps causal 4k-8k.
 #   GPU tests after the change (rescale8k): the threshold's paths, one CTA over tiles of three heads whose max jumps,
 #     stays and creeps, and forward()'s dispatch and layouts (62 passed); memcheck of the build 0 errors.
-SIZE_RULES: dict = {64: [(2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
+SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oqt"], "causal"),
+                         (2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
                          (2048, TILE_CANDIDATES[64]["br192-rs-dyn-oqt"], None),  # non-causal: causal took the above
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None),
