@@ -143,6 +143,9 @@ def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
                 cfg = r.get("config") or variants.get(str(r["d"]), {}).get(r["variant"][len("fa2_wgmma["):-1])
                 if cfg is None:
                     continue
+                # the knobs forward() added to the rule build, where the run recorded them (runs from stop 19 on;
+                # earlier rows are modelled as the bare rule build)
+                cfg = dict(cfg, **r.get("knobs", {}))
                 if one_section and cfg.get("PERSISTENT") and "CAUSAL_SECTION_KB" not in cfg:
                     cfg = dict(cfg, CAUSAL_SECTION_KB=0)  # timed before v6: one causal section (the old order)
                 kernel, opts = "fa2_wgmma", {"config": cfg}

@@ -135,6 +135,7 @@ def run(args) -> dict:
                                            "min_ms", "max_ms", "tflops", "ok", "rel_err", "skipped", "pass_ms")}
             if e.label == "fa2_wgmma[default]":  # the build forward()'s rule ran (the GPU model reads it back)
                 row["config"] = fa2_wgmma.choose_config(d, n, True, causal=causal) or fa2_wgmma.CONFIGS[d]
+                row["knobs"] = fa2_wgmma.default_knobs(row["config"])  # and what forward() added (since stop 19)
             res["rows"].append(row)
             print(f"{dt:8s} d={d:3d} N={n:5d} causal={int(causal)} {e.label:26s} "
                   f"{rec.get('median_ms') or float('nan'):8.4f} ms {rec.get('tflops') or float('nan'):6.1f} TFLOP/s "

@@ -431,3 +431,26 @@ def test_causal_walk_steps_follows_the_mask():
     # Br = Bc = 128 at Nq = Nk has nothing to walk
     assert fa2_wgmma.causal_walk_steps(fa2_wgmma.SIZE_CANDIDATES[256]["bc64"], 512, 512) == (4, 40)
     assert fa2_wgmma.causal_walk_steps(fa2_wgmma.SIZE_CANDIDATES[128]["small-bc128"], 512, 512) == (0, 20)
+
+
+def test_ab_default_rows_carry_forward_knobs_to_the_model(tmp_path, monkeypatch):
+    """An A/B `default` row records the knobs forward() added (bench/ab_wgmma_speed.py `knobs`), and the GPU model's
+    reader puts them in the build it describes, so idle_skip / causal_walk reach validate; rows without them (runs before
+    stop 19) stay the bare rule build."""
+    import json
+
+    from analysis import measured
+
+    cfg = fa2_wgmma.choose_config(256, 512, True, causal=True)
+    row = dict(variant="fa2_wgmma[default]", dtype="float16", d=256, n=512, b=32, h=8, causal=True, median_ms=0.2,
+               ok=True, config=cfg)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / measured.AB_FILE).write_text(json.dumps({"rows": [dict(row, knobs=fa2_wgmma.default_knobs(cfg)), row]}))
+    monkeypatch.setattr(measured, "RESULTS", tmp_path)
+    with_knobs, bare = (c["options"]["config"] for c in measured.ab_cells())
+    assert with_knobs == fa2_wgmma.default_config(256, 512, True, causal=True) and with_knobs["WG_CAUSAL_SKIP"] == 1
+    assert bare == cfg
+    from analysis.descriptors import describe
+
+    assert describe("fa2_wgmma", 256, config=with_knobs).causal_walk
