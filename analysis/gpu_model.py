@@ -59,7 +59,7 @@ from analysis import closed_forms as cf
 from analysis.gpus import get_gpu
 from analysis.headline import attention_flops
 from analysis.levels import counts, grid_ctas, levels, q_block_slots
-from analysis.tiling import Tiling, cdiv
+from analysis.tiling import Tiling, cdiv, warpgroup_steps
 
 FIT_FILE = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_model_fit.json"
 
@@ -150,15 +150,10 @@ def _causal_walk_share(m0: int, steps: int, desc, n_q: int, n_k: int, idle_skip:
     the warpgroups holding a row (idle_skip already priced the others at zero) or all of them."""
     if steps <= 1:
         return 1.0
-    run = counted = 0
-    for cg in range(desc.block_q // 64):
-        if m0 + 64 * cg >= n_q:  # no row: idle (priced before) or computing the whole tile
-            if not idle_skip:
-                run, counted = run + steps, counted + 1
-            continue
-        vis = max(0, min(n_k, min(m0 + 64 * cg + 64, n_q) + n_k - n_q))
-        run, counted = run + max(1, -(-vis // desc.block_k)), counted + 1
-    return run / (steps * counted) if counted else 1.0
+    # a warpgroup with no row (None) is idle (priced before) or computes the whole tile
+    run = [s if s is not None else steps for s in
+           warpgroup_steps(m0, steps, n_q, n_k, desc.block_k, desc.block_q // 64) if s is not None or not idle_skip]
+    return sum(run) / (steps * len(run)) if run else 1.0
 
 
 def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200") -> Work:

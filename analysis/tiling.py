@@ -15,6 +15,21 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def warpgroup_steps(m0: int, steps: int, n_q: int, n_k: int, block_k: int, nwg: int) -> list[int | None]:
+    """The key blocks each 64-row consumer warpgroup of a causal Q block (rows m0.., `steps` key blocks) runs when a
+    warpgroup walks the blocks wholly past its own last row (fa2_wgmma WG_CAUSAL_SKIP, v11): max(1, its own key blocks)
+    where the block has more than one (the tile's last warpgroup runs them all); None for a warpgroup with no row
+    below Nq. kernels.fa2_wgmma.causal_walk_steps and the GPU model's causal_walk both count with it."""
+    out = []
+    for cg in range(nwg):
+        if m0 + 64 * cg >= n_q:
+            out.append(None)
+            continue
+        vis = max(0, min(n_k, min(m0 + 64 * cg + 64, n_q) + n_k - n_q))
+        out.append(max(1, cdiv(vis, block_k)) if steps > 1 and nwg > 1 else steps)
+    return out
+
+
 @dataclass(frozen=True)
 class Tiling:
     """Tr x Tc grid of Br x Bc tiles over an Nq x Nk score matrix (FA1/FA2 notation)."""

@@ -111,17 +111,24 @@ def build(d, name, grid=None):
     return {d: dict(f.candidate(int(d), name), **({'GRID': int(grid)} if grid else {}))}
 print(json.dumps({'fa2_wgmma': [build(*a.split(':')) for a in sys.argv[1:]]}))" "$@"
 }
-# skip_builds GRID [COND]: the same JSON for kernels.fa2_wgmma.wg_skip_builds() (forward()'s builds where a warpgroup can
-# idle), those where the Python condition COND on i (index), d, c (config) holds; persistent ones on GRID CTAs
-skip_builds() {
+# builds GRID SOURCE [COND]: the same JSON for the (d, config) list of the Python expression SOURCE (f:
+# kernels.fa2_wgmma, t: tests.test_kernels_wgmma_speed_gpu), those where the condition COND on i (index), d, c (config)
+# holds; persistent ones on GRID CTAs
+builds() {
   python3 -c "
 import json, sys
 from kernels import fa2_wgmma as f
-grid, cond = int(sys.argv[1]), sys.argv[2]
-b = [(d, c) for i, (d, c) in enumerate(f.wg_skip_builds()) if eval(cond, {}, dict(i=i, d=d, c=c))]
+grid, src, cond = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+env = {'f': f}
+if 't.' in src:
+    from tests import test_kernels_wgmma_speed_gpu as t
+    env['t'] = t
+b = [(d, c) for i, (d, c) in enumerate(eval(src, env)) if eval('(' + cond + ')', {}, dict(i=i, d=d, c=c))]
 print(json.dumps({'fa2_wgmma': [{d: dict(c, **({'GRID': grid} if c.get('PERSISTENT') else {}))} for d, c in b]}))" \
-    "$1" "${2:-True}"
+    "$1" "$2" "${3:-True}"
 }
+# skip_builds GRID [COND]: builds of kernels.fa2_wgmma.wg_skip_builds() (forward()'s builds where a warpgroup can idle)
+skip_builds() { builds "$1" "f.wg_skip_builds()" "${2:-True}"; }
 # sanitize_wgmma TOOL DTYPES KERNEL_SHAPES LIMIT_S SANITIZE_LIMIT_S CONFIGS: bench/sanitize.py, one compute-sanitizer
 # tool over the fa2_wgmma builds of CONFIGS (JSON, as wgmma_builds prints it) alone -> $W/TOOL/, log $W/TOOL.txt
 sanitize_wgmma() {
@@ -586,12 +593,8 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     cskip)
       timeout 260 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
         -k "wg_causal_skip" > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
-      cfg=$(python3 -c "
-import json; from tests.test_kernels_wgmma_speed_gpu import CSKIP
-keep = [(d, c) for d, c in CSKIP if c.get('PERSISTENT') and (d, c['BLOCK_N'], c.get('NWG', 2), c.get('O_TMA', 0)) in
-        {(256, 64, 2, 0), (128, 128, 2, 1), (64, 128, 3, 1), (128, 64, 2, 1)}]
-keep = list({json.dumps(x, sort_keys=True): x for x in keep}.values())
-print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in keep]}))")
+      cfg=$(builds 2 "t.CSKIP" "c.get('PERSISTENT') and (d, c['BLOCK_N'], c.get('NWG', 2), c.get('O_TMA', 0)) in
+        {(256, 64, 2, 0), (128, 128, 2, 1), (64, 128, 3, 1), (128, 64, 2, 1)}")
       sanitize_wgmma memcheck float16 7 120 110 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
       sanitize_wgmma racecheck float16 7 170 160 "$cfg"; r=$?; tail -2 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     cskipab)
@@ -602,9 +605,7 @@ print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in keep]}))")
     carry)
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "turn_carry" \
         > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
-      cfg=$(python3 -c "
-import json; from tests.test_kernels_wgmma_speed_gpu import CARRY
-print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in CARRY if c.get('PERSISTENT')]}))")
+      cfg=$(builds 2 "t.CARRY" "c.get('PERSISTENT')")
       sanitize_wgmma synccheck float16 7 100 90 "$cfg"; r=$?; tail -2 "$W/synccheck.txt"; rc=$(( rc != 0 ? rc : r ))
       sanitize_wgmma memcheck float16 7 80 70 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
       sanitize_wgmma racecheck float16 7 150 140 "$cfg"; r=$?; tail -2 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
@@ -616,9 +617,7 @@ print(json.dumps({'fa2_wgmma': [{d: dict(c, GRID=2)} for d, c in CARRY if c.get(
       timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "desc_step and d64-0" \
         > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log"
       dispatch_tests "$W/dispatch.log" 100; r=$?; rc=$(( rc != 0 ? rc : r )); tail -2 "$W/dispatch.log"
-      cfg=$(python3 -c "
-import json; from kernels import fa2_wgmma as f
-print(json.dumps({'fa2_wgmma': [{64: dict(f.default_config(64, 512, True, True), GRID=2)}]}))")
+      cfg=$(builds 2 "[(64, f.default_config(64, 512, True, True))]")
       sanitize_wgmma memcheck float16 7 40 35 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
       sanitize_wgmma racecheck float16 1 50 45 "$cfg"; r=$?; tail -1 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
       timeout 60 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024 --order abba \

@@ -432,7 +432,7 @@ def default_knobs(cfg: dict) -> dict:
 
 
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
-    """The build forward() runs when given no config: SIZE_RULES' for this Nk (or CONFIGS[d]), with DEFAULT_KNOBS;
+    """The build forward() runs when given no config: SIZE_RULES' for this Nk (or CONFIGS[d]), with default_knobs;
     None for a head dim it does not take (defines_for then says which it does)."""
     if d not in CONFIGS:
         return None
@@ -459,18 +459,16 @@ def causal_walk_steps(cfg: dict, n_q: int, n_k: int) -> tuple[int, int]:
     fa2_wgmma_tma.cu counts them: in each Q block of T key blocks, a consumer warpgroup whose rows end before the
     block's last row runs max(1, its own key blocks) steps and walks the rest; warpgroups with no row below Nq
     (WG_SKIP's idle ones) are counted in neither."""
+    from analysis.tiling import warpgroup_steps
+
     nwg, bc = cfg.get("NWG", 2), cfg["BLOCK_N"]
-    br, off = 64 * nwg, n_k - n_q
+    br = 64 * nwg
     walked = total = 0
     for m0 in range(0, n_q, br):
-        t = -(-max(0, min(n_k, min(m0 + br, n_q) + off)) // bc)
-        for cg in range(nwg):
-            if m0 + 64 * cg >= n_q:
-                continue
-            vis = max(0, min(n_k, min(m0 + 64 * cg + 64, n_q) + off))
-            tw = max(1, -(-vis // bc)) if t > 1 and nwg > 1 else t
-            walked += t - tw
-            total += t
+        t = -(-max(0, min(n_k, min(m0 + br, n_q) + n_k - n_q)) // bc)
+        for tw in warpgroup_steps(m0, t, n_q, n_k, bc, nwg):
+            if tw is not None:
+                walked, total = walked + t - tw, total + t
     return walked, total
 
 

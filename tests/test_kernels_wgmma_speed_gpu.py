@@ -29,15 +29,20 @@ needs_hopper = pytest.mark.skipif(not torch.cuda.is_available() or not fa2_wgmma
                                   reason="fa2_wgmma needs a compute capability 9.x GPU (wgmma)")
 
 
-def _fn(d, name, grid=None):
-    """forward with the speed build `name` at d; None where d does not build it (SPEED_COMBO_SKIP)."""
-    if name not in fa2_wgmma.speed_configs(d):
-        return None
-    cfg = dict(fa2_wgmma.speed_configs(d)[name], **({"GRID": grid} if grid else {}))
+def _with_config(cfg, grid=None):
+    """forward with this build (and, for a persistent one, `grid` persistent CTAs: a launch key)."""
+    cfg = dict(cfg, **(grid or {}))
 
     def fn(q, k, v, **kw):
         return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
     return fn
+
+
+def _fn(d, name, grid=None):
+    """forward with the speed build `name` at d; None where d does not build it (SPEED_COMBO_SKIP)."""
+    if name not in fa2_wgmma.speed_configs(d):
+        return None
+    return _with_config(fa2_wgmma.speed_configs(d)[name], {"GRID": grid} if grid else None)
 
 
 shape = st.tuples(
@@ -92,10 +97,7 @@ def test_persistent_causal_with_empty_tiles(persistent):
     """Causal, Nq > Nk: whole Q blocks see no key (T = 0 tiles: Q still loaded, epilogue writes o = 0 and
     lse = -inf), mixed with long tiles, on 1, 2 and 5 CTAs and on the full grid."""
     for grid in (1, 2, 5, None):
-        cfg = dict(fa2_wgmma.CONFIGS[64], PERSISTENT=persistent, **({"GRID": grid} if grid else {}))
-
-        def fn(q, k, v, **kw):
-            return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+        fn = _with_config(dict(fa2_wgmma.CONFIGS[64], PERSISTENT=persistent), {"GRID": grid} if grid else None)
         _check(fn, 2, 3, 900, 300, 64, torch.float16, True, 1.0, grid or 0)
 
 
@@ -108,10 +110,7 @@ def test_persistent_causal_sections(section_kb):
     grid; and grouped-query (B, N, H, d) views, whose kv head is shared by two query heads."""
     base = dict(fa2_wgmma.candidate(128, "bc128-dyn-oq"), CAUSAL_SECTION_KB=section_kb)
     for grid in (3, None):
-        cfg = dict(base, **({"GRID": grid} if grid else {}))
-
-        def fn(q, k, v, **kw):
-            return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+        fn = _with_config(base, {"GRID": grid} if grid else None)
         _check(fn, 2, 3, 900, 700, 128, torch.float16, True, 4.0, section_kb)
     _check_layout(2, 4, 2, 300, 1000, 128, torch.bfloat16, True, 4.0, "bnhd", 128, config=base)
 
@@ -242,11 +241,7 @@ size_shape = st.tuples(
 
 
 def _size_fn(d, name):
-    cfg = fa2_wgmma.candidate(d, name)
-
-    def fn(q, k, v, **kw):
-        return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
-    return fn
+    return _with_config(fa2_wgmma.candidate(d, name))
 
 
 @needs_hopper
@@ -265,10 +260,7 @@ def test_size_candidate_long_key_loop(d, name):
     for causal, dtype in ((False, torch.float16), (True, torch.bfloat16)):
         _check(_size_fn(d, name), 2, 3, 700, 4100, d, dtype, causal, 4.0, d)
     if fa2_wgmma.candidate(d, name).get("PERSISTENT"):  # 3 CTAs: each loops over many tiles
-        cfg = dict(fa2_wgmma.candidate(d, name), GRID=3)
-
-        def fn(q, k, v, **kw):
-            return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
+        fn = _with_config(fa2_wgmma.candidate(d, name), {"GRID": 3})
         _check(fn, 2, 3, 700, 1500, d, torch.float16, True, 4.0, d + 1)
         _check(fn, 2, 3, 900, 300, d, torch.bfloat16, True, 1.0, d + 2)  # whole Q blocks see no key
 
@@ -294,19 +286,13 @@ assert all(c["DESC_STEP"] == 1 and c["WG_SKIP"] == 1 for _, c in DESC)
                    st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(), st.integers(0, 2**31 - 1)))
 def test_desc_step_matches_reference(d, cfg, s):
     b, h, n_q, n_k, dtype, causal, seed = s
-
-    def fn(q, k, v, **kw):
-        return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
-    _check(fn, b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
+    _check(_with_config(cfg), b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
 
 
 @needs_hopper
 @pytest.mark.parametrize("d,cfg", DESC, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(DESC)])
 def test_desc_step_long_key_loop(d, cfg):
-    grid = {"GRID": 3} if cfg.get("PERSISTENT") else {}
-
-    def fn(q, k, v, **kw):
-        return fa2_wgmma.forward(q, k, v, config=dict(cfg, **grid), **kw)
+    fn = _with_config(cfg, {"GRID": 3} if cfg.get("PERSISTENT") else None)
     for causal, dtype in ((False, torch.float16), (True, torch.bfloat16)):
         _check(fn, 2, 3, 700, 4100, d, dtype, causal, 4.0, d)
 
@@ -330,8 +316,7 @@ def _idle_rows(cfg) -> list[int]:
 @pytest.mark.parametrize("d,cfg", SKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(SKIP)])
 def test_wg_skip_idle_warpgroups(d, cfg):
     for grid in [{}] + ([{"GRID": 3}] if cfg.get("PERSISTENT") else []):
-        def fn(q, k, v, **kw):
-            return fa2_wgmma.forward(q, k, v, config=dict(cfg, **grid), **kw)
+        fn = _with_config(cfg, grid)
         for n_q in _idle_rows(cfg):
             _check(fn, 2, 3, n_q, 4100, d, torch.float16, False, 4.0, n_q)
             _check(fn, 1, 3, n_q, 2 * n_q + 7, d, torch.bfloat16, True, 4.0, n_q + 1)
@@ -350,7 +335,7 @@ def test_wg_skip_strided_gqa(d, cfg):
 # is in DEFAULT_KNOBS; the first run, cskip/, also ran the two SIZE_CANDIDATES that carry it): hypothesis causal shapes; fixed shapes where each build walks (tests/test_kernels_wgmma_speed.py checks that with
 # kernels.fa2_wgmma.causal_walk_steps): Nk - Nq not a multiple of Bc, long key loops (every ring slot refilled many
 # times, walked and read), Nq > Nk (rows with no key, warpgroup 0 with none at all); 3 persistent CTAs; strided GQA views
-CSKIP = [(d, c) for d, c in fa2_wgmma.default_builds() if c.get("NWG", 2) >= 2]  # DEFAULT_KNOBS carry it
+CSKIP = fa2_wgmma.wg_skip_builds()  # forward()'s NWG >= 2 builds, SKIP's: DEFAULT_KNOBS carry the knob
 assert CSKIP and all(c["WG_CAUSAL_SKIP"] == 1 for _, c in CSKIP)
 CSKIP_SHAPES = [(700, 988), (512, 512), (1000, 4100), (900, 300)]
 
@@ -362,18 +347,14 @@ CSKIP_SHAPES = [(700, 988), (512, 512), (1000, 4100), (900, 300)]
                    st.sampled_from([torch.float16, torch.bfloat16]), st.integers(0, 2**31 - 1)))
 def test_wg_causal_skip_matches_reference(d, cfg, s):
     b, h, n_q, n_k, dtype, seed = s
-
-    def fn(q, k, v, **kw):
-        return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
-    _check(fn, b, h, n_q, n_k, d, dtype, True, 4.0, seed)
+    _check(_with_config(cfg), b, h, n_q, n_k, d, dtype, True, 4.0, seed)
 
 
 @needs_hopper
 @pytest.mark.parametrize("d,cfg", CSKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CSKIP)])
 def test_wg_causal_skip_walks(d, cfg):
     for grid in [{}] + ([{"GRID": 3}] if cfg.get("PERSISTENT") else []):
-        def fn(q, k, v, **kw):
-            return fa2_wgmma.forward(q, k, v, config=dict(cfg, **grid), **kw)
+        fn = _with_config(cfg, grid)
         for i, (n_q, n_k) in enumerate(CSKIP_SHAPES):
             _check(fn, 2, 3, n_q, n_k, d, (torch.float16, torch.bfloat16)[i % 2], True, 4.0, n_q + i)
 
@@ -400,18 +381,14 @@ assert CARRY
                    st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(), st.integers(0, 2**31 - 1)))
 def test_turn_carry_matches_reference(d, cfg, s):
     b, h, n_q, n_k, dtype, causal, seed = s
-
-    def fn(q, k, v, **kw):
-        return fa2_wgmma.forward(q, k, v, config=cfg, **kw)
-    _check(fn, b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
+    _check(_with_config(cfg), b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
 
 
 @needs_hopper
 @pytest.mark.parametrize("d,cfg", CARRY, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CARRY)])
 def test_turn_carry_across_tiles(d, cfg):
     for grid in [{}] + ([{"GRID": 1}, {"GRID": 3}] if cfg.get("PERSISTENT") else []):
-        def fn(q, k, v, **kw):
-            return fa2_wgmma.forward(q, k, v, config=dict(cfg, **grid), **kw)
+        fn = _with_config(cfg, grid)
         n_q = _idle_rows(cfg)[0]  # warpgroup 1 idle in each head's last Q block
         _check(fn, 2, 3, n_q, 4100, d, torch.float16, False, 4.0, n_q)
         _check(fn, 1, 3, n_q, 2 * n_q + 7, d, torch.bfloat16, True, 4.0, n_q + 1)
