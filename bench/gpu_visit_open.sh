@@ -641,6 +641,11 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 300 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1024,2048,4096,8192 \
         --order abba --variants default,default+WAIT_HINT=10000000 --budget-s 270 > "$W/ab.txt" 2>&1
       rc=$?; grep "^cells with" "$W/ab.txt"; tail -8 "$W/ab.txt" ;;
+    grid20)  # issues 11/14 after v11/v12: the target grid with forward()'s defaults, SDPA flash and cuDNN beside, abba,
+             # fp16/bf16, d = 64/96/128/256, N = 512..16k, causal and not (the first full grid since v10)
+      timeout 480 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1024,2048,4096,8192,16384 \
+        --variants default --order abba --budget-s 440 > "$W/ab.txt" 2>&1; rc=$?
+      grep "^cells with" "$W/ab.txt"; tail -12 "$W/ab.txt" ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
