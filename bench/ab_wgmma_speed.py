@@ -71,8 +71,10 @@ def _default_with(variant: str):
     def fn(q, k, v, causal, out=None):
         from kernels import fa2_wgmma
 
-        cfg = fa2_wgmma.default_config(q.shape[-1], k.shape[2], True, causal)
-        return fa2_wgmma.forward(q, k, v, causal=causal, out=out, config=dict(cfg, **knobs))
+        cfg = dict(fa2_wgmma.default_config(q.shape[-1], k.shape[2], True, causal), **knobs)
+        # the knobs forward() would add to the build these knobs make (v13: O_DIRECT brings TURN_CARRY), unless named
+        cfg = dict(cfg, **fa2_wgmma.default_knobs(cfg), **knobs)
+        return fa2_wgmma.forward(q, k, v, causal=causal, out=out, config=cfg)
     return fn
 
 

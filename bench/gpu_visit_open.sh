@@ -646,6 +646,17 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 480 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1024,2048,4096,8192,16384 \
         --variants default --order abba --budget-s 440 > "$W/ab.txt" 2>&1; rc=$?
       grep "^cells with" "$W/ab.txt"; tail -12 "$W/ab.txt" ;;
+    odirect)  # issue 14 v13 O_DIRECT (O from registers, Q handed back after the last S): GPU tests of its builds,
+              # memcheck / racecheck / synccheck of d = 256's on 2 CTAs at scale, then the A/B at d = 256 (abba)
+      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
+      cfg=$(builds 2 "t.ODIRECT" "d == 256 and i < 2")
+      sanitize_wgmma memcheck float16 7 60 50 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 5 110 100 "$cfg"; r=$?; tail -2 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma synccheck float16 5 60 50 "$cfg"; r=$?; tail -2 "$W/synccheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 256 --seqs 512,1024,2048,4096,8192 --order abba \
+        --variants default,default+PERSISTENT=2+O_DIRECT=1,default+PERSISTENT=2+O_DIRECT=1+TURN_CARRY=0 --budget-s 180 \
+        > "$W/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/ab.txt"; grep -A30 "^dtype" "$W/ab.txt" | tail -24 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -111,7 +111,7 @@ SWEEP = {
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
          "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA",
          "O_TILE", "CAUSAL_SECTION_KB", "O_TMA", "DESC_STEP", "WG_SKIP", "WAIT_HINT",
-         "WG_CAUSAL_SKIP", "TURN_CARRY"}
+         "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -249,6 +249,10 @@ SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-
 # where forward() runs Br = 192, 1.14-1.20. SIZE_RULES[64] takes it at causal Nk <= 512, where both runs gain
 SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oq"], O_TMA=1)
 SIZE_CANDIDATES[256] = {"bc64": dict(CONFIGS[256], BLOCK_N=64), "bc64-dyn": dict(CONFIGS[256], BLOCK_N=64, PERSISTENT=2)}
+# v13 O_DIRECT (fa2_wgmma_tma.cu): d = 256's persistent builds with O written from registers, so the next Q loads under
+# the tile's end (no smem for O_TILE at d = 256); default_knobs adds TURN_CARRY to them
+SIZE_CANDIDATES[256]["bc64-dyn-od"] = dict(SIZE_CANDIDATES[256]["bc64-dyn"], O_DIRECT=1)
+SIZE_CANDIDATES[256]["dyn-od"] = dict(CONFIGS[256], PERSISTENT=2, O_DIRECT=1)
 # d = 64 at N = 512-1024 with whole tiles both ways: Br = 192 runs 3 Q blocks over 512 rows (the last 2/3 full) and the
 # 3-CTA build's Bc = 96 runs 6 key blocks (the last 1/3 full), 11% of the products on padding each; CONFIGS[64]'s
 # Br = Bc = 128 tiles N = 512 and 1024 exactly. Persistent with O_TILE and O_TMA (d = 128's winner at N <= 4k), and
@@ -426,9 +430,10 @@ TURN_CARRY_KNOBS = {"TURN_CARRY": 1}
 
 def default_knobs(cfg: dict) -> dict:
     """DEFAULT_KNOBS, and TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads the next Q under this
-    tile's end (O_TILE): the knobs forward() adds to a rule build."""
+    tile's end (O_TILE or O_DIRECT): the knobs forward() adds to a rule build."""
     pingpong = cfg.get("NWG", 2) == 2 and cfg.get("PINGPONG", 1) and not cfg.get("QK_AHEAD")
-    return dict(DEFAULT_KNOBS, **(TURN_CARRY_KNOBS if pingpong and cfg.get("O_TILE") else {}))
+    q_early = cfg.get("O_TILE") or cfg.get("O_DIRECT")
+    return dict(DEFAULT_KNOBS, **(TURN_CARRY_KNOBS if pingpong and q_early else {}))
 
 
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
@@ -711,9 +716,10 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                 ctas_per_sm=ctas_per_sm(warps, smem_bytes(defs), registers_of("fa2_wgmma", defs),
                                         defs.get("MIN_BLOCKS", 1)),
                 loads="tma" if tma else "cp.async", s_p="registers",
-                # PERSISTENT: SMs x CTAs/SM CTAs over the tiles; O_TILE: the next tile's Q loads under this one's end
+                # PERSISTENT: SMs x CTAs/SM CTAs over the tiles; O_TILE / O_DIRECT (v13): the next tile's Q loads under
+                # this one's end
                 grid="persistent" if defs.get("PERSISTENT") else "q_blocks",
-                next_tile_prefetch=bool(defs.get("PERSISTENT") and defs.get("O_TILE")),
+                next_tile_prefetch=bool(defs.get("PERSISTENT") and (defs.get("O_TILE") or defs.get("O_DIRECT"))),
                 causal_section_kb=defs.get("CAUSAL_SECTION_KB", CAUSAL_SECTION_KB) if defs.get("PERSISTENT") else 0,
                 idle_skip=bool(tma and defs.get("WG_SKIP") and nwg > 1),  # v10: the idle warpgroups walk the barriers
                 causal_walk=bool(tma and defs.get("WG_CAUSAL_SKIP") and nwg > 1),  # v11

@@ -400,3 +400,46 @@ def test_turn_carry_across_tiles(d, cfg):
 @pytest.mark.parametrize("d,cfg", CARRY, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CARRY)])
 def test_turn_carry_strided_gqa(d, cfg):
     _check_layout(2, 4, 2, 700, 988, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)
+
+
+# v13 O_DIRECT: O written from the accumulator registers to global memory, the Q tile handed back after the tile's last S
+# (d = 256's persistent builds, which have no smem for O_TILE). d = 256's two persistent builds with forward()'s knobs
+# (TURN_CARRY among them), one without TURN_CARRY, and the form at d = 64 (ROW_SUM_MMA: l in O's extra column, one
+# warpgroup-pair without ping-pong), d = 96 (O padded to 128 columns) and d = 128: hypothesis shapes; ragged Nq with idle
+# warpgroups; causal Nq > Nk (tiles with no key: Q handed back with no S read); long key loops; 1 and 3 persistent CTAs;
+# strided GQA views
+def _odirect(d, name=None, **extra):
+    c = dict(fa2_wgmma.candidate(d, name) if name else fa2_wgmma.CONFIGS[d], PERSISTENT=2, O_DIRECT=1)
+    return d, {**c, **fa2_wgmma.default_knobs(c), **extra}
+
+
+ODIRECT = [_odirect(256, "bc64-dyn-od"), _odirect(256, "dyn-od"), _odirect(256, "bc64-dyn-od", TURN_CARRY=0),
+           _odirect(64), _odirect(96), _odirect(128)]
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", ODIRECT, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(ODIRECT)])
+@SETTINGS
+@given(s=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),
+                   st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(), st.integers(0, 2**31 - 1)))
+def test_o_direct_matches_reference(d, cfg, s):
+    b, h, n_q, n_k, dtype, causal, seed = s
+    _check(_with_config(cfg), b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", ODIRECT, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(ODIRECT)])
+def test_o_direct_across_tiles(d, cfg):
+    for grid in ({}, {"GRID": 1}, {"GRID": 3}):
+        fn = _with_config(cfg, grid)
+        for n_q in _idle_rows(cfg):
+            _check(fn, 2, 3, n_q, 4100, d, torch.float16, False, 4.0, n_q)
+        _check(fn, 1, 3, 333, 2 * 333 + 7, d, torch.bfloat16, True, 4.0, 5)
+        _check(fn, 2, 3, 900, 300, d, torch.bfloat16, True, 4.0, 7)  # Q blocks with no key: Q back with no S
+        _check(fn, 2, 2, 512, 512, d, torch.float16, True, 4.0, 8)
+
+
+@needs_hopper
+@pytest.mark.parametrize("d,cfg", ODIRECT, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(ODIRECT)])
+def test_o_direct_strided_gqa(d, cfg):
+    _check_layout(2, 4, 2, 700, 988, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)

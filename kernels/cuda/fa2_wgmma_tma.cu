@@ -300,6 +300,12 @@
 //       ping-pong build (hypothesis shapes, warpgroup 1 idle in the last Q block, causal Q blocks with no key and no
 //       turn, 1 and 3 persistent CTAs, strided GQA): 24 passed; synccheck / memcheck / racecheck on 2 CTAs: 0 / 0 / 0.
 //       With it off the builds compile to the cubins before it. forward() runs it on its O_TILE ping-pong builds.
+//   v13 O_DIRECT: d = 256 has no smem for O_TILE (Q 64 KB + two K/V stages leave 35 KB at Bc = 64), so its persistent
+//       builds staged O through the Q tile and the next tile's Q load waited for the epilogue (the cells furthest behind
+//       cuDNN after v12: causal N = 512 0.85-0.92, non-causal 512 0.96-0.98; bench/results/grid20). O_DIRECT writes O
+//       from the accumulator registers straight to global memory (each quad of lanes a 16-byte run of a row: the L2
+//       merges the halves of each sector) and hands Q back after the tile's last S, as O_TILE does, so the next Q loads
+//       under the last P V and the epilogue, and TURN_CARRY can act. Measured: see bench/NOTES-tc.md v13.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -335,6 +341,10 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #ifndef O_TMA
 #define O_TMA 0  // 1 (O_TILE): each consumer warpgroup stores its 64 rows of O from the staging tile with TMA
 #endif
+#ifndef O_DIRECT
+#define O_DIRECT 0  // 1 (persistent, no O_TILE): O from registers to global memory, the Q tile handed back after the last S
+#endif
+#define Q_EARLY (O_TILE || O_DIRECT)  // the Q tile goes back after the tile's last S, not after the epilogue
 #ifndef CAUSAL_SECTION_KB
 #define CAUSAL_SECTION_KB 16384  // persistent causal order: longest first within sections of heads whose K/V fit
 #endif
@@ -399,6 +409,7 @@ static_assert(!(WG_SKIP && QK_AHEAD), "WG_SKIP's idle walk is tested on the one-
 static_assert(!TURN_CARRY || PINGPONG, "TURN_CARRY carries the ping-pong turn from tile to tile");
 static_assert(!(WG_CAUSAL_SKIP && QK_AHEAD), "WG_CAUSAL_SKIP's walk is written for the one-S-tile loop only");
 static_assert(!O_TILE || (PERSISTENT && !QK_AHEAD), "O_TILE: a persistent build without QK_AHEAD (its Q goes back early)");
+static_assert(!O_DIRECT || (PERSISTENT && !QK_AHEAD && !O_TILE), "O_DIRECT: a persistent build without QK_AHEAD or O_TILE");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
 
 #define TILE_Q_BYTES (BLOCK_M * DP * 2)
@@ -697,7 +708,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #endif
             }
 #if PERSISTENT
-            if (lane == 0) mbar_arrive(empty_q);  // with O_TILE after the tile's last S (or none), else after O
+            if (lane == 0) mbar_arrive(empty_q);  // with Q_EARLY after the tile's last S (or none), else after O
             kv_it += T;
             continue;
 #else
@@ -844,7 +855,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             wgmma_wait<0>();
             wgmma_fence_operand(s);
             if (lane == 0) mbar_arrive(EMPTY_K(kvw % STAGES));
-#if O_TILE
+#if Q_EARLY
             if (Tw == 1 && lane == 0) mbar_arrive(empty_q);  // the tile's last S has read Q
 #endif
             {
@@ -868,7 +879,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 wgmma_wait<1>();  // S_j done; P_{j+1} V_{j+1} still on the tensor cores during the softmax
                 wgmma_fence_operand(s);
                 if (lane == 0) mbar_arrive(EMPTY_K(ks));
-#if O_TILE
+#if Q_EARLY
                 if (t == Tw - 1 && lane == 0) mbar_arrive(empty_q);  // the next tile's Q may load now
 #endif
                 const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
@@ -908,8 +919,10 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #else
         const u32 s_stage = sQ;
 #endif
-#if O_TILE
+#if Q_EARLY
         if (T == 0 && lane == 0) mbar_arrive(empty_q);  // no S read Q (the row sees no key)
+#endif
+#if O_TILE
         __syncwarp();  // every lane's reads of the previous tile's O in this warp's rows are done
 #endif
 #if O_TMA
@@ -927,10 +940,12 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 bulk_commit();
             }
         }
+#elif O_DIRECT
+        write_o_lse_direct(o, sm, Og, LSEg, bh, m0, Nq, cw, lane, scale);  // FA2 Alg. 1 lines 12-15, no staging
 #else
         write_o_lse(o, sm, s_stage, Og, LSEg, bh, m0, Nq, cw, lane, scale);  // FA2 Alg. 1 lines 12-15
 #endif
-#if PERSISTENT && !O_TILE
+#if PERSISTENT && !Q_EARLY
         // the epilogue wrote and read the Q tile through the generic proxy; the next Q arrives through the
         // async proxy (TMA): order the two before handing the tile back
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");

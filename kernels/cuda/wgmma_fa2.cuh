@@ -204,6 +204,24 @@ __device__ __forceinline__ void stage_o_lse(const float (&o)[O_N / 2], const Sof
         }
     }
 }
+// write_o_lse_direct (O_DIRECT): O / l from the accumulator to global memory, no smem. A thread holds columns
+// 8 dt + 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8, so each quad writes a 16-byte run of a row per dt
+__device__ __forceinline__ void write_o_lse_direct(const float (&o)[O_N / 2], const Softmax& sm, u16* __restrict__ Og,
+                                                   float* __restrict__ LSEg, long long bh, int m0, int Nq, int w,
+                                                   int lane, float scale) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float l = ROW_SUM_MMA ? o[4 * (D / 8) + 2 * h] : quad_sum(sm.l[h]);
+        const bool empty = !(l > 0.f);  // row saw no key (or NaN)
+        const float inv = empty ? 0.f : 1.f / l;
+        const int r = w * 16 + (lane >> 2) + h * 8;  // row within the Q tile
+        if (m0 + r >= Nq) continue;
+        if ((lane & 3) == 0) LSEg[bh * Nq + m0 + r] = empty ? NEG_INF : sm.m[h] * scale + logf(l);
+        u32* row = reinterpret_cast<u32*>(Og + (bh * Nq + m0 + r) * D) + (lane & 3);
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) row[4 * dt] = pack2(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+    }
+}
 __device__ __forceinline__ void write_o_lse(const float (&o)[O_N / 2], const Softmax& sm, u32 sQ, u16* __restrict__ Og,
                                             float* __restrict__ LSEg, long long bh, int m0, int Nq, int w, int lane,
                                             float scale) {
