@@ -73,7 +73,7 @@ def _default_with(variant: str):
 
         cfg = dict(fa2_wgmma.default_config(q.shape[-1], k.shape[2], True, causal), **knobs)
         # the knobs forward() would add to the build these knobs make (v13: O_DIRECT brings TURN_CARRY), unless named
-        cfg = dict(cfg, **fa2_wgmma.default_knobs(cfg), **knobs)
+        cfg = {**cfg, **fa2_wgmma.default_knobs(cfg), **knobs}
         return fa2_wgmma.forward(q, k, v, causal=causal, out=out, config=cfg)
     return fn
 

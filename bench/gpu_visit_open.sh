@@ -657,6 +657,17 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 256 --seqs 512,1024,2048,4096,8192 --order abba \
         --variants default,default+PERSISTENT=2+O_DIRECT=1,default+PERSISTENT=2+O_DIRECT=1+TURN_CARRY=0 --budget-s 180 \
         > "$W/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/ab.txt"; grep -A30 "^dtype" "$W/ab.txt" | tail -24 ;;
+    odirect2)  # v13 after odirect (O_DIRECT=1 with TURN_CARRY 1.03-1.11x the time at N <= 2k): the 16-byte form
+               # (O_DIRECT=2) tested and sanitized, then A/B of both forms with and without TURN_CARRY at d = 256
+      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
+      cfg=$(builds 2 "t.ODIRECT" "d == 256 and c['O_DIRECT'] == 2")
+      sanitize_wgmma memcheck float16 7 60 50 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 5 110 100 "$cfg"; r=$?; tail -2 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      v=default+PERSISTENT=2+O_DIRECT
+      timeout 220 python3 bench/ab_wgmma_speed.py --out "$W" --dims 256 --seqs 512,1024,2048,4096 --order abba \
+        --variants default,$v=1+TURN_CARRY=0,$v=2,$v=2+TURN_CARRY=0 --budget-s 200 \
+        > "$W/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/ab.txt"; grep -A40 "^dtype" "$W/ab.txt" | tail -30 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

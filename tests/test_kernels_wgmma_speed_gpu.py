@@ -414,7 +414,10 @@ def _odirect(d, name=None, **extra):
 
 
 ODIRECT = [_odirect(256, "bc64-dyn-od"), _odirect(256, "dyn-od"), _odirect(256, "bc64-dyn-od", TURN_CARRY=0),
-           _odirect(64), _odirect(96), _odirect(128)]
+           _odirect(64), _odirect(96), _odirect(128),
+           # O_DIRECT=2: 16-byte stores after a transpose within each quad of lanes
+           _odirect(256, "bc64-dyn-od", O_DIRECT=2), _odirect(256, "dyn-od", O_DIRECT=2), _odirect(64, O_DIRECT=2),
+           _odirect(96, O_DIRECT=2)]
 
 
 @needs_hopper

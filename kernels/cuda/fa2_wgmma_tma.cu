@@ -342,7 +342,8 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #define O_TMA 0  // 1 (O_TILE): each consumer warpgroup stores its 64 rows of O from the staging tile with TMA
 #endif
 #ifndef O_DIRECT
-#define O_DIRECT 0  // 1 (persistent, no O_TILE): O from registers to global memory, the Q tile handed back after the last S
+#define O_DIRECT 0  // 1, 2 (persistent, no O_TILE): O from registers to global memory (2: 16-byte stores after a quad
+                    // transpose), the Q tile handed back after the last S
 #endif
 #define Q_EARLY (O_TILE || O_DIRECT)  // the Q tile goes back after the tile's last S, not after the epilogue
 #ifndef CAUSAL_SECTION_KB

@@ -205,7 +205,10 @@ __device__ __forceinline__ void stage_o_lse(const float (&o)[O_N / 2], const Sof
     }
 }
 // write_o_lse_direct (O_DIRECT): O / l from the accumulator to global memory, no smem. A thread holds columns
-// 8 dt + 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8, so each quad writes a 16-byte run of a row per dt
+// 8 dt + 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8. O_DIRECT=1 stores those 4 bytes as they are (each
+// quad a 16-byte run of a row per dt, half a sector); O_DIRECT=2 first transposes each 4 x 4 block of 32-bit words
+// within the quad (two butterfly rounds, xor 2 then xor 1), so lane q holds 16-byte chunk 4g + q of its row and each
+// quad writes 64 contiguous bytes per store
 __device__ __forceinline__ void write_o_lse_direct(const float (&o)[O_N / 2], const Softmax& sm, u16* __restrict__ Og,
                                                    float* __restrict__ LSEg, long long bh, int m0, int Nq, int w,
                                                    int lane, float scale) {
@@ -215,11 +218,35 @@ __device__ __forceinline__ void write_o_lse_direct(const float (&o)[O_N / 2], co
         const bool empty = !(l > 0.f);  // row saw no key (or NaN)
         const float inv = empty ? 0.f : 1.f / l;
         const int r = w * 16 + (lane >> 2) + h * 8;  // row within the Q tile
-        if (m0 + r >= Nq) continue;
-        if ((lane & 3) == 0) LSEg[bh * Nq + m0 + r] = empty ? NEG_INF : sm.m[h] * scale + logf(l);
-        u32* row = reinterpret_cast<u32*>(Og + (bh * Nq + m0 + r) * D) + (lane & 3);
+        const bool in = m0 + r < Nq;
+        if ((lane & 3) == 0 && in) LSEg[bh * Nq + m0 + r] = empty ? NEG_INF : sm.m[h] * scale + logf(l);
+        u16* row = Og + (bh * Nq + m0 + r) * D;
+#if O_DIRECT == 2
+        static_assert(D % 32 == 0, "O_DIRECT=2: whole groups of four 8-column blocks");
+        const bool b1 = lane & 2, b0 = lane & 1;
 #pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) row[4 * dt] = pack2(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+        for (int g = 0; g < D / 32; ++g) {  // the shuffles run in every lane: rows past Nq only skip the store
+            u32 v[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[i] = pack2(o[4 * (4 * g + i) + 2 * h] * inv, o[4 * (4 * g + i) + 2 * h + 1] * inv);
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {  // lanes q, q ^ 2 swap the 2 x 2 blocks off their diagonal
+                const u32 got = __shfl_xor_sync(0xffffffffu, b1 ? v[k] : v[k + 2], 2);
+                if (b1) v[k] = got; else v[k + 2] = got;
+            }
+#pragma unroll
+            for (int k = 0; k < 4; k += 2) {  // then lanes q, q ^ 1 swap within each 2 x 2 block
+                const u32 got = __shfl_xor_sync(0xffffffffu, b0 ? v[k] : v[k + 1], 1);
+                if (b0) v[k] = got; else v[k + 1] = got;
+            }
+            if (in) *reinterpret_cast<uint4*>(row + (4 * g + (lane & 3)) * 8) = make_uint4(v[0], v[1], v[2], v[3]);
+        }
+#else
+        if (!in) continue;
+        u32* row32 = reinterpret_cast<u32*>(row) + (lane & 3);
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) row32[4 * dt] = pack2(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+#endif
     }
 }
 __device__ __forceinline__ void write_o_lse(const float (&o)[O_N / 2], const Softmax& sm, u32 sQ, u16* __restrict__ Og,
