@@ -668,6 +668,15 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 220 python3 bench/ab_wgmma_speed.py --out "$W" --dims 256 --seqs 512,1024,2048,4096 --order abba \
         --variants default,$v=1+TURN_CARRY=0,$v=2,$v=2+TURN_CARRY=0 --budget-s 200 \
         > "$W/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/ab.txt"; grep -A40 "^dtype" "$W/ab.txt" | tail -30 ;;
+    odirect3)  # v13, second run: O_DIRECT=2 without TURN_CARRY against forward()'s d = 256 builds at every N (odirect2:
+               # 0.968-0.973 geomean at N <= 4k), and O_DIRECT=2 in place of O_TILE + O_TMA in d = 96/128's rule builds
+      mkdir -p "$W/d256" "$W/d128"
+      timeout 230 python3 bench/ab_wgmma_speed.py --out "$W/d256" --dims 256 --seqs 512,1024,2048,4096,8192,16384 \
+        --order abba --variants default,default+PERSISTENT=2+O_DIRECT=2+TURN_CARRY=0 --budget-s 210 \
+        > "$W/d256/ab.txt" 2>&1; rc=$?; grep "^cells with" "$W/d256/ab.txt"; grep -A40 "^dtype" "$W/d256/ab.txt" | tail -32
+      timeout 170 python3 bench/ab_wgmma_speed.py --out "$W/d128" --dims 96,128 --seqs 512,1024,2048,4096 \
+        --order abba --variants default,default+O_TILE=0+O_TMA=0+O_DIRECT=2 --budget-s 150 \
+        > "$W/d128/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep -A40 "^dtype" "$W/d128/ab.txt" | tail -12 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
