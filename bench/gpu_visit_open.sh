@@ -677,6 +677,22 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 170 python3 bench/ab_wgmma_speed.py --out "$W/d128" --dims 96,128 --seqs 512,1024,2048,4096 \
         --order abba --variants default,default+O_TILE=0+O_TMA=0+O_DIRECT=2 --budget-s 150 \
         > "$W/d128/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep -A40 "^dtype" "$W/d128/ab.txt" | tail -12 ;;
+    odirectfinal)  # v13 in forward() (SIZE_RULES[256]: O_DIRECT=2, persistent at every N): the O_DIRECT GPU tests,
+                   # forward()'s dispatch tests, the sanitizers on its two d = 256 builds at scale, the second run of
+                   # O_DIRECT=2 in place of O_TILE + O_TMA at d = 96/128 (odirect3: causal 0.982-0.985), then the grid
+      mkdir -p "$W/d128" "$W/grid"
+      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log"
+      dispatch_tests "$W/dispatch.log" 130; r=$?; tail -2 "$W/dispatch.log"; rc=$(( rc != 0 ? rc : r ))
+      cfg=$(builds 2 "t.ODIRECT" "d == 256 and i < 2")
+      sanitize_wgmma memcheck bfloat16 7 50 40 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 5 80 70 "$cfg"; r=$?; tail -1 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 70 python3 bench/ab_wgmma_speed.py --out "$W/d128" --dims 96,128 --seqs 512,1024,2048,4096 \
+        --order abba --variants default,default+O_TILE=0+O_TMA=0+O_DIRECT=2+TURN_CARRY=1 --budget-s 60 \
+        > "$W/d128/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep -A40 "^dtype" "$W/d128/ab.txt" | tail -7
+      timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/grid" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 125 > "$W/grid/ab.txt" 2>&1
+      r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/grid/ab.txt" | tail -1; grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$8+0 < 1.0' ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -250,9 +250,12 @@ SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-
 SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oq"], O_TMA=1)
 SIZE_CANDIDATES[256] = {"bc64": dict(CONFIGS[256], BLOCK_N=64), "bc64-dyn": dict(CONFIGS[256], BLOCK_N=64, PERSISTENT=2)}
 # v13 O_DIRECT (fa2_wgmma_tma.cu): d = 256's persistent builds with O written from registers, so the next Q loads under
-# the tile's end (no smem for O_TILE at d = 256); default_knobs adds TURN_CARRY to them
+# the tile's end (no smem for O_TILE at d = 256). O_DIRECT=1 (4-byte stores) lost, 1.03-1.13x the time at N <= 4k;
+# O_DIRECT=2 (16-byte stores after a quad transpose) is SIZE_RULES[256]'s at every N (see there)
 SIZE_CANDIDATES[256]["bc64-dyn-od"] = dict(SIZE_CANDIDATES[256]["bc64-dyn"], O_DIRECT=1)
 SIZE_CANDIDATES[256]["dyn-od"] = dict(CONFIGS[256], PERSISTENT=2, O_DIRECT=1)
+SIZE_CANDIDATES[256]["bc64-dyn-od2"] = dict(SIZE_CANDIDATES[256]["bc64-dyn"], O_DIRECT=2)
+SIZE_CANDIDATES[256]["dyn-od2"] = dict(CONFIGS[256], PERSISTENT=2, O_DIRECT=2)
 # d = 64 at N = 512-1024 with whole tiles both ways: Br = 192 runs 3 Q blocks over 512 rows (the last 2/3 full) and the
 # 3-CTA build's Bc = 96 runs 6 key blocks (the last 1/3 full), 11% of the products on padding each; CONFIGS[64]'s
 # Br = Bc = 128 tiles N = 512 and 1024 exactly. Persistent with O_TILE and O_TMA (d = 128's winner at N <= 4k), and
@@ -376,6 +379,12 @@ def candidate(d: int, name: str) -> dict:
 #     "dynamic" 0.87-0.88; geomean over both runs 0.988, one cell 1.02), so "dynamic" keeps causal 4k-8k.
 #   GPU tests after the change (rescale8k): the threshold's paths, one CTA over tiles of three heads whose max jumps,
 #     stays and creeps, and forward()'s dispatch and layouts (62 passed); memcheck of the build 0 errors.
+# v13 (bench/results/odirect/; fa2_wgmma_tma.cu v13): d = 256 with O written from registers in 16-byte stores (O_DIRECT=2)
+# and the Q tile handed back after the tile's last S, persistent at every N: the v12 rule's builds above with it, and
+# CONFIGS[256] (one tile per CTA, non-causal 1k-16k, causal 16k) made persistent with it. Time / forward()'s v12 build,
+# two runs (abba, fp16/bf16): odirect2 (N <= 4k) geomean 0.971 (0.933-1.013; N = 512 0.933-0.949), odirect3 (N <= 16k)
+# 0.958 at N <= 4k, 0.972 above (0.926-1.015). The same with TURN_CARRY: 0.985 (odirect2), so forward() does not add it
+# here; O_DIRECT=1 (4-byte stores): 1.09. GPU tests 30 passed; memcheck / racecheck / synccheck on 2 CTAs 0 / 0 / 0.
 SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oqt"], "causal"),
                          (2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
                          (2048, TILE_CANDIDATES[64]["br192-rs-dyn-oqt"], None),  # non-causal: causal took the above
@@ -383,9 +392,10 @@ SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oqt"], "
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None),
                           (None, candidate(128, "rescale"), None)],
                     96: [(4096, SIZE_CANDIDATES[96]["dyn-oqt-r"], None)],
-                    256: [(2048, SIZE_CANDIDATES[256]["bc64-dyn"], "causal"),
-                          (8192, candidate(256, "dynamic"), "causal"),
-                          (512, SIZE_CANDIDATES[256]["bc64-dyn"], None)]}
+                    256: [(2048, SIZE_CANDIDATES[256]["bc64-dyn-od2"], "causal"),
+                          (None, SIZE_CANDIDATES[256]["dyn-od2"], "causal"),
+                          (512, SIZE_CANDIDATES[256]["bc64-dyn-od2"], None),
+                          (None, SIZE_CANDIDATES[256]["dyn-od2"], None)]}
 
 
 # v9 (bench/results/fresh11/desc9, desc9ab; fa2_wgmma_tma.cu v9): the builds forward() picks itself (config=None) run
@@ -424,16 +434,16 @@ DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
 # d = 256 (no O_TILE: the next Q waits for the epilogue anyway) was level (0.97-1.03), and so were the one-tile-per-CTA
 # builds at 8k (0.98-1.04). GPU tests of every ping-pong build with it: 24 passed; synccheck, memcheck, racecheck on 2
 # CTAs of the persistent ones: 0 / 0 / 0; forward()'s dispatch tests with it: 43 passed. forward() runs it on the builds
-# with O_TILE and ping-pong (default_knobs).
+# with O_TILE and ping-pong (default_knobs). Not with v13's O_DIRECT at d = 256: 0.985 of the v12 build's time with it,
+# 0.971 without (bench/results/odirect/odirect2).
 TURN_CARRY_KNOBS = {"TURN_CARRY": 1}
 
 
 def default_knobs(cfg: dict) -> dict:
     """DEFAULT_KNOBS, and TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads the next Q under this
-    tile's end (O_TILE or O_DIRECT): the knobs forward() adds to a rule build."""
+    tile's end from its O_TILE: the knobs forward() adds to a rule build."""
     pingpong = cfg.get("NWG", 2) == 2 and cfg.get("PINGPONG", 1) and not cfg.get("QK_AHEAD")
-    q_early = cfg.get("O_TILE") or cfg.get("O_DIRECT")
-    return dict(DEFAULT_KNOBS, **(TURN_CARRY_KNOBS if pingpong and q_early else {}))
+    return dict(DEFAULT_KNOBS, **(TURN_CARRY_KNOBS if pingpong and cfg.get("O_TILE") else {}))
 
 
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:

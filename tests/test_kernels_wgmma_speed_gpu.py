@@ -403,21 +403,23 @@ def test_turn_carry_strided_gqa(d, cfg):
 
 
 # v13 O_DIRECT: O written from the accumulator registers to global memory, the Q tile handed back after the tile's last S
-# (d = 256's persistent builds, which have no smem for O_TILE). d = 256's two persistent builds with forward()'s knobs
-# (TURN_CARRY among them), one without TURN_CARRY, and the form at d = 64 (ROW_SUM_MMA: l in O's extra column, one
-# warpgroup-pair without ping-pong), d = 96 (O padded to 128 columns) and d = 128: hypothesis shapes; ragged Nq with idle
-# warpgroups; causal Nq > Nk (tiles with no key: Q handed back with no S read); long key loops; 1 and 3 persistent CTAs;
-# strided GQA views
+# (d = 256's persistent builds, which have no smem for O_TILE). forward()'s two d = 256 builds (O_DIRECT=2: 16-byte
+# stores after a transpose in each quad), one of them with TURN_CARRY, the 4-byte form (O_DIRECT=1) at every d (d = 64:
+# ROW_SUM_MMA's l in O's extra column, no ping-pong; d = 96: O padded to 128 columns), the 16-byte form at d = 64 and 96,
+# and the 16-byte form in place of O_TILE + O_TMA in d = 96 / 128's rule builds (an A/B candidate): hypothesis shapes;
+# ragged Nq with idle warpgroups; causal Nq > Nk (tiles with no key: Q handed back with no S read); long key loops; 1 and
+# 3 persistent CTAs; strided GQA views
 def _odirect(d, name=None, **extra):
-    c = dict(fa2_wgmma.candidate(d, name) if name else fa2_wgmma.CONFIGS[d], PERSISTENT=2, O_DIRECT=1)
+    c = dict(dict(PERSISTENT=2, O_DIRECT=1), **(fa2_wgmma.candidate(d, name) if name else fa2_wgmma.CONFIGS[d]))
     return d, {**c, **fa2_wgmma.default_knobs(c), **extra}
 
 
-ODIRECT = [_odirect(256, "bc64-dyn-od"), _odirect(256, "dyn-od"), _odirect(256, "bc64-dyn-od", TURN_CARRY=0),
-           _odirect(64), _odirect(96), _odirect(128),
-           # O_DIRECT=2: 16-byte stores after a transpose within each quad of lanes
-           _odirect(256, "bc64-dyn-od", O_DIRECT=2), _odirect(256, "dyn-od", O_DIRECT=2), _odirect(64, O_DIRECT=2),
-           _odirect(96, O_DIRECT=2)]
+ODIRECT = [_odirect(256, "bc64-dyn-od2"), _odirect(256, "dyn-od2"), _odirect(256, "bc64-dyn-od2", TURN_CARRY=1),
+           _odirect(256, "bc64-dyn-od"), _odirect(64), _odirect(96), _odirect(128),
+           _odirect(64, O_DIRECT=2), _odirect(96, O_DIRECT=2),
+           _odirect(96, "dyn-oqt-r", O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1),
+           _odirect(128, "bc128-dyn-oqt-r", O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1)]
+assert all(c in [x for _, x in ODIRECT] for d, c in fa2_wgmma.default_builds() if c.get("O_DIRECT"))
 
 
 @needs_hopper
