@@ -229,14 +229,17 @@ def test_the_model_describes_the_build_the_size_rule_runs():
     from analysis.descriptors import describe
     from analysis.measured import bench_cells
 
-    # d = 256 non-causal at 8k: a cell no SIZE_RULES entry takes (d = 128 has one at every Nk since the threshold)
-    small, large = describe("fa2_wgmma", 64, n_q=512, n_k=512), describe("fa2_wgmma", 256, n_q=8192, n_k=8192)
+    # d = 96 at 8k: a cell no SIZE_RULES entry takes (d = 128 has one at every Nk since the threshold, d = 256 since v13)
+    small, large = describe("fa2_wgmma", 64, n_q=512, n_k=512), describe("fa2_wgmma", 96, n_q=8192, n_k=8192)
     rule = fa2_wgmma.choose_config(64, 512, True)
     assert rule is not None and (small.block_q, small.block_k) == (64 * rule["NWG"], rule["BLOCK_N"])
     assert small.grid == ("persistent" if rule.get("PERSISTENT") else "q_blocks")
     assert small.next_tile_prefetch == bool(rule.get("O_TILE")), "O_TILE: the next tile's Q loads under this one"
     assert "SIZE_RULES" in small.source and "CONFIGS" in large.source
-    assert fa2_wgmma.choose_config(256, 8192, True) is None and large.block_k == fa2_wgmma.CONFIGS[256]["BLOCK_N"]
+    assert fa2_wgmma.choose_config(96, 8192, True) is None and large.block_k == fa2_wgmma.CONFIGS[96]["BLOCK_N"]
+    # d = 256 since v13: persistent at every Nk, O from registers (O_DIRECT), so the next tile's Q loads under this one
+    d256 = describe("fa2_wgmma", 256, n_q=8192, n_k=8192)
+    assert d256.grid == "persistent" and d256.next_tile_prefetch and d256.options.get("O_DIRECT") == 2
     # d = 64 at Nk = 2048: causal and not run different builds, and the model follows
     c2k, n2k = (describe("fa2_wgmma", 64, causal=c, n_q=2048, n_k=2048) for c in (True, False))
     assert (c2k.block_q, n2k.block_q) == (64, 192) and "SIZE_RULES" in n2k.source
