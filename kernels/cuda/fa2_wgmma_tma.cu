@@ -305,7 +305,14 @@
 //       cuDNN after v12: causal N = 512 0.85-0.92, non-causal 512 0.96-0.98; bench/results/grid20). O_DIRECT writes O
 //       from the accumulator registers straight to global memory (each quad of lanes a 16-byte run of a row: the L2
 //       merges the halves of each sector) and hands Q back after the tile's last S, as O_TILE does, so the next Q loads
-//       under the last P V and the epilogue, and TURN_CARRY can act. Measured: see bench/NOTES-tc.md v13.
+//       under the last P V and the epilogue. O_DIRECT=1 (4-byte stores, half a sector each): 1.03-1.13x the v12 build's
+//       time at N <= 4k (odirect, odirect2). O_DIRECT=2 transposes each 4 x 4 block of words in the quad first (two
+//       butterfly rounds of shuffles), so each lane stores 16 bytes: two runs over d = 256's grid (odirect2, odirect3;
+//       abba, fp16/bf16, persistent at every N), time / v12's build: geomean 0.971 and 0.958 at N <= 4k, 0.972 above,
+//       N = 512 0.926-0.949, cells 0.926-1.015. With TURN_CARRY added 0.985 (odirect2): not taken with it. GPU tests
+//       (both forms at every d, hypothesis shapes, idle warpgroups, causal Nq > Nk, 1 and 3 persistent CTAs, strided
+//       GQA): 33 passed; memcheck / racecheck / synccheck on 2 CTAs: 0 / 0 / 0. forward() runs O_DIRECT=2 at d = 256.
+//       In place of O_TILE + O_TMA at d = 96/128 (odirect3, odirectfinal): causal 0.981-0.994, non-causal level; kept off.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
