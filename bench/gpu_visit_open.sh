@@ -693,6 +693,16 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/grid" --dims 64,96,128,256 \
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 125 > "$W/grid/ab.txt" 2>&1
       r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/grid/ab.txt" | tail -1; grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$8+0 < 1.0' ;;
+    layouts13)  # issue 14 after v13: strided / GQA against contiguous with forward()'s defaults at every d (d = 256 now
+                # persistent with O_DIRECT=2; the v6 check ran d = 64/128 only), N = 2k/4k, causal and not
+      timeout 230 python3 bench/layouts_speed.py --out "$W" --n 2048,4096 --d 64,96,128,256 --sets 3 \
+        > "$W/layouts.txt" 2>&1; rc=$?
+      grep "^fa2_wgmma" "$W/layouts.txt" | awk '{print $2, $3, $4, $5, $8}' | tr '\n' ';'; echo; tail -4 "$W/layouts.txt" ;;
+    d64c13)  # issue 14 after v13: d = 64 causal N <= 2k (0.96-0.98 of cuDNN): forward()'s 3-CTA builds with l from the
+             # tensor core (ROW_SUM_MMA, fp16 only: bf16 drops it) and with O from registers in place of O_TILE
+      timeout 120 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048 --order abba \
+        --variants default,default+ROW_SUM_MMA=1,default+O_TILE=0+O_TMA=0+O_DIRECT=2 --budget-s 100 \
+        > "$W/ab.txt" 2>&1; rc=$?; grep -A20 "^dtype" "$W/ab.txt" | tail -16 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
