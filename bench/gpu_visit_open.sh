@@ -703,6 +703,19 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 120 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048 --order abba \
         --variants default,default+ROW_SUM_MMA=1,default+O_TILE=0+O_TMA=0+O_DIRECT=2 --budget-s 100 \
         > "$W/ab.txt" 2>&1; rc=$?; grep -A20 "^dtype" "$W/ab.txt" | tail -16 ;;
+    d64od)  # after d64c13 (d = 64 with O_DIRECT=2 in place of O_TILE: causal 0.962, non-causal 0.984 at N <= 2k): the
+            # O_DIRECT GPU tests with d = 64's rule builds so changed, the second A/B at every N, strided / GQA twice
+      mkdir -p "$W/ab" "$W/rep1" "$W/rep2"
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log"
+      timeout 130 python3 bench/ab_wgmma_speed.py --out "$W/ab" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
+        --order abba --variants default,default+O_TILE=0+O_TMA=0+O_DIRECT=2 --budget-s 110 \
+        > "$W/ab/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep -A40 "^dtype" "$W/ab/ab.txt" | tail -30
+      for rep in 1 2; do
+        timeout 100 python3 bench/layouts_speed.py --out "$W/rep$rep" --n 2048,4096 --d 64,96,128,256 --sets 3 \
+          > "$W/rep$rep/layouts.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r ))
+        grep "^fa2_wgmma" "$W/rep$rep/layouts.txt" | awk '$2 != "contiguous" {print $2, $3, $4, $5, $8}' | tr '\n' ';'; echo
+      done ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
