@@ -716,6 +716,18 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
           > "$W/rep$rep/layouts.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r ))
         grep "^fa2_wgmma" "$W/rep$rep/layouts.txt" | awk '$2 != "contiguous" {print $2, $3, $4, $5, $8}' | tr '\n' ';'; echo
       done ;;
+    v13final)  # d = 64's causal rules with O_DIRECT=2 (d64c13, d64od): the O_DIRECT GPU tests, forward()'s dispatch tests,
+               # memcheck / racecheck of the three new d = 64 builds on 2 CTAs at scale, then the target grid
+      mkdir -p "$W/grid"
+      timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      dispatch_tests "$W/dispatch.log" 100; r=$?; tail -1 "$W/dispatch.log"; rc=$(( rc != 0 ? rc : r ))
+      cfg=$(builds 2 "f.default_builds()" "d == 64 and c.get('O_DIRECT')")
+      sanitize_wgmma memcheck bfloat16 7 60 50 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 5 110 100 "$cfg"; r=$?; tail -1 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/grid" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 130 > "$W/grid/ab.txt" 2>&1
+      r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/grid/ab.txt" | tail -1; grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -160,8 +160,9 @@ SPEED_COMBOS = {"dynamic+ahead": ("dynamic", "ahead")}
 # serialises the pipeline there (C7512, insufficient registers; v3d's single P tile spilled 240 B); Bc = 96 pipelines.
 SPEED_KNOB_EXTRA = {96: {"ahead": dict(BLOCK_N=96)}, 128: {"ahead": dict(BLOCK_N=96)}}
 # The 3-CTA persistent build (small-tma3-dyn-oq: 80 registers at launch) spills 80-92 B in its producer at 24;
-# at 32 its consumers (then 128 registers) spill in the key loop instead.
-PRODUCER_SPILL_BYTES = 96
+# at 32 its consumers (then 128 registers) spill in the key loop instead. With v13's O_DIRECT=2 (small-tma3-dyn-od2)
+# the producer spills 100 B (39 local accesses, all after its setmaxnreg.dec in the SASS, as the 37 of the O_TILE build).
+PRODUCER_SPILL_BYTES = 104
 # combinations that do not exist at a head dim: d = 256 has no QK_AHEAD (SPEED_KNOB_DIMS; persistent + QK_AHEAD
 # there spilled 148-244 B at every producer budget tried, 24-40 registers, even serialised)
 SPEED_COMBO_SKIP = {256: {"dynamic+ahead"}}
@@ -385,8 +386,17 @@ def candidate(d: int, name: str) -> dict:
 # two runs (abba, fp16/bf16): odirect2 (N <= 4k) geomean 0.971 (0.933-1.013; N = 512 0.933-0.949), odirect3 (N <= 16k)
 # 0.958 at N <= 4k, 0.972 above (0.926-1.015). The same with TURN_CARRY: 0.985 (odirect2), so forward() does not add it
 # here; O_DIRECT=1 (4-byte stores): 1.09. GPU tests 30 passed; memcheck / racecheck / synccheck on 2 CTAs 0 / 0 / 0.
-SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oqt"], "causal"),
-                         (2048, SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], "causal"),
+# v13 at d = 64 (bench/results/v13more/d64c13, d64od): the causal rule builds with O written from registers in 16-byte
+# stores (O_DIRECT=2) in place of O_TILE (and O_TMA): time / forward()'s v12 build, two runs (abba, fp16/bf16): causal
+# N <= 2k 0.930-0.990 (geomean 0.962) and N <= 4k 0.932-0.991 (0.971), above 0.974-0.998 (0.986); non-causal level
+# (0.979-1.031, geomean 0.984 and 1.000), so the non-causal builds keep O_TILE. ROW_SUM_MMA in the 3-CTA build: 1.061.
+for _name in ("small-tma3-bc64-dyn-oqt", "small-tma3-dyn-oq", "br192-rs-dyn-oq"):
+    _base = (SIZE_CANDIDATES[64] | TILE_CANDIDATES[64])[_name]
+    SIZE_CANDIDATES[64][_name.replace("-oqt", "").replace("-oq", "") + "-od2"] = {
+        k: v for k, v in dict(_base, O_TILE=0, O_DIRECT=2).items() if k != "O_TMA"}
+SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2"], "causal"),
+                         (2048, SIZE_CANDIDATES[64]["small-tma3-dyn-od2"], "causal"),
+                         (None, SIZE_CANDIDATES[64]["br192-rs-dyn-od2"], "causal"),
                          (2048, TILE_CANDIDATES[64]["br192-rs-dyn-oqt"], None),  # non-causal: causal took the above
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None),

@@ -419,12 +419,9 @@ ODIRECT = [_odirect(256, "bc64-dyn-od2"), _odirect(256, "dyn-od2"), _odirect(256
            _odirect(64, O_DIRECT=2), _odirect(96, O_DIRECT=2),
            _odirect(96, "dyn-oqt-r", O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1),
            _odirect(128, "bc128-dyn-oqt-r", O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1)]
-# and d = 64's rule builds (the 3-CTA one-warpgroup builds, Br = 192) with O_DIRECT=2 in place of O_TILE (an A/B
-# candidate after v13: d64c13)
-for _d, _c in fa2_wgmma.default_builds():
-    _b = (_d, {k: v for k, v in dict(_c, O_TILE=0, O_DIRECT=2).items() if k != "O_TMA"})
-    if _d == 64 and _c.get("O_TILE") and _b not in ODIRECT:
-        ODIRECT.append(_b)
+# and every build forward() runs with O_DIRECT: d = 64's causal rule builds since v13 (the 3-CTA one-warpgroup builds and
+# Br = 192, O_DIRECT=2 in place of O_TILE; bench/results/v13more)
+ODIRECT += [(d, c) for d, c in fa2_wgmma.default_builds() if c.get("O_DIRECT") and (d, c) not in ODIRECT]
 assert all(c in [x for _, x in ODIRECT] for d, c in fa2_wgmma.default_builds() if c.get("O_DIRECT"))
 
 
