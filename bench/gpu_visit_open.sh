@@ -728,6 +728,15 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/grid" --dims 64,96,128,256 \
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 130 > "$W/grid/ab.txt" 2>&1
       r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/grid/ab.txt" | tail -1; grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
+    d96od)  # d = 96's causal rule with O_DIRECT=2 (two runs: causal 0.985 / 0.981): forward()'s dispatch tests, memcheck and
+            # racecheck of the build on 2 CTAs at scale, a third A/B against the O_TILE build it replaced
+      dispatch_tests "$W/dispatch.log" 80; rc=$?; tail -1 "$W/dispatch.log"
+      cfg=$(builds 2 "f.default_builds()" "d == 96 and c.get('O_DIRECT')")
+      sanitize_wgmma memcheck bfloat16 7 40 30 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 5 80 70 "$cfg"; r=$?; tail -1 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 60 python3 bench/ab_wgmma_speed.py --out "$W" --dims 96 --seqs 512,1024,2048,4096 --order abba \
+        --variants default,default+O_DIRECT=0+O_TILE=1+O_TMA=1 --budget-s 50 > "$W/ab.txt" 2>&1; r=$?
+      rc=$(( rc != 0 ? rc : r )); grep -A20 "^dtype" "$W/ab.txt" | tail -8 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

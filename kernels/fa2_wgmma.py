@@ -394,6 +394,10 @@ for _name in ("small-tma3-bc64-dyn-oqt", "small-tma3-dyn-oq", "br192-rs-dyn-oq")
     _base = (SIZE_CANDIDATES[64] | TILE_CANDIDATES[64])[_name]
     SIZE_CANDIDATES[64][_name.replace("-oqt", "").replace("-oq", "") + "-od2"] = {
         k: v for k, v in dict(_base, O_TILE=0, O_DIRECT=2).items() if k != "O_TMA"}
+# v13 at d = 96 (bench/results/odirect/odirect3/d128, odirectfinal/d128): the rule's build with O_DIRECT=2 in place of
+# O_TILE + O_TMA (TURN_CARRY kept), time / the rule's build, two runs (abba, fp16/bf16, N = 512-4096): causal geomean
+# 0.985 and 0.981 (cells 0.95-1.015), non-causal 1.006 and 1.010 (kept). At d = 128 causal 0.982 and 0.994: not taken.
+SIZE_CANDIDATES[96]["dyn-od2-r"] = dict(SIZE_CANDIDATES[96]["dyn-oqt-r"], O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1)
 SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2"], "causal"),
                          (2048, SIZE_CANDIDATES[64]["small-tma3-dyn-od2"], "causal"),
                          (None, SIZE_CANDIDATES[64]["br192-rs-dyn-od2"], "causal"),
@@ -401,7 +405,8 @@ SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2"], "
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None),
                           (None, candidate(128, "rescale"), None)],
-                    96: [(4096, SIZE_CANDIDATES[96]["dyn-oqt-r"], None)],
+                    96: [(4096, SIZE_CANDIDATES[96]["dyn-od2-r"], "causal"),
+                         (4096, SIZE_CANDIDATES[96]["dyn-oqt-r"], None)],
                     256: [(2048, SIZE_CANDIDATES[256]["bc64-dyn-od2"], "causal"),
                           (None, SIZE_CANDIDATES[256]["dyn-od2"], "causal"),
                           (512, SIZE_CANDIDATES[256]["bc64-dyn-od2"], None),
