@@ -54,12 +54,22 @@ def entries(d: int, variants, n: int, sdpa=SDPA):
            if v in cfgs and (dims is None or d in dims)]
     if any(v == "default" and (dims is None or d in dims) for v, dims in variants):  # what forward() picks: SIZE_RULES
         out.insert(0, harness.Entry("fa2_wgmma[default]", spec.tier, spec, {}, None))
+    if any(v == "default-again" and (dims is None or d in dims) for v, dims in variants):  # the control (see run)
+        out.append(harness.Entry("fa2_wgmma[default-again]", spec.tier, spec, {}, None))
     if any(v == "default-memset" and (dims is None or d in dims) for v, dims in variants):
         out.append(harness.Entry("fa2_wgmma[default-memset]", spec.tier, spec, {}, None, fn=_with_memset))
     for v, dims in variants:  # "default+KNOB=V[+KNOB=V]": the build forward() picks for the call, with these knobs
         if v.startswith("default+") and (dims is None or d in dims):
             out.append(harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, None, fn=_default_with(v)))
     return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in sdpa]
+
+
+def rotate(cell_entries: list, i: int) -> list:
+    """The cell's entries started at entry i mod their count: over the cells of a run each entry takes every slot of
+    the abba order. A fixed order (forward()'s default first, its last timing the cell's last) gave two entries of
+    one build 0.980 of each other's time over a run (bench/results/v13more/d96od: default-again's purpose)."""
+    k = i % len(cell_entries) if cell_entries else 0
+    return cell_entries[k:] + cell_entries[:k]
 
 
 def _default_with(variant: str):
@@ -114,12 +124,12 @@ def run(args) -> dict:
     cells = [(d, n, causal, dt) for d in (int(x) for x in args.dims.split(","))
              for n in (int(x) for x in args.seqs.split(",")) for causal in (False, True)
              for dt in args.dtypes.split(",")]
-    for d, n, causal, dt in cells:
+    for i_cell, (d, n, causal, dt) in enumerate(cells):
         if time.time() - t0 > args.budget_s:
             res["not_run"].append(dict(d=d, n=n, causal=causal, dtype=dt))
             continue
         sets = harness.input_sets(TOKENS // n, HIDDEN // d, n, n, d, getattr(torch, dt), max_sets=2)
-        cell_entries = entries(d, variants, n, sdpa)
+        cell_entries = rotate(entries(d, variants, n, sdpa), i_cell) if args.rotate else entries(d, variants, n, sdpa)
         recs = [harness.measure(e, sets, causal, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms) for e in cell_entries]
         if args.order == "abba":  # the same entries again in reverse order: a drift within the cell (the clock
             # settling under load) then favours no position; each median is the mean of the two passes'
@@ -131,10 +141,11 @@ def run(args) -> dict:
                     rec["median_ms"] = (rec["median_ms"] + t["median_ms"]) / 2
                     rec["min_ms"], rec["max_ms"] = min(rec["min_ms"], t["min_ms"]), max(rec["max_ms"], t["max_ms"])
                     rec["tflops"] = rec["flops"] / rec["median_ms"] / 1e9
-        for e, rec in zip(cell_entries, recs):
-            rec["variant"] = e.label
+        for pos, (e, rec) in enumerate(zip(cell_entries, recs)):
+            rec["variant"], rec["position"] = e.label, pos
             row = {k: rec.get(k) for k in ("variant", "dtype", "d", "n", "b", "h", "causal", "median_ms",
-                                           "min_ms", "max_ms", "tflops", "ok", "rel_err", "skipped", "pass_ms")}
+                                           "min_ms", "max_ms", "tflops", "ok", "rel_err", "skipped", "pass_ms",
+                                           "position")}
             if e.label == "fa2_wgmma[default]":  # the build forward()'s rule ran (the GPU model reads it back)
                 row["config"] = fa2_wgmma.choose_config(d, n, True, causal=causal) or fa2_wgmma.CONFIGS[d]
                 row["knobs"] = fa2_wgmma.default_knobs(row["config"])  # and what forward() added (since stop 19)
@@ -276,11 +287,15 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384")
-    ap.add_argument("--variants", default="", help="default (forward()'s rule), default-memset (the same after a "
-                    "torch.zeros launch, as before v6e), names of fa2_wgmma.speed_configs / SIZE_CANDIDATES, each "
+    ap.add_argument("--variants", default="", help="default (forward()'s rule), default-again (the same build timed "
+                    "as a second entry: the run's noise and order floor), default-memset (the same after a "
+                    "torch.zeros launch, as before v6e), default+KNOB=V[+KNOB=V] (forward()'s build with these knobs), "
+                    "names of fa2_wgmma.speed_configs / SIZE_CANDIDATES, each "
                     "optionally @d1+d2 (only at those head dims); default: all but SKIP_BY_DEFAULT")
     ap.add_argument("--sdpa", default=",".join(SDPA), help="SDPA backends beside (default: flash,cudnn)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this many seconds")
+    ap.add_argument("--no-rotate", dest="rotate", action="store_false",
+                    help="time each cell's entries in the listed order (default: rotated per cell, see rotate())")
     ap.add_argument("--order", choices=("abba", "once"), default="abba",
                     help="abba: every cell's entries timed in order, then in reverse (the mean of both); once: in "
                     "order only. Identical builds timed first and third in one cell differed by 0-8%% (mean ~3%%, the "

@@ -350,12 +350,20 @@ def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
             for x in ("a", "b", "c")]
     monkeypatch.setattr(ab, "entries", lambda d, variants, n, sdpa: same)
     args = argparse.Namespace(variants="a", sdpa="", dims="64", seqs="512", dtypes="float16", out=str(tmp_path),
-                              budget_s=1e9, warmup_ms=1, rep_ms=1, order="abba")
+                              budget_s=1e9, warmup_ms=1, rep_ms=1, order="abba", rotate=False)
     res = ab.run(args)
     assert order == 2 * ["fa2_wgmma[a]", "fa2_wgmma[b]", "fa2_wgmma[c]", "c", "b", "a"]  # causal and not
     meds = [r["median_ms"] for r in res["rows"]]
     assert meds == [3.5] * 3 + [9.5] * 3 and res["rows"][0]["pass_ms"] == [1.0, 6.0]
     assert res["env"]["order"] == "abba"
+    # rotated (the default): the second cell starts at its second entry, and the drift still cancels
+    order.clear()
+    clock["t"] = 0
+    res = ab.run(argparse.Namespace(**dict(vars(args), rotate=True)))
+    assert order == ["fa2_wgmma[a]", "fa2_wgmma[b]", "fa2_wgmma[c]", "c", "b", "a",
+                     "fa2_wgmma[b]", "fa2_wgmma[c]", "fa2_wgmma[a]", "a", "c", "b"]
+    assert [r["median_ms"] for r in res["rows"]] == [3.5] * 3 + [9.5] * 3
+    assert [r["position"] for r in res["rows"]] == [0, 1, 2] * 2 and res["rows"][3]["variant"] == "fa2_wgmma[b]"
 
 
 def test_candidate_names_every_build_the_ab_names():
@@ -457,3 +465,16 @@ def test_ab_default_rows_carry_forward_knobs_to_the_model(tmp_path, monkeypatch)
     from analysis.descriptors import describe
 
     assert describe("fa2_wgmma", 256, config=with_knobs).causal_walk
+
+
+def test_ab_rotates_the_entries_and_times_a_control():
+    """bench/ab_wgmma_speed.py: each cell's entries start one further along (over a run every entry takes every slot of
+    the abba order), and default-again times forward()'s build as a second entry (the run's order/noise floor)."""
+    from bench import ab_wgmma_speed as ab
+
+    entries = list("abcd")
+    assert [ab.rotate(entries, i) for i in (0, 1, 5)] == [list("abcd"), list("bcda"), list("bcda")]
+    assert ab.rotate([], 3) == []
+    assert sorted(ab.rotate(entries, 2)) == entries  # nothing lost or repeated
+    labels = [e.label for e in ab.entries(64, ab.parse_variants("default,default-again"), 512, ())]
+    assert labels == ["fa2_wgmma[default]", "fa2_wgmma[default-again]"]
