@@ -185,17 +185,26 @@ __device__ __forceinline__ void pack_p(u32 (&pa)[KN][4], const float (&s)[BLOCK_
 
 // ---- FA2 Alg. 1 lines 12-15: O / l, lse = m*scale + ln(l); warp `w` (16 rows of the Q block) stages its rows through
 // the Q tile (its own rows only, which no other warp reads once its last S product is done) ----
+// row_inv_lse: for accumulator row half h of warp w, its row r of the Q tile, lse = m*scale + ln(l) to global memory
+// (-inf for a row that saw no key) and 1 / l returned (0 there, so the row's O is 0)
+__device__ __forceinline__ float row_inv_lse(const float (&o)[O_N / 2], const Softmax& sm, int h, int w, int lane,
+                                             float* __restrict__ LSEg, long long bh, int m0, int Nq, float scale,
+                                             int& r) {
+    const float l = ROW_SUM_MMA ? o[4 * (D / 8) + 2 * h] : quad_sum(sm.l[h]);
+    const bool empty = !(l > 0.f);  // row saw no key (or NaN)
+    const float inv = empty ? 0.f : 1.f / l;
+    r = w * 16 + (lane >> 2) + h * 8;  // row within the Q tile
+    if ((lane & 3) == 0 && m0 + r < Nq) LSEg[bh * Nq + m0 + r] = empty ? NEG_INF : sm.m[h] * scale + logf(l);
+    return inv;
+}
 // stage_o_lse: O / l into the staging tile (swizzled as the Q tile TMA loads) and lse to global memory
 __device__ __forceinline__ void stage_o_lse(const float (&o)[O_N / 2], const Softmax& sm, u32 sQ,
                                             float* __restrict__ LSEg, long long bh, int m0, int Nq, int w, int lane,
                                             float scale) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const float l = ROW_SUM_MMA ? o[4 * (D / 8) + 2 * h] : quad_sum(sm.l[h]);
-        const bool empty = !(l > 0.f);  // row saw no key (or NaN)
-        const float inv = empty ? 0.f : 1.f / l;
-        const int r = w * 16 + (lane >> 2) + h * 8;  // row within the Q tile
-        if ((lane & 3) == 0 && m0 + r < Nq) LSEg[bh * Nq + m0 + r] = empty ? NEG_INF : sm.m[h] * scale + logf(l);
+        int r;
+        const float inv = row_inv_lse(o, sm, h, w, lane, LSEg, bh, m0, Nq, scale, r);
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt) {
             const u32 addr = sQ + sw128<BLOCK_M>(r, dt) + ((lane & 3) << 2);
@@ -214,12 +223,9 @@ __device__ __forceinline__ void write_o_lse_direct(const float (&o)[O_N / 2], co
                                                    int lane, float scale) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const float l = ROW_SUM_MMA ? o[4 * (D / 8) + 2 * h] : quad_sum(sm.l[h]);
-        const bool empty = !(l > 0.f);  // row saw no key (or NaN)
-        const float inv = empty ? 0.f : 1.f / l;
-        const int r = w * 16 + (lane >> 2) + h * 8;  // row within the Q tile
+        int r;
+        const float inv = row_inv_lse(o, sm, h, w, lane, LSEg, bh, m0, Nq, scale, r);
         const bool in = m0 + r < Nq;
-        if ((lane & 3) == 0 && in) LSEg[bh * Nq + m0 + r] = empty ? NEG_INF : sm.m[h] * scale + logf(l);
         u16* row = Og + (bh * Nq + m0 + r) * D;
 #if O_DIRECT == 2
         static_assert(D % 32 == 0, "O_DIRECT=2: whole groups of four 8-column blocks");
