@@ -312,7 +312,10 @@
 //       N = 512 0.926-0.949, cells 0.926-1.015. With TURN_CARRY added 0.985 (odirect2): not taken with it. GPU tests
 //       (both forms at every d, hypothesis shapes, idle warpgroups, causal Nq > Nk, 1 and 3 persistent CTAs, strided
 //       GQA): 33 passed; memcheck / racecheck / synccheck on 2 CTAs: 0 / 0 / 0. forward() runs O_DIRECT=2 at d = 256.
-//       In place of O_TILE + O_TMA at d = 96/128 (odirect3, odirectfinal): causal 0.981-0.994, non-causal level; kept off.
+//       In place of O_TILE at d = 64 (bench/results/v13more: d64c13, d64od), two runs: causal 0.962-0.971 at N <= 4k,
+//       0.986 above, non-causal level; forward()'s d = 64 causal builds run it (42 GPU tests passed, memcheck /
+//       racecheck 0 / 0). In place of O_TILE + O_TMA at d = 96/128 (odirect3, odirectfinal): causal 0.981-0.994 with
+//       the new build timed second, and a third run at d = 96 with the order reversed level (d96od); kept off.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
