@@ -82,7 +82,8 @@ def _default_with(variant: str):
         from kernels import fa2_wgmma
 
         cfg = dict(fa2_wgmma.default_config(q.shape[-1], k.shape[2], True, causal), **knobs)
-        # the knobs forward() would add to the build these knobs make (v13: O_DIRECT brings TURN_CARRY), unless named
+        # the knobs forward() would add to the build these knobs make (e.g. TURN_CARRY where they turn O_TILE on in a
+        # ping-pong build), unless named
         cfg = {**cfg, **fa2_wgmma.default_knobs(cfg), **knobs}
         return fa2_wgmma.forward(q, k, v, causal=causal, out=out, config=cfg)
     return fn

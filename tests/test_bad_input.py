@@ -74,3 +74,16 @@ def test_bad_sram_capacity():
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="sram_bytes must be a positive integer"):
             Memory(sram_bytes=bad)
+
+
+def test_misaligned_out_is_refused_before_launch():
+    """out=(o, lse) with o a contiguous view at an element offset: every tensor-core epilogue stores O in 16-byte vectors
+    (a misaligned one is a sticky CUDA fault), so the shared output check refuses it first (CPU tensors suffice)."""
+    from kernels import fa2_tc
+
+    q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
+    lse = torch.zeros(1, 2, 8)
+    o = torch.zeros(q.numel() + 4, dtype=torch.float16)[4:].view(q.shape)  # 8 bytes past a boundary
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        fa2_tc._outputs(q, (o, lse))
+    assert fa2_tc._outputs(q, (torch.zeros_like(q), lse))[1] is lse

@@ -404,7 +404,7 @@ def test_turn_carry_strided_gqa(d, cfg):
 
 # v13 O_DIRECT: O written from the accumulator registers to global memory, the Q tile handed back after the tile's last S
 # (d = 256's persistent builds, which have no smem for O_TILE). forward()'s two d = 256 builds (O_DIRECT=2: 16-byte
-# stores after a transpose in each quad), one of them with TURN_CARRY, the 4-byte form (O_DIRECT=1) at every d (d = 64:
+# stores after a transpose in each quad), one of them again with TURN_CARRY added (forward() does not add it), the 4-byte form (O_DIRECT=1) at every d (d = 64:
 # ROW_SUM_MMA's l in O's extra column, no ping-pong; d = 96: O padded to 128 columns), the 16-byte form at d = 64 and 96,
 # and the 16-byte form in place of O_TILE + O_TMA in d = 96 / 128's rule builds (an A/B candidate): hypothesis shapes;
 # ragged Nq with idle warpgroups; causal Nq > Nk (tiles with no key: Q handed back with no S read); long key loops; 1 and
@@ -444,6 +444,7 @@ def test_o_direct_across_tiles(d, cfg):
             _check(fn, 2, 3, n_q, 4100, d, torch.float16, False, 4.0, n_q)
         _check(fn, 1, 3, 333, 2 * 333 + 7, d, torch.bfloat16, True, 4.0, 5)
         _check(fn, 2, 3, 900, 300, d, torch.bfloat16, True, 4.0, 7)  # Q blocks with no key: Q back with no S
+        _check(fn, 1, 2, 900, 300, d, torch.float16, True, 4.0, 9)  # and in fp16 (ROW_SUM_MMA's l = 0 rows at d = 64)
         _check(fn, 2, 2, 512, 512, d, torch.float16, True, 4.0, 8)
 
 

@@ -641,7 +641,9 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                     load_k(t);
                     load_v(t);
                 }
-                if (PERSISTENT && T == 0) load_q();  // the consumers stage this tile's epilogue through it
+                // the consumers stage this tile's epilogue through it (O_TILE, O_DIRECT: they do not, but each tile's
+                // full_q / empty_q phase needs its load)
+                if (PERSISTENT && T == 0) load_q();
                 kv_it += T;
 #if PERSISTENT == 2
                 // one fetch per tile run, so exactly Tr*B*H fetches a launch: atomicInc wraps at Tr*B*H - 1, so the
