@@ -404,9 +404,10 @@ def test_turn_carry_strided_gqa(d, cfg):
 
 # v13 O_DIRECT: O written from the accumulator registers to global memory, the Q tile handed back after the tile's last S
 # (d = 256's persistent builds, which have no smem for O_TILE). forward()'s two d = 256 builds (O_DIRECT=2: 16-byte
-# stores after a transpose in each quad), one of them again with TURN_CARRY added (forward() does not add it), the 4-byte form (O_DIRECT=1) at every d (d = 64:
-# ROW_SUM_MMA's l in O's extra column, no ping-pong; d = 96: O padded to 128 columns), the 16-byte form at d = 64 and 96,
-# and the 16-byte form in place of O_TILE + O_TMA in d = 96 / 128's rule builds (an A/B candidate): hypothesis shapes;
+# stores after a transpose in each quad), one of them again with TURN_CARRY added (forward() does not add it), the
+# 4-byte form (O_DIRECT=1) at every d (d = 64: ROW_SUM_MMA's l in O's extra column, no ping-pong; d = 96: O padded to
+# 128 columns), the 16-byte form at d = 64 and 96, and the 16-byte form in place of O_TILE + O_TMA in d = 96 / 128's
+# rule builds (A/B candidates, d = 96's SIZE_CANDIDATES dyn-od2-r): hypothesis shapes;
 # ragged Nq with idle warpgroups; causal Nq > Nk (tiles with no key: Q handed back with no S read); long key loops; 1 and
 # 3 persistent CTAs; strided GQA views
 def _odirect(d, name=None, **extra):
@@ -417,7 +418,7 @@ def _odirect(d, name=None, **extra):
 ODIRECT = [_odirect(256, "bc64-dyn-od2"), _odirect(256, "dyn-od2"), _odirect(256, "bc64-dyn-od2", TURN_CARRY=1),
            _odirect(256, "bc64-dyn-od"), _odirect(64), _odirect(96), _odirect(128),
            _odirect(64, O_DIRECT=2), _odirect(96, O_DIRECT=2),
-           _odirect(96, "dyn-oqt-r", O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1),
+           _odirect(96, "dyn-od2-r"),
            _odirect(128, "bc128-dyn-oqt-r", O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1)]
 # and every build forward() runs with O_DIRECT: d = 64's causal rule builds since v13 (the 3-CTA one-warpgroup builds and
 # Br = 192, O_DIRECT=2 in place of O_TILE; bench/results/v13more)
