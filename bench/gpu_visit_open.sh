@@ -737,6 +737,20 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 60 python3 bench/ab_wgmma_speed.py --out "$W" --dims 96 --seqs 512,1024,2048,4096 --order abba \
         --variants default,default+O_DIRECT=0+O_TILE=1+O_TMA=1 --budget-s 50 > "$W/ab.txt" 2>&1; r=$?
       rc=$(( rc != 0 ? rc : r )); grep -A20 "^dtype" "$W/ab.txt" | tail -8 ;;
+    stages21)  # stop 21: the O_DIRECT GPU tests after the dead s_stage copy left O_DIRECT builds (their cubins changed),
+               # the A/B tool's rotation with its control entry (default-again), and a third K/V slot for the N = 512
+               # cells still behind cuDNN: d = 96/128 with O from registers (frees O_TILE's 32 KB) + STAGES=3, d = 64's
+               # 3-CTA causal build with 3 and 4 slots
+      mkdir -p "$W/d128" "$W/d64"
+      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      v=default+O_TILE=0+O_TMA=0+O_DIRECT=2+TURN_CARRY=1
+      timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/d128" --dims 96,128 --seqs 512,1024,2048 --order abba \
+        --variants default,default-again,$v,$v+STAGES=3 --budget-s 135 > "$W/d128/ab.txt" 2>&1; r=$?
+      rc=$(( rc != 0 ? rc : r )); grep -A40 "^dtype" "$W/d128/ab.txt" | tail -26
+      timeout 70 python3 bench/ab_wgmma_speed.py --out "$W/d64" --dims 64 --seqs 512 --order abba \
+        --variants default,default-again,default+STAGES=3,default+STAGES=4 --budget-s 60 > "$W/d64/ab.txt" 2>&1; r=$?
+      rc=$(( rc != 0 ? rc : r )); grep -A20 "^dtype" "$W/d64/ab.txt" | tail -10 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -924,14 +924,14 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         }
 #endif  // QK_AHEAD
 
-#if PERSISTENT
+#if PERSISTENT && !O_DIRECT
         // an opaque copy of the staging tile's address per tile: the epilogue's lane-dependent addresses are then
         // computed per tile instead of being hoisted out of the tile loop and kept live (spilled) across it
         u32 s_stage;
         asm volatile("mov.b32 %0, %1;\n" : "=r"(s_stage) : "r"(O_TILE ? sO : sQ));
-#else
+#elif !O_DIRECT
         const u32 s_stage = sQ;
-#endif
+#endif  // O_DIRECT stages nothing
 #if Q_EARLY
         if (T == 0 && lane == 0) mbar_arrive(empty_q);  // no S read Q (the row sees no key)
 #endif
