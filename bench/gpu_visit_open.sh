@@ -751,6 +751,13 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 70 python3 bench/ab_wgmma_speed.py --out "$W/d64" --dims 64 --seqs 512 --order abba \
         --variants default,default-again,default+STAGES=3,default+STAGES=4 --budget-s 60 > "$W/d64/ab.txt" 2>&1; r=$?
       rc=$(( rc != 0 ? rc : r )); grep -A20 "^dtype" "$W/d64/ab.txt" | tail -10 ;;
+    stages21b)  # after stages21 (d = 64 N = 512 with four K/V slots: causal 0.957-0.970, non-causal 0.978-0.989): the GPU
+                # tests of d = 64's four-slot builds (SIZE_CANDIDATES *-s4), then the A/B at N = 512-8k
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "size_candidate and s4" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      timeout 230 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096,8192 --order abba \
+        --variants default,default-again,default+STAGES=3,default+STAGES=4,small-tma3-bc64-dyn-od2-s4 --budget-s 210 \
+        > "$W/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep -A30 "^dtype" "$W/ab.txt" | tail -28 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

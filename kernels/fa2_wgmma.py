@@ -197,13 +197,16 @@ SIZE_CANDIDATES = {
          "small-tma3": dict(TMA=1, BLOCK_N=96, NWG=1, MIN_BLOCKS=3, PINGPONG=0, PRODUCER_REGS=24,
                             RESCALE_THRESHOLD=8),
          "small-cp": dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3)},
-    128: {"small-tma": dict(TMA=1, BLOCK_N=96, NWG=1, MIN_BLOCKS=2, PINGPONG=0),
-          "small-cp": dict(BLOCK_N=96, NWG=1, MIN_BLOCKS=2)},
+    # d = 128's TMA form (Bc = 96, 2 CTAs, and its persistent "-dyn") is gone: with its mbarriers and the 1 KB kept
+    # to align the base it needs 115,784 B, and two CTAs with the runtime's 1 KB each take 144 B more than the SM's
+    # 228 KB, so it always ran one CTA per SM (its timings in persist14 and earlier are of that); _check_fits now
+    # refuses such a build. The cp.async form (no mbarriers) fits two exactly.
+    128: {"small-cp": dict(BLOCK_N=96, NWG=1, MIN_BLOCKS=2)},
 }
 for _name in ("small-tma", "small-tma3"):  # the d = 64 size builds with l from the tensor core (ROW_SUM_MMA)
     SIZE_CANDIDATES[64][_name + "-rs"] = dict(SIZE_CANDIDATES[64][_name], ROW_SUM_MMA=1)
-for _d in (64, 128):  # and the 2-CTA TMA build persistent (v3c's dynamic scheduler): one more overlap of tiles
-    SIZE_CANDIDATES[_d]["small-tma-dyn"] = dict(SIZE_CANDIDATES[_d]["small-tma"], PERSISTENT=2)
+# and the 2-CTA TMA build persistent (v3c's dynamic scheduler): one more overlap of tiles
+SIZE_CANDIDATES[64]["small-tma-dyn"] = dict(SIZE_CANDIDATES[64]["small-tma"], PERSISTENT=2)
 # d = 128, the default's two ping-ponging warpgroups with Bc = 128: N = 512 and 1024 are whole 128-key blocks,
 # where Bc = 176 ends each row on a masked, partly empty block (512 = 2 x 176 + 160)
 SIZE_CANDIDATES[128]["small-bc128"] = dict(CONFIGS[128], BLOCK_N=128)
@@ -402,6 +405,16 @@ for _name in ("small-tma3-bc64-dyn-oqt", "small-tma3-dyn-oq", "br192-rs-dyn-oq")
 # the size of the gain. Not taken at d = 96; at d = 128 (causal 0.982 and 0.994) not either. d = 64's and d = 256's gains
 # hold grid to grid against cuDNN (v13 above; d = 64 causal 0.974, d = 256 causal 0.959 of the earlier grid's time).
 SIZE_CANDIDATES[96]["dyn-od2-r"] = dict(SIZE_CANDIDATES[96]["dyn-oqt-r"], O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1)
+# stop 21, a deeper K/V ring at short rows (bench/results/stages21): a tile of N = 512 has 4-8 key steps, so the ring's
+# two slots are all the loads its CTA has in flight when the next tile's first K and V come from DRAM. One run (abba,
+# entries rotated per cell, the default timed twice as the control: 0.992-1.003), d = 64 N = 512, time / forward()'s
+# build: STAGES=4 causal 0.957-0.970 (3-CTA build, 73 KB each), non-causal 0.978-0.989 (Br = 192, 193 KB); STAGES=3
+# 0.970-0.973 / 0.989-1.002. d = 96/128 (O_DIRECT=2 in place of O_TILE frees its tile for a third slot, 225 KB at
+# Bc = 128): d = 96 0.969-1.011 (geomean 0.991), d = 128 0.986-1.053, not taken. The d = 64 builds with four slots,
+# for the A/B at every N and the GPU tests (the 3-CTA Bc = 96 build has no room: 3 x 105 KB):
+for _name, _base in (("small-tma3-bc64-dyn-od2", SIZE_CANDIDATES[64]), ("br192-rs-dyn-od2", SIZE_CANDIDATES[64]),
+                     ("br192-rs-dyn-oqt", TILE_CANDIDATES[64]), ("br192-rs-dyn-oq", TILE_CANDIDATES[64])):
+    SIZE_CANDIDATES[64][_name + "-s4"] = dict(_base[_name], STAGES=4)
 SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2"], "causal"),
                          (2048, SIZE_CANDIDATES[64]["small-tma3-dyn-od2"], "causal"),
                          (None, SIZE_CANDIDATES[64]["br192-rs-dyn-od2"], "causal"),
@@ -558,7 +571,26 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
         base = dict(TMA_DEFAULTS, PINGPONG=int(cfg.get("NWG", 2) == 2))  # ping-pong takes two warpgroups
     else:
         base = DEFAULTS
-    return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(base, **cfg))
+    defines = dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(base, **cfg))
+    _check_fits(defines)
+    return defines
+
+
+SMEM_PER_BLOCK_MAX = 232448  # sm_90: 227 KB of dynamic shared memory per CTA (CUDA guide, CC 9.0)
+SMEM_PER_SM = 233472  # sm_90: 228 KB per SM, of which the runtime reserves 1 KB per resident CTA
+
+
+def _check_fits(defines: dict) -> None:
+    """Refuse a build whose smem cannot launch, or cannot put MIN_BLOCKS CTAs on an SM: the first fails at launch,
+    the second would run silently at fewer CTAs (MIN_BLOCKS only caps registers), and time as another build."""
+    smem, ctas = smem_bytes(defines), defines.get("MIN_BLOCKS", 1)
+    if smem > SMEM_PER_BLOCK_MAX:
+        raise ValueError(f"fa2_wgmma: d={defines['HEAD_DIM']} BLOCK_N={defines['BLOCK_N']} NWG={defines['NWG']} "
+                         f"STAGES={defines.get('STAGES', 2)} O_TILE={defines.get('O_TILE', 0)} needs {smem} B of "
+                         f"shared memory per CTA; the SM gives at most {SMEM_PER_BLOCK_MAX}")
+    if ctas * (smem + 1024) > SMEM_PER_SM:
+        raise ValueError(f"fa2_wgmma: MIN_BLOCKS={ctas} CTAs of {smem} B shared memory (+1 KB each, reserved) do not "
+                         f"fit the SM's {SMEM_PER_SM} B; at most {SMEM_PER_SM // (smem + 1024)} would run")
 
 
 def source_of(defines: dict) -> tuple[Path, str]:
