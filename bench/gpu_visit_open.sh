@@ -758,6 +758,24 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 230 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096,8192 --order abba \
         --variants default,default-again,default+STAGES=3,default+STAGES=4,small-tma3-bc64-dyn-od2-s4 --budget-s 210 \
         > "$W/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep -A30 "^dtype" "$W/ab.txt" | tail -28 ;;
+    stages21c)  # SIZE_RULES[64] with four K/V slots in three of its builds (stages21, stages21b): the GPU tests of the
+                # four-slot builds and of d = 128's two-CTA candidates, the O_DIRECT tests (forward()'s O_DIRECT builds
+                # now include the four-slot ones), forward()'s dispatch tests, memcheck / racecheck of the new rule
+                # builds on 2 CTAs at scale; the third A/B of the slots (default against default+STAGES=2, the builds
+                # they replaced) at N = 512-16k; d = 128's two-CTA builds against the default at N <= 2k
+      mkdir -p "$W/d64" "$W/d128"
+      timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "(size_candidate and (s4 or small2)) or o_direct" > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      dispatch_tests "$W/dispatch.log" 100; r=$?; tail -1 "$W/dispatch.log"; rc=$(( rc != 0 ? rc : r ))
+      cfg=$(builds 2 "f.default_builds()" "d == 64 and c.get('STAGES') == 4")
+      sanitize_wgmma memcheck bfloat16 7 60 50 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 5 100 90 "$cfg"; r=$?; tail -1 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      timeout 110 python3 bench/ab_wgmma_speed.py --out "$W/d64" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
+        --order abba --variants default,default-again,default+STAGES=2 --budget-s 100 > "$W/d64/ab.txt" 2>&1; r=$?
+      rc=$(( rc != 0 ? rc : r )); grep -A30 "^dtype" "$W/d64/ab.txt" | tail -30
+      timeout 80 python3 bench/ab_wgmma_speed.py --out "$W/d128" --dims 128 --seqs 512,1024,2048 --order abba \
+        --variants default,default-again,small2-bc64-dyn-od2,small2-bc80-dyn-od2 --budget-s 70 > "$W/d128/ab.txt" 2>&1
+      r=$?; rc=$(( rc != 0 ? rc : r )); grep -A20 "^dtype" "$W/d128/ab.txt" | tail -18 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -411,14 +411,23 @@ SIZE_CANDIDATES[96]["dyn-od2-r"] = dict(SIZE_CANDIDATES[96]["dyn-oqt-r"], O_TILE
 # build: STAGES=4 causal 0.957-0.970 (3-CTA build, 73 KB each), non-causal 0.978-0.989 (Br = 192, 193 KB); STAGES=3
 # 0.970-0.973 / 0.989-1.002. d = 96/128 (O_DIRECT=2 in place of O_TILE frees its tile for a third slot, 225 KB at
 # Bc = 128): d = 96 0.969-1.011 (geomean 0.991), d = 128 0.986-1.053, not taken. The d = 64 builds with four slots,
-# for the A/B at every N and the GPU tests (the 3-CTA Bc = 96 build has no room: 3 x 105 KB):
+# for the A/B at every N and the GPU tests (the 3-CTA Bc = 96 build has no room: 3 x 105 KB). Second run (stages21b,
+# N = 512-8k; control 0.987-1.037): causal 512 0.963-0.964, non-causal 512-2k 0.975-0.980, causal 4k 0.980-0.981 and 8k
+# 0.926-1.000; non-causal 4k-8k 0.980-1.017 and the 3-CTA Bc = 64 build at causal 1k-2k 1.027-1.086 (not taken).
+# SIZE_RULES[64] runs four slots in the first three builds below:
 for _name, _base in (("small-tma3-bc64-dyn-od2", SIZE_CANDIDATES[64]), ("br192-rs-dyn-od2", SIZE_CANDIDATES[64]),
                      ("br192-rs-dyn-oqt", TILE_CANDIDATES[64]), ("br192-rs-dyn-oq", TILE_CANDIDATES[64])):
     SIZE_CANDIDATES[64][_name + "-s4"] = dict(_base[_name], STAGES=4)
-SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2"], "causal"),
+# d = 128 at two CTAs per SM, now that the TMA form really runs two (see SIZE_CANDIDATES' head): one consumer warpgroup
+# of 64 rows each, persistent, O from registers (no staging tile), Bc = 64 (81 KB) or 80 (97 KB); for N = 512, where
+# d = 128 trails cuDNN by 1-2%: a second CTA's tile ends and starts under the first's products
+for _bc in (64, 80):
+    SIZE_CANDIDATES[128][f"small2-bc{_bc}-dyn-od2"] = dict(TMA=1, BLOCK_N=_bc, NWG=1, MIN_BLOCKS=2, PINGPONG=0, PERSISTENT=2,
+                                                         O_DIRECT=2, RESCALE_THRESHOLD=8)
+SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"], "causal"),
                          (2048, SIZE_CANDIDATES[64]["small-tma3-dyn-od2"], "causal"),
-                         (None, SIZE_CANDIDATES[64]["br192-rs-dyn-od2"], "causal"),
-                         (2048, TILE_CANDIDATES[64]["br192-rs-dyn-oqt"], None),  # non-causal: causal took the above
+                         (None, SIZE_CANDIDATES[64]["br192-rs-dyn-od2-s4"], "causal"),
+                         (2048, SIZE_CANDIDATES[64]["br192-rs-dyn-oqt-s4"], None),  # non-causal: causal took the above
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None),
                           (None, candidate(128, "rescale"), None)],
