@@ -486,10 +486,11 @@ def test_builds_that_do_not_fit_the_sm_are_refused():
     with pytest.raises(ValueError, match="do not fit"):
         fa2_wgmma.defines_for(128, 0, dict(TMA=1, BLOCK_N=96, NWG=1, MIN_BLOCKS=2, PINGPONG=0))
     with pytest.raises(ValueError, match="per CTA"):
-        fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.CONFIGS[128], STAGES=3))
+        fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], STAGES=3))
     with pytest.raises(ValueError, match="do not fit"):  # the 3-CTA Bc = 96 build with four slots: 3 x 105 KB
         fa2_wgmma.defines_for(64, 0, dict(fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-dyn-od2"], STAGES=4))
-    fits = fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.CONFIGS[128], STAGES=3, O_DIRECT=2, PERSISTENT=2))
+    fits = fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], O_TILE=0, O_TMA=0,
+                                              O_DIRECT=2, STAGES=3))
     assert fa2_wgmma.smem_bytes(fits) <= fa2_wgmma.SMEM_PER_BLOCK_MAX  # O's tile freed makes room for a third slot
     for d, cfg in fa2_wgmma.default_builds():  # and every build forward() runs fits its CTAs
         defs = fa2_wgmma.defines_for(d, 0, cfg)
