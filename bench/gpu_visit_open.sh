@@ -776,6 +776,17 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 80 python3 bench/ab_wgmma_speed.py --out "$W/d128" --dims 128 --seqs 512,1024,2048 --order abba \
         --variants default,default-again,small2-bc64-dyn-od2,small2-bc80-dyn-od2 --budget-s 70 > "$W/d128/ab.txt" 2>&1
       r=$?; rc=$(( rc != 0 ? rc : r )); grep -A20 "^dtype" "$W/d128/ab.txt" | tail -18 ;;
+    grid21)  # SIZE_RULES[64] after stages21c (four K/V slots at causal N <= 512 and non-causal N <= 2k): forward()'s
+             # dispatch tests, the target grid, then d = 256 at N <= 1k (non-causal fp16 512 trailed cuDNN, 0.975) with
+             # Bc = 80 and with TURN_CARRY beside the rule's Bc = 64 build
+      mkdir -p "$W/grid" "$W/d256"
+      dispatch_tests "$W/dispatch.log" 80; rc=$?; tail -1 "$W/dispatch.log"
+      timeout 160 python3 bench/ab_wgmma_speed.py --out "$W/grid" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 145 > "$W/grid/ab.txt" 2>&1
+      r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/grid/ab.txt" | tail -1; grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0'
+      timeout 80 python3 bench/ab_wgmma_speed.py --out "$W/d256" --dims 256 --seqs 512,1024 --order abba \
+        --variants default,default-again,dyn-od2,default+TURN_CARRY=1 --budget-s 70 > "$W/d256/ab.txt" 2>&1; r=$?
+      rc=$(( rc != 0 ? rc : r )); grep -A12 "^dtype" "$W/d256/ab.txt" | tail -10 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
