@@ -785,7 +785,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 145 > "$W/grid/ab.txt" 2>&1
       r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/grid/ab.txt" | tail -1; grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0'
       timeout 80 python3 bench/ab_wgmma_speed.py --out "$W/d256" --dims 256 --seqs 512,1024 --order abba \
-        --variants default,default-again,dyn-od2,default+TURN_CARRY=1 --budget-s 70 > "$W/d256/ab.txt" 2>&1; r=$?
+        --variants default,default-again,default+BLOCK_N=80,default+TURN_CARRY=1 --budget-s 70 > "$W/d256/ab.txt" 2>&1; r=$?
       rc=$(( rc != 0 ? rc : r )); grep -A12 "^dtype" "$W/d256/ab.txt" | tail -10 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
