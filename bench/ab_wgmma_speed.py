@@ -102,6 +102,29 @@ def _with_memset(q, k, v, causal, out=None):
     return fa2_wgmma.forward(q, k, v, causal=causal, out=out)
 
 
+# A cell is timed again, every entry, when one entry's two passes differ by more than this: spikes of one entry
+# (grid21: fa2_wgmma d = 128 causal 1k bf16, passes 0.310 / 0.222 ms against a 0.148 ms minimum, samples up to
+# 1.16 ms) that the mean of the passes would carry into the table. cuDNN's passes differ by up to ~17% without a spike
+# (its first pass in a cell is the faster one: summary() prints the median ratio), so the bound sits above that.
+RETIME_SPREAD = 1.25
+
+
+def time_cell(harness, cell_entries, sets, causal, args) -> list[dict]:
+    """Each entry timed in order, then (abba) again in reverse: a drift within the cell (the clock settling under
+    load) then favours no position; each median is the mean of the two passes'."""
+    recs = [harness.measure(e, sets, causal, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms) for e in cell_entries]
+    if args.order == "abba":
+        for e, rec in reversed(list(zip(cell_entries, recs))):
+            if rec.get("median_ms"):
+                t = harness.time_fn(lambda q_, k_, v_, e=e: e.forward(q_, k_, v_, causal), sets,
+                                    warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+                rec["pass_ms"] = [rec["median_ms"], t["median_ms"]]
+                rec["median_ms"] = (rec["median_ms"] + t["median_ms"]) / 2
+                rec["min_ms"], rec["max_ms"] = min(rec["min_ms"], t["min_ms"]), max(rec["max_ms"], t["max_ms"])
+                rec["tflops"] = rec["flops"] / rec["median_ms"] / 1e9
+    return recs
+
+
 def run(args) -> dict:
     import torch
 
@@ -131,22 +154,18 @@ def run(args) -> dict:
             continue
         sets = harness.input_sets(TOKENS // n, HIDDEN // d, n, n, d, getattr(torch, dt), max_sets=2)
         cell_entries = rotate(entries(d, variants, n, sdpa), i_cell) if args.rotate else entries(d, variants, n, sdpa)
-        recs = [harness.measure(e, sets, causal, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms) for e in cell_entries]
-        if args.order == "abba":  # the same entries again in reverse order: a drift within the cell (the clock
-            # settling under load) then favours no position; each median is the mean of the two passes'
-            for e, rec in reversed(list(zip(cell_entries, recs))):
-                if rec.get("median_ms"):
-                    t = harness.time_fn(lambda q_, k_, v_, e=e: e.forward(q_, k_, v_, causal), sets,
-                                        warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
-                    rec["pass_ms"] = [rec["median_ms"], t["median_ms"]]
-                    rec["median_ms"] = (rec["median_ms"] + t["median_ms"]) / 2
-                    rec["min_ms"], rec["max_ms"] = min(rec["min_ms"], t["min_ms"]), max(rec["max_ms"], t["max_ms"])
-                    rec["tflops"] = rec["flops"] / rec["median_ms"] / 1e9
+        recs = time_cell(harness, cell_entries, sets, causal, args)
+        spread = max((max(r["pass_ms"]) / min(r["pass_ms"]) for r in recs if r.get("pass_ms")), default=1.0)
+        if spread > RETIME_SPREAD:  # a disturbed cell (one entry's passes far apart): every entry timed again
+            first = recs
+            recs = time_cell(harness, cell_entries, sets, causal, args)
+            for r, f in zip(recs, first):
+                r["retimed_from_ms"] = f.get("pass_ms")
         for pos, (e, rec) in enumerate(zip(cell_entries, recs)):
             rec["variant"], rec["position"] = e.label, pos
             row = {k: rec.get(k) for k in ("variant", "dtype", "d", "n", "b", "h", "causal", "median_ms",
                                            "min_ms", "max_ms", "tflops", "ok", "rel_err", "skipped", "pass_ms",
-                                           "position")}
+                                           "position", "retimed_from_ms") if k in rec or k != "retimed_from_ms"}
             if e.label == "fa2_wgmma[default]":  # the build forward()'s rule ran (the GPU model reads it back)
                 row["config"] = fa2_wgmma.choose_config(d, n, True, causal=causal) or fa2_wgmma.CONFIGS[d]
                 row["knobs"] = fa2_wgmma.default_knobs(row["config"])  # and what forward() added (since stop 19)
@@ -225,6 +244,7 @@ def summary(res: dict) -> str:
         w = min(worst)
         lines.append(f"cells with best/cuDNN >= 1.0: {sum(x[0] >= 1.0 for x in worst)} of {len(worst)}; worst "
                      f"{w[0]:.3f} ({w[1]}, d={w[2]}, causal={int(w[3])}, N={w[4]})")
+    lines += pass_lines(cell, ref)
     lines += decisions(rows)
     bad = [r for r in rows if r.get("ok") is False or (r.get("skipped") and "SDPA" not in str(r.get("skipped")))]
     lines.append(f"failed or skipped entries: {len(bad)}" + "".join(
@@ -232,6 +252,29 @@ def summary(res: dict) -> str:
     if res.get("not_run"):
         lines.append(f"cells not run (time budget): {len(res['not_run'])}")
     return "\n".join(lines)
+
+
+def pass_lines(cell: dict, ref: str | None) -> list[str]:
+    """abba runs: the reference build against cuDNN on each entry's faster pass (min of the two), beside the table's
+    mean of the passes, and each library's first pass / second pass (median over cells). cuDNN's first pass in a cell
+    ran 3-7% faster than its second in every grid so far (grid20, v13final 0.966, grid21 0.927; fa2_wgmma and SDPA
+    flash 0.99-1.00, at every position of the rotation), so the mean of the passes favours fa2_wgmma against cuDNN's
+    best; both counts are printed."""
+    fast, firsts = [], {}
+    for c in cell.values():
+        for v, r in c.items():
+            if r.get("pass_ms") and len(r["pass_ms"]) == 2 and min(r["pass_ms"]) > 0:
+                firsts.setdefault(v, []).append(r["pass_ms"][0] / r["pass_ms"][1])
+        a, b = c.get(ref), c.get("sdpa_cudnn")
+        if a and b and a.get("ok") and a.get("pass_ms") and b.get("pass_ms"):
+            fast.append(min(b["pass_ms"]) / min(a["pass_ms"]))
+    if not fast:
+        return []
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return [f"{ref} / cuDNN on each entry's faster pass: >= 1.0 in {sum(x >= 1.0 for x in fast)} of {len(fast)} "
+            f"cells, worst {min(fast):.3f}",
+            "first pass / second pass, median over cells: " + ", ".join(
+                f"{v} {med(xs):.3f}" for v, xs in firsts.items() if v in (ref, "sdpa_cudnn", "sdpa_flash"))]
 
 
 # The rule that turns the table into defaults (time / base time per cell, both checked ok): a build goes into

@@ -415,10 +415,10 @@ SIZE_CANDIDATES[96]["dyn-od2-r"] = dict(SIZE_CANDIDATES[96]["dyn-oqt-r"], O_TILE
 # N = 512-8k; control 0.987-1.037): causal 512 0.963-0.964, non-causal 512-2k 0.975-0.980, causal 4k 0.980-0.981 and 8k
 # 0.926-1.000; non-causal 4k-8k 0.980-1.017 and the 3-CTA Bc = 64 build at causal 1k-2k 1.027-1.086 (not taken).
 # Third run (stages21c, the rule builds against themselves with two slots, N = 512-16k; control 0.988-1.024, the
-# unchanged builds 0.947-1.088 at N >= 4k): causal 512 0.965-0.986, non-causal 512-2k 0.984-1.008; causal 4k-16k
-# 0.973-1.021 and 0.947 at 16k fp16. So SIZE_RULES[64] runs four slots in the 3-CTA causal N <= 512 build (three runs
-# 0.957-0.986) and Br = 192 non-causal N <= 2k (geomean over runs 0.985-0.990, no cell over 1.016), not at causal
-# N > 2k (level: 0.926-1.021 over two runs). d = 128's two-CTA builds (small2-bc64/80-dyn-od2 below, stages21c):
+# unchanged builds 0.947-1.088 at N >= 4k; four slots / two): causal 512 0.965-0.986, non-causal 512-2k 0.984-1.008;
+# causal 4k-16k 0.979-1.028 and 1.056 at 16k fp16. So SIZE_RULES[64] runs four slots in the 3-CTA causal N <= 512
+# build (three runs 0.957-0.986) and Br = 192 non-causal N <= 2k (geomean over runs 0.985-0.990, no cell over 1.008),
+# not at causal N > 2k (level: 0.926-1.056 over two runs). d = 128's two-CTA builds (small2-bc64/80-dyn-od2 below, stages21c):
 # 1.05-1.28x the default's time at N <= 2k, not taken (the 64-row tiles read K/V twice as often and the SM runs one
 # product per CTA, not two warpgroups ping-ponging within one).
 for _name, _base in (("small-tma3-bc64-dyn-od2", SIZE_CANDIDATES[64]), ("br192-rs-dyn-od2", SIZE_CANDIDATES[64]),
