@@ -787,6 +787,14 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 80 python3 bench/ab_wgmma_speed.py --out "$W/d256" --dims 256 --seqs 512,1024 --order abba \
         --variants default,default-again,default+BLOCK_N=80,default+TURN_CARRY=1 --budget-s 70 > "$W/d256/ab.txt" 2>&1; r=$?
       rc=$(( rc != 0 ? rc : r )); grep -A12 "^dtype" "$W/d256/ab.txt" | tail -10 ;;
+    passes21)  # stop 21: cuDNN's first timing pass in a cell ran 3-7% faster than its second in every grid: each entry
+               # timed four passes with no check first, then cuDNN after its float64 check (bench/pass_probe.py)
+      timeout 150 python3 bench/pass_probe.py --out "$W" > "$W/probe.txt" 2>&1; rc=$?; cat "$W/probe.txt" | tail -10 ;;
+    grid21b)  # the target grid again (the second after stages21's rules), with the A/B's retime of disturbed cells
+      timeout 190 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 175 > "$W/ab.txt" 2>&1
+      rc=$?; grep -A3 "^cells with" "$W/ab.txt" | head -4; grep -A100 "^dtype" "$W/ab.txt" | awk '$9+0 < 1.0'
+      python3 -c "import json; r=json.load(open('$W/ab_wgmma_speed.json'))['rows']; print('retimed rows:', sum('retimed_from_ms' in x for x in r))" ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -129,6 +129,7 @@ SCRIPTS = ["bench_kernels.py", "bench_tc.py", "fa2_teaching_ab.py", "launch_over
            "sdpa_backward.py", "bench_bwd.py", "bwd_wgmma_check.py", "layouts_speed.py", "train_gpt.py",
            "ab_wgmma_speed.py", "teach_bwd_ab.py"]
 SCRIPTS += ["cluster_speed.py"]  # issue 18: the cluster v_once beside fa2_wgmma
+SCRIPTS += ["pass_probe.py"]  # stop 21: cuDNN's first timing pass against its later ones
 # times an old source tree with this tree's harness, so it loads bench/harness.py by path, not by import
 BY_PATH = {"ab_speed.py"}
 # scripts that time nothing (ncu targets, precompilers, table writers) or time the host alone
