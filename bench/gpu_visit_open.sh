@@ -795,6 +795,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 175 > "$W/ab.txt" 2>&1
       rc=$?; grep -A3 "^cells with" "$W/ab.txt" | head -4; grep -A100 "^dtype" "$W/ab.txt" | awk '$9+0 < 1.0'
       python3 -c "import json; r=json.load(open('$W/ab_wgmma_speed.json'))['rows']; print('retimed rows:', sum('retimed_from_ms' in x for x in r))" ;;
+    knobs21)  # the v9-v13 knob tests as one registry (tests/test_kernels_wgmma_speed_gpu.py KNOB_SETS: the same 154 tests
+              # as the five knob-by-knob sets they replace), on forward()'s stop-21 builds
+      timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "knob" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log" ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -272,144 +272,39 @@ def test_size_candidate_strided_gqa(d, name):
                   config=fa2_wgmma.candidate(d, name))
 
 
-# every build forward()'s rules run (SIZE_RULES and CONFIGS, each d) with DEFAULT_KNOBS: v9 DESC_STEP (each operand's
-# wgmma descriptor built once per product and stepped by the k-slice offset) and v10 WG_SKIP (idle warpgroups);
-# hypothesis shapes (odd Nq: idle warpgroups in the last Q block), a long key loop, 3 persistent CTAs
+# The knobs of v9-v13, each exact in the result, each checked on the builds it acts in: one registry (KNOB_SETS) of
+# (knob, builds) that three tests iterate over: hypothesis shapes, fixed shapes across tiles (long key loops that
+# refill every ring slot many times, idle warpgroups, causal Q blocks with no key, 1 and 3 persistent CTAs), and
+# strided GQA views.
+# v9 DESC_STEP (each operand's wgmma descriptor built once per product and stepped by the k-slice offset) and v10
+# WG_SKIP (idle warpgroups) are DEFAULT_KNOBS: every build forward()'s rules run (SIZE_RULES and CONFIGS, each d).
 DESC = fa2_wgmma.default_builds()
 assert all(c["DESC_STEP"] == 1 and c["WG_SKIP"] == 1 for _, c in DESC)
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,cfg", DESC, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(DESC)])
-@SETTINGS
-@given(s=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),
-                   st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(), st.integers(0, 2**31 - 1)))
-def test_desc_step_matches_reference(d, cfg, s):
-    b, h, n_q, n_k, dtype, causal, seed = s
-    _check(_with_config(cfg), b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,cfg", DESC, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(DESC)])
-def test_desc_step_long_key_loop(d, cfg):
-    fn = _with_config(cfg, {"GRID": 3} if cfg.get("PERSISTENT") else None)
-    for causal, dtype in ((False, torch.float16), (True, torch.bfloat16)):
-        _check(fn, 2, 3, 700, 4100, d, dtype, causal, 4.0, d)
-
-
-# v10 WG_SKIP: a consumer warpgroup whose 64 rows all lie past Nq walks the barriers and computes nothing. Nq is chosen so
-# that the last Q block leaves one or two warpgroups idle (Br = 128: Nq % 128 in 1..64; Br = 192: 1..64 or 65..128), on
-# one CTA per SM and on 3 persistent CTAs that meet idle and working tiles in turn, with long key loops (each ring slot
-# refilled many times across idle tiles), causal (rows with no key) and not, fp16 and bf16, and strided GQA views; the
-# hypothesis shapes of these builds are test_desc_step_matches_reference's (DEFAULT_KNOBS carries WG_SKIP)
+# v10 WG_SKIP: a consumer warpgroup whose 64 rows all lie past Nq walks the barriers and computes nothing; the builds
+# with two or three warpgroups (their hypothesis shapes are DESC's, which carry the knob)
 SKIP = fa2_wgmma.wg_skip_builds()
 assert SKIP and all(c["WG_SKIP"] == 1 and c.get("NWG", 2) >= 2 for _, c in SKIP)
-
-
-def _idle_rows(cfg) -> list[int]:
-    """Nq values whose last Q block has idle warpgroups: one of each count the build can leave idle."""
-    br = 64 * cfg.get("NWG", 2)
-    return [2 * br + 64 * w - 50 for w in range(1, cfg.get("NWG", 2))]  # w working warpgroups in the last block
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,cfg", SKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(SKIP)])
-def test_wg_skip_idle_warpgroups(d, cfg):
-    for grid in [{}] + ([{"GRID": 3}] if cfg.get("PERSISTENT") else []):
-        fn = _with_config(cfg, grid)
-        for n_q in _idle_rows(cfg):
-            _check(fn, 2, 3, n_q, 4100, d, torch.float16, False, 4.0, n_q)
-            _check(fn, 1, 3, n_q, 2 * n_q + 7, d, torch.bfloat16, True, 4.0, n_q + 1)
-            _check(fn, 2, 2, n_q, 90, d, torch.bfloat16, True, 1.0, n_q + 2)  # causal: Q blocks with no key
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,cfg", SKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(SKIP)])
-def test_wg_skip_strided_gqa(d, cfg):
-    if cfg.get("TMA"):
-        _check_layout(2, 4, 2, _idle_rows(cfg)[-1], 1000, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)
-
-
-# v11 WG_CAUSAL_SKIP: on causal rows a warpgroup walks the first key blocks of its tile that lie wholly past its own last
-# row (warpgroup 0 of Br = 128 with Bc = 64, or of Br = 192). Every forward() build with two or three warpgroups (the knob
-# is in DEFAULT_KNOBS; the first run, cskip/, also ran the two SIZE_CANDIDATES that carry it): hypothesis causal shapes; fixed shapes where each build walks (tests/test_kernels_wgmma_speed.py checks that with
-# kernels.fa2_wgmma.causal_walk_steps): Nk - Nq not a multiple of Bc, long key loops (every ring slot refilled many
-# times, walked and read), Nq > Nk (rows with no key, warpgroup 0 with none at all); 3 persistent CTAs; strided GQA views
-CSKIP = fa2_wgmma.wg_skip_builds()  # forward()'s NWG >= 2 builds, SKIP's: DEFAULT_KNOBS carry the knob
+# v11 WG_CAUSAL_SKIP: on causal rows a warpgroup walks the key blocks of its tile wholly past its own last row
+# (warpgroup 0 of Br = 128 with Bc = 64, or of Br = 192); SKIP's builds (DEFAULT_KNOBS carry it). Shapes where each
+# build walks (tests/test_kernels_wgmma_speed.py checks that with kernels.fa2_wgmma.causal_walk_steps): Nk - Nq not a
+# multiple of Bc, long key loops, Nq > Nk (warpgroup 0 with no key at all)
+CSKIP = fa2_wgmma.wg_skip_builds()
 assert CSKIP and all(c["WG_CAUSAL_SKIP"] == 1 for _, c in CSKIP)
 CSKIP_SHAPES = [(700, 988), (512, 512), (1000, 4100), (900, 300)]
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,cfg", CSKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CSKIP)])
-@SETTINGS
-@given(s=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),
-                   st.sampled_from([torch.float16, torch.bfloat16]), st.integers(0, 2**31 - 1)))
-def test_wg_causal_skip_matches_reference(d, cfg, s):
-    b, h, n_q, n_k, dtype, seed = s
-    _check(_with_config(cfg), b, h, n_q, n_k, d, dtype, True, 4.0, seed)
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,cfg", CSKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CSKIP)])
-def test_wg_causal_skip_walks(d, cfg):
-    for grid in [{}] + ([{"GRID": 3}] if cfg.get("PERSISTENT") else []):
-        fn = _with_config(cfg, grid)
-        for i, (n_q, n_k) in enumerate(CSKIP_SHAPES):
-            _check(fn, 2, 3, n_q, n_k, d, (torch.float16, torch.bfloat16)[i % 2], True, 4.0, n_q + i)
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,cfg", CSKIP, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CSKIP)])
-def test_wg_causal_skip_strided_gqa(d, cfg):
-    _check_layout(2, 4, 2, 700, 988, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)
-
-
 # v12 TURN_CARRY: the ping-pong turn runs on from tile to tile (warpgroup 1 hands it back as it issues its last P V; one
-# arrival made before the tile loop, taken by warpgroup 0 before it exits). Every forward() build with ping-pong, with the
-# knob: hypothesis shapes; ragged Nq with warpgroup 1 idle in the last Q block (its walk hands the turn back too); causal
-# Nq > Nk, where whole tiles run no step and take no turn; long key loops; 1 and 3 persistent CTAs; strided GQA views
+# arrival made before the tile loop, taken by warpgroup 0 before it exits); every forward() build with ping-pong.
+# Warpgroup 1 idle in the last Q block (its walk hands the turn back too); tiles with no key take no turn
 CARRY = [(d, dict(c, TURN_CARRY=1)) for d, c in fa2_wgmma.default_builds()
          if c.get("NWG", 2) == 2 and c.get("PINGPONG", 1)]
 assert CARRY
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,cfg", CARRY, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CARRY)])
-@SETTINGS
-@given(s=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),
-                   st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(), st.integers(0, 2**31 - 1)))
-def test_turn_carry_matches_reference(d, cfg, s):
-    b, h, n_q, n_k, dtype, causal, seed = s
-    _check(_with_config(cfg), b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,cfg", CARRY, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CARRY)])
-def test_turn_carry_across_tiles(d, cfg):
-    for grid in [{}] + ([{"GRID": 1}, {"GRID": 3}] if cfg.get("PERSISTENT") else []):
-        fn = _with_config(cfg, grid)
-        n_q = _idle_rows(cfg)[0]  # warpgroup 1 idle in each head's last Q block
-        _check(fn, 2, 3, n_q, 4100, d, torch.float16, False, 4.0, n_q)
-        _check(fn, 1, 3, n_q, 2 * n_q + 7, d, torch.bfloat16, True, 4.0, n_q + 1)
-        _check(fn, 2, 3, 900, 300, d, torch.bfloat16, True, 4.0, 7)  # Q blocks with no key: no turn taken
-        _check(fn, 2, 2, 512, 512, d, torch.float16, True, 4.0, 8)
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,cfg", CARRY, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(CARRY)])
-def test_turn_carry_strided_gqa(d, cfg):
-    _check_layout(2, 4, 2, 700, 988, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)
 
 
 # v13 O_DIRECT: O written from the accumulator registers to global memory, the Q tile handed back after the tile's last S
 # (d = 256's persistent builds, which have no smem for O_TILE). forward()'s two d = 256 builds (O_DIRECT=2: 16-byte
 # stores after a transpose in each quad), one of them again with TURN_CARRY added (forward() does not add it), the
 # 4-byte form (O_DIRECT=1) at every d (d = 64: ROW_SUM_MMA's l in O's extra column, no ping-pong; d = 96: O padded to
-# 128 columns), the 16-byte form at d = 64 and 96, and the 16-byte form in place of O_TILE + O_TMA in d = 96 / 128's
-# rule builds (A/B candidates, d = 96's SIZE_CANDIDATES dyn-od2-r): hypothesis shapes;
-# ragged Nq with idle warpgroups; causal Nq > Nk (tiles with no key: Q handed back with no S read); long key loops; 1 and
-# 3 persistent CTAs; strided GQA views
+# 128 columns), the 16-byte form at d = 64 and 96, and in place of O_TILE + O_TMA in d = 96 / 128's rule builds (A/B
+# candidates, d = 96's SIZE_CANDIDATES dyn-od2-r); tiles with no key hand Q back with no S read
 def _odirect(d, name=None, **extra):
     c = dict(dict(PERSISTENT=2, O_DIRECT=1), **(fa2_wgmma.candidate(d, name) if name else fa2_wgmma.CONFIGS[d]))
     return d, {**c, **fa2_wgmma.default_knobs(c), **extra}
@@ -421,35 +316,79 @@ ODIRECT = [_odirect(256, "bc64-dyn-od2"), _odirect(256, "dyn-od2"), _odirect(256
            _odirect(96, "dyn-od2-r"),
            _odirect(128, "bc128-dyn-oqt-r", O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1)]
 # and every build forward() runs with O_DIRECT: d = 64's causal rule builds since v13 (the 3-CTA one-warpgroup builds and
-# Br = 192, O_DIRECT=2 in place of O_TILE; bench/results/v13more)
+# Br = 192, O_DIRECT=2 in place of O_TILE; bench/results/v13more), with four K/V slots since stop 21
 ODIRECT += [(d, c) for d, c in fa2_wgmma.default_builds() if c.get("O_DIRECT") and (d, c) not in ODIRECT]
 assert all(c in [x for _, x in ODIRECT] for d, c in fa2_wgmma.default_builds() if c.get("O_DIRECT"))
 
 
+def _idle_rows(cfg) -> list[int]:
+    """Nq values whose last Q block has idle warpgroups: one of each count the build can leave idle."""
+    br = 64 * cfg.get("NWG", 2)
+    return [2 * br + 64 * w - 50 for w in range(1, cfg.get("NWG", 2))]  # w working warpgroups in the last block
+
+
+F16, B16 = torch.float16, torch.bfloat16
+
+
+def _across_tiles(knob: str, cfg: dict) -> list[tuple]:
+    """(grid, B, H, Nq, Nk, dtype, causal, scale, seed) of the knob's fixed shapes."""
+    persistent = bool(cfg.get("PERSISTENT"))
+    if knob == "desc_step":
+        grid = {"GRID": 3} if persistent else {}
+        return [(grid, 2, 3, 700, 4100, F16, False, 4.0, 1), (grid, 2, 3, 700, 4100, B16, True, 4.0, 2)]
+    if knob == "wg_skip":
+        return [(g, *shp) for g in [{}] + ([{"GRID": 3}] if persistent else []) for n_q in _idle_rows(cfg)
+                for shp in ((2, 3, n_q, 4100, F16, False, 4.0, n_q), (1, 3, n_q, 2 * n_q + 7, B16, True, 4.0, n_q + 1),
+                            (2, 2, n_q, 90, B16, True, 1.0, n_q + 2))]  # the last: Q blocks with no key
+    if knob == "wg_causal_skip":
+        return [(g, 2, 3, n_q, n_k, (F16, B16)[i % 2], True, 4.0, n_q + i)
+                for g in [{}] + ([{"GRID": 3}] if persistent else []) for i, (n_q, n_k) in enumerate(CSKIP_SHAPES)]
+    if knob == "turn_carry":
+        n_q = _idle_rows(cfg)[0]  # warpgroup 1 idle in each head's last Q block
+        return [(g, *shp) for g in [{}] + ([{"GRID": 1}, {"GRID": 3}] if persistent else [])
+                for shp in ((2, 3, n_q, 4100, F16, False, 4.0, n_q), (1, 3, n_q, 2 * n_q + 7, B16, True, 4.0, n_q + 1),
+                            (2, 3, 900, 300, B16, True, 4.0, 7), (2, 2, 512, 512, F16, True, 4.0, 8))]
+    if knob == "o_direct":
+        return [(g, *shp) for g in ({}, {"GRID": 1}, {"GRID": 3})
+                for shp in [(2, 3, n_q, 4100, F16, False, 4.0, n_q) for n_q in _idle_rows(cfg)]
+                + [(1, 3, 333, 2 * 333 + 7, B16, True, 4.0, 5),
+                   (2, 3, 900, 300, B16, True, 4.0, 7),   # Q blocks with no key: Q handed back with no S
+                   (1, 2, 900, 300, F16, True, 4.0, 9),   # and in fp16 (ROW_SUM_MMA's l = 0 rows at d = 64)
+                   (2, 2, 512, 512, F16, True, 4.0, 8)]]
+    raise KeyError(knob)
+
+
+# knob -> its builds; which of the three tests each set runs (wg_skip's hypothesis shapes are desc_step's, on the same
+# builds; desc_step's strided views are the layouts tests' of forward())
+KNOB_SETS = {"desc_step": DESC, "wg_skip": SKIP, "wg_causal_skip": CSKIP, "turn_carry": CARRY, "o_direct": ODIRECT}
+CAUSAL_ONLY = {"wg_causal_skip"}
+
+
+def _knob_params(knobs) -> list:
+    return [pytest.param(k, d, c, id=f"{k}-d{d}-{i}") for k in knobs for i, (d, c) in enumerate(KNOB_SETS[k])]
+
+
 @needs_hopper
-@pytest.mark.parametrize("d,cfg", ODIRECT, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(ODIRECT)])
+@pytest.mark.parametrize("knob,d,cfg", _knob_params([k for k in KNOB_SETS if k != "wg_skip"]))
 @SETTINGS
 @given(s=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),
                    st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(), st.integers(0, 2**31 - 1)))
-def test_o_direct_matches_reference(d, cfg, s):
+def test_knob_matches_reference(knob, d, cfg, s):
     b, h, n_q, n_k, dtype, causal, seed = s
-    _check(_with_config(cfg), b, h, n_q, n_k, d, dtype, causal, 4.0, seed)
+    _check(_with_config(cfg), b, h, n_q, n_k, d, dtype, causal or knob in CAUSAL_ONLY, 4.0, seed)
 
 
 @needs_hopper
-@pytest.mark.parametrize("d,cfg", ODIRECT, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(ODIRECT)])
-def test_o_direct_across_tiles(d, cfg):
-    for grid in ({}, {"GRID": 1}, {"GRID": 3}):
-        fn = _with_config(cfg, grid)
-        for n_q in _idle_rows(cfg):
-            _check(fn, 2, 3, n_q, 4100, d, torch.float16, False, 4.0, n_q)
-        _check(fn, 1, 3, 333, 2 * 333 + 7, d, torch.bfloat16, True, 4.0, 5)
-        _check(fn, 2, 3, 900, 300, d, torch.bfloat16, True, 4.0, 7)  # Q blocks with no key: Q back with no S
-        _check(fn, 1, 2, 900, 300, d, torch.float16, True, 4.0, 9)  # and in fp16 (ROW_SUM_MMA's l = 0 rows at d = 64)
-        _check(fn, 2, 2, 512, 512, d, torch.float16, True, 4.0, 8)
+@pytest.mark.parametrize("knob,d,cfg", _knob_params(KNOB_SETS))
+def test_knob_across_tiles(knob, d, cfg):
+    for grid, b, h, n_q, n_k, dtype, causal, scale, seed in _across_tiles(knob, cfg):
+        _check(_with_config(cfg, grid), b, h, n_q, n_k, d, dtype, causal, scale, seed)
 
 
 @needs_hopper
-@pytest.mark.parametrize("d,cfg", ODIRECT, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(ODIRECT)])
-def test_o_direct_strided_gqa(d, cfg):
-    _check_layout(2, 4, 2, 700, 988, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)
+@pytest.mark.parametrize("knob,d,cfg", _knob_params([k for k in KNOB_SETS if k != "desc_step"]))
+def test_knob_strided_gqa(knob, d, cfg):
+    if not cfg.get("TMA"):
+        pytest.skip("the cp.async build reads contiguous (B, H, N, d) only")  # forward() copies for it
+    n_q, n_k = (_idle_rows(cfg)[-1], 1000) if knob == "wg_skip" else (700, 988)
+    _check_layout(2, 4, 2, n_q, n_k, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)
