@@ -799,6 +799,15 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
               # as the five knob-by-knob sets they replace), on forward()'s stop-21 builds
       timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "knob" \
         > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log" ;;
+    stall21)  # d = 128 N = 512, the cells still behind cuDNN (ncu: level time, 13-14% lower IPC): the warp-state stall
+              # reasons of both kernels (raw metrics), and where in our SASS the warps stall (SourceCounters, causal 512)
+      MOONSHOT_CELLS=512x128x0,512x128x1,4096x128x1 timeout 150 ncu --clock-control none --csv --page raw \
+        --kernel-name "regex:fa2_wgmma|fprop" --section WarpStateStats --section SchedulerStats --section InstructionStats \
+        python3 bench/ncu_moonshot_target.py > "$W/ncu_stall.csv" 2> "$W/ncu_stall.stderr"; rc=$?
+      MOONSHOT_CELLS=512x128x1 timeout 150 ncu --clock-control none --csv --kernel-name "regex:fa2_wgmma" --launch-count 1 \
+        --section SourceCounters --page source --print-source sass python3 bench/ncu_moonshot_target.py \
+        > "$W/ncu_sass.csv" 2> "$W/ncu_sass.stderr"; r=$?; rc=$(( rc != 0 ? rc : r ))
+      wc -c "$W"/*.csv; tail -2 "$W"/*.stderr ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
