@@ -808,6 +808,14 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --section SourceCounters --page source --print-source sass python3 bench/ncu_moonshot_target.py \
         > "$W/ncu_sass.csv" 2> "$W/ncu_sass.stderr"; r=$?; rc=$(( rc != 0 ? rc : r ))
       wc -c "$W"/*.csv; tail -2 "$W"/*.stderr ;;
+    tree21)  # stop 21 MAX_TREE (each row's block max as a tree, stall21: our warps wait 2.2 cycles per instruction on
+             # fixed-latency dependences, cuDNN's 1.0): the GPU tests of forward()'s builds with it, then the A/B
+      mkdir -p "$W/ab"
+      timeout 130 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "max_tree" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W/ab" --dims 64,96,128,256 --seqs 512,1024,2048,4096 \
+        --order abba --variants default,default-again,default+MAX_TREE=1 --budget-s 185 > "$W/ab/ab.txt" 2>&1; r=$?
+      rc=$(( rc != 0 ? rc : r )); grep -A80 "^dtype" "$W/ab/ab.txt" | tail -20 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -321,6 +321,11 @@ ODIRECT += [(d, c) for d, c in fa2_wgmma.default_builds() if c.get("O_DIRECT") a
 assert all(c in [x for _, x in ODIRECT] for d, c in fa2_wgmma.default_builds() if c.get("O_DIRECT"))
 
 
+# stop 21 MAX_TREE: each row's block max as a pairwise tree instead of a chain (exact: max does not round); every build
+# forward() runs, with it
+TREE = [(d, dict(c, MAX_TREE=1)) for d, c in fa2_wgmma.default_builds()]
+
+
 def _idle_rows(cfg) -> list[int]:
     """Nq values whose last Q block has idle warpgroups: one of each count the build can leave idle."""
     br = 64 * cfg.get("NWG", 2)
@@ -355,12 +360,18 @@ def _across_tiles(knob: str, cfg: dict) -> list[tuple]:
                    (2, 3, 900, 300, B16, True, 4.0, 7),   # Q blocks with no key: Q handed back with no S
                    (1, 2, 900, 300, F16, True, 4.0, 9),   # and in fp16 (ROW_SUM_MMA's l = 0 rows at d = 64)
                    (2, 2, 512, 512, F16, True, 4.0, 8)]]
+    if knob == "max_tree":
+        return [(g, *shp) for g in [{}] + ([{"GRID": 3}] if persistent else [])
+                for shp in [(2, 3, n_q, 4100, F16, False, 20.0, n_q) for n_q in _idle_rows(cfg) or [333]]
+                + [(1, 3, 333, 2 * 333 + 7, B16, True, 4.0, 5), (2, 3, 900, 300, B16, True, 4.0, 7),
+                   (2, 2, 512, 512, F16, True, 20.0, 8)]]
     raise KeyError(knob)
 
 
 # knob -> its builds; which of the three tests each set runs (wg_skip's hypothesis shapes are desc_step's, on the same
 # builds; desc_step's strided views are the layouts tests' of forward())
-KNOB_SETS = {"desc_step": DESC, "wg_skip": SKIP, "wg_causal_skip": CSKIP, "turn_carry": CARRY, "o_direct": ODIRECT}
+KNOB_SETS = {"desc_step": DESC, "wg_skip": SKIP, "wg_causal_skip": CSKIP, "turn_carry": CARRY, "o_direct": ODIRECT,
+             "max_tree": TREE}
 CAUSAL_ONLY = {"wg_causal_skip"}
 
 

@@ -29,6 +29,9 @@
 #define ROW_SUM_MMA 0
 #endif
 #define O_LIVE (D + 8 * ROW_SUM_MMA)  // columns of O that hold values; O_N may pad past them (d = 96)
+#ifndef MAX_TREE
+#define MAX_TREE 0  // 1: each row's block max as a pairwise tree instead of a chain (stop 21; softmax_step)
+#endif
 #ifndef EXP2_POLY
 #define EXP2_POLY 0
 #endif
@@ -131,8 +134,23 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float mx = sm.m[h];
+#if MAX_TREE
+        // a pairwise tree, depth log2(2 NT): the exponentials wait on this max, and a chain of NT dependent FMNMX
+        // (ncu at d = 128 N = 512: our warps stall 2.2 cycles per instruction on fixed-latency dependences, cuDNN's
+        // 1.0) is the head of the softmax's critical path; max is exact, so the result is bit-identical
+        float v[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) v[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
+#pragma unroll
+        for (int w = 1; w < NT; w *= 2) {
+#pragma unroll
+            for (int nt = 0; nt + w < NT; nt += 2 * w) v[nt] = fmaxf(v[nt], v[nt + w]);
+        }
+        mx = fmaxf(mx, v[0]);
+#else
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
+#endif
         mx = quad_max(mx);
 #if RESCALE_THRESHOLD
         // -inf old max: +inf > T, the row moves (alpha = 0); both -inf: NaN > T is false, m stays -inf
