@@ -816,6 +816,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W/ab" --dims 64,96,128,256 --seqs 512,1024,2048,4096 \
         --order abba --variants default,default-again,default+MAX_TREE=1 --budget-s 185 > "$W/ab/ab.txt" 2>&1; r=$?
       rc=$(( rc != 0 ? rc : r )); grep -A80 "^dtype" "$W/ab/ab.txt" | tail -20 ;;
+    tree21b)  # MAX_TREE at d = 128, the second run (tree21: d = 128 geomean 0.986, control 1.004; d = 64/96/256 level)
+      timeout 150 python3 bench/ab_wgmma_speed.py --out "$W" --dims 128 --seqs 512,1024,2048,4096,8192,16384 \
+        --order abba --variants default,default-again,default+MAX_TREE=1 --budget-s 135 > "$W/ab.txt" 2>&1; rc=$?
+      grep -A40 "^dtype" "$W/ab.txt" | tail -36 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
