@@ -472,6 +472,9 @@ SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
 # (SIZE_CANDIDATES br192-rs-dyn-oqt-cs, bc64-dyn-oqt-r-cs; cskipab): d = 64 Br = 192 causal 512-1k 0.88-0.94 of
 # cuDNN against the 3-CTA default's 0.94-0.99; d = 128 Bc = 64 0.79-0.93 of cuDNN, 1.15-1.29x the default's time.
 DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
+# Not in it (stop 21, bench/results/stages21/tree21, tree21b): MAX_TREE, the row max as a tree; exact, same registers,
+# GPU tests 42 passed; two runs, time / forward()'s build: d = 128 0.986 and 0.997 against the control's 1.004 and
+# 1.012, level at d = 64/96/256 (cells 0.920-1.103)
 # v12 (bench/results/carry/; fa2_wgmma_tma.cu v12): TURN_CARRY, the ping-pong turn runs on from tile to tile, so
 # warpgroup 0 issues its next tile's first S while warpgroup 1 finishes its last P V and epilogue. It can act only where
 # the next tile's Q is already in (O_TILE: the persistent d = 96/128 builds forward() runs at Nk <= 4096). Two A/B runs

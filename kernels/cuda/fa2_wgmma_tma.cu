@@ -316,6 +316,13 @@
 //       0.986 above, non-causal level; forward()'s d = 64 causal builds run it (42 GPU tests passed, memcheck /
 //       racecheck 0 / 0). In place of O_TILE + O_TMA at d = 96/128 (odirect3, odirectfinal): causal 0.981-0.994 with
 //       the new build timed second, and a third run at d = 96 with the order reversed level (d96od); kept off.
+//   stop 21 (bench/results/stages21): STAGES=4 in d = 64's short-row builds (three runs: causal N = 512 0.957-0.986,
+//       non-causal N <= 2k 0.975-1.008; SIZE_RULES[64]); a third slot at d = 96/128 with O from registers, level; two
+//       CTAs per SM at d = 128, 1.05-1.28x. MAX_TREE (wgmma_fa2.cuh): the row max as a tree, after ncu put our warps at
+//       2.2 cycles per instruction of fixed-latency waits against cuDNN's 1.0 (stall21). Exact, same registers; GPU
+//       tests 42 passed. Two runs (tree21, tree21b), time / forward()'s build: d = 128 0.986 and 0.997 against the
+//       control's 1.004 and 1.012, d = 64/96/256 level; cells 0.920-1.103. Not taken: the waits are spread over the
+//       SASS (stall21's per-instruction samples of the wait stall: MUFU 19%, HGMMA 13%, the max's FMNMX 8%, FADD 7%).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
