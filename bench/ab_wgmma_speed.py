@@ -110,9 +110,17 @@ RETIME_SPREAD = 1.25
 
 
 def time_cell(harness, cell_entries, sets, causal, args) -> list[dict]:
-    """Each entry timed in order, then (abba) again in reverse: a drift within the cell (the clock settling under
-    load) then favours no position; each median is the mean of the two passes'."""
-    recs = [harness.measure(e, sets, causal, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms) for e in cell_entries]
+    """Every entry checked against float64 first, then each timed in order, then (abba) again in reverse: a drift
+    within the cell (the clock settling under load) then favours no position; each median is the mean of the two
+    passes'. The checks come before the first pass, not each before its entry's timing: a pass right after a check's
+    pause ran 0.4-6% faster (bench/results/stages21/passes21), which gave each entry's first pass a pause the second
+    did not have (cuDNN's first / second pass 0.93-0.97 over the stop-20/21 grids, ours 0.98-0.99)."""
+    recs = [harness.measure(e, sets, causal, timed=False) for e in cell_entries]
+    for e, rec in zip(cell_entries, recs):
+        if rec.get("ok") and not rec.get("skipped"):
+            t = harness.time_fn(lambda q_, k_, v_, e=e: e.forward(q_, k_, v_, causal), sets,
+                                warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+            rec.update(t, tflops=rec["flops"] / t["median_ms"] / 1e9)
     if args.order == "abba":
         for e, rec in reversed(list(zip(cell_entries, recs))):
             if rec.get("median_ms"):

@@ -820,6 +820,12 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 150 python3 bench/ab_wgmma_speed.py --out "$W" --dims 128 --seqs 512,1024,2048,4096,8192,16384 \
         --order abba --variants default,default-again,default+MAX_TREE=1 --budget-s 135 > "$W/ab.txt" 2>&1; rc=$?
       grep -A40 "^dtype" "$W/ab.txt" | tail -36 ;;
+    checkfirst21)  # the A/B with every entry of a cell checked before its first pass (bench/ab_wgmma_speed.py time_cell):
+                   # cuDNN's first / second pass ratio (0.93-0.97 when each entry's check came right before its own first
+                   # pass) and the control's spread, d = 64 / 128 at N = 512-2048
+      timeout 100 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048 --order abba \
+        --variants default,default-again --budget-s 90 > "$W/ab.txt" 2>&1; rc=$?
+      grep -A3 "^cells with" "$W/ab.txt" | head -3; grep -A30 "^dtype" "$W/ab.txt" | tail -8 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

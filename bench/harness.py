@@ -452,9 +452,10 @@ def host_us(fn, calls=1000):
     return (t1 - t0) / calls * 1e6
 
 
-def measure(entry: Entry, sets, causal: bool, **timing) -> dict:
+def measure(entry: Entry, sets, causal: bool, timed: bool = True, **timing) -> dict:
     """Checked on the timed inputs (check_on), then timed (time_fn); an entry that fails is not timed.
-    Returns the record: label, tier, shape, rel_err, ok, median_ms, tflops, gbps, run_id."""
+    Returns the record: label, tier, shape, rel_err, ok, median_ms, tflops, gbps, run_id. timed=False: the check
+    alone (the caller times it later, e.g. after every entry of a cell is checked: bench/ab_wgmma_speed.py)."""
     from analysis.headline import min_hbm_bytes
 
     q, k, v = sets[0]
@@ -472,6 +473,8 @@ def measure(entry: Entry, sets, causal: bool, **timing) -> dict:
         rec.update(rel_err=chk["rel_err"], ok=chk["ok"])
         if not chk["ok"]:
             return dict(rec, skipped="failed the correctness check on the timed inputs")
+        if not timed:
+            return rec
         t = time_fn(lambda q_, k_, v_: entry.forward(q_, k_, v_, causal), sets, **timing)
         rec.update(t, tflops=rec["flops"] / t["median_ms"] / 1e9, gbps=rec["min_hbm_bytes"] / t["median_ms"] / 1e6)
     except Exception as exc:

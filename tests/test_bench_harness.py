@@ -223,6 +223,9 @@ def test_measure_checks_before_timing(fake_gpu):
     bad = harness.measure(wrong, sets, True)
     assert bad["ok"] is False and "median_ms" not in bad and "correctness" in bad["skipped"]
     assert len(fake_gpu) == 1, "the wrong entry must not be timed"
+    only = harness.measure(right, sets, True, timed=False)  # the check alone (the A/B checks a cell's entries first)
+    assert only["ok"] and "median_ms" not in only and len(fake_gpu) == 1
+    assert harness.measure(wrong, sets, True, timed=False)["ok"] is False
     chk = harness.check_entry(right, [(1, 2, 30, 20, 16, True, 1.0)], dtypes=[torch.float32])
     assert chk["ok"] and chk["problems"][0]["empty_rows"] == 2 * 10
     assert not harness.check_entry(wrong, [(1, 1, 8, 8, 16, False, 1.0)], dtypes=[torch.float32])["ok"]

@@ -339,8 +339,10 @@ def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
     order = []
     monkeypatch.setattr(harness, "input_sets", lambda *a, **k: [None])
     monkeypatch.setattr(harness, "environment", lambda: {})
-    monkeypatch.setattr(harness, "measure", lambda e, sets, causal, **kw: (
-        order.append(e.label), dict(median_ms=tick(), min_ms=0.0, max_ms=9e9, flops=1e9, ok=True))[1])
+    def measure(e, sets, causal, timed=True, **kw):  # the A/B checks every entry first (timed=False), then times
+        order.append(e.label)
+        return dict(flops=1e9, ok=True, **(dict(median_ms=tick(), min_ms=0.0, max_ms=9e9) if timed else {}))
+    monkeypatch.setattr(harness, "measure", measure)
 
     def time_fn(fn, sets, **kw):
         fn(None, None, None)
@@ -352,7 +354,8 @@ def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
     args = argparse.Namespace(variants="a", sdpa="", dims="64", seqs="512", dtypes="float16", out=str(tmp_path),
                               budget_s=1e9, warmup_ms=1, rep_ms=1, order="abba", rotate=False)
     res = ab.run(args)
-    assert order == 2 * ["fa2_wgmma[a]", "fa2_wgmma[b]", "fa2_wgmma[c]", "c", "b", "a"]  # causal and not
+    # causal and not: the three checks, then the passes in order and reversed
+    assert order == 2 * ["fa2_wgmma[a]", "fa2_wgmma[b]", "fa2_wgmma[c]", "a", "b", "c", "c", "b", "a"]
     meds = [r["median_ms"] for r in res["rows"]]
     assert meds == [103.5] * 3 + [109.5] * 3 and res["rows"][0]["pass_ms"] == [101.0, 106.0]
     assert "retimed_from_ms" not in res["rows"][0]
@@ -361,8 +364,8 @@ def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
     order.clear()
     clock["t"] = 100
     res = ab.run(argparse.Namespace(**dict(vars(args), rotate=True)))
-    assert order == ["fa2_wgmma[a]", "fa2_wgmma[b]", "fa2_wgmma[c]", "c", "b", "a",
-                     "fa2_wgmma[b]", "fa2_wgmma[c]", "fa2_wgmma[a]", "a", "c", "b"]
+    assert order == ["fa2_wgmma[a]", "fa2_wgmma[b]", "fa2_wgmma[c]", "a", "b", "c", "c", "b", "a",
+                     "fa2_wgmma[b]", "fa2_wgmma[c]", "fa2_wgmma[a]", "b", "c", "a", "a", "c", "b"]
     assert [r["median_ms"] for r in res["rows"]] == [103.5] * 3 + [109.5] * 3
     assert [r["position"] for r in res["rows"]] == [0, 1, 2] * 2 and res["rows"][3]["variant"] == "fa2_wgmma[b]"
 
@@ -376,17 +379,22 @@ def test_ab_times_a_disturbed_cell_again(monkeypatch, tmp_path):
     from bench import ab_wgmma_speed as ab
     from bench import harness
 
-    calls = []
+    calls, fwd = [], []
 
-    def measure(e, sets, causal, **kw):
+    def measure(e, sets, causal, timed=True, **kw):  # the check (the A/B times later)
         calls.append(e.label)
-        spike = e.label == "fa2_wgmma[b]" and causal and calls.count(e.label) == 2  # b's first causal pass
-        return dict(median_ms=3.0 if spike else 1.0, min_ms=1.0, max_ms=3.0, flops=1e9, ok=True)
+        return dict(flops=1e9, ok=True)
+
+    def time_fn(fn, sets, **kw):
+        fn(None, None, None)
+        spike = fwd[-1] == ("b", True) and fwd.count(("b", True)) == 1  # b's first causal pass
+        return dict(median_ms=3.0 if spike else 1.0, min_ms=1.0, max_ms=3.0)
     monkeypatch.setattr(harness, "input_sets", lambda *a, **k: [None])
     monkeypatch.setattr(harness, "environment", lambda: {})
     monkeypatch.setattr(harness, "measure", measure)
-    monkeypatch.setattr(harness, "time_fn", lambda fn, sets, **kw: dict(median_ms=1.0, min_ms=1.0, max_ms=1.0))
-    same = [types.SimpleNamespace(label=f"fa2_wgmma[{x}]", forward=lambda q, k, v, c: None) for x in "ab"]
+    monkeypatch.setattr(harness, "time_fn", time_fn)
+    same = [types.SimpleNamespace(label=f"fa2_wgmma[{x}]", forward=lambda q, k, v, c, x=x: fwd.append((x, c)))
+            for x in "ab"]
     monkeypatch.setattr(ab, "entries", lambda d, variants, n, sdpa: same)
     args = argparse.Namespace(variants="a", sdpa="", dims="64", seqs="512", dtypes="float16", out=str(tmp_path),
                               budget_s=1e9, warmup_ms=1, rep_ms=1, order="abba", rotate=False)
