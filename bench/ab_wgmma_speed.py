@@ -264,10 +264,11 @@ def summary(res: dict) -> str:
 
 def pass_lines(cell: dict, ref: str | None) -> list[str]:
     """abba runs: the reference build against cuDNN on each entry's faster pass (min of the two), beside the table's
-    mean of the passes, and each library's first pass / second pass (median over cells). cuDNN's first pass in a cell
-    ran 3-7% faster than its second in every grid so far (grid20, v13final 0.966, grid21 0.927; fa2_wgmma and SDPA
-    flash 0.99-1.00, at every position of the rotation), so the mean of the passes favours fa2_wgmma against cuDNN's
-    best; both counts are printed."""
+    mean of the passes, and each library's first pass / second pass (median over cells). While each entry's check
+    came right before its own first pass, cuDNN's first pass ran 3-7% faster than its second (grid20, v13final 0.966,
+    grid21 0.927; fa2_wgmma and SDPA flash 0.98-1.00): the pass after the check's pause is faster (passes21), and
+    cuDNN gained more from it. With the checks first (time_cell) the two tensor-core kernels drift alike (checkfirst21:
+    0.975 / 0.974). Both counts are printed."""
     fast, firsts = [], {}
     for c in cell.values():
         for v, r in c.items():
