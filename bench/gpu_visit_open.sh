@@ -826,6 +826,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 100 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048 --order abba \
         --variants default,default-again --budget-s 90 > "$W/ab.txt" 2>&1; rc=$?
       grep -A3 "^cells with" "$W/ab.txt" | head -3; grep -A30 "^dtype" "$W/ab.txt" | tail -8 ;;
+    grid21c)  # the target grid with every entry of a cell checked before its first timing pass (checkfirst21)
+      timeout 190 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 150 > "$W/ab.txt" 2>&1
+      rc=$?; grep -A3 "^cells with" "$W/ab.txt" | head -4; grep -A100 "^dtype" "$W/ab.txt" | awk '$9+0 < 1.0' ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
