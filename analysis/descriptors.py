@@ -55,6 +55,9 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
                  pipeline's fill and drain, not the CTA's prologue latency (analysis/gpu_model.py). fa2_wgmma's
                  PERSISTENT builds with O_TILE do (v6: the Q tile goes back after the last S = Q K^T); without it
                  they load the next Q after the epilogue (persistent, no prefetch)
+    kv_stages    K/V ring slots a producer fills ahead of its consumers (fa2_wgmma's TMA builds: STAGES); the model
+                 charges the wait of a key block from DRAM that the ring could not issue early enough
+                 (analysis/gpu_model.py ring_wait); 0: not stated (cuDNN's closed engine, the cp.async builds), no term
     causal_section_kb  a persistent kernel's causal tile order: the tiles of each section of heads whose K and V
                  fit in this many KB, longest first (fa2_wgmma_tma.cu tile_coords); 0: each head's Q blocks in the
                  kernel's causal_order
@@ -126,6 +129,7 @@ class KernelDescriptor:
     issue_source: str = ""
     causal_order: str = "ascending"  # ascending | heaviest_first: the causal Q block each blockIdx.x runs
     next_tile_prefetch: bool = False  # persistent CTAs load the next work tile while this one finishes
+    kv_stages: int = 0  # K/V ring slots the producer loads ahead (fa2_wgmma TMA: STAGES); 0: not stated
     causal_section_kb: int = 0  # persistent causal order: longest first within sections of heads whose K/V fit
     idle_skip: bool = False  # warpgroups of the last Q block with no row compute nothing (fa2_wgmma WG_SKIP)
     causal_walk: bool = False  # causal: each warpgroup runs only the key blocks its own rows see (WG_CAUSAL_SKIP)

@@ -18,6 +18,9 @@ its CTAs/SM, and so its bytes in flight, change with N); the rest stay at stage 
 Stage 3 fits PERSISTENT_PARAMS (L_persistent_steps: a prefetching persistent kernel's latency per work tile, in
 tensor + softmax cycles of one tile) on the base split's cells of such kernels (cuDNN: d = 64, 128 at N = 2048,
 8192); stages 1 and 2 price them as every other CTA (L_cycles per work tile) and their constants stay as fitted.
+Stage 1 runs with lat_dram = 0, so it prices neither the spilled kernels' Little's-law cap nor the K/V ring's wait
+(gpu_model.ring_wait: fa2_wgmma's TMA builds; of the training cells it moves the d = 64 ones, 4.3% at N = 2048 and
+1.3% at 8192, both toward the measured time); both use stage 2's lat_dram.
 Before it, `analysis.local_memory` refits SDPA flash's spill bytes per step on its one ncu training row
 (N = 4096 non-causal; bench/results/local_memory_fit.json), which the L2 level uses.
 """

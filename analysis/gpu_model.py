@@ -25,8 +25,17 @@ ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; io: its Q tile in 
 at the SM's share of the L2's rate, L2_BANDWIDTH / SMs: not fitted, so L is what is left once the tile sizes are
 priced, and a d = 256 tile's start and end cost 4x a d = 64 one's; a persistent kernel that loads its next work tile
 while this one finishes (descriptor next_tile_prefetch: cuDNN) pays L + io once per CTA and per work tile only
-λ_p · (tensor + softmax) of one tile, the step its pipeline cannot overlap at a tile's start and end (λ_p
-fitted, stage 3 of analysis/fit_gpu_model.py); rt(n): the dependent global round trips the
+ctas_per_sm · λ_p · (tensor + softmax) of one tile, the step its pipeline cannot overlap at a tile's start and end,
+run at the CTA's share of the SM as its tiles are (ctas_per_sm · t_tile; λ_p fitted, stage 3 of
+analysis/fit_gpu_model.py, on cuDNN's one CTA per SM); a build whose producer fills a K/V ring of S slots (descriptor
+kv_stages: fa2_wgmma's TMA builds, STAGES) issues each key block's load S - 1 of its steps (ctas_per_sm · t_tile each)
+before its consumers need it: a block whose bytes come from DRAM (the share DRAM bytes / L2 bytes) waits lat_dram
+(the DRAM request's wait under load, stage 2's constant), so per tile the CTA waits
+(DRAM / L2) · max(0, lat_dram - (S - 1) · ctas_per_sm · t_tile) / ctas_per_sm, the SM losing the waiting CTA's share
+of it while the other ctas_per_sm - 1 CTAs issue (nothing fitted: a d = 64 N = 512 tile of the 3-CTA build at S = 2
+waits, at S = 4 does not; the STAGES A/B, bench/results/stages21{,b,c}, measured 0.957-0.986x the time with four slots
+at causal N = 512, the model gives 0.959x; Br = 192 non-causal N <= 2k 0.975-1.009x, model 0.997-1.000x);
+rt(n): the dependent global round trips the
 descriptor declares, round_trips_per_tile · n + rescale_round_trips · n(n-1)/2 (eager v_once, spilled:
 block n rescales the n earlier f blocks in HBM, one read-scale-write round trip each); a round trip waits
 L_gmem when the L2 serves it and L_gmem + L_gmem_dram when its line went to DRAM, weighted by the share of
@@ -90,7 +99,8 @@ DEFAULT_PARAMS = {
     "L_gmem": 1500.0,  # cycles per dependent global round trip under load, served by the L2
     "L_gmem_dram": 1500.0,  # what a round trip adds when its line went to DRAM (teaching v_once, spilled f)
     "sigma_spill": 0.3,
-    "lat_dram": 2000.0,  # cycles a spilled kernel's DRAM request waits under load (Little's law, v_once_tc hbm)
+    "lat_dram": 2000.0,  # cycles a DRAM request waits under load: fitted on the spilled kernels (Little's law,
+    #                    v_once_tc hbm, stage 2); also what a K/V ring's block from DRAM waits (ring_wait)
 }
 
 
@@ -242,6 +252,19 @@ def io_cycles(desc, d: int, item: int, g) -> float:
     return 2 * desc.block_q * d * item / per_sm
 
 
+def ring_wait(desc, step: float, lv, params: dict) -> float:
+    """Cycles per tile a CTA waits on key blocks its K/V ring could not load far enough ahead (module docstring): its
+    producer issues block j + S when block j frees its slot, S - 1 steps (step: the CTA's cycles per tile, its share of
+    the SM) before the consumers reach it; the DRAM's share of the bytes (DRAM / L2) waits lat_dram, the rest hits the
+    L2 in time; the SM loses the waiting CTA's share. 0 where the descriptor states no ring (kv_stages 0: cuDNN's is
+    closed) or with lat_dram 0 (stage 1 of the fit, as for the spilled kernels' Little's-law cap)."""
+    stages, lat = desc.kv_stages, params.get("lat_dram", 0.0)
+    if not stages or not lat:
+        return 0.0
+    share = min(1.0, lv.dram_bytes / max(1, lv.l2_bytes))
+    return share * max(0.0, lat - (stages - 1) * step) / desc.ctas_per_sm
+
+
 def tile_terms(work: Work, params: dict) -> dict:
     """SM cycles per tile of each compute term."""
     desc = work.desc
@@ -304,8 +327,8 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     once = 0.0  # cycles a CTA pays once, not per work tile
     if desc.grid == "persistent" and desc.next_tile_prefetch and params.get("L_persistent_steps") is not None:
         # the next tile's Q and K/V load under this tile's end: a work tile pays its pipeline's fill and drain,
-        # one step of products and softmax in series; the CTA's first loads (L) once
-        fixed = params["L_persistent_steps"] * (terms["tensor"] + terms["softmax"])
+        # one step of products and softmax in series at the CTA's share of the SM (as per_tile); its first loads (L) once
+        fixed = params["L_persistent_steps"] * desc.ctas_per_sm * (terms["tensor"] + terms["softmax"])
         once = max(0.0, params["L_cycles"] + io - fixed)
     lat = params["L_gmem"] + miss * params.get("L_gmem_dram", 0.0)
     cluster_terms = {}
@@ -323,6 +346,7 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
             exposed = exposed_cycles_per_tile()
         per_tile += exposed  # one consumer warpgroup: the latency it leaves exposed per tile (fitted)
         cluster_terms["exposed"] = exposed * sum(work.cta_tiles) / max(1, len(work.cta_tiles))
+    per_tile += ring_wait(desc, per_tile, lv, params)
     cycles, waves = _schedule(work.cta_tiles, work.repeats, slots,
                               lambda n: per_tile * n + fixed + lat * round_trips(desc, n))
     cycles += once

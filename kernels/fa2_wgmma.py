@@ -309,7 +309,10 @@ SIZE_CANDIDATES[128]["bc64-dyn-oqt-r-cs"] = dict(SIZE_CANDIDATES[128]["bc128-dyn
 # time / CONFIGS): 1.14-1.68x (d = 256 non-causal 1.48-1.68): this kernel holds K_j and V_{j+1} through a step, so each
 # load waits for the product that frees its slot. cuDNN's one-slot d = 256 kernel runs at 0.94-1.28x the two-slot
 # default's time, far from that (an inference across two kernels): the cost is the schedule's,
-# so the GPU model states no ring depth (and validates no ring1 row: analysis/measured.py AB_VARIANTS).
+# so the GPU model does not price a one-slot ring's serialisation (and validates no ring1 row: analysis/measured.py
+# AB_VARIANTS). What it prices of the ring depth (descriptor kv_stages, analysis/gpu_model.py ring_wait) is how far
+# ahead the producer issues a key block that DRAM serves: the stop-21 STAGES A/B below (four slots / two at causal
+# N = 512, 3-CTA build: measured 0.957-0.986, model 0.959).
 for _d in (128, 256):
     TILE_CANDIDATES.setdefault(_d, {})["ring1"] = dict(CONFIGS[_d], STAGES=1)
 
@@ -798,6 +801,7 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                 # this one's end
                 grid="persistent" if defs.get("PERSISTENT") else "q_blocks",
                 next_tile_prefetch=bool(defs.get("PERSISTENT") and (defs.get("O_TILE") or defs.get("O_DIRECT"))),
+                kv_stages=int(defs.get("STAGES", 2)) if tma else 0,  # the producer's K/V ring (ring_wait)
                 causal_section_kb=defs.get("CAUSAL_SECTION_KB", CAUSAL_SECTION_KB) if defs.get("PERSISTENT") else 0,
                 idle_skip=bool(tma and defs.get("WG_SKIP") and nwg > 1),  # v10: the idle warpgroups walk the barriers
                 causal_walk=bool(tma and defs.get("WG_CAUSAL_SKIP") and nwg > 1),  # v11

@@ -145,7 +145,7 @@ def test_bytes_in_flight_follow_the_resident_warps():
     assert gm.in_flight_per_sm(lazy, 64, 2) == lazy.ctas_per_sm * (64 * 64 * 2 + 64 * 64 * 2)
 
 
-def test_little_cap_binds_only_on_spilled_kernels():
+def test_little_cap_binds_only_on_spilled_kernels(monkeypatch):
     from analysis import gpu_model as gm
 
     params = gm.load_params()
@@ -153,9 +153,32 @@ def test_little_cap_binds_only_on_spilled_kernels():
     spilled = gm.predict("v_once_tc", 4, 16, 4096, None, 128, placement="hbm", rescale="eager")
     assert spilled.time_s > gm.predict("v_once_tc", 4, 16, 4096, None, 128, params=off, placement="hbm",
                                        rescale="eager").time_s
-    for name in ("fa2_tc", "fa2_wgmma", "sdpa_flash"):
+    monkeypatch.setattr(gm, "ring_wait", lambda *a: 0.0)  # fa2_wgmma's K/V ring waits lat_dram too (its own test)
+    for name in ("fa2_tc", "fa2_wgmma", "sdpa_flash", "sdpa_cudnn"):
         assert gm.predict(name, 4, 16, 4096, None, 128).time_s == gm.predict(name, 4, 16, 4096, None, 128,
                                                                              params=off).time_s
+
+
+def test_ring_wait_prices_the_stages_ab():
+    """The K/V ring's wait (gpu_model.ring_wait): the 3-CTA d = 64 causal N = 512 build with four slots waits for
+    nothing, with two it waits on the blocks DRAM serves; four / two near the stages21 A/B's 0.957-0.986. Kernels
+    that state no ring (cuDNN, kv_stages 0) and lat_dram 0 (stage 1 of the fit) have none."""
+    from analysis import gpu_model as gm
+    from analysis.descriptors import describe
+    from kernels.fa2_wgmma import SIZE_CANDIDATES
+
+    params = gm.load_params()
+    s4 = SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
+    s2 = dict(s4, STAGES=2)
+    assert describe("fa2_wgmma", 64, "fp16", True, n_q=512, config=s4).kv_stages == 4
+    assert describe("sdpa_cudnn", 64, "fp16", True, n_q=512).kv_stages == 0
+    t4, t2 = (gm.predict("fa2_wgmma", 32, 32, 512, None, 64, causal=True, config=c).time_s for c in (s4, s2))
+    assert 0.94 < t4 / t2 < 0.99
+    off = dict(params, lat_dram=0.0)
+    assert gm.predict("fa2_wgmma", 32, 32, 512, None, 64, causal=True, config=s4).time_s == gm.predict(
+        "fa2_wgmma", 32, 32, 512, None, 64, causal=True, config=s4, params=off).time_s
+    assert gm.predict("fa2_wgmma", 32, 32, 512, None, 64, causal=True, config=s2).time_s > gm.predict(
+        "fa2_wgmma", 32, 32, 512, None, 64, causal=True, config=s2, params=off).time_s
 
 
 def test_two_stage_fit_keeps_stage_one():
