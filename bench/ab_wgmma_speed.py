@@ -109,23 +109,37 @@ def _with_memset(q, k, v, causal, out=None):
 RETIME_SPREAD = 1.25
 
 
+def _synchronize():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def time_cell(harness, cell_entries, sets, causal, args) -> list[dict]:
     """Every entry checked against float64 first, then each timed in order, then (abba) again in reverse: a drift
     within the cell (the clock settling under load) then favours no position; each median is the mean of the two
     passes'. The checks come before the first pass, not each before its entry's timing: a pass right after a check's
     pause ran 0.4-6% faster (bench/results/stages21/passes21), which gave each entry's first pass a pause the second
     did not have (cuDNN's first / second pass 0.93-0.97 over the stop-20/21 grids, ours 0.98-0.99)."""
+    def timed(e, rec):  # an error while timing fails this entry (as harness.measure records it), not the run
+        try:
+            return harness.time_fn(lambda q_, k_, v_: e.forward(q_, k_, v_, causal), sets,
+                                   warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+        except Exception as exc:
+            rec.update(ok=False, skipped=f"error: {type(exc).__name__}: {exc}"[:300])
+            for k in ("median_ms", "pass_ms", "tflops"):
+                rec.pop(k, None)
+            _synchronize()
+            return None
+
     recs = [harness.measure(e, sets, causal, timed=False) for e in cell_entries]
     for e, rec in zip(cell_entries, recs):
-        if rec.get("ok") and not rec.get("skipped"):
-            t = harness.time_fn(lambda q_, k_, v_, e=e: e.forward(q_, k_, v_, causal), sets,
-                                warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+        if rec.get("ok") and not rec.get("skipped") and (t := timed(e, rec)):
             rec.update(t, tflops=rec["flops"] / t["median_ms"] / 1e9)
     if args.order == "abba":
         for e, rec in reversed(list(zip(cell_entries, recs))):
-            if rec.get("median_ms"):
-                t = harness.time_fn(lambda q_, k_, v_, e=e: e.forward(q_, k_, v_, causal), sets,
-                                    warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+            if rec.get("median_ms") and (t := timed(e, rec)):
                 rec["pass_ms"] = [rec["median_ms"], t["median_ms"]]
                 rec["median_ms"] = (rec["median_ms"] + t["median_ms"]) / 2
                 rec["min_ms"], rec["max_ms"] = min(rec["min_ms"], t["min_ms"]), max(rec["max_ms"], t["max_ms"])
@@ -203,7 +217,10 @@ def reference(rows) -> str | None:
     """The build the table divides by: "base" (CONFIGS) where the run timed it, else the run's first fa2_wgmma
     build (e.g. forward()'s "default"). A run without base used to print every ratio as "fail"."""
     variants = [v for v in dict.fromkeys(r["variant"] for r in rows) if v.startswith("fa2_wgmma[")]
-    return "fa2_wgmma[base]" if "fa2_wgmma[base]" in variants else (variants[0] if variants else None)
+    for v in ("fa2_wgmma[base]", "fa2_wgmma[default]"):  # not the first timed: rotation moves it from cell to cell
+        if v in variants:
+            return v
+    return variants[0] if variants else None
 
 
 def summary(res: dict) -> str:
@@ -292,12 +309,13 @@ def pass_lines(cell: dict, ref: str | None) -> list[str]:
 ALL_GAIN, WORST_LOSS = 0.99, 1.03
 
 
-def decisions(rows) -> list[str]:
-    """Per (d, build): geomean time / the reference build's (base, else the first timed: reference()) at
-    N <= SIZE_MAX_N and above, the worst cell, and the rule's call; with causal and non-causal cells, per flag too."""
+def decisions(rows, ref: str | None = None) -> list[str]:
+    """Per (d, build): geomean time / the reference build's (reference(): base, else forward()'s default, else the
+    first timed) at N <= SIZE_MAX_N and above, the worst cell, and the rule's call; with causal and non-causal cells,
+    per flag too, against the same reference."""
     from kernels import fa2_wgmma
 
-    ref = reference(rows)
+    ref = ref or reference(rows)
     base = {(r["dtype"], r["d"], r["causal"], r["n"]): r["median_ms"] for r in rows
             if r["variant"] == ref and r.get("ok") and r.get("median_ms")}
     ratios: dict = {}
@@ -329,7 +347,7 @@ def decisions(rows) -> list[str]:
         out.append(f"{d:3d} {name:22s} {geo(small):8.3f} {geo(large):8.3f} {max(every):6.3f} {len(every):5d}  {call}")
     if len({r["causal"] for r in rows}) > 1:  # SIZE_RULES entries may be causal-only: the rule per flag as well
         for flag, label in ((True, "causal"), (False, "non-causal")):
-            part = decisions([r for r in rows if bool(r["causal"]) == flag])
+            part = decisions([r for r in rows if bool(r["causal"]) == flag], ref)
             out += [f"{line}  [{label} cells]" for line in part[1:]]
     return out
 

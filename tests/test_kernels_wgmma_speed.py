@@ -550,3 +550,49 @@ def test_ab_summary_counts_cudnn_on_its_faster_pass():
     assert "cells with best/cuDNN >= 1.0: 1 of 1" in text
     assert "faster pass: >= 1.0 in 0 of 1 cells, worst 0.950" in text
     assert "sdpa_cudnn 0.864" in text and "fa2_wgmma[default] 1.000" in text
+
+
+def test_ab_an_error_while_timing_fails_the_entry_not_the_run(monkeypatch, tmp_path):
+    """An exception inside a timing pass (an OOM, a launch failure) marks that entry failed, as harness.measure marks
+    one, and the other entries and cells are still timed."""
+    import argparse
+    import types
+
+    from bench import ab_wgmma_speed as ab
+    from bench import harness
+
+    monkeypatch.setattr(harness, "input_sets", lambda *a, **k: [None])
+    monkeypatch.setattr(harness, "environment", lambda: {})
+    monkeypatch.setattr(harness, "measure", lambda e, sets, causal, timed=True, **kw: dict(flops=1e9, ok=True))
+
+    def time_fn(fn, sets, **kw):
+        fn(None, None, None)
+        return dict(median_ms=1.0, min_ms=1.0, max_ms=1.0)
+
+    def boom(q, k, v, c):
+        raise RuntimeError("CUDA out of memory")
+    monkeypatch.setattr(harness, "time_fn", time_fn)
+    same = [types.SimpleNamespace(label="fa2_wgmma[a]", forward=lambda q, k, v, c: None),
+            types.SimpleNamespace(label="fa2_wgmma[b]", forward=boom)]
+    monkeypatch.setattr(ab, "entries", lambda d, variants, n, sdpa: same)
+    args = argparse.Namespace(variants="a", sdpa="", dims="64", seqs="512,1024", dtypes="float16", out=str(tmp_path),
+                              budget_s=1e9, warmup_ms=1, rep_ms=1, order="abba", rotate=False)
+    rows = ab.run(args)["rows"]
+    assert len(rows) == 8  # two N, causal and not, both entries: the run went on
+    assert all(r["median_ms"] == 1.0 for r in rows if r["variant"] == "fa2_wgmma[a]")
+    bad = [r for r in rows if r["variant"] == "fa2_wgmma[b]"]
+    assert all(r["ok"] is False and "out of memory" in r["skipped"] and r["median_ms"] is None for r in bad)
+
+
+def test_ab_decisions_per_flag_keep_the_reference():
+    """The per-flag lines divide by the same reference build as the table (forward()'s default), not by whichever
+    build the rotation timed first in the first causal cell."""
+    from bench import ab_wgmma_speed as ab
+
+    def row(v, causal, ms):
+        return dict(variant=v, dtype="float16", d=64, n=512, causal=causal, median_ms=ms, ok=True)
+    rows = [row("fa2_wgmma[default]", False, 1.0), row("fa2_wgmma[x]", False, 0.9),
+            row("fa2_wgmma[x]", True, 0.9), row("fa2_wgmma[default]", True, 1.0)]  # causal cell: x timed first
+    assert ab.reference(rows) == "fa2_wgmma[default]"
+    causal_lines = [line for line in ab.decisions(rows) if line.endswith("[causal cells]")]
+    assert causal_lines and all(" x " in line and "0.900" in line for line in causal_lines)
