@@ -30,11 +30,14 @@ run at the CTA's share of the SM as its tiles are (ctas_per_sm · t_tile; λ_p f
 analysis/fit_gpu_model.py, on cuDNN's one CTA per SM); a build whose producer fills a K/V ring of S slots (descriptor
 kv_stages: fa2_wgmma's TMA builds, STAGES) issues each key block's load S - 1 of its steps (ctas_per_sm · t_tile each)
 before its consumers need it: a block whose bytes come from DRAM (the share DRAM bytes / L2 bytes) waits lat_dram
-(the DRAM request's wait under load, stage 2's constant), so per tile the CTA waits
-(DRAM / L2) · max(0, lat_dram - (S - 1) · ctas_per_sm · t_tile) / ctas_per_sm, the SM losing the waiting CTA's share
-of it while the other ctas_per_sm - 1 CTAs issue (nothing fitted: a d = 64 N = 512 tile of the 3-CTA build at S = 2
-waits, at S = 4 does not; the STAGES A/B, bench/results/stages21{,b,c}, measured 0.957-0.986x the time with four slots
-at causal N = 512, the model gives 0.959x; Br = 192 non-causal N <= 2k 0.975-1.009x, model 0.997-1.000x);
+(the DRAM request's wait under load, stage 2's constant). With S loads in flight a slot turns over once per load
+and step, so a step takes (lat_dram + step) / S when that is longer than the step (Little's law): per tile the CTA
+waits (DRAM / L2) · max(0, lat_dram - (S - 1) · ctas_per_sm · t_tile) / S / ctas_per_sm, the SM losing the waiting
+CTA's share of it while the other ctas_per_sm - 1 CTAs issue (nothing fitted: a d = 64 N = 512 tile of the 3-CTA build
+at S = 2 waits, at S = 4 does not; the STAGES A/B, bench/results/stages21{,b,c}, measured 0.957-0.986x the time with
+four slots at causal N = 512, the model gives 0.969x as do_bench times it (as_timed); Br = 192 non-causal N = 512-2k
+0.975-1.009x, model 0.979-0.997x. At S = 1, the ring1 measurement builds, it charges each block's whole wait; their
+rows are not validated: their cost is the schedule's, kernels/fa2_wgmma.py TILE_CANDIDATES ring1);
 rt(n): the dependent global round trips the
 descriptor declares, round_trips_per_tile · n + rescale_round_trips · n(n-1)/2 (eager v_once, spilled:
 block n rescales the n earlier f blocks in HBM, one read-scale-write round trip each); a round trip waits
@@ -255,14 +258,15 @@ def io_cycles(desc, d: int, item: int, g) -> float:
 def ring_wait(desc, step: float, lv, params: dict) -> float:
     """Cycles per tile a CTA waits on key blocks its K/V ring could not load far enough ahead (module docstring): its
     producer issues block j + S when block j frees its slot, S - 1 steps (step: the CTA's cycles per tile, its share of
-    the SM) before the consumers reach it; the DRAM's share of the bytes (DRAM / L2) waits lat_dram, the rest hits the
-    L2 in time; the SM loses the waiting CTA's share. 0 where the descriptor states no ring (kv_stages 0: cuDNN's is
+    the SM) before the consumers reach it; S loads in flight, so a step takes (lat_dram + step) / S at the least
+    (Little's law); the DRAM's share of the bytes (DRAM / L2) waits, the rest hits the L2 in time; the SM loses the
+    waiting CTA's share. 0 where the descriptor states no ring (kv_stages 0: cuDNN's is
     closed) or with lat_dram 0 (stage 1 of the fit, as for the spilled kernels' Little's-law cap)."""
     stages, lat = desc.kv_stages, params.get("lat_dram", 0.0)
     if not stages or not lat:
         return 0.0
     share = min(1.0, lv.dram_bytes / max(1, lv.l2_bytes))
-    return share * max(0.0, lat - (stages - 1) * step) / desc.ctas_per_sm
+    return share * max(0.0, lat - (stages - 1) * step) / stages / desc.ctas_per_sm
 
 
 def tile_terms(work: Work, params: dict) -> dict:

@@ -119,9 +119,10 @@ def _synchronize():
 def time_cell(harness, cell_entries, sets, causal, args) -> list[dict]:
     """Every entry checked against float64 first, then each timed in order, then (abba) again in reverse: a drift
     within the cell (the clock settling under load) then favours no position; each median is the mean of the two
-    passes'. The checks come before the first pass, not each before its entry's timing: a pass right after a check's
-    pause ran 0.4-6% faster (bench/results/stages21/passes21), which gave each entry's first pass a pause the second
-    did not have (cuDNN's first / second pass 0.93-0.97 over the stop-20/21 grids, ours 0.98-0.99)."""
+    passes'. The checks come before the first pass, not each before its entry's timing, so no entry's first pass
+    follows a pause its second lacks: with a check before each entry cuDNN's first / second pass was 0.93-0.97 over
+    the stop-20/21 grids, ours 0.98-0.99 (bench/results/stages21/passes21 probes it; a drift within the cell and the
+    pause are not separated there)."""
     def timed(e, rec):  # an error while timing fails this entry (as harness.measure records it), not the run
         try:
             return harness.time_fn(lambda q_, k_, v_: e.forward(q_, k_, v_, causal), sets,
@@ -283,9 +284,9 @@ def pass_lines(cell: dict, ref: str | None) -> list[str]:
     """abba runs: the reference build against cuDNN on each entry's faster pass (min of the two), beside the table's
     mean of the passes, and each library's first pass / second pass (median over cells). While each entry's check
     came right before its own first pass, cuDNN's first pass ran 3-7% faster than its second (grid20, v13final 0.966,
-    grid21 0.927; fa2_wgmma and SDPA flash 0.98-1.00): the pass after the check's pause is faster (passes21), and
-    cuDNN gained more from it. With the checks first (time_cell) the two tensor-core kernels drift alike (checkfirst21:
-    0.975 / 0.974). Both counts are printed."""
+    grid21 0.928; fa2_wgmma and SDPA flash 0.98-1.00). With the checks first (time_cell) a four-entry run had the two
+    tensor-core kernels alike (checkfirst21: 0.975 / 0.974), the full grid not (grid21c: 0.966 / 0.994). Both counts
+    are printed."""
     fast, firsts = [], {}
     for c in cell.values():
         for v, r in c.items():

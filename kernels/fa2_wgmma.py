@@ -312,7 +312,7 @@ SIZE_CANDIDATES[128]["bc64-dyn-oqt-r-cs"] = dict(SIZE_CANDIDATES[128]["bc128-dyn
 # so the GPU model does not price a one-slot ring's serialisation (and validates no ring1 row: analysis/measured.py
 # AB_VARIANTS). What it prices of the ring depth (descriptor kv_stages, analysis/gpu_model.py ring_wait) is how far
 # ahead the producer issues a key block that DRAM serves: the stop-21 STAGES A/B below (four slots / two at causal
-# N = 512, 3-CTA build: measured 0.957-0.986, model 0.959).
+# N = 512, 3-CTA build: measured 0.957-0.986, model 0.969 as do_bench times it).
 for _d in (128, 256):
     TILE_CANDIDATES.setdefault(_d, {})["ring1"] = dict(CONFIGS[_d], STAGES=1)
 
@@ -415,12 +415,12 @@ SIZE_CANDIDATES[96]["dyn-od2-r"] = dict(SIZE_CANDIDATES[96]["dyn-oqt-r"], O_TILE
 # 0.970-0.973 / 0.989-1.002. d = 96/128 (O_DIRECT=2 in place of O_TILE frees its tile for a third slot, 225 KB at
 # Bc = 128): d = 96 0.969-1.011 (geomean 0.991), d = 128 0.986-1.053, not taken. The d = 64 builds with four slots,
 # for the A/B at every N and the GPU tests (the 3-CTA Bc = 96 build has no room: 3 x 105 KB). Second run (stages21b,
-# N = 512-8k; control 0.987-1.037): causal 512 0.963-0.964, non-causal 512-2k 0.975-0.980, causal 4k 0.980-0.981 and 8k
+# N = 512-8k; control 0.987-1.037): causal 512 0.963-0.964, non-causal 512-2k 0.975-0.995, causal 4k 0.980-0.981 and 8k
 # 0.926-1.000; non-causal 4k-8k 0.980-1.017 and the 3-CTA Bc = 64 build at causal 1k-2k 1.027-1.086 (not taken).
 # Third run (stages21c, the rule builds against themselves with two slots, N = 512-16k; control 0.988-1.024, the
-# unchanged builds 0.947-1.088 at N >= 4k; four slots / two): causal 512 0.965-0.986, non-causal 512-2k 0.984-1.008;
+# unchanged builds 0.953-1.088 at N >= 4k; four slots / two): causal 512 0.965-0.986, non-causal 512-2k 0.984-1.008;
 # causal 4k-16k 0.979-1.028 and 1.056 at 16k fp16. So SIZE_RULES[64] runs four slots in the 3-CTA causal N <= 512
-# build (three runs 0.957-0.986) and Br = 192 non-causal N <= 2k (geomean over runs 0.985-0.990, no cell over 1.008),
+# build (three runs 0.957-0.986) and Br = 192 non-causal N <= 2k (geomean per run 0.983, 0.981, 0.995, no cell over 1.008),
 # not at causal N > 2k (level: 0.926-1.056 over two runs). d = 128's two-CTA builds (small2-bc64/80-dyn-od2 below, stages21c):
 # 1.05-1.28x the default's time at N <= 2k, not taken (the 64-row tiles read K/V twice as often and the SM runs one
 # product per CTA, not two warpgroups ping-ponging within one).

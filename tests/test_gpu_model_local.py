@@ -172,8 +172,9 @@ def test_ring_wait_prices_the_stages_ab():
     s2 = dict(s4, STAGES=2)
     assert describe("fa2_wgmma", 64, "fp16", True, n_q=512, config=s4).kv_stages == 4
     assert describe("sdpa_cudnn", 64, "fp16", True, n_q=512).kv_stages == 0
-    t4, t2 = (gm.predict("fa2_wgmma", 32, 32, 512, None, 64, causal=True, config=c).time_s for c in (s4, s2))
-    assert 0.94 < t4 / t2 < 0.99
+    t4, t2 = (gm.as_timed(gm.predict("fa2_wgmma", 32, 32, 512, None, 64, causal=True, config=c),
+                          "triton.testing.do_bench") for c in (s4, s2))  # as the A/B timed it (no host share)
+    assert 0.955 < t4 / t2 < 0.99  # measured 0.957-0.986 over three runs
     off = dict(params, lat_dram=0.0)
     assert gm.predict("fa2_wgmma", 32, 32, 512, None, 64, causal=True, config=s4).time_s == gm.predict(
         "fa2_wgmma", 32, 32, 512, None, 64, causal=True, config=s4, params=off).time_s

@@ -532,9 +532,9 @@ def test_builds_that_do_not_fit_the_sm_are_refused():
     fits = fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], O_TILE=0, O_TMA=0,
                                               O_DIRECT=2, STAGES=3))
     assert fa2_wgmma.smem_bytes(fits) <= fa2_wgmma.SMEM_PER_BLOCK_MAX  # O's tile freed makes room for a third slot
-    for d, cfg in fa2_wgmma.default_builds():  # and every build forward() runs fits its CTAs
-        defs = fa2_wgmma.defines_for(d, 0, cfg)
-        assert defs.get("MIN_BLOCKS", 1) * (fa2_wgmma.smem_bytes(defs) + 1024) <= fa2_wgmma.SMEM_PER_SM
+    # the boundary: d = 128's cp.async two-CTA build fills the SM to the byte, and is taken
+    exact = fa2_wgmma.defines_for(128, 0, fa2_wgmma.SIZE_CANDIDATES[128]["small-cp"])
+    assert 2 * (fa2_wgmma.smem_bytes(exact) + 1024) == fa2_wgmma.SMEM_PER_SM
 
 
 def test_ab_summary_counts_cudnn_on_its_faster_pass():
