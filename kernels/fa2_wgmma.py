@@ -597,21 +597,17 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     return defines
 
 
-SMEM_PER_BLOCK_MAX = 232448  # sm_90: 227 KB of dynamic shared memory per CTA (CUDA guide, CC 9.0)
-SMEM_PER_SM = 233472  # sm_90: 228 KB per SM, of which the runtime reserves 1 KB per resident CTA
-
-
 def _check_fits(defines: dict) -> None:
     """Refuse a build whose smem cannot launch, or cannot put MIN_BLOCKS CTAs on an SM: the first fails at launch,
     the second would run silently at fewer CTAs (MIN_BLOCKS only caps registers), and time as another build."""
     smem, ctas = smem_bytes(defines), defines.get("MIN_BLOCKS", 1)
-    if smem > SMEM_PER_BLOCK_MAX:
+    if smem > fa2_tc.SMEM_PER_BLOCK:
         raise ValueError(f"fa2_wgmma: d={defines['HEAD_DIM']} BLOCK_N={defines['BLOCK_N']} NWG={defines['NWG']} "
                          f"STAGES={defines.get('STAGES', 2)} O_TILE={defines.get('O_TILE', 0)} needs {smem} B of "
-                         f"shared memory per CTA; the SM gives at most {SMEM_PER_BLOCK_MAX}")
-    if ctas * (smem + 1024) > SMEM_PER_SM:
+                         f"shared memory per CTA; the SM gives at most {fa2_tc.SMEM_PER_BLOCK}")
+    if fa2_tc.ctas_by_smem(smem) < ctas:  # the rule occupancy() counts CTAs by
         raise ValueError(f"fa2_wgmma: MIN_BLOCKS={ctas} CTAs of {smem} B shared memory (+1 KB each, reserved) do not "
-                         f"fit the SM's {SMEM_PER_SM} B; at most {SMEM_PER_SM // (smem + 1024)} would run")
+                         f"fit the SM's {fa2_tc.SMEM_PER_SM} B; at most {fa2_tc.ctas_by_smem(smem)} would run")
 
 
 def source_of(defines: dict) -> tuple[Path, str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels import fa2_wgmma, loader
+from kernels import fa2_tc, fa2_wgmma, loader
 
 try:
     loader.nvrtc_version()
@@ -531,10 +531,10 @@ def test_builds_that_do_not_fit_the_sm_are_refused():
         fa2_wgmma.defines_for(64, 0, dict(fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-dyn-od2"], STAGES=4))
     fits = fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], O_TILE=0, O_TMA=0,
                                               O_DIRECT=2, STAGES=3))
-    assert fa2_wgmma.smem_bytes(fits) <= fa2_wgmma.SMEM_PER_BLOCK_MAX  # O's tile freed makes room for a third slot
+    assert fa2_wgmma.smem_bytes(fits) <= fa2_tc.SMEM_PER_BLOCK  # O's tile freed makes room for a third slot
     # the boundary: d = 128's cp.async two-CTA build fills the SM to the byte, and is taken
     exact = fa2_wgmma.defines_for(128, 0, fa2_wgmma.SIZE_CANDIDATES[128]["small-cp"])
-    assert 2 * (fa2_wgmma.smem_bytes(exact) + 1024) == fa2_wgmma.SMEM_PER_SM
+    assert 2 * (fa2_wgmma.smem_bytes(exact) + 1024) == fa2_tc.SMEM_PER_SM
 
 
 def test_ab_summary_counts_cudnn_on_its_faster_pass():
