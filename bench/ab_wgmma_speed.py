@@ -109,13 +109,6 @@ def _with_memset(q, k, v, causal, out=None):
 RETIME_SPREAD = 1.25
 
 
-def _synchronize():
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def time_cell(harness, cell_entries, sets, causal, args) -> list[dict]:
     """Every entry checked against float64 first, then each timed in order, then (abba) again in reverse: a drift
     within the cell (the clock settling under load) then favours no position; each median is the mean of the two
@@ -128,10 +121,9 @@ def time_cell(harness, cell_entries, sets, causal, args) -> list[dict]:
             return harness.time_fn(lambda q_, k_, v_: e.forward(q_, k_, v_, causal), sets,
                                    warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
         except Exception as exc:
-            rec.update(ok=False, skipped=f"error: {type(exc).__name__}: {exc}"[:300])
             for k in ("median_ms", "pass_ms", "tflops"):
                 rec.pop(k, None)
-            _synchronize()
+            harness.failed(rec, exc)
             return None
 
     recs = [harness.measure(e, sets, causal, timed=False) for e in cell_entries]
@@ -188,7 +180,9 @@ def run(args) -> dict:
             rec["variant"], rec["position"] = e.label, pos
             row = {k: rec.get(k) for k in ("variant", "dtype", "d", "n", "b", "h", "causal", "median_ms",
                                            "min_ms", "max_ms", "tflops", "ok", "rel_err", "skipped", "pass_ms",
-                                           "position", "retimed_from_ms") if k in rec or k != "retimed_from_ms"}
+                                           "position")}
+            if "retimed_from_ms" in rec:
+                row["retimed_from_ms"] = rec["retimed_from_ms"]
             if e.label == "fa2_wgmma[default]":  # the build forward()'s rule ran (the GPU model reads it back)
                 row["config"] = fa2_wgmma.choose_config(d, n, True, causal=causal) or fa2_wgmma.CONFIGS[d]
                 row["knobs"] = fa2_wgmma.default_knobs(row["config"])  # and what forward() added (since stop 19)

@@ -478,9 +478,17 @@ def measure(entry: Entry, sets, causal: bool, timed: bool = True, **timing) -> d
         t = time_fn(lambda q_, k_, v_: entry.forward(q_, k_, v_, causal), sets, **timing)
         rec.update(t, tflops=rec["flops"] / t["median_ms"] / 1e9, gbps=rec["min_hbm_bytes"] / t["median_ms"] / 1e6)
     except Exception as exc:
-        import torch
+        failed(rec, exc)
+    return rec
 
-        rec.update(ok=False, skipped=f"error: {type(exc).__name__}: {exc}"[:300])
+
+def failed(rec: dict, exc: Exception) -> dict:
+    """Record an entry that raised while checked or timed (ok False, the error as its skip reason), and let the
+    device finish what it had queued, so one broken entry does not hide the others."""
+    import torch
+
+    rec.update(ok=False, skipped=f"error: {type(exc).__name__}: {exc}"[:300])
+    if torch.cuda.is_available():
         torch.cuda.synchronize()
     return rec
 
