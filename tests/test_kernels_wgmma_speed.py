@@ -321,14 +321,31 @@ def test_the_model_prices_row_sum_mma():
     assert terms[1]["softmax"] < terms[0]["softmax"]
 
 
-def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
-    """--order abba times a cell's entries in order, then in reverse, and keeps the mean: a clock that slows
-    linearly through the cell then gives identical builds the same time whatever their position."""
+def _fake_ab(monkeypatch, tmp_path, forwards: dict, measure, time_fn, seqs="512"):
+    """bench/ab_wgmma_speed.run on the CPU: one fa2_wgmma[name] entry per forward, the harness's check (measure) and
+    timer (time_fn) replaced; returns the run's arguments (abba, entries in the listed order)."""
     import argparse
     import types
 
     from bench import ab_wgmma_speed as ab
     from bench import harness
+
+    monkeypatch.setattr(harness, "input_sets", lambda *a, **k: [None])
+    monkeypatch.setattr(harness, "environment", lambda: {})
+    monkeypatch.setattr(harness, "measure", measure)
+    monkeypatch.setattr(harness, "time_fn", time_fn)
+    same = [types.SimpleNamespace(label=f"fa2_wgmma[{x}]", forward=f) for x, f in forwards.items()]
+    monkeypatch.setattr(ab, "entries", lambda d, variants, n, sdpa: same)
+    return argparse.Namespace(variants="a", sdpa="", dims="64", seqs=seqs, dtypes="float16", out=str(tmp_path),
+                              budget_s=1e9, warmup_ms=1, rep_ms=1, order="abba", rotate=False)
+
+
+def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
+    """--order abba times a cell's entries in order, then in reverse, and keeps the mean: a clock that slows
+    linearly through the cell then gives identical builds the same time whatever their position."""
+    import argparse
+
+    from bench import ab_wgmma_speed as ab
 
     clock = {"t": 100}
 
@@ -337,22 +354,16 @@ def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
         return float(clock["t"])
 
     order = []
-    monkeypatch.setattr(harness, "input_sets", lambda *a, **k: [None])
-    monkeypatch.setattr(harness, "environment", lambda: {})
+
     def measure(e, sets, causal, timed=True, **kw):  # the A/B checks every entry first (timed=False), then times
         order.append(e.label)
         return dict(flops=1e9, ok=True, **(dict(median_ms=tick(), min_ms=0.0, max_ms=9e9) if timed else {}))
-    monkeypatch.setattr(harness, "measure", measure)
 
     def time_fn(fn, sets, **kw):
         fn(None, None, None)
         return dict(median_ms=tick(), min_ms=0.0, max_ms=9e9)
-    monkeypatch.setattr(harness, "time_fn", time_fn)
-    same = [types.SimpleNamespace(label=f"fa2_wgmma[{x}]", forward=lambda q, k, v, c, x=x: order.append(x))
-            for x in ("a", "b", "c")]
-    monkeypatch.setattr(ab, "entries", lambda d, variants, n, sdpa: same)
-    args = argparse.Namespace(variants="a", sdpa="", dims="64", seqs="512", dtypes="float16", out=str(tmp_path),
-                              budget_s=1e9, warmup_ms=1, rep_ms=1, order="abba", rotate=False)
+    args = _fake_ab(monkeypatch, tmp_path, {x: lambda q, k, v, c, x=x: order.append(x) for x in "abc"}, measure,
+                    time_fn)
     res = ab.run(args)
     # causal and not: the three checks, then the passes in order and reversed
     assert order == 2 * ["fa2_wgmma[a]", "fa2_wgmma[b]", "fa2_wgmma[c]", "a", "b", "c", "c", "b", "a"]
@@ -373,11 +384,7 @@ def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
 def test_ab_times_a_disturbed_cell_again(monkeypatch, tmp_path):
     """A cell where one entry's two passes differ by more than RETIME_SPREAD (a spike) is timed again, every entry,
     and the table keeps the second timing; the first stays in the row (retimed_from_ms). A cell within it is not."""
-    import argparse
-    import types
-
     from bench import ab_wgmma_speed as ab
-    from bench import harness
 
     calls, fwd = [], []
 
@@ -389,15 +396,8 @@ def test_ab_times_a_disturbed_cell_again(monkeypatch, tmp_path):
         fn(None, None, None)
         spike = fwd[-1] == ("b", True) and fwd.count(("b", True)) == 1  # b's first causal pass
         return dict(median_ms=3.0 if spike else 1.0, min_ms=1.0, max_ms=3.0)
-    monkeypatch.setattr(harness, "input_sets", lambda *a, **k: [None])
-    monkeypatch.setattr(harness, "environment", lambda: {})
-    monkeypatch.setattr(harness, "measure", measure)
-    monkeypatch.setattr(harness, "time_fn", time_fn)
-    same = [types.SimpleNamespace(label=f"fa2_wgmma[{x}]", forward=lambda q, k, v, c, x=x: fwd.append((x, c)))
-            for x in "ab"]
-    monkeypatch.setattr(ab, "entries", lambda d, variants, n, sdpa: same)
-    args = argparse.Namespace(variants="a", sdpa="", dims="64", seqs="512", dtypes="float16", out=str(tmp_path),
-                              budget_s=1e9, warmup_ms=1, rep_ms=1, order="abba", rotate=False)
+    args = _fake_ab(monkeypatch, tmp_path, {x: lambda q, k, v, c, x=x: fwd.append((x, c)) for x in "ab"}, measure,
+                    time_fn)
     rows = ab.run(args)["rows"]
     assert calls == ["fa2_wgmma[a]", "fa2_wgmma[b]"] * 3  # non-causal once; causal twice (the spike)
     plain, causal = rows[:2], rows[2:]
@@ -555,15 +555,7 @@ def test_ab_summary_counts_cudnn_on_its_faster_pass():
 def test_ab_an_error_while_timing_fails_the_entry_not_the_run(monkeypatch, tmp_path):
     """An exception inside a timing pass (an OOM, a launch failure) marks that entry failed, as harness.measure marks
     one, and the other entries and cells are still timed."""
-    import argparse
-    import types
-
     from bench import ab_wgmma_speed as ab
-    from bench import harness
-
-    monkeypatch.setattr(harness, "input_sets", lambda *a, **k: [None])
-    monkeypatch.setattr(harness, "environment", lambda: {})
-    monkeypatch.setattr(harness, "measure", lambda e, sets, causal, timed=True, **kw: dict(flops=1e9, ok=True))
 
     def time_fn(fn, sets, **kw):
         fn(None, None, None)
@@ -571,12 +563,8 @@ def test_ab_an_error_while_timing_fails_the_entry_not_the_run(monkeypatch, tmp_p
 
     def boom(q, k, v, c):
         raise RuntimeError("CUDA out of memory")
-    monkeypatch.setattr(harness, "time_fn", time_fn)
-    same = [types.SimpleNamespace(label="fa2_wgmma[a]", forward=lambda q, k, v, c: None),
-            types.SimpleNamespace(label="fa2_wgmma[b]", forward=boom)]
-    monkeypatch.setattr(ab, "entries", lambda d, variants, n, sdpa: same)
-    args = argparse.Namespace(variants="a", sdpa="", dims="64", seqs="512,1024", dtypes="float16", out=str(tmp_path),
-                              budget_s=1e9, warmup_ms=1, rep_ms=1, order="abba", rotate=False)
+    args = _fake_ab(monkeypatch, tmp_path, {"a": lambda q, k, v, c: None, "b": boom},
+                    lambda e, sets, causal, timed=True, **kw: dict(flops=1e9, ok=True), time_fn, seqs="512,1024")
     rows = ab.run(args)["rows"]
     assert len(rows) == 8  # two N, causal and not, both entries: the run went on
     assert all(r["median_ms"] == 1.0 for r in rows if r["variant"] == "fa2_wgmma[a]")
