@@ -65,6 +65,10 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
                  product and no softmax (fa2_wgmma WG_SKIP with two or three warpgroups): that block's tiles cost the
                  share of its warpgroups that hold a row (analysis/gpu_model.py prepare); False: the whole Br is
                  computed, padding included
+    consumer_warpgroups  warp-specialised kernels: the consumer warpgroups of one CTA (fa2_wgmma NWG, cuDNN 2; 0: not
+                 stated). Three of them (fa2_wgmma's Br = 192 at d = 64) keep a third softmax in flight while the
+                 tensor cores run the other two's products, and the overlap rule takes its own fitted share σ_ws3
+                 (analysis/gpu_model.py combine; stage 4 of analysis/fit_gpu_model.py)
     causal_walk  causal: a consumer warpgroup whose rows end before its Q block's last row walks the key blocks
                  wholly past its own last row (fa2_wgmma WG_CAUSAL_SKIP, v11): that block's tiles cost the mean,
                  over its warpgroups, of the steps each runs (analysis/gpu_model.py prepare)
@@ -132,6 +136,7 @@ class KernelDescriptor:
     kv_stages: int = 0  # K/V ring slots the producer loads ahead (fa2_wgmma TMA: STAGES); 0: not stated
     causal_section_kb: int = 0  # persistent causal order: longest first within sections of heads whose K/V fit
     idle_skip: bool = False  # warpgroups of the last Q block with no row compute nothing (fa2_wgmma WG_SKIP)
+    consumer_warpgroups: int = 0  # warp-specialised: consumer warpgroups per CTA (3: the overlap share sigma_ws3)
     causal_walk: bool = False  # causal: each warpgroup runs only the key blocks its own rows see (WG_CAUSAL_SKIP)
     local_step_bytes: float = 0.0  # spill stores per thread per unmasked step (analysis/local_memory.py)
     local_masked_step_bytes: float = 0.0
@@ -257,6 +262,7 @@ def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
     t, src = overhead("sdpa_flash")  # the same torch dispatch; cuDNN's own was not timed
     return dict(kernel="sdpa_cudnn", build=f"cuDNN sm90 flash fprop wgmma 64x128x{kd}", variant="fa2",
                 path="wgmma", structure="warp_specialized", block_q=br, block_k=bc, warps=12, ctas_per_sm=1,
+                consumer_warpgroups=2,
                 qk_pad_cols=kd - d, pv_pad_cols=kd - d, load_cols=kd,
                 loads="tma", s_p="registers", grid="persistent", next_tile_prefetch=True, smem_bytes_per_tile=smem,
                 launch_overhead_s=t, overhead_source=src + "; cuDNN assumed as SDPA flash",

@@ -18,6 +18,11 @@ its CTAs/SM, and so its bytes in flight, change with N); the rest stay at stage 
 Stage 3 fits PERSISTENT_PARAMS (L_persistent_steps: a prefetching persistent kernel's latency per work tile, in
 tensor + softmax cycles of one tile) on the base split's cells of such kernels (cuDNN: d = 64, 128 at N = 2048,
 8192); stages 1 and 2 price them as every other CTA (L_cycles per work tile) and their constants stay as fitted.
+Stage 4 fits WG3_PARAMS (sigma_ws3: the warp-specialised overlap share of a CTA with three consumer warpgroups,
+fa2_wgmma's Br = 192 at d = 64) on the fp16 non-causal N = 2048 and 8192 cells of those builds in the A/B that first
+timed them (bench/results/tiles64/: bc192, tiles_ab/rep1, rep2; 12 cells), the others fixed; the stages before see
+no such build (the base split's fa2_wgmma is CONFIGS: two warpgroups). Every later run of the Br = 192 builds, bf16,
+causal and the other N stay held out. Its cells are timed by do_bench, so its loss compares gpu_model.as_timed.
 Stage 1 runs with lat_dram = 0, so it prices neither the spilled kernels' Little's-law cap nor the K/V ring's wait
 (gpu_model.ring_wait: fa2_wgmma's TMA builds; of the training cells it moves the d = 64 ones, 4.3% at N = 2048 and
 1.3% at 8192, both toward the measured time); both use stage 2's lat_dram.
@@ -32,7 +37,7 @@ import sys
 
 from analysis import gpu_model as gm
 from analysis.descriptors import describe
-from analysis.measured import bench_cells, teaching_cells
+from analysis.measured import ab_cells, bench_cells, teaching_cells
 
 TRAIN_N = (2048, 8192)
 # v_once_tc with f spilled: its CTAs/SM (so its bytes in flight, Little's law) change with N (the lazy
@@ -40,11 +45,13 @@ TRAIN_N = (2048, 8192)
 TRAIN_N_V_ONCE_TC = (2048, 4096, 8192, 16384)
 SPILL_PARAMS = ("sigma_spill", "lat_dram", "L_gmem", "L_gmem_dram")  # stage 2: what only the spilled (f in HBM) kernels depend on
 PERSISTENT_PARAMS = ("L_persistent_steps",)  # stage 3: what only a prefetching persistent kernel (cuDNN) depends on
+WG3_PARAMS = ("sigma_ws3",)  # stage 4: what only a CTA of three consumer warpgroups (Br = 192) depends on
+WG3_SOURCES = ("tiles64/bc192/", "tiles64/tiles_ab/rep1/", "tiles64/tiles_ab/rep2/")  # the first Br = 192 A/B
 
 
 def is_train(cell: dict) -> bool:
     """In either stage's training split (validate marks these rows 'train')."""
-    return is_train_base(cell) or is_train_spill(cell)
+    return is_train_base(cell) or is_train_spill(cell) or is_train_wg3(cell)
 
 
 def is_train_base(cell: dict) -> bool:
@@ -64,6 +71,13 @@ def is_train_spill(cell: dict) -> bool:
     """Stage 2 (SPILL_PARAMS): v_once_tc with f spilled, fp16 non-causal at every N tc_bench.json timed."""
     return (cell["source"] == "tc_bench.json" and cell["kernel"] == "v_once_tc" and cell["dtype"] == "fp16"
             and not cell["causal"] and cell["n_q"] in TRAIN_N_V_ONCE_TC and "time_s" in cell)
+
+
+def is_train_wg3(cell: dict) -> bool:
+    """Stage 4 (WG3_PARAMS): the three-warpgroup builds' fp16 non-causal cells at TRAIN_N in the first Br = 192 A/B."""
+    return (cell["source"].startswith(WG3_SOURCES) and cell["kernel"] == "fa2_wgmma"
+            and cell["options"].get("config", {}).get("NWG") == 3 and cell["dtype"] == "fp16" and not cell["causal"]
+            and cell["n_q"] in TRAIN_N and "time_s" in cell)
 
 
 def work_of(cell: dict):
@@ -103,6 +117,12 @@ def nelder_mead(f, x0, step=0.3, iters=600, tol=1e-7):
     return pts[best], vals[best]
 
 
+def _sq_log(work, measured, params) -> float:
+    """measured: a time in seconds (per-call events: the older bench files), or (seconds, timer) as an A/B records it."""
+    t, timer = measured if isinstance(measured, tuple) else (measured, None)
+    return math.log(gm.as_timed(gm.predict_work(work, params), timer) / t) ** 2
+
+
 def _fit_names(names, fixed, works, start, bounded, restarts):
     def params_of(x):
         p = dict(fixed)
@@ -114,7 +134,7 @@ def _fit_names(names, fixed, works, start, bounded, restarts):
 
     def loss(x):
         p = params_of(x)
-        return sum(math.log(gm.predict_work(w, p).time_s / t) ** 2 for w, t in works)
+        return sum(_sq_log(w, t, p) for w, t in works)
 
     x, val = nelder_mead(loss, [math.log(start[k]) for k in names])
     for _ in range(restarts):  # restarts from the best point
@@ -125,11 +145,12 @@ def _fit_names(names, fixed, works, start, bounded, restarts):
 def fit(verbose=True) -> dict:
     """Stage 1: every constant but SPILL_PARAMS on the base split (the spilled kernels' Little's-law cap off:
     lat_dram 0). Stage 2: SPILL_PARAMS on every training cell a spilled (f in HBM) kernel runs, the others
-    fixed at stage 1's: the v_once_tc cells of is_train_spill and the teaching v_once cells of stage 1."""
+    fixed at stage 1's: the v_once_tc cells of is_train_spill and the teaching v_once cells of stage 1. Stage 3:
+    PERSISTENT_PARAMS on the prefetching persistent kernels' base cells. Stage 4: WG3_PARAMS on is_train_wg3's cells."""
     base = [c for c in bench_cells() + teaching_cells() if is_train_base(c)]
     works = [(work_of(c), c["time_s"]) for c in base]
-    names = [k for k in gm.DEFAULT_PARAMS if k not in ("lat_dram", "L_gmem_dram") + PERSISTENT_PARAMS]
-    bounded = {"sigma_fa2": (0.0, 1.0), "sigma_ws": (0.0, 1.0), "eta_lds": (0.05, 1.0),
+    names = [k for k in gm.DEFAULT_PARAMS if k not in ("lat_dram", "L_gmem_dram") + PERSISTENT_PARAMS + WG3_PARAMS]
+    bounded = {"sigma_fa2": (0.0, 1.0), "sigma_ws": (0.0, 1.0), "sigma_ws3": (0.0, 1.0), "eta_lds": (0.05, 1.0),
                "R_wgmma": (500, 4096), "R_mma_sync": (500, 4096),
                "W_sat": (8.0, 64.0), "sigma_spill": (0.0, 1.0), "lat_dram": (0.0, 20000.0),
                "L_persistent_steps": (0.0, 4.0)}
@@ -141,9 +162,11 @@ def fit(verbose=True) -> dict:
     params, _ = _fit_names(list(SPILL_PARAMS), fixed, spill_works, gm.DEFAULT_PARAMS, bounded, restarts=2)
     persistent = [(w, t) for w, t in works if w.desc.grid == "persistent" and w.desc.next_tile_prefetch]
     params, _ = _fit_names(list(PERSISTENT_PARAMS), params, persistent, gm.DEFAULT_PARAMS, bounded, restarts=2)
+    wg3 = [(work_of(c), (c["time_s"], c.get("timer"))) for c in ab_cells() if is_train_wg3(c)]
+    params, _ = _fit_names(list(WG3_PARAMS), params, wg3, gm.DEFAULT_PARAMS, bounded, restarts=2)
     cells = base + [c for c in spill_cells if not is_train_base(c)]
-    works += [(work_of(c), c["time_s"]) for c in cells[len(base):]]
-    val = sum(math.log(gm.predict_work(w, params).time_s / t) ** 2 for w, t in works)
+    works += [(work_of(c), c["time_s"]) for c in cells[len(base):]] + wg3
+    val = sum(_sq_log(w, t, params) for w, t in works)
     rms = math.sqrt(val / len(works))
     if verbose:
         print(f"fitted on {len(works)} cells, rms log error {rms:.4f}", file=sys.stderr)
@@ -152,7 +175,9 @@ def fit(verbose=True) -> dict:
                       "sdpa_flash, sdpa_cudnn), tc_bench.json (v_once_tc), bench_kernels.json (every teaching kernel); "
                       "stage 2 (sigma_spill, lat_dram, L_gmem, L_gmem_dram): the spilled (f in HBM) cells among them and tc_bench.json "
                       "v_once_tc fp16 non-causal at N in {2048, 4096, 8192, 16384}; stage 3 (L_persistent_steps): the "
-                      "prefetching persistent kernels' cells among the base split (sdpa_cudnn, d = 64 and 128, N in {2048, 8192})",
+                      "prefetching persistent kernels' cells among the base split (sdpa_cudnn, d = 64 and 128, N in {2048, 8192}); "
+                      "stage 4 (sigma_ws3): fa2_wgmma's three-warpgroup (Br = 192) builds, fp16 non-causal N in {2048, 8192}, "
+                      "in the first Br = 192 A/B (bench/results/tiles64: bc192, tiles_ab/rep1, rep2)",
                 script="analysis/fit_gpu_model.py",
                 measured_inputs="descriptors' issue_per_tile of the profiled FA2-style builds (fa2_tc, sdpa_flash at d = 64, "
                                 "128): instruction counts of bench/results/ncu_levels.csv's non-causal rows (analysis/issue.py), "

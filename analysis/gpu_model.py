@@ -17,6 +17,10 @@ Per visited Br x Bc tile, in SM cycles (rates per SM per clock):
             half the issue rate of FA2's two: the measured 2.0-2.2x per tile, bench_kernels.json)
 Overlap rule per kernel structure (the descriptor's):
     warp_specialized  max(tensor, smem, mufu + alu) + σ_ws · min(tensor, mufu + alu)
+                      (σ_ws3 in place of σ_ws for a CTA of three consumer warpgroups, descriptor
+                      consumer_warpgroups: fa2_wgmma's Br = 192 at d = 64 keeps a third softmax in flight while
+                      the other two's products run, so less of the shorter term is exposed; fitted apart, stage 4
+                      of analysis/fit_gpu_model.py, on the first Br = 192 A/B's fp16 non-causal cells)
     fa2               max(tensor, smem) + σ · (mufu + alu)   (the same warps do both; other CTAs hide part:
                       σ = σ_fa2^(CTAs/SM - 1), each co-resident CTA hiding the same share of what is left;
                       σ = 1 at one CTA per SM: nothing runs products while its warps do the softmax)
@@ -91,6 +95,7 @@ DEFAULT_PARAMS = {
     "k_alu": 2.0,  # FP32 instructions per counted 'other' op (conversions, packing, masking included)
     "sigma_fa2": 0.5,
     "sigma_ws": 0.1,
+    "sigma_ws3": 0.1,  # σ_ws of a CTA with three consumer warpgroups (stage 4 of the fit; absent: σ_ws)
     "L_cycles": 4000.0,
     "L_persistent_steps": 1.0,  # λ_p: per work tile of a prefetching persistent kernel (cuDNN), its latency in
     #                            units of one tile's tensor + softmax cycles (stage 3 of the fit; absent: L_cycles)
@@ -306,7 +311,9 @@ def combine(desc, terms: dict, params: dict) -> float:
     if desc.structure == "teaching":
         return sm + tc + sfx
     if desc.structure == "warp_specialized":
-        return max(tc, sm, sfx) + params["sigma_ws"] * min(tc, sfx)
+        # a third consumer warpgroup's softmax runs while the other two's products do: its own exposed share
+        sigma = params.get("sigma_ws3", params["sigma_ws"]) if desc.consumer_warpgroups >= 3 else params["sigma_ws"]
+        return max(tc, sm, sfx) + sigma * min(tc, sfx)
     # the softmax hides under the products of the other CTAs on the SM, each hiding the same share of what
     # the others left; a lone CTA has none to hide under
     sigma = params["sigma_fa2"] ** (desc.ctas_per_sm - 1)

@@ -60,6 +60,8 @@
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
 #   fresh11    issue 11: never-timed N (768-12288) at d = 64/96/128/256, the default, CONFIGS, ring1 and SDPA, twice
 #              (abba): the GPU model's fresh held-out cells                                           -> fresh11/
+#   grid22     issue 14's target grid on main (checks first, abba)                                      -> grid22/
+#   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
 #   d96rule    issue 14: SIZE_RULES[96]: racecheck of dyn-oqt-r on 3 CTAs, dispatch / layouts tests, d = 96's grid -> d96rule/
@@ -830,6 +832,18 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 190 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 150 > "$W/ab.txt" 2>&1
       rc=$?; grep -A3 "^cells with" "$W/ab.txt" | head -4; grep -A100 "^dtype" "$W/ab.txt" | awk '$9+0 < 1.0' ;;
+    grid22)  # the target grid again on main as committed (issue 14's standing; held-out cells for the GPU model's
+             # stage-4 sigma_ws3, fitted on the first Br = 192 A/B before this run)
+      timeout 190 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 150 > "$W/ab.txt" 2>&1
+      rc=$?; grep -A3 "^cells with" "$W/ab.txt" | head -4; grep -A100 "^dtype" "$W/ab.txt" | awk '$9+0 < 1.0' ;;
+    fresh22)  # issue 11: lengths no earlier run timed (N = 640, 1280, 2560, 5120, 10240) at d = 64 and 128: forward()'s
+              # default (Br = 192 at d = 64, N >= 2k), CONFIGS, the one-tile Br = 192 build (d = 64), SDPA flash and
+              # cuDNN, fp16 / bf16, causal and not (abba): the model's held-out check of sigma_ws3, timed after it was
+              # committed
+      timeout 250 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 640,1280,2560,5120,10240 \
+        --variants default,base,br192-rs@64 --order abba --budget-s 220 > "$W/ab.txt" 2>&1
+      rc=$?; grep -A3 "^cells with" "$W/ab.txt" | head -4 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -249,14 +249,18 @@ def test_do_bench_timing_hides_the_host_launch_behind_queued_calls():
 
 def test_ab_runs_are_held_out_cells_of_the_builds_the_model_prices():
     """bench/ab_wgmma_speed.py runs feed validate: the shipped build of the day with the config its file recorded,
-    the ROW_SUM_MMA pair and SDPA's backends; none is in the fit's training split; d = 256 is printed, not banded."""
+    the ROW_SUM_MMA pair and SDPA's backends; none is in the fit's training split but stage 4's twelve (the three-warpgroup
+    builds' fp16 non-causal N = 2048 / 8192 cells of the first Br = 192 A/B); d = 256 is printed, not banded."""
     from analysis import validate as val
-    from analysis.fit_gpu_model import is_train
+    from analysis.fit_gpu_model import is_train, is_train_wg3
     from analysis.measured import AB_VARIANTS, ab_cells
 
     cells = ab_cells()
     assert {c["label"] for c in cells} <= set(AB_VARIANTS) and len(cells) > 300
-    assert not any(is_train(c) for c in cells)
+    train = [c for c in cells if is_train(c)]
+    assert len(train) == 12 and all(is_train_wg3(c) for c in train)
+    assert all(c["source"].startswith("tiles64/") and c["dtype"] == "fp16" and not c["causal"]
+               and c["options"]["config"]["NWG"] == 3 and c["n_q"] in (2048, 8192) for c in train)
     wgmma = [c for c in cells if c["kernel"] == "fa2_wgmma"]
     assert wgmma and all(c["options"]["config"].get("TMA") == 1 for c in wgmma)
     assert all(c["timer"] and "do_bench" in c["timer"] for c in cells)
@@ -435,3 +439,30 @@ def test_causal_walk_prices_each_warpgroups_own_blocks():
         a, b = (gm.predict("fa2_wgmma", 1, 8, n_q, n_k, 256, "fp16", True, config=c) for c in (walk, plain))
         walked, total = causal_walk_steps(walk, n_q, n_k)
         assert a.terms["tensor"] / b.terms["tensor"] == pytest.approx(1 - walked / total)
+
+
+def test_three_consumer_warpgroups_take_their_own_overlap_share():
+    """A CTA of three consumer warpgroups (fa2_wgmma Br = 192) is combined with sigma_ws3, any other warp-specialised
+    CTA with sigma_ws; without sigma_ws3 (stages 1-3 of the fit) the three-warpgroup CTA falls back to sigma_ws."""
+    from kernels import fa2_wgmma as fw
+
+    p = gm.load_params()
+    assert 0 < p["sigma_ws3"] < p["sigma_ws"]  # the third softmax in flight leaves less of the shorter term exposed
+    three = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=fw.TILE_CANDIDATES[64]["br192-rs"])
+    two = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=fw.CONFIGS[64])
+    assert three.block_q == 192 and two.block_q == 128
+    from analysis.descriptors import describe
+
+    d3 = describe("fa2_wgmma", 64, config=fw.TILE_CANDIDATES[64]["br192-rs"])
+    d2 = describe("fa2_wgmma", 64, config=fw.CONFIGS[64])
+    assert (d3.consumer_warpgroups, d2.consumer_warpgroups, describe("sdpa_cudnn", 64).consumer_warpgroups) == (3, 2, 2)
+    terms = {"tensor": 1000.0, "smem": 10.0, "softmax": 1500.0}
+    assert gm.combine(d3, terms, p) == pytest.approx(1500 + p["sigma_ws3"] * 1000)
+    assert gm.combine(d2, terms, p) == pytest.approx(1500 + p["sigma_ws"] * 1000)
+    no3 = {k: v for k, v in p.items() if k != "sigma_ws3"}
+    assert gm.combine(d3, terms, no3) == pytest.approx(1500 + p["sigma_ws"] * 1000)
+    # the three-warpgroup prediction moves with sigma_ws3 alone, the two-warpgroup one does not
+    w3 = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=fw.TILE_CANDIDATES[64]["br192-rs"],
+                    params=dict(p, sigma_ws3=p["sigma_ws"]))
+    w2 = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=fw.CONFIGS[64], params=dict(p, sigma_ws3=0.0))
+    assert w3.time_s > three.time_s and w2.time_s == pytest.approx(two.time_s)
