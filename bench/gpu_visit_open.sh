@@ -61,6 +61,8 @@
 #   fresh11    issue 11: never-timed N (768-12288) at d = 64/96/128/256, the default, CONFIGS, ring1 and SDPA, twice
 #              (abba): the GPU model's fresh held-out cells                                           -> fresh11/
 #   grid22     issue 14's target grid on main (checks first, abba)                                      -> grid22/
+#   knobs22    issue 14: d = 128 N <= 2k without ping-pong, static persistent, MAX_TREE (A/B, abba)      -> knobs22/
+#   layouts22  issue 14: layouts_speed (strided, GQA) at d = 64-256, N = 2k, 4k, 16k                   -> layouts22/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
@@ -844,6 +846,16 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 250 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 640,1280,2560,5120,10240 \
         --variants default,base,br192-rs@64 --order abba --budget-s 220 > "$W/ab.txt" 2>&1
       rc=$?; grep -A3 "^cells with" "$W/ab.txt" | head -4 ;;
+    knobs22)  # issue 14: d = 128 at N <= 2k, where the grid trails cuDNN by 1-2%: forward()'s build without the
+              # ping-pong (both warpgroups issue their products freely, as d = 64's builds do), with the static
+              # persistent scheduler (equal tiles need no atomic counter), and with MAX_TREE; default-again the control
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 128 --seqs 512,1024,2048 --order abba \
+        --variants default,default-again,default+PINGPONG=0+TURN_CARRY=0,default+PERSISTENT=1,default+MAX_TREE=1 \
+        --budget-s 170 > "$W/ab.txt" 2>&1; rc=$?
+      grep -A3 "^cells with" "$W/ab.txt" | head -3; grep -A30 "^dtype" "$W/ab.txt" | tail -16 ;;
+    layouts22)  # issue 14: strided (B, N, H, d) views and GQA against contiguous with forward()'s current builds
+      timeout 240 python3 bench/layouts_speed.py --out "$W" --n 2048,4096,16384 --d 64,96,128,256 --sets 2 \
+        > "$W/layouts.txt" 2>&1; rc=$?; grep -E "bnhd|gqa" "$W/layouts.txt" | awk '{print $1,$2,$3,$4,$5,$8}' | head -60 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
