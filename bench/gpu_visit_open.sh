@@ -63,6 +63,7 @@
 #   grid22     issue 14's target grid on main (checks first, abba)                                      -> grid22/
 #   knobs22    issue 14: d = 128 N <= 2k without ping-pong, static persistent, MAX_TREE (A/B, abba)      -> knobs22/
 #   layouts22  issue 14: layouts_speed (strided, GQA) at d = 64-256, N = 2k, 4k, 16k                   -> layouts22/
+#   tree22     issue 14: MAX_TREE in forward()'s d = 128 builds: its GPU tests, dispatch tests, the grid   -> tree22/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
@@ -856,6 +857,16 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     layouts22)  # issue 14: strided (B, N, H, d) views and GQA against contiguous with forward()'s current builds
       timeout 240 python3 bench/layouts_speed.py --out "$W" --n 2048,4096,16384 --d 64,96,128,256 --sets 2 \
         > "$W/layouts.txt" 2>&1; rc=$?; grep -E "bnhd|gqa" "$W/layouts.txt" | awk '{print $1,$2,$3,$4,$5,$8}' | head -60 ;;
+    tree22)  # MAX_TREE in forward()'s d = 128 builds (kernels.fa2_wgmma.DEFAULT_KNOBS_BY_D): the GPU tests of every
+             # forward() build with the tree (d = 128's now carry it), forward()'s dispatch / layouts tests, the grid
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "max_tree" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      dispatch_tests "$W/dispatch.log" 150; r=$?; tail -1 "$W/dispatch.log"; rc=$(( rc != 0 ? rc : r ))
+      mkdir -p "$W/grid"
+      timeout 190 python3 bench/ab_wgmma_speed.py --out "$W/grid" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 150 > "$W/grid/ab.txt" 2>&1
+      r=$?; rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/grid/ab.txt" | head -4
+      grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -475,9 +475,13 @@ SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
 # (SIZE_CANDIDATES br192-rs-dyn-oqt-cs, bc64-dyn-oqt-r-cs; cskipab): d = 64 Br = 192 causal 512-1k 0.88-0.94 of
 # cuDNN against the 3-CTA default's 0.94-0.99; d = 128 Bc = 64 0.79-0.93 of cuDNN, 1.15-1.29x the default's time.
 DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
-# Not in it (stop 21, bench/results/stages21/tree21, tree21b): MAX_TREE, the row max as a tree; exact, same registers,
-# GPU tests 42 passed; two runs, time / forward()'s build: d = 128 0.986 and 0.997 against the control's 1.004 and
-# 1.012, level at d = 64/96/256 (cells 0.920-1.103)
+# Per head dim (stop 22): MAX_TREE at d = 128, the row max as a pairwise tree instead of a chain (wgmma_fa2.cuh; exact:
+# max does not round; same registers, ptxas). Three runs at d = 128, time / forward()'s build, each beside the control
+# (default-again, the same build timed twice): 0.986 against 1.004 (stages21/tree21, N <= 4k), 0.997 against 1.012
+# (tree21b, N <= 16k), 0.987 against 0.999 (stop22/knobs22, N <= 2k, cells 0.950-1.008): 1.3-1.8% under the control
+# in each. Level at d = 64/96/256 (tree21: cells 0.920-1.103), so not there. GPU tests of every build with it: 42
+# passed (stop 21), forward()'s d = 128 builds again with it in stop 22
+DEFAULT_KNOBS_BY_D = {128: {"MAX_TREE": 1}}
 # v12 (bench/results/carry/; fa2_wgmma_tma.cu v12): TURN_CARRY, the ping-pong turn runs on from tile to tile, so
 # warpgroup 0 issues its next tile's first S while warpgroup 1 finishes its last P V and epilogue. It can act only where
 # the next tile's Q is already in (O_TILE: the persistent d = 96/128 builds forward() runs at Nk <= 4096). Two A/B runs
@@ -491,11 +495,13 @@ DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
 TURN_CARRY_KNOBS = {"TURN_CARRY": 1}
 
 
-def default_knobs(cfg: dict) -> dict:
-    """DEFAULT_KNOBS, and TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads the next Q under this
-    tile's end from its O_TILE: the knobs forward() adds to a rule build."""
+def default_knobs(cfg: dict, d: int | None = None) -> dict:
+    """DEFAULT_KNOBS, DEFAULT_KNOBS_BY_D[d], and TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads
+    the next Q under this tile's end from its O_TILE: the knobs forward() adds to a rule build of head dim d (None:
+    the knobs of every d)."""
     pingpong = cfg.get("NWG", 2) == 2 and cfg.get("PINGPONG", 1) and not cfg.get("QK_AHEAD")
-    return dict(DEFAULT_KNOBS, **(TURN_CARRY_KNOBS if pingpong and cfg.get("O_TILE") else {}))
+    return dict(DEFAULT_KNOBS, **DEFAULT_KNOBS_BY_D.get(d, {}),
+                **(TURN_CARRY_KNOBS if pingpong and cfg.get("O_TILE") else {}))
 
 
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
@@ -505,14 +511,14 @@ def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = F
         return None
     rule = choose_config(d, n_k, plain, causal=causal) if n_k is not None else None
     cfg = rule or CONFIGS[d]
-    return dict(cfg, **default_knobs(cfg))
+    return dict(cfg, **default_knobs(cfg, d))
 
 
 def default_builds() -> list[tuple[int, dict]]:
     """(d, config) of every build forward() can pick itself: each distinct SIZE_RULES entry, then CONFIGS[d], all
     with default_knobs (the builds the v9-v12 GPU tests and compile tests run)."""
     rules = {repr(c): (d, c) for d, entries in SIZE_RULES.items() for _, c, _ in entries}
-    return [(d, dict(c, **default_knobs(c))) for d, c in list(rules.values()) + list(CONFIGS.items())]
+    return [(d, dict(c, **default_knobs(c, d))) for d, c in list(rules.values()) + list(CONFIGS.items())]
 
 
 def wg_skip_builds() -> list[tuple[int, dict]]:
