@@ -64,6 +64,7 @@
 #   knobs22    issue 14: d = 128 N <= 2k without ping-pong, static persistent, MAX_TREE (A/B, abba)      -> knobs22/
 #   layouts22  issue 14: layouts_speed (strided, GQA) at d = 64-256, N = 2k, 4k, 16k                   -> layouts22/
 #   tree22     issue 14: MAX_TREE in forward()'s d = 128 builds: its GPU tests, dispatch tests, the grid   -> tree22/
+#   half22     issue 14 v14 HALF_DIAG: GPU tests, memcheck / racecheck, A/B at d = 96/128 N <= 4k, d = 256 N = 512 -> half22/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
@@ -867,6 +868,21 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 150 > "$W/grid/ab.txt" 2>&1
       r=$?; rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/grid/ab.txt" | head -4
       grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
+    half22)  # stop 22 HALF_DIAG (fa2_wgmma_tma.cu v14): its GPU tests (the knob registry: hypothesis shapes, fixed shapes
+             # across tiles, strided GQA), memcheck and racecheck of the d = 128 and 256 builds on 2 CTAs at scale, then
+             # the A/B of forward()'s builds with it (d = 96 / 128 at N <= 4k, d = 256 at N = 512; abba, default-again)
+      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "half_diag" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      cfg=$(builds 2 "f.half_diag_builds()" "d in (128, 256)")
+      sanitize_wgmma memcheck float16 7 100 90 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 7 130 120 "$cfg"; r=$?; tail -1 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      mkdir -p "$W/ab" "$W/ab256"
+      timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/ab" --dims 96,128 --seqs 512,1024,2048,4096 --order abba \
+        --variants default,default-again,default+HALF_DIAG=1 --budget-s 140 > "$W/ab/ab.txt" 2>&1; r=$?
+      rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/ab/ab.txt" | head -3; grep -A40 "^dtype" "$W/ab/ab.txt" | tail -22
+      timeout 60 python3 bench/ab_wgmma_speed.py --out "$W/ab256" --dims 256 --seqs 512 --order abba \
+        --variants default,default-again,default+HALF_DIAG=1 --budget-s 50 > "$W/ab256/ab.txt" 2>&1; r=$?
+      rc=$(( rc != 0 ? rc : r )); grep -A12 "^dtype" "$W/ab256/ab.txt" | tail -8 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

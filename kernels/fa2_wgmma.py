@@ -111,7 +111,7 @@ SWEEP = {
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
          "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA",
          "O_TILE", "CAUSAL_SECTION_KB", "O_TMA", "DESC_STEP", "WG_SKIP", "WAIT_HINT",
-         "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT", "MAX_TREE"}
+         "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT", "MAX_TREE", "HALF_DIAG"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -521,6 +521,21 @@ def default_builds() -> list[tuple[int, dict]]:
     return [(d, dict(c, **default_knobs(c, d))) for d, c in list(rules.values()) + list(CONFIGS.items())]
 
 
+# stop 22 HALF_DIAG (fa2_wgmma_tma.cu, wgmma_fa2.cuh): a warpgroup whose rows end in the first half of its first key
+# block runs it at half width (S over Bc/2 keys, the softmax over them, P V over Bc/2 slices); exact. ptxas keeps the
+# wgmma pipeline with it in the persistent builds at d = 96, 128, 256 (forward()'s d = 96 / 128 builds at N <= 4k, d = 256's
+# Bc = 64); it serialises it ("insufficient register resources") in the d = 64 builds (three warpgroups, or three CTAs
+# of 80 registers) and in CONFIGS[96] (one tile per CTA), so it is not built there
+HALF_DIAG_DIMS = (96, 128, 256)
+
+
+def half_diag_builds() -> list[tuple[int, dict]]:
+    """default_builds() that HALF_DIAG is built in (d in HALF_DIAG_DIMS, persistent, Bc a multiple of 32), with it."""
+    return [(d, dict(c, HALF_DIAG=1)) for d, c in default_builds()
+            if d in HALF_DIAG_DIMS and c.get("TMA") and c.get("PERSISTENT") and c["BLOCK_N"] % 32 == 0
+            and not c.get("QK_AHEAD")]
+
+
 def wg_skip_builds() -> list[tuple[int, dict]]:
     """default_builds() where a consumer warpgroup can be idle (two or three of them; WG_SKIP is a DEFAULT_KNOBS knob):
     the v10 idle-warpgroup tests' and sanitizer's builds."""
@@ -590,6 +605,9 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if cfg.get("ROW_SUM_MMA") and not (cfg.get("TMA") and d == 64):
         raise ValueError(f"fa2_wgmma: ROW_SUM_MMA is a TMA build at d = 64 only (got d={d}, "
                          f"TMA={cfg.get('TMA', 0)})")
+    if cfg.get("HALF_DIAG") and not (cfg.get("TMA") and cfg.get("BLOCK_N", 128) % 32 == 0 and not cfg.get("QK_AHEAD")):
+        raise ValueError(f"fa2_wgmma: HALF_DIAG is a TMA build with Bc a multiple of 32 and no QK_AHEAD (got "
+                         f"TMA={cfg.get('TMA', 0)}, BLOCK_N={cfg.get('BLOCK_N')}, QK_AHEAD={cfg.get('QK_AHEAD', 0)})")
     if cfg.get("ROW_SUM_MMA") and is_bf16:
         # bf16 keeps the fp32 row sum: l from bf16-rounded P (2^-9) moves lse by up to ~4e-3, past the 2e-3 the
         # kernels promise (H200, tests/test_kernels_wgmma_speed_gpu.py: 2.3-3.4e-3; fp16's 2^-11 stays inside)

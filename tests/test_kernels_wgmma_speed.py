@@ -34,6 +34,8 @@ BUILDS = [(d, 0, name, cfg) for d in fa2_wgmma.HEAD_DIMS
           if name != "base"] + [(d, 1, "all", fa2_wgmma.full_speed_config(d)) for d in fa2_wgmma.HEAD_DIMS]
 # every build forward()'s rules run (SIZE_RULES and CONFIGS) with DEFAULT_KNOBS: v9 DESC_STEP, v10 WG_SKIP
 BUILDS += [(d, 0, f"default-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.default_builds())]
+# and those builds with stop 22's HALF_DIAG where it is built (its branch must leave the wgmma pipeline unserialised)
+BUILDS += [(d, 0, f"half-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.half_diag_builds())]
 
 
 def _compile(item):
@@ -95,6 +97,18 @@ def test_speed_builds_are_sweep_candidates():
     for d in fa2_wgmma.HEAD_DIMS:
         for name, cfg in fa2_wgmma.speed_configs(d).items():
             assert name == "base" and cfg == fa2_wgmma.CONFIGS[d] or cfg in fa2_wgmma.SWEEP[d], (d, name)
+
+
+def test_half_diag_builds_and_refusals():
+    """HALF_DIAG is built where Bc / 2 is whole 16-key slices of a TMA build without QK_AHEAD, at d = 96, 128, 256
+    (forward()'s Bc = 128 builds at d = 96 / 128 and N <= 4k, d = 256's Bc = 64); anywhere else defines_for says why."""
+    builds = fa2_wgmma.half_diag_builds()
+    assert {d for d, _ in builds} == {96, 128, 256}
+    assert all(c["BLOCK_N"] % 32 == 0 and c["HALF_DIAG"] == 1 for _, c in builds)
+    assert dict(fa2_wgmma.default_config(128, 512, True, True), HALF_DIAG=1) in [c for _, c in builds]
+    for d, cfg in ((128, fa2_wgmma.CONFIGS[128]), (256, fa2_wgmma.CONFIGS[256]), (64, {"BLOCK_N": 128})):
+        with pytest.raises(ValueError, match="HALF_DIAG is a TMA build with Bc a multiple of 32"):
+            fa2_wgmma.defines_for(d, 0, dict(cfg, HALF_DIAG=1))  # Bc = 176, 80; the cp.async build
 
 
 def test_unknown_knob_is_refused():

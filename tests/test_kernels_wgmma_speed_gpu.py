@@ -326,6 +326,14 @@ assert all(c in [x for _, x in ODIRECT] for d, c in fa2_wgmma.default_builds() i
 TREE = [(d, dict(c, MAX_TREE=1)) for d, c in fa2_wgmma.default_builds()]
 
 
+# stop 22 HALF_DIAG: a warpgroup whose rows end in the first half of its first key block (warpgroup 0 on the causal
+# diagonal of Br = Bc = 128; a non-causal tail block at most half full) runs that block's S, softmax and P V at half
+# width; every forward() build it compiles for without a serialised wgmma pipeline (kernels.fa2_wgmma.half_diag_builds:
+# d = 96, 128, 256)
+HALF = fa2_wgmma.half_diag_builds()
+assert HALF and all(c["HALF_DIAG"] == 1 for _, c in HALF)
+
+
 def _idle_rows(cfg) -> list[int]:
     """Nq values whose last Q block has idle warpgroups: one of each count the build can leave idle."""
     br = 64 * cfg.get("NWG", 2)
@@ -365,13 +373,19 @@ def _across_tiles(knob: str, cfg: dict) -> list[tuple]:
                 for shp in [(2, 3, n_q, 4100, F16, False, 20.0, n_q) for n_q in _idle_rows(cfg) or [333]]
                 + [(1, 3, 333, 2 * 333 + 7, B16, True, 4.0, 5), (2, 3, 900, 300, B16, True, 4.0, 7),
                    (2, 2, 512, 512, F16, True, 20.0, 8)]]
+    if knob == "half_diag":  # the diagonal at Nq = Nk, off the block grid (Nk - Nq = 37), Nq > Nk (rows with no
+        # key), tails at most half a block (Nk = 960, 1000 - 40) and over half (1000), long key loops, 3 persistent CTAs
+        return [(g, *shp) for g in [{}] + ([{"GRID": 3}] if persistent else [])
+                for shp in [(2, 2, 512, 512, F16, True, 4.0, 1), (1, 3, 700, 737, B16, True, 4.0, 2),
+                            (2, 3, 900, 300, B16, True, 4.0, 3), (2, 3, 333, 960, F16, False, 4.0, 4),
+                            (1, 3, 1000, 1000, B16, False, 4.0, 5), (2, 2, 700, 4100, F16, True, 4.0, 6)]]
     raise KeyError(knob)
 
 
 # knob -> its builds; which of the three tests each set runs (wg_skip's hypothesis shapes are desc_step's, on the same
 # builds; desc_step's strided views are the layouts tests' of forward())
 KNOB_SETS = {"desc_step": DESC, "wg_skip": SKIP, "wg_causal_skip": CSKIP, "turn_carry": CARRY, "o_direct": ODIRECT,
-             "max_tree": TREE}
+             "max_tree": TREE, "half_diag": HALF}
 CAUSAL_ONLY = {"wg_causal_skip"}
 
 

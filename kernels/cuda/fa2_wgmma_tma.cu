@@ -372,6 +372,9 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #ifndef TURN_CARRY
 #define TURN_CARRY 0  // 1 (ping-pong): the turn runs on across tiles; warpgroup 1 hands it back as it issues its last P V
 #endif
+#ifndef HALF_DIAG
+#define HALF_DIAG 0  // 1: a warpgroup whose rows end in the first half of its first key block runs that block at half width
+#endif
 #ifndef WG_CAUSAL_SKIP
 #define WG_CAUSAL_SKIP 0  // 1 (causal): a warpgroup walks the tile's first key blocks that lie wholly past its own last row
 #endif
@@ -426,6 +429,7 @@ static_assert(!O_TMA || O_TILE, "O_TMA stores from O_TILE's staging tile");
 static_assert(!(WG_SKIP && QK_AHEAD), "WG_SKIP's idle walk is tested on the one-S-tile loop only");
 static_assert(!TURN_CARRY || PINGPONG, "TURN_CARRY carries the ping-pong turn from tile to tile");
 static_assert(!(WG_CAUSAL_SKIP && QK_AHEAD), "WG_CAUSAL_SKIP's walk is written for the one-S-tile loop only");
+static_assert(!(HALF_DIAG && QK_AHEAD), "HALF_DIAG is written for the one-S-tile loop only");
 static_assert(!O_TILE || (PERSISTENT && !QK_AHEAD), "O_TILE: a persistent build without QK_AHEAD (its Q goes back early)");
 static_assert(!O_DIRECT || (PERSISTENT && !QK_AHEAD && !O_TILE), "O_DIRECT: a persistent build without QK_AHEAD or O_TILE");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
@@ -827,6 +831,10 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             const int vs = (kv_it + T - 1) % STAGES;
             mbar_wait(FULL_V(vs), ((kv_it + T - 1) / STAGES) & 1);
             wgmma_fence_operand(o);
+#if HALF_DIAG
+            if (pv_half) issue_pv<KN / 2>(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));  // Tw == 1: step 0's block
+            else
+#endif
             issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
             wgmma_wait<0>();
             wgmma_fence_operand(o);
@@ -868,11 +876,30 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             }
 #endif
             // step 0 (j = Tw-1): S and softmax
+#if HALF_DIAG
+            // the keys this warpgroup's last row sees end in the first half of block Tw-1 (warpgroup 0 on the causal
+            // diagonal of Br = Bc = 128): S, the softmax and the next P V over that half (wgmma_fa2.cuh)
+            bool half;
+            {
+                const int vis = min(Nk, is_causal ? min(m0 + 64 * cg + 64, Nq) + causal_off : Nk);
+                half = __shfl_sync(0xffffffffu, vis - (Tw - 1) * BLOCK_N <= BLOCK_N / 2, 0);
+            }
+            bool pv_half = half;  // the P V of this block is the next one issued
+#endif
             mbar_wait(FULL_K(kvw % STAGES), (kvw / STAGES) & 1);
             turn_begin(cg);
+#if HALF_DIAG
+            if (half) {  // each branch waits for its own product: no wgmma is in flight where the two paths join
+                issue_qk<BLOCK_N / 2>(s, sQ, sK0 + (kvw % STAGES) * TILE_KV_BYTES, cg);
+                turn_end(cg);
+                wgmma_wait<0>();
+            } else
+#endif
+            {
             issue_qk(s, sQ, sK0 + (kvw % STAGES) * TILE_KV_BYTES, cg);
             turn_end(cg);
             wgmma_wait<0>();
+            }
             wgmma_fence_operand(s);
             if (lane == 0) mbar_arrive(EMPTY_K(kvw % STAGES));
 #if Q_EARLY
@@ -881,10 +908,19 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             {
                 const int n0 = (Tw - 1) * BLOCK_N;
                 const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
+#if HALF_DIAG
+                if (half) {  // the second half is masked in every row of the warpgroup
+                    softmax_step<true, NT / 2>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
+                    pack_p<KN / 2>(pa, s);
+                } else {
+#endif
                 if (need_mask) softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
                 else softmax_step<false>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
+                pack_p(pa, s);
+#if HALF_DIAG
+                }
+#endif
             }
-            pack_p(pa, s);
             // step t: S_j = Q K_j^T and O += P_{j+1} V_{j+1}
             for (int t = 1; t < Tw; ++t) {
                 const int j = Tw - 1 - t, n0 = j * BLOCK_N;
@@ -894,7 +930,14 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 turn_begin(cg);
                 issue_qk(s, sQ, sK0 + ks * TILE_KV_BYTES, cg);
                 wgmma_fence_operand(o);
+#if HALF_DIAG
+                if (pv_half) issue_pv<KN / 2>(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
+                else
+#endif
                 issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
+#if HALF_DIAG
+                pv_half = false;
+#endif
                 turn_end(cg);
                 wgmma_wait<1>();  // S_j done; P_{j+1} V_{j+1} still on the tensor cores during the softmax
                 wgmma_fence_operand(s);

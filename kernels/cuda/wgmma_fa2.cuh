@@ -35,6 +35,14 @@
 #ifndef EXP2_POLY
 #define EXP2_POLY 0
 #endif
+// HALF_DIAG (stop 22; fa2_wgmma_tma.cu): a warpgroup whose rows all end in the first half of its first key block (the
+// causal diagonal: warpgroup 0 of Br = Bc = 128 sees keys n0..n0+63 of it at most) runs that block's S = Q K^T, softmax
+// and P V over the half it sees, NS = Bc/2 columns and KN/2 k-slices; the other half is masked in every row of the
+// warpgroup (P = 0 there), so the result is the full block's
+#ifndef HALF_DIAG
+#define HALF_DIAG 0
+#endif
+static_assert(!HALF_DIAG || BLOCK_N % 32 == 0, "HALF_DIAG: Bc/2 a whole number of 16-key P V slices");
 static_assert(RESCALE_THRESHOLD >= 0 && RESCALE_THRESHOLD <= 15, "RESCALE_THRESHOLD: 0..15 (P <= 2^15 < fp16 max)");
 static_assert(EXP2_POLY >= 0 && EXP2_POLY <= 8, "EXP2_POLY: 0..8 of every 8 exponentials");
 #include "exp2_poly.cuh"
@@ -68,7 +76,10 @@ __device__ __forceinline__ u64 desc_sw128(u32 addr, u32 lbo, u32 sbo) {
 __device__ __forceinline__ u64 desc_step(u64 base, u32 off) { return base + (off >> 4); }
 
 // ---- FA2 Alg. 1 line 8: S = Q_g K_j^T for this warpgroup's 64 rows (issued, not waited) ----
-__device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK, int wg) {
+// NS < BLOCK_N (HALF_DIAG): S over the K tile's first NS keys only, into the first NS/2 accumulators of s
+template <int NS = BLOCK_N>
+__device__ __forceinline__ void issue_qk(float (&s_all)[BLOCK_N / 2], u32 sQ, u32 sK, int wg) {
+    float (&s)[NS / 2] = *reinterpret_cast<float (*)[NS / 2]>(&s_all);
     wgmma_fence();
 #if DESC_STEP
     const u64 dq = desc_sw128(sQ + wg * 64 * 128, 16, 1024), dk = desc_sw128(sK, 16, 1024);
@@ -76,12 +87,12 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK
 #pragma unroll
     for (int kd = 0; kd < KD; ++kd) {
 #if DESC_STEP
-        wgmma_ss<BLOCK_N>(s, desc_step(dq, (kd >> 2) * (BLOCK_M * 128) + (kd & 3) * 32),
-                          desc_step(dk, (kd >> 2) * (BLOCK_N * 128) + (kd & 3) * 32), kd > 0);
+        wgmma_ss<NS>(s, desc_step(dq, (kd >> 2) * (BLOCK_M * 128) + (kd & 3) * 32),
+                     desc_step(dk, (kd >> 2) * (BLOCK_N * 128) + (kd & 3) * 32), kd > 0);
 #else
         const u32 a = sQ + (kd >> 2) * (BLOCK_M * 128) + wg * 64 * 128 + (kd & 3) * 32;
         const u32 b = sK + (kd >> 2) * (BLOCK_N * 128) + (kd & 3) * 32;
-        wgmma_ss<BLOCK_N>(s, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
+        wgmma_ss<NS>(s, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
 #endif
     }
     wgmma_commit();
@@ -89,6 +100,8 @@ __device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK
 
 // ---- FA2 Alg. 1 line 10, second half: O += P V_j, P from registers (issued, not waited) ----
 // lbo: the byte offset from one 64-column panel of V to the next (ROW_SUM_MMA: to the panel of ones)
+// KNS < KN (HALF_DIAG): over the first KNS 16-key slices of P and V only
+template <int KNS = KN>
 __device__ __forceinline__ void issue_pv(float (&o)[O_N / 2], const u32 (&pa)[KN][4], u32 sV,
                                          u32 lbo = BLOCK_N * 128) {
     wgmma_fence();
@@ -96,7 +109,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_N / 2], const u32 (&pa)[KN
     const u64 dv = desc_sw128(sV, lbo, 1024);
 #endif
 #pragma unroll
-    for (int kn = 0; kn < KN; ++kn) {
+    for (int kn = 0; kn < KNS; ++kn) {
 #if DESC_STEP
         wgmma_rs<O_N>(o, pa[kn], desc_step(dv, kn * 16 * 128), 1);
 #else
@@ -112,7 +125,9 @@ struct Softmax {
 };
 
 // ---- mask + FA2 Alg. 1 line 9 on S_j (in place: S becomes P, fp32); returns the per-row rescale factors ----
-template <bool MASK>
+// NTS < NT (HALF_DIAG): the first NTS 8-column blocks only (the rest are masked in every row; pack_p<NTS / 2> and
+// issue_pv<NTS / 2> read none of them)
+template <bool MASK, int NTS = NT>
 __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& sm, float (&alpha)[2], int row0,
                                              int n0, int lane, int Nk, int causal_off, bool causal,
                                              float scale_log2) {
@@ -124,7 +139,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
             if (causal) lim = min(lim, row + causal_off);
             lim -= n0 + ((lane & 3) << 1);
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
+            for (int nt = 0; nt < NTS; ++nt) {
                 if (nt * 8 > lim) s[4 * nt + 2 * h] = NEG_INF;
                 if (nt * 8 + 1 > lim) s[4 * nt + 2 * h + 1] = NEG_INF;
             }
@@ -135,21 +150,21 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
     for (int h = 0; h < 2; ++h) {
         float mx = sm.m[h];
 #if MAX_TREE
-        // a pairwise tree, depth log2(2 NT): the exponentials wait on this max, and a chain of NT dependent FMNMX
+        // a pairwise tree, depth log2(2 NTS): the exponentials wait on this max, and a chain of NT dependent FMNMX
         // (ncu at d = 128 N = 512: our warps stall 2.2 cycles per instruction on fixed-latency dependences, cuDNN's
         // 1.0) is the head of the softmax's critical path; max is exact, so the result is bit-identical
-        float v[NT];
+        float v[NTS];
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) v[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
+        for (int nt = 0; nt < NTS; ++nt) v[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
 #pragma unroll
-        for (int w = 1; w < NT; w *= 2) {
+        for (int w = 1; w < NTS; w *= 2) {
 #pragma unroll
-            for (int nt = 0; nt + w < NT; nt += 2 * w) v[nt] = fmaxf(v[nt], v[nt + w]);
+            for (int nt = 0; nt + w < NTS; nt += 2 * w) v[nt] = fmaxf(v[nt], v[nt + w]);
         }
         mx = fmaxf(mx, v[0]);
 #else
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
+        for (int nt = 0; nt < NTS; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
 #endif
         mx = quad_max(mx);
 #if RESCALE_THRESHOLD
@@ -168,7 +183,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
 #endif
         float rs = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
+        for (int nt = 0; nt < NTS; ++nt) {
             s[4 * nt + 2 * h] = ex2_row(fmaf(s[4 * nt + 2 * h], scale_log2, -ms), 2 * nt);
             s[4 * nt + 2 * h + 1] = ex2_row(fmaf(s[4 * nt + 2 * h + 1], scale_log2, -ms), 2 * nt + 1);
             if (!ROW_SUM_MMA) rs += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
@@ -191,9 +206,10 @@ __device__ __forceinline__ void rescale_o(float (&o)[O_N / 2], const float (&alp
 }
 
 // P (fp32 accumulator layout) -> fp16/bf16 A fragments of P V (the C layout is the A layout)
+template <int KNS = KN>
 __device__ __forceinline__ void pack_p(u32 (&pa)[KN][4], const float (&s)[BLOCK_N / 2]) {
 #pragma unroll
-    for (int kn = 0; kn < KN; ++kn) {
+    for (int kn = 0; kn < KNS; ++kn) {
         pa[kn][0] = pack2(s[8 * kn + 0], s[8 * kn + 1]);
         pa[kn][1] = pack2(s[8 * kn + 2], s[8 * kn + 3]);
         pa[kn][2] = pack2(s[8 * kn + 4], s[8 * kn + 5]);
