@@ -64,7 +64,8 @@
 #   knobs22    issue 14: d = 128 N <= 2k without ping-pong, static persistent, MAX_TREE (A/B, abba)      -> knobs22/
 #   layouts22  issue 14: layouts_speed (strided, GQA) at d = 64-256, N = 2k, 4k, 16k                   -> layouts22/
 #   tree22     issue 14: MAX_TREE in forward()'s d = 128 builds: its GPU tests, dispatch tests, the grid   -> tree22/
-#   half22     issue 14 v14 HALF_DIAG: GPU tests, memcheck / racecheck, A/B at d = 96/128 N <= 4k, d = 256 N = 512 -> half22/
+#   half22     issue 14 v14 HALF_DIAG: GPU tests, memcheck / racecheck of the d = 128 / 256 builds   -> half22/
+#   half22ab   its A/B at d = 96/128 N <= 4k, d = 256 N = 512 (abba, default-again)               -> half22ab/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
@@ -875,7 +876,8 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
       cfg=$(builds 2 "f.half_diag_builds()" "d in (128, 256)")
       sanitize_wgmma memcheck float16 7 100 90 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
-      sanitize_wgmma racecheck float16 7 130 120 "$cfg"; r=$?; tail -1 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      sanitize_wgmma racecheck float16 7 130 120 "$cfg"; r=$?; tail -1 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    half22ab)  # the A/B of half22's builds (run after its tests and sanitizers passed)
       mkdir -p "$W/ab" "$W/ab256"
       timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/ab" --dims 96,128 --seqs 512,1024,2048,4096 --order abba \
         --variants default,default-again,default+HALF_DIAG=1 --budget-s 140 > "$W/ab/ab.txt" 2>&1; r=$?
