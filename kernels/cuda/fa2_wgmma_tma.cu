@@ -831,10 +831,6 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             const int vs = (kv_it + T - 1) % STAGES;
             mbar_wait(FULL_V(vs), ((kv_it + T - 1) / STAGES) & 1);
             wgmma_fence_operand(o);
-#if HALF_DIAG
-            if (pv_half) issue_pv<KN / 2>(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));  // Tw == 1: step 0's block
-            else
-#endif
             issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
             wgmma_wait<0>();
             wgmma_fence_operand(o);
@@ -912,6 +908,10 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 if (half) {  // the second half is masked in every row of the warpgroup
                     softmax_step<true, NT / 2>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
                     pack_p<KN / 2>(pa, s);
+                    // P = 0 on the masked half: the tile's last P V (Tw == 1) runs whole, since a half-width branch
+                    // there makes ptxas serialise the wgmma pipeline at d = 128 (insufficient registers)
+#pragma unroll
+                    for (int kn = KN / 2; kn < KN; ++kn) pa[kn][0] = pa[kn][1] = pa[kn][2] = pa[kn][3] = 0u;
                 } else {
 #endif
                 if (need_mask) softmax_step<true>(s, sm, alpha, row0, n0, lane, Nk, causal_off, is_causal, scale_log2);
@@ -965,7 +965,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             if (TURN_CARRY) named_arrive(2 - cg, 256); else if (cg == 0) named_arrive(2, 256);
 #endif
             wgmma_fence_operand(o);
-            issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
+            issue_pv(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));  // HALF_DIAG, Tw == 1: P's zeroed half included
             wgmma_wait<0>();
             wgmma_fence_operand(o);
 #if PERSISTENT
