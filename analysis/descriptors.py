@@ -173,8 +173,8 @@ def _resources() -> list:
 
 # fa2_wgmma knobs that forward()'s own builds carry (kernels.fa2_wgmma.DEFAULT_KNOBS) and that change no register count:
 # v9's descriptor stepping, v10's idle warpgroups, v11's causal walk, v12's carried ping-pong turn, v13's direct O store,
-# stop 22's tree row max (d = 128)
-REGISTER_NEUTRAL = ("DESC_STEP", "WG_SKIP", "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT", "MAX_TREE")
+# stop 22's tree row max and half-width diagonal step (d = 128)
+REGISTER_NEUTRAL = ("DESC_STEP", "WG_SKIP", "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT", "MAX_TREE", "HALF_DIAG")
 
 
 def registers_of(kernel: str, defines: dict) -> int | None:

@@ -66,6 +66,7 @@
 #   tree22     issue 14: MAX_TREE in forward()'s d = 128 builds: its GPU tests, dispatch tests, the grid   -> tree22/
 #   half22     issue 14 v14 HALF_DIAG: GPU tests, memcheck / racecheck of the d = 128 / 256 builds   -> half22/
 #   half22ab   its A/B at d = 96/128 N <= 4k, d = 256 N = 512 (abba, default-again)               -> half22ab/
+#   final22    issue 14: forward() with HALF_DIAG at d = 128: dispatch / layouts tests, the grid         -> final22/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
@@ -878,13 +879,20 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       sanitize_wgmma memcheck float16 7 100 90 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
       sanitize_wgmma racecheck float16 7 130 120 "$cfg"; r=$?; tail -1 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     half22ab)  # the A/B of half22's builds (run after its tests and sanitizers passed)
-      mkdir -p "$W/ab" "$W/ab256"
+      rc=0; mkdir -p "$W/ab" "$W/ab256"
       timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/ab" --dims 96,128 --seqs 512,1024,2048,4096 --order abba \
         --variants default,default-again,default+HALF_DIAG=1 --budget-s 140 > "$W/ab/ab.txt" 2>&1; r=$?
       rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/ab/ab.txt" | head -3; grep -A40 "^dtype" "$W/ab/ab.txt" | tail -22
       timeout 60 python3 bench/ab_wgmma_speed.py --out "$W/ab256" --dims 256 --seqs 512 --order abba \
         --variants default,default-again,default+HALF_DIAG=1 --budget-s 50 > "$W/ab256/ab.txt" 2>&1; r=$?
       rc=$(( rc != 0 ? rc : r )); grep -A12 "^dtype" "$W/ab256/ab.txt" | tail -8 ;;
+    final22)  # forward()'s d = 128 builds with HALF_DIAG (and MAX_TREE): the dispatch / layouts GPU tests, then the grid
+      dispatch_tests "$W/dispatch.log" 150; rc=$?; tail -1 "$W/dispatch.log"
+      mkdir -p "$W/grid"
+      timeout 190 python3 bench/ab_wgmma_speed.py --out "$W/grid" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 150 > "$W/grid/ab.txt" 2>&1
+      r=$?; rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/grid/ab.txt" | head -4
+      grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

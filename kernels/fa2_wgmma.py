@@ -482,6 +482,14 @@ DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
 # in each. Level at d = 64/96/256 (tree21: cells 0.920-1.103), so not there. GPU tests of every build with it: 42
 # passed (stop 21), forward()'s d = 128 builds again with it in stop 22
 DEFAULT_KNOBS_BY_D = {128: {"MAX_TREE": 1}}
+# and HALF_DIAG (v14, stop 22; half_diag_builds below) in d = 128's builds where it is built (the persistent Bc = 128 rule
+# build at N <= 4k): two A/B runs (bench/results/stop22/half22ab, half22ab2; abba, N = 512-4096, fp16 / bf16), time /
+# forward()'s build, causal cells (where it acts: warpgroup 0 on the diagonal) 0.974 and 0.973 (worst cells 1.009,
+# 0.995) against the control's 0.995 and 0.992; the non-causal cells, where it cannot act at these N, 0.988 and 0.986
+# against 1.000 and 1.004, so ~1.3% of the causal figure is the run's bias toward the knob's entry and ~1.5% is the half
+# step. d = 96 (causal 1.000, 0.985 against 1.011, 1.010; non-causal 0.990, 0.995) and d = 256 (Bc = 64: with Br = 128
+# aligned no warpgroup's rows end in a block's first half) do not run it
+HALF_DIAG_DEFAULT_DIMS = (128,)
 # v12 (bench/results/carry/; fa2_wgmma_tma.cu v12): TURN_CARRY, the ping-pong turn runs on from tile to tile, so
 # warpgroup 0 issues its next tile's first S while warpgroup 1 finishes its last P V and epilogue. It can act only where
 # the next tile's Q is already in (O_TILE: the persistent d = 96/128 builds forward() runs at Nk <= 4096). Two A/B runs
@@ -500,7 +508,8 @@ def default_knobs(cfg: dict, d: int | None = None) -> dict:
     the next Q under this tile's end from its O_TILE: the knobs forward() adds to a rule build of head dim d (None:
     the knobs of every d)."""
     pingpong = cfg.get("NWG", 2) == 2 and cfg.get("PINGPONG", 1) and not cfg.get("QK_AHEAD")
-    return dict(DEFAULT_KNOBS, **DEFAULT_KNOBS_BY_D.get(d, {}),
+    half = {"HALF_DIAG": 1} if d in HALF_DIAG_DEFAULT_DIMS and half_diag_ok(d, cfg) else {}
+    return dict(DEFAULT_KNOBS, **DEFAULT_KNOBS_BY_D.get(d, {}), **half,
                 **(TURN_CARRY_KNOBS if pingpong and cfg.get("O_TILE") else {}))
 
 
@@ -529,11 +538,15 @@ def default_builds() -> list[tuple[int, dict]]:
 HALF_DIAG_DIMS = (96, 128, 256)
 
 
+def half_diag_ok(d: int, cfg: dict) -> bool:
+    """Whether HALF_DIAG is built in this build: d in HALF_DIAG_DIMS, a persistent TMA build, Bc a multiple of 32."""
+    return (d in HALF_DIAG_DIMS and bool(cfg.get("TMA")) and bool(cfg.get("PERSISTENT"))
+            and cfg.get("BLOCK_N", 0) % 32 == 0 and not cfg.get("QK_AHEAD"))
+
+
 def half_diag_builds() -> list[tuple[int, dict]]:
-    """default_builds() that HALF_DIAG is built in (d in HALF_DIAG_DIMS, persistent, Bc a multiple of 32), with it."""
-    return [(d, dict(c, HALF_DIAG=1)) for d, c in default_builds()
-            if d in HALF_DIAG_DIMS and c.get("TMA") and c.get("PERSISTENT") and c["BLOCK_N"] % 32 == 0
-            and not c.get("QK_AHEAD")]
+    """default_builds() that HALF_DIAG is built in (half_diag_ok), with it."""
+    return [(d, dict(c, HALF_DIAG=1)) for d, c in default_builds() if half_diag_ok(d, c)]
 
 
 def wg_skip_builds() -> list[tuple[int, dict]]:
