@@ -65,6 +65,9 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
                  product and no softmax (fa2_wgmma WG_SKIP with two or three warpgroups): that block's tiles cost the
                  share of its warpgroups that hold a row (analysis/gpu_model.py prepare); False: the whole Br is
                  computed, padding included
+    half_diag    fa2_wgmma HALF_DIAG (v14): a consumer warpgroup whose rows see only the first half of its first key
+                 block (warpgroup 0 on the causal diagonal of Br = Bc = 128) runs that step at half width: the Q block's
+                 tiles cost half a step less per such warpgroup (analysis/tiling.py half_first_steps; gpu_model prepare)
     consumer_warpgroups  warp-specialised kernels: the consumer warpgroups of one CTA (fa2_wgmma NWG, cuDNN 2; 0: not
                  stated). Three of them (fa2_wgmma's Br = 192 at d = 64) keep a third softmax in flight while the
                  tensor cores run the other two's products, and the overlap rule takes its own fitted share σ_ws3
@@ -138,6 +141,7 @@ class KernelDescriptor:
     idle_skip: bool = False  # warpgroups of the last Q block with no row compute nothing (fa2_wgmma WG_SKIP)
     consumer_warpgroups: int = 0  # warp-specialised: consumer warpgroups per CTA (3: the overlap share sigma_ws3)
     causal_walk: bool = False  # causal: each warpgroup runs only the key blocks its own rows see (WG_CAUSAL_SKIP)
+    half_diag: bool = False  # a warpgroup whose rows see its first key block's first half only runs it at half width
     local_step_bytes: float = 0.0  # spill stores per thread per unmasked step (analysis/local_memory.py)
     local_masked_step_bytes: float = 0.0
     local_cta_bytes: float = 0.0

@@ -75,7 +75,7 @@ from analysis import closed_forms as cf
 from analysis.gpus import get_gpu
 from analysis.headline import attention_flops
 from analysis.levels import counts, grid_ctas, levels, q_block_slots
-from analysis.tiling import Tiling, cdiv, warpgroup_steps
+from analysis.tiling import Tiling, cdiv, half_first_steps, warpgroup_steps
 
 FIT_FILE = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_model_fit.json"
 
@@ -187,6 +187,13 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
     if desc.causal_walk and causal and desc.block_q > 64:  # fa2_wgmma WG_CAUSAL_SKIP: each warpgroup's own key blocks
         per_block = [n * _causal_walk_share(i * desc.block_q, len(t.k_blocks(i)), desc, n_q, n_k, desc.idle_skip)
                      for i, n in enumerate(per_block)]
+    if desc.half_diag and per_block:  # fa2_wgmma HALF_DIAG: a warpgroup's first step at half width
+        # per_block counts warpgroup-steps / warpgroups (a whole tile is every warpgroup's step): half a step each
+        nwg = desc.block_q // 64
+        for i in range(len(per_block)):
+            half = half_first_steps(i * desc.block_q, len(t.k_blocks(i)), n_q, n_k, desc.block_k, nwg, bool(causal),
+                                    desc.causal_walk)
+            per_block[i] -= 0.5 * sum(bool(h) for h in half) / nwg
     if desc.grid == "heads":
         pattern, repeats = [sum(per_block)], batch * heads
     elif desc.grid == "clusters":  # a cluster lasts as long as its busiest CTA, rank 0 (analysis/cluster_model.py)

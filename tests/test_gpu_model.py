@@ -466,3 +466,28 @@ def test_three_consumer_warpgroups_take_their_own_overlap_share():
                     params=dict(p, sigma_ws3=p["sigma_ws"]))
     w2 = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=fw.CONFIGS[64], params=dict(p, sigma_ws3=0.0))
     assert w3.time_s > three.time_s and w2.time_s == pytest.approx(two.time_s)
+
+
+def test_half_diag_prices_half_a_step_per_warpgroup():
+    """fa2_wgmma HALF_DIAG (v14): warpgroup 0 of Br = Bc = 128 on the causal diagonal runs its first step at half
+    width; a non-causal tail block at most half full does so in every warpgroup; the model takes half a step off
+    those Q blocks and nothing elsewhere."""
+    from analysis.tiling import half_first_steps
+    from kernels import fa2_wgmma as fw
+
+    assert half_first_steps(0, 4, 512, 512, 128, 2, True, True) == [True, False]  # the diagonal, Nq = Nk
+    assert half_first_steps(384, 4, 512, 512, 128, 2, True, True) == [True, False]
+    assert half_first_steps(0, 8, 960, 960, 128, 2, False, True) == [True, True]  # tail of 64 keys: half full
+    assert half_first_steps(0, 8, 1000, 1000, 128, 2, False, True) == [False, False]  # 104 keys: more than half
+    assert half_first_steps(448, 8, 500, 960, 128, 2, False, True) == [True, None]  # warpgroup 1 has no row
+    cfg = fw.default_config(128, 512, True, True)
+    assert cfg["HALF_DIAG"] == 1
+    off = {k: v for k, v in cfg.items() if k != "HALF_DIAG"}
+    for causal, lo, hi in ((True, 0.95, 0.995), (False, 1.0, 1.0)):
+        on_t = gm.predict("fa2_wgmma", 32, 16, 512, None, 128, causal=causal, config=cfg).time_s
+        off_t = gm.predict("fa2_wgmma", 32, 16, 512, None, 128, causal=causal, config=off).time_s
+        assert lo <= on_t / off_t <= hi, (causal, on_t / off_t)
+    # the half step shrinks with the row's length: one diagonal block in N / 128
+    r = [gm.predict("fa2_wgmma", 16384 // n, 16, n, None, 128, causal=True, config=cfg).time_s
+         / gm.predict("fa2_wgmma", 16384 // n, 16, n, None, 128, causal=True, config=off).time_s for n in (512, 4096)]
+    assert r[0] < r[1] < 1.0

@@ -323,6 +323,26 @@
 //       tests 42 passed. Two runs (tree21, tree21b), time / forward()'s build: d = 128 0.986 and 0.997 against the
 //       control's 1.004 and 1.012, d = 64/96/256 level; cells 0.920-1.103. Not taken: the waits are spread over the
 //       SASS (stall21's per-instruction samples of the wait stall: MUFU 19%, HGMMA 13%, the max's FMNMX 8%, FADD 7%).
+//   stop 22 (bench/results/stop22): MAX_TREE taken at d = 128 after a third run (knobs22: 0.987 against the control's
+//       0.999; each of the three runs 1.3-1.8% under its control). Also in knobs22 at d = 128 N <= 2k: no ping-pong
+//       (PINGPONG=0, both warpgroups issue freely) 1.002, level; the static persistent scheduler (PERSISTENT=1) 1.086
+//       (causal 1.165: its tiles are not longest-first): not taken.
+//   v14 HALF_DIAG (wgmma_fa2.cuh): on the causal diagonal of Br = Bc = 128, warpgroup 0's rows see only the first 64
+//       keys of their first (last-visible) key block; it ran the whole 64 x 128 S, softmax and P V there. Now a
+//       warpgroup whose rows all end in the first half of its first block runs S = Q K^T as m64n64 (issue_qk<Bc/2>),
+//       the softmax over those columns and that block's P V over 4 of 8 k-slices; the masked half is P = 0 in every
+//       row, so the result is the same. Each branch waits for its own S product, so no wgmma is in flight where the
+//       paths join. The tile's last P V (one-block tiles) runs whole over P's zeroed half: a half-width branch there
+//       made ptxas serialise d = 128's wgmma pipeline ("insufficient register resources"). The first GPU run failed
+//       its tests (stale P; half22_bug): that branch had gone into the QK_AHEAD loop. ptxas keeps the pipeline in the
+//       persistent d = 96/128/256 builds and serialises it at d = 64 and in CONFIGS[96]: built only there
+//       (kernels/fa2_wgmma.py half_diag_ok). GPU tests (knob registry: hypothesis shapes, the diagonal, Nq > Nk, tails
+//       of half a block and more, long key loops, 3 persistent CTAs, strided GQA) 9 passed; memcheck / racecheck of the
+//       d = 128/256 builds on 2 CTAs at scale 0 / 0. Two A/B runs (half22ab, half22ab2), time / forward()'s build:
+//       d = 128 causal 0.974 and 0.973 (controls 0.995, 0.992; non-causal, where it cannot act, 0.988 and 0.986: the
+//       knob entry's bias), d = 96 causal 1.000 and 0.985 (controls 1.011, 1.010), d = 256 N = 512 0.985 (Bc = 64 and
+//       Br = 128 aligned: no warpgroup ends mid-block). The GPU model, told of the half step (descriptor half_diag),
+//       predicts 0.978 at N = 512 falling to 0.991 at 4k. forward() runs it at d = 128 (persistent Bc = 128, N <= 4k).
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
