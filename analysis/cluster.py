@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# cudaDevAttrMaxSharedMemoryPerBlockOptin on the H100/H200 (sm_90): 227 KB of the SM's 228 KB.
-SMEM_PER_CTA = 232448
+from kernels import sm90
+
+# cudaDevAttrMaxSharedMemoryPerBlockOptin on the H100/H200 (sm_90): 227 KB of the SM's 228 KB (kernels/sm90.py)
+SMEM_PER_CTA = sm90.SMEM_PER_BLOCK
 CLUSTER_SIZES = (1, 2, 4, 8, 16)  # 8 is the portable maximum; 16 needs the non-portable opt-in
 PORTABLE_MAX = 8
 RESERVE = 2688  # v_once_cluster.cu: 1024 B alignment slack of the dynamic base + 128 B mbarriers + the

@@ -50,6 +50,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from analysis import cluster
+from kernels import sm90
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE_FILE = ROOT / "bench" / "results" / "cluster_probe.json"
@@ -60,7 +61,7 @@ BLOCK_Q = 64  # Br: one consumer warpgroup, one wgmma M
 BLOCK_K = 64  # Bc: analysis.cluster.plan's default
 WARPS = 8  # a producer warpgroup (TMA) and one consumer warpgroup
 SYNCS = 3  # cluster barriers per Q block
-SMEM_PER_SM = 228 * 1024  # CUDA guide, CC 9.0: 228 KB of shared memory per SM (1 KB reserved per block)
+SMEM_PER_SM = sm90.SMEM_PER_SM  # CUDA guide, CC 9.0: 228 KB of shared memory per SM (1 KB reserved per block)
 MAX_CTAS_PER_SM = 2  # two 256-thread CTAs of >= 128 registers fill the 64K-register file
 
 DEFAULTS = {
@@ -89,7 +90,7 @@ def load_constants() -> dict:
 
 def ctas_per_sm(smem_bytes: int) -> int:
     """CTAs of `smem_bytes` an SM holds (CUDA guide: 1 KB of each block's smem is reserved), at most 2."""
-    return max(1, min(MAX_CTAS_PER_SM, SMEM_PER_SM // (smem_bytes + 1024)))
+    return max(1, min(MAX_CTAS_PER_SM, sm90.ctas_by_smem(smem_bytes)))
 
 
 def _by_cs(k: dict, key: str, cluster_size: int):

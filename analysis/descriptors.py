@@ -202,8 +202,9 @@ def ctas_per_sm(warps: int, smem: int, registers: int | None, fallback: int) -> 
     `fallback` (the build's MIN_BLOCKS) when its registers were never measured."""
     if registers is None:
         return fallback
-    regs_per_cta = ((registers * 32 + 255) // 256) * 256 * warps
-    return max(1, min(65536 // regs_per_cta, (228 * 1024) // (smem + 1024), 64 // warps))
+    from kernels.fa2_tc import occupancy_for
+
+    return max(1, occupancy_for(warps, smem, registers)["ctas_per_sm"])
 
 
 # -- launch overhead: bench/results/launch_overhead.json (CUDA-event time of a tiny launch) -----------

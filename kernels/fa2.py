@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernels import _teaching, loader
+from kernels import _teaching, loader, sm90
 
 SOURCE = "fa2.cu"
 KERNEL = "fa2_forward"
@@ -37,12 +37,8 @@ BWD_KERNELS = ("fa2_bwd_preprocess", "fa2_bwd", "fa2_bwd_dq")
 PREPROCESS_ROWS = 8  # fa2_bwd_preprocess: one warp per row
 
 
-SM_SHARED = 228 * 1024  # an H100/H200 SM; each resident block also reserves 1 KB
-BLOCK_RESERVED = 1024
-
-
 def blocks_per_sm(smem: int) -> int:
-    return SM_SHARED // (smem + BLOCK_RESERVED)
+    return sm90.ctas_by_smem(smem)
 
 
 def can_stage(dtype: torch.dtype, d: int) -> bool:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernels import sm90
+
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_tc.cu"
 KERNEL = "fa2_tc_fwd"
 HEAD_DIMS = (64, 128)
@@ -86,21 +88,15 @@ def sweep_configs() -> list[tuple[str, str, dict]]:
     return out
 
 
-SMEM_PER_SM = 228 * 1024  # an H100/H200 SM (CUDA guide, CC 9.0); the runtime reserves 1 KB of it per resident CTA
-SMEM_PER_BLOCK = 227 * 1024  # the most dynamic shared memory one CTA may opt in to
-
-
-def ctas_by_smem(smem: int, smem_per_sm: int = SMEM_PER_SM) -> int:
-    """CTAs of `smem` bytes of dynamic shared memory that fit one SM, each with the runtime's 1 KB."""
-    return smem_per_sm // (smem + 1024)
+# the SM's limits (kernels/sm90.py), under the names fa2_wgmma and the tests use
+SMEM_PER_SM, SMEM_PER_BLOCK, ctas_by_smem = sm90.SMEM_PER_SM, sm90.SMEM_PER_BLOCK, sm90.ctas_by_smem
 
 
 def occupancy_for(warps: int, smem: int, registers: int, smem_per_sm: int = SMEM_PER_SM,
                   regs_per_sm: int = 65536, max_warps: int = 64) -> dict:
     """CTAs and warps per SM that registers, shared memory and warp slots allow (H100/H200 limits), for a
     CTA of `warps` warps using `smem` bytes of dynamic shared memory (fa2_wgmma's builds use it too)."""
-    regs_per_cta = ((registers * 32 + 255) // 256) * 256 * warps  # 256-register granules per warp
-    ctas = min(regs_per_sm // max(regs_per_cta, 1), ctas_by_smem(smem, smem_per_sm), max_warps // warps)
+    ctas = min(sm90.ctas_by_registers(registers, warps, regs_per_sm), ctas_by_smem(smem, smem_per_sm), max_warps // warps)
     return dict(ctas_per_sm=ctas, warps_per_sm=ctas * warps, threads_per_cta=32 * warps, smem_per_cta=smem,
                 occupancy=ctas * warps / max_warps)
 

@@ -12,11 +12,12 @@ fa1 168 (__launch_bounds__(256, 1)), fa2 126-128 (__launch_bounds__(256, 2)), v_
 """
 from __future__ import annotations
 
+from kernels import sm90
+
 NTHREADS = 256
 WARPS = NTHREADS // 32
 F32 = 4
-SMEM_PER_SM = 228 * 1024
-SMEM_PER_BLOCK = 227 * 1024
+SMEM_PER_SM, SMEM_PER_BLOCK = sm90.SMEM_PER_SM, sm90.SMEM_PER_BLOCK
 # expf = ex2.approx plus range reduction: 9 FP32/integer instructions around the MUFU op (PTX of
 # expf from nvcc 13.0 -arch=sm_90 -O3: fma, cvt.sat, fma.rm, add, fma, fma, shl, mul, + the ex2)
 EXPF_ALU = 9
@@ -77,7 +78,7 @@ def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_
     smem = shared_bytes(name, d, n_k, itemsize, block_q, block_k, placement=f or "hbm", rescale=rescale)
     regs = REGISTERS[name]
     by_regs = 65536 // (((regs * 32 + 255) // 256) * 256 * WARPS)
-    ctas = max(1, min(BLOCKS_BOUND[name], by_regs, SMEM_PER_SM // (smem + 1024), 64 // WARPS))
+    ctas = max(1, min(BLOCKS_BOUND[name], by_regs, sm90.ctas_by_smem(smem), 64 // WARPS))
     lds, ffma = micro_tile(d, block_q, block_k)
     t, src = overhead("fa2")  # the teaching launchers share one CuPy driver path
     # v_once.cu with f spilled: phase 2 loads f_ij then waits at the barrier (one round trip per tile);

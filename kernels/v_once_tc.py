@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernels import sm90
+
 SOURCE = Path(__file__).resolve().parent / "cuda" / "v_once_tc.cu"
 KERNEL = "v_once_tc_fwd"
 HEAD_DIMS = (64, 128)
@@ -25,7 +27,7 @@ RESCALES = ("eager", "lazy")
 OPTIONS = {"placement": PLACEMENTS, "rescale": ("lazy", "eager")}  # as kernels.v_once's; first = forward's default
 BENCH_OPTIONS = tuple(dict(placement=p, rescale=r) for p in ("sram", "hbm") for r in ("lazy", "eager"))
 CONFIG = dict(BLOCK_M=64, BLOCK_N=64, NWARPS=4)  # BLOCK_M = Br, BLOCK_N = Bc (names: docs/design.md)
-SMEM_LIMIT_H100 = 227 * 1024  # opt-in per-block limit of an H100/H200
+SMEM_LIMIT_H100 = sm90.SMEM_PER_BLOCK  # opt-in per-block limit of an H100/H200 (kernels/sm90.py)
 
 
 def _cdiv(a, b):

@@ -285,3 +285,16 @@ def test_a_serialised_build_warns(monkeypatch):
         loader.compile_cubin(src, defines=defs, arch=fa2_wgmma.ARCH)
     res = loader.resource_usage(src, kernel, defines=defs, arch=fa2_wgmma.ARCH)  # served in-process: no second warning
     assert res["wgmma_serialized"] == "insufficient register resources" and res["spill_stores"] == 0
+
+
+def test_the_sms_limits_are_named_once():
+    """kernels/sm90.py holds the SM's shared-memory limits; the launchers and the analysis package read them there."""
+    from analysis import cluster, cluster_model
+    from kernels import fa2_tc, sm90, teaching_model, v_once_tc
+
+    assert sm90.SMEM_PER_BLOCK == 232448 and sm90.SMEM_PER_SM == 233472  # 227 KB opt-in of the SM's 228 KB
+    assert fa2_tc.SMEM_PER_SM == teaching_model.SMEM_PER_SM == cluster_model.SMEM_PER_SM == sm90.SMEM_PER_SM
+    assert (fa2_tc.SMEM_PER_BLOCK == teaching_model.SMEM_PER_BLOCK == v_once_tc.SMEM_LIMIT_H100 == cluster.SMEM_PER_CTA
+            == sm90.SMEM_PER_BLOCK)
+    assert sm90.ctas_by_smem(115_784) == 1 and sm90.ctas_by_smem(115_640) == 2  # the 1 KB each CTA reserves
+    assert sm90.ctas_by_registers(168, 12) == 1 and sm90.ctas_by_registers(128, 8) == 2
