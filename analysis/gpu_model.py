@@ -188,12 +188,14 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
         per_block = [n * _causal_walk_share(i * desc.block_q, len(t.k_blocks(i)), desc, n_q, n_k, desc.idle_skip)
                      for i, n in enumerate(per_block)]
     if desc.half_diag and per_block:  # fa2_wgmma HALF_DIAG: a warpgroup's first step at half width
-        # per_block counts warpgroup-steps / warpgroups (a whole tile is every warpgroup's step): half a step each
+        # per_block counts warpgroup-steps / warpgroups (a whole tile is every warpgroup's step). A half step saves half
+        # of S, softmax and P V; a warpgroup's only step keeps its P V whole: half of S (a quarter of the products, the
+        # tensor-bound d = 128's term) and of the softmax, priced as a quarter step
         nwg = desc.block_q // 64
         for i in range(len(per_block)):
             half = half_first_steps(i * desc.block_q, len(t.k_blocks(i)), n_q, n_k, desc.block_k, nwg, bool(causal),
                                     desc.causal_walk)
-            per_block[i] -= 0.5 * sum(bool(h) for h in half) / nwg
+            per_block[i] -= sum((0.5 if tw > 1 else 0.25) for h, tw in filter(None, half) if h) / nwg
     if desc.grid == "heads":
         pattern, repeats = [sum(per_block)], batch * heads
     elif desc.grid == "clusters":  # a cluster lasts as long as its busiest CTA, rank 0 (analysis/cluster_model.py)

@@ -31,11 +31,13 @@ def warpgroup_steps(m0: int, steps: int, n_q: int, n_k: int, block_k: int, nwg: 
 
 
 def half_first_steps(m0: int, steps: int, n_q: int, n_k: int, block_k: int, nwg: int, causal: bool,
-                     walk: bool) -> list[bool | None]:
-    """Per 64-row consumer warpgroup of a Q block (rows m0.., `steps` key blocks): whether its first key block (the
-    last it sees; the kernels run j = T-1 down to 0) is visible to its rows in its first half at most, so fa2_wgmma's
-    HALF_DIAG (v14) runs that step at half width; None for a warpgroup with no row below Nq. walk: WG_CAUSAL_SKIP
-    (the warpgroup's first block is then its own last visible one). fa2_wgmma_tma.cu computes the same condition."""
+                     walk: bool) -> list[tuple[bool, int] | None]:
+    """Per 64-row consumer warpgroup of a Q block (rows m0.., `steps` key blocks): (half, its steps), half when its
+    first key block (the last it sees; the kernels run j = T-1 down to 0) is visible to its rows in its first half at
+    most, so fa2_wgmma's HALF_DIAG (v14) runs that block's S and softmax at half width, and its P V too unless it is
+    the warpgroup's only step (then P V runs whole over P's zeroed half); None for a warpgroup with no row below Nq.
+    walk: WG_CAUSAL_SKIP (the warpgroup's first block is then its own last visible one). fa2_wgmma_tma.cu computes the
+    same condition (tests/test_gpu_model.py checks it against the mask, row by row)."""
     out = []
     for cg in range(nwg):
         if m0 + 64 * cg >= n_q:
@@ -43,7 +45,7 @@ def half_first_steps(m0: int, steps: int, n_q: int, n_k: int, block_k: int, nwg:
             continue
         vis = min(n_k, min(m0 + 64 * cg + 64, n_q) + n_k - n_q) if causal else n_k
         tw = max(1, cdiv(max(0, vis), block_k)) if walk and causal and steps > 1 and nwg > 1 else steps
-        out.append(steps > 0 and vis - (tw - 1) * block_k <= block_k // 2)
+        out.append((steps > 0 and vis - (tw - 1) * block_k <= block_k // 2, tw))
     return out
 
 

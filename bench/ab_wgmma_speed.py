@@ -81,10 +81,11 @@ def _default_with(variant: str):
     def fn(q, k, v, causal, out=None):
         from kernels import fa2_wgmma
 
-        cfg = dict(fa2_wgmma.default_config(q.shape[-1], k.shape[2], True, causal), **knobs)
-        # the knobs forward() would add to the build these knobs make (e.g. TURN_CARRY where they turn O_TILE on in a
-        # ping-pong build), unless named
-        cfg = {**cfg, **fa2_wgmma.default_knobs(cfg, q.shape[-1]), **knobs}
+        d = q.shape[-1]
+        # the rule's build with these knobs, then the knobs forward() would add to the build they make (TURN_CARRY
+        # where they turn O_TILE on in a ping-pong build; no HALF_DIAG where they add QK_AHEAD), unless named
+        cfg = dict(fa2_wgmma.choose_config(d, k.shape[2], True, causal=causal) or fa2_wgmma.CONFIGS[d], **knobs)
+        cfg = {**cfg, **fa2_wgmma.default_knobs(cfg, d), **knobs}
         return fa2_wgmma.forward(q, k, v, causal=causal, out=out, config=cfg)
     return fn
 

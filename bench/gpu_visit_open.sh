@@ -67,6 +67,7 @@
 #   half22     issue 14 v14 HALF_DIAG: GPU tests, memcheck / racecheck of the d = 128 / 256 builds   -> half22/
 #   half22ab   its A/B at d = 96/128 N <= 4k, d = 256 N = 512 (abba, default-again)               -> half22ab/
 #   final22    issue 14: forward() with HALF_DIAG at d = 128: dispatch / layouts tests, the grid         -> final22/
+#   isolate22  issue 14: HALF_DIAG's tests again, A/B of d = 128 with and without it as the default  -> isolate22/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
@@ -871,8 +872,8 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       r=$?; rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/grid/ab.txt" | head -4
       grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
     half22)  # stop 22 HALF_DIAG (fa2_wgmma_tma.cu v14): its GPU tests (the knob registry: hypothesis shapes, fixed shapes
-             # across tiles, strided GQA), memcheck and racecheck of the d = 128 and 256 builds on 2 CTAs at scale, then
-             # the A/B of forward()'s builds with it (d = 96 / 128 at N <= 4k, d = 256 at N = 512; abba, default-again)
+             # across tiles, strided GQA), memcheck and racecheck of the d = 128 and 256 builds on 2 CTAs at scale (the
+             # A/B is half22ab)
       timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "half_diag" \
         > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
       cfg=$(builds 2 "f.half_diag_builds()" "d in (128, 256)")
@@ -893,6 +894,14 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 150 > "$W/grid/ab.txt" 2>&1
       r=$?; rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/grid/ab.txt" | head -4
       grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
+    isolate22)  # after review: HALF_DIAG's GPU tests with the Bc = 64 non-causal tail shape, then an A/B that times
+                # forward()'s d = 128 build (HALF_DIAG on) against itself again and against HALF_DIAG=0 (the binary
+                # without it), to separate the half step (causal) from the binary's place in the run (non-causal)
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "half_diag" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      timeout 150 python3 bench/ab_wgmma_speed.py --out "$W" --dims 128 --seqs 512,1024,2048,4096 --order abba \
+        --variants default,default-again,default+HALF_DIAG=0 --budget-s 140 > "$W/ab.txt" 2>&1; r=$?
+      rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/ab.txt" | head -3; grep -A12 "d build" "$W/ab.txt" ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -503,10 +503,10 @@ HALF_DIAG_DEFAULT_DIMS = (128,)
 TURN_CARRY_KNOBS = {"TURN_CARRY": 1}
 
 
-def default_knobs(cfg: dict, d: int | None = None) -> dict:
-    """DEFAULT_KNOBS, DEFAULT_KNOBS_BY_D[d], and TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads
-    the next Q under this tile's end from its O_TILE: the knobs forward() adds to a rule build of head dim d (None:
-    the knobs of every d)."""
+def default_knobs(cfg: dict, d: int) -> dict:
+    """DEFAULT_KNOBS, DEFAULT_KNOBS_BY_D[d], HALF_DIAG where HALF_DIAG_DEFAULT_DIMS and half_diag_ok take it, and
+    TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads the next Q under this tile's end from its
+    O_TILE: the knobs forward() adds to a rule build of head dim d."""
     pingpong = cfg.get("NWG", 2) == 2 and cfg.get("PINGPONG", 1) and not cfg.get("QK_AHEAD")
     half = {"HALF_DIAG": 1} if d in HALF_DIAG_DEFAULT_DIMS and half_diag_ok(d, cfg) else {}
     return dict(DEFAULT_KNOBS, **DEFAULT_KNOBS_BY_D.get(d, {}), **half,
@@ -533,13 +533,16 @@ def default_builds() -> list[tuple[int, dict]]:
 # stop 22 HALF_DIAG (fa2_wgmma_tma.cu, wgmma_fa2.cuh): a warpgroup whose rows end in the first half of its first key
 # block runs it at half width (S over Bc/2 keys, the softmax over them, P V over Bc/2 slices); exact. ptxas keeps the
 # wgmma pipeline with it in the persistent builds at d = 96, 128, 256 (forward()'s d = 96 / 128 builds at N <= 4k, d = 256's
-# Bc = 64); it serialises it ("insufficient register resources") in the d = 64 builds (three warpgroups, or three CTAs
-# of 80 registers) and in CONFIGS[96] (one tile per CTA), so it is not built there
+# Bc = 64); it serialises it ("insufficient register resources" or accumulator moves) in forward()'s d = 64 Bc = 64 and
+# Br = 192 O_DIRECT builds and in CONFIGS[96] (one tile per CTA). Other d = 64 builds keep it, but d = 64 was not
+# measured with it; half_diag_builds() (the GPU tests) and forward() stay at d = 96-256
 HALF_DIAG_DIMS = (96, 128, 256)
 
 
 def half_diag_ok(d: int, cfg: dict) -> bool:
-    """Whether HALF_DIAG is built in this build: d in HALF_DIAG_DIMS, a persistent TMA build, Bc a multiple of 32."""
+    """Whether HALF_DIAG is built in this build: d in HALF_DIAG_DIMS, a persistent TMA build without QK_AHEAD, Bc a
+    multiple of 32 (defines_for accepts it in any TMA build with such a Bc and no QK_AHEAD; it is correct there, and
+    some of those builds serialise their wgmma pipeline with it, see above)."""
     return (d in HALF_DIAG_DIMS and bool(cfg.get("TMA")) and bool(cfg.get("PERSISTENT"))
             and cfg.get("BLOCK_N", 0) % 32 == 0 and not cfg.get("QK_AHEAD"))
 

@@ -475,11 +475,11 @@ def test_half_diag_prices_half_a_step_per_warpgroup():
     from analysis.tiling import half_first_steps
     from kernels import fa2_wgmma as fw
 
-    assert half_first_steps(0, 4, 512, 512, 128, 2, True, True) == [True, False]  # the diagonal, Nq = Nk
-    assert half_first_steps(384, 4, 512, 512, 128, 2, True, True) == [True, False]
-    assert half_first_steps(0, 8, 960, 960, 128, 2, False, True) == [True, True]  # tail of 64 keys: half full
-    assert half_first_steps(0, 8, 1000, 1000, 128, 2, False, True) == [False, False]  # 104 keys: more than half
-    assert half_first_steps(448, 8, 500, 960, 128, 2, False, True) == [True, None]  # warpgroup 1 has no row
+    assert half_first_steps(0, 1, 512, 512, 128, 2, True, True) == [(True, 1), (False, 1)]  # the diagonal, Nq = Nk
+    assert half_first_steps(384, 4, 512, 512, 128, 2, True, True) == [(True, 4), (False, 4)]
+    assert half_first_steps(0, 8, 960, 960, 128, 2, False, True) == [(True, 8), (True, 8)]  # tail of 64 keys: half
+    assert half_first_steps(0, 8, 1000, 1000, 128, 2, False, True) == [(False, 8), (False, 8)]  # 104 keys: more
+    assert half_first_steps(448, 8, 500, 960, 128, 2, False, True) == [(True, 8), None]  # warpgroup 1 has no row
     cfg = fw.default_config(128, 512, True, True)
     assert cfg["HALF_DIAG"] == 1
     off = {k: v for k, v in cfg.items() if k != "HALF_DIAG"}
@@ -491,3 +491,32 @@ def test_half_diag_prices_half_a_step_per_warpgroup():
     r = [gm.predict("fa2_wgmma", 16384 // n, 16, n, None, 128, causal=True, config=cfg).time_s
          / gm.predict("fa2_wgmma", 16384 // n, 16, n, None, 128, causal=True, config=off).time_s for n in (512, 4096)]
     assert r[0] < r[1] < 1.0
+
+
+@pytest.mark.parametrize("block_k,nwg", [(64, 2), (96, 1), (128, 2), (128, 3), (192, 2)])
+def test_half_first_steps_is_the_mask(block_k, nwg):
+    """half_first_steps' condition (fa2_wgmma_tma.cu's: vis - (Tw - 1) Bc <= Bc / 2) holds exactly when every row of
+    the warpgroup has the second half of its first key block masked (causal with Nq != Nk, ragged tails, the walk,
+    rows past Nq, rows that see no key), row by row against the mask FA2's softmax applies."""
+    from analysis.tiling import cdiv, half_first_steps
+
+    br = 64 * nwg
+    for causal, walk in ((False, False), (True, False), (True, True)):
+        for n_q in (1, 37, 64, 130, 200, 513):
+            for n_k in (1, 50, 64, 100, 200, 300, 517):
+                off = n_k - n_q
+                for m0 in range(0, n_q, br):
+                    n_vis = max(0, min(n_k, min(m0 + br, n_q) + off)) if causal else n_k
+                    steps = cdiv(n_vis, block_k)
+                    for cg, got in enumerate(half_first_steps(m0, steps, n_q, n_k, block_k, nwg, causal, walk)):
+                        rows = range(m0 + 64 * cg, min(m0 + 64 * cg + 64, n_q))
+                        if not rows:
+                            assert got is None
+                            continue
+                        half, tw = got
+                        if steps == 0:
+                            assert not half
+                            continue
+                        n0 = (tw - 1) * block_k  # the warpgroup's first block (j = Tw - 1)
+                        last = [min(n_k - 1, r + off) if causal else n_k - 1 for r in rows]  # each row's last key
+                        assert half == all(k < n0 + block_k // 2 for k in last), (causal, walk, n_q, n_k, m0, cg)

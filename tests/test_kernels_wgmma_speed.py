@@ -35,7 +35,8 @@ BUILDS = [(d, 0, name, cfg) for d in fa2_wgmma.HEAD_DIMS
 # every build forward()'s rules run (SIZE_RULES and CONFIGS) with DEFAULT_KNOBS: v9 DESC_STEP, v10 WG_SKIP
 BUILDS += [(d, 0, f"default-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.default_builds())]
 # and those builds with stop 22's HALF_DIAG where it is built (its branch must leave the wgmma pipeline unserialised)
-BUILDS += [(d, 0, f"half-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.half_diag_builds())]
+BUILDS += [(d, 0, f"half-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.half_diag_builds())
+           if (d, cfg) not in fa2_wgmma.default_builds()]  # d = 128's default carries it already
 
 
 def _compile(item):
@@ -511,7 +512,7 @@ def test_ab_default_rows_carry_forward_knobs_to_the_model(tmp_path, monkeypatch)
                ok=True, config=cfg)
     run = tmp_path / "run"
     run.mkdir()
-    (run / measured.AB_FILE).write_text(json.dumps({"rows": [dict(row, knobs=fa2_wgmma.default_knobs(cfg)), row]}))
+    (run / measured.AB_FILE).write_text(json.dumps({"rows": [dict(row, knobs=fa2_wgmma.default_knobs(cfg, 256)), row]}))
     monkeypatch.setattr(measured, "RESULTS", tmp_path)
     with_knobs, bare = (c["options"]["config"] for c in measured.ab_cells())
     assert with_knobs == fa2_wgmma.default_config(256, 512, True, causal=True) and with_knobs["WG_CAUSAL_SKIP"] == 1
