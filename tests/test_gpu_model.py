@@ -480,9 +480,9 @@ def test_half_diag_prices_half_a_step_per_warpgroup():
     assert half_first_steps(0, 8, 960, 960, 128, 2, False, True) == [(True, 8), (True, 8)]  # tail of 64 keys: half
     assert half_first_steps(0, 8, 1000, 1000, 128, 2, False, True) == [(False, 8), (False, 8)]  # 104 keys: more
     assert half_first_steps(448, 8, 500, 960, 128, 2, False, True) == [(True, 8), None]  # warpgroup 1 has no row
-    cfg = fw.default_config(128, 512, True, True)
-    assert cfg["HALF_DIAG"] == 1
-    off = {k: v for k, v in cfg.items() if k != "HALF_DIAG"}
+    off = fw.default_config(128, 512, True, True)
+    cfg = dict(off, HALF_DIAG=1)
+    assert (128, cfg) in fw.half_diag_builds()
     for causal, lo, hi in ((True, 0.95, 0.995), (False, 1.0, 1.0)):
         on_t = gm.predict("fa2_wgmma", 32, 16, 512, None, 128, causal=causal, config=cfg).time_s
         off_t = gm.predict("fa2_wgmma", 32, 16, 512, None, 128, causal=causal, config=off).time_s

@@ -324,7 +324,8 @@
 //       control's 1.004 and 1.012, d = 64/96/256 level; cells 0.920-1.103. Not taken: the waits are spread over the
 //       SASS (stall21's per-instruction samples of the wait stall: MUFU 19%, HGMMA 13%, the max's FMNMX 8%, FADD 7%).
 //   stop 22 (bench/results/stop22): MAX_TREE taken at d = 128 after a third run (knobs22: 0.987 against the control's
-//       0.999; each of the three runs 1.3-1.8% under its control). Also in knobs22 at d = 128 N <= 2k: no ping-pong
+//       0.999; each of the three runs 1.2-1.8% under its control, within the A/B's added-entry bias found later in the
+//       stop: exact and register-neutral, so kept). Also in knobs22 at d = 128 N <= 2k: no ping-pong
 //       (PINGPONG=0, both warpgroups issue freely) 1.002, level; the static persistent scheduler (PERSISTENT=1) 1.086
 //       (causal 1.165: its tiles are not longest-first): not taken.
 //   v14 HALF_DIAG (wgmma_fa2.cuh): on the causal diagonal of Br = Bc = 128, warpgroup 0's rows see only the first 64
@@ -338,11 +339,10 @@
 //       persistent d = 96/128/256 builds and serialises it at d = 64 and in CONFIGS[96]: built only there
 //       (kernels/fa2_wgmma.py half_diag_ok). GPU tests (knob registry: hypothesis shapes, the diagonal, Nq > Nk, tails
 //       of half a block and more, long key loops, 3 persistent CTAs, strided GQA) 9 passed; memcheck / racecheck of the
-//       d = 128/256 builds on 2 CTAs at scale 0 / 0. Two A/B runs (half22ab, half22ab2), time / forward()'s build:
-//       d = 128 causal 0.974 and 0.973 (controls 0.995, 0.992; non-causal, where it cannot act, 0.988 and 0.986: the
-//       knob entry's bias), d = 96 causal 1.000 and 0.985 (controls 1.011, 1.010), d = 256 N = 512 0.985 (Bc = 64 and
-//       Br = 128 aligned: no warpgroup ends mid-block). The GPU model, told of the half step (descriptor half_diag),
-//       predicts 0.978 at N = 512 falling to 0.991 at 4k. forward() runs it at d = 128 (persistent Bc = 128, N <= 4k).
+//       d = 128/256 builds on 2 CTAs at scale 0 / 0. Not shown on the GPU: as the A/B's added entry (half22ab,
+//       half22ab2) d = 128 causal 0.974 and 0.973 (controls 0.995, 0.992), but the cells where it cannot act
+//       (non-causal, d = 256 Bc = 64) as far under their controls; with roles reversed (isolate22) without / with
+//       1.001 causal. The GPU model, told of it, predicts 0.966 (N = 512) to 0.990 (4k). forward() runs it nowhere.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128

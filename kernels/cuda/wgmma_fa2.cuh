@@ -37,7 +37,8 @@
 #endif
 // HALF_DIAG (stop 22; fa2_wgmma_tma.cu): a warpgroup whose rows all end in the first half of its first key block (the
 // causal diagonal: warpgroup 0 of Br = Bc = 128 sees keys n0..n0+63 of it at most) runs that block's S = Q K^T, softmax
-// and P V over the half it sees, NS = Bc/2 columns and KN/2 k-slices; the other half is masked in every row of the
+// over the half it sees (NS = Bc/2 columns), and that block's P V over KN/2 k-slices when it is not the warpgroup's only
+// block (a one-block tile's P V runs whole over P's zeroed half); the other half is masked in every row of the
 // warpgroup (P = 0 there), so the result is the full block's
 #ifndef HALF_DIAG
 #define HALF_DIAG 0
