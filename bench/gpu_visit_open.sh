@@ -68,6 +68,7 @@
 #   half22ab   its A/B at d = 96/128 N <= 4k, d = 256 N = 512 (abba, default-again)               -> half22ab/
 #   final22    issue 14: forward() with HALF_DIAG at d = 128: dispatch / layouts tests, the grid         -> final22/
 #   isolate22  issue 14: HALF_DIAG's tests again, A/B of d = 128 with and without it as the default  -> isolate22/
+#   bias22     the A/B's added-entry bias: a no-op added entry beside the control, with and without SDPA flash -> bias22/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
@@ -902,6 +903,16 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 150 python3 bench/ab_wgmma_speed.py --out "$W" --dims 128 --seqs 512,1024,2048,4096 --order abba \
         --variants default,default-again,default+HALF_DIAG=0 --budget-s 140 > "$W/ab.txt" 2>&1; r=$?
       rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/ab.txt" | head -3; grep -A12 "d build" "$W/ab.txt" ;;
+    bias22)  # the A/B's added-entry bias (stop 22: any default+KNOB entry ran 1-2% under default-again): a no-op added
+             # entry (default+DESC_STEP=1: forward()'s own build, same cubin, through the added entries' path), with
+             # SDPA flash and cuDNN beside (the added entry follows flash in the reversed pass), then with cuDNN only
+      rc=0
+      for sd in flash,cudnn cudnn; do
+        mkdir -p "$W/$sd"
+        timeout 100 python3 bench/ab_wgmma_speed.py --out "$W/$sd" --dims 128 --seqs 512,1024,2048,4096 --order abba \
+          --variants default,default-again,default+DESC_STEP=1 --sdpa $sd --budget-s 90 > "$W/$sd/ab.txt" 2>&1; r=$?
+        rc=$(( rc != 0 ? rc : r )); echo "sdpa=$sd"; grep -A6 "d build" "$W/$sd/ab.txt"
+      done ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
