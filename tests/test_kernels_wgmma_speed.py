@@ -523,14 +523,23 @@ def test_ab_default_rows_carry_forward_knobs_to_the_model(tmp_path, monkeypatch)
 
 
 def test_ab_rotates_the_entries_and_times_a_control():
-    """bench/ab_wgmma_speed.py: each cell's entries start one further along (over a run every entry takes every slot of
-    the abba order), and default-again times forward()'s build as a second entry (the run's order/noise floor)."""
+    """bench/ab_wgmma_speed.py: each cell's entries in the next row of a Williams design (over a run every entry takes
+    every slot of the abba order and follows every other entry equally often), and default-again times forward()'s
+    build as a second entry (the run's order/noise floor)."""
     from bench import ab_wgmma_speed as ab
 
-    entries = list("abcd")
-    assert [ab.rotate(entries, i) for i in (0, 1, 5)] == [list("abcd"), list("bcda"), list("bcda")]
-    assert ab.rotate([], 3) == []
-    assert sorted(ab.rotate(entries, 2)) == entries  # nothing lost or repeated
+    from collections import Counter
+
+    for n in range(1, 8):  # a Williams design: every slot, and every neighbour, equally often over its rows
+        entries = [chr(ord("a") + k) for k in range(n)]
+        rows = [ab.rotate(entries, i) for i in range(n if n % 2 == 0 else 2 * n)]
+        assert all(sorted(r) == entries for r in rows)  # nothing lost or repeated
+        slots = Counter((e, p) for r in rows for p, e in enumerate(r))
+        assert len(slots) == n * n and len(set(slots.values())) == 1
+        if n >= 3:
+            pairs = Counter(p for r in rows for p in zip(r, r[1:]))
+            assert len(pairs) == n * (n - 1) and len(set(pairs.values())) == 1
+    assert ab.rotate([], 3) == [] and ab.rotate(list("abcd"), 4) == ab.rotate(list("abcd"), 0)
     labels = [e.label for e in ab.entries(64, ab.parse_variants("default,default-again"), 512, ())]
     assert labels == ["fa2_wgmma[default]", "fa2_wgmma[default-again]"]
 
