@@ -69,6 +69,7 @@
 #   final22    issue 14: forward() with HALF_DIAG at d = 128: dispatch / layouts tests, the grid         -> final22/
 #   isolate22  issue 14: HALF_DIAG's tests again, A/B of d = 128 with and without it as the default  -> isolate22/
 #   bias22     the A/B's added-entry bias: a no-op added entry beside the control, with and without SDPA flash -> bias22/
+#   recheck22  HALF_DIAG and MAX_TREE at d = 128 again with the Williams order                        -> recheck22/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
@@ -913,6 +914,11 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
           --variants default,default-again,default+DESC_STEP=1 --sdpa $sd --budget-s 90 > "$W/$sd/ab.txt" 2>&1; r=$?
         rc=$(( rc != 0 ? rc : r )); echo "sdpa=$sd"; grep -A6 "d build" "$W/$sd/ab.txt"
       done ;;
+    recheck22)  # with the Williams-design order (bias22 again: the no-op entry 0.996 against the control's 0.999):
+                # HALF_DIAG added, and forward()'s d = 128 build without MAX_TREE, beside the control
+      timeout 150 python3 bench/ab_wgmma_speed.py --out "$W" --dims 128 --seqs 512,1024,2048,4096 --order abba \
+        --variants default,default-again,default+HALF_DIAG=1,default+MAX_TREE=0 --budget-s 140 > "$W/ab.txt" 2>&1
+      rc=$?; grep -A3 "^cells with" "$W/ab.txt" | head -3; grep -A12 "d build" "$W/ab.txt" ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
