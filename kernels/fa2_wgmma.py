@@ -475,24 +475,20 @@ SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
 # (SIZE_CANDIDATES br192-rs-dyn-oqt-cs, bc64-dyn-oqt-r-cs; cskipab): d = 64 Br = 192 causal 512-1k 0.88-0.94 of
 # cuDNN against the 3-CTA default's 0.94-0.99; d = 128 Bc = 64 0.79-0.93 of cuDNN, 1.15-1.29x the default's time.
 DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
-# Per head dim (stop 22): MAX_TREE at d = 128, the row max as a pairwise tree instead of a chain (wgmma_fa2.cuh; exact:
-# max does not round; same registers, ptxas). Three runs at d = 128, time / forward()'s build, each beside the control
-# (default-again, the same build timed twice): 0.986 against 1.004 (stages21/tree21, N <= 4k), 0.997 against 1.012
-# (tree21b, N <= 16k), 0.987 against 0.999 (stop22/knobs22, N <= 2k, cells 0.950-1.008): 1.2-1.8% under the control
-# in each, which is within the 1-2% that any added entry ran under the control in stop 22's HALF_DIAG runs (see below);
-# kept because it is exact and register-neutral. Level at d = 64/96/256 (tree21: cells 0.920-1.103), so not there. GPU tests of every build with it: 42
-# passed (stop 21), forward()'s d = 128 builds again with it in stop 22
-DEFAULT_KNOBS_BY_D = {128: {"MAX_TREE": 1}}
-# HALF_DIAG (v14, stop 22; half_diag_builds below) is not in forward()'s builds: its gain is not resolved. Two A/B runs
-# with it as the added entry (bench/results/stop22/half22ab, half22ab2; abba, N = 512-4096, fp16 / bf16), time /
-# forward()'s build: d = 128 causal 0.974 and 0.973 (controls 0.995, 0.992), but the cells where it cannot act ran as
-# far under their controls (d = 128 non-causal 0.988 / 0.986 against 1.000 / 1.004, d = 96 non-causal, d = 256 N = 512):
-# the causal cells' own share, causal less non-causal against the control, is 0.9% and 0.1%. A third run with it in
-# forward()'s build and the build without it as the added entry (isolate22): without / with, causal 1.001 (control
-# 1.011), non-causal 0.982 (control 1.001). The added entry of these A/Bs runs 1-2% under the control whatever it is,
-# a bias of the method not yet understood (bench/NOTES-tc.md, stop 22). The GPU model, told of the half step, predicts
-# 0.966x (N = 512) to 0.990x (4k) as do_bench times it; the GPU does not show it at this resolution. Empty: forward()
-# runs it nowhere
+# Knobs forward() adds per head dim (none now). Stop 22 took MAX_TREE (the row max as a pairwise tree, wgmma_fa2.cuh;
+# exact, register-neutral; GPU tests of every build with it 42 passed) at d = 128 on three runs, each 1.2-1.8% under
+# the control (default-again): 0.986 / 1.004 (stages21/tree21), 0.997 / 1.012 (tree21b), 0.987 / 0.999
+# (stop22/knobs22). Those margins are within the 1-2% by which any added entry then ran under the control (the cyclic
+# order's bias, bench/results/stop22/bias22). Under the Williams-design order that removes it (recheck22) the build
+# without it is 1.004 against the control's 1.000: level, so it is off again (the knob stays; d = 64/96/256 were level
+# in tree21 too)
+DEFAULT_KNOBS_BY_D: dict = {}
+# HALF_DIAG (v14, stop 22; half_diag_builds below) is off: its gain is not shown. Two A/B runs with it as the added
+# entry in the cyclic order (half22ab, half22ab2): d = 128 causal 0.974 and 0.973 (controls 0.995, 0.992), but the
+# cells where it cannot act ran as far under their controls (d = 128 non-causal 0.988 / 0.986, d = 96 non-causal,
+# d = 256 N = 512); with roles reversed (isolate22) without / with causal 1.001. Under the Williams order (recheck22):
+# 1.001, causal 0.999 against the control's 1.005. The GPU model, told of the half step, predicts 0.966x (N = 512) to
+# 0.990x (4k) as do_bench times it; the GPU does not show it
 HALF_DIAG_DEFAULT_DIMS: tuple = ()
 # v12 (bench/results/carry/; fa2_wgmma_tma.cu v12): TURN_CARRY, the ping-pong turn runs on from tile to tile, so
 # warpgroup 0 issues its next tile's first S while warpgroup 1 finishes its last P V and epilogue. It can act only where
