@@ -378,7 +378,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sdpa", default=",".join(SDPA), help="SDPA backends beside (default: flash,cudnn)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this many seconds")
     ap.add_argument("--no-rotate", dest="rotate", action="store_false",
-                    help="time each cell's entries in the listed order (default: rotated per cell, see rotate())")
+                    help="time each cell's entries in the listed order (default: a Williams-design row per cell, see "
+                    "rotate())")
     ap.add_argument("--order", choices=("abba", "once"), default="abba",
                     help="abba: every cell's entries timed in order, then in reverse (the mean of both); once: in "
                     "order only. Identical builds timed first and third in one cell differed by 0-8%% (mean ~3%%, the "
