@@ -71,6 +71,7 @@
 #   bias22     the A/B's added-entry bias: a no-op added entry beside the control, with and without SDPA flash -> bias22/
 #   recheck22  HALF_DIAG and MAX_TREE at d = 128 again with the Williams order                        -> recheck22/
 #   recheck22b d = 64's four slots and d = 96/128's TURN_CARRY rechecked with the Williams order      -> recheck22b/
+#   layouts_abba  issue 14: layouts_speed with each cell's layouts timed forward then reversed (not yet run)  -> layouts_abba/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
@@ -925,6 +926,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128 --seqs 512,1024,2048 --order abba \
         --variants default,default-again,default+STAGES=2@64,default+TURN_CARRY=0@96+128 --budget-s 180 \
         > "$W/ab.txt" 2>&1; rc=$?; grep -A3 "^cells with" "$W/ab.txt" | head -3; grep -A20 "d build" "$W/ab.txt" ;;
+    layouts_abba)  # the layouts again with each cell's four layouts timed in order and then reversed (bench/layouts_speed.py
+                   # time_abba; layouts22's single fixed-order pass put every strided layout right after the contiguous one)
+      timeout 300 python3 bench/layouts_speed.py --out "$W" --n 2048,4096,16384 --d 64,96,128,256 --sets 2 \
+        > "$W/layouts.txt" 2>&1; rc=$?; grep -E "bnhd|gqa" "$W/layouts.txt" | awk '{print $1,$2,$3,$4,$5,$8}' | head -80 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

@@ -9,7 +9,8 @@ Per (d, N, causal): batch*N = 16k tokens, H = 2048 // d heads (a multiple of 4),
   gqa          k, v with H_kv = H / 4 heads, contiguous
   bnhd_gqa     both
 each checked for the same output bits as the contiguous kernel on contiguous, head-expanded copies of
-the same values, then timed with bench.harness.time_fn (rotating input sets); SDPA flash and cuDNN on
+the same values, then timed with bench.harness.time_fn (rotating input sets), the four layouts in order and then
+reversed (the mean of the two; time_abba); SDPA flash and cuDNN on
 the contiguous inputs for scale. Issue 14's target: strided and GQA within 3% of contiguous at N >= 2k.
 Writes layouts_speed.json; prints a table of time ratios to contiguous.
 """
@@ -31,6 +32,32 @@ HIDDEN = 2048
 
 def heads_for(d: int) -> int:
     return max(4, (HIDDEN // d) // 4 * 4)
+
+
+LAYOUTS = ("contiguous", "bnhd", "gqa", "bnhd_gqa")
+
+
+def time_abba(checked, fn, time_fn) -> int:
+    """Times each checked layout (record, input sets; sets None: not timed) twice, in order and then reversed, and puts
+    the mean of the two medians in its record (pass_ms keeps both): a fixed order put every strided layout right after
+    the contiguous one (stop 22's layouts22: strided causal 1.00-1.05x). Returns the count of timings that raised."""
+    bad = 0
+    live = [(rec, sets) for rec, sets in checked if sets is not None]
+    passes = {id(rec): [] for rec, _ in live}
+    for order in (live, live[::-1]):
+        for rec, sets in order:
+            try:
+                passes[id(rec)].append(time_fn(fn, sets))
+            except Exception as exc:
+                bad += 1
+                rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+    for rec, _ in live:
+        ts = passes[id(rec)]
+        if rec.get("ok") and len(ts) == 2:
+            rec.update(ts[0], median_ms=(ts[0]["median_ms"] + ts[1]["median_ms"]) / 2,
+                       pass_ms=[t["median_ms"] for t in ts], min_ms=min(t["min_ms"] for t in ts),
+                       max_ms=max(t["max_ms"] for t in ts))
+    return bad
 
 
 def make_sets(b, h, h_kv, n, d, layout, n_sets, dtype):
@@ -69,8 +96,8 @@ def main(argv=None) -> int:
         for n in [int(x) for x in args.n.split(",")]:
             b = max(1, TOKENS // n)
             for causal in [bool(int(x)) for x in args.causal.split(",")]:
-                base = None
-                for layout in ("contiguous", "bnhd", "gqa", "bnhd_gqa"):
+                checked = []  # (record, input sets) of each layout, checked before any is timed
+                for layout in LAYOUTS:
                     h_kv = h // 4 if layout.endswith("gqa") else h
                     sets = make_sets(b, h, h_kv, n, d, layout, args.sets, dtype)
                     rec = dict(kernel="fa2_wgmma", layout=layout, d=d, n=n, b=b, h=h, h_kv=h_kv, causal=causal,
@@ -86,19 +113,19 @@ def main(argv=None) -> int:
                             ref = fa2_wgmma.forward(q.contiguous(), k.repeat_interleave(rep, 1),
                                                     v.repeat_interleave(rep, 1), causal=causal)[0]
                             rec.update(ok=bool(torch.equal(o, ref)), same_bits_as_contiguous=bool(torch.equal(o, ref)))
-                        if rec["ok"]:
-                            t = harness.time_fn(lambda q_, k_, v_: fa2_wgmma.forward(q_, k_, v_, causal=causal), sets)
-                            rec.update(t, tflops=rec["flops"] / t["median_ms"] / 1e9)
-                            if layout == "contiguous":
-                                base = t["median_ms"]
-                            rec["ratio_to_contiguous"] = t["median_ms"] / base if base else None
-                        else:
-                            bad += 1
                     except Exception as exc:
-                        bad += 1
                         rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+                    bad += not rec["ok"]
+                    checked.append((rec, sets if rec["ok"] else None))
+                bad += time_abba(checked, lambda q_, k_, v_: fa2_wgmma.forward(q_, k_, v_, causal=causal),
+                                 harness.time_fn)
+                base = checked[0][0].get("median_ms")
+                for rec, _ in checked:
+                    if "median_ms" in rec:
+                        rec.update(tflops=rec["flops"] / rec["median_ms"] / 1e9,
+                                   ratio_to_contiguous=rec["median_ms"] / base if base else None)
                     rows.append(rec)
-                    del sets
+                del checked
                 sets = make_sets(b, h, h, n, d, "contiguous", args.sets, dtype)
                 for label in ("sdpa_flash", "sdpa_cudnn"):
                     r = harness.measure(ent[label], sets, causal)

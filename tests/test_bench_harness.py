@@ -280,3 +280,30 @@ def test_bench_tc_check_and_sweep_run_on_the_harness(fake_gpu, monkeypatch, tmp_
     assert bench_tc.main(["sweep", "--out", str(tmp_path), "--seqs", "32"]) == 0
     sweep = json.loads((tmp_path / "tc_sweep.json").read_text())
     assert {r["label"] for r in sweep if "tflops" in r} == {"right"}
+
+
+def test_layouts_speed_times_the_layouts_forward_then_reversed():
+    """bench/layouts_speed.py time_abba: each checked layout timed in order, then reversed, its record the mean of the
+    two; a drift through the cell (each timing slower than the last) then costs every layout the same; a timing that
+    raises marks its record and is counted; a layout that failed its check is not timed."""
+    from bench import layouts_speed as ls
+
+    calls = []
+
+    def time_fn(fn, sets):
+        calls.append(sets)
+        if sets == "raises":
+            raise RuntimeError("launch failed")
+        return dict(median_ms=1.0 + 0.1 * len(calls), min_ms=0.5, max_ms=2.0 + len(calls))
+
+    checked = [({"ok": True}, "a"), ({"ok": True}, "b"), ({"ok": False}, None), ({"ok": True}, "c")]
+    assert ls.time_abba(checked, None, time_fn) == 0
+    assert calls == ["a", "b", "c", "c", "b", "a"]
+    means = [rec.get("median_ms") for rec, _ in checked]
+    assert means[2] is None and means[0] == means[1] == means[3] == pytest.approx(1.35)
+    assert checked[0][0]["pass_ms"] == pytest.approx([1.1, 1.6]) and checked[0][0]["max_ms"] == 8.0
+    calls.clear()
+    bad = [({"ok": True}, "a"), ({"ok": True}, "raises")]
+    assert ls.time_abba(bad, None, time_fn) == 2
+    assert bad[1][0]["ok"] is False and "launch failed" in bad[1][0]["error"] and "median_ms" not in bad[1][0]
+    assert bad[0][0]["median_ms"] == pytest.approx((1.1 + 1.4) / 2)
