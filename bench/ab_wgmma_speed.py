@@ -30,6 +30,7 @@ TOKENS, HIDDEN = 16384, 2048
 # timed by default: every speed build but the static persistent one (PERSISTENT=1, the first step towards
 # the dynamic scheduler; --variants persist times it), to keep the full grid within the visit's time
 SKIP_BY_DEFAULT = ("persist",)
+CONTROL = "fa2_wgmma[default-again]"  # forward()'s build timed as a second entry: the run's order and noise floor
 
 
 def parse_variants(text: str) -> list[tuple[str, set | None]]:
@@ -55,7 +56,7 @@ def entries(d: int, variants, n: int, sdpa=SDPA):
     if any(v == "default" and (dims is None or d in dims) for v, dims in variants):  # what forward() picks: SIZE_RULES
         out.insert(0, harness.Entry("fa2_wgmma[default]", spec.tier, spec, {}, None))
     if any(v == "default-again" and (dims is None or d in dims) for v, dims in variants):  # the control (see run)
-        out.append(harness.Entry("fa2_wgmma[default-again]", spec.tier, spec, {}, None))
+        out.append(harness.Entry(CONTROL, spec.tier, spec, {}, None))
     if any(v == "default-memset" and (dims is None or d in dims) for v, dims in variants):
         out.append(harness.Entry("fa2_wgmma[default-memset]", spec.tier, spec, {}, None, fn=_with_memset))
     for v, dims in variants:  # "default+KNOB=V[+KNOB=V]": the build forward() picks for the call, with these knobs
@@ -323,8 +324,10 @@ ALL_GAIN, WORST_LOSS = 0.99, 1.03
 
 def decisions(rows, ref: str | None = None) -> list[str]:
     """Per (d, build): geomean time / the reference build's (reference(): base, else forward()'s default, else the
-    first timed) at N <= SIZE_MAX_N and above, the worst cell, and the rule's call; with causal and non-causal cells,
-    per flag too, against the same reference."""
+    first timed) at N <= SIZE_MAX_N and above, the worst cell, the geomean over every cell against the control
+    (default-again, forward()'s build timed a second time; '-' without one): what the build gains beyond the run's
+    order and noise floor), and the rule's call; with causal and non-causal cells, per flag too, against the same
+    reference."""
     from kernels import fa2_wgmma
 
     ref = ref or reference(rows)
@@ -338,11 +341,19 @@ def decisions(rows, ref: str | None = None) -> list[str]:
             ratios.setdefault((r["d"], r["variant"][len("fa2_wgmma["):-1]), []).append((r["n"], r["median_ms"] / base[key]))
     if not ratios:
         return []
+    ctrl = {(r["dtype"], r["d"], r["causal"], r["n"]): r["median_ms"] for r in rows
+            if r["variant"] == CONTROL and r.get("ok") and r.get("median_ms")}
+    per_ctrl: dict = {}
+    for r in rows:
+        key = (r["dtype"], r["d"], r["causal"], r["n"])
+        if r["variant"].startswith("fa2_wgmma[") and r["variant"] not in (ref, CONTROL) and key in ctrl \
+                and r.get("ok") and r.get("median_ms"):
+            per_ctrl.setdefault((r["d"], r["variant"][len("fa2_wgmma["):-1]), []).append(r["median_ms"] / ctrl[key])
 
     def geo(xs):
         return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
     out = [f"{'d':>3s} {'build':22s} {'N<=' + str(fa2_wgmma.SIZE_MAX_N):>8s} {'N>' + str(fa2_wgmma.SIZE_MAX_N):>8s} "
-           f"{'worst':>6s} {'cells':>5s}  rule (<= {ALL_GAIN} geomean, no cell > {WORST_LOSS})"]
+           f"{'worst':>6s} {'cells':>5s} {'/ctrl':>6s}  rule (<= {ALL_GAIN} geomean, no cell > {WORST_LOSS})"]
     for (d, name), vals in sorted(ratios.items()):
         small = [x for n, x in vals if n <= fa2_wgmma.SIZE_MAX_N]
         large = [x for n, x in vals if n > fa2_wgmma.SIZE_MAX_N]
@@ -356,7 +367,9 @@ def decisions(rows, ref: str | None = None) -> list[str]:
             call = f"SIZE_RULES[{d}] (Nk <= {wins[-1]})"
         else:
             call = "off"
-        out.append(f"{d:3d} {name:22s} {geo(small):8.3f} {geo(large):8.3f} {max(every):6.3f} {len(every):5d}  {call}")
+        vs = per_ctrl.get((d, name))
+        out.append(f"{d:3d} {name:22s} {geo(small):8.3f} {geo(large):8.3f} {max(every):6.3f} {len(every):5d} "
+                   f"{(f'{geo(vs):.3f}' if vs else '-'):>6s}  {call}")
     if len({r["causal"] for r in rows}) > 1:  # SIZE_RULES entries may be causal-only: the rule per flag as well
         for flag, label in ((True, "causal"), (False, "non-causal")):
             part = decisions([r for r in rows if bool(r["causal"]) == flag], ref)

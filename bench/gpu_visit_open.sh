@@ -72,6 +72,7 @@
 #   recheck22  HALF_DIAG and MAX_TREE at d = 128 again with the Williams order                        -> recheck22/
 #   recheck22b d = 64's four slots and d = 96/128's TURN_CARRY rechecked with the Williams order      -> recheck22b/
 #   layouts_abba  issue 14: layouts_speed with each cell's layouts timed forward then reversed (not yet run)  -> layouts_abba/
+#   recheck_knobs  issue 14: DESC_STEP, RESCALE_THRESHOLD, ROW_SUM_MMA out of forward()'s builds, Williams order (not yet run) -> recheck_knobs/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
@@ -930,6 +931,12 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
                    # time_abba; layouts22's single fixed-order pass put every strided layout right after the contiguous one)
       timeout 300 python3 bench/layouts_speed.py --out "$W" --n 2048,4096,16384 --d 64,96,128,256 --sets 2 \
         > "$W/layouts.txt" 2>&1; rc=$?; grep -E "bnhd|gqa" "$W/layouts.txt" | awk '{print $1,$2,$3,$4,$5,$8}' | head -80 ;;
+    recheck_knobs)  # older exact knobs decided on 1-2% margins under the cyclic order (before stop 22), each taken out
+                    # of forward()'s build under the Williams order, control beside (/ctrl column): v9 DESC_STEP, v3a
+                    # RESCALE_THRESHOLD, v5a ROW_SUM_MMA (d = 64, fp16)
+      timeout 280 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1024,2048,4096 \
+        --order abba --variants default,default-again,default+DESC_STEP=0,default+RESCALE_THRESHOLD=0,default+ROW_SUM_MMA=0@64 \
+        --budget-s 260 > "$W/ab.txt" 2>&1; rc=$?; grep -A30 "d build" "$W/ab.txt" | head -30 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"

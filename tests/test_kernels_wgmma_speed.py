@@ -608,3 +608,21 @@ def test_ab_decisions_per_flag_keep_the_reference():
     assert ab.reference(rows) == "fa2_wgmma[default]"
     causal_lines = [line for line in ab.decisions(rows) if line.endswith("[causal cells]")]
     assert causal_lines and all(" x " in line and "0.900" in line for line in causal_lines)
+
+
+def test_ab_decisions_divide_by_the_control_too():
+    """Each build's line also gives its geomean against the control (default-again: forward()'s build timed twice), so
+    a gain inside the run's order and noise floor shows as such ('-' when the run timed no control)."""
+    from bench import ab_wgmma_speed as ab
+
+    def row(v, n, ms):
+        return dict(variant=v, dtype="float16", d=128, n=n, causal=False, median_ms=ms, ok=True)
+    rows = [row("fa2_wgmma[default]", n, 1.0) for n in (512, 1024)] + \
+        [row(ab.CONTROL, 512, 1.02), row(ab.CONTROL, 1024, 1.02), row("fa2_wgmma[x]", 512, 0.98),
+         row("fa2_wgmma[x]", 1024, 0.98)]
+    lines = {line.split()[1]: line for line in ab.decisions(rows)[1:]}
+    assert "/ctrl" in ab.decisions(rows)[0]
+    assert lines["x"].split()[-2] == "0.961" and lines["x"].endswith("CONFIGS[128]")  # 0.98 / 1.02
+    assert lines["default-again"].split()[-2] == "-"  # the control against itself: not given
+    alone = ab.decisions([r for r in rows if r["variant"] != ab.CONTROL])
+    assert alone[1].split()[-2] == "-"
