@@ -100,9 +100,9 @@ def _default_with(variant: str):
 
         d = q.shape[-1]
         # the rule's build with these knobs, then the knobs forward() would add to the build they make (TURN_CARRY
-        # where they turn O_TILE on in a ping-pong build; no HALF_DIAG where they add QK_AHEAD), unless named
+        # where they turn O_TILE on in a ping-pong build), unless named
         cfg = dict(fa2_wgmma.choose_config(d, k.shape[2], True, causal=causal) or fa2_wgmma.CONFIGS[d], **knobs)
-        cfg = {**cfg, **fa2_wgmma.default_knobs(cfg, d), **knobs}
+        cfg = {**cfg, **fa2_wgmma.default_knobs(cfg), **knobs}
         return fa2_wgmma.forward(q, k, v, causal=causal, out=out, config=cfg)
     return fn
 
@@ -203,7 +203,7 @@ def run(args) -> dict:
                 row["retimed_from_ms"] = rec["retimed_from_ms"]
             if e.label == "fa2_wgmma[default]":  # the build forward()'s rule ran (the GPU model reads it back)
                 row["config"] = fa2_wgmma.choose_config(d, n, True, causal=causal) or fa2_wgmma.CONFIGS[d]
-                row["knobs"] = fa2_wgmma.default_knobs(row["config"], d)  # and what forward() added (since stop 19)
+                row["knobs"] = fa2_wgmma.default_knobs(row["config"])  # and what forward() added (since stop 19)
             res["rows"].append(row)
             print(f"{dt:8s} d={d:3d} N={n:5d} causal={int(causal)} {e.label:26s} "
                   f"{rec.get('median_ms') or float('nan'):8.4f} ms {rec.get('tflops') or float('nan'):6.1f} TFLOP/s "

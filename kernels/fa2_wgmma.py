@@ -475,21 +475,19 @@ SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
 # (SIZE_CANDIDATES br192-rs-dyn-oqt-cs, bc64-dyn-oqt-r-cs; cskipab): d = 64 Br = 192 causal 512-1k 0.88-0.94 of
 # cuDNN against the 3-CTA default's 0.94-0.99; d = 128 Bc = 64 0.79-0.93 of cuDNN, 1.15-1.29x the default's time.
 DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
-# Knobs forward() adds per head dim (none now). Stop 22 took MAX_TREE (the row max as a pairwise tree, wgmma_fa2.cuh;
-# exact, register-neutral; GPU tests of every build with it 42 passed) at d = 128 on three runs, each 1.2-1.8% under
-# the control (default-again): 0.986 / 1.004 (stages21/tree21), 0.997 / 1.012 (tree21b), 0.987 / 0.999
+# Not in it (stop 22): MAX_TREE (the row max as a pairwise tree, wgmma_fa2.cuh; exact, register-neutral; GPU tests of
+# every build with it 42 passed). It ran in forward()'s d = 128 builds for part of stop 22, taken on three runs, each
+# 1.2-1.8% under the control (default-again): 0.986 / 1.004 (stages21/tree21), 0.997 / 1.012 (tree21b), 0.987 / 0.999
 # (stop22/knobs22). Those margins are within the 1-2% by which any added entry then ran under the control (the cyclic
 # order's bias, bench/results/stop22/bias22). Under the Williams-design order that removes it (recheck22) the build
 # without it is 1.004 against the control's 1.000: level, so it is off again (the knob stays; d = 64/96/256 were level
-# in tree21 too)
-DEFAULT_KNOBS_BY_D: dict = {}
-# HALF_DIAG (v14, stop 22; half_diag_builds below) is off: its gain is not shown. Two A/B runs with it as the added
+# in tree21 too).
+# Nor HALF_DIAG (v14, stop 22; half_diag_builds below): its gain is not shown. Two A/B runs with it as the added
 # entry in the cyclic order (half22ab, half22ab2): d = 128 causal 0.974 and 0.973 (controls 0.995, 0.992), but the
 # cells where it cannot act ran as far under their controls (d = 128 non-causal 0.988 / 0.986, d = 96 non-causal,
 # d = 256 N = 512); with roles reversed (isolate22) without / with causal 1.001. Under the Williams order (recheck22):
 # 1.001, causal 0.999 against the control's 1.005. The GPU model, told of the half step, predicts 0.966x (N = 512) to
 # 0.990x (4k) as do_bench times it; the GPU does not show it
-HALF_DIAG_DEFAULT_DIMS: tuple = ()
 # v12 (bench/results/carry/; fa2_wgmma_tma.cu v12): TURN_CARRY, the ping-pong turn runs on from tile to tile, so
 # warpgroup 0 issues its next tile's first S while warpgroup 1 finishes its last P V and epilogue. It can act only where
 # the next tile's Q is already in (O_TILE: the persistent d = 96/128 builds forward() runs at Nk <= 4096). Two A/B runs
@@ -503,14 +501,11 @@ HALF_DIAG_DEFAULT_DIMS: tuple = ()
 TURN_CARRY_KNOBS = {"TURN_CARRY": 1}
 
 
-def default_knobs(cfg: dict, d: int) -> dict:
-    """DEFAULT_KNOBS, DEFAULT_KNOBS_BY_D[d], HALF_DIAG where HALF_DIAG_DEFAULT_DIMS and half_diag_ok take it, and
-    TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads the next Q under this tile's end from its
-    O_TILE: the knobs forward() adds to a rule build of head dim d."""
+def default_knobs(cfg: dict) -> dict:
+    """DEFAULT_KNOBS, and TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads the next Q under this
+    tile's end from its O_TILE: the knobs forward() adds to a rule build."""
     pingpong = cfg.get("NWG", 2) == 2 and cfg.get("PINGPONG", 1) and not cfg.get("QK_AHEAD")
-    half = {"HALF_DIAG": 1} if d in HALF_DIAG_DEFAULT_DIMS and half_diag_ok(d, cfg) else {}
-    return dict(DEFAULT_KNOBS, **DEFAULT_KNOBS_BY_D.get(d, {}), **half,
-                **(TURN_CARRY_KNOBS if pingpong and cfg.get("O_TILE") else {}))
+    return dict(DEFAULT_KNOBS, **(TURN_CARRY_KNOBS if pingpong and cfg.get("O_TILE") else {}))
 
 
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
@@ -520,14 +515,14 @@ def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = F
         return None
     rule = choose_config(d, n_k, plain, causal=causal) if n_k is not None else None
     cfg = rule or CONFIGS[d]
-    return dict(cfg, **default_knobs(cfg, d))
+    return dict(cfg, **default_knobs(cfg))
 
 
 def default_builds() -> list[tuple[int, dict]]:
     """(d, config) of every build forward() can pick itself: each distinct SIZE_RULES entry, then CONFIGS[d], all
     with default_knobs (the builds the v9-v12 GPU tests and compile tests run)."""
     rules = {repr(c): (d, c) for d, entries in SIZE_RULES.items() for _, c, _ in entries}
-    return [(d, dict(c, **default_knobs(c, d))) for d, c in list(rules.values()) + list(CONFIGS.items())]
+    return [(d, dict(c, **default_knobs(c))) for d, c in list(rules.values()) + list(CONFIGS.items())]
 
 
 # stop 22 HALF_DIAG (fa2_wgmma_tma.cu, wgmma_fa2.cuh): a warpgroup whose rows end in the first half of its first key

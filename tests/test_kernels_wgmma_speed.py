@@ -512,7 +512,7 @@ def test_ab_default_rows_carry_forward_knobs_to_the_model(tmp_path, monkeypatch)
                ok=True, config=cfg)
     run = tmp_path / "run"
     run.mkdir()
-    (run / measured.AB_FILE).write_text(json.dumps({"rows": [dict(row, knobs=fa2_wgmma.default_knobs(cfg, 256)), row]}))
+    (run / measured.AB_FILE).write_text(json.dumps({"rows": [dict(row, knobs=fa2_wgmma.default_knobs(cfg)), row]}))
     monkeypatch.setattr(measured, "RESULTS", tmp_path)
     with_knobs, bare = (c["options"]["config"] for c in measured.ab_cells())
     assert with_knobs == fa2_wgmma.default_config(256, 512, True, causal=True) and with_knobs["WG_CAUSAL_SKIP"] == 1

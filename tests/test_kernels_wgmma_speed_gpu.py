@@ -307,7 +307,7 @@ assert CARRY
 # candidates, d = 96's SIZE_CANDIDATES dyn-od2-r); tiles with no key hand Q back with no S read
 def _odirect(d, name=None, **extra):
     c = dict(dict(PERSISTENT=2, O_DIRECT=1), **(fa2_wgmma.candidate(d, name) if name else fa2_wgmma.CONFIGS[d]))
-    return d, {**c, **fa2_wgmma.default_knobs(c, d), **extra}
+    return d, {**c, **fa2_wgmma.default_knobs(c), **extra}
 
 
 ODIRECT = [_odirect(256, "bc64-dyn-od2"), _odirect(256, "dyn-od2"), _odirect(256, "bc64-dyn-od2", TURN_CARRY=1),
