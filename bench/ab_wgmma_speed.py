@@ -331,24 +331,24 @@ def decisions(rows, ref: str | None = None) -> list[str]:
     from kernels import fa2_wgmma
 
     ref = ref or reference(rows)
-    base = {(r["dtype"], r["d"], r["causal"], r["n"]): r["median_ms"] for r in rows
-            if r["variant"] == ref and r.get("ok") and r.get("median_ms")}
+
+    def cell(r):
+        return r["dtype"], r["d"], r["causal"], r["n"]
+    timed = [r for r in rows if r.get("ok") and r.get("median_ms")]
+    base = {cell(r): r["median_ms"] for r in timed if r["variant"] == ref}
+    ctrl = {cell(r): r["median_ms"] for r in timed if r["variant"] == CONTROL}
     ratios: dict = {}
-    for r in rows:
-        key = (r["dtype"], r["d"], r["causal"], r["n"])
-        if r["variant"].startswith("fa2_wgmma[") and r["variant"] != ref and key in base \
-                and r.get("ok") and r.get("median_ms"):
-            ratios.setdefault((r["d"], r["variant"][len("fa2_wgmma["):-1]), []).append((r["n"], r["median_ms"] / base[key]))
+    per_ctrl: dict = {}
+    for r in timed:
+        if not r["variant"].startswith("fa2_wgmma[") or r["variant"] == ref:
+            continue
+        build = (r["d"], r["variant"][len("fa2_wgmma["):-1])
+        if cell(r) in base:
+            ratios.setdefault(build, []).append((r["n"], r["median_ms"] / base[cell(r)]))
+        if cell(r) in ctrl and r["variant"] != CONTROL:
+            per_ctrl.setdefault(build, []).append(r["median_ms"] / ctrl[cell(r)])
     if not ratios:
         return []
-    ctrl = {(r["dtype"], r["d"], r["causal"], r["n"]): r["median_ms"] for r in rows
-            if r["variant"] == CONTROL and r.get("ok") and r.get("median_ms")}
-    per_ctrl: dict = {}
-    for r in rows:
-        key = (r["dtype"], r["d"], r["causal"], r["n"])
-        if r["variant"].startswith("fa2_wgmma[") and r["variant"] not in (ref, CONTROL) and key in ctrl \
-                and r.get("ok") and r.get("median_ms"):
-            per_ctrl.setdefault((r["d"], r["variant"][len("fa2_wgmma["):-1]), []).append(r["median_ms"] / ctrl[key])
 
     def geo(xs):
         return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")

@@ -534,12 +534,17 @@ def default_builds() -> list[tuple[int, dict]]:
 HALF_DIAG_DIMS = (96, 128, 256)
 
 
+def half_diag_compiles(cfg: dict) -> bool:
+    """Whether HALF_DIAG can be built: a TMA build without QK_AHEAD whose Bc (the kernel's 128 unless set) halves into
+    whole 16-key slices (defines_for refuses it elsewhere)."""
+    return bool(cfg.get("TMA")) and cfg.get("BLOCK_N", 128) % 32 == 0 and not cfg.get("QK_AHEAD")
+
+
 def half_diag_ok(d: int, cfg: dict) -> bool:
-    """Whether HALF_DIAG is built in this build: d in HALF_DIAG_DIMS, a persistent TMA build without QK_AHEAD, Bc a
-    multiple of 32 (defines_for accepts it in any TMA build with such a Bc and no QK_AHEAD; it is correct there, and
-    some of those builds serialise their wgmma pipeline with it, see above)."""
-    return (d in HALF_DIAG_DIMS and bool(cfg.get("TMA")) and bool(cfg.get("PERSISTENT"))
-            and cfg.get("BLOCK_N", 0) % 32 == 0 and not cfg.get("QK_AHEAD"))
+    """Whether HALF_DIAG is built in this build: d in HALF_DIAG_DIMS and a persistent build where it compiles (it is
+    correct in every build half_diag_compiles takes; some of the others serialise their wgmma pipeline with it, see
+    above)."""
+    return d in HALF_DIAG_DIMS and bool(cfg.get("PERSISTENT")) and half_diag_compiles(cfg)
 
 
 def half_diag_builds() -> list[tuple[int, dict]]:
@@ -616,7 +621,7 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if cfg.get("ROW_SUM_MMA") and not (cfg.get("TMA") and d == 64):
         raise ValueError(f"fa2_wgmma: ROW_SUM_MMA is a TMA build at d = 64 only (got d={d}, "
                          f"TMA={cfg.get('TMA', 0)})")
-    if cfg.get("HALF_DIAG") and not (cfg.get("TMA") and cfg.get("BLOCK_N", 128) % 32 == 0 and not cfg.get("QK_AHEAD")):
+    if cfg.get("HALF_DIAG") and not half_diag_compiles(cfg):
         raise ValueError(f"fa2_wgmma: HALF_DIAG is a TMA build with Bc a multiple of 32 and no QK_AHEAD (got "
                          f"TMA={cfg.get('TMA', 0)}, BLOCK_N={cfg.get('BLOCK_N')}, QK_AHEAD={cfg.get('QK_AHEAD', 0)})")
     if cfg.get("ROW_SUM_MMA") and is_bf16:
