@@ -151,9 +151,7 @@ def time_cell(harness, cell_entries, sets, causal, args) -> list[dict]:
     if args.order == "abba":
         for e, rec in reversed(list(zip(cell_entries, recs))):
             if rec.get("median_ms") and (t := timed(e, rec)):
-                rec["pass_ms"] = [rec["median_ms"], t["median_ms"]]
-                rec["median_ms"] = (rec["median_ms"] + t["median_ms"]) / 2
-                rec["min_ms"], rec["max_ms"] = min(rec["min_ms"], t["min_ms"]), max(rec["max_ms"], t["max_ms"])
+                rec.update(harness.abba(rec, t))
                 rec["tflops"] = rec["flops"] / rec["median_ms"] / 1e9
     return recs
 

@@ -482,6 +482,14 @@ def measure(entry: Entry, sets, causal: bool, timed: bool = True, **timing) -> d
     return rec
 
 
+def abba(first: dict, second: dict) -> dict:
+    """Two timings of one entry, in order and then reversed (abba): the mean of their medians (a drift through the
+    run then favours no position), both medians in pass_ms, the extremes of both."""
+    return dict(median_ms=(first["median_ms"] + second["median_ms"]) / 2,
+                pass_ms=[first["median_ms"], second["median_ms"]],
+                min_ms=min(first["min_ms"], second["min_ms"]), max_ms=max(first["max_ms"], second["max_ms"]))
+
+
 def failed(rec: dict, exc: Exception) -> dict:
     """Record an entry that raised while checked or timed (ok False, the error as its skip reason), and let the
     device finish what it had queued, so one broken entry does not hide the others."""

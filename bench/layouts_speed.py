@@ -54,9 +54,7 @@ def time_abba(checked, fn, time_fn) -> int:
     for rec, _ in live:
         ts = passes[id(rec)]
         if rec.get("ok") and len(ts) == 2:
-            rec.update(ts[0], median_ms=(ts[0]["median_ms"] + ts[1]["median_ms"]) / 2,
-                       pass_ms=[t["median_ms"] for t in ts], min_ms=min(t["min_ms"] for t in ts),
-                       max_ms=max(t["max_ms"] for t in ts))
+            rec.update(ts[0], **harness.abba(*ts))
     return bad
 
 
