@@ -73,6 +73,8 @@
 #   recheck22b d = 64's four slots and d = 96/128's TURN_CARRY rechecked with the Williams order      -> recheck22b/
 #   layouts_abba  issue 14: layouts_speed with each cell's layouts timed forward then reversed (not yet run)  -> layouts_abba/
 #   recheck_knobs  issue 14: DESC_STEP, RESCALE_THRESHOLD, ROW_SUM_MMA out of forward()'s builds, Williams order (not yet run) -> recheck_knobs/
+#   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
+#              its window (cuDNN's pass asymmetry, its fp16 / bf16 gap at d = 128, ours against it in cycles) -> clock/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
 #   levels96   issue 11: ncu levels at d = 96 (fa2_wgmma, cuDNN, SDPA flash; N = 1k, 4k, causal and not)  -> levels96/
 #   d96        issue 14: d = 96's persistent O_TMA builds for short N: tests, memcheck / racecheck on 3 CTAs, A/B at N <= 4k -> d96/
@@ -937,6 +939,8 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 280 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1024,2048,4096 \
         --order abba --variants default,default-again,default+DESC_STEP=0,default+RESCALE_THRESHOLD=0,default+ROW_SUM_MMA=0@64 \
         --budget-s 260 > "$W/ab.txt" 2>&1; rc=$?; grep -A30 "d build" "$W/ab.txt" | head -30 ;;
+    clock)  # time = cycles / clock: each entry's clock and power over its own timing window
+      timeout 240 python3 bench/clock_probe.py --out "$W" > "$W/clock.txt" 2>&1; rc=$?; cat "$W/clock.txt" | tail -40 ;;
     *) echo "unknown part $part"; rc=2 ;;
   esac
   echo "== $part rc=$rc $(( $(date +%s) - t0 )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$ROOT_OUT/steps.txt"
