@@ -25,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness import rotate  # noqa: E402  (each cell's entry order: a Williams design's row)
+
 SDPA = ("flash", "cudnn")
 TOKENS, HIDDEN = 16384, 2048
 # timed by default: every speed build but the static persistent one (PERSISTENT=1, the first step towards
@@ -63,30 +65,6 @@ def entries(d: int, variants, n: int, sdpa=SDPA):
         if v.startswith("default+") and (dims is None or d in dims):
             out.append(harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, None, fn=_default_with(v)))
     return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in sdpa]
-
-
-def rotate(cell_entries: list, i: int) -> list:
-    """The cell's entries in row i of a Williams design (a Latin square balanced for the entry timed just before): over
-    n cells (2n for an odd count n) each entry takes every slot of the abba order equally often, and follows every other
-    entry equally often. A fixed order (forward()'s default first, its last timing the cell's last) gave two entries of
-    one build 0.980 of each other's time over a run (bench/results/v13more/d96od: default-again's purpose). A cyclic
-    rotation (stop 21-22) balanced the slots but not the neighbours: each entry always followed the same one, and an
-    added entry (listed after default-again, before SDPA flash) ran 1-2% under the control whatever it timed, even
-    forward()'s own build (bench/results/stop22/bias22: 0.992 against the control's 1.006 with flash in the run, 1.007
-    against 1.010 without it)."""
-    n = len(cell_entries)
-    if n < 3:
-        return cell_entries[i % n:] + cell_entries[:i % n] if n else []
-    base, lo, hi = [0], 1, n - 1  # 0, 1, n-1, 2, n-2, ...: each difference mod n once
-    while len(base) < n:
-        base.append(lo)
-        lo += 1
-        if len(base) < n:
-            base.append(hi)
-            hi -= 1
-    r = i % (n if n % 2 == 0 else 2 * n)  # odd n: the n rows and their mirror images
-    row = [cell_entries[(x + r % n) % n] for x in base]
-    return row if r < n else row[::-1]
 
 
 def _default_with(variant: str):

@@ -490,6 +490,39 @@ def abba(first: dict, second: dict) -> dict:
                 min_ms=min(first["min_ms"], second["min_ms"]), max_ms=max(first["max_ms"], second["max_ms"]))
 
 
+def rotate(cell_entries: list, i: int) -> list:
+    """The cell's entries in row i of a Williams design (a Latin square balanced for the entry timed just before): over
+    n cells (2n for an odd count n) each entry takes every slot of the abba order equally often, and follows every other
+    entry equally often. A fixed order (forward()'s default first, its last timing the cell's last) gave two entries of
+    one build 0.980 of each other's time over a run (bench/results/v13more/d96od: default-again's purpose). A cyclic
+    rotation (stop 21-22) balanced the slots but not the neighbours: each entry always followed the same one, and an
+    added entry (listed after default-again, before SDPA flash) ran 1-2% under the control whatever it timed, even
+    forward()'s own build (bench/results/stop22/bias22: 0.992 against the control's 1.006 with flash in the run, 1.007
+    against 1.010 without it)."""
+    n = len(cell_entries)
+    if n < 3:
+        return cell_entries[i % n:] + cell_entries[:i % n] if n else []
+    base, lo, hi = [0], 1, n - 1  # 0, 1, n-1, 2, n-2, ...: each difference mod n once
+    while len(base) < n:
+        base.append(lo)
+        lo += 1
+        if len(base) < n:
+            base.append(hi)
+            hi -= 1
+    r = i % (n if n % 2 == 0 else 2 * n)  # odd n: the n rows and their mirror images
+    row = [cell_entries[(x + r % n) % n] for x in base]
+    return row if r < n else row[::-1]
+
+
+def rounds(timings: list) -> dict:
+    """R timings of one entry in balanced rounds (rotate's rows): the mean of their medians (a linear drift through the
+    cell then costs every entry the same, as each takes every slot equally often), all medians in pass_ms, the
+    extremes of all."""
+    return dict(median_ms=sum(t["median_ms"] for t in timings) / len(timings),
+                pass_ms=[t["median_ms"] for t in timings],
+                min_ms=min(t["min_ms"] for t in timings), max_ms=max(t["max_ms"] for t in timings))
+
+
 def failed(rec: dict, exc: Exception) -> dict:
     """Record an entry that raised while checked or timed (ok False, the error as its skip reason), and let the
     device finish what it had queued, so one broken entry does not hide the others."""

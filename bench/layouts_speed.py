@@ -9,8 +9,8 @@ Per (d, N, causal): batch*N = 16k tokens, H = 2048 // d heads (a multiple of 4),
   gqa          k, v with H_kv = H / 4 heads, contiguous
   bnhd_gqa     both
 each checked for the same output bits as the contiguous kernel on contiguous, head-expanded copies of
-the same values, then timed with bench.harness.time_fn (rotating input sets), the four layouts in order and then
-reversed (the mean of the two; time_abba); SDPA flash and cuDNN on
+the same values, then timed with bench.harness.time_fn (rotating input sets) in --rounds rounds whose orders are a
+Williams design's rows (the mean of the rounds' medians; time_rounds); SDPA flash and cuDNN on
 the contiguous inputs for scale. Issue 14's target: strided and GQA within 3% of contiguous at N >= 2k.
 Writes layouts_speed.json; prints a table of time ratios to contiguous.
 """
@@ -37,24 +37,33 @@ def heads_for(d: int) -> int:
 LAYOUTS = ("contiguous", "bnhd", "gqa", "bnhd_gqa")
 
 
-def time_abba(checked, fn, time_fn) -> int:
-    """Times each checked layout (record, input sets; sets None: not timed) twice, in order and then reversed, and puts
-    the mean of the two medians in its record (pass_ms keeps both): a fixed order put every strided layout right after
-    the contiguous one (stop 22's layouts22: strided causal 1.00-1.05x). Returns the count of timings that raised."""
+def time_rounds(checked, fn, time_fn, n_rounds: int = 8, warmup_rounds: int = 1) -> int:
+    """Times each checked layout (record, input sets; sets None: not timed) n_rounds times, round i in row i of a
+    Williams design (harness.rotate: every layout takes every slot and follows every other equally often), and puts
+    the mean of the rounds' medians in its record (pass_ms keeps each; harness.rounds). A fixed order put every
+    strided layout right after the contiguous one (stop 22's layouts22: strided causal 1.00-1.05x); one pass in
+    order and one reversed (stop 23's layouts_abba) left cells at 0.90-1.08x, as the SM clock moved 1545-1980 MHz
+    under the board's power cap between and within cells (bench/results/stop23/clock). The first warmup_rounds are
+    timed and dropped: a cell's first timing follows the checks, with the GPU idle, and ran 2.2% faster at a 2.5%
+    higher clock than the rest (clock_probe). Returns the count of timings that raised."""
     bad = 0
     live = [(rec, sets) for rec, sets in checked if sets is not None]
-    passes = {id(rec): [] for rec, _ in live}
-    for order in (live, live[::-1]):
-        for rec, sets in order:
+    times = {id(rec): [] for rec, _ in live}
+    for i in range(warmup_rounds + n_rounds):
+        for rec, sets in harness.rotate(live, i):
+            if not rec.get("ok"):
+                continue
             try:
-                passes[id(rec)].append(time_fn(fn, sets))
+                t = time_fn(fn, sets)
+                if i >= warmup_rounds:
+                    times[id(rec)].append(t)
             except Exception as exc:
                 bad += 1
                 rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
     for rec, _ in live:
-        ts = passes[id(rec)]
-        if rec.get("ok") and len(ts) == 2:
-            rec.update(ts[0], **harness.abba(*ts))
+        ts = times[id(rec)]
+        if rec.get("ok") and len(ts) == n_rounds:
+            rec.update(ts[0], **harness.rounds(ts))
     return bad
 
 
@@ -85,6 +94,7 @@ def main(argv=None) -> int:
     ap.add_argument("--d", default="64,128,96,256")
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--sets", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=8, help="timings of each layout, in Williams-design rounds")
     args = ap.parse_args(argv)
     dtype = torch.float16
     ent = {e.label: e for e in harness.entries(["fa2_wgmma", "sdpa_flash", "sdpa_cudnn"], sdpa=("flash", "cudnn"))}
@@ -115,8 +125,8 @@ def main(argv=None) -> int:
                         rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
                     bad += not rec["ok"]
                     checked.append((rec, sets if rec["ok"] else None))
-                bad += time_abba(checked, lambda q_, k_, v_: fa2_wgmma.forward(q_, k_, v_, causal=causal),
-                                 harness.time_fn)
+                bad += time_rounds(checked, lambda q_, k_, v_: fa2_wgmma.forward(q_, k_, v_, causal=causal),
+                                   harness.time_fn, args.rounds)
                 base = checked[0][0].get("median_ms")
                 for rec, _ in checked:
                     if "median_ms" in rec:

@@ -130,6 +130,7 @@ SCRIPTS = ["bench_kernels.py", "bench_tc.py", "fa2_teaching_ab.py", "launch_over
            "ab_wgmma_speed.py", "teach_bwd_ab.py"]
 SCRIPTS += ["cluster_speed.py"]  # issue 18: the cluster v_once beside fa2_wgmma
 SCRIPTS += ["pass_probe.py"]  # stop 21: cuDNN's first timing pass against its later ones
+SCRIPTS += ["clock_probe.py"]  # stop 23: each timing with the SM clock and board power over its window
 # times an old source tree with this tree's harness, so it loads bench/harness.py by path, not by import
 BY_PATH = {"ab_speed.py"}
 # scripts that time nothing (ncu targets, precompilers, table writers) or time the host alone
@@ -282,10 +283,11 @@ def test_bench_tc_check_and_sweep_run_on_the_harness(fake_gpu, monkeypatch, tmp_
     assert {r["label"] for r in sweep if "tflops" in r} == {"right"}
 
 
-def test_layouts_speed_times_the_layouts_forward_then_reversed():
-    """bench/layouts_speed.py time_abba: each checked layout timed in order, then reversed, its record the mean of the
-    two; a drift through the cell (each timing slower than the last) then costs every layout the same; a timing that
-    raises marks its record and is counted; a layout that failed its check is not timed."""
+def test_layouts_speed_times_the_layouts_in_balanced_rounds():
+    """bench/layouts_speed.py time_rounds: each checked layout timed once a round, the rounds' orders a Williams design's
+    rows, its record the mean of its rounds; a drift through the cell (each timing slower than the last) then costs
+    every layout the same; a timing that raises marks its record and is counted (the layout is not timed again); a
+    layout that failed its check is not timed."""
     from bench import layouts_speed as ls
 
     calls = []
@@ -296,14 +298,19 @@ def test_layouts_speed_times_the_layouts_forward_then_reversed():
             raise RuntimeError("launch failed")
         return dict(median_ms=1.0 + 0.1 * len(calls), min_ms=0.5, max_ms=2.0 + len(calls))
 
-    checked = [({"ok": True}, "a"), ({"ok": True}, "b"), ({"ok": False}, None), ({"ok": True}, "c")]
-    assert ls.time_abba(checked, None, time_fn) == 0
-    assert calls == ["a", "b", "c", "c", "b", "a"]
+    checked = [({"ok": True}, "a"), ({"ok": True}, "b"), ({"ok": False}, None), ({"ok": True}, "c"), ({"ok": True}, "d")]
+    assert ls.time_rounds(checked, None, time_fn, 8, warmup_rounds=0) == 0
+    assert len(calls) == 32 and calls[:4] != calls[4:8] and all(sorted(calls[i:i + 4]) == list("abcd")
+                                                                  for i in range(0, 32, 4))
     means = [rec.get("median_ms") for rec, _ in checked]
-    assert means[2] is None and means[0] == means[1] == means[3] == pytest.approx(1.35)
-    assert checked[0][0]["pass_ms"] == pytest.approx([1.1, 1.6]) and checked[0][0]["max_ms"] == 8.0
+    assert means[2] is None
+    assert means[0] == pytest.approx(means[1]) == pytest.approx(means[3]) == pytest.approx(means[4])
+    assert means[0] == pytest.approx(1.0 + 0.1 * 16.5)  # the mean call index of 32
+    assert len(checked[0][0]["pass_ms"]) == 8 and checked[0][0]["min_ms"] == 0.5
+    assert checked[0][0]["max_ms"] == 2.0 + max(i + 1 for i, c in enumerate(calls) if c == "a")
     calls.clear()
     bad = [({"ok": True}, "a"), ({"ok": True}, "raises")]
-    assert ls.time_abba(bad, None, time_fn) == 2
+    assert ls.time_rounds(bad, None, time_fn, 4) == 1  # one warm-up round, timed and dropped
     assert bad[1][0]["ok"] is False and "launch failed" in bad[1][0]["error"] and "median_ms" not in bad[1][0]
-    assert bad[0][0]["median_ms"] == pytest.approx((1.1 + 1.4) / 2)
+    assert calls.count("raises") == 1 and calls.count("a") == 5 and len(bad[0][0]["pass_ms"]) == 4
+    assert bad[0][0]["pass_ms"][0] == pytest.approx(1.0 + 0.1 * 3)  # the warm-up's 1.1 is not among them
