@@ -97,6 +97,23 @@ def test_predict_json_schema(capsys):
             assert r["terms"][term] >= 0
 
 
+def test_predict_prints_the_time_the_benchmark_measures(capsys):
+    """predict's time_s is as the project's benchmarks time it (do_bench: queued calls, the host's launch work hidden
+    behind the GPU's): max(GPU, host), with both beside it; a call shorter than its launch is host-bound."""
+    rc, out, _ = _run(capsys, "predict", "--kernel", "fa2_wgmma", "--batch", "32", "--heads", "16",
+                      "--seq-len", "512", "--head-dim", "128", "--causal", "--format", "json")
+    (r,) = json.loads(out)
+    p = gm.predict("fa2_wgmma", 32, 16, 512, None, 128, causal=True)
+    assert r["host_s"] == p.terms["overhead"] > 0
+    assert r["gpu_time_s"] == pytest.approx(p.time_s - r["host_s"])
+    assert r["time_s"] == pytest.approx(gm.as_timed(p, "triton.testing.do_bench")) == pytest.approx(r["gpu_time_s"])
+    assert r["bound"] == p.bound != "host"
+    rc, out, _ = _run(capsys, "predict", "--kernel", "fa2_wgmma", "--seq-len", "128", "--head-dim", "64",
+                      "--format", "json")
+    (tiny,) = json.loads(out)
+    assert tiny["time_s"] == tiny["host_s"] > tiny["gpu_time_s"] and tiny["bound"] == "host"
+
+
 @pytest.mark.parametrize("argv,match", [
     (["predict", "--kernel", "nope", "--seq-len", "4k", "--head-dim", "64"], "unknown kernel"),
     (["predict", "--kernel", "fa2_tc", "--seq-len", "4k", "--head-dim", "96"], "head dims"),
