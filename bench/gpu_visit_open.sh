@@ -75,6 +75,8 @@
 #   recheck_knobs  issue 14: DESC_STEP, RESCALE_THRESHOLD, ROW_SUM_MMA out of forward()'s builds, Williams order (not yet run) -> recheck_knobs/
 #   layouts_rounds  issue 14: layouts_speed with each cell's layouts in 8 Williams-design rounds after a dropped warm-up
 #              round (layouts_abba's one pass each way left cells at 0.90-1.08x)                    -> layouts_rounds/
+#   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
+#              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
 #              its window (cuDNN's pass asymmetry, its fp16 / bf16 gap at d = 128, ours against it in cycles) -> clock/
 #   fresh22    issue 11: never-timed N (640-10240) at d = 64/128: default, CONFIGS, Br = 192, SDPA (abba)   -> fresh22/
@@ -944,6 +946,8 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     layouts_rounds)  # the layouts in balanced rounds (bench/layouts_speed.py time_rounds)
       timeout 420 python3 bench/layouts_speed.py --out "$W" --n 2048,4096,16384 --d 64,96,128,256 --sets 2 --rounds 8 \
         > "$W/layouts.txt" 2>&1; rc=$?; grep -E "bnhd|gqa" "$W/layouts.txt" | awk '{print $1,$2,$3,$4,$5,$8}' | head -80 ;;
+    gap)  # what a do_bench timing holds besides the kernel
+      timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
       timeout 240 python3 bench/clock_probe.py --out "$W" > "$W/clock.txt" 2>&1; rc=$?; cat "$W/clock.txt" | tail -40 ;;
     *) echo "unknown part $part"; rc=2 ;;

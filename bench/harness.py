@@ -435,6 +435,23 @@ def time_fn(fn, sets, *, warmup_ms=25, rep_ms=100, force_events=False) -> dict:
                 timer="triton.testing.do_bench")
 
 
+def back_to_back_ms(fn, sets, calls=50) -> float:
+    """ms per call of `calls` calls queued back to back (no flush, no sync between), between two events: the GPU's
+    rate when the host keeps ahead of it, its launch gaps included."""
+    import torch
+
+    for i in range(3):
+        fn(*sets[i % len(sets)])
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(calls):
+        fn(*sets[i % len(sets)])
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
 def host_us(fn, calls=1000):
     """Host µs per call: wall time of `calls` back-to-back calls without synchronising (what the host
     spends launching), after one warm call; the GPU catches up after the clock stops."""

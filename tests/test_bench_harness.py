@@ -130,7 +130,8 @@ SCRIPTS = ["bench_kernels.py", "bench_tc.py", "fa2_teaching_ab.py", "launch_over
            "ab_wgmma_speed.py", "teach_bwd_ab.py"]
 SCRIPTS += ["cluster_speed.py"]  # issue 18: the cluster v_once beside fa2_wgmma
 SCRIPTS += ["pass_probe.py"]  # stop 21: cuDNN's first timing pass against its later ones
-SCRIPTS += ["clock_probe.py"]  # stop 23: each timing with the SM clock and board power over its window
+SCRIPTS += ["clock_probe.py", "gap_probe.py"]  # stop 23: each timing with the SM clock and board power; a timing's kernel, host
+# and launch parts
 # times an old source tree with this tree's harness, so it loads bench/harness.py by path, not by import
 BY_PATH = {"ab_speed.py"}
 # scripts that time nothing (ncu targets, precompilers, table writers) or time the host alone
