@@ -75,6 +75,8 @@
 #   recheck_knobs  issue 14: DESC_STEP, RESCALE_THRESHOLD, ROW_SUM_MMA out of forward()'s builds, Williams order (not yet run) -> recheck_knobs/
 #   layouts_rounds  issue 14: layouts_speed with each cell's layouts in 8 Williams-design rounds after a dropped warm-up
 #              round (layouts_abba's one pass each way left cells at 0.90-1.08x)                    -> layouts_rounds/
+#   sections23 issue 14: the persistent causal order's L2 section size (CAUSAL_SECTION_KB 4, 8, 32 MB against
+#              16 MB) at N <= 4k, Williams order, control beside                                     -> sections23/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -946,6 +948,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     layouts_rounds)  # the layouts in balanced rounds (bench/layouts_speed.py time_rounds)
       timeout 420 python3 bench/layouts_speed.py --out "$W" --n 2048,4096,16384 --d 64,96,128,256 --sets 2 --rounds 8 \
         > "$W/layouts.txt" 2>&1; rc=$?; grep -E "bnhd|gqa" "$W/layouts.txt" | awk '{print $1,$2,$3,$4,$5,$8}' | head -80 ;;
+    sections23)  # at causal N = 512 the first wave's K/V reads run DRAM at ~50%: smaller sections spread them
+      timeout 300 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 512,1024,2048,4096 \
+        --order abba --sdpa cudnn --variants default,default-again,default+CAUSAL_SECTION_KB=4096,default+CAUSAL_SECTION_KB=8192,default+CAUSAL_SECTION_KB=32768 \
+        --budget-s 270 > "$W/ab.txt" 2>&1; rc=$?; grep -A40 "d build" "$W/ab.txt" | grep "causal cells" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
