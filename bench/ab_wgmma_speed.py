@@ -155,7 +155,7 @@ def run(args) -> dict:
     path = out / "ab_wgmma_speed.json"
     t0 = time.time()
     cells = [(d, n, causal, dt) for d in (int(x) for x in args.dims.split(","))
-             for n in (int(x) for x in args.seqs.split(",")) for causal in (False, True)
+             for n in (int(x) for x in args.seqs.split(",")) for causal in (bool(int(c)) for c in getattr(args, "causal", "0,1").split(","))
              for dt in args.dtypes.split(",")]
     for i_cell, (d, n, causal, dt) in enumerate(cells):
         if time.time() - t0 > args.budget_s:
@@ -364,6 +364,7 @@ def main(argv=None) -> int:
                     "torch.zeros launch, as before v6e), default+KNOB=V[+KNOB=V] (forward()'s build with these knobs), "
                     "names of fa2_wgmma.speed_configs / SIZE_CANDIDATES, each "
                     "optionally @d1+d2 (only at those head dims); default: all but SKIP_BY_DEFAULT")
+    ap.add_argument("--causal", default="0,1", help="0 (non-causal), 1 (causal) or both")
     ap.add_argument("--sdpa", default=",".join(SDPA), help="SDPA backends beside (default: flash,cudnn)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this many seconds")
     ap.add_argument("--no-rotate", dest="rotate", action="store_false",
