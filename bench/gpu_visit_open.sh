@@ -79,6 +79,8 @@
 #              16 MB) at N <= 4k, Williams order, control beside                                     -> sections23/
 #   sections23b issue 14: sections23's one gain (8 MB at d = 128 causal N <= 1k, 0.98-0.99) timed again twice, with
 #              lengths no run had timed (768, 1536, 3072), causal only                                   -> sections23b/
+#   fresh23    issue 14: forward()'s default against SDPA flash and cuDNN at lengths no grid timed (768, 1536, 3072,
+#              6144, 12288), d = 64 / 96 / 128 / 256, causal and not, fp16 / bf16                      -> fresh23/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -959,6 +961,9 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 128 --seqs 512,768,1024,1536,2048,3072,4096 \
           --causal 1 --order abba --sdpa cudnn --variants default,default-again,default+CAUSAL_SECTION_KB=8192 \
           --budget-s 120 > "$W/$rep.txt" 2>&1 || rc=1; grep -A6 "d build" "$W/$rep.txt" | head -5; done ;;
+    fresh23)
+      timeout 560 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 768,1536,3072,6144,12288 \
+        --order abba --variants default --budget-s 500 > "$W/ab.txt" 2>&1; rc=$?; grep -E "cells with|faster pass|first pass" "$W/ab.txt" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
