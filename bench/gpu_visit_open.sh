@@ -81,6 +81,8 @@
 #              lengths no run had timed (768, 1536, 3072), causal only                                   -> sections23b/
 #   fresh23    issue 14: forward()'s default against SDPA flash and cuDNN at lengths no grid timed (768, 1536, 3072,
 #              6144, 12288), d = 64 / 96 / 128 / 256, causal and not, fp16 / bf16                      -> fresh23/
+#   d64c23     issue 14: d = 64 causal 768-2048 (0.98-1.06x cuDNN in fresh23): the 3-CTA build's Bc = 64 with four
+#              (or three) K/V slots, forward()'s N <= 512 build, against its Bc = 96 two-slot one; two runs   -> d64c23/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -964,6 +966,12 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     fresh23)
       timeout 560 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 768,1536,3072,6144,12288 \
         --order abba --variants default --budget-s 500 > "$W/ab.txt" 2>&1; rc=$?; grep -E "cells with|faster pass|first pass" "$W/ab.txt" ;;
+    d64c23)
+      rc=0; for rep in rep1 rep2; do
+        timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 64 --seqs 512,768,1024,1536,2048 \
+          --causal 1 --order abba --sdpa cudnn \
+          --variants default,default-again,default+BLOCK_N=64+STAGES=4,default+BLOCK_N=64+STAGES=3 \
+          --budget-s 120 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -6; done ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
