@@ -83,6 +83,8 @@
 #              6144, 12288), d = 64 / 96 / 128 / 256, causal and not, fp16 / bf16                      -> fresh23/
 #   d64c23     issue 14: d = 64 causal 768-2048 (0.98-1.06x cuDNN in fresh23): the 3-CTA build's Bc = 64 with four
 #              (or three) K/V slots, forward()'s N <= 512 build, against its Bc = 96 two-slot one; two runs   -> d64c23/
+#   final23    issue 14: forward() with d = 64's Bc = 64 causal rule to Nk = 768: dispatch / layouts tests, the rule
+#              builds' knob tests across tiles at d = 64, d = 64 causal at 576-768 against cuDNN, then the grid -> final23/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -972,6 +974,18 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
           --causal 1 --order abba --sdpa cudnn \
           --variants default,default-again,default+BLOCK_N=64+STAGES=4,default+BLOCK_N=64+STAGES=3 \
           --budget-s 120 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -6; done ;;
+    final23)
+      dispatch_tests "$W/dispatch.log" 150; rc=$?; tail -1 "$W/dispatch.log"
+      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "knob_across_tiles and desc_step and 64" > "$W/knobs.log" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); tail -1 "$W/knobs.log"
+      mkdir -p "$W/short" "$W/grid"
+      timeout 80 python3 bench/ab_wgmma_speed.py --out "$W/short" --dims 64 --seqs 576,640,704,768,896 --causal 1 \
+        --variants default --order abba --budget-s 70 > "$W/short/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r ))
+      grep -A12 "^dtype" "$W/short/ab.txt" | head -13
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W/grid" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 180 > "$W/grid/ab.txt" 2>&1
+      r=$?; rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/grid/ab.txt" | head -4
+      grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window

@@ -433,7 +433,12 @@ for _name, _base in (("small-tma3-bc64-dyn-od2", SIZE_CANDIDATES[64]), ("br192-r
 for _bc in (64, 80):
     SIZE_CANDIDATES[128][f"small2-bc{_bc}-dyn-od2"] = dict(TMA=1, BLOCK_N=_bc, NWG=1, MIN_BLOCKS=2, PINGPONG=0, PERSISTENT=2,
                                                          O_DIRECT=2, RESCALE_THRESHOLD=8)
-SIZE_RULES: dict = {64: [(512, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"], "causal"),
+# stop 23 (bench/results/stop23/d64c23: two runs, abba, Williams order, causal, fp16/bf16; time / forward()'s build):
+# the Bc = 64 four-slot build at N = 768 0.960-0.983 in all four cells (control 0.984-1.000; cuDNN at 0.982-0.993 of
+# forward()'s old build there and in fresh23), 1k 0.982-1.028 (level), 1.5k 1.04-1.07, 2k 0.996-1.020: its causal
+# diagonal wastes half a 64-key block where Bc = 96 wastes half a 96-key one, and at 513-767 keys Bc = 96's last block
+# is partly empty. So it runs to Nk = 768.
+SIZE_RULES: dict = {64: [(768, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"], "causal"),
                          (2048, SIZE_CANDIDATES[64]["small-tma3-dyn-od2"], "causal"),
                          (None, SIZE_CANDIDATES[64]["br192-rs-dyn-od2"], "causal"),
                          (2048, SIZE_CANDIDATES[64]["br192-rs-dyn-oqt-s4"], None),  # non-causal: causal took the above
