@@ -85,6 +85,8 @@
 #              (or three) K/V slots, forward()'s N <= 512 build, against its Bc = 96 two-slot one; two runs   -> d64c23/
 #   final23    issue 14: forward() with d = 64's Bc = 64 causal rule to Nk = 768: dispatch / layouts tests, the rule
 #              builds' knob tests across tiles at d = 64, d = 64 causal at 576-768 against cuDNN, then the grid -> final23/
+#   d64c23b    issue 14: the Bc = 64 four-slot build past 768 (832-1024; final23 had Bc = 96 at 896 0.98-1.00x cuDNN),
+#              two runs                                                                             -> d64c23b/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -986,6 +988,11 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 180 > "$W/grid/ab.txt" 2>&1
       r=$?; rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/grid/ab.txt" | head -4
       grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
+    d64c23b)
+      rc=0; for rep in rep1 rep2; do
+        timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 64 --seqs 832,896,960,1024 \
+          --causal 1 --order abba --sdpa cudnn --variants default,default-again,default+BLOCK_N=64+STAGES=4 \
+          --budget-s 120 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -4; done ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
