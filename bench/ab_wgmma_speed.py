@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import os
 import sys
 import time
@@ -140,6 +141,8 @@ def run(args) -> dict:
     from bench import harness
     from kernels import fa2_wgmma
 
+    harness.start_clock()  # each timing records the SM clock over its window (None without nvidia-smi)
+
     variants = (parse_variants(args.variants) if args.variants else
                 [(v, None) for v in fa2_wgmma.speed_configs(64) if v not in SKIP_BY_DEFAULT]
                 + [(k, None) for k in dict.fromkeys(k for c in fa2_wgmma.SIZE_CANDIDATES.values() for k in c)])
@@ -259,6 +262,7 @@ def summary(res: dict) -> str:
         lines.append(f"cells with best/cuDNN >= 1.0: {sum(x[0] >= 1.0 for x in worst)} of {len(worst)}; worst "
                      f"{w[0]:.3f} ({w[1]}, d={w[2]}, causal={int(w[3])}, N={w[4]})")
     lines += pass_lines(cell, ref)
+    lines += clock_lines(rows)
     lines += decisions(rows)
     bad = [r for r in rows if r.get("ok") is False or (r.get("skipped") and "SDPA" not in str(r.get("skipped")))]
     lines.append(f"failed or skipped entries: {len(bad)}" + "".join(
@@ -290,6 +294,32 @@ def pass_lines(cell: dict, ref: str | None) -> list[str]:
             f"cells, worst {min(fast):.3f}",
             "first pass / second pass, median over cells: " + ", ".join(
                 f"{v} {med(xs):.3f}" for v, xs in firsts.items() if v in (ref, "sdpa_cudnn", "sdpa_flash"))]
+
+
+def clock_lines(rows: list) -> list[str]:
+    """Runs with the SM clock recorded (harness.start_clock): each entry's median clock over its cells, and its
+    time / cuDNN's in cycles (ms x MHz) beside the time ratio, where both ran in a cell: how much of a lead is the clock
+    the board's power cap gave each kernel (bench/results/stop23/clock)."""
+    clocks, ratio_t, ratio_c = {}, {}, {}
+    cells = {}
+    for r in rows:
+        if r.get("clock_mhz") and r.get("median_ms"):
+            clocks.setdefault(r["variant"], []).append(r["clock_mhz"])
+            cells.setdefault((r["dtype"], r["d"], r["n"], r["causal"]), {})[r["variant"]] = r
+    if not clocks:
+        return []
+    for c in cells.values():
+        b = c.get("sdpa_cudnn")
+        for v, r in c.items():
+            if b is not None and v != "sdpa_cudnn":
+                ratio_t.setdefault(v, []).append(r["median_ms"] / b["median_ms"])
+                ratio_c.setdefault(v, []).append(r["median_ms"] * r["clock_mhz"] / (b["median_ms"] * b["clock_mhz"]))
+    med = statistics.median
+    lines = ["SM clock (MHz), median over cells: " + ", ".join(f"{v} {med(xs):.0f}" for v, xs in clocks.items())]
+    if ratio_t:
+        lines.append("time / cuDNN's, median over cells, in time | in cycles: " + ", ".join(
+            f"{v} {med(ratio_t[v]):.3f} | {med(ratio_c[v]):.3f}" for v in ratio_t))
+    return lines
 
 
 # The rule that turns the table into defaults (time / base time per cell, both checked ok): a build goes into

@@ -8,8 +8,13 @@ itself draws. This probe times each entry with the benchmark's own timer (harnes
 the SM clock and board power every 50 ms, and writes each timing with the clock and power over its window, so
 time differences can be split into cycles and clock.
 
+The sampler and the per-timing clock are bench/harness.py's (start_clock, time_fn); stop 23's clock_probe.json was
+written by this script's first form, which sampled on its own (keys mhz, watts, temp_c, throttle_reasons; window from
+40 ms after the timing began).
+
 Each cell: every entry checked against float64 first (harness.check_on, first (b, h) pair), then --rounds rounds,
-each timing every entry once, entries rotated so each takes each slot. Output: clock_probe.json, a printed table
+each timing every entry once, in a Williams design's rows (harness.rotate: each entry takes each slot and follows
+each other equally often; stop 23's first run rotated cyclically). Output: clock_probe.json, a printed table
 (median ms, MHz, W, kilocycles = ms x MHz, and each round's ms and MHz for the drift across rounds).
 
     PYTHONPATH=. python3 bench/clock_probe.py --out DIR [--cells d:N:causal,...] [--rounds 6] [--rep-ms 300]
@@ -20,69 +25,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import harness  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
-FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
-
-
-class Sampler:
-    """nvidia-smi --loop-ms in the background; each line stamped with the host clock on receipt."""
-
-    def __init__(self, period_ms=50):
-        self.samples, self.fields = [], None
-        for fields in (FIELDS, FIELDS[:3], FIELDS[:1]):
-            p = subprocess.Popen(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
-                                  f"--loop-ms={period_ms}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                 text=True)
-            time.sleep(0.3)
-            if p.poll() is None:
-                self.proc, self.fields = p, fields
-                break
-        if self.fields is None:
-            raise RuntimeError("nvidia-smi sampling did not start")
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            parts = [x.strip() for x in line.split(",")]
-            if len(parts) != len(self.fields):
-                continue
-            rec = {"t": time.time()}
-            for f, x in zip(self.fields, parts):
-                try:
-                    rec[f] = float(x) if not x.startswith("0x") else int(x, 16)
-                except ValueError:
-                    rec[f] = None
-            self.samples.append(rec)
-
-    def window(self, t0, t1):
-        return [s for s in self.samples if t0 <= s["t"] <= t1]
-
-    def stop(self):
-        self.proc.terminate()
-
-
-def summarize(samples) -> dict:
-    out = {"samples": len(samples)}
-    for key, name in (("clocks.sm", "mhz"), ("power.draw", "watts"), ("temperature.gpu", "temp_c")):
-        vals = [s[key] for s in samples if s.get(key) is not None]
-        if vals:
-            out[name] = statistics.median(vals)
-    reasons = {s["clocks_throttle_reasons.active"] for s in samples if s.get("clocks_throttle_reasons.active") is not None}
-    if reasons:
-        out["throttle_reasons"] = sorted(hex(r) for r in reasons)
-    return out
-
-
 def main(argv=None) -> int:
     import torch
 
@@ -96,43 +45,34 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     ent = [e for e in harness.entries(["fa2_wgmma", "sdpa_flash", "sdpa_cudnn"], sdpa=("flash", "cudnn"))
            if e.label in ("fa2_wgmma", "sdpa_flash", "sdpa_cudnn")]  # forward()'s own build, the two backends
-    sampler = Sampler()
+    if harness.start_clock() is None:
+        print("nvidia-smi did not start: no clock to read", file=sys.stderr)
+        return 2
     rows, bad = [], 0
-    try:
-        for cell in args.cells.split(","):
-            d, n, causal = (int(x) for x in cell.split(":"))
-            causal = bool(causal)
-            for dname in args.dtypes.split(","):
-                dtype = getattr(torch, dname)
-                b, h = max(1, TOKENS // n), HIDDEN // d
-                sets = harness.input_sets(b, h, n, n, d, dtype)
-                ok = {}
-                for e in ent:
-                    chk = harness.check_on(e, *sets[0], causal)
-                    ok[e.label] = chk["ok"]
-                    bad += not chk["ok"]
-                live = [e for e in ent if ok[e.label]]
-                for r in range(args.rounds):
-                    order = live[r % len(live):] + live[:r % len(live)]
-                    if (r // len(live)) % 2:
-                        order = order[::-1]
-                    for slot, e in enumerate(order):
-                        t0 = time.time()
-                        tm = harness.time_fn(lambda q, k, v, e=e: e.forward(q, k, v, causal), sets, rep_ms=args.rep_ms)
-                        t1 = time.time()
-                        # the first 25 ms are do_bench's warm-up and estimate; skip 40 ms so the clock reads are
-                        # from the timed calls
-                        rows.append(dict(label=e.label, d=d, n=n, b=b, h=h, causal=causal, dtype=dname, round=r,
-                                         slot=slot, median_ms=tm["median_ms"], min_ms=tm["min_ms"], max_ms=tm["max_ms"],
-                                         wall_s=t1 - t0, **summarize(sampler.window(t0 + 0.04, t1))))
-                del sets
-                torch.cuda.empty_cache()
-    finally:
-        sampler.stop()
+    for cell in args.cells.split(","):
+        d, n, causal = (int(x) for x in cell.split(":"))
+        causal = bool(causal)
+        for dname in args.dtypes.split(","):
+            dtype = getattr(torch, dname)
+            b, h = max(1, TOKENS // n), HIDDEN // d
+            sets = harness.input_sets(b, h, n, n, d, dtype)
+            ok = {}
+            for e in ent:
+                chk = harness.check_on(e, *sets[0], causal)
+                ok[e.label] = chk["ok"]
+                bad += not chk["ok"]
+            live = [e for e in ent if ok[e.label]]
+            for r in range(args.rounds):
+                for slot, e in enumerate(harness.rotate(live, r)):  # a Williams design's rows
+                    # time_fn records the median SM clock and power over its timed calls (harness.start_clock)
+                    tm = harness.time_fn(lambda q, k, v, e=e: e.forward(q, k, v, causal), sets, rep_ms=args.rep_ms)
+                    rows.append(dict(label=e.label, d=d, n=n, b=b, h=h, causal=causal, dtype=dname, round=r,
+                                     slot=slot, **tm))
+            del sets
+            torch.cuda.empty_cache()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "clock_probe.json").write_text(json.dumps(dict(run=harness.run_info(), fields=sampler.fields, rows=rows,
-                                                          idle_samples=sampler.samples[:5]), indent=1, default=str))
+    (out / "clock_probe.json").write_text(json.dumps(dict(run=harness.run_info(), rows=rows), indent=1, default=str))
     report(rows)
     return 1 if bad else 0
 
@@ -145,12 +85,12 @@ def report(rows) -> None:
     for (d, n, c, dt), by in cells.items():
         for label, rs in by.items():
             ms = statistics.median(x["median_ms"] for x in rs)
-            mhz = [x["mhz"] for x in rs if "mhz" in x]
-            w = [x["watts"] for x in rs if "watts" in x]
+            mhz = [x["clock_mhz"] for x in rs if "clock_mhz" in x]
+            w = [x["power_w"] for x in rs if "power_w" in x]
             m = statistics.median(mhz) if mhz else float("nan")
             print(f"d={d:<3d} N={n:<5d} c={int(c)} {dt:9s} {label:20s} {ms:7.4f} {m:6.0f} "
                   f"{statistics.median(w) if w else float('nan'):5.0f} {ms * m:7.1f}  "
-                  + " ".join(f"{x['median_ms']:.4f}@{x.get('mhz', 0):.0f}" for x in rs))
+                  + " ".join(f"{x['median_ms']:.4f}@{x.get('clock_mhz', 0):.0f}" for x in rs))
 
 
 if __name__ == "__main__":

@@ -87,6 +87,8 @@
 #              builds' knob tests across tiles at d = 64, d = 64 causal at 576-768 against cuDNN, then the grid -> final23/
 #   d64c23b    issue 14: the Bc = 64 four-slot build past 768 (832-1024; final23 had Bc = 96 at 896 0.98-1.00x cuDNN),
 #              two runs                                                                             -> d64c23b/
+#   grid23c    issue 14 / 11: the grid with each timing's SM clock recorded (harness.start_clock): the lead over
+#              cuDNN in time and in cycles                                                          -> grid23c/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -993,6 +995,11 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 64 --seqs 832,896,960,1024 \
           --causal 1 --order abba --sdpa cudnn --variants default,default-again,default+BLOCK_N=64+STAGES=4 \
           --budget-s 120 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -4; done ;;
+    grid23c)
+      timeout 240 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 220 > "$W/ab.txt" 2>&1
+      rc=$?; grep -E "^cells with|faster pass|first pass|SM clock|in cycles" "$W/ab.txt"
+      grep -A100 "^dtype" "$W/ab.txt" | awk '$9+0 < 1.0' ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window

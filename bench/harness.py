@@ -375,6 +375,91 @@ def check_on(entry: Entry, q, k, v, causal: bool) -> dict:
 
 # ----------------------------------------------------------------------------------------- timing
 
+# -------------------------------------------------------------------------------------- the SM clock
+# The H200 runs attention kernels at its board power cap: the SM clock is set by what each kernel draws (1545-1980 MHz
+# over one run; bf16 2.5-4.7% faster than fp16 at the same cycle count; bench/results/stop23/clock). So a time is
+# cycles / clock, and two timings of one kernel on two chips or at two temperatures differ by their clocks. When a
+# script starts the sampler (start_clock), time_fn records the median SM clock and board power nvidia-smi read over
+# each timing's window, so a record can be read in cycles (median_ms x clock_mhz = kilocycles).
+SMI_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
+_CLOCK = None
+
+
+def parse_smi_line(line: str, fields) -> dict | None:
+    """One `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` line as {field: number}; None if malformed."""
+    parts = [x.strip() for x in line.split(",")]
+    if len(parts) != len(fields):
+        return None
+    rec = {}
+    for f, x in zip(fields, parts):
+        try:
+            rec[f] = int(x, 16) if x.startswith("0x") else float(x)
+        except ValueError:
+            rec[f] = None
+    return rec
+
+
+class ClockSampler:
+    """nvidia-smi --loop-ms in the background; each line stamped with the host clock on receipt."""
+
+    def __init__(self, period_ms: int = 20):
+        import threading
+
+        self.samples, self.fields, self.proc = [], None, None
+        for fields in (SMI_FIELDS, SMI_FIELDS[:3], SMI_FIELDS[:1]):  # older drivers lack the throttle field
+            try:
+                p = subprocess.Popen(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
+                                      f"--loop-ms={period_ms}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True)
+            except OSError:
+                return
+            time.sleep(0.3)
+            if p.poll() is None:
+                self.proc, self.fields = p, fields
+                break
+        if self.proc is not None:
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            rec = parse_smi_line(line, self.fields)
+            if rec is not None:
+                rec["t"] = time.time()
+                self.samples.append(rec)
+
+    def window(self, t0: float, t1: float) -> list:
+        return [x for x in self.samples if t0 <= x["t"] <= t1]
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+
+
+def start_clock(period_ms: int = 20):
+    """Start the process's one clock sampler (idempotent); None where nvidia-smi does not run."""
+    global _CLOCK
+    if _CLOCK is None:
+        import atexit
+
+        _CLOCK = ClockSampler(period_ms)
+        atexit.register(_CLOCK.stop)
+    return _CLOCK if _CLOCK.proc is not None else None
+
+
+def clock_over(samples: list) -> dict:
+    """The median SM clock (MHz) and board power (W) of a window's samples, and their count; {} for none."""
+    out = {}
+    for key, name in (("clocks.sm", "clock_mhz"), ("power.draw", "power_w")):
+        vals = [x[key] for x in samples if x.get(key) is not None]
+        if vals:
+            out[name] = statistics.median(vals)
+    return dict(out, clock_samples=len(samples)) if out else {}
+
+
+def _clock_window(t0: float, t1: float) -> dict:
+    return clock_over(_CLOCK.window(t0, t1)) if _CLOCK is not None and _CLOCK.proc is not None else {}
+
+
 def _do_bench():
     try:
         from triton.testing import do_bench
@@ -427,12 +512,13 @@ def time_fn(fn, sets, *, warmup_ms=25, rep_ms=100, force_events=False) -> dict:
     def call():
         fn(*sets[i[0] % len(sets)])
         i[0] += 1
+    t0 = time.time() + warmup_ms / 1e3  # the clock over the timed calls, not do_bench's warm-up
     try:
         med, lo, hi = do_bench(call, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.0, 1.0])
     except TypeError:  # a triton whose do_bench lacks quantiles=
         med = lo = hi = do_bench(call, warmup=warmup_ms, rep=rep_ms)
     return dict(median_ms=float(med), min_ms=float(lo), max_ms=float(hi), reps=None,
-                timer="triton.testing.do_bench")
+                timer="triton.testing.do_bench", **_clock_window(t0, time.time()))
 
 
 def back_to_back_ms(fn, sets, calls=50) -> float:
@@ -504,7 +590,18 @@ def abba(first: dict, second: dict) -> dict:
     run then favours no position), both medians in pass_ms, the extremes of both."""
     return dict(median_ms=(first["median_ms"] + second["median_ms"]) / 2,
                 pass_ms=[first["median_ms"], second["median_ms"]],
-                min_ms=min(first["min_ms"], second["min_ms"]), max_ms=max(first["max_ms"], second["max_ms"]))
+                min_ms=min(first["min_ms"], second["min_ms"]), max_ms=max(first["max_ms"], second["max_ms"]),
+                **_mean_clock([first, second]))
+
+
+def _mean_clock(timings: list) -> dict:
+    """The mean of the timings' SM clocks and powers where each recorded one (time_fn with start_clock)."""
+    out = {}
+    for key in ("clock_mhz", "power_w"):
+        vals = [t[key] for t in timings if t.get(key) is not None]
+        if len(vals) == len(timings):
+            out[key] = sum(vals) / len(vals)
+    return out
 
 
 def rotate(cell_entries: list, i: int) -> list:
@@ -537,7 +634,8 @@ def rounds(timings: list) -> dict:
     extremes of all."""
     return dict(median_ms=sum(t["median_ms"] for t in timings) / len(timings),
                 pass_ms=[t["median_ms"] for t in timings],
-                min_ms=min(t["min_ms"] for t in timings), max_ms=max(t["max_ms"] for t in timings))
+                min_ms=min(t["min_ms"] for t in timings), max_ms=max(t["max_ms"] for t in timings),
+                **_mean_clock(timings))
 
 
 def failed(rec: dict, exc: Exception) -> dict:

@@ -97,6 +97,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8, help="timings of each layout, in Williams-design rounds")
     args = ap.parse_args(argv)
     dtype = torch.float16
+    harness.start_clock()  # each timing records the SM clock over its window
     ent = {e.label: e for e in harness.entries(["fa2_wgmma", "sdpa_flash", "sdpa_cudnn"], sdpa=("flash", "cudnn"))}
     rows, bad = [], 0
     for d in [int(x) for x in args.d.split(",")]:

@@ -437,8 +437,9 @@ for _bc in (64, 80):
 # the Bc = 64 four-slot build at N = 768 0.960-0.983 in all four cells (control 0.984-1.000; cuDNN at 0.982-0.993 of
 # forward()'s old build there and in fresh23), 1k 0.982-1.028 (level), 1.5k 1.04-1.07, 2k 0.996-1.020: its causal
 # diagonal wastes half a 64-key block where Bc = 96 wastes half a 96-key one, and at 513-767 keys Bc = 96's last block
-# is partly empty. So it runs to Nk = 768.
-SIZE_RULES: dict = {64: [(768, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"], "causal"),
+# is partly empty. Past 768 (d64c23b, two runs): 832 0.990-1.009 (level), 896 0.947-0.989 in all four cells (control
+# 0.969-1.008; Bc = 96's last block a third full there), 960 0.990-1.024, 1024 0.957-1.029. So it runs to Nk = 896.
+SIZE_RULES: dict = {64: [(896, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"], "causal"),
                          (2048, SIZE_CANDIDATES[64]["small-tma3-dyn-od2"], "causal"),
                          (None, SIZE_CANDIDATES[64]["br192-rs-dyn-od2"], "causal"),
                          (2048, SIZE_CANDIDATES[64]["br192-rs-dyn-oqt-s4"], None),  # non-causal: causal took the above

@@ -315,3 +315,35 @@ def test_layouts_speed_times_the_layouts_in_balanced_rounds():
     assert bad[1][0]["ok"] is False and "launch failed" in bad[1][0]["error"] and "median_ms" not in bad[1][0]
     assert calls.count("raises") == 1 and calls.count("a") == 5 and len(bad[0][0]["pass_ms"]) == 4
     assert bad[0][0]["pass_ms"][0] == pytest.approx(1.0 + 0.1 * 3)  # the warm-up's 1.1 is not among them
+
+
+def test_the_clock_sampler_reads_nvidia_smi_lines_and_timings_carry_the_clock():
+    """harness.parse_smi_line reads nvidia-smi's csv (hex throttle reasons included); clock_over takes the window's
+    medians; abba and rounds carry the mean clock of their timings only when every timing recorded one."""
+    f = harness.SMI_FIELDS
+    assert harness.parse_smi_line("1755, 690.12, 58, 0x0000000000000004", f) == {
+        "clocks.sm": 1755.0, "power.draw": 690.12, "temperature.gpu": 58.0, "clocks_throttle_reasons.active": 4}
+    assert harness.parse_smi_line("1755, 690.12", f) is None
+    assert harness.parse_smi_line("[N/A], 690, 58, 0x0", f)["clocks.sm"] is None
+    samples = [{"clocks.sm": c, "power.draw": 600.0 + c / 10} for c in (1500.0, 1700.0, 1600.0)]
+    assert harness.clock_over(samples) == {"clock_mhz": 1600.0, "power_w": 760.0, "clock_samples": 3}
+    assert harness.clock_over([]) == {}
+    a = dict(median_ms=1.0, min_ms=0.9, max_ms=1.2, clock_mhz=1600.0, power_w=690.0)
+    b = dict(median_ms=1.2, min_ms=1.1, max_ms=1.3, clock_mhz=1700.0, power_w=700.0)
+    merged = harness.abba(a, b)
+    assert merged["clock_mhz"] == pytest.approx(1650.0) and merged["power_w"] == pytest.approx(695.0)
+    assert "clock_mhz" not in harness.abba(a, dict(b, clock_mhz=None))
+    assert harness.rounds([a, b, a])["clock_mhz"] == pytest.approx(1633.33, abs=0.01)
+
+
+def test_ab_summary_reads_the_lead_in_cycles():
+    """bench/ab_wgmma_speed.py clock_lines: each entry's median clock, and its time / cuDNN's in time and in cycles."""
+    from bench import ab_wgmma_speed as ab
+
+    rows = [dict(variant=v, dtype="float16", d=128, n=n, causal=True, median_ms=ms, clock_mhz=mhz)
+            for n in (512, 4096) for v, ms, mhz in (("fa2_wgmma[default]", 0.50, 1575.0), ("sdpa_cudnn", 0.55, 1680.0))]
+    lines = ab.clock_lines(rows)
+    assert lines[0] == "SM clock (MHz), median over cells: fa2_wgmma[default] 1575, sdpa_cudnn 1680"
+    assert lines[1] == ("time / cuDNN's, median over cells, in time | in cycles: fa2_wgmma[default] "
+                        f"{0.50 / 0.55:.3f} | {0.50 * 1575 / (0.55 * 1680):.3f}")
+    assert ab.clock_lines([dict(r, clock_mhz=None) for r in rows]) == []

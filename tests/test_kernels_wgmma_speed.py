@@ -238,14 +238,15 @@ def test_size_rule_picks_the_first_matching_build():
         assert all(cfg in timed and only in (None, "causal") for _, cfg, only in rules_d), d
 
 
-def test_d64_causal_short_rows_run_the_64_key_four_slot_build_to_768():
-    """stop 23 (bench/results/stop23/d64c23): the 3-CTA Bc = 64 four-slot build runs d = 64 causal rows up to Nk = 768
-    (0.960-0.983 of the Bc = 96 build's time there in two runs), Bc = 96 from 769 keys (level at 1k, slower at 1.5k)."""
+def test_d64_causal_short_rows_run_the_64_key_four_slot_build_to_896():
+    """stop 23 (bench/results/stop23/d64c23, d64c23b): the 3-CTA Bc = 64 four-slot build runs d = 64 causal rows up to
+    Nk = 896 (0.947-0.989 of the Bc = 96 build's time at 768 and 896 in two runs each), Bc = 96 from 897 keys (level at
+    960 and 1k, slower at 1.5k)."""
     bc64 = fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
     assert (bc64["BLOCK_N"], bc64["STAGES"], bc64["MIN_BLOCKS"]) == (64, 4, 3)
-    for n_k in (1, 512, 640, 768):
+    for n_k in (1, 512, 640, 768, 896):
         assert fa2_wgmma.choose_config(64, n_k, True, causal=True) is bc64, n_k
-    assert fa2_wgmma.choose_config(64, 769, True, causal=True) is fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-dyn-od2"]
+    assert fa2_wgmma.choose_config(64, 897, True, causal=True) is fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-dyn-od2"]
     assert fa2_wgmma.choose_config(64, 768, True, causal=False)["NWG"] == 3, "non-causal keeps Br = 192"
 
 
