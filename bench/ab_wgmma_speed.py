@@ -178,6 +178,9 @@ def run(args) -> dict:
             row = {k: rec.get(k) for k in ("variant", "dtype", "d", "n", "b", "h", "causal", "median_ms",
                                            "min_ms", "max_ms", "tflops", "ok", "rel_err", "skipped", "pass_ms",
                                            "position")}
+            for k in ("clock_mhz", "power_w"):  # the SM clock and board power over its timings (harness.start_clock)
+                if rec.get(k) is not None:
+                    row[k] = rec[k]
             if "retimed_from_ms" in rec:
                 row["retimed_from_ms"] = rec["retimed_from_ms"]
             if e.label == "fa2_wgmma[default]":  # the build forward()'s rule ran (the GPU model reads it back)

@@ -88,7 +88,8 @@
 #   d64c23b    issue 14: the Bc = 64 four-slot build past 768 (832-1024; final23 had Bc = 96 at 896 0.98-1.00x cuDNN),
 #              two runs                                                                             -> d64c23b/
 #   grid23c    issue 14 / 11: the grid with each timing's SM clock recorded (harness.start_clock): the lead over
-#              cuDNN in time and in cycles                                                          -> grid23c/
+#              cuDNN in time and in cycles (grid23c lost the clock: the A/B's row kept listed keys only; grid23d
+#              after the fix)                                                                       -> grid23c/, grid23d/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -995,7 +996,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 64 --seqs 832,896,960,1024 \
           --causal 1 --order abba --sdpa cudnn --variants default,default-again,default+BLOCK_N=64+STAGES=4 \
           --budget-s 120 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -4; done ;;
-    grid23c)
+    grid23c|grid23d)
       timeout 240 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 220 > "$W/ab.txt" 2>&1
       rc=$?; grep -E "^cells with|faster pass|first pass|SM clock|in cycles" "$W/ab.txt"

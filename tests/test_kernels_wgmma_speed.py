@@ -388,10 +388,12 @@ def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
 
     def time_fn(fn, sets, **kw):
         fn(None, None, None)
-        return dict(median_ms=tick(), min_ms=0.0, max_ms=9e9)
+        return dict(median_ms=tick(), min_ms=0.0, max_ms=9e9, clock_mhz=1500.0 + clock["t"])
     args = _fake_ab(monkeypatch, tmp_path, {x: lambda q, k, v, c, x=x: order.append(x) for x in "abc"}, measure,
                     time_fn)
     res = ab.run(args)
+    # each row keeps the mean SM clock of its two passes (harness.abba), as its time
+    assert res["rows"][0]["clock_mhz"] == pytest.approx(1500.0 + 103.5)
     # causal and not: the three checks, then the passes in order and reversed
     assert order == 2 * ["fa2_wgmma[a]", "fa2_wgmma[b]", "fa2_wgmma[c]", "a", "b", "c", "c", "b", "a"]
     meds = [r["median_ms"] for r in res["rows"]]
