@@ -90,6 +90,8 @@
 #   grid23c    issue 14 / 11: the grid with each timing's SM clock recorded (harness.start_clock): the lead over
 #              cuDNN in time and in cycles (grid23c lost the clock: the A/B's row kept listed keys only; grid23d
 #              after the fix)                                                                       -> grid23c/, grid23d/
+#   grid23e    issue 14: the grid with four timing passes per cell (abbaabba) and the clock recorded: which cells
+#              trail cuDNN beyond one run's swing                                                   -> grid23e/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -999,6 +1001,11 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     grid23c|grid23d)
       timeout 240 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 220 > "$W/ab.txt" 2>&1
+      rc=$?; grep -E "^cells with|faster pass|first pass|SM clock|in cycles" "$W/ab.txt"
+      grep -A100 "^dtype" "$W/ab.txt" | awk '$9+0 < 1.0' ;;
+    grid23e)
+      timeout 400 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --passes 4 --budget-s 380 > "$W/ab.txt" 2>&1
       rc=$?; grep -E "^cells with|faster pass|first pass|SM clock|in cycles" "$W/ab.txt"
       grep -A100 "^dtype" "$W/ab.txt" | awk '$9+0 < 1.0' ;;
     gap)  # what a do_bench timing holds besides the kernel

@@ -367,6 +367,31 @@ def _fake_ab(monkeypatch, tmp_path, forwards: dict, measure, time_fn, seqs="512"
                               budget_s=1e9, warmup_ms=1, rep_ms=1, order="abba", rotate=False)
 
 
+def test_ab_four_passes_alternate_and_cancel_a_drift(monkeypatch, tmp_path):
+    """--passes 4 (with --order abba): the cell's entries in order, reversed, in order, reversed; each median the mean of
+    its four passes, so a linear drift through the cell still gives identical builds the same time."""
+    import argparse
+
+    from bench import ab_wgmma_speed as ab
+
+    clock, order = {"t": 0}, []
+
+    def measure(e, sets, causal, timed=True, **kw):
+        return dict(flops=1e9, ok=True)
+
+    def time_fn(fn, sets, **kw):
+        fn(None, None, None)
+        clock["t"] += 1
+        return dict(median_ms=100.0 + clock["t"], min_ms=0.0, max_ms=9e9)
+    args = _fake_ab(monkeypatch, tmp_path, {x: lambda q, k, v, c, x=x: order.append(x) for x in "abc"}, measure,
+                    time_fn)
+    res = ab.run(argparse.Namespace(**dict(vars(args), passes=4)))
+    assert order[:12] == list("abccbaabccba")
+    first = res["rows"][:3]
+    assert [len(r["pass_ms"]) for r in first] == [4, 4, 4]
+    assert {r["median_ms"] for r in first} == {100.0 + 6.5}
+
+
 def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
     """--order abba times a cell's entries in order, then in reverse, and keeps the mean: a clock that slows
     linearly through the cell then gives identical builds the same time whatever their position."""
