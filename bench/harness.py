@@ -377,7 +377,7 @@ def check_on(entry: Entry, q, k, v, causal: bool) -> dict:
 
 # -------------------------------------------------------------------------------------- the SM clock
 # The H200 runs attention kernels at its board power cap: the SM clock is set by what each kernel draws (1545-1980 MHz
-# over one run; bf16 2.5-4.7% faster than fp16 at the same cycle count; bench/results/stop23/clock). So a time is
+# over one run; bf16 3-5% faster than fp16 at d = 128 for the same cycle count; bench/results/stop23/clock). So a time is
 # cycles / clock, and two timings of one kernel on two chips or at two temperatures differ by their clocks. When a
 # script starts the sampler (start_clock), time_fn records the median SM clock and board power nvidia-smi read over
 # each timing's window, so a record can be read in cycles (median_ms x clock_mhz = kilocycles).

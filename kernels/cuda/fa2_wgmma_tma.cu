@@ -329,7 +329,7 @@
 //       (PINGPONG=0, both warpgroups issue freely) 1.002, level; the static persistent scheduler (PERSISTENT=1) 1.086
 //       (causal 1.165: its tiles are not longest-first): not taken.
 //   stop 23 (bench/results/stop23; no kernel change): the SM clock is set by the board's power cap (1545-1980 MHz; bf16
-//       2.5-4.7% faster than fp16 for the same cycles), so the harness now records each timing's clock; in cycles d = 128
+//       3-5% faster than fp16 for the same cycles), so the harness now records each timing's clock; in cycles d = 128
 //       causal N = 512 runs 3% more than cuDNN at the same clock. CAUSAL_SECTION_KB 4 / 8 / 32 MB against 16: level or
 //       worse over three runs, not taken. forward()'s d = 64 causal rule runs the 3-CTA Bc = 64 four-slot build to
 //       Nk = 896 (was 512): 768 and 896 0.947-0.989 of the Bc = 96 build's time in two runs each, 1k level.
