@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -141,6 +141,13 @@ def time_cell(harness, cell_entries, sets, causal, args) -> list[dict]:
                 rec.update(harness.abba(*ts) if len(ts) == 2 else harness.rounds(ts))
                 rec["tflops"] = rec["flops"] / rec["median_ms"] / 1e9
     return recs
+
+
+def _even_passes(text: str) -> int:
+    n = int(text)
+    if n < 2 or n % 2:
+        raise argparse.ArgumentTypeError(f"--passes takes an even count of at least 2, got {text}")
+    return n
 
 
 def run(args) -> dict:
@@ -284,7 +291,7 @@ def summary(res: dict) -> str:
 
 
 def pass_lines(cell: dict, ref: str | None) -> list[str]:
-    """abba runs: the reference build against cuDNN on each entry's faster pass (min of the two), beside the table's
+    """abba runs: the reference build against cuDNN on each entry's faster pass (the min of its passes), beside the table's
     mean of the passes, and each library's first pass / second pass (median over cells). While each entry's check
     came right before its own first pass, cuDNN's first pass ran 3-7% faster than its second (grid20, v13final 0.966,
     grid21 0.928; fa2_wgmma and SDPA flash 0.98-1.00). With the checks first (time_cell) a four-entry run had the two
@@ -405,7 +412,8 @@ def main(argv=None) -> int:
                     "torch.zeros launch, as before v6e), default+KNOB=V[+KNOB=V] (forward()'s build with these knobs), "
                     "names of fa2_wgmma.speed_configs / SIZE_CANDIDATES, each "
                     "optionally @d1+d2 (only at those head dims); default: all but SKIP_BY_DEFAULT")
-    ap.add_argument("--causal", default="0,1", help="0 (non-causal), 1 (causal) or both")
+    ap.add_argument("--causal", default="0,1", choices=("0", "1", "0,1", "1,0"),
+                    help="0 (non-causal), 1 (causal) or both; decisions() over one kind of cell speaks for that kind only")
     ap.add_argument("--sdpa", default=",".join(SDPA), help="SDPA backends beside (default: flash,cudnn)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new cell after this many seconds")
     ap.add_argument("--no-rotate", dest="rotate", action="store_false",
@@ -415,8 +423,9 @@ def main(argv=None) -> int:
                     help="abba: every cell's entries timed in order, then in reverse (the mean of both); once: in "
                     "order only. Identical builds timed first and third in one cell differed by 0-8%% (mean ~3%%, the "
                     "first faster: bench/results/tiles64/bc192), so 'once' favours the first entries")
-    ap.add_argument("--passes", type=int, default=2, help="--order abba: timing passes per cell, alternating direction "
-                    "(2: in order then reversed; 4: twice that)")
+    ap.add_argument("--passes", type=_even_passes, default=2, help="--order abba: timing passes per cell, alternating "
+                    "direction, an even count (2: in order then reversed; 4: twice that); an odd count would not cancel "
+                    "a drift through the cell")
     ap.add_argument("--warmup-ms", type=float, default=10)
     ap.add_argument("--rep-ms", type=float, default=40)
     ap.add_argument("--summary", default="", help="print the summary of an existing JSON and exit")

@@ -381,7 +381,12 @@ def check_on(entry: Entry, q, k, v, causal: bool) -> dict:
 # cycles / clock, and two timings of one kernel on two chips or at two temperatures differ by their clocks. When a
 # script starts the sampler (start_clock), time_fn records the median SM clock and board power nvidia-smi read over
 # each timing's window, so a record can be read in cycles (median_ms x clock_mhz = kilocycles).
-SMI_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
+# power.draw is a one-second average on Ampere and later (adjacent ~50 ms timings read the same watts);
+# power.draw.instant, where the driver has it, is the reading at the sample
+SMI_FIELDS = ("clocks.sm", "power.draw.instant", "temperature.gpu", "clocks_throttle_reasons.active")
+SMI_FALLBACKS = (SMI_FIELDS, ("clocks.sm", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active"),
+                 ("clocks.sm", "power.draw", "temperature.gpu"), ("clocks.sm",))
+POWER_FIELDS = ("power.draw.instant", "power.draw")
 _CLOCK = None
 
 
@@ -399,36 +404,54 @@ def parse_smi_line(line: str, fields) -> dict | None:
     return rec
 
 
-class ClockSampler:
-    """nvidia-smi --loop-ms in the background; each line stamped with the host clock on receipt."""
+def _this_gpu() -> list[str]:
+    """nvidia-smi's -i for the GPU torch computes on (by UUID: CUDA_VISIBLE_DEVICES renumbers indices); without it
+    nvidia-smi prints a line per GPU and a window would mix them."""
+    try:
+        import torch
 
-    def __init__(self, period_ms: int = 20):
+        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+        return ["-i", uuid if uuid.startswith("GPU-") else "GPU-" + uuid]
+    except Exception:
+        return []
+
+
+class ClockSampler:
+    """nvidia-smi --loop-ms in the background, one GPU; each line stamped with time.monotonic() on receipt. A field
+    set the driver refuses (nvidia-smi exits, or prints nothing parsable within `wait_s`) falls back to the next."""
+
+    def __init__(self, period_ms: int = 20, gpu: list[str] | None = None, wait_s: float = 3.0, cmd="nvidia-smi"):
+        import collections
         import threading
 
-        self.samples, self.fields, self.proc = [], None, None
-        for fields in (SMI_FIELDS, SMI_FIELDS[:3], SMI_FIELDS[:1]):  # older drivers lack the throttle field
+        self.samples = collections.deque(maxlen=200_000)  # ~1 h at 20 ms
+        self.fields, self.proc = None, None
+        for fields in SMI_FALLBACKS:
             try:
-                p = subprocess.Popen(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
-                                      f"--loop-ms={period_ms}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True)
+                p = subprocess.Popen([cmd, *(gpu or []), f"--query-gpu={','.join(fields)}",
+                                      "--format=csv,noheader,nounits", f"--loop-ms={period_ms}"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             except OSError:
                 return
-            time.sleep(0.3)
-            if p.poll() is None:
-                self.proc, self.fields = p, fields
-                break
-        if self.proc is not None:
-            threading.Thread(target=self._read, daemon=True).start()
+            self.proc, self.fields = p, fields
+            threading.Thread(target=self._read, args=(p, fields), daemon=True).start()
+            t_end = time.monotonic() + wait_s
+            while time.monotonic() < t_end and not self.samples and p.poll() is None:
+                time.sleep(0.02)
+            if self.samples:
+                return
+            p.terminate()
+            self.proc, self.fields = None, None
 
-    def _read(self):
-        for line in self.proc.stdout:
-            rec = parse_smi_line(line, self.fields)
-            if rec is not None:
-                rec["t"] = time.time()
+    def _read(self, proc, fields):
+        for line in proc.stdout:
+            rec = parse_smi_line(line, fields)
+            if rec is not None and self.proc is proc:
+                rec["t"] = time.monotonic()
                 self.samples.append(rec)
 
     def window(self, t0: float, t1: float) -> list:
-        return [x for x in self.samples if t0 <= x["t"] <= t1]
+        return [x for x in list(self.samples) if t0 <= x["t"] <= t1]
 
     def stop(self):
         if self.proc is not None:
@@ -436,12 +459,13 @@ class ClockSampler:
 
 
 def start_clock(period_ms: int = 20):
-    """Start the process's one clock sampler (idempotent); None where nvidia-smi does not run."""
+    """Start the process's one clock sampler for the GPU torch computes on (idempotent); None where nvidia-smi does not
+    run or prints nothing."""
     global _CLOCK
     if _CLOCK is None:
         import atexit
 
-        _CLOCK = ClockSampler(period_ms)
+        _CLOCK = ClockSampler(period_ms, _this_gpu())
         atexit.register(_CLOCK.stop)
     return _CLOCK if _CLOCK.proc is not None else None
 
@@ -449,14 +473,18 @@ def start_clock(period_ms: int = 20):
 def clock_over(samples: list) -> dict:
     """The median SM clock (MHz) and board power (W) of a window's samples, and their count; {} for none."""
     out = {}
-    for key, name in (("clocks.sm", "clock_mhz"), ("power.draw", "power_w")):
-        vals = [x[key] for x in samples if x.get(key) is not None]
-        if vals:
-            out[name] = statistics.median(vals)
+    clocks = [x["clocks.sm"] for x in samples if x.get("clocks.sm") is not None]
+    watts = [next((x[k] for k in POWER_FIELDS if x.get(k) is not None), None) for x in samples]
+    watts = [w for w in watts if w is not None]
+    if clocks:
+        out["clock_mhz"] = statistics.median(clocks)
+    if watts:
+        out["power_w"] = statistics.median(watts)
     return dict(out, clock_samples=len(samples)) if out else {}
 
 
 def _clock_window(t0: float, t1: float) -> dict:
+    """clock_over the samples between two time.monotonic() readings (nothing without a running sampler)."""
     return clock_over(_CLOCK.window(t0, t1)) if _CLOCK is not None and _CLOCK.proc is not None else {}
 
 
@@ -512,13 +540,16 @@ def time_fn(fn, sets, *, warmup_ms=25, rep_ms=100, force_events=False) -> dict:
     def call():
         fn(*sets[i[0] % len(sets)])
         i[0] += 1
-    t0 = time.time() + warmup_ms / 1e3  # the clock over the timed calls, not do_bench's warm-up
+    t_start = time.monotonic()
     try:
         med, lo, hi = do_bench(call, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.0, 1.0])
     except TypeError:  # a triton whose do_bench lacks quantiles=
         med = lo = hi = do_bench(call, warmup=warmup_ms, rep=rep_ms)
+    # the clock over the timed calls: do_bench's timed loop runs about rep_ms and ends at its last sync (before it come
+    # one call, five estimate calls and the warm-up, whose length depends on the kernel)
+    t1 = time.monotonic()
     return dict(median_ms=float(med), min_ms=float(lo), max_ms=float(hi), reps=None,
-                timer="triton.testing.do_bench", **_clock_window(t0, time.time()))
+                timer="triton.testing.do_bench", **_clock_window(max(t_start, t1 - rep_ms / 1e3), t1))
 
 
 def back_to_back_ms(fn, sets, calls=50) -> float:
@@ -595,12 +626,13 @@ def abba(first: dict, second: dict) -> dict:
 
 
 def _mean_clock(timings: list) -> dict:
-    """The mean of the timings' SM clocks and powers where each recorded one (time_fn with start_clock)."""
+    """The mean of the timings' SM clocks and powers where every timing recorded one (time_fn with start_clock), else
+    None: a record that takes the merge (rec.update) then drops a clock its first timing alone had."""
     out = {}
     for key in ("clock_mhz", "power_w"):
-        vals = [t[key] for t in timings if t.get(key) is not None]
-        if len(vals) == len(timings):
-            out[key] = sum(vals) / len(vals)
+        vals = [t.get(key) for t in timings]
+        out[key] = sum(vals) / len(vals) if vals and all(v is not None for v in vals) else None
+    out["clock_samples"] = sum(t.get("clock_samples") or 0 for t in timings) if out["clock_mhz"] is not None else None
     return out
 
 

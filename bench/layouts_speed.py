@@ -45,24 +45,38 @@ def time_rounds(checked, fn, time_fn, n_rounds: int = 8, warmup_rounds: int = 1)
     order and one reversed (stop 23's layouts_abba) left cells at 0.90-1.08x, as the SM clock moved 1545-1980 MHz
     under the board's power cap between and within cells (bench/results/stop23/clock). The first warmup_rounds are
     timed and dropped: a cell's first timing follows the checks, with the GPU idle, and ran 2.2% faster at a 2.5%
-    higher clock than the rest (clock_probe). Returns the count of timings that raised."""
+    higher clock than the rest (clock_probe). n_rounds is rounded up to whole periods of the design over the layouts
+    that pass the warm-up (a layout that fails later leaves the others' rounds unbalanced). Returns the count of
+    timings that raised."""
     bad = 0
     live = [(rec, sets) for rec, sets in checked if sets is not None]
-    times = {id(rec): [] for rec, _ in live}
-    for i in range(warmup_rounds + n_rounds):
+
+    def time_one(rec, sets):
+        nonlocal bad
+        try:
+            return time_fn(fn, sets)
+        except Exception as exc:
+            bad += 1
+            rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+            return None
+
+    for i in range(warmup_rounds):
         for rec, sets in harness.rotate(live, i):
-            if not rec.get("ok"):
-                continue
-            try:
-                t = time_fn(fn, sets)
-                if i >= warmup_rounds:
-                    times[id(rec)].append(t)
-            except Exception as exc:
-                bad += 1
-                rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+            if rec.get("ok"):
+                time_one(rec, sets)
+    # the design balances over whole periods of its rows (n rows for an even count of layouts, 2n for an odd one), so
+    # the measured rounds are rounded up to whole periods, counted from row 0, over the layouts still ok
+    live = [(rec, sets) for rec, sets in live if rec.get("ok")]
+    period = len(live) if len(live) % 2 == 0 else 2 * len(live)
+    rounds = max(1, -(-max(1, n_rounds) // max(1, period))) * max(1, period)
+    times = {id(rec): [] for rec, _ in live}
+    for i in range(rounds):
+        for rec, sets in harness.rotate(live, i):
+            if rec.get("ok") and (t := time_one(rec, sets)) is not None:
+                times[id(rec)].append(t)
     for rec, _ in live:
         ts = times[id(rec)]
-        if rec.get("ok") and len(ts) == n_rounds:
+        if rec.get("ok") and len(ts) == rounds:
             rec.update(ts[0], **harness.rounds(ts))
     return bad
 

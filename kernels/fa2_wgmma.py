@@ -250,7 +250,8 @@ SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-
 # and with O stored by TMA: d = 64 causal at short rows, the cells furthest behind cuDNN after v12 (0.93-0.95). A/B of
 # forward()'s build with Bc = 64 and O_TMA, time / the 3-CTA Bc = 96 build (bench/results/carry/d64small, d64rule; abba):
 # causal 512 0.949-0.955 and 0.968-0.970 (second run), 1k 0.974-0.975 and 1.014-1.019 (level), 2k 1.00-1.07; non-causal,
-# where forward() runs Br = 192, 1.14-1.20. SIZE_RULES[64] takes it at causal Nk <= 512, where both runs gain
+# where forward() runs Br = 192, 1.14-1.20. SIZE_RULES[64] takes it at causal Nk <= 512, where both runs gain (stop 23:
+# with four K/V slots, to Nk = 896; see SIZE_RULES)
 SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oq"], O_TMA=1)
 SIZE_CANDIDATES[256] = {"bc64": dict(CONFIGS[256], BLOCK_N=64), "bc64-dyn": dict(CONFIGS[256], BLOCK_N=64, PERSISTENT=2)}
 # v13 O_DIRECT (fa2_wgmma_tma.cu): d = 256's persistent builds with O written from registers, so the next Q loads under
@@ -419,7 +420,7 @@ SIZE_CANDIDATES[96]["dyn-od2-r"] = dict(SIZE_CANDIDATES[96]["dyn-oqt-r"], O_TILE
 # 0.926-1.000; non-causal 4k-8k 0.980-1.017 and the 3-CTA Bc = 64 build at causal 1k-2k 1.027-1.086 (not taken).
 # Third run (stages21c, the rule builds against themselves with two slots, N = 512-16k; control 0.988-1.024, the
 # unchanged builds 0.953-1.088 at N >= 4k; four slots / two): causal 512 0.965-0.986, non-causal 512-2k 0.984-1.008;
-# causal 4k-16k 0.979-1.028 and 1.056 at 16k fp16. So SIZE_RULES[64] runs four slots in the 3-CTA causal N <= 512
+# causal 4k-16k 0.979-1.028 and 1.056 at 16k fp16. So SIZE_RULES[64] runs four slots in the 3-CTA causal N <= 512 (896 since stop 23)
 # build (three runs 0.957-0.986) and Br = 192 non-causal N <= 2k (geomean per run 0.983, 0.981, 0.995, no cell over 1.008),
 # not at causal N > 2k (level: 0.926-1.056 over two runs). d = 128's two-CTA builds (small2-bc64/80-dyn-od2 below, stages21c):
 # 1.05-1.28x the default's time at N <= 2k, not taken (the 64-row tiles read K/V twice as often and the SM runs one

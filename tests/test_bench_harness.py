@@ -315,25 +315,60 @@ def test_layouts_speed_times_the_layouts_in_balanced_rounds():
     assert bad[1][0]["ok"] is False and "launch failed" in bad[1][0]["error"] and "median_ms" not in bad[1][0]
     assert calls.count("raises") == 1 and calls.count("a") == 5 and len(bad[0][0]["pass_ms"]) == 4
     assert bad[0][0]["pass_ms"][0] == pytest.approx(1.0 + 0.1 * 3)  # the warm-up's 1.1 is not among them
+    # three layouts: rounded up to whole periods of the design (2 x 3 rows), and the drift still cancels
+    calls.clear()
+    three = [({"ok": True}, x) for x in "abc"]
+    assert ls.time_rounds(three, None, time_fn, 4, warmup_rounds=0) == 0
+    assert len(calls) == 18 and len({round(rec["median_ms"], 9) for rec, _ in three}) == 1
 
 
 def test_the_clock_sampler_reads_nvidia_smi_lines_and_timings_carry_the_clock():
     """harness.parse_smi_line reads nvidia-smi's csv (hex throttle reasons included); clock_over takes the window's
-    medians; abba and rounds carry the mean clock of their timings only when every timing recorded one."""
+    medians (instant power where read, else the averaged one); abba and rounds carry the mean clock of their timings
+    only when every timing recorded one, and None otherwise, so a merged record cannot keep one pass's clock."""
     f = harness.SMI_FIELDS
     assert harness.parse_smi_line("1755, 690.12, 58, 0x0000000000000004", f) == {
-        "clocks.sm": 1755.0, "power.draw": 690.12, "temperature.gpu": 58.0, "clocks_throttle_reasons.active": 4}
+        "clocks.sm": 1755.0, "power.draw.instant": 690.12, "temperature.gpu": 58.0, "clocks_throttle_reasons.active": 4}
     assert harness.parse_smi_line("1755, 690.12", f) is None
     assert harness.parse_smi_line("[N/A], 690, 58, 0x0", f)["clocks.sm"] is None
-    samples = [{"clocks.sm": c, "power.draw": 600.0 + c / 10} for c in (1500.0, 1700.0, 1600.0)]
+    samples = [{"clocks.sm": c, "power.draw.instant": 600.0 + c / 10} for c in (1500.0, 1700.0, 1600.0)]
     assert harness.clock_over(samples) == {"clock_mhz": 1600.0, "power_w": 760.0, "clock_samples": 3}
+    assert harness.clock_over([{"clocks.sm": 1500.0, "power.draw": 650.0}])["power_w"] == 650.0
     assert harness.clock_over([]) == {}
-    a = dict(median_ms=1.0, min_ms=0.9, max_ms=1.2, clock_mhz=1600.0, power_w=690.0)
-    b = dict(median_ms=1.2, min_ms=1.1, max_ms=1.3, clock_mhz=1700.0, power_w=700.0)
+    a = dict(median_ms=1.0, min_ms=0.9, max_ms=1.2, clock_mhz=1600.0, power_w=690.0, clock_samples=2)
+    b = dict(median_ms=1.2, min_ms=1.1, max_ms=1.3, clock_mhz=1700.0, power_w=700.0, clock_samples=3)
     merged = harness.abba(a, b)
     assert merged["clock_mhz"] == pytest.approx(1650.0) and merged["power_w"] == pytest.approx(695.0)
-    assert "clock_mhz" not in harness.abba(a, dict(b, clock_mhz=None))
+    assert merged["clock_samples"] == 5
+    rec = dict(a)
+    rec.update(harness.abba(a, dict(b, clock_mhz=None, power_w=None)))
+    assert rec["clock_mhz"] is None and rec["power_w"] is None and rec["median_ms"] == pytest.approx(1.1)
     assert harness.rounds([a, b, a])["clock_mhz"] == pytest.approx(1633.33, abs=0.01)
+
+
+@pytest.mark.parametrize("script,works", [
+    ('while true; do echo "1755, 690.1, 58, 0x4"; sleep 0.02; done', True),
+    ("sleep 0.5; exit 3", False),  # a field set the driver refuses, slowly
+    ("sleep 30", False),  # prints nothing
+])
+def test_the_clock_sampler_starts_only_on_a_parsable_line(tmp_path, script, works):
+    """ClockSampler accepts an nvidia-smi that prints a parsable line within its wait, and otherwise tries the next
+    field set and ends with no process (start_clock then returns None); a missing nvidia-smi is no error."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\n" + script + "\n")
+    fake.chmod(0o755)
+    sampler = harness.ClockSampler(20, wait_s=0.3, cmd=str(fake))
+    try:
+        assert (sampler.proc is not None) == works
+        if works:
+            import time
+
+            time.sleep(0.1)
+            now = time.monotonic()
+            assert harness.clock_over(sampler.window(now - 1, now))["clock_mhz"] == 1755.0
+    finally:
+        sampler.stop()
+    assert harness.ClockSampler(20, wait_s=0.1, cmd=str(tmp_path / "absent")).proc is None
 
 
 def test_ab_summary_reads_the_lead_in_cycles():

@@ -361,6 +361,7 @@ def _fake_ab(monkeypatch, tmp_path, forwards: dict, measure, time_fn, seqs="512"
     monkeypatch.setattr(harness, "environment", lambda: {})
     monkeypatch.setattr(harness, "measure", measure)
     monkeypatch.setattr(harness, "time_fn", time_fn)
+    monkeypatch.setattr(harness, "start_clock", lambda *a, **k: None)  # no nvidia-smi poller from a CPU test
     same = [types.SimpleNamespace(label=f"fa2_wgmma[{x}]", forward=f) for x, f in forwards.items()]
     monkeypatch.setattr(ab, "entries", lambda d, variants, n, sdpa: same)
     return argparse.Namespace(variants="a", sdpa="", dims="64", seqs=seqs, dtypes="float16", out=str(tmp_path),
