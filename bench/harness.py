@@ -509,6 +509,7 @@ def time_events(fn, sets, *, warmup=3, reps=20) -> dict:
         fn(*sets[r % len(sets)])
     torch.cuda.synchronize()
     times = []
+    t0 = time.monotonic()
     for r in range(reps):
         args = sets[r % len(sets)]
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -518,7 +519,7 @@ def time_events(fn, sets, *, warmup=3, reps=20) -> dict:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return dict(median_ms=statistics.median(times), min_ms=min(times), max_ms=max(times), reps=reps,
-                timer="cuda events")
+                timer="cuda events", **_clock_window(t0, time.monotonic()))
 
 
 def time_fn(fn, sets, *, warmup_ms=25, rep_ms=100, force_events=False) -> dict:
