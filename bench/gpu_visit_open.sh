@@ -92,6 +92,8 @@
 #              after the fix)                                                                       -> grid23c/, grid23d/
 #   grid23e    issue 14: the grid with four timing passes per cell (abbaabba) and the clock recorded: which cells
 #              trail cuDNN beyond one run's swing                                                   -> grid23e/
+#   short23    issue 14: forward()'s d = 64 causal build (Bc = 64 to Nk = 896) against cuDNN at lengths between the
+#              grid's (576-960), four passes per cell                                               -> short23/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -1008,6 +1010,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --passes 4 --budget-s 380 > "$W/ab.txt" 2>&1
       rc=$?; grep -E "^cells with|faster pass|first pass|SM clock|in cycles" "$W/ab.txt"
       grep -A100 "^dtype" "$W/ab.txt" | awk '$9+0 < 1.0' ;;
+    short23)
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 576,640,704,800,896,960 --causal 1 \
+        --variants default --order abba --passes 4 --budget-s 180 > "$W/ab.txt" 2>&1; rc=$?
+      grep -A14 "^dtype" "$W/ab.txt" | head -15; grep -E "^cells with|in cycles" "$W/ab.txt" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
