@@ -215,9 +215,6 @@ GRID_N = (512, 1024, 2048, 4096, 8192, 16384)
 SMALL_BH = ((1, 1), (1, 4), (2, 8))  # B·H <= 16: where splitting the keys adds CTAs FA2 lacks
 
 
-DO_BENCH = "triton.testing.do_bench"  # the timer bench/cluster_speed.py records
-
-
 def verdict_rows(dtypes=("fp16", "bf16"), dims=HEAD_DIMS, causal=(False, True)) -> list[dict]:
     """Predicted time of v_once_cluster over fa2_wgmma per cell (the bench's B = 16k/N, H = 2048/d, and small
     B·H), with the cluster size, both bounds and the cluster's own terms: what the measurement will be read against."""
@@ -235,7 +232,7 @@ def verdict_rows(dtypes=("fp16", "bf16"), dims=HEAD_DIMS, causal=(False, True)) 
                             continue
                         fa2 = gm.predict("fa2_wgmma", b, h, n, None, d, dtype, c)
                         # as the bench times them (do_bench: each call's launch work under the one before)
-                        tc, tf = gm.as_timed(vc, DO_BENCH), gm.as_timed(fa2, DO_BENCH)
+                        tc, tf = gm.as_timed(vc, gm.DO_BENCH), gm.as_timed(fa2, gm.DO_BENCH)
                         rows.append(dict(dtype=dtype, d=d, causal=c, n=n, batch=b, heads=h,
                                          cluster_size=describe(d, dtype, c, n_q=n)["cluster_size"],
                                          ratio=tc / tf, cluster_ms=tc * 1e3,

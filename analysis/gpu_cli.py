@@ -19,8 +19,7 @@ PREDICT_KEYS = ("kernel", "build", "batch", "heads", "seq_q", "seq_k", "head_dim
 # the host's launch work overlaps the GPU's: the larger of the two, gpu_model.as_timed); gpu_time_s the kernel alone,
 # host_s the launcher's measured host work per call (bench/results/launch_overhead.json). Before stop 23 time_s was
 # GPU + host, a single synchronous call's time: at N = 512, d = 128 causal it printed 165 us (208 TFLOP/s) for a kernel
-# the benchmark times at 109 us (bench/results/stop23/clock), 99 us of it the model's GPU time.
-TIMER = "triton.testing.do_bench"
+# the benchmark times at 109 us (bench/results/stop23/clock), 99 us of it the model's GPU time (gpu_model.as_benchmarked).
 
 
 def add_subcommands(sub, common_types: dict) -> None:
@@ -72,15 +71,13 @@ def predict_records(args, error) -> list[dict]:
                                            args.causal))
         except ValueError as e:
             raise error(str(e).splitlines()[0]) from None
-        host = p.terms.get("overhead", 0.0)
-        timed = gm.as_timed(p, TIMER)
+        b = gm.as_benchmarked(p)
         recs.append(dict(kernel=p.kernel, build=p.build, batch=args.batch, heads=args.heads, seq_q=n_q, seq_k=n_k,
                          head_dim=args.head_dim, dtype=args.dtype, causal=args.causal, block_q=p.block_q,
-                         block_k=p.block_k, ctas_per_sm=p.ctas_per_sm, time_s=timed, gpu_time_s=p.time_s - host,
-                         host_s=host, tflops=p.tflops * p.time_s / timed,
+                         block_k=p.block_k, ctas_per_sm=p.ctas_per_sm, time_s=b["time_s"], gpu_time_s=b["gpu_time_s"],
+                         host_s=b["host_s"], tflops=b["tflops"],
                          l2_bytes=p.l2_bytes, dram_bytes=p.dram_bytes, requests_bytes=p.requests_bytes,
-                         dsmem_bytes=p.dsmem_bytes, bound="host" if host > p.time_s - host else p.bound,
-                         terms=dict(p.terms)))
+                         dsmem_bytes=p.dsmem_bytes, bound=b["bound"], terms=dict(p.terms)))
     return recs
 
 

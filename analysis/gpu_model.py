@@ -418,6 +418,19 @@ def as_timed(pred: Prediction, timer: str | None = None) -> float:
     return pred.time_s
 
 
+DO_BENCH = "triton.testing.do_bench"  # the timer bench/harness.time_fn uses and records
+
+
+def as_benchmarked(pred: Prediction, timer: str | None = DO_BENCH) -> dict:
+    """The prediction as a benchmark reports it (`fa-traffic predict` and `report` print this): time_s as the timer
+    measures it (as_timed), its GPU and host parts, TFLOP/s at that time, and the bound, `host` where the launch work
+    outlasts the kernel."""
+    host = pred.terms.get("overhead", 0.0)
+    timed = as_timed(pred, timer)
+    return dict(time_s=timed, gpu_time_s=pred.time_s - host, host_s=host, tflops=pred.tflops * pred.time_s / timed,
+                bound="host" if host > pred.time_s - host else pred.bound)
+
+
 def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: int, dtype="fp16",
             causal=False, gpu="h200", params=None, **options) -> Prediction:
     from analysis.descriptors import describe

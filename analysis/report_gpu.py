@@ -68,12 +68,9 @@ def model_record(desc, batch: int, heads: int, n_q: int, n_k: int, d: int, dtype
     p = gm.predict_work(work)
     lv = work.levels
     share = batch * heads / (mb * mh)
-    # the time the benchmarks measure (do_bench: the host's launch work overlapped), as `fa-traffic predict` prints it
-    host = p.terms.get("overhead", 0.0)
-    timed = gm.as_timed(p, "triton.testing.do_bench")
+    bench = gm.as_benchmarked(p)  # the time the benchmarks measure, as `fa-traffic predict` prints it
     return dict(kernel=p.kernel, build=p.build, model_batch=mb, model_heads=mh, ctas_per_sm=p.ctas_per_sm,
-                time_s=timed, tflops=p.tflops * p.time_s / timed,
-                bound="host" if host > p.time_s - host else p.bound,
+                time_s=bench["time_s"], tflops=bench["tflops"], bound=bench["bound"],
                 requests_bytes=round(lv.requests_bytes * share), l2_bytes=round(lv.l2_bytes * share),
                 dram_bytes=round(lv.dram_bytes * share), compulsory_bytes=round(lv.compulsory_bytes * share),
                 dsmem_bytes=round(lv.dsmem_bytes * share),
