@@ -138,7 +138,7 @@ def time_cell(harness, cell_entries, sets, causal, args) -> list[dict]:
         for rec in recs:
             ts = passes.get(id(rec))
             if ts and rec.get("median_ms") and len(ts) > 1:
-                rec.update(harness.abba(*ts) if len(ts) == 2 else harness.rounds(ts))
+                rec.update(harness.rounds(ts))  # two passes: harness.abba
                 rec["tflops"] = rec["flops"] / rec["median_ms"] / 1e9
     return recs
 

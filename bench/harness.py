@@ -620,10 +620,7 @@ def measure(entry: Entry, sets, causal: bool, timed: bool = True, **timing) -> d
 def abba(first: dict, second: dict) -> dict:
     """Two timings of one entry, in order and then reversed (abba): the mean of their medians (a drift through the
     run then favours no position), both medians in pass_ms, the extremes of both."""
-    return dict(median_ms=(first["median_ms"] + second["median_ms"]) / 2,
-                pass_ms=[first["median_ms"], second["median_ms"]],
-                min_ms=min(first["min_ms"], second["min_ms"]), max_ms=max(first["max_ms"], second["max_ms"]),
-                **_mean_clock([first, second]))
+    return rounds([first, second])
 
 
 def _mean_clock(timings: list) -> dict:
