@@ -1000,14 +1000,11 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 64 --seqs 832,896,960,1024 \
           --causal 1 --order abba --sdpa cudnn --variants default,default-again,default+BLOCK_N=64+STAGES=4 \
           --budget-s 120 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -4; done ;;
-    grid23c|grid23d)
-      timeout 240 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
-        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 220 > "$W/ab.txt" 2>&1
-      rc=$?; grep -E "^cells with|faster pass|first pass|SM clock|in cycles" "$W/ab.txt"
-      grep -A100 "^dtype" "$W/ab.txt" | awk '$9+0 < 1.0' ;;
-    grid23e)
-      timeout 400 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
-        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --passes 4 --budget-s 380 > "$W/ab.txt" 2>&1
+    grid23c|grid23d|grid23e)  # grid23e: four passes per cell, with the time to match
+      passes=2; limit=240; [ "$part" = grid23e ] && passes=4 && limit=400
+      timeout $limit python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --passes $passes \
+        --budget-s $(( limit - 20 )) > "$W/ab.txt" 2>&1
       rc=$?; grep -E "^cells with|faster pass|first pass|SM clock|in cycles" "$W/ab.txt"
       grep -A100 "^dtype" "$W/ab.txt" | awk '$9+0 < 1.0' ;;
     short23)
