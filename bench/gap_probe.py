@@ -30,7 +30,7 @@ TOKENS, HIDDEN = 16384, 2048
 FLUSH_BYTES = 256 * 1024 * 1024  # do_bench's cache buffer (triton.testing: 256 MB of int32, zeroed before each call)
 
 
-def device_ms(fn, sets, calls=30) -> float:
+def device_ms(fn, sets, calls=30) -> tuple[float, list, int]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
