@@ -94,6 +94,14 @@
 #              trail cuDNN beyond one run's swing                                                   -> grid23e/
 #   short23    issue 14: forward()'s d = 64 causal build (Bc = 64 to Nk = 896) against cuDNN at lengths between the
 #              grid's (576-960), four passes per cell                                               -> short23/
+#   sect24     issue 14: the causal order's section down to one head (CAUSAL_SECTION_KB 256 KB: at N = 512, d = 128 a
+#              head's four Q blocks run together, as non-causal's head-major order, level with cuDNN there) and 1 MB,
+#              against 16 MB, causal N = 512-2048, two runs                                          -> sect24/
+#   q24        issue 14 stop 24 Q_SLOTS=2 (two Q tiles: the next tile's Q loads as the producer reaches it): the GPU
+#              tests of forward()'s builds with it (kernels.fa2_wgmma.q_slots_builds), memcheck on 2 CTAs at scale -> q24/
+#   q24race    racecheck and synccheck of those builds on 2 CTAs at scale                                  -> q24race/
+#   q24ab      A/B of forward()'s builds with and without it: d = 96 / 128 N = 512-4096 causal and not, d = 64
+#              non-causal (its causal short-row builds have no room), two runs, Williams order, control beside -> q24ab/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -1011,6 +1019,29 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 576,640,704,800,896,960 --causal 1 \
         --variants default --order abba --passes 4 --budget-s 180 > "$W/ab.txt" 2>&1; rc=$?
       grep -A14 "^dtype" "$W/ab.txt" | head -15; grep -E "^cells with|in cycles" "$W/ab.txt" ;;
+    sect24)
+      rc=0; for rep in rep1 rep2; do
+        timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 64,96,128,256 --seqs 512,768,1024,2048 \
+          --causal 1 --order abba --sdpa cudnn \
+          --variants default,default-again,default+CAUSAL_SECTION_KB=256,default+CAUSAL_SECTION_KB=1024 \
+          --budget-s 135 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -8; done ;;
+    q24)
+      timeout 260 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "q_slots" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
+      cfg=$(builds 2 "f.q_slots_builds()")
+      sanitize_wgmma memcheck float16 7 120 110 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    q24race)
+      cfg=$(builds 2 "f.q_slots_builds()")
+      sanitize_wgmma racecheck float16 7 200 190 "$cfg"; rc=$?; tail -2 "$W/racecheck.txt"
+      sanitize_wgmma synccheck float16 7 120 110 "$cfg"; r=$?; tail -2 "$W/synccheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    q24ab)
+      rc=0; for rep in rep1 rep2; do
+        timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 96,128 --seqs 512,1024,2048,4096 \
+          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 \
+          --budget-s 135 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -8
+        timeout 60 python3 bench/ab_wgmma_speed.py --out "$W/${rep}_d64" --dims 64 --seqs 512,1024,2048 --causal 0 \
+          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 \
+          --budget-s 50 > "$W/${rep}_d64.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/${rep}_d64.txt" | head -8; done ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window

@@ -111,7 +111,7 @@ SWEEP = {
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
          "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA",
          "O_TILE", "CAUSAL_SECTION_KB", "O_TMA", "DESC_STEP", "WG_SKIP", "WAIT_HINT",
-         "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT", "MAX_TREE", "HALF_DIAG"}
+         "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT", "MAX_TREE", "HALF_DIAG", "Q_SLOTS"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -525,6 +525,23 @@ def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = F
     return dict(cfg, **default_knobs(cfg))
 
 
+# stop 24 Q_SLOTS=2 (fa2_wgmma_tma.cu): two Q tiles in a persistent build, so the producer loads the next tile's Q as soon
+# as it reaches that tile instead of after this tile's last S = Q K^T (stall21: at d = 128 causal N = 512, 3.7% of the
+# warp-state samples sat on the consumers' wait for Q at a tile's start). It needs a Q_EARLY build (O_TILE or O_DIRECT:
+# the epilogue does not stage O through Q) with room for a second Q tile: d = 96 / 128 at Nk <= 4096 (225 KB) and d = 64's
+# Br = 192 builds (217 KB); not d = 64's 3-CTA builds (3 x 81 KB) nor d = 256.
+def q_slots_builds() -> list[tuple[int, dict]]:
+    """(d, config) of every build default_builds() lists that takes Q_SLOTS=2, with it."""
+    out = []
+    for d, c in default_builds():
+        try:
+            defines_for(d, 0, dict(c, Q_SLOTS=2))
+        except ValueError:  # no second Q tile's room, or not a Q_EARLY build
+            continue
+        out.append((d, dict(c, Q_SLOTS=2)))
+    return out
+
+
 def default_builds() -> list[tuple[int, dict]]:
     """(d, config) of every build forward() can pick itself: each distinct SIZE_RULES entry, then CONFIGS[d], all
     with default_knobs (the builds the v9-v12 GPU tests and compile tests run)."""
@@ -631,6 +648,11 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if cfg.get("HALF_DIAG") and not half_diag_compiles(cfg):
         raise ValueError(f"fa2_wgmma: HALF_DIAG is a TMA build with Bc a multiple of 32 and no QK_AHEAD (got "
                          f"TMA={cfg.get('TMA', 0)}, BLOCK_N={cfg.get('BLOCK_N')}, QK_AHEAD={cfg.get('QK_AHEAD', 0)})")
+    if cfg.get("Q_SLOTS", 1) not in (1, 2) or (cfg.get("Q_SLOTS", 1) == 2 and not (
+            cfg.get("TMA") and cfg.get("PERSISTENT") and (cfg.get("O_TILE") or cfg.get("O_DIRECT")))):
+        raise ValueError(f"fa2_wgmma: Q_SLOTS is 1, or 2 in a persistent TMA build with O_TILE or O_DIRECT (its epilogue "
+                         f"must not stage O through Q); got Q_SLOTS={cfg.get('Q_SLOTS')}, PERSISTENT="
+                         f"{cfg.get('PERSISTENT', 0)}, O_TILE={cfg.get('O_TILE', 0)}, O_DIRECT={cfg.get('O_DIRECT', 0)}")
     if cfg.get("ROW_SUM_MMA") and is_bf16:
         # bf16 keeps the fp32 row sum: l from bf16-rounded P (2^-9) moves lse by up to ~4e-3, past the 2e-3 the
         # kernels promise (H200, tests/test_kernels_wgmma_speed_gpu.py: 2.3-3.4e-3; fp16's 2^-11 stays inside)
@@ -680,10 +702,12 @@ def smem_bytes(defines: dict) -> int:
     the mbarriers + 1 KB so the kernel can align its base to 1024 B."""
     d, bn, stages = padded_d(defines["HEAD_DIM"]), defines["BLOCK_N"], defines.get("STAGES", 2)
     barriers = 8 * (1 + 4 * stages) if defines.get("TMA") else 0  # mbarriers: full_q, full/empty K and V
+    q_slots = defines.get("Q_SLOTS", 1)
     if defines.get("PERSISTENT"):
-        barriers += 8 * 5 + 8  # empty_q, tile_full[2], tile_empty[2], two int32 tile slots
+        barriers += 8 * 5 + 8 + 16 * (q_slots - 1)  # empty_q, tile_full[2], tile_empty[2], two int32 tile slots
+        # (Q_SLOTS=2: and the second Q slot's full and empty barriers)
     ones = bn * 128 if defines.get("ROW_SUM_MMA") else 0  # the panel of ones beside V (l from P V)
-    tiles_q = 2 if defines.get("O_TILE") else 1  # O_TILE: the epilogue's staging tile beside Q's
+    tiles_q = q_slots + (1 if defines.get("O_TILE") else 0)  # O_TILE: the epilogue's staging tile beside Q's
     return tiles_q * block_m(defines) * d * 2 + 2 * stages * bn * d * 2 + ones + barriers + 1024
 
 

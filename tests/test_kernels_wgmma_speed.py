@@ -37,6 +37,8 @@ BUILDS += [(d, 0, f"default-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.de
 # and those builds with stop 22's HALF_DIAG where it is built (its branch must leave the wgmma pipeline unserialised)
 BUILDS += [(d, 0, f"half-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.half_diag_builds())
            if (d, cfg) not in fa2_wgmma.default_builds()]  # (none while forward() runs it nowhere)
+# and forward()'s builds with stop 24's second Q tile, where they have room for it (fa2_wgmma.q_slots_builds)
+BUILDS += [(d, 0, f"q2-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.q_slots_builds())]
 
 
 def _compile(item):
@@ -596,6 +598,21 @@ def test_builds_that_do_not_fit_the_sm_are_refused():
     fits = fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], O_TILE=0, O_TMA=0,
                                               O_DIRECT=2, STAGES=3))
     assert fa2_wgmma.smem_bytes(fits) <= fa2_tc.SMEM_PER_BLOCK  # O's tile freed makes room for a third slot
+    # stop 24's second Q tile: where O is staged through Q (no O_TILE / O_DIRECT) or the build is not persistent, a
+    # ValueError that says so; where smem has no room for it (d = 256, d = 64's 3-CTA four-slot build), the size error
+    with pytest.raises(ValueError, match="Q_SLOTS"):
+        fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.CONFIGS[128], Q_SLOTS=2))
+    with pytest.raises(ValueError, match="Q_SLOTS"):
+        fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn"], Q_SLOTS=2))
+    with pytest.raises(ValueError, match="Q_SLOTS"):
+        fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], Q_SLOTS=3))
+    with pytest.raises(ValueError, match="per CTA"):
+        fa2_wgmma.defines_for(256, 0, dict(fa2_wgmma.SIZE_CANDIDATES[256]["dyn-od2"], Q_SLOTS=2))
+    with pytest.raises(ValueError, match="do not fit"):
+        fa2_wgmma.defines_for(64, 0, dict(fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"], Q_SLOTS=2))
+    q2 = fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], Q_SLOTS=2))
+    one = fa2_wgmma.defines_for(128, 0, fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"])
+    assert fa2_wgmma.smem_bytes(q2) - fa2_wgmma.smem_bytes(one) == 128 * 128 * 2 + 16  # a Q tile, two mbarriers
     # the boundary: d = 128's cp.async two-CTA build fills the SM to the byte, and is taken
     exact = fa2_wgmma.defines_for(128, 0, fa2_wgmma.SIZE_CANDIDATES[128]["small-cp"])
     assert 2 * (fa2_wgmma.smem_bytes(exact) + 1024) == fa2_tc.SMEM_PER_SM

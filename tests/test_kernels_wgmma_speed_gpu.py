@@ -368,6 +368,12 @@ def _across_tiles(knob: str, cfg: dict) -> list[tuple]:
                    (2, 3, 900, 300, B16, True, 4.0, 7),   # Q blocks with no key: Q handed back with no S
                    (1, 2, 900, 300, F16, True, 4.0, 9),   # and in fp16 (ROW_SUM_MMA's l = 0 rows at d = 64)
                    (2, 2, 512, 512, F16, True, 4.0, 8)]]
+    if knob == "q_slots":
+        return [(g, *shp) for g in ({}, {"GRID": 1}, {"GRID": 3})
+                for shp in [(2, 3, n_q, 1100, F16, False, 4.0, n_q) for n_q in _idle_rows(cfg) or [333]]
+                + [(2, 3, 700, 4100, B16, True, 4.0, 5),   # long key loops, causal
+                   (2, 3, 900, 300, B16, True, 4.0, 7),    # Q blocks with no key among those with keys
+                   (3, 2, 512, 512, F16, True, 4.0, 8)]]
     if knob == "max_tree":
         return [(g, *shp) for g in [{}] + ([{"GRID": 3}] if persistent else [])
                 for shp in [(2, 3, n_q, 4100, F16, False, 20.0, n_q) for n_q in _idle_rows(cfg) or [333]]
@@ -384,10 +390,18 @@ def _across_tiles(knob: str, cfg: dict) -> list[tuple]:
     raise KeyError(knob)
 
 
+# stop 24 Q_SLOTS=2: two Q tiles, the next tile's Q loaded as the producer reaches it (slot k % 2, phase k / 2); every
+# forward() build with room for it (kernels.fa2_wgmma.q_slots_builds: d = 64's Br = 192 and 3-CTA Bc = 96 builds, d = 96
+# and 128 at Nk <= 4096). Its shapes: one CTA over every tile (each slot reused many times), 3 CTAs, tiles with no key
+# (their Q loaded and handed back unread), idle warpgroups, long key loops
+QSLOTS = fa2_wgmma.q_slots_builds()
+assert QSLOTS and {d for d, _ in QSLOTS} >= {64, 96, 128}
+
+
 # knob -> its builds; which of the three tests each set runs (wg_skip's hypothesis shapes are desc_step's, on the same
 # builds; desc_step's strided views are the layouts tests' of forward())
 KNOB_SETS = {"desc_step": DESC, "wg_skip": SKIP, "wg_causal_skip": CSKIP, "turn_carry": CARRY, "o_direct": ODIRECT,
-             "max_tree": TREE, "half_diag": HALF}
+             "max_tree": TREE, "half_diag": HALF, "q_slots": QSLOTS}
 CAUSAL_ONLY = {"wg_causal_skip"}
 
 

@@ -403,6 +403,9 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #ifndef WG_CAUSAL_SKIP
 #define WG_CAUSAL_SKIP 0  // 1 (causal): a warpgroup walks the tile's first key blocks that lie wholly past its own last row
 #endif
+#ifndef Q_SLOTS
+#define Q_SLOTS 1  // 2 (persistent, Q_EARLY): two Q tiles; the next tile's Q loads while this tile runs (stop 24)
+#endif
 #ifndef QK_AHEAD
 #define QK_AHEAD 0  // 1: S_{t+1} issued before the softmax of step t (two S tiles in registers; no ping-pong)
 #endif
@@ -458,6 +461,8 @@ static_assert(!(HALF_DIAG && QK_AHEAD), "HALF_DIAG is written for the one-S-tile
 static_assert(!O_TILE || (PERSISTENT && !QK_AHEAD), "O_TILE: a persistent build without QK_AHEAD (its Q goes back early)");
 static_assert(!O_DIRECT || (PERSISTENT && !QK_AHEAD && !O_TILE), "O_DIRECT: a persistent build without QK_AHEAD or O_TILE");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
+static_assert(Q_SLOTS == 1 || (Q_SLOTS == 2 && PERSISTENT && (O_TILE || O_DIRECT)),
+              "Q_SLOTS=2: a persistent build whose epilogue does not stage O through the Q tile (O_TILE or O_DIRECT)");
 
 #define TILE_Q_BYTES (BLOCK_M * DP * 2)
 #define TILE_KV_BYTES (BLOCK_N * DP * 2)  // also the TMA transaction bytes: zero-filled columns count
@@ -483,10 +488,10 @@ __device__ __forceinline__ void turn_end(int cg) {
 
 // smem: [Q][K slots][V slots][ROW_SUM_MMA: ones][O_TILE: O][mbarriers: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
 //        (PERSISTENT: + empty_q, tile_full[2], tile_empty[2], then two int32 tile slots)]
-#define PERSIST_BYTES (PERSISTENT ? 8 * 5 + 8 : 0)
+#define PERSIST_BYTES (PERSISTENT ? 8 * 5 + 8 + 16 * (Q_SLOTS - 1) : 0)  // Q_SLOTS=2: full_q, empty_q of slot 1
 #define ONES_BYTES (ROW_SUM_MMA * BLOCK_N * 128)  // ROW_SUM_MMA: a V-shaped panel of ones, after the V slots
 #define O_TILE_BYTES (O_TILE * TILE_Q_BYTES)  // O_TILE: the epilogue's staging tile, apart from Q
-#define SMEM_BYTES (TILE_Q_BYTES + 2 * STAGES * TILE_KV_BYTES + ONES_BYTES + O_TILE_BYTES + 8 * (1 + 4 * STAGES) + PERSIST_BYTES)
+#define SMEM_BYTES (Q_SLOTS * TILE_Q_BYTES + 2 * STAGES * TILE_KV_BYTES + ONES_BYTES + O_TILE_BYTES + 8 * (1 + 4 * STAGES) + PERSIST_BYTES)
 
 #if PERSISTENT
 // tile -> (Q block, batch*head). Causal: longest first (the Q blocks that see the most key blocks before any
@@ -564,7 +569,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 
     const u32 s_base = (smem_addr(smem) + 1023u) & ~1023u;
     const u32 sQ = s_base;
-    const u32 sK0 = sQ + TILE_Q_BYTES;
+    const u32 sK0 = sQ + Q_SLOTS * TILE_Q_BYTES;  // Q_SLOTS=2: Q slot 1 right after slot 0
     const u32 sV0 = sK0 + STAGES * TILE_KV_BYTES;
     const u32 sOnes = sV0 + STAGES * TILE_KV_BYTES;
     const u32 sO = sOnes + ONES_BYTES;  // O_TILE: the epilogue's own tile (else it stages O through Q's)
@@ -583,6 +588,15 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #define TILE_EMPTY(i) (bar0 + 8 * (4 + 4 * STAGES + (i)))  // every consumer thread has read it
     const u32 tile_slot0 = bar0 + 8 * (6 + 4 * STAGES);
 #endif
+    // Q slot i's barriers: slot 0's as before, slot 1's (Q_SLOTS=2) after the two tile slots. Tile k uses slot
+    // k % Q_SLOTS, that slot's (k / Q_SLOTS)-th phase
+#if PERSISTENT && Q_SLOTS == 2
+#define FULL_Q(i) ((i) ? tile_slot0 + 8 : full_q)
+#define EMPTY_Q(i) ((i) ? tile_slot0 + 16 : empty_q)
+#else
+#define FULL_Q(i) full_q
+#define EMPTY_Q(i) empty_q
+#endif
 
     if (tid == 0) {
         mbar_init(full_q, 1);
@@ -595,6 +609,10 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         }
 #if PERSISTENT
         mbar_init(empty_q, 4 * NWG);
+        if (Q_SLOTS == 2) {
+            mbar_init(FULL_Q(1), 1);
+            mbar_init(EMPTY_Q(1), 4 * NWG);
+        }
         for (int i = 0; i < 2; ++i) {
             mbar_init(TILE_FULL(i), 1);
             mbar_init(TILE_EMPTY(i), 128 * NWG);  // one arrival per consumer thread: each orders its own load
@@ -639,13 +657,15 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 if (is_causal) n_vis = max(0, min(Nk, min(m0 + BLOCK_M, Nq) + causal_off));
                 const int T = (n_vis + BLOCK_N - 1) / BLOCK_N;
                 auto load_q = [&]() {
+                    const int qs = k % Q_SLOTS;
 #if PERSISTENT
-                    if (k > 0) mbar_wait(empty_q, (k - 1) & 1);  // tile k-1 is done with the Q tile
+                    // tile k - Q_SLOTS is done with this Q slot (Q_SLOTS=2: long since, as tile k-1 runs)
+                    if (k >= Q_SLOTS) mbar_wait(EMPTY_Q(qs), (k / Q_SLOTS - 1) & 1);
 #endif
-                    mbar_expect_tx(full_q, TILE_Q_BYTES);
+                    mbar_expect_tx(FULL_Q(qs), TILE_Q_BYTES);
 #pragma unroll
                     for (int p = 0; p < PANELS; ++p)
-                        tma_load(sQ + p * BLOCK_M * 128, &tmQ, p * 64, m0, h_idx, b_idx, full_q);
+                        tma_load(sQ + qs * TILE_Q_BYTES + p * BLOCK_M * 128, &tmQ, p * 64, m0, h_idx, b_idx, FULL_Q(qs));
                 };
                 auto load_k = [&](int t) {
                     const int j = T - 1 - t, slot = (kv_it + t) % STAGES, use = (kv_it + t) / STAGES;
@@ -665,8 +685,11 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 };
                 if (T > 0) {
 #if PERSISTENT
-                    load_k(0);  // tile k's first K block goes out before its Q, while tile k-1's epilogue runs
-                    load_q();
+                    // tile k's first K block goes out before its Q, while tile k-1's epilogue runs; with two Q slots
+                    // Q waits for nothing, so it goes first, as soon as the producer reaches tile k
+                    if (Q_SLOTS == 2) load_q();
+                    load_k(0);
+                    if (Q_SLOTS == 1) load_q();
 #else
                     load_q();
                     load_k(0);
@@ -721,6 +744,8 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #endif
         const int m0 = m_block * BLOCK_M;
         const int row0 = m0 + cw * 16;
+        const int qs = k % Q_SLOTS, qph = (k / Q_SLOTS) & 1;  // this tile's Q slot and its phase
+        const u32 sQk = sQ + qs * TILE_Q_BYTES;
         int n_vis = Nk;
         if (is_causal) n_vis = max(0, min(Nk, min(m0 + BLOCK_M, Nq) + causal_off));
         const int T = (n_vis + BLOCK_N - 1) / BLOCK_N;
@@ -731,7 +756,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         // does (each ring phase needs its arrival, so none completes early), takes its ping-pong turns, and hands the
         // Q tile back; then it leaves the tile before O is even zeroed, so the working path's code is not touched.
         if (NWG > 1 && __shfl_sync(0xffffffffu, (int)(m0 + 64 * cg >= Nq), 0)) {  // uniform: m0 comes from smem
-            if (PERSISTENT || T > 0) mbar_wait(full_q, k & 1);
+            if (PERSISTENT || T > 0) mbar_wait(FULL_Q(qs), qph);
             if (T > 0) {
 #if PINGPONG
                 if (!TURN_CARRY && cg == 1) named_arrive(1, 256);
@@ -757,7 +782,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
 #endif
             }
 #if PERSISTENT
-            if (lane == 0) mbar_arrive(empty_q);  // with Q_EARLY after the tile's last S (or none), else after O
+            if (lane == 0) mbar_arrive(EMPTY_Q(qs));  // with Q_EARLY after the tile's last S (or none), else after O
             kv_it += T;
             continue;
 #else
@@ -778,7 +803,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         u32 pa[KN][4];
         float alpha[2];
 
-        if (PERSISTENT || T > 0) mbar_wait(full_q, k & 1);  // persistent: Q is loaded even when T = 0
+        if (PERSISTENT || T > 0) mbar_wait(FULL_Q(qs), qph);  // persistent: Q is loaded even when T = 0
 #if QK_AHEAD
         if (T > 0) {
             // FA3 Sec. 3.2 with two S tiles: S_{t+1} = Q K^T is issued before the softmax of step t and P_{t-1} V
@@ -786,7 +811,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             float s2[BLOCK_N / 2];
             const int k0 = kv_it % STAGES;
             mbar_wait(FULL_K(k0), (kv_it / STAGES) & 1);
-            issue_qk(s, sQ, sK0 + k0 * TILE_KV_BYTES, cg);
+            issue_qk(s, sQk, sK0 + k0 * TILE_KV_BYTES, cg);
             wgmma_wait<0>();
             wgmma_fence_operand(s);
             if (lane == 0) mbar_arrive(EMPTY_K(k0));
@@ -817,7 +842,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 if (ahead) {
                     const int kn = (kv_it + t + 1) % STAGES;
                     mbar_wait(FULL_K(kn), ((kv_it + t + 1) / STAGES) & 1);
-                    issue_qk(nxt, sQ, sK0 + kn * TILE_KV_BYTES, cg);
+                    issue_qk(nxt, sQk, sK0 + kn * TILE_KV_BYTES, cg);
                 }
                 const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
                 const bool moved = need_mask
@@ -835,7 +860,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             } else {
                 const int k1 = (kv_it + 1) % STAGES;
                 mbar_wait(FULL_K(k1), ((kv_it + 1) / STAGES) & 1);
-                issue_qk(s2, sQ, sK0 + k1 * TILE_KV_BYTES, cg);
+                issue_qk(s2, sQk, sK0 + k1 * TILE_KV_BYTES, cg);
                 softmax_0();
                 int t = 1;
                 for (; t + 2 < T; t += 2) {  // unrolled by two: the S and P tiles swap roles without a copy
@@ -911,20 +936,20 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             turn_begin(cg);
 #if HALF_DIAG
             if (half) {  // each branch waits for its own product: no wgmma is in flight where the two paths join
-                issue_qk<BLOCK_N / 2>(s, sQ, sK0 + (kvw % STAGES) * TILE_KV_BYTES, cg);
+                issue_qk<BLOCK_N / 2>(s, sQk, sK0 + (kvw % STAGES) * TILE_KV_BYTES, cg);
                 turn_end(cg);
                 wgmma_wait<0>();
             } else
 #endif
             {
-            issue_qk(s, sQ, sK0 + (kvw % STAGES) * TILE_KV_BYTES, cg);
+            issue_qk(s, sQk, sK0 + (kvw % STAGES) * TILE_KV_BYTES, cg);
             turn_end(cg);
             wgmma_wait<0>();
             }
             wgmma_fence_operand(s);
             if (lane == 0) mbar_arrive(EMPTY_K(kvw % STAGES));
 #if Q_EARLY
-            if (Tw == 1 && lane == 0) mbar_arrive(empty_q);  // the tile's last S has read Q
+            if (Tw == 1 && lane == 0) mbar_arrive(EMPTY_Q(qs));  // the tile's last S has read Q
 #endif
             {
                 const int n0 = (Tw - 1) * BLOCK_N;
@@ -953,7 +978,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 mbar_wait(FULL_K(ks), ((kvw + t) / STAGES) & 1);
                 mbar_wait(FULL_V(vs), ((kvw + t - 1) / STAGES) & 1);
                 turn_begin(cg);
-                issue_qk(s, sQ, sK0 + ks * TILE_KV_BYTES, cg);
+                issue_qk(s, sQk, sK0 + ks * TILE_KV_BYTES, cg);
                 wgmma_fence_operand(o);
 #if HALF_DIAG
                 if (pv_half) issue_pv<KN / 2>(o, pa, sV0 + vs * TILE_KV_BYTES, PV_LBO(vs));
@@ -968,7 +993,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 wgmma_fence_operand(s);
                 if (lane == 0) mbar_arrive(EMPTY_K(ks));
 #if Q_EARLY
-                if (t == Tw - 1 && lane == 0) mbar_arrive(empty_q);  // the next tile's Q may load now
+                if (t == Tw - 1 && lane == 0) mbar_arrive(EMPTY_Q(qs));  // the next tile's Q may load now
 #endif
                 const bool need_mask = (n0 + BLOCK_N > Nk) || (is_causal && n0 + BLOCK_N - 1 > m0 + causal_off);
                 const bool moved = need_mask
@@ -1008,7 +1033,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         const u32 s_stage = sQ;
 #endif  // O_DIRECT stages nothing
 #if Q_EARLY
-        if (T == 0 && lane == 0) mbar_arrive(empty_q);  // no S read Q (the row sees no key)
+        if (T == 0 && lane == 0) mbar_arrive(EMPTY_Q(qs));  // no S read Q (the row sees no key)
 #endif
 #if O_TILE
         __syncwarp();  // every lane's reads of the previous tile's O in this warp's rows are done
@@ -1038,7 +1063,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         // async proxy (TMA): order the two before handing the tile back
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncwarp();
-        if (lane == 0) mbar_arrive(empty_q);
+        if (lane == 0) mbar_arrive(EMPTY_Q(qs));
 #endif
         kv_it += T;
     }
