@@ -102,6 +102,8 @@
 #   q24race    racecheck and synccheck of those builds on 2 CTAs at scale                                  -> q24race/
 #   q24ab      A/B of forward()'s builds with and without it: d = 96 / 128 N = 512-4096 causal and not, d = 64
 #              non-causal (its causal short-row builds have no room), two runs, Williams order, control beside -> q24ab/
+#   fresh24    issues 14 / 11: forward()'s default against SDPA flash and cuDNN at lengths no grid timed (640, 1000,
+#              1280, 2560, 5120), d = 64 / 96 / 128 / 256, causal and not, fp16 / bf16, clock recorded      -> fresh24/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -1042,6 +1044,9 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         timeout 60 python3 bench/ab_wgmma_speed.py --out "$W/${rep}_d64" --dims 64 --seqs 512,1024,2048 --causal 0 \
           --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 \
           --budget-s 50 > "$W/${rep}_d64.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/${rep}_d64.txt" | head -8; done ;;
+    fresh24)
+      timeout 570 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 640,1000,1280,2560,5120 \
+        --order abba --variants default --budget-s 530 > "$W/ab.txt" 2>&1; rc=$?; grep -E "cells with|faster pass|first pass|in cycles" "$W/ab.txt" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
