@@ -104,6 +104,9 @@
 #              non-causal (its causal short-row builds have no room), two runs, Williams order, control beside -> q24ab/
 #   fresh24    issues 14 / 11: forward()'s default against SDPA flash and cuDNN at lengths no grid timed (640, 1000,
 #              1280, 2560, 5120), d = 64 / 96 / 128 / 256, causal and not, fp16 / bf16, clock recorded      -> fresh24/
+#   bc24       issue 14: d = 128 past the persistent rule (Nk > 4096: CONFIGS' Bc = 176, whose last key block at N = 5120 is
+#              16 keys of 176, fresh24's one cell behind at 0.976): Bc = 160 / 128 one tile per CTA and the persistent
+#              Bc = 128 build at N = 4608-8192, causal and not                                         -> bc24/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -1047,6 +1050,11 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     fresh24)
       timeout 570 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 640,1000,1280,2560,5120 \
         --order abba --variants default --budget-s 530 > "$W/ab.txt" 2>&1; rc=$?; grep -E "cells with|faster pass|first pass|in cycles" "$W/ab.txt" ;;
+    bc24)
+      timeout 300 python3 bench/ab_wgmma_speed.py --out "$W" --dims 128 --seqs 4608,5120,5632,7168,8192 \
+        --order abba --sdpa cudnn \
+        --variants default,default-again,default+BLOCK_N=160,default+BLOCK_N=128,default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1 \
+        --budget-s 280 > "$W/ab.txt" 2>&1; rc=$?; grep -A12 "d build" "$W/ab.txt" | head -12 ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
