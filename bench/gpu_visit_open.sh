@@ -110,6 +110,7 @@
 #   bc24b      issue 14: bc24's one gain (the persistent Bc = 128 build at causal N > 4096, 0.958 of forward()'s time; it
 #              was never timed past SIZE_MAX_N) to 16k, with Bc = 176 persistent (O from registers, with and without
 #              TURN_CARRY) beside, causal and not, two runs                                            -> bc24b/
+#   bc24c      issue 14: bc24b's causal gain again at lengths between (5120-16384), causal only, two runs   -> bc24c/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -1064,6 +1065,12 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
           --order abba --sdpa cudnn \
           --variants default,default-again,default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1,default+PERSISTENT=2+O_DIRECT=2,default+PERSISTENT=2+O_DIRECT=2+TURN_CARRY=1 \
           --budget-s 185 > "$W/$rep.txt" 2>&1 || rc=1; grep -A12 "d build" "$W/$rep.txt" | head -12; done ;;
+    bc24c)
+      rc=0; for rep in rep1 rep2; do
+        timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 128 --seqs 5120,7168,10240,14336,16384 \
+          --causal 1 --order abba --sdpa cudnn \
+          --variants default,default-again,default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1,default+PERSISTENT=2+O_DIRECT=2 \
+          --budget-s 135 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -8; done ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
