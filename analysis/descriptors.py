@@ -61,6 +61,8 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     causal_section_kb  a persistent kernel's causal tile order: the tiles of each section of heads whose K and V
                  fit in this many KB, longest first (fa2_wgmma_tma.cu tile_coords); 0: each head's Q blocks in the
                  kernel's causal_order
+    ragged_section_first  with causal_section_kb: the section of the B*H % hs heads left over runs first (fa2_wgmma
+                 SECTION_RAGGED_FIRST, stop 24); False: last
     idle_skip    the consumer warpgroups (64 rows each) of the last Q block whose rows all lie past Nq issue no
                  product and no softmax (fa2_wgmma WG_SKIP with two or three warpgroups): that block's tiles cost the
                  share of its warpgroups that hold a row (analysis/gpu_model.py prepare); False: the whole Br is
@@ -138,6 +140,7 @@ class KernelDescriptor:
     next_tile_prefetch: bool = False  # persistent CTAs load the next work tile while this one finishes
     kv_stages: int = 0  # K/V ring slots the producer loads ahead (fa2_wgmma TMA: STAGES); 0: not stated
     causal_section_kb: int = 0  # persistent causal order: longest first within sections of heads whose K/V fit
+    ragged_section_first: bool = False  # the section of the heads left over goes first (fa2_wgmma SECTION_RAGGED_FIRST)
     idle_skip: bool = False  # warpgroups of the last Q block with no row compute nothing (fa2_wgmma WG_SKIP)
     consumer_warpgroups: int = 0  # warp-specialised: consumer warpgroups per CTA (3: the overlap share sigma_ws3)
     causal_walk: bool = False  # causal: each warpgroup runs only the key blocks its own rows see (WG_CAUSAL_SKIP)
@@ -177,8 +180,9 @@ def _resources() -> list:
 
 # fa2_wgmma knobs that forward()'s own builds carry (kernels.fa2_wgmma.DEFAULT_KNOBS) and that change no register count:
 # v9's descriptor stepping, v10's idle warpgroups, v11's causal walk, v12's carried ping-pong turn, v13's direct O store,
-# stop 22's tree row max and half-width diagonal step (d = 128)
-REGISTER_NEUTRAL = ("DESC_STEP", "WG_SKIP", "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT", "MAX_TREE", "HALF_DIAG")
+# stop 22's tree row max and half-width diagonal step (d = 128), stop 24's ragged causal section first
+REGISTER_NEUTRAL = ("DESC_STEP", "WG_SKIP", "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT", "MAX_TREE", "HALF_DIAG",
+                    "SECTION_RAGGED_FIRST")
 
 
 def registers_of(kernel: str, defines: dict) -> int | None:

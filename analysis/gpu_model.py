@@ -209,10 +209,14 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
         pattern, repeats = per_block, batch * heads
     if causal and desc.grid == "persistent" and desc.causal_section_kb:
         # fa2_wgmma_tma.cu tile_coords: sections of hs heads (their K and V, ((Nk + 255) / 256) * d KB per head, in
-        # causal_section_kb), each section's tiles longest first; the CTAs take them in that order
+        # causal_section_kb), each section's tiles longest first; the CTAs take them in that order. A section of the
+        # B*H % hs heads left over goes first (stop 24, desc.ragged_section_first), else last
         bh = batch * heads
         hs = max(1, min(bh, desc.causal_section_kb // max(1, (n_k + 255) // 256 * d)))
-        pattern = [n for s0 in range(0, bh, hs) for n in sorted(per_block * min(hs, bh - s0), reverse=True)]
+        sizes = [hs] * (bh // hs)
+        if bh % hs:
+            sizes = [bh % hs] + sizes if desc.ragged_section_first else sizes + [bh % hs]
+        pattern = [n for size in sizes for n in sorted(per_block * size, reverse=True)]
         repeats = 1
     elif causal and desc.causal_order == "heaviest_first":  # blockIdx.x -> Q block Tr - 1 - blockIdx.x
         pattern = pattern[::-1]

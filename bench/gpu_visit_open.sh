@@ -111,6 +111,10 @@
 #              was never timed past SIZE_MAX_N) to 16k, with Bc = 176 persistent (O from registers, with and without
 #              TURN_CARRY) beside, causal and not, two runs                                            -> bc24b/
 #   bc24c      issue 14: bc24b's causal gain again at lengths between (5120-16384), causal only, two runs   -> bc24c/
+#   rf24       issue 14 SECTION_RAGGED_FIRST (the causal order's section of the heads left over first): GPU tests of
+#              every persistent forward() build with it (sections of two heads at the test shapes), memcheck on 2 CTAs -> rf24/
+#   rf24ab     A/B at lengths where B*H % hs > 0: d = 128 causal 4608-12288 with the persistent Bc = 128 build with and
+#              without it; d = 64 / 96 causal 3000, 6144, 10240 with forward()'s build with it               -> rf24ab/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -1071,6 +1075,20 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
           --causal 1 --order abba --sdpa cudnn \
           --variants default,default-again,default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1,default+PERSISTENT=2+O_DIRECT=2 \
           --budget-s 135 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -8; done ;;
+    rf24)
+      timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "ragged_first" \
+        > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
+      cfg=$(builds 2 "t.RAGGED")
+      sanitize_wgmma memcheck float16 7 150 140 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    rf24ab)
+      P=BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1
+      rc=0; for rep in rep1 rep2; do
+        timeout 120 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 128 --seqs 4608,6144,10240,12288 --causal 1 \
+          --order abba --sdpa cudnn --variants default,default-again,default+$P,default+$P+SECTION_RAGGED_FIRST=1 \
+          --budget-s 105 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -8; done
+      timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/other" --dims 64,96 --seqs 3000,6144,10240 --causal 1 \
+        --order abba --sdpa cudnn --variants default,default-again,default+SECTION_RAGGED_FIRST=1 \
+        --budget-s 135 > "$W/other.txt" 2>&1 || rc=1; grep -A12 "d build" "$W/other.txt" | head -12 ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window

@@ -111,7 +111,8 @@ SWEEP = {
 KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_REGS", "CONSUMER_REGS", "PV_N",
          "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA",
          "O_TILE", "CAUSAL_SECTION_KB", "O_TMA", "DESC_STEP", "WG_SKIP", "WAIT_HINT",
-         "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT", "MAX_TREE", "HALF_DIAG", "Q_SLOTS"}
+         "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT", "MAX_TREE", "HALF_DIAG", "Q_SLOTS",
+         "SECTION_RAGGED_FIRST"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -870,6 +871,7 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                 next_tile_prefetch=bool(defs.get("PERSISTENT") and (defs.get("O_TILE") or defs.get("O_DIRECT"))),
                 kv_stages=int(defs.get("STAGES", 2)) if tma else 0,  # the producer's K/V ring (ring_wait)
                 causal_section_kb=defs.get("CAUSAL_SECTION_KB", CAUSAL_SECTION_KB) if defs.get("PERSISTENT") else 0,
+                ragged_section_first=bool(defs.get("PERSISTENT") and defs.get("SECTION_RAGGED_FIRST")),
                 idle_skip=bool(tma and defs.get("WG_SKIP") and nwg > 1),  # v10: the idle warpgroups walk the barriers
                 causal_walk=bool(tma and defs.get("WG_CAUSAL_SKIP") and nwg > 1),  # v11
                 half_diag=bool(tma and defs.get("HALF_DIAG")),  # v14: a warpgroup's half-visible first block, half width

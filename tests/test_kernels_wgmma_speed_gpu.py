@@ -368,6 +368,12 @@ def _across_tiles(knob: str, cfg: dict) -> list[tuple]:
                    (2, 3, 900, 300, B16, True, 4.0, 7),   # Q blocks with no key: Q handed back with no S
                    (1, 2, 900, 300, F16, True, 4.0, 9),   # and in fp16 (ROW_SUM_MMA's l = 0 rows at d = 64)
                    (2, 2, 512, 512, F16, True, 4.0, 8)]]
+    if knob == "ragged_first":  # (B, H): B*H = 3, 5, 9, 15 heads in sections of two (one ragged head first), of three
+        # (Nk = 300: one ragged), of one (Nk = 1100: none ragged, the plain order); Nq > Nk (rows with no key)
+        return [(g, *shp) for g in ({}, {"GRID": 1}, {"GRID": 3})
+                for shp in [(1, 3, 700, 700, F16, True, 4.0, 1), (3, 3, 640, 760, B16, True, 4.0, 2),
+                            (1, 5, 800, 600, B16, True, 4.0, 3), (5, 3, 333, 300, F16, True, 4.0, 4),
+                            (1, 3, 300, 1100, F16, True, 4.0, 5)]]
     if knob == "q_slots":
         return [(g, *shp) for g in ({}, {"GRID": 1}, {"GRID": 3})
                 for shp in [(2, 3, n_q, 1100, F16, False, 4.0, n_q) for n_q in _idle_rows(cfg) or [333]]
@@ -398,11 +404,20 @@ QSLOTS = fa2_wgmma.q_slots_builds()
 assert QSLOTS and {d for d, _ in QSLOTS} >= {64, 96, 128}
 
 
+# stop 24 SECTION_RAGGED_FIRST: the persistent causal order's section of the B*H % hs heads left over runs first. Every
+# persistent build forward() runs, with sections of two heads wherever ((Nk + 255) / 256) = 3 (CAUSAL_SECTION_KB = 6 d),
+# three at Nk <= 512, one past 768, so the fixed shapes below (B*H odd) leave a ragged section
+RAGGED = [(d, dict(c, SECTION_RAGGED_FIRST=1, CAUSAL_SECTION_KB=6 * d)) for d, c in fa2_wgmma.default_builds()
+          if c.get("PERSISTENT")]
+assert RAGGED
+
+
 # knob -> its builds; which of the three tests each set runs (wg_skip's hypothesis shapes are desc_step's, on the same
 # builds; desc_step's strided views are the layouts tests' of forward())
 KNOB_SETS = {"desc_step": DESC, "wg_skip": SKIP, "wg_causal_skip": CSKIP, "turn_carry": CARRY, "o_direct": ODIRECT,
-             "max_tree": TREE, "half_diag": HALF, "q_slots": QSLOTS}
-CAUSAL_ONLY = {"wg_causal_skip"}
+             "max_tree": TREE, "half_diag": HALF, "q_slots": QSLOTS,
+             "ragged_first": RAGGED}
+CAUSAL_ONLY = {"wg_causal_skip", "ragged_first"}
 
 
 def _knob_params(knobs) -> list:

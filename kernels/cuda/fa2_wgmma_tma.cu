@@ -391,6 +391,9 @@ static_assert(PERSISTENT >= 0 && PERSISTENT <= 2, "PERSISTENT: 0, 1 (static) or 
 #ifndef CAUSAL_SECTION_KB
 #define CAUSAL_SECTION_KB 16384  // persistent causal order: longest first within sections of heads whose K/V fit
 #endif
+#ifndef SECTION_RAGGED_FIRST
+#define SECTION_RAGGED_FIRST 0  // 1 (persistent causal): the section of the heads left over runs first, not last
+#endif
 #ifndef WG_SKIP
 #define WG_SKIP 0  // 1: a consumer warpgroup whose 64 rows all lie past Nq keeps the barriers' count and computes nothing
 #endif
@@ -508,10 +511,20 @@ __device__ __forceinline__ void tile_coords(int tile, int Tr, int BH, bool causa
         // K and V per query head in KB, 32-bit (the producer runs on 24-40 registers): 4 Nk D / 1024 / group
         const unsigned kv_kb = max(1u, ((unsigned)(Nk + 255) >> 8) * D / (unsigned)group);
         const int hs = max(1, min(BH, (int)(CAUSAL_SECTION_KB / kv_kb)));
+#if SECTION_RAGGED_FIRST
+        // stop 24: the section of the BH % hs heads left over goes first. Last, its longest tiles started when the
+        // other sections were nearly done and ran on alone (d = 128 causal N = 10240, 16 heads in sections of 3: the
+        // one-head section's 80-step tiles, 1.04-1.10x the time of one tile per CTA)
+        const int rag = BH % hs, t0 = tile - Tr * rag;
+        const int sec = t0 < 0 ? 0 : t0 / (Tr * hs), r = t0 < 0 ? tile : t0 - sec * Tr * hs;
+        const int h_sec = t0 < 0 ? rag : hs, h0 = t0 < 0 ? 0 : rag + sec * hs;
+#else
         const int sec = tile / (Tr * hs), r = tile - sec * Tr * hs;
         const int h_sec = min(hs, BH - sec * hs);  // the last section may hold fewer heads
+        const int h0 = sec * hs;
+#endif
         m_block = Tr - 1 - r / h_sec;
-        bh = sec * hs + r % h_sec;
+        bh = h0 + r % h_sec;
 #else
         m_block = Tr - 1 - tile / BH;
         bh = tile % BH;
