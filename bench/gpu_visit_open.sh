@@ -115,6 +115,8 @@
 #              every persistent forward() build with it (sections of two heads at the test shapes), memcheck on 2 CTAs -> rf24/
 #   rf24ab     A/B at lengths where B*H % hs > 0: d = 128 causal 4608-12288 with the persistent Bc = 128 build with and
 #              without it; d = 64 / 96 causal 3000, 6144, 10240 with forward()'s build with it               -> rf24ab/
+#   final24    issue 14: forward() with SECTION_RAGGED_FIRST and d = 128's causal rule to Nk = 10240: dispatch / layouts
+#              tests, the rule builds' knob tests across tiles, d = 128 causal 5120-10240 against cuDNN, the grid -> final24/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -1089,6 +1091,18 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/other" --dims 64,96 --seqs 3000,6144,10240 --causal 1 \
         --order abba --sdpa cudnn --variants default,default-again,default+SECTION_RAGGED_FIRST=1 \
         --budget-s 135 > "$W/other.txt" 2>&1 || rc=1; grep -A12 "d build" "$W/other.txt" | head -12 ;;
+    final24)
+      dispatch_tests "$W/dispatch.log" 150; rc=$?; tail -1 "$W/dispatch.log"
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
+        -k "knob_across_tiles and desc_step" > "$W/knobs.log" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); tail -1 "$W/knobs.log"
+      mkdir -p "$W/long" "$W/grid"
+      timeout 70 python3 bench/ab_wgmma_speed.py --out "$W/long" --dims 128 --seqs 5120,6144,10240 --causal 1 \
+        --variants default --order abba --budget-s 60 > "$W/long/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r ))
+      grep -A8 "^dtype" "$W/long/ab.txt" | head -9
+      timeout 200 python3 bench/ab_wgmma_speed.py --out "$W/grid" --dims 64,96,128,256 \
+        --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 185 > "$W/grid/ab.txt" 2>&1
+      r=$?; rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/grid/ab.txt" | head -4
+      grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window

@@ -441,12 +441,21 @@ for _bc in (64, 80):
 # diagonal wastes half a 64-key block where Bc = 96 wastes half a 96-key one, and at 513-767 keys Bc = 96's last block
 # is partly empty. Past 768 (d64c23b, two runs): 832 0.990-1.009 (level), 896 0.947-0.989 in all four cells (control
 # 0.969-1.008; Bc = 96's last block a third full there), 960 0.990-1.024, 1024 0.957-1.029. So it runs to Nk = 896.
+# stop 24 (bench/results/stop24: bc24, bc24b, bc24c, rf24ab; abba, fp16/bf16): d = 128's persistent Bc = 128 build had
+# never been timed past SIZE_MAX_N (the A/B times size candidates only up to it). As the added entry
+# "default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1" (with forward()'s knobs), time / forward()'s one-tile build, causal:
+# 4608 0.865-0.968 (four runs), 5120 0.913-0.962, 6144 0.959-1.048, 7168 0.904-0.960, 8192 0.900-0.984, 10240
+# 1.021-1.098 (the ragged section: 0.916-0.961 with SECTION_RAGGED_FIRST), 12288 0.954-1.047, 14336 0.991-1.080, 16384
+# 0.975-1.047; non-causal 4608-16384 level (0.933-1.042, geomean 0.997-1.012). The Bc = 176 build made persistent with O
+# from registers: the same causal gain (0.967 / 0.976, the first build 0.968 / 0.977 in bc24b). So the causal rule runs
+# the Bc = 128 persistent build to Nk = 10240; at 12288 and beyond the runs disagree in sign and the one-tile build stays.
 SIZE_RULES: dict = {64: [(896, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"], "causal"),
                          (2048, SIZE_CANDIDATES[64]["small-tma3-dyn-od2"], "causal"),
                          (None, SIZE_CANDIDATES[64]["br192-rs-dyn-od2"], "causal"),
                          (2048, SIZE_CANDIDATES[64]["br192-rs-dyn-oqt-s4"], None),  # non-causal: causal took the above
                          (None, TILE_CANDIDATES[64]["br192-rs-dyn-oq"], None)],
                     128: [(4096, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], None),
+                          (10240, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], "causal"),
                           (None, candidate(128, "rescale"), None)],
                     96: [(4096, SIZE_CANDIDATES[96]["dyn-oqt-r"], None)],
                     256: [(2048, SIZE_CANDIDATES[256]["bc64-dyn-od2"], "causal"),
@@ -507,13 +516,26 @@ DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
 # with O_TILE and ping-pong (default_knobs). Not with v13's O_DIRECT at d = 256: 0.985 of the v12 build's time with it,
 # 0.971 without (bench/results/odirect/odirect2).
 TURN_CARRY_KNOBS = {"TURN_CARRY": 1}
+# stop 24 SECTION_RAGGED_FIRST (bench/results/stop24/rf24ab; fa2_wgmma_tma.cu tile_coords): a persistent build's causal
+# tiles run in sections of hs heads whose K/V fit 16 MB, longest first in each; the section of the B*H % hs heads left
+# over ran last, so its longest tiles started when the rest was nearly done and ran on alone. First, they start with
+# the others. Time / forward()'s one-tile build, two runs (abba, fp16/bf16, causal), d = 128's persistent Bc = 128 build
+# without / with it: N = 10240 (16 heads in sections of 3) 1.021-1.071 / 0.916-0.961, 6144 (32 in 5s) 0.959-0.993 /
+# 0.883-0.936, 4608 (48 in 7s; 6 left over) 0.865-0.968 / 0.900-0.994; d = 64's rule builds with it 0.970-0.986 at
+# 6144 and 10240, 0.990-1.034 at 3000. The GPU model, told of the order, predicted 1.031 -> 0.926 (10240), 0.985 ->
+# 0.911 (6144), 0.901 -> 0.910 (4608); d = 64 0.961 (6144), 0.942 (10240), before the run. Exact (the same tiles in
+# another order); GPU tests of every persistent forward() build with it (sections of two heads, one left over, 1 and 3
+# CTAs) 27 passed, memcheck on 2 CTAs 0 errors (rf24). Where B*H is a multiple of hs (every power-of-two grid cell) the
+# order is unchanged.
+SECTION_KNOBS = {"SECTION_RAGGED_FIRST": 1}
 
 
 def default_knobs(cfg: dict) -> dict:
-    """DEFAULT_KNOBS, and TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads the next Q under this
-    tile's end from its O_TILE: the knobs forward() adds to a rule build."""
+    """DEFAULT_KNOBS, TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads the next Q under this tile's
+    end from its O_TILE, and SECTION_KNOBS where it is persistent: the knobs forward() adds to a rule build."""
     pingpong = cfg.get("NWG", 2) == 2 and cfg.get("PINGPONG", 1) and not cfg.get("QK_AHEAD")
-    return dict(DEFAULT_KNOBS, **(TURN_CARRY_KNOBS if pingpong and cfg.get("O_TILE") else {}))
+    return dict(DEFAULT_KNOBS, **(TURN_CARRY_KNOBS if pingpong and cfg.get("O_TILE") else {}),
+                **(SECTION_KNOBS if cfg.get("PERSISTENT") else {}))
 
 
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
@@ -573,8 +595,10 @@ def half_diag_ok(d: int, cfg: dict) -> bool:
 
 
 def half_diag_builds() -> list[tuple[int, dict]]:
-    """default_builds() that HALF_DIAG is built in (half_diag_ok), with it."""
-    return [(d, dict(c, HALF_DIAG=1)) for d, c in default_builds() if half_diag_ok(d, c)]
+    """default_builds() that HALF_DIAG is built in (half_diag_ok), with it, and without stop 24's SECTION_RAGGED_FIRST:
+    with both, ptxas serialises the wgmma pipeline of all three (insufficient registers; each alone does not)."""
+    return [(d, {k: v for k, v in dict(c, HALF_DIAG=1).items() if k not in SECTION_KNOBS})
+            for d, c in default_builds() if half_diag_ok(d, c)]
 
 
 def wg_skip_builds() -> list[tuple[int, dict]]:

@@ -296,7 +296,7 @@ def test_causal_grids_are_scheduled_in_launch_order():
     root = Path(__file__).resolve().parent.parent
     for name, where in HEAVIEST_FIRST.items():  # each names the source file that says so
         assert (root / where.split()[0].rstrip(":,")).exists(), name
-    w = describe("fa2_wgmma", 128, causal=True, n_q=8192)
+    w = describe("fa2_wgmma", 128, causal=True, n_q=16384)  # the one-tile-per-CTA build (causal Nk > 10240)
     assert w.causal_order == "heaviest_first" and describe("sdpa_flash", 128, causal=True).causal_order == "ascending"
     work = gm.prepare(w, 1, 4, 8192, 8192, 128, causal=True)
     assert work.cta_tiles == sorted(work.cta_tiles, reverse=True)
@@ -497,7 +497,7 @@ def test_half_diag_prices_half_a_step_per_warpgroup():
     assert half_first_steps(0, 8, 960, 960, 128, 2, False, True) == [(True, 8), (True, 8)]  # tail of 64 keys: half
     assert half_first_steps(0, 8, 1000, 1000, 128, 2, False, True) == [(False, 8), (False, 8)]  # 104 keys: more
     assert half_first_steps(448, 8, 500, 960, 128, 2, False, True) == [(True, 8), None]  # warpgroup 1 has no row
-    off = fw.default_config(128, 512, True, True)
+    off = {k: v for k, v in fw.default_config(128, 512, True, True).items() if k not in fw.SECTION_KNOBS}
     cfg = dict(off, HALF_DIAG=1)
     assert (128, cfg) in fw.half_diag_builds()
     for causal, lo, hi in ((True, 0.95, 0.995), (False, 1.0, 1.0)):
