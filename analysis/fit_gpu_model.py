@@ -148,7 +148,7 @@ def fit(verbose=True) -> dict:
     fixed at stage 1's: the v_once_tc cells of is_train_spill and the teaching v_once cells of stage 1. Stage 3:
     PERSISTENT_PARAMS on the prefetching persistent kernels' base cells. Stage 4: WG3_PARAMS on is_train_wg3's cells."""
     base = [c for c in bench_cells() + teaching_cells() if is_train_base(c)]
-    works = [(work_of(c), c["time_s"]) for c in base]
+    works = [(work_of(c), (c["time_s"], c.get("timer"))) for c in base]  # A/B cells: as their timer measures
     names = [k for k in gm.DEFAULT_PARAMS if k not in ("lat_dram", "L_gmem_dram") + PERSISTENT_PARAMS + WG3_PARAMS]
     bounded = {"sigma_fa2": (0.0, 1.0), "sigma_ws": (0.0, 1.0), "sigma_ws3": (0.0, 1.0), "eta_lds": (0.05, 1.0),
                "R_wgmma": (500, 4096), "R_mma_sync": (500, 4096),
@@ -157,7 +157,7 @@ def fit(verbose=True) -> dict:
     params, val = _fit_names(names, {"lat_dram": 0.0, "L_gmem_dram": 0.0}, works, gm.DEFAULT_PARAMS, bounded,
                              restarts=2)
     spill_cells = [c for c in bench_cells() + teaching_cells() if is_train(c)]
-    spill_works = [(w, c["time_s"]) for c in spill_cells for w in [work_of(c)] if w.desc.f == "hbm"]
+    spill_works = [(w, (c["time_s"], c.get("timer"))) for c in spill_cells for w in [work_of(c)] if w.desc.f == "hbm"]
     fixed = {k: v for k, v in params.items() if k not in SPILL_PARAMS}
     params, _ = _fit_names(list(SPILL_PARAMS), fixed, spill_works, gm.DEFAULT_PARAMS, bounded, restarts=2)
     persistent = [(w, t) for w, t in works if w.desc.grid == "persistent" and w.desc.next_tile_prefetch]
@@ -165,7 +165,7 @@ def fit(verbose=True) -> dict:
     wg3 = [(work_of(c), (c["time_s"], c.get("timer"))) for c in ab_cells() if is_train_wg3(c)]
     params, _ = _fit_names(list(WG3_PARAMS), params, wg3, gm.DEFAULT_PARAMS, bounded, restarts=2)
     cells = base + [c for c in spill_cells if not is_train_base(c)]
-    works += [(work_of(c), c["time_s"]) for c in cells[len(base):]] + wg3
+    works += [(work_of(c), (c["time_s"], c.get("timer"))) for c in cells[len(base):]] + wg3
     val = sum(_sq_log(w, t, params) for w, t in works)
     rms = math.sqrt(val / len(works))
     if verbose:

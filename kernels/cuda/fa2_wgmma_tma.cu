@@ -348,6 +348,24 @@
 //       half22ab2) d = 128 causal 0.974 and 0.973 (controls 0.995, 0.992), but the cells where it cannot act
 //       (non-causal, d = 256 Bc = 64) as far under their controls; with roles reversed (isolate22) without / with
 //       1.001 causal. The GPU model, told of it, predicts 0.966 (N = 512) to 0.990 (4k). forward() runs it nowhere.
+//   stop 24 (bench/results/stop24):
+//     Q_SLOTS=2: two Q tiles in the persistent Q_EARLY builds, so the producer loads the next tile's Q as soon as it
+//       reaches that tile, not after this tile's last S (stall21: 3.7% of the warp-state samples at d = 128 causal
+//       N = 512 sat on the consumers' wait for Q at a tile's start). Same registers, no spill; GPU tests of the six
+//       builds with room for it (d = 64's Br = 192 and 3-CTA Bc = 96, d = 96 / 128 at Nk <= 4096) 18 passed, memcheck
+//       0 errors (q24). A/B, two runs (q24ab), time / forward()'s build against the control: d = 128 0.999-1.001
+//       (causal 0.983-0.992 against 0.987), d = 96 causal 0.978-0.981 against 0.988-1.002, d = 64 non-causal 1.011-1.017
+//       against 0.996-0.998. Level, off: the producer reaches the next tile only a step or two before this one ends
+//       (its K/V ring holds it), so the Q goes out about one step earlier than before, and that was not the wait.
+//     CAUSAL_SECTION_KB 256 KB (one head's K/V at d = 128 N = 512) and 1 MB against 16 MB (sect24, two runs): 1.01-1.03,
+//       as the GPU model predicted before the run (d = 128 N = 512 1.040, measured 1.006-1.016; d = 256 N = 2048 1.111,
+//       measured 1.08-1.13). Not taken.
+//     SECTION_RAGGED_FIRST (tile_coords): the section of the B*H % hs heads left over runs first. Last, its longest
+//       tiles started when the others were nearly done and ran on alone: d = 128 causal N = 10240 (16 heads in sections of
+//       3) ran the persistent build at 1.02-1.10x the one-tile build's time, 0.92-0.96x with it (rf24ab). Exact; GPU tests
+//       27 passed, memcheck 0 errors (rf24); forward() runs it in every persistent build (kernels/fa2_wgmma.py
+//       SECTION_KNOBS). With HALF_DIAG, ptxas serialises the wgmma pipeline of d = 96 / 128 / 256: HALF_DIAG's builds
+//       leave it out.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
