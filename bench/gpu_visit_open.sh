@@ -117,6 +117,8 @@
 #              without it; d = 64 / 96 causal 3000, 6144, 10240 with forward()'s build with it               -> rf24ab/
 #   final24    issue 14: forward() with SECTION_RAGGED_FIRST and d = 128's causal rule to Nk = 10240: dispatch / layouts
 #              tests, the rule builds' knob tests across tiles, d = 128 causal 5120-10240 against cuDNN, the grid -> final24/
+#   grid24     issue 14: grid23e's grid (four passes) with forward()'s stop-24 builds                        -> grid24/
+#   rf24race   racecheck of the persistent builds with SECTION_RAGGED_FIRST on 2 CTAs at scale               -> rf24race/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -1023,8 +1025,8 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 64 --seqs 832,896,960,1024 \
           --causal 1 --order abba --sdpa cudnn --variants default,default-again,default+BLOCK_N=64+STAGES=4 \
           --budget-s 120 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -4; done ;;
-    grid23c|grid23d|grid23e)  # grid23e: four passes per cell, with the time to match
-      passes=2; limit=240; [ "$part" = grid23e ] && passes=4 && limit=400
+    grid23c|grid23d|grid23e|grid24)  # grid23e, grid24: four passes per cell, with the time to match
+      passes=2; limit=240; [ "$part" = grid23e ] || [ "$part" = grid24 ] && passes=4 && limit=400
       timeout $limit python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --passes $passes \
         --budget-s $(( limit - 20 )) > "$W/ab.txt" 2>&1
@@ -1103,6 +1105,9 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 185 > "$W/grid/ab.txt" 2>&1
       r=$?; rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/grid/ab.txt" | head -4
       grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
+    rf24race)
+      cfg=$(builds 2 "t.RAGGED")
+      sanitize_wgmma racecheck float16 7 200 190 "$cfg"; rc=$?; tail -2 "$W/racecheck.txt" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
