@@ -119,6 +119,7 @@
 #              tests, the rule builds' knob tests across tiles, d = 128 causal 5120-10240 against cuDNN, the grid -> final24/
 #   grid24     issue 14: grid23e's grid (four passes) with forward()'s stop-24 builds                        -> grid24/
 #   rf24race   racecheck of the persistent builds with SECTION_RAGGED_FIRST on 2 CTAs at scale               -> rf24race/
+#   rf24race2  the same from the d = 128 build on (rf24race's limit ended there), four shapes each               -> rf24race2/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -1105,9 +1106,12 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --budget-s 185 > "$W/grid/ab.txt" 2>&1
       r=$?; rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/grid/ab.txt" | head -4
       grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
-    rf24race)
+    rf24race)  # (its first run reached the d = 128 build in 190 s; rf24race2: the builds from d = 128 on, 4 shapes)
       cfg=$(builds 2 "t.RAGGED")
       sanitize_wgmma racecheck float16 7 200 190 "$cfg"; rc=$?; tail -2 "$W/racecheck.txt" ;;
+    rf24race2)
+      cfg=$(builds 2 "t.RAGGED[5:]")
+      sanitize_wgmma racecheck float16 4 200 190 "$cfg"; rc=$?; tail -2 "$W/racecheck.txt" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
