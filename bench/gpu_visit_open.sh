@@ -99,7 +99,7 @@
 #              against 16 MB, causal N = 512-2048, two runs                                          -> sect24/
 #   q24        issue 14 stop 24 Q_SLOTS=2 (two Q tiles: the next tile's Q loads as the producer reaches it): the GPU
 #              tests of forward()'s builds with it (kernels.fa2_wgmma.q_slots_builds), memcheck on 2 CTAs at scale -> q24/
-#   q24race    racecheck and synccheck of those builds on 2 CTAs at scale                                  -> q24race/
+#   q24race    racecheck and synccheck of those builds on 2 CTAs at scale, four shapes each                 -> q24race/
 #   q24ab      A/B of forward()'s builds with and without it: d = 96 / 128 N = 512-4096 causal and not, d = 64
 #              non-causal (its causal short-row builds have no room), two runs, Williams order, control beside -> q24ab/
 #   fresh24    issues 14 / 11: forward()'s default against SDPA flash and cuDNN at lengths no grid timed (640, 1000,
@@ -1050,8 +1050,8 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       sanitize_wgmma memcheck float16 7 120 110 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     q24race)
       cfg=$(builds 2 "f.q_slots_builds()")
-      sanitize_wgmma racecheck float16 7 200 190 "$cfg"; rc=$?; tail -2 "$W/racecheck.txt"
-      sanitize_wgmma synccheck float16 7 120 110 "$cfg"; r=$?; tail -2 "$W/synccheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+      sanitize_wgmma racecheck float16 4 150 140 "$cfg"; rc=$?; tail -2 "$W/racecheck.txt"
+      sanitize_wgmma synccheck float16 4 80 70 "$cfg"; r=$?; tail -2 "$W/synccheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     q24ab)
       rc=0; for rep in rep1 rep2; do
         timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 96,128 --seqs 512,1024,2048,4096 \
