@@ -353,7 +353,7 @@
 //       reaches that tile, not after this tile's last S (stall21: 3.7% of the warp-state samples at d = 128 causal
 //       N = 512 sat on the consumers' wait for Q at a tile's start). Same registers, no spill; GPU tests of the six
 //       builds with room for it (d = 64's Br = 192 and 3-CTA Bc = 96, d = 96 / 128 at Nk <= 4096) 18 passed, memcheck
-//       0 errors (q24). A/B, two runs (q24ab), time / forward()'s build against the control: d = 128 0.999-1.001
+//       0 errors (q24), racecheck 0 hazards, synccheck 0 errors (q24race). A/B, two runs (q24ab), time / forward()'s build against the control: d = 128 0.999-1.001
 //       (causal 0.983-0.992 against 0.987), d = 96 causal 0.978-0.981 against 0.988-1.002, d = 64 non-causal 1.011-1.017
 //       against 0.996-0.998. Level, off: the producer reaches the next tile only a step or two before this one ends
 //       (its K/V ring holds it), so the Q goes out about one step earlier than before, and that was not the wait.
