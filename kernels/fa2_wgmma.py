@@ -444,9 +444,9 @@ for _bc in (64, 80):
 # stop 24 (bench/results/stop24: bc24, bc24b, bc24c, rf24ab; abba, fp16/bf16): d = 128's persistent Bc = 128 build had
 # never been timed past SIZE_MAX_N (the A/B times size candidates only up to it). As the added entry
 # "default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1" (with forward()'s knobs), time / forward()'s one-tile build, causal:
-# 4608 0.865-0.968 (four runs), 5120 0.913-0.962, 6144 0.959-1.048, 7168 0.904-0.960, 8192 0.900-0.984, 10240
+# 4608 0.865-0.968 (four runs), 5120 0.913-0.973, 5632 0.929-1.021, 6144 0.959-1.048, 7168 0.904-0.974, 8192 0.941-0.982, 10240
 # 1.021-1.098 (the ragged section: 0.916-0.961 with SECTION_RAGGED_FIRST), 12288 0.954-1.047, 14336 0.991-1.080, 16384
-# 0.975-1.047; non-causal 4608-16384 level (0.933-1.042, geomean 0.997-1.012). The Bc = 176 build made persistent with O
+# 0.975-1.047; non-causal 4608-16384 level (0.933-1.073, geomean 0.997-1.012). The Bc = 176 build made persistent with O
 # from registers: the same causal gain (0.967 / 0.976, the first build 0.968 / 0.977 in bc24b). So the causal rule runs
 # the Bc = 128 persistent build to Nk = 10240; at 12288 and beyond the runs disagree in sign and the one-tile build stays.
 SIZE_RULES: dict = {64: [(896, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"], "causal"),
