@@ -120,6 +120,8 @@
 #   grid24     issue 14: grid23e's grid (four passes) with forward()'s stop-24 builds                        -> grid24/
 #   rf24race   racecheck of the persistent builds with SECTION_RAGGED_FIRST on 2 CTAs at scale               -> rf24race/
 #   rf24race2  the same from the d = 128 build on (rf24race's limit ended there), four shapes each               -> rf24race2/
+#   q24c       issue 14: Q_SLOTS=2 on the causal cells again (q24ab: 0.987 of the control at d = 128 causal, all of it in
+#              fp16), d = 96 / 128 causal 1k-4k and d = 128 causal 6k-8k, two runs                          -> q24c/
 #   gap        issues 11 / 14: bench/gap_probe.py: each entry's benchmark time against its kernels' device time
 #              (CUPTI), host work per call and back-to-back time                                      -> gap/
 #   clock      issues 11 / 14: bench/clock_probe.py: each entry's time with the SM clock and power nvidia-smi read over
@@ -1112,6 +1114,14 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     rf24race2)
       cfg=$(builds 2 "t.RAGGED[5:]")
       sanitize_wgmma racecheck float16 4 200 190 "$cfg"; rc=$?; tail -2 "$W/racecheck.txt" ;;
+    q24c)
+      rc=0; for rep in rep1 rep2; do
+        timeout 60 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 96,128 --seqs 1024,2048,4096 --causal 1 \
+          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 \
+          --budget-s 50 > "$W/$rep.txt" 2>&1 || rc=1; grep -A6 "d build" "$W/$rep.txt" | head -6
+        timeout 50 python3 bench/ab_wgmma_speed.py --out "$W/${rep}_long" --dims 128 --seqs 6144,8192 --causal 1 \
+          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 \
+          --budget-s 40 > "$W/${rep}_long.txt" 2>&1 || rc=1; grep -A4 "d build" "$W/${rep}_long.txt" | head -4; done ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
