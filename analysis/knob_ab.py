@@ -9,8 +9,9 @@ two builds' descriptors, so a change can be priced before it is built, and check
 
 Each row: the run, the variant, the cell, the model's ratio, the measured ratio and, where the run timed forward()'s
 build twice (`default-again`), the control's ratio (how far the same build moved in that cell). A variant's config is
+the one its row recorded (bench/ab_wgmma_speed.py default_with_config, runs from stop 24 on); for earlier rows,
 forward()'s (the default row's recorded config and knobs) with the variant's knobs, and TURN_CARRY where the knobs
-turn O_TILE on in a ping-pong build, as the A/B built it (`_default_with`). Knobs the model does not state (Q_SLOTS,
+turn O_TILE on in a ping-pong build, as the A/B then built it. Knobs the model does not state (Q_SLOTS,
 MAX_TREE, ...) give a ratio of 1: the model says they change nothing.
 """
 from __future__ import annotations
@@ -78,8 +79,8 @@ def rows(pattern: str = "**/" + AB_FILE, source: str = "") -> list[dict]:
                 knobs = _knobs_of(variant)
                 if knobs is None:
                     continue
-                try:
-                    t1 = model(variant_config(base, knobs))
+                try:  # the build the row recorded (runs from stop 24 on), else rebuilt as the A/B built it
+                    t1 = model(r.get("config") or variant_config(base, knobs))
                 except (ValueError, KeyError):  # a build the descriptors refuse
                     continue
                 out.append(dict(source=src, variant=variant[len("fa2_wgmma["):-1], d=d, n=n, dtype=DTYPE[dtype],

@@ -65,7 +65,8 @@ def gap_reason(row: dict, gaps: dict) -> str | None:
         if g.get("quantity", "time") != row["quantity"]:
             continue
         # a family entry (no n) names how far off its cells are: a row past that is a new miss, not this gap
-        if not g.get("ratio_min", 0) <= row.get("ratio", 1.0) <= g.get("ratio_max", float("inf")):
+        if ("ratio_min" in g or "ratio_max" in g) and not (
+                g.get("ratio_min", 0.0) <= row.get("ratio", float("nan")) <= g.get("ratio_max", float("inf"))):
             continue
         return g["reason"]
     return None

@@ -68,20 +68,28 @@ def entries(d: int, variants, n: int, sdpa=SDPA):
     return out + [harness.Entry(f"sdpa_{b}", "torch", backend=b) for b in sdpa]
 
 
+def default_with_config(variant: str, d: int, n_k: int, causal: bool) -> dict:
+    """The build a "default+KNOB=V[+KNOB=V]" entry runs for a call: the rule's build with these knobs, then the knobs
+    forward() would add to the build they make (TURN_CARRY where they turn O_TILE on in a ping-pong build,
+    SECTION_RAGGED_FIRST where they make it persistent), unless named. Its rows record it (`config`)."""
+    from kernels import fa2_wgmma
+
+    knobs = {k: int(x) for k, x in (kv.split("=") for kv in variant.split("+")[1:])}
+    cfg = dict(fa2_wgmma.choose_config(d, n_k, True, causal=causal) or fa2_wgmma.CONFIGS[d], **knobs)
+    cfg = {**cfg, **fa2_wgmma.default_knobs(cfg), **knobs}
+    if cfg.get("HALF_DIAG") and "SECTION_RAGGED_FIRST" not in knobs:  # with both ptxas serialises the wgmma pipeline
+        cfg = {k: v for k, v in cfg.items() if k not in fa2_wgmma.SECTION_KNOBS}  # (fa2_wgmma.half_diag_builds)
+    return cfg
+
+
 def _default_with(variant: str):
     """forward()'s own choice for each call (fa2_wgmma.default_config) with the variant's knobs added: the A/B of a
     knob across every build the rules run, in one run ("default+DESC_STEP=1", run before DESC_STEP was a default)."""
-    knobs = dict(kv.split("=") for kv in variant.split("+")[1:])
-    knobs = {k: int(x) for k, x in knobs.items()}
 
     def fn(q, k, v, causal, out=None):
         from kernels import fa2_wgmma
 
-        d = q.shape[-1]
-        # the rule's build with these knobs, then the knobs forward() would add to the build they make (TURN_CARRY
-        # where they turn O_TILE on in a ping-pong build), unless named
-        cfg = dict(fa2_wgmma.choose_config(d, k.shape[2], True, causal=causal) or fa2_wgmma.CONFIGS[d], **knobs)
-        cfg = {**cfg, **fa2_wgmma.default_knobs(cfg), **knobs}
+        cfg = default_with_config(variant, q.shape[-1], k.shape[2], causal)
         return fa2_wgmma.forward(q, k, v, causal=causal, out=out, config=cfg)
     return fn
 
@@ -201,6 +209,8 @@ def run(args) -> dict:
             if e.label == "fa2_wgmma[default]":  # the build forward()'s rule ran (the GPU model reads it back)
                 row["config"] = fa2_wgmma.choose_config(d, n, True, causal=causal) or fa2_wgmma.CONFIGS[d]
                 row["knobs"] = fa2_wgmma.default_knobs(row["config"])  # and what forward() added (since stop 19)
+            elif e.label.startswith("fa2_wgmma[default+"):  # the whole build the variant ran (since stop 24)
+                row["config"] = default_with_config(e.label[len("fa2_wgmma["):-1], d, n, causal)
             res["rows"].append(row)
             print(f"{dt:8s} d={d:3d} N={n:5d} causal={int(causal)} {e.label:26s} "
                   f"{rec.get('median_ms') or float('nan'):8.4f} ms {rec.get('tflops') or float('nan'):6.1f} TFLOP/s "

@@ -242,7 +242,8 @@ SIZE_CANDIDATES[96]["dyn-oqt-r"] = dict(SIZE_CANDIDATES[96]["dyn-oqt"], RESCALE_
 # 0.857-0.997 (geomean 0.927), dyn-oqt-r 0.837-0.969 (0.894; causal 0.857-0.905). With it d = 96 is >= cuDNN in 26 of
 # 28 cells (causal N = 512: 0.988-0.991); CONFIGS[96] was in 9. GPU tests 6 passed; memcheck and racecheck on 3 CTAs at
 # one d = 96 shape (1 x 1 x 300 x 2900, non-causal), 0 errors / 0 hazards.
-# SIZE_RULES[96] takes dyn-oqt-r up to Nk = 4096, the measured range (d = 128's rule stops there too).
+# SIZE_RULES[96] takes dyn-oqt-r up to Nk = 4096, the measured range (d = 128's stopped there too until stop 24 took its
+# causal calls to 10240).
 SIZE_CANDIDATES[64]["small-tma3-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], O_TMA=1)
 # Key blocks that tile N = 512-2048 exactly: Bc = 96 at d = 64 (the 3-CTA build) runs 6 blocks over 512 keys, the
 # last one a third full (12.5% of the products on padding), and d = 256's Bc = 80 runs 7 (9%); Bc = 64 runs 8 full
@@ -551,8 +552,9 @@ def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = F
 # stop 24 Q_SLOTS=2 (fa2_wgmma_tma.cu): two Q tiles in a persistent build, so the producer loads the next tile's Q as soon
 # as it reaches that tile instead of after this tile's last S = Q K^T (stall21: at d = 128 causal N = 512, 3.7% of the
 # warp-state samples sat on the consumers' wait for Q at a tile's start). It needs a Q_EARLY build (O_TILE or O_DIRECT:
-# the epilogue does not stage O through Q) with room for a second Q tile: d = 96 / 128 at Nk <= 4096 (225 KB) and d = 64's
-# Br = 192 builds (217 KB); not d = 64's 3-CTA builds (3 x 81 KB) nor d = 256.
+# the epilogue does not stage O through Q) with room for a second Q tile: d = 96 / 128's persistent builds (225 KB), d = 64's
+# Br = 192 builds (217 KB) and its 3-CTA Bc = 96 build (3 x 65 KB); not the 3-CTA Bc = 64 four-slot build (3 x 81 KB) nor
+# d = 256.
 def q_slots_builds() -> list[tuple[int, dict]]:
     """(d, config) of every build default_builds() lists that takes Q_SLOTS=2, with it."""
     out = []

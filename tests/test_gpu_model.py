@@ -176,11 +176,15 @@ def test_known_gap_matching():
     assert val.gap_reason(dict(row, quantity="dram bytes"), gaps) is None
     assert val.gap_reason(dict(row, kernel="v_once_tc[hbm,lazy]"), gaps) is None
     # a family entry bounded by the ratio it was listed at: a cell further off is not covered
-    family = {"cells": [{"kernel": "sdpa_cudnn", "d": 128, "quantity": "time", "ratio_min": 0.8, "reason": "f"}]}
+    family = {"cells": [{"kernel": "sdpa_cudnn", "d": 128, "quantity": "time", "ratio_min": 0.8, "ratio_max": 0.85,
+                         "reason": "f"}]}
     cudnn = dict(row, kernel="sdpa_cudnn", ratio=0.83)
     assert val.gap_reason(cudnn, family) == "f"
-    assert val.gap_reason(dict(cudnn, ratio=0.79), family) is None
+    assert val.gap_reason(dict(cudnn, ratio=0.79), family) is None  # further off: a new miss
+    assert val.gap_reason(dict(cudnn, ratio=1.2), family) is None  # the other side: a new miss
+    assert val.gap_reason(dict(cudnn, ratio=float("nan")), family) is None
     assert val.gap_reason(dict(cudnn, d=64), family) is None
+    assert val.gap_reason(dict(row, ratio=float("nan")), gaps) == "r"  # an entry without bounds matches as before
 
 
 def _pair(m_a, m_b, p_a, p_b, kernel_b="fa2_tc"):

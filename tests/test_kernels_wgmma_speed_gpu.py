@@ -368,12 +368,13 @@ def _across_tiles(knob: str, cfg: dict) -> list[tuple]:
                    (2, 3, 900, 300, B16, True, 4.0, 7),   # Q blocks with no key: Q handed back with no S
                    (1, 2, 900, 300, F16, True, 4.0, 9),   # and in fp16 (ROW_SUM_MMA's l = 0 rows at d = 64)
                    (2, 2, 512, 512, F16, True, 4.0, 8)]]
-    if knob == "ragged_first":  # (B, H): B*H = 3, 5, 9, 15 heads in sections of two (one ragged head first), of three
-        # (Nk = 300: one ragged), of one (Nk = 1100: none ragged, the plain order); Nq > Nk (rows with no key)
+    if knob == "ragged_first":  # B*H heads in sections of two at Nk = 513-768 (3, 9, 5 heads: one left over, first), of
+        # three at Nk = 257-512 (15: none left over; 8: two left over), of one at Nk = 1100 (the plain order); Nq > Nk
+        # (rows with no key)
         return [(g, *shp) for g in ({}, {"GRID": 1}, {"GRID": 3})
                 for shp in [(1, 3, 700, 700, F16, True, 4.0, 1), (3, 3, 640, 760, B16, True, 4.0, 2),
                             (1, 5, 800, 600, B16, True, 4.0, 3), (5, 3, 333, 300, F16, True, 4.0, 4),
-                            (1, 3, 300, 1100, F16, True, 4.0, 5)]]
+                            (4, 2, 333, 300, B16, True, 4.0, 6), (1, 3, 300, 1100, F16, True, 4.0, 5)]]
     if knob == "q_slots":
         return [(g, *shp) for g in ({}, {"GRID": 1}, {"GRID": 3})
                 for shp in [(2, 3, n_q, 1100, F16, False, 4.0, n_q) for n_q in _idle_rows(cfg) or [333]]

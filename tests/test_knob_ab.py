@@ -34,3 +34,37 @@ def test_summary_counts_the_cells_the_model_moves():
     (s,) = knob_ab.summary(rs)
     assert s["cells"] == 3 and s["moved"] == 2 and s["same_way"] == 1
     assert abs(s["model"] - (0.9 * 0.9 * 1.0) ** (1 / 3)) < 1e-12
+
+
+def test_the_ab_records_the_build_a_variant_ran_and_knob_ab_reads_it(tmp_path, monkeypatch):
+    """bench/ab_wgmma_speed.py default_with_config: the rule's build with the named knobs and the knobs forward() adds
+    to the build they make (a one-tile build made persistent gets SECTION_RAGGED_FIRST; with O_TILE in ping-pong,
+    TURN_CARRY); a named knob wins. knob_ab prices a row's recorded build."""
+    import json
+
+    from analysis import measured
+    from bench.ab_wgmma_speed import default_with_config
+    from kernels import fa2_wgmma
+
+    cfg = default_with_config("default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1", 128, 16384, True)
+    assert cfg["BLOCK_N"] == 128 and cfg["SECTION_RAGGED_FIRST"] == 1 and cfg["TURN_CARRY"] == 1
+    assert default_with_config("default+TURN_CARRY=0+PERSISTENT=2+O_TILE=1", 128, 16384, True)["TURN_CARRY"] == 0
+    assert default_with_config("default+MAX_TREE=1", 128, 512, True) == dict(
+        fa2_wgmma.default_config(128, 512, True, True), MAX_TREE=1)
+    # HALF_DIAG's builds leave the ragged order out (with both, ptxas serialises the wgmma pipeline)
+    assert "SECTION_RAGGED_FIRST" not in default_with_config("default+HALF_DIAG=1", 128, 512, True)
+
+    base = fa2_wgmma.choose_config(128, 16384, True, causal=True)
+    row = dict(dtype="float16", d=128, n=16384, b=1, h=16, causal=True, ok=True)
+    rows = [dict(row, variant="fa2_wgmma[default]", median_ms=2.0, config=base, knobs=fa2_wgmma.default_knobs(base)),
+            dict(row, variant="fa2_wgmma[default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1]", median_ms=1.9, config=cfg),
+            dict(row, variant="fa2_wgmma[default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1+X=1]", median_ms=1.9,
+                 config=dict(cfg, SECTION_RAGGED_FIRST=0))]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / measured.AB_FILE).write_text(json.dumps({"rows": rows, "env": {"timer": "do_bench"}}))
+    monkeypatch.setattr(knob_ab, "RESULTS", tmp_path)
+    recorded, other = knob_ab.rows()
+    assert recorded["measured"] == 0.95 and recorded["model"] < 1.0  # the persistent build: faster (bc24b)
+    # X is no knob: rebuilt from the label, the row would be refused and dropped; its recorded build is priced
+    assert other["variant"].endswith("X=1") and other["model"] == recorded["model"]  # RF: no ragged section here

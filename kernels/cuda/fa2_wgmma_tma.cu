@@ -353,13 +353,14 @@
 //       reaches that tile, not after this tile's last S (stall21: 3.7% of the warp-state samples at d = 128 causal
 //       N = 512 sat on the consumers' wait for Q at a tile's start). Same registers, no spill; GPU tests of the six
 //       builds with room for it (d = 64's Br = 192 and 3-CTA Bc = 96, d = 96 / 128 at Nk <= 4096) 18 passed, memcheck
-//       0 errors (q24), racecheck 0 hazards, synccheck 0 errors (q24race). A/B, two runs (q24ab), time / forward()'s build against the control: d = 128 0.999-1.001
-//       (causal 0.983-0.992 against 0.987), d = 96 causal 0.978-0.981 against 0.988-1.002, d = 64 non-causal 1.011-1.017
-//       against 0.996-0.998. Level, off: the producer reaches the next tile only a step or two before this one ends
-//       (its K/V ring holds it), so the Q goes out about one step earlier than before, and that was not the wait.
-//     CAUSAL_SECTION_KB 256 KB (one head's K/V at d = 128 N = 512) and 1 MB against 16 MB (sect24, two runs): 1.01-1.03,
-//       as the GPU model predicted before the run (d = 128 N = 512 1.040, measured 1.006-1.016; d = 256 N = 2048 1.111,
-//       measured 1.08-1.13). Not taken.
+//       0 errors (q24), racecheck 0 hazards, synccheck 0 errors (q24race). A/B against the control, four runs (q24ab,
+//       q24c): causal 0.980-0.992 (all of it fp16: 0.976-0.981, bf16 0.998-1.012), non-causal 1.012-1.022. Not taken:
+//       an fp16-only gain in code that differs only in its converts has no mechanism, and non-causal loses. The producer
+//       reaches the next tile only a step or two before this one ends (its K/V ring holds it), so the Q goes out only
+//       about one step earlier.
+//     CAUSAL_SECTION_KB 256 KB (one head's K/V at d = 128 N = 512) and 1 MB against 16 MB (sect24, two runs): geomean
+//       per d 1.011-1.032, d = 256 1.062-1.065, as the GPU model predicted before the run (d = 128 N = 512 1.040,
+//       measured 0.991-1.016; d = 256 N = 2048 1.111, measured 1.08-1.13). Not taken.
 //     SECTION_RAGGED_FIRST (tile_coords): the section of the B*H % hs heads left over runs first. Last, its longest
 //       tiles started when the others were nearly done and ran on alone: d = 128 causal N = 10240 (16 heads in sections of
 //       3) ran the persistent build at 1.02-1.10x the one-tile build's time, 0.92-0.96x with it (rf24ab). Exact; GPU tests
@@ -507,8 +508,9 @@ __device__ __forceinline__ void turn_end(int cg) {
 #endif
 }
 
-// smem: [Q][K slots][V slots][ROW_SUM_MMA: ones][O_TILE: O][mbarriers: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
-//        (PERSISTENT: + empty_q, tile_full[2], tile_empty[2], then two int32 tile slots)]
+// smem: [Q (Q_SLOTS=2: two Q tiles)][K slots][V slots][ROW_SUM_MMA: ones][O_TILE: O][mbarriers: full_q, full_k[S],
+//        full_v[S], empty_k[S], empty_v[S] (PERSISTENT: + empty_q, tile_full[2], tile_empty[2], then two int32 tile
+//        slots; Q_SLOTS=2: then slot 1's full_q and empty_q)]
 #define PERSIST_BYTES (PERSISTENT ? 8 * 5 + 8 + 16 * (Q_SLOTS - 1) : 0)  // Q_SLOTS=2: full_q, empty_q of slot 1
 #define ONES_BYTES (ROW_SUM_MMA * BLOCK_N * 128)  // ROW_SUM_MMA: a V-shaped panel of ones, after the V slots
 #define O_TILE_BYTES (O_TILE * TILE_Q_BYTES)  // O_TILE: the epilogue's staging tile, apart from Q
@@ -532,7 +534,7 @@ __device__ __forceinline__ void tile_coords(int tile, int Tr, int BH, bool causa
 #if SECTION_RAGGED_FIRST
         // stop 24: the section of the BH % hs heads left over goes first. Last, its longest tiles started when the
         // other sections were nearly done and ran on alone (d = 128 causal N = 10240, 16 heads in sections of 3: the
-        // one-head section's 80-step tiles, 1.04-1.10x the time of one tile per CTA)
+        // one-head section's 80-step tiles, 1.02-1.10x the time of one tile per CTA)
         const int rag = BH % hs, t0 = tile - Tr * rag;
         const int sec = t0 < 0 ? 0 : t0 / (Tr * hs), r = t0 < 0 ? tile : t0 - sec * Tr * hs;
         const int h_sec = t0 < 0 ? rag : hs, h0 = t0 < 0 ? 0 : rag + sec * hs;
