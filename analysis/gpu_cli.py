@@ -36,6 +36,9 @@ def add_subcommands(sub, common_types: dict) -> None:
     p.add_argument("--causal", action="store_true")
     p.add_argument("--placement", choices=("auto", "sram", "hbm"), help="v_once kernels: f placement")
     p.add_argument("--rescale", choices=("eager", "lazy"), help="v_once kernels: rescale mode")
+    p.add_argument("--knobs", metavar="KNOB=V[,KNOB=V]",
+                   help="fa2_wgmma: forward()'s build for each shape with these knobs (kernels.fa2_wgmma.KNOBS), priced "
+                        "before it is built, e.g. BLOCK_N=128,PERSISTENT=2")
     p.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
     v = sub.add_parser("validate", help="the GPU model against every committed measurement (exit 1 off band)")
     v.add_argument("--plot", metavar="FILE.png", help="model vs measured plot")
@@ -62,10 +65,17 @@ def predict_records(args, error) -> list[dict]:
         if args.kernel not in ("v_once", "v_once_tc"):
             raise error(f"--placement/--rescale apply to v_once and v_once_tc, not {args.kernel}")
         opts = dict(placement=args.placement or "auto", rescale=args.rescale or "lazy")
+    knobs = _knobs(getattr(args, "knobs", None), args.kernel, error)
     recs = []
     for n_q in _flat(args.seq_len):
         n_k = args.seq_len_k or n_q
         try:
+            if knobs is not None:
+                from kernels import fa2_wgmma
+
+                if args.head_dim not in fa2_wgmma.CONFIGS:
+                    raise ValueError(f"fa2_wgmma supports head dims {fa2_wgmma.HEAD_DIMS}, got d={args.head_dim}")
+                opts = dict(config=fa2_wgmma.with_knobs(args.head_dim, n_k, args.causal, knobs))
             desc = describe(args.kernel, args.head_dim, args.dtype, args.causal, n_q=n_q, n_k=n_k, **opts)
             p = gm.predict_work(gm.prepare(desc, args.batch, args.heads, n_q, n_k, args.head_dim, args.dtype,
                                            args.causal))
@@ -77,8 +87,30 @@ def predict_records(args, error) -> list[dict]:
                          block_k=p.block_k, ctas_per_sm=p.ctas_per_sm, time_s=b["time_s"], gpu_time_s=b["gpu_time_s"],
                          host_s=b["host_s"], tflops=b["tflops"],
                          l2_bytes=p.l2_bytes, dram_bytes=p.dram_bytes, requests_bytes=p.requests_bytes,
-                         dsmem_bytes=p.dsmem_bytes, bound=b["bound"], terms=dict(p.terms)))
+                         dsmem_bytes=p.dsmem_bytes, bound=b["bound"], terms=dict(p.terms),
+                         **({"config": opts["config"]} if knobs is not None else {})))
     return recs
+
+
+def _knobs(text, kernel, error) -> dict | None:
+    """--knobs "A=1,B=2" (or A=1+B=2) -> {"A": 1, "B": 2}; None without it. fa2_wgmma only; which names exist is
+    fa2_wgmma.defines_for's to say (describe raises its ValueError)."""
+    if text is None:
+        return None
+    if kernel != "fa2_wgmma":
+        raise error(f"--knobs applies to fa2_wgmma, not {kernel}")
+    out = {}
+    for item in filter(None, text.replace("+", ",").split(",")):
+        name, eq, value = item.partition("=")
+        try:
+            out[name.strip()] = int(value)
+        except ValueError:
+            raise error(f"--knobs: {item!r} is not KNOB=integer") from None
+        if not eq or not name.strip():
+            raise error(f"--knobs: {item!r} is not KNOB=integer")
+    if not out:
+        raise error("--knobs: no KNOB=V given")
+    return out
 
 
 def _table(header, rows, fmt, recs, file=None):

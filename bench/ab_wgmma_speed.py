@@ -69,17 +69,12 @@ def entries(d: int, variants, n: int, sdpa=SDPA):
 
 
 def default_with_config(variant: str, d: int, n_k: int, causal: bool) -> dict:
-    """The build a "default+KNOB=V[+KNOB=V]" entry runs for a call: the rule's build with these knobs, then the knobs
-    forward() would add to the build they make (TURN_CARRY where they turn O_TILE on in a ping-pong build,
-    SECTION_RAGGED_FIRST where they make it persistent), unless named. Its rows record it (`config`)."""
+    """The build a "default+KNOB=V[+KNOB=V]" entry runs for a call (kernels.fa2_wgmma.with_knobs: the rule's build with
+    these knobs and the knobs forward() would add to it). Its rows record it (`config`)."""
     from kernels import fa2_wgmma
 
     knobs = {k: int(x) for k, x in (kv.split("=") for kv in variant.split("+")[1:])}
-    cfg = dict(fa2_wgmma.choose_config(d, n_k, True, causal=causal) or fa2_wgmma.CONFIGS[d], **knobs)
-    cfg = {**cfg, **fa2_wgmma.default_knobs(cfg), **knobs}
-    if cfg.get("HALF_DIAG") and "SECTION_RAGGED_FIRST" not in knobs:  # with both ptxas serialises the wgmma pipeline
-        cfg = {k: v for k, v in cfg.items() if k not in fa2_wgmma.SECTION_KNOBS}  # (fa2_wgmma.half_diag_builds)
-    return cfg
+    return fa2_wgmma.with_knobs(d, n_k, causal, knobs)
 
 
 def _default_with(variant: str):

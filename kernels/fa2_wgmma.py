@@ -539,6 +539,18 @@ def default_knobs(cfg: dict) -> dict:
                 **(SECTION_KNOBS if cfg.get("PERSISTENT") else {}))
 
 
+def with_knobs(d: int, n_k: int, causal: bool, knobs: dict) -> dict:
+    """forward()'s build for this call (its rule, contiguous equal-head inputs) with these knobs, then the knobs forward()
+    adds to the build they make (TURN_CARRY where they turn O_TILE on in a ping-pong build, SECTION_RAGGED_FIRST where
+    they make it persistent), unless named; a HALF_DIAG build leaves SECTION_RAGGED_FIRST out (half_diag_builds). The
+    build an A/B's "default+KNOB=V" entry runs (bench/ab_wgmma_speed.py) and `fa-traffic predict --knobs` prices."""
+    cfg = dict(choose_config(d, n_k, True, causal=causal) or CONFIGS[d], **knobs)
+    cfg = {**cfg, **default_knobs(cfg), **knobs}
+    if cfg.get("HALF_DIAG") and "SECTION_RAGGED_FIRST" not in knobs:
+        cfg = {k: v for k, v in cfg.items() if k not in SECTION_KNOBS}
+    return cfg
+
+
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
     """The build forward() runs when given no config: SIZE_RULES' for this Nk (or CONFIGS[d]), with default_knobs;
     None for a head dim it does not take (defines_for then says which it does)."""

@@ -97,6 +97,30 @@ def test_predict_json_schema(capsys):
             assert r["terms"][term] >= 0
 
 
+def test_predict_prices_a_build_before_it_is_built(capsys):
+    """--knobs: forward()'s build for the shape with these knobs (kernels.fa2_wgmma.with_knobs, the A/B's default+ form).
+    d = 128 causal N = 10240, 16 heads in sections of three: the leftover section last costs what rf24ab measured
+    (1.02-1.07x the one-tile build's time there; first, 0.92-0.96x); bad knobs are one line and exit 2."""
+    base = ("predict", "--kernel", "fa2_wgmma", "--batch", "1", "--heads", "16", "--seq-len", "10240", "--head-dim",
+            "128", "--causal", "--format", "json")
+    times = {}
+    for name, knobs in (("forward", None), ("last", "SECTION_RAGGED_FIRST=0"),
+                        ("one-tile", "BLOCK_N=176,PERSISTENT=0,O_TILE=0,O_TMA=0,TURN_CARRY=0,SECTION_RAGGED_FIRST=0")):
+        rc, out, _ = _run(capsys, *base, *(("--knobs", knobs) if knobs else ()))
+        assert rc == 0
+        (rec,) = json.loads(out)
+        times[name] = rec["time_s"]
+        assert ("config" in rec) == (knobs is not None)
+    assert times["forward"] < times["one-tile"] < times["last"]
+    for argv, msg in ((("--knobs", "FOO=1"), "unknown config keys"), (("--knobs", "BLOCK_N"), "not KNOB=integer"),
+                      (("--knobs", "BLOCK_N=x"), "not KNOB=integer")):
+        rc, out, err = _run(capsys, *base, *argv)
+        assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1
+    rc, _, err = _run(capsys, "predict", "--kernel", "sdpa_cudnn", "--seq-len", "512", "--head-dim", "128",
+                      "--knobs", "BLOCK_N=64")
+    assert rc == 2 and "applies to fa2_wgmma" in err
+
+
 def test_predict_prints_the_time_the_benchmark_measures(capsys):
     """predict's time_s is as the project's benchmarks time it (do_bench: queued calls, the host's launch work hidden
     behind the GPU's): max(GPU, host), with both beside it; a call shorter than its launch is host-bound."""
