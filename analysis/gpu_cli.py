@@ -14,7 +14,10 @@ import sys
 
 PREDICT_KEYS = ("kernel", "build", "batch", "heads", "seq_q", "seq_k", "head_dim", "dtype", "causal",
                 "block_q", "block_k", "ctas_per_sm", "time_s", "gpu_time_s", "host_s", "tflops", "l2_bytes",
-                "dram_bytes", "requests_bytes", "dsmem_bytes", "bound", "terms")
+                "dram_bytes", "requests_bytes", "dsmem_bytes", "bound", "terms", "track_record")
+# track_record: how the model's time compared with every committed held-out timing of this kernel, head dim and causal
+# flag at N >= 2k (analysis/accuracy.py, bench/results/gpu_model_accuracy.json): cells, the median of model / measured,
+# p10, p90, the share within validate's band and the band; None where nothing of the kind was timed
 # time_s is the time the project's benchmarks measure (bench/harness.time_fn: do_bench's calls queued back to back, so
 # the host's launch work overlaps the GPU's: the larger of the two, gpu_model.as_timed); gpu_time_s the kernel alone,
 # host_s the launcher's measured host work per call (bench/results/launch_overhead.json). Before stop 23 time_s was
@@ -54,6 +57,7 @@ def _flat(seq):
 
 
 def predict_records(args, error) -> list[dict]:
+    from analysis import accuracy
     from analysis import gpu_model as gm
     from analysis.descriptors import describe, kernel_names
 
@@ -66,6 +70,7 @@ def predict_records(args, error) -> list[dict]:
             raise error(f"--placement/--rescale apply to v_once and v_once_tc, not {args.kernel}")
         opts = dict(placement=args.placement or "auto", rescale=args.rescale or "lazy")
     knobs = _knobs(getattr(args, "knobs", None), args.kernel, error)
+    track = accuracy.load()
     recs = []
     for n_q in _flat(args.seq_len):
         n_k = args.seq_len_k or n_q
@@ -88,6 +93,7 @@ def predict_records(args, error) -> list[dict]:
                          host_s=b["host_s"], tflops=b["tflops"],
                          l2_bytes=p.l2_bytes, dram_bytes=p.dram_bytes, requests_bytes=p.requests_bytes,
                          dsmem_bytes=p.dsmem_bytes, bound=b["bound"], terms=dict(p.terms),
+                         track_record=accuracy.record(args.kernel, args.head_dim, args.causal, track),
                          **({"config": opts["config"]} if knobs is not None else {})))
     return recs
 
@@ -145,7 +151,28 @@ def cmd_predict(args, error) -> int:
         for row, r in zip(rows, recs):
             row += [human_bytes(r["dsmem_bytes"])] + [human_time(r["terms"].get(k, 0.0)) for k in ("dsmem", "sync")]
     _table(header, rows, args.format, recs)
+    if args.format in ("table", "markdown"):
+        print(track_caption(recs))
     return 0
+
+
+def track_caption(recs: list[dict]) -> str:
+    """One line per kernel / d / causal printed: how the model's time compared with the committed timings."""
+    seen, lines = set(), []
+    for r in recs:
+        key = (r["kernel"], r["head_dim"], r["causal"])
+        if key in seen:
+            continue
+        seen.add(key)
+        t = r.get("track_record")
+        what = f"{r['kernel']} d = {r['head_dim']} {'causal' if r['causal'] else 'non-causal'}"
+        if not t:
+            lines.append(f"track record: {what}: no committed timing at N >= 2k to check this time against")
+            continue
+        band = "" if t["in_band"] is None else f", {100 * t['in_band']:.0f}% within ±{100 * t['band']:.0f}%"
+        lines.append(f"track record: {what}: model / measured {t['median']:.2f} at the median of {t['cells']} committed "
+                     f"timings at N >= 2k (p10 {t['p10']:.2f}, p90 {t['p90']:.2f}{band}; below 1: the model is fast)")
+    return "\n".join(lines)
 
 
 def cmd_validate(args, error) -> int:

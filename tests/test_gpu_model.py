@@ -571,3 +571,38 @@ def test_half_first_steps_is_the_mask(block_k, nwg):
                         n0 = (tw - 1) * block_k  # the warpgroup's first block (j = Tw - 1)
                         last = [min(n_k - 1, r + off) if causal else n_k - 1 for r in rows]  # each row's last key
                         assert half == all(k < n0 + block_k // 2 for k in last), (causal, walk, n_q, n_k, m0, cg)
+
+
+def test_predict_prints_the_models_track_record(capsys):
+    """Every predicted time comes with how the model did on the committed timings of that kernel, head dim and causal
+    flag (analysis/accuracy.py): the JSON key, and a caption line under the table; the committed file is current."""
+    from analysis import accuracy
+
+    assert accuracy.family("fa2_wgmma{BLOCK_N=128,NWG=2}") == "fa2_wgmma"
+    assert accuracy.family("v_once_tc[hbm,lazy]") == "v_once_tc" and accuracy.family("sdpa_cudnn") == "sdpa_cudnn"
+    assert accuracy.main(["--check"]) == 0, "bench/results/gpu_model_accuracy.json is stale"
+    rc, out, _ = _run(capsys, "predict", "--kernel", "sdpa_cudnn", "--batch", "4", "--heads", "16", "--seq-len", "4096",
+                      "--head-dim", "128", "--causal", "--format", "json")
+    (rec,) = json.loads(out)
+    t = rec["track_record"]
+    assert rc == 0 and t["cells"] > 100 and t["p10"] <= t["median"] <= t["p90"] and t["band"] == 0.15
+    assert t == accuracy.record("sdpa_cudnn", 128, True)
+    rc, out, _ = _run(capsys, "predict", "--kernel", "sdpa_cudnn", "--seq-len", "4096", "--head-dim", "128", "--causal")
+    assert rc == 0 and f"model / measured {t['median']:.2f} at the median of {t['cells']}" in out
+    # a kind never timed says so
+    assert accuracy.record("sdpa_cudnn", 128, True, table={}) is None
+    from analysis.gpu_cli import track_caption
+
+    assert "no committed timing" in track_caption([dict(kernel="x", head_dim=8, causal=False, track_record=None)])
+
+
+def test_accuracy_groups_held_out_time_rows():
+    from analysis import accuracy
+
+    row = dict(quantity="time", train=False, n=4096, kernel="fa2_wgmma{A=1}", d=128, causal=True, band=0.15)
+    rs = [dict(row, ratio=x, in_band=abs(x - 1) <= 0.15) for x in (0.8, 0.9, 1.0, 1.1)]
+    rs += [dict(row, ratio=0.5, in_band=False, train=True), dict(row, ratio=0.5, in_band=False, n=1024),
+           dict(row, ratio=0.5, in_band=False, quantity="ncu time")]  # training, short, other quantity: left out
+    (g,) = accuracy.build(rs).values()
+    assert g["cells"] == 4 and g["p10"] == 0.8 and g["p90"] == 1.1 and g["in_band"] == 0.75 and g["band"] == 0.15
+    assert accuracy.build(rs) == {"fa2_wgmma/128/causal": g}
