@@ -194,8 +194,9 @@ def cmd_validate(args, error) -> int:
             plots_gpu.plot_validation(rs, args.plot)
         except OSError as e:
             raise error(f"cannot write the plot {args.plot!r}: {e.strerror or e}") from None
+    per_cell = val.cell_medians(rs)
     if args.format == "json":
-        json.dump(dict(summary=summ, ranking=rank, cells=rs), sys.stdout, indent=1, default=str)
+        json.dump(dict(summary=summ, ranking=rank, cell_medians=per_cell, cells=rs), sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
     else:
         show = rs if args.all or args.format == "csv" else misses
@@ -219,7 +220,11 @@ def cmd_validate(args, error) -> int:
                       "" if s["median_abs_err"] is None else f"{s['median_abs_err']:.1%}",
                       "" if s["worst"] is None else f"{s['worst']:.3f}"] for s in summ]
             _table(sheader, srows, args.format, summ)
-            print(f"\nranking: {rank['agree']}/{rank['pairs']} pairs ordered as measured "
+            print(f"\ntime per cell, the model against the median of the cell's timings over every run (held out, "
+                  f"banded): {per_cell['in_band']} of {per_cell['cells']} cells in band"
+                  + ("; out: " + ", ".join(f"{k[0]} N={k[3]} d={k[4]} {k[5]}{' causal' if k[6] else ''} {q:.3f} "
+                                           f"({n} runs)" for k, q, n in per_cell["out"][:8]) if per_cell["out"] else ""))
+            print(f"ranking: {rank['agree']}/{rank['pairs']} pairs ordered as measured "
                   f"({rank['share']:.1%}; target {val.RANK_TARGET:.0%}; {rank['ties']} pairs measured within "
                   f"{val.RANK_TIE:.0%} are ties, right when the model puts them within its time band); "
                   f"strict, every pair by sign: {rank['strict_agree']}/{rank['pairs']} ({rank['strict_share']:.1%})")

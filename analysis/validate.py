@@ -122,6 +122,27 @@ def rows(params=None) -> list[dict]:
     return out
 
 
+def cell_medians(rs: list[dict]) -> dict:
+    """The time target read per cell: the model against the median of that cell's timings over every run (kernel or
+    build, B, H, N, d, dtype, causal; held out, banded). A single run's timing carries its board's clock (each visit
+    gets another H200 at its power cap, docs/gpu-model.md); the median over runs is what the cell measures.
+    {cells, in_band, out: [(cell, model / median, runs)]}."""
+    groups: dict = {}
+    for r in rs:
+        if r["quantity"] == "time" and r["band"] is not None and not r["train"]:
+            groups.setdefault((r["kernel"], r["batch"], r["heads"], r["n"], r["d"], r["dtype"], r["causal"]), []).append(r)
+    out, n_in = [], 0
+    for key, g in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        ms = sorted(x["measured"] for x in g)
+        median = ms[len(ms) // 2] if len(ms) % 2 else (ms[len(ms) // 2 - 1] + ms[len(ms) // 2]) / 2
+        ratio = sorted(x["model"] for x in g)[len(g) // 2] / median  # the model's time as each run's timer measures it
+        if abs(ratio - 1) <= g[0]["band"]:
+            n_in += 1
+        else:
+            out.append((key, ratio, len(g)))
+    return dict(cells=len(groups), in_band=n_in, out=out)
+
+
 def ranking(rs: list[dict], by_family: bool = True) -> dict:
     """Pairs of kernels (or builds) timed on one shape in one file: does the model order them as measured?
     families: the share per kind of run (benchmark runs; A/B runs of fa2_wgmma builds, per head dim)."""

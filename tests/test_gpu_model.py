@@ -606,3 +606,19 @@ def test_accuracy_groups_held_out_time_rows():
     (g,) = accuracy.build(rs).values()
     assert g["cells"] == 4 and g["p10"] == 0.8 and g["p90"] == 1.1 and g["in_band"] == 0.75 and g["band"] == 0.15
     assert accuracy.build(rs) == {"fa2_wgmma/128/causal": g}
+
+
+def test_cell_medians_read_the_target_per_cell():
+    """validate.cell_medians: the model against the median of each cell's timings over every run; a run on a slow
+    board moves one timing, not the cell."""
+    from analysis import validate as val
+
+    row = dict(quantity="time", band=0.15, train=False, kernel="k", batch=1, heads=1, n=4096, d=128, dtype="fp16",
+               causal=True, model=1.0)
+    rs = [dict(row, measured=m) for m in (1.0, 1.05, 1.3)]  # one slow timing: 1 / 1.3 = 0.77, out alone
+    rs += [dict(row, n=8192, measured=m) for m in (1.2, 1.25)]  # both slow: the cell is out
+    rs += [dict(row, n=2048, measured=9.0, train=True), dict(row, n=512, measured=9.0, band=None)]  # not counted
+    got = val.cell_medians(rs)
+    assert got["cells"] == 2 and got["in_band"] == 1
+    ((key, ratio, runs),) = got["out"]
+    assert key[3] == 8192 and runs == 2 and ratio == pytest.approx(1 / 1.225)
