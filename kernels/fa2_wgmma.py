@@ -533,22 +533,20 @@ SECTION_KNOBS = {"SECTION_RAGGED_FIRST": 1}
 
 def default_knobs(cfg: dict) -> dict:
     """DEFAULT_KNOBS, TURN_CARRY_KNOBS where the build ping-pongs two warpgroups and loads the next Q under this tile's
-    end from its O_TILE, and SECTION_KNOBS where it is persistent: the knobs forward() adds to a rule build."""
+    end from its O_TILE, and SECTION_KNOBS where it is persistent and has no HALF_DIAG (with both, ptxas serialises the
+    wgmma pipeline at d = 96 / 128 / 256): the knobs forward() adds to a rule build."""
     pingpong = cfg.get("NWG", 2) == 2 and cfg.get("PINGPONG", 1) and not cfg.get("QK_AHEAD")
     return dict(DEFAULT_KNOBS, **(TURN_CARRY_KNOBS if pingpong and cfg.get("O_TILE") else {}),
-                **(SECTION_KNOBS if cfg.get("PERSISTENT") else {}))
+                **(SECTION_KNOBS if cfg.get("PERSISTENT") and not cfg.get("HALF_DIAG") else {}))
 
 
 def with_knobs(d: int, n_k: int, causal: bool, knobs: dict) -> dict:
     """forward()'s build for this call (its rule, contiguous equal-head inputs) with these knobs, then the knobs forward()
     adds to the build they make (TURN_CARRY where they turn O_TILE on in a ping-pong build, SECTION_RAGGED_FIRST where
-    they make it persistent), unless named; a HALF_DIAG build leaves SECTION_RAGGED_FIRST out (half_diag_builds). The
-    build an A/B's "default+KNOB=V" entry runs (bench/ab_wgmma_speed.py) and `fa-traffic predict --knobs` prices."""
+    they make it persistent without HALF_DIAG), unless named. The build an A/B's "default+KNOB=V" entry runs
+    (bench/ab_wgmma_speed.py) and `fa-traffic predict --knobs` prices."""
     cfg = dict(choose_config(d, n_k, True, causal=causal) or CONFIGS[d], **knobs)
-    cfg = {**cfg, **default_knobs(cfg), **knobs}
-    if cfg.get("HALF_DIAG") and "SECTION_RAGGED_FIRST" not in knobs:
-        cfg = {k: v for k, v in cfg.items() if k not in SECTION_KNOBS}
-    return cfg
+    return {**cfg, **default_knobs(cfg), **knobs}
 
 
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
@@ -582,8 +580,13 @@ def q_slots_builds() -> list[tuple[int, dict]]:
 def default_builds() -> list[tuple[int, dict]]:
     """(d, config) of every build forward() can pick itself: each distinct SIZE_RULES entry, then CONFIGS[d], all
     with default_knobs (the builds the v9-v12 GPU tests and compile tests run)."""
+    return [(d, dict(c, **default_knobs(c))) for d, c in _rule_builds()]
+
+
+def _rule_builds() -> list[tuple[int, dict]]:
+    """(d, config) of each distinct SIZE_RULES entry, then CONFIGS[d], without forward()'s knobs."""
     rules = {repr(c): (d, c) for d, entries in SIZE_RULES.items() for _, c, _ in entries}
-    return [(d, dict(c, **default_knobs(c))) for d, c in list(rules.values()) + list(CONFIGS.items())]
+    return list(rules.values()) + list(CONFIGS.items())
 
 
 # stop 22 HALF_DIAG (fa2_wgmma_tma.cu, wgmma_fa2.cuh): a warpgroup whose rows end in the first half of its first key
@@ -609,10 +612,10 @@ def half_diag_ok(d: int, cfg: dict) -> bool:
 
 
 def half_diag_builds() -> list[tuple[int, dict]]:
-    """default_builds() that HALF_DIAG is built in (half_diag_ok), with it, and without stop 24's SECTION_RAGGED_FIRST:
-    with both, ptxas serialises the wgmma pipeline of all three (insufficient registers; each alone does not)."""
-    return [(d, {k: v for k, v in dict(c, HALF_DIAG=1).items() if k not in SECTION_KNOBS})
-            for d, c in default_builds() if half_diag_ok(d, c)]
+    """default_builds() that HALF_DIAG is built in (half_diag_ok), with it; their knobs are default_knobs' for a HALF_DIAG
+    build (no SECTION_RAGGED_FIRST: with both, ptxas serialises the wgmma pipeline, insufficient registers)."""
+    return [(d, {**c, **default_knobs(dict(c, HALF_DIAG=1)), "HALF_DIAG": 1}) for d, c in _rule_builds()
+            if half_diag_ok(d, c)]
 
 
 def wg_skip_builds() -> list[tuple[int, dict]]:
