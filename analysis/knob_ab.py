@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
+from statistics import geometric_mean
 
 from analysis.measured import AB_FILE, DTYPE, RESULTS
 
@@ -89,11 +89,6 @@ def rows(pattern: str = "**/" + AB_FILE, source: str = "") -> list[dict]:
     return out
 
 
-def _geomean(xs) -> float:
-    xs = list(xs)
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-
-
 def summary(rs: list[dict], moved: float = 0.02) -> list[dict]:
     """Per run directory and variant: cells, the geomean of the model's and the measured ratios, and of the cells the
     model moves by more than `moved`, the share the measurement moves the same way (against the control's ratio
@@ -106,9 +101,9 @@ def summary(rs: list[dict], moved: float = 0.02) -> list[dict]:
     for (run, variant), g in sorted(groups.items()):
         acted = [r for r in g if abs(r["model"] - 1) > moved]
         same = [r for r in acted if (r["model"] - 1) * (r["measured"] - (r["control"] or 1.0)) > 0]
-        out.append(dict(run=run, variant=variant, cells=len(g), model=_geomean(r["model"] for r in g),
-                        measured=_geomean(r["measured"] for r in g),
-                        control=_geomean(r["control"] for r in g if r["control"]) if any(r["control"] for r in g)
+        out.append(dict(run=run, variant=variant, cells=len(g), model=geometric_mean(r["model"] for r in g),
+                        measured=geometric_mean(r["measured"] for r in g),
+                        control=geometric_mean(r["control"] for r in g if r["control"]) if any(r["control"] for r in g)
                         else None,
                         moved=len(acted), same_way=len(same)))
     return out

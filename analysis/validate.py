@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import statistics
 from pathlib import Path
 
 from analysis import gpu_model as gm
@@ -133,9 +134,8 @@ def cell_medians(rs: list[dict]) -> dict:
             groups.setdefault((r["kernel"], r["batch"], r["heads"], r["n"], r["d"], r["dtype"], r["causal"]), []).append(r)
     out, n_in = [], 0
     for key, g in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        ms = sorted(x["measured"] for x in g)
-        median = ms[len(ms) // 2] if len(ms) % 2 else (ms[len(ms) // 2 - 1] + ms[len(ms) // 2]) / 2
-        ratio = sorted(x["model"] for x in g)[len(g) // 2] / median  # the model's time as each run's timer measures it
+        # the model's time as each run's timer measures it (upper median: one of them)
+        ratio = statistics.median_high(x["model"] for x in g) / statistics.median(x["measured"] for x in g)
         if abs(ratio - 1) <= g[0]["band"]:
             n_in += 1
         else:
