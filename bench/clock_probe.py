@@ -22,7 +22,6 @@ each other equally often; stop 23's first run rotated cyclically). Output: clock
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -70,9 +69,7 @@ def main(argv=None) -> int:
                                      slot=slot, **tm))
             del sets
             torch.cuda.empty_cache()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "clock_probe.json").write_text(json.dumps(dict(run=harness.run_info(), rows=rows), indent=1, default=str))
+    harness.write_rows(args.out, "clock_probe.json", rows)
     report(rows)
     return 1 if bad else 0
 

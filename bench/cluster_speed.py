@@ -97,7 +97,7 @@ def main(argv=None) -> int:
         del sets
         torch.cuda.empty_cache()
         # after every cell: a run cut short by its time limit still leaves what it measured
-        (out / name).write_text(json.dumps(dict(run=harness.run_info(), rows=rows), indent=1, default=str))
+        harness.write_rows(out, name, rows)
     print_table(rows)
     return 0 if all(r.get("ok", True) for r in rows) else 1
 

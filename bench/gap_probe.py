@@ -17,7 +17,6 @@ cell this probe reports, after a float64 check on the timed inputs:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -95,9 +94,7 @@ def main(argv=None) -> int:
             rows.append(rec)
         del sets
         torch.cuda.empty_cache()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gap_probe.json").write_text(json.dumps(dict(run=harness.run_info(), rows=rows), indent=1, default=str))
+    harness.write_rows(args.out, "gap_probe.json", rows)
     print(f"{'cell':22s} {'entry':11s} {'bench ms':>9s} {'again':>8s} {'device':>8s} {'b2b':>8s} {'host us':>8s} "
           f"{'gap us':>7s}  kernels")
     for r in rows:

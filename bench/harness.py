@@ -196,6 +196,14 @@ def tree_hash(root: Path) -> str:
     return h.hexdigest()[:10]
 
 
+def write_rows(out_dir, name: str, rows: list) -> Path:
+    """out_dir/name: {"run": run_info(), "rows": rows} as JSON (the bench scripts' result file); the folder is made."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(json.dumps(dict(run=run_info(), rows=rows), indent=1, default=str))
+    return out / name
+
+
 def run_info() -> dict:
     """{"run_id", "utc", "git", "gpu"}: one value per process, stamped on every record. git: $FA_GIT_DESCRIBE,
     else `git describe --always --dirty` of the tree, else "tree-<hash of its sources>"."""

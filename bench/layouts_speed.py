@@ -17,7 +17,6 @@ Writes layouts_speed.json; prints a table of time ratios to contiguous.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -156,9 +155,7 @@ def main(argv=None) -> int:
                     rows.append(r)
                 del sets
                 torch.cuda.empty_cache()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "layouts_speed.json").write_text(json.dumps(dict(run=harness.run_info(), rows=rows), indent=1, default=str))
+    harness.write_rows(args.out, "layouts_speed.json", rows)
     print(f"{'kernel':12s} {'layout':10s} {'d':>4s} {'N':>6s} {'causal':>6s} {'ms':>8s} {'TFLOP/s':>8s} {'t/contig':>8s}  ok")
     for r in rows:
         ms = r.get("median_ms")
