@@ -202,6 +202,14 @@ sanitize_wgmma() {
   timeout "$4" python3 bench/sanitize.py --out "$W/$1" --kernels fa2_wgmma --shapes 0 --dtypes "$2" \
     --tools "$1" --only-configs --kernel-shapes "$3" --timeout "$5" --configs "$6" > "$W/$1.txt" 2>&1
 }
+# ab_rep NAME LIMIT_S BUDGET_S AFTER HEAD ARGS...: one run of bench/ab_wgmma_speed.py ARGS into $W/NAME (log
+# $W/NAME.txt) under its own limit and time budget; prints the first HEAD lines of its decision table ("d build" and
+# AFTER lines after it); fails if the run did. The parts that time an A/B twice call it per run (rep1, rep2).
+ab_rep() {
+  local name=$1 limit=$2 budget=$3 after=$4 head=$5 r; shift 5
+  timeout "$limit" python3 bench/ab_wgmma_speed.py --out "$W/$name" "$@" --budget-s "$budget" > "$W/$name.txt" 2>&1
+  r=$?; grep -A"$after" "d build" "$W/$name.txt" | head -"$head"; return $r
+}
 # dispatch_tests LOG LIMIT_S: the GPU tests of forward()'s rule dispatch, head dims and layouts (strided, GQA)
 dispatch_tests() {
   timeout "$2" python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
@@ -999,18 +1007,16 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --budget-s 270 > "$W/ab.txt" 2>&1; rc=$?; grep -A40 "d build" "$W/ab.txt" | grep "causal cells" ;;
     sections23b)
       rc=0; for rep in rep1 rep2; do
-        timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 128 --seqs 512,768,1024,1536,2048,3072,4096 \
-          --causal 1 --order abba --sdpa cudnn --variants default,default-again,default+CAUSAL_SECTION_KB=8192 \
-          --budget-s 120 > "$W/$rep.txt" 2>&1 || rc=1; grep -A6 "d build" "$W/$rep.txt" | head -5; done ;;
+        ab_rep "$rep" 140 120 6 5 --dims 128 --seqs 512,768,1024,1536,2048,3072,4096 \
+          --causal 1 --order abba --sdpa cudnn --variants default,default-again,default+CAUSAL_SECTION_KB=8192 || rc=1; done ;;
     fresh23)
       timeout 560 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 768,1536,3072,6144,12288 \
         --order abba --variants default --budget-s 500 > "$W/ab.txt" 2>&1; rc=$?; grep -E "cells with|faster pass|first pass" "$W/ab.txt" ;;
     d64c23)
       rc=0; for rep in rep1 rep2; do
-        timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 64 --seqs 512,768,1024,1536,2048 \
+        ab_rep "$rep" 140 120 8 6 --dims 64 --seqs 512,768,1024,1536,2048 \
           --causal 1 --order abba --sdpa cudnn \
-          --variants default,default-again,default+BLOCK_N=64+STAGES=4,default+BLOCK_N=64+STAGES=3 \
-          --budget-s 120 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -6; done ;;
+          --variants default,default-again,default+BLOCK_N=64+STAGES=4,default+BLOCK_N=64+STAGES=3 || rc=1; done ;;
     final23)
       dispatch_tests "$W/dispatch.log" 150; rc=$?; tail -1 "$W/dispatch.log"
       timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
@@ -1025,9 +1031,8 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       grep -A100 "^dtype" "$W/grid/ab.txt" | awk '$9+0 < 1.0' ;;
     d64c23b)
       rc=0; for rep in rep1 rep2; do
-        timeout 140 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 64 --seqs 832,896,960,1024 \
-          --causal 1 --order abba --sdpa cudnn --variants default,default-again,default+BLOCK_N=64+STAGES=4 \
-          --budget-s 120 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -4; done ;;
+        ab_rep "$rep" 140 120 8 4 --dims 64 --seqs 832,896,960,1024 \
+          --causal 1 --order abba --sdpa cudnn --variants default,default-again,default+BLOCK_N=64+STAGES=4 || rc=1; done ;;
     grid23c|grid23d|grid23e|grid24)  # grid23e, grid24: four passes per cell, with the time to match
       passes=2; limit=240; [ "$part" = grid23e ] || [ "$part" = grid24 ] && passes=4 && limit=400
       timeout $limit python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
@@ -1041,10 +1046,9 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       grep -A14 "^dtype" "$W/ab.txt" | head -15; grep -E "^cells with|in cycles" "$W/ab.txt" ;;
     sect24)
       rc=0; for rep in rep1 rep2; do
-        timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 64,96,128,256 --seqs 512,768,1024,2048 \
+        ab_rep "$rep" 150 135 8 8 --dims 64,96,128,256 --seqs 512,768,1024,2048 \
           --causal 1 --order abba --sdpa cudnn \
-          --variants default,default-again,default+CAUSAL_SECTION_KB=256,default+CAUSAL_SECTION_KB=1024 \
-          --budget-s 135 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -8; done ;;
+          --variants default,default-again,default+CAUSAL_SECTION_KB=256,default+CAUSAL_SECTION_KB=1024 || rc=1; done ;;
     q24)
       timeout 260 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "q_slots" \
         > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
@@ -1056,12 +1060,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       sanitize_wgmma synccheck float16 4 80 70 "$cfg"; r=$?; tail -2 "$W/synccheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     q24ab)
       rc=0; for rep in rep1 rep2; do
-        timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 96,128 --seqs 512,1024,2048,4096 \
-          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 \
-          --budget-s 135 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -8
-        timeout 60 python3 bench/ab_wgmma_speed.py --out "$W/${rep}_d64" --dims 64 --seqs 512,1024,2048 --causal 0 \
-          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 \
-          --budget-s 50 > "$W/${rep}_d64.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/${rep}_d64.txt" | head -8; done ;;
+        ab_rep "$rep" 150 135 8 8 --dims 96,128 --seqs 512,1024,2048,4096 \
+          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 || rc=1
+        ab_rep "${rep}_d64" 60 50 8 8 --dims 64 --seqs 512,1024,2048 --causal 0 \
+          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 || rc=1; done ;;
     fresh24)
       timeout 570 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 --seqs 640,1000,1280,2560,5120 \
         --order abba --variants default --budget-s 530 > "$W/ab.txt" 2>&1; rc=$?; grep -E "cells with|faster pass|first pass|in cycles" "$W/ab.txt" ;;
@@ -1072,16 +1074,14 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --budget-s 280 > "$W/ab.txt" 2>&1; rc=$?; grep -A12 "d build" "$W/ab.txt" | head -12 ;;
     bc24b)
       rc=0; for rep in rep1 rep2; do
-        timeout 200 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 128 --seqs 4608,6144,8192,12288,16384 \
+        ab_rep "$rep" 200 185 12 12 --dims 128 --seqs 4608,6144,8192,12288,16384 \
           --order abba --sdpa cudnn \
-          --variants default,default-again,default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1,default+PERSISTENT=2+O_DIRECT=2,default+PERSISTENT=2+O_DIRECT=2+TURN_CARRY=1 \
-          --budget-s 185 > "$W/$rep.txt" 2>&1 || rc=1; grep -A12 "d build" "$W/$rep.txt" | head -12; done ;;
+          --variants default,default-again,default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1,default+PERSISTENT=2+O_DIRECT=2,default+PERSISTENT=2+O_DIRECT=2+TURN_CARRY=1 || rc=1; done ;;
     bc24c)
       rc=0; for rep in rep1 rep2; do
-        timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 128 --seqs 5120,7168,10240,14336,16384 \
+        ab_rep "$rep" 150 135 8 8 --dims 128 --seqs 5120,7168,10240,14336,16384 \
           --causal 1 --order abba --sdpa cudnn \
-          --variants default,default-again,default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1,default+PERSISTENT=2+O_DIRECT=2 \
-          --budget-s 135 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -8; done ;;
+          --variants default,default-again,default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1,default+PERSISTENT=2+O_DIRECT=2 || rc=1; done ;;
     rf24)
       timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "ragged_first" \
         > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
@@ -1090,12 +1090,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     rf24ab)
       P=BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1
       rc=0; for rep in rep1 rep2; do
-        timeout 120 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 128 --seqs 4608,6144,10240,12288 --causal 1 \
-          --order abba --sdpa cudnn --variants default,default-again,default+$P,default+$P+SECTION_RAGGED_FIRST=1 \
-          --budget-s 105 > "$W/$rep.txt" 2>&1 || rc=1; grep -A8 "d build" "$W/$rep.txt" | head -8; done
-      timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/other" --dims 64,96 --seqs 3000,6144,10240 --causal 1 \
-        --order abba --sdpa cudnn --variants default,default-again,default+SECTION_RAGGED_FIRST=1 \
-        --budget-s 135 > "$W/other.txt" 2>&1 || rc=1; grep -A12 "d build" "$W/other.txt" | head -12 ;;
+        ab_rep "$rep" 120 105 8 8 --dims 128 --seqs 4608,6144,10240,12288 --causal 1 \
+          --order abba --sdpa cudnn --variants default,default-again,default+$P,default+$P+SECTION_RAGGED_FIRST=1 || rc=1; done
+      ab_rep "other" 150 135 12 12 --dims 64,96 --seqs 3000,6144,10240 --causal 1 \
+        --order abba --sdpa cudnn --variants default,default-again,default+SECTION_RAGGED_FIRST=1 || rc=1 ;;
     final24)
       dispatch_tests "$W/dispatch.log" 150; rc=$?; tail -1 "$W/dispatch.log"
       timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py \
@@ -1116,12 +1114,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       sanitize_wgmma racecheck float16 4 200 190 "$cfg"; rc=$?; tail -2 "$W/racecheck.txt" ;;
     q24c)
       rc=0; for rep in rep1 rep2; do
-        timeout 60 python3 bench/ab_wgmma_speed.py --out "$W/$rep" --dims 96,128 --seqs 1024,2048,4096 --causal 1 \
-          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 \
-          --budget-s 50 > "$W/$rep.txt" 2>&1 || rc=1; grep -A6 "d build" "$W/$rep.txt" | head -6
-        timeout 50 python3 bench/ab_wgmma_speed.py --out "$W/${rep}_long" --dims 128 --seqs 6144,8192 --causal 1 \
-          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 \
-          --budget-s 40 > "$W/${rep}_long.txt" 2>&1 || rc=1; grep -A4 "d build" "$W/${rep}_long.txt" | head -4; done ;;
+        ab_rep "$rep" 60 50 6 6 --dims 96,128 --seqs 1024,2048,4096 --causal 1 \
+          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 || rc=1
+        ab_rep "${rep}_long" 50 40 4 4 --dims 128 --seqs 6144,8192 --causal 1 \
+          --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 || rc=1; done ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
