@@ -74,6 +74,16 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
                  stated). Three of them (fa2_wgmma's Br = 192 at d = 64) keep a third softmax in flight while the
                  tensor cores run the other two's products, and the overlap rule takes its own fitted share σ_ws3
                  (analysis/gpu_model.py combine; stage 4 of analysis/fit_gpu_model.py)
+    mask_every_step_if_ragged  the kernel runs the mask (a compare and a select per score, analysis/gpu_model.py
+                 MASK_OPS_PER_SCORE) on every key block when Bc does not divide Nk, not only on the tail block and the
+                 causal diagonal's (cuDNN: read off its timings, _sdpa_cudnn); False: those blocks only (this repo's
+                 kernels' need_mask, FA2's masking steps)
+    rescale_skip the O accumulator is rescaled (FA2 Alg. 1 line 10's diag(e^(m_old - m_new)) O: Br x d multiplies per
+                 tile, counted in the closed form's 'other') only when a row's max grows past a bound (fa2_wgmma
+                 RESCALE_THRESHOLD, FA4's rule; exact in the result): the model drops those multiplies from the tile's
+                 softmax work, the rare step that still rescales left out. False: every step (SDPA flash, whose measured
+                 issue_per_tile has them; cuDNN: +533 warp instructions per key block at d = 128 over d = 64 in
+                 ncu_levels*.csv, as a rescale of its 64 x d O per warpgroup every step would issue)
     causal_walk  causal: a consumer warpgroup whose rows end before its Q block's last row walks the key blocks
                  wholly past its own last row (fa2_wgmma WG_CAUSAL_SKIP, v11): that block's tiles cost the mean,
                  over its warpgroups, of the steps each runs (analysis/gpu_model.py prepare)
@@ -145,6 +155,8 @@ class KernelDescriptor:
     consumer_warpgroups: int = 0  # warp-specialised: consumer warpgroups per CTA (3: the overlap share sigma_ws3)
     causal_walk: bool = False  # causal: each warpgroup runs only the key blocks its own rows see (WG_CAUSAL_SKIP)
     half_diag: bool = False  # a warpgroup whose rows see its first key block's first half only runs it at half width
+    mask_every_step_if_ragged: bool = False  # every key block masked when Bc does not divide Nk (cuDNN, its timings)
+    rescale_skip: bool = False  # O rescaled only when the row max grows past a bound (fa2_wgmma RESCALE_THRESHOLD)
     local_step_bytes: float = 0.0  # spill stores per thread per unmasked step (analysis/local_memory.py)
     local_masked_step_bytes: float = 0.0
     local_cta_bytes: float = 0.0
@@ -261,7 +273,11 @@ def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
     # producer loads the next work tile while the consumers finish this one, as its timings say: against
     # fa2_wgmma's one-tile CTAs (same Br, Bc, warpgroups) it is 0.84x at N = 2048 and 0.92x at 8192 (d = 64, the
     # fit's training cells, tc_bench_wgmma_tma.json): a per-tile latency that shrinks with the tile count.
-    # Its causal order is not known: ascending (the list schedule's).
+    # Its causal order is not known: ascending (the list schedule's). mask_every_step_if_ragged: at lengths Bc = 128
+    # does not divide it runs 9-15% slower per unit of work than at the multiples beside them (d = 64 non-causal
+    # N = 1000: 359 us against 1024's 321-331 us; causal 960 (B = 17) 227-232 us against 1024 (B = 16) 206-220 us;
+    # stop23/fresh23, stop24/fresh24 and the d = 64 causal 576-960 lengths of stop23/short23), as a kernel that masks every
+    # key block would; this repo's kernels time in proportion to the work there.
     if d > 256:
         raise ValueError(f"sdpa_cudnn takes head dims up to 256, got d={d}")
     br, bc = 128, 128
@@ -275,6 +291,7 @@ def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
                 consumer_warpgroups=2,
                 qk_pad_cols=kd - d, pv_pad_cols=kd - d, load_cols=kd,
                 loads="tma", s_p="registers", grid="persistent", next_tile_prefetch=True, smem_bytes_per_tile=smem,
+                mask_every_step_if_ragged=True,
                 launch_overhead_s=t, overhead_source=src + "; cuDNN assumed as SDPA flash",
                 source="ncu kernel names and launch stats in bench/results/tc_ncu_wgmma_tma_d{64,128}.csv, "
                        "ncu_levels_d256.csv, ncu_levels_d96.csv")

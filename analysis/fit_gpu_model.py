@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 
 from analysis import gpu_model as gm
 from analysis.descriptors import describe
-from analysis.measured import ab_cells, bench_cells, teaching_cells
+from analysis.measured import RESULTS, ab_cells, bench_cells, teaching_cells
 
 TRAIN_N = (2048, 8192)
 # v_once_tc with f spilled: its CTAs/SM (so its bytes in flight, Little's law) change with N (the lazy
@@ -49,17 +50,44 @@ WG3_PARAMS = ("sigma_ws3",)  # stage 4: what only a CTA of three consumer warpgr
 WG3_SOURCES = ("tiles64/bc192/", "tiles64/tiles_ab/rep1/", "tiles64/tiles_ab/rep2/")  # the first Br = 192 A/B
 
 
+CEILING_FILE = RESULTS / "stop25" / "ceiling25" / "tc_ceiling.json"  # bench/tc_ceiling.py on the H200 (stop 25)
+DATASHEET_CLOCK_MHZ = 1830.0  # the clock the model converts cycles at (analysis/gpus.py clock_hz)
+
+
+def wgmma_rate() -> tuple[float, dict]:
+    """R_wgmma from two measurements, not the fit: the wgmma ceiling in FLOP per SM clock (bench/tc_ceiling.py: every
+    shape and warpgroup count reached 4095 of the dense 4096) times the SM clock the training split's shapes run at
+    under the power cap over the datasheet clock the model converts cycles at. The clock: the median recorded
+    clock_mhz (bench/harness.py, runs since stop 23) of the wgmma kernels' (fa2_wgmma, cuDNN) fp16 non-causal timings
+    at TRAIN_N, d = 64 and 128. Fitted, R_wgmma traded against sigma_ws along a flat valley of the loss (3838 with
+    sigma_ws 0.38, 3316 with 0.15, at the same loss to 0.1%), so the fit could not say which."""
+    rows = json.loads(CEILING_FILE.read_text())["rows"]
+    ceiling = statistics.median(r["flop_per_clk_sm"] for r in rows if r.get("path") == "wgmma" and "error" not in r)
+    clocks = []
+    for path in sorted(RESULTS.glob("**/ab_wgmma_speed.json")):
+        for r in json.loads(path.read_text()).get("rows", []):
+            if (r.get("clock_mhz") and r["variant"] != "sdpa_flash" and r["n"] in TRAIN_N and not r["causal"]
+                    and r["d"] in (64, 128) and r["dtype"] in ("float16", "fp16")):
+                clocks.append(r["clock_mhz"])
+    clock = statistics.median(clocks)
+    return ceiling * clock / DATASHEET_CLOCK_MHZ, dict(
+        ceiling_flop_per_clk_sm=ceiling, ceiling_source=str(CEILING_FILE.relative_to(RESULTS.parent.parent)),
+        clock_mhz=clock, clock_timings=len(clocks), datasheet_clock_mhz=DATASHEET_CLOCK_MHZ)
+
+
 def is_train(cell: dict) -> bool:
     """In either stage's training split (validate marks these rows 'train')."""
     return is_train_base(cell) or is_train_spill(cell) or is_train_wg3(cell)
 
 
 def is_train_base(cell: dict) -> bool:
-    if cell["dtype"] != "fp16" or cell["causal"] or cell["n_q"] not in TRAIN_N or "time_s" not in cell:
+    if cell["dtype"] != "fp16" or cell["n_q"] not in TRAIN_N or "time_s" not in cell:
         return False
     src, k = cell["source"], cell["kernel"]
-    if src == "tc_bench_wgmma_tma.json":
+    if src == "tc_bench_wgmma_tma.json":  # causal too (stop 25): the per-tile costs of the short causal Q blocks
         return k in ("fa2_tc", "fa2_wgmma", "sdpa_flash", "sdpa_cudnn")
+    if cell["causal"]:
+        return False
     if src == "tc_bench.json":
         return k == "v_once_tc"
     if src == "bench_kernels.json":
@@ -149,12 +177,15 @@ def fit(verbose=True) -> dict:
     PERSISTENT_PARAMS on the prefetching persistent kernels' base cells. Stage 4: WG3_PARAMS on is_train_wg3's cells."""
     base = [c for c in bench_cells() + teaching_cells() if is_train_base(c)]
     works = [(work_of(c), (c["time_s"], c.get("timer"))) for c in base]  # A/B cells: as their timer measures
-    names = [k for k in gm.DEFAULT_PARAMS if k not in ("lat_dram", "L_gmem_dram") + PERSISTENT_PARAMS + WG3_PARAMS]
+    r_wgmma, r_wgmma_from = wgmma_rate()
+    names = [k for k in gm.DEFAULT_PARAMS
+             if k not in ("lat_dram", "L_gmem_dram", "R_wgmma") + PERSISTENT_PARAMS + WG3_PARAMS]
     bounded = {"sigma_fa2": (0.0, 1.0), "sigma_ws": (0.0, 1.0), "sigma_ws3": (0.0, 1.0), "eta_lds": (0.05, 1.0),
                "R_wgmma": (500, 4096), "R_mma_sync": (500, 4096),
                "W_sat": (8.0, 64.0), "sigma_spill": (0.0, 1.0), "lat_dram": (0.0, 20000.0),
                "L_persistent_steps": (0.0, 4.0)}
-    params, val = _fit_names(names, {"lat_dram": 0.0, "L_gmem_dram": 0.0}, works, gm.DEFAULT_PARAMS, bounded,
+    params, val = _fit_names(names, {"lat_dram": 0.0, "L_gmem_dram": 0.0, "R_wgmma": r_wgmma}, works, gm.DEFAULT_PARAMS,
+                             bounded,
                              restarts=2)
     spill_cells = [c for c in bench_cells() + teaching_cells() if is_train(c)]
     spill_works = [(w, (c["time_s"], c.get("timer"))) for c in spill_cells for w in [work_of(c)] if w.desc.f == "hbm"]
@@ -171,6 +202,7 @@ def fit(verbose=True) -> dict:
     if verbose:
         print(f"fitted on {len(works)} cells, rms log error {rms:.4f}", file=sys.stderr)
     return dict(params=params, train_cells=len(works), rms_log_error=rms,
+                derived={"R_wgmma": r_wgmma_from},
                 split="fp16 non-causal N in {2048, 8192}: tc_bench_wgmma_tma.json (fa2_tc, fa2_wgmma, "
                       "sdpa_flash, sdpa_cudnn), tc_bench.json (v_once_tc), bench_kernels.json (every teaching kernel); "
                       "stage 2 (sigma_spill, lat_dram, L_gmem, L_gmem_dram): the spilled (f in HBM) cells among them and tc_bench.json "

@@ -23,7 +23,7 @@ Overlap rule per kernel structure (the descriptor's):
                       of analysis/fit_gpu_model.py, on the first Br = 192 A/B's fp16 non-causal cells)
     fa2               max(tensor, smem) + σ · (mufu + alu)   (the same warps do both; other CTAs hide part:
                       σ = σ_fa2^(CTAs/SM - 1), each co-resident CTA hiding the same share of what is left;
-                      σ = 1 at one CTA per SM: nothing runs products while its warps do the softmax)
+                      σ = 1 at one CTA per SM: nothing runs products while its warps do the softmax))
 A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L + io + L_gmem · rt(n) cycles (it shares its SM with
 ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; io: its Q tile in and O tile out, 2·Br·d·item bytes,
 at the SM's share of the L2's rate, L2_BANDWIDTH / SMs: not fitted, so L is what is left once the tile sizes are
@@ -85,6 +85,8 @@ SMEM_BYTES_PER_CLK = 128  # CUDA C++ Programming Guide, shared memory: 32 banks 
 MUFU_PER_CLK = 16  # CUDA guide, CC 9.0 arithmetic throughput: 16 exp2 results/clk/SM
 FP32_LANES = 128  # H100 whitepaper: 128 FP32 cores per SM
 ISSUE_PER_CLK = 4  # four warp schedulers per SM, one instruction each per clock (H100 whitepaper)
+MASK_OPS_PER_SCORE = 2  # a masked step's extra FP32-pipe work per score: a compare against the row's last visible
+#                         column and a select of -inf (kernels/cuda/wgmma_fa2.cuh softmax_step<true>: ISETP + FSEL)
 L2_BANDWIDTH = 6.6e12  # B/s: the most any committed ncu row moved, lts__t_bytes / gpu__time_duration
 #                        (v_once_tc d=128 N=4096: 14.49 GB in 2.19 ms, bench/results/tc_ncu_wgmma_tma_d128.csv):
 #                        a measured lower bound of the L2's rate, not a datasheet figure (there is none)
@@ -136,6 +138,7 @@ class Work:
     levels: object
     tiles: int  # visited tiles, whole problem
     cta_tiles: list  # tiles per CTA, one head's pattern (grid q_blocks/persistent) or [all] (heads)
+    cta_masked: list  # of those, the tiles whose key block the kernel masks (Tiling.masked_steps), CTA by CTA
     repeats: int  # how many times the pattern repeats (B·H)
     paper_flops: float  # the work TFLOP/s divides by: analysis.headline.attention_flops (visible pairs)
 
@@ -181,9 +184,12 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
     lv = levels(desc, g, batch, heads, n_q, n_k, d, dtype, causal, traffic=tr)
     t = Tiling(n_q, n_k, desc.block_q, desc.block_k, bool(causal))
     per_block = [len(t.k_blocks(i)) for i in range(t.t_r)]
+    masked = [t.masked_steps(i, desc.mask_every_step_if_ragged) for i in range(t.t_r)]
     if desc.idle_skip and per_block:  # the last Q block's warpgroups past Nq compute nothing (a fraction of its tiles)
         rows = n_q - (t.t_r - 1) * desc.block_q
-        per_block[-1] *= min(desc.block_q, -(-rows // 64) * 64) / desc.block_q
+        share = min(desc.block_q, -(-rows // 64) * 64) / desc.block_q
+        per_block[-1] *= share
+        masked[-1] *= share
     if desc.causal_walk and causal and desc.block_q > 64:  # fa2_wgmma WG_CAUSAL_SKIP: each warpgroup's own key blocks
         per_block = [n * _causal_walk_share(i * desc.block_q, len(t.k_blocks(i)), desc, n_q, n_k, desc.idle_skip)
                      for i, n in enumerate(per_block)]
@@ -197,7 +203,7 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
                                     desc.causal_walk)
             per_block[i] -= sum((0.5 if tw > 1 else 0.25) for h, tw in filter(None, half) if h) / nwg
     if desc.grid == "heads":
-        pattern, repeats = [sum(per_block)], batch * heads
+        pattern, mpattern, repeats = [sum(per_block)], [sum(masked)], batch * heads
     elif desc.grid == "clusters":  # a cluster lasts as long as its busiest CTA, rank 0 (analysis/cluster_model.py)
         from analysis.cluster import plan_or_largest
         from analysis.cluster_model import busiest_rank_tiles
@@ -205,8 +211,9 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
         cs = plan_or_largest(n_k, d, block_q=desc.block_q, block_k=desc.block_k,
                              capacity=_smem_per_cta()).cluster_size
         pattern, repeats = [busiest_rank_tiles(n, cs) for n in per_block], batch * heads
+        mpattern = [m * p / n if n else 0 for m, p, n in zip(masked, pattern, per_block)]  # rank 0's share
     else:
-        pattern, repeats = per_block, batch * heads
+        pattern, mpattern, repeats = per_block, masked, batch * heads
     if causal and desc.grid == "persistent" and desc.causal_section_kb:
         # fa2_wgmma_tma.cu tile_coords: sections of hs heads (their K and V, ((Nk + 255) / 256) * d KB per head, in
         # causal_section_kb), each section's tiles longest first; the CTAs take them in that order. A section of the
@@ -216,12 +223,13 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
         sizes = [hs] * (bh // hs)
         if bh % hs:
             sizes = [bh % hs] + sizes if desc.ragged_section_first else sizes + [bh % hs]
-        pattern = [n for size in sizes for n in sorted(per_block * size, reverse=True)]
+        pairs = [p for size in sizes for p in sorted(list(zip(per_block, masked)) * size, reverse=True)]
+        pattern, mpattern = [n for n, _ in pairs], [m for _, m in pairs]
         repeats = 1
     elif causal and desc.causal_order == "heaviest_first":  # blockIdx.x -> Q block Tr - 1 - blockIdx.x
-        pattern = pattern[::-1]
+        pattern, mpattern = pattern[::-1], mpattern[::-1]
     return Work(desc, batch, heads, n_q, n_k, d, dtype, bool(causal), tr, lv, sum(per_block) * batch * heads,
-                pattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal))  # 4·d per visible pair
+                pattern, mpattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal))  # 4·d per visible pair
 
 
 def _smem_per_cta() -> int:
@@ -236,8 +244,8 @@ def round_trips(desc, n: int) -> float:
 
 
 def _schedule(pattern, repeats, slots, cost) -> tuple[float, float]:
-    """Makespan (cycles) of CTAs taking cost(n) cycles each (n: its tiles), list-scheduled in launch order
-    onto `slots`; and the number of waves (CTAs / slots)."""
+    """Makespan (cycles) of CTAs taking cost(n) cycles each (n: its work, e.g. (tiles, masked tiles)),
+    list-scheduled in launch order onto `slots`; and the number of waves (CTAs / slots)."""
     n_ctas = len(pattern) * repeats
     waves = n_ctas / slots
     if len(set(pattern)) == 1:  # equal CTAs: whole waves
@@ -313,10 +321,18 @@ def tile_terms(work: Work, params: dict) -> dict:
                                                   + desc.qk_pad_cols) / rate
     if desc.row_sum_cols:  # the softmax's row-sum add per score (FA2 Alg. 1 line 9) is the product's now
         other = max(0.0, other - desc.block_q * desc.block_k)
+    if desc.rescale_skip:  # FA2 Alg. 1 line 10's O rescale (Br x d multiplies) only when a row max moves past the bound
+        other = max(0.0, other - desc.block_q * work.d)
     alu = (params["k_alu"] * other + desc.exp_alu * exps) / FP32_LANES
     if desc.issue_per_tile:  # measured (analysis/issue.py): every non-MMA instruction, MUFU and ldmatrix included
         return {"tensor": tensor, "smem": smem, "softmax": desc.issue_per_tile / ISSUE_PER_CLK}
     return {"tensor": tensor, "smem": smem, "softmax": mufu + alu}
+
+
+def mask_cycles(desc) -> float:
+    """FP32-pipe cycles a masked tile's softmax adds (MASK_OPS_PER_SCORE per score over Br x Bc); the teaching tier's
+    fitted k_alu_ffma already carries its visibility test, so 0 there."""
+    return 0.0 if desc.path == "ffma" else MASK_OPS_PER_SCORE * desc.block_q * desc.block_k / FP32_LANES
 
 
 def combine(desc, terms: dict, params: dict) -> float:
@@ -371,8 +387,11 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
         per_tile += exposed  # one consumer warpgroup: the latency it leaves exposed per tile (fitted)
         cluster_terms["exposed"] = exposed * sum(work.cta_tiles) / max(1, len(work.cta_tiles))
     per_tile += ring_wait(desc, per_tile, lv, params)
-    cycles, waves = _schedule(work.cta_tiles, work.repeats, slots,
-                              lambda n: per_tile * n + fixed + lat * round_trips(desc, n))
+    # a masked tile (causal diagonal, Nk tail) runs the mask before its softmax: what that adds to the tile's cycles
+    mask = mask_cycles(desc)
+    per_mask = desc.ctas_per_sm * (combine(desc, dict(terms, softmax=terms["softmax"] + mask), params) - t_tile)
+    cycles, waves = _schedule(list(zip(work.cta_tiles, work.cta_masked)), work.repeats, slots,
+                              lambda nm: per_tile * nm[0] + per_mask * nm[1] + fixed + lat * round_trips(desc, nm[0]))
     cycles += once
     t_compute = cycles / clock
     t_latency = sum(lat * round_trips(desc, n) for n in work.cta_tiles) * work.repeats / slots / clock
@@ -382,7 +401,8 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     # each compute term as if it alone ran: whole-problem SM cycles spread over every SM
     cta_slots = slots * (desc.cluster_size if desc.grid == "clusters" else 1)
     scale = work.tiles * desc.ctas_per_sm / cta_slots / clock
-    named = {"tensor": terms["tensor"] * scale, "softmax": terms["softmax"] * scale,
+    masked_share = sum(work.cta_masked) / max(1e-9, sum(work.cta_tiles))
+    named = {"tensor": terms["tensor"] * scale, "softmax": (terms["softmax"] + mask * masked_share) * scale,
              "smem": terms["smem"] * scale, "latency": t_latency, "l2": t_l2, "dram": t_dram}
     for k, cyc in cluster_terms.items():  # per cluster, whole problem spread over the resident clusters
         named[k] = cyc * len(work.cta_tiles) * work.repeats / slots / clock

@@ -88,10 +88,9 @@ def steps(desc, n_q: int, n_k: int, causal: bool) -> tuple[int, int, int]:
     t = Tiling(n_q, n_k, desc.block_q, desc.block_k, causal)
     plain = masked = 0
     for i in range(t.t_r):
-        blocks = t.k_blocks(i)
-        m = sum(1 for j in blocks if t.needs_mask(i, j) or (j + 1) * desc.block_k > n_k)
+        m = t.masked_steps(i)
         masked += m
-        plain += len(blocks) - m
+        plain += len(t.k_blocks(i)) - m
     return plain, masked, (1 if desc.grid == "heads" else cdiv(n_q, desc.block_q))
 
 

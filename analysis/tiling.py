@@ -111,6 +111,22 @@ class Tiling:
         _, c1 = self.cols(j)
         return c1 - 1 > r0 + self.offset
 
+    def masked_steps(self, i: int, every_if_ragged: bool = False) -> int:
+        """Visited tiles of Q block i whose key block a kernel masks: it holds the Nk tail or a column past some row's
+        causal limit (fa2_wgmma's need_mask, FA2's masking steps; the rows tested from the block's first, as
+        needs_mask). every_if_ragged: a kernel that masks every step when Nk is not a multiple of Bc (cuDNN, from its
+        timings: analysis/descriptors.py _sdpa_cudnn)."""
+        n = len(self.k_blocks(i))
+        ragged = self.n_k % self.block_k != 0
+        if every_if_ragged and ragged:
+            return n
+        # block j is free of the causal mask iff its last column c1 - 1 <= r0 + offset, i.e. (j + 1) Bc <= r0 + offset + 1
+        # (a ragged last block, c1 = Nk < (j + 1) Bc, is masked for its tail anyway)
+        plain = min(n, max(0, (self.rows(i)[0] + self.offset + 1) // self.block_k)) if self.causal else n
+        if ragged and n == self.t_c and plain == n:
+            plain -= 1
+        return n - plain
+
     def visited(self):
         """All visited tiles (i, j) in row-major order."""
         for i in range(self.t_r):

@@ -57,6 +57,8 @@
 #   levels_persist issue 11: ncu levels of forward()'s persistent builds and cuDNN at N = 512-4k      -> levels_persist/
 #   levels256  issue 11: ncu levels at d = 256 (fa2_wgmma's default builds, cuDNN), N = 512, 4k, 16k    -> levels256/
 #   levels_causal issue 11: ncu levels of the persistent causal builds at N = 512-2k, d = 64/128       -> levels_causal/
+#   ceiling25  issue 11: bench/tc_ceiling.py, the wgmma / mma.sync rates alone in FLOP/clk/SM        -> ceiling25/
+#   ragged25   issue 11: forward()'s build, SDPA flash, cuDNN at N = 1500-7000 (Bc does not divide them) -> ragged25/
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
 #   fresh11    issue 11: never-timed N (768-12288) at d = 64/96/128/256, the default, CONFIGS, ring1 and SDPA, twice
 #              (abba): the GPU model's fresh held-out cells                                           -> fresh11/
@@ -1118,6 +1120,14 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
           --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 || rc=1
         ab_rep "${rep}_long" 50 40 4 4 --dims 128 --seqs 6144,8192 --causal 1 \
           --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 || rc=1; done ;;
+    ceiling25)  # issue 11: the tensor cores' rate alone, in FLOP per SM clock (bench/tc_ceiling.cu: wgmma SS / RS,
+      # mma.sync), one CTA per SM: the model's R_wgmma and R_mma_sync from a measurement, not the fit
+      timeout 200 python3 bench/tc_ceiling.py --out "$W" > "$W/ceiling.txt" 2>&1; rc=$?; cat "$W/ceiling.txt" ;;
+    ragged25)  # issue 11: lengths Bc does not divide, none timed before (the masked-step term and cuDNN's
+      # every-step mask, predicted before this run: bench/results/stop25/ragged25_prediction.json); forward()'s build,
+      # SDPA flash and cuDNN, fp16 / bf16, causal and not, d = 64 / 128
+      timeout 400 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 1500,2500,3500,5000,7000 \
+        --order abba --variants default --budget-s 380 > "$W/ab.txt" 2>&1; rc=$?; grep -E "cells with|in cycles" "$W/ab.txt" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window

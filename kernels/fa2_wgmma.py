@@ -916,6 +916,7 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
                 idle_skip=bool(tma and defs.get("WG_SKIP") and nwg > 1),  # v10: the idle warpgroups walk the barriers
                 causal_walk=bool(tma and defs.get("WG_CAUSAL_SKIP") and nwg > 1),  # v11
                 half_diag=bool(tma and defs.get("HALF_DIAG")),  # v14: a warpgroup's half-visible first block, half width
+                rescale_skip=bool(defs.get("RESCALE_THRESHOLD")),  # v6f: O rescaled only when a row max moves past 2^T
                 consumer_warpgroups=nwg if tma else 0,  # Br = 192's three: the model's overlap share sigma_ws3
                 smem_bytes_per_tile=smem_tile, smem_bytes=smem_bytes(defs), launch_overhead_s=t,
                 row_sum_cols=rs_cols, pv_pad_cols=defs.get("PV_N", padded_d(d)) - d if not rs_cols else 0,

@@ -174,6 +174,10 @@ def test_validate_on_committed_data(capsys, tmp_path):
     rank = val.ranking(rs)
     assert (rc == 1) == (bool(unexplained) or not (rank["ok"] or gaps.get("ranking", {}).get("reason")))
     assert rc == 0  # CI: every committed cell is in band or a listed known gap
+    # and every listed gap still names a miss: an entry the model has since brought in band is deleted, not kept
+    stale = [g["kernel"] + " " + str(g.get("source", "")) for g in gaps["cells"]
+             if not any(r["in_band"] is False and val.gap_reason(r, {"cells": [g]}) for r in rs)]
+    assert not stale, f"known-gap entries that match no out-of-band row: {stale}"
 
 
 def test_validate_fails_on_an_unlisted_miss(capsys, tmp_path, monkeypatch):
@@ -360,7 +364,7 @@ def test_prefetching_persistent_kernel_pays_a_tiles_fill_per_work_tile():
         return gm.predict_work(w, params).time_s / gm.predict_work(w, old).time_s
 
     short, long = ratio(512, 32), ratio(16384, 1)  # B*N = 16k: same work tiles, 4 vs 128 key blocks each
-    assert short < 0.9 and 0.97 < long < 1.0 and short < long
+    assert short < 0.95 and 0.97 < long < 1.0 and short < long
 
 
 def test_persistent_rows_timed_before_v6_keep_one_causal_section():
@@ -392,8 +396,11 @@ def test_a_work_tile_pays_its_q_in_and_o_out():
     w = gm.prepare(d256, 1, 1, 128, 128, 256)
     p = gm.load_params()
     terms = gm.tile_terms(w, p)
-    n = w.cta_tiles[0]  # key blocks of Bc = 80 over Nk = 128: 2
-    cycles = n * gm.combine(d256, terms, p) + p["L_cycles"] + gm.io_cycles(d256, 256, 2, g)
+    n, m = w.cta_tiles[0], w.cta_masked[0]  # key blocks of Bc = 80 over Nk = 128: 2, the second masked (the Nk tail)
+    assert (n, m) == (2, 1)
+    masked = gm.combine(d256, dict(terms, softmax=terms["softmax"] + gm.mask_cycles(d256)), p)
+    cycles = n * gm.combine(d256, terms, p) + m * (masked - gm.combine(d256, terms, p)) + p["L_cycles"] \
+        + gm.io_cycles(d256, 256, 2, g)
     assert gm.predict_work(w, p).terms["compute"] == pytest.approx(cycles / g.value("clock_hz"))
 
 
@@ -622,3 +629,82 @@ def test_cell_medians_read_the_target_per_cell():
     assert got["cells"] == 2 and got["in_band"] == 1
     ((key, ratio, runs),) = got["out"]
     assert key[3] == 8192 and runs == 2 and ratio == pytest.approx(1 / 1.225)
+
+
+def test_masked_steps_closed_form_matches_the_kernels_need_mask():
+    """Tiling.masked_steps counts the visited key blocks that hold the Nk tail or a column past some row's causal limit
+    (fa2_wgmma's need_mask), in closed form; checked against the tile-by-tile test on random shapes."""
+    import random
+
+    from analysis.tiling import Tiling
+
+    rng = random.Random(25)
+    for _ in range(400):
+        t = Tiling(rng.randint(1, 700), rng.randint(1, 700), rng.choice([64, 128, 192]), rng.choice([64, 80, 96, 128, 176]),
+                   rng.random() < 0.6)
+        for i in range(t.t_r):
+            loop = sum(1 for j in t.k_blocks(i) if t.needs_mask(i, j) or (j + 1) * t.block_k > t.n_k)
+            assert t.masked_steps(i) == loop
+            assert t.masked_steps(i, every_if_ragged=True) == (len(t.k_blocks(i)) if t.n_k % t.block_k else loop)
+
+
+def test_masked_steps_cost_and_cudnns_ragged_lengths():
+    """A masked tile pays MASK_OPS_PER_SCORE per score on the FP32 pipe. cuDNN masks every key block when Bc = 128
+    does not divide Nk (its timings: d = 64 non-causal N = 1000 359 us against 1024's 321-331), so per unit of work
+    the model prices it slower at 1000 than at 1024; fa2_wgmma masks only the tail block there."""
+    from kernels.fa2_wgmma import CONFIGS
+
+    assert describe("sdpa_cudnn", 64).mask_every_step_if_ragged
+    assert not describe("fa2_wgmma", 64, config=CONFIGS[64]).mask_every_step_if_ragged
+    assert not describe("sdpa_flash", 64).mask_every_step_if_ragged
+    assert gm.mask_cycles(describe("fa2", 64)) == 0.0  # the teaching tier's fitted constants carry its mask
+
+    def per_flop(kernel, n, **kw):
+        p = gm.predict(kernel, 16, 32, n, n, 64, **kw)
+        return p.time_s / (n * n)
+
+    cudnn = per_flop("sdpa_cudnn", 1000) / per_flop("sdpa_cudnn", 1024)
+    ours = per_flop("fa2_wgmma", 1000, config=CONFIGS[64]) / per_flop("fa2_wgmma", 1024, config=CONFIGS[64])
+    assert cudnn > 1.05 and ours < 1.04 and cudnn > ours + 0.03
+    w = gm.prepare(describe("sdpa_cudnn", 64), 16, 32, 1000, 1000, 64)
+    assert w.cta_masked == w.cta_tiles  # every tile
+    w = gm.prepare(describe("sdpa_cudnn", 64), 16, 32, 1024, 1024, 64)
+    assert sum(w.cta_masked) == 0
+
+
+def test_rescale_threshold_is_priced():
+    """fa2_wgmma's RESCALE_THRESHOLD rescales O only when a row max moves past the bound: the model drops FA2 Alg. 1
+    line 10's Br x d multiplies per tile from the softmax work; SDPA flash and cuDNN rescale every step. The A/B that
+    took the knob out (bench/results/stop23/recheck_knobs) measured 1.023-1.058x the time."""
+    from kernels.fa2_wgmma import CONFIGS
+
+    cfg = dict(CONFIGS[128], RESCALE_THRESHOLD=8)
+    assert describe("fa2_wgmma", 128, config=cfg).rescale_skip
+    assert not describe("fa2_wgmma", 128, config=CONFIGS[128]).rescale_skip
+    assert not describe("sdpa_cudnn", 128).rescale_skip and not describe("sdpa_flash", 128).rescale_skip
+    with_t = gm.predict("fa2_wgmma", 4, 16, 4096, 4096, 128, config=cfg).time_s
+    without = gm.predict("fa2_wgmma", 4, 16, 4096, 4096, 128, config=CONFIGS[128]).time_s
+    assert 1.005 < without / with_t < 1.06
+
+
+def test_wgmma_rate_comes_from_the_measured_ceiling_and_clock():
+    """R_wgmma is not fitted (it traded against sigma_ws along a flat valley of the loss): the wgmma ceiling measured
+    in SM cycles (bench/tc_ceiling.py: the dense 4096 FLOP/clk/SM, every shape) times the clock the training shapes
+    run at under the power cap over the clock the model converts cycles at."""
+    import json
+
+    from analysis import fit_gpu_model as fit
+
+    rows = json.loads(fit.CEILING_FILE.read_text())["rows"]
+    wgmma = [r for r in rows if r["path"] == "wgmma"]
+    mma = [r for r in rows if r["path"] == "mma_sync"]
+    assert wgmma and mma and not any(r.get("problems") or "error" in r for r in rows)
+    assert all(0.99 * 4096 <= r["flop_per_clk_sm"] <= 4096 * 1.01 for r in wgmma)
+    assert all(r["flop_per_clk_sm"] < 0.7 * 4096 for r in mma)  # mma.sync: about two thirds of the wgmma rate
+    rate, src = fit.wgmma_rate()
+    assert rate == pytest.approx(src["ceiling_flop_per_clk_sm"] * src["clock_mhz"] / src["datasheet_clock_mhz"])
+    assert 1600 < src["clock_mhz"] < 1980 and src["clock_timings"] > 20
+    p = gm.load_params()
+    assert p["R_wgmma"] == pytest.approx(rate)
+    # the fitted attainable mma.sync rate stays under the path's measured ceiling
+    assert p["R_mma_sync"] < min(r["flop_per_clk_sm"] for r in mma)

@@ -1,0 +1,111 @@
+"""The tensor cores' attainable rate in FLOP per SM clock, per instruction path (issue 11: measured ceilings).
+
+Runs bench/tc_ceiling.cu's two loops, one CTA per SM (wgmma: a dynamic shared-memory request that only one CTA fits;
+mma.sync: CTAS_PER_SM CTAs each asking for 1/CTAS_PER_SM of it), and reads each CTA's clock64 span and SM id. Per SM:
+FLOPs of its CTAs / the longest span -> FLOP/clk/SM; the median over SMs and --reps launches is the config's rate.
+The launch's event time gives the clock it ran at (span / time): a cross-check, not part of the rate.
+
+Checks before anything is written: every SM holds the CTAs the launch meant it to (one per SM for wgmma), and no rate
+is over the dense peak (4096 FLOP/clk/SM: 989.4 TFLOP/s / 132 SMs / 1.83 GHz, H100 whitepaper), which a loop whose
+products were dropped would show.
+
+    PYTHONPATH=. python3 bench/tc_ceiling.py --out DIR        # writes DIR/tc_ceiling.json, prints a table
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SOURCE = Path(__file__).resolve().parent / "tc_ceiling.cu"
+PEAK = 4096  # dense fp16 FLOP/clk/SM (H100 whitepaper: 989.4 TFLOP/s at 1.83 GHz over 132 SMs)
+# (path, defines, CTAs per SM, threads per CTA); wgmma: the kernels' shapes (S = Q K^T: WN = Bc, SS; O += P V: WN = d, RS)
+WGMMA = [dict(WN=wn, NWG=nwg, RS=rs, WAIT=wait)
+         for wn, nwg, rs, wait in [(128, 2, 0, 1), (128, 2, 0, 0), (128, 1, 0, 1), (128, 3, 0, 1), (64, 2, 0, 1),
+                                   (64, 3, 0, 1), (176, 2, 0, 1), (256, 2, 0, 1), (128, 2, 1, 1), (64, 2, 1, 1)]]
+MMA = [dict(WARPS=w, CTAS=c, CHAINS=8) for w, c in [(4, 2), (4, 1), (8, 1), (8, 2)]]
+
+
+def run_config(path: str, cfg: dict, iters: int, reps: int, sms: int, smem_max: int) -> dict:
+    import torch
+
+    from kernels import loader
+
+    if path == "wgmma":
+        defines = {k: cfg[k] for k in ("WN", "NWG", "RS", "WAIT")}
+        fn = loader.get_function(SOURCE, "wgmma_ceiling", defines=defines, arch="sm_90a")
+        threads, ctas_per_sm, smem = cfg["NWG"] * 128, 1, smem_max - 4096  # with the static span[]: one CTA per SM
+        flops_cta = cfg["NWG"] * iters * 4 * 2 * 64 * cfg["WN"] * 16
+    else:
+        fn = loader.get_function(SOURCE, "mma_ceiling", defines={"CHAINS": cfg["CHAINS"]}, arch="sm_90a")
+        threads, ctas_per_sm = cfg["WARPS"] * 32, cfg["CTAS"]
+        smem = smem_max // ctas_per_sm - 1024  # at most ctas_per_sm CTAs fit an SM
+        flops_cta = cfg["WARPS"] * iters * cfg["CHAINS"] * 2 * 16 * 8 * 16
+    grid = sms * ctas_per_sm
+    out = torch.zeros(2 * grid, dtype=torch.int64, device="cuda")
+    sink = torch.zeros(threads, dtype=torch.float32, device="cuda")
+    rates, mhz, bad = [], [], []
+    for rep in range(reps + 1):  # the first launch warms up and is dropped
+        out.fill_(-1)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn.launch((grid, 1, 1), (threads, 1, 1), [out, sink, iters], shared_mem=smem)
+        e1.record()
+        torch.cuda.synchronize()
+        if rep == 0:
+            continue
+        o = out.view(grid, 2).cpu().tolist()
+        per_sm = {}
+        for span, sm in o:
+            per_sm.setdefault(sm, []).append(span)
+        counts = {len(v) for v in per_sm.values()}
+        if len(per_sm) != sms or counts != {ctas_per_sm}:
+            bad.append(f"rep {rep}: {len(per_sm)} SMs, CTAs per SM {sorted(counts)}")
+        sm_rates = [flops_cta * len(v) / max(v) for v in per_sm.values()]
+        rates.append(statistics.median(sm_rates))
+        ms = e0.elapsed_time(e1)
+        mhz.append(statistics.median(max(v) for v in per_sm.values()) / (ms * 1e3))
+    rate = statistics.median(rates)
+    if rate > PEAK * 1.01:
+        bad.append(f"{rate:.0f} FLOP/clk/SM is over the dense peak {PEAK}: products dropped?")
+    return dict(path=path, config=cfg, iters=iters, ctas_per_sm=ctas_per_sm, threads=threads,
+                flop_per_clk_sm=rate, of_peak=rate / PEAK, rates=rates, clock_mhz=statistics.median(mhz), problems=bad)
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from bench import harness
+    from kernels import loader
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or "bench/results")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=4000)
+    args = ap.parse_args(argv)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    smem_max = loader.max_dynamic_smem()
+    rows = []
+    for path, cfgs in (("wgmma", WGMMA), ("mma_sync", MMA)):
+        for cfg in cfgs:
+            try:
+                r = run_config(path, cfg, args.iters, args.reps, sms, smem_max)
+            except Exception as exc:  # noqa: BLE001 -- one config's failure is reported, the others still run
+                r = dict(path=path, config=cfg, error=f"{type(exc).__name__}: {exc}"[:300])
+            rows.append(r)
+            if "error" in r:
+                print(f"{path:8s} {cfg}  ERROR {r['error']}")
+            else:
+                print(f"{path:8s} {cfg}  {r['flop_per_clk_sm']:7.0f} FLOP/clk/SM ({r['of_peak']:.3f} of {PEAK}) "
+                      f"at {r['clock_mhz']:.0f} MHz {'  ' + '; '.join(r['problems']) if r['problems'] else ''}")
+    path = harness.write_rows(args.out, "tc_ceiling.json", rows)
+    print(f"wrote {path}")
+    return 1 if any("error" in r or r.get("problems") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
