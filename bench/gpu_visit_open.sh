@@ -57,6 +57,8 @@
 #   levels_persist issue 11: ncu levels of forward()'s persistent builds and cuDNN at N = 512-4k      -> levels_persist/
 #   levels256  issue 11: ncu levels at d = 256 (fa2_wgmma's default builds, cuDNN), N = 512, 4k, 16k    -> levels256/
 #   levels_causal issue 11: ncu levels of the persistent causal builds at N = 512-2k, d = 64/128       -> levels_causal/
+#   grid25     issue 14: grid24's grid (four passes) with stop 25's tree (no kernel change; the model's check)   -> grid25/
+#   mask25     issue 11: ncu instructions per tile of cuDNN, SDPA flash, fa2_wgmma at N = 1000 against 1024       -> mask25/
 #   ceiling25  issue 11: bench/tc_ceiling.py, the wgmma / mma.sync rates alone in FLOP/clk/SM        -> ceiling25/
 #   ragged25   issue 11: forward()'s build, SDPA flash, cuDNN at N = 1500-7000 (Bc does not divide them) -> ragged25/
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
@@ -1035,8 +1037,8 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       rc=0; for rep in rep1 rep2; do
         ab_rep "$rep" 140 120 8 4 --dims 64 --seqs 832,896,960,1024 \
           --causal 1 --order abba --sdpa cudnn --variants default,default-again,default+BLOCK_N=64+STAGES=4 || rc=1; done ;;
-    grid23c|grid23d|grid23e|grid24)  # grid23e, grid24: four passes per cell, with the time to match
-      passes=2; limit=240; [ "$part" = grid23e ] || [ "$part" = grid24 ] && passes=4 && limit=400
+    grid23c|grid23d|grid23e|grid24|grid25)  # grid23e, grid24, grid25: four passes per cell, with the time to match
+      passes=2; limit=240; [ "$part" = grid23e ] || [ "$part" = grid24 ] || [ "$part" = grid25 ] && passes=4 && limit=400
       timeout $limit python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128,256 \
         --seqs 512,1024,2048,4096,8192,16384 --variants default --order abba --passes $passes \
         --budget-s $(( limit - 20 )) > "$W/ab.txt" 2>&1
@@ -1120,6 +1122,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
           --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 || rc=1
         ab_rep "${rep}_long" 50 40 4 4 --dims 128 --seqs 6144,8192 --causal 1 \
           --order abba --sdpa cudnn --variants default,default-again,default+Q_SLOTS=2 || rc=1; done ;;
+    mask25)  # issue 11: does cuDNN mask every key block when Bc = 128 does not divide N? Its instructions per tile at
+      # N = 1000 against 1024 (ncu), SDPA flash's and fa2_wgmma's beside, d = 64 / 128, causal and not
+      ncu_levels 280 1000x64,1024x64,1000x128,1024x128 sdpa_cudnn,sdpa_flash,fa2_wgmma 1; rc=$?
+      tail -30 "$W/run.txt" ;;
     ceiling25)  # issue 11: the tensor cores' rate alone, in FLOP per SM clock (bench/tc_ceiling.cu: wgmma SS / RS,
       # mma.sync), one CTA per SM: the model's R_wgmma and R_mma_sync from a measurement, not the fit
       timeout 200 python3 bench/tc_ceiling.py --out "$W" > "$W/ceiling.txt" 2>&1; rc=$?; cat "$W/ceiling.txt" ;;
