@@ -74,10 +74,10 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
                  stated). Three of them (fa2_wgmma's Br = 192 at d = 64) keep a third softmax in flight while the
                  tensor cores run the other two's products, and the overlap rule takes its own fitted share σ_ws3
                  (analysis/gpu_model.py combine; stage 4 of analysis/fit_gpu_model.py)
-    mask_every_step_if_ragged  the kernel runs the mask (a compare and a select per score, analysis/gpu_model.py
-                 MASK_OPS_PER_SCORE) on every key block when Bc does not divide Nk, not only on the tail block and the
-                 causal diagonal's (cuDNN: read off its timings, _sdpa_cudnn); False: those blocks only (this repo's
-                 kernels' need_mask, FA2's masking steps)
+    mask_every_step_if_ragged  non-causal: the kernel runs the mask (a compare and a select per score,
+                 analysis/gpu_model.py MASK_OPS_PER_SCORE) on every key block when Bc does not divide Nk, not only on the
+                 tail block (cuDNN: its timings, and ncu's instructions per tile, _sdpa_cudnn); its causal kernel masks the
+                 diagonal's and the tail's only, as every kernel here does (this repo's need_mask, FA2's masking steps)
     rescale_skip the O accumulator is rescaled (FA2 Alg. 1 line 10's diag(e^(m_old - m_new)) O: Br x d multiplies per
                  tile, counted in the closed form's 'other') only when a row's max grows past a bound (fa2_wgmma
                  RESCALE_THRESHOLD, FA4's rule; exact in the result): the model drops those multiplies from the tile's
@@ -277,7 +277,11 @@ def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
     # does not divide it runs 9-15% slower per unit of work than at the multiples beside them (d = 64 non-causal
     # N = 1000: 359 us against 1024's 321-331 us; causal 960 (B = 17) 227-232 us against 1024 (B = 16) 206-220 us;
     # stop23/fresh23, stop24/fresh24 and the d = 64 causal 576-960 lengths of stop23/short23), as a kernel that masks every
-    # key block would; this repo's kernels time in proportion to the work there.
+    # key block would; this repo's kernels time in proportion to the work there. ncu (bench/results/stop25/mask25) has
+    # its non-causal kernel issue 28-30% more warp instructions per tile at N = 1000 than at 1024 (d = 64 and 128; 2 per
+    # score over a 128 x 128 tile is ~25%), its causal one 3.4% (the diagonal's and the tail's blocks only): so the
+    # flag is the non-causal kernel's. Its causal timings at ragged N are slower per FLOP too (ncu: 9% at d = 64
+    # N = 1000), for a reason the instruction count does not show.
     if d > 256:
         raise ValueError(f"sdpa_cudnn takes head dims up to 256, got d={d}")
     br, bc = 128, 128

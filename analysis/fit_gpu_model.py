@@ -52,19 +52,24 @@ WG3_SOURCES = ("tiles64/bc192/", "tiles64/tiles_ab/rep1/", "tiles64/tiles_ab/rep
 
 CEILING_FILE = RESULTS / "stop25" / "ceiling25" / "tc_ceiling.json"  # bench/tc_ceiling.py on the H200 (stop 25)
 DATASHEET_CLOCK_MHZ = 1830.0  # the clock the model converts cycles at (analysis/gpus.py clock_hz)
+# the runs whose recorded clocks set R_wgmma: every run that recorded one when the rate was derived (stop 25); later
+# runs stay out of it, so a new run does not move a constant
+CLOCK_RUNS = ("stop23/", "stop24/", "stop25/")
 
 
 def wgmma_rate() -> tuple[float, dict]:
     """R_wgmma from two measurements, not the fit: the wgmma ceiling in FLOP per SM clock (bench/tc_ceiling.py: every
     shape and warpgroup count reached 4095 of the dense 4096) times the SM clock the training split's shapes run at
     under the power cap over the datasheet clock the model converts cycles at. The clock: the median recorded
-    clock_mhz (bench/harness.py, runs since stop 23) of the wgmma kernels' (fa2_wgmma, cuDNN) fp16 non-causal timings
-    at TRAIN_N, d = 64 and 128. Fitted, R_wgmma traded against sigma_ws along a flat valley of the loss (3838 with
+    clock_mhz (bench/harness.py; the runs of CLOCK_RUNS) of the wgmma kernels' (fa2_wgmma, cuDNN) fp16 non-causal
+    timings at TRAIN_N, d = 64 and 128. Fitted, R_wgmma traded against sigma_ws along a flat valley of the loss (3838 with
     sigma_ws 0.38, 3316 with 0.15, at the same loss to 0.1%), so the fit could not say which."""
     rows = json.loads(CEILING_FILE.read_text())["rows"]
     ceiling = statistics.median(r["flop_per_clk_sm"] for r in rows if r.get("path") == "wgmma" and "error" not in r)
     clocks = []
     for path in sorted(RESULTS.glob("**/ab_wgmma_speed.json")):
+        if not str(path.relative_to(RESULTS)).startswith(CLOCK_RUNS):
+            continue
         for r in json.loads(path.read_text()).get("rows", []):
             if (r.get("clock_mhz") and r["variant"] != "sdpa_flash" and r["n"] in TRAIN_N and not r["causal"]
                     and r["d"] in (64, 128) and r["dtype"] in ("float16", "fp16")):
@@ -72,7 +77,7 @@ def wgmma_rate() -> tuple[float, dict]:
     clock = statistics.median(clocks)
     return ceiling * clock / DATASHEET_CLOCK_MHZ, dict(
         ceiling_flop_per_clk_sm=ceiling, ceiling_source=str(CEILING_FILE.relative_to(RESULTS.parent.parent)),
-        clock_mhz=clock, clock_timings=len(clocks), datasheet_clock_mhz=DATASHEET_CLOCK_MHZ)
+        clock_mhz=clock, clock_timings=len(clocks), clock_runs=list(CLOCK_RUNS), datasheet_clock_mhz=DATASHEET_CLOCK_MHZ)
 
 
 def is_train(cell: dict) -> bool:

@@ -184,7 +184,7 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
     lv = levels(desc, g, batch, heads, n_q, n_k, d, dtype, causal, traffic=tr)
     t = Tiling(n_q, n_k, desc.block_q, desc.block_k, bool(causal))
     per_block = [len(t.k_blocks(i)) for i in range(t.t_r)]
-    masked = [t.masked_steps(i, desc.mask_every_step_if_ragged) for i in range(t.t_r)]
+    masked = [t.masked_steps(i, desc.mask_every_step_if_ragged and not causal) for i in range(t.t_r)]
     if desc.idle_skip and per_block:  # the last Q block's warpgroups past Nq compute nothing (a fraction of its tiles)
         rows = n_q - (t.t_r - 1) * desc.block_q
         share = min(desc.block_q, -(-rows // 64) * 64) / desc.block_q
