@@ -54,7 +54,7 @@ CEILING_FILE = RESULTS / "stop25" / "ceiling25" / "tc_ceiling.json"  # bench/tc_
 DATASHEET_CLOCK_MHZ = 1830.0  # the clock the model converts cycles at (analysis/gpus.py clock_hz)
 # the runs whose recorded clocks set R_wgmma: every run that recorded one when the rate was derived (stop 25); later
 # runs stay out of it, so a new run does not move a constant
-CLOCK_RUNS = ("stop23/", "stop24/", "stop25/")
+CLOCK_RUNS = ("stop23/", "stop24/", "stop25/grid25/")
 
 
 def wgmma_rate() -> tuple[float, dict]:
