@@ -1,9 +1,11 @@
-"""The tensor cores' attainable rate in FLOP per SM clock, per instruction path (issue 11: measured ceilings).
+"""The tensor cores' attainable rate in FLOP per SM clock, per instruction path, and the other pipes' (issue 11).
 
 Runs bench/tc_ceiling.cu's two loops, one CTA per SM (wgmma: a dynamic shared-memory request that only one CTA fits;
 mma.sync: CTAS_PER_SM CTAs each asking for 1/CTAS_PER_SM of it), and reads each CTA's clock64 span and SM id. Per SM:
 FLOPs of its CTAs / the longest span -> FLOP/clk/SM; the median over SMs and --reps launches is the config's rate.
-The launch's event time gives the clock it ran at (span / time): a cross-check, not part of the rate.
+The launch's event time gives the clock it ran at (span / time): a cross-check, not part of the rate. The FP32 pipe
+(FFMA lane-ops), the MUFU (ex2 results) and shared memory (bytes of 16-byte loads) are measured the same way, per SM
+clock, against the figures the model takes from the CUDA guide and the whitepaper (128, 16, 128).
 
 Checks before anything is written: every SM holds the CTAs the launch meant it to (one per SM for wgmma), and no rate
 is over the dense peak (4096 FLOP/clk/SM: 989.4 TFLOP/s / 132 SMs / 1.83 GHz, H100 whitepaper), which a loop whose
@@ -28,6 +30,10 @@ WGMMA = [dict(WN=wn, NWG=nwg, RS=rs, WAIT=wait)
          for wn, nwg, rs, wait in [(128, 2, 0, 1), (128, 2, 0, 0), (128, 1, 0, 1), (128, 3, 0, 1), (64, 2, 0, 1),
                                    (64, 3, 0, 1), (176, 2, 0, 1), (256, 2, 0, 1), (128, 2, 1, 1), (64, 2, 1, 1)]]
 MMA = [dict(WARPS=w, CTAS=c, CHAINS=8) for w, c in [(4, 2), (4, 1), (8, 1), (8, 2)]]
+# the other pipes, per SM clock: FFMA lanes (datasheet 128), ex2 results (CUDA guide CC 9.0: 16), shared-memory bytes
+# (32 banks x 4 B: 128); units: (what one op counts, the figure the model uses)
+PIPES = {"ffma": ("FP32 lane-ops", 128), "mufu": ("ex2 results", 16), "lds": ("shared bytes", 128)}
+OTHER = [dict(PIPE=p, WARPS=w, CTAS=c, CHAINS=8) for p in PIPES for w, c in [(16, 2), (32, 1)]]
 
 
 def run_config(path: str, cfg: dict, iters: int, reps: int, sms: int, smem_max: int) -> dict:
@@ -41,10 +47,12 @@ def run_config(path: str, cfg: dict, iters: int, reps: int, sms: int, smem_max: 
         threads, ctas_per_sm, smem = cfg["NWG"] * 128, 1, smem_max - 4096  # with the static span[]: one CTA per SM
         flops_cta = cfg["NWG"] * iters * 4 * 2 * 64 * cfg["WN"] * 16
     else:
-        fn = loader.get_function(SOURCE, "mma_ceiling", defines={"CHAINS": cfg["CHAINS"]}, arch="sm_90a")
+        kernel = "mma_ceiling" if path == "mma_sync" else f"{cfg['PIPE']}_ceiling"
+        fn = loader.get_function(SOURCE, kernel, defines={"CHAINS": cfg["CHAINS"]}, arch="sm_90a")
         threads, ctas_per_sm = cfg["WARPS"] * 32, cfg["CTAS"]
-        smem = smem_max // ctas_per_sm - 1024  # at most ctas_per_sm CTAs fit an SM
-        flops_cta = cfg["WARPS"] * iters * cfg["CHAINS"] * 2 * 16 * 8 * 16
+        smem = smem_max // ctas_per_sm - 20 * 1024  # at most ctas_per_sm CTAs fit an SM (lds: 16 KB static besides)
+        per_op = {"mma_sync": 2 * 16 * 8 * 16 / 32, "ffma": 1, "mufu": 1, "lds": 16}[cfg.get("PIPE", path)]
+        flops_cta = threads * iters * cfg["CHAINS"] * per_op  # per thread: CHAINS ops per iteration
     grid = sms * ctas_per_sm
     out = torch.zeros(2 * grid, dtype=torch.int64, device="cuda")
     sink = torch.zeros(threads, dtype=torch.float32, device="cuda")
@@ -70,10 +78,13 @@ def run_config(path: str, cfg: dict, iters: int, reps: int, sms: int, smem_max: 
         ms = e0.elapsed_time(e1)
         mhz.append(statistics.median(max(v) for v in per_sm.values()) / (ms * 1e3))
     rate = statistics.median(rates)
-    if rate > PEAK * 1.01:
-        bad.append(f"{rate:.0f} FLOP/clk/SM is over the dense peak {PEAK}: products dropped?")
-    return dict(path=path, config=cfg, iters=iters, ctas_per_sm=ctas_per_sm, threads=threads,
-                flop_per_clk_sm=rate, of_peak=rate / PEAK, rates=rates, clock_mhz=statistics.median(mhz), problems=bad)
+    unit, peak = PIPES.get(cfg.get("PIPE"), ("FLOP", PEAK))
+    if rate > peak * 1.01:
+        bad.append(f"{rate:.0f} {unit}/clk/SM is over the datasheet's {peak}: work dropped?")
+    key = "flop_per_clk_sm" if unit == "FLOP" else "per_clk_sm"
+    return dict(path=path if path != "other" else cfg["PIPE"], config=cfg, iters=iters, ctas_per_sm=ctas_per_sm,
+                threads=threads, unit=unit, **{key: rate}, of_peak=rate / peak, datasheet=peak, rates=rates,
+                clock_mhz=statistics.median(mhz), problems=bad)
 
 
 def main(argv=None) -> int:
@@ -90,7 +101,7 @@ def main(argv=None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     smem_max = loader.max_dynamic_smem()
     rows = []
-    for path, cfgs in (("wgmma", WGMMA), ("mma_sync", MMA)):
+    for path, cfgs in (("wgmma", WGMMA), ("mma_sync", MMA), ("other", OTHER)):
         for cfg in cfgs:
             try:
                 r = run_config(path, cfg, args.iters, args.reps, sms, smem_max)
@@ -100,7 +111,8 @@ def main(argv=None) -> int:
             if "error" in r:
                 print(f"{path:8s} {cfg}  ERROR {r['error']}")
             else:
-                print(f"{path:8s} {cfg}  {r['flop_per_clk_sm']:7.0f} FLOP/clk/SM ({r['of_peak']:.3f} of {PEAK}) "
+                rate = r.get("flop_per_clk_sm", r.get("per_clk_sm"))
+                print(f"{r['path']:8s} {cfg}  {rate:7.1f} {r['unit']}/clk/SM ({r['of_peak']:.3f} of {r['datasheet']}) "
                       f"at {r['clock_mhz']:.0f} MHz {'  ' + '; '.join(r['problems']) if r['problems'] else ''}")
     path = harness.write_rows(args.out, "tc_ceiling.json", rows)
     print(f"wrote {path}")
