@@ -81,9 +81,13 @@ FIT_FILE = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_m
 
 # Constants with their sources; PARAMS are fitted by analysis/fit_gpu_model.py on the training split it
 # names (written to bench/results/gpu_model_fit.json), the rest are datasheet or committed measurements.
-SMEM_BYTES_PER_CLK = 128  # CUDA C++ Programming Guide, shared memory: 32 banks x 4 bytes per clock per SM
-MUFU_PER_CLK = 16  # CUDA guide, CC 9.0 arithmetic throughput: 16 exp2 results/clk/SM
-FP32_LANES = 128  # H100 whitepaper: 128 FP32 cores per SM
+SMEM_BYTES_PER_CLK = 128  # CUDA C++ Programming Guide, shared memory: 32 banks x 4 bytes per clock per SM (16-byte loads
+#                           measured 215 per SM clock on the H200, not understood: bench/NOTES-tc.md stop 25; the smem
+#                           term binds none of the tensor-core kernels, so the guide's figure stays)
+MUFU_PER_CLK = 16  # CUDA guide, CC 9.0 arithmetic throughput: 16 exp2 results/clk/SM (measured 16.0 per SM clock on the
+#                   H200: bench/tc_ceiling.py, bench/results/stop25/ceiling25)
+FP32_LANES = 128  # H100 whitepaper: 128 FP32 cores per SM (measured 123 FFMA lane-ops per SM clock, the loop's own add and
+#                   branch in the rest: bench/results/stop25/ceiling25)
 ISSUE_PER_CLK = 4  # four warp schedulers per SM, one instruction each per clock (H100 whitepaper)
 MASK_OPS_PER_SCORE = 2  # a masked step's extra FP32-pipe work per score: a compare against the row's last visible
 #                         column and a select of -inf (kernels/cuda/wgmma_fa2.cuh softmax_step<true>: ISETP + FSEL)

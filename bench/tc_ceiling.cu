@@ -119,8 +119,8 @@ extern "C" __global__ void mma_ceiling(long long* out, float* sink, int iters) {
                 : "r"(a0), "r"(a0), "r"(a0), "r"(a0), "r"(b0), "r"(b0));
         }
     }
+    __syncthreads();  // the CTA's span: every warp's loop done (warp 0 alone can finish first)
     long long t1 = clock64();
-    __syncthreads();
     if (threadIdx.x == 0) {
         out[2 * blockIdx.x] = t1 - t0;
         out[2 * blockIdx.x + 1] = smid();
@@ -138,12 +138,13 @@ extern "C" __global__ void ffma_ceiling(long long* out, float* sink, int iters) 
     const float a = 0.999f, b = 1e-4f;
     __syncthreads();
     long long t0 = clock64();
-    for (int it = 0; it < iters; ++it) {
+#pragma unroll 16
+    for (int it = 0; it < iters; ++it) {  // unrolled: the loop's own add and branch are 1 issue slot in 129, not 1 in 7
 #pragma unroll
         for (int k = 0; k < CHAINS; ++k) x[k] = fmaf(x[k], a, b);
     }
+    __syncthreads();  // the CTA's span: every warp's loop done (warp 0 alone can finish first)
     long long t1 = clock64();
-    __syncthreads();
     if (threadIdx.x == 0) {
         out[2 * blockIdx.x] = t1 - t0;
         out[2 * blockIdx.x + 1] = smid();
@@ -164,8 +165,8 @@ extern "C" __global__ void mufu_ceiling(long long* out, float* sink, int iters) 
 #pragma unroll
         for (int k = 0; k < CHAINS; ++k) asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x[k]));
     }
+    __syncthreads();  // the CTA's span: every warp's loop done (warp 0 alone can finish first)
     long long t1 = clock64();
-    __syncthreads();
     if (threadIdx.x == 0) {
         out[2 * blockIdx.x] = t1 - t0;
         out[2 * blockIdx.x + 1] = smid();
@@ -196,8 +197,8 @@ extern "C" __global__ void lds_ceiling(long long* out, float* sink, int iters) {
             // the SM's 4, the load 4 clocks at 128 B/clk)
         }
     }
+    __syncthreads();  // the CTA's span: every warp's loop done (warp 0 alone can finish first)
     long long t1 = clock64();
-    __syncthreads();
     if (threadIdx.x == 0) {
         out[2 * blockIdx.x] = t1 - t0;
         out[2 * blockIdx.x + 1] = smid();
