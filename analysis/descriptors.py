@@ -81,7 +81,7 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     rescale_skip the O accumulator is rescaled (FA2 Alg. 1 line 10's diag(e^(m_old - m_new)) O: Br x d multiplies per
                  tile, counted in the closed form's 'other') only when a row's max grows past a bound (fa2_wgmma
                  RESCALE_THRESHOLD, FA4's rule; exact in the result): the model drops those multiplies from the tile's
-                 softmax work, the rare step that still rescales left out. False: every step (SDPA flash, whose measured
+                 softmax work but on each Q block's first step (m moves from -inf there); the rare later move is left out. False: every step (SDPA flash, whose measured
                  issue_per_tile has them; cuDNN: +533 warp instructions per key block at d = 128 over d = 64 in
                  ncu_levels*.csv, as a rescale of its 64 x d O per warpgroup every step would issue)
     causal_walk  causal: a consumer warpgroup whose rows end before its Q block's last row walks the key blocks

@@ -3,14 +3,16 @@ benchmarks; everything else is held out and only ever predicted (`fa-traffic val
 
     PYTHONPATH=. python -m analysis.fit_gpu_model      # writes bench/results/gpu_model_fit.json
 
-Training split (TRAIN): fp16, non-causal, N = 2048 and 8192 only, of
-    tc_bench_wgmma_tma.json  fa2_tc, fa2_wgmma (TMA builds), SDPA flash, cuDNN
-    tc_bench.json            v_once_tc (every placement/rescale it timed)
-    bench_kernels.json       every teaching kernel (naive, fa1, fa2, v_once lazy and eager)
-Held out: bf16, causal, N = 512, 1024, 4096, 16384 (but v_once_tc's, below), the other runs (tc_bench_run2,
-tc_bench_wgmma: the older cp.async fa2_wgmma builds), every ncu duration and byte counter.
+Training split (TRAIN): fp16, N = 2048 and 8192 only, of
+    tc_bench_wgmma_tma.json  fa2_tc, fa2_wgmma (TMA builds), SDPA flash, cuDNN: non-causal and causal (stop 25: the
+                             causal rows, for the short causal Q blocks' per-tile costs no non-causal cell exercises)
+    tc_bench.json            v_once_tc (every placement/rescale it timed), non-causal
+    bench_kernels.json       every teaching kernel (naive, fa1, fa2, v_once lazy and eager), non-causal
+Held out: bf16, the other kernels' causal rows, N = 512, 1024, 4096, 16384 (but v_once_tc's, below), the other runs
+(tc_bench_run2, tc_bench_wgmma: the older cp.async fa2_wgmma builds, every A/B run), every ncu duration and byte counter.
+Not fitted (stop 25): R_wgmma, from the measured wgmma ceiling and the recorded clock (wgmma_rate below).
 Objective: the sum of squared log(predicted / measured) times; Nelder-Mead on log-parameters.
-Two stages. Stage 1 fits every constant on that split with the spilled kernels' extra terms off (lat_dram,
+Stage 1 fits every constant but R_wgmma on that split with the spilled kernels' extra terms off (lat_dram,
 L_gmem_dram = 0). Stage 2 refits SPILL_PARAMS, the constants only a kernel with its f row in HBM depends on
 (σ_spill, lat_dram, L_gmem, L_gmem_dram), on the training cells such a kernel runs: the teaching v_once
 cells of stage 1 and tc_bench.json v_once_tc fp16 non-causal at every N it timed (2048, 4096, 8192, 16384:
@@ -208,8 +210,9 @@ def fit(verbose=True) -> dict:
         print(f"fitted on {len(works)} cells, rms log error {rms:.4f}", file=sys.stderr)
     return dict(params=params, train_cells=len(works), rms_log_error=rms,
                 derived={"R_wgmma": r_wgmma_from},
-                split="fp16 non-causal N in {2048, 8192}: tc_bench_wgmma_tma.json (fa2_tc, fa2_wgmma, "
-                      "sdpa_flash, sdpa_cudnn), tc_bench.json (v_once_tc), bench_kernels.json (every teaching kernel); "
+                split="fp16 N in {2048, 8192}: tc_bench_wgmma_tma.json (fa2_tc, fa2_wgmma, sdpa_flash, sdpa_cudnn; "
+                      "non-causal and causal), tc_bench.json (v_once_tc, non-causal), bench_kernels.json (every teaching "
+                      "kernel, non-causal); R_wgmma not fitted (derived); "
                       "stage 2 (sigma_spill, lat_dram, L_gmem, L_gmem_dram): the spilled (f in HBM) cells among them and tc_bench.json "
                       "v_once_tc fp16 non-causal at N in {2048, 4096, 8192, 16384}; stage 3 (L_persistent_steps): the "
                       "prefetching persistent kernels' cells among the base split (sdpa_cudnn, d = 64 and 128, N in {2048, 8192}); "

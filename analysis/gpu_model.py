@@ -23,13 +23,16 @@ Overlap rule per kernel structure (the descriptor's):
                       of analysis/fit_gpu_model.py, on the first Br = 192 A/B's fp16 non-causal cells)
     fa2               max(tensor, smem) + σ · (mufu + alu)   (the same warps do both; other CTAs hide part:
                       σ = σ_fa2^(CTAs/SM - 1), each co-resident CTA hiding the same share of what is left;
-                      σ = 1 at one CTA per SM: nothing runs products while its warps do the softmax))
-A CTA visiting n tiles takes ctas_per_sm · n · t_tile + L + io + L_gmem · rt(n) cycles (it shares its SM with
+                      σ = 1 at one CTA per SM: nothing runs products while its warps do the softmax)
+A CTA visiting n tiles, m of them masked (the Nk tail's and the causal diagonal's key blocks, analysis/tiling.py
+masked_steps; a masked tile's softmax runs MASK_OPS_PER_SCORE more FP32 ops per score, t_mask its tile's cycles with
+them), takes ctas_per_sm · (n · t_tile + m · (t_mask − t_tile)) + L + io + L_gmem · rt(n) cycles (it shares its SM with
 ctas_per_sm - 1 others; L: prologue/epilogue latency, fitted; io: its Q tile in and O tile out, 2·Br·d·item bytes,
 at the SM's share of the L2's rate, L2_BANDWIDTH / SMs: not fitted, so L is what is left once the tile sizes are
 priced, and a d = 256 tile's start and end cost 4x a d = 64 one's; a persistent kernel that loads its next work tile
 while this one finishes (descriptor next_tile_prefetch: cuDNN) pays L + io once per CTA and per work tile only
-ctas_per_sm · λ_p · (tensor + softmax) of one tile, the step its pipeline cannot overlap at a tile's start and end,
+ctas_per_sm · λ_p · (tensor + softmax) of one unmasked tile, the step its pipeline cannot overlap at a tile's start
+and end,
 run at the CTA's share of the SM as its tiles are (ctas_per_sm · t_tile; λ_p fitted, stage 3 of
 analysis/fit_gpu_model.py, on cuDNN's one CTA per SM); a build whose producer fills a K/V ring of S slots (descriptor
 kv_stages: fa2_wgmma's TMA builds, STAGES) issues each key block's load S - 1 of its steps (ctas_per_sm · t_tile each)
@@ -81,9 +84,9 @@ FIT_FILE = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_m
 
 # Constants with their sources; PARAMS are fitted by analysis/fit_gpu_model.py on the training split it
 # names (written to bench/results/gpu_model_fit.json), the rest are datasheet or committed measurements.
-SMEM_BYTES_PER_CLK = 128  # CUDA C++ Programming Guide, shared memory: 32 banks x 4 bytes per clock per SM (16-byte loads
-#                           measured 215 per SM clock on the H200, not understood: bench/NOTES-tc.md stop 25; the smem
-#                           term binds none of the tensor-core kernels, so the guide's figure stays)
+SMEM_BYTES_PER_CLK = 128  # CUDA C++ Programming Guide, shared memory: 32 banks x 4 bytes per clock per SM (stop 25's
+#                           16-byte-load loop read 215 B per SM clock, but ptxas had merged 7 of its 16 loads: 121 counted
+#                           right; the corrected loop is not yet run, bench/NOTES-tc.md stop 25)
 MUFU_PER_CLK = 16  # CUDA guide, CC 9.0 arithmetic throughput: 16 exp2 results/clk/SM (measured 16.0 per SM clock on the
 #                   H200: bench/tc_ceiling.py, bench/results/stop25/ceiling25)
 FP32_LANES = 128  # H100 whitepaper: 128 FP32 cores per SM (measured 123 FFMA lane-ops per SM clock, the loop's own add and
@@ -195,8 +198,12 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
         per_block[-1] *= share
         masked[-1] *= share
     if desc.causal_walk and causal and desc.block_q > 64:  # fa2_wgmma WG_CAUSAL_SKIP: each warpgroup's own key blocks
-        per_block = [n * _causal_walk_share(i * desc.block_q, len(t.k_blocks(i)), desc, n_q, n_k, desc.idle_skip)
-                     for i, n in enumerate(per_block)]
+        walked = [n * _causal_walk_share(i * desc.block_q, len(t.k_blocks(i)), desc, n_q, n_k, desc.idle_skip)
+                  for i, n in enumerate(per_block)]
+        # the blocks a warpgroup walks past are the tile's last, wholly past its own rows: masked ones (the tile's need_mask
+        # tests the tile's first row), so its masked steps fall by as many
+        masked = [max(0.0, m - (n - w)) for m, n, w in zip(masked, per_block, walked)]
+        per_block = walked
     if desc.half_diag and per_block:  # fa2_wgmma HALF_DIAG: a warpgroup's first step at half width
         # per_block counts warpgroup-steps / warpgroups (a whole tile is every warpgroup's step). A half step saves half
         # of S, softmax and P V; a warpgroup's only step keeps its P V whole: half of S (a quarter of the products, the
@@ -206,6 +213,7 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
             half = half_first_steps(i * desc.block_q, len(t.k_blocks(i)), n_q, n_k, desc.block_k, nwg, bool(causal),
                                     desc.causal_walk)
             per_block[i] -= sum((0.5 if tw > 1 else 0.25) for h, tw in filter(None, half) if h) / nwg
+            masked[i] = max(0.0, masked[i] - 0.5 * sum(1 for h, _ in filter(None, half) if h) / nwg)  # masked at half width
     if desc.grid == "heads":
         pattern, mpattern, repeats = [sum(per_block)], [sum(masked)], batch * heads
     elif desc.grid == "clusters":  # a cluster lasts as long as its busiest CTA, rank 0 (analysis/cluster_model.py)
@@ -325,8 +333,10 @@ def tile_terms(work: Work, params: dict) -> dict:
                                                   + desc.qk_pad_cols) / rate
     if desc.row_sum_cols:  # the softmax's row-sum add per score (FA2 Alg. 1 line 9) is the product's now
         other = max(0.0, other - desc.block_q * desc.block_k)
-    if desc.rescale_skip:  # FA2 Alg. 1 line 10's O rescale (Br x d multiplies) only when a row max moves past the bound
-        other = max(0.0, other - desc.block_q * work.d)
+    if desc.rescale_skip:  # FA2 Alg. 1 line 10's O rescale (Br x d multiplies) only when a row max moves past the bound:
+        # every row's first step still moves it (m from -inf), so one tile per Q block keeps it; the rare later move is left out
+        firsts = sum(1 for n in work.cta_tiles if n > 0) * work.repeats
+        other = max(0.0, other - desc.block_q * work.d * max(0.0, 1.0 - firsts / tiles))
     alu = (params["k_alu"] * other + desc.exp_alu * exps) / FP32_LANES
     if desc.issue_per_tile:  # measured (analysis/issue.py): every non-MMA instruction, MUFU and ldmatrix included
         return {"tensor": tensor, "smem": smem, "softmax": desc.issue_per_tile / ISSUE_PER_CLK}
