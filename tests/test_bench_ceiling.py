@@ -1,0 +1,49 @@
+"""bench/tc_ceiling.cu: each loop issues as many of its instruction as bench/tc_ceiling.py counts (SASS from NVRTC and
+nvdisasm, no GPU). Stop 25's first shared-load loop counted 16 loads per unrolled body where ptxas had merged repeated
+ones into 9, and read 215 B per clock against the guide's 128; this is the check that would have caught it."""
+from __future__ import annotations
+
+import collections
+import re
+import subprocess
+
+import pytest
+
+from bench.tc_ceiling import SOURCE
+
+CHAINS = 8
+
+
+def _sass(defines: dict) -> str:
+    pytest.importorskip("cuda.core")
+    from bench import spill_sites
+    from kernels import loader
+
+    try:
+        tool = spill_sites.nvdisasm()
+    except SystemExit:
+        pytest.skip("no nvdisasm (pip install nvidia-cuda-nvdisasm)")
+    cubin = loader.cubin_path(SOURCE, defines=defines, arch="sm_90a")
+    return subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+def _loop_body(sass: str, kernel: str, op: str) -> int:
+    """How many `op` the kernel's busiest basic block holds: its unrolled loop body."""
+    section = next(s for s in re.split(r"\n\s*\.section\s+\.text\.", sass) if s.split(",")[0] == kernel)
+    counts = [collections.Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Za-z0-9_.]+)", block))[op]
+              for block in re.split(r"\n\.L_x_\d+:", section)]
+    return max(counts)
+
+
+@pytest.mark.parametrize("kernel, op", [("lds_ceiling", "LDS.128"), ("ffma_ceiling", "FFMA"),
+                                        ("mufu_ceiling", "MUFU.EX2"), ("mma_ceiling", "HMMA.16816.F32")])
+def test_every_counted_instruction_is_issued(kernel, op):
+    """CHAINS per iteration, unrolled by ptxas: the body holds a whole number of iterations' worth, none merged."""
+    n = _loop_body(_sass({"CHAINS": CHAINS}), kernel, op)
+    assert n >= CHAINS and n % CHAINS == 0, f"{kernel}: {n} {op} in its loop body, not a multiple of {CHAINS}"
+
+
+@pytest.mark.parametrize("rs", [0, 1])
+def test_wgmma_loop_issues_its_four_k_slices(rs):
+    n = _loop_body(_sass({"WN": 128, "NWG": 2, "RS": rs, "WAIT": 1}), "wgmma_ceiling", "HGMMA.64x128x16.F32")
+    assert n >= 4 and n % 4 == 0
