@@ -6,7 +6,7 @@ The descriptor is stated here from analysis.cluster's budget, so the model needs
 module nor torch (`fa-traffic predict --kernel v_once_cluster` and the report's placement-cluster rows).
 
 Per Br x Bc tile of a CTA (the model's tile terms, analysis/gpu_model.py):
-    tensor    S = Q K_j^T and O_c += P V_j on wgmma: 4·Br·Bc·d FLOPs, as FA2 (the fitted R_wgmma)
+    tensor    S = Q K_j^T and O_c += P V_j on wgmma: 4·Br·Bc·d FLOPs, as FA2 (the model's R_wgmma)
     softmax   exp(S - m_ij) on MUFU and the lazy pass P = f_ij · e^{m_ij - M} / ℓ (an FMUL per element:
               the closed form's 'other' count), the block maxima and sums
     smem      wgmma operands Q_i, K_j, V_j from smem, f_ij written once (phase 1) and read once (phase 2):

@@ -1,10 +1,12 @@
 """A time model of one kernel build on the H200: per-tile SM cycles, wave scheduling, memory levels.
 
 Per visited Br x Bc tile, in SM cycles (rates per SM per clock):
-    tensor  4·Br·Bc·d / R_path       R_wgmma, R_mma_sync: attainable FLOP/clk/SM, fitted (PARAMS);
-                                     2·Br·Bc·(2d + c) with c the columns the products run past d: row sums
-                                     (descriptor row_sum_cols) and padding (pv_pad_cols, qk_pad_cols);
-                                     the dense peak is 4096 (H100 whitepaper: 989.4 TFLOP/s / 132 / 1.83 GHz)
+    tensor  4·Br·Bc·d / R_path       R_wgmma, R_mma_sync: attainable FLOP/clk/SM (PARAMS); R_wgmma not fitted:
+                                     the measured ceiling (bench/tc_ceiling.py: 4095 of the dense 4096, H100
+                                     whitepaper: 989.4 TFLOP/s / 132 / 1.83 GHz) at the training shapes' recorded
+                                     clock (analysis/fit_gpu_model.py wgmma_rate); R_mma_sync fitted (its ceiling
+                                     2688); 2·Br·Bc·(2d + c) with c the columns the products run past d: row sums
+                                     (descriptor row_sum_cols) and padding (pv_pad_cols, qk_pad_cols)
     smem    smem bytes per tile / 128 (CUDA guide: 32 banks x 4 B per clock per SM)
     mufu    exponentials per tile / 16 (CUDA guide, CC 9.0: 16 ex2 results/clk/SM)
     alu     (k_alu · 'other' ops + exp_alu · exponentials) per tile / 128 (128 FP32 lanes/clk/SM)
