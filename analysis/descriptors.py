@@ -255,12 +255,19 @@ def _sdpa_flash(d: int, dtype: str, causal: bool, **_) -> dict:
     # (launch__occupancy_limit_registers), grid (Tr, B, H).
     if d > 256:
         raise ValueError(f"sdpa_flash takes head dims up to 256, got d={d}")
-    br, bc = 128, (128 if d <= 64 else 64)
-    rows_per_warp = br // 4
-    smem = 4 * (rows_per_warp * d * 2 + 2 * bc * d * 2)  # Q fragments re-read each tile, K and V
+    # torch's FA2 (aten/src/ATen/native/transformers/cuda/flash_attn/flash_fwd_launch_template.h, run_mha_fwd_hdim*):
+    # the head dim rounds up to its bucket, each bucket's traits on sm90 (228 KB of smem per SM). hdim256 runs 64 x 64
+    # with 4 warps there ("For H100 we want to run with 64 x 64 (96KB smem) since then we can get 2 CTAs per SM"), not
+    # the 128 x 64 the model had priced before stop 25; 192 and 224 run 128 x 64 with 8 warps (one CTA per SM at 255
+    # registers)
+    br, bc, warps = next(t for lim, t in ((64, (128, 128, 4)), (128, (128, 64, 4)), (160, (128, 32, 4)),
+                                          (224, (128, 64, 8)), (256, (64, 64, 4))) if d <= lim)
+    ctas = 2 if warps == 4 else 1  # 255 registers per thread (launch__occupancy_limit_registers at d = 64 / 128)
+    rows_per_warp = br // warps
+    smem = warps * (rows_per_warp * d * 2 + 2 * bc * d * 2)  # Q fragments re-read each tile, K and V
     t, src = overhead("sdpa_flash")
-    return dict(kernel="sdpa_flash", build=f"FA2 Flash_fwd_kernel_traits<{d},{br},{bc},4>", variant="fa2",
-                path="mma_sync", structure="fa2", block_q=br, block_k=bc, warps=4, ctas_per_sm=2,
+    return dict(kernel="sdpa_flash", build=f"FA2 Flash_fwd_kernel_traits<{d},{br},{bc},{warps}>", variant="fa2",
+                path="mma_sync", structure="fa2", block_q=br, block_k=bc, warps=warps, ctas_per_sm=ctas,
                 loads="cp.async", s_p="registers", grid="q_blocks", smem_bytes_per_tile=smem,
                 launch_overhead_s=t, overhead_source=src,
                 source="ncu kernel names and launch stats in bench/results/tc_ncu_wgmma_tma_d{64,128}.csv")

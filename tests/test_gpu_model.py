@@ -718,3 +718,13 @@ def test_wgmma_rate_comes_from_the_measured_ceiling_and_clock():
     assert p["R_wgmma"] == pytest.approx(rate)
     # the fitted attainable mma.sync rate stays under the path's measured ceiling
     assert p["R_mma_sync"] < min(r["flop_per_clk_sm"] for r in mma)
+
+
+def test_sdpa_flash_traits_follow_torchs_head_dim_buckets():
+    """SDPA flash's descriptor takes torch's FA2 traits per head-dim bucket on sm90 (flash_fwd_launch_template.h
+    run_mha_fwd_hdim*): 128 x 128 at d <= 64 (the ncu kernel name), 128 x 64 at 96 and 128 (ncu), and 64 x 64 with
+    4 warps, two CTAs per SM, at 256 ("For H100 we want to run with 64 x 64 (96KB smem)"; stop 25)."""
+    for d, (br, bc, warps, ctas) in {64: (128, 128, 4, 2), 96: (128, 64, 4, 2), 128: (128, 64, 4, 2),
+                                     192: (128, 64, 8, 1), 256: (64, 64, 4, 2)}.items():
+        f = describe("sdpa_flash", d)
+        assert (f.block_q, f.block_k, f.warps, f.ctas_per_sm) == (br, bc, warps, ctas), d
