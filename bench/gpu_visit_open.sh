@@ -219,6 +219,10 @@ dispatch_tests() {
   timeout "$2" python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_layouts.py \
     -k "long_rows or (wgmma and matches_reference) or strided or gqa or head_dims or layout" > "$1" 2>&1
 }
+# speed_tests LIMIT_S K: the GPU tests of tests/test_kernels_wgmma_speed_gpu.py that -k K selects -> $W/tests.log
+speed_tests() {
+  timeout "$1" python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "$2" > "$W/tests.log" 2>&1
+}
 # ncu_levels LIMIT_S SHAPES KERNELS [CAUSAL]: bench/ncu_levels.sh on NCU_LEVELS_SHAPES / _KERNELS (CAUSAL=1: causal
 # at every N too) -> $W (ncu_levels.csv ...), log $W/run.txt
 ncu_levels() {
@@ -246,8 +250,7 @@ for part in "$@"; do
       ncu_levels 90 2048x64,2048x128 "v_once_tc[hbm,lazy],v_once_tc[hbm,eager]"; rc=$?
       tail -8 "$W/run.txt" ;;
     size14)  # issue 14: the size-based builds, tested, then timed against the default and cuDNN at N <= 4k
-      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k size_candidate \
-        > "$W/tests.log" 2>&1; rc=$?
+      speed_tests 120 "size_candidate"; rc=$?
       tail -4 "$W/tests.log"
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 512,1024,2048,4096 \
         --variants base,small-tma,small-tma-dyn,small-tma3,small-cp --sdpa cudnn --budget-s 170 > "$W/ab.txt" 2>&1; rc2=$?
@@ -303,8 +306,7 @@ for part in "$@"; do
         --dtypes float16 --variants base,rowsum,small-tma3,small-tma3-rs,small-tma,small-tma-rs --budget-s 290 > "$W/ab.txt" 2>&1; rc=$?
       tail -40 "$W/ab.txt" ;;
     br192)  # issue 14: three consumer warpgroups at d = 64 (TILE_CANDIDATES): GPU tests, memcheck, racecheck at scale
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "br192 or rs-poly1 or no-rs or rowsum" \
-        > "$W/tests.log" 2>&1; rc=$?
+      speed_tests 150 "br192 or rs-poly1 or no-rs or rowsum"; rc=$?
       tail -4 "$W/tests.log"
       cfg=$(wgmma_builds 64:br192 64:br192-rs 64:rs-poly1 64:br192-rs-poly1)  # the four that visit sanitized
       for tool in memcheck racecheck; do
@@ -337,8 +339,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
         --variants default,base --budget-s 270 > "$W/ab.txt" 2>&1; r=$?
       grep -A80 "^dtype" "$W/ab.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     bc192)  # issue 14: Br = 192 with Bc = 96 / 64 at d = 64: GPU tests, memcheck, A/B against the rule's builds
-      timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "bc96 or bc64" \
-        > "$W/tests.log" 2>&1; rc=$?
+      speed_tests 100 "bc96 or bc64"; rc=$?
       tail -3 "$W/tests.log"
       cfg=$(wgmma_builds 64:br192-bc96-rs 64:br192-bc64-rs)
       sanitize_wgmma memcheck float16 6 60 55 "$cfg"
@@ -410,8 +411,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
         bash bench/ncu_moonshot.sh > "$W/run.txt" 2>&1; rc=$?
       tail -30 "$W/run.txt" ;;
     oqt)  # issue 14 v6d: O stored by TMA from the staging tile (O_TMA): GPU tests, memcheck on 3 CTAs, A/B (abba)
-      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "oqt" \
-        > "$W/tests.log" 2>&1; rc=$?
+      speed_tests 120 "oqt"; rc=$?
       tail -3 "$W/tests.log"
       cfg=$(wgmma_builds 128:bc128-dyn-oqt:3 64:br192-rs-dyn-oqt:3)
       sanitize_wgmma memcheck float16,bfloat16 10 60 55 "$cfg"
@@ -464,8 +464,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
       rc=$(( rc != 0 ? rc : r )) ;;
     rescale8k)  # issue 14: d = 128 N > 4k with the rescale threshold in forward()'s rule (confirm7: 0.957 geomean against
                 # CONFIGS): the knob's GPU tests, dispatch / layouts tests, memcheck of the build, the A/B once more (abba)
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "rescale or stale or threshold" \
-        > "$W/tests.log" 2>&1; rc=$?
+      speed_tests 150 "rescale or stale or threshold"; rc=$?
       tail -2 "$W/tests.log"
       dispatch_tests "$W/tests2.log" 150; r=$?; tail -2 "$W/tests2.log"; rc=$(( rc != 0 ? rc : r ))
       cfg=$(wgmma_builds 128:rescale)
@@ -498,8 +497,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
     closeout)  # what stop 15 left unrun on the GPU: the counter tests as rewritten in review (tile counts mixed on one
                # stream, CUDA-graph capture), forward()'s dispatch and layouts tests, then the grid twice (abba) with
                # every rule of v6f (d = 256 Bc = 64 included)
-      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "counter" \
-        > "$W/tests.log" 2>&1; rc=$?
+      speed_tests 120 "counter"; rc=$?
       tail -2 "$W/tests.log"
       dispatch_tests "$W/tests2.log" 120; r=$?; tail -2 "$W/tests2.log"; rc=$(( rc != 0 ? rc : r ))
       for rep in 1 2; do
@@ -510,8 +508,7 @@ print(json.dumps({'dyn': dict(c, PERSISTENT=2), 'dyn176': dict(f.CONFIGS[128], P
     ahead7c|ahead7d)  # issue 14 v7c (v7d: two P tiles): QK_AHEAD with its products pipelined (v3d's builds were serialised by ptxas, C7515): the
               # ahead builds' GPU tests (hypothesis shapes, 1 and 3 CTAs, long key loops, strided / GQA, rescale paths),
               # then the A/B (abba) at d = 64, 96, 128 against CONFIGS and forward()'s default, SDPA flash and cuDNN
-      timeout 230 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k ahead \
-        > "$W/tests.log" 2>&1; rc=$?
+      speed_tests 230 "ahead"; rc=$?
       tail -3 "$W/tests.log"
       timeout 330 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,96,128 --seqs 512,1024,2048,4096,8192,16384 \
         --order abba --variants default,base,ahead,dynamic+ahead --budget-s 310 > "$W/ab.txt" 2>&1; r=$?
@@ -596,8 +593,7 @@ print(json.dumps({'base': f.CONFIGS[64], 'ahead': f.speed_configs(64)['ahead']})
     desc9)  # issue 14 v9: DESC_STEP=1 (each wgmma descriptor built once per product, stepped per k-slice; opcodes512
             # counted ~10% of the d = 128 N = 512 instructions in per-wgmma descriptor math): its GPU tests on every rule
             # build, memcheck of two persistent builds on 3 CTAs, then the grid (abba) against forward()'s default
-      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k desc_step \
-        > "$W/tests.log" 2>&1; rc=$?
+      speed_tests 200 "desc_step"; rc=$?
       tail -2 "$W/tests.log"
       cfg=$(python3 -c "
 import json
@@ -618,8 +614,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       dispatch_tests "$W/tests.log" 250; rc=$?; tail -2 "$W/tests.log" ;;
     wgskip)  # issue 14 v10: WG_SKIP's GPU tests, memcheck (every WG_SKIP build) and racecheck (d = 64 Br = 192 and d = 128
              # ping-pong) on 3 CTAs
-      timeout 220 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k wg_skip \
-        > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log"
+      speed_tests 220 "wg_skip"; rc=$?; tail -2 "$W/tests.log"
       sanitize_wgmma memcheck float16 3 130 120 "$(skip_builds 3)"; r=$?; tail -2 "$W/memcheck.txt"
       rc=$(( rc != 0 ? rc : r ))
       sanitize_wgmma racecheck float16 3 150 140 "$(skip_builds 3 'i in (0, 2, 3, 5)')"; r=$?; tail -2 "$W/racecheck.txt"
@@ -654,8 +649,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     fresh11t)  # issue 11: the one-slot K/V ring builds (ring1, d = 128 and 256: measurement builds for the GPU model's
                # cuDNN) before fresh11 times them: their GPU tests (hypothesis shapes, a long key loop, strided / GQA)
                # and racecheck at scale
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "size_candidate and ring1" \
-        > "$W/tests.log" 2>&1; rc=$?
+      speed_tests 150 "size_candidate and ring1"; rc=$?
       tail -2 "$W/tests.log"
       sanitize_wgmma racecheck float16 6 150 140 "$(wgmma_builds 128:ring1 256:ring1)"
       r=$?; tail -2 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
@@ -682,8 +676,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --budget-s 270 > "$W/ab.txt" 2>&1
       rc=$?; grep "^cells with" "$W/ab.txt"; tail -12 "$W/ab.txt" ;;
     carry)
-      timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "turn_carry" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
+      speed_tests 240 "turn_carry"; rc=$?; tail -3 "$W/tests.log"
       cfg=$(builds 2 "t.CARRY" "c.get('PERSISTENT')")
       sanitize_wgmma synccheck float16 7 100 90 "$cfg"; r=$?; tail -2 "$W/synccheck.txt"; rc=$(( rc != 0 ? rc : r ))
       sanitize_wgmma memcheck float16 7 80 70 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
@@ -693,8 +686,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         --order abba --variants default,default+TURN_CARRY=1 --budget-s 270 > "$W/ab.txt" 2>&1
       rc=$?; grep "^cells with" "$W/ab.txt"; tail -10 "$W/ab.txt" ;;
     d64rule)
-      timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "desc_step and d64-0" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log"
+      speed_tests 100 "desc_step and d64-0"; rc=$?; tail -2 "$W/tests.log"
       dispatch_tests "$W/dispatch.log" 100; r=$?; rc=$(( rc != 0 ? rc : r )); tail -2 "$W/dispatch.log"
       cfg=$(builds 2 "[(64, f.default_config(64, 512, True, True))]")
       sanitize_wgmma memcheck float16 7 40 35 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
@@ -727,8 +719,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       grep "^cells with" "$W/ab.txt"; tail -12 "$W/ab.txt" ;;
     odirect)  # issue 14 v13 O_DIRECT (O from registers, Q handed back after the last S): GPU tests of its builds,
               # memcheck / racecheck / synccheck of d = 256's on 2 CTAs at scale, then the A/B at d = 256 (abba)
-      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
+      speed_tests 200 "o_direct"; rc=$?; tail -3 "$W/tests.log"
       cfg=$(builds 2 "t.ODIRECT" "d == 256 and i < 2")
       sanitize_wgmma memcheck float16 7 60 50 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
       sanitize_wgmma racecheck float16 5 110 100 "$cfg"; r=$?; tail -2 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
@@ -738,8 +729,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         > "$W/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep "^cells with" "$W/ab.txt"; grep -A30 "^dtype" "$W/ab.txt" | tail -24 ;;
     odirect2)  # v13 after odirect (O_DIRECT=1 with TURN_CARRY 1.03-1.11x the time at N <= 2k): the 16-byte form
                # (O_DIRECT=2) tested and sanitized, then A/B of both forms with and without TURN_CARRY at d = 256
-      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
+      speed_tests 200 "o_direct"; rc=$?; tail -3 "$W/tests.log"
       cfg=$(builds 2 "t.ODIRECT" "d == 256 and c['O_DIRECT'] == 2")
       sanitize_wgmma memcheck float16 7 60 50 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
       sanitize_wgmma racecheck float16 5 110 100 "$cfg"; r=$?; tail -2 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r ))
@@ -760,8 +750,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
                    # forward()'s dispatch tests, the sanitizers on its two d = 256 builds at scale, the second run of
                    # O_DIRECT=2 in place of O_TILE + O_TMA at d = 96/128 (odirect3: causal 0.982-0.985), then the grid
       mkdir -p "$W/d128" "$W/grid"
-      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log"
+      speed_tests 120 "o_direct"; rc=$?; tail -2 "$W/tests.log"
       dispatch_tests "$W/dispatch.log" 130; r=$?; tail -2 "$W/dispatch.log"; rc=$(( rc != 0 ? rc : r ))
       cfg=$(builds 2 "t.ODIRECT" "d == 256 and i < 2")
       sanitize_wgmma memcheck bfloat16 7 50 40 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
@@ -785,8 +774,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     d64od)  # after d64c13 (d = 64 with O_DIRECT=2 in place of O_TILE: causal 0.962, non-causal 0.984 at N <= 2k): the
             # O_DIRECT GPU tests with d = 64's rule builds so changed, the second A/B at every N, strided / GQA twice
       mkdir -p "$W/ab" "$W/rep1" "$W/rep2"
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log"
+      speed_tests 150 "o_direct"; rc=$?; tail -2 "$W/tests.log"
       timeout 130 python3 bench/ab_wgmma_speed.py --out "$W/ab" --dims 64 --seqs 512,1024,2048,4096,8192,16384 \
         --order abba --variants default,default+O_TILE=0+O_TMA=0+O_DIRECT=2 --budget-s 110 \
         > "$W/ab/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep -A40 "^dtype" "$W/ab/ab.txt" | tail -30
@@ -798,8 +786,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     v13final)  # d = 64's causal rules with O_DIRECT=2 (d64c13, d64od): the O_DIRECT GPU tests, forward()'s dispatch tests,
                # memcheck / racecheck of the three new d = 64 builds on 2 CTAs at scale, then the target grid
       mkdir -p "$W/grid"
-      timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      speed_tests 90 "o_direct"; rc=$?; tail -1 "$W/tests.log"
       dispatch_tests "$W/dispatch.log" 100; r=$?; tail -1 "$W/dispatch.log"; rc=$(( rc != 0 ? rc : r ))
       cfg=$(builds 2 "f.default_builds()" "d == 64 and c.get('O_DIRECT')")
       sanitize_wgmma memcheck bfloat16 7 60 50 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
@@ -821,8 +808,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
                # cells still behind cuDNN: d = 96/128 with O from registers (frees O_TILE's 32 KB) + STAGES=3, d = 64's
                # 3-CTA causal build with 3 and 4 slots
       mkdir -p "$W/d128" "$W/d64"
-      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "o_direct" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      speed_tests 120 "o_direct"; rc=$?; tail -1 "$W/tests.log"
       v=default+O_TILE=0+O_TMA=0+O_DIRECT=2+TURN_CARRY=1
       timeout 150 python3 bench/ab_wgmma_speed.py --out "$W/d128" --dims 96,128 --seqs 512,1024,2048 --order abba \
         --variants default,default-again,$v,$v+STAGES=3 --budget-s 135 > "$W/d128/ab.txt" 2>&1; r=$?
@@ -832,8 +818,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       rc=$(( rc != 0 ? rc : r )); grep -A20 "^dtype" "$W/d64/ab.txt" | tail -10 ;;
     stages21b)  # after stages21 (d = 64 N = 512 with four K/V slots: causal 0.957-0.970, non-causal 0.978-0.989): the GPU
                 # tests of d = 64's four-slot builds (SIZE_CANDIDATES *-s4), then the A/B at N = 512-8k
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "size_candidate and s4" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      speed_tests 150 "size_candidate and s4"; rc=$?; tail -1 "$W/tests.log"
       timeout 230 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64 --seqs 512,1024,2048,4096,8192 --order abba \
         --variants default,default-again,default+STAGES=3,default+STAGES=4,small-tma3-bc64-dyn-od2-s4 --budget-s 210 \
         > "$W/ab.txt" 2>&1; r=$?; rc=$(( rc != 0 ? rc : r )); grep -A30 "^dtype" "$W/ab.txt" | tail -28 ;;
@@ -876,8 +861,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       python3 -c "import json; r=json.load(open('$W/ab_wgmma_speed.json'))['rows']; print('retimed rows:', sum('retimed_from_ms' in x for x in r))" ;;
     knobs21)  # the v9-v13 knob tests as one registry (tests/test_kernels_wgmma_speed_gpu.py KNOB_SETS: the same 154 tests
               # as the five knob-by-knob sets they replace), on forward()'s stop-21 builds
-      timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "knob" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -2 "$W/tests.log" ;;
+      speed_tests 420 "knob"; rc=$?; tail -2 "$W/tests.log" ;;
     stall21)  # d = 128 N = 512, the cells still behind cuDNN (ncu: level time, 13-14% lower IPC): the warp-state stall
               # reasons of both kernels (raw metrics), and where in our SASS the warps stall (SourceCounters, causal 512)
       MOONSHOT_CELLS=512x128x0,512x128x1,4096x128x1 timeout 150 ncu --clock-control none --csv --page raw \
@@ -890,8 +874,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     tree21)  # stop 21 MAX_TREE (each row's block max as a tree, stall21: our warps wait 2.2 cycles per instruction on
              # fixed-latency dependences, cuDNN's 1.0): the GPU tests of forward()'s builds with it, then the A/B
       mkdir -p "$W/ab"
-      timeout 130 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "max_tree" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      speed_tests 130 "max_tree"; rc=$?; tail -1 "$W/tests.log"
       timeout 200 python3 bench/ab_wgmma_speed.py --out "$W/ab" --dims 64,96,128,256 --seqs 512,1024,2048,4096 \
         --order abba --variants default,default-again,default+MAX_TREE=1 --budget-s 185 > "$W/ab/ab.txt" 2>&1; r=$?
       rc=$(( rc != 0 ? rc : r )); grep -A80 "^dtype" "$W/ab/ab.txt" | tail -20 ;;
@@ -933,8 +916,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         > "$W/layouts.txt" 2>&1; rc=$?; grep -E "bnhd|gqa" "$W/layouts.txt" | awk '{print $1,$2,$3,$4,$5,$8}' | head -60 ;;
     tree22)  # MAX_TREE in forward()'s d = 128 builds (kernels.fa2_wgmma.DEFAULT_KNOBS_BY_D): the GPU tests of every
              # forward() build with the tree (d = 128's now carry it), forward()'s dispatch / layouts tests, the grid
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "max_tree" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      speed_tests 150 "max_tree"; rc=$?; tail -1 "$W/tests.log"
       dispatch_tests "$W/dispatch.log" 150; r=$?; tail -1 "$W/dispatch.log"; rc=$(( rc != 0 ? rc : r ))
       mkdir -p "$W/grid"
       timeout 190 python3 bench/ab_wgmma_speed.py --out "$W/grid" --dims 64,96,128,256 \
@@ -944,8 +926,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     half22)  # stop 22 HALF_DIAG (fa2_wgmma_tma.cu v14): its GPU tests (the knob registry: hypothesis shapes, fixed shapes
              # across tiles, strided GQA), memcheck and racecheck of the d = 128 and 256 builds on 2 CTAs at scale (the
              # A/B is half22ab)
-      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "half_diag" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      speed_tests 200 "half_diag"; rc=$?; tail -1 "$W/tests.log"
       cfg=$(builds 2 "f.half_diag_builds()" "d in (128, 256)")
       sanitize_wgmma memcheck float16 7 100 90 "$cfg"; r=$?; tail -1 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
       sanitize_wgmma racecheck float16 7 130 120 "$cfg"; r=$?; tail -1 "$W/racecheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
@@ -967,8 +948,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     isolate22)  # after review: HALF_DIAG's GPU tests with the Bc = 64 non-causal tail shape, then an A/B that times
                 # forward()'s d = 128 build (HALF_DIAG on) against itself again and against HALF_DIAG=0 (the binary
                 # without it), to separate the half step (causal) from the binary's place in the run (non-causal)
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "half_diag" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -1 "$W/tests.log"
+      speed_tests 150 "half_diag"; rc=$?; tail -1 "$W/tests.log"
       timeout 150 python3 bench/ab_wgmma_speed.py --out "$W" --dims 128 --seqs 512,1024,2048,4096 --order abba \
         --variants default,default-again,default+HALF_DIAG=0 --budget-s 140 > "$W/ab.txt" 2>&1; r=$?
       rc=$(( rc != 0 ? rc : r )); grep -A3 "^cells with" "$W/ab.txt" | head -3; grep -A12 "d build" "$W/ab.txt" ;;
@@ -1054,8 +1034,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
           --causal 1 --order abba --sdpa cudnn \
           --variants default,default-again,default+CAUSAL_SECTION_KB=256,default+CAUSAL_SECTION_KB=1024 || rc=1; done ;;
     q24)
-      timeout 260 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "q_slots" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
+      speed_tests 260 "q_slots"; rc=$?; tail -3 "$W/tests.log"
       cfg=$(builds 2 "f.q_slots_builds()")
       sanitize_wgmma memcheck float16 7 120 110 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     q24race)
@@ -1087,8 +1066,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
           --causal 1 --order abba --sdpa cudnn \
           --variants default,default-again,default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1,default+PERSISTENT=2+O_DIRECT=2 || rc=1; done ;;
     rf24)
-      timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_wgmma_speed_gpu.py -k "ragged_first" \
-        > "$W/tests.log" 2>&1; rc=$?; tail -3 "$W/tests.log"
+      speed_tests 300 "ragged_first"; rc=$?; tail -3 "$W/tests.log"
       cfg=$(builds 2 "t.RAGGED")
       sanitize_wgmma memcheck float16 7 150 140 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
     rf24ab)
