@@ -142,17 +142,16 @@ extern "C" __global__ void mma_ceiling(long long* out, float* sink, int iters) {
     keep(sink, acc);
 }
 
-extern "C" __global__ void ffma_ceiling(long long* out, float* sink, int iters) {
-    float x[CHAINS];
-#pragma unroll
-    for (int k = 0; k < CHAINS; ++k) x[k] = threadIdx.x * 1e-3f + k;
-    const float a = 0.999f, b = 1e-4f;
+// CHAINS independent chains of one op per thread, UNROLL iterations per pass of the loop (ptxas's own choice for the ex2
+// chains, 4; the FFMA chains' 16, so the loop's own add and branch are 1 issue slot in 129, not 1 in 7); the sum kept
+template <int UNROLL, class Op>
+__device__ __forceinline__ void time_chains(long long* out, float* sink, int iters, float (&x)[CHAINS], Op op) {
     __syncthreads();
-    long long t0 = clock64();
-#pragma unroll 16
-    for (int it = 0; it < iters; ++it) {  // unrolled: the loop's own add and branch are 1 issue slot in 129, not 1 in 7
+    const long long t0 = clock64();
+#pragma unroll UNROLL
+    for (int it = 0; it < iters; ++it) {
 #pragma unroll
-        for (int k = 0; k < CHAINS; ++k) x[k] = fmaf(x[k], a, b);
+        for (int k = 0; k < CHAINS; ++k) x[k] = op(x[k]);
     }
     end_span(out, t0);
     float acc = 0.f;
@@ -161,21 +160,21 @@ extern "C" __global__ void ffma_ceiling(long long* out, float* sink, int iters) 
     keep(sink, acc);
 }
 
+extern "C" __global__ void ffma_ceiling(long long* out, float* sink, int iters) {
+    float x[CHAINS];
+#pragma unroll
+    for (int k = 0; k < CHAINS; ++k) x[k] = threadIdx.x * 1e-3f + k;
+    time_chains<16>(out, sink, iters, x, [](float v) { return fmaf(v, 0.999f, 1e-4f); });
+}
+
 extern "C" __global__ void mufu_ceiling(long long* out, float* sink, int iters) {
     float x[CHAINS];
 #pragma unroll
     for (int k = 0; k < CHAINS; ++k) x[k] = -(threadIdx.x & 7) * 0.01f - k * 0.001f;
-    __syncthreads();
-    long long t0 = clock64();
-    for (int it = 0; it < iters; ++it) {
-#pragma unroll
-        for (int k = 0; k < CHAINS; ++k) asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(x[k]));
-    }
-    end_span(out, t0);
-    float acc = 0.f;
-#pragma unroll
-    for (int k = 0; k < CHAINS; ++k) acc += x[k];
-    keep(sink, acc);
+    time_chains<4>(out, sink, iters, x, [](float v) {
+        asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+f"(v));
+        return v;
+    });
 }
 
 extern "C" __global__ void lds_ceiling(long long* out, float* sink, int iters) {
