@@ -81,9 +81,10 @@ Fields (the papers' names: Br, Bc, Tr, Tc):
     rescale_skip the O accumulator is rescaled (FA2 Alg. 1 line 10's diag(e^(m_old - m_new)) O: Br x d multiplies per
                  tile, counted in the closed form's 'other') only when a row's max grows past a bound (fa2_wgmma
                  RESCALE_THRESHOLD, FA4's rule; exact in the result): the model drops those multiplies from the tile's
-                 softmax work but on each Q block's first step (m moves from -inf there); the rare later move is left out. False: every step (SDPA flash, whose measured
-                 issue_per_tile has them; cuDNN: +533 warp instructions per key block at d = 128 over d = 64 in
-                 ncu_levels*.csv, as a rescale of its 64 x d O per warpgroup every step would issue)
+                 softmax work but on each Q block's first step (m moves from -inf there); the rare later move is left
+                 out. False: every step (SDPA flash, whose measured issue_per_tile has them; cuDNN: +533 warp
+                 instructions per key block at d = 128 over d = 64 in ncu_levels*.csv, as a rescale of its 64 x d O per
+                 warpgroup every step would issue)
     causal_walk  causal: a consumer warpgroup whose rows end before its Q block's last row walks the key blocks
                  wholly past its own last row (fa2_wgmma WG_CAUSAL_SKIP, v11): that block's tiles cost the mean,
                  over its warpgroups, of the steps each runs (analysis/gpu_model.py prepare)
@@ -155,7 +156,7 @@ class KernelDescriptor:
     consumer_warpgroups: int = 0  # warp-specialised: consumer warpgroups per CTA (3: the overlap share sigma_ws3)
     causal_walk: bool = False  # causal: each warpgroup runs only the key blocks its own rows see (WG_CAUSAL_SKIP)
     half_diag: bool = False  # a warpgroup whose rows see its first key block's first half only runs it at half width
-    mask_every_step_if_ragged: bool = False  # every key block masked when Bc does not divide Nk (cuDNN, its timings)
+    mask_every_step_if_ragged: bool = False  # non-causal: every key block masked when Bc does not divide Nk (cuDNN)
     rescale_skip: bool = False  # O rescaled only when the row max grows past a bound (fa2_wgmma RESCALE_THRESHOLD)
     local_step_bytes: float = 0.0  # spill stores per thread per unmasked step (analysis/local_memory.py)
     local_masked_step_bytes: float = 0.0

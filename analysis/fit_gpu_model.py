@@ -185,15 +185,13 @@ def fit(verbose=True) -> dict:
     base = [c for c in bench_cells() + teaching_cells() if is_train_base(c)]
     works = [(work_of(c), (c["time_s"], c.get("timer"))) for c in base]  # A/B cells: as their timer measures
     r_wgmma, r_wgmma_from = wgmma_rate()
-    names = [k for k in gm.DEFAULT_PARAMS
-             if k not in ("lat_dram", "L_gmem_dram", "R_wgmma") + PERSISTENT_PARAMS + WG3_PARAMS]
+    fixed = {"lat_dram": 0.0, "L_gmem_dram": 0.0, "R_wgmma": r_wgmma}  # the spilled kernels' terms off; R_wgmma derived
+    names = [k for k in gm.DEFAULT_PARAMS if k not in fixed and k not in PERSISTENT_PARAMS + WG3_PARAMS]
     bounded = {"sigma_fa2": (0.0, 1.0), "sigma_ws": (0.0, 1.0), "sigma_ws3": (0.0, 1.0), "eta_lds": (0.05, 1.0),
                "R_wgmma": (500, 4096), "R_mma_sync": (500, 4096),
                "W_sat": (8.0, 64.0), "sigma_spill": (0.0, 1.0), "lat_dram": (0.0, 20000.0),
                "L_persistent_steps": (0.0, 4.0)}
-    params, val = _fit_names(names, {"lat_dram": 0.0, "L_gmem_dram": 0.0, "R_wgmma": r_wgmma}, works, gm.DEFAULT_PARAMS,
-                             bounded,
-                             restarts=2)
+    params, val = _fit_names(names, fixed, works, gm.DEFAULT_PARAMS, bounded, restarts=2)
     spill_cells = [c for c in bench_cells() + teaching_cells() if is_train(c)]
     spill_works = [(w, (c["time_s"], c.get("timer"))) for c in spill_cells for w in [work_of(c)] if w.desc.f == "hbm"]
     fixed = {k: v for k, v in params.items() if k not in SPILL_PARAMS}

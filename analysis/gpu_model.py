@@ -34,8 +34,7 @@ at the SM's share of the L2's rate, L2_BANDWIDTH / SMs: not fitted, so L is what
 priced, and a d = 256 tile's start and end cost 4x a d = 64 one's; a persistent kernel that loads its next work tile
 while this one finishes (descriptor next_tile_prefetch: cuDNN) pays L + io once per CTA and per work tile only
 ctas_per_sm · λ_p · (tensor + softmax) of one unmasked tile, the step its pipeline cannot overlap at a tile's start
-and end,
-run at the CTA's share of the SM as its tiles are (ctas_per_sm · t_tile; λ_p fitted, stage 3 of
+and end, run at the CTA's share of the SM as its tiles are (ctas_per_sm · t_tile; λ_p fitted, stage 3 of
 analysis/fit_gpu_model.py, on cuDNN's one CTA per SM); a build whose producer fills a K/V ring of S slots (descriptor
 kv_stages: fa2_wgmma's TMA builds, STAGES) issues each key block's load S - 1 of its steps (ctas_per_sm · t_tile each)
 before its consumers need it: a block whose bytes come from DRAM (the share DRAM bytes / L2 bytes) waits lat_dram

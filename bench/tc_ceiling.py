@@ -1,7 +1,7 @@
 """The tensor cores' attainable rate in FLOP per SM clock, per instruction path, and the other pipes' (issue 11).
 
-Runs bench/tc_ceiling.cu's loops (wgmma, mma.sync, FFMA, ex2, shared loads), one CTA per SM (wgmma: a dynamic shared-memory request that only one CTA fits;
-mma.sync: CTAS_PER_SM CTAs each asking for 1/CTAS_PER_SM of it), and reads each CTA's clock64 span and SM id. Per SM:
+Runs bench/tc_ceiling.cu's loops (wgmma, mma.sync, FFMA, ex2, shared loads), one CTA per SM (wgmma: a dynamic
+shared-memory request that only one CTA fits; the others: CTAS_PER_SM CTAs each asking for 1/CTAS_PER_SM of it), and reads each CTA's clock64 span and SM id. Per SM:
 FLOPs of its CTAs / the longest span -> FLOP/clk/SM; the median over SMs and --reps launches is the config's rate.
 The launch's event time gives the clock it ran at (span / time): a cross-check, not part of the rate. The FP32 pipe
 (FFMA lane-ops), the MUFU (ex2 results) and shared memory (bytes of 16-byte loads) are measured the same way, per SM
