@@ -61,6 +61,8 @@
 #   mask25     issue 11: ncu instructions per tile of cuDNN, SDPA flash, fa2_wgmma at N = 1000 against 1024       -> mask25/
 #   ceiling25  issue 11: bench/tc_ceiling.py, the wgmma / mma.sync rates alone in FLOP/clk/SM        -> ceiling25/
 #   ragged25   issue 11: forward()'s build, SDPA flash, cuDNN at N = 1500-7000 (Bc does not divide them) -> ragged25/
+#   names26    issue 11: bench/kernel_names.py, the kernel / grid / block SDPA flash and cuDNN launch per d -> names26/
+#   n512ab26   issue 14: d = 128 N <= 2k, O_DIRECT=2 with a third K/V slot or a second Q slot (A/B twice) -> n512ab26/
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
 #   fresh11    issue 11: never-timed N (768-12288) at d = 64/96/128/256, the default, CONFIGS, ring1 and SDPA, twice
 #              (abba): the GPU model's fresh held-out cells                                           -> fresh11/
@@ -1112,6 +1114,16 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       # SDPA flash and cuDNN, fp16 / bf16, causal and not, d = 64 / 128
       timeout 400 python3 bench/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 1500,2500,3500,5000,7000 \
         --order abba --variants default --budget-s 380 > "$W/ab.txt" 2>&1; rc=$?; grep -E "cells with|in cycles" "$W/ab.txt" ;;
+    names26)  # issue 11: the kernel, grid and block SDPA flash and cuDNN launch per head dim (the descriptors' traits;
+      # torch's source names 64 x 64 tiles, 4 warps, for flash at d = 256), N = 512 / 4096, fp16 / bf16, causal and not
+      timeout 200 python3 bench/kernel_names.py --out "$W" > "$W/names.txt" 2>&1; rc=$?; grep -v "^$" "$W/names.txt" | tail -70 ;;
+    n512ab26)  # issue 14: d = 128 at N <= 2k, the cells behind cuDNN since stop 21: O from registers (O_DIRECT=2, no
+      # staging tile) with the ping-pong turn carried, and with the smem it frees as a third K/V slot (Q + 3 x K/V, the
+      # 227 KB cuDNN's d = 128 kernel takes) or a second Q slot; two runs, abba, every entry checked against float64
+      O=default+O_TILE=0+O_TMA=0+O_DIRECT=2+TURN_CARRY=1
+      rc=0; for rep in rep1 rep2; do
+        ab_rep "$rep" 150 135 10 10 --dims 128 --seqs 512,1024,2048 --order abba --sdpa cudnn \
+          --variants default,default-again,$O,$O+STAGES=3,$O+Q_SLOTS=2 || rc=1; done ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
