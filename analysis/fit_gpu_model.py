@@ -11,6 +11,8 @@ Training split (TRAIN): fp16, N = 2048 and 8192 only, of
 Held out: bf16, the other kernels' causal rows, N = 512, 1024, 4096, 16384 (but v_once_tc's, below), the other runs
 (tc_bench_run2, tc_bench_wgmma: the older cp.async fa2_wgmma builds, every A/B run), every ncu duration and byte counter.
 Not fitted (stop 25): R_wgmma, from the measured wgmma ceiling and the recorded clock (wgmma_rate below).
+The events-timed files' cells are compared as GPU time (stop 26): each run's median less the host gap that run
+measured per kernel and head dim (analysis/measured.py host_gaps), not the model's one launch overhead per kernel.
 Objective: the sum of squared log(predicted / measured) times; Nelder-Mead on log-parameters.
 Stage 1 fits every constant but R_wgmma on that split with the spilled kernels' extra terms off (lat_dram,
 L_gmem_dram = 0). Stage 2 refits SPILL_PARAMS, the constants only a kernel with its f row in HBM depends on
@@ -210,7 +212,8 @@ def fit(verbose=True) -> dict:
                 derived={"R_wgmma": r_wgmma_from},
                 split="fp16 N in {2048, 8192}: tc_bench_wgmma_tma.json (fa2_tc, fa2_wgmma, sdpa_flash, sdpa_cudnn; "
                       "non-causal and causal), tc_bench.json (v_once_tc, non-causal), bench_kernels.json (every teaching "
-                      "kernel, non-causal); R_wgmma not fitted (derived); "
+                      "kernel, non-causal), events-timed cells as GPU time (the run's median less its measured host gap, "
+                      "analysis/measured.py host_gaps); R_wgmma not fitted (derived); "
                       "stage 2 (sigma_spill, lat_dram, L_gmem, L_gmem_dram): the spilled (f in HBM) cells among them and tc_bench.json "
                       "v_once_tc fp16 non-causal at N in {2048, 4096, 8192, 16384}; stage 3 (L_persistent_steps): the "
                       "prefetching persistent kernels' cells among the base split (sdpa_cudnn, d = 64 and 128, N in {2048, 8192}); "

@@ -450,14 +450,20 @@ def as_timed(pred: Prediction, timer: str | None = None) -> float:
     """The prediction as a timer measures it. Per-call CUDA events (the older bench files, no `timer` field)
     include the host's launch work after the kernel's: GPU time + host time. triton.testing.do_bench
     (bench/harness.py, `timer` recorded) times calls queued behind one another (and behind its L2 flush), so
-    the host enqueues the next call while the GPU runs the last: the larger of the two."""
+    the host enqueues the next call while the GPU runs the last: the larger of the two. EVENTS_LESS_GAP (an events
+    timing less its own run's measured host gap, analysis/measured.py host_gaps): the GPU time alone."""
     host = pred.terms.get("overhead", 0.0)
+    if timer == EVENTS_LESS_GAP:
+        return pred.time_s - host
     if timer and "do_bench" in timer:
         return max(pred.time_s - host, host)
     return pred.time_s
 
 
 DO_BENCH = "triton.testing.do_bench"  # the timer bench/harness.time_fn uses and records
+# an older bench file's per-call CUDA-event median less the host gap that run measured (its median less its back-to-back
+# time, per kernel and head dim: analysis/measured.py host_gaps): what the GPU alone took
+EVENTS_LESS_GAP = "cuda events less the run's measured host gap"
 
 
 def as_benchmarked(pred: Prediction, timer: str | None = DO_BENCH) -> dict:
