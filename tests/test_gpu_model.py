@@ -728,3 +728,25 @@ def test_sdpa_flash_traits_follow_torchs_head_dim_buckets():
                                      192: (128, 64, 8, 1), 256: (64, 64, 4, 2)}.items():
         f = describe("sdpa_flash", d)
         assert (f.block_q, f.block_k, f.warps, f.ctas_per_sm) == (br, bc, warps, ctas), d
+
+
+def test_events_timings_are_compared_as_gpu_time_less_their_runs_host_gap():
+    """An events-timed run's host gap per kernel and head dim is its median less its back-to-back time over N <= 2048
+    (longer cells left out, a negative gap clipped), and its cells carry time_s less that gap, compared as GPU time."""
+    from analysis import measured
+
+    rows = [dict(kernel="k", d=64, n=512, median_ms=0.30, b2b_ms=0.25), dict(kernel="k", d=64, n=1024, median_ms=0.50,
+            b2b_ms=0.44), dict(kernel="k", d=64, n=2048, median_ms=0.90, b2b_ms=0.83),
+            dict(kernel="k", d=64, n=8192, median_ms=3.0, b2b_ms=2.0),  # past GAP_MAX_N: not counted
+            dict(kernel="k", d=128, n=512, median_ms=0.20, b2b_ms=0.21),  # negative: clipped to 0
+            dict(kernel="k", d=128, n=1024, median_ms=0.20, b2b_ms=0.10, ok=False)]  # a failed row: not counted
+    gaps = measured.host_gaps(rows)
+    assert gaps[("k", 64)] == pytest.approx(60e-6) and gaps[("k", 128)] == 0.0
+    cells = [c for c in measured.bench_cells("tc_bench_wgmma_tma.json") if c["kernel"] == "sdpa_cudnn"]
+    assert cells and all(c["timer"] == gm.EVENTS_LESS_GAP for c in cells)
+    by_d = {c["d"]: c["host_gap_s"] for c in cells}
+    assert 45e-6 < by_d[64] < 60e-6 and 28e-6 < by_d[128] < 40e-6  # the training run's own gaps (51.9 / 34.1 us)
+    p = gm.predict("sdpa_cudnn", 32, 32, 512, 512, 64)
+    assert gm.as_timed(p, gm.EVENTS_LESS_GAP) == pytest.approx(p.time_s - p.terms["overhead"])
+    # do_bench-timed files keep their timer
+    assert all(c["timer"] != gm.EVENTS_LESS_GAP for c in measured.bench_cells("cluster_bench.json"))
