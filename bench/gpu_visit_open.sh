@@ -63,6 +63,8 @@
 #   ragged25   issue 11: forward()'s build, SDPA flash, cuDNN at N = 1500-7000 (Bc does not divide them) -> ragged25/
 #   names26    issue 11: bench/kernel_names.py, the kernel / grid / block SDPA flash and cuDNN launch per d -> names26/
 #   n512ab26   issue 14: d = 128 N <= 2k, O_DIRECT=2 with a third K/V slot or a second Q slot (A/B twice) -> n512ab26/
+#   br192d128  issue 14: d = 128 Br = 192 builds (three consumer warpgroups): tests, memcheck, A/B twice -> br192d128/
+#   clock26    issue 11: bench/clock_probe.py over 18 cells (d = 64-256, N = 1k-16k): window clocks and cycles -> clock26/
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
 #   fresh11    issue 11: never-timed N (768-12288) at d = 64/96/128/256, the default, CONFIGS, ring1 and SDPA, twice
 #              (abba): the GPU model's fresh held-out cells                                           -> fresh11/
@@ -1124,6 +1126,21 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       rc=0; for rep in rep1 rep2; do
         ab_rep "$rep" 150 135 10 10 --dims 128 --seqs 512,1024,2048 --order abba --sdpa cudnn \
           --variants default,default-again,$O,$O+STAGES=3,$O+Q_SLOTS=2 || rc=1; done ;;
+    br192d128)  # issue 14: d = 128 with three consumer warpgroups (SIZE_CANDIDATES[128] br192-bc64/80-dyn-oqt, stop 26,
+      # never run): their GPU tests (hypothesis shapes, Nk = 4100, 3 persistent CTAs, strided / GQA), memcheck at scale
+      # on 3 CTAs, then (only if both pass) the A/B twice against forward()'s build and cuDNN, N = 512-4096, abba
+      speed_tests 240 "size_candidate and 128-br192"; rc=$?; tail -3 "$W/tests.log"
+      cfg=$(builds 3 "[(128, f.SIZE_CANDIDATES[128][k]) for k in ('br192-bc64-dyn-oqt', 'br192-bc80-dyn-oqt')]")
+      sanitize_wgmma memcheck float16 7 150 140 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
+      if [ $rc -eq 0 ]; then for rep in rep1 rep2; do
+        ab_rep "$rep" 150 135 10 10 --dims 128 --seqs 512,1024,2048,4096 --order abba --sdpa cudnn \
+          --variants default,default-again,br192-bc64-dyn-oqt,br192-bc80-dyn-oqt || rc=1; done; fi ;;
+    clock26)  # issue 11: the SM clock over each timing's window (300 ms, nvidia-smi) and the cycles, fp16 and bf16,
+      # d = 64 / 128 / 256 at N = 1k / 4k / 16k, causal and not: what a clock model under the power cap would stand on
+      # (stop 23's probe had 5 cells; the A/B's 40 ms windows hold two samples each)
+      timeout 420 python3 bench/clock_probe.py --out "$W" --rounds 4 --rep-ms 250 \
+        --cells 64:1024:0,64:1024:1,64:4096:0,64:4096:1,64:16384:0,64:16384:1,128:1024:0,128:1024:1,128:4096:0,128:4096:1,128:16384:0,128:16384:1,256:1024:0,256:1024:1,256:4096:0,256:4096:1,256:16384:0,256:16384:1 \
+        > "$W/clock.txt" 2>&1; rc=$?; tail -40 "$W/clock.txt" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window

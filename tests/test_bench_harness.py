@@ -143,6 +143,7 @@ NOT_TIMING |= {"ncu_moonshot_target.py", "ncu_moonshot_summary.py"}  # issue 14:
 NOT_TIMING |= {"cluster_ncu_summary.py"}  # reads cluster_ncu_target.py's ncu CSV
 NOT_TIMING |= {"racecheck_mbarrier_probe.py"}  # a racecheck probe of the tile hand-off (issue 14 v6c)
 NOT_TIMING |= {"tc_ceiling.py"}  # stop 25: the tensor cores' rate in SM cycles (clock64), not a kernel's time
+NOT_TIMING |= {"kernel_names.py"}  # stop 26: which kernel, grid and block an SDPA backend launches (profiler trace), no timing
 
 
 def test_every_bench_script_is_listed():

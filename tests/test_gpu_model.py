@@ -750,3 +750,18 @@ def test_events_timings_are_compared_as_gpu_time_less_their_runs_host_gap():
     assert gm.as_timed(p, gm.EVENTS_LESS_GAP) == pytest.approx(p.time_s - p.terms["overhead"])
     # do_bench-timed files keep their timer
     assert all(c["timer"] != gm.EVENTS_LESS_GAP for c in measured.bench_cells("cluster_bench.json"))
+
+
+def test_predict_ab_prices_an_ab_runs_entries(capsys):
+    """analysis.predict_ab: the entries bench/ab_wgmma_speed.py would time, priced on its cells before the run."""
+    from analysis import predict_ab
+
+    rows = predict_ab.predict_rows([128], [512], ["default", "default-again", "default+O_TILE=0+O_TMA=0+O_DIRECT=2",
+                                                  "br192-bc64-dyn-oqt"], causals=(True,), dtypes=("fp16",))
+    by = {r["variant"]: r for r in rows}
+    assert by["default"]["over_default"] == 1.0 and by["default-again"]["over_default"] == 1.0
+    assert "Br=192" in by["br192-bc64-dyn-oqt"]["build"] and "Br=128" in by["default"]["build"]
+    assert by["sdpa_cudnn"]["kernel"] == "sdpa_cudnn" and by["sdpa_cudnn"]["b"] * 512 == 16384
+    assert all(r["time_s"] > 0 for r in rows)
+    assert predict_ab.main(["--variants", "no-such-build"]) == 2
+    assert "no candidate" in capsys.readouterr().err
