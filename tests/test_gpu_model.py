@@ -765,3 +765,14 @@ def test_predict_ab_prices_an_ab_runs_entries(capsys):
     assert all(r["time_s"] > 0 for r in rows)
     assert predict_ab.main(["--variants", "no-such-build"]) == 2
     assert "no candidate" in capsys.readouterr().err
+
+
+def test_bound_is_the_term_that_sets_the_time():
+    """The bound names the term a faster unit would shorten: at d = 128 the L2's time is over the products' alone but
+    under the compute time they make with the softmax, so the verdict is the tensor cores, not the L2."""
+    p = gm.predict("fa2_wgmma", 1, 16, 16384, 16384, 128)
+    assert p.terms["l2"] > p.terms["tensor"] and p.terms["compute"] > p.terms["l2"] and p.bound == "tensor"
+    named = dict(tensor=5.0, softmax=3.0, smem=1.0, latency=0.0, compute=7.0, l2=6.0, dram=2.0)
+    assert gm.limiting_term(named) == "tensor"
+    assert gm.limiting_term(dict(named, l2=8.0)) == "l2" and gm.limiting_term(dict(named, dram=9.0)) == "dram"
+    assert gm.limiting_term(dict(named, sync=6.5), ("sync",)) == "sync"
