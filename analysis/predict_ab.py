@@ -46,7 +46,7 @@ def predict_rows(dims, seqs, variants, causals=(False, True), dtypes=("fp16", "b
                     for name, kernel, opts in entries:
                         p = gm.predict(kernel, b, h, n, n, d, dtype, causal, **opts)
                         t = gm.as_timed(p, gm.DO_BENCH)
-                        ref = t if ref is None and name in ("default",) else ref
+                        ref = t if ref is None and name == "default" else ref
                         rows.append(dict(variant=name, kernel=kernel, d=d, n=n, b=b, h=h, causal=causal, dtype=dtype,
                                          time_s=t, build=p.build, bound=p.bound))
                     for r in rows[-len(entries):]:
@@ -73,8 +73,9 @@ def main(argv=None) -> int:
         print(f"predict_ab: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
     for r in rows:
+        ratio = f"x{r['over_default']:.3f}" if r["over_default"] is not None else "(no default entry)"
         print(f"d={r['d']:3d} N={r['n']:5d} {r['dtype']} causal={int(r['causal'])} {r['variant'][:48]:48s} "
-              f"{r['time_s'] * 1e6:8.1f} us  x{r['over_default']:.3f}  {r['bound']}")
+              f"{r['time_s'] * 1e6:8.1f} us  {ratio}  {r['bound']}")
     if a.out:
         try:
             commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()

@@ -763,6 +763,8 @@ def test_predict_ab_prices_an_ab_runs_entries(capsys):
     assert "Br=192" in by["br192-bc64-dyn-oqt"]["build"] and "Br=128" in by["default"]["build"]
     assert by["sdpa_cudnn"]["kernel"] == "sdpa_cudnn" and by["sdpa_cudnn"]["b"] * 512 == 16384
     assert all(r["time_s"] > 0 for r in rows)
+    assert predict_ab.main(["--seqs", "512", "--causal", "1", "--dtypes", "fp16", "--variants", "br192-bc64-dyn-oqt"]) == 0
+    assert "(no default entry)" in capsys.readouterr().out
     assert predict_ab.main(["--variants", "no-such-build"]) == 2
     assert "no candidate" in capsys.readouterr().err
 
