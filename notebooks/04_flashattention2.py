@@ -321,6 +321,8 @@ print("matmul FLOPs, FA1 and FA2:", ", ".join(f"{res[(k, n)][0].flops['matmul']:
 from analysis import gpu_model as gm
 from analysis.measured import bench_cells, teaching_cells
 
+# the GPU time: an events-timed file's median less the host gap that run measured (its median less its back-to-back
+# time, analysis.measured.host_gaps); do_bench-timed files as they are
 measured = {(c["kernel"], c["n_q"], c["d"]): (c["time_s"], c.get("timer"))
             for c in teaching_cells() + bench_cells("tc_bench_wgmma_tma.json")
             if not c["causal"] and c["dtype"] == "fp16" and not c["options"].get("placement")}

@@ -206,6 +206,7 @@ else:
 
 # %%
 # one run per kernel: the newest file that timed it (tc_bench_wgmma_tma.json holds today's fa2_wgmma builds)
+# "measured" is GPU time: an events-timed file's median less its run's measured host gap (analysis.measured.host_gaps)
 PREFER = ("tc_bench_wgmma_tma.json", "tc_bench.json", "bench_kernels.json")
 verdict = {}
 for r in sorted(cells, key=lambda r: PREFER.index(r["source"]) if r["source"] in PREFER else len(PREFER)):
