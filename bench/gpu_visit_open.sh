@@ -63,7 +63,9 @@
 #   ragged25   issue 11: forward()'s build, SDPA flash, cuDNN at N = 1500-7000 (Bc does not divide them) -> ragged25/
 #   names26    issue 11: bench/kernel_names.py, the kernel / grid / block SDPA flash and cuDNN launch per d -> names26/
 #   n512ab26   issue 14: d = 128 N <= 2k, O_DIRECT=2 with a third K/V slot or a second Q slot (A/B twice) -> n512ab26/
-#   br192d128  issue 14: d = 128 Br = 192 builds (three consumer warpgroups): tests, memcheck, A/B twice -> br192d128/
+#   br192d128  issue 14: d = 128 Br = 192 builds (three consumer warpgroups): GPU tests, memcheck at scale -> br192d128/
+#   br192ab26  issue 14: their A/B against forward()'s build and cuDNN, twice, N = 512-4096       -> br192ab26/
+#   d128ab26   issue 14: br192ab26 and n512ab26's builds in one A/B, twice, N = 512-2048          -> d128ab26/
 #   clock26    issue 11: bench/clock_probe.py over 18 cells (d = 64-256, N = 1k-16k): window clocks and cycles -> clock26/
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
 #   fresh11    issue 11: never-timed N (768-12288) at d = 64/96/128/256, the default, CONFIGS, ring1 and SDPA, twice
@@ -1131,10 +1133,17 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       # on 3 CTAs, then (only if both pass) the A/B twice against forward()'s build and cuDNN, N = 512-4096, abba
       speed_tests 240 "size_candidate and 128-br192"; rc=$?; tail -3 "$W/tests.log"
       cfg=$(builds 3 "[(128, f.SIZE_CANDIDATES[128][k]) for k in ('br192-bc64-dyn-oqt', 'br192-bc80-dyn-oqt')]")
-      sanitize_wgmma memcheck float16 7 150 140 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r ))
-      if [ $rc -eq 0 ]; then for rep in rep1 rep2; do
+      sanitize_wgmma memcheck float16 7 150 140 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;
+    br192ab26)  # issue 14: the A/B of br192d128's builds (run it after br192d128 passed), twice, N = 512-4096
+      rc=0; for rep in rep1 rep2; do
         ab_rep "$rep" 150 135 10 10 --dims 128 --seqs 512,1024,2048,4096 --order abba --sdpa cudnn \
-          --variants default,default-again,br192-bc64-dyn-oqt,br192-bc80-dyn-oqt || rc=1; done; fi ;;
+          --variants default,default-again,br192-bc64-dyn-oqt,br192-bc80-dyn-oqt || rc=1; done ;;
+    d128ab26)  # issue 14: br192ab26 and n512ab26 in one A/B (one visit's time), d = 128 N = 512-2048, twice: forward()'s
+      # build, again, O_DIRECT=2 (+ a third K/V slot), Br = 192 at Bc = 64 / 80, cuDNN (bench/results/stop26/d128ab26_prediction.json)
+      O=default+O_TILE=0+O_TMA=0+O_DIRECT=2+TURN_CARRY=1
+      rc=0; for rep in rep1 rep2; do
+        ab_rep "$rep" 170 155 10 12 --dims 128 --seqs 512,1024,2048 --order abba --sdpa cudnn \
+          --variants default,default-again,$O,$O+STAGES=3,br192-bc64-dyn-oqt,br192-bc80-dyn-oqt || rc=1; done ;;
     clock26)  # issue 11: the SM clock over each timing's window (300 ms, nvidia-smi) and the cycles, fp16 and bf16,
       # d = 64 / 128 / 256 at N = 1k / 4k / 16k, causal and not: what a clock model under the power cap would stand on
       # (stop 23's probe had 5 cells; the A/B's 40 ms windows hold two samples each)
