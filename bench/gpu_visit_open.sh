@@ -66,6 +66,7 @@
 #   br192d128  issue 14: d = 128 Br = 192 builds (three consumer warpgroups): GPU tests, memcheck at scale -> br192d128/
 #   br192ab26  issue 14: their A/B against forward()'s build and cuDNN, twice, N = 512-4096       -> br192ab26/
 #   d128ab26   issue 14: br192ab26 and n512ab26's builds in one A/B, twice, N = 512-2048          -> d128ab26/
+#   flash256   issue 11: ncu levels of SDPA flash at d = 256 (never profiled; model 0.84x) beside fa2_wgmma -> flash256/
 #   clock26    issue 11: bench/clock_probe.py over 18 cells (d = 64-256, N = 1k-16k): window clocks and cycles -> clock26/
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
 #   fresh11    issue 11: never-timed N (768-12288) at d = 64/96/128/256, the default, CONFIGS, ring1 and SDPA, twice
@@ -1150,6 +1151,11 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 420 python3 bench/clock_probe.py --out "$W" --rounds 4 --rep-ms 250 \
         --cells 64:1024:0,64:1024:1,64:4096:0,64:4096:1,64:16384:0,64:16384:1,128:1024:0,128:1024:1,128:4096:0,128:4096:1,128:16384:0,128:16384:1,256:1024:0,256:1024:1,256:4096:0,256:4096:1,256:16384:0,256:16384:1 \
         > "$W/clock.txt" 2>&1; rc=$?; tail -40 "$W/clock.txt" ;;
+    flash256)  # issue 11: SDPA flash at d = 256, never profiled: the model has it 0.84x its time at the median (stop 26) with
+      # 64 x 64 tiles read off torch's source; its levels, instructions and the SMs' write bytes (its spills) at N = 512,
+      # 4k, 16k, beside fa2_wgmma's; the kernel name gives its traits
+      ncu_levels 250 512x256,4096x256,16384x256 sdpa_flash,fa2_wgmma; rc=$?
+      tail -16 "$W/run.txt" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
