@@ -63,7 +63,8 @@ warps) x the bytes each warp has outstanding (in_flight_per_sm), latency lat_dra
 t_dram = max(bytes / BW_dram, bytes · lat_dram / (SMs · in flight per SM)) (the same cap on the L2 level,
 with its own latency, fitted to its floor: no training cell is L2-latency bound, so it is left out);
 kernels of several launches (naive) pay their spilled S/P traffic after the compute instead of under it.
-The bound is the largest of compute's terms (tensor, softmax, smem, latency: the round trips), L2 and DRAM.
+The bound is the term that sets the time (limiting_term): where t_compute is at least the L2's and DRAM's times, the
+largest of compute's terms (tensor, softmax, smem, latency: the round trips); else the larger of L2 and DRAM.
 
 Counts (exponentials, 'other' ops, tiles) come from `analysis.closed_forms` at the kernel's own tiling,
 so the model and the papers' count agree on what is computed.

@@ -19,21 +19,41 @@ import sys
 TOKENS, HIDDEN = 16384, 2048  # bench/ab_wgmma_speed.py's cells
 
 
-def entry_config(variant: str, d: int, n_k: int, causal: bool) -> dict:
-    """The fa2_wgmma build an A/B entry runs for this call."""
+def parse_variants(text: str) -> list[tuple[str, set | None]]:
+    """"default,br192@64+128" -> [(name, head dims or None for all)], as bench/ab_wgmma_speed.py parse_variants."""
+    out = []
+    for item in (x for x in text.split(",") if x):
+        name, _, dims = item.partition("@")
+        out.append((name, {int(x) for x in dims.split("+")} if dims else None))
+    return out
+
+
+def entry_config(variant: str, d: int, n_k: int, causal: bool) -> dict | None:
+    """The fa2_wgmma build an A/B entry runs for this call (bench/ab_wgmma_speed.py entries): forward()'s build for
+    default, default-again and default-memset, with the knobs for default+KNOB=V (kernels.fa2_wgmma.with_knobs), a
+    candidate's own config for its name; None where the A/B leaves the entry out (a size candidate past SIZE_MAX_N).
+    An unknown name is an error here (the A/B drops it without a word)."""
     from kernels import fa2_wgmma
 
-    if variant in ("default", "default-again"):
+    if variant in ("default", "default-again", "default-memset"):
         return fa2_wgmma.with_knobs(d, n_k, causal, {})
     if variant.startswith("default+"):
         knobs = {k: int(v) for k, v in (kv.split("=") for kv in variant.split("+")[1:])}
         return fa2_wgmma.with_knobs(d, n_k, causal, knobs)
+    if variant in fa2_wgmma.SIZE_CANDIDATES.get(d, {}) and variant not in fa2_wgmma.TILE_CANDIDATES.get(d, {}) \
+            and n_k > fa2_wgmma.SIZE_MAX_N:
+        return None
     return fa2_wgmma.candidate(d, variant)
 
 
 def predict_rows(dims, seqs, variants, causals=(False, True), dtypes=("fp16", "bf16"), sdpa=("cudnn",)) -> list[dict]:
+    """variants: names, or (name, head dims or None) pairs as parse_variants gives them."""
     from analysis import gpu_model as gm
 
+    pairs = [v if isinstance(v, tuple) else (v, None) for v in variants]
+    for dtype in dtypes:
+        if dtype not in ("fp16", "bf16"):
+            raise ValueError(f"dtype {dtype!r}: fp16 or bf16")
     rows = []
     for d in dims:
         for n in seqs:
@@ -41,7 +61,8 @@ def predict_rows(dims, seqs, variants, causals=(False, True), dtypes=("fp16", "b
             for dtype in dtypes:
                 for causal in causals:
                     ref = None
-                    entries = [(v, "fa2_wgmma", dict(config=entry_config(v, d, n, causal))) for v in variants]
+                    entries = [(v, "fa2_wgmma", dict(config=cfg)) for v, vd in pairs if vd is None or d in vd
+                               for cfg in [entry_config(v, d, n, causal)] if cfg is not None]
                     entries += [(f"sdpa_{s}", f"sdpa_{s}", {}) for s in sdpa]
                     for name, kernel, opts in entries:
                         p = gm.predict(kernel, b, h, n, n, d, dtype, causal, **opts)
@@ -67,7 +88,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         rows = predict_rows([int(x) for x in a.dims.split(",")], [int(x) for x in a.seqs.split(",")],
-                            [v for v in a.variants.split(",") if v], [x == "1" for x in a.causal.split(",")],
+                            parse_variants(a.variants), [x == "1" for x in a.causal.split(",")],
                             a.dtypes.split(","), [s for s in a.sdpa.split(",") if s])
     except (ValueError, KeyError) as e:
         print(f"predict_ab: {e.args[0] if e.args else e}", file=sys.stderr)
@@ -78,7 +99,8 @@ def main(argv=None) -> int:
               f"{r['time_s'] * 1e6:8.1f} us  {ratio}  {r['bound']}")
     if a.out:
         try:
-            commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+            # "-dirty": the tree had uncommitted changes, so the commit alone does not reproduce the rows
+            commit = subprocess.check_output(["git", "describe", "--always", "--dirty"], text=True).strip()
         except (OSError, subprocess.CalledProcessError):
             commit = None
         with open(a.out, "w") as f:

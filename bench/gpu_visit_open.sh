@@ -1130,8 +1130,8 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         ab_rep "$rep" 150 135 10 10 --dims 128 --seqs 512,1024,2048 --order abba --sdpa cudnn \
           --variants default,default-again,$O,$O+STAGES=3,$O+Q_SLOTS=2 || rc=1; done ;;
     br192d128)  # issue 14: d = 128 with three consumer warpgroups (SIZE_CANDIDATES[128] br192-bc64/80-dyn-oqt, stop 26,
-      # never run): their GPU tests (hypothesis shapes, Nk = 4100, 3 persistent CTAs, strided / GQA), memcheck at scale
-      # on 3 CTAs, then (only if both pass) the A/B twice against forward()'s build and cuDNN, N = 512-4096, abba
+      # never run): their GPU tests (hypothesis shapes, Nk = 4100, 3 persistent CTAs, strided / GQA) and memcheck at
+      # scale on 3 CTAs. Their A/B is br192ab26 or d128ab26: run it after this part passed (nothing here checks that)
       speed_tests 240 "size_candidate and 128-br192"; rc=$?; tail -3 "$W/tests.log"
       cfg=$(builds 3 "[(128, f.SIZE_CANDIDATES[128][k]) for k in ('br192-bc64-dyn-oqt', 'br192-bc80-dyn-oqt')]")
       sanitize_wgmma memcheck float16 7 150 140 "$cfg"; r=$?; tail -2 "$W/memcheck.txt"; rc=$(( rc != 0 ? rc : r )) ;;

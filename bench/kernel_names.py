@@ -56,6 +56,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seqs", default="512,4096")
     ap.add_argument("--backends", default="flash,cudnn")
     a = ap.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__)
     rows = []
     for d in (int(x) for x in a.dims.split(",")):
         for n in (int(x) for x in a.seqs.split(",")):
@@ -71,13 +74,15 @@ def main(argv=None) -> int:
                         row = dict(backend=backend, d=d, n=n, batch=b, heads=h, causal=causal,
                                    dtype=str(dtype).removeprefix("torch."), kernels=ks)
                         rows.append(row)
+                        if not ks:  # CUPTI recorded no kernel (no activity, or the profiler unavailable)
+                            ks = [dict(error="no kernel events in the profiler's trace")]
+                            row["kernels"] = ks
                         main_k = max((x for x in ks if "dur_us" in x), key=lambda x: x["dur_us"] or 0, default=ks[0])
                         print(f"{backend:6s} d={d:3d} n={n:5d} {row['dtype']:8s} causal={int(causal)} "
                               f"{main_k.get('name', main_k.get('error'))[:110]} grid={main_k.get('grid')} "
                               f"block={main_k.get('block')} regs={main_k.get('registers')} smem={main_k.get('smem')}")
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__)
-    (Path(a.out) / "kernel_names.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+                        # written after every row: a part stopped at its time limit keeps what it had
+                        (out / "kernel_names.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     return 0
 
 

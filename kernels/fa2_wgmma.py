@@ -436,14 +436,15 @@ for _name, _base in (("small-tma3-bc64-dyn-od2", SIZE_CANDIDATES[64]), ("br192-r
 for _bc in (64, 80):
     SIZE_CANDIDATES[128][f"small2-bc{_bc}-dyn-od2"] = dict(TMA=1, BLOCK_N=_bc, NWG=1, MIN_BLOCKS=2, PINGPONG=0, PERSISTENT=2,
                                                          O_DIRECT=2, RESCALE_THRESHOLD=8)
-# stop 26: d = 128 with three consumer warpgroups (Br = 192), never built before: the GPU model puts every d = 128 build
-# at N <= 2k on the L2's bandwidth (fa-traffic predict: bound l2), and a 192-row Q block reads each K_j, V_j once for
-# 1.5x the rows of Br = 128. Its O (64 x 128 fp32 per warpgroup) leaves room for Bc = 64 or 80 at the 152 registers
+# stop 26: d = 128 with three consumer warpgroups (Br = 192), never built before. What the GPU model credits it with at
+# short causal rows (causal N = 512): Bc = 64 wastes less of the diagonal's masked products (tensor term 39.8 us
+# against forward()'s 44.2), a third softmax in flight (sigma_ws3 0.46 against sigma_ws 0.53), and a 192-row Q block
+# reads each K_j, V_j once for 1.5x the rows (L2 time 63.7 us against 71.3; not the bound: compute is 1.4x it). Its O (64 x 128 fp32 per warpgroup) leaves room for Bc = 64 or 80 at the 152 registers
 # three consumers get beside a producer at 40 (at 32 the producer spills 16 B, at 24 60 B; the consumers none);
 # persistent, the next Q under this tile's end (O_TILE), O by TMA (smem 165 / 181 KB); forward()'s DEFAULT_KNOBS and
 # the ragged section, written out (explicit builds get none). Model, before any run (bench/results/stop26/
-# n512ab26_prediction.json): time / forward()'s build at causal N = 512 0.91 (Bc = 64) / 0.97 (80), non-causal 512
-# 0.98 / 1.01, causal 2048 0.96, non-causal 8192 1.00. Not yet timed (gpu_visit_open.sh br192d128)
+# br192d128_prediction.json): time / forward()'s build at causal N = 512 0.91 (Bc = 64) / 0.97 (80), non-causal 512
+# 0.98 / 1.01, causal 2048 0.96, non-causal 2048-4096 level. Not yet timed (gpu_visit_open.sh br192d128, d128ab26)
 for _bc in (64, 80):
     SIZE_CANDIDATES[128][f"br192-bc{_bc}-dyn-oqt"] = dict(TMA=1, BLOCK_N=_bc, NWG=3, PINGPONG=0, PRODUCER_REGS=40,
                                                           PERSISTENT=2, O_TILE=1, O_TMA=1, RESCALE_THRESHOLD=8,

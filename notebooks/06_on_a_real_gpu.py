@@ -128,8 +128,9 @@ for t, rs in timed.items():
 # own tiling, instruction path (wgmma, mma.sync or FFMA), CTAs per SM, waves — and three memory levels
 # (`analysis.levels`): the papers' count (**requests**), what the SMs send to the **L2**, and what an L2
 # residency model lets through to **DRAM**. Its free constants are fitted on a training split
-# (fp16, non-causal, N = 2k and 8k); every other cell below is held out. The "bound" is the model's
-# largest term: tensor, softmax (MUFU + ALU), smem, latency (dependent round trips), L2 or DRAM.
+# (fp16, non-causal, N = 2k and 8k); every other cell below is held out. The "bound" is the term that sets the
+# model's time: where the SMs' time is the longest, the largest of tensor, softmax (MUFU + ALU), smem and latency
+# (dependent round trips); else L2 or DRAM.
 
 # %%
 import re

@@ -767,6 +767,11 @@ def test_predict_ab_prices_an_ab_runs_entries(capsys):
     assert "(no default entry)" in capsys.readouterr().out
     assert predict_ab.main(["--variants", "no-such-build"]) == 2
     assert "no candidate" in capsys.readouterr().err
+    # as the A/B: a size candidate is not run past SIZE_MAX_N, "@d" limits an entry to head dims, a bad dtype is refused
+    long = predict_ab.predict_rows([128], [8192], predict_ab.parse_variants("default,br192-bc64-dyn-oqt,default@64"),
+                                   causals=(False,), dtypes=("fp16",))
+    assert [r["variant"] for r in long] == ["default", "sdpa_cudnn"]
+    assert predict_ab.main(["--dtypes", "bfloat16"]) == 2 and "fp16 or bf16" in capsys.readouterr().err
 
 
 def test_bound_is_the_term_that_sets_the_time():
