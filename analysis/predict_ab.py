@@ -99,8 +99,12 @@ def main(argv=None) -> int:
               f"{r['time_s'] * 1e6:8.1f} us  {ratio}  {r['bound']}")
     if a.out:
         try:
-            # "-dirty": the tree had uncommitted changes, so the commit alone does not reproduce the rows
-            commit = subprocess.check_output(["git", "describe", "--always", "--dirty"], text=True).strip()
+            # "-dirty": code or data outside bench/results had uncommitted changes, so the commit alone does not
+            # reproduce the rows (result files, this prediction among them, do not count)
+            commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+            if subprocess.check_output(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                        ":(exclude)bench/results"], text=True).strip():
+                commit += "-dirty"
         except (OSError, subprocess.CalledProcessError):
             commit = None
         with open(a.out, "w") as f:
