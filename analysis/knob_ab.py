@@ -23,6 +23,7 @@ import sys
 from statistics import geometric_mean
 
 from analysis.measured import AB_FILE, DTYPE, RESULTS
+from analysis.predict_ab import variant_knobs
 
 DEFAULT = "fa2_wgmma[default]"
 CONTROL = "fa2_wgmma[default-again]"
@@ -30,10 +31,8 @@ CONTROL = "fa2_wgmma[default-again]"
 
 def _knobs_of(variant: str) -> dict | None:
     """'fa2_wgmma[default+A=1+B=2]' -> {'A': 1, 'B': 2}; None for any other label."""
-    m = re.match(r"^fa2_wgmma\[default\+(.+)\]$", variant)
-    if not m:
-        return None
-    return {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split("+"))}
+    m = re.match(r"^fa2_wgmma\[(default\+.+)\]$", variant)
+    return variant_knobs(m.group(1)) if m else None
 
 
 def variant_config(default_row: dict, knobs: dict) -> dict:

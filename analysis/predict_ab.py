@@ -20,12 +20,19 @@ TOKENS, HIDDEN = 16384, 2048  # bench/ab_wgmma_speed.py's cells
 
 
 def parse_variants(text: str) -> list[tuple[str, set | None]]:
-    """"default,br192@64+128" -> [(name, head dims or None for all)], as bench/ab_wgmma_speed.py parse_variants."""
+    """"base,dynamic,ahead@64" -> [(name, head dims or None for all)]; "@64+128" limits a variant to d = 64, 128.
+    The A/B's --variants (bench/ab_wgmma_speed.py imports it from here)."""
     out = []
     for item in (x for x in text.split(",") if x):
         name, _, dims = item.partition("@")
         out.append((name, {int(x) for x in dims.split("+")} if dims else None))
     return out
+
+
+def variant_knobs(variant: str) -> dict:
+    """"default+A=1+B=2" -> {"A": 1, "B": 2} (plain "default": {}): the knobs an A/B's default+ entry adds to forward()'s
+    build (bench/ab_wgmma_speed.py default_with_config, analysis/knob_ab.py read the name the same way)."""
+    return {k: int(v) for k, v in (kv.split("=") for kv in variant.split("+")[1:])}
 
 
 def entry_config(variant: str, d: int, n_k: int, causal: bool) -> dict | None:
@@ -38,8 +45,7 @@ def entry_config(variant: str, d: int, n_k: int, causal: bool) -> dict | None:
     if variant in ("default", "default-again", "default-memset"):
         return fa2_wgmma.with_knobs(d, n_k, causal, {})
     if variant.startswith("default+"):
-        knobs = {k: int(v) for k, v in (kv.split("=") for kv in variant.split("+")[1:])}
-        return fa2_wgmma.with_knobs(d, n_k, causal, knobs)
+        return fa2_wgmma.with_knobs(d, n_k, causal, variant_knobs(variant))
     if variant in fa2_wgmma.SIZE_CANDIDATES.get(d, {}) and variant not in fa2_wgmma.TILE_CANDIDATES.get(d, {}) \
             and n_k > fa2_wgmma.SIZE_MAX_N:
         return None

@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import rotate  # noqa: E402  (each cell's entry order: a Williams design's row)
+from analysis.predict_ab import parse_variants, variant_knobs  # noqa: E402  (the entry names, read in one place)
 
 SDPA = ("flash", "cudnn")
 TOKENS, HIDDEN = 16384, 2048
@@ -34,15 +35,6 @@ TOKENS, HIDDEN = 16384, 2048
 # the dynamic scheduler; --variants persist times it), to keep the full grid within the visit's time
 SKIP_BY_DEFAULT = ("persist",)
 CONTROL = "fa2_wgmma[default-again]"  # forward()'s build timed as a second entry: the run's order and noise floor
-
-
-def parse_variants(text: str) -> list[tuple[str, set | None]]:
-    """"base,dynamic,ahead@64" -> [(name, head dims or None for all)]; "@64+128" limits a variant to d = 64, 128."""
-    out = []
-    for item in (x for x in text.split(",") if x):
-        name, _, dims = item.partition("@")
-        out.append((name, {int(x) for x in dims.split("+")} if dims else None))
-    return out
 
 
 def entries(d: int, variants, n: int, sdpa=SDPA):
@@ -73,8 +65,7 @@ def default_with_config(variant: str, d: int, n_k: int, causal: bool) -> dict:
     these knobs and the knobs forward() would add to it). Its rows record it (`config`)."""
     from kernels import fa2_wgmma
 
-    knobs = {k: int(x) for k, x in (kv.split("=") for kv in variant.split("+")[1:])}
-    return fa2_wgmma.with_knobs(d, n_k, causal, knobs)
+    return fa2_wgmma.with_knobs(d, n_k, causal, variant_knobs(variant))
 
 
 def _default_with(variant: str):
