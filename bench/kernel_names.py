@@ -56,9 +56,6 @@ def main(argv=None) -> int:
     ap.add_argument("--seqs", default="512,4096")
     ap.add_argument("--backends", default="flash,cudnn")
     a = ap.parse_args(argv)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__)
     rows = []
     for d in (int(x) for x in a.dims.split(",")):
         for n in (int(x) for x in a.seqs.split(",")):
@@ -82,7 +79,7 @@ def main(argv=None) -> int:
                               f"{main_k.get('name', main_k.get('error'))[:110]} grid={main_k.get('grid')} "
                               f"block={main_k.get('block')} regs={main_k.get('registers')} smem={main_k.get('smem')}")
                         # written after every row: a part stopped at its time limit keeps what it had
-                        (out / "kernel_names.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+                        harness.write_rows(a.out, "kernel_names.json", rows)
     return 0
 
 
