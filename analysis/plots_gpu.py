@@ -10,8 +10,10 @@ def plot_validation(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from analysis.accuracy import family  # validate's label -> the kernel
+
     times = [r for r in rows if "time" in r["quantity"]]
-    kernels = sorted({r["kernel"].split("[")[0].split("{")[0] for r in times})
+    kernels = sorted({family(r["kernel"]) for r in times})
     from analysis.style import line_style  # one style per kernel, the same in every plot
     fig, ax = plt.subplots(figsize=(7, 6))
     lo = min(min(r["model"], r["measured"]) for r in times) * 0.8
@@ -21,7 +23,7 @@ def plot_validation(rows: list[dict], path: str) -> None:
     ax.plot(xs, xs, color="0.5", lw=0.8)
     for k in kernels:
         for train in (False, True):
-            sel = [r for r in times if r["kernel"].split("[")[0].split("{")[0] == k and r["train"] == train]
+            sel = [r for r in times if family(r["kernel"]) == k and r["train"] == train]
             if not sel:
                 continue
             st = line_style(k)
