@@ -436,20 +436,6 @@ for _name, _base in (("small-tma3-bc64-dyn-od2", SIZE_CANDIDATES[64]), ("br192-r
 for _bc in (64, 80):
     SIZE_CANDIDATES[128][f"small2-bc{_bc}-dyn-od2"] = dict(TMA=1, BLOCK_N=_bc, NWG=1, MIN_BLOCKS=2, PINGPONG=0, PERSISTENT=2,
                                                          O_DIRECT=2, RESCALE_THRESHOLD=8)
-# stop 26: d = 128 with three consumer warpgroups (Br = 192), never built before. What the GPU model credits it with at
-# short causal rows (causal N = 512): Bc = 64 wastes less of the diagonal's masked products (tensor term 39.8 us
-# against forward()'s 44.2), a third softmax in flight (sigma_ws3 0.46 against sigma_ws 0.53), and a 192-row Q block
-# reads each K_j, V_j once for 1.5x the rows (L2 time 63.7 us against 71.3; not the bound: compute is 1.4x it). Its O (64 x 128 fp32 per warpgroup) leaves room for Bc = 64 or 80 at the 152 registers
-# three consumers get beside a producer at 40 (at 32 the producer spills 16 B, at 24 60 B; the consumers none);
-# persistent, the next Q under this tile's end (O_TILE), O by TMA (smem 165 / 181 KB); forward()'s DEFAULT_KNOBS and
-# the ragged section, written out (explicit builds get none). Model, before any run (bench/results/stop26/
-# br192d128_prediction.json): time / forward()'s build at causal N = 512 0.91 (Bc = 64) / 0.97 (80), non-causal 512
-# 0.98 / 1.01, causal 2048 0.96, non-causal 2048-4096 level. Not yet timed (gpu_visit_open.sh br192d128, d128ab26)
-for _bc in (64, 80):
-    SIZE_CANDIDATES[128][f"br192-bc{_bc}-dyn-oqt"] = dict(TMA=1, BLOCK_N=_bc, NWG=3, PINGPONG=0, PRODUCER_REGS=40,
-                                                          PERSISTENT=2, O_TILE=1, O_TMA=1, RESCALE_THRESHOLD=8,
-                                                          DESC_STEP=1, WG_SKIP=1, WG_CAUSAL_SKIP=1,
-                                                          SECTION_RAGGED_FIRST=1)
 # stop 23 (bench/results/stop23/d64c23: two runs, abba, Williams order, causal, fp16/bf16; time / forward()'s build):
 # the Bc = 64 four-slot build at N = 768 0.960-0.983 in all four cells (control 0.984-1.000; cuDNN at 0.982-0.993 of
 # forward()'s old build there and in fresh23), 1k 0.982-1.028 (level), 1.5k 1.04-1.07, 2k 0.996-1.020: its causal
@@ -561,6 +547,21 @@ def with_knobs(d: int, n_k: int, causal: bool, knobs: dict) -> dict:
     (bench/ab_wgmma_speed.py) and `fa-traffic predict --knobs` prices."""
     cfg = dict(choose_config(d, n_k, True, causal=causal) or CONFIGS[d], **knobs)
     return {**cfg, **default_knobs(cfg), **knobs}
+
+
+# stop 26: d = 128 with three consumer warpgroups (Br = 192), never built before. What the GPU model credits it with at
+# short causal rows (causal N = 512): Bc = 64 wastes less of the diagonal's masked products (tensor term 39.8 us
+# against forward()'s 44.2), a third softmax in flight (sigma_ws3 0.46 against sigma_ws 0.53), and a 192-row Q block
+# reads each K_j, V_j once for 1.5x the rows (L2 time 63.7 us against 71.3; not the bound: compute is 1.4x it). Its O (64 x 128 fp32 per warpgroup) leaves room for Bc = 64 or 80 at the 152 registers
+# three consumers get beside a producer at 40 (at 32 the producer spills 16 B, at 24 60 B; the consumers none);
+# persistent, the next Q under this tile's end (O_TILE), O by TMA (smem 165 / 181 KB), with the knobs forward() adds to
+# such a build (default_knobs: explicit builds get none at launch). Model, before any run (bench/results/stop26/
+# br192d128_prediction.json): time / forward()'s build at causal N = 512 0.91 (Bc = 64) / 0.97 (80), non-causal 512
+# 0.98 / 1.01, causal 2048 0.96, non-causal 2048-4096 level. Not yet timed (gpu_visit_open.sh br192d128, d128ab26)
+for _bc in (64, 80):
+    _cfg = dict(TMA=1, BLOCK_N=_bc, NWG=3, PINGPONG=0, PRODUCER_REGS=40, PERSISTENT=2, O_TILE=1, O_TMA=1,
+                RESCALE_THRESHOLD=8)
+    SIZE_CANDIDATES[128][f"br192-bc{_bc}-dyn-oqt"] = {**_cfg, **default_knobs(_cfg)}
 
 
 def default_config(d: int, n_k: int | None, plain: bool = True, causal: bool = False) -> dict:
