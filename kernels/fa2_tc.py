@@ -170,8 +170,10 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     from analysis import checks
+    from kernels import layouts
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
+    q, scale = layouts.positive_scale(q, scale)  # the kernel masks S before scaling it
     defs = defines_for(d, q.dtype == torch.bfloat16, config)
     o, lse = _outputs(q, out)
     grid = (-(-n_q // defs["BLOCK_M"]), b * h, 1)

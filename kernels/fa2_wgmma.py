@@ -831,6 +831,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     from analysis import checks
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
+    q, scale = layouts.positive_scale(q, scale)  # the kernel masks S before scaling it
     if config is None:
         config = default_config(d, n_k, h_kv == h and q.is_contiguous() and k.is_contiguous() and v.is_contiguous(),
                                 causal=causal)

@@ -65,3 +65,22 @@ def layout_rules(q, k, v, head_dims) -> None:
         if t.stride(3) != 1:
             raise ValueError(f"{name} must have a unit stride in its last dimension (d), got strides "
                              f"{t.stride()} for shape {tuple(t.shape)}; call .contiguous() for a copy")
+
+
+def positive_scale(q, scale: float):
+    """(q', scale') with scale' > 0 and q' k^T scale' = q k^T scale exactly, for the tensor-core forwards.
+
+    Those kernels set hidden scores (causal, the Nk tail) to -inf in the unscaled S = Q K^T and take the row
+    max m of the unscaled S before the exponential exp2(S scale log2e - m scale log2e) (FA2 Alg. 1 lines
+    9-10 with the scale folded into one FFMA). That is right only for scale > 0: a negative scale turns a
+    hidden -inf into +inf and makes m the row's minimum; scale = 0 gives -inf x 0 = NaN. So:
+    scale < 0 runs on -q with -scale (negation is exact in fp16 and bf16), scale = 0 on a zero q with
+    scale 1 (every visible score exactly 0, as 0 x q k^T is). o and lse are those of the caller's scores; the
+    backward kernels mask P after the exponential and take any finite scale as given."""
+    if scale > 0:
+        return q, scale
+    if scale < 0:
+        return q.neg(), -scale
+    import torch
+
+    return torch.zeros_like(q), 1.0

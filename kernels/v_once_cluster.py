@@ -243,6 +243,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
 
     b, h, h_kv, n_q, n_k, d = layouts.check_strided_gqa(q, k, v, head_dims=HEAD_DIMS)
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)
+    q, scale = layouts.positive_scale(q, scale)  # the kernel masks S before scaling it
     p = _resolve(n_k, d, placement, config)
     if p is None:  # auto, and no cluster holds the row: the spilled kernel
         from kernels import v_once_tc

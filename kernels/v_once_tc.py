@@ -110,7 +110,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     """'Multiply V once' forward on tensor cores; returns (o, lse). out=(o, lse) as in fa2_tc.forward."""
     import torch
 
-    from kernels import fa2_tc
+    from kernels import fa2_tc, layouts
 
     fa2_tc._check(q, k, v)
     b, h, n_q, d = q.shape
@@ -118,6 +118,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     from analysis import checks
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
+    q, scale = layouts.positive_scale(q, scale)  # the kernel masks S before scaling it
     p = plan(n_q, n_k, d, causal=causal, placement=placement, rescale=rescale,
              smem_limit=_smem_limit(q.device.index), config=config)
     defs = defines_for(d, q.dtype == torch.bfloat16, p["placement"], rescale, config)

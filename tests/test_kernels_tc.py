@@ -168,3 +168,35 @@ def test_errors_are_clear():
     with pytest.raises(ValueError, match="shared memory"):
         k = torch.randn(1, 1, 8192, 64, device="cuda", dtype=torch.float16)
         v_once_tc.forward(q, k, k, placement="sram")
+
+
+def _forwards():
+    from kernels import fa2_tc, fa2_wgmma, v_once_cluster, v_once_tc
+
+    fns = [("fa2_tc", fa2_tc.forward, False),
+           ("v_once_tc", lambda q, k, v, **kw: v_once_tc.forward(q, k, v, placement="auto", rescale="lazy", **kw),
+            False),
+           ("fa2_wgmma", fa2_wgmma.forward, True),
+           ("v_once_cluster", lambda q, k, v, **kw: v_once_cluster.forward(q, k, v, placement="cluster", **kw),
+            True)]
+    return [(name, fn) for name, fn, hopper in fns if not hopper or _hopper()]
+
+
+@pytest.mark.parametrize("scale", [-0.125, 0.0], ids=["negative", "zero"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_non_positive_scale(scale, dtype):
+    """scale <= 0 (the checks take any finite scale): the kernels mask S before scaling it, so the launchers
+    run on (-q, -scale) or (0, 1) (kernels.layouts.positive_scale); causal with Nq > Nk and tails, poisoned."""
+    q, k, v = _inputs(2, 2, 333, 200, 64, dtype, 1.0, 11)
+    ref_o, ref_lse = attention_reference(q, k, v, causal=True, scale=scale)
+    for name, fn in _forwards():
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+        fn(q, k, v, causal=True, scale=scale, out=(o, lse))
+        torch.cuda.synchronize()
+        empty = torch.isneginf(ref_lse)
+        assert torch.isfinite(o).all() and torch.equal(torch.isneginf(lse), empty), name
+        assert (o[empty] == 0).all(), name
+        err = float((o.double() - ref_o).abs().max())
+        assert err <= TOL[dtype] * 4, f"{name} scale {scale}: max error {err:.2e}"
+        assert float((lse.double() - ref_lse)[~empty].abs().max()) <= 2e-3, name

@@ -161,3 +161,51 @@ def test_the_registry_offers_every_head_dim():
     spec = KERNELS["fa2_wgmma"]
     assert all(spec.supports_head_dim(d) for d in fa2_wgmma.HEAD_DIMS)
     assert not spec.supports_head_dim(80)
+
+
+def _kernel_softmax(q, k, v, causal, scale):
+    """The tensor-core forwards' arithmetic in float64, one tile: S = Q K^T masked to -inf unscaled, m the
+    row max of the unscaled S, P = exp2(S scale log2e - m scale log2e) (tc_fa2.cuh mask_s / exp_row)."""
+    import math
+
+    s = q.double() @ k.double().transpose(-1, -2)
+    n_q, n_k = s.shape[-2:]
+    if causal:
+        rows, cols = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
+        s = s.masked_fill(cols > rows + n_k - n_q, float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    empty = torch.isneginf(m)
+    m = torch.where(empty, torch.zeros_like(m), m)
+    log2e = 1 / math.log(2)
+    p = torch.exp2(s * (scale * log2e) - m * (scale * log2e))
+    l = p.sum(-1, keepdim=True)
+    o = torch.where(empty, torch.zeros_like(p @ v.double()), (p @ v.double()) / l)
+    lse = torch.where(empty, torch.full_like(m, float("-inf")), m * scale + torch.log(l)).squeeze(-1)
+    return o, lse
+
+
+@pytest.mark.parametrize("scale", [-0.7, -1e-3, 0.0, 0.3])
+def test_positive_scale_keeps_the_scores_for_the_kernels_mask(scale):
+    """scale <= 0: the kernels' mask-then-scale arithmetic goes wrong on the raw inputs (a hidden -inf
+    times a negative scale is +inf, times 0 is NaN) and is exact on positive_scale's (-q, -scale) / (0, 1)."""
+    from variants import attention_reference
+
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 9, 16, dtype=torch.float16)
+    k, v = torch.randn(1, 2, 6, 16, dtype=torch.float16), torch.randn(1, 2, 6, 16, dtype=torch.float16)
+    ref_o, ref_lse = attention_reference(q, k, v, causal=True, scale=scale)  # rows 0-2 see no key
+    q2, scale2 = layouts.positive_scale(q, scale)
+    assert scale2 > 0 and q2.dtype == q.dtype and q2.stride() == q.stride()
+    o, lse = _kernel_softmax(q2, k, v, True, scale2)
+    assert torch.allclose(o, ref_o, atol=1e-12) and torch.equal(torch.isneginf(lse), torch.isneginf(ref_lse))
+    seen = ~torch.isneginf(ref_lse)
+    assert torch.allclose(lse[seen], ref_lse[seen], atol=1e-12)
+    raw_o, _ = _kernel_softmax(q, k, v, True, scale)
+    assert (scale > 0) == bool(torch.isfinite(raw_o).all() and torch.allclose(raw_o, ref_o, atol=1e-12))
+
+
+def test_positive_scale_keeps_a_strided_view_strided():
+    q = torch.randn(2, 7, 3, 64, dtype=torch.bfloat16).transpose(1, 2)  # (B, N, H, d) viewed as (B, H, N, d)
+    for scale in (-0.5, 0.0):
+        q2, _ = layouts.positive_scale(q, scale)
+        assert q2.stride() == q.stride() and q2.shape == q.shape
