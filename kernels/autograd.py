@@ -17,7 +17,6 @@ are accepted so shapes can be traced without a GPU (nothing runs on them).
 """
 from __future__ import annotations
 
-import math
 import sys
 
 import torch
@@ -97,13 +96,10 @@ def check_inputs(q, k, v, *, causal, scale, kernel) -> float:
         raise ValueError(f"head dim d={d} unsupported: kernel {kernel!r} takes {dims}")
     if min(q.shape) < 1 or min(k.shape) < 1:
         raise ValueError(f"every dimension must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
-    return float(scale)
+    from analysis import checks
+
+    checks.flag("causal", causal)  # the references' rules: a NumPy bool or number is taken as they take it
+    return checks.scale_value(scale, d)
 
 
 @torch.library.custom_op(f"{_LIB}::attention_fwd", mutates_args=())
@@ -157,5 +153,6 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, scale: f
     are copied to contiguous ones first (the kernels read row-major tiles).
     """
     scale = check_inputs(q, k, v, causal=causal, scale=scale, kernel=kernel)
+    causal = bool(causal)  # the custom op's schema takes a Python bool
     o, _ = attention_fwd(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale, kernel)
     return o

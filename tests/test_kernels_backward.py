@@ -195,10 +195,12 @@ def test_bad_inputs_get_one_clear_error():
         ag.attention(q, meta(1, 2, 16, 64), meta(1, 2, 17, 64), kernel="fa2")
     with pytest.raises(ValueError, match="rank 4"):
         ag.attention(meta(2, 16, 64), q, q, kernel="fa2")
-    with pytest.raises(ValueError, match="scale must be a finite number"):
+    with pytest.raises(ValueError, match="scale must be a finite real number"):
         ag.attention(q, q, q, scale=float("nan"), kernel="fa2")
     with pytest.raises(TypeError, match="causal must be a bool"):
         ag.attention(q, q, q, causal=1, kernel="fa2")
+    import numpy as np  # NumPy scalars are taken as the references take them
+    assert ag.attention(q, q, q, causal=np.bool_(True), scale=np.float32(0.5), kernel="fa2").shape == q.shape
     for name in trainable():  # a head dim outside each kernel's set
         spec = KERNELS[name]
         dtype = spec.dtypes[0]
