@@ -81,15 +81,18 @@ def test_v_once_backward_is_fa2s():
         assert all(torch.equal(a, b) for a, b in zip(got, want)), opts
 
 
-@pytest.mark.parametrize("name", NAMES)
+GRADCHECK = [(n, {}) for n in NAMES if n != "v_once"] + [
+    ("v_once", {"placement": pl, "rescale": "lazy"}) for pl in ("hbm", "sram")]  # f in HBM and on chip
+
+
+@pytest.mark.parametrize("name,opts", GRADCHECK, ids=[f"{n}-{o.get('placement', '')}" for n, o in GRADCHECK])
 @pytest.mark.parametrize("causal", [False, True])
-def test_gradcheck_through_attention(name, causal):
+def test_gradcheck_through_attention(name, opts, causal):
     """torch.autograd.gradcheck in float64 on tiny shapes (tails, Nq != Nk) through the op."""
     torch.manual_seed(7)
     q = torch.randn(1, 2, 5, 3, dtype=torch.float64, requires_grad=True)
     k = torch.randn(1, 2, 7, 3, dtype=torch.float64, requires_grad=True)
     v = torch.randn(1, 2, 7, 3, dtype=torch.float64, requires_grad=True)
-    opts = {"placement": "hbm", "rescale": "lazy"} if name == "v_once" else {}
     fn = lambda q, k, v: attention(q, k, v, variant=name, causal=causal, block_q=2,  # noqa: E731
                                    block_k=3, **opts)
     # fa1 keeps ℓ, m in float32 HBM as the forward does: its o moves in float32 steps

@@ -154,7 +154,8 @@ def _rebuild_p(q, k, p):
     Normalised by its own row sum, like the forward's, not exp(S - L): L is rounded to float32, and
     at scores ~1e4 exp(S - L) misses 1 by ~1e-3, which rowsum(P ∘ dP) (FA1 Alg. 3 line 3) would turn into a
     wrong dS; FA2's D = rowsum(dO ∘ O) does not care (notebook 07)."""
-    s = (q.float() @ k.float().transpose(-1, -2)) * p.scale
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32  # as mem.load: float64 stays float64
+    s = (q.to(acc) @ k.to(acc).transpose(-1, -2)) * p.scale
     if p.tiling.causal:
         rows = torch.arange(p.n_q, device=q.device).unsqueeze(-1)
         s = s.masked_fill(torch.arange(p.n_k, device=q.device) > rows + p.tiling.offset, NEG_INF)

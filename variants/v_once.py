@@ -104,7 +104,8 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, placem
             if spill:
                 c0, c1 = t.cols(blocks[n])
                 return mem.load("f", f_hbm[..., c0:c1])
-            return f_tiles[n].float()
+            f = f_tiles[n]  # on chip in the input dtype; arithmetic in float32, float64 kept (as mem.load)
+            return f if f.dtype == torch.float64 else f.float()
 
         for n, j in enumerate(blocks):
             c0, c1 = t.cols(j)
