@@ -77,3 +77,17 @@ def test_large_scores_stay_finite_in_fp32():
             o, lse = var.forward(q, k, v, block_q=16, block_k=16, **opts)
             assert torch.isfinite(o).all() and torch.isfinite(lse).all(), name
             assert (o.double() - ref_o).abs().max() < 1e-2, name
+
+
+def test_oracle_keeps_nan_for_non_finite_inputs():
+    """Only rows that see no key are o = 0 in the oracle; an inf key makes its rows NaN, as in every
+    variant and SDPA, so a kernel that zeroed such rows would not pass as right."""
+    torch.manual_seed(3)
+    q, k, v = torch.randn(1, 1, 3, 4), torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4)
+    k[0, 0, 2] = float("inf")
+    ref_o, _ = attention_reference(q, k, v)
+    assert torch.isnan(ref_o).all()
+    for name in VARIANTS:
+        assert torch.isnan(VARIANTS[name].forward(q, k, v)[0]).all(), name
+    ref_o, ref_lse = attention_reference(q[..., :2, :], k[..., :1, :] * 0 + 1, v[..., :1, :], causal=True)
+    assert (ref_o[..., 0, :] == 0).all() and torch.isneginf(ref_lse[..., 0])  # no key: still 0, -inf

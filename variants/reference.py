@@ -26,7 +26,7 @@ def attention_reference(q, k, v, *, causal: bool = False, scale: float | None = 
     if causal:
         s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)  # (B, H, Nq); -inf for rows that see nothing
-    finite = torch.isfinite(lse)
-    p = torch.exp(s - torch.where(finite, lse, torch.zeros_like(lse)).unsqueeze(-1))
-    p = torch.where(finite.unsqueeze(-1), p, torch.zeros_like(p))
+    empty = torch.isneginf(lse).unsqueeze(-1)  # only these rows are o = 0: a NaN or inf input stays NaN
+    p = torch.exp(s - torch.where(empty.squeeze(-1), torch.zeros_like(lse), lse).unsqueeze(-1))
+    p = torch.where(empty, torch.zeros_like(p), p)
     return p @ v64, lse
