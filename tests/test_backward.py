@@ -165,3 +165,5 @@ def test_bad_saved_tensors_and_attention_arguments():
         attention(q, k, v, variant="fa3")
     with pytest.raises(ValueError, match="unknown placement"):
         VARIANTS["v_once"].backward(q, k, v, o, lse, do, placement="disk")
+    with pytest.raises(ValueError, match="rescales lazily"):  # the forward's pairs, no more
+        VARIANTS["v_once"].backward(q, k, v, o, lse, do, placement="cluster", rescale="eager")

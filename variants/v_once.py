@@ -46,10 +46,6 @@ RESCALES = _sram.V_ONCE_RESCALES
 valid = _sram.v_once_valid  # placement "cluster" is lazy only
 
 
-def _check_options(placement, rescale):
-    _sram.check_v_once_options(placement, rescale)
-
-
 # the working set lives in analysis.sram (torch-free: the report path imports it)
 sram_bytes = _sram.v_once_sram_bytes
 
@@ -165,6 +161,6 @@ backward_sram_bytes = _fa2.backward_sram_bytes
 
 def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64,
              placement="auto", rescale="eager", mem=None):
-    _check_options(placement, rescale)
+    _sram.check_v_once_pair(placement, rescale)  # the pairs the forward takes, no more
     return _fa2.backward(q, k, v, o, lse, do, causal=causal, scale=scale, block_q=block_q,
                          block_k=block_k, mem=mem)
