@@ -34,6 +34,7 @@ about once a second instead.
 """
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections import Counter
@@ -129,6 +130,7 @@ class Memory:
         """Forget the counts: the Memory can count a new run."""
         self.counts = Counts()
         self.runs = 0
+        self._before = None
         self._t0 = self._last = None
         self._shown = False
 
@@ -137,6 +139,7 @@ class Memory:
         if self.counting and self.runs and not self.accumulate:
             raise RuntimeError("this Memory already holds the counts of a run; call mem.reset() or "
                                "pass a new Memory() (or Memory(accumulate=True) to add runs up)")
+        self._before = (self.runs, copy.deepcopy(self.counts))  # what an SramOverflow puts back
         self.runs += 1
         self._t0 = self._last = time.monotonic()
         self._shown = False
@@ -223,10 +226,15 @@ class Memory:
         """Declare an on-chip working set; over capacity is an error with both numbers."""
         if nbytes < 0:
             raise ValueError(f"{what}: a working set cannot be negative, got {nbytes} bytes")
+        if self.sram_bytes is not None and nbytes > self.sram_bytes:
+            # the run stops here: the Memory goes back to what it held before it, so a retry (another
+            # placement, a smaller block) can use it, and accumulated counts keep no part of the failed run
+            if self._before is not None:
+                self.runs, self.counts = self._before
+                self._before = None
+            raise SramOverflow(what, int(nbytes), self.sram_bytes)
         if self.counting:
             self.counts.sram_peak_bytes = max(self.counts.sram_peak_bytes, int(nbytes))
-        if self.sram_bytes is not None and nbytes > self.sram_bytes:
-            raise SramOverflow(what, int(nbytes), self.sram_bytes)
 
     def fits(self, nbytes: int) -> bool:
         return self.sram_bytes is None or nbytes <= self.sram_bytes

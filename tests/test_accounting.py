@@ -100,6 +100,24 @@ def test_sram_overflow_names_both_numbers():
         run("v_once", placement="sram", sram=12_000)
 
 
+def test_a_run_refused_for_sram_leaves_the_memory_as_it_was():
+    """An SramOverflow stops the run before it counts anything: the same Memory takes the retry, and an
+    accumulating one keeps no part of the failed run (not its runs, not its SRAM peak)."""
+    q = torch.randn(B, H, N, D).to(torch.float16)
+    mem = Memory(sram_bytes=12_000)
+    with pytest.raises(SramOverflow):
+        VARIANTS["v_once"].forward(q, q, q, block_q=BLK, block_k=BLK, placement="sram", mem=mem)
+    assert mem.runs == 0 and mem.counts.sram_peak_bytes == 0 and not mem.counts.reads
+    VARIANTS["v_once"].forward(q, q, q, block_q=BLK, block_k=BLK, placement="hbm", mem=mem)
+    assert mem.runs == 1 and mem.counts.writes["f"] > 0 and mem.counts.sram_peak_bytes <= 12_000
+    acc = Memory(sram_bytes=12_000, accumulate=True)
+    VARIANTS["fa2"].forward(q, q, q, block_q=BLK, block_k=BLK, mem=acc)
+    before = acc.counts.as_dict()
+    with pytest.raises(SramOverflow):
+        VARIANTS["v_once"].forward(q, q, q, block_q=BLK, block_k=BLK, placement="sram", mem=acc)
+    assert acc.runs == 1 and acc.counts.as_dict() == before
+
+
 def test_auto_placement_spills_when_f_row_does_not_fit():
     small, big = run("v_once", placement="auto", sram=12_000), run("v_once", placement="auto", sram=10**6)
     assert small.writes["f"] > 0 and "f" not in big.writes
