@@ -167,3 +167,15 @@ def test_bad_saved_tensors_and_attention_arguments():
         VARIANTS["v_once"].backward(q, k, v, o, lse, do, placement="disk")
     with pytest.raises(ValueError, match="rescales lazily"):  # the forward's pairs, no more
         VARIANTS["v_once"].backward(q, k, v, o, lse, do, placement="cluster", rescale="eager")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_reference_called_directly_builds_no_graph(name):
+    """VARIANTS[...].forward/backward carry no autograd graph (fa1's in-place O update could not be walked
+    back); gradients come from variants.attention, which runs the variant's own backward."""
+    q, k, v = (torch.randn(1, 1, n, 3, requires_grad=True) for n in (5, 7, 7))
+    o, lse = VARIANTS[name].forward(q, k, v, causal=True, block_q=2, block_k=3)
+    assert not o.requires_grad and not lse.requires_grad
+    o2 = attention(q, k, v, variant=name, causal=True, block_q=2, block_k=3)
+    o2.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()

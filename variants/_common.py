@@ -105,3 +105,10 @@ def check_saved(name: str, t, shape, dtype, device) -> None:
     if tuple(t.shape) != tuple(shape) or t.dtype != dtype or t.device != device:
         raise ValueError(f"{name} must be a {dtype} tensor of shape {tuple(shape)} on {device}, "
                          f"got {t.dtype} {tuple(t.shape)} on {t.device}")
+
+
+def reference(fn):
+    """A reference's forward or backward: its outputs carry no autograd graph. The references are
+    differentiated by their own backward through variants.attention, never by autograd through their
+    loops (fa1 updates O in place, so such a graph could not even be walked back)."""
+    return torch.no_grad()(fn)

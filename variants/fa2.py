@@ -20,13 +20,14 @@ import torch
 from analysis import sram as _sram
 from analysis.memory import resolve
 from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
-                              safe_div)
+                              reference, safe_div)
 
 
 # the working set lives in analysis.sram (torch-free: the report path imports it)
 sram_bytes = _sram.fa2_sram_bytes
 
 
+@reference
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
     p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
     mem, t = resolve(mem), p.tiling  # FA2 Alg. 1 line 1: Tr blocks of Br rows, Tc of Bc
@@ -95,6 +96,7 @@ from analysis.backward_forms import fa2_backward_sram_bytes as backward_sram_byt
 from variants._common import check_backward_inputs  # noqa: E402
 
 
+@reference
 def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
     p = check_backward_inputs(q, k, v, o, lse, do, causal=causal, scale=scale, block_q=block_q,
                               block_k=block_k)

@@ -34,7 +34,8 @@ import torch
 
 from analysis import sram as _sram
 from analysis.memory import resolve
-from variants._common import NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores, safe_div
+from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores, reference,
+                              safe_div)
 
 
 class ScoreRangeWarning(RuntimeWarning):
@@ -69,6 +70,7 @@ def _score_warning(dtype: torch.dtype, max_abs: float, overflowed: bool) -> str 
 sram_bytes = _sram.naive_sram_bytes
 
 
+@reference
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None, saved=None):
     p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
     mem, t = resolve(mem), p.tiling
@@ -163,6 +165,7 @@ def _rebuild_p(q, k, p):
     return safe_div(e, e.sum(dim=-1, keepdim=True)).to(q.dtype)
 
 
+@reference
 def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64, mem=None,
              P=None):
     p = check_backward_inputs(q, k, v, o, lse, do, causal=causal, scale=scale, block_q=block_q,

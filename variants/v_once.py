@@ -39,7 +39,7 @@ import torch
 from analysis import sram as _sram
 from analysis.memory import resolve
 from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
-                              safe_div)
+                              reference, safe_div)
 
 PLACEMENTS = _sram.V_ONCE_PLACEMENTS  # auto, sram, hbm, cluster (variants/v_once_cluster.py)
 RESCALES = _sram.V_ONCE_RESCALES
@@ -53,6 +53,7 @@ sram_bytes = _sram.v_once_sram_bytes
 resolve_placement = _sram.v_once_resolve_placement
 
 
+@reference
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, placement="auto",
             rescale="eager", mem=None):
     _sram.check_v_once_pair(placement, rescale)
@@ -159,6 +160,7 @@ from variants import fa2 as _fa2  # noqa: E402
 backward_sram_bytes = _fa2.backward_sram_bytes
 
 
+@reference
 def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64,
              placement="auto", rescale="eager", mem=None):
     _sram.check_v_once_pair(placement, rescale)  # the pairs the forward takes, no more
