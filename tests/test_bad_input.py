@@ -87,3 +87,13 @@ def test_misaligned_out_is_refused_before_launch():
     with pytest.raises(ValueError, match="16-byte boundary"):
         fa2_tc._outputs(q, (o, lse))
     assert fa2_tc._outputs(q, (torch.zeros_like(q), lse))[1] is lse
+
+
+def test_naive_scores_too_large_to_index():
+    """naive materialises S and P (B, H, Nq, Nk): past int64 indexing it says so, as the closed forms do
+    (meta tensors: nothing is allocated)."""
+    q = torch.empty(1, 1, 2**32, 1, device="meta", dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"S would have .* int64 indexing"):
+        VARIANTS["naive"].forward(q, q, q, block_q=2**31, block_k=2**31)
+    with pytest.raises(ValueError, match=r"S would have .* int64 indexing"):
+        VARIANTS["naive"].backward(q, q, q, None, None, q, block_q=2**31, block_k=2**31)

@@ -32,12 +32,12 @@ class Problem:
         return torch.empty((), dtype=self.dtype).element_size()
 
 
-def check_inputs(q, k, v, *, causal, scale, block_q, block_k) -> Problem:
+def check_inputs(q, k, v, *, causal, scale, block_q, block_k, scores_in_hbm=False) -> Problem:
     """Raise a clear error naming the problem, or return the problem's shapes (analysis.checks: the
     same rules and messages as the closed forms and the CUDA launchers)."""
     b, h, n_q, n_k, d = checks.check_tensors(q, k, v, dtypes=SUPPORTED_DTYPES)
     pr = checks.check_problem(b, h, n_q, n_k, d, causal=causal, scale=scale, block_q=block_q,
-                              block_k=block_k)
+                              block_k=block_k, scores_in_hbm=scores_in_hbm)
     return Problem(b, h, n_q, n_k, d, pr["scale"], q.dtype,
                    Tiling(n_q, n_k, pr["block_q"], pr["block_k"], pr["causal"]))
 
@@ -74,12 +74,13 @@ def log_sum_exp(mem, m: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
 
 
 def check_backward_inputs(q, k, v, o, lse, do, *, causal, scale, block_q, block_k,
-                          need_o=True, need_lse=True) -> Problem:
+                          need_o=True, need_lse=True, scores_in_hbm=False) -> Problem:
     """check_inputs, then o and do (B, H, Nq, d) in q's dtype and lse (B, H, Nq) float32.
 
     need_o / need_lse False: that tensor may be None (naive reads P instead of O and lse; fa1 may be
     handed ℓ and m instead of lse); when given it is still checked."""
-    p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
+    p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
+                     scores_in_hbm=scores_in_hbm)
     want = (p.batch, p.heads, p.n_q, p.d)
     for name, t, shape, dtype, needed in (("o", o, want, q.dtype, need_o),
                                           ("do", do, want, q.dtype, True),

@@ -72,7 +72,8 @@ sram_bytes = _sram.naive_sram_bytes
 
 @reference
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None, saved=None):
-    p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
+    p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
+                     scores_in_hbm=True)  # S and P (B, H, Nq, Nk) must be indexable
     mem, t = resolve(mem), p.tiling
     mem.require_sram(f"naive working set (Br={t.block_q}, Bc={t.block_k}, d={p.d}, Nk={p.n_k})",
                      sram_bytes(p.n_q, p.n_k, p.d, block_q, block_k, p.itemsize))
@@ -169,7 +170,7 @@ def _rebuild_p(q, k, p):
 def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block_k=64, mem=None,
              P=None):
     p = check_backward_inputs(q, k, v, o, lse, do, causal=causal, scale=scale, block_q=block_q,
-                              block_k=block_k, need_o=False, need_lse=False)
+                              block_k=block_k, need_o=False, need_lse=False, scores_in_hbm=True)
     mem, t = resolve(mem), p.tiling
     scores = (p.batch, p.heads, p.n_q, p.n_k)
     if P is None:
