@@ -86,7 +86,13 @@ class GPT(nn.Module):
             nn.init.zeros_(m.bias)
 
     def forward(self, idx, targets=None):
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype.is_floating_point or idx.is_complex():
+            what = f"shape {tuple(idx.shape)}, {idx.dtype}" if isinstance(idx, torch.Tensor) else type(idx).__name__
+            raise ValueError(f"idx must be token ids, an integer tensor (B, N); got {what}")
         b, n = idx.shape
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab):
+            # checked here: on a GPU an id out of range is a device-side assert that ends the process
+            raise ValueError(f"token ids must be in [0, {self.config.vocab}), got {int(idx.min())}..{int(idx.max())}")
         if n > self.config.ctx:
             raise ValueError(f"sequence of {n} tokens is longer than ctx={self.config.ctx}")
         x = self.drop(self.tok(idx) + self.pos(torch.arange(n, device=idx.device)))

@@ -76,6 +76,9 @@ def main(argv=None) -> int:
     try:
         if min(args.steps, args.batch) <= 0:
             raise ValueError("--steps and --batch must be positive")
+        device = torch.device(args.device)  # a bad name is torch's RuntimeError, reported below
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {args.device}: this torch ({torch.__version__}) sees no CUDA device")
         cfg = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model, ctx=args.ctx)
         fn = attention_by_name(args.attention, args.block, args.block)
         train(cfg, fn, args.steps, args.batch, args.lr, args.seed, args.device, log_every=1)

@@ -73,6 +73,12 @@ def test_bad_input():
         GPTConfig(n_layer=0)
     with pytest.raises(ValueError, match="longer than ctx=64"):
         GPT(TINY)(torch.zeros(1, 65, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 256\)"):
+        GPT(TINY)(torch.full((1, 4), 256))
+    with pytest.raises(ValueError, match=r"integer tensor \(B, N\)"):
+        GPT(TINY)(torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"integer tensor \(B, N\)"):
+        GPT(TINY)(torch.zeros(1, 4))
     with pytest.raises(ValueError, match="max_bytes"):
         byte_corpus(0)
     with pytest.raises(ValueError, match="more than ctx"):
@@ -85,3 +91,12 @@ def test_cli_bad_attention_is_one_line(capsys):
     assert main(["--attention", "fa9", "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert "unknown attention 'fa9'" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU message")
+def test_cli_cuda_without_a_gpu_is_one_line(capsys):
+    assert main(["--device", "cuda", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "sees no CUDA device" in err and len(err.strip().splitlines()) == 1
+    assert main(["--device", "nonsense", "--steps", "1"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
