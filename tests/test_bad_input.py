@@ -97,3 +97,17 @@ def test_naive_scores_too_large_to_index():
         VARIANTS["naive"].forward(q, q, q, block_q=2**31, block_k=2**31)
     with pytest.raises(ValueError, match=r"S would have .* int64 indexing"):
         VARIANTS["naive"].backward(q, q, q, None, None, q, block_q=2**31, block_k=2**31)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_scores_beyond_float32_are_refused(name, dtype):
+    """S is float32 in every variant: a score past 3.4e38 would make o NaN silently, so it is refused;
+    inputs whose norm bound is out of range but whose scores are not still run (the bound only gates)."""
+    q, v = torch.full((1, 1, 1, 4), 2e19).to(dtype), torch.randn(1, 1, 1, 4).to(dtype)
+    with pytest.raises(ValueError, match="beyond float32's largest finite"):
+        VARIANTS[name].forward(q, q, v)
+    k = torch.zeros(1, 1, 1, 4, dtype=dtype)
+    k[..., 0], k[..., 1] = 1e19, -1e19  # q·k = 0 exactly
+    o, _ = VARIANTS[name].forward(q, k, v)
+    assert torch.equal(o, v)

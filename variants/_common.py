@@ -38,8 +38,30 @@ def check_inputs(q, k, v, *, causal, scale, block_q, block_k, scores_in_hbm=Fals
     b, h, n_q, n_k, d = checks.check_tensors(q, k, v, dtypes=SUPPORTED_DTYPES)
     pr = checks.check_problem(b, h, n_q, n_k, d, causal=causal, scale=scale, block_q=block_q,
                               block_k=block_k, scores_in_hbm=scores_in_hbm)
+    check_float32_scores(q, k, pr["scale"])
     return Problem(b, h, n_q, n_k, d, pr["scale"], q.dtype,
                    Tiling(n_q, n_k, pr["block_q"], pr["block_k"], pr["causal"]))
+
+
+def check_float32_scores(q, k, scale: float) -> None:
+    """Refuse scores beyond float32's range: every variant (and kernel) computes S in float32, so such a
+    score is inf and the row's o NaN. Only bf16/fp32 inputs of magnitude ~1e19 get there (fp16's 65504
+    cannot). Cheap first: |s| <= scale |q_r| |k_c|; only when that bound is out of range are the scores
+    themselves computed (float64, a block of rows at a time)."""
+    if q.dtype == torch.float64 or q.device.type == "meta" or q.numel() == 0 or k.numel() == 0:
+        return
+    limit = torch.finfo(torch.float32).max
+    qn = torch.linalg.vector_norm(q.double(), dim=-1).amax().item()
+    kn = torch.linalg.vector_norm(k.double(), dim=-1).amax().item()
+    if not abs(scale) * qn * kn > limit:  # also False for NaN / inf inputs: those are the caller's
+        return
+    k64, top = k.double().transpose(-1, -2), 0.0
+    for r0 in range(0, q.shape[-2], 256):
+        s = (q[..., r0:r0 + 256, :].double() @ k64).abs() * abs(scale)
+        top = max(top, s[torch.isfinite(s)].amax().item() if torch.isfinite(s).any() else 0.0)
+    if top > limit:
+        raise ValueError(f"scores reach |scale q k| = {top:.3g}, beyond float32's largest finite {limit:.3g}: "
+                         "S is float32 in every variant and kernel, so o would be NaN; scale q or k down")
 
 
 def causal_tile_mask(tiling: Tiling, i: int, j: int, device) -> torch.Tensor:
