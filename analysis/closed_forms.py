@@ -245,11 +245,11 @@ def _v_once_sram(n_q, n_k, d, block_q, block_k, itemsize, causal, *, capacity, p
     from analysis.sram import v_once_resolve_placement as resolve_placement, v_once_sram_bytes as sram_bytes
 
     if placement == "cluster":  # the cluster chosen against the capacity: the counts depend on its size
-        from analysis.cluster import plan_or_largest
+        from analysis.cluster import reference_plan
         from analysis.sram import check_v_once_pair
 
         check_v_once_pair(placement, rescale)
-        cl = plan_or_largest(n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize, capacity=capacity)
+        cl = reference_plan(n_q, n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize, capacity=capacity)
         return cl.smem_bytes, {"placement": placement, "rescale": rescale, "cluster_size": cl.cluster_size}
     if placement == "auto":
         placement = resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,

@@ -105,6 +105,15 @@ def plan_or_largest(n_k: int, d: int, *, block_q: int = 64, block_k: int = 64, i
     return at_size(largest, n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize)
 
 
+def reference_plan(n_q: int, n_k: int, d: int, *, block_q: int, block_k: int, itemsize: int,
+                   capacity: int | None) -> ClusterPlan:
+    """plan_or_largest() for the references, the closed forms and the SRAM check: their blocks clipped to
+    the problem (Br <= Nq, Bc <= Nk), as every other placement counts a block's actual rows. The kernel's
+    own plan (kernels/v_once_cluster.py) keeps its fixed tiles: it allocates them whatever N is."""
+    return plan_or_largest(n_k, d, block_q=min(block_q, n_q), block_k=min(block_k, n_k), itemsize=itemsize,
+                           capacity=capacity)
+
+
 def rank_blocks(rank: int, p: ClusterPlan, visited: range) -> range:
     """The key blocks CTA `rank` owns among the visited prefix, as the kernel splits them
     (kernels/cuda/v_once_cluster.cu): evenly, per = ceil(Tc_vis / CS), CTA r taking [r·per, (r+1)·per) ∩ visited,

@@ -70,10 +70,10 @@ def v_once_sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False, *, 
     where none does, the largest cluster's bytes, over `capacity`."""
     check_v_once_pair(placement, rescale)
     if placement == "cluster":  # per CTA: the kernel's own budget (analysis.cluster), its cluster against capacity
-        from analysis.cluster import plan_or_largest
+        from analysis.cluster import reference_plan
 
-        return plan_or_largest(n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize,
-                               capacity=capacity).smem_bytes
+        return reference_plan(n_q, n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize,
+                              capacity=capacity).smem_bytes
     if placement == "auto":
         placement = v_once_resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,
                                              rescale=rescale, capacity=capacity)

@@ -105,8 +105,9 @@ def test_closed_forms_equal_instrumented_counts(pr):
             assert tr.placement_resolved == expect, what
         if name == "v_once" and opts["placement"] == "cluster":
             itemsize = TORCH_DTYPES[pr["dtype"]].itemsize
-            plan = cluster.plan(pr["n_k"], pr["d"], block_q=pr["block_q"], block_k=pr["block_k"],
-                                itemsize=itemsize, capacity=cluster.UNLIMITED if cap is None else cap)
+            plan = cluster.plan(pr["n_k"], pr["d"], block_q=min(pr["block_q"], pr["n_q"]),  # blocks clipped to N
+                                block_k=min(pr["block_k"], pr["n_k"]), itemsize=itemsize,
+                                capacity=cluster.UNLIMITED if cap is None else cap)
             assert tr.cluster_size == plan.cluster_size and tr.sram_peak_bytes == plan.smem_bytes <= (cap or plan.smem_bytes), what
             if pr["capacity"] == "cluster":
                 assert tr.cluster_size <= pr["cluster_size"], what

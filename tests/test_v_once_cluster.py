@@ -148,3 +148,17 @@ def test_tiles_visited_per_rank_add_up():
     for i in range(t.t_r):
         visited = t.k_blocks(i)
         assert sum(len(cluster.rank_blocks(r, p, visited)) for r in range(4)) == len(visited)
+
+
+def test_blocks_larger_than_the_problem_are_clipped():
+    """Bc = 1024 over Nk = 100 keys (Br = 64 over Nq = 40 rows): the cluster's CTA holds the 100 keys it has,
+    as placement sram counts a block's actual rows, instead of a 1024-key slice that overflows."""
+    q = torch.randn(1, 1, 40, 64, dtype=torch.float16)
+    k = torch.randn(1, 1, 100, 64, dtype=torch.float16)
+    mem = Memory(227 * 1024)
+    VARIANTS["v_once"].forward(q, k, k, block_q=64, block_k=1024, placement="cluster", rescale="lazy", mem=mem)
+    clipped = cluster.plan(100, 64, block_q=40, block_k=100, capacity=227 * 1024)
+    assert mem.counts.sram_peak_bytes == clipped.smem_bytes < 227 * 1024
+    tr = cf.counts("v_once", 1, 1, 40, 100, 64, block_q=64, block_k=1024, placement="cluster", rescale="lazy",
+                   sram_bytes=227 * 1024)
+    assert tr.sram_peak_bytes == clipped.smem_bytes and tr.cluster_size == 1

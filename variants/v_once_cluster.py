@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from analysis.cluster import plan_or_largest, rank_blocks
+from analysis.cluster import rank_blocks, reference_plan
 from variants._common import NEG_INF, finite_or_zero, log_sum_exp, mask_scores, safe_div
 
 
@@ -52,8 +52,8 @@ def row_shares(rows: int, cs: int) -> list[tuple[int, int]]:
 
 def cluster_of(p, mem):
     """The cluster this problem runs on: plan() against the Memory's capacity (None: unlimited)."""
-    return plan_or_largest(p.n_k, p.d, block_q=p.tiling.block_q, block_k=p.tiling.block_k,
-                           itemsize=p.itemsize, capacity=mem.sram_bytes)
+    return reference_plan(p.n_q, p.n_k, p.d, block_q=p.tiling.block_q, block_k=p.tiling.block_k,
+                          itemsize=p.itemsize, capacity=mem.sram_bytes)
 
 
 def forward(q, k, v, p, mem, cl):
