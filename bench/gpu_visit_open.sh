@@ -66,6 +66,7 @@
 #   br192d128  issue 14: d = 128 Br = 192 builds (three consumer warpgroups): GPU tests, memcheck at scale -> br192d128/
 #   br192ab26  issue 14: their A/B against forward()'s build and cuDNN, twice, N = 512-4096       -> br192ab26/
 #   d128ab26   issue 14: br192ab26 and n512ab26's builds in one A/B, twice, N = 512-2048          -> d128ab26/
+#   inputs27   inputs: scale <= 0 on the four tensor-core forwards (kernels.layouts.positive_scale, stop 27) -> inputs27/
 #   flash256   issue 11: ncu levels of SDPA flash at d = 256 (never profiled; model 0.84x) beside fa2_wgmma -> flash256/
 #   clock26    issue 11: bench/clock_probe.py over 18 cells (d = 64-256, N = 1k-16k): window clocks and cycles -> clock26/
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
@@ -1156,6 +1157,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       # 4k, 16k, beside fa2_wgmma's; the kernel name gives its traits
       ncu_levels 250 512x256,4096x256,16384x256 sdpa_flash,fa2_wgmma; rc=$?
       tail -16 "$W/run.txt" ;;
+    inputs27)  # stop 27: the tensor-core forwards at scale < 0 and = 0 (fa2_tc, v_once_tc, fa2_wgmma, v_once_cluster), fp16 /
+      # bf16, causal with Nq > Nk and tails, poisoned outputs, against float64 (never run: stop 27 had no device)
+      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py -k non_positive_scale \
+        > "$W/tests.log" 2>&1; rc=$?; tail -5 "$W/tests.log" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
