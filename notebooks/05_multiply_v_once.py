@@ -445,10 +445,10 @@ else:
 # warpgroup. ncu puts the tensor pipe at 12.6% active at d = 64 and 22% at d = 128, against 48% and 77%
 # for `fa2_wgmma`. On top of that, the two products can no longer overlap, because no P·V may start before the whole
 # cluster has its row max, and $f$ makes a round trip through shared memory. The GPU model explains the
-# gap with one more term, fitted on three cells (fp16, d = 64, non-causal): about 950 cycles per tile that a
-# lone warpgroup leaves exposed. It then holds within ±15% on every held-out cell with N ≥ 2k (d = 128,
+# gap with one more term, fitted on three cells (fp16, d = 64, non-causal): about 1060 cycles per tile that a
+# lone warpgroup leaves exposed (`bench/results/cluster_model_fit.json`). It then holds within ±15% on every held-out cell with N ≥ 2k (d = 128,
 # causal, bf16, small B·H; `docs/issue-941-verdict.md`), and it predicted the N = 16k cells, timed after the
-# fit, at 0.89–0.93× of the measured time. There the gap is widest (3.9–6.3×): 16-CTA clusters leave 20 of
+# fit, at 0.88–0.93× of the measured time. There the gap is widest (3.9–6.3×): 16-CTA clusters leave 20 of
 # the 132 SMs idle, and each slice is still one warpgroup's.
 
 # %% [markdown]

@@ -1,7 +1,11 @@
 """The project documents itself: docs/design.md is the design (nothing points outside the
-repository for it), relative links in the Markdown resolve, and the tree passes its linter."""
+repository for it), relative links in the Markdown resolve, the verdict's tables are the script's current
+output, and the tree passes its linter."""
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import re
 import shutil
 import subprocess
@@ -34,6 +38,23 @@ def test_relative_links_resolve(doc):
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text(encoding="utf-8"))
     missing = [link for link in links if "://" not in link and not (path.parent / link).exists()]
     assert missing == [], f"{doc}: {missing}"
+
+
+@pytest.mark.parametrize("argv", [[], ["--cluster"]], ids=["tc", "cluster"])
+def test_verdict_tables_are_the_scripts_output(argv):
+    """docs/issue-941-verdict.md holds bench/verdict_table.py's tables and summary lines verbatim, so a refit of
+    the GPU model (the cluster table's model column) or a new results file cannot leave them stale. Run in
+    process: the script reads committed JSON only and takes well under a second."""
+    spec = importlib.util.spec_from_file_location("verdict_table", ROOT / "bench" / "verdict_table.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert script.main(argv) == 0
+    printed = out.getvalue().strip()
+    doc = (ROOT / "docs" / "issue-941-verdict.md").read_text(encoding="utf-8")
+    assert printed in doc, (f"regenerate with `python bench/verdict_table.py {' '.join(argv)}` and paste its "
+                            f"output into docs/issue-941-verdict.md:\n{printed}")
 
 
 def test_ruff_check_passes():
