@@ -160,7 +160,7 @@ print(f"L is logsumexp of the scores:    max |L - lse|  = {(L - torch.logsumexp(
 # ## 3 · Parallelism over the sequence
 #
 # A GPU runs one thread block per SM slot; an H200 has 132 SMs. FA1, as the paper parallelises it
-# (and the teaching kernel `kernels/fa1`), launches one thread block per (batch, head): its outer loop
+# (and the teaching kernel `kernels/fa1.py`), launches one thread block per (batch, head): its outer loop
 # over $K_j$ carries a dependency through $O$ in HBM. FA2's outer loop over query blocks has no
 # dependency at all, so it launches $T_r$ thread blocks per (batch, head).
 #

@@ -272,7 +272,7 @@ plt.show()
 # %% [markdown]
 # ## 6 · On the GPU
 #
-# The tensor-core kernels `kernels/fa2_tc` and `kernels/v_once_tc` (both knobs) are timed by
+# The tensor-core kernels `kernels/fa2_tc.py` and `kernels/v_once_tc.py` (both knobs) are timed by
 # `bench/bench_tc.py` on an H200 and committed under `bench/results/`; the teaching kernels by
 # `bench/bench_kernels.py`. This cell reads whatever is there (it does not need a GPU).
 
@@ -371,7 +371,7 @@ print("from file tc_ncu.csv (no run id)")
 #
 # Section 6's kernel had to spill $f$ beyond $N \approx 1$k, and it ran on the older mma.sync path.
 # Hopper adds a way out: a *cluster* of up to 8 (16) thread blocks shares *distributed shared memory*, so
-# one Q block's $f$ row can be split over the cluster's blocks and never leave the chip. `kernels/v_once_cluster`
+# one Q block's $f$ row can be split over the cluster's blocks and never leave the chip. `kernels/v_once_cluster.py`
 # does exactly the proposal: each block builds its slice of $f$ ($B_r \times N_k/\mathrm{CS}$), the row maxima and
 # sums are reduced across the cluster, every $f$ block is scaled **once** by the final max, and V is
 # multiplied once. It uses the same wgmma + TMA path as the fastest FA2 here, `fa2_wgmma`.
