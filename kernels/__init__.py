@@ -8,8 +8,12 @@
 Importing this package needs no GPU (nor CuPy's GPU runtime): a spec imports its launcher module
 `kernels.<name>` only when `.forward` or `.compile_configs()` is first used.
 
-The contract of a launcher module kernels/<name>.py (teaching and tensor-core tiers alike):
-    forward(q, k, v, *, causal=False, scale=None, block_q=..., block_k=..., **options) -> (o, lse)
+The contract of a launcher module kernels/<name>.py; what follows scale differs by tier (docs/design.md,
+"The signatures"):
+    forward(q, k, v, *, causal=False, scale=None, **options) -> (o, lse)
+        teaching:    block_q=64, block_k=64, mem=None (mem only None: a kernel counts nothing)
+        tensor-core: config=None (a build's knobs; None: the default build for the shape), out=None ((o, lse) to fill)
+        v_once's add placement, rescale (v_once_cluster: placement only)
     backward(q, k, v, o, lse, do, *, causal=False, scale=None, **options) -> (dq, dk, dv)   (optional)
     compile_configs() -> [(source, kernel_name, defines), ...]   every configuration CI compiles
     DTYPES          the torch dtypes it takes (optional; default by tier, see KernelSpec.dtypes)

@@ -27,7 +27,7 @@
 # 4. Where the time goes: the bytes of $S$ and $P$ against those of $Q, K, V, O$.
 #
 # Reading order: this notebook, then 2 (online softmax), 3 (FlashAttention-1), 4 (FlashAttention-2),
-# 5 (issue #941's "multiply V once"), 6 (measurements on a real GPU).
+# 5 (issue #941's "multiply V once"), 6 (measurements on a real GPU), 7 (the backward pass: recomputation).
 
 # %%
 # Setup: make the workbench packages importable from wherever this notebook was opened.
@@ -332,11 +332,6 @@ show_table(["variant (fp16 inputs)", "lse row 0", "o row 0", "max |o - o_ref|", 
 # bf16 has fp32's range, so it does not overflow, but it keeps 8 significant bits: at $|S| \approx 10^4$
 # a stored score is off by up to 32, and $e^{32}$ is not a rounding error. The warning fires from
 # $|S| \ge 2/\varepsilon$ (fp16: 2048, bf16: 256), where rounding $S$ errs by 1 or more.
-#
-# TFLOP/s of the committed records counts the papers' FLOPs ($4 B H N^2 d$, halved when causal: the
-# papers' convention, exact here only for the non-causal rows, since causal $N_q = N_k$ has
-# $N(N+1)/2$ visible pairs) over the median time; new runs divide `analysis.headline.attention_flops`
-# (4·d per visible pair) instead. Records use
 
 # %%
 # Checks for the exercises: call one with your answer; it says whether it is right.

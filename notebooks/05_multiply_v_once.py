@@ -272,7 +272,7 @@ plt.show()
 # %% [markdown]
 # ## 6 · On the GPU
 #
-# The tensor-core kernels `kernels/fa2_tc` and `kernels/v_once_tc` (both knobs) are timed by
+# The tensor-core kernels `kernels/fa2_tc.py` and `kernels/v_once_tc.py` (both knobs) are timed by
 # `bench/bench_tc.py` on an H200 and committed under `bench/results/`; the teaching kernels by
 # `bench/bench_kernels.py`. This cell reads whatever is there (it does not need a GPU).
 
@@ -371,7 +371,7 @@ print("from file tc_ncu.csv (no run id)")
 #
 # Section 6's kernel had to spill $f$ beyond $N \approx 1$k, and it ran on the older mma.sync path.
 # Hopper adds a way out: a *cluster* of up to 8 (16) thread blocks shares *distributed shared memory*, so
-# one Q block's $f$ row can be split over the cluster's blocks and never leave the chip. `kernels/v_once_cluster`
+# one Q block's $f$ row can be split over the cluster's blocks and never leave the chip. `kernels/v_once_cluster.py`
 # does exactly the proposal: each block builds its slice of $f$ ($B_r \times N_k/\mathrm{CS}$), the row maxima and
 # sums are reduced across the cluster, every $f$ block is scaled **once** by the final max, and V is
 # multiplied once. It uses the same wgmma + TMA path as the fastest FA2 here, `fa2_wgmma`.
@@ -445,10 +445,10 @@ else:
 # warpgroup. ncu puts the tensor pipe at 12.6% active at d = 64 and 22% at d = 128, against 48% and 77%
 # for `fa2_wgmma`. On top of that, the two products can no longer overlap, because no P·V may start before the whole
 # cluster has its row max, and $f$ makes a round trip through shared memory. The GPU model explains the
-# gap with one more term, fitted on three cells (fp16, d = 64, non-causal): about 950 cycles per tile that a
-# lone warpgroup leaves exposed. It then holds within ±15% on every held-out cell with N ≥ 2k (d = 128,
+# gap with one more term, fitted on three cells (fp16, d = 64, non-causal): about 1060 cycles per tile that a
+# lone warpgroup leaves exposed (`bench/results/cluster_model_fit.json`). It then holds within ±15% on every held-out cell with N ≥ 2k (d = 128,
 # causal, bf16, small B·H; `docs/issue-941-verdict.md`), and it predicted the N = 16k cells, timed after the
-# fit, at 0.89–0.93× of the measured time. There the gap is widest (3.9–6.3×): 16-CTA clusters leave 20 of
+# fit, at 0.88–0.93× of the measured time. There the gap is widest (3.9–6.3×): 16-CTA clusters leave 20 of
 # the 132 SMs idle, and each slice is still one warpgroup's.
 
 # %% [markdown]

@@ -78,11 +78,12 @@ show_table(["tier", "file", "run", "kernels", "timed records"],
 # %% [markdown]
 # ## 2 · Timings
 #
-# TFLOP/s of the committed records counts the papers' FLOPs ($4 B H N^2 d$, halved when causal: the
-# papers' convention, exact here only for the non-causal rows, since causal $N_q = N_k$ has
-# $N(N+1)/2$ visible pairs) over the median time; new runs divide `analysis.headline.attention_flops`
-# (4·d per visible pair) instead. Records use
-# batch × $N$ = 16k tokens and hidden size 2048, fp16. Tuning-sweep candidates (kernels whose name
+# TFLOP/s in the two files read here, `bench_kernels.json` and `tc_bench_wgmma_tma.json`, counts the papers'
+# FLOPs ($4 B H N^2 d$, halved when causal: exact only for the non-causal rows, since causal $N_q = N_k$ has
+# $N(N+1)/2$ visible pairs) over the median time. Every run through `bench/harness.py` since (the A/B runs,
+# `cluster_bench*.json`, `bwd_final/`, and the live run at the end of this notebook) divides
+# `analysis.headline.attention_flops` (4·d per visible pair) instead; the README ("What the H200 says") lists
+# which committed file uses which. Records use batch × $N$ = 16k tokens and hidden size 2048, fp16. Tuning-sweep candidates (kernels whose name
 # carries a `{config}`) are left out.
 
 # %%

@@ -287,12 +287,13 @@ else:
 # Fusion wins by more than an order of magnitude, several times what the byte ratio alone predicts.
 # The counts model Algorithm 0's three passes at full bandwidth; what they leave out - how many kernels
 # the math backend really launches, and what fraction of HBM bandwidth and tensor-core rate each
-# reaches - is for a profiler to measure (notebook 6; `bench/results/kernels_notes.md` has the math
-# backend at 16-26 TFLOP/s against 300+ for flash). The direction is the lesson: an unfused backward's
-# five kernels (section 2) pay the same toll for $P$, $dP$ and $dS$. The workbench's own backward
-# kernels (`kernels/fa2_bwd.py`, readable; `kernels/fa2_wgmma_bwd.py`, Hopper, 1.2–1.6× SDPA flash's
-# backward: `bench/results/bwd_wgmma_v2.md`) and `kernels.attention`, which trains a model with them, are
-# measured in `bench/results/`.
+# reaches - is for a profiler to measure (notebook 6; `bench/results/bwd_final/bwd_bench.md` has the math
+# backend's backward at 16-48 TFLOP/s against 107-310 for flash's). The direction is the lesson: an unfused
+# backward's five kernels (section 2) pay the same toll for $P$, $dP$ and $dS$. The workbench's own backward
+# kernels are the teaching one (`kernels/fa2.py` launching `kernels/cuda/fa2_bwd.cu`, readable) and the
+# Hopper one (`kernels/fa2_wgmma_bwd.py`: at N ≥ 2k 1.23–1.29× SDPA flash's backward at d = 64 and
+# 1.39–1.44× at d = 128, `bench/results/bwd_final/bwd_bench.md`); they and `kernels.attention`, which
+# trains a model with them, are measured in `bench/results/`.
 #
 # ## 6 · The references as a differentiable op
 #
