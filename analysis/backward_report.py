@@ -19,6 +19,7 @@ from analysis import backward_forms as bf
 from analysis import closed_forms as cf
 from analysis.gpus import get_gpu
 from analysis.headline import min_hbm_bytes
+from analysis.style import line_style
 
 COLUMNS = ("variant", "N", "d", "Br×Bc", "HBM read", "HBM write", "× min", "SRAM", "saved", "matmul",
            "exp", "other", "recompute", "t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")
@@ -126,11 +127,12 @@ def plot_footprint(recs, path) -> None:
     for name in cf.VARIANT_NAMES:
         if not any(r["variant"] == name for r in recs):
             continue
-        colour, marker, ls = plots.STYLE.get(name if name != "v_once" else "v_once_auto_lazy")
+        st = line_style(name if name != "v_once" else "v_once_auto_lazy")  # a new variant: a spare style
+        colour, marker, ls = st["color"], st["marker"], st["linestyle"]
         ys = [bf.saved_bytes(name, r0["batch"], r0["heads"], n, n + r0["seq_k"] - r0["seq_q"],
                              r0["dtype"]) for n in grid]
         label = {"naive": "naive: P (Nq·Nk)", "fa1": "fa1: ℓ, m (2·Nq floats)",
-                 "fa2": "fa2: lse (Nq floats)", "v_once": "v_once: lse (as fa2)"}[name]
+                 "fa2": "fa2: lse (Nq floats)", "v_once": "v_once: lse (as fa2)"}.get(name, name)
         ax1.plot(grid, ys, ls if name != "v_once" else ":", color=colour, lw=1.5, label=label)
         pts = [(r["seq_q"], r["saved_bytes"]) for r in recs if r["variant"] == name]
         ax1.plot(*zip(*pts), marker, color=colour, ms=5)
@@ -143,7 +145,8 @@ def plot_footprint(recs, path) -> None:
         lines.setdefault(plots._key(r), []).append(r)
     for key, rs in lines.items():
         rs.sort(key=lambda r: r["seq_q"])
-        colour, marker, ls = plots.STYLE.get(key, ("black", ".", "-"))
+        st = line_style(key)
+        colour, marker, ls = st["color"], st["marker"], st["linestyle"]
         ax2.plot([r["seq_q"] for r in rs], [r["hbm_bytes"] for r in rs], ls, marker=marker,
                  color=colour, lw=1.5, ms=5, label=key)
     for ax, base in ((ax1, 32), (ax2, 4)):
