@@ -102,3 +102,18 @@ def test_ruff_check_passes():
         pytest.skip("ruff not installed (pip install ruff); .ci/run runs it")
     out = subprocess.run([ruff, "check", "--quiet", "."], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_gpu_model_constants_table_matches_the_fit():
+    """docs/gpu-model.md's table of constants shows bench/results/gpu_model_fit.json's values (3 significant
+    digits, whole cycles from 100 up), so a refit that is not written into the doc fails here."""
+    import json
+    import re
+
+    params = json.loads((ROOT / "bench/results/gpu_model_fit.json").read_text())["params"]
+    doc = (ROOT / "docs/gpu-model.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| [^|]+ \| ([^|]+) \|", doc, flags=re.M))
+    assert set(params) <= set(rows), sorted(set(params) - set(rows))
+    for name, value in params.items():
+        want = f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+        assert rows[name].strip() == want, (name, rows[name], want)
