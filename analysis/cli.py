@@ -643,7 +643,8 @@ def render_csv(recs, file=None) -> None:
             if k not in fields:
                 fields.append(k)
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, restval="0", lineterminator="\n")
+    # a field a row does not have (no GPU model, no known gap) stays empty: a 0 there reads as a value
+    w = csv.DictWriter(buf, fieldnames=fields, restval="", lineterminator="\n")
     w.writeheader()
     for f in flat:
         w.writerow({k: ("" if v is None else v) for k, v in f.items()})
@@ -706,7 +707,7 @@ def write_csv(records, file=None) -> None:
     fields = {}
     for r in records():
         fields.update(dict.fromkeys(flat_record(r)))
-    w = csv.DictWriter(file, fieldnames=list(fields), restval="0", lineterminator="\n")
+    w = csv.DictWriter(file, fieldnames=list(fields), restval="", lineterminator="\n")  # absent: empty, not 0
     w.writeheader()
     for r in records():
         w.writerow({k: ("" if v is None else v) for k, v in flat_record(r).items()})
