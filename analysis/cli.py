@@ -61,7 +61,29 @@ class CliError(Exception):
     """Bad input: one line on stderr, exit status 2."""
 
 
+class _StoreOnce(argparse._StoreAction):
+    """A single-value flag given twice is an error: argparse would keep the last value silently, so
+    `--head-dim 64 --head-dim 128` would answer for d = 128 alone (list flags append instead)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given_once", {})
+        if self.dest in given:
+            raise argparse.ArgumentError(self, f"given twice ({given[self.dest]} and {option_string} "
+                                               f"{_quote(values)}); it takes one value")
+        given[self.dest] = f"{option_string} {_quote(values)}"
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _quote(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)  # the default action of every flag with a value
+        self.register("action", "store", _StoreOnce)
+
     def error(self, message):  # one line, no usage dump
         raise CliError(message)
 

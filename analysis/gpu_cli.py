@@ -108,6 +108,8 @@ def _knobs(text, kernel, error) -> dict | None:
     out = {}
     for item in filter(None, text.replace("+", ",").split(",")):
         name, eq, value = item.partition("=")
+        if name.strip() in out:  # the later value would win silently, as a repeated flag's did
+            raise error(f"--knobs: {name.strip()} given twice")
         try:
             out[name.strip()] = int(value)
         except ValueError:

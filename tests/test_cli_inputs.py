@@ -237,3 +237,26 @@ def test_csv_leaves_absent_fields_empty(capsys):
     buf = io.StringIO()
     cli.render_csv([{"a": 1, "b": 2}, {"a": 3}], buf)  # the writer predict and validate use
     assert buf.getvalue() == "a,b\n1,2\n3,\n"
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["predict", "--kernel", "fa2", "--kernel", "fa2_wgmma", "--seq-len", "1k", "--head-dim", "64"], "--kernel"),
+    (["predict", "--kernel", "fa2", "--seq-len", "1k", "--head-dim", "64", "--head-dim", "128"], "--head-dim"),
+    (["report", "--batch", "2", "--batch", "3"], "--batch"),
+    (["report", "--gpu", "h100", "--gpu", "a100"], "--gpu"),
+    (["sweep-sram", "--points", "5", "--points", "9"], "--points"),
+    (["predict", "--kernel", "fa2_wgmma", "--seq-len", "1k", "--head-dim", "64", "--knobs", "BLOCK_N=128,BLOCK_N=64"],
+     "BLOCK_N given twice"),
+])
+def test_a_single_value_flag_given_twice_is_an_error(capsys, argv, match):
+    """argparse keeps the last value of a repeated flag: the answer would be for one of the two values, silently."""
+    err = one_line_error(capsys, *argv, match=match)
+    assert "twice" in err
+
+
+def test_list_flags_still_repeat(capsys):
+    rc, out, err = run(capsys, "report", "--variant", "fa1", "--variant", "fa2", "--seq-len", "1k", "--seq-len", "2k",
+                       "--blocks", "fa1-rule", "--format", "json")
+    assert rc == 0, err
+    assert [(r["variant"], r["seq_q"]) for r in json.loads(out)] == [("fa1", 1024), ("fa2", 1024), ("fa1", 2048),
+                                                                   ("fa2", 2048)]
