@@ -50,9 +50,12 @@ def add_subcommands(sub, common_types: dict) -> None:
 
 
 def _flat(seq):
+    """The lengths asked for, in order, each once (as report's lists: 1k,1k is one row)."""
     out = []
     for item in seq or []:
-        out += item if isinstance(item, list) else [item]
+        for x in item if isinstance(item, list) else [item]:
+            if x not in out:
+                out.append(x)
     return out
 
 

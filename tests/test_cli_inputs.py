@@ -260,3 +260,11 @@ def test_list_flags_still_repeat(capsys):
     assert rc == 0, err
     assert [(r["variant"], r["seq_q"]) for r in json.loads(out)] == [("fa1", 1024), ("fa2", 1024), ("fa1", 2048),
                                                                    ("fa2", 2048)]
+
+
+def test_predict_lists_each_length_once(capsys):
+    """As report does: 1k,1k (or --seq-len 1k --seq-len 1024) is one row, not two identical ones."""
+    rc, out, err = run(capsys, "predict", "--kernel", "fa2", "--seq-len", "1k,1k,2k", "--seq-len", "1024",
+                       "--head-dim", "64", "--format", "json")
+    assert rc == 0, err
+    assert [r["seq_q"] for r in json.loads(out)] == [1024, 2048]
