@@ -37,8 +37,10 @@ def add_subcommands(sub, common_types: dict) -> None:
     p.add_argument("--head-dim", type=pos, required=True)
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
     p.add_argument("--causal", action="store_true")
-    p.add_argument("--placement", choices=("auto", "sram", "hbm"), help="v_once kernels: f placement")
-    p.add_argument("--rescale", choices=("eager", "lazy"), help="v_once kernels: rescale mode")
+    p.add_argument("--placement", choices=("auto", "sram", "hbm"),
+                   help="v_once kernels: f placement (default auto: on chip where the f row fits)")
+    p.add_argument("--rescale", choices=("eager", "lazy"),
+                   help="v_once kernels: rescale mode (default: the kernel's own, eager for v_once, lazy for v_once_tc)")
     p.add_argument("--knobs", metavar="KNOB=V[,KNOB=V]",
                    help="fa2_wgmma: forward()'s build for each shape with these knobs (kernels.fa2_wgmma.KNOBS), priced "
                         "before it is built, e.g. BLOCK_N=128,PERSISTENT=2")
@@ -71,7 +73,9 @@ def predict_records(args, error) -> list[dict]:
     if args.placement or args.rescale:
         if args.kernel not in ("v_once", "v_once_tc"):
             raise error(f"--placement/--rescale apply to v_once and v_once_tc, not {args.kernel}")
-        opts = dict(placement=args.placement or "auto", rescale=args.rescale or "lazy")
+        # only what was given: the rest is the kernel's own default (v_once rescales eagerly, v_once_tc lazily), the
+        # build it runs with no option, whichever of the two flags is given
+        opts = {k: v for k, v in (("placement", args.placement), ("rescale", args.rescale)) if v}
     knobs = _knobs(getattr(args, "knobs", None), args.kernel, error)
     track = accuracy.load()
     recs = []

@@ -783,3 +783,22 @@ def test_bound_is_the_term_that_sets_the_time():
     assert gm.limiting_term(named) == "tensor"
     assert gm.limiting_term(dict(named, l2=8.0)) == "l2" and gm.limiting_term(dict(named, dram=9.0)) == "dram"
     assert gm.limiting_term(dict(named, sync=6.5), ("sync",)) == "sync"
+
+
+@pytest.mark.parametrize("kernel", ["v_once", "v_once_tc"])
+def test_predict_v_once_defaults_are_the_kernels(capsys, kernel):
+    """No --placement / --rescale, --placement auto alone, and the kernel's own default rescale named: one build. The
+    CLI used to fill rescale=lazy when either flag was given, so teaching v_once (eager by default) priced 178 ms with
+    no flag and 18.5 ms with --placement auto."""
+    import importlib
+    import inspect
+
+    default = inspect.signature(importlib.import_module(f"kernels.{kernel}").forward).parameters["rescale"].default
+    base = ("predict", "--kernel", kernel, "--seq-len", "4k", "--head-dim", "64", "--format", "json")
+    builds = set()
+    for extra in ((), ("--placement", "auto"), ("--rescale", default), ("--placement", "auto", "--rescale", default)):
+        rc, out, _ = _run(capsys, *base, *extra)
+        assert rc == 0
+        (rec,) = json.loads(out)
+        builds.add((rec["build"], rec["time_s"]))
+    assert len(builds) == 1 and default in builds.pop()[0]
