@@ -144,6 +144,11 @@ def test_predict_prints_the_time_the_benchmark_measures(capsys):
     (["predict", "--kernel", "fa2_tc", "--seq-len", "4x", "--head-dim", "64"], "malformed"),
     (["predict", "--kernel", "fa2_tc", "--seq-len", "4k", "--head-dim", "64", "--rescale", "lazy"], "apply to"),
     (["validate", "--plot", "x.svg"], "PNG"),
+    # the teaching v_once launcher raises SramOverflow for these (kernels/v_once.py): no build to price
+    (["predict", "--kernel", "v_once", "--seq-len", "4k", "--head-dim", "64", "--placement", "sram"],
+     "needs 557,824 bytes of SRAM but the capacity is 232,448 bytes"),
+    (["predict", "--kernel", "v_once", "--seq-len", "1m", "--head-dim", "64", "--rescale", "lazy"],
+     "(placement=hbm, rescale=lazy, Br=64, Bc=64, d=64, Nk=1048576) needs 4,227,584 bytes"),
 ])
 def test_bad_input_one_line_exit_2(capsys, argv, match):
     rc, out, err = _run(capsys, *argv)
@@ -802,3 +807,22 @@ def test_predict_v_once_defaults_are_the_kernels(capsys, kernel):
         (rec,) = json.loads(out)
         builds.add((rec["build"], rec["time_s"]))
     assert len(builds) == 1 and default in builds.pop()[0]
+
+
+def test_teaching_v_once_describe_refuses_what_its_launcher_refuses():
+    """teaching_model.describe raises where kernels/v_once.py forward raises SramOverflow (shared memory over the
+    per-block limit), and prices every launch it does not refuse, at the launcher's own shared_bytes."""
+    from kernels import sm90, teaching_model, v_once
+
+    for n_k in (64, 1000, 4096, 65536, 1 << 20):
+        for placement in ("auto", "sram", "hbm"):
+            for rescale in ("eager", "lazy"):
+                resolved = v_once.resolve_placement(64, n_k, 2, placement=placement, rescale=rescale,
+                                                    capacity=sm90.SMEM_PER_BLOCK)
+                smem = v_once.shared_bytes(64, n_k, 2, placement=resolved, rescale=rescale)
+                if smem > sm90.SMEM_PER_BLOCK:
+                    with pytest.raises(ValueError, match="bytes of SRAM but the capacity is 232,448"):
+                        teaching_model.describe("v_once", 64, n_k=n_k, placement=placement, rescale=rescale)
+                else:
+                    got = teaching_model.describe("v_once", 64, n_k=n_k, placement=placement, rescale=rescale)
+                    assert got["smem_bytes"] == smem and got["f"] == resolved
