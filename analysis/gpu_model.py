@@ -187,6 +187,9 @@ def _causal_walk_share(m0: int, steps: int, desc, n_q: int, n_k: int, idle_skip:
 
 
 def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200") -> Work:
+    from analysis.descriptors import check_grid_rows
+
+    check_grid_rows(desc.kernel, batch, heads)  # a launch the kernel refuses has no time to predict
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     dtype = cf.dtype_name(dtype)
     tr = counts(desc, batch, heads, n_q, n_k, d, dtype, causal)

@@ -826,3 +826,24 @@ def test_teaching_v_once_describe_refuses_what_its_launcher_refuses():
                 else:
                     got = teaching_model.describe("v_once", 64, n_k=n_k, placement=placement, rescale=rescale)
                     assert got["smem_bytes"] == smem and got["f"] == resolved
+
+
+@pytest.mark.parametrize("kernel", ["naive", "fa1", "fa2", "v_once", "fa2_tc", "fa2_wgmma", "v_once_tc",
+                                    "v_once_cluster"])
+def test_predict_refuses_the_grid_rows_every_launcher_refuses(capsys, kernel):
+    """B*H over 65535: each in-repo launcher raises ("over the 65535 grid rows"), so there is no time to price;
+    torch's SDPA kernels are not this repo's and keep their answer."""
+    argv = ("predict", "--kernel", kernel, "--seq-len", "1k", "--head-dim", "64", "--batch", "256", "--heads", "256")
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert f"B*H = 65536 is over the 65535 grid rows the {kernel} launcher uses" in err
+    assert _run(capsys, *argv[:2], "sdpa_flash", *argv[3:])[0] == 0
+
+
+def test_report_gpu_model_is_absent_past_the_grid_rows(capsys):
+    """report's counts stand at any B*H; its GPU-model columns fall back to the papers' roofline, saying why."""
+    rc, out, _ = _run(capsys, "report", "--variant", "fa2", "--seq-len", "1k", "--batch", "256", "--heads", "256",
+                      "--format", "json")
+    assert rc == 0
+    (rec,) = json.loads(out)
+    assert "over the 65535 grid rows" in rec["gpu_model"]["why"] and rec["hbm_bytes"] > 0
