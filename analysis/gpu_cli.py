@@ -5,6 +5,9 @@
     fa-traffic validate [--plot FILE.png] [--format table|csv|json|markdown]
 
 analysis/cli.py registers the two subcommands (add_subcommands) and dispatches to run(); the logic is here.
+predict refuses (one line, exit 2) what the kernel would refuse (its launcher's checks: head dims, shared memory, B*H
+past the 65535 grid rows, a knob its source cannot build) and rows past the model's own limit, cli.MAX_MODEL_Q_BLOCKS
+Q blocks (report falls back to the papers' roofline there; predict has nothing else to print).
 Imports no torch: the descriptors come from torch-free modules (analysis.descriptors).
 """
 from __future__ import annotations
@@ -63,6 +66,7 @@ def _flat(seq):
 
 def predict_records(args, error) -> list[dict]:
     from analysis import accuracy
+    from analysis.cli import MAX_MODEL_Q_BLOCKS
     from analysis import gpu_model as gm
     from analysis.descriptors import describe, kernel_names
 
@@ -89,6 +93,11 @@ def predict_records(args, error) -> list[dict]:
                     raise ValueError(f"fa2_wgmma supports head dims {fa2_wgmma.HEAD_DIMS}, got d={args.head_dim}")
                 opts = dict(config=fa2_wgmma.with_knobs(args.head_dim, n_k, args.causal, knobs))
             desc = describe(args.kernel, args.head_dim, args.dtype, args.causal, n_q=n_q, n_k=n_k, **opts)
+            t_r = -(-n_q // desc.block_q)
+            if t_r > MAX_MODEL_Q_BLOCKS:  # report's limit: prepare() builds a list per Q block, O(Tr) time and memory
+                raise ValueError(f"Nq = {n_q:,} is {t_r:,} Q blocks of {desc.block_q} rows; the GPU model walks every Q "
+                                 f"block and takes at most {MAX_MODEL_Q_BLOCKS:,} (report shows the papers' roofline "
+                                 "past it)")
             p = gm.predict_work(gm.prepare(desc, args.batch, args.heads, n_q, n_k, args.head_dim, args.dtype,
                                            args.causal))
         except ValueError as e:

@@ -847,3 +847,20 @@ def test_report_gpu_model_is_absent_past_the_grid_rows(capsys):
     assert rc == 0
     (rec,) = json.loads(out)
     assert "over the 65535 grid rows" in rec["gpu_model"]["why"] and rec["hbm_bytes"] > 0
+
+
+def test_predict_refuses_past_the_models_q_block_limit(capsys):
+    """report's limit (cli.MAX_MODEL_Q_BLOCKS: prepare() walks every Q block) holds for predict too: at it an
+    answer, one past it one line and exit 2, at once (1000m took 10 s and 874 MB; 10**12 ran for minutes)."""
+    import time
+
+    from analysis.cli import MAX_MODEL_Q_BLOCKS
+
+    base = ("predict", "--kernel", "fa2", "--head-dim", "64", "--format", "json")  # teaching fa2: Br = 64
+    rc, out, _ = _run(capsys, *base, "--seq-len", str(64 * MAX_MODEL_Q_BLOCKS))
+    assert rc == 0 and json.loads(out)[0]["block_q"] == 64
+    for n in (64 * MAX_MODEL_Q_BLOCKS + 1, 10 ** 12):
+        t0 = time.perf_counter()
+        rc, out, err = _run(capsys, *base, "--seq-len", str(n))
+        assert time.perf_counter() - t0 < 2 and rc == 2 and out == "" and err.count("\n") == 1
+        assert f"Q blocks of 64 rows; the GPU model walks every Q block and takes at most {MAX_MODEL_Q_BLOCKS:,}" in err
