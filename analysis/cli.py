@@ -199,8 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
                      default="forward", help="forward (default), backward, or train = both "
                      "(adds memory saved for the backward and recompute FLOPs)")
     rep.add_argument("--blocks", choices=("kernel", "fa1-rule"), default="kernel",
-                     help="kernel: each variant's real kernel's Br, Bc and the GPU model (default, forward); "
-                          "fa1-rule: FA1's rule and the papers' roofline")
+                     help="kernel: each variant's real kernel's Br, Bc and the GPU model (default); "
+                          "fa1-rule: FA1's rule and the papers' roofline (--pass forward only: backward and train "
+                          "take FA1's rule on half the SRAM)")
     rep.set_defaults(batch=None, heads=None)  # unset: counts per head, the GPU model on a full GPU
     sw = sub.add_parser("sweep-sram", help="FA1 Theorem 2: HBM traffic against SRAM size M")
     common(sw, seq_help="the fixed sequence length N (default 4k; a list gives one sweep each)")
@@ -819,9 +820,22 @@ def _run(args, *, sweep: bool, table_rows, title) -> int:
     return 0
 
 
+def _given(args, dest: str) -> bool:
+    """Whether a single-value flag was on the command line (not its default): _StoreOnce records each."""
+    return dest in getattr(args, "_given_once", {})
+
+
 def cmd_report(args) -> int:
     if args.pass_name != "forward":  # the backward's counts and columns (analysis.backward_report)
         from analysis import backward_report
+
+        if _given(args, "blocks"):  # backward_report.blocks: one rule for both passes of train
+            raise CliError(f"--blocks applies to --pass forward: --pass {args.pass_name} takes FA1's rule on half "
+                           "the SRAM (two score tiles; --block-q/--block-k to choose)")
+        if args.pass_name == "backward" and (args.placement or args.rescale):  # they change train's forward half
+            raise CliError("--placement/--rescale do not apply to --pass backward: v_once's backward is fa2's "
+                           "(analysis/backward_forms.py), the same counts for every placement and rescale; they "
+                           "apply to --pass forward and train")
 
         _Plan(args, False)  # the forward's checks and limits, before anything is counted
         return backward_report.cmd_report(args)
