@@ -288,7 +288,7 @@ def record(tr: cf.Traffic, gpu, block_rule: str = "fa1") -> dict:
         "read_bytes": dict(tr.read_bytes), "write_bytes": dict(tr.write_bytes),
         "hbm_read_bytes": tr.hbm_read_bytes, "hbm_write_bytes": tr.hbm_write_bytes,
         "hbm_bytes": tr.hbm_bytes,
-        "min_hbm_bytes": min_hbm_bytes(tr.batch, tr.heads, tr.n_q, tr.n_k, tr.d, cf.DTYPES[tr.dtype]),
+        "min_hbm_bytes": min_hbm_bytes(tr.batch, tr.heads, tr.n_q, tr.n_k, tr.d, cf.DTYPES[tr.dtype], tr.causal),
         "flops": {k: tr.flops[k] for k in cf.FLOP_KINDS},
         "attention_flops": tr.attention_flops, "paper_flops": tr.paper_flops,
         "sram_peak_bytes": tr.sram_peak_bytes,
@@ -685,7 +685,7 @@ def _kernel_caption(args, recs, gpu) -> str:
     return (f"B={recs[0]['batch']} H={recs[0]['heads']} {args.dtype}{' causal' if args.causal else ''}; "
             f"blocks: each variant's kernel ({kernels}; --blocks fa1-rule for FA1's rule); "
             "requests = the papers' count (global-memory requests, no cache); L2 = SM→L2 requests; "
-            "DRAM = after the L2 residency model; × min / FLOP/B min: against Q,K,V read once + O,lse written "
+            "DRAM = after the L2 residency model; × min / FLOP/B min: against Q (rows that see a key),K,V read once + O,lse written "
             f"once; bound, TFLOP/s: the GPU model of the {gpu.name} {bh} (fa-traffic validate checks it "
             "against every committed measurement)"
             + (f"; rows marked (papers'): {'; '.join(why)}" if why else "")
@@ -708,7 +708,7 @@ def _caption(args, srams, dims, gpu, recs=()) -> str:
             f"{' causal' if args.causal else ''}; "
             f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}; "
             f"roofline of the papers' count (no cache: not what bounds the GPU; the default --blocks kernel "
-            f"has the GPU model): {gpu.name} datasheet; × min = HBM bytes / (Q,K,V read once + O,lse written once); "
+            f"has the GPU model): {gpu.name} datasheet; × min = HBM bytes / (Q (rows that see a key),K,V read once + O,lse written once); "
             "TFLOP/s = 4·d per visible (query, key) pair / roofline time; "
             "✗ = working set over the SRAM (by over_by_bytes in --format json)")
 

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from analysis import closed_forms as cf
 from analysis.local_memory import local_bytes
 from analysis.residency import separated_missing_bytes
-from analysis.tiling import Tiling, cdiv
+from analysis.tiling import Tiling, cdiv, tile_sums
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,15 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
     cap, ramp_cap = effective_l2(gpu), ramp_l2(gpu)
     q_bytes, kv_bytes = n_q * d * item, 2 * n_k * d * item  # per (batch, head)
     out_bytes = n_q * d * item + 4 * n_q
-    compulsory = bh * (q_bytes + kv_bytes + out_bytes)
+    # Q rows the kernel reads at all: every row where Q_i is read once per Q block (fa2, v_once: FA2 Alg. 1 line 4), only
+    # the rows of Q blocks that visit a key block where it is read per visited tile (naive, fa1: closed_forms): under a
+    # causal mask with Nk < Nq the first Q blocks see no key and their Q never leaves DRAM, so it is no compulsory read
+    # (counted, DRAM came out over the L2 requests: fa1 causal Nq = 4k, Nk = 1)
+    q_read = q_bytes
+    if desc.variant in ("naive", "fa1") and causal:
+        s = tile_sums(Tiling(n_q, n_k, desc.block_q, desc.block_k, causal))
+        q_read = s.r_c0 // min(desc.block_k, n_k) * d * item  # Σ r_i over the Q blocks with a visited tile
+    compulsory = bh * (q_read + kv_bytes + out_bytes)
 
     slots = q_block_slots(desc, gpu)  # Q blocks at once (a cluster of CS CTAs is one Q block)
     per_q_block = getattr(desc, "cluster_size", 1) if desc.grid == "clusters" else 1
@@ -186,7 +194,7 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
             den += w
         eager_miss = num / den if den else 0.0
     inputs_req = sum(rb.get(n, 0) for n in ("Q", "K", "V"))
-    inputs_unique = bh * (q_bytes + kv_bytes)
+    inputs_unique = bh * (q_read + kv_bytes)
     if causal or desc.grid == "heads":  # one wave's working set against the ramp (causal tails break the waves)
         kv_missing = max(0, inputs_req - inputs_unique) * kv_miss * separated_share(desc, bh, t_r, slots)
     else:  # every straddled head's re-read, block by block, against its reuse distance (analysis/residency.py)
