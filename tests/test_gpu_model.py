@@ -864,3 +864,29 @@ def test_predict_refuses_past_the_models_q_block_limit(capsys):
         rc, out, err = _run(capsys, *base, "--seq-len", str(n))
         assert time.perf_counter() - t0 < 2 and rc == 2 and out == "" and err.count("\n") == 1
         assert f"Q blocks of 64 rows; the GPU model walks every Q block and takes at most {MAX_MODEL_Q_BLOCKS:,}" in err
+
+
+@pytest.mark.parametrize("module,writes", [("fit_gpu_model", "gpu_model_fit.json"),
+                                           ("l2_capacity", "l2_capacity_fit.json"),
+                                           ("local_memory", "local_memory_fit.json"),
+                                           ("cluster_model", "cluster_model_fit.json")])
+def test_refit_scripts_answer_help_and_typos_without_refitting(monkeypatch, capsys, module, writes):
+    """`python -m analysis.<fit> --help` says what it writes and writes nothing; an unknown argument exits 2 and
+    writes nothing (they used to ignore both and refit, overwriting the committed bench/results/*_fit.json)."""
+    import importlib
+
+    mod = importlib.import_module(f"analysis.{module}")
+
+    def refit(*_a, **_k):
+        raise AssertionError("refitted")
+
+    for name in ("fit", "fit_exposed"):
+        if hasattr(mod, name):
+            monkeypatch.setattr(mod, name, refit)
+    monkeypatch.setattr(Path, "write_text", refit)
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--help"])
+    assert e.value.code == 0 and writes in capsys.readouterr().out.replace("\n", " ")
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--bogus"])
+    assert e.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
