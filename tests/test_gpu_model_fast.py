@@ -88,13 +88,19 @@ CASES = [("fa2_wgmma", 64, 1 << 20, 1 << 20, True, 1, 32), ("fa2_wgmma", 128, 40
          ("v_once_tc", 64, 20000, 20000, True, 1, 32), ("sdpa_cudnn", 128, 100000, 100000, True, 1, 16),
          ("sdpa_flash", 64, 50001, 50001, False, 4, 8), ("v_once_cluster", 64, 8192, 8192, True, 2, 8),
          ("fa2_tc", 128, 777, 777, False, 4, 16)]
+EAGER = dict(placement="hbm", rescale="eager")  # the spilled f row's reuse model (levels._eager_miss)
+CASES += [("v_once_tc", 64, 3000, 1 << 20, False, 1, 2, EAGER), ("v_once_tc", 128, 40000, 40000, True, 1, 16, EAGER),
+          ("v_once", 64, 5000, 200000, True, 2, 2, EAGER)]
 
 
-@pytest.mark.parametrize("kernel,d,n_q,n_k,causal,batch,heads", CASES)
-def test_predictions_are_the_loops(monkeypatch, kernel, d, n_q, n_k, causal, batch, heads):
+@pytest.mark.parametrize("kernel,d,n_q,n_k,causal,batch,heads,options", [c + ({},) if len(c) == 7 else c for c in CASES])
+def test_predictions_are_the_loops(monkeypatch, kernel, d, n_q, n_k, causal, batch, heads, options):
     """Whole predictions (time, terms, levels, waves) equal those of the per-block loops, field by field."""
-    desc = describe(kernel, d, "fp16", causal, n_q=n_q, n_k=n_k)
+    from analysis import levels
+
+    desc = describe(kernel, d, "fp16", causal, n_q=n_q, n_k=n_k, **options)
     fast = gm.predict_work(gm.prepare(desc, batch, heads, n_q, n_k, d, "fp16", causal)).as_dict()
+    monkeypatch.setattr(levels, "_eager_miss", levels._eager_miss_loop)
     monkeypatch.setattr(gm, "_per_block", gm._per_block_loop)
     monkeypatch.setattr(gm, "_schedule", lambda tiles, masked, repeats, slots, cost: gm._schedule_loop(
         list(zip(np.asarray(tiles).tolist(), np.asarray(masked).tolist())), repeats, slots, cost))
@@ -120,6 +126,34 @@ def test_causal_rows_at_the_q_block_limit_answer_fast(monkeypatch, capsys, argv)
     assert time.perf_counter() - t0 < 5.0
     out = capsys.readouterr().out
     assert '"time_s"' in out
+
+
+@given(n_q=st.integers(1, 4000), n_k=st.integers(1, 100000), block_q=st.sampled_from([16, 64, 128]),
+       block_k=st.sampled_from([16, 64, 128]), causal=st.booleans(), resident=st.integers(1, 600),
+       kv_ws=st.integers(0, 1 << 30), cap=st.sampled_from([1 << 20, 31457280, 37748736]))
+def test_eager_miss_is_the_loop(n_q, n_k, block_q, block_k, causal, resident, kv_ws, cap):
+    from analysis import levels
+
+    t = Tiling(n_q, n_k, block_q, block_k, causal)
+    per_block_ws = resident * block_q * block_k * 2
+    fast = levels._eager_miss(t, per_block_ws, kv_ws, cap)
+    assert fast == levels._eager_miss_loop(t, per_block_ws, kv_ws, cap) and type(fast) is float
+
+
+def test_eager_spilled_rows_at_long_keys_answer_fast_or_say_why(monkeypatch, capsys):
+    """Eager v_once with its f row spilled: the reuse model summed over every key block in Python (Nk = 1G: 11 s for
+    two rows, 16G minutes and GBs). Now arrays up to MAX_EAGER_K_BLOCKS key blocks, the papers' roofline past it."""
+    from analysis import levels
+
+    monkeypatch.setattr(levels, "_eager_miss_loop", lambda *a: pytest.fail("looped over the key blocks"))
+    for n_k, modelled in (("256m", True), ("16384m", False)):
+        t0 = time.perf_counter()
+        assert main(["report", "--variant", "v_once", "--rescale", "eager", "--seq-len", "64", "--seq-len-k", n_k,
+                     "--format", "json"]) == 0
+        assert time.perf_counter() - t0 < 5.0
+        spilled = [r["gpu_model"] for r in json.loads(capsys.readouterr().out) if r["placement_resolved"] == "hbm"]
+        assert spilled and all(("time_s" in g) == modelled for g in spilled)
+        assert modelled or all(f"over its limit of {levels.MAX_EAGER_K_BLOCKS:,}" in g["why"] for g in spilled)
 
 
 def test_grids_past_the_models_work_tile_limit_are_refused(capsys):
