@@ -129,9 +129,13 @@ def saved_bytes(variant: str, batch: int, heads: int, n_q: int, n_k: int, dtype=
     return bh * n_q * F32 * (2 if variant == "fa1" else 1)
 
 
-def min_backward_hbm_bytes(batch, heads, n_q, n_k, d, itemsize) -> int:
-    """Q, K, V, O, dO and lse read once; dQ, dK, dV written once."""
-    return batch * heads * ((4 * n_q * d + 4 * n_k * d) * itemsize + F32 * n_q)
+def min_backward_hbm_bytes(batch, heads, n_q, n_k, d, itemsize, causal=False) -> int:
+    """Q, K, V, O, dO and lse read once; dQ, dK, dV written once. Q, O, dO and lse only for the rows that see a key
+    (analysis.headline.seen_rows: a causal row before Nq - Nk has no P, so its dQ is 0 and nothing of it is read)."""
+    from analysis.headline import seen_rows
+
+    seen = seen_rows(n_q, n_k, causal)
+    return batch * heads * (((3 * seen + n_q) * d + 4 * n_k * d) * itemsize + F32 * seen)
 
 
 @dataclass

@@ -9,7 +9,7 @@ Same rows, blocks, SRAM and roofline as the forward report (`analysis.cli`), fro
                (naive: P, Nq·Nk·B·H in the input dtype; fa1: ℓ, m; fa2, v_once: lse, Nq·B·H floats)
     recompute  FLOPs the backward spends rebuilding S = τ Q Kᵀ and P = exp(S - L) (0 for naive),
                with their share of the pass's FLOPs
-× min compares with Q, K, V, O, dO, lse read once and dQ, dK, dV written once (train: plus the
+× min compares with Q, K, V, O, dO, lse read once (Q, O, dO, lse: rows that see a key) and dQ, dK, dV written once (train: plus the
 forward's minimum). TFLOP/s: the forward's work (4·d per visible (query, key) pair) times 2.5 for
 the backward (its five products to the forward's two), 3.5 for train.
 """
@@ -28,11 +28,11 @@ GROUPS = (("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM", "saved"),
           ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s"))
 
 
-def min_bytes(pass_name, batch, heads, n_q, n_k, d, itemsize) -> int:
-    bwd = bf.min_backward_hbm_bytes(batch, heads, n_q, n_k, d, itemsize)
+def min_bytes(pass_name, batch, heads, n_q, n_k, d, itemsize, causal=False) -> int:
+    bwd = bf.min_backward_hbm_bytes(batch, heads, n_q, n_k, d, itemsize, causal)
     if pass_name == "backward":
         return bwd
-    return bwd + min_hbm_bytes(batch, heads, n_q, n_k, d, itemsize)
+    return bwd + min_hbm_bytes(batch, heads, n_q, n_k, d, itemsize, causal)
 
 
 def blocks(args, sram: int, d: int) -> tuple[int, int, str]:
@@ -65,7 +65,7 @@ def build_records(args) -> list[dict]:
             rec = cli.record(tr, gpu, rule)
             rec["pass"] = args.pass_name
             rec["min_hbm_bytes"] = min_bytes(args.pass_name, args.batch, args.heads, n_q, n_k, d,
-                                             cf.DTYPES[tr.dtype])
+                                             cf.DTYPES[tr.dtype], args.causal)
             rec["saved_bytes"] = tr.saved_bytes
             rec["recompute_flops"] = dict(tr.recompute_flops)
             recs.append(rec)

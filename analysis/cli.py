@@ -16,8 +16,9 @@ fits = false and over_by_bytes, not dropped.
 Limits (a one-line error past them, exit 2): at most MAX_ROWS = 50,000 output rows (problems x
 SRAM sizes x variant configs), --points at most MAX_POINTS = 1,000, a --plot of a sweep at most
 MAX_PLOT_PANELS = 8 problems, every tensor at most 2**63 - 1 elements, and the GPU model (it walks
-every Q block) on rows of at most MAX_MODEL_Q_BLOCKS = 65,536 Q blocks (the papers' roofline past it,
-said so in the row). Any size within them
+every Q block) on rows of at most MAX_MODEL_Q_BLOCKS = 65,536 Q blocks and gpu_model.MAX_MODEL_CTAS =
+16,777,216 work tiles (Q blocks x B*H; FA1's grid is B*H CTAs; the papers' roofline past either, said
+so in the row). Any size within them
 answers in well under a second per row (the closed forms do not loop over blocks). json and csv are
 written as the rows are computed (tables hold their rows); a progress bar shows on a terminal's stderr for long jobs.
 Integers are parsed exactly (no float round trip); a flag that does not apply to the command or the
@@ -61,7 +62,29 @@ class CliError(Exception):
     """Bad input: one line on stderr, exit status 2."""
 
 
+class _StoreOnce(argparse._StoreAction):
+    """A single-value flag given twice is an error: argparse would keep the last value silently, so
+    `--head-dim 64 --head-dim 128` would answer for d = 128 alone (list flags append instead)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given_once", {})
+        if self.dest in given:
+            raise argparse.ArgumentError(self, f"given twice ({given[self.dest]} and {option_string} "
+                                               f"{_quote(values)}); it takes one value")
+        given[self.dest] = f"{option_string} {_quote(values)}"
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _quote(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)  # the default action of every flag with a value
+        self.register("action", "store", _StoreOnce)
+
     def error(self, message):  # one line, no usage dump
         raise CliError(message)
 
@@ -177,8 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                      default="forward", help="forward (default), backward, or train = both "
                      "(adds memory saved for the backward and recompute FLOPs)")
     rep.add_argument("--blocks", choices=("kernel", "fa1-rule"), default="kernel",
-                     help="kernel: each variant's real kernel's Br, Bc and the GPU model (default, forward); "
-                          "fa1-rule: FA1's rule and the papers' roofline")
+                     help="kernel: each variant's real kernel's Br, Bc and the GPU model (default); "
+                          "fa1-rule: FA1's rule and the papers' roofline (--pass forward only: backward and train "
+                          "take FA1's rule on half the SRAM)")
     rep.set_defaults(batch=None, heads=None)  # unset: counts per head, the GPU model on a full GPU
     sw = sub.add_parser("sweep-sram", help="FA1 Theorem 2: HBM traffic against SRAM size M")
     common(sw, seq_help="the fixed sequence length N (default 4k; a list gives one sweep each)")
@@ -265,7 +289,7 @@ def record(tr: cf.Traffic, gpu, block_rule: str = "fa1") -> dict:
         "read_bytes": dict(tr.read_bytes), "write_bytes": dict(tr.write_bytes),
         "hbm_read_bytes": tr.hbm_read_bytes, "hbm_write_bytes": tr.hbm_write_bytes,
         "hbm_bytes": tr.hbm_bytes,
-        "min_hbm_bytes": min_hbm_bytes(tr.batch, tr.heads, tr.n_q, tr.n_k, tr.d, cf.DTYPES[tr.dtype]),
+        "min_hbm_bytes": min_hbm_bytes(tr.batch, tr.heads, tr.n_q, tr.n_k, tr.d, cf.DTYPES[tr.dtype], tr.causal),
         "flops": {k: tr.flops[k] for k in cf.FLOP_KINDS},
         "attention_flops": tr.attention_flops, "paper_flops": tr.paper_flops,
         "sram_peak_bytes": tr.sram_peak_bytes,
@@ -643,7 +667,8 @@ def render_csv(recs, file=None) -> None:
             if k not in fields:
                 fields.append(k)
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, restval="0", lineterminator="\n")
+    # a field a row does not have (no GPU model, no known gap) stays empty: a 0 there reads as a value
+    w = csv.DictWriter(buf, fieldnames=fields, restval="", lineterminator="\n")
     w.writeheader()
     for f in flat:
         w.writerow({k: ("" if v is None else v) for k, v in f.items()})
@@ -661,7 +686,7 @@ def _kernel_caption(args, recs, gpu) -> str:
     return (f"B={recs[0]['batch']} H={recs[0]['heads']} {args.dtype}{' causal' if args.causal else ''}; "
             f"blocks: each variant's kernel ({kernels}; --blocks fa1-rule for FA1's rule); "
             "requests = the papers' count (global-memory requests, no cache); L2 = SM→L2 requests; "
-            "DRAM = after the L2 residency model; × min / FLOP/B min: against Q,K,V read once + O,lse written "
+            "DRAM = after the L2 residency model; × min / FLOP/B min: against Q (rows that see a key),K,V read once + O,lse written "
             f"once; bound, TFLOP/s: the GPU model of the {gpu.name} {bh} (fa-traffic validate checks it "
             "against every committed measurement)"
             + (f"; rows marked (papers'): {'; '.join(why)}" if why else "")
@@ -684,7 +709,7 @@ def _caption(args, srams, dims, gpu, recs=()) -> str:
             f"{' causal' if args.causal else ''}; "
             f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}; "
             f"roofline of the papers' count (no cache: not what bounds the GPU; the default --blocks kernel "
-            f"has the GPU model): {gpu.name} datasheet; × min = HBM bytes / (Q,K,V read once + O,lse written once); "
+            f"has the GPU model): {gpu.name} datasheet; × min = HBM bytes / (Q (rows that see a key),K,V read once + O,lse written once); "
             "TFLOP/s = 4·d per visible (query, key) pair / roofline time; "
             "✗ = working set over the SRAM (by over_by_bytes in --format json)")
 
@@ -706,7 +731,7 @@ def write_csv(records, file=None) -> None:
     fields = {}
     for r in records():
         fields.update(dict.fromkeys(flat_record(r)))
-    w = csv.DictWriter(file, fieldnames=list(fields), restval="0", lineterminator="\n")
+    w = csv.DictWriter(file, fieldnames=list(fields), restval="", lineterminator="\n")  # absent: empty, not 0
     w.writeheader()
     for r in records():
         w.writerow({k: ("" if v is None else v) for k, v in flat_record(r).items()})
@@ -796,9 +821,22 @@ def _run(args, *, sweep: bool, table_rows, title) -> int:
     return 0
 
 
+def _given(args, dest: str) -> bool:
+    """Whether a single-value flag was on the command line (not its default): _StoreOnce records each."""
+    return dest in getattr(args, "_given_once", {})
+
+
 def cmd_report(args) -> int:
     if args.pass_name != "forward":  # the backward's counts and columns (analysis.backward_report)
         from analysis import backward_report
+
+        if _given(args, "blocks"):  # backward_report.blocks: one rule for both passes of train
+            raise CliError(f"--blocks applies to --pass forward: --pass {args.pass_name} takes FA1's rule on half "
+                           "the SRAM (two score tiles; --block-q/--block-k to choose)")
+        if args.pass_name == "backward" and (args.placement or args.rescale):  # they change train's forward half
+            raise CliError("--placement/--rescale do not apply to --pass backward: v_once's backward is fa2's "
+                           "(analysis/backward_forms.py), the same counts for every placement and rescale; they "
+                           "apply to --pass forward and train")
 
         _Plan(args, False)  # the forward's checks and limits, before anything is counted
         return backward_report.cmd_report(args)

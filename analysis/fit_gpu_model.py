@@ -225,10 +225,18 @@ def fit(verbose=True) -> dict:
                                 "not their times")
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+
     from analysis import local_memory
 
-    local_memory.main()  # SDPA flash's spill constants first: the L2 level the time fit sees uses them
+    # no options: the parser is there so that --help (or a typo) says what would be overwritten instead of refitting
+    argparse.ArgumentParser(
+        prog="python -m analysis.fit_gpu_model",
+        description=f"Refit the GPU model's free constants on the training split of the committed benchmarks and "
+                    f"write {gm.FIT_FILE.relative_to(local_memory.ROOT)} (first {local_memory.FIT_FILE.relative_to(local_memory.ROOT)}: SDPA "
+                    "flash's spill constants, which the time fit's L2 level uses). Takes no arguments.").parse_args(argv)
+    local_memory.main([])  # SDPA flash's spill constants first: the L2 level the time fit sees uses them
     result = fit()
     gm.FIT_FILE.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["params"], indent=1))

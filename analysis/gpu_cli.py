@@ -5,6 +5,10 @@
     fa-traffic validate [--plot FILE.png] [--format table|csv|json|markdown]
 
 analysis/cli.py registers the two subcommands (add_subcommands) and dispatches to run(); the logic is here.
+predict refuses (one line, exit 2) what the kernel would refuse (its launcher's checks: head dims, shared memory, B*H
+past the 65535 grid rows, a knob its source cannot build) and rows past the model's own limits, cli.MAX_MODEL_Q_BLOCKS
+Q blocks and gpu_model.MAX_MODEL_CTAS work tiles, Q blocks x B*H (report falls back to the papers' roofline there;
+predict has nothing else to print).
 Imports no torch: the descriptors come from torch-free modules (analysis.descriptors).
 """
 from __future__ import annotations
@@ -37,8 +41,10 @@ def add_subcommands(sub, common_types: dict) -> None:
     p.add_argument("--head-dim", type=pos, required=True)
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
     p.add_argument("--causal", action="store_true")
-    p.add_argument("--placement", choices=("auto", "sram", "hbm"), help="v_once kernels: f placement")
-    p.add_argument("--rescale", choices=("eager", "lazy"), help="v_once kernels: rescale mode")
+    p.add_argument("--placement", choices=("auto", "sram", "hbm"),
+                   help="v_once kernels: f placement (default auto: on chip where the f row fits)")
+    p.add_argument("--rescale", choices=("eager", "lazy"),
+                   help="v_once kernels: rescale mode (default: the kernel's own, eager for v_once, lazy for v_once_tc)")
     p.add_argument("--knobs", metavar="KNOB=V[,KNOB=V]",
                    help="fa2_wgmma: forward()'s build for each shape with these knobs (kernels.fa2_wgmma.KNOBS), priced "
                         "before it is built, e.g. BLOCK_N=128,PERSISTENT=2")
@@ -50,14 +56,18 @@ def add_subcommands(sub, common_types: dict) -> None:
 
 
 def _flat(seq):
+    """The lengths asked for, in order, each once (as report's lists: 1k,1k is one row)."""
     out = []
     for item in seq or []:
-        out += item if isinstance(item, list) else [item]
+        for x in item if isinstance(item, list) else [item]:
+            if x not in out:
+                out.append(x)
     return out
 
 
 def predict_records(args, error) -> list[dict]:
     from analysis import accuracy
+    from analysis.cli import MAX_MODEL_Q_BLOCKS
     from analysis import gpu_model as gm
     from analysis.descriptors import describe, kernel_names
 
@@ -68,7 +78,9 @@ def predict_records(args, error) -> list[dict]:
     if args.placement or args.rescale:
         if args.kernel not in ("v_once", "v_once_tc"):
             raise error(f"--placement/--rescale apply to v_once and v_once_tc, not {args.kernel}")
-        opts = dict(placement=args.placement or "auto", rescale=args.rescale or "lazy")
+        # only what was given: the rest is the kernel's own default (v_once rescales eagerly, v_once_tc lazily), the
+        # build it runs with no option, whichever of the two flags is given
+        opts = {k: v for k, v in (("placement", args.placement), ("rescale", args.rescale)) if v}
     knobs = _knobs(getattr(args, "knobs", None), args.kernel, error)
     track = accuracy.load()
     recs = []
@@ -82,6 +94,11 @@ def predict_records(args, error) -> list[dict]:
                     raise ValueError(f"fa2_wgmma supports head dims {fa2_wgmma.HEAD_DIMS}, got d={args.head_dim}")
                 opts = dict(config=fa2_wgmma.with_knobs(args.head_dim, n_k, args.causal, knobs))
             desc = describe(args.kernel, args.head_dim, args.dtype, args.causal, n_q=n_q, n_k=n_k, **opts)
+            t_r = -(-n_q // desc.block_q)
+            if t_r > MAX_MODEL_Q_BLOCKS:  # report's limit: prepare() builds a list per Q block, O(Tr) time and memory
+                raise ValueError(f"Nq = {n_q:,} is {t_r:,} Q blocks of {desc.block_q} rows; the GPU model walks every Q "
+                                 f"block and takes at most {MAX_MODEL_Q_BLOCKS:,} (report shows the papers' roofline "
+                                 "past it)")
             p = gm.predict_work(gm.prepare(desc, args.batch, args.heads, n_q, n_k, args.head_dim, args.dtype,
                                            args.causal))
         except ValueError as e:
@@ -108,6 +125,8 @@ def _knobs(text, kernel, error) -> dict | None:
     out = {}
     for item in filter(None, text.replace("+", ",").split(",")):
         name, eq, value = item.partition("=")
+        if name.strip() in out:  # the later value would win silently, as a repeated flag's did
+            raise error(f"--knobs: {name.strip()} given twice")
         try:
             out[name.strip()] = int(value)
         except ValueError:

@@ -76,6 +76,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from analysis import closed_forms as cf
 from analysis.gpus import get_gpu
 from analysis.headline import attention_flops
@@ -186,12 +188,10 @@ def _causal_walk_share(m0: int, steps: int, desc, n_q: int, n_k: int, idle_skip:
     return sum(run) / (steps * len(run)) if run else 1.0
 
 
-def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200") -> Work:
-    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
-    dtype = cf.dtype_name(dtype)
-    tr = counts(desc, batch, heads, n_q, n_k, d, dtype, causal)
-    lv = levels(desc, g, batch, heads, n_q, n_k, d, dtype, causal, traffic=tr)
-    t = Tiling(n_q, n_k, desc.block_q, desc.block_k, bool(causal))
+def _per_block_loop(t: Tiling, desc) -> tuple[list, list]:
+    """(tiles, masked tiles) each Q block of `t` costs the build `desc`, block by block: the definition _per_block
+    computes with array operations (tests/test_gpu_model.py holds the two equal, element by element)."""
+    n_q, n_k, causal = t.n_q, t.n_k, t.causal
     per_block = [len(t.k_blocks(i)) for i in range(t.t_r)]
     masked = [t.masked_steps(i, desc.mask_every_step_if_ragged and not causal) for i in range(t.t_r)]
     if desc.idle_skip and per_block:  # the last Q block's warpgroups past Nq compute nothing (a fraction of its tiles)
@@ -216,6 +216,76 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
                                     desc.causal_walk)
             per_block[i] -= sum((0.5 if tw > 1 else 0.25) for h, tw in filter(None, half) if h) / nwg
             masked[i] = max(0.0, masked[i] - 0.5 * sum(1 for h, _ in filter(None, half) if h) / nwg)  # masked at half width
+    return per_block, masked
+
+
+def _per_block(t: Tiling, desc) -> tuple[list, list]:
+    """_per_block_loop's lists from array operations: the same numbers, each from the same IEEE operations in the same
+    order (int64 counts, float64 where the loop turns them into floats), in O(Tr) NumPy work rather than Tr Python calls
+    of Tiling's methods: a causal row of 65,536 Q blocks took seconds there."""
+    counts = t.block_counts(desc.mask_every_step_if_ragged and not t.causal)
+    if counts is None:  # Nq or Nk near 2**63: Python's integers
+        return _per_block_loop(t, desc)
+    n_q, n_k, causal, bq, bc = t.n_q, t.n_k, t.causal, desc.block_q, desc.block_k
+    steps = counts[0]  # len(t.k_blocks(i))
+    per_block, masked = steps.tolist(), counts[1].tolist()
+    if desc.idle_skip and per_block:  # as _per_block_loop (one element)
+        rows = n_q - (t.t_r - 1) * bq
+        share = min(bq, -(-rows // 64) * 64) / bq
+        per_block[-1] *= share
+        masked[-1] *= share
+    nwg = bq // 64
+    m0 = np.arange(t.t_r, dtype=np.int64) * bq
+    if desc.causal_walk and causal and bq > 64:  # _causal_walk_share for every block: warpgroup_steps column by column
+        total = np.zeros(t.t_r, dtype=np.int64)
+        count = np.zeros(t.t_r, dtype=np.int64)
+        for cg in range(nwg):
+            row0 = m0 + 64 * cg
+            holds = row0 < n_q  # warpgroup_steps gives None past Nq
+            own = np.maximum(1, -(-np.maximum(0, np.minimum(n_k, np.minimum(row0 + 64, n_q) + n_k - n_q)) // bc)) \
+                if nwg > 1 else steps
+            if desc.idle_skip:  # a warpgroup with no row is left out of the mean
+                total += np.where(holds, own, 0)
+                count += holds
+            else:  # ... or computes the whole tile
+                total += np.where(holds, own, steps)
+                count += 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where((steps <= 1) | (count == 0), 1.0, total / (steps * count))
+        n = np.array(per_block, dtype=np.float64)
+        walked = n * share
+        left = np.array(masked, dtype=np.float64) - (n - walked)
+        per_block, masked = walked.tolist(), np.where(left > 0.0, left, 0.0).tolist()
+    if desc.half_diag and per_block:  # half_first_steps for every block, column by column
+        quarters = np.zeros(t.t_r, dtype=np.float64)  # Σ 0.5 or 0.25 over the half-width warpgroups: exact in any order
+        halves = np.zeros(t.t_r, dtype=np.int64)
+        walk = desc.causal_walk and causal and nwg > 1
+        for cg in range(nwg):
+            row0 = m0 + 64 * cg
+            holds = row0 < n_q
+            vis = np.minimum(n_k, np.minimum(row0 + 64, n_q) + n_k - n_q) if causal else np.full(t.t_r, n_k)
+            tw = np.where(steps > 1, np.maximum(1, -(-np.maximum(0, vis) // bc)), steps) if walk else steps
+            half = holds & (steps > 0) & (vis - (tw - 1) * bc <= bc // 2)
+            quarters += np.where(half, np.where(tw > 1, 0.5, 0.25), 0.0)
+            halves += half
+        per_block = (np.array(per_block, dtype=np.float64) - quarters / nwg).tolist()
+        left = np.array(masked, dtype=np.float64) - 0.5 * halves / nwg
+        masked = np.where(left > 0.0, left, 0.0).tolist()
+    return per_block, masked
+
+
+def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200") -> Work:
+    from analysis.descriptors import check_grid_rows
+
+    check_grid_rows(desc.kernel, batch, heads)  # a launch the kernel refuses has no time to predict
+    if desc.grid != "heads":
+        _check_walked(cdiv(n_q, desc.block_q) * batch * heads)
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    dtype = cf.dtype_name(dtype)
+    tr = counts(desc, batch, heads, n_q, n_k, d, dtype, causal)
+    lv = levels(desc, g, batch, heads, n_q, n_k, d, dtype, causal, traffic=tr)
+    t = Tiling(n_q, n_k, desc.block_q, desc.block_k, bool(causal))
+    per_block, masked = _per_block(t, desc)
     if desc.grid == "heads":
         pattern, mpattern, repeats = [sum(per_block)], [sum(masked)], batch * heads
     elif desc.grid == "clusters":  # a cluster lasts as long as its busiest CTA, rank 0 (analysis/cluster_model.py)
@@ -237,13 +307,30 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
         sizes = [hs] * (bh // hs)
         if bh % hs:
             sizes = [bh % hs] + sizes if desc.ragged_section_first else sizes + [bh % hs]
-        pairs = [p for size in sizes for p in sorted(list(zip(per_block, masked)) * size, reverse=True)]
-        pattern, mpattern = [n for n, _ in pairs], [m for _, m in pairs]
+        # each section holds every Q block's (tiles, masked) `size` times, longest first: one sort, each pair repeated
+        order = sorted(zip(per_block, masked), reverse=True)
+        tiles, masks = np.array([n for n, _ in order]), np.array([m for _, m in order])
+        pattern = np.concatenate([np.repeat(tiles, size) for size in sizes]).tolist()
+        mpattern = np.concatenate([np.repeat(masks, size) for size in sizes]).tolist()
         repeats = 1
-    elif causal and desc.causal_order == "heaviest_first":  # blockIdx.x -> Q block Tr - 1 - blockIdx.x
-        pattern, mpattern = pattern[::-1], mpattern[::-1]
+    else:
+        if causal and desc.causal_order == "heaviest_first":  # blockIdx.x -> Q block Tr - 1 - blockIdx.x
+            pattern, mpattern = pattern[::-1], mpattern[::-1]
     return Work(desc, batch, heads, n_q, n_k, d, dtype, bool(causal), tr, lv, sum(per_block) * batch * heads,
                 pattern, mpattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal))  # 4·d per visible pair
+
+
+# Work tiles (Q blocks x B·H) the model walks: the list schedule places unequal ones (a causal grid, a ragged last Q
+# block) in batches, about 2 s for this many at the worst (Br = 192's persistent causal order, 132 slots), and the L2
+# residency (analysis/residency.py) walks the waves of any grid; report shows the papers' roofline past it, predict
+# refuses (B*H = 65,535 over 65,536 Q blocks ran for hours)
+MAX_MODEL_CTAS = 1 << 24
+
+
+def _check_walked(ctas: int) -> None:
+    if ctas > MAX_MODEL_CTAS:
+        raise ValueError(f"the GPU model walks the {ctas:,} work tiles of this grid (Q blocks x B*H) one wave or batch "
+                         f"at a time; over its limit of {MAX_MODEL_CTAS:,}")
 
 
 def _smem_per_cta() -> int:
@@ -257,9 +344,10 @@ def round_trips(desc, n: int) -> float:
     return desc.round_trips_per_tile * n + desc.rescale_round_trips * n * (n - 1) / 2
 
 
-def _schedule(pattern, repeats, slots, cost) -> tuple[float, float]:
+def _schedule_loop(pattern, repeats, slots, cost) -> tuple[float, float]:
     """Makespan (cycles) of CTAs taking cost(n) cycles each (n: its work, e.g. (tiles, masked tiles)),
-    list-scheduled in launch order onto `slots`; and the number of waves (CTAs / slots)."""
+    list-scheduled in launch order onto `slots`; and the number of waves (CTAs / slots). One heap operation per CTA:
+    the definition _schedule computes in batches (tests/test_gpu_model.py holds the two equal to the bit)."""
     n_ctas = len(pattern) * repeats
     waves = n_ctas / slots
     if len(set(pattern)) == 1:  # equal CTAs: whole waves
@@ -273,6 +361,46 @@ def _schedule(pattern, repeats, slots, cost) -> tuple[float, float]:
             start = heapq.heappop(heap)
             heapq.heappush(heap, start + c)
     return max(heap), waves
+
+
+def _schedule(tiles: list, masked: list, repeats: int, slots, cost) -> tuple[float, float]:
+    """_schedule_loop(list(zip(tiles, masked)), repeats, slots, cost), the same float to the bit, in NumPy batches:
+    `cost` takes arrays (it is arithmetic on n and m), and the heap's state is kept as a sorted array of the slots'
+    finish times h. The heap gives the next b CTAs the b earliest slots in order as long as no finish time it pushed
+    meanwhile is earlier than the next one it pops (min(h[s] + c[s], s < t) >= h[t] for t < b; a tie pops the same
+    value); so those b CTAs are placed at once, each finish time h[t] + c[t] the same IEEE sum as the heap's. A run of
+    k >= slots equal costs c on slots whose spread is at most c (h[0] + c >= h[-1]) adds c to every slot k // slots
+    times, order kept. A causal row of 2M CTAs took seconds in the heap; here a batch places ~slots of them."""
+    n_ctas = len(tiles) * repeats
+    waves = n_ctas / slots
+    tiles, masked = np.asarray(tiles), np.asarray(masked)
+    if (tiles == tiles[0]).all() and (masked == masked[0]).all():  # equal CTAs: whole waves
+        return float(cdiv(n_ctas, slots) * cost((tiles[0], masked[0]))), waves
+    c_all = np.asarray(cost((tiles, masked)), dtype=np.float64)
+    if n_ctas <= slots:
+        return float(c_all.max()), waves
+    n, s = len(c_all), int(slots)
+    change = np.flatnonzero(np.diff(c_all)) + 1
+    run_end = np.append(change, n)[np.searchsorted(change, np.arange(n), side="right")]  # end of i's run of equal costs
+    h = np.zeros(s)
+    for _ in range(repeats):
+        i = 0
+        while i < n:
+            k = int(run_end[i]) - i
+            if k >= s and h[0] + c_all[i] >= h[-1]:  # balanced slots, a run of equal costs: whole rounds
+                c = c_all[i]
+                for _ in range(k // s):
+                    h += c
+                i += k // s * s
+                continue
+            b = min(s, n - i)
+            pushed = h[:b] + c_all[i:i + b]
+            late = np.flatnonzero(np.minimum.accumulate(pushed)[:-1] < h[1:b])  # a pushed time before the next pop
+            b = int(late[0]) + 1 if late.size else b
+            h = np.concatenate((pushed[:b], h[b:]))
+            h.sort()
+            i += b
+    return float(h[-1]), waves
 
 
 def in_flight_per_sm(desc, d: int, item: int) -> float:
@@ -337,7 +465,7 @@ def tile_terms(work: Work, params: dict) -> dict:
         other = max(0.0, other - desc.block_q * desc.block_k)
     if desc.rescale_skip:  # FA2 Alg. 1 line 10's O rescale (Br x d multiplies) only when a row max moves past the bound:
         # every row's first step still moves it (m from -inf), so one tile per Q block keeps it; the rare later move is left out
-        firsts = sum(1 for n in work.cta_tiles if n > 0) * work.repeats
+        firsts = int(np.count_nonzero(np.asarray(work.cta_tiles) > 0)) * work.repeats
         other = max(0.0, other - desc.block_q * work.d * max(0.0, 1.0 - firsts / tiles))
     alu = (params["k_alu"] * other + desc.exp_alu * exps) / FP32_LANES
     if desc.issue_per_tile:  # measured (analysis/issue.py): every non-MMA instruction, MUFU and ldmatrix included
@@ -406,11 +534,13 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     # a masked tile (causal diagonal, Nk tail) runs the mask before its softmax: what that adds to the tile's cycles
     mask = mask_cycles(desc)
     per_mask = desc.ctas_per_sm * (combine(desc, dict(terms, softmax=terms["softmax"] + mask), params) - t_tile)
-    cycles, waves = _schedule(list(zip(work.cta_tiles, work.cta_masked)), work.repeats, slots,
+    tiles = np.asarray(work.cta_tiles)
+    cycles, waves = _schedule(tiles, work.cta_masked, work.repeats, slots,
                               lambda nm: per_tile * nm[0] + per_mask * nm[1] + fixed + lat * round_trips(desc, nm[0]))
     cycles += once
     t_compute = cycles / clock
-    t_latency = sum(lat * round_trips(desc, n) for n in work.cta_tiles) * work.repeats / slots / clock
+    # Σ over the pattern's CTAs in order, as Python sums them (the same floats, each from the same operations)
+    t_latency = sum((lat * round_trips(desc, tiles)).tolist()) * work.repeats / slots / clock
     dram_bw = g.value("hbm_bandwidth", "measured")
     t_dram = lv.dram_bytes / dram_bw
     t_l2 = lv.l2_bytes / L2_BANDWIDTH

@@ -106,8 +106,15 @@ def fit(verbose: bool = True) -> dict:
     return out
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+
     from analysis import l2_capacity as lib  # under `python -m`, this file is __main__: levels reads the package's
+
+    argparse.ArgumentParser(  # no options: --help (or a typo) says what would be overwritten instead of refitting
+        prog="python -m analysis.l2_capacity",
+        description=f"Refit the effective L2 capacity on the DRAM bytes of the committed ncu rows and write "
+                    f"{FIT_FILE.relative_to(ROOT)}. Takes no arguments.").parse_args(argv)
 
     out = lib.fit()
     FIT_FILE.write_text(json.dumps(out, indent=1) + "\n")

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from analysis import closed_forms as cf
 from analysis.local_memory import local_bytes
 from analysis.residency import separated_missing_bytes
-from analysis.tiling import Tiling, cdiv
+from analysis.tiling import Tiling, cdiv, tile_sums
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,48 @@ def miss_fraction(working_set: float, capacity: float) -> float:
     capacity (LRU on a streaming pattern misses everything once over; the ramp stands for the spread
     of reuse distances between CTAs that do not march in lockstep)."""
     return min(1.0, max(0.0, working_set / capacity - 1.0))
+
+
+# key blocks a Q block visits, at most, for the eager spilled f row's reuse model (_eager_miss: arrays of that length)
+MAX_EAGER_K_BLOCKS = 1 << 22
+
+
+def _eager_miss_loop(t: Tiling, per_block_ws: int, kv_ws: int, cap: int) -> float:
+    """The share of the eager rescale's re-reads of a spilled f row that miss: at key block n a Q block re-touches its
+    n earlier blocks, whose reuse distance is the resident CTAs' f prefixes (n blocks each: n x per_block_ws) and the
+    K/V working set; weighted by the blocks so rescaled. Block by block: the definition _eager_miss computes with arrays
+    (tests/test_gpu_model_fast.py holds the two equal)."""
+    visits = [len(t.k_blocks(i)) for i in range(t.t_r)]
+    reach = [0] * (max(visits, default=0) + 1)  # reach[n]: Q blocks that visit more than n blocks
+    for v in visits:
+        reach[v - 1 if v else 0] += 1 if v else 0
+    for n in range(len(reach) - 2, -1, -1):
+        reach[n] += reach[n + 1]
+    num = den = 0.0
+    for n in range(1, len(reach)):  # block n rescales n earlier blocks, in every Q block that reaches it
+        w = n * reach[n]
+        num += w * miss_fraction(per_block_ws * n + kv_ws, cap)
+        den += w
+    return num / den if den else 0.0
+
+
+def _eager_miss(t: Tiling, per_block_ws: int, kv_ws: int, cap: int) -> float:
+    """_eager_miss_loop's share from NumPy arrays over the key blocks: the same floats from the same operations, the
+    two sums accumulated in order (np.cumsum adds one element after the other). A Q block of Nk = 256M keys took
+    seconds there, 16G minutes and gigabytes; past MAX_EAGER_K_BLOCKS a ValueError (no GPU model for the row)."""
+    counts = t.block_counts()
+    top = int(counts[0].max()) if counts is not None else cdiv(t.n_k, t.block_k)
+    if top > MAX_EAGER_K_BLOCKS:
+        raise ValueError(f"the eager spilled f row's reuse model sums over each of the {top:,} key blocks a Q block "
+                         f"visits; over its limit of {MAX_EAGER_K_BLOCKS:,}")
+    if counts is None or per_block_ws * top + kv_ws >= 1 << 53:  # past exact int64 -> float64: Python's integers
+        return _eager_miss_loop(t, per_block_ws, kv_ws, cap)
+    reach = np.cumsum(np.bincount(counts[0], minlength=top + 1)[::-1])[::-1]  # reach[n - 1]: Q blocks visiting >= n
+    n = np.arange(1, top + 1, dtype=np.int64)
+    w = n * np.append(reach[2:], 0)  # n x (Q blocks visiting more than n)
+    miss = np.minimum(1.0, np.maximum(0.0, (per_block_ws * n + kv_ws) / cap - 1.0))  # miss_fraction, elementwise
+    num, den = np.cumsum(w * miss), np.cumsum(w.astype(np.float64))
+    return float(num[-1] / den[-1]) if top and den[-1] else 0.0
 
 
 def effective_l2(gpu) -> int:
@@ -137,7 +181,15 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
     cap, ramp_cap = effective_l2(gpu), ramp_l2(gpu)
     q_bytes, kv_bytes = n_q * d * item, 2 * n_k * d * item  # per (batch, head)
     out_bytes = n_q * d * item + 4 * n_q
-    compulsory = bh * (q_bytes + kv_bytes + out_bytes)
+    # Q rows the kernel reads at all: every row where Q_i is read once per Q block (fa2, v_once: FA2 Alg. 1 line 4), only
+    # the rows of Q blocks that visit a key block where it is read per visited tile (naive, fa1: closed_forms): under a
+    # causal mask with Nk < Nq the first Q blocks see no key and their Q never leaves DRAM, so it is no compulsory read
+    # (counted, DRAM came out over the L2 requests: fa1 causal Nq = 4k, Nk = 1)
+    q_read = q_bytes
+    if desc.variant in ("naive", "fa1") and causal:
+        s = tile_sums(Tiling(n_q, n_k, desc.block_q, desc.block_k, causal))
+        q_read = s.r_c0 // min(desc.block_k, n_k) * d * item  # Σ r_i over the Q blocks with a visited tile
+    compulsory = bh * (q_read + kv_bytes + out_bytes)
 
     slots = q_block_slots(desc, gpu)  # Q blocks at once (a cluster of CS CTAs is one Q block)
     per_q_block = getattr(desc, "cluster_size", 1) if desc.grid == "clusters" else 1
@@ -173,20 +225,9 @@ def levels(desc, gpu, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, tra
                       causal)
         eager_once = {"r": lazy.read_bytes.get("f", 0), "w": lazy.write_bytes.get("f", 0)}
         t = Tiling(n_q, n_k, desc.block_q, desc.block_k, causal)
-        visits = [len(t.k_blocks(i)) for i in range(t.t_r)]
-        reach = [0] * (max(visits, default=0) + 1)  # reach[n]: Q blocks that visit more than n blocks
-        for v in visits:
-            reach[v - 1 if v else 0] += 1 if v else 0
-        for n in range(len(reach) - 2, -1, -1):
-            reach[n] += reach[n + 1]
-        num = den = 0.0
-        for n in range(1, len(reach)):  # block n rescales n earlier blocks, in every Q block that reaches it
-            w = n * reach[n]
-            num += w * miss_fraction(resident * desc.block_q * n * desc.block_k * item + kv_ws, ramp_cap)
-            den += w
-        eager_miss = num / den if den else 0.0
+        eager_miss = _eager_miss(t, resident * desc.block_q * desc.block_k * item, kv_ws, ramp_cap)
     inputs_req = sum(rb.get(n, 0) for n in ("Q", "K", "V"))
-    inputs_unique = bh * (q_bytes + kv_bytes)
+    inputs_unique = bh * (q_read + kv_bytes)
     if causal or desc.grid == "heads":  # one wave's working set against the ramp (causal tails break the waves)
         kv_missing = max(0, inputs_req - inputs_unique) * kv_miss * separated_share(desc, bh, t_r, slots)
     else:  # every straddled head's re-read, block by block, against its reuse distance (analysis/residency.py)

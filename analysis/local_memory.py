@@ -136,7 +136,13 @@ def fit() -> dict:
             "rule": "(l1tex__m_l1tex2xbar_write_bytes - O - lse) / (B·H x steps x threads) of the one training row"}
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+
+    argparse.ArgumentParser(  # no options: --help (or a typo) says what would be overwritten instead of refitting
+        prog="python -m analysis.local_memory",
+        description=f"Refit SDPA flash's spill bytes per thread on its ncu row and write {FIT_FILE.relative_to(ROOT)}. "
+                    "Takes no arguments.").parse_args(argv)
     result = fit()
     FIT_FILE.write_text(json.dumps(result, indent=1) + "\n")
     _fit.cache_clear()

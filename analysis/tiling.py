@@ -133,6 +133,28 @@ class Tiling:
             for j in self.k_blocks(i):
                 yield i, j
 
+    def block_counts(self, every_if_ragged: bool = False):
+        """(len(k_blocks(i)), masked_steps(i, every_if_ragged)) for every Q block i at once, as two int64 NumPy arrays:
+        the same integers as those methods (tests/test_gpu_model.py holds them equal), in O(Tr) array operations
+        rather than Tr Python calls (the GPU model's prepare walks up to 65,536 Q blocks). None where Nq or Nk is too
+        close to 2**63 for int64 (the caller loops over the methods then)."""
+        import numpy as np
+
+        if max(self.n_q, self.n_k) + self.block_q + self.block_k >= 1 << 62:
+            return None
+        bq, bc, n_k, off = self.block_q, self.block_k, self.n_k, self.offset
+        r0 = np.arange(self.t_r, dtype=np.int64) * bq
+        vis = np.maximum(0, np.minimum(n_k, np.minimum(r0 + bq, self.n_q) + off)) if self.causal else \
+            np.full(self.t_r, n_k, dtype=np.int64)
+        n = -(-vis // bc)
+        ragged = n_k % bc != 0
+        if every_if_ragged and ragged:
+            return n, n.copy()
+        plain = np.minimum(n, np.maximum(0, (r0 + off + 1) // bc)) if self.causal else n.copy()
+        if ragged:
+            plain = np.where((n == self.t_c) & (plain == n), plain - 1, plain)
+        return n, n - plain
+
 
 @dataclass(frozen=True)
 class TileSums:

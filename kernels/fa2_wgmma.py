@@ -719,8 +719,85 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     else:
         base = DEFAULTS
     defines = dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(base, **cfg))
+    check_knobs(defines)
     _check_fits(defines)
     return defines
+
+
+# Knobs that are switches (#if KNOB): another value than 0 or 1 would build the 1 kernel under a name of its own (no
+# measured registers, no timing matches it), so it is refused as the kernel's range checks refuse theirs
+SWITCHES = ("TMA", "PINGPONG", "QK_AHEAD", "ROW_SUM_MMA", "O_TILE", "O_TMA", "DESC_STEP", "WG_SKIP", "WG_CAUSAL_SKIP",
+            "TURN_CARRY", "MAX_TREE", "HALF_DIAG", "SECTION_RAGGED_FIRST", "OVERLAP")
+SETMAXNREG = range(24, 257, 8)  # PTX ISA: setmaxnreg takes 24 to 256 registers, a multiple of 8
+
+
+def _cdiv_c(a: int, b: int) -> int:
+    """C's integer division (truncates toward zero), as the preprocessor computes the kernel's register budget."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def knob_errors(defines: dict) -> list[str]:
+    """Why the kernel cannot be built with these defines (defines_for's, every default filled in), in the kernel's own
+    words: the static_asserts of fa2_wgmma_tma.cu (TMA=1; lines 398 and 462-487), fa2_wgmma.cu (TMA=0; lines 82-86),
+    wgmma_fa2.cuh (46-48) and exp2_poly.cuh (25), and what else its source cannot take (a K/V ring of no slot, no CTA
+    per SM, a setmaxnreg count PTX refuses). Empty: it builds. defines_for calls it, so the launcher (forward) and the
+    GPU model (describe, `fa-traffic predict --knobs`) refuse the same builds."""
+    g = defines.get
+    tma, nwg, bn, stages = g("TMA", 0), g("NWG", 2), g("BLOCK_N", 128), g("STAGES", 2)
+    out = [f"{k}={g(k)}: {k} is a switch, 0 or 1" for k in SWITCHES if g(k, 0) not in (0, 1)]
+    rules = [  # (holds, the kernel's reason)
+        (g("MIN_BLOCKS", 1) >= 1, f"MIN_BLOCKS={g('MIN_BLOCKS')}: at least one CTA per SM (the register cap divides by it)"),
+        (1 <= nwg <= 3, f"NWG={nwg}: 1 to 3 consumer warpgroups (3: Br = 192, FA3's d = 64 tile)"),
+        (0 <= g("RESCALE_THRESHOLD", 0) <= 15, f"RESCALE_THRESHOLD={g('RESCALE_THRESHOLD')}: 0..15 (P <= 2^15 < fp16 max)"),
+        (0 <= g("EXP2_POLY", 0) <= 8, f"EXP2_POLY={g('EXP2_POLY')}: 0..8 of every 8 exponentials"),
+        (3 <= g("EXP2_POLY_DEG", 3) <= 5, f"EXP2_POLY_DEG={g('EXP2_POLY_DEG')}: 3, 4 or 5"),
+        (not g("HALF_DIAG") or bn % 32 == 0, f"HALF_DIAG with BLOCK_N={bn}: Bc/2 a whole number of 16-key P V slices"),
+    ]
+    if tma:  # fa2_wgmma_tma.cu
+        rules += [
+            (0 <= g("PERSISTENT", 0) <= 2, f"PERSISTENT={g('PERSISTENT')}: 0, 1 (static) or 2 (atomic counter)"),
+            (bn > 0 and bn % 16 == 0 and bn <= 256, f"BLOCK_N={bn}: a multiple of 16, at most 256 (TMA box)"),
+            (stages >= 1, f"STAGES={stages}: the K/V ring needs a slot (the producer loads block t into slot t % STAGES)"),
+            (not g("PINGPONG") or nwg == 2, f"PINGPONG=1 with NWG={nwg}: ping-pong needs two consumer warpgroups"),
+            (not (g("QK_AHEAD") and g("PINGPONG")), "QK_AHEAD issues the products at two points per step: no ping-pong turns"),
+            (not g("O_TMA") or g("O_TILE"), "O_TMA stores from O_TILE's staging tile"),
+            (not (g("WG_SKIP") and g("QK_AHEAD")), "WG_SKIP's idle walk is tested on the one-S-tile loop only"),
+            (not g("TURN_CARRY") or g("PINGPONG"), "TURN_CARRY carries the ping-pong turn from tile to tile"),
+            (not (g("WG_CAUSAL_SKIP") and g("QK_AHEAD")), "WG_CAUSAL_SKIP's walk is written for the one-S-tile loop only"),
+            (not (g("HALF_DIAG") and g("QK_AHEAD")), "HALF_DIAG is written for the one-S-tile loop only"),
+            (not g("O_TILE") or (g("PERSISTENT") and not g("QK_AHEAD")),
+             "O_TILE: a persistent build without QK_AHEAD (its Q goes back early)"),
+            (g("O_DIRECT", 0) in (0, 1, 2), f"O_DIRECT={g('O_DIRECT')}: 0, 1 or 2"),
+            (not g("O_DIRECT") or (g("PERSISTENT") and not g("QK_AHEAD") and not g("O_TILE")),
+             "O_DIRECT: a persistent build without QK_AHEAD or O_TILE"),
+            (g("CAUSAL_SECTION_KB", 0) >= 0, f"CAUSAL_SECTION_KB={g('CAUSAL_SECTION_KB')}: a size in KB, 0 for one section"),
+            (g("WAIT_HINT", 0) >= 0, f"WAIT_HINT={g('WAIT_HINT')}: a suspend time in ns, 0 for the system's"),
+        ]
+        if g("MIN_BLOCKS", 1) >= 1 and 1 <= nwg <= 3:  # the setmaxnreg budget (the kernel's header, lines 434-463)
+            at_launch = 65536 // g("MIN_BLOCKS", 1) // (128 * (nwg + 1)) // 8 * 8
+            producer = g("PRODUCER_REGS", 40)
+            consumer = g("CONSUMER_REGS", min(_cdiv_c(at_launch + _cdiv_c(at_launch - producer, nwg), 8) * 8, 240))
+            rules += [
+                (producer in SETMAXNREG and consumer in SETMAXNREG,
+                 f"setmaxnreg takes 24 to 256 registers, a multiple of 8 (PTX): PRODUCER_REGS={producer}, "
+                 f"CONSUMER_REGS={consumer}"),
+                (nwg * (consumer - at_launch) <= at_launch - producer,
+                 "setmaxnreg: the consumers may take only what the producer gives back (else setmaxnreg.inc hangs)"),
+            ]
+    else:  # fa2_wgmma.cu
+        rules += [
+            (bn in (64, 96, 128, 192, 256), f"BLOCK_N={bn}: must be a wgmma N of wgmma.cuh (64, 96, 128, 192 or 256)"),
+            (2 <= stages <= 4, f"STAGES={stages}: 2..4 ring slots"),
+        ]
+    return out + [why for holds, why in rules if not holds]
+
+
+def check_knobs(defines: dict) -> None:
+    """Raise ValueError with the kernel's reason for a build it cannot compile (knob_errors)."""
+    errors = knob_errors(defines)
+    if errors:
+        raise ValueError(f"fa2_wgmma: {'; '.join(errors)}")
 
 
 def _check_fits(defines: dict) -> None:

@@ -76,6 +76,10 @@ def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_
             need = shared_bytes(name, d, n_k, itemsize, block_q, block_k, placement="sram", rescale=rescale)
             f = "sram" if need <= SMEM_PER_BLOCK else "hbm"
     smem = shared_bytes(name, d, n_k, itemsize, block_q, block_k, placement=f or "hbm", rescale=rescale)
+    if smem > SMEM_PER_BLOCK:  # the launcher raises SramOverflow here (kernels/v_once.py forward): nothing to price
+        raise ValueError(f"{name} kernel (placement={f}, rescale={rescale}, Br={block_q}, Bc={block_k}, d={d}, Nk={n_k}) "
+                         f"needs {smem:,} bytes of SRAM but the capacity is {SMEM_PER_BLOCK:,} bytes (over by "
+                         f"{smem - SMEM_PER_BLOCK:,} bytes)" + ("; use placement='hbm' or 'auto'" if f == "sram" else ""))
     regs = REGISTERS[name]
     by_regs = 65536 // (((regs * 32 + 255) // 256) * 256 * WARPS)
     ctas = max(1, min(BLOCKS_BOUND[name], by_regs, sm90.ctas_by_smem(smem), 64 // WARPS))

@@ -68,3 +68,29 @@ def test_footprint_plot(capsys, tmp_path):
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, match):
     rc, out, err = run(capsys, *argv)
     assert rc == 2 and out == "" and match in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("argv,match", [
+    (("report", "--pass", "backward", "--blocks", "kernel"), "--blocks applies to --pass forward"),
+    (("report", "--pass", "train", "--blocks", "fa1-rule"), "--blocks applies to --pass forward"),
+    (("report", "--pass", "backward", "--placement", "sram"), "do not apply to --pass backward"),
+    (("report", "--pass", "backward", "--variant", "v_once", "--placement", "cluster", "--rescale", "lazy"),
+     "do not apply to --pass backward"),
+    (("report", "--pass", "backward", "--rescale", "eager"), "do not apply to --pass backward"),
+])
+def test_flags_that_change_nothing_in_the_backward_are_errors(capsys, argv, match):
+    """Both passes take FA1's rule on half the SRAM whatever --blocks says, and v_once's backward is fa2's under every
+    placement and rescale: those flags only renamed rows (identical output), so they are refused."""
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and out == "" and match in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_placement_still_applies_to_train(capsys):
+    """train adds the forward, whose traffic the placement does change."""
+    got = {}
+    for placement in ("sram", "hbm"):
+        rc, out, err = run(capsys, "report", "--pass", "train", "--variant", "v_once", "--placement", placement,
+                           "--seq-len", "4k", "--format", "json")
+        assert rc == 0, err
+        got[placement] = [r["hbm_bytes"] for r in json.loads(out)]
+    assert got["sram"] != got["hbm"]

@@ -137,7 +137,7 @@ def test_cli_fuzz(argv):
         assert err.startswith("fa-traffic: error: "), (argv, err)
         return
     assert rc == 0 and out and err == "", (argv, rc, err)
-    fmts = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--format"]  # the last one wins
+    fmts = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--format"]  # one at most: twice is an error
     fmt = fmts[-1] if fmts else "table"
     if fmt == "json" and argv and argv[0] in ("report", "sweep-sram"):
         _check_records(json.loads(out))

@@ -144,6 +144,11 @@ def test_predict_prints_the_time_the_benchmark_measures(capsys):
     (["predict", "--kernel", "fa2_tc", "--seq-len", "4x", "--head-dim", "64"], "malformed"),
     (["predict", "--kernel", "fa2_tc", "--seq-len", "4k", "--head-dim", "64", "--rescale", "lazy"], "apply to"),
     (["validate", "--plot", "x.svg"], "PNG"),
+    # the teaching v_once launcher raises SramOverflow for these (kernels/v_once.py): no build to price
+    (["predict", "--kernel", "v_once", "--seq-len", "4k", "--head-dim", "64", "--placement", "sram"],
+     "needs 557,824 bytes of SRAM but the capacity is 232,448 bytes"),
+    (["predict", "--kernel", "v_once", "--seq-len", "1m", "--head-dim", "64", "--rescale", "lazy"],
+     "(placement=hbm, rescale=lazy, Br=64, Bc=64, d=64, Nk=1048576) needs 4,227,584 bytes"),
 ])
 def test_bad_input_one_line_exit_2(capsys, argv, match):
     rc, out, err = _run(capsys, *argv)
@@ -783,3 +788,105 @@ def test_bound_is_the_term_that_sets_the_time():
     assert gm.limiting_term(named) == "tensor"
     assert gm.limiting_term(dict(named, l2=8.0)) == "l2" and gm.limiting_term(dict(named, dram=9.0)) == "dram"
     assert gm.limiting_term(dict(named, sync=6.5), ("sync",)) == "sync"
+
+
+@pytest.mark.parametrize("kernel", ["v_once", "v_once_tc"])
+def test_predict_v_once_defaults_are_the_kernels(capsys, kernel):
+    """No --placement / --rescale, --placement auto alone, and the kernel's own default rescale named: one build. The
+    CLI used to fill rescale=lazy when either flag was given, so teaching v_once (eager by default) priced 178 ms with
+    no flag and 18.5 ms with --placement auto."""
+    import importlib
+    import inspect
+
+    default = inspect.signature(importlib.import_module(f"kernels.{kernel}").forward).parameters["rescale"].default
+    base = ("predict", "--kernel", kernel, "--seq-len", "4k", "--head-dim", "64", "--format", "json")
+    builds = set()
+    for extra in ((), ("--placement", "auto"), ("--rescale", default), ("--placement", "auto", "--rescale", default)):
+        rc, out, _ = _run(capsys, *base, *extra)
+        assert rc == 0
+        (rec,) = json.loads(out)
+        builds.add((rec["build"], rec["time_s"]))
+    assert len(builds) == 1 and default in builds.pop()[0]
+
+
+def test_teaching_v_once_describe_refuses_what_its_launcher_refuses():
+    """teaching_model.describe raises where kernels/v_once.py forward raises SramOverflow (shared memory over the
+    per-block limit), and prices every launch it does not refuse, at the launcher's own shared_bytes."""
+    from kernels import sm90, teaching_model, v_once
+
+    for n_k in (64, 1000, 4096, 65536, 1 << 20):
+        for placement in ("auto", "sram", "hbm"):
+            for rescale in ("eager", "lazy"):
+                resolved = v_once.resolve_placement(64, n_k, 2, placement=placement, rescale=rescale,
+                                                    capacity=sm90.SMEM_PER_BLOCK)
+                smem = v_once.shared_bytes(64, n_k, 2, placement=resolved, rescale=rescale)
+                if smem > sm90.SMEM_PER_BLOCK:
+                    with pytest.raises(ValueError, match="bytes of SRAM but the capacity is 232,448"):
+                        teaching_model.describe("v_once", 64, n_k=n_k, placement=placement, rescale=rescale)
+                else:
+                    got = teaching_model.describe("v_once", 64, n_k=n_k, placement=placement, rescale=rescale)
+                    assert got["smem_bytes"] == smem and got["f"] == resolved
+
+
+@pytest.mark.parametrize("kernel", ["naive", "fa1", "fa2", "v_once", "fa2_tc", "fa2_wgmma", "v_once_tc",
+                                    "v_once_cluster"])
+def test_predict_refuses_the_grid_rows_every_launcher_refuses(capsys, kernel):
+    """B*H over 65535: each in-repo launcher raises ("over the 65535 grid rows"), so there is no time to price;
+    torch's SDPA kernels are not this repo's and keep their answer."""
+    argv = ("predict", "--kernel", kernel, "--seq-len", "1k", "--head-dim", "64", "--batch", "256", "--heads", "256")
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert f"B*H = 65536 is over the 65535 grid rows the {kernel} launcher uses" in err
+    assert _run(capsys, *argv[:2], "sdpa_flash", *argv[3:])[0] == 0
+
+
+def test_report_gpu_model_is_absent_past_the_grid_rows(capsys):
+    """report's counts stand at any B*H; its GPU-model columns fall back to the papers' roofline, saying why."""
+    rc, out, _ = _run(capsys, "report", "--variant", "fa2", "--seq-len", "1k", "--batch", "256", "--heads", "256",
+                      "--format", "json")
+    assert rc == 0
+    (rec,) = json.loads(out)
+    assert "over the 65535 grid rows" in rec["gpu_model"]["why"] and rec["hbm_bytes"] > 0
+
+
+def test_predict_refuses_past_the_models_q_block_limit(capsys):
+    """report's limit (cli.MAX_MODEL_Q_BLOCKS: prepare() walks every Q block) holds for predict too: at it an
+    answer, one past it one line and exit 2, at once (1000m took 10 s and 874 MB; 10**12 ran for minutes)."""
+    import time
+
+    from analysis.cli import MAX_MODEL_Q_BLOCKS
+
+    base = ("predict", "--kernel", "fa2", "--head-dim", "64", "--format", "json")  # teaching fa2: Br = 64
+    rc, out, _ = _run(capsys, *base, "--seq-len", str(64 * MAX_MODEL_Q_BLOCKS))
+    assert rc == 0 and json.loads(out)[0]["block_q"] == 64
+    for n in (64 * MAX_MODEL_Q_BLOCKS + 1, 10 ** 12):
+        t0 = time.perf_counter()
+        rc, out, err = _run(capsys, *base, "--seq-len", str(n))
+        assert time.perf_counter() - t0 < 2 and rc == 2 and out == "" and err.count("\n") == 1
+        assert f"Q blocks of 64 rows; the GPU model walks every Q block and takes at most {MAX_MODEL_Q_BLOCKS:,}" in err
+
+
+@pytest.mark.parametrize("module,writes", [("fit_gpu_model", "gpu_model_fit.json"),
+                                           ("l2_capacity", "l2_capacity_fit.json"),
+                                           ("local_memory", "local_memory_fit.json"),
+                                           ("cluster_model", "cluster_model_fit.json")])
+def test_refit_scripts_answer_help_and_typos_without_refitting(monkeypatch, capsys, module, writes):
+    """`python -m analysis.<fit> --help` says what it writes and writes nothing; an unknown argument exits 2 and
+    writes nothing (they used to ignore both and refit, overwriting the committed bench/results/*_fit.json)."""
+    import importlib
+
+    mod = importlib.import_module(f"analysis.{module}")
+
+    def refit(*_a, **_k):
+        raise AssertionError("refitted")
+
+    for name in ("fit", "fit_exposed"):
+        if hasattr(mod, name):
+            monkeypatch.setattr(mod, name, refit)
+    monkeypatch.setattr(Path, "write_text", refit)
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--help"])
+    assert e.value.code == 0 and writes in capsys.readouterr().out.replace("\n", " ")
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--bogus"])
+    assert e.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err

@@ -136,3 +136,32 @@ def test_long_sequences_dram_against_ncu():
         assert ratio > 0.7
         if c["kernel"] in ("sdpa_flash", "fa2_wgmma"):
             assert abs(ratio - 1) <= 0.10, (c["kernel"], c["n_q"], ratio)
+
+
+_KERNEL_OPTIONS = [("naive", {}), ("fa1", {}), ("fa2", {}), ("v_once", {"placement": "hbm"}),
+                   ("v_once", {"rescale": "lazy"}), ("fa2_tc", {}), ("fa2_wgmma", {}), ("v_once_tc", {}),
+                   ("v_once_tc", {"placement": "hbm", "rescale": "eager"}), ("v_once_cluster", {}),
+                   ("sdpa_flash", {}), ("sdpa_cudnn", {})]
+
+
+@given(n_q=st.integers(1, 20000), n_k=st.integers(1, 20000), d=st.sampled_from([64, 128]),
+       bh=st.sampled_from([(1, 1), (2, 3), (4, 16)]), causal=st.booleans(), which=st.sampled_from(_KERNEL_OPTIONS))
+def test_dram_is_between_the_minimum_and_the_l2_requests(n_q, n_k, d, bh, causal, which):
+    """Every byte DRAM moves was asked of the L2 first, and no kernel moves less than the minimum (each input row it
+    needs read once, each output written once): naive and fa1 under a causal mask with Nk < Nq never read the Q of
+    the rows that see no key, which the levels counted as compulsory (DRAM 6.6 MB over 3.8 MB of L2 requests, fa1
+    causal Nq = 4k, Nk = 1)."""
+    from hypothesis import assume
+
+    from analysis.gpus import get_gpu
+    from analysis.headline import min_hbm_bytes
+    from analysis.levels import levels
+
+    kernel, opts = which
+    try:
+        desc = describe(kernel, d, "fp16", causal, n_q=n_q, n_k=n_k, **opts)
+    except ValueError:  # a build that cannot take the problem (an f row that does not fit, a cluster too small)
+        assume(False)
+    lv = levels(desc, get_gpu("h200"), *bh, n_q, n_k, d, "fp16", causal)
+    assert lv.dram_bytes <= lv.l2_bytes, (kernel, lv)
+    assert lv.dram_bytes >= min_hbm_bytes(*bh, n_q, n_k, d, 2, causal) <= lv.compulsory_bytes <= lv.dram_bytes

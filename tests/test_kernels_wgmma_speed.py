@@ -684,3 +684,90 @@ def test_ab_decisions_divide_by_the_control_too():
     assert lines["default-again"].split()[-2] == "-"  # the control against itself: not given
     alone = ab.decisions([r for r in rows if r["variant"] != ab.CONTROL])
     assert alone[1].split()[-2] == "-"
+
+
+def _every_real_build():
+    """(d, where, config) of every build this repo names: CONFIGS, SIZE_CANDIDATES, TILE_CANDIDATES, SWEEP, the speed
+    builds, forward()'s rule builds with their knobs, and those with a second Q tile or HALF_DIAG."""
+    out = [(d, "CONFIGS", c) for d, c in fa2_wgmma.CONFIGS.items()]
+    for table, name in ((fa2_wgmma.SIZE_CANDIDATES, "SIZE_CANDIDATES"), (fa2_wgmma.TILE_CANDIDATES, "TILE_CANDIDATES")):
+        out += [(d, f"{name}[{d}][{n!r}]", c) for d, t in table.items() for n, c in t.items()]
+    out += [(d, f"SWEEP[{d}][{i}]", c) for d, cs in fa2_wgmma.SWEEP.items() for i, c in enumerate(cs)]
+    out += [(d, f"speed_configs({d})[{n!r}]", c) for d in fa2_wgmma.HEAD_DIMS
+            for n, c in fa2_wgmma.speed_configs(d).items()]
+    out += [(d, "default/q_slots/half_diag builds", c) for d, c in
+            fa2_wgmma.default_builds() + fa2_wgmma.q_slots_builds() + fa2_wgmma.half_diag_builds()]
+    return out
+
+
+def test_every_real_build_passes_the_kernels_rules():
+    """The rules that mirror the kernels' static_asserts (fa2_wgmma.knob_errors) reject no build this repo names or has
+    compiled (bench/results/tc_resources.json: ptxas ran on each)."""
+    import json
+
+    for d, where, cfg in _every_real_build():
+        for bf16 in (0, 1):
+            assert fa2_wgmma.knob_errors(fa2_wgmma.defines_for(d, bf16, cfg)) == [], where
+    compiled = [r["defines"] for r in json.loads((Path(fa2_wgmma.__file__).parents[1] / "bench" / "results" /
+                                                  "tc_resources.json").read_text()) if r["kernel"] == "fa2_wgmma"]
+    assert len(compiled) > 100 and all(fa2_wgmma.knob_errors(defs) == [] for defs in compiled)
+
+
+@pytest.mark.parametrize("knobs,why", [
+    (dict(STAGES=-1), "STAGES=-1: the K/V ring needs a slot"),
+    (dict(STAGES=0), "STAGES=0: the K/V ring needs a slot"),
+    (dict(BLOCK_N=7), "BLOCK_N=7: a multiple of 16, at most 256 (TMA box)"),
+    (dict(BLOCK_N=24), "BLOCK_N=24: a multiple of 16"),
+    (dict(BLOCK_N=272), "BLOCK_N=272: a multiple of 16, at most 256"),
+    (dict(PERSISTENT=5), "PERSISTENT=5: 0, 1 (static) or 2 (atomic counter)"),
+    (dict(PINGPONG=7), "PINGPONG=7: PINGPONG is a switch, 0 or 1"),
+    (dict(NWG=1, PINGPONG=1), "PINGPONG=1 with NWG=1: ping-pong needs two consumer warpgroups"),
+    (dict(NWG=4), "NWG=4: 1 to 3 consumer warpgroups"),
+    (dict(QK_AHEAD=1, PINGPONG=1), "QK_AHEAD issues the products at two points per step: no ping-pong turns"),
+    (dict(O_TMA=1, O_TILE=0), "O_TMA stores from O_TILE's staging tile"),
+    (dict(O_TILE=1, PERSISTENT=0), "O_TILE: a persistent build without QK_AHEAD"),
+    (dict(TURN_CARRY=1, PINGPONG=0), "TURN_CARRY carries the ping-pong turn"),
+    (dict(RESCALE_THRESHOLD=16), "RESCALE_THRESHOLD=16: 0..15"),
+    (dict(EXP2_POLY=9), "EXP2_POLY=9: 0..8"),
+    (dict(MIN_BLOCKS=0), "MIN_BLOCKS=0: at least one CTA per SM"),
+    (dict(PRODUCER_REGS=20), "setmaxnreg takes 24 to 256 registers"),
+    (dict(CONSUMER_REGS=240), "setmaxnreg: the consumers may take only what the producer gives back"),
+    (dict(TMA=0, BLOCK_N=80), "BLOCK_N=80: must be a wgmma N of wgmma.cuh"),
+    (dict(TMA=0, STAGES=1), "STAGES=1: 2..4 ring slots"),
+])
+def test_builds_the_kernel_cannot_compile_are_refused(knobs, why):
+    """A knob value the kernel's static_asserts (or its ring, its register budget) refuse is a ValueError with the
+    kernel's reason, from the launcher (defines_for) and from `fa-traffic predict --knobs` alike (it used to price
+    STAGES=-1 at 789 TFLOP/s)."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from analysis.cli import main
+
+    base = {k: v for k, v in fa2_wgmma.CONFIGS[128].items()}  # TMA, Bc = 176, two ping-ponging warpgroups
+    with pytest.raises(ValueError, match=re.escape(why)):
+        fa2_wgmma.defines_for(128, 0, dict(base, **knobs))
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()) as out, redirect_stderr(err):
+        rc = main(["predict", "--kernel", "fa2_wgmma", "--seq-len", "16k", "--head-dim", "128", "--knobs",
+                   ",".join(f"{k}={v}" for k, v in knobs.items())])
+    assert rc == 2 and out.getvalue() == "" and why in err.getvalue() and err.getvalue().count("\n") == 1
+
+
+def test_the_kernels_static_asserts_are_mirrored():
+    """Each static_assert of the forward kernels' sources is stated by knob_errors (its message, up to a leading
+    "KNOB=value"), or by another check of defines_for (listed here with where)."""
+    elsewhere = {"HEAD_DIM must be 64, 96, 128 or 256": "defines_for: HEAD_DIMS",
+                 "HEAD_DIM must be 64 or 128": "defines_for: CP_ASYNC_HEAD_DIMS",
+                 "PV_N: d, or d padded to whole panels": "defines_for: PV_N",
+                 "ROW_SUM_MMA: d = 64 only": "defines_for: ROW_SUM_MMA",
+                 "Q_SLOTS=2: a persistent build": "defines_for: Q_SLOTS",
+                 "1..3 warpgroups": "knob_errors' NWG rule, the same for both kernels",
+                 "copy mapping": "fa2_wgmma.cu's own tile copy (NTHREADS, CH fixed by NWG and d)",
+                 "O_DIRECT=2: whole groups of four 8-column blocks": "every head dim is a multiple of 32"}
+    src = Path(fa2_wgmma.__file__).read_text()
+    cuda = Path(fa2_wgmma.__file__).parent / "cuda"
+    for name in ("fa2_wgmma_tma.cu", "fa2_wgmma.cu", "wgmma_fa2.cuh", "exp2_poly.cuh"):
+        for msg in re.findall(r'static_assert\([^;]*?,\s*"([^"]+)"\)', (cuda / name).read_text(), re.S):
+            tail = re.sub(r"^[A-Z_0-9]+:? ", "", msg)  # "BLOCK_N: ..." is stated as "BLOCK_N=7: ..."
+            assert tail in src or any(msg.startswith(k) for k in elsewhere), (name, msg)
