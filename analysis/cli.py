@@ -682,16 +682,25 @@ def _kernel_caption(args, recs, gpu) -> str:
     why = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})})
     bh = ("at B = 16k/N, H = 2048/d, as every bench (a full GPU; --batch/--heads to choose)"
           if g and recs[0]["batch"] * recs[0]["heads"] != g["model_batch"] * g["model_heads"] else "")
-    kernels = ", ".join(f"{v}: {k}" for v, k in report_gpu.KERNEL_OF.items())
-    return (f"B={recs[0]['batch']} H={recs[0]['heads']} {args.dtype}{' causal' if args.causal else ''}; "
-            f"blocks: each variant's kernel ({kernels}; --blocks fa1-rule for FA1's rule); "
-            "requests = the papers' count (global-memory requests, no cache); L2 = SM→L2 requests; "
-            "DRAM = after the L2 residency model; × min / FLOP/B min: against Q (rows that see a key),K,V read once + O,lse written "
-            f"once; bound, TFLOP/s: the GPU model of the {gpu.name} {bh} (fa-traffic validate checks it "
-            "against every committed measurement)"
-            + (f"; rows marked (papers'): {'; '.join(why)}" if why else "")
-            + "; smem: what the kernel allocates per thread block (S, P in registers), or, for a row no kernel "
-              "runs, the reference's working set (✗ = over the SRAM)")
+    teaching = [v for v, k in report_gpu.KERNEL_OF.items() if report_gpu.is_teaching(k)]
+    kernels = ", ".join(f"{v} on {k}" for v, k in report_gpu.KERNEL_OF.items())
+    # one short line per idea: the plain-text table is wide, a one-line caption of 800 characters is not read
+    lines = [
+        f"B={recs[0]['batch']} H={recs[0]['heads']} {args.dtype}{' causal' if args.causal else ''}; each variant "
+        f"at its kernel's blocks: {kernels} (--blocks fa1-rule for FA1's rule).",
+        f"{', '.join(teaching)} run on the teaching tier (float32 FFMA, readable, untuned), fa2 and v_once on "
+        "tensor cores: compare the algorithms by the byte and FLOP columns; TFLOP/s says what each kernel reaches.",
+        "requests: the papers' count (global-memory requests, no cache); L2: SM→L2 requests; DRAM: after the L2 "
+        "residency model.",
+        "× min, FLOP/B min: against Q (rows that see a key), K, V read once and O, lse written once.",
+        f"bound, TFLOP/s: the GPU model of the {gpu.name}{' ' + bh if bh else ''}; fa-traffic validate checks it "
+        "against every committed measurement.",
+        "smem: what the kernel allocates per thread block (S, P in registers), or, for a row no kernel runs, the "
+        "reference's working set (✗ = over the SRAM).",
+    ]
+    if why:
+        lines.append(f"rows marked (papers'): {'; '.join(why)}.")
+    return "\n".join(lines)
 
 
 def _caption(args, srams, dims, gpu, recs=()) -> str:

@@ -47,10 +47,10 @@ def caption_line(problems, causal: bool = False, itemsize: int = 2) -> str:
         cells.append(f"N={n} d={d} {label(applies(n_q, n_k, d, causal, itemsize))}")
     limits = ", ".join(f"d={d}: {most_keys(d, itemsize=itemsize):,} keys"
                        for d in sorted({d for _, _, d in problems}))
-    return (f"v_once f row of a 64-row Q block (H200, 227 KB per block): {'; '.join(cells)} "
-            f"(sram = one thread block, cluster = --placement cluster's CTAs (kernel v_once_cluster), hbm = spilled; a 16-CTA cluster "
-            f"holds up to {limits}; DSMEM = the cluster's two reductions through distributed shared memory, "
-            f"no L2 or DRAM byte)")
+    return (f"v_once f row of a 64-row Q block (H200, 227 KB per block): {'; '.join(cells)}.\n"
+            f"(sram = one thread block, cluster = --placement cluster's CTAs (kernel v_once_cluster), hbm = spilled; "
+            f"a 16-CTA cluster holds up to {limits}; DSMEM = the cluster's two reductions through distributed "
+            f"shared memory, no L2 or DRAM byte)")
 
 
 def most_keys(d: int, cluster_size: int = cluster.CLUSTER_SIZES[-1], *, block_q: int = 64, block_k: int = 64,

@@ -20,6 +20,13 @@ Imports no torch (the report's path): descriptors come from torch-free modules.
 from __future__ import annotations
 
 KERNEL_OF = {"naive": "naive", "fa1": "fa1", "fa2": "fa2_wgmma", "v_once": "v_once_tc"}
+# the tier of each kernel KERNEL_OF names, as kernels.KERNELS registers it (a test holds the two equal; this
+# module imports no torch, so it cannot ask the registry)
+TIER_OF = {"naive": "teaching", "fa1": "teaching", "fa2_wgmma": "tensor-core", "v_once_tc": "tensor-core"}
+
+
+def is_teaching(kernel: str) -> bool:
+    return TIER_OF.get(kernel) == "teaching"
 MODELLED_GPUS = ("h200",)
 BLOCK_RULES = ("kernel", "fa1-rule")
 

@@ -271,3 +271,17 @@ def test_python_dash_m_analysis():
     p = subprocess.run([sys.executable, "-m", "analysis", "report", "--gpu", "nope"],
                        capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=60)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and p.stdout == ""
+
+
+def test_report_says_which_rows_run_on_the_teaching_tier(capsys):
+    """The caption names the tier each variant's kernel is on (a newcomer otherwise reads naive's FFMA TFLOP/s
+    against fa1's as an algorithm's), in short lines; report_gpu.TIER_OF agrees with kernels.KERNELS."""
+    from analysis import report_gpu
+    from kernels import KERNELS
+
+    for kernel in report_gpu.KERNEL_OF.values():
+        assert report_gpu.TIER_OF[kernel] == KERNELS[kernel].tier, kernel
+    rc, out, _ = run(capsys, "report", "--seq-len", "4k")
+    assert rc == 0 and "naive, fa1 run on the teaching tier" in out
+    caption = out[out.index("B=1 H=1"):]
+    assert max(len(line) for line in caption.splitlines()) < 250
