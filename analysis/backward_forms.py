@@ -119,6 +119,11 @@ def _naive(s: TileSums, t: Tiling, d: int, item: int):
 _BACKWARD = {"naive": _naive, "fa1": _fa1, "fa2": _fa2, "v_once": _fa2}
 
 
+def has_backward(variant: str) -> bool:
+    """Whether the backward's closed form knows `variant` (a variant registered at run time may not)."""
+    return variant in _BACKWARD
+
+
 def saved_bytes(variant: str, batch: int, heads: int, n_q: int, n_k: int, dtype="fp16") -> int:
     """Bytes the forward keeps for the backward beyond q, k, v and o (see the module docstring)."""
     if variant not in cf.VARIANT_NAMES:

@@ -15,6 +15,8 @@ the backward (its five products to the forward's two), 3.5 for train.
 """
 from __future__ import annotations
 
+import sys
+
 from analysis import backward_forms as bf
 from analysis import closed_forms as cf
 from analysis.gpus import get_gpu
@@ -52,6 +54,13 @@ def build_records(args) -> list[dict]:
 
     gpu = get_gpu(args.gpu)
     configs = cli._configs(args, False)
+    missing = sorted({name for name, _ in configs if not bf.has_backward(name)})
+    if missing:  # a registered variant without a backward closed form (docs/design.md, how to add a variant)
+        why = f"no backward closed form for {', '.join(missing)} (analysis/backward_forms.py)"
+        if cli._flatten(args.variant):
+            raise cli.CliError(f"--pass {args.pass_name}: {why}")
+        print(f"fa-traffic: --pass {args.pass_name} leaves out {', '.join(missing)}: {why}", file=sys.stderr)
+        configs = [(name, opts) for name, opts in configs if name not in missing]
     problems = cli._problems(args, cli.DEFAULT_SEQ)
     sram = args.sram or gpu.sram_bytes
     cli._check_sram_can_hold_something(configs, problems, sram, args.dtype)

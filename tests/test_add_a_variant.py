@@ -96,6 +96,17 @@ def test_cli_picks_it_up(toy, capsys):
     assert two["reads"]["K"] == 2 * fa2["reads"]["K"] and two["reads"]["V"] == fa2["reads"]["V"]
 
 
+def test_backward_report_without_its_backward(toy, capsys):
+    """The guide's variant has no backward closed form: --pass backward leaves it out and says so; named, it
+    is refused in one line (not a KeyError)."""
+    assert main(["report", "--pass", "backward", "--seq-len", "1k", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert NAME not in {r["variant"] for r in json.loads(out)} and f"leaves out {NAME}" in err
+    assert main(["report", "--pass", "train", "--variant", f"fa2,{NAME}", "--seq-len", "1k"]) == 2
+    err = capsys.readouterr().err
+    assert "no backward closed form" in err and len(err.strip().splitlines()) == 1
+
+
 def test_gone_afterwards(capsys):
     assert NAME not in variants.VARIANTS and NAME not in cf.VARIANT_NAMES
     assert main(["report", "--variant", NAME]) == 2
