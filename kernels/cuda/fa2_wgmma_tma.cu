@@ -483,6 +483,7 @@ static_assert(!(HALF_DIAG && QK_AHEAD), "HALF_DIAG is written for the one-S-tile
 static_assert(!O_TILE || (PERSISTENT && !QK_AHEAD), "O_TILE: a persistent build without QK_AHEAD (its Q goes back early)");
 static_assert(!O_DIRECT || (PERSISTENT && !QK_AHEAD && !O_TILE), "O_DIRECT: a persistent build without QK_AHEAD or O_TILE");
 static_assert(BLOCK_N % 16 == 0 && BLOCK_N <= 256, "BLOCK_N: a multiple of 16, at most 256 (TMA box)");
+static_assert(STAGES >= 1, "STAGES: the K/V ring needs a slot (the producer loads block t into slot t % STAGES)");
 static_assert(Q_SLOTS == 1 || (Q_SLOTS == 2 && PERSISTENT && (O_TILE || O_DIRECT)),
               "Q_SLOTS=2: a persistent build whose epilogue does not stage O through the Q tile (O_TILE or O_DIRECT)");
 
