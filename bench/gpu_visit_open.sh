@@ -1159,8 +1159,8 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       tail -16 "$W/run.txt" ;;
     inputs27)  # stop 27: the tensor-core forwards at scale < 0 and = 0 (fa2_tc, v_once_tc, fa2_wgmma, v_once_cluster), fp16 /
       # bf16, causal with Nq > Nk and tails, poisoned outputs, against float64 (never run: stop 27 had no device)
-      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py -k non_positive_scale \
-        > "$W/tests.log" 2>&1; rc=$?; tail -5 "$W/tests.log" ;;
+      timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_bwd_gpu.py \
+        -k "non_positive" > "$W/tests.log" 2>&1; rc=$?; tail -5 "$W/tests.log" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window

@@ -157,3 +157,22 @@ def test_refuses_what_it_cannot_run():
     q = torch.randn(1, 1, 16, 64, device="cuda", dtype=torch.float32)
     with pytest.raises(TypeError, match="dtype"):
         fa2_wgmma.backward(q, q, q, q, lse, q)
+
+
+@pytest.mark.parametrize("softmax_scale", [-0.125, 0.0], ids=["negative", "zero"])
+def test_non_positive_softmax_scale(softmax_scale):
+    """scale <= 0 through forward (run on (-q, -scale) or (0, 1): kernels.layouts.positive_scale) and backward
+    (which masks P after the exponential and takes the scale as given), causal with Nq > Nk and tails."""
+    from kernels import fa2_wgmma, fa2_wgmma_bwd
+
+    for dtype in (torch.float16, torch.bfloat16):
+        q, k, v, do = inputs(1, 2, 333, 200, 64, dtype, 1.0, 5)
+        o, lse = fa2_wgmma.forward(q, k, v, causal=True, scale=softmax_scale)
+        grads = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
+        fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True, scale=softmax_scale, out=grads)
+        torch.cuda.synchronize()
+        exact = reference_grads(q, k, v, do, causal=True, scale=softmax_scale)
+        for name, g, ref in zip(("dq", "dk", "dv"), grads, exact):
+            assert torch.isfinite(g).all(), name
+            err, norm = float((g.double() - ref).norm()), float(ref.norm())
+            assert err <= max(TOL[dtype] * norm, 1e-5 * g.numel() ** 0.5), f"{name}: {err:.3e} vs {norm:.3e}"
