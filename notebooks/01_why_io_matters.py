@@ -286,13 +286,17 @@ print("share of naive's HBM bytes that are S and P:", ", ".join(f"N={n}: {s:.0%}
 # - notebook 5: issue #941's **multiply V once**, and what its $f$ row costs;
 # - notebook 6: the kernels on a real GPU.
 #
-# The same numbers are one command away: `fa-traffic report` (here for two variants):
+# The same numbers are one command away: `fa-traffic report --blocks fa1-rule` (here for two variants).
+# It reports one (batch, head), so its bytes and times are the table's of section 3 divided by $B \cdot H$
+# (512 at N = 1k, 32 at 16k) and its TFLOP/s are the same. Without `--blocks fa1-rule` it models each
+# variant's real kernel with its own blocks instead (the GPU model of notebook 6), and gives other numbers.
 
 # %%
 import subprocess
 
+# --blocks fa1-rule: the papers' count and roofline with FA1's blocks, as in section 3's table
 out = subprocess.run([sys.executable, "-m", "analysis", "report", "--variant", "naive,fa2",
-                      "--seq-len", "1k,16k", "--format", "markdown"],
+                      "--seq-len", "1k,16k", "--blocks", "fa1-rule", "--format", "markdown"],
                      cwd=ROOT, capture_output=True, text=True)
 display(Markdown(out.stdout) if out.returncode == 0 else Markdown(f"`fa-traffic` failed: {out.stderr}"))
 
