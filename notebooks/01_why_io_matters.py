@@ -225,9 +225,9 @@ plt.show()
 # there were no cache. Read each input once (the "each input once" column) and FA2's intensity grows
 # as $N$, far right of the ridge: on an H200 the 60 MB L2 serves nearly every re-read of $K_j, V_j$
 # (Nsight Compute: DRAM bytes 0.97–1.04× reading Q, K, V once and writing O once), so no FA2 kernel
-# measured here is bound by memory. Naive's $S$ and $P$ (128 MiB at N = 4k per head) do not fit any
-# cache: its DRAM traffic is real. Notebook 6 says what bounds each kernel on the H200, from the GPU
-# model, with the measurements beside it.
+# measured here is bound by memory. Naive's $S$ and $P$ (64 MiB per (batch, head) at N = 4k, 8 GiB for
+# the table's $B \cdot H = 128$) do not fit any cache: its DRAM traffic is real. Notebook 6 says what
+# bounds each kernel on the H200, from the GPU model, with the measurements beside it.
 #
 # ## 4 · Where the time goes
 #
@@ -273,18 +273,20 @@ share = [a / (a + b) for a, b in zip(sp_bytes, qkvo_bytes)]
 print("share of naive's HBM bytes that are S and P:", ", ".join(f"N={n}: {s:.0%}" for n, s in zip(seq, share)))
 
 # %% [markdown]
-# The score matrices are the largest share of the traffic, and moving them alone takes several times
-# longer than all the arithmetic. (The other line grows as $N^2$ too: naive's tiled products re-read
-# $K$ and $V$ once per query block, $T_r \cdot N d$ elements — a cost of the tiling, which larger GEMM
-# tiles and the L2 cache shrink. $S$ and $P$ cannot be shrunk that way.) Yet $S$ and $P$ are intermediate results: nobody needs them in HBM. The rest of
-# the workbench is about not writing them:
+# The score matrices are the largest share of the traffic, and moving them alone takes about 2.5 times
+# as long as all the arithmetic together (matmul plus exp and other). (The other line grows as $N^2$
+# too: naive's tiled products re-read $K$ and $V$ once per query block, $T_r \cdot N d$ elements — a
+# cost of the tiling, which larger GEMM tiles and the L2 cache shrink. $S$ and $P$ cannot be shrunk
+# that way.) Yet $S$ and $P$ are intermediate results: nobody needs them in HBM. The rest of the
+# workbench is about not writing them:
 #
 # - notebook 2: the **online softmax** lets a kernel normalise a row it sees only block by block;
 # - notebook 3: **FlashAttention-1** keeps $S$ and $P$ on chip and proves its traffic is
 #   $\Theta(N^2 d^2 / M)$;
 # - notebook 4: **FlashAttention-2** swaps the loops for parallelism and fewer non-matmul FLOPs;
 # - notebook 5: issue #941's **multiply V once**, and what its $f$ row costs;
-# - notebook 6: the kernels on a real GPU.
+# - notebook 6: the kernels on a real GPU;
+# - notebook 7: the backward pass, which rebuilds $P$ from one number per row instead of storing it.
 #
 # The same numbers are one command away: `fa-traffic report --blocks fa1-rule` (here for two variants).
 # It reports one (batch, head), so its bytes and times are the table's of section 3 divided by $B \cdot H$
