@@ -393,9 +393,10 @@ def check_intensity(d, flops_per_byte):
 # <details><summary>Solution</summary>
 #
 # Left: the A100's ridge (datasheet figures) is about 153 FLOP/B against the H200's 206, because its
-# tensor cores are slower relative to its HBM. Naive attention's intensity does not depend on the GPU
-# ($\approx d/2$ FLOP/B in fp16, 32 at $d = 64$), so it is relatively closer on the A100 but still far
-# left of the ridge: memory-bound on both.
+# tensor cores are slower relative to its HBM. Naive attention's intensity hardly depends on the GPU
+# ($\approx d/2$ FLOP/B in fp16 counting $S$ and $P$ alone, 32 at $d = 64$; section 3's table shows 21
+# because it also counts the tiled re-reads of $K$ and $V$), so it is relatively closer on the A100 but
+# still far left of the ridge: memory-bound on both.
 #
 # </details>
 #
@@ -406,7 +407,8 @@ def check_intensity(d, flops_per_byte):
 # <details><summary>Solution</summary>
 #
 # Intensity $= 4N^2 d / (4N^2 \cdot 2) = d/2$ FLOP per byte in fp16: it doubles from 32 to 64 when $d$
-# doubles, independent of $N$ — still well below the ridge.
+# doubles, independent of $N$ — still well below the ridge. (Section 3's table shows 21 at $d = 64$, not
+# 32: it also counts naive's tiled re-reads of $K$ and $V$, bytes that bring no FLOPs.)
 #
 # </details>
 #
