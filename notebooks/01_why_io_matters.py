@@ -137,8 +137,11 @@ print(f"ridge point: {ridge:.0f} FLOP per byte of HBM traffic - below it, an alg
 # capacity beside bandwidth: the level that holds the most is the slowest to read
 levels = ["SRAM (all SMs)", "L2 cache", "HBM"]
 capacity = [h200.smem_per_sm_bytes.value * sms, h200.measured["l2_bytes"].value, h200.hbm_bytes.value]
-# bandwidth: HBM measured here; SRAM and L2 are not in analysis.gpus, so the FlashAttention paper's
-# A100 ratio (~19 TB/s SRAM against ~1.5-2 TB/s HBM) is the only on-chip figure we quote, as a label
+# bandwidth, one bar per level: HBM measured here (datasheet hatched); the L2 has no datasheet figure, so the
+# most a profiled kernel moved through it (analysis.gpu_model.L2_BANDWIDTH, a lower bound); shared memory from
+# the CUDA guide's 128 bytes per clock per SM at the boost clock
+from analysis import gpu_model
+
 fig, (ax_c, ax_b) = plt.subplots(1, 2, figsize=(10, 2.8), sharey=True)
 colours = ["tab:green", "tab:orange", "tab:red"]
 ax_c.barh(levels, capacity, color=colours)
@@ -150,13 +153,16 @@ ax_c.invert_yaxis()
 ax_c.set_xlabel("capacity (bytes, log scale)")
 ax_c.set_title("how much it holds")
 hbm_bw = h200.measured["hbm_bandwidth"].value
-ax_b.barh(["HBM"], [hbm_bw / 1e12], color="tab:red")
+smem_bw = gpu_model.SMEM_BYTES_PER_CLK * sms * h200.value("clock_hz")
+ax_b.barh(levels, [smem_bw / 1e12, gpu_model.L2_BANDWIDTH / 1e12, hbm_bw / 1e12], color=colours)
 ax_b.barh(["HBM"], [h200.hbm_bandwidth.value / 1e12], color="none", edgecolor="tab:red", hatch="//")
-ax_b.text(hbm_bw / 1e12, 2, f" {hbm_bw / 1e12:.1f} TB/s measured (datasheet {h200.hbm_bandwidth.value / 1e12:.1f}, hatched)",
-          va="center", fontsize=8)
-for y in (0, 1):
-    ax_b.text(0.1, y, "on chip: roughly 10× HBM's rate (FA paper, A100: ~19 TB/s SRAM)", va="center", fontsize=8)
-ax_b.set_xlim(0, 20)
+for y, (v, text) in enumerate([
+        (smem_bw, f"{smem_bw / 1e12:.0f} TB/s (128 B/clock/SM, CUDA guide)"),
+        (gpu_model.L2_BANDWIDTH, f"≥ {gpu_model.L2_BANDWIDTH / 1e12:.1f} TB/s (the most a profiled kernel moved)"),
+        (h200.hbm_bandwidth.value, f"{hbm_bw / 1e12:.1f} TB/s measured (datasheet "
+                                   f"{h200.hbm_bandwidth.value / 1e12:.1f}, hatched)")]):
+    ax_b.text(v / 1e12, y, " " + text, va="center", fontsize=8)  # right of the bar (and of the hatch)
+ax_b.set_xlim(0, 75)
 ax_b.set_xlabel("bandwidth (TB/s, linear)")
 ax_b.set_title("how fast it is read")
 fig.suptitle("H200 memory hierarchy: capacity beside bandwidth")
