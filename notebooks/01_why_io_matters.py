@@ -216,8 +216,8 @@ for name, marker in (("naive", "o"), ("fa2", "s")):
     xs = [res[(name, n)][1].matmul_intensity_flop_per_byte for n in seq]
     ax.loglog(xs, np.minimum(peak, bw * np.array(xs)) / 1e12, marker, ms=7,
               label=f"{name}, N = 512 … 16k (the points coincide)")
-ax.set_xlabel("arithmetic intensity I (matmul FLOP per HBM byte)")
-ax.set_ylabel("attainable TFLOP/s (matmul roof only)")
+ax.set_xlabel("arithmetic intensity I (matmul FLOP per HBM byte, log scale)")
+ax.set_ylabel("attainable TFLOP/s (matmul roof only, log)")
 ax.set_title(f"H200 roofline, d = {d}, fp16")
 legend_outside(ax)
 plt.show()
@@ -253,8 +253,8 @@ ax = axes[0]
 ax.loglog(seq, sp_bytes, "o-", label="S and P (written + read)")
 ax.loglog(seq, qkvo_bytes, "s-", label="Q, K, V (re-read per tile), O, lse")
 ax.loglog(seq, [4 * n * d * 2 for n in seq], "k:", label="Q, K, V, O once each")
-ax.set_xlabel("sequence length N")
-ax.set_ylabel("HBM bytes per (batch, head)")
+ax.set_xlabel("sequence length N (log scale)")
+ax.set_ylabel("HBM bytes per (batch, head), log scale")
 ax.set_title(f"naive attention: HBM traffic by tensor, d = {d}, fp16")
 legend_outside(ax)
 
