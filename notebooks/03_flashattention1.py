@@ -177,8 +177,8 @@ for n, (op, name, row, value) in enumerate(log):
 snapshots = snapshots[:N // BC]  # one per outer step (the lse epilogue adds no O store)
 
 o_full, _ = attention_reference(q, k, v)
-fig, axes = plt.subplots(1, len(snapshots) + 2, figsize=(12, 3.6),
-                         gridspec_kw={"width_ratios": [1] * (len(snapshots) + 1) + [2.4]})
+# two figures: the heatmaps need the height (16 rows of 8), the error curve needs the width for its legend
+fig, axes = plt.subplots(1, len(snapshots) + 1, figsize=(10, 4.2), layout="constrained")
 err_seen, err_full = [], []
 for j, snap in enumerate(snapshots):
     c1 = (j + 1) * BC
@@ -187,20 +187,22 @@ for j, snap in enumerate(snapshots):
     err_full.append((snap - o_full[0, 0]).abs().max().item())
     axes[j].imshow(snap, cmap="RdBu", vmin=-1.5, vmax=1.5)
     axes[j].set_title(f"O in HBM\nafter j = {j}")
-    axes[j].set_xlabel("d")
+    axes[j].set_xlabel("column of O (d)")
 axes[0].set_ylabel("query row")
-im = axes[len(snapshots)].imshow(o_full[0, 0].float(), cmap="RdBu", vmin=-1.5, vmax=1.5)
-fig.colorbar(im, ax=axes[len(snapshots)], shrink=0.7, label="O (all panels)")
-axes[len(snapshots)].set_title("reference O\n(all keys)")
-ax = axes[-1]
+im = axes[-1].imshow(o_full[0, 0].float(), cmap="RdBu", vmin=-1.5, vmax=1.5)
+axes[-1].set_title("reference O\n(all keys)")
+axes[-1].set_xlabel("column of O (d)")
+fig.colorbar(im, ax=axes, shrink=0.8, label="value of O (all panels)")
+plt.show()
+
+fig, ax = plt.subplots(figsize=(6, 3.2))
 ax.semilogy(range(len(snapshots)), err_full, "o-", label="vs reference over all keys")
 ax.semilogy(range(len(snapshots)), np.maximum(err_seen, 1e-9), "s--", label="vs reference over keys < (j+1)·Bc")
 ax.set_xlabel("outer step j")
 ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))  # steps are integers
-ax.set_ylabel("max |error|")
-ax.set_title("running O")
+ax.set_ylabel("max |error| (log scale)")
+ax.set_title("the running O in HBM after each outer step")
 legend_outside(ax)
-fig.tight_layout()
 plt.show()
 
 # %% [markdown]
