@@ -314,8 +314,11 @@ show_table(["M", "Br", "Bc", "naive bytes", "FA1 bytes"],
 # %% [markdown]
 # Naive levels off at its $S$ and $P$ traffic ($4N^2$ elements: each written once and read once),
 # which does not care about $M$ (at the smallest $M$ its tiled products also re-read $Q$ and $K$
-# many times). FlashAttention-1 falls with slope $-1$ while $M \le Nd$; beyond that one block of keys covers the whole sequence
-# ($T_c = 1$) and it reaches the floor of reading each input once. The same curve at a real size
+# many times). FlashAttention-1 falls with a slope close to $-1$ while $M \le Nd$ (the legend's fit:
+# reading $K$ and $V$ once does not shrink with $M$ and flattens it a little), and keeps falling until
+# $B_c = M/4d$ reaches $N$, at $M = 4Nd$ (64 KiB here, in fp32 elements): one block of keys then
+# covers the whole sequence ($T_c = 1$) and it reaches its floor — $Q$, $K$, $V$ read once, $O$ zeroed,
+# read back and written once, and $\ell$, $m$ likewise. The same curve at a real size
 # ($N = 8192$, $d = 64$) is cheap with the closed forms; the dotted lines mark real GPUs' SRAM per
 # thread block.
 
