@@ -414,6 +414,8 @@ def check_divisions(count):
 #     print(name, human(c.hbm_bytes))
 # ```
 # FA2 (and `v_once` while its row fits) move fewer bytes than FA1 at the same blocks — they drop FA1's
-# repeated $O$ traffic — but by a constant factor, not asymptotically: the bound holds for all.
+# repeated $O$ traffic — but by a constant factor, not asymptotically: the bound holds for all. At
+# $N = 4096$ `v_once`'s row does not fit (notebook 5): it spills to HBM, with the issue's eager rescaling
+# by default, and prints 2.25 GB, far more than even naive.
 #
 # </details>
