@@ -279,10 +279,10 @@ kinds = ["exp", "other"]  # matmul FLOPs are equal (printed below); a linear axi
 x = np.arange(len(kinds))
 for off, name in ((-0.2, "fa1"), (0.2, "fa2")):
     c, r = res[(name, n)]
-    axes[0].bar(x + off, [c.flops[kd] for kd in kinds], width=0.4, label=name.upper(), color=colour(name))
+    axes[0].bar(x + off, [c.flops[kd] / 1e9 for kd in kinds], width=0.4, label=name.upper(), color=colour(name))
 axes[0].set_xticks(x, kinds)
-axes[0].set_ylabel("non-matmul FLOPs (whole problem)")
-axes[0].set_title(f"non-matmul FLOPs, N = {n}, batch = 1, d = {d}, H = {heads}")
+axes[0].set_ylabel("non-matmul GFLOP (whole problem)")  # GFLOP: no 1e10 offset above the axis
+axes[0].set_title(f"non-matmul FLOPs\nN = {n}, batch = 1, d = {d}, H = {heads}")
 legend_outside(axes[0])
 
 parts = ["memory", "matmul", "non-matmul"]
