@@ -236,9 +236,10 @@ show_table(["d", "split-K (FA1): bytes through shared memory per step", "split-Q
 print(f"Br = {br}, Bc = 64, {warps} warps; plus a __syncthreads() per step for split-K")
 
 # %% [markdown]
-# The exchange is several times the tile itself and comes with a barrier every step, so split-K spends
-# shared-memory bandwidth and stalls that split-Q does not. The counts in this workbench are HBM counts
-# and do not see it; the GPU model of notebook 6 does (its smem term).
+# The exchange moves 16 times the bytes of the $K_j, V_j$ tile itself (at both $d$: both grow as $d$)
+# and comes with a barrier every step, so split-K spends shared-memory bandwidth and stalls that
+# split-Q does not. The counts in this workbench are HBM counts and do not see it; the GPU model of
+# notebook 6 does (its smem term).
 #
 # ## 4 · Non-matmul FLOPs, counted, side by side
 #
