@@ -407,8 +407,11 @@ else:
 
     runs = [p for p in CLUSTER_RUNS if p.exists()]
     run_ids = [json.loads(p.read_text())["run"]["run_id"].split("-")[0] for p in runs]
+    # the benchmark setting only (B·N = 16k, H·d = 2048): one cell per N, without the small-B·H runs. A B·H > 16
+    # filter would also drop d = 128 at N = 16k (B·H = 16), the cell where the gap is widest
     by = latest_run_cells(runs, lambda r: (r["d"], r["causal"], r["n"]),
-                          keep=lambda r: r.get("median_ms") and r.get("dtype") == "float16" and r["b"] * r["h"] > 16)
+                          keep=lambda r: r.get("median_ms") and r.get("dtype") == "float16"
+                          and r["b"] * r["n"] == 16384 and r["h"] * r["d"] == 2048)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for ax, dd in zip(axes, (64, 128)):
         for causal, ls in ((False, "-"), (True, "--")):
