@@ -284,6 +284,8 @@ from analysis.results import RESULTS_DIR, load_ncu, load_records, measured_ratio
 RUN_FILE = "tc_bench.json"
 
 # %%
+from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
 records = one_per_shape([r for r in load_records(RUN_FILE) if "{" not in r["kernel"]
                          and (r["kernel"].startswith("v_once") or r["kernel"] in ("fa2_tc", "fa2"))])
 tensor_core = [r for r in records if "_tc" in r["kernel"]]  # the tier whose speed is in question
@@ -303,8 +305,12 @@ else:
         ax.axvline(longest_fitting(h200, dd, 64), color="tab:red", lw=0.8, ls=":")  # the model's limit
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        # plain numbers on the log axis: its default minor labels (2×10¹, 3×10¹, ...) crowd one another
+        ax.yaxis.set_major_locator(FixedLocator([5, 10, 20, 50, 100, 200, 500]))
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("sequence length N")
-        ax.set_ylabel("TFLOP/s (papers' FLOPs)")
+        ax.set_ylabel("TFLOP/s (papers' FLOPs, log scale)")
         ax.set_title(f"{dt}, d = {dd}, {'causal' if causal else 'non-causal'}")
     legend_outside(axes[0][-1])
     fig.suptitle(("Tensor-core kernels" if tensor_core else "Kernels") + f" measured on the H200, {run_label(records)}\n"
