@@ -131,7 +131,7 @@ for t, rs in timed.items():
 # residency model lets through to **DRAM**. Its free constants are fitted on a training split
 # (fp16, non-causal, N = 2k and 8k); every other cell below is held out. The "bound" is the term that sets the
 # model's time: where the SMs' time is the longest, the largest of tensor, softmax (MUFU + ALU), smem and latency
-# (dependent round trips); else L2 or DRAM.
+# (dependent round trips), or for the cluster `v_once` exposed (its one fitted term, notebook 5); else L2 or DRAM.
 
 # %%
 import re
@@ -204,7 +204,10 @@ else:
 # their tensor cores (d = 128) or their softmax (d = 64: MUFU exponentials and ALU work per FLOP double
 # when d halves); `fa2_tc` and SDPA flash (mma.sync) by the tensor path; the teaching tier (FFMA, scalar
 # shared loads) by shared-memory issue — even naive, whose S and P really do go through DRAM. Only
-# spilled `v_once` moves enough bytes for the L2 (lazy) or DRAM and round-trip latency (eager) to bind.
+# spilled `v_once_tc` moves enough bytes for memory to bind: the L2, or DRAM at d = 64 and 16k as below,
+# when lazy; eager (not timed at 16k) is DRAM-bound at 4k. The cluster `v_once` keeps its row on chip
+# and is bound by `exposed`: the cycles per tile its lone consumer warpgroup cannot hide (notebook 5,
+# section 7).
 
 # %%
 # one run per kernel: the newest file that timed it (tc_bench_wgmma_tma.json holds today's fa2_wgmma builds)
