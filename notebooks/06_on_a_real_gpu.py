@@ -416,9 +416,9 @@ else:
 
 # %% [markdown]
 # Read it as the machine, not the paper: the same kernel does the same cycles in fp16 and bf16, but at
-# d = 128 bf16 runs 3–5% faster (1–2% at d = 64): for the same work it draws less power, so the cap allows a
-# higher clock. SDPA's FlashAttention-2
-# (mma.sync, a less busy tensor pipe) runs near the 1.98 GHz boost while the wgmma kernels run lower.
+# d = 128 the wgmma kernels (`fa2_wgmma`, cuDNN) run 3–5% faster in bf16 (1–2% at d = 64): for the same
+# work bf16 draws less power, so the cap allows a higher clock. SDPA's FlashAttention-2 (mma.sync, a less
+# busy tensor pipe) runs near the 1.98 GHz boost in both, gaining 0–2%, while the wgmma kernels run lower.
 # A benchmark therefore times the kernel *and* the clock it earned: from stop 23 every timing in
 # `bench/harness.py` records the SM clock over its window, and the A/B prints each lead over cuDNN in time
 # and in cycles.
