@@ -374,8 +374,9 @@ else:
 # The model turns cycles into seconds at one clock. The H200 does not run at one: under these kernels the
 # board sits at its power cap (about 690 W), and the SM clock is whatever that power buys — it depends on
 # what each kernel draws. `bench/clock_probe.py` timed each kernel six times per shape while `nvidia-smi`
-# read the SM clock every 50 ms (`bench/results/stop23/clock`). A time is cycles / clock, so kilocycles =
-# ms × MHz separates the work from the clock:
+# read the SM clock every 50 ms (`bench/results/stop23/clock`; a *stop* is one numbered round of this
+# project's GPU work, with its notes in `bench/NOTES-tc.md` and its runs in `bench/results/stopNN/`). A time
+# is cycles / clock, so kilocycles = ms × MHz separates the work from the clock:
 
 # %%
 clock_path = RESULTS / "stop23" / "clock" / "clock_probe.json"
