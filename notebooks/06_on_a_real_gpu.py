@@ -379,6 +379,8 @@ else:
 # is cycles / clock, so kilocycles = ms × MHz separates the work from the clock:
 
 # %%
+from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
 clock_path = RESULTS / "stop23" / "clock" / "clock_probe.json"
 try:
     clock_rows = json.loads(clock_path.read_text())["rows"]
@@ -409,7 +411,11 @@ else:
                    [med(cells[k][dt], "mhz") for k, dt in xs], color=colour(label), label=label,
                    marker="o", s=[30 if dt == "float16" else 60 for _, dt in xs])
     ax.set_xscale("log")
-    ax.set_xlabel("megacycles per call (ms × MHz / 1000)")
+    # plain numbers: the log axis's default minor labels (2×10⁻¹, 3×10⁻¹, 4×10⁻¹) ran into one another
+    ax.xaxis.set_major_locator(FixedLocator([0.2, 0.5, 1, 2, 4]))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("megacycles per call (ms × MHz / 1000, log scale)")
     ax.set_ylabel("SM clock (MHz) while timed")
     ax.set_title("H200 at its power cap: the clock each kernel runs at (small: fp16, large: bf16)")
     legend_outside(ax)
