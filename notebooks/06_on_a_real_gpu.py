@@ -496,7 +496,7 @@ else:
     for name in dict.fromkeys(family(r["variant"]) for r in ab_rows):
         rs = [r for r in ab_rows if family(r["variant"]) == name]
         ax.scatter([r["model"] for r in rs], [r["measured"] / (r["control"] or 1.0) for r in rs], s=18, label=name)
-    lo, hi = 0.84, 1.12
+    lo, hi = 0.84, 1.13  # every cell inside (the measured ratios reach 1.122)
     ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
     ax.axhline(1, color="grey", lw=0.5, ls=":")
     ax.axvline(1, color="grey", lw=0.5, ls=":")
