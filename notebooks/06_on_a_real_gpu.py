@@ -605,8 +605,8 @@ else:
 #
 # </details>
 #
-# **5.** With a GPU: change the live problem to causal (pass `causal=True` through the lambdas) and to
-# $d = 128$. Which kernels gain most from causal masking, and why?
+# **5.** With a GPU: change the live problem to causal (`harness.measure(entry, sets, True)`: its third
+# argument is `causal`) and to $d = 128$ (`D = 128`). Which kernels gain most from causal masking, and why?
 #
 # <details><summary>Solution</summary>
 #
