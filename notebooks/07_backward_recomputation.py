@@ -240,8 +240,9 @@ plt.show()
 # The unfused algorithm is not only a memory problem. Each of its passes is a separate kernel that
 # writes its result to HBM for the next one to read back. PyTorch's `math` backend of
 # `scaled_dot_product_attention` is exactly that; its `flash` backend is one fused kernel. The
-# committed forward timings (`bench/results/bench_kernels.json`, an H200, fp16, $B \cdot N = 16$k,
-# $H = 2048/d$) put them side by side, next to the traffic ratio our counts predict for the forward:
+# committed timings put them side by side — the forward from `bench/results/bench_kernels.json`, the
+# backward from `bench/results/bwd_final/bwd_bench.json` (an H200, fp16, $B \cdot N = 16$k, $H = 2048/d$)
+# — next to the traffic ratio our counts predict for each pass:
 
 # %%
 import json
@@ -265,26 +266,30 @@ if rows:
 else:
     print("not measured yet: no sdpa_math / sdpa_flash timings in", path)
 
-# the backward, when bench/sdpa_backward.py has been run on a GPU and its JSON committed
-bpath = ROOT / "bench" / "results" / "sdpa_backward.json"
-brecs = json.loads(bpath.read_text()).get("records", []) if bpath.exists() else []
-by = {(r["backend"], r["n"]): r for r in brecs if "skipped" not in r and r["d"] == 64 and not r["causal"]}
+# the backward: the committed run of bench/bench_bwd.py (same setting; every cell's gradients checked first)
+bpath = ROOT / "bench" / "results" / "bwd_final" / "bwd_bench.json"
+bdata = json.loads(bpath.read_text()) if bpath.exists() else {}
+brecs, brun = bdata.get("rows", []), bdata.get("meta", {}).get("run_id", "no run id")
+by = {(r["kernel"], r["n"]): r for r in brecs if r.get("ok") and r.get("bwd_ms") and r["dtype"] == "float16"
+      and r["d"] == 64 and not r["causal"]}
 brows = []
-for n in sorted(n for b_, n in by if b_ == "math"):
-    if ("flash", n) in by:
-        b, h = 16384 // n, 2048 // 64
+for n in sorted(n for k_, n in by if k_ == "sdpa_math"):
+    if ("sdpa_flash", n) in by:
+        b, h = by[("sdpa_math", n)]["b"], by[("sdpa_math", n)]["h"]
         naive = bf.backward_counts("naive", b, h, n, n, 64, dtype="fp16", block_q=64, block_k=64)
         fa2 = bf.backward_counts("fa2", b, h, n, n, 64, dtype="fp16", block_q=64, block_k=64)
-        m, f = by[("math", n)]["bwd_ms"], by[("flash", n)]["bwd_ms"]
+        m, f = by[("sdpa_math", n)]["bwd_ms"], by[("sdpa_flash", n)]["bwd_ms"]
         brows.append([n, f"{m:.3f}", f"{f:.3f}", f"{m / f:.1f}×", f"{naive.hbm_bytes / fa2.hbm_bytes:.1f}×"])
 if brows:
     show_table(["N", "math backward (ms)", "flash backward (ms)", "measured math/flash", "counted HBM naive/fa2"], brows)
+    print(f"backward: fp16, d = 64, non-causal, run {brun.split('-')[0]} ({bpath.relative_to(ROOT)}); "
+          "the math backend was not timed at N = 16k")
 else:
-    print("backward not measured yet: run `PYTHONPATH=. python3 bench/sdpa_backward.py` on a GPU and "
-          "commit its sdpa_backward.json under bench/results/")
+    print(f"backward not measured yet: no sdpa_math / sdpa_flash rows in {bpath.relative_to(ROOT)}")
 
 # %% [markdown]
-# Fusion wins by more than an order of magnitude, several times what the byte ratio alone predicts.
+# Fusion wins the forward by more than an order of magnitude (15–20×) and the backward by 5–8×, each
+# several times what the byte ratio alone predicts.
 # The counts model Algorithm 0's three passes at full bandwidth; what they leave out - how many kernels
 # the math backend really launches, and what fraction of HBM bandwidth and tensor-core rate each
 # reaches - is for a profiler to measure (notebook 6; `bench/results/bwd_final/bwd_bench.md` has the math
