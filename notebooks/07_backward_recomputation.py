@@ -162,6 +162,11 @@ for name in ("fa1", "fa2"):
             rows.append([name, t, c.reads.get(t, 0), c.writes.get(t, 0), c.read_bytes.get(t, 0) + c.write_bytes.get(t, 0)])
     rows.append([name, "other FLOPs", "", "", c.flops["other"]])
 show_table(["variant", "tensor", "elements read", "elements written", "bytes (or FLOPs)"], rows)
+# the totals in this float32 run and in fp16 (the training dtype), where FA2's dQ stays float32 and FA1's does not
+q16, k16, v16, dO16 = (t.half() for t in (q, k, v, dO))
+print("HBM bytes, whole backward:", "; ".join(
+    f"{label}: fa1 {counted_backward('fa1', *ins)[1].hbm_bytes:,}, fa2 {counted_backward('fa2', *ins)[1].hbm_bytes:,}"
+    for label, ins in (("float32", (q32, k32, v32, dO32)), ("fp16", (q16, k16, v16, dO16)))))
 
 from tests.backward_helpers import reference_grads
 qb, kb, vb, dOb = (torch.randn(1, 1, n, 32).to(torch.bfloat16) for n in (32, 1024, 1024, 32))
@@ -175,9 +180,10 @@ print("bf16, Tc = 128 key blocks: relative dq error  fa1 (bf16 dQ in HBM): "
 assert errs["fa1"] > 2 * errs["fa2"]
 
 # %% [markdown]
-# Note what the counts say and what they do not: FA2's backward moves *more* bytes than FA1's in this
-# model — its float32 $dQ$ costs twice the bytes per round trip — while doing less elementwise work
-# ($D$ once, no $\ell$ divide). As in the forward (notebook 4), FA2's real advantages are parallelism
+# Note what the counts say and what they do not. In this float32 run both $dQ$'s take 4 bytes an
+# element, and FA2 moves fewer bytes than FA1 (it reads $O$ once). In fp16, as models train, FA2 moves
+# *more*: its float32 $dQ$ costs twice FA1's bytes per round trip. Either way it does less elementwise
+# work ($D$ once, no $\ell$ divide). As in the forward (notebook 4), FA2's real advantages are parallelism
 # and fewer non-matmul FLOPs; the HBM model does not credit the L2 cache that absorbs the re-reads.
 #
 # ## 4 · Recomputation's trade, counted
