@@ -180,8 +180,8 @@ else:
     hi = max(max(r["model"], r["measured"]) for r in timed_cells) * 1e3
     for f, ls in ((1.0, "k-"), (1.15, "k:"), (1 / 1.15, "k:")):
         ax.loglog([lo, hi], [lo * f, hi * f], ls, lw=0.8)
-    ax.set_xlabel("GPU model time (ms)")
-    ax.set_ylabel("measured median time (ms)")
+    ax.set_xlabel("GPU model time (ms, log scale)")
+    ax.set_ylabel("measured median time (ms, log scale)")
     ax.set_title("GPU model against measurement, H200, N ≥ 2k (dotted: ±15%)")
     legend_outside(ax)
     plt.show()

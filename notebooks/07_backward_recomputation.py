@@ -225,9 +225,9 @@ from analysis.gpus import GPUS
 axes[0].axhline(GPUS["h200"].hbm_bytes.value, color="k", ls="--", lw=0.8, label="H200 HBM (141 GB)")
 for ax, title in zip(axes, ("memory saved for the backward", "HBM traffic, forward + backward",
                             "FLOPs, forward + backward")):
-    ax.set_xscale("log", base=2); ax.set_yscale("log"); ax.set_xlabel("N"); ax.set_title(title)
+    ax.set_xscale("log", base=2); ax.set_yscale("log"); ax.set_xlabel("N (log scale)"); ax.set_title(title)
     ax.grid(alpha=0.3); legend_outside(ax)
-axes[0].set_ylabel("bytes"); axes[1].set_ylabel("bytes"); axes[2].set_ylabel("FLOPs")
+axes[0].set_ylabel("bytes (log scale)"); axes[1].set_ylabel("bytes (log scale)"); axes[2].set_ylabel("FLOPs (log scale)")
 extra = sum(train["fa2"][-1].flops.values()) / sum(train["naive"][-1].flops.values()) - 1
 fig.suptitle(f"B={Bh}, H={Hh}, d={dh}, {dt}, causal: recomputation buys O(N) memory and "
              f"{train['naive'][-1].hbm_bytes / train['fa2'][-1].hbm_bytes:.1f}x fewer bytes for {extra:.0%} more FLOPs")
