@@ -233,10 +233,10 @@ show_table(["kernel", "d", "bound (model)", "model", "measured", "model / measur
 # leaving DRAM at about one read of Q, K, V and one write of O. Spilled `v_once` is the exception: its
 # f row is too big for the cache. (`fa-traffic validate` checks the model's L2 level against the bytes the
 # SMs move over the crossbar, `l1tex__m_xbar2l1tex_read_bytes` + `l1tex__m_l1tex2xbar_write_bytes` in
-# `bench/results/ncu_levels.csv`: 0.98–1.06× of the model for every kernel but SDPA flash, whose register
-# spills add write-backs. The
-# L2 slices' own counters see less on non-causal rows, down to 0.58×: requests for one line from CTAs of a
-# head that run in lockstep are merged before the slice. See `docs/gpu-model.md`.)
+# `bench/results/ncu_levels.csv`: 0.98–1.03× of the model for every kernel, SDPA flash included (the model
+# counts its register spills' write-backs as a local-memory level). The L2 slices' own counters see less
+# on non-causal rows, down to 0.58×: requests for one line from CTAs of a head that run in lockstep are
+# merged before the slice. See `docs/gpu-model.md`.)
 
 # %%
 from analysis import gpu_model as gm
