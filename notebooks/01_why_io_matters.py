@@ -137,8 +137,11 @@ print(f"ridge point: {ridge:.0f} FLOP per byte of HBM traffic - below it, an alg
 # capacity beside bandwidth: the level that holds the most is the slowest to read
 levels = ["SRAM (all SMs)", "L2 cache", "HBM"]
 capacity = [h200.smem_per_sm_bytes.value * sms, h200.measured["l2_bytes"].value, h200.hbm_bytes.value]
-# bandwidth: HBM measured here; SRAM and L2 are not in analysis.gpus, so the FlashAttention paper's
-# A100 ratio (~19 TB/s SRAM against ~1.5-2 TB/s HBM) is the only on-chip figure we quote, as a label
+# bandwidth, one bar per level: HBM measured here (datasheet hatched); the L2 has no datasheet figure, so the
+# most a profiled kernel moved through it (analysis.gpu_model.L2_BANDWIDTH, a lower bound); shared memory from
+# the CUDA guide's 128 bytes per clock per SM at the boost clock
+from analysis import gpu_model
+
 fig, (ax_c, ax_b) = plt.subplots(1, 2, figsize=(10, 2.8), sharey=True)
 colours = ["tab:green", "tab:orange", "tab:red"]
 ax_c.barh(levels, capacity, color=colours)
@@ -150,13 +153,16 @@ ax_c.invert_yaxis()
 ax_c.set_xlabel("capacity (bytes, log scale)")
 ax_c.set_title("how much it holds")
 hbm_bw = h200.measured["hbm_bandwidth"].value
-ax_b.barh(["HBM"], [hbm_bw / 1e12], color="tab:red")
+smem_bw = gpu_model.SMEM_BYTES_PER_CLK * sms * h200.value("clock_hz")
+ax_b.barh(levels, [smem_bw / 1e12, gpu_model.L2_BANDWIDTH / 1e12, hbm_bw / 1e12], color=colours)
 ax_b.barh(["HBM"], [h200.hbm_bandwidth.value / 1e12], color="none", edgecolor="tab:red", hatch="//")
-ax_b.text(hbm_bw / 1e12, 2, f" {hbm_bw / 1e12:.1f} TB/s measured (datasheet {h200.hbm_bandwidth.value / 1e12:.1f}, hatched)",
-          va="center", fontsize=8)
-for y in (0, 1):
-    ax_b.text(0.1, y, "on chip: roughly 10× HBM's rate (FA paper, A100: ~19 TB/s SRAM)", va="center", fontsize=8)
-ax_b.set_xlim(0, 20)
+for y, (v, text) in enumerate([
+        (smem_bw, f"{smem_bw / 1e12:.0f} TB/s (128 B/clock/SM, CUDA guide)"),
+        (gpu_model.L2_BANDWIDTH, f"≥ {gpu_model.L2_BANDWIDTH / 1e12:.1f} TB/s (the most a profiled kernel moved)"),
+        (h200.hbm_bandwidth.value, f"{hbm_bw / 1e12:.1f} TB/s measured (datasheet "
+                                   f"{h200.hbm_bandwidth.value / 1e12:.1f}, hatched)")]):
+    ax_b.text(v / 1e12, y, " " + text, va="center", fontsize=8)  # right of the bar (and of the hatch)
+ax_b.set_xlim(0, 75)
 ax_b.set_xlabel("bandwidth (TB/s, linear)")
 ax_b.set_title("how fast it is read")
 fig.suptitle("H200 memory hierarchy: capacity beside bandwidth")
@@ -210,8 +216,8 @@ for name, marker in (("naive", "o"), ("fa2", "s")):
     xs = [res[(name, n)][1].matmul_intensity_flop_per_byte for n in seq]
     ax.loglog(xs, np.minimum(peak, bw * np.array(xs)) / 1e12, marker, ms=7,
               label=f"{name}, N = 512 … 16k (the points coincide)")
-ax.set_xlabel("arithmetic intensity I (matmul FLOP per HBM byte)")
-ax.set_ylabel("attainable TFLOP/s (matmul roof only)")
+ax.set_xlabel("arithmetic intensity I (matmul FLOP per HBM byte, log scale)")
+ax.set_ylabel("attainable TFLOP/s (matmul roof only, log)")
 ax.set_title(f"H200 roofline, d = {d}, fp16")
 legend_outside(ax)
 plt.show()
@@ -225,9 +231,9 @@ plt.show()
 # there were no cache. Read each input once (the "each input once" column) and FA2's intensity grows
 # as $N$, far right of the ridge: on an H200 the 60 MB L2 serves nearly every re-read of $K_j, V_j$
 # (Nsight Compute: DRAM bytes 0.97–1.04× reading Q, K, V once and writing O once), so no FA2 kernel
-# measured here is bound by memory. Naive's $S$ and $P$ (128 MiB at N = 4k per head) do not fit any
-# cache: its DRAM traffic is real. Notebook 6 says what bounds each kernel on the H200, from the GPU
-# model, with the measurements beside it.
+# measured here is bound by memory. Naive's $S$ and $P$ (64 MiB per (batch, head) at N = 4k, 8 GiB for
+# the table's $B \cdot H = 128$) do not fit any cache: its DRAM traffic is real. Notebook 6 says what
+# bounds each kernel on the H200, from the GPU model, with the measurements beside it.
 #
 # ## 4 · Where the time goes
 #
@@ -247,8 +253,8 @@ ax = axes[0]
 ax.loglog(seq, sp_bytes, "o-", label="S and P (written + read)")
 ax.loglog(seq, qkvo_bytes, "s-", label="Q, K, V (re-read per tile), O, lse")
 ax.loglog(seq, [4 * n * d * 2 for n in seq], "k:", label="Q, K, V, O once each")
-ax.set_xlabel("sequence length N")
-ax.set_ylabel("HBM bytes per (batch, head)")
+ax.set_xlabel("sequence length N (log scale)")
+ax.set_ylabel("HBM bytes per (batch, head), log scale")
 ax.set_title(f"naive attention: HBM traffic by tensor, d = {d}, fp16")
 legend_outside(ax)
 
@@ -273,26 +279,32 @@ share = [a / (a + b) for a, b in zip(sp_bytes, qkvo_bytes)]
 print("share of naive's HBM bytes that are S and P:", ", ".join(f"N={n}: {s:.0%}" for n, s in zip(seq, share)))
 
 # %% [markdown]
-# The score matrices are the largest share of the traffic, and moving them alone takes several times
-# longer than all the arithmetic. (The other line grows as $N^2$ too: naive's tiled products re-read
-# $K$ and $V$ once per query block, $T_r \cdot N d$ elements — a cost of the tiling, which larger GEMM
-# tiles and the L2 cache shrink. $S$ and $P$ cannot be shrunk that way.) Yet $S$ and $P$ are intermediate results: nobody needs them in HBM. The rest of
-# the workbench is about not writing them:
+# The score matrices are the largest share of the traffic, and moving them alone takes about 2.5 times
+# as long as all the arithmetic together (matmul plus exp and other). (The other line grows as $N^2$
+# too: naive's tiled products re-read $K$ and $V$ once per query block, $T_r \cdot N d$ elements — a
+# cost of the tiling, which larger GEMM tiles and the L2 cache shrink. $S$ and $P$ cannot be shrunk
+# that way.) Yet $S$ and $P$ are intermediate results: nobody needs them in HBM. The rest of the
+# workbench is about not writing them:
 #
 # - notebook 2: the **online softmax** lets a kernel normalise a row it sees only block by block;
 # - notebook 3: **FlashAttention-1** keeps $S$ and $P$ on chip and proves its traffic is
 #   $\Theta(N^2 d^2 / M)$;
 # - notebook 4: **FlashAttention-2** swaps the loops for parallelism and fewer non-matmul FLOPs;
 # - notebook 5: issue #941's **multiply V once**, and what its $f$ row costs;
-# - notebook 6: the kernels on a real GPU.
+# - notebook 6: the kernels on a real GPU;
+# - notebook 7: the backward pass, which rebuilds $P$ from one number per row instead of storing it.
 #
-# The same numbers are one command away: `fa-traffic report` (here for two variants):
+# The same numbers are one command away: `fa-traffic report --blocks fa1-rule` (here for two variants).
+# It reports one (batch, head), so its bytes and times are the table's of section 3 divided by $B \cdot H$
+# (512 at N = 1k, 32 at 16k) and its TFLOP/s are the same. Without `--blocks fa1-rule` it models each
+# variant's real kernel with its own blocks instead (the GPU model of notebook 6), and gives other numbers.
 
 # %%
 import subprocess
 
+# --blocks fa1-rule: the papers' count and roofline with FA1's blocks, as in section 3's table
 out = subprocess.run([sys.executable, "-m", "analysis", "report", "--variant", "naive,fa2",
-                      "--seq-len", "1k,16k", "--format", "markdown"],
+                      "--seq-len", "1k,16k", "--blocks", "fa1-rule", "--format", "markdown"],
                      cwd=ROOT, capture_output=True, text=True)
 display(Markdown(out.stdout) if out.returncode == 0 else Markdown(f"`fa-traffic` failed: {out.stderr}"))
 
@@ -387,9 +399,10 @@ def check_intensity(d, flops_per_byte):
 # <details><summary>Solution</summary>
 #
 # Left: the A100's ridge (datasheet figures) is about 153 FLOP/B against the H200's 206, because its
-# tensor cores are slower relative to its HBM. Naive attention's intensity does not depend on the GPU
-# ($\approx d/2$ FLOP/B in fp16, 32 at $d = 64$), so it is relatively closer on the A100 but still far
-# left of the ridge: memory-bound on both.
+# tensor cores are slower relative to its HBM. Naive attention's intensity hardly depends on the GPU
+# ($\approx d/2$ FLOP/B in fp16 counting $S$ and $P$ alone, 32 at $d = 64$; section 3's table shows 21
+# because it also counts the tiled re-reads of $K$ and $V$), so it is relatively closer on the A100 but
+# still far left of the ridge: memory-bound on both.
 #
 # </details>
 #
@@ -400,7 +413,8 @@ def check_intensity(d, flops_per_byte):
 # <details><summary>Solution</summary>
 #
 # Intensity $= 4N^2 d / (4N^2 \cdot 2) = d/2$ FLOP per byte in fp16: it doubles from 32 to 64 when $d$
-# doubles, independent of $N$ — still well below the ridge.
+# doubles, independent of $N$ — still well below the ridge. (Section 3's table shows 21 at $d = 64$, not
+# 32: it also counts naive's tiled re-reads of $K$ and $V$, bytes that bring no FLOPs.)
 #
 # </details>
 #

@@ -177,8 +177,8 @@ for n, (op, name, row, value) in enumerate(log):
 snapshots = snapshots[:N // BC]  # one per outer step (the lse epilogue adds no O store)
 
 o_full, _ = attention_reference(q, k, v)
-fig, axes = plt.subplots(1, len(snapshots) + 2, figsize=(12, 3.6),
-                         gridspec_kw={"width_ratios": [1] * (len(snapshots) + 1) + [2.4]})
+# two figures: the heatmaps need the height (16 rows of 8), the error curve needs the width for its legend
+fig, axes = plt.subplots(1, len(snapshots) + 1, figsize=(10, 4.2), layout="constrained")
 err_seen, err_full = [], []
 for j, snap in enumerate(snapshots):
     c1 = (j + 1) * BC
@@ -187,20 +187,22 @@ for j, snap in enumerate(snapshots):
     err_full.append((snap - o_full[0, 0]).abs().max().item())
     axes[j].imshow(snap, cmap="RdBu", vmin=-1.5, vmax=1.5)
     axes[j].set_title(f"O in HBM\nafter j = {j}")
-    axes[j].set_xlabel("d")
+    axes[j].set_xlabel("column of O (d)")
 axes[0].set_ylabel("query row")
-im = axes[len(snapshots)].imshow(o_full[0, 0].float(), cmap="RdBu", vmin=-1.5, vmax=1.5)
-fig.colorbar(im, ax=axes[len(snapshots)], shrink=0.7, label="O (all panels)")
-axes[len(snapshots)].set_title("reference O\n(all keys)")
-ax = axes[-1]
+im = axes[-1].imshow(o_full[0, 0].float(), cmap="RdBu", vmin=-1.5, vmax=1.5)
+axes[-1].set_title("reference O\n(all keys)")
+axes[-1].set_xlabel("column of O (d)")
+fig.colorbar(im, ax=axes, shrink=0.8, label="value of O (all panels)")
+plt.show()
+
+fig, ax = plt.subplots(figsize=(6, 3.2))
 ax.semilogy(range(len(snapshots)), err_full, "o-", label="vs reference over all keys")
 ax.semilogy(range(len(snapshots)), np.maximum(err_seen, 1e-9), "s--", label="vs reference over keys < (j+1)·Bc")
 ax.set_xlabel("outer step j")
 ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))  # steps are integers
-ax.set_ylabel("max |error|")
-ax.set_title("running O")
+ax.set_ylabel("max |error| (log scale)")
+ax.set_title("the running O in HBM after each outer step")
 legend_outside(ax)
-fig.tight_layout()
 plt.show()
 
 # %% [markdown]
@@ -253,8 +255,8 @@ fig, ax = plt.subplots(figsize=(6, 4))
 ax.loglog(seq, traffic["naive"], label="naive (S, P in HBM)", **line_style("naive"))
 ax.loglog(seq, traffic["fa1"], label=f"FA1 (Br={br}, Bc={bc})", **line_style("fa1"))
 ax.loglog(seq, minimum, "k--", label="minimum: read Q, K, V, write O once")
-ax.set_xlabel("sequence length N")
-ax.set_ylabel("HBM bytes per (batch, head)")
+ax.set_xlabel("sequence length N (log scale)")
+ax.set_ylabel("HBM bytes per (batch, head), log scale")
 ax.set_title(f"HBM traffic, d = {d}, {dtype}, H200 SRAM")
 legend_outside(ax)
 plt.show()
@@ -301,8 +303,8 @@ ax.loglog(M_arr / 1024, fa1_b, label=f"FA1, counted (slope {slope:.2f} for M ≤
 ax.loglog(M_arr / 1024, ref, "k:", label="∝ N²d²/M")
 ax.axvline(N2 * D2 * 4 / 1024, color="grey", lw=0.8)
 ax.text(N2 * D2 * 4 / 1024, ax.get_ylim()[1] * 0.6, " M = Nd", color="grey")
-ax.set_xlabel("SRAM size M (KiB)")
-ax.set_ylabel("HBM bytes")
+ax.set_xlabel("SRAM size M (KiB, log scale)")
+ax.set_ylabel("HBM bytes (log scale)")
 ax.set_title(f"Theorem 2, counted: N = {N2}, d = {D2}, fp16")
 legend_outside(ax)
 plt.show()
@@ -312,8 +314,11 @@ show_table(["M", "Br", "Bc", "naive bytes", "FA1 bytes"],
 # %% [markdown]
 # Naive levels off at its $S$ and $P$ traffic ($4N^2$ elements: each written once and read once),
 # which does not care about $M$ (at the smallest $M$ its tiled products also re-read $Q$ and $K$
-# many times). FlashAttention-1 falls with slope $-1$ while $M \le Nd$; beyond that one block of keys covers the whole sequence
-# ($T_c = 1$) and it reaches the floor of reading each input once. The same curve at a real size
+# many times). FlashAttention-1 falls with a slope close to $-1$ while $M \le Nd$ (the legend's fit:
+# reading $K$ and $V$ once does not shrink with $M$ and flattens it a little), and keeps falling until
+# $B_c = M/4d$ reaches $N$, at $M = 4Nd$ (64 KiB here, in fp32 elements): one block of keys then
+# covers the whole sequence ($T_c = 1$) and it reaches its floor — $Q$, $K$, $V$ read once, $O$ zeroed,
+# read back and written once, and $\ell$, $m$ likewise. The same curve at a real size
 # ($N = 8192$, $d = 64$) is cheap with the closed forms; the dotted lines mark real GPUs' SRAM per
 # thread block.
 
@@ -333,8 +338,8 @@ ax.loglog(x, fa1_3[0] * sizes3[0] / np.array(sizes3), "k:", label="∝ N²d²/M"
 for key, style in (("a100", "--"), ("h200", "-.")):
     g = get_gpu(key)
     ax.axvline(g.sram_bytes / 1024, color="grey", ls=style, lw=0.8, label=f"{key.upper()}: {g.sram_bytes // 1024} KiB")
-ax.set_xlabel("SRAM size M (KiB)")
-ax.set_ylabel("HBM bytes per (batch, head)")
+ax.set_xlabel("SRAM size M (KiB, log scale)")
+ax.set_ylabel("HBM bytes per (batch, head), log scale")
 ax.set_title(f"Theorem 2 from the closed forms: N = {N3}, d = {D3}, fp16")
 legend_outside(ax)
 plt.show()
@@ -409,6 +414,8 @@ def check_divisions(count):
 #     print(name, human(c.hbm_bytes))
 # ```
 # FA2 (and `v_once` while its row fits) move fewer bytes than FA1 at the same blocks — they drop FA1's
-# repeated $O$ traffic — but by a constant factor, not asymptotically: the bound holds for all.
+# repeated $O$ traffic — but by a constant factor, not asymptotically: the bound holds for all. At
+# $N = 4096$ `v_once`'s row does not fit (notebook 5): it spills to HBM, with the issue's eager rescaling
+# by default, and prints 2.25 GB, far more than even naive.
 #
 # </details>

@@ -137,7 +137,7 @@ print("\n".join(line for line in src if "line 10" in line or "line 12" in line o
 #
 # | | exp | other (max, add, multiply, divide) |
 # |---|---|---|
-# | FA1 | $rc + 2r$ | $4rc + 7r + 4rd$ |
+# | FA1 | $rc + 2r$ | $4rc + 7r + 4rd$ (plus $2r$ once per query block: the lse) |
 # | FA2 | $rc + r$ | $4rc + 4r + 2rd$ (plus $rd + 2r$ once per query block) |
 #
 # The $rc$ terms (scale, subtract the max, exponentiate, row max and sum on the score tile) are the
@@ -184,8 +184,8 @@ ax.loglog(seq, fa1_ctas, label="FA1: B·H thread blocks", **line_style("fa1"))
 ax.loglog(seq, fa2_ctas, label=f"FA2: Tr·B·H (Br = {br})", **line_style("fa2"))
 for (key, g), style in zip(gpus.items(), ("-.", "--")):
     ax.axhline(g.sms.value, color="grey", ls=style, lw=0.8, label=f"{key.upper()}: {int(g.sms.value)} SMs")
-ax.set_xlabel("sequence length N (batch = 16k / N)")
-ax.set_ylabel("thread blocks in the launch")
+ax.set_xlabel("sequence length N (batch = 16k / N), log scale")
+ax.set_ylabel("thread blocks in the launch (log scale)")
 ax.set_title(f"Independent thread blocks, d = {d}, H = {heads}")
 legend_outside(ax)
 
@@ -194,7 +194,7 @@ ax = axes[1]
 ax.semilogx(seq, [min(1, c / sms) for c in fa1_ctas], label="FA1", **line_style("fa1"))
 ax.semilogx(seq, [min(1, c / sms) for c in fa2_ctas], label="FA2", **line_style("fa2"))
 ax.set_ylim(0, 1.05)
-ax.set_xlabel("sequence length N (batch = 16k / N)")
+ax.set_xlabel("sequence length N (batch = 16k / N), log scale")
 ax.set_ylabel("fraction of the 132 SMs with work")
 ax.set_title("H200: SMs busy (one thread block per SM)")
 legend_outside(ax)
@@ -236,9 +236,10 @@ show_table(["d", "split-K (FA1): bytes through shared memory per step", "split-Q
 print(f"Br = {br}, Bc = 64, {warps} warps; plus a __syncthreads() per step for split-K")
 
 # %% [markdown]
-# The exchange is several times the tile itself and comes with a barrier every step, so split-K spends
-# shared-memory bandwidth and stalls that split-Q does not. The counts in this workbench are HBM counts
-# and do not see it; the GPU model of notebook 6 does (its smem term).
+# The exchange moves 16 times the bytes of the $K_j, V_j$ tile itself (at both $d$: both grow as $d$)
+# and comes with a barrier every step, so split-K spends shared-memory bandwidth and stalls that
+# split-Q does not. The counts in this workbench are HBM counts and do not see it; the GPU model of
+# notebook 6 does (its smem term).
 #
 # ## 4 · Non-matmul FLOPs, counted, side by side
 #
@@ -279,10 +280,10 @@ kinds = ["exp", "other"]  # matmul FLOPs are equal (printed below); a linear axi
 x = np.arange(len(kinds))
 for off, name in ((-0.2, "fa1"), (0.2, "fa2")):
     c, r = res[(name, n)]
-    axes[0].bar(x + off, [c.flops[kd] for kd in kinds], width=0.4, label=name.upper(), color=colour(name))
+    axes[0].bar(x + off, [c.flops[kd] / 1e9 for kd in kinds], width=0.4, label=name.upper(), color=colour(name))
 axes[0].set_xticks(x, kinds)
-axes[0].set_ylabel("non-matmul FLOPs (whole problem)")
-axes[0].set_title(f"non-matmul FLOPs, N = {n}, batch = 1, d = {d}, H = {heads}")
+axes[0].set_ylabel("non-matmul GFLOP (whole problem)")  # GFLOP: no 1e10 offset above the axis
+axes[0].set_title(f"non-matmul FLOPs\nN = {n}, batch = 1, d = {d}, H = {heads}")
 legend_outside(axes[0])
 
 parts = ["memory", "matmul", "non-matmul"]
@@ -384,7 +385,9 @@ def check_slots(blocks_per_sm, first_idle_n):
 # for name in ("fa1", "fa2"):
 #     print(name, closed_forms.counts(name, 1, 1, 64, 64, 64, block_q=64, block_k=64).flops)
 # ```
-# The `exp` counts agree; FA2's `other` is smaller by the per-visit rescale and division FA1 does.
+# `exp`: 4,224 against 4,160, FA1's second exponential per row ($r = 64$). `other`: 33,344 against
+# 29,056; the difference, 4,288 $= 2rd + 3r$ less FA2's once-per-block $rd$ (its final division), is the
+# per-visit rescale and division FA1 does.
 #
 # </details>
 #

@@ -131,7 +131,7 @@ for t, rs in timed.items():
 # residency model lets through to **DRAM**. Its free constants are fitted on a training split
 # (fp16, non-causal, N = 2k and 8k); every other cell below is held out. The "bound" is the term that sets the
 # model's time: where the SMs' time is the longest, the largest of tensor, softmax (MUFU + ALU), smem and latency
-# (dependent round trips); else L2 or DRAM.
+# (dependent round trips), or for the cluster `v_once` exposed (its one fitted term, notebook 5); else L2 or DRAM.
 
 # %%
 import re
@@ -180,8 +180,8 @@ else:
     hi = max(max(r["model"], r["measured"]) for r in timed_cells) * 1e3
     for f, ls in ((1.0, "k-"), (1.15, "k:"), (1 / 1.15, "k:")):
         ax.loglog([lo, hi], [lo * f, hi * f], ls, lw=0.8)
-    ax.set_xlabel("GPU model time (ms)")
-    ax.set_ylabel("measured median time (ms)")
+    ax.set_xlabel("GPU model time (ms, log scale)")
+    ax.set_ylabel("measured median time (ms, log scale)")
     ax.set_title("GPU model against measurement, H200, N ≥ 2k (dotted: ±15%)")
     legend_outside(ax)
     plt.show()
@@ -204,7 +204,10 @@ else:
 # their tensor cores (d = 128) or their softmax (d = 64: MUFU exponentials and ALU work per FLOP double
 # when d halves); `fa2_tc` and SDPA flash (mma.sync) by the tensor path; the teaching tier (FFMA, scalar
 # shared loads) by shared-memory issue — even naive, whose S and P really do go through DRAM. Only
-# spilled `v_once` moves enough bytes for the L2 (lazy) or DRAM and round-trip latency (eager) to bind.
+# spilled `v_once_tc` moves enough bytes for memory to bind: the L2, or DRAM at d = 64 and 16k as below,
+# when lazy; eager (not timed at 16k) is DRAM-bound at 4k. The cluster `v_once` keeps its row on chip
+# and is bound by `exposed`: the cycles per tile its lone consumer warpgroup cannot hide (notebook 5,
+# section 7).
 
 # %%
 # one run per kernel: the newest file that timed it (tc_bench_wgmma_tma.json holds today's fa2_wgmma builds)
@@ -230,10 +233,10 @@ show_table(["kernel", "d", "bound (model)", "model", "measured", "model / measur
 # leaving DRAM at about one read of Q, K, V and one write of O. Spilled `v_once` is the exception: its
 # f row is too big for the cache. (`fa-traffic validate` checks the model's L2 level against the bytes the
 # SMs move over the crossbar, `l1tex__m_xbar2l1tex_read_bytes` + `l1tex__m_l1tex2xbar_write_bytes` in
-# `bench/results/ncu_levels.csv`: 0.98–1.06× of the model for every kernel but SDPA flash, whose register
-# spills add write-backs. The
-# L2 slices' own counters see less on non-causal rows, down to 0.58×: requests for one line from CTAs of a
-# head that run in lockstep are merged before the slice. See `docs/gpu-model.md`.)
+# `bench/results/ncu_levels.csv`: 0.98–1.03× of the model for every kernel, SDPA flash included (the model
+# counts its register spills' write-backs as a local-memory level). The L2 slices' own counters see less
+# on non-causal rows, down to 0.58×: requests for one line from CTAs of a head that run in lockstep are
+# merged before the slice. See `docs/gpu-model.md`.)
 
 # %%
 from analysis import gpu_model as gm
@@ -264,11 +267,13 @@ else:
     for i, (lab, w) in enumerate(zip(labels, (-0.24, -0.12, 0, 0.12, 0.24))):
         ax.plot(x + w, [s[i] / 1e9 for s in series], marks[i][0], mfc=marks[i][1] or level_colour[i],
                 color=level_colour[i], ms=6, ls="none", label=lab)
-    ax.plot(x, [s[5] / 1e9 for s in series], "k_", ms=30, mew=1.5, label="Q, K, V read once + O written once")
+    # a short line per kernel (hlines: its legend entry is a line, where a 30-point marker ran into the text)
+    ax.hlines([s[5] / 1e9 for s in series], x - 0.3, x + 0.3, colors="k", lw=1.5,
+              label="Q, K, V read once + O written once")
     ax.set_yscale("log")
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.set_xticks(x, [f"{k}\nd={d}" for k, d in keys], fontsize=7, rotation=30, ha="right")
-    ax.set_ylabel("GB (whole problem)")
+    ax.set_ylabel("GB (whole problem, log scale)")
     ax.set_title("What the L2 absorbs: requests → L2 → DRAM, H200, N = 4096, fp16")
     legend_outside(ax)
     fig.tight_layout()
@@ -371,10 +376,13 @@ else:
 # The model turns cycles into seconds at one clock. The H200 does not run at one: under these kernels the
 # board sits at its power cap (about 690 W), and the SM clock is whatever that power buys — it depends on
 # what each kernel draws. `bench/clock_probe.py` timed each kernel six times per shape while `nvidia-smi`
-# read the SM clock every 50 ms (`bench/results/stop23/clock`). A time is cycles / clock, so kilocycles =
-# ms × MHz separates the work from the clock:
+# read the SM clock every 50 ms (`bench/results/stop23/clock`; a *stop* is one numbered round of this
+# project's GPU work, with its notes in `bench/NOTES-tc.md` and its runs in `bench/results/stopNN/`). A time
+# is cycles / clock, so kilocycles = ms × MHz separates the work from the clock:
 
 # %%
+from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
 clock_path = RESULTS / "stop23" / "clock" / "clock_probe.json"
 try:
     clock_rows = json.loads(clock_path.read_text())["rows"]
@@ -405,7 +413,11 @@ else:
                    [med(cells[k][dt], "mhz") for k, dt in xs], color=colour(label), label=label,
                    marker="o", s=[30 if dt == "float16" else 60 for _, dt in xs])
     ax.set_xscale("log")
-    ax.set_xlabel("megacycles per call (ms × MHz / 1000)")
+    # plain numbers: the log axis's default minor labels (2×10⁻¹, 3×10⁻¹, 4×10⁻¹) ran into one another
+    ax.xaxis.set_major_locator(FixedLocator([0.2, 0.5, 1, 2, 4]))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("megacycles per call (ms × MHz / 1000, log scale)")
     ax.set_ylabel("SM clock (MHz) while timed")
     ax.set_title("H200 at its power cap: the clock each kernel runs at (small: fp16, large: bf16)")
     legend_outside(ax)
@@ -413,9 +425,9 @@ else:
 
 # %% [markdown]
 # Read it as the machine, not the paper: the same kernel does the same cycles in fp16 and bf16, but at
-# d = 128 bf16 runs 3–5% faster (1–2% at d = 64): for the same work it draws less power, so the cap allows a
-# higher clock. SDPA's FlashAttention-2
-# (mma.sync, a less busy tensor pipe) runs near the 1.98 GHz boost while the wgmma kernels run lower.
+# d = 128 the wgmma kernels (`fa2_wgmma`, cuDNN) run 3–5% faster in bf16 (1–2% at d = 64): for the same
+# work bf16 draws less power, so the cap allows a higher clock. SDPA's FlashAttention-2 (mma.sync, a less
+# busy tensor pipe) runs near the 1.98 GHz boost in both, gaining 0–2%, while the wgmma kernels run lower.
 # A benchmark therefore times the kernel *and* the clock it earned: from stop 23 every timing in
 # `bench/harness.py` records the SM clock over its window, and the A/B prints each lead over cuDNN in time
 # and in cycles.
@@ -484,7 +496,7 @@ else:
     for name in dict.fromkeys(family(r["variant"]) for r in ab_rows):
         rs = [r for r in ab_rows if family(r["variant"]) == name]
         ax.scatter([r["model"] for r in rs], [r["measured"] / (r["control"] or 1.0) for r in rs], s=18, label=name)
-    lo, hi = 0.84, 1.12
+    lo, hi = 0.84, 1.13  # every cell inside (the measured ratios reach 1.122)
     ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
     ax.axhline(1, color="grey", lw=0.5, ls=":")
     ax.axvline(1, color="grey", lw=0.5, ls=":")
@@ -504,7 +516,8 @@ else:
 # Points near the diagonal are changes the model priced right. Points near the middle are changes it called
 # level that were level: two Q tiles, one-tile key blocks. The model prices what it can see: the schedule of
 # tiles over SMs, bytes per level, the work per tile. It misses what only the compiled code shows; over every
-# committed A/B (2606 rows), where it moves a cell by more than 2% the GPU moves the same way 77% of the time.
+# committed A/B (2606 rows), where it moves a cell by more than 2% the GPU moves the same way in 406 of 522
+# cells, 78% (`python -m analysis.knob_ab`: the `moved` and `same_way` columns summed).
 # The misses are listed in `docs/gpu-model.md`: a store pattern the model does not price, and code generation.
 
 # %% [markdown]
@@ -592,8 +605,8 @@ else:
 #
 # </details>
 #
-# **5.** With a GPU: change the live problem to causal (pass `causal=True` through the lambdas) and to
-# $d = 128$. Which kernels gain most from causal masking, and why?
+# **5.** With a GPU: change the live problem to causal (`harness.measure(entry, sets, True)`: its third
+# argument is `causal`) and to $d = 128$ (`D = 128`). Which kernels gain most from causal masking, and why?
 #
 # <details><summary>Solution</summary>
 #

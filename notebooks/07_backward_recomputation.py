@@ -162,6 +162,11 @@ for name in ("fa1", "fa2"):
             rows.append([name, t, c.reads.get(t, 0), c.writes.get(t, 0), c.read_bytes.get(t, 0) + c.write_bytes.get(t, 0)])
     rows.append([name, "other FLOPs", "", "", c.flops["other"]])
 show_table(["variant", "tensor", "elements read", "elements written", "bytes (or FLOPs)"], rows)
+# the totals in this float32 run and in fp16 (the training dtype), where FA2's dQ stays float32 and FA1's does not
+q16, k16, v16, dO16 = (t.half() for t in (q, k, v, dO))
+print("HBM bytes, whole backward:", "; ".join(
+    f"{label}: fa1 {counted_backward('fa1', *ins)[1].hbm_bytes:,}, fa2 {counted_backward('fa2', *ins)[1].hbm_bytes:,}"
+    for label, ins in (("float32", (q32, k32, v32, dO32)), ("fp16", (q16, k16, v16, dO16)))))
 
 from tests.backward_helpers import reference_grads
 qb, kb, vb, dOb = (torch.randn(1, 1, n, 32).to(torch.bfloat16) for n in (32, 1024, 1024, 32))
@@ -175,9 +180,10 @@ print("bf16, Tc = 128 key blocks: relative dq error  fa1 (bf16 dQ in HBM): "
 assert errs["fa1"] > 2 * errs["fa2"]
 
 # %% [markdown]
-# Note what the counts say and what they do not: FA2's backward moves *more* bytes than FA1's in this
-# model — its float32 $dQ$ costs twice the bytes per round trip — while doing less elementwise work
-# ($D$ once, no $\ell$ divide). As in the forward (notebook 4), FA2's real advantages are parallelism
+# Note what the counts say and what they do not. In this float32 run both $dQ$'s take 4 bytes an
+# element, and FA2 moves fewer bytes than FA1 (it reads $O$ once). In fp16, as models train, FA2 moves
+# *more*: its float32 $dQ$ costs twice FA1's bytes per round trip. Either way it does less elementwise
+# work ($D$ once, no $\ell$ divide). As in the forward (notebook 4), FA2's real advantages are parallelism
 # and fewer non-matmul FLOPs; the HBM model does not credit the L2 cache that absorbs the re-reads.
 #
 # ## 4 · Recomputation's trade, counted
@@ -219,9 +225,9 @@ from analysis.gpus import GPUS
 axes[0].axhline(GPUS["h200"].hbm_bytes.value, color="k", ls="--", lw=0.8, label="H200 HBM (141 GB)")
 for ax, title in zip(axes, ("memory saved for the backward", "HBM traffic, forward + backward",
                             "FLOPs, forward + backward")):
-    ax.set_xscale("log", base=2); ax.set_yscale("log"); ax.set_xlabel("N"); ax.set_title(title)
+    ax.set_xscale("log", base=2); ax.set_yscale("log"); ax.set_xlabel("N (log scale)"); ax.set_title(title)
     ax.grid(alpha=0.3); legend_outside(ax)
-axes[0].set_ylabel("bytes"); axes[1].set_ylabel("bytes"); axes[2].set_ylabel("FLOPs")
+axes[0].set_ylabel("bytes (log scale)"); axes[1].set_ylabel("bytes (log scale)"); axes[2].set_ylabel("FLOPs (log scale)")
 extra = sum(train["fa2"][-1].flops.values()) / sum(train["naive"][-1].flops.values()) - 1
 fig.suptitle(f"B={Bh}, H={Hh}, d={dh}, {dt}, causal: recomputation buys O(N) memory and "
              f"{train['naive'][-1].hbm_bytes / train['fa2'][-1].hbm_bytes:.1f}x fewer bytes for {extra:.0%} more FLOPs")
@@ -240,8 +246,9 @@ plt.show()
 # The unfused algorithm is not only a memory problem. Each of its passes is a separate kernel that
 # writes its result to HBM for the next one to read back. PyTorch's `math` backend of
 # `scaled_dot_product_attention` is exactly that; its `flash` backend is one fused kernel. The
-# committed forward timings (`bench/results/bench_kernels.json`, an H200, fp16, $B \cdot N = 16$k,
-# $H = 2048/d$) put them side by side, next to the traffic ratio our counts predict for the forward:
+# committed timings put them side by side — the forward from `bench/results/bench_kernels.json`, the
+# backward from `bench/results/bwd_final/bwd_bench.json` (an H200, fp16, $B \cdot N = 16$k, $H = 2048/d$)
+# — next to the traffic ratio our counts predict for each pass:
 
 # %%
 import json
@@ -265,26 +272,30 @@ if rows:
 else:
     print("not measured yet: no sdpa_math / sdpa_flash timings in", path)
 
-# the backward, when bench/sdpa_backward.py has been run on a GPU and its JSON committed
-bpath = ROOT / "bench" / "results" / "sdpa_backward.json"
-brecs = json.loads(bpath.read_text()).get("records", []) if bpath.exists() else []
-by = {(r["backend"], r["n"]): r for r in brecs if "skipped" not in r and r["d"] == 64 and not r["causal"]}
+# the backward: the committed run of bench/bench_bwd.py (same setting; every cell's gradients checked first)
+bpath = ROOT / "bench" / "results" / "bwd_final" / "bwd_bench.json"
+bdata = json.loads(bpath.read_text()) if bpath.exists() else {}
+brecs, brun = bdata.get("rows", []), bdata.get("meta", {}).get("run_id", "no run id")
+by = {(r["kernel"], r["n"]): r for r in brecs if r.get("ok") and r.get("bwd_ms") and r["dtype"] == "float16"
+      and r["d"] == 64 and not r["causal"]}
 brows = []
-for n in sorted(n for b_, n in by if b_ == "math"):
-    if ("flash", n) in by:
-        b, h = 16384 // n, 2048 // 64
+for n in sorted(n for k_, n in by if k_ == "sdpa_math"):
+    if ("sdpa_flash", n) in by:
+        b, h = by[("sdpa_math", n)]["b"], by[("sdpa_math", n)]["h"]
         naive = bf.backward_counts("naive", b, h, n, n, 64, dtype="fp16", block_q=64, block_k=64)
         fa2 = bf.backward_counts("fa2", b, h, n, n, 64, dtype="fp16", block_q=64, block_k=64)
-        m, f = by[("math", n)]["bwd_ms"], by[("flash", n)]["bwd_ms"]
+        m, f = by[("sdpa_math", n)]["bwd_ms"], by[("sdpa_flash", n)]["bwd_ms"]
         brows.append([n, f"{m:.3f}", f"{f:.3f}", f"{m / f:.1f}×", f"{naive.hbm_bytes / fa2.hbm_bytes:.1f}×"])
 if brows:
     show_table(["N", "math backward (ms)", "flash backward (ms)", "measured math/flash", "counted HBM naive/fa2"], brows)
+    print(f"backward: fp16, d = 64, non-causal, run {brun.split('-')[0]} ({bpath.relative_to(ROOT)}); "
+          "the math backend was not timed at N = 16k")
 else:
-    print("backward not measured yet: run `PYTHONPATH=. python3 bench/sdpa_backward.py` on a GPU and "
-          "commit its sdpa_backward.json under bench/results/")
+    print(f"backward not measured yet: no sdpa_math / sdpa_flash rows in {bpath.relative_to(ROOT)}")
 
 # %% [markdown]
-# Fusion wins by more than an order of magnitude, several times what the byte ratio alone predicts.
+# Fusion wins the forward by more than an order of magnitude (15–20×) and the backward by 5–8×, each
+# several times what the byte ratio alone predicts.
 # The counts model Algorithm 0's three passes at full bandwidth; what they leave out - how many kernels
 # the math backend really launches, and what fraction of HBM bandwidth and tensor-core rate each
 # reaches - is for a profiler to measure (notebook 6; `bench/results/bwd_final/bwd_bench.md` has the math
@@ -336,9 +347,6 @@ def check_naive_limit(n):
     fits = lambda m: bf.saved_bytes("naive", 32, 16, m, m, "fp16") <= GPUS["h200"].hbm_bytes.value
     assert not fits(n) and fits(n - 1), f"{n} is not the smallest N whose P exceeds the H200's HBM"
     print("exercise 3: right")
-
-# the checks pass on correct answers (so a failure is yours, not theirs):
-check_softmax_backward_row(lambda p, dp: p * (dp - (p * dp).sum()))
 
 # %% [markdown]
 # ## Exercises
