@@ -1,0 +1,74 @@
+"""The bench scripts' command lines: --help works, a bad argument is refused in one line (exit 2) before any GPU
+work, and a machine without a CUDA GPU is told so in one line (exit 2), not shown a traceback."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def _refused(capsys, main, argv) -> str:
+    """The error line of a command line main() refuses (argparse: the usage, then one line; exit 2)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2, err
+    return err[-1]
+
+
+@pytest.fixture
+def gpu_work_forbidden(monkeypatch):
+    """A GPU that is there (so only the arguments can stop a script) but must not be used."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("GPU work started before the arguments were checked")
+    return forbidden
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--dims", "80"], "--dims: 80 unsupported (fa2_wgmma's head dims); choose from 64, 96, 128, 256"),
+    (["--seqs", "-5"], "--seqs must be a comma-separated list of positive integers, got '-5'"),
+    (["--seqs", ","], "--seqs: empty list ','"),
+    (["--seqs", "32768"], "--seqs: 32768 is over 16384 (batch*N = 16384 tokens)"),
+    (["--dtypes", "float32"], "--dtypes: unknown dtype 'float32'; choose from float16, bfloat16"),
+    (["--sdpa", "foo"], "--sdpa: unknown SDPA backend 'foo'"),
+    (["--rep-ms", "0"], "--rep-ms must be a positive finite number"),
+    (["--variants", "nosuch"], "--variants: unknown variant 'nosuch' at d = 64, 128, 256"),
+    (["--variants", "br192", "--dims", "128"], "unknown variant 'br192' at d = 128"),  # a d = 64 candidate
+    (["--variants", "default@80"], "--variants: default@80: fa2_wgmma's head dims are 64, 96, 128, 256"),
+    (["--variants", "default@96", "--dims", "64"], "limited to d = 96, none of --dims"),
+    (["--variants", "default@x"], "--variants: malformed 'default@x'"),
+    (["--variants", "default+NWG"], "--variants: malformed 'default+NWG'"),
+    (["--variants", "default+NWG=9"], "default+NWG=9 at d=64, N=512: fa2_wgmma: NWG=9: 1 to 3 consumer warpgroups"),
+    (["--variants", "default+FOO=1"], "fa2_wgmma: unknown config keys ['FOO']"),
+    (["--summary", "/nonexistent/ab.json"], "--summary: cannot read /nonexistent/ab.json"),
+])
+def test_ab_wgmma_speed_refuses_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden, argv, match):
+    """Each used to crash on the GPU (KeyError: 80, a zero batch, getattr(torch, 'float32') timed as fp32...) or, for
+    a variant, be dropped without a word."""
+    from bench import ab_wgmma_speed as ab
+
+    monkeypatch.setattr(ab, "run", gpu_work_forbidden)
+    assert match in _refused(capsys, ab.main, argv)
+
+
+def test_ab_wgmma_speed_summary_refuses_what_is_not_its_json(capsys, tmp_path):
+    from bench import ab_wgmma_speed as ab
+
+    (tmp_path / "x.json").write_text("{}")
+    assert "is not an ab_wgmma_speed.json" in _refused(capsys, ab.main, ["--summary", str(tmp_path / "x.json")])
+    (tmp_path / "x.json").write_text("not json")
+    assert "--summary: cannot read" in _refused(capsys, ab.main, ["--summary", str(tmp_path / "x.json")])
+
+
+def test_ab_wgmma_speed_takes_good_variants_and_needs_a_gpu(capsys, no_gpu):
+    from bench import ab_wgmma_speed as ab
+
+    argv = ["--variants", "default,default-again,br192,ring1@128,default+WAIT_HINT=1", "--dims", "64,128"]
+    assert ab.main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"ab_wgmma_speed: needs a CUDA GPU (torch {torch.__version__} sees none)"
