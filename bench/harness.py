@@ -151,6 +151,17 @@ def entries(names=(), *, sdpa=SDPA_BACKENDS, all_options=False, configs=None) ->
     return out
 
 
+def entry_names(*, all_options=False) -> list[str]:
+    """Every name entries() selects by (registry names, their labels, "sdpa", "sdpa_<backend>"), on any machine:
+    what a script's --kernels may say (entries() itself keeps only the kernels this GPU runs)."""
+    from kernels import KERNELS
+
+    names = []
+    for spec in KERNELS.values():
+        names += [spec.name] + [spec.label(**o) for o in (spec.configs() if all_options else spec.bench_options)]
+    return list(dict.fromkeys(names + ["sdpa"] + [f"sdpa_{b}" for b in SDPA_BACKENDS]))
+
+
 def sdpa(backend: str, q, k, v, causal: bool):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -72,3 +72,26 @@ def test_ab_wgmma_speed_takes_good_variants_and_needs_a_gpu(capsys, no_gpu):
     argv = ["--variants", "default,default-again,br192,ring1@128,default+WAIT_HINT=1", "--dims", "64,128"]
     assert ab.main(argv) == 2
     assert capsys.readouterr().err.strip() == f"ab_wgmma_speed: needs a CUDA GPU (torch {torch.__version__} sees none)"
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--kernels", "nosuch"], "--kernels: unknown kernel 'nosuch'; choose from naive, fa1, fa2,"),
+    (["--kernels", "fa2,sdpa_foo"], "--kernels: unknown kernel 'sdpa_foo'"),
+    (["--budget-s", "-1"], "--budget-s must be a positive finite number, got -1.0"),
+    (["--target-s", "nan"], "--target-s must be a positive finite number, got nan"),
+])
+def test_bench_kernels_refuses_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden, argv, match):
+    """An unknown --kernels name used to select nothing (an empty benchmark); without a GPU, a traceback."""
+    from bench import bench_kernels
+
+    monkeypatch.setattr(bench_kernels, "run", gpu_work_forbidden)
+    assert match in _refused(capsys, bench_kernels.main, argv)
+
+
+def test_bench_kernels_takes_every_entry_name_and_needs_a_gpu(capsys, no_gpu, tmp_path):
+    from bench import bench_kernels, harness
+
+    names = harness.entry_names()
+    assert {"fa2", "v_once_tc_sram_lazy", "sdpa", "sdpa_cudnn"} <= set(names)
+    assert bench_kernels.main(["--out", str(tmp_path), "--kernels", ",".join(names)]) == 2
+    assert capsys.readouterr().err.strip() == f"bench_kernels: needs a CUDA GPU (torch {torch.__version__} sees none)"
