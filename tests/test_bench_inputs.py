@@ -95,3 +95,36 @@ def test_bench_kernels_takes_every_entry_name_and_needs_a_gpu(capsys, no_gpu, tm
     assert {"fa2", "v_once_tc_sram_lazy", "sdpa", "sdpa_cudnn"} <= set(names)
     assert bench_kernels.main(["--out", str(tmp_path), "--kernels", ",".join(names)]) == 2
     assert capsys.readouterr().err.strip() == f"bench_kernels: needs a CUDA GPU (torch {torch.__version__} sees none)"
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["check", "--kernels", "nosuch"], "--kernels: 'nosuch' starts no entry's label; the labels are fa2_tc,"),
+    (["bench", "--seqs", "-5"], "--seqs must be a comma-separated list of positive integers, got '-5'"),
+    (["bench", "--dtypes", "float32"], "--dtypes: unknown dtype 'float32'"),
+    (["bench", "--configs-from", "/nonexistent/tc_sweep.json"], "--configs-from: cannot read /nonexistent/tc_sweep"),
+    (["sweep", "--sweep-configs", "notjson"], "--sweep-configs: not JSON"),
+    (["sweep", "--sweep-configs", '{"80": []}'], "--sweep-configs: the sweep runs d = 64 and 128: give a list"),
+    (["sweep", "--sweep-configs", '{"64": {}, "128": []}'], "--sweep-configs: d=64: give a list of configs"),
+    (["sweep", "--sweep-kernel", "fa2_wgmma", "--sweep-configs", '{"64": [{"BLOCK_N": 64, "NWG": 9}], "128": []}'],
+     "fa2_wgmma config {'BLOCK_N': 64, 'NWG': 9} at d=64: fa2_wgmma: NWG=9: 1 to 3 consumer warpgroups"),
+    (["target", "--d", "80"], "--d: 80 unsupported (no tensor-core kernel takes it); choose from 64, 96, 128, 256"),
+    (["target", "--ncu-seqs", "0"], "--ncu-seqs must be a comma-separated list of positive integers, got '0'"),
+    (["target", "--wgmma-configs", '[{"NOPE": 1}]'], "fa2_wgmma: unknown config keys ['NOPE']"),
+    (["precompile", "--jobs", "0"], "--jobs must be a positive integer, got 0"),
+])
+def test_bench_tc_refuses_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden, argv, match):
+    """`check --kernels nosuch` used to pass with nothing checked; the others were KeyErrors or JSON tracebacks on the
+    GPU, and `precompile --jobs 0` compiled everything in one process."""
+    from bench import bench_tc
+
+    for cmd in ("cmd_precompile", "cmd_check", "cmd_sweep", "cmd_bench", "cmd_target"):
+        monkeypatch.setattr(bench_tc, cmd, gpu_work_forbidden)
+    assert match in _refused(capsys, bench_tc.main, argv)
+
+
+@pytest.mark.parametrize("cmd", ["check", "sweep", "bench", "target"])
+def test_bench_tc_gpu_commands_need_a_gpu(capsys, no_gpu, tmp_path, cmd):
+    from bench import bench_tc
+
+    assert bench_tc.main([cmd, "--out", str(tmp_path), "--kernels", "fa2,v_once_tc,sdpa_flash"]) == 2
+    assert capsys.readouterr().err.strip() == f"bench_tc {cmd}: needs a CUDA GPU (torch {torch.__version__} sees none)"
