@@ -128,3 +128,35 @@ def test_bench_tc_gpu_commands_need_a_gpu(capsys, no_gpu, tmp_path, cmd):
 
     assert bench_tc.main([cmd, "--out", str(tmp_path), "--kernels", "fa2,v_once_tc,sdpa_flash"]) == 2
     assert capsys.readouterr().err.strip() == f"bench_tc {cmd}: needs a CUDA GPU (torch {torch.__version__} sees none)"
+
+
+@pytest.mark.parametrize("script,argv,match", [
+    ("cluster_speed", ["--d", "80"], "--d: 80 unsupported (v_once_cluster's head dims); choose from 64, 128"),
+    ("cluster_speed", ["--n", "0"], "--n must be a comma-separated list of positive integers, got '0'"),
+    ("cluster_speed", ["--causal", "2"], "--causal: unknown value '2'; choose from 0, 1"),
+    ("cluster_speed", ["--dtypes", "fp16"], "--dtypes: unknown dtype 'fp16'; choose from float16, bfloat16"),
+    ("cluster_speed", ["--max-sets", "0"], "--max-sets must be a positive integer, got 0"),
+    ("layouts_speed", ["--d", "80"], "--d: 80 unsupported (fa2_wgmma's head dims); choose from 64, 96, 128, 256"),
+    ("layouts_speed", ["--n", "4096,x"], "--n must be a comma-separated list of positive integers, got 'x'"),
+    ("layouts_speed", ["--causal", "yes"], "--causal: unknown value 'yes'"),
+    ("layouts_speed", ["--sets", "0"], "--sets must be a positive integer, got 0"),
+    ("layouts_speed", ["--rounds", "-1"], "--rounds must be a positive integer, got -1"),
+])
+def test_cluster_and_layouts_speed_refuse_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden,
+                                                                        script, argv, match):
+    """--d 80 or --n 0 failed every cell on the GPU (or, without one, a traceback); --rounds -1 ran one round."""
+    import importlib
+
+    from bench import harness
+
+    for name in ("entries", "start_clock", "input_sets"):
+        monkeypatch.setattr(harness, name, gpu_work_forbidden)
+    assert match in _refused(capsys, importlib.import_module(f"bench.{script}").main, argv)
+
+
+@pytest.mark.parametrize("script", ["cluster_speed", "layouts_speed"])
+def test_cluster_and_layouts_speed_need_a_gpu(capsys, no_gpu, tmp_path, script):
+    import importlib
+
+    assert importlib.import_module(f"bench.{script}").main(["--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"{script}: needs a CUDA GPU (torch {torch.__version__} sees none)"
