@@ -160,3 +160,35 @@ def test_cluster_and_layouts_speed_need_a_gpu(capsys, no_gpu, tmp_path, script):
 
     assert importlib.import_module(f"bench.{script}").main(["--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"{script}: needs a CUDA GPU (torch {torch.__version__} sees none)"
+
+
+@pytest.mark.parametrize("script,argv,match", [
+    ("clock_probe", ["--cells", "128:512"], "--cells: malformed cell '128:512'; give d:N:causal"),
+    ("clock_probe", ["--cells", "128:512:2"], "--cells: malformed cell '128:512:2'"),
+    ("clock_probe", ["--cells", "80:512:1"], "--cells: 80:512:1: d=80 unsupported; fa2_wgmma takes d in 64, 96,"),
+    ("clock_probe", ["--cells", "128:0:1"], "--cells: 128:0:1: N must be a positive integer"),
+    ("clock_probe", ["--rounds", "0"], "--rounds must be a positive integer, got 0"),
+    ("clock_probe", ["--dtypes", "float32"], "--dtypes: unknown dtype 'float32'"),
+    ("kernel_names", ["--dims", "4096"], "--dims: 4096 is over 2048 (H = 2048 / d heads)"),
+    ("kernel_names", ["--seqs", "-1"], "--seqs must be a comma-separated list of positive integers, got '-1'"),
+    ("kernel_names", ["--backends", "flash,foo"], "--backends: unknown SDPA backend 'foo'"),
+])
+def test_clock_probe_and_kernel_names_refuse_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden,
+                                                                         script, argv, match):
+    """A malformed --cells was a ValueError from int() after the clock started; --dims 4096 made H = 0 heads; an
+    unknown backend was recorded as a KeyError row per cell."""
+    import importlib
+
+    from bench import harness
+
+    for name in ("entries", "start_clock", "input_sets", "sdpa"):
+        monkeypatch.setattr(harness, name, gpu_work_forbidden)
+    assert match in _refused(capsys, importlib.import_module(f"bench.{script}").main, argv)
+
+
+@pytest.mark.parametrize("script", ["clock_probe", "kernel_names"])
+def test_clock_probe_and_kernel_names_need_a_gpu(capsys, no_gpu, tmp_path, script):
+    import importlib
+
+    assert importlib.import_module(f"bench.{script}").main(["--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"{script}: needs a CUDA GPU (torch {torch.__version__} sees none)"
