@@ -192,3 +192,32 @@ def test_clock_probe_and_kernel_names_need_a_gpu(capsys, no_gpu, tmp_path, scrip
 
     assert importlib.import_module(f"bench.{script}").main(["--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"{script}: needs a CUDA GPU (torch {torch.__version__} sees none)"
+
+
+def _verdict_table():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "verdict_table.py"
+    spec = importlib.util.spec_from_file_location("verdict_table", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_verdict_table_refuses_what_it_cannot_read_in_one_line(capsys, tmp_path):
+    """A missing file, a JSON without rows, a dtype with no cell (min() of an empty list) were tracebacks; a second
+    file without --cluster was silently ignored."""
+    main = _verdict_table().main
+    assert "cannot read /nonexistent.json: [Errno 2]" in _refused(capsys, main, ["/nonexistent.json"])
+    (tmp_path / "a.json").write_text("{}")
+    assert "is not a benchmark's JSON (no list of rows)" in _refused(capsys, main, [str(tmp_path / "a.json")])
+    (tmp_path / "b.json").write_text('{"rows": []}')
+    assert "reads one tc_bench.json, got 2 files (several: --cluster)" in _refused(
+        capsys, main, [str(tmp_path / "b.json"), str(tmp_path / "b.json")])
+    assert "no float16 cell with both fa2_tc and a v_once_tc mode timed in" in _refused(
+        capsys, main, [str(tmp_path / "b.json")])
+    assert "no bfloat16 cell with both v_once_cluster and fa2_wgmma timed in" in _refused(
+        capsys, main, ["--cluster", "--dtype", "bfloat16", str(tmp_path / "b.json")])
+    assert "invalid choice: 'float32'" in _refused(capsys, main, ["--dtype", "float32"])
+    assert capsys.readouterr().out == ""  # nothing half-printed before a refusal
