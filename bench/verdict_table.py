@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/verdict_table.py --cluster` reads analysis/
 
 MODES = ["v_once_tc_sram_lazy", "v_once_tc_sram_eager", "v_once_tc_hbm_lazy", "v_once_tc_hbm_eager"]  # KernelSpec.label
 OLD_NAMES = {f"v_once_tc[{m.split('_')[3]},{m.split('_')[4]}]": m for m in MODES}  # files before bench.harness

@@ -221,3 +221,24 @@ def test_verdict_table_refuses_what_it_cannot_read_in_one_line(capsys, tmp_path)
         capsys, main, ["--cluster", "--dtype", "bfloat16", str(tmp_path / "b.json")])
     assert "invalid choice: 'float32'" in _refused(capsys, main, ["--dtype", "float32"])
     assert capsys.readouterr().out == ""  # nothing half-printed before a refusal
+
+
+def test_verdict_table_reads_its_own_trees_analysis(tmp_path):
+    """`python bench/verdict_table.py --cluster`, as its docstring runs it (no PYTHONPATH): the cluster table imports
+    analysis, which must be this tree's (it was a ModuleNotFoundError, or another checkout's installed copy)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    script = root / "bench" / "verdict_table.py"
+    code = ("import os, runpy, sys\n"
+            f"sys.argv = [{str(script)!r}, '--cluster']; sys.path[0] = {str(script.parent)!r}\n"
+            "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print('ANALYSIS', sys.modules['analysis'].__file__)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"ANALYSIS {root / 'analysis' / '__init__.py'}" in out.stdout
