@@ -242,3 +242,37 @@ def test_verdict_table_reads_its_own_trees_analysis(tmp_path):
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"ANALYSIS {root / 'analysis' / '__init__.py'}" in out.stdout
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--kernel", "nosuch"], "--kernel 'nosuch' is not a registered kernel; those with a backward: naive, fa2, fa2_wgmma"),
+    (["--fallback", "fa3"], "--fallback 'fa3' is not a registered kernel"),
+    (["--steps", "0"], "--steps, --batch and --ctx must be positive"),
+    (["--lr", "nan"], "--lr must be a positive finite number, got nan"),
+    (["--log-every", "-1"], "--log-every must be 0 (no log) or positive, got -1"),
+    (["--device", "cpu"], "--device cpu: kernels.attention runs CUDA kernels; give a CUDA device"),
+    (["--device", "foo"], "--device 'foo': Expected one of cpu, cuda"),
+])
+def test_train_gpt_refuses_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden, argv, match):
+    """A misspelt --kernel was replaced by --fallback (or exited 1), --device cpu failed in kernels.attention after
+    the SDPA warm-up, and --lr nan trained to NaN losses; --steps 0 was refused only after the GPU check."""
+    import model.train
+    from bench import train_gpt
+
+    monkeypatch.setattr(model.train, "train", gpu_work_forbidden)
+    assert match in _refused(capsys, train_gpt.main, argv)
+
+
+def test_train_gpt_exits_2_when_no_kernel_runs_here(capsys, monkeypatch, gpu_work_forbidden):
+    """A GPU where fa2_wgmma does not run and the fallback cannot train: one line, exit 2 (sys.exit(text) was 1)."""
+    import model.train
+    from bench import train_gpt
+    from kernels import fa2_wgmma
+
+    monkeypatch.setattr(model.train, "train", gpu_work_forbidden)
+    monkeypatch.setattr(fa2_wgmma, "supported", lambda device=None: False)
+    with pytest.raises(SystemExit) as e:
+        train_gpt.main(["--fallback", "fa2_tc"])
+    assert e.value.code == 2
+    assert capsys.readouterr().out.strip() == ("train_gpt: fa2_wgmma does not run on this GPU, nor does --fallback "
+                                               "fa2_tc (fa2_tc has no backward)")
