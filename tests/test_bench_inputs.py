@@ -276,3 +276,24 @@ def test_train_gpt_exits_2_when_no_kernel_runs_here(capsys, monkeypatch, gpu_wor
     assert e.value.code == 2
     assert capsys.readouterr().out.strip() == ("train_gpt: fa2_wgmma does not run on this GPU, nor does --fallback "
                                                "fa2_tc (fa2_tc has no backward)")
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--kernels", "nosuch"], "--kernels: 'nosuch' is not a registered kernel with a backward; those with one:"),
+    (["--kernels", "fa2_tc"], "--kernels: 'fa2_tc' is not a registered kernel with a backward"),
+    (["--dims", "80"], "--kernels fa2_wgmma with --dims 80, --dtypes float16: head dim d=80 unsupported: kernel "
+                       "'fa2_wgmma' takes d in [64, 128]"),
+    (["--kernels", "fa2", "--dims", "256"], "head dim d=256 unsupported: kernel 'fa2' takes d <= 128"),
+    (["--dtypes", "float32"], "--dtypes: unknown dtype 'float32'; choose from float16, bfloat16"),
+    (["--seqs", "0"], "--seqs must be a comma-separated list of positive integers, got '0'"),
+    (["--seqs", "32768"], "--seqs: 32768 is over 16384 (batch*N = 16384 tokens)"),
+    (["--causal", "x"], "--causal: unknown value 'x'; choose from 0, 1"),
+])
+def test_bench_bwd_refuses_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden, argv, match):
+    """An unknown or backward-less --kernels name was skipped with a log line (every one: a run of SDPA alone), and a
+    head dim a kernel cannot take failed each of its cells; --dtypes float32 was a KeyError in the first cell."""
+    from bench import bench_bwd
+
+    monkeypatch.setattr(bench_bwd, "bench_cell", gpu_work_forbidden)
+    monkeypatch.setattr(bench_bwd, "our_kernels", gpu_work_forbidden)
+    assert match in _refused(capsys, bench_bwd.main, argv)
