@@ -218,12 +218,18 @@ def _cache_key(path: Path, options: list[str]) -> str:
     return h.hexdigest()[:32]
 
 
+def check_arch(arch) -> str:
+    """ValueError unless `arch` names a real GPU arch, sm_XY or sm_XYa (a cubin is built for one)."""
+    if not (isinstance(arch, str) and re.fullmatch(r"sm_\d+a?", arch)):
+        raise ValueError(f"a cubin needs a real arch (sm_XY), got {arch!r}")
+    return arch
+
+
 def _compile(source, defines, arch, extra_options) -> tuple[str, bytes, str]:
     """(key, cubin, ptxas log), from the in-process cache, the disk cache, or NVRTC."""
     path = source_path(source)
     fields = _option_fields(path, defines, arch, extra_options)
-    if not re.fullmatch(r"sm_\d+a?", fields["arch"]):
-        raise ValueError(f"a cubin needs a real arch (sm_XY), got {fields['arch']!r}")
+    check_arch(fields["arch"])
     key = _cache_key(path, compile_options(path, defines=defines, arch=arch, extra_options=extra_options))
     with _lock:
         if key in _compiled:

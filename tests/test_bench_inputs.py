@@ -297,3 +297,19 @@ def test_bench_bwd_refuses_bad_arguments_before_gpu_work(capsys, monkeypatch, gp
     monkeypatch.setattr(bench_bwd, "bench_cell", gpu_work_forbidden)
     monkeypatch.setattr(bench_bwd, "our_kernels", gpu_work_forbidden)
     assert match in _refused(capsys, bench_bwd.main, argv)
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["check", "--arch", "foo"], "--arch: a cubin needs a real arch (sm_XY), got 'foo'"),
+    (["check", "--arch", "90"], "--arch: a cubin needs a real arch (sm_XY), got '90'"),
+    (["check", "--kernels", "naive", "--json", "/nonexistent/k.json"],
+     "--json /nonexistent/k.json: no folder /nonexistent to write it in"),
+])
+def test_kernels_check_refuses_bad_arguments_before_compiling(capsys, monkeypatch, gpu_work_forbidden, argv, match):
+    """--arch foo compiled nothing and printed a failed row for every configuration (exit 1); --json into a missing
+    folder was a traceback after every compile."""
+    from kernels import __main__ as cli
+    from kernels import loader
+
+    monkeypatch.setattr(loader, "resource_usage", gpu_work_forbidden)
+    assert match in _refused(capsys, cli.main, argv)
