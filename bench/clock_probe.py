@@ -33,27 +33,6 @@ from bench import harness  # noqa: E402
 TOKENS, HIDDEN = 16384, 2048
 
 
-def parse_cells(ap, text: str) -> list[tuple[int, int, bool]]:
-    """--cells "d:N:causal,..." as (d, N, causal); a malformed cell, a head dim fa2_wgmma does not take, N < 1 or a
-    causal flag other than 0 or 1 is ap.error (one line, exit 2), before any GPU work."""
-    from kernels import fa2_wgmma
-
-    out = []
-    for cell in (c.strip() for c in text.split(",") if c.strip()):
-        parts = cell.split(":")
-        if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts) or parts[2] not in ("0", "1"):
-            ap.error(f"--cells: malformed cell {cell!r}; give d:N:causal, e.g. 128:4096:1 (causal 0 or 1)")
-        d, n, causal = int(parts[0]), int(parts[1]), parts[2] == "1"
-        if d not in fa2_wgmma.HEAD_DIMS:
-            ap.error(f"--cells: {cell}: d={d} unsupported; fa2_wgmma takes d in {', '.join(map(str, fa2_wgmma.HEAD_DIMS))}")
-        if n < 1:
-            ap.error(f"--cells: {cell}: N must be a positive integer")
-        out.append((d, n, causal))
-    if not out:
-        ap.error(f"--cells: empty list {text!r}")
-    return out
-
-
 def main(argv=None) -> int:
     import torch
 
@@ -65,7 +44,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--rep-ms", type=int, default=300)
     args = ap.parse_args(argv)
-    cells = parse_cells(ap, args.cells)
+    cells = harness.cell_list(ap, "--cells", args.cells)
     harness.name_list(ap, "--dtypes", args.dtypes, ("float16", "bfloat16"), "dtype")
     for flag, value in (("--rounds", args.rounds), ("--rep-ms", args.rep_ms)):
         if value < 1:

@@ -770,3 +770,22 @@ def positive(ap, flag: str, value, *, zero: bool = False):
     if not (math.isfinite(value) and (value > 0 or zero and value == 0)):
         ap.error(f"{flag} must be a {'non-negative' if zero else 'positive'} finite number, got {value!r}")
     return value
+
+
+def cell_list(ap, flag: str, text) -> list[tuple[int, int, bool]]:
+    """--cells "d:N:causal,..." (the probes' cells of fa2_wgmma and SDPA) as (d, N, causal); a malformed cell, a head
+    dim fa2_wgmma does not take, N < 1 or a causal flag other than 0 or 1 is ap.error."""
+    from kernels import fa2_wgmma
+
+    out = []
+    for cell in _items(ap, flag, text):
+        parts = cell.split(":")
+        if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts) or parts[2] not in ("0", "1"):
+            ap.error(f"{flag}: malformed cell {cell!r}; give d:N:causal, e.g. 128:4096:1 (causal 0 or 1)")
+        d, n, causal = int(parts[0]), int(parts[1]), parts[2] == "1"
+        if d not in fa2_wgmma.HEAD_DIMS:
+            ap.error(f"{flag}: {cell}: d={d} unsupported; fa2_wgmma takes d in {', '.join(map(str, fa2_wgmma.HEAD_DIMS))}")
+        if n < 1:
+            ap.error(f"{flag}: {cell}: N must be a positive integer")
+        out.append((d, n, causal))
+    return out

@@ -313,3 +313,42 @@ def test_kernels_check_refuses_bad_arguments_before_compiling(capsys, monkeypatc
 
     monkeypatch.setattr(loader, "resource_usage", gpu_work_forbidden)
     assert match in _refused(capsys, cli.main, argv)
+
+
+@pytest.mark.parametrize("script,argv", [
+    ("gap_probe", []), ("launch_overhead", []), ("cluster_sanitize_target", []), ("tc_ceiling", []),
+    ("ab_speed", ["--tag", "new"]), ("fa2_teaching_ab", []), ("pass_probe", []),
+])
+def test_the_gpu_probes_need_a_gpu(capsys, no_gpu, tmp_path, script, argv):
+    """Each printed the traceback of its first CUDA call (fa2_teaching_ab: 'WRONG' and exit 1, a correct kernel
+    judged by a generator that could not be made)."""
+    import importlib
+
+    if script != "cluster_sanitize_target":
+        argv = argv + ["--out", str(tmp_path)]
+    assert importlib.import_module(f"bench.{script}").main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"{script}: needs a CUDA GPU (torch {torch.__version__} sees none)"
+
+
+@pytest.mark.parametrize("script,argv,match", [
+    ("gap_probe", ["--cells", "128:512"], "--cells: malformed cell '128:512'; give d:N:causal"),
+    ("gap_probe", ["--dtype", "float32"], "--dtype: unknown dtype 'float32'"),
+    ("launch_overhead", ["--kernels", "fa2,nosuch"], "--kernels: unknown kernel 'nosuch'"),
+    ("cluster_sanitize_target", ["--configs", "default,NWG=3"], "--configs: 'NWG=3': v_once_cluster config NWG=3"),
+    ("cluster_sanitize_target", ["--configs", "NWG"], "--configs: 'NWG': a build is default or KNOB=V[+KNOB=V]"),
+    ("tc_ceiling", ["--iters", "0"], "--iters must be a positive integer, got 0"),
+    ("ab_speed", ["--tag", "new", "--seqs", "0"], "--seqs must be a comma-separated list of positive integers"),
+    ("precompile_bwd", ["--jobs", "0"], "--jobs must be a positive integer, got 0"),
+])
+def test_the_gpu_probes_refuse_bad_arguments_before_gpu_work(capsys, gpu_work_forbidden, monkeypatch, script, argv,
+                                                             match):
+    import importlib
+
+    from bench import harness
+
+    for name in ("entries", "input_sets", "random_qkv"):
+        monkeypatch.setattr(harness, name, gpu_work_forbidden)
+    mod = importlib.import_module(f"bench.{script}")
+    if hasattr(mod, "builds"):
+        monkeypatch.setattr(mod, "builds", gpu_work_forbidden)
+    assert match in _refused(capsys, mod.main, argv)
