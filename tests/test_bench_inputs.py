@@ -352,3 +352,35 @@ def test_the_gpu_probes_refuse_bad_arguments_before_gpu_work(capsys, gpu_work_fo
     if hasattr(mod, "builds"):
         monkeypatch.setattr(mod, "builds", gpu_work_forbidden)
     assert match in _refused(capsys, mod.main, argv)
+
+
+@pytest.mark.parametrize("script,argv,match", [
+    ("teach_bwd_ab", ["--names", "fa2,nosuch"], "--names: unknown contender 'nosuch'; choose from fa2,"),
+    ("teach_bwd_ab", ["--dims", "256"], "--dims: 256 is over 128 (the teaching kernels' largest head dim)"),
+    ("teach_bwd_ab", ["--seqs", "0"], "--seqs must be a comma-separated list of positive integers, got '0'"),
+    ("sanitize", ["--kernels", "nosuch"], "--kernels: unknown kernel 'nosuch'; choose from naive,"),
+    ("sanitize", ["--dtypes", "fp8"], "--dtypes: unknown dtype 'fp8'"),
+    ("sanitize", ["--tools", "memcheck,foo"], "--tools: unknown tool 'foo'"),
+    ("sanitize", ["--configs", "x"], "--configs: not JSON"),
+    ("sanitize", ["--configs", '{"fa3": []}'], '--configs: give {"name": [config, ...]} with registered kernel names'),
+    ("sanitize", ["--shapes", "-1"], "--shapes must be a count, 0 or more, got -1"),
+])
+def test_teach_bwd_ab_and_sanitize_refuse_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden,
+                                                                        script, argv, match):
+    """An unknown --names entry was dropped without a word and d = 256 failed every cell; sanitize's unknown kernel,
+    dtype or tool failed inside compute-sanitizer (KeyError, AttributeError, a tool error), bad JSON a traceback."""
+    import importlib
+
+    mod = importlib.import_module(f"bench.{script}")
+    for name in ("fp32_exactness", "contenders", "find_sanitizer", "run_tool", "child"):
+        if hasattr(mod, name):
+            monkeypatch.setattr(mod, name, gpu_work_forbidden)
+    assert match in _refused(capsys, mod.main, argv)
+
+
+def test_sanitize_needs_a_gpu(capsys, no_gpu, monkeypatch, tmp_path):
+    from bench import sanitize
+
+    monkeypatch.setattr(sanitize, "find_sanitizer", lambda: "/usr/bin/compute-sanitizer")  # there, but no GPU
+    assert sanitize.main(["--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"sanitize: needs a CUDA GPU (torch {torch.__version__} sees none)"
