@@ -146,3 +146,58 @@ def test_check_problem_element_limit():
         checks.check_problem(1, 1, 2 ** 32, 2 ** 32, 1, causal=False, block_q=1, block_k=1,
                              scores_in_hbm=True)
     assert checks.check_problem(1, 1, 2 ** 32, 2 ** 32, 1, causal=False, block_q=1, block_k=1)["n_q"] == 2 ** 32
+
+
+def _fake_cuda(monkeypatch):
+    """CPU tensors that pass the launchers' CUDA check, and no launch: what is refused is refused before it."""
+    from kernels import fa2_tc, v_once_tc
+
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+
+    def launch(*_a, **_k):
+        raise AssertionError("launched")
+    monkeypatch.setattr(fa2_tc, "launch", launch)
+    monkeypatch.setattr(v_once_tc, "_smem_limit", lambda device: 232448)
+    q = torch.zeros(1, 2, 70, 64, dtype=torch.float16)
+    return q, q.clone(), q.clone()
+
+
+@pytest.mark.parametrize("name", ["fa2_tc", "v_once_tc"])
+@pytest.mark.parametrize("config,error,match", [
+    ("abc", TypeError, "config must be a dict of knobs"),
+    ([], TypeError, "config must be a dict of knobs .* got list"),
+    ({"BLOCK_N": 64}, ValueError, r"a config needs \['BLOCK_M', 'NWARPS'\]"),
+    ({"BLOCK_M": 64, "BLOCK_N": 64, "NWARPS": 4, "NOPE": 1}, ValueError, r"unknown config keys \['NOPE'\]"),
+    ({"BLOCK_M": 64, "BLOCK_N": "64", "NWARPS": 4}, TypeError, "config BLOCK_N='64' must be an integer"),
+    ({"BLOCK_M": 64, "BLOCK_N": 64.0, "NWARPS": 4}, TypeError, "config BLOCK_N=64.0 must be an integer"),
+    ({"BLOCK_M": 64, "BLOCK_N": 64, "NWARPS": True}, TypeError, "config NWARPS=True must be an integer"),
+    ({"BLOCK_M": 64, "BLOCK_N": 0, "NWARPS": 4}, ValueError, "BLOCK_N=0: a positive multiple of 16"),
+    ({"BLOCK_M": 100, "BLOCK_N": 64, "NWARPS": 4}, ValueError, r"BLOCK_M=100: a positive multiple of 16 \* NWARPS"),
+    ({"BLOCK_M": 64, "BLOCK_N": 64, "NWARPS": 0}, ValueError, "NWARPS=0: at least one warp"),
+    ({"BLOCK_M": 64, "BLOCK_N": 64, "NWARPS": 4, "MIN_BLOCKS": 0}, ValueError, "MIN_BLOCKS=0: at least one CTA"),
+])
+def test_tensor_core_configs_are_checked_before_launch(monkeypatch, name, config, error, match):
+    """fa2_tc and v_once_tc took config= unchecked: a missing tile was a KeyError, a misspelt knob built the default
+    under another name, 64.0 or True became a define, BLOCK_N=0 a ZeroDivisionError in v_once_tc.plan, and what
+    tc_fa2.cuh's static_asserts refuse a compile error on the GPU."""
+    import importlib
+
+    q, k, v = _fake_cuda(monkeypatch)
+    with pytest.raises(error, match=f"{name}: {match}"):
+        importlib.import_module(f"kernels.{name}").forward(q, k, v, config=config)
+
+
+def test_tensor_core_configs_that_build_still_do():
+    """Every fa2_tc sweep candidate and default passes the check unchanged; NumPy integers are integers; the knobs the
+    .cu file defaults (Q_IN_REGS, MIN_BLOCKS) may be left out; shared memory past a CTA's is refused."""
+    from kernels import fa2_tc, v_once_tc
+
+    for d in fa2_tc.HEAD_DIMS:
+        for cfg in fa2_tc.SWEEP[d]:
+            assert fa2_tc.defines_for(d, 1, cfg) == dict(HEAD_DIM=d, IS_BF16=1, **cfg)
+        assert v_once_tc.plan(512, 512, d, config=dict(v_once_tc.CONFIG))["config"] == v_once_tc.CONFIG
+    got = fa2_tc.defines_for(64, 0, dict(BLOCK_M=np.int64(128), BLOCK_N=128, NWARPS=np.int32(4)))
+    assert got == dict(HEAD_DIM=64, IS_BF16=0, BLOCK_M=128, BLOCK_N=128, NWARPS=4, Q_IN_REGS=0, MIN_BLOCKS=1)
+    assert type(got["BLOCK_M"]) is int
+    with pytest.raises(ValueError, match="need 393216 B of shared memory per CTA; the SM gives at most"):
+        fa2_tc.defines_for(128, 0, dict(BLOCK_M=512, BLOCK_N=256, NWARPS=8))

@@ -107,6 +107,8 @@ def test_bench_kernels_takes_every_entry_name_and_needs_a_gpu(capsys, no_gpu, tm
     (["sweep", "--sweep-configs", '{"64": {}, "128": []}'], "--sweep-configs: d=64: give a list of configs"),
     (["sweep", "--sweep-kernel", "fa2_wgmma", "--sweep-configs", '{"64": [{"BLOCK_N": 64, "NWG": 9}], "128": []}'],
      "fa2_wgmma config {'BLOCK_N': 64, 'NWG': 9} at d=64: fa2_wgmma: NWG=9: 1 to 3 consumer warpgroups"),
+    (["sweep", "--sweep-configs", '{"64": [{"BLOCK_N": 64}], "128": []}'],
+     "fa2_tc config {'BLOCK_N': 64} at d=64: fa2_tc: a config needs ['BLOCK_M', 'NWARPS']"),
     (["target", "--d", "80"], "--d: 80 unsupported (no tensor-core kernel takes it); choose from 64, 96, 128, 256"),
     (["target", "--ncu-seqs", "0"], "--ncu-seqs must be a comma-separated list of positive integers, got '0'"),
     (["target", "--wgmma-configs", '[{"NOPE": 1}]'], "fa2_wgmma: unknown config keys ['NOPE']"),
