@@ -201,3 +201,38 @@ def test_tensor_core_configs_that_build_still_do():
     assert type(got["BLOCK_M"]) is int
     with pytest.raises(ValueError, match="need 393216 B of shared memory per CTA; the SM gives at most"):
         fa2_tc.defines_for(128, 0, dict(BLOCK_M=512, BLOCK_N=256, NWARPS=8))
+
+
+@pytest.mark.parametrize("config,error,match", [
+    ("abc", TypeError, "config must be a dict of knobs .* got str"),
+    ({"TMA": 1, "BLOCK_N": 128, "NWG": 2, "NOPE": 1}, ValueError, r"unknown config keys \['NOPE'\]"),
+    ({"TMA": 1, "BLOCK_N": 128.0, "NWG": 2}, TypeError, "config BLOCK_N=128.0 must be an integer"),
+    ({"TMA": True, "BLOCK_N": 128, "NWG": 2}, TypeError, "config TMA=True must be an integer"),
+    ({"TMA": 1, "BLOCK_N": 128, "NWG": "2"}, TypeError, "config NWG='2' must be an integer"),
+    ({"TMA": 1, "BLOCK_N": 128, "NWG": 2, "PERSISTENT": 2, "GRID": "x"}, TypeError, "config GRID='x' must be an"),
+    ({"TMA": 1, "BLOCK_N": 128, "NWG": 2, "PERSISTENT": 2, "GRID": -1}, ValueError, "GRID=-1: the persistent CTAs"),
+])
+def test_wgmma_configs_are_checked_before_launch(monkeypatch, config, error, match):
+    """fa2_wgmma.forward: a config that is not a dict was an AttributeError in _plan, a missing BLOCK_N or NWG a
+    KeyError in smem_bytes, NWG='2' a TypeError from a comparison, TMA=True or 128.0 a define of another kernel, and
+    GRID='x' or -1 an int() error at launch or one CTA without a word. A config that leaves out Bc or the warpgroups
+    gets the .cu files' defaults (it was a KeyError)."""
+    from kernels import fa2_wgmma, loader
+
+    q, k, v = _fake_cuda(monkeypatch)
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    monkeypatch.setattr(fa2_wgmma, "_PLANS", {})  # a cached plan serves a config equal to its own
+    with pytest.raises(error, match=f"fa2_wgmma: {match}"):
+        fa2_wgmma.forward(q, k, v, config=config)
+
+
+def test_wgmma_config_without_the_tile_gets_the_kernels_defaults():
+    """{"TMA": 1} is the .cu file's Bc = 128 and two warpgroups, as knob_errors already read it (the launch plan's
+    smem_bytes and block_m raised KeyError); a config that names them gets no key added (its cubin is unchanged)."""
+    from kernels import fa2_wgmma
+
+    defs = fa2_wgmma.defines_for(128, 0, {"TMA": 1})
+    assert (defs["BLOCK_N"], defs["NWG"], fa2_wgmma.block_m(defs)) == (128, 2, 128)
+    assert defs == fa2_wgmma.defines_for(128, 0, {"TMA": 1, "BLOCK_N": 128, "NWG": 2})
+    named = fa2_wgmma.defines_for(128, 0, fa2_wgmma.CONFIGS[128])
+    assert list(named)[-1] not in ("BLOCK_N", "NWG") or list(fa2_wgmma.CONFIGS[128])[-1] in ("BLOCK_N", "NWG")
