@@ -236,3 +236,47 @@ def test_wgmma_config_without_the_tile_gets_the_kernels_defaults():
     assert defs == fa2_wgmma.defines_for(128, 0, {"TMA": 1, "BLOCK_N": 128, "NWG": 2})
     named = fa2_wgmma.defines_for(128, 0, fa2_wgmma.CONFIGS[128])
     assert list(named)[-1] not in ("BLOCK_N", "NWG") or list(fa2_wgmma.CONFIGS[128])[-1] in ("BLOCK_N", "NWG")
+
+
+@pytest.mark.parametrize("config,error,match", [
+    ("abc", TypeError, "config must be a dict of knobs .* got str"),
+    ({"NWG": 2}, ValueError, r"a config needs \['BR'\]"),
+    ({"NWG": 2, "BR": 64.0}, TypeError, "config BR=64.0 must be an integer"),
+    ({"NWG": True, "BR": 64}, TypeError, "config NWG=True must be an integer"),
+    ({"NWG": 2, "BR": 63}, ValueError, "BR=63: 64 or 128"),
+    ({"NWG": 3, "BR": 64}, ValueError, "NWG=3: 1 or 2 warpgroups"),
+    ({"NWG": 1, "BR": 128}, ValueError, "NWG=1, BR=128: every 64-row slice of dQ needs a warpgroup"),
+    ({"NWG": 2, "BR": 64, "STAGES": 4}, ValueError, "STAGES=4: 2..3 ring slots"),
+    ({"NWG": 2, "BR": 64, "DQ_BULK": 2}, ValueError, "DQ_BULK=2: DQ_BULK is a switch, 0 or 1"),
+    ({"NWG": 2, "BR": 128, "STAGES": 3}, ValueError, "NWG=2 BR=128 STAGES=3 at d=128 needs 299008 B of shared memory"),
+])
+def test_wgmma_backward_configs_are_checked_before_launch(monkeypatch, config, error, match):
+    """A string config was a 'dictionary update sequence' ValueError, 64.0 or True a define, and what
+    fa2_wgmma_bwd.cu's static_asserts refuse (BR=63, NWG=3, STAGES=4) a compile error on the GPU."""
+    from kernels import fa2_wgmma_bwd, loader
+
+    q, k, v = _fake_cuda(monkeypatch)
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    monkeypatch.setattr(loader, "get_function", lambda *a, **kw: pytest.fail("launched"))
+    q, k, v = (t.reshape(1, 2, 70, 64).repeat(1, 1, 1, 2) for t in (q, k, v))  # d = 128
+    lse = torch.zeros(1, 2, 70)
+    with pytest.raises(error, match=f"fa2_wgmma backward: {match}"):
+        fa2_wgmma_bwd.backward(q, k, v, q.clone(), lse, q.clone(), config=config)
+    for d in fa2_wgmma_bwd.HEAD_DIMS:  # every sweep candidate still builds
+        for cfg in fa2_wgmma_bwd.SWEEP[d]:
+            fa2_wgmma_bwd.defines_for(d, 0, cfg)
+
+
+@pytest.mark.parametrize("config,error,match", [
+    ("abc", TypeError, "v_once_cluster: config must be a dict of knobs"),
+    ([], TypeError, "v_once_cluster: config must be a dict of knobs .* got list"),
+    ({"NWG": True}, ValueError, "v_once_cluster config NWG=True: it takes NWG in"),
+    ({"BLOCK_N": 64.0}, ValueError, "v_once_cluster config BLOCK_N=64.0: it takes"),
+])
+def test_cluster_configs_take_integers_in_a_dict(config, error, match):
+    """A string was an AttributeError, [] silently the default build, True passed as NWG=1 and 64.0 as BLOCK_N=64."""
+    from kernels import v_once_cluster
+
+    with pytest.raises(error, match=match):
+        v_once_cluster.build_config(config)
+    assert v_once_cluster.build_config({"NWG": np.int64(2)})["NWG"] == 2
