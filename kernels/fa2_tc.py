@@ -180,12 +180,25 @@ def launch(source, kernel, defines: dict, grid, block, args, shared_mem: int, de
         grid, block, args, shared_mem=shared_mem)
 
 
+def check_out(out, names) -> None:
+    """out= must be a tuple (or list) of len(names) tensors, e.g. (o, lse): TypeError naming what it got (a string or
+    a short tuple was an unpacking ValueError, (None, None) an AttributeError)."""
+    import torch
+
+    if not (isinstance(out, (tuple, list)) and len(out) == len(names)
+            and all(isinstance(t, torch.Tensor) for t in out)):
+        got = (f"{type(out).__name__} ({', '.join(type(t).__name__ for t in out)})" if isinstance(out, (tuple, list))
+               else type(out).__name__)
+        raise TypeError(f"out must be a tuple ({', '.join(names)}) of {len(names)} tensors, got {got}")
+
+
 def _outputs(q, out):
     import torch
 
     b, h, n_q, _ = q.shape
     if out is None:
         return torch.empty_like(q), torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
+    check_out(out, ("o", "lse"))
     o, lse = out
     if o.shape != q.shape or o.dtype != q.dtype or not o.is_contiguous() or o.device != q.device:
         raise ValueError(f"out[0] must be a contiguous {q.dtype} tensor of shape {tuple(q.shape)} on {q.device}")

@@ -177,6 +177,7 @@ def _grads(q, k, out):
 
     if out is None:
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(k)
+    fa2_tc.check_out(out, ("dq", "dk", "dv"))
     for name, t, like in zip(("dq", "dk", "dv"), out, (q, k, k)):
         if t.shape != like.shape or t.dtype != like.dtype or not t.is_contiguous() or t.device != like.device:
             raise ValueError(f"out {name} must be a contiguous {like.dtype} tensor of shape {tuple(like.shape)}")

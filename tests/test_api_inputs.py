@@ -280,3 +280,37 @@ def test_cluster_configs_take_integers_in_a_dict(config, error, match):
     with pytest.raises(error, match=match):
         v_once_cluster.build_config(config)
     assert v_once_cluster.build_config({"NWG": np.int64(2)})["NWG"] == 2
+
+
+@pytest.mark.parametrize("name", ["fa2_tc", "fa2_wgmma", "v_once_tc", "v_once_cluster"])
+@pytest.mark.parametrize("out,match", [
+    ("x", r"out must be a tuple \(o, lse\) of 2 tensors, got str"),
+    ((None, None), r"got tuple \(NoneType, NoneType\)"),
+    ("pair", r"got tuple \(Tensor\)"),  # (o,)
+    ("triple", r"got tuple \(Tensor, Tensor, Tensor\)"),
+])
+def test_out_must_be_a_pair_of_tensors(monkeypatch, name, out, match):
+    """out= that is not (o, lse) was an unpacking ValueError ('not enough values to unpack') or, for (None, None), an
+    AttributeError inside the output check."""
+    import importlib
+
+    from kernels import fa2_wgmma, loader
+
+    q, k, v = _fake_cuda(monkeypatch)
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    monkeypatch.setattr(fa2_wgmma, "_sm_count", lambda dev: 132)
+    o, lse = torch.zeros_like(q), torch.zeros(1, 2, 70)
+    out = {"pair": (o,), "triple": (o, lse, o)}.get(out, out) if isinstance(out, str) else out
+    with pytest.raises(TypeError, match=match):
+        importlib.import_module(f"kernels.{name}").forward(q, k, v, out=out)
+
+
+def test_backward_out_must_be_three_tensors(monkeypatch):
+    from kernels import fa2_wgmma_bwd, loader
+
+    q, k, v = _fake_cuda(monkeypatch)
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    lse = torch.zeros(1, 2, 70)
+    for out, match in (("x", "got str"), ((q,), r"got tuple \(Tensor\)"), ((q, k, None), r"got tuple \(Tensor, Tensor, NoneType\)")):
+        with pytest.raises(TypeError, match=r"out must be a tuple \(dq, dk, dv\) of 3 tensors, " + match):
+            fa2_wgmma_bwd.backward(q, k, v, q.clone(), lse, q.clone(), out=out)
