@@ -160,11 +160,11 @@ def _check(q, k, v):
           and q.shape[0] == k.shape[0] == v.shape[0] and q.shape[1] == k.shape[1] == v.shape[1]
           and k.shape[2] == v.shape[2] and q.shape[3] == k.shape[3] == v.shape[3]
           and q.numel() > 0 and k.numel() > 0 and q.is_contiguous() and k.is_contiguous()
-          and v.is_contiguous())
-    if not ok:
+          and v.is_contiguous() and not (q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16))
+    if not ok:  # (cp.async loads q, k, v in 16-byte pieces: a view at an element offset would fault on the GPU)
         from kernels import loader
 
-        loader.check_cuda_inputs(q, k, v, supported_dtypes=_DTYPES, head_dims=HEAD_DIMS)
+        loader.check_cuda_inputs(q, k, v, supported_dtypes=_DTYPES, head_dims=HEAD_DIMS, aligned=True)
         raise ValueError("fa2_tc: unsupported inputs")  # not reached: the loader names the problem
     b, h = q.shape[0], q.shape[1]
     if b * h > 65535:

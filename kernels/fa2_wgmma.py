@@ -944,6 +944,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
         if h_kv != h or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
             raise ValueError("the cp.async build (TMA=0) takes contiguous q, k, v with equal head counts; "
                              "use a TMA build (the default) for strided or grouped-query inputs")
+        for name, t in (("q", q), ("k", k), ("v", v)):  # its cp.async loads fault on a view at an element offset
+            loader.check_aligned(name, t)
         args = (q, k, v, o, lse, int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale),
                 int(bool(causal)))
     grid = (-(-n_q // bm), b * h, 1)

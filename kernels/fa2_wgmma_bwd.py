@@ -168,6 +168,10 @@ def _check(q, k, v, o, lse, do) -> None:
                              "(use variants.VARIANTS for CPU references)")
         if t.device != q.device:
             raise ValueError(f"q, k, v, o, lse, do must be on one device; {name} is on {t.device}")
+    from kernels import loader
+
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):  # cp.async and uint4 loads: a view at an
+        loader.check_aligned(name, t)  # element offset would fault on the GPU
     if b * h > 65535:
         raise ValueError(f"B*H = {b * h} is over the 65535 grid rows this launcher uses")
 
@@ -178,9 +182,12 @@ def _grads(q, k, out):
     if out is None:
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(k)
     fa2_tc.check_out(out, ("dq", "dk", "dv"))
+    from kernels import loader
+
     for name, t, like in zip(("dq", "dk", "dv"), out, (q, k, k)):
         if t.shape != like.shape or t.dtype != like.dtype or not t.is_contiguous() or t.device != like.device:
             raise ValueError(f"out {name} must be a contiguous {like.dtype} tensor of shape {tuple(like.shape)}")
+        loader.check_aligned(f"out {name}", t)  # dQ is stored in 16-byte pieces, dK and dV in 4-byte ones
     return out
 
 

@@ -493,9 +493,19 @@ def max_dynamic_smem(device=None) -> int:
 
 # ----------------------------------------------------------------------------- input checks
 
-def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims=None) -> None:
+def check_aligned(name: str, t) -> None:
+    """ValueError unless t starts on a 16-byte boundary: kernels that move it in 16-byte pieces (cp.async, uint4) fault
+    on a view at an element offset (a sticky CUDA error that ends the process's use of the GPU), so it is refused
+    before the launch."""
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary (its data pointer is {t.data_ptr() % 16} bytes past "
+                         "one: a view at an element offset); the kernel moves it in 16-byte pieces, so pass .clone()")
+
+
+def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims=None, aligned=False) -> None:
     """Reject what a kernel cannot take, naming the problem: analysis.checks (the references' and
-    closed forms' rules and messages) plus what only a kernel needs (CUDA, head dims, contiguity)."""
+    closed forms' rules and messages) plus what only a kernel needs (CUDA, head dims, contiguity, and with aligned
+    16-byte aligned data: the tensor-core kernels' cp.async loads)."""
     from analysis.checks import check_tensors
 
     *_, d = check_tensors(q, k, v, dtypes=supported_dtypes, cuda=True)
@@ -507,6 +517,8 @@ def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (strides {t.stride()} for shape "
                              f"{tuple(t.shape)}); call .contiguous() first")
+        if aligned:
+            check_aligned(name, t)
 
 
 _HOPPER: set = set()  # device indices already found to be compute capability 9.x

@@ -314,3 +314,51 @@ def test_backward_out_must_be_three_tensors(monkeypatch):
     for out, match in (("x", "got str"), ((q,), r"got tuple \(Tensor\)"), ((q, k, None), r"got tuple \(Tensor, Tensor, NoneType\)")):
         with pytest.raises(TypeError, match=r"out must be a tuple \(dq, dk, dv\) of 3 tensors, " + match):
             fa2_wgmma_bwd.backward(q, k, v, q.clone(), lse, q.clone(), out=out)
+
+
+def _misaligned(t):
+    """t's values in a contiguous view that starts 8 bytes past a 16-byte boundary (a view at an element offset)."""
+    flat = torch.zeros(t.numel() + 4, dtype=t.dtype)[4:]
+    assert flat.data_ptr() % 16 == 8
+    return flat.view(t.shape).copy_(t)
+
+
+@pytest.mark.parametrize("name", ["fa2_tc", "v_once_tc", "fa2_wgmma_cp_async"])
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_inputs_a_cp_async_kernel_cannot_load_are_refused_before_launch(monkeypatch, name, which):
+    """fa2_tc, v_once_tc and fa2_wgmma's cp.async build load q, k, v in 16-byte pieces: a contiguous view at an element
+    offset passed every check and would fault on the GPU (misaligned address, a sticky error)."""
+    import importlib
+
+    from kernels import fa2_wgmma, loader
+
+    qkv = list(_fake_cuda(monkeypatch))
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    monkeypatch.setattr(loader, "get_function", lambda *a, **kw: pytest.fail("launched"))
+    qkv[which] = _misaligned(qkv[which])
+    kw = {}
+    if name == "fa2_wgmma_cp_async":
+        name, kw = "fa2_wgmma", dict(config={"BLOCK_N": 64, "NWG": 2, "MIN_BLOCKS": 2})
+        monkeypatch.setattr(fa2_wgmma, "_PLANS", {})
+    with pytest.raises(ValueError, match=f"{'qkv'[which]} must start on a 16-byte boundary .* 8 bytes past one"):
+        importlib.import_module(f"kernels.{name}").forward(*qkv, **kw)
+
+
+def test_backward_tensors_it_cannot_load_or_store_are_refused_before_launch(monkeypatch):
+    """fa2_wgmma's backward reads q, k, v, do by cp.async, o and do as uint4, and stores dq as uint4 (dk, dv as u32):
+    a view at an element offset would fault on the GPU."""
+    from kernels import fa2_wgmma_bwd, loader
+
+    q, k, v = _fake_cuda(monkeypatch)
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    monkeypatch.setattr(loader, "get_function", lambda *a, **kw: pytest.fail("launched"))
+    args = dict(q=q, k=k, v=v, o=q.clone(), lse=torch.zeros(1, 2, 70), do=q.clone())
+    for name in ("q", "k", "v", "o", "do"):
+        bad = dict(args, **{name: _misaligned(args[name])})
+        with pytest.raises(ValueError, match=f"^{name} must start on a 16-byte boundary"):
+            fa2_wgmma_bwd.backward(*bad.values())
+    for i, name in enumerate(("dq", "dk", "dv")):
+        out = [torch.zeros_like(q) for _ in range(3)]
+        out[i] = _misaligned(out[i])
+        with pytest.raises(ValueError, match=f"^out {name} must start on a 16-byte boundary"):
+            fa2_wgmma_bwd.backward(*args.values(), out=tuple(out))
