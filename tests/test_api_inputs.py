@@ -362,3 +362,31 @@ def test_backward_tensors_it_cannot_load_or_store_are_refused_before_launch(monk
         out[i] = _misaligned(out[i])
         with pytest.raises(ValueError, match=f"^out {name} must start on a 16-byte boundary"):
             fa2_wgmma_bwd.backward(*args.values(), out=tuple(out))
+
+
+def test_teaching_backward_flags_and_naive_saved_are_checked(monkeypatch):
+    """fa2.backward(use_prefetch=0) took 0 as "not False" when picking its blocks and as off for the build (64 x 64
+    without the staging, the pair the docstring measures slowest), use_prefetch="yes" failed in int(); naive's
+    saved="x" was a TypeError after its three launches."""
+    from kernels import fa2, loader, naive
+
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(loader, "max_dynamic_smem", lambda *a: 232448)
+    launched = []
+
+    def get_function(source, name, defines=None, **kw):
+        launched.append(dict(defines))
+        raise RuntimeError("launch")
+    monkeypatch.setattr(loader, "get_function", get_function)
+    q = torch.zeros(1, 2, 70, 128, dtype=torch.float16)
+    lse = torch.zeros(1, 2, 70)
+    for bad in (0, 1, "yes"):
+        with pytest.raises(TypeError, match=f"use_prefetch must be a bool, got {bad!r}"):
+            fa2.backward(q, q, q, q, lse, q, use_prefetch=bad)
+    assert launched == []
+    for good, blocks in ((False, (32, 32, 0)), (np.bool_(True), (64, 64, 1)), (None, (64, 64, 1))):
+        with pytest.raises(RuntimeError, match="launch"):
+            fa2.backward(q, q, q, q, lse, q, use_prefetch=good)
+        assert (launched[-1]["BR"], launched[-1]["BC"], launched[-1]["FA2_PREFETCH"]) == blocks
+    with pytest.raises(TypeError, match=r"saved must be a dict \(the forward leaves P in saved\['P'\]\) or None"):
+        naive.forward(q, q, q, saved="x")
