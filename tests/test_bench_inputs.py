@@ -386,3 +386,21 @@ def test_sanitize_needs_a_gpu(capsys, no_gpu, monkeypatch, tmp_path):
     monkeypatch.setattr(sanitize, "find_sanitizer", lambda: "/usr/bin/compute-sanitizer")  # there, but no GPU
     assert sanitize.main(["--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"sanitize: needs a CUDA GPU (torch {torch.__version__} sees none)"
+
+
+def test_bwd_wgmma_check_answers_help_and_refuses_unknown_steps(capsys, monkeypatch, tmp_path):
+    """--help or a misspelt step was dropped, so the script ran every step: the whole GPU visit (checks, pytest,
+    the benchmark, the sanitizer)."""
+    import importlib
+
+    monkeypatch.setenv("OUT", str(tmp_path))  # the module writes its results there
+    mod = importlib.import_module("bench.bwd_wgmma_check")
+    with pytest.raises(SystemExit) as e:
+        mod.parse_steps(["--help"])
+    assert e.value.code == 0 and "checks   every tuning candidate" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        mod.parse_steps(["checks", "benhc"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip() == ("bwd_wgmma_check: unknown step 'benhc'; choose from checks, pytest, "
+                                               "bench, ablate, sanitize (or --one)")
+    assert mod.parse_steps(["bench", "checks"]) == ["bench", "checks"] and mod.parse_steps([]) == list(mod.STEPS)
