@@ -54,6 +54,25 @@ def sram_capacity(name: str, value) -> int | None:
     raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
 
 
+def knob_config(kernel: str, config, knobs, required=(), example=None) -> dict:
+    """A launcher's config=: a dict of its compile-time knobs, each name in `knobs` and each value an integer (Python
+    or NumPy, never a bool: a define of 64.0 or True builds another kernel than the one named, or none), with every
+    knob of `required`. Returns a copy with int values; TypeError / ValueError naming the first problem otherwise."""
+    if not isinstance(config, dict):
+        raise TypeError(f"{kernel}: config must be a dict of knobs{f' (e.g. {example})' if example else ''} or None, "
+                        f"got {type(config).__name__}")
+    unknown = sorted(set(config) - set(knobs), key=str)
+    if unknown:
+        raise ValueError(f"{kernel}: unknown config keys {unknown}; known: {sorted(knobs)}")
+    for key, value in config.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{kernel}: config {key}={value!r} must be an integer")
+    missing = [key for key in required if key not in config]
+    if missing:
+        raise ValueError(f"{kernel}: a config needs {missing}{f' (e.g. {example})' if example else ''}")
+    return {key: int(value) for key, value in config.items()}
+
+
 def elements(name: str, count: int) -> int:
     if count > MAX_ELEMENTS:
         raise ValueError(f"{name} would have {count:.3e} elements, over the 2**63 - 1 that int64 "

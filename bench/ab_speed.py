@@ -38,12 +38,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp")
     ap.add_argument("--seqs", default="4096")
     args = ap.parse_args(argv)
+    h = load_harness()
+    seqs = h.int_list(ap, "--seqs", args.seqs, at_most=16384, why="batch*N = 16384 tokens")
+    if h.no_gpu("ab_speed"):
+        return 2
     import torch
 
     import kernels
     from kernels import KERNELS
 
-    h = load_harness()
     entries = [h.Entry(n, KERNELS[n].tier, KERNELS[n], {}) for n in KERNEL_NAMES
                if n in KERNELS and KERNELS[n].available()]
     res = dict(tag=args.tag, tree=str(Path(kernels.__file__).resolve().parent.parent), rows=[], host=[],
@@ -55,7 +58,7 @@ def main(argv=None) -> int:
         res["host"].append(dict(kernel=e.label, host_us=h.host_us(lambda e=e: e.forward(q, k, v, False))))
     sdpa = h.entries(["sdpa_flash"])[0]
     res["host"].append(dict(kernel="sdpa_flash", host_us=h.host_us(lambda: sdpa.forward(q, k, v, False))))
-    for n in (int(x) for x in args.seqs.split(",")):
+    for n in seqs:
         for d in (64, 128):
             b, heads = 16384 // n, 2048 // d
             sets = h.input_sets(b, heads, n, n, d, torch.float16, max_sets=4)

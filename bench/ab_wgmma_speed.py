@@ -144,6 +144,66 @@ def _even_passes(text: str) -> int:
     return n
 
 
+DEFAULT_ENTRIES = ("default", "default-again", "default-memset")  # forward()'s build, by the names entries() knows
+
+
+def known_variants(d: int, n: int) -> set:
+    """The candidate names entries() times at d and N (besides DEFAULT_ENTRIES and default+KNOB=V)."""
+    from kernels import fa2_wgmma
+
+    names = set(fa2_wgmma.speed_configs(d)) | set(fa2_wgmma.TILE_CANDIDATES.get(d, {}))
+    return names | set(fa2_wgmma.SIZE_CANDIDATES.get(d, {})) if n <= fa2_wgmma.SIZE_MAX_N else names
+
+
+def check_args(ap, args) -> None:
+    """Every argument of a run, checked before any GPU work: a bad one is ap.error (one line, exit 2). A variant
+    entries() would time in no cell (an unknown name, a head dim outside --dims) or whose build the kernel refuses
+    (default+KNOB=V) is refused here; it used to be dropped without a word, or fail every cell."""
+    from bench import harness
+    from kernels import fa2_wgmma
+
+    harness.name_list(ap, "--dtypes", args.dtypes, ("float16", "bfloat16"), "dtype")
+    dims = harness.int_list(ap, "--dims", args.dims, choices=fa2_wgmma.HEAD_DIMS, why="fa2_wgmma's head dims")
+    seqs = harness.int_list(ap, "--seqs", args.seqs, at_most=TOKENS, why=f"batch*N = {TOKENS} tokens")
+    causals = harness.flag_list(ap, "--causal", args.causal)
+    if args.sdpa.strip():  # empty: no SDPA entries
+        harness.name_list(ap, "--sdpa", args.sdpa, harness.SDPA_BACKENDS, "SDPA backend")
+    harness.positive(ap, "--rep-ms", args.rep_ms)
+    harness.positive(ap, "--warmup-ms", args.warmup_ms, zero=True)
+    if not args.variants:
+        return
+    try:
+        variants = parse_variants(args.variants)
+    except ValueError:
+        ap.error(f"--variants: malformed {args.variants!r}; names, each optionally @d1+d2 (comma-separated)")
+    for name, only in variants:
+        if only is not None and not only <= set(fa2_wgmma.HEAD_DIMS):
+            ap.error(f"--variants: {name}@{'+'.join(map(str, sorted(only)))}: fa2_wgmma's head dims are "
+                     f"{', '.join(map(str, fa2_wgmma.HEAD_DIMS))}")
+        at = [d for d in dims if only is None or d in only]
+        if not at:
+            ap.error(f"--variants: {name} is limited to d = {'+'.join(map(str, sorted(only)))}, none of --dims")
+        if name in DEFAULT_ENTRIES:
+            continue
+        if name.startswith("default+"):
+            try:
+                variant_knobs(name)
+            except ValueError:
+                ap.error(f"--variants: malformed {name!r}; default+KNOB=V[+KNOB=V] with integer values")
+            for d in at:  # the build each cell would run, refused as forward() would refuse it
+                for n in seqs:
+                    for causal in causals:
+                        try:
+                            fa2_wgmma.defines_for(d, False, default_with_config(name, d, n, causal))
+                        except ValueError as exc:
+                            ap.error(f"--variants: {name} at d={d}, N={n}: {exc}")
+            continue
+        if not any(name in known_variants(d, n) for d in at for n in seqs):
+            ap.error(f"--variants: unknown variant {name!r} at d = {', '.join(map(str, at))} (N = {args.seqs}); "
+                     f"the names are {', '.join(DEFAULT_ENTRIES)}, default+KNOB=V and those of "
+                     "kernels/fa2_wgmma.py speed_configs, TILE_CANDIDATES and SIZE_CANDIDATES (N <= SIZE_MAX_N)")
+
+
 def run(args) -> dict:
     import torch
 
@@ -427,8 +487,19 @@ def main(argv=None) -> int:
     ap.add_argument("--summary", default="", help="print the summary of an existing JSON and exit")
     args = ap.parse_args(argv)
     if args.summary:
-        print(summary(json.loads(Path(args.summary).read_text())))
+        try:
+            res = json.loads(Path(args.summary).read_text())
+        except (OSError, ValueError) as exc:  # missing, unreadable or not JSON
+            ap.error(f"--summary: cannot read {args.summary}: {exc}")
+        if not (isinstance(res, dict) and isinstance(res.get("rows"), list)):
+            ap.error(f"--summary: {args.summary} is not an ab_wgmma_speed.json (no list of rows)")
+        print(summary(res))
         return 0
+    check_args(ap, args)
+    from bench import harness
+
+    if harness.no_gpu("ab_wgmma_speed"):
+        return 2
     res = run(args)
     print()
     print(summary(res))

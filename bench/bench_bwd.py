@@ -157,6 +157,37 @@ def our_kernels(requested: str | None) -> list[str]:
     return out
 
 
+def check_args(ap, args) -> None:
+    """Every argument, before any GPU work (ap.error: one line, exit 2). A --kernels name that is not registered or
+    has no backward used to be skipped with a log line (all of them: a run of SDPA alone); a head dim or dtype one of
+    our kernels cannot take failed every one of its cells; both are refused here with kernels.attention's own check."""
+    import torch
+
+    from kernels import KERNELS
+    from kernels.autograd import check_inputs, trainable_kernels
+
+    seqs = harness.int_list(ap, "--seqs", args.seqs, at_most=TOKENS, why=f"batch*N = {TOKENS} tokens")
+    dims = harness.int_list(ap, "--dims", args.dims, at_most=HIDDEN, why=f"H = {HIDDEN} / d heads")
+    dtypes = harness.name_list(ap, "--dtypes", args.dtypes, tuple(TOL), "dtype")
+    harness.flag_list(ap, "--causal", args.causal)
+    names = ([n.strip() for n in args.kernels.split(",") if n.strip()] if args.kernels else
+             [n for n in ("fa2_wgmma", "fa2", "naive") if n in KERNELS and KERNELS[n].backward is not None])
+    for name in names:
+        if name not in trainable_kernels():
+            ap.error(f"--kernels: {name!r} is not a registered kernel with a backward; those with one: "
+                     f"{', '.join(trainable_kernels())}")
+        for d in dims:  # the shapes this kernel's cells would run (meta tensors: nothing is allocated)
+            if not runs(name, min(seqs), args):
+                continue
+            for dname in dtypes:
+                q = torch.empty(1, 1, 1, d, dtype=getattr(torch, dname), device="meta")
+                try:
+                    check_inputs(q, q, q, causal=False, scale=None, kernel=name)
+                except (TypeError, ValueError) as exc:
+                    ap.error(f"--kernels {name} with --dims {d}, --dtypes {dname}: {exc}")
+    harness.positive(ap, "--budget-s", args.budget_s)
+
+
 def write_markdown(rows, path, meta):
     ours = [k for k in meta["kernels"] if k not in SDPA]
     lines = [f"# Backward kernels vs torch SDPA ({meta['device']}, torch {meta['torch']})", "",
@@ -257,6 +288,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.seqs, args.dtypes = "1024,4096", "float16"
+    check_args(ap, args)
 
     import torch
 

@@ -195,6 +195,12 @@ def main(argv=None) -> int:
     ap.add_argument("--max-call-s", type=float, default=1.0)
     ap.add_argument("--target-s", type=float, default=0.3, help="timed seconds per entry")
     args = ap.parse_args(argv)
+    if args.kernels.strip():  # a name entries() does not know selected nothing, silently (empty: every entry)
+        harness.name_list(ap, "--kernels", args.kernels, harness.entry_names(), "kernel")
+    for flag in ("budget_s", "max_call_s", "target_s"):
+        harness.positive(ap, "--" + flag.replace("_", "-"), getattr(args, flag))
+    if harness.no_gpu("bench_kernels"):
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     try:

@@ -387,6 +387,76 @@ def _dump(args, name, obj):
     (out / name).write_text(json.dumps(obj, indent=1, default=str))
 
 
+GPU_COMMANDS = ("check", "sweep", "bench", "target")
+
+
+def _json_arg(ap, flag: str, text: str, kind: type, shape: str):
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        ap.error(f"{flag}: not JSON ({exc}); give {shape}")
+    if not isinstance(value, kind):
+        ap.error(f"{flag}: give {shape}, got {text!r}")
+    return value
+
+
+def _configs_arg(ap, flag: str, kernel: str, d: int, configs) -> None:
+    """Each config a launcher would refuse (defines_for: unknown knobs, values it cannot build) is refused here."""
+    if not isinstance(configs, list):
+        ap.error(f"{flag}: d={d}: give a list of configs, got {configs!r}")
+    for cfg in configs:
+        try:
+            sweep_module(kernel).defines_for(d, False, cfg)
+        except (TypeError, ValueError) as exc:
+            ap.error(f"{flag}: {kernel} config {cfg!r} at d={d}: {exc}")
+
+
+def check_args(ap, args) -> None:
+    """Every argument the command uses, checked before any GPU work or compile: a bad one is ap.error (one line, exit
+    2). An unknown --kernels prefix used to select nothing (`check` then passed with nothing checked); --dtypes float32
+    and a --sweep-configs without a head dim were KeyErrors, bad JSON a traceback."""
+    from bench import harness
+    from kernels import KERNELS
+
+    if args.cmd == "precompile" and args.jobs < 1:
+        ap.error(f"--jobs must be a positive integer, got {args.jobs}")
+    if args.cmd in ("sweep", "bench"):
+        harness.int_list(ap, "--seqs", args.seqs, at_most=TOKENS, why=f"batch*N = {TOKENS} tokens")
+        harness.positive(ap, "--rep-ms", args.rep_ms)
+    if args.cmd == "bench":
+        harness.name_list(ap, "--dtypes", args.dtypes, ("float16", "bfloat16"), "dtype")
+        harness.positive(ap, "--budget-s", args.budget_s)
+    if args.cmd in ("check", "bench") and args.kernels is not None:
+        labels = [spec.label(**o) for name in TC_KERNELS if name in KERNELS for spec in [KERNELS[name]]
+                  for o in spec.bench_options] + ["sdpa"] + [f"sdpa_{b}" for b in harness.SDPA_BACKENDS]
+        for prefix in (x.strip() for x in args.kernels.split(",") if x.strip()):  # tc_entries: label prefixes
+            if not any(label.startswith(prefix) for label in labels):
+                ap.error(f"--kernels: {prefix!r} starts no entry's label; the labels are {', '.join(labels)}")
+    if args.cmd in ("bench", "target") and args.configs_from:
+        rows = None
+        try:
+            rows = json.loads(Path(args.configs_from).read_text())
+        except (OSError, ValueError) as exc:
+            ap.error(f"--configs-from: cannot read {args.configs_from}: {exc}")
+        if not isinstance(rows, list):
+            ap.error(f"--configs-from: {args.configs_from} is not a tc_sweep.json (a list of rows)")
+    if args.cmd == "sweep" and args.sweep_configs:
+        given = _json_arg(ap, "--sweep-configs", args.sweep_configs, dict, 'a JSON object {"64": [config, ...], '
+                          '"128": [...]}')
+        if set(given) != {"64", "128"}:  # shapes(): the head dims a sweep runs
+            ap.error(f"--sweep-configs: the sweep runs d = 64 and 128: give a list of configs for each, got the keys "
+                     f"{sorted(given)}")
+        for d in (64, 128):
+            _configs_arg(ap, "--sweep-configs", args.sweep_kernel, d, given[str(d)])
+    if args.cmd == "target":
+        harness.int_list(ap, "--ncu-seqs", args.ncu_seqs, at_most=TOKENS, why=f"batch*N = {TOKENS} tokens")
+        dims = sorted({d for name in TC_KERNELS if name in KERNELS
+                       for d in (KERNELS[name].head_dims or range(1, KERNELS[name].max_head_dim + 1))})
+        harness.int_list(ap, "--d", str(args.d), choices=dims, why="no tensor-core kernel takes it")
+        _configs_arg(ap, "--wgmma-configs", "fa2_wgmma", args.d,
+                     _json_arg(ap, "--wgmma-configs", args.wgmma_configs, list, "a JSON list of fa2_wgmma configs"))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=["precompile", "resources", "check", "sweep", "bench", "target"])
@@ -408,6 +478,12 @@ def main(argv=None):
     ap.add_argument("--all-configs", action="store_true", help="check: every sweep candidate too (fp16)")
     ap.add_argument("--sweep-kernel", default="fa2_tc", choices=["fa2_tc", "fa2_wgmma"])
     args = ap.parse_args(argv)
+    check_args(ap, args)
+    if args.cmd in GPU_COMMANDS:
+        from bench import harness
+
+        if harness.no_gpu(f"bench_tc {args.cmd}"):
+            return 2
     rc = {"precompile": cmd_precompile, "resources": cmd_resources, "check": cmd_check, "sweep": cmd_sweep,
           "bench": cmd_bench, "target": cmd_target}[args.cmd](args)
     return int(bool(rc))

@@ -230,11 +230,28 @@ def table():
     sys.stdout.write(text + "\n")
 
 
+def parse_steps(argv) -> list[str]:
+    """The steps named on the command line (none: all), --help's text, or one line and exit 2 for anything else: an
+    unknown word (--help, a misspelt step) used to be dropped, which ran every step, the whole GPU visit."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        sys.exit(0)
+    unknown = [a for a in argv if a not in STEPS and a != "--one"]
+    if unknown:
+        print(f"bwd_wgmma_check: unknown step {unknown[0]!r}; choose from {', '.join(STEPS)} (or --one)",
+              file=sys.stderr)
+        sys.exit(2)
+    return [a for a in argv if a in STEPS] or list(STEPS)
+
+
 if __name__ == "__main__":
+    steps = parse_steps(sys.argv[1:])
+    if not torch.cuda.is_available():
+        print("bwd_wgmma_check: needs a CUDA GPU", file=sys.stderr)
+        sys.exit(2)
     if "--one" in sys.argv:
         one_launch()
         sys.exit(0)
-    steps = [a for a in sys.argv[1:] if a in STEPS] or list(STEPS)
     for s in steps:
         t0 = time.time()
         try:

@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import harness  # noqa: E402
 
 TOKENS, HIDDEN = 16384, 2048
+
+
 def main(argv=None) -> int:
     import torch
 
@@ -42,15 +44,20 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--rep-ms", type=int, default=300)
     args = ap.parse_args(argv)
+    cells = harness.cell_list(ap, "--cells", args.cells)
+    harness.name_list(ap, "--dtypes", args.dtypes, ("float16", "bfloat16"), "dtype")
+    for flag, value in (("--rounds", args.rounds), ("--rep-ms", args.rep_ms)):
+        if value < 1:
+            ap.error(f"{flag} must be a positive integer, got {value}")
+    if harness.no_gpu("clock_probe"):
+        return 2
     ent = [e for e in harness.entries(["fa2_wgmma", "sdpa_flash", "sdpa_cudnn"], sdpa=("flash", "cudnn"))
            if e.label in ("fa2_wgmma", "sdpa_flash", "sdpa_cudnn")]  # forward()'s own build, the two backends
     if harness.start_clock() is None:
         print("nvidia-smi did not start: no clock to read", file=sys.stderr)
         return 2
     rows, bad = [], 0
-    for cell in args.cells.split(","):
-        d, n, causal = (int(x) for x in cell.split(":"))
-        causal = bool(causal)
+    for d, n, causal in cells:
         for dname in args.dtypes.split(","):
             dtype = getattr(torch, dname)
             b, h = max(1, TOKENS // n), HIDDEN // d

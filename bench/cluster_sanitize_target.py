@@ -31,9 +31,13 @@ FORCED = [(1, 1, 64, 600, 64, False, 2), (1, 1, 64, 1100, 64, True, 4), (1, 1, 6
 
 
 def parse_config(text: str) -> dict | None:
+    """"default" (None) or "KNOB=V[+KNOB=V]" with integer values; ValueError naming the form otherwise."""
     if text == "default":
         return None
-    return {k: int(v) for k, v in (item.split("=") for item in text.split("+"))}
+    try:
+        return {k: int(v) for k, v in (item.split("=") for item in text.split("+"))}
+    except ValueError:
+        raise ValueError("a build is default or KNOB=V[+KNOB=V] with integer values") from None
 
 
 def main(argv=None) -> int:
@@ -50,6 +54,14 @@ def main(argv=None) -> int:
     ap.add_argument("--small", action="store_true", help="SMALL shapes (one Q block, one head, CS 1/2/4/8)")
     ap.add_argument("--forced", action="store_true", help="FORCED shapes (short rows over clusters of 2/4/8)")
     args = ap.parse_args(argv)
+    for cfg_text in (c for c in args.configs.split(",")):  # each build, before any GPU work (one line, exit 2)
+        try:
+            vc.build_config(parse_config(cfg_text))
+        except ValueError as exc:
+            ap.error(f"--configs: {cfg_text!r}: {exc}")
+    harness.name_list(ap, "--dtypes", args.dtypes, ("float16", "bfloat16"), "dtype")
+    if harness.no_gpu("cluster_sanitize_target"):
+        return 2
     bad = 0
     for cfg_text in args.configs.split(","):
         config = parse_config(cfg_text)

@@ -56,6 +56,14 @@ def main(argv=None) -> int:
                     help="main: the default build, fa2_wgmma, v_once_tc, SDPA; candidates: CANDIDATES only "
                          "(separate processes, so a build that hangs cannot take the other's time)")
     args = ap.parse_args(argv)
+    harness.int_list(ap, "--n", args.n)
+    harness.int_list(ap, "--d", args.d, choices=v_once_cluster.HEAD_DIMS, why="v_once_cluster's head dims")
+    harness.flag_list(ap, "--causal", args.causal)
+    harness.name_list(ap, "--dtypes", args.dtypes, ("float16", "bfloat16"), "dtype")
+    if args.max_sets < 1:
+        ap.error(f"--max-sets must be a positive integer, got {args.max_sets}")
+    if harness.no_gpu("cluster_speed"):
+        return 2
     table = harness.entries(list(LABELS), sdpa=("flash", "cudnn"), all_options=True)
     ent = {e.label: e for e in table if e.label in LABELS}
     missing = [x for x in LABELS if x not in ent]

@@ -46,6 +46,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
     args = ap.parse_args(argv)
+    if harness.no_gpu("fa2_teaching_ab"):
+        return 2
     import torch
 
     builds = {name: build_entry(name, flags) for name, flags in BUILDS.items()}

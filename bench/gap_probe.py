@@ -64,13 +64,15 @@ def main(argv=None) -> int:
     ap.add_argument("--cells", default="128:512:1,128:512:0,128:4096:1,64:512:1,128:16384:0")
     ap.add_argument("--dtype", default="float16")
     args = ap.parse_args(argv)
+    cells = harness.cell_list(ap, "--cells", args.cells)
+    harness.name_list(ap, "--dtype", args.dtype, ("float16", "bfloat16"), "dtype")
+    if harness.no_gpu("gap_probe"):
+        return 2
     ent = [e for e in harness.entries(["fa2_wgmma", "sdpa_flash", "sdpa_cudnn"], sdpa=("flash", "cudnn"))
            if e.label in ("fa2_wgmma", "sdpa_flash", "sdpa_cudnn")]
     dtype = getattr(torch, args.dtype)
     rows, bad = [], 0
-    for cell in args.cells.split(","):
-        d, n, causal = (int(x) for x in cell.split(":"))
-        causal = bool(causal)
+    for d, n, causal in cells:
         b, h = max(1, TOKENS // n), HIDDEN // d
         sets = harness.input_sets(b, h, n, n, d, dtype)
         for e in ent:

@@ -151,6 +151,17 @@ def entries(names=(), *, sdpa=SDPA_BACKENDS, all_options=False, configs=None) ->
     return out
 
 
+def entry_names(*, all_options=False) -> list[str]:
+    """Every name entries() selects by (registry names, their labels, "sdpa", "sdpa_<backend>"), on any machine:
+    what a script's --kernels may say (entries() itself keeps only the kernels this GPU runs)."""
+    from kernels import KERNELS
+
+    names = []
+    for spec in KERNELS.values():
+        names += [spec.name] + [spec.label(**o) for o in (spec.configs() if all_options else spec.bench_options)]
+    return list(dict.fromkeys(names + ["sdpa"] + [f"sdpa_{b}" for b in SDPA_BACKENDS]))
+
+
 def sdpa(backend: str, q, k, v, causal: bool):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -697,3 +708,84 @@ def predict(history, n):
     (n1, t1), (n2, t2) = history[-2:]
     p = min(3.0, max(1.0, math.log(max(t2, 1e-9) / max(t1, 1e-9)) / math.log(n2 / n1)))
     return t2 * (n / n2) ** p
+
+
+# ----------------------------------------------------------------------------------------- command lines
+# The GPU scripts check every argument right after parsing, before any GPU work: a bad value is ap.error (the usage,
+# then one line "prog: error: ...", exit 2). Then no_gpu(): a machine without a CUDA GPU is told so in one line and
+# the script exits 2, instead of a traceback from the first CUDA call.
+
+def no_gpu(prog: str) -> bool:
+    """True, after one line on stderr, where torch sees no CUDA GPU (the caller then returns 2)."""
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    print(f"{prog}: needs a CUDA GPU (torch {torch.__version__} sees none)", file=sys.stderr)
+    return True
+
+
+def _items(ap, flag: str, text) -> list[str]:
+    items = [s.strip() for s in str(text).split(",") if s.strip()]
+    if not items:
+        ap.error(f"{flag}: empty list {text!r}")
+    return items
+
+
+def name_list(ap, flag: str, text, choices, what: str = "name") -> list[str]:
+    """--flag's comma-separated names ("float16,bfloat16"), each one of `choices`; else ap.error naming it."""
+    items = _items(ap, flag, text)
+    for s in items:
+        if s not in choices:
+            ap.error(f"{flag}: unknown {what} {s!r}; choose from {', '.join(map(str, choices))}")
+    return items
+
+
+def int_list(ap, flag: str, text, *, choices=None, at_most: int | None = None, why: str = "") -> list[int]:
+    """--flag's comma-separated positive integers ("512,1024"), each one of `choices` and at most `at_most` where
+    given (why: the reason, for the message); else ap.error naming the value."""
+    out = []
+    for s in _items(ap, flag, text):
+        if not (s.isascii() and s.isdigit()) or int(s) <= 0:  # "-5", "2.5", "1e3", "0", "²"
+            ap.error(f"{flag} must be a comma-separated list of positive integers, got {s!r}")
+        v = int(s)
+        if choices is not None and v not in choices:
+            ap.error(f"{flag}: {v} unsupported{f' ({why})' if why else ''}; choose from "
+                     f"{', '.join(map(str, choices))}")
+        if at_most is not None and v > at_most:
+            ap.error(f"{flag}: {v} is over {at_most}{f' ({why})' if why else ''}")
+        out.append(v)
+    return out
+
+
+def flag_list(ap, flag: str, text) -> list[bool]:
+    """--causal's "0", "1" or "0,1" as bools; anything else is ap.error."""
+    return [s == "1" for s in name_list(ap, flag, text, ("0", "1"), "value")]
+
+
+def positive(ap, flag: str, value, *, zero: bool = False):
+    """A finite number > 0 (>= 0 with zero=True) from --flag; else ap.error."""
+    if not (math.isfinite(value) and (value > 0 or zero and value == 0)):
+        ap.error(f"{flag} must be a {'non-negative' if zero else 'positive'} finite number, got {value!r}")
+    return value
+
+
+def cell_list(ap, flag: str, text) -> list[tuple[int, int, bool]]:
+    """--cells "d:N:causal,..." (the probes' cells of fa2_wgmma and SDPA) as (d, N, causal); a malformed cell, a head
+    dim fa2_wgmma does not take, N < 1 or a causal flag other than 0 or 1 is ap.error."""
+    from kernels import fa2_wgmma
+
+    out = []
+    for cell in _items(ap, flag, text):
+        parts = cell.split(":")
+        if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts) or parts[2] not in ("0", "1"):
+            ap.error(f"{flag}: malformed cell {cell!r}; give d:N:causal, e.g. 128:4096:1 (causal 0 or 1)")
+        d, n, causal = int(parts[0]), int(parts[1]), parts[2] == "1"
+        if d not in fa2_wgmma.HEAD_DIMS:
+            ap.error(f"{flag}: {cell}: d={d} unsupported; fa2_wgmma takes d in {', '.join(map(str, fa2_wgmma.HEAD_DIMS))}")
+        if n < 1:
+            ap.error(f"{flag}: {cell}: N must be a positive integer")
+        out.append((d, n, causal))
+    return out

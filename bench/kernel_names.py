@@ -56,6 +56,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seqs", default="512,4096")
     ap.add_argument("--backends", default="flash,cudnn")
     a = ap.parse_args(argv)
+    harness.int_list(ap, "--dims", a.dims, at_most=HIDDEN, why=f"H = {HIDDEN} / d heads")
+    harness.int_list(ap, "--seqs", a.seqs, at_most=TOKENS, why=f"batch*N = {TOKENS} tokens")
+    harness.name_list(ap, "--backends", a.backends, harness.SDPA_BACKENDS, "SDPA backend")
+    if harness.no_gpu("kernel_names"):
+        return 2
     rows = []
     for d in (int(x) for x in a.dims.split(",")):
         for n in (int(x) for x in a.seqs.split(",")):

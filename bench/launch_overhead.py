@@ -61,6 +61,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
     ap.add_argument("--kernels", default="fa2_tc,fa2_wgmma,v_once_tc_auto_lazy,fa2,sdpa_flash,sdpa_cudnn")
     args = ap.parse_args(argv)
+    harness.name_list(ap, "--kernels", args.kernels, harness.entry_names(all_options=True), "kernel")
+    if harness.no_gpu("launch_overhead"):
+        return 2
     import torch
 
     b, h, n, d = SHAPE

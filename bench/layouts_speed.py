@@ -109,6 +109,14 @@ def main(argv=None) -> int:
     ap.add_argument("--sets", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=8, help="timings of each layout, in Williams-design rounds")
     args = ap.parse_args(argv)
+    harness.int_list(ap, "--n", args.n)
+    harness.int_list(ap, "--d", args.d, choices=fa2_wgmma.HEAD_DIMS, why="fa2_wgmma's head dims")
+    harness.flag_list(ap, "--causal", args.causal)
+    for flag, value in (("--sets", args.sets), ("--rounds", args.rounds)):
+        if value < 1:
+            ap.error(f"{flag} must be a positive integer, got {value}")
+    if harness.no_gpu("layouts_speed"):
+        return 2
     dtype = torch.float16
     harness.start_clock()  # each timing records the SM clock over its window
     ent = {e.label: e for e in harness.entries(["fa2_wgmma", "sdpa_flash", "sdpa_cudnn"], sdpa=("flash", "cudnn"))}

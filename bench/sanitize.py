@@ -197,18 +197,34 @@ def main(argv=None) -> int:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
+    from bench import harness
     from kernels import KERNELS
 
-    names = [n for n in (args.kernels.split(",") if args.kernels else KERNELS) if n]
-    dtypes = [d for d in args.dtypes.split(",") if d]
-    configs = json.loads(args.configs) if args.configs else {}
+    # every argument before the sanitizer starts (one line, exit 2): an unknown kernel or dtype was a KeyError or an
+    # AttributeError inside it, an unknown tool a sanitizer error per tool, bad JSON a traceback
+    names = harness.name_list(ap, "--kernels", args.kernels, list(KERNELS), "kernel") if args.kernels else list(KERNELS)
+    dtypes = harness.name_list(ap, "--dtypes", args.dtypes, ("float32", "float16", "bfloat16"), "dtype")
+    harness.name_list(ap, "--tools", args.tools, ("memcheck", "racecheck", "synccheck", "initcheck"), "tool")
+    for flag, value in (("--shapes", args.shapes), ("--kernel-shapes", args.kernel_shapes)):
+        if value is not None and value < 0:
+            ap.error(f"{flag} must be a count, 0 or more, got {value}")
+    configs = {}
+    if args.configs:
+        try:
+            configs = json.loads(args.configs)
+        except ValueError as exc:
+            ap.error(f"--configs: not JSON ({exc})")
+        if not (isinstance(configs, dict) and set(configs) <= set(KERNELS)
+                and all(isinstance(c, list) for c in configs.values())):
+            ap.error(f'--configs: give {{"name": [config, ...]}} with registered kernel names, got {args.configs!r}')
     if args.child:
         return child(names, dtypes, SHAPES[:args.shapes], configs, args.kernel_shapes, args.only_configs)
 
+    if harness.no_gpu("sanitize"):
+        return 2
     sanitizer = find_sanitizer()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from bench import harness
 
     report = {"run_id": harness.run_info()["run_id"], "sanitizer": sanitizer, "kernels": names, "dtypes": dtypes,
               "shapes": SHAPES[:args.shapes], "configs": configs,

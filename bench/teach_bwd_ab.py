@@ -209,6 +209,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-fp32-check", action="store_true", help="skip the float32 exactness check (the GPU tests "
                     "check the same)")
     args = ap.parse_args(argv)
+    # every argument before any GPU work (one line, exit 2): an unknown --names entry was dropped without a word, a
+    # head dim over the teaching kernels' 128 failed every cell
+    harness.int_list(ap, "--seqs", args.seqs, at_most=bench_bwd.TOKENS, why=f"batch*N = {bench_bwd.TOKENS} tokens")
+    harness.int_list(ap, "--dims", args.dims, at_most=128, why="the teaching kernels' largest head dim")
+    harness.name_list(ap, "--names", args.names, NAMES, "contender")
+    harness.positive(ap, "--budget-s", args.budget_s)
     import torch
 
     if not torch.cuda.is_available():

@@ -45,6 +45,17 @@ def log(*a):
     print(*a, flush=True)
 
 
+def check_kernel_names(ap, kernel: str, fallback: str | None) -> None:
+    """--kernel and --fallback must be registered kernels (ap.error, one line, exit 2): a misspelt name is refused
+    before any GPU work, not replaced by the fallback."""
+    from kernels import KERNELS
+
+    for flag, name in (("--kernel", kernel), ("--fallback", fallback)):
+        if name is not None and name not in KERNELS:
+            ap.error(f"{flag} {name!r} is not a registered kernel; those with a backward: "
+                     + ", ".join(n for n, s in KERNELS.items() if s.backward is not None))
+
+
 def resolve_kernel(kernel: str, fallback: str | None) -> tuple[str, str | None]:
     """(kernel to train with, why it replaced the requested one or None). Exits 2 with one line if none runs."""
     from kernels import KERNELS
@@ -65,7 +76,9 @@ def resolve_kernel(kernel: str, fallback: str | None) -> tuple[str, str | None]:
     if fallback and usable(fallback) is None:
         log(f"train_gpt: {why}; training with --fallback {fallback}")
         return fallback, why
-    sys.exit(f"train_gpt: {why} (pass --fallback fa2 to use the teaching kernel)")
+    log(f"train_gpt: {why}" + (f", nor does --fallback {fallback} ({usable(fallback)})" if fallback else
+                                 " (pass --fallback fa2 to use the teaching kernel)"))
+    sys.exit(2)
 
 
 def final_loss(losses) -> float:
@@ -147,11 +160,22 @@ def main(argv=None):
 
     import torch
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        log("train_gpt: needs a CUDA GPU")
-        return 2
+    # every argument before any GPU work (ap.error: one line, exit 2)
     if args.steps < 1 or args.batch < 1 or args.ctx < 1:
-        log("train_gpt: --steps, --batch and --ctx must be positive")
+        ap.error("--steps, --batch and --ctx must be positive")
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        ap.error(f"--lr must be a positive finite number, got {args.lr!r}")
+    if args.log_every < 0:
+        ap.error(f"--log-every must be 0 (no log) or positive, got {args.log_every}")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as exc:  # torch's own wording of a bad device string
+        ap.error(f"--device {args.device!r}: {str(exc).splitlines()[0]}")
+    if device.type != "cuda":  # kernels.attention runs CUDA kernels, and the timing synchronises CUDA
+        ap.error(f"--device {args.device}: kernels.attention runs CUDA kernels; give a CUDA device (cuda, cuda:1)")
+    check_kernel_names(ap, args.kernel, args.fallback)
+    if not torch.cuda.is_available():
+        log("train_gpt: needs a CUDA GPU")
         return 2
     import kernels
     from model.gpt import GPTConfig, sdpa_attention

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/verdict_table.py --cluster` reads analysis/
 
 MODES = ["v_once_tc_sram_lazy", "v_once_tc_sram_eager", "v_once_tc_hbm_lazy", "v_once_tc_hbm_eager"]  # KernelSpec.label
 OLD_NAMES = {f"v_once_tc[{m.split('_')[3]},{m.split('_')[4]}]": m for m in MODES}  # files before bench.harness
@@ -42,7 +45,8 @@ CLUSTER_RUNS = (RESULTS / "cluster_bench.json", RESULTS / "cluster_bench_16k.jso
 CLUSTER_BUILDS = ("v_once_cluster_cluster", 'v_once_cluster{"MAX_CLUSTER":16}')  # the default, then CS = 16
 
 
-def cluster_table(paths, dtype: str) -> None:
+def cluster_table(paths, dtype: str) -> bool:
+    """Prints the table; False (nothing printed) where no cell has both the cluster build and fa2_wgmma."""
     from analysis import gpu_model as gm
     from analysis.measured import run_options  # the build fa2_wgmma ran in that file
     from analysis.results import latest_run_cells
@@ -50,9 +54,8 @@ def cluster_table(paths, dtype: str) -> None:
     t = latest_run_cells(paths, lambda r: (r["d"], bool(r["causal"]), r["b"], r["h"], r["n"]),
                          keep=lambda r: r.get("median_ms") and r.get("dtype") == dtype)
     dt = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
-    print("| d | causal | B·H | N | CS | cluster TFLOP/s | fa2_wgmma | cluster / fa2_wgmma time | model's | "
-          "/ v_once_tc (spilled) | cuDNN |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    lines = ["| d | causal | B·H | N | CS | cluster TFLOP/s | fa2_wgmma | cluster / fa2_wgmma time | model's | "
+             "/ v_once_tc (spilled) | cuDNN |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     ratios, preds = [], []
     for key in sorted({k[:5] for k in t}):
         c = next((t[key + (b,)] for b in CLUSTER_BUILDS if key + (b,) in t), None)
@@ -70,24 +73,49 @@ def cluster_table(paths, dtype: str) -> None:
         preds.append(pred)
         spilled = f"{c['median_ms'] / v['median_ms']:.2f}" if v else "—"
         cudnn = f"{cu['tflops']:.0f}" if cu else "—"
-        print(f"| {d} | {'yes' if causal else 'no'} | {b * h} | {n} | {c.get('cluster_size')} | {c['tflops']:.0f} | "
-              f"{f['tflops']:.0f} | {ratio:.2f} | {pred:.2f} | {spilled} | {cudnn} |")
+        lines.append(f"| {d} | {'yes' if causal else 'no'} | {b * h} | {n} | {c.get('cluster_size')} | "
+                     f"{c['tflops']:.0f} | {f['tflops']:.0f} | {ratio:.2f} | {pred:.2f} | {spilled} | {cudnn} |")
+    if not ratios:
+        return False
+    print("\n".join(lines))
     print(f"\n{dtype}: cluster v_once / fa2_wgmma time {min(ratios):.2f}-{max(ratios):.2f} "
           f"(model {min(preds):.2f}-{max(preds):.2f}); cells where it is faster: {sum(r < 1 for r in ratios)}")
+    return True
+
+
+def _check_file(ap, path, cluster: bool) -> None:
+    """A results file the table reads (tc_bench.json: {"rows": [...]}; --cluster: rows, records or a list, as
+    analysis.results reads them); else ap.error, one line."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:  # missing, unreadable or not JSON
+        ap.error(f"cannot read {path}: {exc}")
+    if cluster and not isinstance(data, dict):
+        data = {"rows": data}
+    if not (isinstance(data, dict) and isinstance(data.get("rows", data.get("records") if cluster else None), list)):
+        ap.error(f"{path} is not a benchmark's JSON (no list of rows)")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("path", nargs="*", default=None)
-    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     ap.add_argument("--cluster", action="store_true", help="the cluster v_once table (issue 18)")
     args = ap.parse_args(argv)
+    if len(args.path or ()) > 1 and not args.cluster:  # the others were ignored
+        ap.error(f"the verdict table reads one tc_bench.json, got {len(args.path)} files (several: --cluster)")
+    for path in args.path or (CLUSTER_RUNS if args.cluster else [RESULTS / "tc_bench.json"]):
+        _check_file(ap, path, args.cluster)
     if args.cluster:
-        cluster_table(args.path or CLUSTER_RUNS, args.dtype)
+        if not cluster_table(args.path or CLUSTER_RUNS, args.dtype):
+            ap.error(f"no {args.dtype} cell with both v_once_cluster and fa2_wgmma timed in "
+                     f"{', '.join(map(str, args.path or CLUSTER_RUNS))}")
         return 0
     args.path = args.path[0] if args.path else str(RESULTS / "tc_bench.json")
     t = load(args.path)
     dt = args.dtype
+    if not any(k[0] == dt and k[4] == "fa2_tc" and best_ratio(t, *k[:4])[0] for k in t):
+        ap.error(f"no {dt} cell with both fa2_tc and a v_once_tc mode timed in {args.path}")
     print("| d | causal | N | fa2_tc | v_once sram lazy | sram eager | hbm lazy | hbm eager | best v_once / fa2 |")
     print("|---|---|---|---|---|---|---|---|---|")
     for d, causal, n in CELLS:
@@ -106,8 +134,9 @@ def main(argv=None) -> int:
     large = [r for (d, c, n), r in ratios.items() if r is not None and n >= 2048]
     worst = min(t[k]["tflops"] / t[k[:4] + ("fa2_tc",)]["tflops"] for k in t
                 if k[0] == dt and k[4] in MODES and k[:4] + ("fa2_tc",) in t)
-    print(f"\n{dt}: best v_once / fa2_tc at N = 512: {min(small):.2f}-{max(small):.2f}; "
-          f"N >= 2048: {min(large):.2f}-{max(large):.2f}; worst mode anywhere: {worst:.2f}; "
+    span = lambda xs: f"{min(xs):.2f}-{max(xs):.2f}" if xs else "no cell"  # noqa: E731
+    print(f"\n{dt}: best v_once / fa2_tc at N = 512: {span(small)}; "
+          f"N >= 2048: {span(large)}; worst mode anywhere: {worst:.2f}; "
           f"cells where v_once is faster: {sum(r > 1 for r in ratios.values() if r is not None)}")
     return 0
 

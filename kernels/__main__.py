@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from kernels import KERNELS, loader
@@ -77,6 +78,12 @@ def main(argv=None) -> int:
     unknown = names - set(KERNELS)
     if unknown:
         parser.error(f"unknown kernels {sorted(unknown)}; registered: {sorted(KERNELS)}")
+    try:  # before compiling anything: a bad arch failed every configuration, one row each, exit 1
+        loader.check_arch(args.arch)
+    except ValueError as exc:
+        parser.error(f"--arch: {exc}")
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        parser.error(f"--json {args.json}: no folder {os.path.dirname(os.path.abspath(args.json))} to write it in")
     try:
         rows = check(args.arch, names)
     except loader.ToolchainMissing as exc:
@@ -84,8 +91,12 @@ def main(argv=None) -> int:
         return 2
     render(rows, args.arch)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        try:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        except OSError as exc:  # e.g. no permission, a full disk
+            print(f"python -m kernels: error: cannot write --json {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -150,6 +150,11 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, blo
     `backward_blocks(d)`. use_prefetch: None (the default, `prefetch`) or False (fa2_bwd.cu v2's
     synchronous loads, for the A/B).
     """
+    if use_prefetch is not None:  # a bool: 0 was taken as "not False" for the blocks and as off for the build (64 x 64
+        # without the staging, the slow pair), "yes" failed in int()
+        from analysis.checks import flag
+
+        use_prefetch = flag("use_prefetch", use_prefetch)
     aligned = all(isinstance(t, torch.Tensor) and t.data_ptr() % 16 == 0 for t in (q, do))  # cp.async: 16 B
     if block_q is None or block_k is None:
         is4 = isinstance(q, torch.Tensor) and q.dim() == 4

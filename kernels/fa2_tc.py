@@ -55,11 +55,48 @@ SWEEP = {
 }
 
 
+KNOBS = {"BLOCK_M", "BLOCK_N", "NWARPS", "Q_IN_REGS", "MIN_BLOCKS"}  # the .cu's compile-time knobs (a config's keys)
+REQUIRED = ("BLOCK_M", "BLOCK_N", "NWARPS")  # what the launch reads; Q_IN_REGS and MIN_BLOCKS default to the .cu's 0, 1
+
+
+def tile_errors(defines: dict) -> list[str]:
+    """Why tc_fa2.cuh (shared by fa2_tc.cu and v_once_tc.cu) cannot build these defines: its static_asserts (lines
+    45-48) and a switch that is not 0 or 1. Empty: it builds. defines_for refuses a config= with these reasons."""
+    g = defines.get
+    d, bm, bn, nw = g("HEAD_DIM", 128), g("BLOCK_M", 128), g("BLOCK_N", 64), g("NWARPS", 4)
+    rules = [
+        (nw >= 1, f"NWARPS={nw}: at least one warp"),
+        (bm > 0 and nw >= 1 and bm % (16 * nw) == 0,
+         f"BLOCK_M={bm}: a positive multiple of 16 * NWARPS (each warp owns whole 16-row m tiles)"),
+        (bn > 0 and bn % 16 == 0, f"BLOCK_N={bn}: a positive multiple of 16"),
+        (nw < 1 or (bm * (d // 8)) % (32 * nw) == 0 and (bn * (d // 8)) % (32 * nw) == 0,
+         f"BLOCK_M={bm}, BLOCK_N={bn}: each tile's 16-byte chunks must split evenly over the {32 * nw} threads"),
+        (g("Q_IN_REGS", 0) in (0, 1), f"Q_IN_REGS={g('Q_IN_REGS')}: a switch, 0 or 1"),
+        (g("MIN_BLOCKS", 1) >= 1, f"MIN_BLOCKS={g('MIN_BLOCKS')}: at least one CTA per SM"),
+    ]
+    return [why for holds, why in rules if not holds]
+
+
 def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if d not in HEAD_DIMS:
         raise ValueError(f"fa2_tc supports head dims {HEAD_DIMS}, got d={d}")
-    cfg = dict(CONFIGS[d] if config is None else config)
-    return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **cfg)
+    if config is None:
+        return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **CONFIGS[d])
+    # a config= is checked: unknown knobs, non-integers, missing tiles and what the header refuses were KeyErrors,
+    # compile errors or, for a misspelt knob, the default build timed under another name
+    from analysis import checks
+
+    cfg = checks.knob_config("fa2_tc", config, KNOBS, REQUIRED, CONFIGS[d])
+    cfg.setdefault("Q_IN_REGS", 0)
+    cfg.setdefault("MIN_BLOCKS", 1)
+    defines = dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **cfg)
+    errors = tile_errors(defines)
+    if not errors and smem_bytes(defines) > SMEM_PER_BLOCK:
+        errors = [f"BLOCK_M={cfg['BLOCK_M']}, BLOCK_N={cfg['BLOCK_N']} need {smem_bytes(defines)} B of shared memory "
+                  f"per CTA; the SM gives at most {SMEM_PER_BLOCK}"]
+    if errors:
+        raise ValueError(f"fa2_tc: {'; '.join(errors)}")
+    return defines
 
 
 def smem_bytes(defines: dict) -> int:
@@ -123,11 +160,11 @@ def _check(q, k, v):
           and q.shape[0] == k.shape[0] == v.shape[0] and q.shape[1] == k.shape[1] == v.shape[1]
           and k.shape[2] == v.shape[2] and q.shape[3] == k.shape[3] == v.shape[3]
           and q.numel() > 0 and k.numel() > 0 and q.is_contiguous() and k.is_contiguous()
-          and v.is_contiguous())
-    if not ok:
+          and v.is_contiguous() and not (q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16))
+    if not ok:  # (cp.async loads q, k, v in 16-byte pieces: a view at an element offset would fault on the GPU)
         from kernels import loader
 
-        loader.check_cuda_inputs(q, k, v, supported_dtypes=_DTYPES, head_dims=HEAD_DIMS)
+        loader.check_cuda_inputs(q, k, v, supported_dtypes=_DTYPES, head_dims=HEAD_DIMS, aligned=True)
         raise ValueError("fa2_tc: unsupported inputs")  # not reached: the loader names the problem
     b, h = q.shape[0], q.shape[1]
     if b * h > 65535:
@@ -143,12 +180,25 @@ def launch(source, kernel, defines: dict, grid, block, args, shared_mem: int, de
         grid, block, args, shared_mem=shared_mem)
 
 
+def check_out(out, names) -> None:
+    """out= must be a tuple (or list) of len(names) tensors, e.g. (o, lse): TypeError naming what it got (a string or
+    a short tuple was an unpacking ValueError, (None, None) an AttributeError)."""
+    import torch
+
+    if not (isinstance(out, (tuple, list)) and len(out) == len(names)
+            and all(isinstance(t, torch.Tensor) for t in out)):
+        got = (f"{type(out).__name__} ({', '.join(type(t).__name__ for t in out)})" if isinstance(out, (tuple, list))
+               else type(out).__name__)
+        raise TypeError(f"out must be a tuple ({', '.join(names)}) of {len(names)} tensors, got {got}")
+
+
 def _outputs(q, out):
     import torch
 
     b, h, n_q, _ = q.shape
     if out is None:
         return torch.empty_like(q), torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
+    check_out(out, ("o", "lse"))
     o, lse = out
     if o.shape != q.shape or o.dtype != q.dtype or not o.is_contiguous() or o.device != q.device:
         raise ValueError(f"out[0] must be a contiguous {q.dtype} tensor of shape {tuple(q.shape)} on {q.device}")

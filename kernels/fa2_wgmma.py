@@ -690,6 +690,13 @@ for _d in HEAD_DIMS:  # the speed builds are sweep candidates: compiled (spill-f
 def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if d not in HEAD_DIMS:
         raise ValueError(f"fa2_wgmma supports head dims {HEAD_DIMS}, got d={d}")
+    if config is not None:  # a dict of known integer knobs (analysis.checks.knob_config): not a dict was an
+        # AttributeError, 64.0 or True a define of another kernel, NWG='2' a TypeError from a comparison
+        from analysis import checks
+
+        config = checks.knob_config("fa2_wgmma", config, KNOBS | LAUNCH_KEYS, example=CONFIGS[d])
+        if config.get("GRID", 1) < 1:
+            raise ValueError(f"fa2_wgmma: GRID={config['GRID']}: the persistent CTAs to launch, at least 1")
     cfg = {k: v for k, v in (CONFIGS[d] if config is None else config).items() if k not in LAUNCH_KEYS}
     unknown = sorted(set(cfg) - KNOBS)
     if unknown:
@@ -719,6 +726,10 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     else:
         base = DEFAULTS
     defines = dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(base, **cfg))
+    # the .cu files' own defaults where a config leaves Bc or the warpgroups out (knob_errors reads them so; they were
+    # KeyErrors in smem_bytes and block_m); appended, so a config that names them keeps its defines and its cubin
+    defines.setdefault("BLOCK_N", 128)
+    defines.setdefault("NWG", 2)
     check_knobs(defines)
     _check_fits(defines)
     return defines
@@ -880,8 +891,11 @@ _PLANS: dict = {}      # (d, bf16, config) -> launch plan: defines, source, bloc
 
 
 def _plan(d: int, bf16: bool, config: dict | None) -> tuple:
-    key = (d, bf16, None if config is None else tuple(sorted(config.items())))
-    plan = _PLANS.get(key)
+    try:
+        key = (d, bf16, None if config is None else tuple(sorted(config.items())))
+        plan = _PLANS.get(key)
+    except (AttributeError, TypeError):  # not a dict of hashable knobs: defines_for names the problem
+        key, plan = None, None
     if plan is None:
         defs = defines_for(d, bf16, config)
         src, kernel = source_of(defs)
@@ -930,6 +944,8 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
         if h_kv != h or not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
             raise ValueError("the cp.async build (TMA=0) takes contiguous q, k, v with equal head counts; "
                              "use a TMA build (the default) for strided or grouped-query inputs")
+        for name, t in (("q", q), ("k", k), ("v", v)):  # its cp.async loads fault on a view at an element offset
+            loader.check_aligned(name, t)
         args = (q, k, v, o, lse, int(n_q), int(n_k), float(scale * fa2_tc.LOG2E), float(scale),
                 int(bool(causal)))
     grid = (-(-n_q // bm), b * h, 1)

@@ -49,17 +49,44 @@ MAX_SPILL_BYTES = 80
 KNOBS = set(DEFAULTS) | {"NWG", "BR", "DQ_V4", "ROTATE", "DQ_ABLATE"}  # the .cu's compile-time knobs
 
 
+def knob_errors(defines: dict) -> list[str]:
+    """Why fa2_wgmma_bwd.cu cannot build these defines (its static_asserts, lines 136-141, and its switches); empty:
+    it builds. defines_for refuses a config= with these reasons instead of a compile error on the GPU."""
+    g = defines.get
+    d, nwg, br, stages = g("HEAD_DIM", 128), g("NWG", 2), g("BR", 64), g("STAGES", 2)
+    out = [f"{k}={g(k)}: {k} is a switch, 0 or 1" for k in ("DQ_BULK", "ROTATE", "DQ_V4") if g(k, 0) not in (0, 1)]
+    rules = [
+        (br in (64, 128), f"BR={br}: 64 or 128"),
+        (nwg in (1, 2), f"NWG={nwg}: 1 or 2 warpgroups"),
+        (br not in (64, 128) or nwg not in (1, 2) or nwg % (br // 64) == 0,
+         f"NWG={nwg}, BR={br}: every 64-row slice of dQ needs a warpgroup"),
+        (br not in (64, 128) or nwg not in (1, 2) or nwg % (br // 64) or d // (nwg // (br // 64)) in (64, 128),
+         f"NWG={nwg}, BR={br}, d={d}: dQ slices must be whole 64-column swizzle panels"),
+        (2 <= stages <= 3, f"STAGES={stages}: 2..3 ring slots"),
+        (g("MIN_BLOCKS", 1) >= 1, f"MIN_BLOCKS={g('MIN_BLOCKS')}: at least one CTA per SM"),
+        (g("DQ_ABLATE", 0) in (0, 1, 2), f"DQ_ABLATE={g('DQ_ABLATE')}: 0, 1 or 2"),
+    ]
+    return out + [why for holds, why in rules if not holds]
+
+
 def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if d not in HEAD_DIMS:
         raise ValueError(f"fa2_wgmma backward supports head dims {HEAD_DIMS}, got d={d}")
-    cfg = dict(CONFIGS[d] if config is None else config)
-    unknown = sorted(set(cfg) - KNOBS)
-    if unknown:  # a typo must not time the default build under another name
-        raise ValueError(f"unknown fa2_wgmma backward config keys {unknown}; known: {sorted(KNOBS)}")
-    missing = [key for key in ("NWG", "BR") if key not in dict(DEFAULTS, **cfg)]
-    if missing:
-        raise ValueError(f"a fa2_wgmma backward config needs {missing} (e.g. {CONFIGS[d]})")
-    return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **cfg))
+    if config is None:
+        return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **CONFIGS[d]))
+    from analysis import checks
+
+    # a dict of known integer knobs with NWG and BR (a typo must not time the default build under another name; a
+    # string was a 'dictionary update sequence' error, 64.0 or True a define), then what the .cu file builds
+    cfg = checks.knob_config("fa2_wgmma backward", config, KNOBS, ("NWG", "BR"), CONFIGS[d])
+    defines = dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **cfg))
+    errors = knob_errors(defines)
+    if not errors and smem_bytes(defines) > fa2_tc.SMEM_PER_BLOCK:
+        errors = [f"NWG={defines['NWG']} BR={defines['BR']} STAGES={defines.get('STAGES', 2)} at d={d} needs "
+                  f"{smem_bytes(defines)} B of shared memory per CTA; the SM gives at most {fa2_tc.SMEM_PER_BLOCK}"]
+    if errors:
+        raise ValueError(f"fa2_wgmma backward: {'; '.join(errors)}")
+    return defines
 
 
 def threads(defines: dict) -> int:
@@ -141,6 +168,10 @@ def _check(q, k, v, o, lse, do) -> None:
                              "(use variants.VARIANTS for CPU references)")
         if t.device != q.device:
             raise ValueError(f"q, k, v, o, lse, do must be on one device; {name} is on {t.device}")
+    from kernels import loader
+
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):  # cp.async and uint4 loads: a view at an
+        loader.check_aligned(name, t)  # element offset would fault on the GPU
     if b * h > 65535:
         raise ValueError(f"B*H = {b * h} is over the 65535 grid rows this launcher uses")
 
@@ -150,9 +181,13 @@ def _grads(q, k, out):
 
     if out is None:
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(k)
+    fa2_tc.check_out(out, ("dq", "dk", "dv"))
+    from kernels import loader
+
     for name, t, like in zip(("dq", "dk", "dv"), out, (q, k, k)):
         if t.shape != like.shape or t.dtype != like.dtype or not t.is_contiguous() or t.device != like.device:
             raise ValueError(f"out {name} must be a contiguous {like.dtype} tensor of shape {tuple(like.shape)}")
+        loader.check_aligned(f"out {name}", t)  # dQ is stored in 16-byte pieces, dK and dV in 4-byte ones
     return out
 
 

@@ -218,12 +218,18 @@ def _cache_key(path: Path, options: list[str]) -> str:
     return h.hexdigest()[:32]
 
 
+def check_arch(arch) -> str:
+    """ValueError unless `arch` names a real GPU arch, sm_XY or sm_XYa (a cubin is built for one)."""
+    if not (isinstance(arch, str) and re.fullmatch(r"sm_\d+a?", arch)):
+        raise ValueError(f"a cubin needs a real arch (sm_XY), got {arch!r}")
+    return arch
+
+
 def _compile(source, defines, arch, extra_options) -> tuple[str, bytes, str]:
     """(key, cubin, ptxas log), from the in-process cache, the disk cache, or NVRTC."""
     path = source_path(source)
     fields = _option_fields(path, defines, arch, extra_options)
-    if not re.fullmatch(r"sm_\d+a?", fields["arch"]):
-        raise ValueError(f"a cubin needs a real arch (sm_XY), got {fields['arch']!r}")
+    check_arch(fields["arch"])
     key = _cache_key(path, compile_options(path, defines=defines, arch=arch, extra_options=extra_options))
     with _lock:
         if key in _compiled:
@@ -487,9 +493,19 @@ def max_dynamic_smem(device=None) -> int:
 
 # ----------------------------------------------------------------------------- input checks
 
-def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims=None) -> None:
+def check_aligned(name: str, t) -> None:
+    """ValueError unless t starts on a 16-byte boundary: kernels that move it in 16-byte pieces (cp.async, uint4) fault
+    on a view at an element offset (a sticky CUDA error that ends the process's use of the GPU), so it is refused
+    before the launch."""
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary (its data pointer is {t.data_ptr() % 16} bytes past "
+                         "one: a view at an element offset); the kernel moves it in 16-byte pieces, so pass .clone()")
+
+
+def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims=None, aligned=False) -> None:
     """Reject what a kernel cannot take, naming the problem: analysis.checks (the references' and
-    closed forms' rules and messages) plus what only a kernel needs (CUDA, head dims, contiguity)."""
+    closed forms' rules and messages) plus what only a kernel needs (CUDA, head dims, contiguity, and with aligned
+    16-byte aligned data: the tensor-core kernels' cp.async loads)."""
     from analysis.checks import check_tensors
 
     *_, d = check_tensors(q, k, v, dtypes=supported_dtypes, cuda=True)
@@ -501,6 +517,8 @@ def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (strides {t.stride()} for shape "
                              f"{tuple(t.shape)}); call .contiguous() first")
+        if aligned:
+            check_aligned(name, t)
 
 
 _HOPPER: set = set()  # device indices already found to be compute capability 9.x

@@ -69,6 +69,8 @@ def _probabilities(p, q, k, causal, block_q, block_k):
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None, saved=None):
     """(o, lse); with saved (a dict), the forward's P is left in saved["P"] for `backward(..., P=...)`."""
+    if saved is not None and not isinstance(saved, dict):  # else a TypeError after the three launches
+        raise TypeError(f"saved must be a dict (the forward leaves P in saved['P']) or None, got {type(saved).__name__}")
     p = _teaching.prepare(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
                           mem=mem)
     probs, lse = _probabilities(p, q, k, causal, block_q, block_k)

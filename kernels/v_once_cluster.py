@@ -30,6 +30,7 @@ default is CONFIG. No speed measured yet.
 """
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 
 from analysis import cluster as _cluster
@@ -64,10 +65,15 @@ _LAST: dict = {}
 
 
 def build_config(config: dict | None = None) -> dict:
-    """CONFIG with config's NWG / STAGES; anything else is a ValueError naming what it takes."""
+    """CONFIG with config's NWG / STAGES; anything else is a ValueError naming what it takes (not a dict: TypeError)."""
     cfg = dict(CONFIG)
+    if config is not None and not isinstance(config, dict):  # a string was an AttributeError, [] the default build
+        raise TypeError(f"v_once_cluster: config must be a dict of knobs (e.g. {{'NWG': 2}}) or None, "
+                        f"got {type(config).__name__}")
     for key, value in (config or {}).items():
-        if key not in TUNABLE or value not in TUNABLE[key]:
+        # integers only (never bools, as analysis.checks has them): True passed as NWG=1, 64.0 as BLOCK_N=64
+        if (key not in TUNABLE or isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                or value not in TUNABLE[key]):
             raise ValueError(f"v_once_cluster config {key}={value!r}: it takes "
                              + ", ".join(f"{k} in {v}" for k, v in TUNABLE.items()))
         cfg[key] = int(value)

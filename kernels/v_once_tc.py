@@ -34,6 +34,24 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
+KNOBS = {"BLOCK_M", "BLOCK_N", "NWARPS", "MIN_BLOCKS"}  # the .cu's compile-time knobs (a config's keys)
+
+
+def build_config(config: dict | None, d: int) -> dict:
+    """CONFIG, or config= checked: known integer knobs, the tiles present, what tc_fa2.cuh builds (fa2_tc.tile_errors).
+    A bad one was a KeyError, a division by zero in plan(), or a compile error."""
+    if config is None:
+        return dict(CONFIG)
+    from analysis import checks
+    from kernels import fa2_tc
+
+    cfg = checks.knob_config("v_once_tc", config, KNOBS, ("BLOCK_M", "BLOCK_N", "NWARPS"), CONFIG)
+    errors = fa2_tc.tile_errors(dict(HEAD_DIM=d, **cfg))
+    if errors:
+        raise ValueError(f"v_once_tc: {'; '.join(errors)}")
+    return cfg
+
+
 def plan(n_q: int, n_k: int, d: int, *, causal: bool = False, placement: str = "auto",
          rescale: str = "lazy", smem_limit: int = SMEM_LIMIT_H100, config: dict | None = None) -> dict:
     """Where the f row goes and what the launch needs: placement (resolved), smem bytes, T (most key
@@ -42,7 +60,7 @@ def plan(n_q: int, n_k: int, d: int, *, causal: bool = False, placement: str = "
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     if rescale not in RESCALES:
         raise ValueError(f"rescale must be one of {RESCALES}, got {rescale!r}")
-    cfg = dict(CONFIG if config is None else config)
+    cfg = build_config(config, d)
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     tc = _cdiv(n_k, bn)
     # the most-seeing Q block (the last one) sees every key, causal or not (bottom-right alignment)
@@ -73,7 +91,7 @@ def defines_for(d: int, is_bf16: bool, placement: str, rescale: str, config: dic
         raise ValueError(f"v_once_tc supports head dims {HEAD_DIMS}, got d={d}")
     if placement not in ("sram", "hbm"):
         raise ValueError(f"resolved placement must be 'sram' or 'hbm', got {placement!r}")
-    cfg = dict(CONFIG if config is None else config)
+    cfg = build_config(config, d)
     cfg.setdefault("MIN_BLOCKS", 1)
     return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), PLACEMENT_SRAM=int(placement == "sram"),
                 RESCALE_LAZY=int(rescale == "lazy"), **cfg)

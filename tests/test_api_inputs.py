@@ -146,3 +146,247 @@ def test_check_problem_element_limit():
         checks.check_problem(1, 1, 2 ** 32, 2 ** 32, 1, causal=False, block_q=1, block_k=1,
                              scores_in_hbm=True)
     assert checks.check_problem(1, 1, 2 ** 32, 2 ** 32, 1, causal=False, block_q=1, block_k=1)["n_q"] == 2 ** 32
+
+
+def _fake_cuda(monkeypatch):
+    """CPU tensors that pass the launchers' CUDA check, and no launch: what is refused is refused before it."""
+    from kernels import fa2_tc, v_once_tc
+
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+
+    def launch(*_a, **_k):
+        raise AssertionError("launched")
+    monkeypatch.setattr(fa2_tc, "launch", launch)
+    monkeypatch.setattr(v_once_tc, "_smem_limit", lambda device: 232448)
+    q = torch.zeros(1, 2, 70, 64, dtype=torch.float16)
+    return q, q.clone(), q.clone()
+
+
+@pytest.mark.parametrize("name", ["fa2_tc", "v_once_tc"])
+@pytest.mark.parametrize("config,error,match", [
+    ("abc", TypeError, "config must be a dict of knobs"),
+    ([], TypeError, "config must be a dict of knobs .* got list"),
+    ({"BLOCK_N": 64}, ValueError, r"a config needs \['BLOCK_M', 'NWARPS'\]"),
+    ({"BLOCK_M": 64, "BLOCK_N": 64, "NWARPS": 4, "NOPE": 1}, ValueError, r"unknown config keys \['NOPE'\]"),
+    ({"BLOCK_M": 64, "BLOCK_N": "64", "NWARPS": 4}, TypeError, "config BLOCK_N='64' must be an integer"),
+    ({"BLOCK_M": 64, "BLOCK_N": 64.0, "NWARPS": 4}, TypeError, "config BLOCK_N=64.0 must be an integer"),
+    ({"BLOCK_M": 64, "BLOCK_N": 64, "NWARPS": True}, TypeError, "config NWARPS=True must be an integer"),
+    ({"BLOCK_M": 64, "BLOCK_N": 0, "NWARPS": 4}, ValueError, "BLOCK_N=0: a positive multiple of 16"),
+    ({"BLOCK_M": 100, "BLOCK_N": 64, "NWARPS": 4}, ValueError, r"BLOCK_M=100: a positive multiple of 16 \* NWARPS"),
+    ({"BLOCK_M": 64, "BLOCK_N": 64, "NWARPS": 0}, ValueError, "NWARPS=0: at least one warp"),
+    ({"BLOCK_M": 64, "BLOCK_N": 64, "NWARPS": 4, "MIN_BLOCKS": 0}, ValueError, "MIN_BLOCKS=0: at least one CTA"),
+])
+def test_tensor_core_configs_are_checked_before_launch(monkeypatch, name, config, error, match):
+    """fa2_tc and v_once_tc took config= unchecked: a missing tile was a KeyError, a misspelt knob built the default
+    under another name, 64.0 or True became a define, BLOCK_N=0 a ZeroDivisionError in v_once_tc.plan, and what
+    tc_fa2.cuh's static_asserts refuse a compile error on the GPU."""
+    import importlib
+
+    q, k, v = _fake_cuda(monkeypatch)
+    with pytest.raises(error, match=f"{name}: {match}"):
+        importlib.import_module(f"kernels.{name}").forward(q, k, v, config=config)
+
+
+def test_tensor_core_configs_that_build_still_do():
+    """Every fa2_tc sweep candidate and default passes the check unchanged; NumPy integers are integers; the knobs the
+    .cu file defaults (Q_IN_REGS, MIN_BLOCKS) may be left out; shared memory past a CTA's is refused."""
+    from kernels import fa2_tc, v_once_tc
+
+    for d in fa2_tc.HEAD_DIMS:
+        for cfg in fa2_tc.SWEEP[d]:
+            assert fa2_tc.defines_for(d, 1, cfg) == dict(HEAD_DIM=d, IS_BF16=1, **cfg)
+        assert v_once_tc.plan(512, 512, d, config=dict(v_once_tc.CONFIG))["config"] == v_once_tc.CONFIG
+    got = fa2_tc.defines_for(64, 0, dict(BLOCK_M=np.int64(128), BLOCK_N=128, NWARPS=np.int32(4)))
+    assert got == dict(HEAD_DIM=64, IS_BF16=0, BLOCK_M=128, BLOCK_N=128, NWARPS=4, Q_IN_REGS=0, MIN_BLOCKS=1)
+    assert type(got["BLOCK_M"]) is int
+    with pytest.raises(ValueError, match="need 393216 B of shared memory per CTA; the SM gives at most"):
+        fa2_tc.defines_for(128, 0, dict(BLOCK_M=512, BLOCK_N=256, NWARPS=8))
+
+
+@pytest.mark.parametrize("config,error,match", [
+    ("abc", TypeError, "config must be a dict of knobs .* got str"),
+    ({"TMA": 1, "BLOCK_N": 128, "NWG": 2, "NOPE": 1}, ValueError, r"unknown config keys \['NOPE'\]"),
+    ({"TMA": 1, "BLOCK_N": 128.0, "NWG": 2}, TypeError, "config BLOCK_N=128.0 must be an integer"),
+    ({"TMA": True, "BLOCK_N": 128, "NWG": 2}, TypeError, "config TMA=True must be an integer"),
+    ({"TMA": 1, "BLOCK_N": 128, "NWG": "2"}, TypeError, "config NWG='2' must be an integer"),
+    ({"TMA": 1, "BLOCK_N": 128, "NWG": 2, "PERSISTENT": 2, "GRID": "x"}, TypeError, "config GRID='x' must be an"),
+    ({"TMA": 1, "BLOCK_N": 128, "NWG": 2, "PERSISTENT": 2, "GRID": -1}, ValueError, "GRID=-1: the persistent CTAs"),
+])
+def test_wgmma_configs_are_checked_before_launch(monkeypatch, config, error, match):
+    """fa2_wgmma.forward: a config that is not a dict was an AttributeError in _plan, a missing BLOCK_N or NWG a
+    KeyError in smem_bytes, NWG='2' a TypeError from a comparison, TMA=True or 128.0 a define of another kernel, and
+    GRID='x' or -1 an int() error at launch or one CTA without a word. A config that leaves out Bc or the warpgroups
+    gets the .cu files' defaults (it was a KeyError)."""
+    from kernels import fa2_wgmma, loader
+
+    q, k, v = _fake_cuda(monkeypatch)
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    monkeypatch.setattr(fa2_wgmma, "_PLANS", {})  # a cached plan serves a config equal to its own
+    with pytest.raises(error, match=f"fa2_wgmma: {match}"):
+        fa2_wgmma.forward(q, k, v, config=config)
+
+
+def test_wgmma_config_without_the_tile_gets_the_kernels_defaults():
+    """{"TMA": 1} is the .cu file's Bc = 128 and two warpgroups, as knob_errors already read it (the launch plan's
+    smem_bytes and block_m raised KeyError); a config that names them gets no key added (its cubin is unchanged)."""
+    from kernels import fa2_wgmma
+
+    defs = fa2_wgmma.defines_for(128, 0, {"TMA": 1})
+    assert (defs["BLOCK_N"], defs["NWG"], fa2_wgmma.block_m(defs)) == (128, 2, 128)
+    assert defs == fa2_wgmma.defines_for(128, 0, {"TMA": 1, "BLOCK_N": 128, "NWG": 2})
+    named = fa2_wgmma.defines_for(128, 0, fa2_wgmma.CONFIGS[128])
+    assert list(named)[-1] not in ("BLOCK_N", "NWG") or list(fa2_wgmma.CONFIGS[128])[-1] in ("BLOCK_N", "NWG")
+
+
+@pytest.mark.parametrize("config,error,match", [
+    ("abc", TypeError, "config must be a dict of knobs .* got str"),
+    ({"NWG": 2}, ValueError, r"a config needs \['BR'\]"),
+    ({"NWG": 2, "BR": 64.0}, TypeError, "config BR=64.0 must be an integer"),
+    ({"NWG": True, "BR": 64}, TypeError, "config NWG=True must be an integer"),
+    ({"NWG": 2, "BR": 63}, ValueError, "BR=63: 64 or 128"),
+    ({"NWG": 3, "BR": 64}, ValueError, "NWG=3: 1 or 2 warpgroups"),
+    ({"NWG": 1, "BR": 128}, ValueError, "NWG=1, BR=128: every 64-row slice of dQ needs a warpgroup"),
+    ({"NWG": 2, "BR": 64, "STAGES": 4}, ValueError, "STAGES=4: 2..3 ring slots"),
+    ({"NWG": 2, "BR": 64, "DQ_BULK": 2}, ValueError, "DQ_BULK=2: DQ_BULK is a switch, 0 or 1"),
+    ({"NWG": 2, "BR": 128, "STAGES": 3}, ValueError, "NWG=2 BR=128 STAGES=3 at d=128 needs 299008 B of shared memory"),
+])
+def test_wgmma_backward_configs_are_checked_before_launch(monkeypatch, config, error, match):
+    """A string config was a 'dictionary update sequence' ValueError, 64.0 or True a define, and what
+    fa2_wgmma_bwd.cu's static_asserts refuse (BR=63, NWG=3, STAGES=4) a compile error on the GPU."""
+    from kernels import fa2_wgmma_bwd, loader
+
+    q, k, v = _fake_cuda(monkeypatch)
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    monkeypatch.setattr(loader, "get_function", lambda *a, **kw: pytest.fail("launched"))
+    q, k, v = (t.reshape(1, 2, 70, 64).repeat(1, 1, 1, 2) for t in (q, k, v))  # d = 128
+    lse = torch.zeros(1, 2, 70)
+    with pytest.raises(error, match=f"fa2_wgmma backward: {match}"):
+        fa2_wgmma_bwd.backward(q, k, v, q.clone(), lse, q.clone(), config=config)
+    for d in fa2_wgmma_bwd.HEAD_DIMS:  # every sweep candidate still builds
+        for cfg in fa2_wgmma_bwd.SWEEP[d]:
+            fa2_wgmma_bwd.defines_for(d, 0, cfg)
+
+
+@pytest.mark.parametrize("config,error,match", [
+    ("abc", TypeError, "v_once_cluster: config must be a dict of knobs"),
+    ([], TypeError, "v_once_cluster: config must be a dict of knobs .* got list"),
+    ({"NWG": True}, ValueError, "v_once_cluster config NWG=True: it takes NWG in"),
+    ({"BLOCK_N": 64.0}, ValueError, "v_once_cluster config BLOCK_N=64.0: it takes"),
+])
+def test_cluster_configs_take_integers_in_a_dict(config, error, match):
+    """A string was an AttributeError, [] silently the default build, True passed as NWG=1 and 64.0 as BLOCK_N=64."""
+    from kernels import v_once_cluster
+
+    with pytest.raises(error, match=match):
+        v_once_cluster.build_config(config)
+    assert v_once_cluster.build_config({"NWG": np.int64(2)})["NWG"] == 2
+
+
+@pytest.mark.parametrize("name", ["fa2_tc", "fa2_wgmma", "v_once_tc", "v_once_cluster"])
+@pytest.mark.parametrize("out,match", [
+    ("x", r"out must be a tuple \(o, lse\) of 2 tensors, got str"),
+    ((None, None), r"got tuple \(NoneType, NoneType\)"),
+    ("pair", r"got tuple \(Tensor\)"),  # (o,)
+    ("triple", r"got tuple \(Tensor, Tensor, Tensor\)"),
+])
+def test_out_must_be_a_pair_of_tensors(monkeypatch, name, out, match):
+    """out= that is not (o, lse) was an unpacking ValueError ('not enough values to unpack') or, for (None, None), an
+    AttributeError inside the output check."""
+    import importlib
+
+    from kernels import fa2_wgmma, loader
+
+    q, k, v = _fake_cuda(monkeypatch)
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    monkeypatch.setattr(fa2_wgmma, "_sm_count", lambda dev: 132)
+    o, lse = torch.zeros_like(q), torch.zeros(1, 2, 70)
+    out = {"pair": (o,), "triple": (o, lse, o)}.get(out, out) if isinstance(out, str) else out
+    with pytest.raises(TypeError, match=match):
+        importlib.import_module(f"kernels.{name}").forward(q, k, v, out=out)
+
+
+def test_backward_out_must_be_three_tensors(monkeypatch):
+    from kernels import fa2_wgmma_bwd, loader
+
+    q, k, v = _fake_cuda(monkeypatch)
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    lse = torch.zeros(1, 2, 70)
+    for out, match in (("x", "got str"), ((q,), r"got tuple \(Tensor\)"), ((q, k, None), r"got tuple \(Tensor, Tensor, NoneType\)")):
+        with pytest.raises(TypeError, match=r"out must be a tuple \(dq, dk, dv\) of 3 tensors, " + match):
+            fa2_wgmma_bwd.backward(q, k, v, q.clone(), lse, q.clone(), out=out)
+
+
+def _misaligned(t):
+    """t's values in a contiguous view that starts 8 bytes past a 16-byte boundary (a view at an element offset)."""
+    flat = torch.zeros(t.numel() + 4, dtype=t.dtype)[4:]
+    assert flat.data_ptr() % 16 == 8
+    return flat.view(t.shape).copy_(t)
+
+
+@pytest.mark.parametrize("name", ["fa2_tc", "v_once_tc", "fa2_wgmma_cp_async"])
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_inputs_a_cp_async_kernel_cannot_load_are_refused_before_launch(monkeypatch, name, which):
+    """fa2_tc, v_once_tc and fa2_wgmma's cp.async build load q, k, v in 16-byte pieces: a contiguous view at an element
+    offset passed every check and would fault on the GPU (misaligned address, a sticky error)."""
+    import importlib
+
+    from kernels import fa2_wgmma, loader
+
+    qkv = list(_fake_cuda(monkeypatch))
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    monkeypatch.setattr(loader, "get_function", lambda *a, **kw: pytest.fail("launched"))
+    qkv[which] = _misaligned(qkv[which])
+    kw = {}
+    if name == "fa2_wgmma_cp_async":
+        name, kw = "fa2_wgmma", dict(config={"BLOCK_N": 64, "NWG": 2, "MIN_BLOCKS": 2})
+        monkeypatch.setattr(fa2_wgmma, "_PLANS", {})
+    with pytest.raises(ValueError, match=f"{'qkv'[which]} must start on a 16-byte boundary .* 8 bytes past one"):
+        importlib.import_module(f"kernels.{name}").forward(*qkv, **kw)
+
+
+def test_backward_tensors_it_cannot_load_or_store_are_refused_before_launch(monkeypatch):
+    """fa2_wgmma's backward reads q, k, v, do by cp.async, o and do as uint4, and stores dq as uint4 (dk, dv as u32):
+    a view at an element offset would fault on the GPU."""
+    from kernels import fa2_wgmma_bwd, loader
+
+    q, k, v = _fake_cuda(monkeypatch)
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    monkeypatch.setattr(loader, "get_function", lambda *a, **kw: pytest.fail("launched"))
+    args = dict(q=q, k=k, v=v, o=q.clone(), lse=torch.zeros(1, 2, 70), do=q.clone())
+    for name in ("q", "k", "v", "o", "do"):
+        bad = dict(args, **{name: _misaligned(args[name])})
+        with pytest.raises(ValueError, match=f"^{name} must start on a 16-byte boundary"):
+            fa2_wgmma_bwd.backward(*bad.values())
+    for i, name in enumerate(("dq", "dk", "dv")):
+        out = [torch.zeros_like(q) for _ in range(3)]
+        out[i] = _misaligned(out[i])
+        with pytest.raises(ValueError, match=f"^out {name} must start on a 16-byte boundary"):
+            fa2_wgmma_bwd.backward(*args.values(), out=tuple(out))
+
+
+def test_teaching_backward_flags_and_naive_saved_are_checked(monkeypatch):
+    """fa2.backward(use_prefetch=0) took 0 as "not False" when picking its blocks and as off for the build (64 x 64
+    without the staging, the pair the docstring measures slowest), use_prefetch="yes" failed in int(); naive's
+    saved="x" was a TypeError after its three launches."""
+    from kernels import fa2, loader, naive
+
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(loader, "max_dynamic_smem", lambda *a: 232448)
+    launched = []
+
+    def get_function(source, name, defines=None, **kw):
+        launched.append(dict(defines))
+        raise RuntimeError("launch")
+    monkeypatch.setattr(loader, "get_function", get_function)
+    q = torch.zeros(1, 2, 70, 128, dtype=torch.float16)
+    lse = torch.zeros(1, 2, 70)
+    for bad in (0, 1, "yes"):
+        with pytest.raises(TypeError, match=f"use_prefetch must be a bool, got {bad!r}"):
+            fa2.backward(q, q, q, q, lse, q, use_prefetch=bad)
+    assert launched == []
+    for good, blocks in ((False, (32, 32, 0)), (np.bool_(True), (64, 64, 1)), (None, (64, 64, 1))):
+        with pytest.raises(RuntimeError, match="launch"):
+            fa2.backward(q, q, q, q, lse, q, use_prefetch=good)
+        assert (launched[-1]["BR"], launched[-1]["BC"], launched[-1]["FA2_PREFETCH"]) == blocks
+    with pytest.raises(TypeError, match=r"saved must be a dict \(the forward leaves P in saved\['P'\]\) or None"):
+        naive.forward(q, q, q, saved="x")

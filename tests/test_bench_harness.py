@@ -215,6 +215,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(harness, "entries", fake_entries)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the scripts refuse to start without one
     return timed
 
 
