@@ -154,3 +154,15 @@ def check_tensors(q, k, v, *, dtypes, cuda: bool = False) -> tuple[int, int, int
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     return check_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
+
+
+def config_key(config: dict):
+    """A hashable key of a config= dict that tells 1 from True and 64 from 64.0 (which hash alike), so a cache of
+    checked configs never hands a checked build to a config the check would refuse; None when a value is not
+    hashable (the caller checks without caching)."""
+    try:
+        key = tuple([(k, type(v), v) for k, v in config.items()])  # insertion order: another order only misses
+        hash(key)
+    except TypeError:
+        return None
+    return key

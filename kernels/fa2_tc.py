@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analysis.checks import config_key as _config_key  # torch-free; the launch path's cache key
 from kernels import sm90
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_tc.cu"
@@ -77,11 +78,24 @@ def tile_errors(defines: dict) -> list[str]:
     return [why for holds, why in rules if not holds]
 
 
+_CHECKED: dict = {}  # (d, bf16, config_key) -> defines: the launch path is timed per call, the checks cost ~8 us
+
+
 def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if d not in HEAD_DIMS:
         raise ValueError(f"fa2_tc supports head dims {HEAD_DIMS}, got d={d}")
     if config is None:
         return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **CONFIGS[d])
+    key = _config_key(config) if isinstance(config, dict) else None
+    if key is not None and (d, bool(is_bf16), key) in _CHECKED:
+        return dict(_CHECKED[d, bool(is_bf16), key])
+    defines = _checked_defines(d, is_bf16, config)
+    if key is not None:
+        _CHECKED[d, bool(is_bf16), key] = dict(defines)
+    return defines
+
+
+def _checked_defines(d: int, is_bf16: bool, config: dict) -> dict:
     # a config= is checked: unknown knobs, non-integers, missing tiles and what the header refuses were KeyErrors,
     # compile errors or, for a misspelt knob, the default build timed under another name
     from analysis import checks

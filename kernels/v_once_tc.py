@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analysis.checks import config_key as _config_key  # torch-free; the launch path's cache key
 from kernels import sm90
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "v_once_tc.cu"
@@ -37,11 +38,17 @@ def _cdiv(a, b):
 KNOBS = {"BLOCK_M", "BLOCK_N", "NWARPS", "MIN_BLOCKS"}  # the .cu's compile-time knobs (a config's keys)
 
 
+_CHECKED: dict = {}  # (d, config_key) -> checked config: plan() and defines_for() both ask, per timed call
+
+
 def build_config(config: dict | None, d: int) -> dict:
     """CONFIG, or config= checked: known integer knobs, the tiles present, what tc_fa2.cuh builds (fa2_tc.tile_errors).
     A bad one was a KeyError, a division by zero in plan(), or a compile error."""
     if config is None:
         return dict(CONFIG)
+    key = _config_key(config) if isinstance(config, dict) else None
+    if key is not None and (d, key) in _CHECKED:
+        return dict(_CHECKED[d, key])
     from analysis import checks
     from kernels import fa2_tc
 
@@ -49,6 +56,8 @@ def build_config(config: dict | None, d: int) -> dict:
     errors = fa2_tc.tile_errors(dict(HEAD_DIM=d, **cfg))
     if errors:
         raise ValueError(f"v_once_tc: {'; '.join(errors)}")
+    if key is not None:
+        _CHECKED[d, key] = dict(cfg)
     return cfg
 
 

@@ -390,3 +390,21 @@ def test_teaching_backward_flags_and_naive_saved_are_checked(monkeypatch):
         assert (launched[-1]["BR"], launched[-1]["BC"], launched[-1]["FA2_PREFETCH"]) == blocks
     with pytest.raises(TypeError, match=r"saved must be a dict \(the forward leaves P in saved\['P'\]\) or None"):
         naive.forward(q, q, q, saved="x")
+
+
+def test_checked_configs_are_cached_without_letting_a_bad_one_through():
+    """fa2_tc / v_once_tc check config= once per distinct config (the launch path is timed per call); the cache key
+    tells 64 from 64.0 and 1 from True, so a config the check refuses is refused whatever was cached before."""
+    from kernels import fa2_tc, v_once_tc
+
+    good = dict(fa2_tc.CONFIGS[64])
+    first = fa2_tc.defines_for(64, 0, good)
+    assert fa2_tc.defines_for(64, 0, dict(good)) == first
+    first["BLOCK_N"] = -1  # the caller's copy: the cache keeps its own
+    assert fa2_tc.defines_for(64, 0, good)["BLOCK_N"] == good["BLOCK_N"]
+    with pytest.raises(TypeError, match="must be an integer"):
+        fa2_tc.defines_for(64, 0, dict(good, BLOCK_N=float(good["BLOCK_N"])))
+    cfg = dict(v_once_tc.CONFIG)
+    assert v_once_tc.build_config(cfg, 64) == v_once_tc.build_config(dict(cfg), 64)
+    with pytest.raises(TypeError, match="must be an integer"):
+        v_once_tc.build_config(dict(cfg, NWARPS=True), 64)
