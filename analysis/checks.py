@@ -156,13 +156,27 @@ def check_tensors(q, k, v, *, dtypes, cuda: bool = False) -> tuple[int, int, int
     return check_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
 
 
-def config_key(config: dict):
-    """A hashable key of a config= dict that tells 1 from True and 64 from 64.0 (which hash alike), so a cache of
-    checked configs never hands a checked build to a config the check would refuse; None when a value is not
-    hashable (the caller checks without caching)."""
+def config_key(config: dict) -> tuple:
+    """A key of a config= dict that tells 1 from True and 64 from 64.0 (which hash alike), so a cache of checked
+    configs never hands a checked build to a config the check would refuse. Insertion order: another order of the
+    same knobs only misses the cache. Hashable when the values are."""
+    return tuple([(k, type(v), v) for k, v in config.items()])
+
+
+def checked_once(cache: dict, prefix: tuple, config, check):
+    """check(config), run once per distinct (prefix, config) and kept in `cache` (config None is a key of its own):
+    the launchers' config checks and plans sit on a path timed per call. A config that is not a dict of hashable
+    values is checked every time, so its error is raised, never a cached build's result."""
+    if config is None:
+        key = prefix + (None,)
+    elif isinstance(config, dict):
+        key = prefix + (config_key(config),)
+    else:
+        return check(config)
     try:
-        key = tuple([(k, type(v), v) for k, v in config.items()])  # insertion order: another order only misses
-        hash(key)
-    except TypeError:
-        return None
-    return key
+        hit = cache.get(key)
+    except TypeError:  # an unhashable value: not a knob; check() names it
+        return check(config)
+    if hit is None:
+        hit = cache[key] = check(config)
+    return hit

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.checks import config_key as _config_key  # torch-free; the launch path's cache key
+from analysis.checks import checked_once  # torch-free: the launch path's config cache
 from kernels import sm90
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_tc.cu"
@@ -86,13 +86,7 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
         raise ValueError(f"fa2_tc supports head dims {HEAD_DIMS}, got d={d}")
     if config is None:
         return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **CONFIGS[d])
-    key = _config_key(config) if isinstance(config, dict) else None
-    if key is not None and (d, bool(is_bf16), key) in _CHECKED:
-        return dict(_CHECKED[d, bool(is_bf16), key])
-    defines = _checked_defines(d, is_bf16, config)
-    if key is not None:
-        _CHECKED[d, bool(is_bf16), key] = dict(defines)
-    return defines
+    return dict(checked_once(_CHECKED, (d, bool(is_bf16)), config, lambda c: _checked_defines(d, is_bf16, c)))
 
 
 def _checked_defines(d: int, is_bf16: bool, config: dict) -> dict:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analysis.checks import checked_once  # torch-free: the launch plan's cache
 from kernels import fa2_tc
 from kernels.fa2_wgmma_bwd import backward  # noqa: F401  (FA2 Alg. 2, cuda/fa2_wgmma_bwd.cu)
 
@@ -891,18 +892,15 @@ _PLANS: dict = {}      # (d, bf16, config) -> launch plan: defines, source, bloc
 
 
 def _plan(d: int, bf16: bool, config: dict | None) -> tuple:
-    try:
-        key = (d, bf16, None if config is None else tuple(sorted(config.items())))
-        plan = _PLANS.get(key)
-    except (AttributeError, TypeError):  # not a dict of hashable knobs: defines_for names the problem
-        key, plan = None, None
-    if plan is None:
-        defs = defines_for(d, bf16, config)
-        src, kernel = source_of(defs)
-        plan = (defs, src, kernel, (threads(defs), 1, 1), smem_bytes(defs), block_m(defs), defs["BLOCK_N"],
-                bool(defs.get("TMA")))
-        _PLANS[key] = plan
-    return plan
+    # keyed so that 64.0 or True never reuses the plan of 64 or 1
+    return checked_once(_PLANS, (d, bf16), config, lambda c: _new_plan(d, bf16, c))
+
+
+def _new_plan(d: int, bf16: bool, config: dict | None) -> tuple:
+    defs = defines_for(d, bf16, config)  # not a dict of integer knobs: it names the problem
+    src, kernel = source_of(defs)
+    return (defs, src, kernel, (threads(defs), 1, 1), smem_bytes(defs), block_m(defs), defs["BLOCK_N"],
+            bool(defs.get("TMA")))
 
 
 def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config: dict | None = None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.checks import config_key as _config_key  # torch-free; the launch path's cache key
+from analysis.checks import checked_once  # torch-free: the launch path's config cache
 from kernels import sm90
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "v_once_tc.cu"
@@ -46,9 +46,10 @@ def build_config(config: dict | None, d: int) -> dict:
     A bad one was a KeyError, a division by zero in plan(), or a compile error."""
     if config is None:
         return dict(CONFIG)
-    key = _config_key(config) if isinstance(config, dict) else None
-    if key is not None and (d, key) in _CHECKED:
-        return dict(_CHECKED[d, key])
+    return dict(checked_once(_CHECKED, (d,), config, lambda c: _checked_config(c, d)))
+
+
+def _checked_config(config, d: int) -> dict:
     from analysis import checks
     from kernels import fa2_tc
 
@@ -56,8 +57,6 @@ def build_config(config: dict | None, d: int) -> dict:
     errors = fa2_tc.tile_errors(dict(HEAD_DIM=d, **cfg))
     if errors:
         raise ValueError(f"v_once_tc: {'; '.join(errors)}")
-    if key is not None:
-        _CHECKED[d, key] = dict(cfg)
     return cfg
 
 

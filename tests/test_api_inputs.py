@@ -406,5 +406,11 @@ def test_checked_configs_are_cached_without_letting_a_bad_one_through():
         fa2_tc.defines_for(64, 0, dict(good, BLOCK_N=float(good["BLOCK_N"])))
     cfg = dict(v_once_tc.CONFIG)
     assert v_once_tc.build_config(cfg, 64) == v_once_tc.build_config(dict(cfg), 64)
+    from kernels import fa2_wgmma  # its launch plans share the cache (analysis.checks.checked_once)
+
+    wg = fa2_wgmma.default_config(128, 4096)
+    assert fa2_wgmma._plan(128, False, wg) is fa2_wgmma._plan(128, False, dict(wg))
+    with pytest.raises(TypeError, match="must be an integer"):
+        fa2_wgmma._plan(128, False, dict(wg, BLOCK_N=float(wg["BLOCK_N"])))
     with pytest.raises(TypeError, match="must be an integer"):
         v_once_tc.build_config(dict(cfg, NWARPS=True), 64)
