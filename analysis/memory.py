@@ -168,7 +168,7 @@ class Memory:
             n = view.numel()
             self.counts.reads[name] += n
             self.counts.read_bytes[name] += n * view.element_size()
-        return view if view.dtype == torch.float64 else view.float()
+        return view.to(compute_dtype(view.dtype))
 
     def store(self, name: str, view: torch.Tensor, value: torch.Tensor) -> None:
         """Write `value` from SRAM into the HBM tensor `view` (cast to its dtype)."""
@@ -238,6 +238,12 @@ class Memory:
 
     def fits(self, nbytes: int) -> bool:
         return self.sram_bytes is None or nbytes <= self.sram_bytes
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The references' on-chip arithmetic type: float32 for every input dtype, but float64 inputs (gradcheck's)
+    stay float64. Memory.load converts to it; so does anything a reference holds on chip without a load."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def resolve(mem: Memory | None) -> Memory:

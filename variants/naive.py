@@ -33,7 +33,7 @@ import warnings
 import torch
 
 from analysis import sram as _sram
-from analysis.memory import resolve
+from analysis.memory import compute_dtype, resolve
 from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores, reference,
                               safe_div)
 
@@ -157,7 +157,7 @@ def _rebuild_p(q, k, p):
     Normalised by its own row sum, like the forward's, not exp(S - L): L is rounded to float32, and
     at scores ~1e4 exp(S - L) misses 1 by ~1e-3, which rowsum(P ∘ dP) (FA1 Alg. 3 line 3) would turn into a
     wrong dS; FA2's D = rowsum(dO ∘ O) does not care (notebook 07)."""
-    acc = torch.float64 if q.dtype == torch.float64 else torch.float32  # as mem.load: float64 stays float64
+    acc = compute_dtype(q.dtype)  # rebuilt outside the memory model, in the type a load gives
     s = (q.to(acc) @ k.to(acc).transpose(-1, -2)) * p.scale
     if p.tiling.causal:
         rows = torch.arange(p.n_q, device=q.device).unsqueeze(-1)

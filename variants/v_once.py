@@ -37,7 +37,7 @@ from __future__ import annotations
 import torch
 
 from analysis import sram as _sram
-from analysis.memory import resolve
+from analysis.memory import compute_dtype, resolve
 from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
                               reference, safe_div)
 
@@ -101,8 +101,7 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, placem
             if spill:
                 c0, c1 = t.cols(blocks[n])
                 return mem.load("f", f_hbm[..., c0:c1])
-            f = f_tiles[n]  # on chip in the input dtype; arithmetic in float32, float64 kept (as mem.load)
-            return f if f.dtype == torch.float64 else f.float()
+            return f_tiles[n].to(compute_dtype(q.dtype))  # held on chip in the input dtype, not loaded
 
         for n, j in enumerate(blocks):
             c0, c1 = t.cols(j)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from analysis.cluster import rank_blocks, reference_plan
+from analysis.memory import compute_dtype
 from variants._common import NEG_INF, finite_or_zero, log_sum_exp, mask_scores, safe_div
 
 
@@ -59,7 +60,7 @@ def cluster_of(p, mem):
 def forward(q, k, v, p, mem, cl):
     """O, lse of the cluster algorithm (p: variants._common.Problem, cl: analysis.cluster.ClusterPlan)."""
     t, cs = p.tiling, cl.cluster_size
-    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32  # mem.load's compute dtype
+    cdt = compute_dtype(q.dtype)  # mem.load's
     o = torch.empty_like(q)
     lse = torch.empty(p.batch, p.heads, p.n_q, dtype=torch.float32, device=q.device)
     for i in range(t.t_r):  # one cluster per Q block
