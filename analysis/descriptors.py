@@ -103,15 +103,9 @@ PATHS = ("wgmma", "mma_sync", "ffma")
 STRUCTURES = ("warp_specialized", "fa2", "teaching")
 GRIDS = ("q_blocks", "heads", "persistent", "clusters")
 EXTERNAL_NAMES = ("sdpa_flash", "sdpa_cudnn")
-# every launcher of this repo refuses B*H over this (kernels/_teaching.py, fa2_tc.py, fa2_wgmma.py, v_once_cluster.py:
-# B*H is a grid dimension, at most 65535 there); torch's SDPA kernels have their own limits (EXTERNAL_NAMES)
+# every launcher of this repo refuses B*H over this (check_grid_rows: B*H is a grid dimension, at most 65535 there);
+# torch's SDPA kernels have their own limits (EXTERNAL_NAMES)
 MAX_GRID_ROWS = 65535
-
-
-def check_grid_rows(kernel: str, batch: int, heads: int) -> None:
-    """Raise ValueError, as the launcher would, for a B*H that an in-repo kernel refuses."""
-    if kernel not in EXTERNAL_NAMES and batch * heads > MAX_GRID_ROWS:
-        raise ValueError(f"B*H = {batch * heads} is over the {MAX_GRID_ROWS} grid rows the {kernel} launcher uses")
 CAUSAL_ORDERS = ("ascending", "heaviest_first")
 # Kernels whose causal grid launches the longest Q blocks first (the line that maps blockIdx.x to the Q block);
 # their launchers' describe() does not state it (yet), so describe() below adds it.
@@ -125,6 +119,13 @@ HEAVIEST_FIRST = {
     "v_once_cluster": "kernels/cuda/v_once_cluster.cu: m_block = causal ? n_qblocks - 1 - q_blk",
 }
 
+
+
+def check_grid_rows(kernel: str, batch: int, heads: int) -> None:
+    """Raise ValueError for a B*H an in-repo kernel refuses: its launcher calls this before launching, and the GPU
+    model calls it too, so there is no time predicted for a launch that cannot happen."""
+    if kernel not in EXTERNAL_NAMES and batch * heads > MAX_GRID_ROWS:
+        raise ValueError(f"B*H = {batch * heads} is over the {MAX_GRID_ROWS} grid rows the {kernel} launcher uses")
 
 @dataclass(frozen=True)
 class KernelDescriptor:

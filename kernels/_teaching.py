@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from analysis.descriptors import check_grid_rows
 from kernels import loader
 
 STORAGE = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
@@ -40,8 +41,7 @@ def prepare(q, k, v, *, causal, scale, block_q, block_k, mem=None):
             raise ValueError(f"{name}={value!r}: the teaching kernels take multiples of 16 up to "
                              f"128 (16 x 16 threads, each owning every 16th row and column)")
     p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
-    if p.batch * p.heads > 65535:
-        raise ValueError(f"B*H = {p.batch * p.heads} is over the grid's 65535 limit")
+    check_grid_rows("teaching", p.batch, p.heads)
     return p
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.checks import checked_once  # torch-free: the launch path's config cache
+from analysis.descriptors import check_grid_rows
 from kernels import sm90
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_tc.cu"
@@ -175,8 +176,7 @@ def _check(q, k, v):
         loader.check_cuda_inputs(q, k, v, supported_dtypes=_DTYPES, head_dims=HEAD_DIMS, aligned=True)
         raise ValueError("fa2_tc: unsupported inputs")  # not reached: the loader names the problem
     b, h = q.shape[0], q.shape[1]
-    if b * h > 65535:
-        raise ValueError(f"B*H = {b * h} is over the 65535 grid rows this launcher uses")
+    check_grid_rows("fa2_tc", b, h)
 
 
 def launch(source, kernel, defines: dict, grid, block, args, shared_mem: int, device_index: int):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.checks import checked_once  # torch-free: the launch plan's cache
+from analysis.descriptors import check_grid_rows
 from kernels import fa2_tc
 from kernels.fa2_wgmma_bwd import backward  # noqa: F401  (FA2 Alg. 2, cuda/fa2_wgmma_bwd.cu)
 
@@ -913,8 +914,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     from kernels import layouts, loader
 
     b, h, h_kv, n_q, n_k, d = layouts.check_strided_gqa(q, k, v, head_dims=HEAD_DIMS)
-    if b * h > 65535:
-        raise ValueError(f"B*H = {b * h} is over the 65535 grid rows this launcher uses")
+    check_grid_rows("fa2_wgmma", b, h)
     dev = q.device.index
     loader.require_hopper(q.device, "fa2_wgmma needs a compute capability 9.x GPU (wgmma, sm_90a)", "fa2_tc")
     from analysis import checks

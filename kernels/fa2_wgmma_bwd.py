@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analysis.descriptors import check_grid_rows
 from kernels import fa2_tc
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma_bwd.cu"
@@ -172,8 +173,7 @@ def _check(q, k, v, o, lse, do) -> None:
 
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):  # cp.async and uint4 loads: a view at an
         loader.check_aligned(name, t)  # element offset would fault on the GPU
-    if b * h > 65535:
-        raise ValueError(f"B*H = {b * h} is over the 65535 grid rows this launcher uses")
+    check_grid_rows("fa2_wgmma backward", b, h)
 
 
 def _grads(q, k, out):

@@ -34,6 +34,7 @@ import numbers
 from pathlib import Path
 
 from analysis import cluster as _cluster
+from analysis.descriptors import check_grid_rows
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "v_once_cluster.cu"
 KERNEL = "v_once_cluster_fwd"
@@ -260,8 +261,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
                             f"{build_config(config)['MAX_CLUSTER']} "
                             f"holds at d={d}")
         return v_once_tc.forward(q, k, v, causal=causal, scale=scale, placement="hbm", rescale="lazy", out=out)
-    if b * h > 65535:
-        raise ValueError(f"B*H = {b * h} is over the 65535 grid rows this launcher uses")
+    check_grid_rows("v_once_cluster", b, h)
     dev = q.device.index
     loader.require_hopper(q.device, "v_once_cluster needs a compute capability 9.x GPU (wgmma, clusters)", "v_once_tc")
     tc_alloc = p.key_blocks_per_cta

@@ -414,3 +414,15 @@ def test_checked_configs_are_cached_without_letting_a_bad_one_through():
         fa2_wgmma._plan(128, False, dict(wg, BLOCK_N=float(wg["BLOCK_N"])))
     with pytest.raises(TypeError, match="must be an integer"):
         v_once_tc.build_config(dict(cfg, NWARPS=True), 64)
+
+
+@pytest.mark.parametrize("name,who", [("fa2_tc", "fa2_tc"), ("fa2", "teaching"), ("fa2_wgmma", "fa2_wgmma")])
+def test_grid_rows_are_refused_by_the_one_check(monkeypatch, name, who):
+    """B*H is a grid dimension (at most 65535): every launcher refuses past it through
+    analysis.descriptors.check_grid_rows, the check the GPU model applies, with the same message."""
+    import importlib
+
+    _fake_cuda(monkeypatch)
+    q = torch.zeros(65536, 1, 1, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match=f"B\\*H = 65536 is over the 65535 grid rows the {who} launcher uses"):
+        importlib.import_module(f"kernels.{name}").forward(q, q, q)
