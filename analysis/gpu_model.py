@@ -71,7 +71,6 @@ so the model and the papers' count agree on what is computed.
 """
 from __future__ import annotations
 
-import heapq
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -313,9 +312,8 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
         pattern = np.concatenate([np.repeat(tiles, size) for size in sizes]).tolist()
         mpattern = np.concatenate([np.repeat(masks, size) for size in sizes]).tolist()
         repeats = 1
-    else:
-        if causal and desc.causal_order == "heaviest_first":  # blockIdx.x -> Q block Tr - 1 - blockIdx.x
-            pattern, mpattern = pattern[::-1], mpattern[::-1]
+    elif causal and desc.causal_order == "heaviest_first":  # blockIdx.x -> Q block Tr - 1 - blockIdx.x
+        pattern, mpattern = pattern[::-1], mpattern[::-1]
     return Work(desc, batch, heads, n_q, n_k, d, dtype, bool(causal), tr, lv, sum(per_block) * batch * heads,
                 pattern, mpattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal))  # 4·d per visible pair
 
@@ -344,27 +342,10 @@ def round_trips(desc, n: int) -> float:
     return desc.round_trips_per_tile * n + desc.rescale_round_trips * n * (n - 1) / 2
 
 
-def _schedule_loop(pattern, repeats, slots, cost) -> tuple[float, float]:
-    """Makespan (cycles) of CTAs taking cost(n) cycles each (n: its work, e.g. (tiles, masked tiles)),
-    list-scheduled in launch order onto `slots`; and the number of waves (CTAs / slots). One heap operation per CTA:
-    the definition _schedule computes in batches (tests/test_gpu_model.py holds the two equal to the bit)."""
-    n_ctas = len(pattern) * repeats
-    waves = n_ctas / slots
-    if len(set(pattern)) == 1:  # equal CTAs: whole waves
-        return cdiv(n_ctas, slots) * cost(pattern[0]), waves
-    if n_ctas <= slots:
-        return max(cost(n) for n in pattern), waves
-    costs = [cost(n) for n in pattern]
-    heap = [0.0] * int(slots)
-    for _ in range(repeats):
-        for c in costs:
-            start = heapq.heappop(heap)
-            heapq.heappush(heap, start + c)
-    return max(heap), waves
-
-
 def _schedule(tiles: list, masked: list, repeats: int, slots, cost) -> tuple[float, float]:
-    """_schedule_loop(list(zip(tiles, masked)), repeats, slots, cost), the same float to the bit, in NumPy batches:
+    """Makespan (cycles) of CTAs taking cost((n, m)) cycles each (n tiles, m masked tiles), list-scheduled in launch
+    order onto `slots`, and the number of waves (CTAs / slots): the heap's list schedule (tests/test_gpu_model_fast.py
+    keeps it as the oracle, one heap operation per CTA), the same float to the bit, in NumPy batches:
     `cost` takes arrays (it is arithmetic on n and m), and the heap's state is kept as a sorted array of the slots'
     finish times h. The heap gives the next b CTAs the b earliest slots in order as long as no finish time it pushed
     meanwhile is earlier than the next one it pops (min(h[s] + c[s], s < t) >= h[t] for t < b; a tie pops the same

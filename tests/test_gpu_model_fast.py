@@ -1,9 +1,10 @@
 """The GPU model's per-block work in array operations (analysis.gpu_model _per_block, _schedule, Tiling.block_counts):
 the same numbers to the bit as the per-block loops they replaced (kept as the oracles: _per_block_loop,
-_schedule_loop, Tiling's methods), and fast where those took seconds (a causal row of 65,536 Q blocks)."""
+_schedule_loop below, Tiling's methods), and fast where those took seconds (a causal row of 65,536 Q blocks)."""
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import math
 import time
@@ -17,6 +18,25 @@ from analysis import gpu_model as gm
 from analysis.cli import main
 from analysis.descriptors import describe
 from analysis.tiling import Tiling
+
+
+def _schedule_loop(pattern, repeats, slots, cost) -> tuple[float, float]:
+    """The list schedule by its definition, one heap operation per CTA (what analysis.gpu_model used until it moved to
+    _schedule's batches): the makespan of CTAs taking cost(n) cycles each, in launch order onto `slots`, and the
+    number of waves."""
+    n_ctas = len(pattern) * repeats
+    waves = n_ctas / slots
+    if len(set(pattern)) == 1:  # equal CTAs: whole waves
+        return -(-n_ctas // slots) * cost(pattern[0]), waves
+    if n_ctas <= slots:
+        return max(cost(n) for n in pattern), waves
+    costs = [cost(n) for n in pattern]
+    heap = [0.0] * int(slots)
+    for _ in range(repeats):
+        for c in costs:
+            start = heapq.heappop(heap)
+            heapq.heappush(heap, start + c)
+    return max(heap), waves
 
 
 def _bits(xs) -> list:
@@ -77,7 +97,7 @@ def test_schedule_is_the_heap(case, per_tile, per_mask, fixed, rescale):
         return per_tile * nm[0] + per_mask * nm[1] + fixed + 1500.0 * gm.round_trips(desc, nm[0])
 
     fast = gm._schedule(tiles, masked, repeats, slots, cost)
-    loop = gm._schedule_loop(list(zip(tiles, masked)), repeats, slots, cost)
+    loop = _schedule_loop(list(zip(tiles, masked)), repeats, slots, cost)
     assert fast == loop and type(fast[0]) is float
 
 
@@ -102,7 +122,7 @@ def test_predictions_are_the_loops(monkeypatch, kernel, d, n_q, n_k, causal, bat
     fast = gm.predict_work(gm.prepare(desc, batch, heads, n_q, n_k, d, "fp16", causal)).as_dict()
     monkeypatch.setattr(levels, "_eager_miss", levels._eager_miss_loop)
     monkeypatch.setattr(gm, "_per_block", gm._per_block_loop)
-    monkeypatch.setattr(gm, "_schedule", lambda tiles, masked, repeats, slots, cost: gm._schedule_loop(
+    monkeypatch.setattr(gm, "_schedule", lambda tiles, masked, repeats, slots, cost: _schedule_loop(
         list(zip(np.asarray(tiles).tolist(), np.asarray(masked).tolist())), repeats, slots, cost))
     loop = gm.predict_work(gm.prepare(desc, batch, heads, n_q, n_k, d, "fp16", causal)).as_dict()
     assert repr(fast) == repr(loop)
@@ -114,8 +134,6 @@ def test_predictions_are_the_loops(monkeypatch, kernel, d, n_q, n_k, causal, bat
 ])
 def test_causal_rows_at_the_q_block_limit_answer_fast(monkeypatch, capsys, argv):
     """No per-Q-block Python call and no per-CTA heap operation: the rows that took seconds take a fraction."""
-    import heapq
-
     def per_block_call(*_a, **_k):
         raise AssertionError("walked block by block")
 
