@@ -292,8 +292,7 @@ def main(argv=None):
 
     import torch
 
-    if not torch.cuda.is_available():
-        log("bench_bwd: needs a CUDA GPU")
+    if harness.no_gpu("bench_bwd"):
         return 2
     ours = our_kernels(args.kernels)
     fns = contenders(ours)

@@ -246,8 +246,9 @@ def parse_steps(argv) -> list[str]:
 
 if __name__ == "__main__":
     steps = parse_steps(sys.argv[1:])
-    if not torch.cuda.is_available():
-        print("bwd_wgmma_check: needs a CUDA GPU", file=sys.stderr)
+    from bench import harness
+
+    if harness.no_gpu("bwd_wgmma_check"):
         sys.exit(2)
     if "--one" in sys.argv:
         one_launch()

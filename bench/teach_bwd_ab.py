@@ -217,8 +217,7 @@ def main(argv=None) -> int:
     harness.positive(ap, "--budget-s", args.budget_s)
     import torch
 
-    if not torch.cuda.is_available():
-        log("teach_bwd_ab: needs a CUDA GPU")
+    if harness.no_gpu("teach_bwd_ab"):
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -174,8 +174,9 @@ def main(argv=None):
     if device.type != "cuda":  # kernels.attention runs CUDA kernels, and the timing synchronises CUDA
         ap.error(f"--device {args.device}: kernels.attention runs CUDA kernels; give a CUDA device (cuda, cuda:1)")
     check_kernel_names(ap, args.kernel, args.fallback)
-    if not torch.cuda.is_available():
-        log("train_gpt: needs a CUDA GPU")
+    from bench import harness
+
+    if harness.no_gpu("train_gpt"):
         return 2
     import kernels
     from model.gpt import GPTConfig, sdpa_attention
