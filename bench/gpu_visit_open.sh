@@ -67,6 +67,7 @@
 #   br192ab26  issue 14: their A/B against forward()'s build and cuDNN, twice, N = 512-4096       -> br192ab26/
 #   d128ab26   issue 14: br192ab26 and n512ab26's builds in one A/B, twice, N = 512-2048          -> d128ab26/
 #   inputs27   inputs: scale <= 0 on the four tensor-core forwards (kernels.layouts.positive_scale, stop 27) -> inputs27/
+#   check28    stop 28: the GPU tests of every launcher stop 27's wrapper changes touched (318 tests)        -> check28/
 #   flash256   issue 11: ncu levels of SDPA flash at d = 256 (never profiled; model 0.84x) beside fa2_wgmma -> flash256/
 #   clock26    issue 11: bench/clock_probe.py over 18 cells (d = 64-256, N = 1k-16k): window clocks and cycles -> clock26/
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
@@ -1161,6 +1162,12 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       # bf16, causal with Nq > Nk and tails, poisoned outputs, against float64 (never run: stop 27 had no device)
       timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_tc.py tests/test_kernels_bwd_gpu.py \
         -k "non_positive" > "$W/tests.log" 2>&1; rc=$?; tail -5 "$W/tests.log" ;;
+    check28)  # stop 28: every GPU test of the launchers stop 27 changed (config / out / alignment / grid-row checks,
+      # positive_scale, the plan cache): teaching tier, fa2_tc, v_once_tc, fa2_wgmma forward and backward, the cluster
+      # kernel, layouts and GQA, the loader; the first GPU run since those wrapper changes
+      timeout 300 python3 -m pytest -q -p no:cacheprovider -rf --durations=8 tests/test_kernels_gpu.py \
+        tests/test_kernels_tc.py tests/test_kernels_cluster.py tests/test_kernels_bwd_gpu.py tests/test_kernels_layouts.py \
+        tests/test_loader_gpu.py > "$W/tests.log" 2>&1; rc=$?; tail -22 "$W/tests.log" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
