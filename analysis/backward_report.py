@@ -78,7 +78,30 @@ def build_records(args) -> list[dict]:
             rec["saved_bytes"] = tr.saved_bytes
             rec["recompute_flops"] = dict(tr.recompute_flops)
             recs.append(rec)
-    return recs
+    return _one_row_per_same_pass(recs) if args.pass_name == "backward" else recs
+
+
+_COUNT_KEYS = ("read_bytes", "write_bytes", "flops", "sram_peak_bytes", "saved_bytes", "recompute_flops",
+               "dsmem_bytes")
+
+
+def _one_row_per_same_pass(recs: list[dict]) -> list[dict]:
+    """One record where a variant's forward options leave its backward unchanged: v_once's backward is fa2's
+    whatever its forward's placement and rescale (backward_forms), so its three configs gave three identical
+    rows. The kept record is labelled by the variant alone, its forward options set to None."""
+    out, seen = [], {}
+    for r in recs:
+        key = (r["variant"], r["seq_q"], r["seq_k"], r["head_dim"])
+        first = seen.get(key)
+        if first is None:
+            seen[key] = r
+            out.append(r)
+            continue
+        if any(first[k] != r[k] for k in _COUNT_KEYS):  # a backward that does depend on them: keep every row
+            out.append(r)
+            continue
+        first.update(label=r["variant"], placement=None, placement_resolved=None, rescale=None)
+    return out
 
 
 def row(r: dict) -> list[str]:
@@ -116,6 +139,8 @@ def cmd_report(args) -> int:
         "FA1 rule Bc=⌈M/4d⌉", "FA1 rule on half the SRAM (two score tiles) Bc=⌈M/8d⌉") + "; saved = bytes the forward keeps for "
                "the backward beyond q, k, v, o; recompute = FLOPs rebuilding S and P (share of the "
                "pass); × min here also counts dO read and dQ, dK, dV written once")
+    if any(r["variant"] == "v_once" and r["placement"] is None for r in recs):
+        caption += "; v_once: one row, its backward is fa2's whatever the forward's placement and rescale"
     groups = [[header.index(h) for h in g if h in header] for g in GROUPS]
     cli.render_table(header, rows, title=title, caption=caption, groups=groups)
     return 0

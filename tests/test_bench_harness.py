@@ -126,7 +126,7 @@ def test_predict():
 
 
 SCRIPTS = ["bench_kernels.py", "bench_tc.py", "fa2_teaching_ab.py", "launch_overhead.py", "sanitize.py",
-           "sdpa_backward.py", "bench_bwd.py", "bwd_wgmma_check.py", "layouts_speed.py", "train_gpt.py",
+           "bench_bwd.py", "bwd_wgmma_check.py", "layouts_speed.py", "train_gpt.py",
            "ab_wgmma_speed.py", "teach_bwd_ab.py"]
 SCRIPTS += ["cluster_speed.py"]  # issue 18: the cluster v_once beside fa2_wgmma
 SCRIPTS += ["pass_probe.py"]  # stop 21: cuDNN's first timing pass against its later ones

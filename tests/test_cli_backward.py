@@ -21,9 +21,10 @@ def test_json_equals_the_closed_forms(capsys, pass_name):
                        "2k", "--causal", "--batch", "2", "--heads", "3", "--format", "json")
     assert rc == 0, err
     recs = json.loads(out)
-    assert len(recs) == 2 * 6 and {r["pass"] for r in recs} == {pass_name}
+    # the backward: v_once one row (its backward is fa2's under every forward option); train: its three configs
+    assert len(recs) == 2 * (4 if pass_name == "backward" else 6) and {r["pass"] for r in recs} == {pass_name}
     for r in recs:
-        opts = {"placement": r["placement"], "rescale": r["rescale"]} if r["variant"] == "v_once" else {}
+        opts = {"placement": r["placement"], "rescale": r["rescale"]} if r["placement"] else {}
         tr = bf.pass_counts(pass_name, r["variant"], 2, 3, r["seq_q"], r["seq_k"], r["head_dim"],
                             causal=True, dtype="fp16", block_q=r["block_q"], block_k=r["block_k"],
                             sram_bytes=r["sram_bytes"], **opts)
@@ -45,6 +46,19 @@ def test_table_shows_what_recomputation_buys(capsys):
     saved, recompute = header.index("saved"), header.index("recompute")
     assert rows["naive"][saved] == "512 MiB" and rows["fa2"][saved] == "64 KiB"
     assert rows["naive"][recompute] == "0" and rows["fa2"][recompute].endswith("%)")
+
+
+def test_backward_prints_v_once_once(capsys):
+    """v_once's three forward configs have one backward (fa2's): one row, named by the variant alone."""
+    rc, out, err = run(capsys, "report", "--pass", "backward", "--seq-len", "1k,4k", "--format", "json")
+    assert rc == 0, err
+    recs = json.loads(out)
+    v_once = [r for r in recs if r["variant"] == "v_once"]
+    assert [r["label"] for r in v_once] == ["v_once", "v_once"] and v_once[0]["placement"] is None
+    fa2 = [r for r in recs if r["variant"] == "fa2"]
+    assert [r["hbm_bytes"] for r in v_once] == [r["hbm_bytes"] for r in fa2]
+    rc, out, err = run(capsys, "report", "--pass", "backward", "--seq-len", "1k")
+    assert rc == 0 and sum(line.startswith("v_once") for line in out.splitlines()) == 1, out
 
 
 def test_forward_is_the_default_pass(capsys):
