@@ -68,6 +68,7 @@
 #   d128ab26   issue 14: br192ab26 and n512ab26's builds in one A/B, twice, N = 512-2048          -> d128ab26/
 #   inputs27   inputs: scale <= 0 on the four tensor-core forwards (kernels.layouts.positive_scale, stop 27) -> inputs27/
 #   check28    stop 28: the GPU tests of every launcher stop 27's wrapper changes touched (318 tests)        -> check28/
+#   check28b   check28's tests past its limit: cluster forced / GQA / errors, Hopper backward, layouts, loader -> check28b/
 #   flash256   issue 11: ncu levels of SDPA flash at d = 256 (never profiled; model 0.84x) beside fa2_wgmma -> flash256/
 #   clock26    issue 11: bench/clock_probe.py over 18 cells (d = 64-256, N = 1k-16k): window clocks and cycles -> clock26/
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
@@ -1168,6 +1169,12 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 300 python3 -m pytest -q -p no:cacheprovider -rf --durations=8 tests/test_kernels_gpu.py \
         tests/test_kernels_tc.py tests/test_kernels_cluster.py tests/test_kernels_bwd_gpu.py tests/test_kernels_layouts.py \
         tests/test_loader_gpu.py > "$W/tests.log" 2>&1; rc=$?; tail -22 "$W/tests.log" ;;
+    check28b)  # check28's tests past its 300 s limit (it stopped after 243 of 318, all passed: the teaching tier,
+      # fa2_tc, v_once_tc, fa2_wgmma and the cluster kernel's tuning candidates): the cluster kernel's forced / GQA /
+      # error tests, the Hopper backward, the layouts and the loader
+      timeout 330 python3 -m pytest -q -p no:cacheprovider -rf --durations=8 tests/test_kernels_cluster.py \
+        tests/test_kernels_bwd_gpu.py tests/test_kernels_layouts.py tests/test_loader_gpu.py \
+        -k "not every_tuning_candidate or bwd_gpu" > "$W/tests.log" 2>&1; rc=$?; tail -22 "$W/tests.log" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window
