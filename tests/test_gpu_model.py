@@ -735,6 +735,33 @@ def test_sdpa_flash_traits_follow_torchs_head_dim_buckets():
         assert (f.block_q, f.block_k, f.warps, f.ctas_per_sm) == (br, bc, warps, ctas), d
 
 
+def test_external_descriptors_match_the_kernels_sdpa_launched():
+    """bench/kernel_names.py (stop 28's names26 on the H200: torch's profiler at d = 64-256, N = 512 / 4096, fp16 / bf16,
+    causal and not) records the kernel, grid and block each SDPA backend launched; the descriptors' traits must be
+    those: flash's Flash_fwd_kernel_traits<d, Br, Bc, warps> and grid (Tr, ...), cuDNN's 64 x 128 x kd tile (kd the
+    padded head dim) on 384 threads, a persistent grid of one CTA per SM."""
+    import math
+    import re
+
+    run = json.loads((ROOT / "bench/results/stop28/names26/kernel_names.json").read_text())
+    seen = set()
+    for r in run["rows"]:
+        dtype = "bf16" if r["dtype"] == "bfloat16" else "fp16"
+        k, = r["kernels"]
+        if r["backend"] == "flash":
+            br, bc, warps = map(int, re.search(r"Flash_fwd_kernel_traits<(\d+), (\d+), (\d+), (\d+)", k["name"]).groups()[1:])
+            f = describe("sdpa_flash", r["d"], dtype, r["causal"])
+            assert (f.block_q, f.block_k, f.warps) == (br, bc, warps), r
+            assert k["grid"][0] == math.ceil(r["n"] / br) and k["block"][0] == 32 * warps, r
+        else:
+            kd = int(re.search(r"_64x128x(\d+)_", k["name"]).group(1))
+            c = describe("sdpa_cudnn", r["d"], dtype, r["causal"])
+            assert c.load_cols == kd and c.warps * 32 == k["block"][0] == 384, r
+            assert c.grid == "persistent" and k["grid"] == [132, 1, 1], r
+        seen.add((r["backend"], r["d"]))
+    assert {d for _, d in seen} == {64, 96, 128, 256} and len(seen) == 8
+
+
 def test_events_timings_are_compared_as_gpu_time_less_their_runs_host_gap():
     """An events-timed run's host gap per kernel and head dim is its median less its back-to-back time over N <= 2048
     (longer cells left out, a negative gap clipped), and its cells carry time_s less that gap, compared as GPU time."""
