@@ -134,13 +134,13 @@ def cmd_report(args) -> int:
         cli._emit(args, cli._Plan(args, False), lambda: iter(recs),
                   table_rows=lambda _recs: (header, rows), title=title)
         return 0
-    caption = (cli._caption(args, {r["sram_bytes"] for r in recs}, sorted({r["head_dim"] for r in recs}),
-                            get_gpu(args.gpu)).replace(
-        "FA1 rule Bc=⌈M/4d⌉", "FA1 rule on half the SRAM (two score tiles) Bc=⌈M/8d⌉") + "; saved = bytes the forward keeps for "
-               "the backward beyond q, k, v, o; recompute = FLOPs rebuilding S and P (share of the "
-               "pass); × min here also counts dO read and dQ, dK, dV written once")
+    caption = cli._caption(args, {r["sram_bytes"] for r in recs}, sorted({r["head_dim"] for r in recs}),
+                           get_gpu(args.gpu)).replace(
+        "FA1 rule Bc=⌈M/4d⌉", "FA1 rule on half the SRAM (two score tiles) Bc=⌈M/8d⌉")
+    caption += ("\nsaved = bytes the forward keeps for the backward beyond q, k, v, o; recompute = FLOPs rebuilding S "
+                "and P (share of the pass); × min here also counts dO read and dQ, dK, dV written once.")
     if any(r["variant"] == "v_once" and r["placement"] is None for r in recs):
-        caption += "; v_once: one row, its backward is fa2's whatever the forward's placement and rescale"
+        caption += "\nv_once: one row, its backward is fa2's whatever the forward's placement and rescale."
     groups = [[header.index(h) for h in g if h in header] for g in GROUPS]
     cli.render_table(header, rows, title=title, caption=caption, groups=groups)
     return 0

@@ -714,13 +714,14 @@ def _caption(args, srams, dims, gpu, recs=()) -> str:
     blocks = "explicit" if (args.block_q or args.block_k) else "FA1 rule Bc=⌈M/4d⌉, Br=min(Bc,d), M=SRAM/4"
     if whys:  # --blocks kernel, but no row has the GPU model
         blocks = f"each variant's kernel (no GPU model: {'; '.join(whys)})"
-    return (f"B={args.batch} H={args.heads} d={','.join(map(str, dims))} {args.dtype}"
-            f"{' causal' if args.causal else ''}; "
-            f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}; "
-            f"roofline of the papers' count (no cache: not what bounds the GPU; the default --blocks kernel "
-            f"has the GPU model): {gpu.name} datasheet; × min = HBM bytes / (Q (rows that see a key),K,V read once + O,lse written once); "
-            "TFLOP/s = 4·d per visible (query, key) pair / roofline time; "
-            "✗ = working set over the SRAM (by over_by_bytes in --format json)")
+    return "\n".join([  # short lines, as the kernel report's caption
+        f"B={args.batch} H={args.heads} d={','.join(map(str, dims))} {args.dtype}{' causal' if args.causal else ''}; "
+        f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}.",
+        f"roofline of the papers' count, {gpu.name} datasheet: no cache, so not what bounds the GPU "
+        "(the default --blocks kernel has the GPU model).",
+        "× min = HBM bytes / (Q (rows that see a key), K, V read once + O, lse written once); "
+        "TFLOP/s = 4·d per visible (query, key) pair / roofline time.",
+        "✗ = working set over the SRAM (by over_by_bytes in --format json)."])
 
 
 def write_json(recs, file=None) -> None:
