@@ -493,13 +493,14 @@ def max_dynamic_smem(device=None) -> int:
 
 # ----------------------------------------------------------------------------- input checks
 
-def check_aligned(name: str, t) -> None:
-    """ValueError unless t starts on a 16-byte boundary: kernels that move it in 16-byte pieces (cp.async, uint4) fault
-    on a view at an element offset (a sticky CUDA error that ends the process's use of the GPU), so it is refused
-    before the launch."""
-    if t.data_ptr() % 16:
-        raise ValueError(f"{name} must start on a 16-byte boundary (its data pointer is {t.data_ptr() % 16} bytes past "
-                         "one: a view at an element offset); the kernel moves it in 16-byte pieces, so pass .clone()")
+def check_aligned(name: str, t, align: int = 16) -> None:
+    """ValueError unless t starts on an `align`-byte boundary: kernels that move it in 16-byte pieces (cp.async, uint4;
+    align 16) or 4-byte ones (a half2 store; align 4) fault on a view at an element offset that breaks that alignment
+    (a sticky CUDA error that ends the process's use of the GPU), so it is refused before the launch."""
+    if t.data_ptr() % align:
+        raise ValueError(f"{name} must start on a {align}-byte boundary (its data pointer is {t.data_ptr() % align} bytes "
+                         f"past one: a view at an element offset); the kernel moves it in {align}-byte pieces, so pass "
+                         ".clone()")
 
 
 def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims=None, aligned=False) -> None:

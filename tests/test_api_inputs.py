@@ -357,11 +357,10 @@ def test_backward_tensors_it_cannot_load_or_store_are_refused_before_launch(monk
         bad = dict(args, **{name: _misaligned(args[name])})
         with pytest.raises(ValueError, match=f"^{name} must start on a 16-byte boundary"):
             fa2_wgmma_bwd.backward(*bad.values())
-    for i, name in enumerate(("dq", "dk", "dv")):
-        out = [torch.zeros_like(q) for _ in range(3)]
-        out[i] = _misaligned(out[i])
-        with pytest.raises(ValueError, match=f"^out {name} must start on a 16-byte boundary"):
-            fa2_wgmma_bwd.backward(*args.values(), out=tuple(out))
+    out = [torch.zeros_like(q) for _ in range(3)]
+    out[0] = _misaligned(out[0])  # dk, dv need 4 bytes only: tests/test_bad_input.py
+    with pytest.raises(ValueError, match="^out dq must start on a 16-byte boundary"):
+        fa2_wgmma_bwd.backward(*args.values(), out=tuple(out))
 
 
 def test_teaching_backward_flags_and_naive_saved_are_checked(monkeypatch):

@@ -176,3 +176,25 @@ def test_non_positive_softmax_scale(softmax_scale):
             assert torch.isfinite(g).all(), name
             err, norm = float((g.double() - ref).norm()), float(ref.norm())
             assert err <= max(TOL[dtype] * norm, 1e-5 * g.numel() ** 0.5), f"{name}: {err:.3e} vs {norm:.3e}"
+
+
+def test_gradients_into_views_at_4_byte_offsets():
+    """out=(dq, dk, dv) with dk, dv contiguous views 4 bytes past a 16-byte boundary (what their u32 stores need; the
+    launcher refuses 2) and dq aligned: the same gradients as into fresh tensors, every element written (NaN first)."""
+    from kernels import fa2_wgmma, fa2_wgmma_bwd
+
+    q, k, v, do = inputs(1, 2, 200, 333, 64, torch.float16, 1.0, 7)
+    o, lse = fa2_wgmma.forward(q, k, v, causal=True)
+    want = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True)
+
+    def at_4_bytes(like):
+        buf = torch.full((like.numel() + 8,), float("nan"), device=like.device, dtype=like.dtype)
+        return buf[2:2 + like.numel()].view(like.shape)
+
+    grads = (torch.full_like(q, float("nan")), at_4_bytes(k), at_4_bytes(v))
+    assert grads[1].data_ptr() % 16 == 4
+    fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True, out=grads)
+    torch.cuda.synchronize()
+    for name, g, w in zip(("dq", "dk", "dv"), grads, want):
+        assert torch.isfinite(g).all(), name
+        assert torch.equal(g, w) if name != "dq" else torch.allclose(g, w, atol=1e-3, rtol=1e-2), name
