@@ -69,6 +69,7 @@
 #   inputs27   inputs: scale <= 0 on the four tensor-core forwards (kernels.layouts.positive_scale, stop 27) -> inputs27/
 #   check28    stop 28: the GPU tests of every launcher stop 27's wrapper changes touched (318 tests)        -> check28/
 #   check28b   check28's tests past its limit: cluster forced / GQA / errors, Hopper backward, layouts, loader -> check28b/
+#   tcdram28   issue 11: ncu levels of fa2_tc's spill-free Bc = 32 build beside its shipped one and SDPA flash, N = 16k-64k -> tcdram28/
 #   flash256   issue 11: ncu levels of SDPA flash at d = 256 (never profiled; model 0.84x) beside fa2_wgmma -> flash256/
 #   clock26    issue 11: bench/clock_probe.py over 18 cells (d = 64-256, N = 1k-16k): window clocks and cycles -> clock26/
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
@@ -1175,6 +1176,12 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       timeout 330 python3 -m pytest -q -p no:cacheprovider -rf --durations=8 tests/test_kernels_cluster.py \
         tests/test_kernels_bwd_gpu.py tests/test_kernels_layouts.py tests/test_loader_gpu.py \
         -k "not every_tuning_candidate or bwd_gpu" > "$W/tests.log" 2>&1; rc=$?; tail -22 "$W/tests.log" ;;
+    tcdram28)  # issue 11: fa2_tc's DRAM gap (model 1.18x ncu at N = 16k, 0.71x at 64k, while SDPA flash at the same tiling
+      # is within 3%): its spill-free Bc = 32 build beside the shipped one at N = 16k / 32k / 64k, d = 128, so the spill
+      # stream is in or out of the cause (prediction: bench/results/stop28/tcdram28_prediction.json)
+      ncu_levels 300 16384x128,32768x128,65536x128 \
+        'fa2_tc,fa2_tc{"BLOCK_M":128,"BLOCK_N":32,"NWARPS":4,"Q_IN_REGS":0,"MIN_BLOCKS":2},sdpa_flash'; rc=$?
+      tail -12 "$W/run.txt" ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window

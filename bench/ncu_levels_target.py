@@ -7,6 +7,7 @@ line analysis/measured.py matches to ncu's rows (in launch order).
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -27,8 +28,9 @@ def _overrides():
     shapes = [tuple(int(x) for x in s.split("x")) for s in os.environ.get("NCU_LEVELS_SHAPES", "").split(",") if s]
     import re
 
-    # commas inside brackets belong to a name: "v_once_tc[hbm,lazy],fa2_tc" is two kernels
-    kernels = [k for k in re.split(r",(?![^\[]*\])", os.environ.get("NCU_LEVELS_KERNELS", "")) if k]
+    # commas inside brackets or braces belong to a name: "v_once_tc[hbm,lazy],fa2_tc" is two kernels, and so is
+    # 'fa2_tc{"BLOCK_N":32,"MIN_BLOCKS":2},fa2_tc' (a build by its config, the label analysis/measured.py parses)
+    kernels = [k for k in re.split(r",(?![^\[]*\])(?![^{]*\})", os.environ.get("NCU_LEVELS_KERNELS", "")) if k]
     return shapes or SHAPES, kernels, os.environ.get("NCU_LEVELS_CAUSAL") == "1"
 
 
@@ -53,7 +55,17 @@ def main() -> int:
                                                                         rescale="eager"),
            "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
     shapes, only, causal_everywhere = _overrides()
+    for name in only:  # a build by its config: fa2_tc{...} or fa2_wgmma{...}, the rest of the config the kernel's own
+        kernel, brace, cfg = name.partition("{")
+        if brace and kernel in ("fa2_tc", "fa2_wgmma"):
+            mod = fa2_tc if kernel == "fa2_tc" else fa2_wgmma
+            fns[name] = (lambda mod, config: lambda q, k, v, c: mod.forward(q, k, v, causal=c, config=config))(
+                mod, json.loads(brace + cfg))
     if only:
+        unknown = [k for k in only if k not in fns]
+        if unknown:
+            raise SystemExit(f"ncu_levels_target: unknown kernel(s) {', '.join(unknown)}; choose from {', '.join(fns)} "
+                             "or fa2_tc{...} / fa2_wgmma{...} with a JSON config")
         fns = {k: f for k, f in fns.items() if k in only}
     for n, d in shapes:
         b, h = max(1, TOKENS // n), HIDDEN // d
