@@ -1173,9 +1173,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
     check28b)  # check28's tests past its 300 s limit (it stopped after 243 of 318, all passed: the teaching tier,
       # fa2_tc, v_once_tc, fa2_wgmma and the cluster kernel's tuning candidates): the cluster kernel's forced / GQA /
       # error tests, the Hopper backward, the layouts and the loader
-      timeout 330 python3 -m pytest -q -p no:cacheprovider -rf --durations=8 tests/test_kernels_cluster.py \
+      # (not the backward's tuning candidates: builds forward() does not run, unchanged by stop 27 but for their wrapper)
+      timeout 270 python3 -m pytest -q -p no:cacheprovider -rf --durations=8 tests/test_kernels_cluster.py \
         tests/test_kernels_bwd_gpu.py tests/test_kernels_layouts.py tests/test_loader_gpu.py \
-        -k "not every_tuning_candidate or bwd_gpu" > "$W/tests.log" 2>&1; rc=$?; tail -22 "$W/tests.log" ;;
+        -k "not every_tuning_candidate" > "$W/tests.log" 2>&1; rc=$?; tail -22 "$W/tests.log" ;;
     tcdram28)  # issue 11: fa2_tc's DRAM gap (model 1.18x ncu at N = 16k, 0.71x at 64k, while SDPA flash at the same tiling
       # is within 3%): its spill-free Bc = 32 build beside the shipped one at N = 16k / 32k / 64k, d = 128, so the spill
       # stream is in or out of the cause (prediction: bench/results/stop28/tcdram28_prediction.json)
