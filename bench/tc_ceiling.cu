@@ -52,13 +52,17 @@ __device__ __forceinline__ u32 smid() {
     return id;
 }
 
-// out[cta] = {the CTA's cycles from t0 to every warp's loop done, its SM id}
+// out[cta] = {t0, the cycle every warp's loop was done, its SM id}: start and end on the SM's own counter, so the host
+// takes an SM's interval from its first CTA's start to its last one's end. A span per CTA alone counted CTAs that ran
+// one after the other as if they had run together (stop 28: lds_ceiling at 70 registers fits one 512-thread CTA per SM,
+// not the two asked for, and read 2x the rate)
 __device__ __forceinline__ void end_span(long long* out, long long t0) {
     __syncthreads();  // every warp's loop done (warp 0 alone can finish first)
     const long long t1 = clock64();
     if (threadIdx.x == 0) {
-        out[2 * blockIdx.x] = t1 - t0;
-        out[2 * blockIdx.x + 1] = smid();
+        out[3 * blockIdx.x] = t0;
+        out[3 * blockIdx.x + 1] = t1;
+        out[3 * blockIdx.x + 2] = smid();
     }
 }
 
@@ -67,7 +71,7 @@ __device__ __forceinline__ void keep(float* sink, float acc) {
     if (acc == 12345.678f) sink[threadIdx.x] = acc;
 }
 
-// out[cta] = {cycles of the loop (the slowest warpgroup's), SM id}; sink keeps the accumulators live
+// out[cta] = {the earliest warpgroup's start, the latest one's end, SM id}; sink keeps the accumulators live
 extern "C" __global__ void __launch_bounds__(NWG * 128, 1) wgmma_ceiling(long long* out, float* sink, int iters) {
     extern __shared__ __align__(1024) unsigned char smem[];
     const int wg = threadIdx.x / 128;
@@ -101,14 +105,15 @@ extern "C" __global__ void __launch_bounds__(NWG * 128, 1) wgmma_ceiling(long lo
     wgmma_wait<0>();
     wgmma_fence_operand(d);
     long long t1 = clock64();
-    __shared__ long long span[NWG];
-    if (threadIdx.x % 128 == 0) span[wg] = t1 - t0;
+    __shared__ long long start[NWG], end[NWG];
+    if (threadIdx.x % 128 == 0) start[wg] = t0, end[wg] = t1;
     __syncthreads();
     if (threadIdx.x == 0) {
-        long long m = 0;
-        for (int w = 0; w < NWG; ++w) m = span[w] > m ? span[w] : m;
-        out[2 * blockIdx.x] = m;
-        out[2 * blockIdx.x + 1] = smid();
+        long long a = start[0], b = end[0];
+        for (int w = 1; w < NWG; ++w) a = start[w] < a ? start[w] : a, b = end[w] > b ? end[w] : b;
+        out[3 * blockIdx.x] = a;
+        out[3 * blockIdx.x + 1] = b;
+        out[3 * blockIdx.x + 2] = smid();
     }
     float acc = 0.f;
 #pragma unroll
@@ -177,6 +182,8 @@ extern "C" __global__ void mufu_ceiling(long long* out, float* sink, int iters) 
     });
 }
 
+// 70 registers (ptxas, CHAINS = 8): 16 warps per SM fit, 32 do not (bounding it to 64 spills 24 B in the loop, and
+// local memory shares the pipe being measured), so tc_ceiling.py runs it on 8 warps x 2 CTAs and 16 x 1
 extern "C" __global__ void lds_ceiling(long long* out, float* sink, int iters) {
     __shared__ __align__(16) float4 buf[1024];
     for (int i = threadIdx.x; i < 1024; i += blockDim.x) buf[i] = make_float4(i, i + 1, i + 2, i + 3);

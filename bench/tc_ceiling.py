@@ -33,7 +33,32 @@ MMA = [dict(WARPS=w, CTAS=c, CHAINS=8) for w, c in [(4, 2), (4, 1), (8, 1), (8, 
 # the other pipes, per SM clock: FFMA lanes (datasheet 128), ex2 results (CUDA guide CC 9.0: 16), shared-memory bytes
 # (32 banks x 4 B: 128); units: (what one op counts, the figure the model uses)
 PIPES = {"ffma": ("FP32 lane-ops", 128), "mufu": ("ex2 results", 16), "lds": ("shared bytes", 128)}
-OTHER = [dict(PIPE=p, WARPS=w, CTAS=c, CHAINS=8) for p in PIPES for w, c in [(16, 2), (32, 1)]]
+# lds at half the warps: its 70 registers fit 16 warps per SM, not 32 (stop 28: asked for 2 x 16 warps, its CTAs ran in
+# turn and the per-CTA span read twice the rate)
+OTHER = [dict(PIPE=p, WARPS=w, CTAS=c, CHAINS=8) for p in PIPES
+         for w, c in ([(8, 2), (16, 1)] if p == "lds" else [(16, 2), (32, 1)])]
+
+
+def sm_rates(records, work_per_cta: float, sms: int, ctas_per_sm: int):
+    """records: (start, end, SM id) per CTA, start and end on that SM's clock64. Per SM, the work of its CTAs over its
+    busy interval (first start to last end), so CTAs that did not fit together and ran one after the other are timed
+    as they ran. Returns (per-SM rates, their median, the median interval in cycles, problems): an SM count or CTAs per
+    SM other than asked, and SMs whose CTAs did not overlap (not co-resident: the rate is then one CTA's)."""
+    per_sm = {}
+    for t0, t1, sm in records:
+        per_sm.setdefault(sm, []).append((t0, t1))
+    problems = []
+    counts = {len(v) for v in per_sm.values()}
+    if len(per_sm) != sms or counts != {ctas_per_sm}:
+        problems.append(f"{len(per_sm)} SMs, CTAs per SM {sorted(counts)}")
+    spans = {sm: max(t1 for _, t1 in v) - min(t0 for t0, _ in v) for sm, v in per_sm.items()}
+    rates = {sm: work_per_cta * len(per_sm[sm]) / spans[sm] for sm in per_sm}
+    # co-resident CTAs overlap; CTAs that ran in turn leave an interval of about the sum of their own spans
+    serial = [sm for sm, v in per_sm.items() if len(v) > 1 and spans[sm] > 1.5 * max(t1 - t0 for t0, t1 in v)]
+    if serial:
+        problems.append(f"{len(serial)} of {len(per_sm)} SMs ran their {ctas_per_sm} CTAs one after another "
+                        "(not co-resident: registers or smem)")
+    return rates, statistics.median(rates.values()), statistics.median(spans.values()), problems
 
 
 def run_config(path: str, cfg: dict, iters: int, reps: int, sms: int, smem_max: int) -> dict:
@@ -54,7 +79,7 @@ def run_config(path: str, cfg: dict, iters: int, reps: int, sms: int, smem_max: 
         per_op = {"mma_sync": 2 * 16 * 8 * 16 / 32, "ffma": 1, "mufu": 1, "lds": 16}[cfg.get("PIPE", path)]
         flops_cta = threads * iters * cfg["CHAINS"] * per_op  # per thread: CHAINS ops per iteration
     grid = sms * ctas_per_sm
-    out = torch.zeros(2 * grid, dtype=torch.int64, device="cuda")
+    out = torch.zeros(3 * grid, dtype=torch.int64, device="cuda")
     sink = torch.zeros(threads, dtype=torch.float32, device="cuda")
     rates, mhz, bad = [], [], []
     for rep in range(reps + 1):  # the first launch warms up and is dropped
@@ -66,17 +91,11 @@ def run_config(path: str, cfg: dict, iters: int, reps: int, sms: int, smem_max: 
         torch.cuda.synchronize()
         if rep == 0:
             continue
-        o = out.view(grid, 2).cpu().tolist()
-        per_sm = {}
-        for span, sm in o:
-            per_sm.setdefault(sm, []).append(span)
-        counts = {len(v) for v in per_sm.values()}
-        if len(per_sm) != sms or counts != {ctas_per_sm}:
-            bad.append(f"rep {rep}: {len(per_sm)} SMs, CTAs per SM {sorted(counts)}")
-        sm_rates = [flops_cta * len(v) / max(v) for v in per_sm.values()]
-        rates.append(statistics.median(sm_rates))
+        per_sm, rate, cycles, problems = sm_rates(out.view(grid, 3).cpu().tolist(), flops_cta, sms, ctas_per_sm)
+        bad += [f"rep {rep}: {p}" for p in problems]
+        rates.append(rate)
         ms = e0.elapsed_time(e1)
-        mhz.append(statistics.median(max(v) for v in per_sm.values()) / (ms * 1e3))
+        mhz.append(cycles / (ms * 1e3))
     rate = statistics.median(rates)
     unit, peak = PIPES.get(cfg.get("PIPE"), ("FLOP", PEAK))
     if rate > peak * 1.01:

@@ -47,3 +47,35 @@ def test_every_counted_instruction_is_issued(kernel, op):
 def test_wgmma_loop_issues_its_four_k_slices(rs):
     n = _loop_body(_sass({"WN": 128, "NWG": 2, "RS": rs, "WAIT": 1}), "wgmma_ceiling", "HGMMA.64x128x16.F32")
     assert n >= 4 and n % 4 == 0
+
+
+def test_an_sms_rate_is_over_its_busy_interval():
+    """Stop 28: lds_ceiling's two CTAs per SM ran one after the other (70 registers x 2 x 512 threads > 64K) and a
+    rate over the longest CTA's own span read 251 B/clk, twice the datasheet's 128. Over each SM's interval from its
+    first start to its last end, CTAs in turn give the true rate and are named; overlapping ones give the same rate."""
+    from bench.tc_ceiling import sm_rates
+
+    together = [(0, 1000, 0), (10, 1000, 0), (0, 990, 1), (5, 1000, 1)]
+    in_turn = [(0, 1000, 0), (1000, 2000, 0), (0, 1000, 1), (1001, 2001, 1)]
+    rates, rate, cycles, problems = sm_rates(together, 1000.0, sms=2, ctas_per_sm=2)
+    assert rate == pytest.approx(2.0, rel=0.02) and problems == [] and cycles == 1000
+    rates, rate, cycles, problems = sm_rates(in_turn, 1000.0, sms=2, ctas_per_sm=2)
+    assert rate == pytest.approx(1.0, rel=0.01) and any("one after another" in p for p in problems)
+    _, _, _, problems = sm_rates(together[:3], 1000.0, sms=2, ctas_per_sm=2)
+    assert any("CTAs per SM [1, 2]" in p for p in problems)
+
+
+def test_the_shared_load_configs_fit_an_sm():
+    """Every lds config's warps per SM fit the kernel's registers (the launch of 32 warps failed in stop 28)."""
+    import re as _re
+
+    from bench.tc_ceiling import OTHER
+
+    ptxas = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-o", "/dev/null", f"-DCHAINS={CHAINS}", "-DWN=128",
+                            "-DNWG=2", "-DRS=0", "-DWAIT=1", "-Xptxas", "-v", str(SOURCE)],
+                           capture_output=True, text=True)
+    if ptxas.returncode != 0:
+        pytest.skip("no nvcc")
+    regs = int(_re.search(r"Compiling entry function 'lds_ceiling'.*?Used (\d+) registers", ptxas.stderr, _re.S)[1])
+    for cfg in (c for c in OTHER if c["PIPE"] == "lds"):
+        assert regs * 32 * cfg["WARPS"] * cfg["CTAS"] <= 65536, (cfg, regs)
