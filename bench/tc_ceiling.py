@@ -1,9 +1,11 @@
 """The tensor cores' attainable rate in FLOP per SM clock, per instruction path, and the other pipes' (issue 11).
 
 Runs bench/tc_ceiling.cu's loops (wgmma, mma.sync, FFMA, ex2, shared loads), one CTA per SM (wgmma: a dynamic
-shared-memory request that only one CTA fits; the others: CTAS_PER_SM CTAs each asking for 1/CTAS_PER_SM of it), and reads each CTA's clock64 span and SM id. Per SM:
-FLOPs of its CTAs / the longest span -> FLOP/clk/SM; the median over SMs and --reps launches is the config's rate.
-The launch's event time gives the clock it ran at (span / time): a cross-check, not part of the rate. The FP32 pipe
+shared-memory request that only one CTA fits; the others: CTAS_PER_SM CTAs each asking for 1/CTAS_PER_SM of it), and reads
+each CTA's start and end on its SM's clock64 and its SM id. Per SM: FLOPs of its CTAs / its busy interval (first start
+to last end, so CTAs that did not fit together and ran in turn are timed as they ran, and named) -> FLOP/clk/SM; the
+median over SMs and --reps launches is the config's rate. The launch's event time gives the clock it ran at
+(interval / time): a cross-check, not part of the rate. The FP32 pipe
 (FFMA lane-ops), the MUFU (ex2 results) and shared memory (bytes of 16-byte loads) are measured the same way, per SM
 clock, against the figures the model takes from the CUDA guide and the whitepaper (128, 16, 128).
 
@@ -44,10 +46,15 @@ def sm_rates(records, work_per_cta: float, sms: int, ctas_per_sm: int):
     busy interval (first start to last end), so CTAs that did not fit together and ran one after the other are timed
     as they ran. Returns (per-SM rates, their median, the median interval in cycles, problems): an SM count or CTAs per
     SM other than asked, and SMs whose CTAs did not overlap (not co-resident: the rate is then one CTA's)."""
-    per_sm = {}
+    per_sm, problems = {}, []
+    unwritten = sum(1 for t0, t1, sm in records if sm < 0 or t1 <= t0)
+    if unwritten:  # out starts at -1: a CTA that never reached its end_span (or a clock that did not advance)
+        problems.append(f"{unwritten} CTAs wrote no interval")
     for t0, t1, sm in records:
-        per_sm.setdefault(sm, []).append((t0, t1))
-    problems = []
+        if sm >= 0 and t1 > t0:
+            per_sm.setdefault(sm, []).append((t0, t1))
+    if not per_sm:
+        return {}, float("nan"), float("nan"), problems
     counts = {len(v) for v in per_sm.values()}
     if len(per_sm) != sms or counts != {ctas_per_sm}:
         problems.append(f"{len(per_sm)} SMs, CTAs per SM {sorted(counts)}")
@@ -69,7 +76,7 @@ def run_config(path: str, cfg: dict, iters: int, reps: int, sms: int, smem_max: 
     if path == "wgmma":
         defines = {k: cfg[k] for k in ("WN", "NWG", "RS", "WAIT")}
         fn = loader.get_function(SOURCE, "wgmma_ceiling", defines=defines, arch="sm_90a")
-        threads, ctas_per_sm, smem = cfg["NWG"] * 128, 1, smem_max - 4096  # with the static span[]: one CTA per SM
+        threads, ctas_per_sm, smem = cfg["NWG"] * 128, 1, smem_max - 4096  # with the static start[] / end[]: one CTA per SM
         flops_cta = cfg["NWG"] * iters * 4 * 2 * 64 * cfg["WN"] * 16
     else:
         kernel = "mma_ceiling" if path == "mma_sync" else f"{cfg['PIPE']}_ceiling"

@@ -187,7 +187,8 @@ def _grads(q, k, out):
     for name, t, like in zip(("dq", "dk", "dv"), out, (q, k, k)):
         if t.shape != like.shape or t.dtype != like.dtype or not t.is_contiguous() or t.device != like.device:
             raise ValueError(f"out {name} must be a contiguous {like.dtype} tensor of shape {tuple(like.shape)}")
-        # dQ is stored in 16-byte pieces, dK and dV in 4-byte ones (fa2_wgmma_bwd.cu: *(u32*)(dk_row + ...))
+        # dQ can be stored in 16-byte pieces (DQ_BULK=0's uint4), dK and dV in 4-byte ones (fa2_wgmma_bwd.cu:
+        # *(u32*)(dk_row + ...), the only stores to them in any build)
         loader.check_aligned(f"out {name}", t, 16 if name == "dq" else 4)
     return out
 

@@ -90,8 +90,9 @@ def test_misaligned_out_is_refused_before_launch():
 
 
 def test_backward_out_alignment_is_what_each_gradient_needs():
-    """fa2_wgmma's backward stores dQ in 16-byte pieces and dK, dV in 4-byte ones (u32 stores of two halves): a dK at
-    a 4-byte offset is taken, one at a 2-byte offset refused, dQ refused at 8 (CPU tensors suffice: the check is first)."""
+    """fa2_wgmma's backward can store dQ in 16-byte pieces (DQ_BULK=0's uint4) and stores dK, dV in 4-byte ones (u32
+    stores of two halves): a dK at a 4-byte offset is taken, dK / dV at 2 or 6 bytes refused, dQ refused at 8 (CPU
+    tensors suffice: the check is first)."""
     from kernels import fa2_wgmma_bwd
 
     q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
@@ -102,6 +103,8 @@ def test_backward_out_alignment_is_what_each_gradient_needs():
     assert fa2_wgmma_bwd._grads(q, q, (torch.zeros_like(q), at(2), at(6)))[1].data_ptr() % 16 == 4
     with pytest.raises(ValueError, match="out dk must start on a 4-byte boundary"):
         fa2_wgmma_bwd._grads(q, q, (torch.zeros_like(q), at(1), torch.zeros_like(q)))
+    with pytest.raises(ValueError, match="out dv must start on a 4-byte boundary"):
+        fa2_wgmma_bwd._grads(q, q, (torch.zeros_like(q), torch.zeros_like(q), at(3)))
     with pytest.raises(ValueError, match="out dq must start on a 16-byte boundary"):
         fa2_wgmma_bwd._grads(q, q, (at(4), torch.zeros_like(q), torch.zeros_like(q)))
 

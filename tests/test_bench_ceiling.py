@@ -63,6 +63,8 @@ def test_an_sms_rate_is_over_its_busy_interval():
     assert rate == pytest.approx(1.0, rel=0.01) and any("one after another" in p for p in problems)
     _, _, _, problems = sm_rates(together[:3], 1000.0, sms=2, ctas_per_sm=2)
     assert any("CTAs per SM [1, 2]" in p for p in problems)
+    _, rate, _, problems = sm_rates(together + [(-1, -1, -1)], 1000.0, sms=2, ctas_per_sm=2)
+    assert rate == pytest.approx(2.0, rel=0.02) and any("1 CTAs wrote no interval" in p for p in problems)
 
 
 def test_the_shared_load_configs_fit_an_sm():
@@ -79,3 +81,18 @@ def test_the_shared_load_configs_fit_an_sm():
     regs = int(_re.search(r"Compiling entry function 'lds_ceiling'.*?Used (\d+) registers", ptxas.stderr, _re.S)[1])
     for cfg in (c for c in OTHER if c["PIPE"] == "lds"):
         assert regs * 32 * cfg["WARPS"] * cfg["CTAS"] <= 65536, (cfg, regs)
+
+
+def test_ncu_levels_target_takes_builds_by_config_and_refuses_unknown_names(monkeypatch, capsys):
+    """NCU_LEVELS_KERNELS: commas inside [...] or {...} belong to one name (a v_once_tc placement, a JSON config); a
+    name that is neither a known kernel nor fa2_tc{...} / fa2_wgmma{...} is refused before any GPU work (stop 28)."""
+    from bench import ncu_levels_target as t
+
+    monkeypatch.setenv("NCU_LEVELS_KERNELS", 'fa2_tc{"BLOCK_N":32,"MIN_BLOCKS":2},v_once_tc[hbm,lazy],sdpa_flash')
+    monkeypatch.setenv("NCU_LEVELS_SHAPES", "16384x128,65536x128")
+    shapes, kernels, causal = t._overrides()
+    assert shapes == [(16384, 128), (65536, 128)] and not causal
+    assert kernels == ['fa2_tc{"BLOCK_N":32,"MIN_BLOCKS":2}', "v_once_tc[hbm,lazy]", "sdpa_flash"]
+    monkeypatch.setenv("NCU_LEVELS_KERNELS", "fa2_tc,nosuch")
+    with pytest.raises(SystemExit, match="unknown kernel\\(s\\) nosuch"):
+        t.main()

@@ -187,14 +187,19 @@ def test_gradients_into_views_at_4_byte_offsets():
     o, lse = fa2_wgmma.forward(q, k, v, causal=True)
     want = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True)
 
+    bufs = []
+
     def at_4_bytes(like):
         buf = torch.full((like.numel() + 8,), float("nan"), device=like.device, dtype=like.dtype)
+        bufs.append(buf)
         return buf[2:2 + like.numel()].view(like.shape)
 
     grads = (torch.full_like(q, float("nan")), at_4_bytes(k), at_4_bytes(v))
-    assert grads[1].data_ptr() % 16 == 4
+    assert grads[1].data_ptr() % 16 == 4 and grads[2].data_ptr() % 16 == 4
     fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True, out=grads)
     torch.cuda.synchronize()
+    for buf in bufs:  # nothing written outside the views
+        assert buf[:2].isnan().all() and buf[2 + k.numel():].isnan().all()
     for name, g, w in zip(("dq", "dk", "dv"), grads, want):
         assert torch.isfinite(g).all(), name
         assert torch.equal(g, w) if name != "dq" else torch.allclose(g, w, atol=1e-3, rtol=1e-2), name
