@@ -391,3 +391,14 @@ def test_bwd_wgmma_check_answers_help_and_refuses_unknown_steps(capsys, monkeypa
     assert capsys.readouterr().err.strip() == ("bwd_wgmma_check: unknown step 'benhc'; choose from checks, pytest, "
                                                "bench, ablate, sanitize (or --one)")
     assert mod.parse_steps(["bench", "checks"]) == ["bench", "checks"] and mod.parse_steps([]) == list(mod.STEPS)
+
+
+@pytest.mark.parametrize("script", ["bwd_sanitize_target", "cluster_ncu_target", "inputs_gpu_check", "ncu_bwd_target",
+                                    "ncu_levels_target", "ncu_moonshot_target", "racecheck_mbarrier_probe"])
+def test_the_argumentless_gpu_scripts_need_a_gpu(capsys, no_gpu, script):
+    """The ncu / sanitizer targets and probes take no arguments; without a GPU they printed the traceback of their first
+    CUDA call (stop 28): now one line (harness.no_gpu) and exit 2."""
+    import importlib
+
+    assert importlib.import_module(f"bench.{script}").main() == 2
+    assert capsys.readouterr().err.strip() == f"{script}: needs a CUDA GPU (torch {torch.__version__} sees none)"
