@@ -111,7 +111,9 @@ def _check_records(recs):
     from analysis.backward_forms import pass_counts
 
     for rec in recs:
-        opts = {} if rec["variant"] != "v_once" else {"placement": rec["placement"], "rescale": rec["rescale"]}
+        # v_once's forward options; None on --pass backward's one v_once row (its backward is fa2's under every one)
+        opts = {} if rec["variant"] != "v_once" or rec["placement"] is None else {
+            "placement": rec["placement"], "rescale": rec["rescale"]}
         tr = pass_counts(rec.get("pass", "forward"), rec["variant"], rec["batch"], rec["heads"], rec["seq_q"],
                          rec["seq_k"], rec["head_dim"], causal=rec["causal"], dtype=rec["dtype"],
                          block_q=rec["block_q"], block_k=rec["block_k"], sram_bytes=rec["sram_bytes"], **opts)
