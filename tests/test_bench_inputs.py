@@ -143,20 +143,6 @@ def test_bench_tc_gpu_commands_need_a_gpu(capsys, no_gpu, tmp_path, cmd):
     ("layouts_speed", ["--causal", "yes"], "--causal: unknown value 'yes'"),
     ("layouts_speed", ["--sets", "0"], "--sets must be a positive integer, got 0"),
     ("layouts_speed", ["--rounds", "-1"], "--rounds must be a positive integer, got -1"),
-])
-def test_cluster_and_layouts_speed_refuse_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden,
-                                                                        script, argv, match):
-    """--d 80 or --n 0 failed every cell on the GPU (or, without one, a traceback); --rounds -1 ran one round."""
-    import importlib
-
-    from bench import harness
-
-    for name in ("entries", "start_clock", "input_sets"):
-        monkeypatch.setattr(harness, name, gpu_work_forbidden)
-    assert match in _refused(capsys, importlib.import_module(f"bench.{script}").main, argv)
-
-
-@pytest.mark.parametrize("script,argv,match", [
     ("clock_probe", ["--cells", "128:512"], "--cells: malformed cell '128:512'; give d:N:causal"),
     ("clock_probe", ["--cells", "128:512:2"], "--cells: malformed cell '128:512:2'"),
     ("clock_probe", ["--cells", "80:512:1"], "--cells: 80:512:1: d=80 unsupported; fa2_wgmma takes d in 64, 96,"),
@@ -167,10 +153,11 @@ def test_cluster_and_layouts_speed_refuse_bad_arguments_before_gpu_work(capsys, 
     ("kernel_names", ["--seqs", "-1"], "--seqs must be a comma-separated list of positive integers, got '-1'"),
     ("kernel_names", ["--backends", "flash,foo"], "--backends: unknown SDPA backend 'foo'"),
 ])
-def test_clock_probe_and_kernel_names_refuse_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden,
-                                                                         script, argv, match):
-    """A malformed --cells was a ValueError from int() after the clock started; --dims 4096 made H = 0 heads; an
-    unknown backend was recorded as a KeyError row per cell."""
+def test_speed_and_probe_scripts_refuse_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden,
+                                                                     script, argv, match):
+    """cluster_speed / layouts_speed: --d 80 or --n 0 failed every cell on the GPU (or, without one, a traceback);
+    --rounds -1 ran one round. clock_probe / kernel_names: a malformed --cells was a ValueError from int() after the
+    clock started; --dims 4096 made H = 0 heads; an unknown backend was recorded as a KeyError row per cell."""
     import importlib
 
     from bench import harness
