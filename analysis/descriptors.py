@@ -120,12 +120,12 @@ HEAVIEST_FIRST = {
 }
 
 
-
 def check_grid_rows(kernel: str, batch: int, heads: int) -> None:
     """Raise ValueError for a B*H an in-repo kernel refuses: its launcher calls this before launching, and the GPU
     model calls it too, so there is no time predicted for a launch that cannot happen."""
     if kernel not in EXTERNAL_NAMES and batch * heads > MAX_GRID_ROWS:
         raise ValueError(f"B*H = {batch * heads} is over the {MAX_GRID_ROWS} grid rows the {kernel} launcher uses")
+
 
 @dataclass(frozen=True)
 class KernelDescriptor:
