@@ -418,8 +418,8 @@ def check_args(ap, args) -> None:
     from bench import harness
     from kernels import KERNELS
 
-    if args.cmd == "precompile" and args.jobs < 1:
-        ap.error(f"--jobs must be a positive integer, got {args.jobs}")
+    if args.cmd == "precompile":
+        harness.positive_int(ap, "--jobs", args.jobs)
     if args.cmd in ("sweep", "bench"):
         harness.int_list(ap, "--seqs", args.seqs, at_most=TOKENS, why=f"batch*N = {TOKENS} tokens")
         harness.positive(ap, "--rep-ms", args.rep_ms)

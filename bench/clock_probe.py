@@ -46,9 +46,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cells = harness.cell_list(ap, "--cells", args.cells)
     harness.name_list(ap, "--dtypes", args.dtypes, ("float16", "bfloat16"), "dtype")
-    for flag, value in (("--rounds", args.rounds), ("--rep-ms", args.rep_ms)):
-        if value < 1:
-            ap.error(f"{flag} must be a positive integer, got {value}")
+    harness.positive_int(ap, "--rounds", args.rounds)
+    harness.positive_int(ap, "--rep-ms", args.rep_ms)
     if harness.no_gpu("clock_probe"):
         return 2
     ent = [e for e in harness.entries(["fa2_wgmma", "sdpa_flash", "sdpa_cudnn"], sdpa=("flash", "cudnn"))

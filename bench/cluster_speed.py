@@ -60,8 +60,7 @@ def main(argv=None) -> int:
     harness.int_list(ap, "--d", args.d, choices=v_once_cluster.HEAD_DIMS, why="v_once_cluster's head dims")
     harness.flag_list(ap, "--causal", args.causal)
     harness.name_list(ap, "--dtypes", args.dtypes, ("float16", "bfloat16"), "dtype")
-    if args.max_sets < 1:
-        ap.error(f"--max-sets must be a positive integer, got {args.max_sets}")
+    harness.positive_int(ap, "--max-sets", args.max_sets)
     if harness.no_gpu("cluster_speed"):
         return 2
     table = harness.entries(list(LABELS), sdpa=("flash", "cudnn"), all_options=True)

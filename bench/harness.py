@@ -765,6 +765,13 @@ def flag_list(ap, flag: str, text) -> list[bool]:
     return [s == "1" for s in name_list(ap, flag, text, ("0", "1"), "value")]
 
 
+def positive_int(ap, flag: str, value: int) -> int:
+    """An integer option (argparse's type=int) that must be at least 1 (--rounds, --jobs, ...); else ap.error."""
+    if value < 1:
+        ap.error(f"{flag} must be a positive integer, got {value}")
+    return value
+
+
 def positive(ap, flag: str, value, *, zero: bool = False):
     """A finite number > 0 (>= 0 with zero=True) from --flag; else ap.error."""
     if not (math.isfinite(value) and (value > 0 or zero and value == 0)):

@@ -112,9 +112,8 @@ def main(argv=None) -> int:
     harness.int_list(ap, "--n", args.n)
     harness.int_list(ap, "--d", args.d, choices=fa2_wgmma.HEAD_DIMS, why="fa2_wgmma's head dims")
     harness.flag_list(ap, "--causal", args.causal)
-    for flag, value in (("--sets", args.sets), ("--rounds", args.rounds)):
-        if value < 1:
-            ap.error(f"{flag} must be a positive integer, got {value}")
+    harness.positive_int(ap, "--sets", args.sets)
+    harness.positive_int(ap, "--rounds", args.rounds)
     if harness.no_gpu("layouts_speed"):
         return 2
     dtype = torch.float16

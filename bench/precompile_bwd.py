@@ -53,8 +53,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--teaching", action="store_true", help="only the teaching tier (fa2, naive)")
     args = ap.parse_args(argv)
-    if args.jobs < 1:
-        ap.error(f"--jobs must be a positive integer, got {args.jobs}")
+    from bench import harness
+
+    harness.positive_int(ap, "--jobs", args.jobs)
     jobs = builds(args.teaching)
     # spawn, not fork: default_arch() may have initialised CUDA here, and a forked child must not inherit it
     with cf.ProcessPoolExecutor(max(1, args.jobs), mp_context=mp.get_context("spawn")) as ex:

@@ -124,9 +124,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--iters", type=int, default=4000)
     args = ap.parse_args(argv)
-    for flag, value in (("--reps", args.reps), ("--iters", args.iters)):
-        if value < 1:
-            ap.error(f"{flag} must be a positive integer, got {value}")
+    harness.positive_int(ap, "--reps", args.reps)
+    harness.positive_int(ap, "--iters", args.iters)
     if harness.no_gpu("tc_ceiling"):
         return 2
     sms = torch.cuda.get_device_properties(0).multi_processor_count
