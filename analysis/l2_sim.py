@@ -9,7 +9,7 @@ working set for causal ones. This walks what those rules summarise, so either ca
     fastest, the descriptor's causal_order) onto SMs x CTAs/SM slots; a CTA takes its key steps plus `overhead`
     steps (prologue and epilogue);
   - it reads Q_i at its start, K_j and V_j at an even pace over its steps (FA2 Alg. 1 lines 6-8; j ascending), and
-    writes O_i at its end (line 12);
+    writes O_i at its end (FA2 Alg. 1 line 12);
   - the L2 is one LRU of the effective capacity (analysis/l2_capacity.py) over those tiles, byte-weighted.
 A re-read of K_j, V_j that is not resident is a miss: DRAM bytes over the compulsory ones.
 
@@ -32,9 +32,12 @@ import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
+
 from analysis.tiling import Tiling
 
-MAX_EVENTS = 5_000_000  # about 10 s of walking
+MAX_EVENTS = 12_000_000  # every tile access of fa2_tc's N = 64k grid (8.4 M) fits; about 40 s of walking
+Q, KV, O = 0, 1, 2  # access kinds, in the order accesses at one instant are walked
 
 
 @dataclass(frozen=True)
@@ -45,45 +48,98 @@ class SimResult:
     capacity_bytes: int
 
 
+class Events:
+    """Tile accesses as columns: time, kind (Q, KV, O), tile (head, block), bytes; appended CTA by CTA."""
+
+    def __init__(self):
+        self.parts: list[tuple] = []
+
+    def cta(self, h: int, i: int, t_start: float, t_end: float, q_bytes: int, kv_times, kv_blocks, kv_bytes) -> None:
+        n = len(kv_times)
+        self.parts.append((np.concatenate(([t_start], np.asarray(kv_times, dtype=np.float64), [t_end])),
+                           np.concatenate(([Q], np.full(n, KV), [O])).astype(np.int8),
+                           np.full(n + 2, h, dtype=np.int64),
+                           np.concatenate(([i], np.asarray(kv_blocks, dtype=np.int64), [i])),
+                           np.concatenate(([q_bytes], np.asarray(kv_bytes, dtype=np.int64), [q_bytes]))))
+
+    def sorted(self) -> tuple:
+        """(kind, tile key, bytes) lists in time order (ties: Q, then K/V, then O)."""
+        t, kind, head, block, nbytes = (np.concatenate(c) for c in zip(*self.parts))
+        order = np.lexsort((kind, t))
+        key = (kind.astype(np.int64) << 58) | (head << 29) | block  # one int per tile: kind, head, block
+        return kind[order].tolist(), key[order].tolist(), nbytes[order].tolist()
+
+
+def _check_size(n: int) -> None:
+    if n > MAX_EVENTS:
+        raise ValueError(f"the simulation walks every tile access; this grid has {n:,}, over {MAX_EVENTS:,}")
+
+
 def accesses(bh: int, n_q: int, n_k: int, block_q: int, block_k: int, d: int, item: int, slots: int,
              causal: bool = False, heaviest_first: bool = False, overhead: float = 1.0,
-             pace_spread: float = 0.0, seed: int = 0) -> list:
-    """(time, order, key, bytes) of every tile access of the grid, sorted by time. pace_spread: each CTA runs at a
-    pace drawn uniformly from 1 +- spread / 2 (0: every step takes one unit)."""
+             pace_spread: float = 0.0, seed: int = 0) -> tuple:
+    """Every tile access of the grid in time order (Events.sorted). CTAs list-scheduled in launch order (Q blocks
+    fastest, heaviest first if asked for causal grids) onto `slots`; each takes its key steps plus `overhead`, at a
+    pace drawn uniformly from 1 +- pace_spread / 2 (0: every step one unit); K/V blocks j ascending."""
     t = Tiling(n_q, n_k, block_q, block_k, causal)
-    if bh * sum(len(t.k_blocks(i)) + 2 for i in range(t.t_r)) > MAX_EVENTS:
-        raise ValueError(f"the simulation walks every tile access; this grid has over {MAX_EVENTS:,}")
+    steps_of = [len(t.k_blocks(i)) for i in range(t.t_r)]
+    _check_size(bh * (sum(steps_of) + 2 * t.t_r))
     kv = 2 * block_k * d * item
+    kv_bytes = np.array([kv * (min((j + 1) * block_k, n_k) - j * block_k) // block_k for j in range(t.t_c)])
     rnd = random.Random(seed)
     free = [(0.0, s) for s in range(max(1, slots))]
-    events = []
+    ev = Events()
     for h in range(bh):
         for x in range(t.t_r):
             i = t.t_r - 1 - x if (causal and heaviest_first) else x
-            steps = len(t.k_blocks(i))
+            steps = steps_of[i]
             r0, r1 = t.rows(i)
-            q_tile = (r1 - r0) * d * item
             pace = 1.0 + pace_spread * (rnd.random() - 0.5)
             t0, slot = heapq.heappop(free)
-            events.append((t0, 0, ("Q", h, i), q_tile))
-            for j in range(steps):
-                c0, c1 = t.cols(j)
-                events.append((t0 + (overhead / 2 + j + 0.5) * pace, 1, ("KV", h, j), kv * (c1 - c0) // block_k))
             end = t0 + (steps + overhead) * pace
-            events.append((end, 2, ("O", h, i), q_tile))
+            js = np.arange(steps)
+            ev.cta(h, i, t0, end, (r1 - r0) * d * item, t0 + (overhead / 2 + js + 0.5) * pace, js, kv_bytes[:steps])
             heapq.heappush(free, (end, slot))
-    events.sort(key=lambda e: (e[0], e[1]))
-    return events
+    return ev.sorted()
 
 
-def simulate(events: list, capacity: int) -> SimResult:
-    """Walk `events` through an LRU of `capacity` bytes."""
+def accesses_from_trace(rec: dict, item: int = 2) -> tuple:
+    """accesses() on a recorded schedule (bench/cta_trace.py: fa2_tc's CTA_TRACE build): CTA c = blockIdx.x +
+    Tr * blockIdx.y is Q block blockIdx.x (non-causal) of head blockIdx.y; its key steps run at the recorded pace,
+    piecewise linear through its start, the starts of steps Tc/4, Tc/2, 3 Tc/4 (integer division, as the kernel) and
+    its end, in the recorded sweep order (fa2_tc: j = Tc - 1 .. 0)."""
+    if rec.get("causal"):
+        raise ValueError("trace walks take non-causal records (the causal grid maps blockIdx.x to Tr - 1 - i)")
+    t = Tiling(rec["n"], rec["n"], rec["block_q"], rec["block_k"], False)
+    t_r, heads = rec["grid"]
+    if t_r != t.t_r or len(rec["ctas"]) != t_r * heads:
+        raise ValueError(f"trace of {len(rec['ctas'])} CTAs does not match the grid {rec['grid']} of N = {rec['n']}")
+    _check_size(len(rec["ctas"]) * (t.t_c + 2))
+    d, bk = rec["d"], rec["block_k"]
+    kv = 2 * bk * d * item
+    kv_bytes = np.array([kv * (t.cols(j)[1] - t.cols(j)[0]) // bk for j in range(t.t_c)])
+    its = np.arange(t.t_c) + 0.5
+    js = np.arange(t.t_c)[::-1] if rec.get("sweep") == "backward" else np.arange(t.t_c)
+    ev = Events()
+    for c, (t0, t1, t2, t3, t4, _sm, steps) in enumerate(rec["ctas"]):
+        h, i = divmod(c, t_r)
+        if steps != t.t_c or not t0 <= t1 <= t2 <= t3 <= t4:
+            raise ValueError(f"CTA {c}: record {rec['ctas'][c]} is not a whole sweep of {t.t_c} steps in time order")
+        marks = dict([(0, t0), (steps // 4, t1), (steps // 2, t2), (3 * steps // 4, t3), (steps, t4)])  # distinct x
+        xs = sorted(marks)
+        r0, r1 = t.rows(i)
+        ev.cta(h, i, t0, t4, (r1 - r0) * d * item, np.interp(its, xs, [marks[x] for x in xs]), js, kv_bytes[js])
+    return ev.sorted()
+
+
+def simulate(events: tuple, capacity: int) -> SimResult:
+    """Walk `events` (accesses' or accesses_from_trace's) through an LRU of `capacity` bytes."""
     lru: OrderedDict = OrderedDict()
     size = compulsory = reread = missed = 0
     seen = set()
-    for _, kind, key, nbytes in events:
+    for kind, key, nbytes in zip(*events):
         first = key not in seen
-        if kind == 1 and not first:
+        if kind == KV and not first:
             reread += nbytes
         if key in lru:
             lru.move_to_end(key)
@@ -91,7 +147,7 @@ def simulate(events: list, capacity: int) -> SimResult:
         if first:
             compulsory += nbytes
             seen.add(key)
-        elif kind == 1:
+        elif kind == KV:
             missed += nbytes
         lru[key] = nbytes
         size += nbytes
@@ -118,34 +174,107 @@ def simulate_kernel(kernel: str, batch: int, heads: int, n_q: int, n_k: int, d: 
     return simulate(events, effective_l2(g) if capacity is None else capacity)
 
 
+def ncu_dram(kernel: str, config: dict | None, batch: int, heads: int, n: int, d: int, dtype: str,
+             causal: bool) -> list[float]:
+    """The committed ncu DRAM bytes of this build (kernel and config) at this shape (analysis/measured.py), every row."""
+    from analysis.measured import ncu_cells
+
+    return [c["dram_bytes"] for c in ncu_cells()
+            if c["kernel"] == kernel and c.get("dram_bytes") and (c.get("options") or {}).get("config") == config
+            and (c["batch"], c["heads"], c["n_q"], c["n_k"], c["d"], c["dtype"], bool(c["causal"]))
+            == (batch, heads, n, n, d, dtype, causal)]
+
+
+def trace_report(path: str, capacity: int | None = None, ncu_csv: str | None = None) -> list[dict]:
+    """Each record of a bench/cta_trace.py file walked as recorded and in lockstep, beside the model and the committed
+    ncu rows; with ncu_csv (the same file's launches profiled: bench/cta_trace.py --ncu under ncu), each record's own
+    DRAM bytes, paired in launch order."""
+    import json
+
+    from analysis.descriptors import describe
+    from analysis.gpus import get_gpu
+    from analysis.levels import effective_l2, levels
+
+    try:
+        records = json.loads(open(path).read())["records"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(f"{path}: not a bench/cta_trace.py file ({e})") from None
+    same_launch = [None] * len(records)
+    if ncu_csv:
+        from analysis.measured import read_ncu_csv
+
+        cells = read_ncu_csv(ncu_csv)
+        if [c["n_q"] for c in cells] != [r["n"] for r in records]:
+            raise ValueError(f"{ncu_csv}: its launches (N = {[c['n_q'] for c in cells]}) are not the trace's "
+                             f"({[r['n'] for r in records]})")
+        same_launch = [c["dram_bytes"] for c in cells]
+    g = get_gpu("h200")
+    cap = effective_l2(g) if capacity is None else capacity
+    rows = []
+    for rec, own in zip(records, same_launch):
+        dtype = {"float16": "fp16", "bfloat16": "bf16"}.get(rec["dtype"], rec["dtype"])
+        item = 2
+        shipped = {k: v for k, v in (rec.get("config") or {}).items() if k != "CTA_TRACE"}  # the build ncu profiled
+        desc = describe(rec["kernel"], d=rec["d"], dtype=dtype, config=shipped or None)
+        bh = rec["batch"] * rec["heads"]
+        walked = simulate(accesses_from_trace(rec, item), cap)
+        slots = int(g.value("sms", "measured") * desc.ctas_per_sm)
+        lockstep = simulate(accesses(bh, rec["n"], rec["n"], rec["block_q"], rec["block_k"], rec["d"], item, slots),
+                            cap)
+        lv = levels(desc, g, rec["batch"], rec["heads"], rec["n"], rec["n"], rec["d"], dtype, False)
+        rows.append(dict(n=rec["n"], rep=rec.get("rep"), compulsory=walked.compulsory_bytes,
+                         traced=walked.compulsory_bytes + walked.missed_bytes,
+                         lockstep=lockstep.compulsory_bytes + lockstep.missed_bytes, model=lv.dram_bytes,
+                         ncu=ncu_dram(rec["kernel"], shipped, rec["batch"], rec["heads"], rec["n"], rec["d"], dtype,
+                                      False),
+                         same_launch=own, pace=rec.get("summary")))
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.l2_sim", description=__doc__.splitlines()[0])
-    p.add_argument("--kernel", required=True)
-    p.add_argument("--batch", type=int, required=True)
-    p.add_argument("--heads", type=int, required=True)
-    p.add_argument("--seq-len", type=int, required=True)
+    p.add_argument("--kernel")
+    p.add_argument("--batch", type=int)
+    p.add_argument("--heads", type=int)
+    p.add_argument("--seq-len", type=int)
     p.add_argument("--seq-len-k", type=int)
-    p.add_argument("--head-dim", type=int, required=True)
+    p.add_argument("--head-dim", type=int)
     p.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
     p.add_argument("--causal", action="store_true")
     p.add_argument("--capacity-mib", type=float, action="append",
                    help="LRU capacity (repeatable); default: the model's effective L2")
     p.add_argument("--pace-spread", type=float, default=0.0)
+    p.add_argument("--trace", help="a bench/cta_trace.py JSON: walk the recorded schedules instead")
+    p.add_argument("--ncu-csv", help="with --trace: ncu's CSV of the same launches (bench/cta_trace.py --ncu)")
     a = p.parse_args(argv)
     try:
-        from analysis.levels import levels
+        caps = [int(c * 2 ** 20) for c in a.capacity_mib] if a.capacity_mib else [None]
+        if any(c is not None and c <= 0 for c in caps):
+            raise ValueError("--capacity-mib must be > 0")
+        if a.trace:
+            print(f"{'N':>6s} {'rep':>3s} {'compulsory':>10s} {'lockstep':>9s} {'traced':>9s} {'model':>9s} "
+                  f"{'this launch':>11s} {'ncu rows':>17s}  (DRAM MB; lockstep and traced: the LRU walk)")
+            for cap in caps:
+                for r in trace_report(a.trace, cap, a.ncu_csv):
+                    ncu = ", ".join(f"{x / 1e6:.0f}" for x in r["ncu"]) or "-"
+                    own = "-" if r["same_launch"] is None else f"{r['same_launch'] / 1e6:.0f}"
+                    print(f"{r['n']:6d} {r['rep']!s:>3s} {r['compulsory'] / 1e6:10.0f} {r['lockstep'] / 1e6:9.0f} "
+                          f"{r['traced'] / 1e6:9.0f} {r['model'] / 1e6:9.0f} {own:>11s} {ncu:>17s}")
+            return 0
         from analysis.descriptors import describe
         from analysis.gpus import get_gpu
+        from analysis.levels import levels
 
+        need = dict(kernel=a.kernel, batch=a.batch, heads=a.heads, seq_len=a.seq_len, head_dim=a.head_dim)
+        missing = [f"--{k.replace('_', '-')}" for k, v in need.items() if v is None]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} needed (or --trace FILE)")
         n_k = a.seq_len_k or a.seq_len
         for v in (a.batch, a.heads, a.seq_len, n_k, a.head_dim):
             if v < 1:
                 raise ValueError("batch, heads, lengths and head dim must be >= 1")
         if a.pace_spread < 0 or a.pace_spread >= 2:
             raise ValueError("--pace-spread must be in [0, 2)")
-        caps = [int(c * 2 ** 20) for c in a.capacity_mib] if a.capacity_mib else [None]
-        if any(c is not None and c <= 0 for c in caps):
-            raise ValueError("--capacity-mib must be > 0")
         lv = levels(describe(a.kernel, d=a.head_dim, dtype=a.dtype), get_gpu("h200"), a.batch, a.heads, a.seq_len,
                     n_k, a.head_dim, a.dtype, a.causal)
         print(f"model (analysis/levels.py): DRAM {lv.dram_bytes / 1e6:.1f} MB, compulsory {lv.compulsory_bytes / 1e6:.1f} MB")

@@ -57,7 +57,8 @@ SWEEP = {
 }
 
 
-KNOBS = {"BLOCK_M", "BLOCK_N", "NWARPS", "Q_IN_REGS", "MIN_BLOCKS"}  # the .cu's compile-time knobs (a config's keys)
+# the .cu's compile-time knobs (a config's keys); CTA_TRACE records when each CTA ran (bench/cta_trace.py)
+KNOBS = {"BLOCK_M", "BLOCK_N", "NWARPS", "Q_IN_REGS", "MIN_BLOCKS", "CTA_TRACE"}
 REQUIRED = ("BLOCK_M", "BLOCK_N", "NWARPS")  # what the launch reads; Q_IN_REGS and MIN_BLOCKS default to the .cu's 0, 1
 
 
@@ -74,6 +75,7 @@ def tile_errors(defines: dict) -> list[str]:
         (nw < 1 or (bm * (d // 8)) % (32 * nw) == 0 and (bn * (d // 8)) % (32 * nw) == 0,
          f"BLOCK_M={bm}, BLOCK_N={bn}: each tile's 16-byte chunks must split evenly over the {32 * nw} threads"),
         (g("Q_IN_REGS", 0) in (0, 1), f"Q_IN_REGS={g('Q_IN_REGS')}: a switch, 0 or 1"),
+        (g("CTA_TRACE", 0) in (0, 1), f"CTA_TRACE={g('CTA_TRACE')}: a switch, 0 or 1"),
         (g("MIN_BLOCKS", 1) >= 1, f"MIN_BLOCKS={g('MIN_BLOCKS')}: at least one CTA per SM"),
     ]
     return [why for holds, why in rules if not holds]

@@ -46,6 +46,21 @@ def test_compiles_for_sm90(config):
     assert not res["wgmma_serialized"], f"ptxas serialised {kernel}'s wgmma pipeline: {res['wgmma_serialized']}"
 
 
+@needs_nvrtc
+@pytest.mark.parametrize("d", [64, 128])
+def test_fa2_tc_trace_build_compiles_within_the_spill_budget(d):
+    """bench/cta_trace.py's probe build (CTA_TRACE=1): what it measures is the shipped build's schedule, so it may not
+    spill past the shipped build's budget (d = 128: 68 / 64 B against 64 / 48 B, NVRTC 13.0)."""
+    from kernels import fa2_tc
+
+    defines = fa2_tc.defines_for(d, False, dict(fa2_tc.CONFIGS[d], CTA_TRACE=1))
+    res = loader.resource_usage(str(fa2_tc.SOURCE), fa2_tc.KERNEL, defines=defines, arch="sm_90")
+    assert res["registers"] <= 255
+    assert max(res["spill_stores"], res["spill_loads"], res["local_bytes"]) <= fa2_tc.MAX_SPILL_BYTES, res
+    with pytest.raises(ValueError, match="CTA_TRACE=2: a switch"):
+        fa2_tc.defines_for(d, False, dict(fa2_tc.CONFIGS[d], CTA_TRACE=2))
+
+
 def test_registry_has_every_teaching_variant():
     from variants import VARIANTS
 

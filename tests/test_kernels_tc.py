@@ -153,6 +153,34 @@ def test_long_rows(n, d):
                1, 2, n, n, d, torch.bfloat16, causal, 1.0, 2)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_cta_trace_build_records_every_cta_and_changes_nothing(d):
+    """fa2_tc with CTA_TRACE=1 (bench/cta_trace.py): against float64 on tails, Nq != Nk and empty causal rows, the same
+    bits as the shipped build on a long row, and one record per CTA: start <= quarter marks <= end, the key steps."""
+    import numpy as np
+
+    from bench.cta_trace import read_trace
+    from kernels import fa2_tc, loader
+
+    cfg = dict(fa2_tc.CONFIGS[d], CTA_TRACE=1)
+    for causal in (False, True):
+        _check(lambda q, k, v, **kw: fa2_tc.forward(q, k, v, config=cfg, **kw), 2, 3, 300, 173, d, torch.float16,
+               causal, 1.0, 5)
+    q, k, v = _inputs(1, 3, 2000, 2000, d, torch.bfloat16, 1.0, 6)
+    kernel = loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=fa2_tc.defines_for(d, True, cfg),
+                                 device=q.device.index)
+    _, buf = read_trace(kernel, 1)
+    buf.fill(0)
+    assert all(torch.equal(a, b) for a, b in zip(fa2_tc.forward(q, k, v), fa2_tc.forward(q, k, v, config=cfg)))
+    torch.cuda.synchronize()
+    t_r, t_c = -(-2000 // cfg["BLOCK_M"]), -(-2000 // cfg["BLOCK_N"])
+    arr, _ = read_trace(kernel, 3 * t_r)
+    t = arr[:, :5].astype(np.int64)
+    assert (arr[:, 6] == t_c).all() and (t[:, 0] > 0).all()
+    assert (np.diff(t, axis=1) >= 0).all(), "marks out of time order"
+    assert (arr[:, 5] < torch.cuda.get_device_properties(0).multi_processor_count).all()
+
+
 def test_errors_are_clear():
     from kernels import fa2_tc, v_once_tc
 

@@ -68,3 +68,90 @@ def test_cli_prints_the_model_beside_the_walk(capsys):
                         "--head-dim", "64", "--causal", "--capacity-mib", "1"]) == 0
     out = capsys.readouterr().out
     assert "model (analysis/levels.py)" in out and "LRU    1.0 MiB" in out
+
+
+def _lockstep_record(bh=16, n=8192, br=128, bc=64, d=128, slots=264, sweep="forward"):
+    """A bench/cta_trace.py record of the lockstep schedule accesses() walks with overhead 0 (each step one unit)."""
+    import heapq
+
+    t_r, t_c = cdiv(n, br), cdiv(n, bc)
+    free = [(0, s) for s in range(slots)]
+    ctas = []
+    for _ in range(bh * t_r):
+        t0, s = heapq.heappop(free)
+        ctas.append([t0, t0 + t_c // 4, t0 + t_c // 2, t0 + 3 * t_c // 4, t0 + t_c, s % 132, t_c])
+        heapq.heappush(free, (t0 + t_c, s))
+    return dict(kernel="fa2_tc", config=dict(BLOCK_M=br, BLOCK_N=bc, NWARPS=4, Q_IN_REGS=0, MIN_BLOCKS=2,
+                                             CTA_TRACE=1),
+                batch=1, heads=bh, n=n, d=d, dtype="float16", causal=False, grid=[t_r, bh], block_q=br, block_k=bc,
+                sweep=sweep, rep=0, ctas=ctas)
+
+
+def test_a_recorded_lockstep_schedule_walks_as_the_simulated_one():
+    """The trace walk (bench/cta_trace.py's records) on a schedule that is the lockstep one, forward sweep: the same
+    misses as accesses() to the byte; the backward sweep (fa2_tc's) mirrors the reuse distances: about the same."""
+    cap = 9 * MIB
+    simulated = l2_sim.simulate(l2_sim.accesses(16, 8192, 8192, 128, 64, 128, 2, 264, overhead=0.0), cap)
+    assert simulated.missed_bytes > 0
+    forward = l2_sim.simulate(l2_sim.accesses_from_trace(_lockstep_record()), cap)
+    assert forward == simulated
+    backward = l2_sim.simulate(l2_sim.accesses_from_trace(_lockstep_record(sweep="backward")), cap)
+    assert backward.missed_bytes == pytest.approx(simulated.missed_bytes, rel=0.1)
+
+
+def test_trace_records_that_do_not_fit_are_refused():
+    rec = _lockstep_record(bh=2, n=1024)
+    with pytest.raises(ValueError, match="non-causal"):
+        l2_sim.accesses_from_trace(dict(rec, causal=True))
+    with pytest.raises(ValueError, match="does not match the grid"):
+        l2_sim.accesses_from_trace(dict(rec, ctas=rec["ctas"][:-1]))
+    bad = [list(c) for c in rec["ctas"]]
+    bad[3][6] = 5  # a CTA that did not sweep every key block
+    with pytest.raises(ValueError, match="CTA 3"):
+        l2_sim.accesses_from_trace(dict(rec, ctas=bad))
+    bad = [list(c) for c in rec["ctas"]]
+    bad[0][4] = bad[0][0] - 1  # ended before it started
+    with pytest.raises(ValueError, match="CTA 0"):
+        l2_sim.accesses_from_trace(dict(rec, ctas=bad))
+
+
+def test_trace_cli(tmp_path, capsys):
+    import json
+
+    f = tmp_path / "cta_trace.json"
+    f.write_text(json.dumps(dict(records=[_lockstep_record(bh=4, n=4096, sweep="backward")])))
+    assert l2_sim.main(["--trace", str(f), "--capacity-mib", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "lockstep" in out and " 4096   0" in out
+    (row,) = l2_sim.trace_report(str(f), 2 * MIB)
+    assert row["compulsory"] == 4 * 4 * 4096 * 128 * 2 and row["lockstep"] >= row["compulsory"]
+    assert row["ncu"] == []  # no committed ncu row at B*H = 4
+    (tmp_path / "bad.json").write_text("{}")
+    assert l2_sim.main(["--trace", str(tmp_path / "bad.json")]) == 2
+    assert l2_sim.main(["--batch", "1"]) == 2
+    assert "--kernel" in capsys.readouterr().err
+
+
+def test_trace_pairs_with_the_ncu_csv_of_its_own_launches(tmp_path, capsys):
+    """bench/cta_trace.py --ncu under ncu: its 'target launched' lines and ncu's rows pair with the records in order;
+    launches that do not match the records are refused."""
+    import json
+
+    recs = [_lockstep_record(bh=4, n=n, sweep="backward") for n in (2048, 4096)]
+    (tmp_path / "t.json").write_text(json.dumps(dict(records=recs)))
+    head = ['"ID","Kernel Name","Grid Size","Block Size","Metric Name","Metric Unit","Metric Value"']
+    lines = []
+    for i, n in enumerate((2048, 4096)):
+        lines.append(f"target launched fa2_tc n={n} d=128 b=1 h=4 causal=0 dtype=fp16")
+    rows = []
+    for i, mb in enumerate((30, 70)):
+        for m, v in (("dram__bytes_read.sum", mb * 1e6 - 1e6), ("dram__bytes_write.sum", 1e6)):
+            rows.append(f'"{i}","fa2_tc_fwd","(16, 4, 1)","(128, 1, 1)","{m}","byte","{v:.0f}"')
+    (tmp_path / "n.csv").write_text("\n".join(lines + head + rows) + "\n")
+    got = l2_sim.trace_report(str(tmp_path / "t.json"), 36 * MIB, str(tmp_path / "n.csv"))
+    assert [r["same_launch"] for r in got] == [30e6, 70e6]
+    assert l2_sim.main(["--trace", str(tmp_path / "t.json"), "--ncu-csv", str(tmp_path / "n.csv")]) == 0
+    assert "this launch" in capsys.readouterr().out
+    (tmp_path / "t1.json").write_text(json.dumps(dict(records=recs[:1])))
+    with pytest.raises(ValueError, match="not the trace's"):
+        l2_sim.trace_report(str(tmp_path / "t1.json"), 36 * MIB, str(tmp_path / "n.csv"))

@@ -1,0 +1,148 @@
+"""When each CTA of fa2_tc ran: the schedule the L2 residency model assumes, measured (issue 11).
+
+Why: fa2_tc and SDPA flash run the same tiling (Br = 128, Bc = 64 at d = 128, 2 CTAs/SM, Q blocks fastest, a backward
+key sweep), and SDPA flash's DRAM bytes are within 3% of the model at N = 16k-64k, where fa2_tc's are 0.84x / 0.88x
+at 16k-32k and 1.42x at 64k (bench/results/gpu_model_known_gaps.json). The model assumes a wave's CTAs sweep the key
+blocks in near lockstep. analysis/l2_sim.py walks the accesses through an LRU: in lockstep it gives the model's bytes;
+if each CTA runs at its own pace, the misses fall at 16k-32k (the waves blur, straddled heads overlap) and rise at 64k.
+This probe measures the pace: a build with CTA_TRACE=1 (kernels/cuda/fa2_tc.cu) writes each CTA's %globaltimer at
+its start, at each quarter of its sweep and at its end, and its SM. `python -m analysis.l2_sim --trace FILE` walks
+the recorded schedule; the prediction before the run is in bench/results/stop29/trace29_prediction.json.
+
+Per length: the traced build's output must equal forward()'s default bit for bit (the trace only stores), and a small
+causal Nq != Nk shape is checked against float64 first; both builds are timed (harness.time_fn), so a trace that
+changes the schedule shows; then --traces launches are recorded, each after an L2-flushing write of 2x the L2.
+
+--ncu: the traced launches alone (no checks, timings or flushes: ncu flushes the caches before each profiled launch),
+each announced as `target launched fa2_tc n=N d=D b=1 h=H causal=0 dtype=fp16` for analysis/measured.read_ncu_csv,
+so that under `ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum` each schedule comes with its own DRAM bytes
+(`python -m analysis.l2_sim --trace FILE --ncu-csv CSV` pairs them).
+
+    PYTHONPATH=. python3 bench/cta_trace.py --out DIR [--seqs 16384,32768,65536] [--head-dim 128] [--heads 16] [--ncu]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import harness  # noqa: E402
+
+WORDS = ("t_start", "t_quarter", "t_half", "t_three_quarters", "t_end", "smid", "steps")
+TRACE_WORDS, TRACE_MAX = 8, 1 << 17  # kernels/cuda/fa2_tc.cu CTA_TRACE_WORDS, CTA_TRACE_MAX
+
+
+def read_trace(kernel, n_ctas: int):
+    """The first n_ctas records of g_cta_trace as a (n_ctas, 8) uint64 array (numpy)."""
+    import cupy
+
+    ptr = kernel.module.get_global("g_cta_trace")
+    buf = cupy.ndarray((TRACE_MAX, TRACE_WORDS), dtype=cupy.uint64, memptr=ptr)
+    return cupy.asnumpy(buf[:n_ctas]), buf
+
+
+def summarise(rec: dict) -> dict:
+    """The pace spread the walk needs: each CTA's ns per key step against the median, and the start spread within
+    each wave of SMs x 2 CTAs."""
+    ctas = rec["ctas"]
+    pace = [(c[4] - c[0]) / c[6] for c in ctas if c[6] > 0]
+    med = statistics.median(pace)
+    rel = sorted(p / med for p in pace)
+    q = lambda f: rel[min(len(rel) - 1, int(f * len(rel)))]  # noqa: E731
+    return dict(median_ns_per_step=med, pace_p10=q(0.1), pace_p50=q(0.5), pace_p90=q(0.9),
+                makespan_us=(max(c[4] for c in ctas) - min(c[0] for c in ctas)) / 1e3)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or "bench/results")
+    ap.add_argument("--seqs", default="16384,32768,65536")
+    ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128))
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--traces", type=int, default=2)
+    ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    ap.add_argument("--ncu", action="store_true", help="the traced launches alone, for a run under ncu")
+    args = ap.parse_args(argv)
+    seqs = harness.int_list(ap, "--seqs", args.seqs)
+    harness.positive_int(ap, "--heads", args.heads)
+    harness.positive_int(ap, "--traces", args.traces)
+    d = args.head_dim
+    for n in seqs:
+        if -(-n // 128) * args.heads > TRACE_MAX:
+            ap.error(f"--seqs {n} with --heads {args.heads}: over the {TRACE_MAX} CTAs the trace buffer holds")
+    if harness.no_gpu("cta_trace"):
+        return 2
+    import torch
+
+    from kernels import fa2_tc, loader
+
+    dtype = getattr(torch, args.dtype)
+    cfg = dict(fa2_tc.CONFIGS[d], CTA_TRACE=1)
+    defs = fa2_tc.defines_for(d, dtype == torch.bfloat16, cfg)
+    bad, small = 0, None
+    if not args.ncu:  # float64 first, on a shape with tails, Nq != Nk and empty causal rows
+        with harness.Poisoned():
+            q, k, v = harness.random_qkv(2, 3, 300, 173, d, dtype, seed=7)
+            small = harness.compare(*fa2_tc.forward(q, k, v, causal=True, config=cfg), q, k, v, True, args.dtype)
+        print(f"traced build, B=2 H=3 Nq=300 Nk=173 causal, against float64: {small}")
+        bad += not small["ok"]
+    kernel = loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=defs, device=torch.cuda.current_device())
+    flush = None if args.ncu else torch.empty(2 * 64 * 2 ** 20 // 4, dtype=torch.float32, device="cuda")
+    dname = {"float16": "fp16", "bfloat16": "bf16"}[args.dtype]
+    records = []
+    for n in seqs:
+        q, k, v = harness.random_qkv(1, args.heads, n, n, d, dtype, seed=n)
+        same, t_plain, t_traced = None, {}, {}
+        if not args.ncu:
+            o_ref, lse_ref = fa2_tc.forward(q, k, v)
+            o_tr, lse_tr = fa2_tc.forward(q, k, v, config=cfg)
+            same = bool(torch.equal(o_ref, o_tr) and torch.equal(lse_ref, lse_tr))
+            bad += not same
+            del o_ref, lse_ref, o_tr, lse_tr
+            sets = [(q, k, v)]
+            t_plain = harness.time_fn(lambda q, k, v: fa2_tc.forward(q, k, v), sets)
+            t_traced = harness.time_fn(lambda q, k, v: fa2_tc.forward(q, k, v, config=cfg), sets)
+        t_r = -(-n // defs["BLOCK_M"])
+        n_ctas = t_r * args.heads
+        for rep in range(args.traces):
+            _, buf = read_trace(kernel, 1)
+            buf.fill(0)
+            if flush is not None:
+                flush.zero_()
+            torch.cuda.synchronize()
+            if args.ncu:
+                print(f"target launched fa2_tc n={n} d={d} b=1 h={args.heads} causal=0 dtype={dname}", flush=True)
+            fa2_tc.forward(q, k, v, config=cfg)
+            torch.cuda.synchronize()
+            arr, _ = read_trace(kernel, n_ctas)
+            t0 = int(arr[:, 0].min())
+            ctas = [[int(r[0]) - t0, int(r[1]) - t0, int(r[2]) - t0, int(r[3]) - t0, int(r[4]) - t0, int(r[5]),
+                     int(r[6])] for r in arr]
+            complete = all(c[6] > 0 and c[4] >= c[0] for c in ctas)
+            bad += not complete
+            rec = dict(kernel="fa2_tc", config=cfg, batch=1, heads=args.heads, n=n, d=d, dtype=args.dtype,
+                       causal=False, grid=[t_r, args.heads], block_q=defs["BLOCK_M"], block_k=defs["BLOCK_N"],
+                       sweep="backward", rep=rep, words=list(WORDS), identical_to_default=same, complete=complete,
+                       plain_ms=t_plain.get("median_ms"), traced_ms=t_traced.get("median_ms"), under_ncu=args.ncu,
+                       ctas=ctas)
+            rec["summary"] = summarise(rec)
+            records.append(rec)
+            print(f"N={n} rep {rep}: same output {same}, complete {complete}, plain {t_plain.get('median_ms')} ms, "
+                  f"traced {t_traced.get('median_ms')} ms, {rec['summary']}", file=sys.stderr if args.ncu else sys.stdout,
+                  flush=True)
+        del q, k, v
+        torch.cuda.empty_cache()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cta_trace.json").write_text(json.dumps(dict(env=harness.environment(), small_check=small,
+                                                        records=records)))
+    print(f"wrote {out / 'cta_trace.json'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
