@@ -231,6 +231,55 @@ def trace_report(path: str, capacity: int | None = None, ncu_csv: str | None = N
     return rows
 
 
+PACE_SPREADS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4)
+
+
+def pace_figure(path, kernel: str = "fa2_tc", heads: int = 16, d: int = 128, seqs=(16384, 32768, 65536),
+                spreads=PACE_SPREADS) -> list[dict]:
+    """DRAM bytes / compulsory of the walk against the per-CTA pace spread, one line per N, with the model (lockstep
+    rule) and every committed ncu row of the kernel's default build at that shape: what CTAs that drift apart do to the
+    L2's K/V re-reads (docs/gpu-model.md). Returns the points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from analysis.descriptors import describe
+    from analysis.gpus import get_gpu
+    from analysis.levels import levels
+
+    desc = describe(kernel, d=d, dtype="fp16")
+    pts = []
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for n, color in zip(seqs, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")):
+        lv = levels(desc, get_gpu("h200"), 1, heads, n, n, d, "fp16", False)
+        ys = []
+        for sp in spreads:
+            r = simulate_kernel(kernel, 1, heads, n, n, d, "fp16", False, pace_spread=sp)
+            ys.append((r.compulsory_bytes + r.missed_bytes) / r.compulsory_bytes)
+            pts.append(dict(n=n, pace_spread=sp, dram_over_compulsory=ys[-1]))
+        ax.plot(spreads, ys, "-o", color=color, label=f"N = {n // 1024}k: the walk")
+        ax.axhline(lv.dram_bytes / lv.compulsory_bytes, color=color, linestyle=":", linewidth=1)
+        for m in ncu_dram(kernel, desc.options, 1, heads, n, d, "fp16", False):
+            ax.plot([0.0], [m / lv.compulsory_bytes], marker="*", markersize=13, color=color, linestyle="none")
+        for m in ncu_dram("sdpa_flash", None, 1, heads, n, d, "fp16", False):  # the same tiling, CTAs/SM and sweep
+            ax.plot([0.0], [m / lv.compulsory_bytes], marker="x", markersize=10, color=color, linestyle="none")
+    ax.plot([], [], ":", color="gray", label="the model (lockstep waves)")
+    ax.plot([], [], "*", color="gray", markersize=11, linestyle="none", label=f"{kernel}, ncu (pace unmeasured: at 0)")
+    if kernel == "fa2_tc":
+        ax.plot([], [], "x", color="gray", markersize=9, linestyle="none", label="SDPA flash, ncu (same tiling)")
+    ax.set_xlabel("per-CTA pace spread s (each CTA's step time uniform in 1 ± s/2)")
+    ax.set_ylabel("DRAM bytes / compulsory (Q, K, V, O once)")
+    ax.set_title(f"{kernel}, B = 1, H = {heads}, d = {d}, non-causal: K/V re-reads the L2 misses\n"
+                 "(analysis/l2_sim.py, LRU at the effective 36 MiB)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return pts
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.l2_sim", description=__doc__.splitlines()[0])
     p.add_argument("--kernel")
@@ -246,11 +295,22 @@ def main(argv=None) -> int:
     p.add_argument("--pace-spread", type=float, default=0.0)
     p.add_argument("--trace", help="a bench/cta_trace.py JSON: walk the recorded schedules instead")
     p.add_argument("--ncu-csv", help="with --trace: ncu's CSV of the same launches (bench/cta_trace.py --ncu)")
+    p.add_argument("--pace-plot", metavar="FILE.png",
+                   help="fa2_tc at the ncu rows' shapes: DRAM against the pace spread (about a minute)")
     a = p.parse_args(argv)
     try:
         caps = [int(c * 2 ** 20) for c in a.capacity_mib] if a.capacity_mib else [None]
         if any(c is not None and c <= 0 for c in caps):
             raise ValueError("--capacity-mib must be > 0")
+        if a.pace_plot:
+            from pathlib import Path
+
+            if not Path(a.pace_plot).resolve().parent.is_dir():
+                raise ValueError(f"--pace-plot {a.pace_plot}: no folder {Path(a.pace_plot).parent}")
+            for pt in pace_figure(a.pace_plot):
+                print(f"N = {pt['n']:6d}  spread {pt['pace_spread']:.2f}  DRAM / compulsory {pt['dram_over_compulsory']:.3f}")
+            print(f"wrote {a.pace_plot}")
+            return 0
         if a.trace:
             print(f"{'N':>6s} {'rep':>3s} {'compulsory':>10s} {'lockstep':>9s} {'traced':>9s} {'model':>9s} "
                   f"{'this launch':>11s} {'ncu rows':>17s}  (DRAM MB; lockstep and traced: the LRU walk)")

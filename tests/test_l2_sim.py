@@ -155,3 +155,12 @@ def test_trace_pairs_with_the_ncu_csv_of_its_own_launches(tmp_path, capsys):
     (tmp_path / "t1.json").write_text(json.dumps(dict(records=recs[:1])))
     with pytest.raises(ValueError, match="not the trace's"):
         l2_sim.trace_report(str(tmp_path / "t1.json"), 36 * MIB, str(tmp_path / "n.csv"))
+
+
+def test_pace_figure_draws_the_walk(tmp_path, capsys):
+    pts = l2_sim.pace_figure(tmp_path / "p.png", heads=2, seqs=(2048, 4096), spreads=(0.0, 0.3))
+    assert (tmp_path / "p.png").stat().st_size > 10_000
+    assert [(p["n"], p["pace_spread"]) for p in pts] == [(2048, 0.0), (2048, 0.3), (4096, 0.0), (4096, 0.3)]
+    assert all(p["dram_over_compulsory"] >= 1.0 for p in pts)
+    assert l2_sim.main(["--pace-plot", str(tmp_path / "no" / "p.png")]) == 2
+    assert "no folder" in capsys.readouterr().err
