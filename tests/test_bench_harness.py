@@ -132,6 +132,7 @@ SCRIPTS += ["cluster_speed.py"]  # issue 18: the cluster v_once beside fa2_wgmma
 SCRIPTS += ["pass_probe.py"]  # stop 21: cuDNN's first timing pass against its later ones
 SCRIPTS += ["clock_probe.py", "gap_probe.py"]  # stop 23: each timing with the SM clock and board power; a timing's kernel, host
 # and launch parts
+SCRIPTS += ["cta_trace.py"]  # stop 29: when each fa2_tc CTA ran (CTA_TRACE), the traced build timed beside the shipped one
 # times an old source tree with this tree's harness, so it loads bench/harness.py by path, not by import
 BY_PATH = {"ab_speed.py"}
 # scripts that time nothing (ncu targets, precompilers, table writers) or time the host alone
