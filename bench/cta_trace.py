@@ -4,7 +4,8 @@ Why: fa2_tc and SDPA flash run the same tiling (Br = 128, Bc = 64 at d = 128, 2 
 key sweep), and SDPA flash's DRAM bytes are within 3% of the model at N = 16k-64k, where fa2_tc's are 0.84x / 0.88x
 at 16k-32k and 1.42x at 64k (bench/results/gpu_model_known_gaps.json). The model assumes a wave's CTAs sweep the key
 blocks in near lockstep. analysis/l2_sim.py walks the accesses through an LRU: in lockstep it gives the model's bytes;
-if each CTA runs at its own pace, the misses fall at 16k-32k (the waves blur, straddled heads overlap) and rise at 64k.
+if each CTA runs at its own pace, the misses fall at 16k-32k (the waves blur, straddled heads overlap) and, past some
+spread, rise at 64k (docs/l2_pace.png; no one random spread fits all three, so the pace itself is wanted).
 This probe measures the pace: a build with CTA_TRACE=1 (kernels/cuda/fa2_tc.cu) writes each CTA's %globaltimer at
 its start, at each quarter of its sweep and at its end, and its SM. `python -m analysis.l2_sim --trace FILE` walks
 the recorded schedule; the prediction before the run is in bench/results/stop29/trace29_prediction.json.
@@ -14,7 +15,8 @@ causal Nq != Nk shape is checked against float64 first; both builds are timed (h
 changes the schedule shows; then --traces launches are recorded, each after an L2-flushing write of 2x the L2.
 
 --ncu: the traced launches alone (no checks, timings or flushes: ncu flushes the caches before each profiled launch),
-each announced as `target launched fa2_tc n=N d=D b=1 h=H causal=0 dtype=fp16` for analysis/measured.read_ncu_csv,
+each announced as `target launched fa2_tc{CONFIG} n=N d=D b=1 h=H causal=0 dtype=fp16` (the traced build's own
+config, so its rows are never read as the shipped build's) for analysis/measured.read_ncu_csv,
 so that under `ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum` each schedule comes with its own DRAM bytes
 (`python -m analysis.l2_sim --trace FILE --ncu-csv CSV` pairs them).
 
@@ -33,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import harness  # noqa: E402
 
 WORDS = ("t_start", "t_quarter", "t_half", "t_three_quarters", "t_end", "smid", "steps")
-TRACE_WORDS, TRACE_MAX = 8, 1 << 17  # kernels/cuda/fa2_tc.cu CTA_TRACE_WORDS, CTA_TRACE_MAX
+TRACE_WORDS, TRACE_MAX = 8, 1 << 17  # kernels/cuda/fa2_tc.cu CTA_TRACE_WORDS, CTA_TRACE_MAX (a test ties them)
+UNWRITTEN = (1 << 64) - 1  # the buffer's fill before a launch: a word still holding it was never written
 
 
 def read_trace(kernel, n_ctas: int):
@@ -45,16 +48,28 @@ def read_trace(kernel, n_ctas: int):
     return cupy.asnumpy(buf[:n_ctas]), buf
 
 
+def relative_records(arr) -> list[list[int]]:
+    """Each CTA's 7 words with the times relative to the earliest start; a CTA with any word unwritten (UNWRITTEN) is
+    all -1, which analysis/l2_sim.py names as a CTA that did not record a whole sweep."""
+    written = [r for r in arr.tolist() if UNWRITTEN not in r[:7]]
+    t0 = min((r[0] for r in written), default=0)
+    return [[r[0] - t0, r[1] - t0, r[2] - t0, r[3] - t0, r[4] - t0, r[5], r[6]] if UNWRITTEN not in r[:7] else [-1] * 7
+            for r in arr.tolist()]
+
+
 def summarise(rec: dict) -> dict:
-    """The pace spread the walk needs: each CTA's ns per key step against the median, and the start spread within
-    each wave of SMs x 2 CTAs."""
-    ctas = rec["ctas"]
-    pace = [(c[4] - c[0]) / c[6] for c in ctas if c[6] > 0]
+    """The pace the walk needs: each CTA's ns per key step (start to end) against the median, its 10th / 50th / 90th
+    percentiles, and the kernel's span; an error where no CTA recorded a whole sweep."""
+    ctas = [c for c in rec["ctas"] if c[6] > 0 and c[4] >= c[0] >= 0]
+    pace = [(c[4] - c[0]) / c[6] for c in ctas]
+    if not pace or statistics.median(pace) <= 0:
+        return dict(error=f"{len(rec['ctas']) - len(ctas)} of {len(rec['ctas'])} CTAs recorded no whole sweep")
     med = statistics.median(pace)
     rel = sorted(p / med for p in pace)
     q = lambda f: rel[min(len(rel) - 1, int(f * len(rel)))]  # noqa: E731
     return dict(median_ns_per_step=med, pace_p10=q(0.1), pace_p50=q(0.5), pace_p90=q(0.9),
-                makespan_us=(max(c[4] for c in ctas) - min(c[0] for c in ctas)) / 1e3)
+                makespan_us=(max(c[4] for c in ctas) - min(c[0] for c in ctas)) / 1e3,
+                unrecorded_ctas=len(rec["ctas"]) - len(ctas))
 
 
 def main(argv=None) -> int:
@@ -76,6 +91,7 @@ def main(argv=None) -> int:
             ap.error(f"--seqs {n} with --heads {args.heads}: over the {TRACE_MAX} CTAs the trace buffer holds")
     if harness.no_gpu("cta_trace"):
         return 2
+    import cupy
     import torch
 
     from kernels import fa2_tc, loader
@@ -110,19 +126,18 @@ def main(argv=None) -> int:
         n_ctas = t_r * args.heads
         for rep in range(args.traces):
             _, buf = read_trace(kernel, 1)
-            buf.fill(0)
+            buf.fill(cupy.uint64(UNWRITTEN))
             if flush is not None:
                 flush.zero_()
             torch.cuda.synchronize()
             if args.ncu:
-                print(f"target launched fa2_tc n={n} d={d} b=1 h={args.heads} causal=0 dtype={dname}", flush=True)
+                print(f"target launched fa2_tc{json.dumps(cfg, separators=(',', ':'))} n={n} d={d} b=1 "
+                      f"h={args.heads} causal=0 dtype={dname}", flush=True)
             fa2_tc.forward(q, k, v, config=cfg)
             torch.cuda.synchronize()
             arr, _ = read_trace(kernel, n_ctas)
-            t0 = int(arr[:, 0].min())
-            ctas = [[int(r[0]) - t0, int(r[1]) - t0, int(r[2]) - t0, int(r[3]) - t0, int(r[4]) - t0, int(r[5]),
-                     int(r[6])] for r in arr]
-            complete = all(c[6] > 0 and c[4] >= c[0] for c in ctas)
+            ctas = relative_records(arr)
+            complete = all(c[6] == -(-n // defs["BLOCK_N"]) and c[4] >= c[0] >= 0 for c in ctas)
             bad += not complete
             rec = dict(kernel="fa2_tc", config=cfg, batch=1, heads=args.heads, n=n, d=d, dtype=args.dtype,
                        causal=False, grid=[t_r, args.heads], block_q=defs["BLOCK_M"], block_k=defs["BLOCK_N"],

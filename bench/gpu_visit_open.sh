@@ -1194,10 +1194,10 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       mkdir -p "$W/ncu"
       timeout 240 ncu --clock-control none --kernel-name regex:fa2_tc_fwd \
         --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum --csv \
-        python3 bench/cta_trace.py --ncu --out "$W/ncu" > "$W/ncu/trace_ncu.csv" 2> "$W/ncu/run.err" || rc=1
+        python3 bench/cta_trace.py --ncu --out "$W/ncu" > "$W/ncu/trace_dram.csv" 2> "$W/ncu/run.err" || rc=1
       tail -3 "$W/ncu/run.err"
       python3 -m analysis.l2_sim --trace "$W/cta_trace.json" || rc=1
-      python3 -m analysis.l2_sim --trace "$W/ncu/cta_trace.json" --ncu-csv "$W/ncu/trace_ncu.csv" || rc=1 ;;
+      python3 -m analysis.l2_sim --trace "$W/ncu/cta_trace.json" --ncu-csv "$W/ncu/trace_dram.csv" || rc=1 ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window

@@ -159,7 +159,9 @@ def test_cta_trace_build_records_every_cta_and_changes_nothing(d):
     bits as the shipped build on a long row, and one record per CTA: start <= quarter marks <= end, the key steps."""
     import numpy as np
 
-    from bench.cta_trace import read_trace
+    import cupy
+
+    from bench.cta_trace import UNWRITTEN, read_trace, relative_records
     from kernels import fa2_tc, loader
 
     cfg = dict(fa2_tc.CONFIGS[d], CTA_TRACE=1)
@@ -170,15 +172,16 @@ def test_cta_trace_build_records_every_cta_and_changes_nothing(d):
     kernel = loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=fa2_tc.defines_for(d, True, cfg),
                                  device=q.device.index)
     _, buf = read_trace(kernel, 1)
-    buf.fill(0)
+    buf.fill(cupy.uint64(UNWRITTEN))
     assert all(torch.equal(a, b) for a, b in zip(fa2_tc.forward(q, k, v), fa2_tc.forward(q, k, v, config=cfg)))
     torch.cuda.synchronize()
     t_r, t_c = -(-2000 // cfg["BLOCK_M"]), -(-2000 // cfg["BLOCK_N"])
-    arr, _ = read_trace(kernel, 3 * t_r)
-    t = arr[:, :5].astype(np.int64)
-    assert (arr[:, 6] == t_c).all() and (t[:, 0] > 0).all()
-    assert (np.diff(t, axis=1) >= 0).all(), "marks out of time order"
-    assert (arr[:, 5] < torch.cuda.get_device_properties(0).multi_processor_count).all()
+    arr, _ = read_trace(kernel, 3 * t_r + 1)
+    assert (arr[-1] == UNWRITTEN).all(), "a word past the grid's CTAs was written"
+    recs = np.array(relative_records(arr[:-1]), dtype=np.int64)
+    assert (recs[:, 6] == t_c).all() and (recs[:, 0] >= 0).all() and recs[:, 0].min() == 0
+    assert (np.diff(recs[:, :5], axis=1) >= 0).all(), "marks out of time order"
+    assert len(set(recs[:, 5].tolist())) > 1, "every CTA on one SM"
 
 
 def test_errors_are_clear():

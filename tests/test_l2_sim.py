@@ -22,16 +22,25 @@ def test_non_causal_walk_agrees_with_the_closed_rule(n, cap_mib):
     assert walked.compulsory_bytes == bh * 4 * n * d * item  # Q, K, V, O once each
 
 
-def test_causal_rereads_stay_within_a_few_mib():
-    """SDPA flash causal N = 4096, d = 128 (ncu reads +56 MB over compulsory): on its launch order no K/V re-read is
-    4 MiB from its last use, so LRU misses nothing down to that capacity, and misses at 2 MiB (the walk can miss)."""
+def test_causal_reuse_distances_follow_the_sweep_and_the_launch_order():
+    """SDPA flash causal N = 4096, d = 128 (ncu: +56 MB over compulsory), swept backward as FA2's kernel does: its
+    K/V re-reads come back up to ~20.5 MiB after their last use, so LRU at the model's 36 MiB misses nothing, at 21 MiB
+    nothing, at 18 MiB some; fa2_tc (heaviest Q blocks first, ncu: +9 MB) re-reads closer (at 16 MiB a fraction of
+    SDPA flash's misses). Swept forward, as the teaching kernels do, no re-read is 4 MiB away."""
     kw = dict(batch=4, heads=16, n_q=4096, n_k=4096, d=128, causal=True)
+    assert l2_sim.sweep_of("sdpa_flash") == l2_sim.sweep_of("fa2_tc") == "backward"
     assert l2_sim.simulate_kernel("sdpa_flash", **kw).missed_bytes == 0
-    assert l2_sim.simulate_kernel("sdpa_flash", capacity=4 * MIB, **kw).missed_bytes == 0
-    tight = l2_sim.simulate_kernel("sdpa_flash", capacity=2 * MIB, **kw)
+    assert l2_sim.simulate_kernel("sdpa_flash", capacity=21 * MIB, **kw).missed_bytes == 0
+    tight = l2_sim.simulate_kernel("sdpa_flash", capacity=18 * MIB, **kw)
     assert 0 < tight.missed_bytes < tight.reread_bytes
-    # the heaviest-first order (fa2_tc) re-reads the same bytes
-    assert l2_sim.simulate_kernel("fa2_tc", **kw).reread_bytes == tight.reread_bytes
+    flash16 = l2_sim.simulate_kernel("sdpa_flash", capacity=16 * MIB, **kw).missed_bytes
+    tc16 = l2_sim.simulate_kernel("fa2_tc", capacity=16 * MIB, **kw)
+    assert 0 < tc16.missed_bytes < flash16 / 4
+    assert tc16.reread_bytes == tight.reread_bytes  # the same tiles, another order
+    forward = l2_sim.accesses(64, 4096, 4096, 128, 64, 128, 2, 264, causal=True, sweep="forward")
+    assert l2_sim.simulate(forward, 4 * MIB).missed_bytes == 0
+    with pytest.raises(ValueError, match="sweep 'sideways'"):
+        l2_sim.accesses(1, 64, 64, 64, 64, 64, 2, 1, sweep="sideways")
 
 
 def test_pace_spread_is_what_makes_causal_misses():
@@ -96,7 +105,9 @@ def test_a_recorded_lockstep_schedule_walks_as_the_simulated_one():
     forward = l2_sim.simulate(l2_sim.accesses_from_trace(_lockstep_record()), cap)
     assert forward == simulated
     backward = l2_sim.simulate(l2_sim.accesses_from_trace(_lockstep_record(sweep="backward")), cap)
-    assert backward.missed_bytes == pytest.approx(simulated.missed_bytes, rel=0.1)
+    assert backward == l2_sim.simulate(l2_sim.accesses(16, 8192, 8192, 128, 64, 128, 2, 264, overhead=0.0,
+                                                       sweep="backward"), cap)
+    assert backward.missed_bytes == simulated.missed_bytes  # non-causal: the mirror image, the same distances
 
 
 def test_trace_records_that_do_not_fit_are_refused():
@@ -119,7 +130,8 @@ def test_trace_cli(tmp_path, capsys):
     import json
 
     f = tmp_path / "cta_trace.json"
-    f.write_text(json.dumps(dict(records=[_lockstep_record(bh=4, n=4096, sweep="backward")])))
+    f.write_text(json.dumps(dict(env=dict(gpu="NVIDIA H200"), records=[_lockstep_record(bh=4, n=4096,
+                                                                                         sweep="backward")])))
     assert l2_sim.main(["--trace", str(f), "--capacity-mib", "2"]) == 0
     out = capsys.readouterr().out
     assert "lockstep" in out and " 4096   0" in out
@@ -138,7 +150,7 @@ def test_trace_pairs_with_the_ncu_csv_of_its_own_launches(tmp_path, capsys):
     import json
 
     recs = [_lockstep_record(bh=4, n=n, sweep="backward") for n in (2048, 4096)]
-    (tmp_path / "t.json").write_text(json.dumps(dict(records=recs)))
+    (tmp_path / "t.json").write_text(json.dumps(dict(env=dict(gpu="NVIDIA H200"), records=recs)))
     head = ['"ID","Kernel Name","Grid Size","Block Size","Metric Name","Metric Unit","Metric Value"']
     lines = []
     for i, n in enumerate((2048, 4096)):
@@ -152,15 +164,113 @@ def test_trace_pairs_with_the_ncu_csv_of_its_own_launches(tmp_path, capsys):
     assert [r["same_launch"] for r in got] == [30e6, 70e6]
     assert l2_sim.main(["--trace", str(tmp_path / "t.json"), "--ncu-csv", str(tmp_path / "n.csv")]) == 0
     assert "this launch" in capsys.readouterr().out
-    (tmp_path / "t1.json").write_text(json.dumps(dict(records=recs[:1])))
+    (tmp_path / "t1.json").write_text(json.dumps(dict(env=dict(gpu="NVIDIA H200"), records=recs[:1])))
     with pytest.raises(ValueError, match="not the trace's"):
         l2_sim.trace_report(str(tmp_path / "t1.json"), 36 * MIB, str(tmp_path / "n.csv"))
 
 
 def test_pace_figure_draws_the_walk(tmp_path, capsys):
     pts = l2_sim.pace_figure(tmp_path / "p.png", heads=2, seqs=(2048, 4096), spreads=(0.0, 0.3))
-    assert (tmp_path / "p.png").stat().st_size > 10_000
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [(p["n"], p["pace_spread"]) for p in pts] == [(2048, 0.0), (2048, 0.3), (4096, 0.0), (4096, 0.3)]
-    assert all(p["dram_over_compulsory"] >= 1.0 for p in pts)
-    assert l2_sim.main(["--pace-plot", str(tmp_path / "no" / "p.png")]) == 2
-    assert "no folder" in capsys.readouterr().err
+    lock = l2_sim.simulate_kernel("fa2_tc", 1, 2, 4096, 4096, 128)
+    assert pts[2]["dram_over_compulsory"] == (lock.compulsory_bytes + lock.missed_bytes) / lock.compulsory_bytes
+    for argv, match in ((["--pace-plot", str(tmp_path / "no" / "p.png")], "no folder"),
+                        (["--pace-plot", str(tmp_path)], "an image file"),
+                        (["--pace-plot", str(tmp_path / "p.txt")], "an image file")):
+        assert l2_sim.main(argv) == 2
+        assert match in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--capacity-mib", "inf", "--trace", "x.json"], "--capacity-mib must be a finite number"),
+    (["--capacity-mib", "0", "--trace", "x.json"], "--capacity-mib must be a finite number"),
+    (["--pace-spread", "nan", "--kernel", "fa2_tc"], "--pace-spread must be in [0, 2)"),
+    (["--ncu-csv", "x.csv"], "--ncu-csv and --gpu go with --trace"),
+    (["--kernel", "fa2_tc", "--batch", "1", "--heads", "1", "--seq-len", "64", "--seq-len-k", "0",
+      "--head-dim", "64"], "must be >= 1"),
+    (["--trace", "/nonexistent/t.json"], "not a bench/cta_trace.py file"),
+])
+def test_bad_cli_input_is_one_line_and_exit_2(capsys, argv, match):
+    assert l2_sim.main(argv) == 2
+    err = capsys.readouterr().err
+    assert match in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("content, match", [
+    ([], "no list of records"), ({"records": 5}, "no list of records"),
+    ({"records": []}, "is not one the walk knows"),  # no env.gpu and no --gpu
+])
+def test_trace_files_that_are_not_traces_are_refused(tmp_path, capsys, content, match):
+    import json
+
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(content))
+    assert l2_sim.main(["--trace", str(f)]) == 2
+    assert match in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(dtype=None), "'dtype': str expected"), (dict(grid=5), "'grid': list expected"),
+    (dict(n="2048"), "'n': int expected"), (dict(ctas=None), "'ctas': list expected"),
+    (dict(block_q=0), "'block_q': must be >= 1"), (dict(sweep="sideways"), "'sweep': one of"),
+    (dict(grid=[16, 4, 1]), "'grid': [Tr, B*H] expected"),
+])
+def test_bad_trace_records_are_rows_with_their_error(tmp_path, capsys, change, match):
+    """One record that cannot be walked does not hide the others: its row says why, and the CLI exits 1."""
+    import json
+
+    good = _lockstep_record(bh=2, n=1024, sweep="backward")
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(dict(env=dict(gpu="NVIDIA H100 80GB HBM3"), records=[good, dict(good, **change)])))
+    rows = l2_sim.trace_report(str(f))
+    assert "error" not in rows[0] and rows[0]["gpu"] == "h100" and rows[0]["ncu"] == []
+    assert match in rows[1]["error"]
+    assert l2_sim.main(["--trace", str(f)]) == 1
+    assert "not walked" in capsys.readouterr().out
+
+
+def test_a_cta_that_wrote_no_record_is_named():
+    rec = _lockstep_record(bh=2, n=1024)
+    rec["ctas"][5] = [0, 0, 0, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match="CTA 5: .* not a whole sweep"):
+        l2_sim.accesses_from_trace(rec)
+
+
+def test_short_sweeps_start_at_the_cta_start():
+    """Marks that fall on step 0 (Tc < 4) are the loop's start, after the prologue: left out, so the first step is
+    timed from the CTA's start as in longer sweeps."""
+    rec = _lockstep_record(bh=1, n=128, br=128, bc=64, slots=1)  # Tc = 2: marks at steps 0, 1, 1
+    rec["ctas"] = [[0, 90, 95, 96, 100, 0, 2]]
+    kinds, keys, nbytes = l2_sim.accesses_from_trace(rec)
+    assert kinds == [l2_sim.Q, l2_sim.KV, l2_sim.KV, l2_sim.O]
+
+
+def test_trace_buffer_constants_match_the_kernel():
+    import re
+    from pathlib import Path
+
+    from bench import cta_trace
+
+    src = (Path(__file__).resolve().parent.parent / "kernels" / "cuda" / "fa2_tc.cu").read_text()
+    assert re.search(r"#define CTA_TRACE_MAX \(1 << 17\)", src) and cta_trace.TRACE_MAX == 1 << 17
+    assert re.search(r"#define CTA_TRACE_WORDS 8\b", src) and cta_trace.TRACE_WORDS == 8
+
+
+def test_cta_trace_records_unwritten_ctas_as_missing():
+    """bench/cta_trace.py's host side: times relative to the earliest written start; a CTA with an unwritten word
+    (the buffer's fill) becomes all -1, which the walk names; a trace with none written is an error, not a crash."""
+    import numpy as np
+
+    from bench.cta_trace import UNWRITTEN, relative_records, summarise
+
+    arr = np.array([[1000, 1010, 1020, 1030, 1040, 3, 4, UNWRITTEN],
+                    [UNWRITTEN] * 8,
+                    [1005, 1006, 1007, 1008, 1085, 7, 4, UNWRITTEN]], dtype=np.uint64)
+    recs = relative_records(arr)
+    assert recs == [[0, 10, 20, 30, 40, 3, 4], [-1] * 7, [5, 6, 7, 8, 85, 7, 4]]
+    s = summarise(dict(ctas=recs))
+    assert s["unrecorded_ctas"] == 1 and s["median_ns_per_step"] == 15 and s["pace_p10"] == 10 / 15
+    assert s["makespan_us"] == 0.085
+    assert "recorded no whole sweep" in summarise(dict(ctas=relative_records(np.full((2, 8), UNWRITTEN,
+                                                                                     dtype=np.uint64))))["error"]
