@@ -9,8 +9,8 @@ working set for causal ones. This walks what those rules summarise, so either ca
     fastest, the descriptor's causal_order) onto SMs x CTAs/SM slots; a CTA takes its key steps plus `overhead`
     steps (prologue and epilogue);
   - it reads Q_i at its start, K_j and V_j at an even pace over its steps (FA2 Alg. 1 lines 6-8), in the kernel's
-    order (BACKWARD_SWEEP: j descending for fa2_tc, fa2_wgmma and SDPA flash), and writes O_i at its end (FA2 Alg. 1
-    line 12);
+    order (BACKWARD_SWEEP: j descending for fa2_tc, fa2_wgmma and SDPA flash), and writes O_i at its end
+    (FA2 Alg. 1 line 12);
   - the L2 is one LRU of the effective capacity (analysis/l2_capacity.py) over those tiles, byte-weighted.
 A re-read of K_j, V_j that is not resident is a miss: DRAM bytes over the compulsory ones.
 
