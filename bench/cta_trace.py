@@ -1,4 +1,4 @@
-"""When each CTA of fa2_tc ran: the schedule the L2 residency model assumes, measured (issue 11).
+"""When each CTA of fa2_tc (or fa2_wgmma's one-tile build) ran: the schedule the L2 residency model assumes, measured.
 
 Why: fa2_tc and SDPA flash run the same tiling (Br = 128, Bc = 64 at d = 128, 2 CTAs/SM, Q blocks fastest, a backward
 key sweep), and SDPA flash's DRAM bytes are within 3% of the model at N = 16k-64k, where fa2_tc's are 0.84x / 0.88x
@@ -6,8 +6,10 @@ at 16k-32k and 1.42x at 64k (bench/results/gpu_model_known_gaps.json). The model
 blocks in near lockstep. analysis/l2_sim.py walks the accesses through an LRU: in lockstep it gives the model's bytes;
 if each CTA runs at its own pace, the misses fall at 16k-32k (the waves blur, straddled heads overlap) and, past some
 spread, rise at 64k (docs/l2_pace.png; no one random spread fits all three, so the pace itself is wanted).
-This probe measures the pace: a build with CTA_TRACE=1 (kernels/cuda/fa2_tc.cu) writes each CTA's %globaltimer at
-its start, at each quarter of its sweep and at its end, and its SM. `python -m analysis.l2_sim --trace FILE` walks
+This probe measures the pace (issue 11): a build with CTA_TRACE=1 (kernels/cuda/cta_trace.cuh, in fa2_tc.cu and
+fa2_wgmma_tma.cu) writes each CTA's %globaltimer at its start, at each quarter of its sweep and at its end, and its
+SM. `--kernel fa2_wgmma` traces CONFIGS[d] (Br = 128, Bc = 176 at d = 128, one CTA per SM), whose DRAM bytes ncu
+has within 6% of the model: the control. `python -m analysis.l2_sim --trace FILE` walks
 the recorded schedule; the prediction before the run is in bench/results/stop29/trace29_prediction.json.
 
 Per length: the traced build's output must equal forward()'s default bit for bit (the trace only stores), and a small
@@ -20,7 +22,8 @@ config, so its rows are never read as the shipped build's) for analysis/measured
 so that under `ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum` each schedule comes with its own DRAM bytes
 (`python -m analysis.l2_sim --trace FILE --ncu-csv CSV` pairs them).
 
-    PYTHONPATH=. python3 bench/cta_trace.py --out DIR [--seqs 16384,32768,65536] [--head-dim 128] [--heads 16] [--ncu]
+    PYTHONPATH=. python3 bench/cta_trace.py --out DIR [--kernel fa2_tc|fa2_wgmma] [--seqs 16384,32768,65536]
+        [--head-dim 128] [--heads 16] [--ncu]
 """
 from __future__ import annotations
 
@@ -76,6 +79,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench/results")
     ap.add_argument("--seqs", default="16384,32768,65536")
+    ap.add_argument("--kernel", default="fa2_tc", choices=("fa2_tc", "fa2_wgmma"))
     ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128))
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--traces", type=int, default=2)
@@ -94,19 +98,28 @@ def main(argv=None) -> int:
     import cupy
     import torch
 
-    from kernels import fa2_tc, loader
+    from kernels import fa2_tc, fa2_wgmma, loader
 
     dtype = getattr(torch, args.dtype)
-    cfg = dict(fa2_tc.CONFIGS[d], CTA_TRACE=1)
-    defs = fa2_tc.defines_for(d, dtype == torch.bfloat16, cfg)
+    bf16 = dtype == torch.bfloat16
+    if args.kernel == "fa2_tc":
+        mod, shipped = fa2_tc, dict(fa2_tc.CONFIGS[d])
+        cfg = dict(shipped, CTA_TRACE=1)
+        defs = fa2_tc.defines_for(d, bf16, cfg)
+        block_q, block_k = defs["BLOCK_M"], defs["BLOCK_N"]
+        kernel = loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=defs, device=torch.cuda.current_device())
+    else:  # the one-tile build ncu profiled at N = 16k-64k (ncu_l2_capacity.csv): CONFIGS[d], explicit
+        mod, shipped = fa2_wgmma, dict(fa2_wgmma.CONFIGS[d])
+        cfg = dict(shipped, CTA_TRACE=1)
+        defs, src, name, _, _, block_q, block_k, _ = fa2_wgmma._plan(d, bf16, cfg)
+        kernel = loader.get_function(src, name, defines=defs, arch=fa2_wgmma.ARCH, device=torch.cuda.current_device())
     bad, small = 0, None
     if not args.ncu:  # float64 first, on a shape with tails, Nq != Nk and empty causal rows
         with harness.Poisoned():
             q, k, v = harness.random_qkv(2, 3, 300, 173, d, dtype, seed=7)
-            small = harness.compare(*fa2_tc.forward(q, k, v, causal=True, config=cfg), q, k, v, True, args.dtype)
+            small = harness.compare(*mod.forward(q, k, v, causal=True, config=cfg), q, k, v, True, args.dtype)
         print(f"traced build, B=2 H=3 Nq=300 Nk=173 causal, against float64: {small}")
         bad += not small["ok"]
-    kernel = loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=defs, device=torch.cuda.current_device())
     flush = None if args.ncu else torch.empty(2 * 64 * 2 ** 20 // 4, dtype=torch.float32, device="cuda")
     dname = {"float16": "fp16", "bfloat16": "bf16"}[args.dtype]
     records = []
@@ -114,15 +127,15 @@ def main(argv=None) -> int:
         q, k, v = harness.random_qkv(1, args.heads, n, n, d, dtype, seed=n)
         same, t_plain, t_traced = None, {}, {}
         if not args.ncu:
-            o_ref, lse_ref = fa2_tc.forward(q, k, v)
-            o_tr, lse_tr = fa2_tc.forward(q, k, v, config=cfg)
+            o_ref, lse_ref = mod.forward(q, k, v, config=shipped)
+            o_tr, lse_tr = mod.forward(q, k, v, config=cfg)
             same = bool(torch.equal(o_ref, o_tr) and torch.equal(lse_ref, lse_tr))
             bad += not same
             del o_ref, lse_ref, o_tr, lse_tr
             sets = [(q, k, v)]
-            t_plain = harness.time_fn(lambda q, k, v: fa2_tc.forward(q, k, v), sets)
-            t_traced = harness.time_fn(lambda q, k, v: fa2_tc.forward(q, k, v, config=cfg), sets)
-        t_r = -(-n // defs["BLOCK_M"])
+            t_plain = harness.time_fn(lambda q, k, v: mod.forward(q, k, v, config=shipped), sets)
+            t_traced = harness.time_fn(lambda q, k, v: mod.forward(q, k, v, config=cfg), sets)
+        t_r = -(-n // block_q)
         n_ctas = t_r * args.heads
         for rep in range(args.traces):
             _, buf = read_trace(kernel, 1)
@@ -131,16 +144,16 @@ def main(argv=None) -> int:
                 flush.zero_()
             torch.cuda.synchronize()
             if args.ncu:
-                print(f"target launched fa2_tc{json.dumps(cfg, separators=(',', ':'))} n={n} d={d} b=1 "
+                print(f"target launched {args.kernel}{json.dumps(cfg, separators=(',', ':'))} n={n} d={d} b=1 "
                       f"h={args.heads} causal=0 dtype={dname}", flush=True)
-            fa2_tc.forward(q, k, v, config=cfg)
+            mod.forward(q, k, v, config=cfg)
             torch.cuda.synchronize()
             arr, _ = read_trace(kernel, n_ctas)
             ctas = relative_records(arr)
-            complete = all(c[6] == -(-n // defs["BLOCK_N"]) and c[4] >= c[0] >= 0 for c in ctas)
+            complete = all(c[6] == -(-n // block_k) and c[4] >= c[0] >= 0 for c in ctas)
             bad += not complete
-            rec = dict(kernel="fa2_tc", config=cfg, batch=1, heads=args.heads, n=n, d=d, dtype=args.dtype,
-                       causal=False, grid=[t_r, args.heads], block_q=defs["BLOCK_M"], block_k=defs["BLOCK_N"],
+            rec = dict(kernel=args.kernel, config=cfg, batch=1, heads=args.heads, n=n, d=d, dtype=args.dtype,
+                       causal=False, grid=[t_r, args.heads], block_q=block_q, block_k=block_k,
                        sweep="backward", rep=rep, words=list(WORDS), identical_to_default=same, complete=complete,
                        plain_ms=t_plain.get("median_ms"), traced_ms=t_traced.get("median_ms"), under_ncu=args.ncu,
                        ctas=ctas)
@@ -153,9 +166,9 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "cta_trace.json").write_text(json.dumps(dict(env=harness.environment(), small_check=small,
-                                                        records=records)))
-    print(f"wrote {out / 'cta_trace.json'}")
+    path = out / f"cta_trace_{args.kernel}.json"
+    path.write_text(json.dumps(dict(env=harness.environment(), small_check=small, records=records)))
+    print(f"wrote {path}")
     return 1 if bad else 0
 
 

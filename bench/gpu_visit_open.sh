@@ -71,8 +71,9 @@
 #   check28b   check28's tests past its limit: cluster forced / GQA / errors, Hopper backward, layouts, loader -> check28b/
 #   tcdram28   issue 11: ncu levels of fa2_tc's spill-free Bc = 32 build beside its shipped one and SDPA flash, N = 16k-64k -> tcdram28/
 #   flash256   issue 11: ncu levels of SDPA flash at d = 256 (never profiled; model 0.84x) beside fa2_wgmma -> flash256/
-#   trace29    issue 11: when each fa2_tc CTA ran (bench/cta_trace.py, CTA_TRACE=1) at N = 16k-64k, then the same launches
-#              under ncu (their own DRAM bytes); analysis/l2_sim.py walks the recorded schedules          -> trace29/
+#   trace29    issue 11: when each CTA of fa2_tc (and of fa2_wgmma's one-tile build, the control) ran (bench/cta_trace.py,
+#              CTA_TRACE=1) at N = 16k-64k, then the same launches under ncu (their own DRAM bytes);
+#              analysis/l2_sim.py walks the recorded schedules                                         -> trace29/
 #   clock26    issue 11: bench/clock_probe.py over 18 cells (d = 64-256, N = 1k-16k): window clocks and cycles -> clock26/
 #   fresh11t   issue 11: the one-slot K/V ring builds (ring1, d = 128/256): GPU tests, racecheck        -> fresh11t/
 #   fresh11    issue 11: never-timed N (768-12288) at d = 64/96/128/256, the default, CONFIGS, ring1 and SDPA, twice
@@ -1186,18 +1187,23 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         'fa2_tc,fa2_tc{"BLOCK_M":128,"BLOCK_N":32,"NWARPS":4,"Q_IN_REGS":0,"MIN_BLOCKS":2},sdpa_flash'; rc=$?
       tail -12 "$W/run.txt" ;;
     trace29)  # issue 11: fa2_tc's DRAM gap, stop 29's hypothesis: its CTAs do not sweep in lockstep (the walk of
-      # analysis/l2_sim.py gives the model's bytes in lockstep, fewer at 16k-32k and more at 64k when each CTA keeps its
-      # own pace). The traced build checked (float64, bit-equal to the shipped one), timed beside it, traced twice per N;
-      # then its launches alone under ncu, so each recorded schedule has its own DRAM bytes
+      # analysis/l2_sim.py gives the model's bytes in lockstep, other bytes when each CTA keeps its own pace), with
+      # fa2_wgmma's one-tile build, whose bytes ncu has at the lockstep walk's, as the control. Per kernel: the traced
+      # build checked (float64, bit-equal to its untraced build), timed beside it, traced twice per N; then its
+      # launches alone under ncu, so each recorded schedule has its own DRAM bytes
       # (prediction: bench/results/stop29/trace29_prediction.json)
-      timeout 240 python3 bench/cta_trace.py --out "$W" > "$W/trace.txt" 2>&1; rc=$?; tail -8 "$W/trace.txt"
-      mkdir -p "$W/ncu"
-      timeout 240 ncu --clock-control none --kernel-name regex:fa2_tc_fwd \
-        --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum --csv \
-        python3 bench/cta_trace.py --ncu --out "$W/ncu" > "$W/ncu/trace_dram.csv" 2> "$W/ncu/run.err" || rc=1
-      tail -3 "$W/ncu/run.err"
-      python3 -m analysis.l2_sim --trace "$W/cta_trace.json" || rc=1
-      python3 -m analysis.l2_sim --trace "$W/ncu/cta_trace.json" --ncu-csv "$W/ncu/trace_dram.csv" || rc=1 ;;
+      rc=0; mkdir -p "$W/ncu"
+      for kern in fa2_tc fa2_wgmma; do
+        timeout 150 python3 bench/cta_trace.py --kernel $kern --out "$W" > "$W/trace_$kern.txt" 2>&1 || rc=1
+        tail -8 "$W/trace_$kern.txt"
+        timeout 150 ncu --clock-control none --kernel-name regex:"${kern}_(tma_)?fwd" \
+          --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum --csv \
+          python3 bench/cta_trace.py --kernel $kern --ncu --out "$W/ncu" > "$W/ncu/trace_dram_$kern.csv" \
+          2> "$W/ncu/run_$kern.err" || rc=1
+        tail -3 "$W/ncu/run_$kern.err"
+        python3 -m analysis.l2_sim --trace "$W/cta_trace_$kern.json" || rc=1
+        python3 -m analysis.l2_sim --trace "$W/ncu/cta_trace_$kern.json" --ncu-csv "$W/ncu/trace_dram_$kern.csv" || rc=1
+      done ;;
     gap)  # what a do_bench timing holds besides the kernel
       timeout 300 python3 bench/gap_probe.py --out "$W" > "$W/gap.txt" 2>&1; rc=$?; tail -25 "$W/gap.txt" ;;
     clock)  # time = cycles / clock: each entry's clock and power over its own timing window

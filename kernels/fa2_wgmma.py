@@ -114,7 +114,7 @@ KNOBS = {"TMA", "BLOCK_N", "NWG", "STAGES", "PINGPONG", "MIN_BLOCKS", "PRODUCER_
          "OVERLAP", "RESCALE_THRESHOLD", "EXP2_POLY", "EXP2_POLY_DEG", "PERSISTENT", "QK_AHEAD", "ROW_SUM_MMA",
          "O_TILE", "CAUSAL_SECTION_KB", "O_TMA", "DESC_STEP", "WG_SKIP", "WAIT_HINT",
          "WG_CAUSAL_SKIP", "TURN_CARRY", "O_DIRECT", "MAX_TREE", "HALF_DIAG", "Q_SLOTS",
-         "SECTION_RAGGED_FIRST"}
+         "SECTION_RAGGED_FIRST", "CTA_TRACE"}
 # Launch-only keys (not defines): GRID, the number of persistent CTAs (default: SMs x MIN_BLOCKS); the tests
 # and the sanitizer set it small so that every CTA loops over several tiles at small shapes.
 LAUNCH_KEYS = {"GRID"}
@@ -737,7 +737,7 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
 # Knobs that are switches (#if KNOB): another value than 0 or 1 would build the 1 kernel under a name of its own (no
 # measured registers, no timing matches it), so it is refused as the kernel's range checks refuse theirs
 SWITCHES = ("TMA", "PINGPONG", "QK_AHEAD", "ROW_SUM_MMA", "O_TILE", "O_TMA", "DESC_STEP", "WG_SKIP", "WG_CAUSAL_SKIP",
-            "TURN_CARRY", "MAX_TREE", "HALF_DIAG", "SECTION_RAGGED_FIRST", "OVERLAP")
+            "TURN_CARRY", "MAX_TREE", "HALF_DIAG", "SECTION_RAGGED_FIRST", "OVERLAP", "CTA_TRACE")
 SETMAXNREG = range(24, 257, 8)  # PTX ISA: setmaxnreg takes 24 to 256 registers, a multiple of 8
 
 
@@ -783,6 +783,8 @@ def knob_errors(defines: dict) -> list[str]:
              "O_DIRECT: a persistent build without QK_AHEAD or O_TILE"),
             (g("CAUSAL_SECTION_KB", 0) >= 0, f"CAUSAL_SECTION_KB={g('CAUSAL_SECTION_KB')}: a size in KB, 0 for one section"),
             (g("WAIT_HINT", 0) >= 0, f"WAIT_HINT={g('WAIT_HINT')}: a suspend time in ns, 0 for the system's"),
+            (not g("CTA_TRACE") or not (g("PERSISTENT") or g("QK_AHEAD")),
+             "CTA_TRACE records one tile per CTA, the one-S-tile loop: not with PERSISTENT or QK_AHEAD"),
         ]
         if g("MIN_BLOCKS", 1) >= 1 and 1 <= nwg <= 3:  # the setmaxnreg budget (the kernel's header, lines 434-463)
             at_launch = 65536 // g("MIN_BLOCKS", 1) // (128 * (nwg + 1)) // 8 * 8
@@ -799,6 +801,7 @@ def knob_errors(defines: dict) -> list[str]:
         rules += [
             (bn in (64, 96, 128, 192, 256), f"BLOCK_N={bn}: must be a wgmma N of wgmma.cuh (64, 96, 128, 192 or 256)"),
             (2 <= stages <= 4, f"STAGES={stages}: 2..4 ring slots"),
+            (not g("CTA_TRACE"), "CTA_TRACE: the TMA kernel's builds only (fa2_wgmma_tma.cu)"),
         ]
     return out + [why for holds, why in rules if not holds]
 

@@ -317,6 +317,7 @@ def test_the_gpu_scripts_need_a_gpu(capsys, no_gpu, tmp_path, script, argv):
     ("precompile_bwd", ["--jobs", "0"], "--jobs must be a positive integer, got 0"),
     ("cta_trace", ["--seqs", "0"], "--seqs must be a comma-separated list of positive integers, got '0'"),
     ("cta_trace", ["--traces", "0"], "--traces must be a positive integer, got 0"),
+    ("cta_trace", ["--kernel", "sdpa_flash"], "argument --kernel: invalid choice: 'sdpa_flash'"),
     ("cta_trace", ["--head-dim", "96"], "argument --head-dim: invalid choice: 96"),
     ("cta_trace", ["--seqs", "2097152", "--heads", "16"], "over the 131072 CTAs the trace buffer holds"),
 ])

@@ -61,6 +61,24 @@ def test_fa2_tc_trace_build_compiles_within_the_spill_budget(d):
         fa2_tc.defines_for(d, False, dict(fa2_tc.CONFIGS[d], CTA_TRACE=2))
 
 
+@needs_nvrtc
+@pytest.mark.parametrize("d", [64, 128])
+def test_fa2_wgmma_trace_build_compiles_as_the_untraced_one(d):
+    """fa2_wgmma's CTA_TRACE build (bench/cta_trace.py --kernel fa2_wgmma, the control): the registers and spills of
+    CONFIGS[d] and a wgmma pipeline ptxas keeps; refused where it does not record one tile per CTA."""
+    from kernels import fa2_wgmma
+
+    plain, traced = (fa2_wgmma._plan(d, False, dict(fa2_wgmma.CONFIGS[d], **extra))
+                     for extra in ({}, {"CTA_TRACE": 1}))
+    res = [loader.resource_usage(str(p[1]), p[2], defines=p[0], arch=fa2_wgmma.ARCH) for p in (plain, traced)]
+    assert res[1]["registers"] <= 255 and not res[1]["wgmma_serialized"], res[1]
+    assert (res[1]["spill_stores"], res[1]["spill_loads"]) == (res[0]["spill_stores"], res[0]["spill_loads"])
+    for extra, match in (({"PERSISTENT": 2}, "CTA_TRACE records one tile per CTA"),
+                         ({"TMA": 0, "ROW_SUM_MMA": 0}, "CTA_TRACE: the TMA kernel's builds only")):
+        with pytest.raises(ValueError, match=match):
+            fa2_wgmma.defines_for(d, False, dict(fa2_wgmma.CONFIGS[d], CTA_TRACE=1, **extra))
+
+
 def test_registry_has_every_teaching_variant():
     from variants import VARIANTS
 

@@ -153,30 +153,40 @@ def test_long_rows(n, d):
                1, 2, n, n, d, torch.bfloat16, causal, 1.0, 2)
 
 
+@pytest.mark.parametrize("kernel", ["fa2_tc", "fa2_wgmma"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_cta_trace_build_records_every_cta_and_changes_nothing(d):
-    """fa2_tc with CTA_TRACE=1 (bench/cta_trace.py): against float64 on tails, Nq != Nk and empty causal rows, the same
-    bits as the shipped build on a long row, and one record per CTA: start <= quarter marks <= end, the key steps."""
+def test_cta_trace_build_records_every_cta_and_changes_nothing(kernel, d):
+    """The CTA_TRACE builds (bench/cta_trace.py: fa2_tc's CONFIGS, fa2_wgmma's one-tile CONFIGS): against float64 on
+    tails, Nq != Nk and empty causal rows; the same bits as the untraced build on a long row; one record per CTA
+    (start <= quarter marks <= end, the key steps) and no word written past the grid's CTAs."""
+    import cupy
     import numpy as np
 
-    import cupy
-
     from bench.cta_trace import UNWRITTEN, read_trace, relative_records
-    from kernels import fa2_tc, loader
+    from kernels import fa2_tc, fa2_wgmma, loader
 
-    cfg = dict(fa2_tc.CONFIGS[d], CTA_TRACE=1)
+    if kernel == "fa2_wgmma" and not fa2_wgmma.supported():
+        pytest.skip("fa2_wgmma needs a compute capability 9.x GPU")
+    mod = fa2_tc if kernel == "fa2_tc" else fa2_wgmma
+    shipped = dict(mod.CONFIGS[d])
+    cfg = dict(shipped, CTA_TRACE=1)
     for causal in (False, True):
-        _check(lambda q, k, v, **kw: fa2_tc.forward(q, k, v, config=cfg, **kw), 2, 3, 300, 173, d, torch.float16,
+        _check(lambda q, k, v, **kw: mod.forward(q, k, v, config=cfg, **kw), 2, 3, 300, 173, d, torch.float16,
                causal, 1.0, 5)
     q, k, v = _inputs(1, 3, 2000, 2000, d, torch.bfloat16, 1.0, 6)
-    kernel = loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=fa2_tc.defines_for(d, True, cfg),
-                                 device=q.device.index)
-    _, buf = read_trace(kernel, 1)
+    if kernel == "fa2_tc":
+        defs = fa2_tc.defines_for(d, True, cfg)
+        fn = loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=defs, device=q.device.index)
+        bq, bk = defs["BLOCK_M"], defs["BLOCK_N"]
+    else:
+        defs, src, name, _, _, bq, bk, _ = fa2_wgmma._plan(d, True, cfg)
+        fn = loader.get_function(src, name, defines=defs, arch=fa2_wgmma.ARCH, device=q.device.index)
+    _, buf = read_trace(fn, 1)
     buf.fill(cupy.uint64(UNWRITTEN))
-    assert all(torch.equal(a, b) for a, b in zip(fa2_tc.forward(q, k, v), fa2_tc.forward(q, k, v, config=cfg)))
+    assert all(torch.equal(a, b) for a, b in zip(mod.forward(q, k, v, config=shipped), mod.forward(q, k, v, config=cfg)))
     torch.cuda.synchronize()
-    t_r, t_c = -(-2000 // cfg["BLOCK_M"]), -(-2000 // cfg["BLOCK_N"])
-    arr, _ = read_trace(kernel, 3 * t_r + 1)
+    t_r, t_c = -(-2000 // bq), -(-2000 // bk)
+    arr, _ = read_trace(fn, 3 * t_r + 1)
     assert (arr[-1] == UNWRITTEN).all(), "a word past the grid's CTAs was written"
     recs = np.array(relative_records(arr[:-1]), dtype=np.int64)
     assert (recs[:, 6] == t_c).all() and (recs[:, 0] >= 0).all() and recs[:, 0].min() == 0

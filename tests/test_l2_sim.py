@@ -252,7 +252,7 @@ def test_trace_buffer_constants_match_the_kernel():
 
     from bench import cta_trace
 
-    src = (Path(__file__).resolve().parent.parent / "kernels" / "cuda" / "fa2_tc.cu").read_text()
+    src = (Path(__file__).resolve().parent.parent / "kernels" / "cuda" / "cta_trace.cuh").read_text()
     assert re.search(r"#define CTA_TRACE_MAX \(1 << 17\)", src) and cta_trace.TRACE_MAX == 1 << 17
     assert re.search(r"#define CTA_TRACE_WORDS 8\b", src) and cta_trace.TRACE_WORDS == 8
 

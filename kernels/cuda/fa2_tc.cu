@@ -44,29 +44,7 @@
 #ifndef Q_IN_REGS
 #define Q_IN_REGS 0
 #endif
-// CTA_TRACE=1 (stop 29, bench/cta_trace.py): thread 0 of each CTA writes %globaltimer at its start, before steps
-// Tc_vis/4, Tc_vis/2 and 3 Tc_vis/4 of its sweep, and at its end, then its SM, into g_cta_trace. The DRAM bytes
-// of the K/V re-reads depend on how far co-resident CTAs drift apart (analysis/l2_sim.py); this measures it.
-#ifndef CTA_TRACE
-#define CTA_TRACE 0
-#endif
-#if CTA_TRACE
-#define CTA_TRACE_MAX (1 << 17)  // CTAs recorded (blockIdx.x + gridDim.x * blockIdx.y below it)
-#define CTA_TRACE_WORDS 8        // t_start, t_quarter, t_half, t_three_quarters, t_end, smid, Tc_vis, unused
-__device__ unsigned long long g_cta_trace[CTA_TRACE_MAX * CTA_TRACE_WORDS];
-__device__ __forceinline__ void trace_word(int w, unsigned long long v) {
-    const unsigned cta = blockIdx.x + gridDim.x * blockIdx.y;
-    if (threadIdx.x == 0 && cta < CTA_TRACE_MAX) g_cta_trace[(unsigned long long)cta * CTA_TRACE_WORDS + w] = v;
-}
-__device__ __forceinline__ unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-#define TRACE_TIME(w) trace_word((w), global_ns())
-#else
-#define TRACE_TIME(w) ((void)0)
-#endif
+#include "cta_trace.cuh"  // CTA_TRACE=1: when each CTA ran (bench/cta_trace.py)
 
 #include "tc_fa2.cuh"  // geometry, PTX wrappers, QK^T, mask, softmax pieces, PV, epilogue (shared with v_once_tc.cu)
 
@@ -178,7 +156,7 @@ fa2_tc_fwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16* __
            u16* __restrict__ Og, float* __restrict__ LSEg, int Nq, int Nk, float scale_log2, float scale,
            int causal) {
     extern __shared__ __align__(1024) unsigned char smem[];
-    TRACE_TIME(0);
+    TRACE_START(threadIdx.x == 0);
     const QBlock qb = q_block(Nq, Nk, causal, scale_log2);
     const int tid = qb.tid;
     const long long bh = qb.bh;
@@ -225,11 +203,7 @@ fa2_tc_fwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16* __
         const int j = Tc_vis - 1 - it;
         const int j0 = j * Bc;
         const int slot = it & 1;
-#if CTA_TRACE
-        if (it == Tc_vis / 4) TRACE_TIME(1);
-        if (it == Tc_vis / 2) TRACE_TIME(2);
-        if (it == 3 * Tc_vis / 4) TRACE_TIME(3);
-#endif
+        TRACE_STEP(threadIdx.x == 0, it, Tc_vis);
         cp_async_wait<2>();  // K_j landed (pending at most: V_j, K_{j-1})
         __syncthreads();
         // the Nk tail, or a column past some row's causal limit (kept inline: as a function ptxas spills more)
@@ -254,11 +228,5 @@ fa2_tc_fwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16* __
     epilogue_stage(st.o, st.m, st.l, (u16*)smem, LSEg, qb, scale);
     __syncwarp();
     epilogue_store((const u16*)smem, Og, qb);
-#if CTA_TRACE
-    TRACE_TIME(4);
-    u32 sm_id;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_id));
-    trace_word(5, sm_id);
-    trace_word(6, (unsigned long long)Tc_vis);
-#endif
+    TRACE_END(threadIdx.x == 0, Tc_vis);
 }

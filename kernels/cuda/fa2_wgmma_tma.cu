@@ -37,6 +37,7 @@
 // speed knobs (v3): RESCALE_THRESHOLD, EXP2_POLY, EXP2_POLY_DEG (wgmma_fa2.cuh), PERSISTENT, QK_AHEAD (here);
 // (v5) ROW_SUM_MMA (d = 64: the row sum l of FA2 Alg. 1 line 9 from the P V product over a panel of ones);
 // (v6) O_TILE (persistent: O staged apart from Q, the next Q loaded early), CAUSAL_SECTION_KB (causal tile order);
+// probe (stop 29): CTA_TRACE (cta_trace.cuh: when each CTA ran; one-tile builds; bench/cta_trace.py);
 // (v9) DESC_STEP (wgmma_fa2.cuh); (v10) WG_SKIP (idle warpgroups of a ragged last Q block); (v11) WG_CAUSAL_SKIP
 // (a warpgroup walks the causal key blocks past its own last row); (v12) TURN_CARRY (the ping-pong turn runs on across
 // tiles).
@@ -496,6 +497,8 @@ static_assert(Q_SLOTS == 1 || (Q_SLOTS == 2 && PERSISTENT && (O_TILE || O_DIRECT
 
 
 #include "tma_pipe.cuh"  // TensorMap, mbarriers, TMA panel loads, named barriers
+#include "cta_trace.cuh"  // CTA_TRACE=1: when each CTA ran (bench/cta_trace.py; thread 128 is consumer 0's first)
+static_assert(!CTA_TRACE || (!PERSISTENT && !QK_AHEAD), "CTA_TRACE: one tile per CTA, the one-S-tile loop");
 
 // ping-pong: warpgroup c waits for its turn on barrier 1+c and hands the turn to the other on 2-c
 __device__ __forceinline__ void turn_begin(int cg) {
@@ -598,6 +601,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     const int tid = threadIdx.x, lane = tid & 31,
               warp = (WG_SKIP || WG_CAUSAL_SKIP) && NWG > 1 ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5,
               wg = warp >> 2;
+    TRACE_START(tid == 0);
     const int causal_off = Nk - Nq;
     const bool is_causal = causal != 0;
 
@@ -955,6 +959,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
                 }
             }
 #endif
+            TRACE_STEP(tid == 128, 0, Tw);
             // step 0 (j = Tw-1): S and softmax
 #if HALF_DIAG
             // the keys this warpgroup's last row sees end in the first half of block Tw-1 (warpgroup 0 on the causal
@@ -1007,6 +1012,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
             }
             // step t: S_j = Q K_j^T and O += P_{j+1} V_{j+1}
             for (int t = 1; t < Tw; ++t) {
+                TRACE_STEP(tid == 128, t, Tw);
                 const int j = Tw - 1 - t, n0 = j * BLOCK_N;
                 const int ks = (kvw + t) % STAGES, vs = (kvw + t - 1) % STAGES;
                 mbar_wait(FULL_K(ks), ((kvw + t) / STAGES) & 1);
@@ -1099,6 +1105,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
         __syncwarp();
         if (lane == 0) mbar_arrive(EMPTY_Q(qs));
 #endif
+        TRACE_END(tid == 128, T);
         kv_it += T;
     }
 #if PINGPONG && TURN_CARRY
