@@ -12,12 +12,13 @@ SM. `--kernel fa2_wgmma` traces CONFIGS[d] (Br = 128, Bc = 176 at d = 128, one C
 has within 6% of the model: the control. `python -m analysis.l2_sim --trace FILE` walks
 the recorded schedule; the prediction before the run is in bench/results/stop29/trace29_prediction.json.
 
-Per length: the traced build's output must equal forward()'s default bit for bit (the trace only stores), and a small
+Per length: the traced build's output must equal its untraced build's (CONFIGS[d], explicit) bit for bit (the trace
+only stores), and a small
 causal Nq != Nk shape is checked against float64 first; both builds are timed (harness.time_fn), so a trace that
 changes the schedule shows; then --traces launches are recorded, each after an L2-flushing write of 2x the L2.
 
 --ncu: the traced launches alone (no checks, timings or flushes: ncu flushes the caches before each profiled launch),
-each announced as `target launched fa2_tc{CONFIG} n=N d=D b=1 h=H causal=0 dtype=fp16` (the traced build's own
+each announced as `target launched KERNEL{CONFIG} n=N d=D b=1 h=H causal=0 dtype=fp16` (the traced build's own
 config, so its rows are never read as the shipped build's) for analysis/measured.read_ncu_csv,
 so that under `ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum` each schedule comes with its own DRAM bytes
 (`python -m analysis.l2_sim --trace FILE --ncu-csv CSV` pairs them).
@@ -38,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import harness  # noqa: E402
 
 WORDS = ("t_start", "t_quarter", "t_half", "t_three_quarters", "t_end", "smid", "steps")
-TRACE_WORDS, TRACE_MAX = 8, 1 << 17  # kernels/cuda/fa2_tc.cu CTA_TRACE_WORDS, CTA_TRACE_MAX (a test ties them)
+TRACE_WORDS, TRACE_MAX = 8, 1 << 17  # kernels/cuda/cta_trace.cuh's (a test ties them)
 UNWRITTEN = (1 << 64) - 1  # the buffer's fill before a launch: a word still holding it was never written
 
 
@@ -154,7 +155,7 @@ def main(argv=None) -> int:
             bad += not complete
             rec = dict(kernel=args.kernel, config=cfg, batch=1, heads=args.heads, n=n, d=d, dtype=args.dtype,
                        causal=False, grid=[t_r, args.heads], block_q=block_q, block_k=block_k,
-                       sweep="backward", rep=rep, words=list(WORDS), identical_to_default=same, complete=complete,
+                       sweep="backward", rep=rep, words=list(WORDS), identical_to_untraced=same, complete=complete,
                        plain_ms=t_plain.get("median_ms"), traced_ms=t_traced.get("median_ms"), under_ncu=args.ncu,
                        ctas=ctas)
             rec["summary"] = summarise(rec)

@@ -46,6 +46,23 @@ def test_compiles_for_sm90(config):
     assert not res["wgmma_serialized"], f"ptxas serialised {kernel}'s wgmma pipeline: {res['wgmma_serialized']}"
 
 
+def _text_sections(cubin: bytes) -> dict:
+    """name -> bytes of a cubin's .text sections (ELF64 section headers)."""
+    import struct
+
+    shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
+    entsize, num, strndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * entsize) for i in range(num)]
+    names = heads[strndx][4]
+    out = {}
+    for h in heads:
+        name = cubin[names + h[0]:cubin.index(b"\0", names + h[0])].decode()
+        if name.startswith(".text"):
+            out[name] = cubin[h[4]:h[4] + h[5]]
+    assert out, "no .text section: not a cubin"
+    return out
+
+
 @needs_nvrtc
 @pytest.mark.parametrize("d", [64, 128])
 def test_fa2_tc_trace_build_compiles_within_the_spill_budget(d):
@@ -56,6 +73,10 @@ def test_fa2_tc_trace_build_compiles_within_the_spill_budget(d):
     defines = fa2_tc.defines_for(d, False, dict(fa2_tc.CONFIGS[d], CTA_TRACE=1))
     res = loader.resource_usage(str(fa2_tc.SOURCE), fa2_tc.KERNEL, defines=defines, arch="sm_90")
     assert res["registers"] <= 255
+    traced = loader.compile_cubin(str(fa2_tc.SOURCE), defines=defines, arch="sm_90")
+    plain = loader.compile_cubin(str(fa2_tc.SOURCE), defines=fa2_tc.defines_for(d, False), arch="sm_90")
+    assert b"g_cta_trace" in traced and b"g_cta_trace" not in plain  # the probe's buffer, only where asked for
+    assert _text_sections(traced) != _text_sections(plain), "the traced build records nothing"
     assert max(res["spill_stores"], res["spill_loads"], res["local_bytes"]) <= fa2_tc.MAX_SPILL_BYTES, res
     with pytest.raises(ValueError, match="CTA_TRACE=2: a switch"):
         fa2_tc.defines_for(d, False, dict(fa2_tc.CONFIGS[d], CTA_TRACE=2))
@@ -73,7 +94,11 @@ def test_fa2_wgmma_trace_build_compiles_as_the_untraced_one(d):
     res = [loader.resource_usage(str(p[1]), p[2], defines=p[0], arch=fa2_wgmma.ARCH) for p in (plain, traced)]
     assert res[1]["registers"] <= 255 and not res[1]["wgmma_serialized"], res[1]
     assert (res[1]["spill_stores"], res[1]["spill_loads"]) == (res[0]["spill_stores"], res[0]["spill_loads"])
+    cubins = [loader.compile_cubin(str(p[1]), defines=p[0], arch=fa2_wgmma.ARCH) for p in (plain, traced)]
+    assert b"g_cta_trace" in cubins[1] and b"g_cta_trace" not in cubins[0]
+    assert _text_sections(cubins[1]) != _text_sections(cubins[0]), "the traced build records nothing"
     for extra, match in (({"PERSISTENT": 2}, "CTA_TRACE records one tile per CTA"),
+                         ({"QK_AHEAD": 1, "PINGPONG": 0}, "CTA_TRACE records one tile per CTA"),
                          ({"TMA": 0, "ROW_SUM_MMA": 0}, "CTA_TRACE: the TMA kernel's builds only")):
         with pytest.raises(ValueError, match=match):
             fa2_wgmma.defines_for(d, False, dict(fa2_wgmma.CONFIGS[d], CTA_TRACE=1, **extra))
