@@ -75,6 +75,11 @@ class Events:
         return kind[order].tolist(), key[order].tolist(), nbytes[order].tolist()
 
 
+def _kv_tile_bytes(t: Tiling, d: int, item: int) -> np.ndarray:
+    """Bytes of K_j and V_j for every key block j of `t`, the tail block at its real width."""
+    return np.array([2 * (c1 - c0) * d * item for c0, c1 in map(t.cols, range(t.t_c))], dtype=np.int64)
+
+
 def _check_size(n: int) -> None:
     if n > MAX_EVENTS:
         raise ValueError(f"the simulation walks every tile access; this grid has {n:,}, over {MAX_EVENTS:,}")
@@ -108,8 +113,7 @@ def accesses(bh: int, n_q: int, n_k: int, block_q: int, block_k: int, d: int, it
     t = Tiling(n_q, n_k, block_q, block_k, causal)
     steps_of = [len(t.k_blocks(i)) for i in range(t.t_r)]
     _check_size(bh * (sum(steps_of) + 2 * t.t_r))
-    kv = 2 * block_k * d * item
-    kv_bytes = np.array([kv * (min((j + 1) * block_k, n_k) - j * block_k) // block_k for j in range(t.t_c)])
+    kv_bytes = _kv_tile_bytes(t, d, item)
     rnd = random.Random(seed)
     free = [(0.0, s) for s in range(max(1, slots))]
     ev = Events()
@@ -163,9 +167,8 @@ def accesses_from_trace(rec: dict, item: int = 2) -> tuple:
         raise ValueError(f"trace of {len(rec['ctas'])} CTAs does not match the grid {rec['grid']} of N = {rec['n']}, "
                          f"B*H = {rec['batch'] * rec['heads']}")
     _check_size(len(rec["ctas"]) * (t.t_c + 2))
-    d, bk = rec["d"], rec["block_k"]
-    kv = 2 * bk * d * item
-    kv_bytes = np.array([kv * (t.cols(j)[1] - t.cols(j)[0]) // bk for j in range(t.t_c)])
+    d = rec["d"]
+    kv_bytes = _kv_tile_bytes(t, d, item)
     its = np.arange(t.t_c) + 0.5
     js = np.arange(t.t_c)[::-1] if rec.get("sweep") == "backward" else np.arange(t.t_c)
     ev = Events()
