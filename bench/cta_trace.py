@@ -43,13 +43,19 @@ TRACE_WORDS, TRACE_MAX = 8, 1 << 17  # kernels/cuda/cta_trace.cuh's (a test ties
 UNWRITTEN = (1 << 64) - 1  # the buffer's fill before a launch: a word still holding it was never written
 
 
-def read_trace(kernel, n_ctas: int):
-    """The first n_ctas records of g_cta_trace as a (n_ctas, 8) uint64 array (numpy)."""
+def trace_buffer(kernel):
+    """g_cta_trace of the kernel's loaded module (kernels/cuda/cta_trace.cuh), as a (TRACE_MAX, 8) uint64 cupy view."""
     import cupy
 
     ptr = kernel.module.get_global("g_cta_trace")
-    buf = cupy.ndarray((TRACE_MAX, TRACE_WORDS), dtype=cupy.uint64, memptr=ptr)
-    return cupy.asnumpy(buf[:n_ctas]), buf
+    return cupy.ndarray((TRACE_MAX, TRACE_WORDS), dtype=cupy.uint64, memptr=ptr)
+
+
+def read_trace(kernel, n_ctas: int):
+    """The first n_ctas records of g_cta_trace as a (n_ctas, 8) uint64 numpy array."""
+    import cupy
+
+    return cupy.asnumpy(trace_buffer(kernel)[:n_ctas])
 
 
 def relative_records(arr) -> list[list[int]]:
@@ -139,8 +145,7 @@ def main(argv=None) -> int:
         t_r = -(-n // block_q)
         n_ctas = t_r * args.heads
         for rep in range(args.traces):
-            _, buf = read_trace(kernel, 1)
-            buf.fill(cupy.uint64(UNWRITTEN))
+            trace_buffer(kernel).fill(cupy.uint64(UNWRITTEN))
             if flush is not None:
                 flush.zero_()
             torch.cuda.synchronize()
@@ -149,7 +154,7 @@ def main(argv=None) -> int:
                       f"h={args.heads} causal=0 dtype={dname}", flush=True)
             mod.forward(q, k, v, config=cfg)
             torch.cuda.synchronize()
-            arr, _ = read_trace(kernel, n_ctas)
+            arr = read_trace(kernel, n_ctas)
             ctas = relative_records(arr)
             complete = all(c[6] == -(-n // block_k) and c[4] >= c[0] >= 0 for c in ctas)
             bad += not complete

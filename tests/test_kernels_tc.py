@@ -162,7 +162,7 @@ def test_cta_trace_build_records_every_cta_and_changes_nothing(kernel, d):
     import cupy
     import numpy as np
 
-    from bench.cta_trace import UNWRITTEN, read_trace, relative_records
+    from bench.cta_trace import UNWRITTEN, read_trace, relative_records, trace_buffer
     from kernels import fa2_tc, fa2_wgmma, loader
 
     if kernel == "fa2_wgmma" and not fa2_wgmma.supported():
@@ -181,12 +181,11 @@ def test_cta_trace_build_records_every_cta_and_changes_nothing(kernel, d):
     else:
         defs, src, name, _, _, bq, bk, _ = fa2_wgmma._plan(d, True, cfg)
         fn = loader.get_function(src, name, defines=defs, arch=fa2_wgmma.ARCH, device=q.device.index)
-    _, buf = read_trace(fn, 1)
-    buf.fill(cupy.uint64(UNWRITTEN))
+    trace_buffer(fn).fill(cupy.uint64(UNWRITTEN))
     assert all(torch.equal(a, b) for a, b in zip(mod.forward(q, k, v, config=shipped), mod.forward(q, k, v, config=cfg)))
     torch.cuda.synchronize()
     t_r, t_c = -(-2000 // bq), -(-2000 // bk)
-    arr, _ = read_trace(fn, 3 * t_r + 1)
+    arr = read_trace(fn, 3 * t_r + 1)
     assert (arr[-1] == UNWRITTEN).all(), "a word past the grid's CTAs was written"
     recs = np.array(relative_records(arr[:-1]), dtype=np.int64)
     assert (recs[:, 6] == t_c).all() and (recs[:, 0] >= 0).all() and recs[:, 0].min() == 0
