@@ -212,9 +212,9 @@ def _outputs(q, out):
     o, lse = out
     if o.shape != q.shape or o.dtype != q.dtype or not o.is_contiguous() or o.device != q.device:
         raise ValueError(f"out[0] must be a contiguous {q.dtype} tensor of shape {tuple(q.shape)} on {q.device}")
-    if o.data_ptr() % 16:  # the epilogues store O in 16-byte vectors (uint4, TMA, O_DIRECT=2): a fault, not an error
-        raise ValueError(f"out[0] must start on a 16-byte boundary (its data pointer is {o.data_ptr() % 16} bytes "
-                         "past one: a view at an element offset)")
+    from kernels import loader
+
+    loader.check_aligned("out[0]", o)  # the epilogues store O in 16-byte vectors (uint4, TMA, O_DIRECT=2): a fault
     if lse.shape != (b, h, n_q) or lse.dtype != torch.float32 or not lse.is_contiguous() or lse.device != q.device:
         raise ValueError(f"out[1] must be a contiguous float32 tensor of shape {(b, h, n_q)} on {q.device}")
     return o, lse
