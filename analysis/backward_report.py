@@ -4,7 +4,7 @@
     fa-traffic report --pass train --plot fp.png    # forward + backward; footprint against N
 
 Same rows, blocks, SRAM and roofline as the forward report (`analysis.cli`), from
-`analysis.backward_forms`, plus two columns:
+`counting.backward_forms`, plus two columns:
     saved      memory saved for the backward: bytes the forward keeps beyond q, k, v and o
                (naive: P, Nq·Nk·B·H in the input dtype; fa1: ℓ, m; fa2, v_once: lse, Nq·B·H floats)
     recompute  FLOPs the backward spends rebuilding S = τ Q Kᵀ and P = exp(S - L) (0 for naive),
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import sys
 
-from analysis import backward_forms as bf
-from analysis import closed_forms as cf
-from analysis.gpus import get_gpu
-from analysis.headline import min_hbm_bytes
+from counting import backward_forms as bf
+from counting import closed_forms as cf
+from counting.gpus import get_gpu
+from counting.headline import min_hbm_bytes
 from analysis.style import line_style
 
 COLUMNS = ("variant", "N", "d", "Br×Bc", "HBM read", "HBM write", "× min", "SRAM", "saved", "matmul",
@@ -56,7 +56,7 @@ def build_records(args) -> list[dict]:
     configs = cli._configs(args, False)
     missing = sorted({name for name, _ in configs if not bf.has_backward(name)})
     if missing:  # a registered variant without a backward closed form (docs/design.md, how to add a variant)
-        why = f"no backward closed form for {', '.join(missing)} (analysis/backward_forms.py)"
+        why = f"no backward closed form for {', '.join(missing)} (counting/backward_forms.py)"
         if cli._flatten(args.variant):
             raise cli.CliError(f"--pass {args.pass_name}: {why}")
         print(f"fa-traffic: --pass {args.pass_name} leaves out {', '.join(missing)}: {why}", file=sys.stderr)
@@ -150,7 +150,7 @@ def plot_footprint(recs, path) -> None:
     """Memory saved for the backward against N (one line per variant, log-log), with the GPU's HBM;
     beside it the pass's HBM traffic at the report's points."""
     from analysis import plots
-    from analysis.gpus import GPUS
+    from counting.gpus import GPUS
 
     plt = plots.plt
     r0 = recs[0]

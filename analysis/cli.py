@@ -5,7 +5,7 @@
     fa-traffic sweep-sram --plot docs/theorem2.png   # FA1 Theorem 2: traffic against SRAM size M
     fa-traffic gpus                        # the GPU figures and their sources
 
-Counts come from `analysis.closed_forms` (held exactly equal to the instrumented references by the
+Counts come from `counting.closed_forms` (held exactly equal to the instrumented references by the
 tests). The report's blocks default to the ones each variant's real kernel runs, with the GPU model's
 levels (L2 requests, DRAM bytes) beside the papers' count and its bound / TFLOP/s (analysis.report_gpu);
 `--blocks fa1-rule` gives FA1's rule Bc = ⌈M/4d⌉, Br = min(Bc, d) with M = SRAM bytes / 4 (float32
@@ -37,10 +37,10 @@ import re
 import sys
 from fractions import Fraction
 
-from analysis import checks
-from analysis import closed_forms as cf
-from analysis.gpus import GPUS, get_gpu
-from analysis.headline import min_hbm_bytes
+from counting import checks
+from counting import closed_forms as cf
+from counting.gpus import GPUS, get_gpu
+from counting.headline import min_hbm_bytes
 from analysis.roofline import roofline
 
 PROG = "fa-traffic"
@@ -223,7 +223,7 @@ def _configs(args, sweep: bool):
     variants = _flatten(args.variant) or list(cf.VARIANT_NAMES)
     placements, rescales = _flatten(args.placement), _flatten(args.rescale)
     if placements or rescales:
-        from analysis.sram import v_once_valid
+        from counting.sram import v_once_valid
 
         pairs = list(itertools.product(placements or cf.PLACEMENTS, rescales or cf.RESCALES))
         v_once = [pr for pr in pairs if v_once_valid(*pr)]  # cluster is lazy only
@@ -257,7 +257,7 @@ def _min_working_set(name, opts, n_q, n_k, d, dtype) -> int:
     placement = opts.get("placement", "auto")
     placement = "hbm" if placement == "auto" else placement
     if placement == "cluster":  # one CTA of the largest cluster
-        from analysis import cluster
+        from counting import cluster
 
         return cluster.at_size(cluster.CLUSTER_SIZES[-1], n_k, d, block_q=1, block_k=1,
                                itemsize=cf.DTYPES[cf.dtype_name(dtype)]).smem_bytes
@@ -376,7 +376,7 @@ class _Plan:
         # an error only if nothing at all can fit the smallest SRAM asked for
         _check_sram_can_hold_something(configs, self.problems, min(self.srams), args.dtype)
         if not sweep and any(o.get("placement") == "cluster" for _, o in configs):  # asked for: it must exist
-            from analysis.report_cluster import check_cluster_holds
+            from counting.cluster import check_cluster_holds
 
             for n_q, n_k, d in self.problems:
                 for sram in self.srams:
@@ -845,7 +845,7 @@ def cmd_report(args) -> int:
                            "the SRAM (two score tiles; --block-q/--block-k to choose)")
         if args.pass_name == "backward" and (args.placement or args.rescale):  # they change train's forward half
             raise CliError("--placement/--rescale do not apply to --pass backward: v_once's backward is fa2's "
-                           "(analysis/backward_forms.py), the same counts for every placement and rescale; they "
+                           "(counting/backward_forms.py), the same counts for every placement and rescale; they "
                            "apply to --pass forward and train")
 
         _Plan(args, False)  # the forward's checks and limits, before anything is counted

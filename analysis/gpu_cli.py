@@ -1,4 +1,4 @@
-"""`fa-traffic predict` and `fa-traffic validate`: the GPU model (analysis.gpu_model) from the command line.
+"""`fa-traffic predict` and `fa-traffic validate`: the GPU model (gpumodel.gpu_model) from the command line.
 
     fa-traffic predict --kernel fa2_wgmma --batch 4 --heads 16 --seq-len 4k --head-dim 128 --dtype fp16
     fa-traffic predict --kernel sdpa_cudnn --seq-len 2k,8k --head-dim 64 --causal --format json
@@ -9,7 +9,7 @@ predict refuses (one line, exit 2) what the kernel would refuse (its launcher's 
 past the 65535 grid rows, a knob its source cannot build) and rows past the model's own limits, cli.MAX_MODEL_Q_BLOCKS
 Q blocks and gpu_model.MAX_MODEL_CTAS work tiles, Q blocks x B*H (report falls back to the papers' roofline there;
 predict has nothing else to print).
-Imports no torch: the descriptors come from torch-free modules (analysis.descriptors).
+Imports no torch: the descriptors come from torch-free modules (gpumodel.descriptors).
 """
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ PREDICT_KEYS = ("kernel", "build", "batch", "heads", "seq_q", "seq_k", "head_dim
                 "block_q", "block_k", "ctas_per_sm", "time_s", "gpu_time_s", "host_s", "tflops", "l2_bytes",
                 "dram_bytes", "requests_bytes", "dsmem_bytes", "bound", "terms", "track_record")
 # track_record: how the model's time compared with every committed held-out timing of this kernel, head dim and causal
-# flag at N >= 2k (analysis/accuracy.py, bench/results/gpu_model_accuracy.json): cells, the median of model / measured,
+# flag at N >= 2k (gpumodel/accuracy.py, results/gpu_model_accuracy.json): cells, the median of model / measured,
 # p10, p90, the share within validate's band and the band; None where nothing of the kind was timed
 # time_s is the time the project's benchmarks measure (bench/harness.time_fn: do_bench's calls queued back to back, so
 # the host's launch work overlaps the GPU's: the larger of the two, gpu_model.as_timed); gpu_time_s the kernel alone,
-# host_s the launcher's measured host work per call (bench/results/launch_overhead.json). Before stop 23 time_s was
+# host_s the launcher's measured host work per call (results/launch_overhead.json). Before stop 23 time_s was
 # GPU + host, a single synchronous call's time: at N = 512, d = 128 causal it printed 165 us (208 TFLOP/s) for a kernel
-# the benchmark times at 109 us (bench/results/stop23/clock), 99 us of it the model's GPU time (gpu_model.as_benchmarked).
+# the benchmark times at 109 us (results/stop23/clock), 99 us of it the model's GPU time (gpu_model.as_benchmarked).
 
 
 def add_subcommands(sub, common_types: dict) -> None:
@@ -66,10 +66,10 @@ def _flat(seq):
 
 
 def predict_records(args, error) -> list[dict]:
-    from analysis import accuracy
+    from gpumodel import accuracy
     from analysis.cli import MAX_MODEL_Q_BLOCKS
-    from analysis import gpu_model as gm
-    from analysis.descriptors import describe, kernel_names
+    from gpumodel import gpu_model as gm
+    from gpumodel.descriptors import describe, kernel_names
 
     names = kernel_names()
     if args.kernel not in names:
@@ -195,7 +195,7 @@ def track_caption(recs: list[dict]) -> str:
 
 
 def cmd_validate(args, error) -> int:
-    from analysis import validate as val
+    from gpumodel import validate as val
 
     rs = val.rows()
     rank = val.ranking(rs)
@@ -253,9 +253,9 @@ def cmd_validate(args, error) -> int:
                 print(f"  misordered: {w}")
             if not rank["ok"]:
                 print(f"  below target, known gap: {gaps['ranking']['reason']}" if rank_explained
-                      else "  below target, and no reason in bench/results/gpu_model_known_gaps.json")
+                      else "  below target, and no reason in results/gpu_model_known_gaps.json")
             print(f"\n{len(misses)} cells out of band, {len(misses) - len(unexplained)} of them known gaps "
-                  f"(bench/results/gpu_model_known_gaps.json)" + (":" if misses else ""))
+                  f"(results/gpu_model_known_gaps.json)" + (":" if misses else ""))
             if rows:
                 _table(header, rows, args.format, show)
             for reason in dict.fromkeys(r["known_gap"] for r in misses if r["known_gap"]):

@@ -172,7 +172,7 @@ IMPLEMENTED_BY: dict[tuple[str, int], tuple[str, ...]] = {
     ("FA2", 2): ("reference", "teaching", "tensor-core"),
 }
 TEACHING_CUDA = {"naive.cu", "fa1.cu", "fa2.cu", "fa2_bwd.cu", "v_once.cu", "teaching.cuh"}
-SCANNED = ("variants/*.py", "kernels/cuda/*.cu", "kernels/cuda/*.cuh", "analysis/*.py")
+SCANNED = ("variants/*.py", "kernels/cuda/*.cu", "kernels/cuda/*.cuh", "counting/*.py", "analysis/*.py")
 
 TAG = re.compile(r"\b(FA[12]) Alg\. (\d+) (lines?) (\d+)(?:-(\d+))?")
 # other ways of writing a citation, refused so that there is one syntax to search for
@@ -205,7 +205,7 @@ class Cite:
 def tier_of(rel: str) -> str:
     if rel.startswith("variants/"):
         return "reference"
-    if rel.startswith("analysis/"):
+    if rel.startswith(("counting/", "analysis/")):
         return "closed form"
     return "teaching" if Path(rel).name in TEACHING_CUDA else "tensor-core"
 

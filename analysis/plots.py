@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
-from analysis.gpus import GPUS  # noqa: E402
+from counting.gpus import GPUS  # noqa: E402
 
 from analysis.style import variant_styles  # noqa: E402
 

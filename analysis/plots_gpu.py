@@ -10,7 +10,7 @@ def plot_validation(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from analysis.accuracy import family  # validate's label -> the kernel
+    from gpumodel.accuracy import family  # validate's label -> the kernel
 
     times = [r for r in rows if "time" in r["quantity"]]
     kernels = sorted({family(r["kernel"]) for r in times})

@@ -4,14 +4,15 @@ For a shape, the f row of a Br = 64 Q block goes
     sram      one thread block holds it: v_once_tc's own plan (kernels/v_once_tc.py, the kernel the report
               runs for v_once) fits the 227 KB a block may have
     cluster   else the smallest thread-block cluster of CS CTAs whose shared memories hold it
-              (analysis.cluster.plan: the cluster kernel's budget; CS <= 8 portable, 16 non-portable)
+              (counting.cluster.plan: the cluster kernel's budget; CS <= 8 portable, 16 non-portable)
     hbm       else no cluster holds it: the row spills (placement "auto" does this)
 The report prints one caption line of these per shape, and refuses (exit 2, one line) an explicit
 --placement cluster at a shape no cluster holds.
 """
 from __future__ import annotations
 
-from analysis import cluster
+from counting import cluster
+from counting.cluster import check_cluster_holds, most_keys  # noqa: F401  (the report's names)
 
 
 def _one_cta_holds(n_q: int, n_k: int, d: int, causal: bool) -> bool:
@@ -51,23 +52,3 @@ def caption_line(problems, causal: bool = False, itemsize: int = 2) -> str:
             f"(sram = one thread block, cluster = --placement cluster's CTAs (kernel v_once_cluster), hbm = spilled; "
             f"a 16-CTA cluster holds up to {limits}; DSMEM = the cluster's two reductions through distributed "
             f"shared memory, no L2 or DRAM byte)")
-
-
-def most_keys(d: int, cluster_size: int = cluster.CLUSTER_SIZES[-1], *, block_q: int = 64, block_k: int = 64,
-              itemsize: int = 2, capacity: int = cluster.SMEM_PER_CTA) -> int:
-    """analysis.cluster.max_keys by bisection (max_keys steps one key block at a time: slow at Bc = 1)."""
-    lo, hi = 0, capacity // max(1, block_q * itemsize) // block_k + 1  # key blocks per CTA: fits(lo), not hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        fits = cluster.smem_bytes(mid * block_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize) <= capacity
-        lo, hi = (mid, hi) if fits else (lo, mid)
-    return lo * block_k * cluster_size
-
-
-def check_cluster_holds(n_k: int, d: int, block_q: int, block_k: int, itemsize: int, capacity: int) -> None:
-    """ValueError (one line) when no cluster of up to 16 CTAs holds the f row at these blocks."""
-    if cluster.plan(n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize, capacity=capacity) is None:
-        most = most_keys(d, block_q=block_q, block_k=block_k, itemsize=itemsize, capacity=capacity)
-        raise ValueError(f"placement cluster at Nk={n_k}, d={d}: no cluster of up to {cluster.CLUSTER_SIZES[-1]} "
-                         f"CTAs holds the f row of a {block_q}-row Q block in {capacity:,} B per CTA (at most "
-                         f"{most:,} keys); use placement auto or hbm")

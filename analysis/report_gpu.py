@@ -1,5 +1,5 @@
 """`fa-traffic report`'s GPU-model columns (issue 11): each variant at the blocks its real kernel runs,
-with the three memory levels and the bound / time / TFLOP/s of `analysis.gpu_model`.
+with the three memory levels and the bound / time / TFLOP/s of `gpumodel.gpu_model`.
 
     variant  kernel (KERNELS)  why that one
     naive    naive             the teaching tier's three passes (S and P through HBM): the only naive kernel
@@ -8,10 +8,10 @@ with the three memory levels and the bound / time / TFLOP/s of `analysis.gpu_mod
     v_once   v_once_tc         issue #941 on tensor cores (its placement and rescale from the row)
              v_once_cluster    placement "cluster": the f row over a thread-block cluster (issue 18)
 
-Levels (analysis.levels): `requests` is the papers' count (FA1 Theorem 2, FA2 section 3: every byte a
+Levels (gpumodel.levels): `requests` is the papers' count (FA1 Theorem 2, FA2 section 3: every byte a
 thread block asks global memory for, as if there were no cache) at the kernel's Br, Bc; `l2` what the
 SMs send to the L2; `dram` what reaches DRAM after the L2 residency model. The model is fitted to the
-H200 (bench/results/gpu_model_fit.json), so the columns are filled for --gpu h200 only; other GPUs, a
+H200 (results/gpu_model_fit.json), so the columns are filled for --gpu h200 only; other GPUs, a
 kernel that does not take the problem (d > 128 teaching, fp32 on tensor cores, an f row forced on chip
 that does not fit), `--blocks fa1-rule` and explicit --block-q/--block-k fall back to the papers'
 roofline, and the row says why (`gpu_model.why`).
@@ -34,7 +34,7 @@ BLOCK_RULES = ("kernel", "fa1-rule")
 def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtype: str, causal: bool,
                       gpu_key: str):
     """(descriptor, None) of the kernel that runs `variant` here, or (None, why not)."""
-    from analysis.descriptors import describe
+    from gpumodel.descriptors import describe
 
     if gpu_key not in MODELLED_GPUS:
         return None, f"the GPU model is fitted to the {', '.join(g.upper() for g in MODELLED_GPUS)} only"
@@ -68,7 +68,7 @@ def model_record(desc, batch: int, heads: int, n_q: int, n_k: int, d: int, dtype
     """The GPU-model fields of one report row. full_gpu: model the bench's B, H (full_gpu_problem) and
     give the bytes per the row's B·H (the levels' residency is that of the full run); time_s stays the
     modelled problem's (model_batch x model_heads)."""
-    from analysis import gpu_model as gm
+    from gpumodel import gpu_model as gm
 
     mb, mh = full_gpu_problem(n_q, d) if full_gpu else (batch, heads)
     work = gm.prepare(desc, mb, mh, n_q, n_k, d, dtype, causal)

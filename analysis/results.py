@@ -1,4 +1,4 @@
-"""Committed GPU results (bench/results/) for the notebooks: explicit files, one run label per record.
+"""Committed GPU results (results/) for the notebooks: explicit files, one run label per record.
 
 A notebook names the file(s) it reads (`load_records("tc_bench.json")`), never "the newest file", so a
 new result file changes no notebook's numbers until the notebook asks for it. Every record carries
@@ -11,7 +11,7 @@ import csv
 import json
 from pathlib import Path
 
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench" / "results"
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
 FP16 = ("float16", "fp16")
 
 

@@ -12,7 +12,7 @@
     t            = max(t_memory, t_matmul, t_nonmatmul): perfect overlap of the three; `bound` names
                    the ceiling that wins. Real kernels sit above this (no overlap is perfect).
     intensity    = all counted FLOPs / HBM bytes (matmul_intensity: matmul FLOPs only)
-    predicted_tflops = the attention work (4·d per visible (query, key) pair: analysis.headline.
+    predicted_tflops = the attention work (4·d per visible (query, key) pair: counting.headline.
                    attention_flops) / t. It can never exceed the matmul roof (the executed matmul
                    FLOPs cover every visible pair); the papers' 4·Nq·Nk·d/2 could (causal, Nq > Nk).
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from analysis.gpus import GPU
+from counting.gpus import GPU
 
 BOUNDS = ("memory", "matmul", "non-matmul")
 

@@ -8,7 +8,7 @@
 hidden 2048; each checked against the float64 reference on the timed inputs first (harness.measure).
 Also the host time per call on a tiny problem (1, 2, 128, 64), where the launch path is all there is,
 and a checksum of each output on fixed inputs (the same kernels must give the same bits in both trees).
-Writes DIR/ab_speed_<tag>.json; bench/gpu_check_runtime.sh runs it per tree and prints the ratios.
+Writes DIR/ab_speed_<tag>.json; lab/gpu_check_runtime.sh runs it per tree and prints the ratios.
 """
 from __future__ import annotations
 

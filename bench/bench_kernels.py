@@ -15,9 +15,9 @@
    run past --budget-s, is skipped and recorded with the reason.
 3. Write bench_kernels.json (every record), bench_kernels.md (tables, formulas, what was skipped)
    and bench_kernels.png (TFLOP/s and effective GB/s against N) to DIR (default $OUT, else
-   bench/results/).
+   results/).
 
-TFLOP/s = bench.harness.flops / time (the formula is recorded in the JSON). Effective GB/s = analysis.headline.min_hbm_bytes / time:
+TFLOP/s = bench.harness.flops / time (the formula is recorded in the JSON). Effective GB/s = counting.headline.min_hbm_bytes / time:
 each of q, k, v, o moved once, plus the float32 lse: (2·Nq·d + 2·Nk·d)·2 + 4·Nq bytes per (b, h).
 """
 from __future__ import annotations
@@ -188,7 +188,7 @@ def plot(res, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent.parent / "results"))
     ap.add_argument("--kernels", default="", help="registry names and/or sdpa, sdpa_flash, ...")
     ap.add_argument("--quick", action="store_true", help="N in (1024, 4096, 16384) only")
     ap.add_argument("--budget-s", type=float, default=240.0)

@@ -460,7 +460,7 @@ def check_args(ap, args) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=["precompile", "resources", "check", "sweep", "bench", "target"])
-    ap.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    ap.add_argument("--out", default=os.environ.get("OUT", "results"))
     ap.add_argument("--seqs", default=",".join(map(str, SEQS)))
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="precompile: processes")

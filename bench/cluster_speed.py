@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     from kernels import v_once_cluster
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent.parent / "results"))
     ap.add_argument("--n", default="1024,4096,8192,16384")
     ap.add_argument("--d", default="64,128")
     ap.add_argument("--causal", default="0,1")

@@ -15,7 +15,7 @@
 set -u
 . "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
-OUT=${OUT:-bench/results}
+OUT=${OUT:-results}
 mkdir -p "$OUT"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests sanitize launch bench_kernels bench_tc)

@@ -31,7 +31,7 @@ call's host work), median over the rotating sets, no explicit flush; the record'
 which ran, and launch_overhead.py measures the host work on its own. Calls over SLOW_CALL_S are timed a
 few times with events only (do_bench would first run them five times to size its loop).
 
-FLOPs: flops() is the one formula every TFLOP/s here divides by (analysis.headline.attention_flops,
+FLOPs: flops() is the one formula every TFLOP/s here divides by (counting.headline.attention_flops,
 4·d per visible (query, key) pair).
 
 Run id: run_info() gives {"run_id": "<UTC time>-<git describe>-<GPU>", ...}, computed once per
@@ -176,7 +176,7 @@ def sdpa(backend: str, q, k, v, causal: bool):
 
 def flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool) -> float:
     """The FLOPs every TFLOP/s divides by (one formula; see the module docstring)."""
-    from analysis.headline import attention_flops
+    from counting.headline import attention_flops
 
     return float(attention_flops(batch, heads, n_q, n_k, d, causal))
 
@@ -199,7 +199,8 @@ def source_root() -> Path:
 def tree_hash(root: Path) -> str:
     """A short hash of the sources that decide a result (a copy without .git still gets a distinct id)."""
     h = hashlib.sha256()
-    for pattern in ("kernels/*.py", "kernels/cuda/*", "variants/*.py", "analysis/*.py", "bench/*.py"):
+    for pattern in ("kernels/*.py", "kernels/cuda/*", "variants/*.py", "counting/*.py", "gpumodel/*.py", "analysis/*.py",
+                    "bench/*.py"):
         for f in sorted(root.glob(pattern)):
             if f.is_file():
                 h.update(f.name.encode())
@@ -396,7 +397,7 @@ def check_on(entry: Entry, q, k, v, causal: bool) -> dict:
 
 # -------------------------------------------------------------------------------------- the SM clock
 # The H200 runs attention kernels at its board power cap: the SM clock is set by what each kernel draws (1545-1980 MHz
-# over one run; bf16 3-5% faster than fp16 at d = 128 for the same cycle count; bench/results/stop23/clock). So a time is
+# over one run; bf16 3-5% faster than fp16 at d = 128 for the same cycle count; results/stop23/clock). So a time is
 # cycles / clock, and two timings of one kernel on two chips or at two temperatures differ by their clocks. When a
 # script starts the sampler (start_clock), time_fn records the median SM clock and board power nvidia-smi read over
 # each timing's window, so a record can be read in cycles (median_ms x clock_mhz = kilocycles).
@@ -609,8 +610,8 @@ def host_us(fn, calls=1000):
 def measure(entry: Entry, sets, causal: bool, timed: bool = True, **timing) -> dict:
     """Checked on the timed inputs (check_on), then timed (time_fn); an entry that fails is not timed.
     Returns the record: label, tier, shape, rel_err, ok, median_ms, tflops, gbps, run_id. timed=False: the check
-    alone (the caller times it later, e.g. after every entry of a cell is checked: bench/ab_wgmma_speed.py)."""
-    from analysis.headline import min_hbm_bytes
+    alone (the caller times it later, e.g. after every entry of a cell is checked: lab/ab_wgmma_speed.py)."""
+    from counting.headline import min_hbm_bytes
 
     q, k, v = sets[0]
     b, h, n_q, d = q.shape
@@ -657,10 +658,10 @@ def rotate(cell_entries: list, i: int) -> list:
     """The cell's entries in row i of a Williams design (a Latin square balanced for the entry timed just before): over
     n cells (2n for an odd count n) each entry takes every slot of the abba order equally often, and follows every other
     entry equally often. A fixed order (forward()'s default first, its last timing the cell's last) gave two entries of
-    one build 0.980 of each other's time over a run (bench/results/v13more/d96od: default-again's purpose). A cyclic
+    one build 0.980 of each other's time over a run (results/v13more/d96od: default-again's purpose). A cyclic
     rotation (stop 21-22) balanced the slots but not the neighbours: each entry always followed the same one, and an
     added entry (listed after default-again, before SDPA flash) ran 1-2% under the control whatever it timed, even
-    forward()'s own build (bench/results/stop22/bias22: 0.992 against the control's 1.006 with flash in the run, 1.007
+    forward()'s own build (results/stop22/bias22: 0.992 against the control's 1.006 with flash in the run, 1.007
     against 1.010 without it)."""
     n = len(cell_entries)
     if n < 3:

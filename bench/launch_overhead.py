@@ -4,7 +4,7 @@
 
 Why: a CUDA-event-timed call includes the host work of the call (argument checks, output allocation,
 the launch) whenever that is longer than the GPU's work, so at N = 512…2k it is part of every
-benchmark figure (bench/NOTES-tc.md v2). On a tiny problem whose kernel time is negligible this measures:
+benchmark figure (lab/NOTES-tc.md v2). On a tiny problem whose kernel time is negligible this measures:
   host_us    wall time per call of 2000 back-to-back calls without synchronising (the host's cost),
   event_ms   the per-call median of bench.harness.time_events (per-call CUDA events),
 for each entry of bench.harness's table (default: fa2_tc, fa2_wgmma, v_once_tc, teaching fa2, SDPA's
@@ -58,7 +58,7 @@ def loader_pieces(q, k, v) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent.parent / "results"))
     ap.add_argument("--kernels", default="fa2_tc,fa2_wgmma,v_once_tc_auto_lazy,fa2,sdpa_flash,sdpa_cudnn")
     args = ap.parse_args(argv)
     harness.name_list(ap, "--kernels", args.kernels, harness.entry_names(all_options=True), "kernel")

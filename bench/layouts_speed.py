@@ -42,7 +42,7 @@ def time_rounds(checked, fn, time_fn, n_rounds: int = 8, warmup_rounds: int = 1)
     the mean of the rounds' medians in its record (pass_ms keeps each; harness.rounds). A fixed order put every
     strided layout right after the contiguous one (stop 22's layouts22: strided causal 1.00-1.05x); one pass in
     order and one reversed (stop 23's layouts_abba) left cells at 0.90-1.08x, as the SM clock moved 1545-1980 MHz
-    under the board's power cap between and within cells (bench/results/stop23/clock). The first warmup_rounds are
+    under the board's power cap between and within cells (results/stop23/clock). The first warmup_rounds are
     timed and dropped: a cell's first timing follows the checks, with the GPU idle, and ran 2.2% faster at a 2.5%
     higher clock than the rest (clock_probe). n_rounds is rounded up to whole periods of the design over the layouts
     that pass the warm-up (a layout that fails later leaves the others' rounds unbalanced). Returns the count of
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     from kernels import fa2_wgmma
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent.parent / "results"))
     ap.add_argument("--n", default="4096,8192")
     ap.add_argument("--d", default="64,128,96,256")
     ap.add_argument("--causal", default="0,1")

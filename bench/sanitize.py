@@ -7,7 +7,7 @@ One child process per tool runs every kernel configuration on a few small shapes
 causal with rows that see no key, d below and above 64) and prints a marker line before each one
 and synchronises after it, so that each sanitizer report lands in its kernel's section. Writes
 sanitize.json (error counts per tool and per kernel; 0 expected) and one log per tool to DIR
-(default $OUT, else bench/results/). Exit status 1 if any error was reported. --configs adds launcher
+(default $OUT, else results/). Exit status 1 if any error was reported. --configs adds launcher
 builds (forward(config=...)) beside each kernel's option sets; --kernel-shapes keeps the first N of a
 kernel's KERNEL_SHAPES (racecheck is slow).
 """
@@ -184,7 +184,7 @@ def run_tool(cmd: list[str], timeout: float | None) -> tuple[str, int]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent.parent / "results"))
     ap.add_argument("--tools", default="memcheck,racecheck")
     ap.add_argument("--kernels", default="", help="comma-separated registry names (default: all)")
     ap.add_argument("--dtypes", default="float16,float32")

@@ -1,12 +1,12 @@
 """The issue #941 verdict's numbers, read from a tc_bench.json (so the write-up never holds hand-copied cells).
 
-    python bench/verdict_table.py [bench/results/tc_bench.json] [--dtype float16]
-    python bench/verdict_table.py --cluster [bench/results/cluster_bench.json ...] [--dtype float16]
+    python bench/verdict_table.py [results/tc_bench.json] [--dtype float16]
+    python bench/verdict_table.py --cluster [results/cluster_bench.json ...] [--dtype float16]
 
 Prints the markdown table of docs/issue-941-verdict.md (fa2_tc and every v_once_tc mode, TFLOP/s, and
 the best v_once over fa2_tc taken in the same run), then the ranges the text quotes. With --cluster: the
 cluster v_once (issue 18) against fa2_wgmma, the spilled v_once_tc and cuDNN, from bench/cluster_speed.py's
-JSON, and the model's predicted ratio beside each measured one (analysis.gpu_model). Several files: a later
+JSON, and the model's predicted ratio beside each measured one (gpumodel.gpu_model). Several files: a later
 file's cells replace an earlier one's (each cell's ratios stay within one run); default CLUSTER_RUNS. Where the
 default build holds no row (N = 16k), the cluster of 16 (config MAX_CLUSTER=16) stands in.
 """
@@ -40,15 +40,15 @@ def best_ratio(t, dtype, d, causal, n):
     return best / fa2["tflops"], mode
 
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 CLUSTER_RUNS = (RESULTS / "cluster_bench.json", RESULTS / "cluster_bench_16k.json")
 CLUSTER_BUILDS = ("v_once_cluster_cluster", 'v_once_cluster{"MAX_CLUSTER":16}')  # the default, then CS = 16
 
 
 def cluster_table(paths, dtype: str) -> bool:
     """Prints the table; False (nothing printed) where no cell has both the cluster build and fa2_wgmma."""
-    from analysis import gpu_model as gm
-    from analysis.measured import run_options  # the build fa2_wgmma ran in that file
+    from gpumodel import gpu_model as gm
+    from gpumodel.measured import run_options  # the build fa2_wgmma ran in that file
     from analysis.results import latest_run_cells
 
     t = latest_run_cells(paths, lambda r: (r["d"], bool(r["causal"]), r["b"], r["h"], r["n"]),

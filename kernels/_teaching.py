@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from analysis.descriptors import check_grid_rows
+from counting.checks import check_grid_rows
 from kernels import loader
 
 STORAGE = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}

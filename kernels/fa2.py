@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernels import _teaching, loader, sm90
+from counting import sm90
+from kernels import _teaching, loader
 
 SOURCE = "fa2.cu"
 KERNEL = "fa2_forward"
@@ -61,7 +62,7 @@ def prefetch(dtype: torch.dtype, d: int, block_q: int | None = None, block_k: in
 def bwd_defines(dtype: torch.dtype, d: int, block_q: int | None = None, block_k: int | None = None, *,
                 use_prefetch: bool | None = None) -> dict:
     """The backward's compile-time knobs beyond STORAGE, BR, BC (fa2_bwd.cu's header); use_prefetch=False
-    builds v2 where v3 would prefetch (bench/teach_bwd_ab.py's A/B)."""
+    builds v2 where v3 would prefetch (lab/teach_bwd_ab.py's A/B)."""
     on = prefetch(dtype, d, block_q, block_k)
     return {"D_PAD": _teaching.d_padded(d), "FA2_PREFETCH": int(on if use_prefetch is None else on and use_prefetch)}
 
@@ -132,7 +133,7 @@ def _check_saved(q, o, lse, do):
 def backward_blocks(d: int, dtype: torch.dtype | None = None, aligned: bool = True) -> tuple[int, int]:
     """fa2_bwd.cu v5: the default (Br, Bc) of the backward. 64 x 64 at d <= 64 (two blocks per SM). At
     d_pad = 128, 64 x 64 with the v3 staging where it applies (`can_stage`, 16-byte aligned q and do), else
-    32 x 32. Measured on the H200 (fp16, d = 128, N = 4k/8k, bench/results/teach_bwd_s12/): 64 x 64 staged
+    32 x 32. Measured on the H200 (fp16, d = 128, N = 4k/8k, results/teach_bwd_s12/): 64 x 64 staged
     29.2-30.4 TFLOP/s, 32 x 32 staged (v4's default) 21.6-22.0, 64 x 64 unstaged (v2) 20.1-21.4: at one block
     per SM the staging hides what v4's second block per SM was meant to hide, with twice v4's reuse per shared
     read and half its dQ atomics. Without the staging 32 x 32 stays ahead of 64 x 64 (21.0-21.3 against
@@ -152,7 +153,7 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, blo
     """
     if use_prefetch is not None:  # a bool: 0 was taken as "not False" for the blocks and as off for the build (64 x 64
         # without the staging, the slow pair), "yes" failed in int()
-        from analysis.checks import flag
+        from counting.checks import flag
 
         use_prefetch = flag("use_prefetch", use_prefetch)
     aligned = all(isinstance(t, torch.Tensor) and t.data_ptr() % 16 == 0 for t in (q, do))  # cp.async: 16 B

@@ -7,16 +7,16 @@ d in {64, 128}. o has q's dtype; lse is float32 (B, H, Nq). Causal is bottom-rig
 iff j <= i + Nk - Nq); a row that sees no key gives o = 0 and lse = -inf. Key blocks hidden by the mask
 are skipped, not computed.
 
-Block shapes are tuned per head dim (CONFIGS; the measurements behind them are in bench/NOTES-tc.md).
+Block shapes are tuned per head dim (CONFIGS; the measurements behind them are in lab/NOTES-tc.md).
 `config=` overrides them (a dict of the .cu file's defines) for experiments and the tuning sweep.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.checks import checked_once  # torch-free: the launch path's config cache
-from analysis.descriptors import check_grid_rows
-from kernels import sm90
+from counting.checks import checked_once  # torch-free: the launch path's config cache
+from counting.checks import check_grid_rows
+from counting import sm90
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_tc.cu"
 KERNEL = "fa2_tc_fwd"
@@ -32,12 +32,12 @@ CONFIGS = {
 
 # At 255 registers (the cap that 2 CTAs x 128 threads/SM imposes) ptxas spills a little: measured with
 # NVRTC 13.0 for sm_90, d=64: 104 B stores / 52 B loads / 56 B stack; d=128: 64 / 48 / 16 (per thread).
-# The spill-free candidates (d=64 Bc=96/80, d=128 Bc=32) measured 3-14% slower (bench/NOTES-tc.md v2);
+# The spill-free candidates (d=64 Bc=96/80, d=128 Bc=32) measured 3-14% slower (lab/NOTES-tc.md v2);
 # the compile test holds the kernel to this budget so a change that spills more fails in CI.
 MAX_SPILL_BYTES = 128
 
 # Candidates the tuning sweep (bench/bench_tc.py sweep) times; CONFIGS holds the winners. Earlier
-# candidates measured and dropped (bench/NOTES-tc.md): 8 warps x 16 rows, Br = 64.
+# candidates measured and dropped (lab/NOTES-tc.md): 8 warps x 16 rows, Br = 64.
 SWEEP = {
     64: [
         dict(BLOCK_M=128, BLOCK_N=128, NWARPS=4, Q_IN_REGS=0, MIN_BLOCKS=2),
@@ -57,7 +57,7 @@ SWEEP = {
 }
 
 
-# the .cu's compile-time knobs (a config's keys); CTA_TRACE records when each CTA ran (bench/cta_trace.py)
+# the .cu's compile-time knobs (a config's keys); CTA_TRACE records when each CTA ran (lab/cta_trace.py)
 KNOBS = {"BLOCK_M", "BLOCK_N", "NWARPS", "Q_IN_REGS", "MIN_BLOCKS", "CTA_TRACE"}
 REQUIRED = ("BLOCK_M", "BLOCK_N", "NWARPS")  # what the launch reads; Q_IN_REGS and MIN_BLOCKS default to the .cu's 0, 1
 
@@ -95,7 +95,7 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
 def _checked_defines(d: int, is_bf16: bool, config: dict) -> dict:
     # a config= is checked: unknown knobs, non-integers, missing tiles and what the header refuses were KeyErrors,
     # compile errors or, for a misspelt knob, the default build timed under another name
-    from analysis import checks
+    from counting import checks
 
     cfg = checks.knob_config("fa2_tc", config, KNOBS, REQUIRED, CONFIGS[d])
     cfg.setdefault("Q_IN_REGS", 0)
@@ -136,17 +136,9 @@ def sweep_configs() -> list[tuple[str, str, dict]]:
     return out
 
 
-# the SM's limits (kernels/sm90.py), under the names fa2_wgmma and the tests use
+# the SM's limits (counting/sm90.py), under the names fa2_wgmma and the tests use
 SMEM_PER_SM, SMEM_PER_BLOCK, ctas_by_smem = sm90.SMEM_PER_SM, sm90.SMEM_PER_BLOCK, sm90.ctas_by_smem
-
-
-def occupancy_for(warps: int, smem: int, registers: int, smem_per_sm: int = SMEM_PER_SM,
-                  regs_per_sm: int = 65536, max_warps: int = 64) -> dict:
-    """CTAs and warps per SM that registers, shared memory and warp slots allow (H100/H200 limits), for a
-    CTA of `warps` warps using `smem` bytes of dynamic shared memory (fa2_wgmma's builds use it too)."""
-    ctas = min(sm90.ctas_by_registers(registers, warps, regs_per_sm), ctas_by_smem(smem, smem_per_sm), max_warps // warps)
-    return dict(ctas_per_sm=ctas, warps_per_sm=ctas * warps, threads_per_cta=32 * warps, smem_per_cta=smem,
-                occupancy=ctas * warps / max_warps)
+occupancy_for = sm90.occupancy_for
 
 
 def occupancy(defines: dict, registers: int, **limits) -> dict:
@@ -229,7 +221,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     _check(q, k, v)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    from analysis import checks
+    from counting import checks
     from kernels import layouts
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
@@ -243,21 +235,17 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     return o, lse
 
 
-# -- what the GPU model needs (analysis.descriptors; torch-free) ------------------------------------------
+# -- what the GPU model needs (gpumodel.descriptors; torch-free) ------------------------------------------
 def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict | None = None, **_) -> dict:
     """This build's descriptor: mma.sync with S/P in registers, Q and K/V staged in smem by cp.async;
     every warp re-reads its Q fragments (unless Q_IN_REGS) and all of K_j, V_j through ldmatrix."""
-    from analysis.descriptors import ctas_per_sm, overhead, registers_of
-
     defs = defines_for(d, dtype == "bf16", config)
     br, bc, warps = defs["BLOCK_M"], defs["BLOCK_N"], defs["NWARPS"]
     rows = br // warps
     smem_tile = warps * (rows * d * 2 * (1 - defs["Q_IN_REGS"]) + 2 * bc * d * 2)
-    t, src = overhead("fa2_tc")
     return dict(kernel="fa2_tc", build=f"Br={br} Bc={bc} {warps} warps", variant="fa2", path="mma_sync",
                 structure="fa2", block_q=br, block_k=bc, warps=warps,
-                ctas_per_sm=ctas_per_sm(warps, smem_bytes(defs), registers_of("fa2_tc", defs),
-                                        defs["MIN_BLOCKS"]),
+                occupancy_from=dict(defines=defs, min_blocks=defs["MIN_BLOCKS"]),
                 loads="cp.async", s_p="registers", grid="q_blocks", smem_bytes_per_tile=smem_tile,
-                smem_bytes=smem_bytes(defs), launch_overhead_s=t, overhead_source=src, source="kernels/fa2_tc.py CONFIGS",
+                smem_bytes=smem_bytes(defs), launch_overhead_of="fa2_tc", source="kernels/fa2_tc.py CONFIGS",
                 options={k: v for k, v in defs.items() if k not in ("HEAD_DIM", "IS_BF16")})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.descriptors import check_grid_rows
+from counting.checks import check_grid_rows
 from kernels import fa2_tc
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma_bwd.cu"
@@ -31,11 +31,11 @@ CONFIGS = {  # v1 sweep winners
     64: dict(NWG=2, BR=128, DQ_BULK=1),
     128: dict(NWG=2, BR=64, STAGES=3, DQ_BULK=1),
 }
-# v1 sweep (bench/results/bwd_wgmma_v1.json, fp16, N = 2k/4k/16k): d=64 NWG=2 Br=128 DQ_BULK=1 297-353
+# v1 sweep (results/bwd_wgmma_v1.json, fp16, N = 2k/4k/16k): d=64 NWG=2 Br=128 DQ_BULK=1 297-353
 # TFLOP/s non-causal (NWG=1 Br=64 x2 CTAs/SM: 257-301), d=128 NWG=2 Br=64 STAGES=3 DQ_BULK=1 358-420
 # (STAGES=2: 333-404, red.v2 atomics: 326-384). SDPA flash 225-300, cuDNN 376-523. Dropped before timing:
 # d=64 Br=128 STAGES=3 (spills 104 B), NWG=2 Br=64 at d=64 (a 32-column dQ slice is half a swizzle panel).
-# v2 sweep (bench/results/bwd_wgmma_v2.json): ROTATE (each key block starts at its own Q block) 0-4% slower,
+# v2 sweep (results/bwd_wgmma_v2.json): ROTATE (each key block starts at its own Q block) 0-4% slower,
 # DQ_V4 (red.v4) 3-15% slower than DQ_BULK: the defaults stay.
 SWEEP = {
     64: [dict(NWG=2, BR=128, DQ_BULK=1), dict(NWG=2, BR=128, DQ_BULK=1, ROTATE=1), dict(NWG=2, BR=128, DQ_V4=1),
@@ -75,7 +75,7 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
         raise ValueError(f"fa2_wgmma backward supports head dims {HEAD_DIMS}, got d={d}")
     if config is None:
         return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **CONFIGS[d]))
-    from analysis import checks
+    from counting import checks
 
     # a dict of known integer knobs with NWG and BR (a typo must not time the default build under another name; a
     # string was a 'dictionary update sequence' error, 64.0 or True a define), then what the .cu file builds
@@ -206,7 +206,7 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
     loader.require_hopper(q.device, "the fa2_wgmma backward needs a compute capability 9.x GPU (wgmma, sm_90a)")
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    from analysis import checks
+    from counting import checks
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # as the forward checks them
     defs = defines_for(d, q.dtype == torch.bfloat16, config)

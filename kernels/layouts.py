@@ -56,7 +56,7 @@ def layout_rules(q, k, v, head_dims) -> None:
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    from analysis.checks import check_shapes
+    from counting.checks import check_shapes
 
     _, _, _, _, d = check_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), gqa=True)  # the shared wording
     if d not in head_dims:

@@ -76,7 +76,7 @@ class ToolchainMissing(RuntimeError):
 
 class SerializedWgmmaWarning(RuntimeWarning):
     """ptxas compiled a kernel's wgmma products to run one at a time (its C7510-C7518 'Potential Performance Loss').
-    The kernel computes the right result; only its speed shows it (bench/NOTES-tc.md v7). The test suite makes this
+    The kernel computes the right result; only its speed shows it (lab/NOTES-tc.md v7). The test suite makes this
     warning an error (pyproject.toml), so a build that tests compile cannot be serialised unnoticed."""
 
 
@@ -304,7 +304,7 @@ def parse_ptxas_log(log: str) -> dict[str, dict]:
     wgmma_serialized: ptxas' reason when it serialised the kernel's wgmma pipeline (its "Potential Performance Loss:
     wgmma.mma_async instructions are serialized due to ..." lines, C7510-C7518, printed before the section; the first
     one for a kernel), else ''. Such a kernel issues every product alone and is correct: no error, spill or test shows
-    it, only a timing (bench/NOTES-tc.md v7)."""
+    it, only a timing (lab/NOTES-tc.md v7)."""
     out, current, serialized = {}, None, {}
     for line in log.splitlines():
         if m := _PTXAS_SERIAL.search(line):
@@ -504,10 +504,10 @@ def check_aligned(name: str, t, align: int = 16) -> None:
 
 
 def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims=None, aligned=False) -> None:
-    """Reject what a kernel cannot take, naming the problem: analysis.checks (the references' and
+    """Reject what a kernel cannot take, naming the problem: counting.checks (the references' and
     closed forms' rules and messages) plus what only a kernel needs (CUDA, head dims, contiguity, and with aligned
     16-byte aligned data: the tensor-core kernels' cp.async loads)."""
-    from analysis.checks import check_tensors
+    from counting.checks import check_tensors
 
     *_, d = check_tensors(q, k, v, dtypes=supported_dtypes, cuda=True)
     if max_head_dim is not None and d > max_head_dim:

@@ -1,4 +1,4 @@
-"""The teaching launchers' descriptors for the GPU model (analysis.descriptors), kept torch-free.
+"""The teaching launchers' descriptors for the GPU model (gpumodel.descriptors), kept torch-free.
 
 The launcher modules (kernels/naive.py, fa1.py, fa2.py, v_once.py) import torch at top level, so the
 model reads their configuration from here; the shared-memory formulas are theirs (tests hold them
@@ -7,12 +7,12 @@ micro-tiles: 16 x 16 threads, thread (ty, tx) owns rows ty + 16a and columns tx 
 of a product each warp issues RA + CB scalar shared loads (LDS) and RA·CB FFMA (RA = Br/16, CB = Bc/16
 for S = Q Kᵀ over kk < d; CB = d_pad/16 for O += P V over kk < Bc). The softmax uses accurate expf.
 
-Registers per thread (NVRTC 13.0, sm_90; bench/results/kernels_notes.md "Resources"): naive 40/32/64,
+Registers per thread (NVRTC 13.0, sm_90; results/kernels_notes.md "Resources"): naive 40/32/64,
 fa1 168 (__launch_bounds__(256, 1)), fa2 126-128 (__launch_bounds__(256, 2)), v_once 96-119 (256, 2).
 """
 from __future__ import annotations
 
-from kernels import sm90
+from counting import sm90
 
 NTHREADS = 256
 WARPS = NTHREADS // 32
@@ -63,8 +63,6 @@ def micro_tile(d: int, block_q: int, block_k: int) -> tuple[float, float]:
 def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 4096,
              n_k: int | None = None, block_q: int = 64, block_k: int = 64, placement: str = "auto",
              rescale: str = "eager", **_) -> dict:
-    from analysis.descriptors import overhead
-
     if d > 128:
         raise ValueError(f"the teaching kernels take head dims up to 128, got d={d}")
     n_k = n_q if n_k is None else n_k
@@ -84,7 +82,6 @@ def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_
     by_regs = 65536 // (((regs * 32 + 255) // 256) * 256 * WARPS)
     ctas = max(1, min(BLOCKS_BOUND[name], by_regs, sm90.ctas_by_smem(smem), 64 // WARPS))
     lds, ffma = micro_tile(d, block_q, block_k)
-    t, src = overhead("fa2")  # the teaching launchers share one CuPy driver path
     # v_once.cu with f spilled: phase 2 loads f_ij then waits at the barrier (one round trip per tile);
     # eager's rescale loop (k < j) reads-scales-writes each earlier block for one row slot a at a time
     spilled = name == "v_once" and f == "hbm"
@@ -97,6 +94,7 @@ def describe(name: str, d: int, dtype: str = "fp16", causal: bool = False, *, n_
                 lds_per_tile=lds, ffma_per_tile=ffma, exp_alu=EXPF_ALU, f=f,
                 round_trips_per_tile=rt_tile, rescale_round_trips=rt_rescale,
                 rescale=rescale if name == "v_once" else None, launches=3 if name == "naive" else 1,
-                launch_overhead_s=t, overhead_source=src, source=f"kernels/{name}.py, kernels/cuda/teaching.cuh",
+                launch_overhead_of="fa2",  # the teaching launchers share one CuPy driver path
+                source=f"kernels/{name}.py, kernels/cuda/teaching.cuh",
                 options=dict(block_q=block_q, block_k=block_k,
                              **(dict(placement=placement, rescale=rescale) if name == "v_once" else {})))

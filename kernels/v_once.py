@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from analysis.memory import SramOverflow
-from analysis.tiling import cdiv
+from counting.memory import SramOverflow
+from counting.tiling import cdiv
 from kernels import _teaching, loader
 from variants.v_once import RESCALES
 

@@ -7,7 +7,7 @@ of the f row (Br x its keys, 16-bit) in its own shared memory, the row maxima an
 cluster through distributed shared memory, every f block is scaled once by the final max as it becomes the A
 operand of the one P V product (the reference's rescale="lazy"), and the partial O's are summed across the
 cluster. wgmma + TMA, as kernels.fa2_wgmma. CS is the smallest cluster whose CTAs hold the row:
-analysis.cluster.plan() (cluster_plan() here, at this kernel's tiles).
+counting.cluster.plan() (cluster_plan() here, at this kernel's tiles).
 
 Inputs as kernels.fa2_wgmma (TMA tensor maps): q (B, H, Nq, d), k and v (B, H_kv, Nk, d) views with any strides
 and a unit last one, H_kv dividing H; fp16/bf16; d = 64 or 128; bottom-right causal; Nq != Nk. o (B, H, Nq, d)
@@ -33,8 +33,8 @@ from __future__ import annotations
 import numbers
 from pathlib import Path
 
-from analysis import cluster as _cluster
-from analysis.descriptors import check_grid_rows
+from counting import cluster as _cluster
+from counting.checks import check_grid_rows
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "v_once_cluster.cu"
 KERNEL = "v_once_cluster_fwd"
@@ -72,7 +72,7 @@ def build_config(config: dict | None = None) -> dict:
         raise TypeError(f"v_once_cluster: config must be a dict of knobs (e.g. {{'NWG': 2}}) or None, "
                         f"got {type(config).__name__}")
     for key, value in (config or {}).items():
-        # integers only (never bools, as analysis.checks has them): True passed as NWG=1, 64.0 as BLOCK_N=64
+        # integers only (never bools, as counting.checks has them): True passed as NWG=1, 64.0 as BLOCK_N=64
         if (key not in TUNABLE or isinstance(value, bool) or not isinstance(value, numbers.Integral)
                 or value not in TUNABLE[key]):
             raise ValueError(f"v_once_cluster config {key}={value!r}: it takes "
@@ -141,7 +141,7 @@ def threads(config: dict | None = None) -> int:
 
 
 def cluster_plan(n_k: int, d: int, *, itemsize: int = 2, max_cluster: int | None = None, config: dict | None = None):
-    """analysis.cluster.plan() at this kernel's tiles: the smallest cluster whose CTAs hold the f row of one
+    """counting.cluster.plan() at this kernel's tiles: the smallest cluster whose CTAs hold the f row of one
     Q block over n_k keys (None: no cluster up to max_cluster, default the config's MAX_CLUSTER, does)."""
     cfg = build_config(config)
     return _cluster.plan(n_k, d, block_q=cfg["BLOCK_M"], block_k=cfg["BLOCK_N"], stages=cfg["STAGES"],
@@ -158,7 +158,7 @@ def max_keys(d: int, cluster_size: int | None = None, config: dict | None = None
 def smem_bytes(d: int, tc_alloc: int, config: dict | None = None, stages: int | None = None) -> int:
     """The .cu's layout: 1 KB alignment slack, Q, the ring (stages slots; default the config's STAGES), 128 B of
     mbarriers, the 6 x 64 float32 reduction arrays, tc_alloc block maxima (64 float32 each) and tc_alloc f
-    blocks (64 x Bc, 16-bit). At the config's STAGES, analysis.cluster.smem_bytes (tests check it)."""
+    blocks (64 x Bc, 16-bit). At the config's STAGES, counting.cluster.smem_bytes (tests check it)."""
     cfg = build_config(config)
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     st = cfg["STAGES"] if stages is None else stages
@@ -245,7 +245,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     """The cluster "multiply V once" forward; returns (o, lse). out=(o, lse) writes into given tensors."""
     import torch
 
-    from analysis import checks
+    from counting import checks
     from kernels import fa2_tc, layouts, loader
 
     b, h, h_kv, n_q, n_k, d = layouts.check_strided_gqa(q, k, v, head_dims=HEAD_DIMS)
@@ -294,5 +294,5 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     return o, lse
 
 
-# What the GPU model needs (tiles, cluster size, shared memory, terms) is analysis/cluster_model.py's
-# descriptor, built from the same analysis.cluster.plan as cluster_plan() here.
+# What the GPU model needs (tiles, cluster size, shared memory, terms) is gpumodel/cluster_model.py's
+# descriptor, built from the same counting.cluster.plan as cluster_plan() here.

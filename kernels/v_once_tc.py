@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.checks import checked_once  # torch-free: the launch path's config cache
-from kernels import sm90
+from counting.checks import checked_once  # torch-free: the launch path's config cache
+from counting import sm90
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "v_once_tc.cu"
 KERNEL = "v_once_tc_fwd"
@@ -28,7 +28,7 @@ RESCALES = ("eager", "lazy")
 OPTIONS = {"placement": PLACEMENTS, "rescale": ("lazy", "eager")}  # as kernels.v_once's; first = forward's default
 BENCH_OPTIONS = tuple(dict(placement=p, rescale=r) for p in ("sram", "hbm") for r in ("lazy", "eager"))
 CONFIG = dict(BLOCK_M=64, BLOCK_N=64, NWARPS=4)  # BLOCK_M = Br, BLOCK_N = Bc (names: docs/design.md)
-SMEM_LIMIT_H100 = sm90.SMEM_PER_BLOCK  # opt-in per-block limit of an H100/H200 (kernels/sm90.py)
+SMEM_LIMIT_H100 = sm90.SMEM_PER_BLOCK  # opt-in per-block limit of an H100/H200 (counting/sm90.py)
 
 
 def _cdiv(a, b):
@@ -50,7 +50,7 @@ def build_config(config: dict | None, d: int) -> dict:
 
 
 def _checked_config(config, d: int) -> dict:
-    from analysis import checks
+    from counting import checks
     from kernels import fa2_tc
 
     cfg = checks.knob_config("v_once_tc", config, KNOBS, ("BLOCK_M", "BLOCK_N", "NWARPS"), CONFIG)
@@ -141,7 +141,7 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     fa2_tc._check(q, k, v)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    from analysis import checks
+    from counting import checks
 
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
     q, scale = layouts.positive_scale(q, scale)  # the kernel masks S before scaling it
@@ -161,27 +161,24 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     return o, lse
 
 
-# -- what the GPU model needs (analysis.descriptors; torch-free) ------------------------------------------
+# -- what the GPU model needs (gpumodel.descriptors; torch-free) ------------------------------------------
 def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 4096, n_k: int | None = None,
              placement: str = "auto", rescale: str = "lazy", config: dict | None = None, **_) -> dict:
     """This build's descriptor: mma.sync, 4 warps of 16 rows; the f row (input dtype) is written to smem
     or to a global scratch and read back for the one (f/l) V product; plan() says which and the smem."""
-    from analysis.descriptors import ctas_per_sm, overhead, registers_of
-
     n_k = n_q if n_k is None else n_k
     p = plan(n_q, n_k, d, causal=causal, placement=placement, rescale=rescale, config=config)
     defs = defines_for(d, dtype == "bf16", p["placement"], rescale, config)
     br, bc, warps = defs["BLOCK_M"], defs["BLOCK_N"], defs["NWARPS"]
     # per tile: Q fragments + K_j per warp (S), V_j per warp (the product), f written and read back
     smem_tile = warps * (br // warps * d * 2 + 2 * bc * d * 2) + 2 * br * bc * 2
-    t, src = overhead("fa2_tc")
     return dict(kernel="v_once_tc", build=f"Br={br} Bc={bc} f in {p['placement']}, {rescale}", variant="v_once",
                 path="mma_sync", structure="fa2", block_q=br, block_k=bc, warps=warps,
-                ctas_per_sm=ctas_per_sm(warps, p["smem"], registers_of("v_once_tc", defs), defs["MIN_BLOCKS"]),
+                occupancy_from=dict(defines=defs, min_blocks=defs["MIN_BLOCKS"]),
                 loads="cp.async", s_p="registers", grid="q_blocks", smem_bytes_per_tile=smem_tile,
-                f=p["placement"], rescale=rescale, smem_bytes=p["smem"], launch_overhead_s=t,
+                f=p["placement"], rescale=rescale, smem_bytes=p["smem"], launch_overhead_of="fa2_tc",
                 # eager, spilled: no latency term (rescale_round_trips 0): each thread has KN 16-byte
                 # fragments of an earlier block in flight at once (teaching: one 2-byte element per load),
-                # so the rescale runs at the L2/DRAM rate the levels give (bench/results/tc_bench.json) overhead_source=src,
+                # so the rescale runs at the L2/DRAM rate the levels give (results/tc_bench.json)
                 source="kernels/v_once_tc.py CONFIG and plan()",
                 options=dict(placement=placement, rescale=rescale))

@@ -22,8 +22,8 @@
 # to arithmetic. This notebook shows it with the workbench's numbers:
 #
 # 1. Standard ("naive") attention, and exactly what it writes to HBM.
-# 2. The memory hierarchy of an H200 (`analysis.gpus`).
-# 3. The HBM traffic and roofline of naive attention (`analysis.closed_forms`, `analysis.roofline`).
+# 2. The memory hierarchy of an H200 (`counting.gpus`).
+# 3. The HBM traffic and roofline of naive attention (`counting.closed_forms`, `analysis.roofline`).
 # 4. Where the time goes: the bytes of $S$ and $P$ against those of $Q, K, V, O$.
 #
 # Reading order: this notebook, then 2 (online softmax), 3 (FlashAttention-1), 4 (FlashAttention-2),
@@ -78,7 +78,7 @@ for line in inspect.getsource(variants.naive.forward).splitlines():
 # `Memory` to count, and check the answer against the float64 oracle:
 
 # %%
-from analysis.memory import Memory
+from counting.memory import Memory
 
 N, D = 64, 16
 q, k, v = (torch.randn(1, 1, N, D).half() for _ in range(3))
@@ -98,13 +98,13 @@ print(f"S and P: {sp:,} of {c.hbm_bytes:,} bytes ({sp / c.hbm_bytes:.0%}) - and 
 # %% [markdown]
 # ## 2 · The memory hierarchy of an H200
 #
-# The figures below come from `analysis.gpus` (each with its source). The on-chip SRAM (shared memory)
+# The figures below come from `counting.gpus` (each with its source). The on-chip SRAM (shared memory)
 # is fast but tiny — 227 KiB per thread block — while HBM is huge but, per byte, far slower than the
 # arithmetic units are per FLOP. (The FlashAttention paper quotes ~19 TB/s for an A100's SRAM against
 # 1.5–2 TB/s for its HBM.)
 
 # %%
-from analysis.gpus import get_gpu
+from counting.gpus import get_gpu
 
 h200 = get_gpu("h200")
 sms = int(h200.sms.value)
@@ -138,9 +138,9 @@ print(f"ridge point: {ridge:.0f} FLOP per byte of HBM traffic - below it, an alg
 levels = ["SRAM (all SMs)", "L2 cache", "HBM"]
 capacity = [h200.smem_per_sm_bytes.value * sms, h200.measured["l2_bytes"].value, h200.hbm_bytes.value]
 # bandwidth, one bar per level: HBM measured here (datasheet hatched); the L2 has no datasheet figure, so the
-# most a profiled kernel moved through it (analysis.gpu_model.L2_BANDWIDTH, a lower bound); shared memory from
+# most a profiled kernel moved through it (gpumodel.gpu_model.L2_BANDWIDTH, a lower bound); shared memory from
 # the CUDA guide's 128 bytes per clock per SM at the boost clock
-from analysis import gpu_model
+from gpumodel import gpu_model
 
 fig, (ax_c, ax_b) = plt.subplots(1, 2, figsize=(10, 2.8), sharey=True)
 colours = ["tab:green", "tab:orange", "tab:red"]
@@ -172,14 +172,14 @@ plt.show()
 # %% [markdown]
 # ## 3 · HBM traffic and roofline of naive attention
 #
-# The closed forms (`analysis.closed_forms.counts`) restate the Memory model's counts exactly without
+# The closed forms (`counting.closed_forms.counts`) restate the Memory model's counts exactly without
 # running anything, so real sizes are instant. Blocks come from FlashAttention's rule for an H200's
 # SRAM (`closed_forms.fa1_blocks`); FlashAttention-2 (`fa2`, notebook 4) is shown for contrast.
 # `analysis.roofline` turns each count into three times — HBM bytes / bandwidth, matmul FLOPs /
 # tensor rate, non-matmul work / SFU and FP32 rates — and the largest one bounds the kernel.
 
 # %%
-from analysis import closed_forms
+from counting import closed_forms
 from analysis.roofline import roofline
 
 d, dtype, heads = 64, "fp16", 32  # hidden size 2048
@@ -192,7 +192,7 @@ for name in ("naive", "fa2"):
                                 sram_bytes=h200.sram_bytes)  # batch x N = 16k tokens
         res[(name, n)] = (c, roofline(c, h200))
 
-from analysis.headline import min_hbm_bytes
+from counting.headline import min_hbm_bytes
 
 # intensity twice: by the papers' count (every request goes to HBM) and with each input read once and
 # each output written once (what a cache that holds K and V would leave: the most DRAM can be spared)
@@ -347,7 +347,7 @@ show_table(["variant (fp16 inputs)", "lse row 0", "o row 0", "max |o - o_ref|", 
 
 # %%
 # Checks for the exercises: call one with your answer; it says whether it is right.
-from analysis.gpus import get_gpu as _get_gpu
+from counting.gpus import get_gpu as _get_gpu
 
 
 def check_l2_fill(n):

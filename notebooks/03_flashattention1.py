@@ -23,7 +23,7 @@
 #
 # 1. Algorithm 1, and which tensor the code keeps where.
 # 2. A tiny example: which tiles are visited in which order, and the running $O$ in HBM.
-# 3. Its HBM traffic, counted with `analysis.memory.Memory`, per tensor.
+# 3. Its HBM traffic, counted with `counting.memory.Memory`, per tensor.
 # 4. Theorem 2: traffic against SRAM size, counted, on a log-log plot.
 
 # %%
@@ -86,7 +86,7 @@ for line in inspect.getsource(variants.fa1.forward).splitlines():
 # program order (the counts stay the package's own).
 
 # %%
-from analysis.memory import Memory
+from counting.memory import Memory
 
 
 class Recorder(Memory):
@@ -208,12 +208,12 @@ plt.show()
 # %% [markdown]
 # ## 3 · HBM traffic, counted
 #
-# The `Memory` counts of the run, per tensor, beside the closed forms of `analysis.closed_forms`
+# The `Memory` counts of the run, per tensor, beside the closed forms of `counting.closed_forms`
 # (the same numbers derived without running anything) and the formula in words. $Q$ and $O$ are read
 # $T_c$ times — once per outer step — and $O$, $\ell$, $m$ are written $T_c$ times.
 
 # %%
-from analysis import closed_forms
+from counting import closed_forms
 
 counted = runs[False].counts
 closed = closed_forms.counts("fa1", 1, 1, N, N, D, dtype="fp32", block_q=BR, block_k=BC)
@@ -235,12 +235,12 @@ print(f"total: {counted.hbm_bytes:,} bytes in fp32; the inputs and output alone 
 # %% [markdown]
 # At real sizes: FlashAttention-1 against standard attention (`naive`: $S$ and $P$ written to HBM and
 # read back) and against the minimum (each input read once, each output written once,
-# `analysis.headline.min_hbm_bytes`), from the closed forms, with the blocks Algorithm 1's line 1
-# derives from an H200's SRAM (`analysis.gpus`, `closed_forms.fa1_blocks`).
+# `counting.headline.min_hbm_bytes`), from the closed forms, with the blocks Algorithm 1's line 1
+# derives from an H200's SRAM (`counting.gpus`, `closed_forms.fa1_blocks`).
 
 # %%
-from analysis.gpus import get_gpu
-from analysis.headline import min_hbm_bytes
+from counting.gpus import get_gpu
+from counting.headline import min_hbm_bytes
 
 h200 = get_gpu("h200")
 d, dtype = 64, "fp16"
@@ -347,7 +347,7 @@ plt.show()
 # %%
 # Checks for the exercises: call one with your answer; it says whether it is right.
 def check_divisions(count):
-    from analysis.tiling import Tiling as _Tiling
+    from counting.tiling import Tiling as _Tiling
     t = _Tiling(n_q=16, n_k=16, block_q=4, block_k=4)
     want = t.t_r * t.t_c * 4 * 8  # every visit (i, j) divides the Br x d block O_i (d = 8)
     assert count == want, f"{count}: count the visits (i, j), then the entries of O_i divided per visit"

@@ -58,10 +58,10 @@ from analysis.style import colour, legend_outside, line_style  # one style per k
 # $m_i$ are read and written at every tile. FA2 makes the query block the outer loop: $Q_i$ is loaded
 # once, the accumulator $O_i$ and statistics stay in registers/SRAM while $K_j, V_j$ stream past, and
 # $O_i$ is written once. The visit order of the tiles, from the workbench's tiling
-# (`analysis.tiling.Tiling`, the same geometry the references and kernels use):
+# (`counting.tiling.Tiling`, the same geometry the references and kernels use):
 
 # %%
-from analysis.tiling import Tiling
+from counting.tiling import Tiling
 
 t = Tiling(n_q=16, n_k=16, block_q=4, block_k=4, causal=True)
 orders = {
@@ -93,8 +93,8 @@ plt.show()
 # blocks; what FA2 removes for good is the **writes**: $O$ is written once.
 
 # %%
-from analysis import closed_forms
-from analysis.memory import Memory
+from counting import closed_forms
+from counting.memory import Memory
 from variants import VARIANTS, attention_reference
 
 N, D, BLK = 256, 32, 32
@@ -133,7 +133,7 @@ print("\n".join(line for line in src if "line 10" in line or "line 12" in line o
                 or "Oi = mem.ew(mem.ew(alpha" in line))
 
 # %% [markdown]
-# Per visited tile of $r$ rows and $c$ columns, the closed forms (`analysis/closed_forms.py`) count
+# Per visited tile of $r$ rows and $c$ columns, the closed forms (`counting/closed_forms.py`) count
 #
 # | | exp | other (max, add, multiply, divide) |
 # |---|---|---|
@@ -169,7 +169,7 @@ print(f"L is logsumexp of the scores:    max |L - lse|  = {(L - torch.logsumexp(
 # and FA1 runs out of thread blocks to fill the GPU:
 
 # %%
-from analysis.gpus import get_gpu
+from counting.gpus import get_gpu
 
 gpus = {key: get_gpu(key) for key in ("h200", "a100")}
 seq = [512, 1024, 2048, 4096, 8192, 16384]
@@ -311,7 +311,7 @@ print("matmul FLOPs, FA1 and FA2:", ", ".join(f"{res[(k, n)][0].flops['matmul']:
 # model with measured counters.
 #
 # **On the H200.** The roofline above prices the papers' count at datasheet rates with perfect overlap.
-# The GPU model (`analysis.gpu_model`; notebook 6 checks it against every committed measurement) runs
+# The GPU model (`gpumodel.gpu_model`; notebook 6 checks it against every committed measurement) runs
 # the real kernels instead: the teaching FA1 and FA2 (float32 FFMA, 64×64 blocks) and `fa2_wgmma`
 # (tensor cores, its own blocks), at the same shapes, with the measured median beside each prediction.
 # FA1's teaching kernel has only $B \cdot H$ thread blocks (one per head: 16–64 here, on 132 SMs) and
@@ -319,11 +319,11 @@ print("matmul FLOPs, FA1 and FA2:", ", ".join(f"{res[(k, n)][0].flops['matmul']:
 # and FA2's $T_r \cdot B \cdot H$ blocks are worth more than the bytes.
 
 # %%
-from analysis import gpu_model as gm
-from analysis.measured import bench_cells, teaching_cells
+from gpumodel import gpu_model as gm
+from gpumodel.measured import bench_cells, teaching_cells
 
 # the GPU time: an events-timed file's median less the host gap that run measured (its median less its back-to-back
-# time, analysis.measured.host_gaps); do_bench-timed files as they are
+# time, gpumodel.measured.host_gaps); do_bench-timed files as they are
 measured = {(c["kernel"], c["n_q"], c["d"]): (c["time_s"], c.get("timer"))
             for c in teaching_cells() + bench_cells("tc_bench_wgmma_tma.json")
             if not c["causal"] and c["dtype"] == "fp16" and not c["options"].get("placement")}
@@ -342,14 +342,14 @@ show_table(["N", "kernel", "Br×Bc", "thread blocks", "bound (GPU model)", "mode
 # %% [markdown]
 # Measured, the teaching FA1 takes 4.2× the teaching FA2's time at N = 4096 (113.0 against 26.8 ms; it was
 # not timed at 16k), and `fa2_wgmma` is about 30× faster than that again: the bytes FA2 saves were not what the
-# GPU was waiting for. Over every non-causal fp16 shape in `bench/results/bench_kernels.json` (N = 512–8k, d = 64
+# GPU was waiting for. Over every non-causal fp16 shape in `results/bench_kernels.json` (N = 512–8k, d = 64
 # and 128) FA1 takes 1.4–8.4× FA2's time, the gap growing with N: B·N is fixed, so FA1's $B \cdot H$ thread
 # blocks get fewer (d = 128: 64 at N = 4k, 32 at 8k).
 
 # %%
 # Checks for the exercises: call one with your answer; it says whether it is right.
 def check_slots(blocks_per_sm, first_idle_n):
-    from analysis.gpus import get_gpu as _get_gpu
+    from counting.gpus import get_gpu as _get_gpu
     g = _get_gpu("h200")
     want_blocks = g.smem_per_sm_bytes.value // (64 * 1024)
     assert blocks_per_sm == want_blocks, f"{blocks_per_sm} blocks of 64 KiB: divide the SM's shared memory"

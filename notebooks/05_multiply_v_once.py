@@ -86,7 +86,7 @@ from analysis.style import colour, legend_outside, line_style  # one style per k
 
 # %%
 from variants import VARIANTS, attention_reference
-from analysis.memory import Memory
+from counting.memory import Memory
 
 v_once = VARIANTS["v_once"]
 rows, worst = [], 0.0
@@ -120,10 +120,10 @@ print("all", len(v_once.configs()), "configurations agree with the reference:", 
 # To "multiply V once" without touching HBM, a thread block must hold its whole $f$ row, $B_r \times N_k$
 # values, besides $Q_i$, a $K_j$/$V_j$ tile, the score tile and the accumulator. The working set is the
 # variant's own `sram_bytes` (the one the reference declares to the Memory model), against the SRAM
-# one thread block can use on each GPU (`analysis.gpus`):
+# one thread block can use on each GPU (`counting.gpus`):
 
 # %%
-from analysis.gpus import GPUS
+from counting.gpus import GPUS
 import variants.v_once as vo
 import variants.fa2 as vf
 
@@ -193,8 +193,8 @@ print("elements; the f row of one 32-row block is 32 x 256 fp16 = 16 KiB: it can
 # for all ($B_r = B_c = 64$, $d = 64$, fp16), per (batch, head):
 
 # %%
-from analysis import closed_forms
-from analysis.gpus import get_gpu
+from counting import closed_forms
+from counting.gpus import get_gpu
 
 h200 = get_gpu("h200")
 seq = [256, 512, 1024, 1344, 1408, 2048, 4096, 8192, 16384]
@@ -274,7 +274,7 @@ plt.show()
 # ## 6 · On the GPU
 #
 # The tensor-core kernels `kernels/fa2_tc.py` and `kernels/v_once_tc.py` (both knobs) are timed by
-# `bench/bench_tc.py` on an H200 and committed under `bench/results/`; the teaching kernels by
+# `bench/bench_tc.py` on an H200 and committed under `results/`; the teaching kernels by
 # `bench/bench_kernels.py`. This cell reads whatever is there (it does not need a GPU).
 
 # %%
@@ -290,7 +290,7 @@ records = one_per_shape([r for r in load_records(RUN_FILE) if "{" not in r["kern
                          and (r["kernel"].startswith("v_once") or r["kernel"] in ("fa2_tc", "fa2"))])
 tensor_core = [r for r in records if "_tc" in r["kernel"]]  # the tier whose speed is in question
 if not records:
-    print(f"not measured yet: no fa2 / v_once timings in bench/results/{RUN_FILE}")
+    print(f"not measured yet: no fa2 / v_once timings in results/{RUN_FILE}")
 else:
     shown = tensor_core or records
     groups = sorted({(r["dtype"], r["d"], r["causal"]) for r in shown})
@@ -350,7 +350,7 @@ else:
 # per SM from N = 1k, and with it the tensor pipe's activity.
 
 # %%
-from analysis.descriptors import describe
+from gpumodel.descriptors import describe
 
 occ_rows = []
 for n in (512, 1024, 2048, 4096):
@@ -365,7 +365,7 @@ for n in (512, 1024, 2048, 4096):
     occ_rows.append(row)
 show_table(["N (d = 128, fp16)", "fa2_tc: blocks / SM (smem / block)", "v_once_tc, f in SRAM", "v_once_tc, f spilled"],
            occ_rows)
-print("from each build's plan (kernels/*_tc.py describe(), via analysis.descriptors), not a measurement")
+print("from each build's plan (kernels/*_tc.py describe(), via gpumodel.descriptors), not a measurement")
 
 pipe = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
 show_table(["kernel", "N", "d", "tensor pipe active", "time (ncu)"],
@@ -383,24 +383,24 @@ print("from file tc_ncu.csv (no run id)")
 # sums are reduced across the cluster, every $f$ block is scaled **once** by the final max, and V is
 # multiplied once. It uses the same wgmma + TMA path as the fastest FA2 here, `fa2_wgmma`.
 #
-# How large a cluster each row needs (`analysis/cluster.py`: the smallest whose blocks' shared memory holds it):
+# How large a cluster each row needs (`counting/cluster.py`: the smallest whose blocks' shared memory holds it):
 
 # %%
-from analysis import cluster as cl
+from counting import cluster as cl
 
 show_table(["cluster size (CTAs)", "largest N_k on chip, d = 64", "d = 128"],
            [[cs, f"{cl.max_keys(64, cs):,}", f"{cl.max_keys(128, cs):,}"] for cs in (1, 2, 4, 8, 16)])
 print("8 is the portable cluster size; 16 needs the driver's non-portable opt-in")
 
 # %% [markdown]
-# The measurement (`bench/results/cluster_bench.json`, H200, one run, and `cluster_bench_16k.json` for
+# The measurement (`results/cluster_bench.json`, H200, one run, and `cluster_bench_16k.json` for
 # N = 16k with the 16-CTA cluster; every cell checked against the float64 reference first): the cluster kernel's time over `fa2_wgmma`'s, with the GPU model's predicted
-# ratio beside it (`analysis.gpu_model`; its one cluster constant is fitted on the fp16, d = 64, non-causal
+# ratio beside it (`gpumodel.gpu_model`; its one cluster constant is fitted on the fp16, d = 64, non-causal
 # cells at N ≥ 2k). Above 1: FA2 is faster.
 
 # %%
 import json
-from analysis import gpu_model as gm
+from gpumodel import gpu_model as gm
 
 # N = 16k needs the non-portable 16-CTA cluster (config MAX_CLUSTER=16): it was timed in a second run, whose
 # cells (the cluster kernel and fa2_wgmma together) replace the first run's, so each ratio stays within one run
@@ -409,7 +409,7 @@ CLUSTER_BUILDS = ("v_once_cluster_cluster", 'v_once_cluster{"MAX_CLUSTER":16}')
 if not CLUSTER_RUNS[0].exists():
     print(f"not measured yet: no {CLUSTER_RUNS[0].name}")
 else:
-    from analysis.measured import run_options  # the fa2_wgmma build each run timed
+    from gpumodel.measured import run_options  # the fa2_wgmma build each run timed
     from analysis.results import latest_run_cells
 
     runs = [p for p in CLUSTER_RUNS if p.exists()]
@@ -456,7 +456,7 @@ else:
 # for `fa2_wgmma`. On top of that, the two products can no longer overlap, because no P·V may start before the whole
 # cluster has its row max, and $f$ makes a round trip through shared memory. The GPU model explains the
 # gap with one more term, fitted on three cells (fp16, d = 64, non-causal): about 1060 cycles per tile that a
-# lone warpgroup leaves exposed (`bench/results/cluster_model_fit.json`). It then holds within ±15% on every held-out cell with N ≥ 2k (d = 128,
+# lone warpgroup leaves exposed (`results/cluster_model_fit.json`). It then holds within ±15% on every held-out cell with N ≥ 2k (d = 128,
 # causal, bf16, small B·H; `docs/issue-941-verdict.md`), and it predicted the N = 16k cells, timed after the
 # fit, at 0.88–0.93× of the measured time. There the gap is widest (3.9–6.3×): 16-CTA clusters leave 20 of
 # the 132 SMs idle, and each slice is still one warpgroup's.
@@ -478,7 +478,7 @@ else:
 #   in FLOPs and bytes while needing $\Theta(B_r N)$ SRAM instead of $\Theta(B_r d + B_c d)$ — so it
 #   fits fewer thread blocks per SM and cannot use large $B_r$; everywhere else it is strictly worse.
 #   There is nothing for FlashAttention to adopt.
-# - **Measured** (section 6, from `bench/results/tc_bench.json` and `docs/issue-941-verdict.md`): on
+# - **Measured** (section 6, from `results/tc_bench.json` and `docs/issue-941-verdict.md`): on
 #   an H200 the tensor-core `v_once` is slower than the tensor-core FA2 at every measured size; holding
 #   the row on chip costs so much occupancy that it loses even where it fits, and spilled it pays the
 #   quadratic $f$ traffic — which the ncu DRAM counters match to within about 1 % of the closed form.
@@ -503,7 +503,7 @@ def check_fp8_f(fn):
 
 
 def check_spill_extra(fn):
-    from analysis import closed_forms as _cf
+    from counting import closed_forms as _cf
     for n, d, br in ((1024, 64, 64), (4096, 128, 32), (2000, 64, 128)):
         extra = (_cf.counts("v_once", 1, 1, n, n, d, dtype="fp16", block_q=br, block_k=64, placement="hbm",
                             rescale="lazy").hbm_bytes

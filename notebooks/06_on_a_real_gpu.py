@@ -22,7 +22,7 @@
 # as the bar to clear.
 #
 # - **Without a GPU** (this is how the test suite runs it) the notebook reads the measurements
-#   committed under `bench/results/` by `bench/bench_kernels.py` and `bench/bench_tc.py` on an H200.
+#   committed under `results/` by `bench/bench_kernels.py` and `bench/bench_tc.py` on an H200.
 #   Missing files are reported as "not measured yet".
 # - **With a GPU** (`torch.cuda.is_available()`), section 4 also runs a small live benchmark through
 #   `kernels.KERNELS` and `bench.harness`.
@@ -63,7 +63,7 @@ import json
 from analysis.results import RESULTS_DIR as RESULTS, load_records, one_per_shape, run_label
 from analysis.style import tier
 
-# The runs this notebook reads, named: a new file in bench/results/ changes nothing here until it is
+# The runs this notebook reads, named: a new file in results/ changes nothing here until it is
 # listed. One file per tier, so every panel and every comparison inside it comes from one run.
 TIMINGS = {"teaching": "bench_kernels.json",        # bench/bench_kernels.py: all four teaching kernels + SDPA
            "tensor-core": "tc_bench_wgmma_tma.json"}  # bench/bench_tc.py: fa2_tc, fa2_wgmma (wgmma + TMA) + SDPA
@@ -82,7 +82,7 @@ show_table(["tier", "file", "run", "kernels", "timed records"],
 # FLOPs ($4 B H N^2 d$, halved when causal: exact only for the non-causal rows, since causal $N_q = N_k$ has
 # $N(N+1)/2$ visible pairs) over the median time. Every run through `bench/harness.py` since (the A/B runs,
 # `cluster_bench*.json`, `bwd_final/`, and the live run at the end of this notebook) divides
-# `analysis.headline.attention_flops` (4·d per visible pair) instead; the README ("What the H200 says") lists
+# `counting.headline.attention_flops` (4·d per visible pair) instead; the README ("What the H200 says") lists
 # which committed file uses which. Records use batch × $N$ = 16k tokens and hidden size 2048, fp16. Tuning-sweep candidates (kernels whose name
 # carries a `{config}`) are left out.
 
@@ -125,9 +125,9 @@ for t, rs in timed.items():
 #
 # The papers' count is what each thread block *asks* global memory for, as if there were no cache. On
 # an H200 that is not what reaches DRAM: the 60 MB L2 serves most re-reads of $K_j, V_j$. The GPU model
-# (`analysis.gpu_model`, `fa-traffic predict` / `validate`) follows each kernel as it really runs — its
+# (`gpumodel.gpu_model`, `fa-traffic predict` / `validate`) follows each kernel as it really runs — its
 # own tiling, instruction path (wgmma, mma.sync or FFMA), CTAs per SM, waves — and three memory levels
-# (`analysis.levels`): the papers' count (**requests**), what the SMs send to the **L2**, and what an L2
+# (`gpumodel.levels`): the papers' count (**requests**), what the SMs send to the **L2**, and what an L2
 # residency model lets through to **DRAM**. Its free constants are fitted on a training split
 # (fp16, non-causal, N = 2k and 8k); every other cell below is held out. The "bound" is the term that sets the
 # model's time: where the SMs' time is the longest, the largest of tensor, softmax (MUFU + ALU), smem and latency
@@ -136,8 +136,8 @@ for t, rs in timed.items():
 # %%
 import re
 
-from analysis import closed_forms
-from analysis.gpus import get_gpu
+from counting import closed_forms
+from counting.gpus import get_gpu
 from analysis.roofline import roofline
 from kernels import KERNELS
 
@@ -165,12 +165,12 @@ def model_of(kernel, d):
     return variant, options, br, bc
 
 
-from analysis import validate as val
+from gpumodel import validate as val
 
 cells = val.rows()
 timed_cells = [r for r in cells if r["quantity"] == "time" and r["n"] >= 2048]
 if not timed_cells:
-    print("not measured yet: no timings in bench/results/ to compare with the model")
+    print("not measured yet: no timings in results/ to compare with the model")
 else:
     fig, ax = plt.subplots(figsize=(7, 5.5))
     for kernel in sorted({r["kernel"].split("{")[0] for r in timed_cells}):
@@ -211,7 +211,7 @@ else:
 
 # %%
 # one run per kernel: the newest file that timed it (tc_bench_wgmma_tma.json holds today's fa2_wgmma builds)
-# "measured" is GPU time: an events-timed file's median less its run's measured host gap (analysis.measured.host_gaps)
+# "measured" is GPU time: an events-timed file's median less its run's measured host gap (gpumodel.measured.host_gaps)
 PREFER = ("tc_bench_wgmma_tma.json", "tc_bench.json", "bench_kernels.json")
 verdict = {}
 for r in sorted(cells, key=lambda r: PREFER.index(r["source"]) if r["source"] in PREFER else len(PREFER)):
@@ -226,29 +226,29 @@ show_table(["kernel", "d", "bound (model)", "model", "measured", "model / measur
 # %% [markdown]
 # ### What the L2 absorbs
 #
-# For every kernel Nsight Compute profiled (N = 4k, `bench/results/*ncu*.csv`): the papers' count
+# For every kernel Nsight Compute profiled (N = 4k, `results/*ncu*.csv`): the papers' count
 # (requests), the model's L2 and DRAM levels, and the counters — `lts__t_bytes` (all L2 traffic,
 # including the fabric between the two L2 partitions) and DRAM read + write. Between the first bar and
 # the DRAM bars is what the L2 absorbs: for FA2-style kernels nearly all the re-reads of $K_j, V_j$,
 # leaving DRAM at about one read of Q, K, V and one write of O. Spilled `v_once` is the exception: its
 # f row is too big for the cache. (`fa-traffic validate` checks the model's L2 level against the bytes the
 # SMs move over the crossbar, `l1tex__m_xbar2l1tex_read_bytes` + `l1tex__m_l1tex2xbar_write_bytes` in
-# `bench/results/ncu_levels.csv`: 0.98–1.03× of the model for every kernel, SDPA flash included (the model
+# `results/ncu_levels.csv`: 0.98–1.03× of the model for every kernel, SDPA flash included (the model
 # counts its register spills' write-backs as a local-memory level). The L2 slices' own counters see less
 # on non-causal rows, down to 0.58×: requests for one line from CTAs of a head that run in lockstep are
 # merged before the slice. See `docs/gpu-model.md`.)
 
 # %%
-from analysis import gpu_model as gm
-from analysis.fit_gpu_model import work_of
-from analysis.measured import ncu_cells
+from gpumodel import gpu_model as gm
+from gpumodel.fit_gpu_model import work_of
+from gpumodel.measured import ncu_cells
 
 prof = {}
 for c in ncu_cells():  # file by file, oldest name first: a later profile of the same kernel replaces it
     if c["n_q"] == 4096 and not c["causal"] and c.get("lts_bytes") and "{" not in c["label"]:
         prof[(c["label"], c["d"])] = c
 if not prof:
-    print("not measured yet: no ncu counters in bench/results/")
+    print("not measured yet: no ncu counters in results/")
 else:
     keys = sorted(prof, key=lambda k: (k[1], k[0]))
     fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(keys)), 4.5))
@@ -285,7 +285,7 @@ else:
 
 # %% [markdown]
 # **Measured counters.** `bench/bench_tc.py target --what ncu` launches each tensor-core kernel (and
-# SDPA) once on two representative shapes under Nsight Compute; `bench/results/tc_ncu.csv` holds the
+# SDPA) once on two representative shapes under Nsight Compute; `results/tc_ncu.csv` holds the
 # counters. DRAM bytes are real HBM traffic; L2 (`lts__t_bytes`) bytes are what the SMs moved through
 # the L2 cache. The papers' count charges every re-read of $K_j, V_j$ to HBM, with no cache, so it should
 # sit near the **L2** figure, while DRAM sees each input about once — except for `v_once`'s spilled
@@ -340,7 +340,7 @@ for f in (RESULTS / name for name in TIMINGS.values()):
 if counter_rows:
     show_table(["file", "kernel", "N", "d", "measured DRAM counters", "model HBM bytes"], counter_rows[:20])
 if not ncu_rows and not counter_rows:
-    print("not measured yet: no DRAM counters (ncu) in bench/results/")
+    print("not measured yet: no DRAM counters (ncu) in results/")
 
 # %% [markdown]
 # **What each kernel costs the SM.** `bench/bench_tc.py resources` records, per tensor-core build,
@@ -359,7 +359,7 @@ for r in resources:  # fp16 builds, one row per distinct build
     if not defs.get("IS_BF16"):
         builds.setdefault((r.get("kernel"), tuple(sorted(defs.items()))), r)
 if not builds:
-    print("not measured yet: no bench/results/tc_resources.json")
+    print("not measured yet: no results/tc_resources.json")
 else:
     keep = ("HEAD_DIM", "PLACEMENT_SRAM", "RESCALE_LAZY", "BLOCK_M", "BLOCK_N")
     show_table(["kernel", "build (fp16)", "registers / thread", "spills (bytes)", "shared memory / block",
@@ -375,9 +375,9 @@ else:
 #
 # The model turns cycles into seconds at one clock. The H200 does not run at one: under these kernels the
 # board sits at its power cap (about 690 W), and the SM clock is whatever that power buys — it depends on
-# what each kernel draws. `bench/clock_probe.py` timed each kernel six times per shape while `nvidia-smi`
-# read the SM clock every 50 ms (`bench/results/stop23/clock`; a *stop* is one numbered round of this
-# project's GPU work, with its notes in `bench/NOTES-tc.md` and its runs in `bench/results/stopNN/`). A time
+# what each kernel draws. `lab/clock_probe.py` timed each kernel six times per shape while `nvidia-smi`
+# read the SM clock every 50 ms (`results/stop23/clock`; a *stop* is one numbered round of this
+# project's GPU work, with its notes in `lab/NOTES-tc.md` and its runs in `results/stopNN/`). A time
 # is cycles / clock, so kilocycles = ms × MHz separates the work from the clock:
 
 # %%
@@ -389,7 +389,7 @@ try:
 except (OSError, ValueError, KeyError):
     clock_rows = []
 if not clock_rows:
-    print("not measured yet: no bench/results/stop23/clock/clock_probe.json")
+    print("not measured yet: no results/stop23/clock/clock_probe.json")
 else:
     cells = {}
     for r in clock_rows:  # that run's keys: median_ms, mhz (median SM clock over the timing's window)
@@ -435,7 +435,7 @@ else:
 # %% [markdown]
 # ### What one clock buys
 #
-# If the clock moves, what is fixed is the work per clock. `bench/tc_ceiling.py` measures it (stop 25): each SM runs
+# If the clock moves, what is fixed is the work per clock. `lab/tc_ceiling.py` measures it (stop 25): each SM runs
 # nothing but one kind of instruction on operands already on chip and reads its own cycle counter around the loop,
 # so the answer is per clock, whatever clock the power cap set. The tensor cores, the exponential unit and the FP32
 # lanes, against the figures the model had taken from the datasheets:
@@ -444,7 +444,7 @@ else:
 ceiling_path = RESULTS / "stop25" / "ceiling25" / "tc_ceiling.json"
 ceiling_rows = json.loads(ceiling_path.read_text())["rows"] if ceiling_path.exists() else []
 if not ceiling_rows:
-    print("not measured yet: no bench/results/stop25/ceiling25/tc_ceiling.json")
+    print("not measured yet: no results/stop25/ceiling25/tc_ceiling.json")
 else:
     pipes = {}  # path -> (best measured per SM clock, datasheet figure, unit)
     for r in ceiling_rows:
@@ -472,9 +472,9 @@ else:
 # ### Predicting a change before it is built
 #
 # A model earns trust when it says what a change will do before the GPU does. Every A/B of this project
-# times forward()'s build beside variants of it (`default+KNOB=V`, `bench/ab_wgmma_speed.py`) and forward()'s
-# build again as a control. `analysis.knob_ab` asks the model for each variant's ratio to forward()'s build
-# and sets it beside the measured ratio. Stop 24's runs (`bench/results/stop24`) were planned this way: the
+# times forward()'s build beside variants of it (`default+KNOB=V`, `lab/ab_wgmma_speed.py`) and forward()'s
+# build again as a control. `lab.knob_ab` asks the model for each variant's ratio to forward()'s build
+# and sets it beside the measured ratio. Stop 24's runs (`results/stop24`) were planned this way: the
 # model was asked first.
 #
 # - d = 128's persistent build at causal N > 4096: faster except at N = 10240.
@@ -482,11 +482,11 @@ else:
 # - Run that section first: the loss becomes a gain.
 
 # %%
-from analysis import knob_ab
+from lab import knob_ab
 
 ab_rows = knob_ab.rows(source="stop24/")
 if not ab_rows:
-    print("not measured yet: no A/B variant rows under bench/results/stop24/")
+    print("not measured yet: no A/B variant rows under results/stop24/")
 else:
     families = {"SECTION_RAGGED_FIRST": "ragged section first", "PERSISTENT": "persistent past 4k",
                 "CAUSAL_SECTION_KB": "smaller sections", "Q_SLOTS": "two Q tiles"}
@@ -517,7 +517,7 @@ else:
 # level that were level: two Q tiles, one-tile key blocks. The model prices what it can see: the schedule of
 # tiles over SMs, bytes per level, the work per tile. It misses what only the compiled code shows; over every
 # committed A/B (2606 rows), where it moves a cell by more than 2% the GPU moves the same way in 406 of 522
-# cells, 78% (`python -m analysis.knob_ab`: the `moved` and `same_way` columns summed).
+# cells, 78% (`python -m lab.knob_ab`: the `moved` and `same_way` columns summed).
 # The misses are listed in `docs/gpu-model.md`: a store pattern the model does not price, and code generation.
 
 # %% [markdown]

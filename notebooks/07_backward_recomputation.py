@@ -31,8 +31,8 @@
 # 6. The references as a differentiable op, and exercises.
 #
 # Everything runs on a CPU in seconds: the references in `variants/` are the same code the tests
-# check against float64 autograd, and every count comes from `analysis.memory.Memory` or its closed
-# forms (`analysis.backward_forms`).
+# check against float64 autograd, and every count comes from `counting.memory.Memory` or its closed
+# forms (`counting.backward_forms`).
 
 # %%
 # Setup: make the workbench packages importable from wherever this notebook was opened.
@@ -110,8 +110,8 @@ assert torch.allclose(D_long, D_short) and torch.allclose(dQ, qa.grad) and torch
 # It computes no exponential at all: nothing is recomputed. Run it under a counting `Memory`:
 
 # %%
-from analysis.memory import Memory
-from analysis import backward_forms as bf
+from counting.memory import Memory
+from counting import backward_forms as bf
 
 def counted_backward(name, q, k, v, dO, causal=False, br=16, bc=16):
     # forward, then the counted backward; returns (grads, Counts)
@@ -191,7 +191,7 @@ assert errs["fa1"] > 2 * errs["fa2"]
 # Per visited tile, the recomputing backward does five products ($S$, $dV$, $dP$, $dQ$, $dK$)
 # where the unfused one does four: the extra one is $S = \tau Q_i K_j^\top$, plus the exponentials of
 # $P$. In exchange, nothing of size $N_q \times N_k$ is stored, read or written. The closed forms
-# (`analysis.backward_forms`, held exactly equal to the references by the tests) give the whole
+# (`counting.backward_forms`, held exactly equal to the references by the tests) give the whole
 # training step (forward + backward) at any $N$; first a check that they restate the counted run:
 
 # %%
@@ -221,7 +221,7 @@ for name in ("naive", "fa2"):
     axes[0].plot(Ns, [r.saved_bytes for r in rs], label=name, **st)
     axes[1].plot(Ns, [r.hbm_bytes for r in rs], label=name, **st)
     axes[2].plot(Ns, [sum(r.flops.values()) for r in rs], label=name, **st)
-from analysis.gpus import GPUS
+from counting.gpus import GPUS
 axes[0].axhline(GPUS["h200"].hbm_bytes.value, color="k", ls="--", lw=0.8, label="H200 HBM (141 GB)")
 for ax, title in zip(axes, ("memory saved for the backward", "HBM traffic, forward + backward",
                             "FLOPs, forward + backward")):
@@ -246,15 +246,15 @@ plt.show()
 # The unfused algorithm is not only a memory problem. Each of its passes is a separate kernel that
 # writes its result to HBM for the next one to read back. PyTorch's `math` backend of
 # `scaled_dot_product_attention` is exactly that; its `flash` backend is one fused kernel. The
-# committed timings put them side by side — the forward from `bench/results/bench_kernels.json`, the
-# backward from `bench/results/bwd_final/bwd_bench.json` (an H200, fp16, $B \cdot N = 16$k, $H = 2048/d$)
+# committed timings put them side by side — the forward from `results/bench_kernels.json`, the
+# backward from `results/bwd_final/bwd_bench.json` (an H200, fp16, $B \cdot N = 16$k, $H = 2048/d$)
 # — next to the traffic ratio our counts predict for each pass:
 
 # %%
 import json
-from analysis import closed_forms as cf
+from counting import closed_forms as cf
 
-path = ROOT / "bench" / "results" / "bench_kernels.json"
+path = ROOT / "results" / "bench_kernels.json"
 data = json.loads(path.read_text()) if path.exists() else {"records": []}
 timing = {(r["label"], r["n"], r["d"], r["causal"]): r["median_ms"] for r in data["records"]
           if r.get("label") in ("sdpa_math", "sdpa_flash") and "median_ms" in r}
@@ -273,7 +273,7 @@ else:
     print("not measured yet: no sdpa_math / sdpa_flash timings in", path)
 
 # the backward: the committed run of bench/bench_bwd.py (same setting; every cell's gradients checked first)
-bpath = ROOT / "bench" / "results" / "bwd_final" / "bwd_bench.json"
+bpath = ROOT / "results" / "bwd_final" / "bwd_bench.json"
 bdata = json.loads(bpath.read_text()) if bpath.exists() else {}
 brecs, brun = bdata.get("rows", []), bdata.get("meta", {}).get("run_id", "no run id")
 by = {(r["kernel"], r["n"]): r for r in brecs if r.get("ok") and r.get("bwd_ms") and r["dtype"] == "float16"
@@ -298,13 +298,13 @@ else:
 # several times what the byte ratio alone predicts.
 # The counts model Algorithm 0's three passes at full bandwidth; what they leave out - how many kernels
 # the math backend really launches, and what fraction of HBM bandwidth and tensor-core rate each
-# reaches - is for a profiler to measure (notebook 6; `bench/results/bwd_final/bwd_bench.md` has the math
+# reaches - is for a profiler to measure (notebook 6; `results/bwd_final/bwd_bench.md` has the math
 # backend's backward at 16-48 TFLOP/s against 107-310 for flash's). The direction is the lesson: an unfused
 # backward's five kernels (section 2) pay the same toll for $P$, $dP$ and $dS$. The workbench's own backward
 # kernels are the teaching one (`kernels/fa2.py` launching `kernels/cuda/fa2_bwd.cu`, readable) and the
 # Hopper one (`kernels/fa2_wgmma_bwd.py`: at N ≥ 2k 1.23–1.29× SDPA flash's backward at d = 64 and
-# 1.39–1.44× at d = 128, `bench/results/bwd_final/bwd_bench.md`); they and `kernels.attention`, which
-# trains a model with them, are measured in `bench/results/`.
+# 1.39–1.44× at d = 128, `results/bwd_final/bwd_bench.md`); they and `kernels.attention`, which
+# trains a model with them, are measured in `results/`.
 #
 # ## 6 · The references as a differentiable op
 #

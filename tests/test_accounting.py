@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from analysis.memory import Memory, SramOverflow
+from counting.memory import Memory, SramOverflow
 from tests.strategies import make_inputs, problems
 from variants import VARIANTS
 

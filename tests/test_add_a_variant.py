@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import variants
-from analysis import closed_forms as cf
+from counting import closed_forms as cf
 from analysis.cli import main
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "design.md"

@@ -1,4 +1,4 @@
-"""Loose API edges, closed: one input check (analysis.checks) with the same messages in the
+"""Loose API edges, closed: one input check (counting.checks) with the same messages in the
 references, the closed forms and the CUDA launchers; Memory counts one run, never negative, shows
 progress on long runs."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from analysis import checks
-from analysis import closed_forms as cf
-from analysis.memory import Counts, Memory
+from counting import checks
+from counting import closed_forms as cf
+from counting.memory import Counts, Memory
 from kernels import loader
 from variants import VARIANTS
 
@@ -405,7 +405,7 @@ def test_checked_configs_are_cached_without_letting_a_bad_one_through():
         fa2_tc.defines_for(64, 0, dict(good, BLOCK_N=float(good["BLOCK_N"])))
     cfg = dict(v_once_tc.CONFIG)
     assert v_once_tc.build_config(cfg, 64) == v_once_tc.build_config(dict(cfg), 64)
-    from kernels import fa2_wgmma  # its launch plans share the cache (analysis.checks.checked_once)
+    from kernels import fa2_wgmma  # its launch plans share the cache (counting.checks.checked_once)
 
     wg = fa2_wgmma.default_config(128, 4096)
     assert fa2_wgmma._plan(128, False, wg) is fa2_wgmma._plan(128, False, dict(wg))
@@ -418,7 +418,7 @@ def test_checked_configs_are_cached_without_letting_a_bad_one_through():
 @pytest.mark.parametrize("name,who", [("fa2_tc", "fa2_tc"), ("fa2", "teaching"), ("fa2_wgmma", "fa2_wgmma")])
 def test_grid_rows_are_refused_by_the_one_check(monkeypatch, name, who):
     """B*H is a grid dimension (at most 65535): every launcher refuses past it through
-    analysis.descriptors.check_grid_rows, the check the GPU model applies, with the same message."""
+    gpumodel.descriptors.check_grid_rows, the check the GPU model applies, with the same message."""
     import importlib
 
     _fake_cuda(monkeypatch)

@@ -8,10 +8,10 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from analysis import backward_forms as bf
-from analysis import closed_forms as cf
-from analysis.memory import Memory, SramOverflow
-from analysis.tiling import Tiling, tile_sums
+from counting import backward_forms as bf
+from counting import closed_forms as cf
+from counting.memory import Memory, SramOverflow
+from counting.tiling import Tiling, tile_sums
 from variants import VARIANTS
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -147,10 +147,10 @@ def test_fast_at_64k():
 
 
 def test_module_imports_no_torch():
-    """fa-traffic report imports analysis.backward_forms: importing it must not pull torch in (its
+    """fa-traffic report imports counting.backward_forms: importing it must not pull torch in (its
     counts call closed_forms.counts, torch-free once the forward's SRAM forms are)."""
     import subprocess
     import sys
 
-    code = "import sys, analysis.backward_forms; sys.exit(1 if 'torch' in sys.modules else 0)"
+    code = "import sys, counting.backward_forms; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from analysis.memory import Memory
+from counting.memory import Memory
 from variants import VARIANTS
 
 NAMES = list(VARIANTS)

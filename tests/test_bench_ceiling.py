@@ -1,4 +1,4 @@
-"""bench/tc_ceiling.cu: each loop issues as many of its instruction as bench/tc_ceiling.py counts (SASS from NVRTC and
+"""lab/tc_ceiling.cu: each loop issues as many of its instruction as lab/tc_ceiling.py counts (SASS from NVRTC and
 nvdisasm, no GPU). Stop 25's first shared-load loop counted 16 loads per unrolled body where ptxas had merged repeated
 ones into 9, and read 215 B per clock against the guide's 128; this is the check that would have caught it."""
 from __future__ import annotations
@@ -9,14 +9,14 @@ import subprocess
 
 import pytest
 
-from bench.tc_ceiling import SOURCE
+from lab.tc_ceiling import SOURCE
 
 CHAINS = 8
 
 
 def _sass(defines: dict) -> str:
     pytest.importorskip("cuda.core")
-    from bench import spill_sites
+    from lab import spill_sites
     from kernels import loader
 
     try:
@@ -53,7 +53,7 @@ def test_an_sms_rate_is_over_its_busy_interval():
     """Stop 28: lds_ceiling's two CTAs per SM ran one after the other (70 registers x 2 x 512 threads > 64K) and a
     rate over the longest CTA's own span read 251 B/clk, twice the datasheet's 128. Over each SM's interval from its
     first start to its last end, CTAs in turn give the true rate and are named; overlapping ones give the same rate."""
-    from bench.tc_ceiling import sm_rates
+    from lab.tc_ceiling import sm_rates
 
     together = [(0, 1000, 0), (10, 1000, 0), (0, 990, 1), (5, 1000, 1)]
     in_turn = [(0, 1000, 0), (1000, 2000, 0), (0, 1000, 1), (1001, 2001, 1)]
@@ -71,7 +71,7 @@ def test_the_shared_load_configs_fit_an_sm():
     """Every lds config's warps per SM fit the kernel's registers (the launch of 32 warps failed in stop 28)."""
     import re as _re
 
-    from bench.tc_ceiling import OTHER
+    from lab.tc_ceiling import OTHER
 
     ptxas = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-o", "/dev/null", f"-DCHAINS={CHAINS}", "-DWN=128",
                             "-DNWG=2", "-DRS=0", "-DWAIT=1", "-Xptxas", "-v", str(SOURCE)],
@@ -86,7 +86,7 @@ def test_the_shared_load_configs_fit_an_sm():
 def test_ncu_levels_target_takes_builds_by_config_and_refuses_unknown_names(monkeypatch, capsys):
     """NCU_LEVELS_KERNELS: commas inside [...] or {...} belong to one name (a v_once_tc placement, a JSON config); a
     name that is neither a known kernel nor fa2_tc{...} / fa2_wgmma{...} is refused before any GPU work (stop 28)."""
-    from bench import ncu_levels_target as t
+    from lab import ncu_levels_target as t
 
     monkeypatch.setenv("NCU_LEVELS_KERNELS", 'fa2_tc{"BLOCK_N":32,"MIN_BLOCKS":2},v_once_tc[hbm,lazy],sdpa_flash')
     monkeypatch.setenv("NCU_LEVELS_SHAPES", "16384x128,65536x128")

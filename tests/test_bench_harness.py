@@ -105,7 +105,7 @@ def test_correctness_rule_catches_what_it_must():
 
 
 def test_flops_is_the_one_formula():
-    import analysis.headline as headline
+    import counting.headline as headline
 
     f = getattr(headline, "attention_flops", headline.paper_flops)
     for args in [(2, 3, 100, 100, 64, False), (1, 2, 128, 4096, 128, True), (4, 1, 77, 33, 64, True)]:
@@ -125,40 +125,34 @@ def test_predict():
     assert harness.predict([(1024, 1.0), (2048, 2.0)], 4096) == pytest.approx(4.0)  # linear: p = 1
 
 
-SCRIPTS = ["bench_kernels.py", "bench_tc.py", "fa2_teaching_ab.py", "launch_overhead.py", "sanitize.py",
-           "bench_bwd.py", "bwd_wgmma_check.py", "layouts_speed.py", "train_gpt.py",
-           "ab_wgmma_speed.py", "teach_bwd_ab.py"]
-SCRIPTS += ["cluster_speed.py"]  # issue 18: the cluster v_once beside fa2_wgmma
-SCRIPTS += ["pass_probe.py"]  # stop 21: cuDNN's first timing pass against its later ones
-SCRIPTS += ["clock_probe.py", "gap_probe.py"]  # stop 23: each timing with the SM clock and board power; a timing's kernel, host
-# and launch parts
-SCRIPTS += ["cta_trace.py"]  # stop 29: when each fa2_tc CTA ran (CTA_TRACE), the traced build timed beside the shipped one
+# bench/: the entry points a user runs; lab/: probes, A/Bs, ncu and sanitizer targets (docs/design.md, "Core and lab")
+SCRIPTS = ["bench/bench_kernels.py", "bench/bench_tc.py", "bench/launch_overhead.py", "bench/sanitize.py",
+           "bench/bench_bwd.py", "bench/layouts_speed.py", "bench/train_gpt.py", "bench/cluster_speed.py"]
+SCRIPTS += ["lab/fa2_teaching_ab.py", "lab/bwd_wgmma_check.py", "lab/ab_wgmma_speed.py", "lab/teach_bwd_ab.py",
+            "lab/pass_probe.py", "lab/clock_probe.py", "lab/gap_probe.py", "lab/cta_trace.py"]
 # times an old source tree with this tree's harness, so it loads bench/harness.py by path, not by import
-BY_PATH = {"ab_speed.py"}
+BY_PATH = {"bench/ab_speed.py"}
 # scripts that time nothing (ncu targets, precompilers, table writers) or time the host alone
-NOT_TIMING = {"harness.py", "timing.py", "__init__.py", "ncu_levels_target.py", "ncu_bwd_target.py",
-              "bwd_sanitize_target.py", "precompile_bwd.py", "verdict_table.py", "host_overhead_cpu.py",
-               "inputs_gpu_check.py", "spill_sites.py"}
-NOT_TIMING |= {"cluster_sanitize_target.py", "cluster_ncu_target.py"}  # issue 18: sanitizer and ncu targets
-NOT_TIMING |= {"ncu_moonshot_target.py", "ncu_moonshot_summary.py"}  # issue 14: an ncu target and its reader
-NOT_TIMING |= {"cluster_ncu_summary.py"}  # reads cluster_ncu_target.py's ncu CSV
-NOT_TIMING |= {"racecheck_mbarrier_probe.py"}  # a racecheck probe of the tile hand-off (issue 14 v6c)
-NOT_TIMING |= {"tc_ceiling.py"}  # stop 25: the tensor cores' rate in SM cycles (clock64), not a kernel's time
-NOT_TIMING |= {"kernel_names.py"}  # stop 26: which kernel, grid and block an SDPA backend launches (profiler trace), no timing
+NOT_TIMING = {"bench/harness.py", "bench/timing.py", "bench/verdict_table.py"}
+NOT_TIMING |= {f"lab/{n}.py" for n in (
+    "ncu_levels_target", "ncu_bwd_target", "bwd_sanitize_target", "precompile_bwd", "host_overhead_cpu",
+    "inputs_gpu_check", "spill_sites", "cluster_sanitize_target", "cluster_ncu_target", "ncu_moonshot_target",
+    "ncu_moonshot_summary", "cluster_ncu_summary", "racecheck_mbarrier_probe", "tc_ceiling", "kernel_names",
+    "cluster_probe", "tc_refactor_ab", "l2_sim", "knob_ab", "predict_ab", "__init__")}
 
 
 def test_every_bench_script_is_listed():
     """A new bench script must time through the harness (SCRIPTS) or say it times nothing (NOT_TIMING)."""
-    found = {p.name for p in BENCH.glob("*.py")}
+    found = {f"{p.parent.name}/{p.name}" for folder in (BENCH, BENCH.parent / "lab") for p in folder.glob("*.py")}
     assert found - set(SCRIPTS) - NOT_TIMING - BY_PATH == set()
     for script in BY_PATH:
-        assert '"harness.py"' in (BENCH / script).read_text(), f"{script} no longer loads the harness"
+        assert '"harness.py"' in (BENCH.parent / script).read_text(), f"{script} no longer loads the harness"
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_bench_script_goes_through_the_harness(script):
     """Each script imports bench.harness and keeps no timer, reference check or SDPA switch of its own."""
-    source = (BENCH / script).read_text()
+    source = (BENCH.parent / script).read_text()
     tree = ast.parse(source)
     imported = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     assert ("bench", "harness") in imported, f"{script} does not use bench.harness"
@@ -376,8 +370,8 @@ def test_the_clock_sampler_starts_only_on_a_parsable_line(tmp_path, script, work
 
 
 def test_ab_summary_reads_the_lead_in_cycles():
-    """bench/ab_wgmma_speed.py clock_lines: each entry's median clock, and its time / cuDNN's in time and in cycles."""
-    from bench import ab_wgmma_speed as ab
+    """lab/ab_wgmma_speed.py clock_lines: each entry's median clock, and its time / cuDNN's in time and in cycles."""
+    from lab import ab_wgmma_speed as ab
 
     rows = [dict(variant=v, dtype="float16", d=128, n=n, causal=True, median_ms=ms, clock_mhz=mhz)
             for n in (512, 4096) for v, ms, mhz in (("fa2_wgmma[default]", 0.50, 1575.0), ("sdpa_cudnn", 0.55, 1680.0))]

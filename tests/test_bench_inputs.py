@@ -2,8 +2,18 @@
 work, and a machine without a CUDA GPU is told so in one line (exit 2), not shown a traceback."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+
+
+def _script(name: str):
+    """A GPU script by name: the entry points live in bench/, the probes and A/Bs in lab/."""
+    import importlib
+
+    root = Path(__file__).resolve().parent.parent
+    return importlib.import_module(f"bench.{name}" if (root / "bench" / f"{name}.py").exists() else f"lab.{name}")
 
 
 def _refused(capsys, main, argv) -> str:
@@ -51,14 +61,14 @@ def no_gpu(monkeypatch):
 def test_ab_wgmma_speed_refuses_bad_arguments_before_gpu_work(capsys, monkeypatch, gpu_work_forbidden, argv, match):
     """Each used to crash on the GPU (KeyError: 80, a zero batch, getattr(torch, 'float32') timed as fp32...) or, for
     a variant, be dropped without a word."""
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     monkeypatch.setattr(ab, "run", gpu_work_forbidden)
     assert match in _refused(capsys, ab.main, argv)
 
 
 def test_ab_wgmma_speed_summary_refuses_what_is_not_its_json(capsys, tmp_path):
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     (tmp_path / "x.json").write_text("{}")
     assert "is not an ab_wgmma_speed.json" in _refused(capsys, ab.main, ["--summary", str(tmp_path / "x.json")])
@@ -67,7 +77,7 @@ def test_ab_wgmma_speed_summary_refuses_what_is_not_its_json(capsys, tmp_path):
 
 
 def test_ab_wgmma_speed_takes_good_variants_and_needs_a_gpu(capsys, no_gpu):
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     argv = ["--variants", "default,default-again,br192,ring1@128,default+WAIT_HINT=1", "--dims", "64,128"]
     assert ab.main(argv) == 2
@@ -164,7 +174,7 @@ def test_speed_and_probe_scripts_refuse_bad_arguments_before_gpu_work(capsys, mo
 
     for name in ("entries", "start_clock", "input_sets", "sdpa"):
         monkeypatch.setattr(harness, name, gpu_work_forbidden)
-    assert match in _refused(capsys, importlib.import_module(f"bench.{script}").main, argv)
+    assert match in _refused(capsys, _script(script).main, argv)
 
 
 def _verdict_table():
@@ -302,7 +312,7 @@ def test_the_gpu_scripts_need_a_gpu(capsys, no_gpu, tmp_path, script, argv):
 
     if script != "cluster_sanitize_target":
         argv = argv + ["--out", str(tmp_path)]
-    assert importlib.import_module(f"bench.{script}").main(argv) == 2
+    assert _script(script).main(argv) == 2
     assert capsys.readouterr().err.strip() == f"{script}: needs a CUDA GPU (torch {torch.__version__} sees none)"
 
 
@@ -329,7 +339,7 @@ def test_the_gpu_probes_refuse_bad_arguments_before_gpu_work(capsys, gpu_work_fo
 
     for name in ("entries", "input_sets", "random_qkv"):
         monkeypatch.setattr(harness, name, gpu_work_forbidden)
-    mod = importlib.import_module(f"bench.{script}")
+    mod = _script(script)
     if hasattr(mod, "builds"):
         monkeypatch.setattr(mod, "builds", gpu_work_forbidden)
     assert match in _refused(capsys, mod.main, argv)
@@ -352,7 +362,7 @@ def test_teach_bwd_ab_and_sanitize_refuse_bad_arguments_before_gpu_work(capsys, 
     dtype or tool failed inside compute-sanitizer (KeyError, AttributeError, a tool error), bad JSON a traceback."""
     import importlib
 
-    mod = importlib.import_module(f"bench.{script}")
+    mod = _script(script)
     for name in ("fp32_exactness", "contenders", "find_sanitizer", "run_tool", "child"):
         if hasattr(mod, name):
             monkeypatch.setattr(mod, name, gpu_work_forbidden)
@@ -373,7 +383,7 @@ def test_bwd_wgmma_check_answers_help_and_refuses_unknown_steps(capsys, monkeypa
     import importlib
 
     monkeypatch.setenv("OUT", str(tmp_path))  # the module writes its results there
-    mod = importlib.import_module("bench.bwd_wgmma_check")
+    mod = importlib.import_module("lab.bwd_wgmma_check")
     with pytest.raises(SystemExit) as e:
         mod.parse_steps(["--help"])
     assert e.value.code == 0 and "checks   every tuning candidate" in capsys.readouterr().out
@@ -392,5 +402,5 @@ def test_the_argumentless_gpu_scripts_need_a_gpu(capsys, no_gpu, script):
     CUDA call (stop 28): now one line (harness.no_gpu) and exit 2."""
     import importlib
 
-    assert importlib.import_module(f"bench.{script}").main() == 2
+    assert _script(script).main() == 2
     assert capsys.readouterr().err.strip() == f"{script}: needs a CUDA GPU (torch {torch.__version__} sees none)"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis import closed_forms as cf
+from counting import closed_forms as cf
 from analysis.cli import main, parse_bytes, parse_count
-from analysis.gpus import GPUS
-from analysis.memory import Memory
+from counting.gpus import GPUS
+from counting.memory import Memory
 from variants import VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,8 +90,8 @@ def test_json_matches_the_closed_forms(capsys):
 def test_default_report_is_the_gpu_model_at_the_kernels_blocks(capsys):
     """Issue 11: the report's default blocks are the real kernels', its bound and TFLOP/s the GPU model's
     (not the papers' roofline), with the levels beside the papers' count; --blocks fa1-rule keeps FA1's."""
-    from analysis import gpu_model as gm
-    from analysis.descriptors import describe
+    from gpumodel import gpu_model as gm
+    from gpumodel.descriptors import describe
 
     recs = run_json(capsys, "report", "--variant", "fa2,fa1", "--seq-len", "4k,16k")
     for r in recs:

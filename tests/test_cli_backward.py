@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from analysis import backward_forms as bf
+from counting import backward_forms as bf
 from analysis.cli import main
 
 

@@ -16,7 +16,7 @@ from hypothesis import given, strategies as st
 
 from analysis import cli
 from analysis.cli import main
-from analysis.gpus import GPUS
+from counting.gpus import GPUS
 from analysis.roofline import matmul_rate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -275,8 +275,8 @@ def test_predict_lists_each_length_once(capsys):
 def test_no_variant_moves_less_than_the_minimum(n_q, n_k, d, block_q, block_k, causal, pass_name):
     """× min >= 1 for every variant and pass: the minimum reads Q (and, backward, O, dO, lse) only for the rows that
     see a key, as naive and fa1 do (it counted all of Q: × min 0.54-0.59 at causal Nq = 4k, Nk = 1)."""
-    from analysis import closed_forms as cf
-    from analysis.backward_forms import pass_counts
+    from counting import closed_forms as cf
+    from counting.backward_forms import pass_counts
     from analysis.backward_report import min_bytes
 
     for name in cf.VARIANT_NAMES:

@@ -8,9 +8,9 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from analysis import cluster
-from analysis import closed_forms as cf
-from analysis.memory import Memory, SramOverflow
+from counting import cluster
+from counting import closed_forms as cf
+from counting.memory import Memory, SramOverflow
 from variants import VARIANTS, v_once
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from analysis import cluster, cluster_model as cm
-from analysis import closed_forms as cf
-from analysis import gpu_model as gm
+from counting import cluster
+from gpumodel import cluster_model as cm
+from counting import closed_forms as cf
+from gpumodel import gpu_model as gm
 from analysis.cli import main
-from analysis.descriptors import describe, kernel_names
+from gpumodel.descriptors import describe, kernel_names
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -199,7 +200,7 @@ def test_report_cluster_errors_exit_2(capsys, argv, match):
 
 def test_validate_picks_up_cluster_bench_rows(tmp_path, monkeypatch):
     """A committed cluster_bench*.json (bench_tc's row format) is validated like any kernel's cells."""
-    from analysis import measured, validate as val
+    from gpumodel import measured, validate as val
 
     rows = [dict(kernel=k, b=1, h=16, n=n, d=128, dtype="float16", causal=False, median_ms=ms, ok=True)
             for k, n, ms in (("v_once_cluster", 4096, 1.0), ("fa2_wgmma", 4096, 0.5), ("v_once_cluster", 8192, 3.0))]
@@ -213,7 +214,7 @@ def test_validate_picks_up_cluster_bench_rows(tmp_path, monkeypatch):
 
 
 def test_ncu_rows_map_to_the_cluster_kernel():
-    from analysis.measured import NCU_KERNELS, _kernel_of
+    from gpumodel.measured import NCU_KERNELS, _kernel_of
 
     assert _kernel_of("v_once_cluster") == ("v_once_cluster", {})
     name = "void v_once_cluster_fwd<128, 16>(CUtensorMap_st, ...)"
@@ -224,7 +225,7 @@ def test_ncu_rows_map_to_the_cluster_kernel():
 def test_cluster_model_path_imports_no_torch():
     code = ("import sys, io, contextlib\nfrom analysis.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()): main(['report', '--placement', 'cluster'])\n"
-            "from analysis import gpu_model\n"
+            "from gpumodel import gpu_model\n"
             "gpu_model.predict('v_once_cluster', 1, 16, 8192, None, 128)\n"
             "print('torch' in sys.modules, 'cupy' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT)
@@ -245,8 +246,8 @@ def test_verdict_rows_state_both_kernels_per_cell():
 def test_exposed_latency_is_fitted_on_the_training_split_only():
     """The one fitted cluster constant: refitting on the training cells reproduces the committed value, the
     training split holds only fp16 d = 64 non-causal cells, and every banded held-out cell is in band."""
-    from analysis import validate
-    from analysis.measured import bench_cells
+    from gpumodel import validate
+    from gpumodel.measured import bench_cells
 
     train = [c for c in bench_cells() if cm.is_train(c)]
     if not train:

@@ -105,12 +105,12 @@ def test_ruff_check_passes():
 
 
 def test_gpu_model_constants_table_matches_the_fit():
-    """docs/gpu-model.md's table of constants shows bench/results/gpu_model_fit.json's values (3 significant
+    """docs/gpu-model.md's table of constants shows results/gpu_model_fit.json's values (3 significant
     digits, whole cycles from 100 up), so a refit that is not written into the doc fails here."""
     import json
     import re
 
-    params = json.loads((ROOT / "bench/results/gpu_model_fit.json").read_text())["params"]
+    params = json.loads((ROOT / "results/gpu_model_fit.json").read_text())["params"]
     doc = (ROOT / "docs/gpu-model.md").read_text()
     rows = dict(re.findall(r"^\| `(\w+)` \| [^|]+ \| ([^|]+) \|", doc, flags=re.M))
     assert set(params) <= set(rows), sorted(set(params) - set(rows))

@@ -79,8 +79,8 @@ def test_05():
 
 
 def test_07():
-    from analysis import backward_forms as bf
-    from analysis.gpus import GPUS
+    from counting import backward_forms as bf
+    from counting.gpus import GPUS
 
     nb = jupytext.read(NOTEBOOKS / "07_backward_recomputation.py")
     cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("# Checks for the exercises"))

@@ -26,9 +26,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from analysis import closed_forms as cf
+from counting import closed_forms as cf
 from analysis.cli import main
-from analysis.gpus import GPUS
+from counting.gpus import GPUS
 from analysis.roofline import matmul_rate
 from variants import VARIANTS, attention_reference
 from variants.naive import ScoreRangeWarning
@@ -108,7 +108,7 @@ def argv_lists(draw):
 
 
 def _check_records(recs):
-    from analysis.backward_forms import pass_counts
+    from counting.backward_forms import pass_counts
 
     for rec in recs:
         # v_once's forward options; None on --pass backward's one v_once row (its backward is fa2's under every one)
@@ -260,7 +260,7 @@ def test_closed_forms_fuzz(variant, sizes, odd, which, causal, sram, dtype, plac
 
 @pytest.mark.parametrize("bad", [float("inf"), float("nan"), -1, 0, 1.5, True, "1k"])
 def test_memory_capacity_edges(bad):
-    from analysis.memory import Memory
+    from counting.memory import Memory
 
     with pytest.raises(ValueError, match="sram_bytes must be a positive integer"):
         Memory(sram_bytes=bad)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis import gpu_model as gm
+from gpumodel import gpu_model as gm
 from analysis.cli import main
-from analysis.descriptors import describe, kernel_names, registers_of
-from analysis.levels import levels
-from analysis.gpus import get_gpu
+from gpumodel.descriptors import describe, kernel_names, registers_of
+from gpumodel.levels import levels
+from counting.gpus import get_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -39,7 +39,7 @@ def test_every_kernel_has_a_descriptor(name, d):
 
 def test_descriptor_ctas_match_measured_resources():
     """CTAs/SM of the default builds from their measured registers (tc_resources.json)."""
-    rows = json.loads((ROOT / "bench/results/tc_resources.json").read_text())
+    rows = json.loads((ROOT / "results/tc_resources.json").read_text())
     checked = 0
     for r in rows:
         if not r.get("default") or "ctas_per_sm" not in r:
@@ -65,8 +65,8 @@ def test_levels_compulsory_and_spills():
     gpu = get_gpu("h200")
     fa2 = describe("fa2_tc", 128)
     lv = levels(fa2, gpu, 4, 16, 4096, 4096, 128)
-    # K/V re-reads are L2 hits at these sizes but for the heads straddling two waves (analysis/residency.py):
-    # ncu reads 0.97-1.04x compulsory here (bench/results/ncu_levels.csv)
+    # K/V re-reads are L2 hits at these sizes but for the heads straddling two waves (gpumodel/residency.py):
+    # ncu reads 0.97-1.04x compulsory here (results/ncu_levels.csv)
     assert lv.compulsory_bytes <= lv.dram_bytes <= 1.05 * lv.compulsory_bytes
     assert lv.l2_bytes > 10 * lv.dram_bytes
     vo = describe("v_once_tc", 128, n_q=4096, placement="hbm", rescale="lazy")
@@ -156,7 +156,7 @@ def test_bad_input_one_line_exit_2(capsys, argv, match):
 
 
 def test_validate_on_committed_data(capsys, tmp_path):
-    from analysis import validate as val
+    from gpumodel import validate as val
 
     rs = val.rows()
     dram = [r for r in rs if r["quantity"] == "dram bytes"]
@@ -186,7 +186,7 @@ def test_validate_on_committed_data(capsys, tmp_path):
 
 
 def test_validate_fails_on_an_unlisted_miss(capsys, tmp_path, monkeypatch):
-    from analysis import validate as val
+    from gpumodel import validate as val
 
     empty = tmp_path / "gaps.json"
     empty.write_text('{"cells": []}')
@@ -199,7 +199,7 @@ def test_validate_fails_on_an_unlisted_miss(capsys, tmp_path, monkeypatch):
 
 
 def test_known_gap_matching():
-    from analysis import validate as val
+    from gpumodel import validate as val
 
     gaps = {"cells": [{"kernel": "v_once_tc[hbm,eager]", "n": 4096, "d": 128, "quantity": "time", "reason": "r"}]}
     row = dict(kernel="v_once_tc[hbm,eager]", n=4096, d=128, causal=True, dtype="bf16", source="x",
@@ -226,7 +226,7 @@ def _pair(m_a, m_b, p_a, p_b, kernel_b="fa2_tc"):
 
 
 def test_ranking_tie_rule():
-    from analysis import validate as val
+    from gpumodel import validate as val
 
     # measured 3% apart (a tie): right when the model keeps them within its band, wrong when it does not
     assert val.ranking(_pair(1.0, 1.03, 1.1, 1.0))["agree"] == 1
@@ -252,7 +252,7 @@ def test_teaching_occupancy_and_round_trips():
 def test_report_path_imports_no_torch():
     code = ("import sys, io, contextlib\nfrom analysis.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()): main([])\n"
-            "from analysis import gpu_model, descriptors\n"
+            "from gpumodel import gpu_model, descriptors\n"
             "gpu_model.predict('fa2_wgmma', 1, 16, 4096, None, 128)\n"
             "print('torch' in sys.modules, 'cupy' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT)
@@ -261,7 +261,7 @@ def test_report_path_imports_no_torch():
 
 
 def test_variants_reexport_the_torch_free_working_sets():
-    from analysis import sram
+    from counting import sram
     from variants import VARIANTS
 
     for name, v in VARIANTS.items():
@@ -283,11 +283,11 @@ def test_teaching_shared_bytes_match_the_launchers():
 
 
 def test_committed_fit_is_the_fit_of_this_model():
-    """bench/results/gpu_model_fit.json must be what analysis/fit_gpu_model.py gives for the model as it
+    """results/gpu_model_fit.json must be what gpumodel/fit_gpu_model.py gives for the model as it
     is now: a change to the model without a refit (and so a held-out error nobody measured) fails here."""
     import json
 
-    from analysis import fit_gpu_model
+    from gpumodel import fit_gpu_model
 
     committed = json.loads(gm.FIT_FILE.read_text())
     fresh = fit_gpu_model.fit(verbose=False)
@@ -308,12 +308,12 @@ def test_do_bench_timing_hides_the_host_launch_behind_queued_calls():
 
 
 def test_ab_runs_are_held_out_cells_of_the_builds_the_model_prices():
-    """bench/ab_wgmma_speed.py runs feed validate: the shipped build of the day with the config its file recorded,
+    """lab/ab_wgmma_speed.py runs feed validate: the shipped build of the day with the config its file recorded,
     the ROW_SUM_MMA pair and SDPA's backends; none is in the fit's training split but stage 4's twelve (the three-warpgroup
     builds' fp16 non-causal N = 2048 / 8192 cells of the first Br = 192 A/B); d = 256 is printed, not banded."""
-    from analysis import validate as val
-    from analysis.fit_gpu_model import is_train, is_train_wg3
-    from analysis.measured import AB_VARIANTS, ab_cells
+    from gpumodel import validate as val
+    from gpumodel.fit_gpu_model import is_train, is_train_wg3
+    from gpumodel.measured import AB_VARIANTS, ab_cells
 
     cells = ab_cells()
     assert {c["label"] for c in cells} <= set(AB_VARIANTS) and len(cells) > 300
@@ -333,7 +333,7 @@ def test_ab_runs_are_held_out_cells_of_the_builds_the_model_prices():
 def test_causal_grids_are_scheduled_in_launch_order():
     """The repo's kernels launch their longest causal Q blocks first (Tr - 1 - blockIdx.x, descriptors.HEAVIEST_FIRST);
     SDPA flash the shortest first. The list schedule takes CTAs in that order, so the causal tail is shorter."""
-    from analysis.descriptors import HEAVIEST_FIRST
+    from gpumodel.descriptors import HEAVIEST_FIRST
 
     assert {"fa2_wgmma", "fa2_tc", "v_once_tc", "fa2", "v_once", "naive", "v_once_cluster"} <= set(HEAVIEST_FIRST)
     root = Path(__file__).resolve().parent.parent
@@ -376,8 +376,8 @@ def test_prefetching_persistent_kernel_pays_a_tiles_fill_per_work_tile():
 
 def test_persistent_rows_timed_before_v6_keep_one_causal_section():
     """A/B runs before fa2_wgmma_tma.cu v6 ran the persistent builds with every head in one causal section; the model
-    must read them so (analysis.measured.ONE_SECTION_RUNS), and the v6 runs with the kernel's sections."""
-    from analysis.measured import ONE_SECTION_RUNS, ab_cells
+    must read them so (gpumodel.measured.ONE_SECTION_RUNS), and the v6 runs with the kernel's sections."""
+    from gpumodel.measured import ONE_SECTION_RUNS, ab_cells
 
     rows = [c for c in ab_cells() if c["kernel"] == "fa2_wgmma" and c["options"]["config"].get("PERSISTENT")]
     old = [c for c in rows if c["source"].startswith(ONE_SECTION_RUNS)]
@@ -427,7 +427,7 @@ def test_d96_padding_the_builds_run():
         assert describe("fa2_wgmma", d).pv_pad_cols == 0
     g = get_gpu("h200")
     b, h, n = 4, 21, 4096
-    from analysis.levels import counts
+    from gpumodel.levels import counts
 
     for desc in (ours, cud, flash):
         lv = levels(desc, g, b, h, n, n, 96)
@@ -516,7 +516,7 @@ def test_three_consumer_warpgroups_take_their_own_overlap_share():
     three = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=fw.TILE_CANDIDATES[64]["br192-rs"])
     two = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=fw.CONFIGS[64])
     assert three.block_q == 192 and two.block_q == 128
-    from analysis.descriptors import describe
+    from gpumodel.descriptors import describe
 
     d3 = describe("fa2_wgmma", 64, config=fw.TILE_CANDIDATES[64]["br192-rs"])
     d2 = describe("fa2_wgmma", 64, config=fw.CONFIGS[64])
@@ -537,7 +537,7 @@ def test_half_diag_prices_half_a_step_per_warpgroup():
     """fa2_wgmma HALF_DIAG (v14): warpgroup 0 of Br = Bc = 128 on the causal diagonal runs its first step at half
     width; a non-causal tail block at most half full does so in every warpgroup; the model takes half a step off
     those Q blocks and nothing elsewhere."""
-    from analysis.tiling import half_first_steps
+    from counting.tiling import half_first_steps
     from kernels import fa2_wgmma as fw
 
     assert half_first_steps(0, 1, 512, 512, 128, 2, True, True) == [(True, 1), (False, 1)]  # the diagonal, Nq = Nk
@@ -563,7 +563,7 @@ def test_half_first_steps_is_the_mask(block_k, nwg):
     """half_first_steps' condition (fa2_wgmma_tma.cu's: vis - (Tw - 1) Bc <= Bc / 2) holds exactly when every row of
     the warpgroup has the second half of its first key block masked (causal with Nq != Nk, ragged tails, the walk,
     rows past Nq, rows that see no key), row by row against the mask FA2's softmax applies."""
-    from analysis.tiling import cdiv, half_first_steps
+    from counting.tiling import cdiv, half_first_steps
 
     br = 64 * nwg
     for causal, walk in ((False, False), (True, False), (True, True)):
@@ -589,12 +589,12 @@ def test_half_first_steps_is_the_mask(block_k, nwg):
 
 def test_predict_prints_the_models_track_record(capsys):
     """Every predicted time comes with how the model did on the committed timings of that kernel, head dim and causal
-    flag (analysis/accuracy.py): the JSON key, and a caption line under the table; the committed file is current."""
-    from analysis import accuracy
+    flag (gpumodel/accuracy.py): the JSON key, and a caption line under the table; the committed file is current."""
+    from gpumodel import accuracy
 
     assert accuracy.family("fa2_wgmma{BLOCK_N=128,NWG=2}") == "fa2_wgmma"
     assert accuracy.family("v_once_tc[hbm,lazy]") == "v_once_tc" and accuracy.family("sdpa_cudnn") == "sdpa_cudnn"
-    assert accuracy.main(["--check"]) == 0, "bench/results/gpu_model_accuracy.json is stale"
+    assert accuracy.main(["--check"]) == 0, "results/gpu_model_accuracy.json is stale"
     rc, out, _ = _run(capsys, "predict", "--kernel", "sdpa_cudnn", "--batch", "4", "--heads", "16", "--seq-len", "4096",
                       "--head-dim", "128", "--causal", "--format", "json")
     (rec,) = json.loads(out)
@@ -611,7 +611,7 @@ def test_predict_prints_the_models_track_record(capsys):
 
 
 def test_accuracy_groups_held_out_time_rows():
-    from analysis import accuracy
+    from gpumodel import accuracy
 
     row = dict(quantity="time", train=False, n=4096, kernel="fa2_wgmma{A=1}", d=128, causal=True, band=0.15)
     rs = [dict(row, ratio=x, in_band=abs(x - 1) <= 0.15) for x in (0.8, 0.9, 1.0, 1.1)]
@@ -625,7 +625,7 @@ def test_accuracy_groups_held_out_time_rows():
 def test_cell_medians_read_the_target_per_cell():
     """validate.cell_medians: the model against the median of each cell's timings over every run; a run on a slow
     board moves one timing, not the cell."""
-    from analysis import validate as val
+    from gpumodel import validate as val
 
     row = dict(quantity="time", band=0.15, train=False, kernel="k", batch=1, heads=1, n=4096, d=128, dtype="fp16",
                causal=True, model=1.0)
@@ -643,7 +643,7 @@ def test_masked_steps_closed_form_matches_the_kernels_need_mask():
     (fa2_wgmma's need_mask), in closed form; checked against the tile-by-tile test on random shapes."""
     import random
 
-    from analysis.tiling import Tiling
+    from counting.tiling import Tiling
 
     rng = random.Random(25)
     for _ in range(400):
@@ -682,7 +682,7 @@ def test_masked_steps_cost_and_cudnns_ragged_lengths():
 def test_rescale_threshold_is_priced():
     """fa2_wgmma's RESCALE_THRESHOLD rescales O only when a row max moves past the bound: the model drops FA2 Alg. 1
     line 10's Br x d multiplies per tile from the softmax work; SDPA flash and cuDNN rescale every step. The A/B that
-    took the knob out (bench/results/stop23/recheck_knobs) measured 1.023-1.058x the time."""
+    took the knob out (results/stop23/recheck_knobs) measured 1.023-1.058x the time."""
     from kernels.fa2_wgmma import CONFIGS
 
     cfg = dict(CONFIGS[128], RESCALE_THRESHOLD=8)
@@ -696,18 +696,18 @@ def test_rescale_threshold_is_priced():
 
 def test_wgmma_rate_comes_from_the_measured_ceiling_and_clock():
     """R_wgmma is not fitted (it traded against sigma_ws along a flat valley of the loss): the wgmma ceiling measured
-    in SM cycles (bench/tc_ceiling.py: the dense 4096 FLOP/clk/SM, every shape) times the clock the training shapes
+    in SM cycles (lab/tc_ceiling.py: the dense 4096 FLOP/clk/SM, every shape) times the clock the training shapes
     run at under the power cap over the clock the model converts cycles at."""
     import json
 
-    from analysis import fit_gpu_model as fit
+    from gpumodel import fit_gpu_model as fit
 
     rows = json.loads(fit.CEILING_FILE.read_text())["rows"]
     wgmma = [r for r in rows if r["path"] == "wgmma"]
     mma = [r for r in rows if r["path"] == "mma_sync"]
     assert wgmma and mma and not any("error" in r for r in rows)
     # lds: the committed run's loop had ptxas merge 7 of 16 loads (its flag says so: 215 B/clk over the guide's 128);
-    # the corrected loop (ld.volatile.shared) awaits a device visit (bench/NOTES-tc.md stop 25)
+    # the corrected loop (ld.volatile.shared) awaits a device visit (lab/NOTES-tc.md stop 25)
     assert not any(r.get("problems") for r in rows if r["path"] != "lds")
     # the pipes the model takes from the CUDA guide and the whitepaper, measured per clock: MUFU 16 ex2, FP32 128 lanes
     mufu = [r["per_clk_sm"] for r in rows if r["path"] == "mufu"]
@@ -736,14 +736,14 @@ def test_sdpa_flash_traits_follow_torchs_head_dim_buckets():
 
 
 def test_external_descriptors_match_the_kernels_sdpa_launched():
-    """bench/kernel_names.py (stop 28's names26 on the H200: torch's profiler at d = 64-256, N = 512 / 4096, fp16 / bf16,
+    """lab/kernel_names.py (stop 28's names26 on the H200: torch's profiler at d = 64-256, N = 512 / 4096, fp16 / bf16,
     causal and not) records the kernel, grid and block each SDPA backend launched; the descriptors' traits must be
     those: flash's Flash_fwd_kernel_traits<d, Br, Bc, warps> and grid (Tr, ...), cuDNN's 64 x 128 x kd tile (kd the
     padded head dim) on 384 threads, a persistent grid of one CTA per SM."""
     import math
     import re
 
-    run = json.loads((ROOT / "bench/results/stop28/names26/kernel_names.json").read_text())
+    run = json.loads((ROOT / "results/stop28/names26/kernel_names.json").read_text())
     seen = set()
     for r in run["rows"]:
         dtype = "bf16" if r["dtype"] == "bfloat16" else "fp16"
@@ -765,7 +765,7 @@ def test_external_descriptors_match_the_kernels_sdpa_launched():
 def test_events_timings_are_compared_as_gpu_time_less_their_runs_host_gap():
     """An events-timed run's host gap per kernel and head dim is its median less its back-to-back time over N <= 2048
     (longer cells left out, a negative gap clipped), and its cells carry time_s less that gap, compared as GPU time."""
-    from analysis import measured
+    from gpumodel import measured
 
     rows = [dict(kernel="k", d=64, n=512, median_ms=0.30, b2b_ms=0.25), dict(kernel="k", d=64, n=1024, median_ms=0.50,
             b2b_ms=0.44), dict(kernel="k", d=64, n=2048, median_ms=0.90, b2b_ms=0.83),
@@ -785,8 +785,8 @@ def test_events_timings_are_compared_as_gpu_time_less_their_runs_host_gap():
 
 
 def test_predict_ab_prices_an_ab_runs_entries(capsys):
-    """analysis.predict_ab: the entries bench/ab_wgmma_speed.py would time, priced on its cells before the run."""
-    from analysis import predict_ab
+    """lab.predict_ab: the entries lab/ab_wgmma_speed.py would time, priced on its cells before the run."""
+    from lab import predict_ab
 
     rows = predict_ab.predict_rows([128], [512], ["default", "default-again", "default+O_TILE=0+O_TMA=0+O_DIRECT=2",
                                                   "br192-bc64-dyn-oqt"], causals=(True,), dtypes=("fp16",))
@@ -839,7 +839,8 @@ def test_predict_v_once_defaults_are_the_kernels(capsys, kernel):
 def test_teaching_v_once_describe_refuses_what_its_launcher_refuses():
     """teaching_model.describe raises where kernels/v_once.py forward raises SramOverflow (shared memory over the
     per-block limit), and prices every launch it does not refuse, at the launcher's own shared_bytes."""
-    from kernels import sm90, teaching_model, v_once
+    from counting import sm90
+    from kernels import teaching_model, v_once
 
     for n_k in (64, 1000, 4096, 65536, 1 << 20):
         for placement in ("auto", "sram", "hbm"):
@@ -898,11 +899,11 @@ def test_predict_refuses_past_the_models_q_block_limit(capsys):
                                            ("local_memory", "local_memory_fit.json"),
                                            ("cluster_model", "cluster_model_fit.json")])
 def test_refit_scripts_answer_help_and_typos_without_refitting(monkeypatch, capsys, module, writes):
-    """`python -m analysis.<fit> --help` says what it writes and writes nothing; an unknown argument exits 2 and
-    writes nothing (they used to ignore both and refit, overwriting the committed bench/results/*_fit.json)."""
+    """`python -m gpumodel.<fit> --help` says what it writes and writes nothing; an unknown argument exits 2 and
+    writes nothing (they used to ignore both and refit, overwriting the committed results/*_fit.json)."""
     import importlib
 
-    mod = importlib.import_module(f"analysis.{module}")
+    mod = importlib.import_module(f"gpumodel.{module}")
 
     def refit(*_a, **_k):
         raise AssertionError("refitted")

@@ -1,4 +1,4 @@
-"""The GPU model's per-block work in array operations (analysis.gpu_model _per_block, _schedule, Tiling.block_counts):
+"""The GPU model's per-block work in array operations (gpumodel.gpu_model _per_block, _schedule, Tiling.block_counts):
 the same numbers to the bit as the per-block loops they replaced (kept as the oracles: _per_block_loop,
 _schedule_loop below, Tiling's methods), and fast where those took seconds (a causal row of 65,536 Q blocks)."""
 from __future__ import annotations
@@ -14,14 +14,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis import gpu_model as gm
+from gpumodel import gpu_model as gm
 from analysis.cli import main
-from analysis.descriptors import describe
-from analysis.tiling import Tiling
+from gpumodel.descriptors import describe
+from counting.tiling import Tiling
 
 
 def _schedule_loop(pattern, repeats, slots, cost) -> tuple[float, float]:
-    """The list schedule by its definition, one heap operation per CTA (what analysis.gpu_model used until it moved to
+    """The list schedule by its definition, one heap operation per CTA (what gpumodel.gpu_model used until it moved to
     _schedule's batches): the makespan of CTAs taking cost(n) cycles each, in launch order onto `slots`, and the
     number of waves."""
     n_ctas = len(pattern) * repeats
@@ -116,7 +116,7 @@ CASES += [("v_once_tc", 64, 3000, 1 << 20, False, 1, 2, EAGER), ("v_once_tc", 12
 @pytest.mark.parametrize("kernel,d,n_q,n_k,causal,batch,heads,options", [c + ({},) if len(c) == 7 else c for c in CASES])
 def test_predictions_are_the_loops(monkeypatch, kernel, d, n_q, n_k, causal, batch, heads, options):
     """Whole predictions (time, terms, levels, waves) equal those of the per-block loops, field by field."""
-    from analysis import levels
+    from gpumodel import levels
 
     desc = describe(kernel, d, "fp16", causal, n_q=n_q, n_k=n_k, **options)
     fast = gm.predict_work(gm.prepare(desc, batch, heads, n_q, n_k, d, "fp16", causal)).as_dict()
@@ -150,7 +150,7 @@ def test_causal_rows_at_the_q_block_limit_answer_fast(monkeypatch, capsys, argv)
        block_k=st.sampled_from([16, 64, 128]), causal=st.booleans(), resident=st.integers(1, 600),
        kv_ws=st.integers(0, 1 << 30), cap=st.sampled_from([1 << 20, 31457280, 37748736]))
 def test_eager_miss_is_the_loop(n_q, n_k, block_q, block_k, causal, resident, kv_ws, cap):
-    from analysis import levels
+    from gpumodel import levels
 
     t = Tiling(n_q, n_k, block_q, block_k, causal)
     per_block_ws = resident * block_q * block_k * 2
@@ -161,7 +161,7 @@ def test_eager_miss_is_the_loop(n_q, n_k, block_q, block_k, causal, resident, kv
 def test_eager_spilled_rows_at_long_keys_answer_fast_or_say_why(monkeypatch, capsys):
     """Eager v_once with its f row spilled: the reuse model summed over every key block in Python (Nk = 1G: 11 s for
     two rows, 16G minutes and GBs). Now arrays up to MAX_EAGER_K_BLOCKS key blocks, the papers' roofline past it."""
-    from analysis import levels
+    from gpumodel import levels
 
     monkeypatch.setattr(levels, "_eager_miss_loop", lambda *a: pytest.fail("looped over the key blocks"))
     for n_k, modelled in (("256m", True), ("16384m", False)):

@@ -5,11 +5,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis import gpu_model as gm
-from analysis.descriptors import describe
-from analysis.levels import separated_share
-from analysis.measured import RESULTS, read_ncu_csv
-from analysis.validate import L2_BAND, rows
+from gpumodel import gpu_model as gm
+from gpumodel.descriptors import describe
+from gpumodel.levels import separated_share
+from gpumodel.measured import RESULTS, read_ncu_csv
+from gpumodel.validate import L2_BAND, rows
 
 LEVELS_CSV = RESULTS / "ncu_levels.csv"
 
@@ -41,7 +41,7 @@ def test_fa1_grid_keeps_the_old_rule():
     assert separated_share(desc, bh=8, t_r=64, slots=132) == 1.0
 
 
-@pytest.mark.skipif(not LEVELS_CSV.exists(), reason="bench/results/ncu_levels.csv not committed")
+@pytest.mark.skipif(not LEVELS_CSV.exists(), reason="results/ncu_levels.csv not committed")
 def test_dram_at_16k_is_near_compulsory_as_measured():
     """N = 16384, d = 128, B·H = 16 reads 1.0-1.2x compulsory (ncu); the rule that every re-read sees the
     whole pass predicted 5.6x. fa2_wgmma and SDPA flash are within the band; fa2_tc (1.19x) is a known gap."""
@@ -56,7 +56,7 @@ def test_dram_at_16k_is_near_compulsory_as_measured():
             assert abs(ratio - 1) <= 0.10
 
 
-@pytest.mark.skipif(not LEVELS_CSV.exists(), reason="bench/results/ncu_levels.csv not committed")
+@pytest.mark.skipif(not LEVELS_CSV.exists(), reason="results/ncu_levels.csv not committed")
 def test_l2_banded_against_the_crossbar_counter():
     cells = read_ncu_csv(LEVELS_CSV)
     assert all(c.get("l2_sm_bytes") for c in cells)
@@ -69,8 +69,8 @@ def test_l2_banded_against_the_crossbar_counter():
     assert all(r["in_band"] for r in sm if not r["kernel"].startswith("sdpa_flash"))
 
 
-# -- the measured issue cost (analysis/issue.py) ---------------------------------------------------------
-@pytest.mark.skipif(not LEVELS_CSV.exists(), reason="bench/results/ncu_levels.csv not committed")
+# -- the measured issue cost (gpumodel/issue.py) ---------------------------------------------------------
+@pytest.mark.skipif(not LEVELS_CSV.exists(), reason="results/ncu_levels.csv not committed")
 def test_issue_cost_is_measured_per_build():
     fa2 = describe("fa2_tc", 64, "fp16")
     sdpa = describe("sdpa_flash", 64, "bf16", True)  # bf16 and causal use the fp16 non-causal count
@@ -91,7 +91,7 @@ def test_unprofiled_build_keeps_the_estimate():
     assert desc.issue_per_tile == 0.0
 
 
-@pytest.mark.skipif(not LEVELS_CSV.exists(), reason="bench/results/ncu_levels.csv not committed")
+@pytest.mark.skipif(not LEVELS_CSV.exists(), reason="results/ncu_levels.csv not committed")
 @pytest.mark.parametrize("n", [4096, 16384])
 def test_fa2_tc_ahead_of_sdpa_flash_at_d64(n):
     """tc_bench*.json: fa2_tc runs 6-18% faster than SDPA flash at d = 64, N >= 2k; the model must agree."""
@@ -100,16 +100,16 @@ def test_fa2_tc_ahead_of_sdpa_flash_at_d64(n):
     assert a.time_s < b.time_s
 
 
-# -- the per-block reuse distance of straddled heads (analysis/residency.py) ----------------------------
+# -- the per-block reuse distance of straddled heads (gpumodel/residency.py) ----------------------------
 @given(c0=st.floats(0, 100), slope=st.floats(-5, 5), t_c=st.integers(1, 300), cap=st.floats(0, 100))
 def test_missed_blocks_counts_every_block(c0, slope, t_c, cap):
-    from analysis.residency import missed_blocks
+    from gpumodel.residency import missed_blocks
 
     assert missed_blocks(c0, slope, t_c, cap) == sum(1 for j in range(t_c) if c0 + slope * j > cap)
 
 
 def test_straddled_heads_miss_only_past_the_capacity():
-    from analysis.residency import separated_missing_bytes
+    from gpumodel.residency import separated_missing_bytes
 
     mb = 2 ** 20
     # every head inside one wave: nothing separated
@@ -124,7 +124,7 @@ def test_straddled_heads_miss_only_past_the_capacity():
 
 @pytest.mark.skipif(not (RESULTS / "ncu_l2_capacity.csv").exists(), reason="ncu_l2_capacity.csv not committed")
 def test_long_sequences_dram_against_ncu():
-    """N = 24k-64k (bench/ncu_l2_capacity.sh, bench/gpu_gaps_check.sh): the ramp gave 0.46-0.80x; the per-block
+    """N = 24k-64k (lab/ncu_l2_capacity.sh, lab/gpu_gaps_check.sh): the ramp gave 0.46-0.80x; the per-block
     rule at the fitted capacity is in band for fa2_wgmma and SDPA flash at every N (24k and 48k held out of the
     capacity fit); fa2_tc is a known gap."""
     cells = read_ncu_csv(RESULTS / "ncu_l2_capacity.csv") + read_ncu_csv(RESULTS / "ncu_gaps_capacity.csv")
@@ -153,9 +153,9 @@ def test_dram_is_between_the_minimum_and_the_l2_requests(n_q, n_k, d, bh, causal
     causal Nq = 4k, Nk = 1)."""
     from hypothesis import assume
 
-    from analysis.gpus import get_gpu
-    from analysis.headline import min_hbm_bytes
-    from analysis.levels import levels
+    from counting.gpus import get_gpu
+    from counting.headline import min_hbm_bytes
+    from gpumodel.levels import levels
 
     kernel, opts = which
     try:

@@ -1,4 +1,4 @@
-"""The local-memory level (analysis/local_memory.py): register spills written from L1 to the L2."""
+"""The local-memory level (gpumodel/local_memory.py): register spills written from L1 to the L2."""
 from __future__ import annotations
 
 import json
@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis import local_memory as lm
-from analysis.descriptors import describe
-from analysis.gpus import get_gpu
-from analysis.levels import levels
-from analysis.measured import RESULTS, read_ncu_csv
-from analysis.validate import L2_BAND
+from gpumodel import local_memory as lm
+from gpumodel.descriptors import describe
+from counting.gpus import get_gpu
+from gpumodel.levels import levels
+from gpumodel.measured import RESULTS, read_ncu_csv
+from gpumodel.validate import L2_BAND
 
 LEVELS_CSV = RESULTS / "ncu_levels.csv"
-needs_csv = pytest.mark.skipif(not LEVELS_CSV.exists(), reason="bench/results/ncu_levels.csv not committed")
+needs_csv = pytest.mark.skipif(not LEVELS_CSV.exists(), reason="results/ncu_levels.csv not committed")
 
 # two branches of one masked step store the same frame slots; a prologue stores two more
 SASS = """
@@ -37,7 +37,7 @@ SASS = """
 
 
 def test_spill_sites_count_distinct_frame_bytes():
-    from bench.spill_sites import classify
+    from lab.spill_sites import classify
 
     out = classify(SASS, {"masked": 215, "unmasked": 217})
     assert out["cta"] == 8  # [R1], [R1+4]
@@ -75,7 +75,7 @@ def test_descriptors_carry_the_spills():
 @given(n_q=st.integers(1, 5000), n_k=st.integers(1, 5000), causal=st.booleans(),
        bq=st.sampled_from([64, 128]), bk=st.sampled_from([48, 64, 128]))
 def test_steps_split_the_visited_tiles(n_q, n_k, causal, bq, bk):
-    from analysis.tiling import Tiling, cdiv
+    from counting.tiling import Tiling, cdiv
 
     desc = describe("fa2_tc", 128)
     desc = desc.__class__(**dict(desc.as_dict(), block_q=bq, block_k=bk))
@@ -107,7 +107,7 @@ def test_sdpa_flash_fitted_on_one_row_per_build_and_held_out():
     committed = json.loads(lm.FIT_FILE.read_text())
     assert lm.fit() == committed
     assert set(committed["sdpa_flash"]) == {"64", "128"}
-    from analysis.validate import rows
+    from gpumodel.validate import rows
 
     l2 = [r for r in rows() if r["quantity"] == "l2 bytes (SM xbar)" and r["kernel"] == "sdpa_flash"]
     train = [r for r in l2 if r["train"]]
@@ -121,7 +121,7 @@ def test_sdpa_flash_fitted_on_one_row_per_build_and_held_out():
 def test_committed_spill_sites_are_this_source():
     """Re-derive one build's spill sites from the kernel source as it is (NVRTC + nvdisasm, no GPU)."""
     pytest.importorskip("cuda.core")
-    from bench import spill_sites as ss
+    from lab import spill_sites as ss
 
     try:
         tool = ss.nvdisasm()
@@ -133,9 +133,9 @@ def test_committed_spill_sites_are_this_source():
     assert ss.analyse(row["defines"], tool, ss.step_lines()) == row
 
 
-# -- Little's law on the spilled kernels' DRAM rate (analysis/gpu_model.py in_flight_per_sm) -------------
+# -- Little's law on the spilled kernels' DRAM rate (gpumodel/gpu_model.py in_flight_per_sm) -------------
 def test_bytes_in_flight_follow_the_resident_warps():
-    from analysis import gpu_model as gm
+    from gpumodel import gpu_model as gm
 
     lazy = describe("v_once_tc", 64, n_q=4096, placement="hbm", rescale="lazy")
     fewer = lazy.__class__(**dict(lazy.as_dict(), ctas_per_sm=lazy.ctas_per_sm - 1))
@@ -146,7 +146,7 @@ def test_bytes_in_flight_follow_the_resident_warps():
 
 
 def test_little_cap_binds_only_on_spilled_kernels(monkeypatch):
-    from analysis import gpu_model as gm
+    from gpumodel import gpu_model as gm
 
     params = gm.load_params()
     off = dict(params, lat_dram=0.0)
@@ -163,8 +163,8 @@ def test_ring_wait_prices_the_stages_ab():
     """The K/V ring's wait (gpu_model.ring_wait): the 3-CTA d = 64 causal N = 512 build with four slots waits for
     nothing, with two it waits on the blocks DRAM serves; four / two near the stages21 A/B's 0.957-0.986. Kernels
     that state no ring (cuDNN, kv_stages 0) and lat_dram 0 (stage 1 of the fit) have none."""
-    from analysis import gpu_model as gm
-    from analysis.descriptors import describe
+    from gpumodel import gpu_model as gm
+    from gpumodel.descriptors import describe
     from kernels.fa2_wgmma import SIZE_CANDIDATES
 
     params = gm.load_params()
@@ -184,9 +184,9 @@ def test_ring_wait_prices_the_stages_ab():
 
 def test_two_stage_fit_keeps_stage_one():
     """Stage 2 fits only the spilled kernels' constants: the others are stage 1's, on the base split."""
-    from analysis import fit_gpu_model as f
+    from gpumodel import fit_gpu_model as f
 
-    cells = [c for c in __import__("analysis.measured", fromlist=["x"]).bench_cells() if f.is_train_spill(c)]
+    cells = [c for c in __import__("gpumodel.measured", fromlist=["x"]).bench_cells() if f.is_train_spill(c)]
     assert cells and all(c["kernel"] == "v_once_tc" and not c["causal"] and c["dtype"] == "fp16" for c in cells)
     assert {c["n_q"] for c in cells} == set(f.TRAIN_N_V_ONCE_TC)
     assert set(f.SPILL_PARAMS) == {"sigma_spill", "lat_dram", "L_gmem", "L_gmem_dram"}
@@ -194,7 +194,7 @@ def test_two_stage_fit_keeps_stage_one():
 
 def test_round_trips_cost_more_when_f_misses_the_l2():
     """Teaching v_once, spilled f: a round trip waits L_gmem, plus L_gmem_dram for the share that misses."""
-    from analysis import gpu_model as gm
+    from gpumodel import gpu_model as gm
 
     p = gm.load_params()
     assert p["L_gmem"] > 0 and p["L_gmem_dram"] > 0

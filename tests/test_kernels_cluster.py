@@ -6,7 +6,7 @@ d = 64/128, input scales that put scores up to ~1e4, every build (default and ke
 a smoke launch per cluster size first; explicit long rows for clusters of 1 to 8 CTAs (default and NWG=2), the
 non-portable cluster of 16 (config MAX_CLUSTER=16), cluster shapes set at launch, grouped and strided inputs,
 the "auto" fallback and the clear errors. Outputs are NaN-poisoned (out=) and judged by bench.harness.compare,
-the one correctness rule. CPU tests: the launcher's shared-memory layout is analysis.cluster's budget, the rank
+the one correctness rule. CPU tests: the launcher's shared-memory layout is counting.cluster's budget, the rank
 split covers every key block within the planned f slots, the builds CI compiles, candidate builds do not spill,
 the CS = 16 launch configuration, bad options fail with one clear line.
 """
@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from analysis import cluster  # noqa: E402
+from counting import cluster  # noqa: E402
 from kernels import KERNELS, v_once_cluster as vc  # noqa: E402
 
 CONFIGS = [None] + list(vc.SWEEP)  # the default build and the tuning candidates
@@ -41,7 +41,7 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=list(H
 # ------------------------------------------------------------------------------------------------ CPU
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 def test_layout_is_the_cluster_budget(config):
-    """The .cu's shared-memory layout (kernels.v_once_cluster.smem_bytes) is analysis.cluster's budget at the
+    """The .cu's shared-memory layout (kernels.v_once_cluster.smem_bytes) is counting.cluster's budget at the
     kernel's tiles, for every build, cluster size and key count: plan() can only pick builds that fit."""
     for d in vc.HEAD_DIMS:
         top = vc.max_keys(d, config=config)
@@ -172,9 +172,9 @@ def test_forced_cluster_splits_short_rows():
 
 
 def test_descriptor_follows_the_plan():
-    """The GPU model's descriptor (analysis/cluster_model.py) and the launcher pick the same cluster size from
-    analysis.cluster.plan; past 8 CTAs the model describes the non-portable cluster of 16 (config MAX_CLUSTER=16)."""
-    from analysis.descriptors import describe
+    """The GPU model's descriptor (gpumodel/cluster_model.py) and the launcher pick the same cluster size from
+    counting.cluster.plan; past 8 CTAs the model describes the non-portable cluster of 16 (config MAX_CLUSTER=16)."""
+    from gpumodel.descriptors import describe
     from kernels import v_once_cluster as vc
 
     small, large = describe("v_once_cluster", 128, n_q=1024), describe("v_once_cluster", 128, n_q=9000)

@@ -66,7 +66,7 @@ def _text_sections(cubin: bytes) -> dict:
 @needs_nvrtc
 @pytest.mark.parametrize("d", [64, 128])
 def test_fa2_tc_trace_build_compiles_within_the_spill_budget(d):
-    """bench/cta_trace.py's probe build (CTA_TRACE=1): what it measures is the shipped build's schedule, so it may not
+    """lab/cta_trace.py's probe build (CTA_TRACE=1): what it measures is the shipped build's schedule, so it may not
     spill past the shipped build's budget (d = 128: 68 / 64 B against 64 / 48 B, NVRTC 13.0)."""
     from kernels import fa2_tc
 
@@ -85,7 +85,7 @@ def test_fa2_tc_trace_build_compiles_within_the_spill_budget(d):
 @needs_nvrtc
 @pytest.mark.parametrize("d", [64, 128])
 def test_fa2_wgmma_trace_build_compiles_as_the_untraced_one(d):
-    """fa2_wgmma's CTA_TRACE build (bench/cta_trace.py --kernel fa2_wgmma, the control): the registers and spills of
+    """fa2_wgmma's CTA_TRACE build (lab/cta_trace.py --kernel fa2_wgmma, the control): the registers and spills of
     CONFIGS[d] and a wgmma pipeline ptxas keeps; refused where it does not record one tile per CTA."""
     from kernels import fa2_wgmma
 
@@ -346,9 +346,11 @@ def test_a_serialised_build_warns(monkeypatch):
 
 
 def test_the_sms_limits_are_named_once():
-    """kernels/sm90.py holds the SM's shared-memory limits; the launchers and the analysis package read them there."""
-    from analysis import cluster, cluster_model
-    from kernels import fa2_tc, sm90, teaching_model, v_once_tc
+    """counting/sm90.py holds the SM's shared-memory limits; the launchers and the analysis package read them there."""
+    from counting import cluster
+    from gpumodel import cluster_model
+    from counting import sm90
+    from kernels import fa2_tc, teaching_model, v_once_tc
 
     assert sm90.SMEM_PER_BLOCK == 232448 and sm90.SMEM_PER_SM == 233472  # 227 KB opt-in of the SM's 228 KB
     assert fa2_tc.SMEM_PER_SM == teaching_model.SMEM_PER_SM == cluster_model.SMEM_PER_SM == sm90.SMEM_PER_SM

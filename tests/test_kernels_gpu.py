@@ -162,7 +162,7 @@ def test_bad_inputs(name):
 
 
 def test_v_once_sram_overflow_is_an_error():
-    from analysis.memory import SramOverflow
+    from counting.memory import SramOverflow
 
     q, k, v = qkv(k=(1, 2, 4096, 32), dtype=torch.float32)
     with pytest.raises(SramOverflow, match="bytes of SRAM"):

@@ -156,13 +156,13 @@ def test_long_rows(n, d):
 @pytest.mark.parametrize("kernel", ["fa2_tc", "fa2_wgmma"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_cta_trace_build_records_every_cta_and_changes_nothing(kernel, d):
-    """The CTA_TRACE builds (bench/cta_trace.py: fa2_tc's CONFIGS, fa2_wgmma's one-tile CONFIGS): against float64 on
+    """The CTA_TRACE builds (lab/cta_trace.py: fa2_tc's CONFIGS, fa2_wgmma's one-tile CONFIGS): against float64 on
     tails, Nq != Nk and empty causal rows; the same bits as the untraced build on a long row; one record per CTA
     (start <= quarter marks <= end, the key steps) and no word written past the grid's CTAs."""
     import cupy
     import numpy as np
 
-    from bench.cta_trace import UNWRITTEN, read_trace, relative_records, trace_buffer
+    from lab.cta_trace import UNWRITTEN, read_trace, relative_records, trace_buffer
     from kernels import fa2_tc, fa2_wgmma, loader
 
     if kernel == "fa2_wgmma" and not fa2_wgmma.supported():

@@ -85,9 +85,9 @@ NEUTRAL = [(d, cfg) for d, cfg in fa2_wgmma.default_builds()]
 @needs_nvrtc
 @pytest.mark.parametrize("d,cfg", NEUTRAL, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(NEUTRAL)])
 def test_register_neutral_knobs_keep_the_register_count(d, cfg, precompiled):
-    """analysis.descriptors.registers_of matches forward()'s builds to the measured ones without DESC_STEP and WG_SKIP:
+    """gpumodel.descriptors.registers_of matches forward()'s builds to the measured ones without DESC_STEP and WG_SKIP:
     ptxas must give each the registers of the same build without them."""
-    from analysis.descriptors import REGISTER_NEUTRAL
+    from gpumodel.descriptors import REGISTER_NEUTRAL
 
     def regs(c):
         defs = fa2_wgmma.defines_for(d, 0, c)
@@ -189,8 +189,8 @@ def test_row_sum_mma_is_refused_where_it_does_not_exist():
 
 
 def test_ab_summary_reads_its_rows():
-    """bench/ab_wgmma_speed.py's table: variant time over base time, the best build over cuDNN, failures."""
-    from bench import ab_wgmma_speed as ab
+    """lab/ab_wgmma_speed.py's table: variant time over base time, the best build over cuDNN, failures."""
+    from lab import ab_wgmma_speed as ab
 
     def row(v, ms, ok=True, n=4096):
         return dict(variant=v, dtype="float16", d=64, n=n, causal=False, median_ms=ms, tflops=100.0 / ms, ok=ok)
@@ -242,7 +242,7 @@ def test_size_rule_picks_the_first_matching_build():
 
 
 def test_d64_causal_short_rows_run_the_64_key_four_slot_build_to_896():
-    """stop 23 (bench/results/stop23/d64c23, d64c23b): the 3-CTA Bc = 64 four-slot build runs d = 64 causal rows up to
+    """stop 23 (results/stop23/d64c23, d64c23b): the 3-CTA Bc = 64 four-slot build runs d = 64 causal rows up to
     Nk = 896 (0.947-0.989 of the Bc = 96 build's time at 768 and 896 in two runs each), Bc = 96 from 897 keys (level at
     960 and 1k, slower at 1.5k)."""
     bc64 = fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
@@ -255,9 +255,9 @@ def test_d64_causal_short_rows_run_the_64_key_four_slot_build_to_896():
 
 def test_the_model_describes_the_build_the_size_rule_runs():
     """fa-traffic predict at a short Nk models the SIZE_RULES build forward() runs; the benchmark files timed before
-    the rule keep CONFIGS[d] (analysis.measured.BEFORE_SIZE_RULES)."""
-    from analysis.descriptors import describe
-    from analysis.measured import bench_cells
+    the rule keep CONFIGS[d] (gpumodel.measured.BEFORE_SIZE_RULES)."""
+    from gpumodel.descriptors import describe
+    from gpumodel.measured import bench_cells
 
     # d = 96 at 8k: a cell no SIZE_RULES entry takes (d = 128 has one at every Nk since the threshold, d = 256 since v13)
     small, large = describe("fa2_wgmma", 64, n_q=512, n_k=512), describe("fa2_wgmma", 96, n_q=8192, n_k=8192)
@@ -280,7 +280,7 @@ def test_the_model_describes_the_build_the_size_rule_runs():
 
 
 def test_ab_variants_can_be_limited_to_head_dims():
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     assert ab.parse_variants("base,dynamic@64+128,ahead@64") == [("base", None), ("dynamic", {64, 128}),
                                                                  ("ahead", {64})]
@@ -300,7 +300,7 @@ def test_default_candidates_build_and_are_sanitized():
 
 def test_ab_decision_rule():
     """A build faster in every cell goes into CONFIGS, one faster only at small N into SIZE_RULES."""
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     rows = []
     for n in (512, 2048, 8192):
@@ -327,8 +327,8 @@ def test_row_sum_mma_is_an_fp16_build():
 
 
 def test_runs_timed_before_row_sum_mma_are_modelled_without_it():
-    """The benchmark files timed before v5a ran d = 64 without ROW_SUM_MMA (analysis.measured.KNOBS_ADDED_LATER)."""
-    from analysis.measured import bench_cells
+    """The benchmark files timed before v5a ran d = 64 without ROW_SUM_MMA (gpumodel.measured.KNOBS_ADDED_LATER)."""
+    from gpumodel.measured import bench_cells
 
     assert fa2_wgmma.CONFIGS[64].get("ROW_SUM_MMA") == 1
     old = [c for c in bench_cells() if c["kernel"] == "fa2_wgmma" and c["d"] == 64 and c["label"] == "fa2_wgmma"]
@@ -337,8 +337,8 @@ def test_runs_timed_before_row_sum_mma_are_modelled_without_it():
 
 def test_the_model_prices_row_sum_mma():
     """The descriptor says where l is summed: 8 more P V columns on the tensor cores, one add fewer per score."""
-    from analysis import gpu_model
-    from analysis.descriptors import describe
+    from gpumodel import gpu_model
+    from gpumodel.descriptors import describe
 
     no_rs = fa2_wgmma.TILE_CANDIDATES[64]["no-rs"]
     base = describe("fa2_wgmma", d=64, dtype="fp16", config=no_rs)
@@ -352,12 +352,12 @@ def test_the_model_prices_row_sum_mma():
 
 
 def _fake_ab(monkeypatch, tmp_path, forwards: dict, measure, time_fn, seqs="512"):
-    """bench/ab_wgmma_speed.run on the CPU: one fa2_wgmma[name] entry per forward, the harness's check (measure) and
+    """lab/ab_wgmma_speed.run on the CPU: one fa2_wgmma[name] entry per forward, the harness's check (measure) and
     timer (time_fn) replaced; returns the run's arguments (abba, entries in the listed order)."""
     import argparse
     import types
 
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
     from bench import harness
 
     monkeypatch.setattr(harness, "input_sets", lambda *a, **k: [None])
@@ -376,7 +376,7 @@ def test_ab_four_passes_alternate_and_cancel_a_drift(monkeypatch, tmp_path):
     its four passes, so a linear drift through the cell still gives identical builds the same time."""
     import argparse
 
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     clock, order = {"t": 0}, []
 
@@ -401,7 +401,7 @@ def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
     linearly through the cell then gives identical builds the same time whatever their position."""
     import argparse
 
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     clock = {"t": 100}
 
@@ -442,7 +442,7 @@ def test_ab_abba_order_cancels_a_drift(monkeypatch, tmp_path):
 def test_ab_times_a_disturbed_cell_again(monkeypatch, tmp_path):
     """A cell where one entry's two passes differ by more than RETIME_SPREAD (a spike) is timed again, every entry,
     and the table keeps the second timing; the first stays in the row (retimed_from_ms). A cell within it is not."""
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     calls, fwd = [], []
 
@@ -475,7 +475,7 @@ def test_candidate_names_every_build_the_ab_names():
 
 
 def test_causal_section_default_matches_the_kernel():
-    """The model's persistent causal order (analysis.gpu_model.prepare) uses the kernel's section size."""
+    """The model's persistent causal order (gpumodel.gpu_model.prepare) uses the kernel's section size."""
     src = (Path(fa2_wgmma.__file__).parent / "cuda" / "fa2_wgmma_tma.cu").read_text()
     m = re.search(r"#define CAUSAL_SECTION_KB (\d+)", src)
     assert m and int(m.group(1)) == fa2_wgmma.CAUSAL_SECTION_KB
@@ -543,12 +543,12 @@ def test_causal_walk_steps_follows_the_mask():
 
 
 def test_ab_default_rows_carry_forward_knobs_to_the_model(tmp_path, monkeypatch):
-    """An A/B `default` row records the knobs forward() added (bench/ab_wgmma_speed.py `knobs`), and the GPU model's
+    """An A/B `default` row records the knobs forward() added (lab/ab_wgmma_speed.py `knobs`), and the GPU model's
     reader puts them in the build it describes, so idle_skip / causal_walk reach validate; rows without them (runs before
     stop 19) stay the bare rule build."""
     import json
 
-    from analysis import measured
+    from gpumodel import measured
 
     cfg = fa2_wgmma.choose_config(256, 512, True, causal=True)
     row = dict(variant="fa2_wgmma[default]", dtype="float16", d=256, n=512, b=32, h=8, causal=True, median_ms=0.2,
@@ -560,16 +560,16 @@ def test_ab_default_rows_carry_forward_knobs_to_the_model(tmp_path, monkeypatch)
     with_knobs, bare = (c["options"]["config"] for c in measured.ab_cells())
     assert with_knobs == fa2_wgmma.default_config(256, 512, True, causal=True) and with_knobs["WG_CAUSAL_SKIP"] == 1
     assert bare == cfg
-    from analysis.descriptors import describe
+    from gpumodel.descriptors import describe
 
     assert describe("fa2_wgmma", 256, config=with_knobs).causal_walk
 
 
 def test_ab_rotates_the_entries_and_times_a_control():
-    """bench/ab_wgmma_speed.py: each cell's entries in the next row of a Williams design (over a run every entry takes
+    """lab/ab_wgmma_speed.py: each cell's entries in the next row of a Williams design (over a run every entry takes
     every slot of the abba order and follows every other entry equally often), and default-again times forward()'s
     build as a second entry (the run's order/noise floor)."""
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     from collections import Counter
 
@@ -622,7 +622,7 @@ def test_builds_that_do_not_fit_the_sm_are_refused():
 def test_ab_summary_counts_cudnn_on_its_faster_pass():
     """The summary's second count divides each entry's faster pass (cuDNN's first pass runs 3-7% faster than its
     second), and it prints each library's first / second pass ratio."""
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     def row(v, passes):
         return dict(variant=v, dtype="float16", d=64, n=512, causal=False, median_ms=sum(passes) / 2, ok=True,
@@ -637,7 +637,7 @@ def test_ab_summary_counts_cudnn_on_its_faster_pass():
 def test_ab_an_error_while_timing_fails_the_entry_not_the_run(monkeypatch, tmp_path):
     """An exception inside a timing pass (an OOM, a launch failure) marks that entry failed, as harness.measure marks
     one, and the other entries and cells are still timed."""
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     def time_fn(fn, sets, **kw):
         fn(None, None, None)
@@ -657,7 +657,7 @@ def test_ab_an_error_while_timing_fails_the_entry_not_the_run(monkeypatch, tmp_p
 def test_ab_decisions_per_flag_keep_the_reference():
     """The per-flag lines divide by the same reference build as the table (forward()'s default), not by whichever
     build the rotation timed first in the first causal cell."""
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     def row(v, causal, ms):
         return dict(variant=v, dtype="float16", d=64, n=512, causal=causal, median_ms=ms, ok=True)
@@ -671,7 +671,7 @@ def test_ab_decisions_per_flag_keep_the_reference():
 def test_ab_decisions_divide_by_the_control_too():
     """Each build's line also gives its geomean against the control (default-again: forward()'s build timed twice), so
     a gain inside the run's order and noise floor shows as such ('-' when the run timed no control)."""
-    from bench import ab_wgmma_speed as ab
+    from lab import ab_wgmma_speed as ab
 
     def row(v, n, ms):
         return dict(variant=v, dtype="float16", d=128, n=n, causal=False, median_ms=ms, ok=True)
@@ -702,13 +702,13 @@ def _every_real_build():
 
 def test_every_real_build_passes_the_kernels_rules():
     """The rules that mirror the kernels' static_asserts (fa2_wgmma.knob_errors) reject no build this repo names or has
-    compiled (bench/results/tc_resources.json: ptxas ran on each)."""
+    compiled (results/tc_resources.json: ptxas ran on each)."""
     import json
 
     for d, where, cfg in _every_real_build():
         for bf16 in (0, 1):
             assert fa2_wgmma.knob_errors(fa2_wgmma.defines_for(d, bf16, cfg)) == [], where
-    compiled = [r["defines"] for r in json.loads((Path(fa2_wgmma.__file__).parents[1] / "bench" / "results" /
+    compiled = [r["defines"] for r in json.loads((Path(fa2_wgmma.__file__).parents[1] / "results" /
                                                   "tc_resources.json").read_text()) if r["kernel"] == "fa2_wgmma"]
     assert len(compiled) > 100 and all(fa2_wgmma.knob_errors(defs) == [] for defs in compiled)
 

@@ -1,8 +1,8 @@
-"""analysis.knob_ab: the GPU model's ratio for each A/B variant of forward()'s build, against the A/B's measured ratio
+"""lab.knob_ab: the GPU model's ratio for each A/B variant of forward()'s build, against the A/B's measured ratio
 (CPU only, the committed runs)."""
 from __future__ import annotations
 
-from analysis import knob_ab
+from lab import knob_ab
 
 
 def test_variant_labels_and_configs():
@@ -37,13 +37,13 @@ def test_summary_counts_the_cells_the_model_moves():
 
 
 def test_the_ab_records_the_build_a_variant_ran_and_knob_ab_reads_it(tmp_path, monkeypatch):
-    """bench/ab_wgmma_speed.py default_with_config: the rule's build with the named knobs and the knobs forward() adds
+    """lab/ab_wgmma_speed.py default_with_config: the rule's build with the named knobs and the knobs forward() adds
     to the build they make (a one-tile build made persistent gets SECTION_RAGGED_FIRST; with O_TILE in ping-pong,
     TURN_CARRY); a named knob wins. knob_ab prices a row's recorded build."""
     import json
 
-    from analysis import measured
-    from bench.ab_wgmma_speed import default_with_config
+    from gpumodel import measured
+    from lab.ab_wgmma_speed import default_with_config
     from kernels import fa2_wgmma
 
     cfg = default_with_config("default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1", 128, 16384, True)

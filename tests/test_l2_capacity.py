@@ -1,4 +1,4 @@
-"""The effective L2 capacity (analysis/l2_capacity.py): fitted on the ncu rows of its training files, held out
+"""The effective L2 capacity (gpumodel/l2_capacity.py): fitted on the ncu rows of its training files, held out
 on the rest; the committed fit is what the levels use and what a re-run would recompute."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from analysis import l2_capacity as lc
-from analysis.gpus import GPUS
-from analysis.levels import effective_l2, ramp_l2
+from gpumodel import l2_capacity as lc
+from counting.gpus import GPUS
+from gpumodel.levels import effective_l2, ramp_l2
 
 
 def test_levels_use_the_committed_fit():
@@ -21,7 +21,7 @@ def test_levels_use_the_committed_fit():
 
 
 def test_training_and_held_out_rows_are_disjoint_and_named():
-    from analysis.measured import ncu_cells
+    from gpumodel.measured import ncu_cells
 
     cells = [c for c in ncu_cells() if c.get("dram_bytes")]
     train = [c for c in cells if lc.is_train(c)]

@@ -1,9 +1,9 @@
-"""analysis/l2_sim.py: the event-level LRU walk against the residency rules it checks (CPU only)."""
+"""lab/l2_sim.py: the event-level LRU walk against the residency rules it checks (CPU only)."""
 import pytest
 
-from analysis import l2_sim
-from analysis.residency import separated_missing_bytes
-from analysis.tiling import cdiv
+from lab import l2_sim
+from gpumodel.residency import separated_missing_bytes
+from counting.tiling import cdiv
 
 MIB = 2 ** 20
 
@@ -76,11 +76,11 @@ def test_cli_prints_the_model_beside_the_walk(capsys):
     assert l2_sim.main(["--kernel", "sdpa_flash", "--batch", "1", "--heads", "2", "--seq-len", "1024",
                         "--head-dim", "64", "--causal", "--capacity-mib", "1"]) == 0
     out = capsys.readouterr().out
-    assert "model (analysis/levels.py)" in out and "LRU    1.0 MiB" in out
+    assert "model (gpumodel/levels.py)" in out and "LRU    1.0 MiB" in out
 
 
 def _lockstep_record(bh=16, n=8192, br=128, bc=64, d=128, slots=264, sweep="forward"):
-    """A bench/cta_trace.py record of the lockstep schedule accesses() walks with overhead 0 (each step one unit)."""
+    """A lab/cta_trace.py record of the lockstep schedule accesses() walks with overhead 0 (each step one unit)."""
     import heapq
 
     t_r, t_c = cdiv(n, br), cdiv(n, bc)
@@ -97,7 +97,7 @@ def _lockstep_record(bh=16, n=8192, br=128, bc=64, d=128, slots=264, sweep="forw
 
 
 def test_a_recorded_lockstep_schedule_walks_as_the_simulated_one():
-    """The trace walk (bench/cta_trace.py's records) on a schedule that is the lockstep one, forward sweep: the same
+    """The trace walk (lab/cta_trace.py's records) on a schedule that is the lockstep one, forward sweep: the same
     misses as accesses() to the byte; the backward sweep (fa2_tc's) mirrors the reuse distances: about the same."""
     cap = 9 * MIB
     simulated = l2_sim.simulate(l2_sim.accesses(16, 8192, 8192, 128, 64, 128, 2, 264, overhead=0.0), cap)
@@ -145,7 +145,7 @@ def test_trace_cli(tmp_path, capsys):
 
 
 def test_trace_pairs_with_the_ncu_csv_of_its_own_launches(tmp_path, capsys):
-    """bench/cta_trace.py --ncu under ncu: its 'target launched' lines and ncu's rows pair with the records in order;
+    """lab/cta_trace.py --ncu under ncu: its 'target launched' lines and ncu's rows pair with the records in order;
     launches that do not match the records are refused."""
     import json
 
@@ -189,7 +189,7 @@ def test_pace_figure_draws_the_walk(tmp_path, capsys):
     (["--ncu-csv", "x.csv"], "--ncu-csv and --gpu go with --trace"),
     (["--kernel", "fa2_tc", "--batch", "1", "--heads", "1", "--seq-len", "64", "--seq-len-k", "0",
       "--head-dim", "64"], "must be >= 1"),
-    (["--trace", "/nonexistent/t.json"], "not a bench/cta_trace.py file"),
+    (["--trace", "/nonexistent/t.json"], "not a lab/cta_trace.py file"),
 ])
 def test_bad_cli_input_is_one_line_and_exit_2(capsys, argv, match):
     assert l2_sim.main(argv) == 2
@@ -250,7 +250,7 @@ def test_trace_buffer_constants_match_the_kernel():
     import re
     from pathlib import Path
 
-    from bench import cta_trace
+    from lab import cta_trace
 
     src = (Path(__file__).resolve().parent.parent / "kernels" / "cuda" / "cta_trace.cuh").read_text()
     assert re.search(r"#define CTA_TRACE_MAX \(1 << 17\)", src) and cta_trace.TRACE_MAX == 1 << 17
@@ -258,11 +258,11 @@ def test_trace_buffer_constants_match_the_kernel():
 
 
 def test_cta_trace_records_unwritten_ctas_as_missing():
-    """bench/cta_trace.py's host side: times relative to the earliest written start; a CTA with an unwritten word
+    """lab/cta_trace.py's host side: times relative to the earliest written start; a CTA with an unwritten word
     (the buffer's fill) becomes all -1, which the walk names; a trace with none written is an error, not a crash."""
     import numpy as np
 
-    from bench.cta_trace import UNWRITTEN, relative_records, summarise
+    from lab.cta_trace import UNWRITTEN, relative_records, summarise
 
     arr = np.array([[1000, 1010, 1020, 1030, 1040, 3, 4, UNWRITTEN],
                     [UNWRITTEN] * 8,

@@ -50,7 +50,7 @@ def test_a_line_missing_from_an_implementing_tier_dangles(tmp_path):
         "variants/fa2.py": "# FA2 Alg. 1 line 8\n# FA2 Alg. 1 line 9\n",
         "kernels/cuda/fa2.cu": "// FA2 Alg. 1 line 8\n// FA2 Alg. 1 lines 9-10\n",
         "kernels/cuda/fa2_tc.cu": "// FA2 Alg. 1 lines 8-9\n",
-        "analysis/closed_forms.py": "# FA2 Alg. 1 line 12\n",
+        "counting/closed_forms.py": "# FA2 Alg. 1 line 12\n",
     })
     cites, bad = lines.scan(root)
     assert bad == []
@@ -59,7 +59,7 @@ def test_a_line_missing_from_an_implementing_tier_dangles(tmp_path):
     assert sorted(out) == sorted([
         f"FA2 Alg. 1 line 10 is cited in the teaching tier (kernels/cuda/fa2.cu:2) but nowhere in the {t} tier, "
         f"which implements FA2 Alg. 1" for t in ("reference", "tensor-core")] + [
-        f"FA2 Alg. 1 line 12 is cited in the closed form tier (analysis/closed_forms.py:1) but nowhere in the "
+        f"FA2 Alg. 1 line 12 is cited in the closed form tier (counting/closed_forms.py:1) but nowhere in the "
         f"{t} tier, which implements FA2 Alg. 1" for t in ("reference", "teaching", "tensor-core")])
     assert lines.dangling([c for c in cites if c.lines != range(10, 11)]) != []
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import closed_forms as cf
-from analysis.gpus import GPUS, get_gpu
+from counting import closed_forms as cf
+from counting.gpus import GPUS, get_gpu
 from analysis.roofline import roofline
 
 

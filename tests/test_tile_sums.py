@@ -6,9 +6,9 @@ import time
 
 from hypothesis import given, strategies as st
 
-from analysis import closed_forms as cf
-from analysis.headline import attention_flops, paper_flops, visible_pairs
-from analysis.tiling import TileSums, Tiling, _tile_sums_loop, floor_sums, tile_sums
+from counting import closed_forms as cf
+from counting.headline import attention_flops, paper_flops, visible_pairs
+from counting.tiling import TileSums, Tiling, _tile_sums_loop, floor_sums, tile_sums
 
 
 @st.composite

@@ -1,6 +1,6 @@
 """v_once placement="cluster" (issue 18): the reference split over CS CTAs, its counts and its closed form.
 
-Capacities are chosen so the cluster really has CS > 1 CTAs (analysis.cluster.at_size: one CTA's bytes
+Capacities are chosen so the cluster really has CS > 1 CTAs (counting.cluster.at_size: one CTA's bytes
 at that size); an unlimited capacity gives CS = 1, which the registry-wide tests already cover.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from analysis import cluster
-from analysis import closed_forms as cf
-from analysis.memory import Memory, SramOverflow
-from analysis.tiling import Tiling
+from counting import cluster
+from counting import closed_forms as cf
+from counting.memory import Memory, SramOverflow
+from counting.tiling import Tiling
 from tests.strategies import assert_close_to_reference, make_inputs, problems
 from variants import VARIANTS, attention_reference
 

@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable
 
-from analysis import registry
+from counting import registry
 from variants import fa1, fa2, naive, v_once
 from variants.reference import attention_reference
 
@@ -64,7 +64,7 @@ VARIANTS: dict[str, Variant] = {
 def register(variant: Variant, *, replace: bool = False) -> Variant:
     """Add a variant to VARIANTS: the equivalence, accounting and closed-form tests and the CLI
     iterate over the registry, so a registered variant is checked and reported with no other edit
-    (docs/design.md, "How to add a variant"). Its closed form goes to analysis.closed_forms.register."""
+    (docs/design.md, "How to add a variant"). Its closed form goes to counting.closed_forms.register."""
     return registry.add(VARIANTS, variant, Variant, replace=replace)
 
 

@@ -5,10 +5,10 @@ from dataclasses import dataclass
 
 import torch
 
-from analysis import checks
-from analysis.tiling import Tiling
+from counting import checks
+from counting.tiling import Tiling
 
-# float64 is for torch.autograd.gradcheck: it computes in float64 (analysis.memory.Memory.load)
+# float64 is for torch.autograd.gradcheck: it computes in float64 (counting.memory.Memory.load)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 F32 = 4  # bytes of a float32 on chip (S tiles, accumulators, l, m)
 NEG_INF = float("-inf")
@@ -33,7 +33,7 @@ class Problem:
 
 
 def check_inputs(q, k, v, *, causal, scale, block_q, block_k, scores_in_hbm=False) -> Problem:
-    """Raise a clear error naming the problem, or return the problem's shapes (analysis.checks: the
+    """Raise a clear error naming the problem, or return the problem's shapes (counting.checks: the
     same rules and messages as the closed forms and the CUDA launchers)."""
     b, h, n_q, n_k, d = checks.check_tensors(q, k, v, dtypes=SUPPORTED_DTYPES)
     pr = checks.check_problem(b, h, n_q, n_k, d, causal=causal, scale=scale, block_q=block_q,

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import torch
 
-from analysis import sram as _sram
-from analysis.memory import resolve
+from counting import sram as _sram
+from counting.memory import resolve
 from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
                               reference, safe_div)
 
 
-# the working set lives in analysis.sram (torch-free: the report path imports it)
+# the working set lives in counting.sram (torch-free: the report path imports it)
 sram_bytes = _sram.fa1_sram_bytes
 
 
@@ -111,7 +111,7 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
 #
 # ℓ, m: the statistics the forward stored (`forward(..., saved=d)` puts them in d["l"], d["m"]).
 # With the uniform signature (lse only) ℓ = 1 and m = L stand in: exp(S - L) / 1 is the same P.
-from analysis.backward_forms import fa1_backward_sram_bytes as backward_sram_bytes  # noqa: E402
+from counting.backward_forms import fa1_backward_sram_bytes as backward_sram_bytes  # noqa: E402
 from variants._common import check_backward_inputs, check_saved  # noqa: E402
 
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import torch
 
-from analysis import sram as _sram
-from analysis.memory import resolve
+from counting import sram as _sram
+from counting.memory import resolve
 from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
                               reference, safe_div)
 
 
-# the working set lives in analysis.sram (torch-free: the report path imports it)
+# the working set lives in counting.sram (torch-free: the report path imports it)
 sram_bytes = _sram.fa2_sram_bytes
 
 
@@ -92,7 +92,7 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
 # softmax scale τ is left out of S's gradient and applied once at the end, as FA2's kernels do: to
 # dK_j at FA2 Alg. 2 line 18 and to dQ in the epilogue (the
 # conversion of the float32 accumulator to the input dtype, a separate pass in FA2's code).
-from analysis.backward_forms import fa2_backward_sram_bytes as backward_sram_bytes  # noqa: E402
+from counting.backward_forms import fa2_backward_sram_bytes as backward_sram_bytes  # noqa: E402
 from variants._common import check_backward_inputs  # noqa: E402
 
 

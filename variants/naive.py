@@ -32,8 +32,8 @@ import warnings
 
 import torch
 
-from analysis import sram as _sram
-from analysis.memory import compute_dtype, resolve
+from counting import sram as _sram
+from counting.memory import compute_dtype, resolve
 from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores, reference,
                               safe_div)
 
@@ -66,7 +66,7 @@ def _score_warning(dtype: torch.dtype, max_abs: float, overflowed: bool) -> str 
             f"(|S| >= {limit:g} rounds by 1 or more in {name}). {fused}")
 
 
-# the working set lives in analysis.sram (torch-free: the report path imports it)
+# the working set lives in counting.sram (torch-free: the report path imports it)
 sram_bytes = _sram.naive_sram_bytes
 
 
@@ -147,7 +147,7 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=No
 # P: the probabilities the forward stored (`forward(..., saved=d)` puts them in d["P"]). Called with
 # the uniform signature and no P, they are rebuilt outside the memory model, standing in for the
 # forward's tensor; the counts are the same. o and lse are not read (they may be None).
-from analysis.backward_forms import naive_backward_sram_bytes as backward_sram_bytes  # noqa: E402
+from counting.backward_forms import naive_backward_sram_bytes as backward_sram_bytes  # noqa: E402
 from variants._common import check_backward_inputs, check_saved  # noqa: E402
 
 

@@ -10,7 +10,7 @@ Knobs (docs/design.md):
   rest); "hbm" spills every f block to a scratch buffer in HBM and reads it back for the product;
   "auto" keeps it on chip when it fits, else spills.
 - "cluster" (issue 18, variants/v_once_cluster.py): the f row split over the shared memories of a
-  thread-block cluster of CS CTAs (the smallest that holds it, analysis.cluster), m, ℓ and the partial
+  thread-block cluster of CS CTAs (the smallest that holds it, counting.cluster), m, ℓ and the partial
   O's reduced through distributed shared memory; lazy only (rescale="eager" is a ValueError).
 - rescale: "eager" is the issue's code: when block j raises the running max, every earlier block
   f_ik (k < j) is multiplied by e^{m_old - m_new} (spilled blocks are read and written back each
@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import torch
 
-from analysis import sram as _sram
-from analysis.memory import compute_dtype, resolve
+from counting import sram as _sram
+from counting.memory import compute_dtype, resolve
 from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
                               reference, safe_div)
 
@@ -46,7 +46,7 @@ RESCALES = _sram.V_ONCE_RESCALES
 valid = _sram.v_once_valid  # placement "cluster" is lazy only
 
 
-# the working set lives in analysis.sram (torch-free: the report path imports it)
+# the working set lives in counting.sram (torch-free: the report path imports it)
 sram_bytes = _sram.v_once_sram_bytes
 
 

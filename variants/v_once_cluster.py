@@ -1,7 +1,7 @@
 """"Multiply V once" with the f row across a thread-block cluster (issue 18): v_once placement="cluster".
 
 The reference of kernels/cuda/v_once_cluster.cu's algorithm, against the memory model. One Q block of Br
-rows goes to a cluster of CS CTAs (analysis.cluster.plan: the smallest cluster whose CTAs hold the row
+rows goes to a cluster of CS CTAs (counting.cluster.plan: the smallest cluster whose CTAs hold the row
 within the SRAM capacity; an unlimited capacity gives CS = 1). CTA rank c owns the key blocks
 [c·Tc_cta, (c+1)·Tc_cta) of the visited prefix. Per Q block:
 
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import torch
 
-from analysis.cluster import rank_blocks, reference_plan
-from analysis.memory import compute_dtype
+from counting.cluster import rank_blocks, reference_plan
+from counting.memory import compute_dtype
 from variants._common import NEG_INF, finite_or_zero, log_sum_exp, mask_scores, safe_div
 
 
@@ -58,7 +58,7 @@ def cluster_of(p, mem):
 
 
 def forward(q, k, v, p, mem, cl):
-    """O, lse of the cluster algorithm (p: variants._common.Problem, cl: analysis.cluster.ClusterPlan)."""
+    """O, lse of the cluster algorithm (p: variants._common.Problem, cl: counting.cluster.ClusterPlan)."""
     t, cs = p.tiling, cl.cluster_size
     cdt = compute_dtype(q.dtype)  # mem.load's
     o = torch.empty_like(q)

@@ -2,7 +2,7 @@
 //
 // Why: at d = 64 a step of FA2 Alg. 1 line 9 costs one ex2 per score, and the MUFU does 16 of those per clock
 // per SM against 128 FMAs: the exponentials of a 64 x 128 S tile take as long as its two wgmma products
-// (bench/NOTES-tc.md, fa2_wgmma v2). Evaluating a share of them with FMAs balances the two pipes.
+// (lab/NOTES-tc.md, fa2_wgmma v2). Evaluating a share of them with FMAs balances the two pipes.
 //
 // ex2_poly(x), x <= 15 (P = 2^(s*scale_log2 - m) <= 2^RESCALE_THRESHOLD):
 //   x = max(x, -127)                       -inf (masked scores) and underflow land on -127

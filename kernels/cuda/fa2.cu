@@ -14,7 +14,7 @@
 //
 // Caveats (teaching tier): float32 FFMA on CUDA cores (no tensor cores), so both products run at
 // the same ~15-20 TFLOP/s as naive.cu's and naive's extra S/P traffic is a small part of its time
-// (see bench/results/bench_kernels.md); at d > 64 one shared buffer holds K_j and then V_j, so V_j is
+// (see results/bench_kernels.md); at d > 64 one shared buffer holds K_j and then V_j, so V_j is
 // loaded only after S is done (two blocks per SM overlap each other instead); no double buffering;
 // expf, as the reference's exp (exp2f with a folded log2(e) measured no faster: v2 below).
 // The grid is walked heaviest-first for causal (the last Q blocks see the most keys).
@@ -25,7 +25,7 @@
 //       (a tie with naive: 36.1 vs 36.1 ms), 16.3 at N=16k; 20.1 / 21.4 at d=128.
 //   v2  at d <= 64 (FA2_OWN_V=1, set by kernels/fa2.py), V_j in its own buffer, loaded with K_j (66 KB,
 //       still 2 blocks per SM): one barrier and one exposed load latency less per step. Predicted ~5%
-//       at d=64 (with exp2f ~10%). Measured, A/B in one run each (bench/results/fa2_teaching_ab*.json,
+//       at d=64 (with exp2f ~10%). Measured, A/B in one run each (results/fa2_teaching_ab*.json,
 //       N=4k fp16): own V 34.98 -> 33.84 ms and 34.86 -> 34.60 ms non-causal, 19.47 -> 18.83 and
 //       19.53 -> 19.38 causal: 1-3%, less than predicted (the two blocks per SM already hid most of the
 //       V load). exp2f for expf: +-0.3%, noise, so dropped. Negative: own_v as a runtime test on d cost

@@ -1,6 +1,6 @@
-// FROZEN v1 of kernels/cuda/fa2_bwd.cu (as measured in bench/results/bwd_final: 25.0 / 17.9 TFLOP/s at N = 4096,
-// d = 64 / 128, fp16, non-causal), kept unchanged as the baseline of bench/teach_bwd_ab.py's A/B. Not shipped:
-// kernels/fa2.py launches fa2_bwd.cu. Its launcher is bench/teach_bwd_ab.py fa2_v1_backward.
+// FROZEN v1 of kernels/cuda/fa2_bwd.cu (as measured in results/bwd_final: 25.0 / 17.9 TFLOP/s at N = 4096,
+// d = 64 / 128, fp16, non-causal), kept unchanged as the baseline of lab/teach_bwd_ab.py's A/B. Not shipped:
+// kernels/fa2.py launches fa2_bwd.cu. Its launcher is lab/teach_bwd_ab.py fa2_v1_backward.
 //
 // FlashAttention-2 backward, teaching tier (Dao 2023, Algorithm 2). Mirrors variants/fa2.py's backward.
 //
@@ -107,7 +107,7 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   const long long bh = blockIdx.y;
   const int c0 = j * BC, cols = min(BC, n_k - c0), offset = n_k - n_q;
   const int t_r = cdiv(n_q, BR);
-  // analysis/tiling.py q_blocks(j): Q block i visits K_j iff its last row sees column c0
+  // counting/tiling.py q_blocks(j): Q block i visits K_j iff its last row sees column c0
   const int i_first = causal ? min(max(0, c0 - offset) / BR, t_r - 1) : 0;
 
   // FA2 Alg. 2 line 6: load K_j, V_j from HBM to on-chip SRAM (zero-filled tails and padding)

@@ -16,12 +16,12 @@
 // Layout: q (B, H, Nq, d), k/v (B, H, Nk, d), o like q, lse (B, H, Nq); all contiguous. grid = (Tr, B*H).
 // Causal is bottom-right: query i sees key j iff j <= i + Nk - Nq. Rows that see no key: o = 0, lse = -inf.
 // Compile-time knobs (defines): HEAD_DIM (64|128), BLOCK_M, BLOCK_N, NWARPS, IS_BF16, Q_IN_REGS, MIN_BLOCKS;
-// CTA_TRACE (a probe: when each CTA ran, bench/cta_trace.py).
+// CTA_TRACE (a probe: when each CTA ran, lab/cta_trace.py).
 // Each warp owns MT = BLOCK_M / (16 NWARPS) consecutive m16 row tiles of the Q block.
 // The tile geometry, the PTX wrappers and the pieces of a step are shared with v_once_tc.cu
 // (tc_fa2.cuh, tc_common.cuh).
 //
-// Version log (details, predictions and negative results in bench/NOTES-tc.md):
+// Version log (details, predictions and negative results in lab/NOTES-tc.md):
 //   v1  FA2 structure: 4 warps, Q via ldmatrix each step, S/P in registers, K and V each in a 2-stage
 //       cp.async ring (loads issued one full step ahead), XOR-swizzled smem (conflict-free ldmatrix),
 //       backward sweep over key blocks (masked blocks first), heavy causal blocks scheduled first.
@@ -44,7 +44,7 @@
 #ifndef Q_IN_REGS
 #define Q_IN_REGS 0
 #endif
-#include "cta_trace.cuh"  // CTA_TRACE=1: when each CTA ran (bench/cta_trace.py)
+#include "cta_trace.cuh"  // CTA_TRACE=1: when each CTA ran (lab/cta_trace.py)
 
 #include "tc_fa2.cuh"  // geometry, PTX wrappers, QK^T, mask, softmax pieces, PV, epilogue (shared with v_once_tc.cu)
 

@@ -6,7 +6,7 @@
 // wgmma is a warpgroup-wide (4 warps, 128 threads) 64xNx16 product that reads B (and optionally A)
 // straight from shared memory through a 64-bit descriptor, and runs asynchronously: the warpgroup can
 // do its softmax while the tensor cores work. That is the route to the third of Hopper's tensor
-// throughput that mma.sync cannot reach (bench/NOTES-tc.md, "What stands in the way of cuDNN").
+// throughput that mma.sync cannot reach (lab/NOTES-tc.md, "What stands in the way of cuDNN").
 //
 // FlashAttention-2 paper (Dao 2023), Algorithm 1, for one (batch, head) and one Q block i (Br = 64*NWG
 // rows; warpgroup g owns rows 64g..64g+63, warp w of it rows 16w..16w+15):
@@ -36,7 +36,7 @@
 // Compile-time knobs: HEAD_DIM (64|128), BLOCK_N (Bc: 64|96|128|192|256), NWG (warpgroups, Br = 64*NWG),
 // IS_BF16, OVERLAP, STAGES (slots of the K and V rings), MIN_BLOCKS (CTAs per SM the register cap aims at).
 //
-// Version log (details in bench/NOTES-tc.md):
+// Version log (details in lab/NOTES-tc.md):
 //   v1  first version: cp.async loads by all threads (no TMA, no producer warps), 2-slot K and V rings,
 //       one barrier per step, intra-warpgroup overlap of softmax and PV. Correct first time (28/28 checks).
 //       Sweeps (fp16, N = 2k/8k/16k): d=128 NWG=2 Bc=128 413/466/457 TFLOP/s, d=64 NWG=3 Bc=128

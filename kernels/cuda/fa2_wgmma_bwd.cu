@@ -51,7 +51,7 @@
 //       Q block for the dS^T tile, dQ by red.global.add.v2.f32 or (DQ_BULK=1) a TMA bulk reduce-add.
 //       Correct first time on every candidate (56/63 checks; the 7 "failures" were the test's tolerance:
 //       Nk = 1 makes dS exactly 0, and the fp32 summation order leaves 1e-6). H200, fp16, batch*N = 16k,
-//       hidden 2048, backward TFLOP/s at N = 2k/4k/16k (bench/results/bwd_wgmma_v1.json):
+//       hidden 2048, backward TFLOP/s at N = 2k/4k/16k (results/bwd_wgmma_v1.json):
 //         d=128 NWG=2 Br=64 STAGES=3 DQ_BULK=1  358/388/420 (causal 286/342/422)  SDPA flash 253/276/300,
 //                                                                                 cuDNN 472/519/520
 //         d=128 same, STAGES=2                  333/373/404; red.v2 atomics instead of DQ_BULK: 326/342/384
@@ -60,7 +60,7 @@
 //         d=64  NWG=1 Br=64, 2 CTAs/SM          257/283/301 (negative: K/V reuse halves, Q/dO traffic doubles)
 //       Ablation, d=128 N=16k (red.v2 build): 386 TFLOP/s; without the dQ atomics 532; without the dQ product
 //       at all 618. d=64: 335 / 449 / 519. dQ's reduction into HBM is the largest single cost.
-//   v2  (bench/results/bwd_wgmma_v2.json; 72/72 checks, tests/test_kernels_bwd_gpu.py 12/12 with hypothesis,
+//   v2  (results/bwd_wgmma_v2.json; 72/72 checks, tests/test_kernels_bwd_gpu.py 12/12 with hypothesis,
 //       compute-sanitizer memcheck 0 errors and racecheck 0 hazards on the default builds)
 //       Defaults (v1 winners), N = 2k/4k/16k, backward TFLOP/s:
 //         d=128 fp16 364/385/423 (causal 289/327/411)  bf16 362/378/436 (causal 289/350/426)
@@ -76,7 +76,7 @@
 //       CTA barrier (~15%) sit on the MMA warpgroups' critical path; FA3 hands the reduce to a producer
 //       warp, loads Q/dO with TMA (no cp.async issue slots), and gives the MMA warpgroups 240 registers
 //       with setmaxnreg (this kernel runs at the 255 cap, d=64 spills 60-72 B).
-//       Full grid, one run (bench/results/bwd_final/: fp16 and bf16, d = 64/128, N = 512..16k, causal and not;
+//       Full grid, one run (results/bwd_final/: fp16 and bf16, d = 64/128, N = 512..16k, causal and not;
 //       gradients checked in every cell first; GPU tests + memcheck + racecheck clean): at N >= 2k backward
 //       1.23-1.29x SDPA flash at d=64, 1.39-1.44x at d=128; 0.77-0.85x cuDNN; forward+backward 1.28-1.52x
 //       flash, 0.81-0.89x cuDNN. N = 16k: 355/350 (d=64, causal) and 435-439/432-436 (d=128) TFLOP/s.

@@ -1,6 +1,6 @@
 // fa2_wgmma_tma.cu -- FlashAttention-2 forward on Hopper: wgmma + TMA + warp specialisation (sm_90a).
 //
-// fa2_wgmma.cu with its two measured limits removed (bench/NOTES-tc.md, fa2_wgmma v1):
+// fa2_wgmma.cu with its two measured limits removed (lab/NOTES-tc.md, fa2_wgmma v1):
 //   * every thread there issued cp.async for K and V and met the others at a __syncthreads each step,
 //     so the two warpgroups ran in lockstep and the tensor pipe idled at every step boundary (ncu: 48-51%
 //     tensor-pipe activity against cuDNN's 76%);
@@ -37,32 +37,32 @@
 // speed knobs (v3): RESCALE_THRESHOLD, EXP2_POLY, EXP2_POLY_DEG (wgmma_fa2.cuh), PERSISTENT, QK_AHEAD (here);
 // (v5) ROW_SUM_MMA (d = 64: the row sum l of FA2 Alg. 1 line 9 from the P V product over a panel of ones);
 // (v6) O_TILE (persistent: O staged apart from Q, the next Q loaded early), CAUSAL_SECTION_KB (causal tile order);
-// probe (stop 29): CTA_TRACE (cta_trace.cuh: when each CTA ran; one-tile builds; bench/cta_trace.py);
+// probe (stop 29): CTA_TRACE (cta_trace.cuh: when each CTA ran; one-tile builds; lab/cta_trace.py);
 // (v9) DESC_STEP (wgmma_fa2.cuh); (v10) WG_SKIP (idle warpgroups of a ragged last Q block); (v11) WG_CAUSAL_SKIP
 // (a warpgroup walks the causal key blocks past its own last row); (v12) TURN_CARRY (the ping-pong turn runs on across
 // tiles).
 // d = 96 is a 64-column panel plus a half panel: smem tiles are padded to 128 columns (TMA zero-fills
 // columns 96..127, which count in the transaction bytes), S = Q K^T takes 6 k-steps, not 8.
 //
-// Version log (details in bench/NOTES-tc.md):
+// Version log (details in lab/NOTES-tc.md):
 //   v1  first version. Correct first time (154/154 checks on odd shapes, tails, Nq != Nk, causal; memcheck
-//       and racecheck clean). Sweep (fp16, N = 2k/8k/16k, bench/results/wgmma_sweep_v4/v5): d=128 Bc=176
+//       and racecheck clean). Sweep (fp16, N = 2k/8k/16k, results/wgmma_sweep_v4/v5): d=128 Bc=176
 //       NWG=2: 490-538 / 598-636 / 603-651 TFLOP/s non-causal (cuDNN 574-649), Bc=128 531/588/583;
 //       d=64 Bc=128 NWG=2: 356-378 / 433-447 / 441-445. Ping-pong: d=128 within +-3% of PINGPONG=0
 //       (no clear gain), d=64 0-10% slower at N >= 8k (PINGPONG=0 is the d=64 default). STAGES=3: no gain.
 //       ncu (d=128, N=4096): 0.860 ms, tensor pipe 76.2% active, L2 3.12 GB -- cuDNN 0.843 ms, 76.0%.
-//       Full grid (bench/results/tc_bench_wgmma_tma.md, fp16, N=2k..16k): d=128 1.54-2.25x SDPA flash,
+//       Full grid (results/tc_bench_wgmma_tma.md, fp16, N=2k..16k): d=128 1.54-2.25x SDPA flash,
 //       0.88-1.06x cuDNN; d=64 1.13-1.55x flash, 0.79-0.97x cuDNN. Below N=1k at d=64 it trails flash
 //       (0.90-0.98x): one 3-warpgroup CTA per SM and its prologue latency per Q block.
 //   v2  layouts (issue 14): 4-D tensor maps with the inputs' strides ((B, N, H, d) views read in place),
 //       grouped-query K/V (kv head h / group), d = 96 (tiles padded to two panels) and d = 256 (Br = 128,
 //       Bc = 80, producer at 24 registers). NVRTC: no spills in any build. GPU check and timing:
-//       bench/gpu_check_layouts.sh, H200 (bench/results/layouts_check/): strided and GQA at 0.95-1.03x the
+//       lab/gpu_check_layouts.sh, H200 (results/layouts_check/): strided and GQA at 0.95-1.03x the
 //       contiguous time at N = 4k/8k; d = 128 N = 8k 594 TFLOP/s, d = 256 N = 8k 655; memcheck clean on
 //       Nq = 300, Nk = 1100 shapes; racecheck of these shapes did not finish in its time cap (not run).
 //   v3  speed knobs (issue 14 item 1), each a compile-time define, off in CONFIGS until measured (A/B in one
-//       run: bench/gpu_check_speed.sh -> bench/ab_wgmma_speed.py; configs: kernels/fa2_wgmma.py SPEED_KNOBS).
-//       Second H200 visit (bench/results/visit2/, 72 cells: fp16/bf16, d = 64/128/256, N = 512-16k, causal
+//       run: lab/gpu_check_speed.sh -> lab/ab_wgmma_speed.py; configs: kernels/fa2_wgmma.py SPEED_KNOBS).
+//       Second H200 visit (results/visit2/, 72 cells: fp16/bf16, d = 64/128/256, N = 512-16k, causal
 //       and not; ratios are time / time of the build without the knob):
 //       v3a RESCALE_THRESHOLD=8 (FA4): m moves only when a block's max exceeds it by > 2^8 in P; O/l rescale
 //           and its multiply skipped otherwise (wgmma_fa2.cuh). Exact (lse uses the m used). Measured: 0.92-1.07;
@@ -90,7 +90,7 @@
 //           Two S tiles fit beside O at d = 64 Bc = 128 (the shipped Bc), d = 96/128 Bc = 96, d = 256
 //           Bc = 64 (Bc = 128 at d = 128 spills 240 B at 240 registers). NVRTC: no spills. Measured: not yet.
 //       v3e combination dynamic+ahead (d = 256: persistent + two S tiles spill, not built).
-//       Last visit (bench/results/speed_final/: GPU tests 87 passed; every persistent and QK_AHEAD build
+//       Last visit (results/speed_final/: GPU tests 87 passed; every persistent and QK_AHEAD build
 //       correct on 1, 3 and all CTAs at every d; memcheck of the shipped builds at Nk = 2900, 0 errors; A/B
 //       fp16/bf16, d = 64/128/256, N = 512/1k/2k/8k, causal and not, time / base, geomean N <= 2k | N > 2k):
 //         v3c PERSISTENT=2: d = 64 1.00 | 1.06, d = 128 1.04 | 1.00, d = 256 1.08 | 1.02 (worst cells 1.11-1.22):
@@ -106,22 +106,22 @@
 //       d = 128 at N >= 8k; d = 64 (0.70-0.98x) and N <= 2k remain behind.
 //   v4  size-based builds (kernels/fa2_wgmma.py SIZE_CANDIDATES, SIZE_RULES): NWG=1 (one consumer warpgroup,
 //       no ping-pong partner) with 2-3 CTAs per SM, so one CTA's prologue (Q and the first K through TMA) and
-//       epilogue overlap the other CTAs' products on short key loops. A/B (bench/results/size_rules/, fp16 and
+//       epilogue overlap the other CTAs' products on short key loops. A/B (results/size_rules/, fp16 and
 //       bf16, N = 512-4096, time / the default's): d = 64 Bc = 96 x 3 CTAs 0.76-0.89 at N <= 1024, Bc = 128 x 2
 //       CTAs 0.92-0.99 at N = 2048 -> SIZE_RULES[64]; at N = 4096 both lose (up to 1.13). Persistent (2 CTAs,
 //       dynamic tiles) 0.84-1.32: negative. d = 128 Bc = 96 x 2 CTAs 1.27-1.67: negative (the default's two
 //       ping-ponging warpgroups are what d = 128 needs). Against cuDNN at d = 64 the best build is still 0.88-0.94x.
-//       d = 128 instead: the default with Bc = 128 at Nk <= 512 (SIZE_RULES[128]; three runs, bench/results/
+//       d = 128 instead: the default with Bc = 128 at Nk <= 512 (SIZE_RULES[128]; three runs, results/
 //       size_rules/d128/: 0.96-0.98 non-causal, 0.87-0.89 causal; memcheck and racecheck at scale clean).
 //       racecheck at the sanitizer's at-scale shapes (Nq = 300, Nk = 2900: each ring slot refilled 8-18 times;
 //       GQA views) of every shipped build (CONFIGS at d = 64/96/128/256) and of the 3-CTA build: 0 hazards
-//       (bench/results/sanitize_wgmma_scale/, bench/results/size_rules/); memcheck of every size candidate: 0 errors.
-//       Issue 14's grid with the rules (bench/results/grid14/: fp16/bf16, d = 64/128/256, N = 512-16k, causal and
+//       (results/sanitize_wgmma_scale/, results/size_rules/); memcheck of every size candidate: 0 errors.
+//       Issue 14's grid with the rules (results/grid14/: fp16/bf16, d = 64/128/256, N = 512-16k, causal and
 //       not, B*N = 16k): forward()'s default >= cuDNN in 27 of 72 cells (d = 64 2/24, 0.83-1.07x; d = 128 8/24,
 //       0.74-1.11x; d = 256 17/24, 0.89-1.23x); 1.28-2.70x SDPA flash everywhere. Two runs of one build differ by
 //       up to +-7% per cell there (default = CONFIGS at d = 128, 256), so single-cell calls under ~5% are noise.
 //       FA3's published numbers: d = 256 non-causal 16k 714-754 TFLOP/s (FA3 750), d = 128 non-causal 16k 602-634
-//       (650), d = 128 causal 4k 507-541 (690). ncu (bench/results/moonshot/, clocks not locked): at d = 128 causal
+//       (650), d = 128 causal 4k 507-541 (690). ncu (results/moonshot/, clocks not locked): at d = 128 causal
 //       4k this kernel and cuDNN take the same 0.506 ms, SM throughput 66% / 63%, issue slots 38% / 37%, SM clock
 //       1.62 GHz under load (the 1.98 GHz boost is not held: 1.49 GHz at d = 256). What stands between it and
 //       FA3's figure there is the tensor pipe's idle third (causal tiles of uneven length over 15.5 waves of
@@ -135,12 +135,12 @@
 //           panel of ones after the V slots, the descriptor's LBO pointing at it from each slot), so O's column 64
 //           is sum_j P~_ij in every lane of a quad: the fp32 add per score goes (SASS: 282 -> 18 FADD), l is
 //           rescaled with O. fp16 only: with bf16's P rounding lse moved by 2.3-3.4e-3 (> the 2e-3 promised;
-//           bench/results/rowsum/rowsum/tests_first_run_bf16_lse.log), so bf16 builds drop the knob. H200 A/B
-//           (bench/results/rowsum/rowsum_ab/, fp16, N = 512-16k, causal and not, time / the build without it):
+//           results/rowsum/rowsum/tests_first_run_bf16_lse.log), so bf16 builds drop the knob. H200 A/B
+//           (results/rowsum/rowsum_ab/, fp16, N = 512-16k, causal and not, time / the build without it):
 //           CONFIGS[64] 0.940-1.003, geomean 0.979 (11 of 12 cells faster); the one-warpgroup size builds 0.97-1.12,
 //           geomean 1.009-1.018 (negative: with no second warpgroup the longer P V sits on the critical path).
 //           GPU tests (hypothesis, Nk = 4100, GQA/strided, the rescale ramps) pass; memcheck 0 errors, racecheck 0
-//           hazards at scale. Checked again in two more runs (bench/results/tiles64/tiles_ab/rep1, rep2): the build
+//           hazards at scale. Checked again in two more runs (results/tiles64/tiles_ab/rep1, rep2): the build
 //           without it 1.03-1.05x the time fp16 non-causal, 0.99-1.04 causal; bf16 (the same build twice) 0.98-1.02.
 //       v5b NWG=3 (Br = 192, FA3's d = 64 tile; kernels/fa2_wgmma.py TILE_CANDIDATES "br192", "br192-rs"): three
 //           consumer warpgroups, one CTA of 512 threads per SM, consumers at 160 registers (producer 24; Bc = 128:
@@ -151,10 +151,10 @@
 //           that is 0.88-1.14x cuDNN, >= 1.0 in 10 of 24 cells (the grid14 default: 2 of 24), 1.30-1.74x SDPA flash.
 //       v5c EXP2_POLY=1 beside ROW_SUM_MMA ("rs-poly1", "br192-rs-poly1"): 1.00-1.08x the time: negative (one
 //           polynomial exponential per 8 still costs more issue slots than the MUFU op it saves).
-//       v5d Br = 192 with Bc = 96 / 64 (bench/results/tiles64/bc192/): no better than Bc = 128 anywhere: negative.
-//       Grid with these defaults (bench/results/grid_v5/): >= cuDNN in 32 of 72 cells (d = 64 10, d = 128 5,
+//       v5d Br = 192 with Bc = 96 / 64 (results/tiles64/bc192/): no better than Bc = 128 anywhere: negative.
+//       Grid with these defaults (results/grid_v5/): >= cuDNN in 32 of 72 cells (d = 64 10, d = 128 5,
 //       d = 256 17), 20 of them by >= 4% (an entry timed first in a cell runs ~1.6% faster on average: NOTES-tc.md).
-//   v6  persistent builds for short rows and causal grids (issue 14; bench/results/persist14/, --order abba). ncu had
+//   v6  persistent builds for short rows and causal grids (issue 14; results/persist14/, --order abba). ncu had
 //       shown the dynamic scheduler's causal order (the longest Q block of every head first) moving 1.8-2.7x the DRAM
 //       bytes at d = 128, N <= 1k: ~132 heads' K/V in flight, evicted before their next Q blocks.
 //       v6a CAUSAL_SECTION_KB (tile_coords): longest first within sections of heads whose K and V fit in 16 MB (FA3's
@@ -166,7 +166,7 @@
 //           d = 256 (224 KB) nor Bc = 176. wgmma.cuh gained N = 160 (bc160-dyn-oq: level with Bc = 128 from 2k).
 //       v6c the tile hand-off: every consumer thread arrives on TILE_EMPTY (was: lane 0 after __syncwarp). racecheck
 //           reported the slot's store/load pair as a race wherever a slot was reused (persist14/persist_short/
-//           racecheck); bench/racecheck_mbarrier_probe.py shows racecheck flags the lane-0 form and a real race, and
+//           racecheck); lab/racecheck_mbarrier_probe.py shows racecheck flags the lane-0 form and a real race, and
 //           accepts per-thread arrivals (persist2/probe.txt). Under the PTX memory model both forms are ordered; the
 //           per-thread form needs no argument about __syncwarp's cumulativity and costs one arrival per thread a tile.
 //       Shipped (kernels/fa2_wgmma.py SIZE_RULES, time / the v5 rule's build, two runs): d = 128 bc128-dyn-oq at
@@ -199,7 +199,7 @@
 //           default's time (persist14/bc64, bc64b), non-causal 512 0.97-0.98; level with Bc = 80 at causal 4k
 //           (bc64c). Bc = 64 one tile per CTA 0.96-1.11, and d = 64's 3-CTA build at Bc = 64 1.00-1.17 (causal 512
 //           0.97): not taken.
-//   v7  the wgmma pipeline as ptxas builds it (issue 14; bench/NOTES-tc.md v7). kernels/loader.py reads ptxas' "Potential
+//   v7  the wgmma pipeline as ptxas builds it (issue 14; lab/NOTES-tc.md v7). kernels/loader.py reads ptxas' "Potential
 //       Performance Loss: wgmma.mma_async instructions are serialized" lines (C7510-C7518) into wgmma_serialized; the
 //       compile tests assert it empty for every build they compile (CONFIGS, the speed, size and tile candidates, the
 //       backward's sweep, every kernel's compile configs). A serialised kernel is correct; only a timing shows it.
@@ -223,7 +223,7 @@
 //           per warpgroup on the tensor pipe the two warpgroups share leave each waiting longer for its own S (no
 //           stall breakdown was profiled). GPU tests 20 passed (each visit); memcheck and racecheck of ahead@64,
 //           dynamic+ahead@64 on 3 CTAs and ahead@128: 0 errors, 0 hazards (ahead7csan).
-//   v8  no kernel change (issue 14 and 11; bench/results/fresh11, bench/NOTES-tc.md v8).
+//   v8  no kernel change (issue 14 and 11; results/fresh11, lab/NOTES-tc.md v8).
 //       v8a d = 96 short rows: d = 128's short-N form on CONFIGS[96] (PERSISTENT=2, O_TILE, O_TMA, RESCALE_THRESHOLD=8;
 //           SIZE_CANDIDATES[96] dyn-oqt-r): 0.837-0.969 of CONFIGS[96]'s time at N = 512-4096 (geomean 0.894; without
 //           the threshold 0.857-0.997), fresh11/d96. forward() runs it up to Nk = 4096 (SIZE_RULES[96]): d = 96 is then
@@ -246,12 +246,12 @@
 //       d = 128 fp16 non-causal 4k, was 0.991 in the second run). GPU tests of every SIZE_RULES build and CONFIGS with
 //       it (hypothesis shapes, long key loops, 3 persistent CTAs): 24 passed; memcheck of two persistent builds on 3
 //       CTAs: 0 errors. forward() runs it (kernels/fa2_wgmma.py DEFAULT_KNOBS); explicit configs keep DESC_STEP=0.
-//       forward()'s dispatch, head-dim and layouts GPU tests with it: 43 passed (bench/results/wgskip/desc9final).
+//       forward()'s dispatch, head-dim and layouts GPU tests with it: 43 passed (results/wgskip/desc9final).
 //   v10 WG_SKIP: a consumer warpgroup whose 64 rows all lie past Nq (the last Q block of a ragged Nq; Br = 192 at N = 512
 //       leaves a third of its last block's rows past Nq, 11% of the products, and at N = 1000 two of its three
 //       warpgroups) issues no product and no softmax. It waits on each full barrier and arrives on each empty one as
 //       the working path does, takes its ping-pong turns and hands Q back, then leaves the tile before O is zeroed.
-//       Three forms, A/B against forward()'s builds without it (bench/results/wgskip/, abba, fp16/bf16, d = 64-256,
+//       Three forms, A/B against forward()'s builds without it (results/wgskip/, abba, fp16/bf16, d = 64-256,
 //       N = 512-8192 with ragged 1000 and 3000, time / without; forms 1-2 at d = 64/96/128):
 //         form 1, the tile body in an if/else on the idle test: 0.95-1.14 (geomean 1.04-1.07), slower even where no
 //           warpgroup is ever idle (the d = 64 one-warpgroup builds, whose idle test is always false: 1.07-1.10);
@@ -274,13 +274,13 @@
 //           The warp index goes through the shuffle only where a warpgroup can idle (NWG > 1): the one-warpgroup builds
 //           compile to the cubin without WG_SKIP (after review: with the shuffle they had differed by one SHFL).
 //           forward()'s dispatch, head-dim and layouts GPU tests with it at every d: 43 passed; racecheck of d = 256's
-//           two persistent builds on 2 CTAs at the at-scale shapes: 0 hazards (bench/results/wgskip/wgskipfinal).
+//           two persistent builds on 2 CTAs at the at-scale shapes: 0 hazards (results/wgskip/wgskipfinal).
 //   v11 WG_CAUSAL_SKIP: causal, the key loop runs j = T-1 down to 0 and T is set by the Q block's last row; warpgroup 0
 //       of Br = 128 with Bc = 64 (or of Br = 192) sees no key of block T-1 in any of its rows. It walks such blocks as
 //       WG_SKIP walks a tile (full waits, empty arrivals, one ping-pong turn each) and runs Tw = T - sk steps from ring
 //       position kv_it + sk (kernels/fa2_wgmma.py causal_walk_steps: d = 256 Bc = 64 at N = 512 walks 4 of 40
 //       warpgroup-steps, 10%; 3% at 2k; Br = Bc = 128 at Nq = Nk none). Same registers, no spill, one SHFL per tile.
-//       Two A/B runs (bench/results/cskip/cskipab, cskipfinal; abba, fp16/bf16, d = 64-256, N = 512-8192), time / without:
+//       Two A/B runs (results/cskip/cskipab, cskipfinal; abba, fp16/bf16, d = 64-256, N = 512-8192), time / without:
 //       d = 256 causal N = 512 0.975-0.981 and 1k 0.972-1.005 in both runs (geomean of the two 0.976-0.988), 2k-8k
 //       0.99-1.00; elsewhere level (two-run geomean per cell 0.967-1.029, the same spread as cells whose cubin is
 //       unchanged: the one-warpgroup d = 64 builds 1.005-1.019). Exact, so forward() runs it (DEFAULT_KNOBS). GPU tests
@@ -296,14 +296,14 @@
 //       tile loop and hands the turn back as it issues its last P V; warpgroup 0 takes the last arrival before it exits
 //       (FA3's mma_init arrives once per kernel). The protocol's count per tile is unchanged (T+1 turns each), so one
 //       arrival is outstanding between tiles. It acts where the next Q is in before the epilogue ends (O_TILE):
-//       two A/B runs (bench/results/carry/carryab, carryfinal), time / without, N = 512-4096: d = 96 geomean 0.982
+//       two A/B runs (results/carry/carryab, carryfinal), time / without, N = 512-4096: d = 96 geomean 0.982
 //       (causal 512-1k 0.961-0.976), d = 128 0.983 (N = 512 0.968-0.990); d = 256 (no O_TILE) level. GPU tests of every
 //       ping-pong build (hypothesis shapes, warpgroup 1 idle in the last Q block, causal Q blocks with no key and no
 //       turn, 1 and 3 persistent CTAs, strided GQA): 24 passed; synccheck / memcheck / racecheck on 2 CTAs: 0 / 0 / 0.
 //       With it off the builds compile to the cubins before it. forward() runs it on its O_TILE ping-pong builds.
 //   v13 O_DIRECT: d = 256 has no smem for O_TILE (Q 64 KB + two K/V stages leave 35 KB at Bc = 64), so its persistent
 //       builds staged O through the Q tile and the next tile's Q load waited for the epilogue (the cells furthest behind
-//       cuDNN after v12: causal N = 512 0.85-0.92, non-causal 512 0.96-0.98; bench/results/grid20). O_DIRECT writes O
+//       cuDNN after v12: causal N = 512 0.85-0.92, non-causal 512 0.96-0.98; results/grid20). O_DIRECT writes O
 //       from the accumulator registers straight to global memory (each quad of lanes a 16-byte run of a row: the L2
 //       merges the halves of each sector) and hands Q back after the tile's last S, as O_TILE does, so the next Q loads
 //       under the last P V and the epilogue. O_DIRECT=1 (4-byte stores, half a sector each): 1.03-1.13x the v12 build's
@@ -313,23 +313,23 @@
 //       N = 512 0.926-0.949, cells 0.926-1.015. With TURN_CARRY added 0.985 (odirect2): not taken with it. GPU tests
 //       (both forms at every d, hypothesis shapes, idle warpgroups, causal Nq > Nk, 1 and 3 persistent CTAs, strided
 //       GQA): 33 passed; memcheck / racecheck / synccheck on 2 CTAs: 0 / 0 / 0. forward() runs O_DIRECT=2 at d = 256.
-//       In place of O_TILE at d = 64 (bench/results/v13more: d64c13, d64od), two runs: causal 0.962-0.971 at N <= 4k,
+//       In place of O_TILE at d = 64 (results/v13more: d64c13, d64od), two runs: causal 0.962-0.971 at N <= 4k,
 //       0.986 above, non-causal level; forward()'s d = 64 causal builds run it (42 GPU tests passed, memcheck /
 //       racecheck 0 / 0). In place of O_TILE + O_TMA at d = 96/128 (odirect3, odirectfinal): causal 0.981-0.994 with
 //       the new build timed second, and a third run at d = 96 with the order reversed level (d96od); kept off.
-//   stop 21 (bench/results/stages21): STAGES=4 in d = 64's short-row builds (three runs: causal N = 512 0.957-0.986,
+//   stop 21 (results/stages21): STAGES=4 in d = 64's short-row builds (three runs: causal N = 512 0.957-0.986,
 //       non-causal N <= 2k 0.975-1.008; SIZE_RULES[64]); a third slot at d = 96/128 with O from registers, level; two
 //       CTAs per SM at d = 128, 1.05-1.28x. MAX_TREE (wgmma_fa2.cuh): the row max as a tree, after ncu put our warps at
 //       2.2 cycles per instruction of fixed-latency waits against cuDNN's 1.0 (stall21). Exact, same registers; GPU
 //       tests 42 passed. Two runs (tree21, tree21b), time / forward()'s build: d = 128 0.986 and 0.997 against the
 //       control's 1.004 and 1.012, d = 64/96/256 level; cells 0.920-1.103. Not taken: the waits are spread over the
 //       SASS (stall21's per-instruction samples of the wait stall: MUFU 19%, HGMMA 13%, the max's FMNMX 8%, FADD 7%).
-//   stop 22 (bench/results/stop22): MAX_TREE taken at d = 128 after a third run (knobs22: 0.987 against the control's
+//   stop 22 (results/stop22): MAX_TREE taken at d = 128 after a third run (knobs22: 0.987 against the control's
 //       0.999; each of the three runs 1.2-1.8% under its control, within the A/B's added-entry bias found later in the
 //       stop: exact and register-neutral, so kept). Also in knobs22 at d = 128 N <= 2k: no ping-pong
 //       (PINGPONG=0, both warpgroups issue freely) 1.002, level; the static persistent scheduler (PERSISTENT=1) 1.086
 //       (causal 1.165: its tiles are not longest-first): not taken.
-//   stop 23 (bench/results/stop23; no kernel change): the SM clock is set by the board's power cap (1545-1980 MHz; bf16
+//   stop 23 (results/stop23; no kernel change): the SM clock is set by the board's power cap (1545-1980 MHz; bf16
 //       3-5% faster than fp16 for the same cycles), so the harness now records each timing's clock; in cycles d = 128
 //       causal N = 512 runs 3% more than cuDNN at the same clock. CAUSAL_SECTION_KB 4 / 8 / 32 MB against 16: level or
 //       worse over three runs, not taken. forward()'s d = 64 causal rule runs the 3-CTA Bc = 64 four-slot build to
@@ -349,7 +349,7 @@
 //       half22ab2) d = 128 causal 0.974 and 0.973 (controls 0.995, 0.992), but the cells where it cannot act
 //       (non-causal, d = 256 Bc = 64) as far under their controls; with roles reversed (isolate22) without / with
 //       1.001 causal. The GPU model, told of it, predicts 0.966 (N = 512) to 0.990 (4k). forward() runs it nowhere.
-//   stop 24 (bench/results/stop24):
+//   stop 24 (results/stop24):
 //     Q_SLOTS=2: two Q tiles in the persistent Q_EARLY builds, so the producer loads the next tile's Q as soon as it
 //       reaches that tile, not after this tile's last S (stall21: 3.7% of the warp-state samples at d = 128 causal
 //       N = 512 sat on the consumers' wait for Q at a tile's start). Same registers, no spill; GPU tests of the six
@@ -497,7 +497,7 @@ static_assert(Q_SLOTS == 1 || (Q_SLOTS == 2 && PERSISTENT && (O_TILE || O_DIRECT
 
 
 #include "tma_pipe.cuh"  // TensorMap, mbarriers, TMA panel loads, named barriers
-#include "cta_trace.cuh"  // CTA_TRACE=1: when each CTA ran (bench/cta_trace.py; thread 128 is consumer 0's first)
+#include "cta_trace.cuh"  // CTA_TRACE=1: when each CTA ran (lab/cta_trace.py; thread 128 is consumer 0's first)
 static_assert(!CTA_TRACE || (!PERSISTENT && !QK_AHEAD), "CTA_TRACE: one tile per CTA, the one-S-tile loop");
 
 // ping-pong: warpgroup c waits for its turn on barrier 1+c and hands the turn to the other on 2-c
@@ -525,7 +525,7 @@ __device__ __forceinline__ void turn_end(int cg) {
 // shorter one), so the last tiles to start are the short ones, within sections of heads whose K and V fit in
 // CAUSAL_SECTION_KB (FA3's L2 swizzle of its LPT scheduler): ordered over every head at once, the CTAs running
 // together read the K/V of ~132 heads, evicted before the same heads' next Q blocks reread them (ncu at
-// d = 128, N = 512-1024: 1.8-2.7x the DRAM bytes of the one-tile-per-CTA grid; bench/results/tiles64/
+// d = 128, N = 512-1024: 1.8-2.7x the DRAM bytes of the one-tile-per-CTA grid; results/tiles64/
 // short128_ncu). CAUSAL_SECTION_KB=0: one section. Non-causal: a head's Q blocks are consecutive, so CTAs
 // running at the same time share its K and V in L2.
 __device__ __forceinline__ void tile_coords(int tile, int Tr, int BH, bool causal, int Nk, int group, int& m_block,
@@ -597,7 +597,7 @@ fa2_wgmma_tma_fwd(const __grid_constant__ TensorMap tmQ, const __grid_constant__
     // WG_SKIP: the warp index through a shuffle from lane 0 (CUTLASS's canonical_warp_idx_sync), so ptxas knows it and
     // the warpgroup index are warp-uniform; otherwise the idle test below reads as a divergent branch, whatever follows
     // its join (the ring counters, the wgmma descriptors) leaves the uniform datapath, and the build ran 3-12% slower
-    // (v10, first form; bench/NOTES-tc.md)
+    // (v10, first form; lab/NOTES-tc.md)
     const int tid = threadIdx.x, lane = tid & 31,
               warp = (WG_SKIP || WG_CAUSAL_SKIP) && NWG > 1 ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5,
               wg = warp >> 2;

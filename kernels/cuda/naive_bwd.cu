@@ -18,7 +18,7 @@
 // naive_bwd vs fa2_bwd compares the HBM traffic of P, dP, dS (Theta(Nq Nk) each way), not two GEMM engines.
 //
 // Causal: hidden P and dS tiles are zeros (P = 0 there, so dS = 0); the passes that read them skip them
-// (analysis/tiling.py k_blocks(i), q_blocks(j)). Within a visited tile the hidden entries of dP are
+// (counting/tiling.py k_blocks(i), q_blocks(j)). Within a visited tile the hidden entries of dP are
 // computed (dO_i V_j^T knows no mask) but multiply P = 0. Rows that see no key have P = 0 (the forward's
 // softmax), hence dS = 0 and dQ = 0. Tail rows and columns of a tile are zero-filled on chip and never
 // written.
@@ -44,7 +44,7 @@ __device__ __forceinline__ void tn_pass(const T* __restrict__ m, const T* __rest
   const long long bh = blockIdx.y;
   const int c0 = j * BC, cols = min(BC, n_k - c0), offset = n_k - n_q;
   const int t_r = cdiv(n_q, BR);
-  // analysis/tiling.py q_blocks(j): the Q blocks that visit K_j are a suffix; the earlier M tiles are 0
+  // counting/tiling.py q_blocks(j): the Q blocks that visit K_j are a suffix; the earlier M tiles are 0
   const int i_first = causal ? min(max(0, c0 - offset) / BR, t_r - 1) : 0;
 
   float acc[CB][NS];

@@ -160,7 +160,7 @@ __device__ __forceinline__ bool visible(int r, int c, int n_k_valid_cols_end, in
   return c < n_k_valid_cols_end && (!causal || c <= r + offset);
 }
 
-// Number of leading key columns that some row of Q block i sees (analysis/tiling.py visible_cols).
+// Number of leading key columns that some row of Q block i sees (counting/tiling.py visible_cols).
 __device__ __forceinline__ int visible_cols(int r0, int rows, int n_k, int offset, int causal) {
   return causal ? max(0, min(n_k, r0 + rows + offset)) : n_k;
 }

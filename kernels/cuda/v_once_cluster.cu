@@ -4,7 +4,7 @@
 // The proposal at its strongest: the reference's rescale="lazy" (variants/v_once.py), f never leaves the chip.
 // One Q block of Br = 64 rows per cluster of CS CTAs. The Q block's Tc_vis visible key
 // blocks are split evenly over the ranks: CTA r takes blocks [r*per, min((r+1)*per, Tc_vis)), per =
-// ceil(Tc_vis / CS) (at most kernels/v_once_cluster.py's tc_alloc, the per-CTA f slots analysis/cluster.py's
+// ceil(Tc_vis / CS) (at most kernels/v_once_cluster.py's tc_alloc, the per-CTA f slots counting/cluster.py's
 // plan() sized shared memory for; an even split per Q block, so causal Q blocks near the top keep every rank
 // busy). A rank whose share is empty still joins every cluster barrier with m = -inf, l = 0, O = 0.
 // NWG = 2: two consumer warpgroups share the CTA's 64 rows and split its key blocks (local t even / odd), each
@@ -44,7 +44,7 @@
 // cluster c is Q block c.
 // smem (1024-aligned base): [Q][ring: stages x K/V tile][mbarriers][m_r, l_r of 2 warpgroups, M, l: 6 x 64 f32]
 //                           [block maxima: tc_alloc x 64 f32][f: tc_alloc x 64 x BLOCK_N 16-bit]
-// = analysis/cluster.py smem_bytes() at a 2-slot ring (its RESERVE: alignment slack + mbarriers + the reduction
+// = counting/cluster.py smem_bytes() at a 2-slot ring (its RESERVE: alignment slack + mbarriers + the reduction
 // arrays); the launcher then deepens the ring (argument stages, up to MAX_STAGES) into what the f slice leaves.
 // Knobs: HEAD_DIM (64|128), CS (1|2|4|8|16), NWG (1|2), BLOCK_N (Bc), IS_BF16,
 // RUNTIME_CLUSTER (1: the cluster shape set at launch, as CS = 16 always is).
@@ -55,7 +55,7 @@
 //       across its back edge, or a rank from %cluster_ctarank that ptxas cannot prove warp-uniform, each made
 //       ptxas serialise every wgmma: C7515 / C7518). Candidates beside it (kernels/v_once_cluster.py SWEEP): NWG=2,
 //       Bc=128 (NWG=1; with NWG=2 at d=128 it spills 8-20 B); CS = 16 (non-portable, shape set at launch).
-//       H200 (first visit, bench/results/visit2 on main): correct on every memcheck shape (CS 1..8, default and
+//       H200 (first visit, results/visit2 on main): correct on every memcheck shape (CS 1..8, default and
 //       NWG=2); DRAM bytes 0.974-0.976x the compulsory Q, K, V, O (ncu: no f byte leaves the chip); 3.2-3.7x
 //       fa2_wgmma's time (N = 4k d = 64/128, 8k d = 128); Bc=128 hung (the launcher's TMA box stayed 64 rows).
 //   v2  per CTA ~18 us at N = 4k, mostly exposed latency: a 2-slot ring gave the producer one pair of blocks of

@@ -23,7 +23,7 @@
 // the Q staging tile first, then (lazy) the per-block row maxima (T x Br floats) and (sram) f (T x Br x Bc).
 // Layout of q/k/v/o/lse as fa2_tc.cu; grid = (Tr, B*H); bottom-right causal; hidden key blocks skipped.
 //
-// Version log (details in bench/NOTES-tc.md):
+// Version log (details in lab/NOTES-tc.md):
 //   v1  as above; Br = 64 (4 warps x 16 rows), Bc = 64, Q in registers, 2-slot cp.async ring.
 //       Measured (H200 fp16, vs fa2_tc): 0.47-0.91x, never ahead; f fits in smem up to N=1536 (d=64) /
 //       1024 (d=128) at 1 CTA/SM (tensor pipe 28%); spilled-lazy DRAM bytes = closed form within 1%;

@@ -1,0 +1,64 @@
+"""K/V re-reads that miss the L2, wave by wave (non-causal FA2-style grids), from the reuse distance of
+each key block. Used by gpumodel/levels.py; results/ncu_l2_capacity.csv is what it was built for.
+
+The CTAs of a grid with Q blocks fastest run in waves of `slots` = SMs x CTAs/SM; a wave's CTAs sweep the
+key blocks j in near lockstep (FA2 Alg. 1 line 6), so re-reads within a wave are L2 hits. A head whose
+Q blocks straddle waves w and w+1 is read again by wave w+1 a whole pass later. Between wave w's read of
+K_j, V_j of that head and wave w+1's, the L2 sees (forward sweep; a backward sweep gives the same set of
+distances, mirrored in j):
+    the head's own K/V, all of it (wave w reads blocks j+1.., wave w+1 blocks ..j-1)     kv
+    each other head of wave w, its blocks after j                             a x kv x (Tc-1-j)/Tc
+    each other head of wave w+1, its blocks before j                          b x kv x j/Tc
+    wave w's O tiles (written at its end) and wave w+1's Q tiles (read at its start)   2 x resident x Br x d
+The re-read of block j misses when that distance D(j) exceeds the effective capacity (LRU on a stream:
+all or nothing); D is linear in j, so the missing blocks are a prefix or a suffix of the sweep, found by bisection.
+
+Checked on the ncu rows (d = 128; effective capacity 36 MiB, fitted on the rows before N = 24k / 48k were
+profiled: gpumodel/l2_capacity.py): fa2_wgmma and SDPA flash at N = 16k-64k within 6% (24k and 48k held out);
+fa2_tc 1.14-1.18x at N = 16k-32k and 0.71-0.84x at 48k-64k on the same tiling, CTAs/SM and sweep as SDPA flash
+(results/gpu_model_known_gaps.json). The ramp the levels used before (misses growing from 0 at the
+capacity to all at twice it, on one wave's working set) gave 0.46-0.80x at N = 32k and 64k.
+"""
+from __future__ import annotations
+
+
+def missed_blocks(c0: float, slope: float, t_c: int, cap: float) -> int:
+    """#{j in [0, Tc): c0 + slope * j > cap}: D is monotone in j, so the misses are a suffix (slope >= 0) or a
+    prefix (slope < 0); found by bisection on the same test, so it agrees with counting j by j."""
+    def miss(j):
+        return c0 + slope * j > cap
+
+    lo, hi = 0, t_c  # the first j where miss(j) changes from the value it has at j = 0
+    first = miss(0)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if miss(mid) != first:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo if first else t_c - lo
+
+
+def separated_missing_bytes(bh: int, t_r: int, t_c: int, slots: int, kv_bytes: float, qo_bytes: float,
+                            cap: float) -> float:
+    """Bytes of K/V re-reads that miss the L2 over the whole grid (bh x Tr CTAs, Q blocks fastest).
+
+    kv_bytes: one head's K and V; qo_bytes: a wave's Q tiles read plus O tiles written."""
+    ctas = bh * t_r
+    if t_r <= 1 or ctas <= slots or t_c <= 0:
+        return 0.0
+    per_block = kv_bytes / t_c
+    missing = 0.0
+    start = 0
+    prev = None  # (first head, last head) of the previous wave
+    while start < ctas:
+        end = min(ctas, start + slots)
+        cur = (start // t_r, (end - 1) // t_r)
+        if prev is not None and prev[1] == cur[0]:  # that head straddles the two waves
+            a, b = prev[1] - prev[0], cur[1] - cur[0]  # other heads in wave w, in wave w+1
+            c0 = kv_bytes + qo_bytes + a * kv_bytes * (t_c - 1) / t_c
+            slope = (b - a) * kv_bytes / t_c
+            missing += missed_blocks(c0, slope, t_c, cap) * per_block
+        prev = cur
+        start = end
+    return missing

@@ -1,0 +1,69 @@
+"""NVRTC every build the backward checks launch, in parallel, into the kernel cache (lab/gpu_check_bwd.sh).
+
+    PYTHONPATH=. python lab/precompile_bwd.py [--jobs 16]
+
+The builds: compile_configs() of every kernel with a backward, plus the teaching fa2 and naive forwards and
+backwards at the block shapes tests/test_kernels_backward.py and lab/bwd_sanitize_target.py use
+(--teaching: the teaching tier only, and the frozen fa2_bwd_v1.cu of lab/teach_bwd_ab.py). Serially they take
+about a minute; the GPU tests then find them cached. Exit 1 if one fails to compile (its log is printed).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TEACHING_BLOCKS = ((64, 64), (16, 64), (64, 16), (32, 16), (32, 32))
+
+
+def builds(teaching_only: bool = False) -> list[tuple]:
+    from kernels import KERNELS, _teaching, fa2, loader, naive
+
+    arch = loader.default_arch()
+    jobs = [(src, defs, spec.arch or arch) for spec in KERNELS.values() if spec.backward is not None
+            and (spec.tier == "teaching" or not teaching_only) for src, _, defs in spec.compile_configs()]
+    for dt in _teaching.DTYPES:
+        for br, bc in TEACHING_BLOCKS:
+            jobs += [(fa2.SOURCE, _teaching.defines(dt, br, bc, FA2_OWN_V=v), arch) for v in (0, 1)]
+            jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, **knobs), arch)
+                     for knobs in fa2.bwd_builds(dt, br, bc)]
+            jobs += [(src, _teaching.defines(dt, br, bc), arch) for src in (naive.SOURCE, naive.BWD_SOURCE)]
+        for br, bc in ((64, 32), (48, 32)):  # lab/teach_bwd_ab.py's other block shapes at d = 128
+            jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, **fa2.bwd_defines(dt, 128, br, bc)), arch)]
+        if teaching_only:  # the frozen v1 lab/teach_bwd_ab.py times beside the shipped backward
+            jobs += [("fa2_bwd_v1.cu", _teaching.defines(dt, 64, 64, D_PAD=p), arch) for p in (64, 128)]
+    return list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())
+
+
+def compile_one(source, defines, arch):
+    from kernels import loader
+
+    loader.compile_cubin(source, defines=defines, arch=arch)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
+    ap.add_argument("--teaching", action="store_true", help="only the teaching tier (fa2, naive)")
+    args = ap.parse_args(argv)
+    from bench import harness
+
+    harness.positive_int(ap, "--jobs", args.jobs)
+    jobs = builds(args.teaching)
+    # spawn, not fork: default_arch() may have initialised CUDA here, and a forked child must not inherit it
+    with cf.ProcessPoolExecutor(max(1, args.jobs), mp_context=mp.get_context("spawn")) as ex:
+        futures = [ex.submit(compile_one, *job) for job in jobs]
+        bad = [str(f.exception()) for f in futures if f.exception() is not None]
+    print(f"precompiled {len(jobs) - len(bad)} of {len(jobs)} builds" + (f"; FAILED: {bad[0][:2000]}" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
