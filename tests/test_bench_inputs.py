@@ -168,7 +168,6 @@ def test_speed_and_probe_scripts_refuse_bad_arguments_before_gpu_work(capsys, mo
     """cluster_speed / layouts_speed: --d 80 or --n 0 failed every cell on the GPU (or, without one, a traceback);
     --rounds -1 ran one round. clock_probe / kernel_names: a malformed --cells was a ValueError from int() after the
     clock started; --dims 4096 made H = 0 heads; an unknown backend was recorded as a KeyError row per cell."""
-    import importlib
 
     from bench import harness
 
@@ -308,7 +307,6 @@ def test_the_gpu_scripts_need_a_gpu(capsys, no_gpu, tmp_path, script, argv):
     """Past their argument checks, each says in one line that it needs a GPU (harness.no_gpu), and exits 2. The probes
     printed the traceback of their first CUDA call (fa2_teaching_ab: 'WRONG' and exit 1, a correct kernel judged by a
     generator that could not be made)."""
-    import importlib
 
     if script != "cluster_sanitize_target":
         argv = argv + ["--out", str(tmp_path)]
@@ -333,7 +331,6 @@ def test_the_gpu_scripts_need_a_gpu(capsys, no_gpu, tmp_path, script, argv):
 ])
 def test_the_gpu_probes_refuse_bad_arguments_before_gpu_work(capsys, gpu_work_forbidden, monkeypatch, script, argv,
                                                              match):
-    import importlib
 
     from bench import harness
 
@@ -360,7 +357,6 @@ def test_teach_bwd_ab_and_sanitize_refuse_bad_arguments_before_gpu_work(capsys, 
                                                                         script, argv, match):
     """An unknown --names entry was dropped without a word and d = 256 failed every cell; sanitize's unknown kernel,
     dtype or tool failed inside compute-sanitizer (KeyError, AttributeError, a tool error), bad JSON a traceback."""
-    import importlib
 
     mod = _script(script)
     for name in ("fp32_exactness", "contenders", "find_sanitizer", "run_tool", "child"):
@@ -400,7 +396,6 @@ def test_bwd_wgmma_check_answers_help_and_refuses_unknown_steps(capsys, monkeypa
 def test_the_argumentless_gpu_scripts_need_a_gpu(capsys, no_gpu, script):
     """The ncu / sanitizer targets and probes take no arguments; without a GPU they printed the traceback of their first
     CUDA call (stop 28): now one line (harness.no_gpu) and exit 2."""
-    import importlib
 
     assert _script(script).main() == 2
     assert capsys.readouterr().err.strip() == f"{script}: needs a CUDA GPU (torch {torch.__version__} sees none)"
