@@ -1,56 +1,73 @@
 #!/usr/bin/env bash
-# One H200 visit, in the order the standards ask for: correctness first (GPU tests of both tiers,
-# compute-sanitizer over every registered kernel), then the benchmarks. Each step logs under $OUT;
-# a step that fails is recorded and the visit goes on, so one broken step does not waste the visit.
+# One GPU visit: the steps you name, in the standards' order (correctness before speed), each under its own time
+# limit, so a slow or failing step costs only itself. Run from the repository root:
 #
-#   PYTHONPATH=. bash bench/gpu_visit.sh [tests] [sanitize] [launch] [bench_kernels] [bench_tc] [ncu]
-#   (default: all but ncu). Environment: SANITIZE_KERNELS=fa2_wgmma,... (default every kernel),
-#   BENCH_TC_ARGS="--kernels fa2 --dtypes float16" (extra bench_tc.py bench arguments), NCU_D=128,
-#   NCU_SEQS=4096, NCU_WGMMA_CONFIGS='[{"BLOCK_N": 128, "NWG": 2}]' (extra fa2_wgmma builds to profile).
+#   PYTHONPATH=. bash bench/gpu_visit.sh tests sanitize forward backward        # any subset, in any order given
+#   PYTHONPATH=. bash bench/gpu_visit.sh                                        # the default: tests sanitize forward backward
 #
-# Writes $OUT/gpu_tests.log, $OUT/sanitize.json, $OUT/sanitize_{memcheck,racecheck}.log,
-# $OUT/launch_overhead.json, $OUT/bench_kernels.{json,md,png}, $OUT/tc_bench.{json,md,png},
-# $OUT/tc_ncu_d$NCU_D.csv (ncu counters of one launch per kernel at N = 4096 and 1024) and
-# $OUT/visit.json (step -> rc, s). The device tool returns at most 8 files: split the steps over calls.
+# Steps (each writes under $OUT, default results/visit-<date>):
+#   tests      every GPU test (pytest -m gpu)                          -> gpu_tests.log
+#   sanitize   compute-sanitizer memcheck + racecheck, every kernel    -> sanitize.json, sanitize_*.log
+#   launch     host work per call against SDPA's                       -> launch_overhead.json
+#   kernels    every registered kernel, checked then timed (teaching)  -> bench_kernels.{json,md,png}
+#   forward    tensor-core forwards vs SDPA flash and cuDNN            -> tc_bench.{json,md,png}
+#   backward   backwards vs SDPA flash and cuDNN                       -> bwd_bench.{json,md}
+#   layouts    fa2_wgmma on strided views and grouped-query K/V        -> layouts_speed.{json,txt}
+#   train      a small GPT trained with kernels.attention vs SDPA      -> train_gpt.{json,png}
+# Extra arguments per step come from the environment: ARGS_<step>="..." (e.g. ARGS_forward="--seqs 4096").
+# Time limits: LIMIT_<step>=seconds (defaults below). $OUT/visit.json records each step's rc and seconds; the
+# script exits 1 when any step failed.
 set -u
-. "$(dirname "$0")/gpu_steps.sh"  # steps_json, step_limit
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
-OUT=${OUT:-results}
+OUT=${OUT:-results/visit-$(date +%Y%m%d-%H%M)}
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(tests sanitize launch bench_kernels bench_tc)
+[ ${#steps[@]} -gt 0 ] || steps=(tests sanitize forward backward)
+declare -A LIMIT=([tests]=600 [sanitize]=600 [launch]=120 [kernels]=300 [forward]=600 [backward]=600 [layouts]=300
+                  [train]=600)
 declare -A RC SECS
-for step in "${steps[@]}"; do
-  t0=$(date +%s)
+
+run_step() {  # the command line of one step; extra arguments from ARGS_<step>
+  local step=$1 extra_var="ARGS_$1"
+  local extra=${!extra_var:-}
   case "$step" in
-    tests)
-      python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gpu.py tests/test_kernels_tc.py \
-        2>&1 | tee "$OUT/gpu_tests.log" | tail -25
-      rc=${PIPESTATUS[0]} ;;
-    sanitize)
-      python3 bench/sanitize.py --out "$OUT" --dtypes float16,bfloat16,float32 \
-        ${SANITIZE_KERNELS:+--kernels "$SANITIZE_KERNELS"}; rc=$? ;;
-    launch)
-      python3 bench/launch_overhead.py --out "$OUT"; rc=$? ;;
-    bench_kernels)
-      python3 bench/bench_kernels.py --out "$OUT" --budget-s 150; rc=$? ;;
-    bench_tc)
-      # shellcheck disable=SC2086
-      python3 bench/bench_tc.py bench --out "$OUT" ${BENCH_TC_ARGS:-}; rc=$? ;;
-    ncu)
-      d=${NCU_D:-128}
-      ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,\
-lts__t_bytes.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
-sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,\
-launch__registers_per_thread,launch__shared_mem_per_block_dynamic,launch__occupancy_limit_registers,\
-l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum --section WarpStateStats \
-        python3 bench/bench_tc.py target --what ncu --d "$d" --ncu-seqs "${NCU_SEQS:-4096}" \
-        --wgmma-configs "${NCU_WGMMA_CONFIGS:-[]}" > "$OUT/tc_ncu_d$d.csv" 2>&1; rc=$? ;;
-    *) echo "unknown step $step"; rc=2 ;;
+    tests)    echo "python3 -m pytest -q -m gpu -p no:cacheprovider tests $extra" ;;
+    sanitize) echo "python3 bench/sanitize.py --out $OUT --dtypes float16,bfloat16 $extra" ;;
+    launch)   echo "python3 bench/launch_overhead.py --out $OUT $extra" ;;
+    kernels)  echo "python3 bench/bench_kernels.py --out $OUT --budget-s 150 $extra" ;;
+    forward)  echo "python3 bench/bench_tc.py bench --out $OUT $extra" ;;
+    backward) echo "python3 bench/bench_bwd.py --out $OUT $extra" ;;
+    layouts)  echo "python3 bench/layouts_speed.py --out $OUT $extra" ;;
+    train)    echo "python3 bench/train_gpt.py --out $OUT $extra" ;;
+    *)        return 1 ;;
   esac
-  RC[$step]=$rc; SECS[$step]=$(( $(date +%s) - t0 ))
-  echo "== $step: rc=$rc, ${SECS[$step]} s"
+}
+
+for step in "${steps[@]}"; do
+  if ! cmd=$(run_step "$step"); then
+    echo "gpu_visit: unknown step '$step'; choose from: tests sanitize launch kernels forward backward layouts train" >&2
+    exit 2
+  fi
 done
-steps_json "$OUT/visit.json" "${steps[@]}"
+for step in "${steps[@]}"; do
+  cmd=$(run_step "$step")
+  limit_var="LIMIT_$step"
+  limit=${!limit_var:-${LIMIT[$step]}}
+  echo "=== $step (limit ${limit}s): $cmd"
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout "$limit" $cmd 2>&1 | tee "$OUT/$step.log" | tail -25
+  RC[$step]=${PIPESTATUS[0]}
+  SECS[$step]=$(( $(date +%s) - t0 ))
+  echo "=== $step: rc=${RC[$step]}, ${SECS[$step]} s"
+done
+{
+  echo "{"
+  for i in "${!steps[@]}"; do
+    s=${steps[$i]}; sep=","; [ "$i" -eq $(( ${#steps[@]} - 1 )) ] && sep=""
+    printf '  "%s": {"rc": %s, "seconds": %s}%s\n' "$s" "${RC[$s]}" "${SECS[$s]}" "$sep"
+  done
+  echo "}"
+} > "$OUT/visit.json"
 cat "$OUT/visit.json"
-for step in "${steps[@]}"; do [ "${RC[$step]}" -eq 0 ] || exit 1; done
+for s in "${steps[@]}"; do [ "${RC[$s]}" -eq 0 ] || exit 1; done

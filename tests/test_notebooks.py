@@ -45,12 +45,18 @@ def test_the_seven_notebooks_exist():
     assert sorted(p.stem for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")) == IDS, "a .py without its .ipynb"
 
 
+def _without_tool_version(text: str) -> str:
+    """The header line jupytext stamps with its own version (`jupytext_version: 1.19.6`) differs by install, not by
+    content: a fresh install with a newer jupytext must not fail the round trip."""
+    return re.sub(r"^#\s*jupytext_version:.*\n", "", text, flags=re.M)
+
+
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_ipynb_round_trips_to_its_source(source):
     """The committed .ipynb holds exactly the .py's cells, outputs cleared; the .py is jupytext's own text."""
     text = source.read_text()
     nb_py = jupytext.reads(text, fmt="py:percent")
-    assert jupytext.writes(nb_py, fmt="py:percent") == text, (
+    assert _without_tool_version(jupytext.writes(nb_py, fmt="py:percent")) == _without_tool_version(text), (
         f"{source.name} is not in jupytext's canonical form: run jupytext --sync {source.relative_to(NOTEBOOKS_DIR.parent)}")
     ipynb = source.with_suffix(".ipynb")
     nb = nbformat.read(ipynb, as_version=4)
