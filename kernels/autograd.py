@@ -22,7 +22,7 @@ import sys
 import torch
 from torch import Tensor
 
-from kernels import KERNELS
+from kernels.registry import KERNELS
 
 DEFAULT_KERNEL = "fa2_wgmma"
 _LIB = "fa_workbench"
