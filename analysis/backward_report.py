@@ -3,7 +3,7 @@
     fa-traffic report --pass backward               # the backward alone
     fa-traffic report --pass train --plot fp.png    # forward + backward; footprint against N
 
-Same rows, blocks, SRAM and roofline as the forward report (`analysis.cli`), from
+Same rows, blocks, SRAM and roofline as the forward report (`analysis.report_common`), from
 `counting.backward_forms`, plus two columns:
     saved      memory saved for the backward: bytes the forward keeps beyond q, k, v and o
                (naive: P, Nq·Nk·B·H in the input dtype; fa1: ℓ, m; fa2, v_once: lse, Nq·B·H floats)
@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import sys
 
+from analysis import report_common as rc
+from analysis.format import human_bytes, human_flops, render_table
+from analysis.style import line_style
 from counting import backward_forms as bf
 from counting import closed_forms as cf
-from counting.gpus import get_gpu
+from counting.gpus import GPUS, get_gpu
 from counting.headline import min_hbm_bytes
-from analysis.style import line_style
 
 COLUMNS = ("variant", "N", "d", "Br×Bc", "HBM read", "HBM write", "× min", "SRAM", "saved", "matmul",
            "exp", "other", "recompute", "t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")
@@ -41,29 +43,25 @@ def blocks(args, sram: int, d: int) -> tuple[int, int, str]:
     """FA1's rule (the block rule of FA1 Alg. 1 line 1) applied to half the SRAM: the backward holds two score
     tiles (S/P and dP/dS) and two accumulators (dK_j, dV_j) where the forward holds one and one, so
     the printed rule's blocks overflow its float32 working set; --block-q/--block-k override."""
-    from analysis import cli
-
     if args.block_q or args.block_k:
-        return cli._blocks(args, sram, d)
+        return rc._blocks(args, sram, d)
     br, bc = cf.fa1_blocks(sram // 2, d)
     return br, bc, "fa1_half_sram"
 
 
 def build_records(args) -> list[dict]:
-    from analysis import cli
-
     gpu = get_gpu(args.gpu)
-    configs = cli._configs(args, False)
+    configs = rc._configs(args, False)
     missing = sorted({name for name, _ in configs if not bf.has_backward(name)})
     if missing:  # a registered variant without a backward closed form (docs/design.md, how to add a variant)
         why = f"no backward closed form for {', '.join(missing)} (counting/backward_forms.py)"
-        if cli._flatten(args.variant):
-            raise cli.CliError(f"--pass {args.pass_name}: {why}")
+        if rc._flatten(args.variant):
+            raise rc.CliError(f"--pass {args.pass_name}: {why}")
         print(f"fa-traffic: --pass {args.pass_name} leaves out {', '.join(missing)}: {why}", file=sys.stderr)
         configs = [(name, opts) for name, opts in configs if name not in missing]
-    problems = cli._problems(args, cli.DEFAULT_SEQ)
+    problems = rc._problems(args, rc.DEFAULT_SEQ)
     sram = args.sram or gpu.sram_bytes
-    cli._check_sram_can_hold_something(configs, problems, sram, args.dtype)
+    rc._check_sram_can_hold_something(configs, problems, sram, args.dtype)
     recs = []
     for n_q, n_k, d in problems:
         for name, opts in configs:
@@ -71,7 +69,7 @@ def build_records(args) -> list[dict]:
             tr = bf.pass_counts(args.pass_name, name, args.batch, args.heads, n_q, n_k, d,
                                 causal=args.causal, dtype=args.dtype, block_q=br, block_k=bc,
                                 sram_bytes=sram, **opts)
-            rec = cli.record(tr, gpu, rule)
+            rec = rc.record(tr, gpu, rule)
             rec["pass"] = args.pass_name
             rec["min_hbm_bytes"] = min_bytes(args.pass_name, args.batch, args.heads, n_q, n_k, d,
                                              cf.DTYPES[tr.dtype], args.causal)
@@ -105,23 +103,19 @@ def _one_row_per_same_pass(recs: list[dict]) -> list[dict]:
 
 
 def row(r: dict) -> list[str]:
-    from analysis import cli
-
-    cells = cli._report_row(r)
+    cells = rc._report_row(r)
     total, rec = sum(r["flops"].values()), sum(r["recompute_flops"].values())
-    recompute = f"{cli.human_flops(rec)} ({100 * rec / total:.0f}%)" if rec else "0"
-    i = list(cli.REPORT_COLUMNS).index("SRAM") + 1
-    cells.insert(i, cli.human_bytes(r["saved_bytes"]))
+    recompute = f"{human_flops(rec)} ({100 * rec / total:.0f}%)" if rec else "0"
+    i = list(rc.REPORT_COLUMNS).index("SRAM") + 1
+    cells.insert(i, human_bytes(r["saved_bytes"]))
     cells.insert(i + 4, recompute)
     return cells
 
 
 def cmd_report(args) -> int:
-    from analysis import cli
-
     recs = build_records(args)
     if args.plot:
-        cli._plot(plot_footprint, recs, args.plot)
+        rc._plot(plot_footprint, recs, args.plot)
     header, rows = list(COLUMNS), [row(r) for r in recs]
     if len({r["head_dim"] for r in recs}) == 1:
         i = header.index("d")
@@ -131,10 +125,10 @@ def cmd_report(args) -> int:
     title = (f"fa-traffic report --pass {args.pass_name}: HBM traffic, FLOPs, memory saved for the "
              f"backward, recomputation (whole problem)")
     if args.format != "table":
-        cli._emit(args, cli._Plan(args, False), lambda: iter(recs),
-                  table_rows=lambda _recs: (header, rows), title=title)
+        # no plan: _emit reads one for a table's caption only (analysis.cli.cmd_report ran the forward's checks)
+        rc._emit(args, None, lambda: iter(recs), table_rows=lambda _recs: (header, rows), title=title)
         return 0
-    caption = cli._caption(args, {r["sram_bytes"] for r in recs}, sorted({r["head_dim"] for r in recs}),
+    caption = rc._caption(args, {r["sram_bytes"] for r in recs}, sorted({r["head_dim"] for r in recs}),
                            get_gpu(args.gpu)).replace(
         "FA1 rule Bc=⌈M/4d⌉", "FA1 rule on half the SRAM (two score tiles) Bc=⌈M/8d⌉")
     caption += ("\nsaved = bytes the forward keeps for the backward beyond q, k, v, o; recompute = FLOPs rebuilding S "
@@ -142,15 +136,14 @@ def cmd_report(args) -> int:
     if any(r["variant"] == "v_once" and r["placement"] is None for r in recs):
         caption += "\nv_once: one row, its backward is fa2's whatever the forward's placement and rescale."
     groups = [[header.index(h) for h in g if h in header] for g in GROUPS]
-    cli.render_table(header, rows, title=title, caption=caption, groups=groups)
+    render_table(header, rows, title=title, caption=caption, groups=groups)
     return 0
 
 
 def plot_footprint(recs, path) -> None:
     """Memory saved for the backward against N (one line per variant, log-log), with the GPU's HBM;
     beside it the pass's HBM traffic at the report's points."""
-    from analysis import plots
-    from counting.gpus import GPUS
+    from analysis import plots  # here, not at the top: plots imports matplotlib
 
     plt = plots.plt
     r0 = recs[0]

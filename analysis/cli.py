@@ -24,42 +24,40 @@ written as the rows are computed (tables hold their rows); a progress bar shows 
 Integers are parsed exactly (no float round trip); a flag that does not apply to the command or the
 chosen variants is an error, never silently ignored. Output errors (closed pipe, full disk) end with
 one line on stderr and exit status 1.
+
+This module is the command line (parser, plan, commands); below it: analysis/report_common.py (the report's
+rows, captions and output, shared with --pass backward|train in analysis/backward_report.py), analysis/format.py
+(units, tables, CSV, JSON) and analysis/gpu_cli.py (predict, validate).
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import itertools
 import json
 import os
 import re
 import sys
 from fractions import Fraction
 
+from analysis import backward_report, gpu_cli
+# the report's rows, captions and output (report_common) and the formatting (format) were defined here: their names
+# stay importable from analysis.cli (F401 is off for this file)
+from analysis.format import (_rich_tables, flat_record, human_bytes, human_flops, human_time, render_csv,
+                             render_markdown, render_table, write_csv, write_json)
+from analysis.report_common import (DEFAULT_SEQ, REPORT_COLUMNS, REPORT_V_ONCE, SWEEP_V_ONCE, CliError, _blocks,
+                                    _caption, _check_sram_can_hold_something, _configs, _emit, _flatten,
+                                    _kernel_caption, _min_working_set, _plot, _problems, _report_row, record)
+from analysis.report_gpu import MAX_MODEL_Q_BLOCKS
 from counting import checks
 from counting import closed_forms as cf
 from counting.gpus import GPUS, get_gpu
 from counting.headline import min_hbm_bytes
-from analysis.roofline import roofline
 
 PROG = "fa-traffic"
 FORMATS = ("table", "csv", "json", "markdown")
-DEFAULT_SEQ = (1024, 4096, 16384)
-# v_once configs shown when neither --placement nor --rescale is given (see docs/report.md):
-# auto resolves to what you would run (on chip if the f row fits, else spilled) for both rescale
-# modes; sram/eager is the issue's own claim ("only one block in SRAM"), shown with its overflow.
-REPORT_V_ONCE = (("auto", "eager"), ("auto", "lazy"), ("sram", "eager"))
-SWEEP_V_ONCE = (("auto", "eager"), ("auto", "lazy"))
 MAX_ROWS = 50_000  # output rows of one command
 MAX_POINTS = 1_000  # SRAM sizes of one sweep
 MAX_PLOT_PANELS = 8  # problems in one sweep plot (one panel each)
-MAX_MODEL_Q_BLOCKS = 1 << 16  # past it a row shows the papers' roofline, not the GPU model (O(Tr))
 DEFAULT_POINTS = 33
-
-
-class CliError(Exception):
-    """Bad input: one line on stderr, exit status 2."""
 
 
 class _StoreOnce(argparse._StoreAction):
@@ -151,15 +149,6 @@ def _gpu(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _flatten(lists):
-    out = []
-    for item in lists or []:
-        for x in item:
-            if x not in out:
-                out.append(x)
-    return out
-
-
 # -- the parser -----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="HBM traffic, FLOPs, SRAM working set and a roofline "
@@ -210,8 +199,6 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--sram-max", type=parse_bytes, default=4 * 1024 ** 2, help="largest M (default 4MiB)")
     sw.add_argument("--points", type=_positive_int,
                     help=f"log-spaced sizes (default {DEFAULT_POINTS}, at most {MAX_POINTS})")
-    from analysis import gpu_cli  # predict, validate: the GPU model (issue 11)
-
     gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of})
     g = sub.add_parser("gpus", help="the GPU figures and their sources")
     g.add_argument("--format", choices=("table", "json"), default="table")
@@ -219,94 +206,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # -- building the rows ------------------------------------------------------------------------------
-def _configs(args, sweep: bool):
-    variants = _flatten(args.variant) or list(cf.VARIANT_NAMES)
-    placements, rescales = _flatten(args.placement), _flatten(args.rescale)
-    if placements or rescales:
-        from counting.sram import v_once_valid
-
-        pairs = list(itertools.product(placements or cf.PLACEMENTS, rescales or cf.RESCALES))
-        v_once = [pr for pr in pairs if v_once_valid(*pr)]  # cluster is lazy only
-        for place in placements:  # a placement asked for must give a row
-            if not any(p == place for p, _ in v_once):
-                raise CliError(f"--placement {place} with --rescale {','.join(rescales)}: placement cluster "
-                               "rescales lazily by construction; add --rescale lazy")
-    else:
-        v_once = list(SWEEP_V_ONCE if sweep else REPORT_V_ONCE)
-    out = []
-    for name in variants:
-        if name == "v_once":
-            out += [(name, {"placement": p, "rescale": r}) for p, r in v_once]
-        else:
-            out.append((name, {}))
-    return out
-
-
-def _blocks(args, sram: int, d: int, rule: str = "fa1") -> tuple[int, int, str]:
-    """(Br, Bc, rule): FA1's rule, or with Br and Bc swapped (FA2's Q-outer loop wants a tall Br)."""
-    br, bc = cf.fa1_blocks(sram, d)
-    if rule == "swapped":
-        br, bc = bc, br
-    if args.block_q or args.block_k:
-        rule = "explicit" if (args.block_q and args.block_k) else f"{rule}+explicit"
-    return (args.block_q or br), (args.block_k or bc), rule
-
-
-def _min_working_set(name, opts, n_q, n_k, d, dtype) -> int:
-    """The smallest working set a variant can have (Br = Bc = 1; v_once spilled unless sram)."""
-    placement = opts.get("placement", "auto")
-    placement = "hbm" if placement == "auto" else placement
-    if placement == "cluster":  # one CTA of the largest cluster
-        from counting import cluster
-
-        return cluster.at_size(cluster.CLUSTER_SIZES[-1], n_k, d, block_q=1, block_k=1,
-                               itemsize=cf.DTYPES[cf.dtype_name(dtype)]).smem_bytes
-    return cf.sram_working_set(name, n_q, n_k, d, 1, 1, dtype, placement=placement,
-                               rescale=opts.get("rescale", "eager"))[0]
-
-
-def _check_sram_can_hold_something(configs, problems, sram, dtype):
-    for n_q, n_k, d in problems:
-        need = {f"{n}{'_' + '_'.join(o.values()) if o else ''}": _min_working_set(n, o, n_q, n_k, d, dtype)
-                for n, o in configs}
-        best = min(need, key=need.get)
-        if need[best] > sram:
-            raise CliError(f"SRAM of {sram:,} bytes is smaller than any block needs: the smallest "
-                           f"working set (Br = Bc = 1, Nq={n_q}, Nk={n_k}, d={d}) is "
-                           f"{need[best]:,} bytes ({best})")
-
-
-def record(tr: cf.Traffic, gpu, block_rule: str = "fa1") -> dict:
-    """One JSON record: problem, counts (whole problem), SRAM fit, roofline (spec and measured)."""
-    rec = {
-        "variant": tr.variant, "label": tr.label(),
-        "batch": tr.batch, "heads": tr.heads, "seq_q": tr.n_q, "seq_k": tr.n_k, "head_dim": tr.d,
-        "causal": tr.causal, "dtype": tr.dtype, "block_q": tr.block_q, "block_k": tr.block_k,
-        "block_rule": block_rule,
-        "sram_bytes": tr.sram_capacity, "gpu": gpu.key,
-        "placement": tr.placement, "placement_resolved": tr.placement_resolved, "rescale": tr.rescale,
-        "reads": dict(tr.reads), "writes": dict(tr.writes),
-        "read_bytes": dict(tr.read_bytes), "write_bytes": dict(tr.write_bytes),
-        "hbm_read_bytes": tr.hbm_read_bytes, "hbm_write_bytes": tr.hbm_write_bytes,
-        "hbm_bytes": tr.hbm_bytes,
-        "min_hbm_bytes": min_hbm_bytes(tr.batch, tr.heads, tr.n_q, tr.n_k, tr.d, cf.DTYPES[tr.dtype], tr.causal),
-        "flops": {k: tr.flops[k] for k in cf.FLOP_KINDS},
-        "attention_flops": tr.attention_flops, "paper_flops": tr.paper_flops,
-        "sram_peak_bytes": tr.sram_peak_bytes,
-        "fits": tr.fits, "over_by_bytes": tr.over_by_bytes,
-        "dsmem_bytes": dict(tr.dsmem_bytes), "cluster_size": tr.cluster_size,
-        "roofline": roofline(tr, gpu, "spec").as_dict(),
-    }
-    if gpu.measured:
-        rec["roofline_measured"] = roofline(tr, gpu, "measured").as_dict()
-    return rec
-
-
-def _problems(args, default_seq):
-    seq_q = _flatten(args.seq_len) or list(default_seq)
-    seq_k = _flatten(args.seq_len_k)
-    dims = _flatten(args.head_dim) or [64]
-    return [(n_q, n_k, d) for d in dims for n_q in seq_q for n_k in (seq_k or [n_q])]
 
 
 def _count_problems(args, default_seq) -> int:
@@ -467,46 +366,6 @@ def sweep_sizes(lo: int, hi: int, points: int) -> list[int]:
 
 
 # -- formatting ---------------------------------------------------------------------------------------
-def human_bytes(n) -> str:
-    n = float(n)
-    for unit, size in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
-        if n >= size:
-            return f"{n / size:,.4g} {unit}" if n / size < 1000 else f"{n / size:,.0f} {unit}"
-    return f"{n:.0f} B"
-
-
-def human_flops(n) -> str:
-    n = float(n)
-    for unit, size in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
-        if n >= size:
-            return f"{n / size:.4g} {unit}"
-    return f"{n:.0f} FLOP"
-
-
-def human_time(s) -> str:
-    for unit, size in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if s >= size:
-            return f"{s / size:.4g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
-
-
-REPORT_COLUMNS = ("variant", "N", "d", "Br×Bc", "HBM read", "HBM write", "× min", "SRAM", "matmul",
-                  "exp", "other", "t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")
-
-
-def _report_row(r: dict) -> list[str]:
-    rf = r["roofline"]
-    n = f"{r['seq_q']}" if r["seq_q"] == r["seq_k"] else f"{r['seq_q']}×{r['seq_k']}"
-    sram = human_bytes(r["sram_peak_bytes"])
-    if not r["fits"]:
-        sram += " ✗"
-    return [r["label"], n, str(r["head_dim"]), f"{r['block_q']}×{r['block_k']}",
-            human_bytes(r["hbm_read_bytes"]), human_bytes(r["hbm_write_bytes"]),
-            f"{r['hbm_bytes'] / r['min_hbm_bytes']:.3g}", sram,
-            human_flops(r["flops"]["matmul"]), human_flops(r["flops"]["exp"]),
-            human_flops(r["flops"]["other"]),
-            human_time(rf["t_memory_s"]), human_time(rf["t_matmul_s"]), human_time(rf["t_nonmatmul_s"]),
-            rf["bound"], f"{rf['predicted_tflops']:.4g}"]
 
 
 # the default report (issue 11): the papers' count beside the levels the GPU model gives, at each
@@ -570,211 +429,6 @@ def _sweep_key(r):
     return f"v_once_{r['placement']}_{r['rescale']}"
 
 
-def _rich_tables(header, rows, width, title, caption, groups=None, keep=2):
-    """One rich table, or several when one would not fit `width` characters: each repeats the first
-    `keep` columns (fewer, down to the first alone, when a narrow terminal leaves no room) and packs
-    the column `groups` greedily (a group too wide for any table is split into single columns). The
-    first column is never wrapped or shortened: it names the row."""
-    from rich.table import Table
-
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-
-    def need(cols):
-        return sum(widths[i] + 3 for i in cols) + 1
-
-    def table(cols, title_, caption_):
-        t = Table(title=title_, caption=caption_, header_style="bold", caption_justify="left")
-        for i in cols:
-            t.add_column(header[i], justify="left" if i == 0 else "right", no_wrap=i == 0,
-                         min_width=widths[i])
-        for row in rows:
-            t.add_row(*(row[i] for i in cols))
-        return t
-
-    everything = list(range(len(header)))
-    if need(everything) <= width:
-        return [table(everything, title, caption)]
-    lead = list(range(min(keep, len(header))))
-    rest = [i for i in everything if i not in lead]
-    while len(lead) > 1 and rest and need(lead + [max(rest, key=lambda i: widths[i])]) > width:
-        rest.insert(0, lead.pop())
-    units, grouped = [], {i for g in (groups or []) for i in g}
-    units += [[i] for i in rest if i not in grouped]  # leading columns dropped from `lead` come first
-    for group in groups or []:
-        group = [i for i in group if i not in lead]
-        if need(lead + group) <= width:
-            units.append(group)
-        else:
-            units += [[i] for i in group]
-    packs = [[]]
-    for unit in units:
-        if packs[-1] and need(lead + packs[-1] + unit) > width:
-            packs.append([])
-        packs[-1] += unit
-    return [table(lead + cols, title if n == 0 else None, caption if n == len(packs) - 1 else None)
-            for n, cols in enumerate(packs)]
-
-
-def render_table(header, rows, *, title=None, caption=None, file=None, groups=None, keep=2) -> None:
-    """rich tables on a terminal (split to fit its width), else plain fixed-width text."""
-    file = file or sys.stdout
-    if file.isatty():
-        from rich.console import Console
-
-        console = Console(file=file)
-        for t in _rich_tables(header, rows, console.width, title, caption, groups=groups, keep=keep):
-            console.print(t)
-        return
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    if title:
-        print(title, file=file)
-    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    print(line(header), file=file)
-    print("  ".join("-" * w for w in widths), file=file)
-    for r in rows:
-        print(line(r), file=file)
-    if caption:
-        print(caption, file=file)
-
-
-def render_markdown(header, rows, file=None) -> None:
-    file = file or sys.stdout
-    print("| " + " | ".join(header) + " |", file=file)
-    print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|", file=file)
-    for r in rows:
-        print("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |", file=file)
-
-
-def flat_record(r: dict) -> dict:
-    """A CSV row: nested objects flattened to reads_Q, flops_matmul, roofline_t_s, ..."""
-    out = {}
-    for k, v in r.items():
-        if isinstance(v, dict):
-            for kk, vv in v.items():
-                out[f"{k}_{kk}"] = vv
-        else:
-            out[k] = v
-    return out
-
-
-def render_csv(recs, file=None) -> None:
-    file = file or sys.stdout
-    flat = [flat_record(r) for r in recs]
-    fields = []
-    for f in flat:
-        for k in f:
-            if k not in fields:
-                fields.append(k)
-    buf = io.StringIO()
-    # a field a row does not have (no GPU model, no known gap) stays empty: a 0 there reads as a value
-    w = csv.DictWriter(buf, fieldnames=fields, restval="", lineterminator="\n")
-    w.writeheader()
-    for f in flat:
-        w.writerow({k: ("" if v is None else v) for k, v in f.items()})
-    file.write(buf.getvalue())
-
-
-def _kernel_caption(args, recs, gpu) -> str:
-    from analysis import report_gpu
-
-    g = next((r["gpu_model"] for r in recs if "time_s" in r.get("gpu_model", {})), None)
-    why = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})})
-    bh = ("at B = 16k/N, H = 2048/d, as every bench (a full GPU; --batch/--heads to choose)"
-          if g and recs[0]["batch"] * recs[0]["heads"] != g["model_batch"] * g["model_heads"] else "")
-    teaching = [v for v, k in report_gpu.KERNEL_OF.items() if report_gpu.is_teaching(k)]
-    kernels = ", ".join(f"{v} on {k}" for v, k in report_gpu.KERNEL_OF.items())
-    # one short line per idea: the plain-text table is wide, a one-line caption of 800 characters is not read
-    lines = [
-        f"B={recs[0]['batch']} H={recs[0]['heads']} {args.dtype}{' causal' if args.causal else ''}; each variant "
-        f"at its kernel's blocks: {kernels} (--blocks fa1-rule for FA1's rule).",
-        f"{', '.join(teaching)} run on the teaching tier (float32 FFMA, readable, untuned), fa2 and v_once on "
-        "tensor cores: compare the algorithms by the byte and FLOP columns; TFLOP/s says what each kernel reaches.",
-        "requests: the papers' count (global-memory requests, no cache); L2: SM→L2 requests; DRAM: after the L2 "
-        "residency model.",
-        "× min, FLOP/B min: against Q (rows that see a key), K, V read once and O, lse written once.",
-        f"bound, TFLOP/s: the GPU model of the {gpu.name}{' ' + bh if bh else ''}; fa-traffic validate checks it "
-        "against every committed measurement.",
-        "smem: what the kernel allocates per thread block (S, P in registers), or, for a row no kernel runs, the "
-        "reference's working set (✗ = over the SRAM).",
-    ]
-    if why:
-        lines.append(f"rows marked (papers'): {'; '.join(why)}.")
-    return "\n".join(lines)
-
-
-def _caption(args, srams, dims, gpu, recs=()) -> str:
-    """recs: the records (a table holds them) for the kernel report's caption."""
-    if any("gpu_model" in r and "why" not in r["gpu_model"] for r in recs):
-        return _kernel_caption(args, recs, gpu)
-    srams = sorted(srams)
-    whys = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})
-                   and r.get("block_rule", "").startswith("kernel")})
-    sram = human_bytes(srams[0]) if len(srams) == 1 else f"{human_bytes(srams[0])} … {human_bytes(srams[-1])}"
-    blocks = "explicit" if (args.block_q or args.block_k) else "FA1 rule Bc=⌈M/4d⌉, Br=min(Bc,d), M=SRAM/4"
-    if whys:  # --blocks kernel, but no row has the GPU model
-        blocks = f"each variant's kernel (no GPU model: {'; '.join(whys)})"
-    return "\n".join([  # short lines, as the kernel report's caption
-        f"B={args.batch} H={args.heads} d={','.join(map(str, dims))} {args.dtype}{' causal' if args.causal else ''}; "
-        f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}.",
-        f"roofline of the papers' count, {gpu.name} datasheet: no cache, so not what bounds the GPU "
-        "(the default --blocks kernel has the GPU model).",
-        "× min = HBM bytes / (Q (rows that see a key), K, V read once + O, lse written once); "
-        "TFLOP/s = 4·d per visible (query, key) pair / roofline time.",
-        "✗ = working set over the SRAM (by over_by_bytes in --format json)."])
-
-
-def write_json(recs, file=None) -> None:
-    """json.dump(list(recs), indent=1), written one record at a time."""
-    file = file or sys.stdout
-    sep = "[\n"
-    for rec in recs:
-        file.write(sep + " " + json.dumps(rec, indent=1).replace("\n", "\n "))
-        sep = ",\n"
-    file.write("[]\n" if sep == "[\n" else "\n]\n")
-
-
-def write_csv(records, file=None) -> None:
-    """CSV of every record, streamed: `records()` is called twice (the header is the union of the
-    flattened keys, in order of first appearance), so nothing is held but the header."""
-    file = file or sys.stdout
-    fields = {}
-    for r in records():
-        fields.update(dict.fromkeys(flat_record(r)))
-    w = csv.DictWriter(file, fieldnames=list(fields), restval="", lineterminator="\n")  # absent: empty, not 0
-    w.writeheader()
-    for r in records():
-        w.writerow({k: ("" if v is None else v) for k, v in flat_record(r).items()})
-
-
-def _emit(args, plan, records, *, table_rows, title):
-    """Write the records (`records()` gives a fresh iterator) in args.format; tables hold only text."""
-    if args.format == "json":
-        write_json(records())
-    elif args.format == "csv":
-        write_csv(records)
-    else:
-        recs = list(records())  # a table holds its rows (bounded by MAX_ROWS)
-        header, rows = table_rows(recs)
-        if args.format == "markdown":
-            render_markdown(header, rows)
-            return
-        groups = None
-        if "matmul" in header:  # the report: traffic | FLOPs | roofline, packed to the terminal
-            names = [("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM"), ("matmul", "exp", "other"),
-                     ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")]
-            if "kernel" in header:  # issue 11's columns
-                names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "DSMEM", "smem"),
-                         ("matmul", "exp", "other", "FLOP/B req", "FLOP/B min"), ("bound", "TFLOP/s")]
-            groups = [[header.index(h) for h in g if h in header] for g in names]
-        caption = _caption(args, plan.srams, plan.dims, plan.gpu, recs)
-        if groups and any(r["variant"] == "v_once" for r in recs):  # the report: where each placement applies
-            from analysis.report_cluster import caption_line
-
-            caption += "\n" + caption_line(plan.problems, args.causal, cf.DTYPES[args.dtype])
-        render_table(header, rows, title=title, caption=caption, groups=groups, keep=2 if groups else 4)
-
-
 class _Progress:
     """A rich progress bar on stderr when it is a terminal and the job is long; else nothing."""
 
@@ -809,13 +463,6 @@ class _Progress:
             yield rec
 
 
-def _plot(fn, recs, path):
-    try:
-        fn(recs, path)
-    except OSError as e:
-        raise CliError(f"cannot write the plot {path!r}: {e.strerror or e}") from None
-
-
 def _run(args, *, sweep: bool, table_rows, title) -> int:
     plan = _Plan(args, sweep)
     with _Progress(plan.total, "sweeping SRAM sizes" if sweep else "counting") as progress:
@@ -838,8 +485,6 @@ def _given(args, dest: str) -> bool:
 
 def cmd_report(args) -> int:
     if args.pass_name != "forward":  # the backward's counts and columns (analysis.backward_report)
-        from analysis import backward_report
-
         if _given(args, "blocks"):  # backward_report.blocks: one rule for both passes of train
             raise CliError(f"--blocks applies to --pass forward: --pass {args.pass_name} takes FA1's rule on half "
                            "the SRAM (two score tiles; --block-q/--block-k to choose)")
@@ -926,9 +571,7 @@ def main(argv=None) -> int:
             raise CliError("choose a command: report, sweep-sram, predict, validate, gpus")
         if args.command == "gpus":
             rc = cmd_gpus(args)
-        elif args.command in ("predict", "validate"):
-            from analysis import gpu_cli
-
+        elif args.command in ("predict", "validate"):  # the GPU model (issue 11): analysis.gpu_cli
             if getattr(args, "plot", None) is not None and not args.plot.lower().endswith(".png"):
                 raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
             rc = gpu_cli.run(args, CliError)

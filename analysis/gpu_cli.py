@@ -6,7 +6,7 @@
 
 analysis/cli.py registers the two subcommands (add_subcommands) and dispatches to run(); the logic is here.
 predict refuses (one line, exit 2) what the kernel would refuse (its launcher's checks: head dims, shared memory, B*H
-past the 65535 grid rows, a knob its source cannot build) and rows past the model's own limits, cli.MAX_MODEL_Q_BLOCKS
+past the 65535 grid rows, a knob its source cannot build) and rows past the model's own limits, report_gpu.MAX_MODEL_Q_BLOCKS
 Q blocks and gpu_model.MAX_MODEL_CTAS work tiles, Q blocks x B*H (report falls back to the papers' roofline there;
 predict has nothing else to print).
 Imports no torch: the descriptors come from torch-free modules (gpumodel.descriptors).
@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import sys
+
+from analysis.format import human_bytes, human_time, render_csv, render_markdown, render_table
+from analysis.report_gpu import MAX_MODEL_Q_BLOCKS
 
 PREDICT_KEYS = ("kernel", "build", "batch", "heads", "seq_q", "seq_k", "head_dim", "dtype", "causal",
                 "block_q", "block_k", "ctas_per_sm", "time_s", "gpu_time_s", "host_s", "tflops", "l2_bytes",
@@ -67,7 +70,6 @@ def _flat(seq):
 
 def predict_records(args, error) -> list[dict]:
     from gpumodel import accuracy
-    from analysis.cli import MAX_MODEL_Q_BLOCKS
     from gpumodel import gpu_model as gm
     from gpumodel.descriptors import describe, kernel_names
 
@@ -139,23 +141,19 @@ def _knobs(text, kernel, error) -> dict | None:
 
 
 def _table(header, rows, fmt, recs, file=None):
-    from analysis import cli
-
     file = file or sys.stdout
     if fmt == "json":
         json.dump(recs, file, indent=1)
         file.write("\n")
     elif fmt == "csv":
-        cli.render_csv(recs, file)
+        render_csv(recs, file)
     elif fmt == "markdown":
-        cli.render_markdown(header, rows, file)
+        render_markdown(header, rows, file)
     else:
-        cli.render_table(header, rows, file=file)
+        render_table(header, rows, file=file)
 
 
 def cmd_predict(args, error) -> int:
-    from analysis.cli import human_bytes, human_time
-
     recs = predict_records(args, error)
     header = ["kernel", "N", "d", "Br×Bc", "CTAs/SM", "time", "GPU", "host", "TFLOP/s", "bound", "L2", "DRAM", "requests",
               "t tensor", "t softmax", "t smem", "t latency", "t L2", "t DRAM"]

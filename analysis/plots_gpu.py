@@ -1,20 +1,20 @@
 """The GPU model's plots (matplotlib, imported only when a plot is asked for)."""
 from __future__ import annotations
 
+from analysis.style import line_style  # one style per kernel, the same in every plot
+from gpumodel.accuracy import family  # validate's label -> the kernel
+
 
 def plot_validation(rows: list[dict], path: str) -> None:
     """Model against measured time (every bench cell and ncu duration), log-log, ±15% band shaded;
     held-out cells filled, training cells hollow; one colour per kernel."""
-    import matplotlib
+    import matplotlib  # here, not at the top: matplotlib only when a plot is asked for
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gpumodel.accuracy import family  # validate's label -> the kernel
-
     times = [r for r in rows if "time" in r["quantity"]]
     kernels = sorted({family(r["kernel"]) for r in times})
-    from analysis.style import line_style  # one style per kernel, the same in every plot
     fig, ax = plt.subplots(figsize=(7, 6))
     lo = min(min(r["model"], r["measured"]) for r in times) * 0.8
     hi = max(max(r["model"], r["measured"]) for r in times) * 1.25

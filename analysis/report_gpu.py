@@ -19,6 +19,9 @@ Imports no torch (the report's path): descriptors come from torch-free modules.
 """
 from __future__ import annotations
 
+from gpumodel import gpu_model as gm
+from gpumodel.descriptors import describe
+
 KERNEL_OF = {"naive": "naive", "fa1": "fa1", "fa2": "fa2_wgmma", "v_once": "v_once_tc"}
 # the tier of each kernel KERNEL_OF names, as kernels.KERNELS registers it (a test holds the two equal; this
 # module imports no torch, so it cannot ask the registry)
@@ -28,14 +31,13 @@ TIER_OF = {"naive": "teaching", "fa1": "teaching", "fa2_wgmma": "tensor-core", "
 def is_teaching(kernel: str) -> bool:
     return TIER_OF.get(kernel) == "teaching"
 MODELLED_GPUS = ("h200",)
+MAX_MODEL_Q_BLOCKS = 1 << 16  # past it a row shows the papers' roofline, not the GPU model (O(Tr)); predict refuses
 BLOCK_RULES = ("kernel", "fa1-rule")
 
 
 def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtype: str, causal: bool,
                       gpu_key: str):
     """(descriptor, None) of the kernel that runs `variant` here, or (None, why not)."""
-    from gpumodel.descriptors import describe
-
     if gpu_key not in MODELLED_GPUS:
         return None, f"the GPU model is fitted to the {', '.join(g.upper() for g in MODELLED_GPUS)} only"
     kernel = KERNEL_OF.get(variant)
@@ -68,8 +70,6 @@ def model_record(desc, batch: int, heads: int, n_q: int, n_k: int, d: int, dtype
     """The GPU-model fields of one report row. full_gpu: model the bench's B, H (full_gpu_problem) and
     give the bytes per the row's B·H (the levels' residency is that of the full run); time_s stays the
     modelled problem's (model_batch x model_heads)."""
-    from gpumodel import gpu_model as gm
-
     mb, mh = full_gpu_problem(n_q, d) if full_gpu else (batch, heads)
     work = gm.prepare(desc, mb, mh, n_q, n_k, d, dtype, causal)
     p = gm.predict_work(work)

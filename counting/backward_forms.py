@@ -37,6 +37,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from counting import closed_forms as cf
+from counting.headline import seen_rows
 from counting.tiling import TileSums, Tiling, tile_sums
 
 F32 = 4
@@ -137,8 +138,6 @@ def saved_bytes(variant: str, batch: int, heads: int, n_q: int, n_k: int, dtype=
 def min_backward_hbm_bytes(batch, heads, n_q, n_k, d, itemsize, causal=False) -> int:
     """Q, K, V, O, dO and lse read once; dQ, dK, dV written once. Q, O, dO and lse only for the rows that see a key
     (counting.headline.seen_rows: a causal row before Nq - Nk has no P, so its dQ is 0 and nothing of it is read)."""
-    from counting.headline import seen_rows
-
     seen = seen_rows(n_q, n_k, causal)
     return batch * heads * (((3 * seen + n_q) * d + 4 * n_k * d) * itemsize + F32 * seen)
 

@@ -44,7 +44,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from counting import checks, registry
+from counting.cluster import dsmem_bytes, reference_plan
 from counting.headline import attention_flops, paper_flops
+from counting.sram import check_v_once_pair, v_once_resolve_placement, v_once_sram_bytes
 from counting.tiling import TileSums, Tiling, cdiv, tile_sums
 
 FLOP_KINDS = ("matmul", "exp", "other")
@@ -242,20 +244,15 @@ def sram_working_set(variant, n_q, n_k, d, block_q, block_k, dtype="fp16", causa
 
 
 def _v_once_sram(n_q, n_k, d, block_q, block_k, itemsize, causal, *, capacity, placement, rescale):
-    from counting.sram import v_once_resolve_placement as resolve_placement, v_once_sram_bytes as sram_bytes
-
     if placement == "cluster":  # the cluster chosen against the capacity: the counts depend on its size
-        from counting.cluster import reference_plan
-        from counting.sram import check_v_once_pair
-
         check_v_once_pair(placement, rescale)
         cl = reference_plan(n_q, n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize, capacity=capacity)
         return cl.smem_bytes, {"placement": placement, "rescale": rescale, "cluster_size": cl.cluster_size}
     if placement == "auto":
-        placement = resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,
-                                      rescale=rescale, capacity=capacity)
-    nbytes = sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal, placement=placement,
-                        rescale=rescale)
+        placement = v_once_resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal,
+                                             rescale=rescale, capacity=capacity)
+    nbytes = v_once_sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal, placement=placement,
+                               rescale=rescale)
     return nbytes, {"placement": placement, "rescale": rescale}
 
 
@@ -332,8 +329,6 @@ def _v_once(s: TileSums, t: Tiling, d: int, spill: bool, eager: bool):
 def _v_once_cluster(s: TileSums, t: Tiling, d: int, cs: int):
     """placement "cluster" (variants/v_once_cluster.py): placement "sram", rescale "lazy", plus each of the
     CS CTAs loading Q_i, the (CS - 1)·r·d adds of reduction 2, and the DSMEM bytes of both reductions."""
-    from counting.cluster import dsmem_bytes
-
     reads, writes, flops = _v_once(s, t, d, False, False)
     reads["Q"] = cs * t.n_q * d  # #941 step 1's Q_i, once per CTA of the cluster
     flops["other"] += (cs - 1) * t.n_q * d  # the partial O's summed (reduction 2)

@@ -6,6 +6,8 @@ Q, K, V, f in the input dtype (itemsize), S/P tiles, accumulators and statistics
 """
 from __future__ import annotations
 
+from counting.cluster import reference_plan
+
 F32 = 4
 
 
@@ -70,8 +72,6 @@ def v_once_sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False, *, 
     where none does, the largest cluster's bytes, over `capacity`."""
     check_v_once_pair(placement, rescale)
     if placement == "cluster":  # per CTA: the kernel's own budget (counting.cluster), its cluster against capacity
-        from counting.cluster import reference_plan
-
         return reference_plan(n_q, n_k, d, block_q=block_q, block_k=block_k, itemsize=itemsize,
                               capacity=capacity).smem_bytes
     if placement == "auto":

@@ -115,7 +115,7 @@ class Tiling:
         """Visited tiles of Q block i whose key block a kernel masks: it holds the Nk tail or a column past some row's
         causal limit (fa2_wgmma's need_mask, FA2's masking steps; the rows tested from the block's first, as
         needs_mask). every_if_ragged: a kernel that masks every step when Nk is not a multiple of Bc (cuDNN, from its
-        timings: gpumodel/descriptors.py _sdpa_cudnn)."""
+        timings: gpumodel/builds.py _sdpa_cudnn)."""
         n = len(self.k_blocks(i))
         ragged = self.n_k % self.block_k != 0
         if every_if_ragged and ragged:

@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from gpumodel import validate
+
 ACCURACY_FILE = Path(__file__).resolve().parent.parent / "results" / "gpu_model_accuracy.json"
 MIN_N = 2048  # validate's banded range: shorter rows have their own, larger share of launch and tail effects
 
@@ -37,8 +39,6 @@ def _pct(xs: list[float], q: float) -> float:
 def build(rs: list[dict] | None = None) -> dict:
     """{"kernel/d/causal": {cells, median, p10, p90, in_band}} over validate's held-out time rows at N >= MIN_N."""
     if rs is None:
-        from gpumodel import validate
-
         rs = validate.rows()
     groups: dict = {}
     for r in rs:

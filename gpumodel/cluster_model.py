@@ -4,6 +4,8 @@ kernels/cuda/v_once_cluster.cu (launcher kernels/v_once_cluster.py) runs one Q b
 cluster of CS CTAs (counting.cluster.plan: the smallest cluster whose shared memories hold the f row).
 The descriptor is stated here from counting.cluster's budget, so the model needs neither the launcher
 module nor torch (`fa-traffic predict --kernel v_once_cluster` and the report's placement-cluster rows).
+Below the time model (gpumodel/gpu_model.py and gpumodel/levels.py import it); the fit of its one constant and the
+model's side of the verdict, which run the time model, are gpumodel/cluster_verdict.py.
 
 Per Br x Bc tile of a CTA (the model's tile terms, gpumodel/gpu_model.py):
     tensor    S = Q K_j^T and O_c += P V_j on wgmma: 4·Br·Bc·d FLOPs, as FA2 (the model's R_wgmma)
@@ -51,6 +53,7 @@ from pathlib import Path
 
 from counting import cluster
 from counting import sm90
+from gpumodel.resources import overhead
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE_FILE = ROOT / "results" / "cluster_probe.json"
@@ -124,9 +127,7 @@ def plan_for(n_k: int, d: int, dtype: str = "fp16") -> cluster.ClusterPlan:
 
 def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 4096, n_k: int | None = None,
              **_) -> dict:
-    """The descriptor (gpumodel.descriptors.KernelDescriptor fields) of the build that runs this Nk."""
-    from gpumodel.descriptors import overhead
-
+    """The descriptor (gpumodel.builds.KernelDescriptor fields) of the build that runs this Nk."""
     n_k = n_q if n_k is None else n_k
     p = plan_for(n_k, d, dtype)
     per_sm = ctas_per_sm(p.smem_bytes)
@@ -147,8 +148,8 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, n_q: int = 40
 # The kernel's one consumer warpgroup waits for each S = Q K_j^T wgmma before its softmax and for each f slice to
 # come back from shared memory, with no second warpgroup to fill the gap (ncu: tensor pipe 12.6% / 22% busy at
 # d = 64 / 128). The terms above are throughputs; this is the time they leave on the table, in cycles per tile
-# of a CTA, one constant for every shape. Fitted (fit_exposed) on the training split only; validate reports
-# the rest as held out.
+# of a CTA, one constant for every shape. Fitted (gpumodel/cluster_verdict.py fit_exposed) on the training split only
+# and read here from its file (the model imports no fit module); validate reports the rest as held out.
 FIT_FILE = ROOT / "results" / "cluster_model_fit.json"
 
 
@@ -169,31 +170,6 @@ def exposed_cycles_per_tile() -> float:
         return 0.0
 
 
-def fit_exposed(cells: list[dict]) -> dict:
-    """The median over the training cells of the per-tile cycles that make the model's time the measured one
-    (bisection per cell: the model's time grows monotonically with the constant)."""
-    from gpumodel import gpu_model as gm
-    from gpumodel.fit_gpu_model import work_of
-
-    implied = []
-    for c in cells:
-        work = work_of(c)
-        lo, hi = 0.0, 20000.0
-        for _ in range(40):
-            mid = (lo + hi) / 2
-            t = gm.as_timed(gm.predict_work(work, dict(gm.load_params(), cluster_exposed_cycles=mid)), c.get("timer"))
-            lo, hi = (mid, hi) if t < c["time_s"] else (lo, mid)
-        implied.append(((lo + hi) / 2, c))
-    values = sorted(v for v, _ in implied)
-    med = values[len(values) // 2] if len(values) % 2 else sum(values[len(values) // 2 - 1:len(values) // 2 + 1]) / 2
-    return {"exposed_cycles_per_tile": round(med, 1),
-            "implied_per_training_cell": [dict(n=c["n_q"], batch=c["batch"], heads=c["heads"], d=c["d"],
-                                               cycles=round(v, 1)) for v, c in implied],
-            "method": "median over the training cells of the per-tile cycles at which the model's time equals the "
-                      "measured median (gpumodel/cluster_model.py fit_exposed, is_train)",
-            "source": "results/cluster_bench.json"}
-
-
 def cluster_costs(desc, d: int, dsmem_bytes_per_q_block: float) -> dict:
     """Cycles one cluster spends outside its tiles: the DSMEM reductions (per CTA) and the barriers."""
     k = load_constants()
@@ -206,75 +182,3 @@ def busiest_rank_tiles(n_visited: int, cluster_size: int) -> int:
     """Tiles of the cluster's busiest CTA: the kernel splits a Q block's visited key blocks evenly over the
     ranks (counting.cluster.rank_blocks), so rank 0 takes ceil(n_visited / CS) of them."""
     return -(-n_visited // cluster_size)
-
-
-# -- the model's side of the verdict (issue 18 item 4): v_once_cluster against fa2_wgmma on the issue's grid -----
-GRID_N = (512, 1024, 2048, 4096, 8192, 16384)
-SMALL_BH = ((1, 1), (1, 4), (2, 8))  # B·H <= 16: where splitting the keys adds CTAs FA2 lacks
-
-
-def verdict_rows(dtypes=("fp16", "bf16"), dims=HEAD_DIMS, causal=(False, True)) -> list[dict]:
-    """Predicted time of v_once_cluster over fa2_wgmma per cell (the bench's B = 16k/N, H = 2048/d, and small
-    B·H), with the cluster size, both bounds and the cluster's own terms: what the measurement will be read against."""
-    from gpumodel import gpu_model as gm
-
-    rows = []
-    for dtype in dtypes:
-        for d in dims:
-            for c in causal:
-                for n in GRID_N:
-                    for b, h in ((max(1, 16384 // n), max(1, 2048 // d)),) + SMALL_BH:
-                        try:
-                            vc = gm.predict(KERNEL, b, h, n, None, d, dtype, c)
-                        except ValueError:
-                            continue
-                        fa2 = gm.predict("fa2_wgmma", b, h, n, None, d, dtype, c)
-                        # as the bench times them (do_bench: each call's launch work under the one before)
-                        tc, tf = gm.as_timed(vc, gm.DO_BENCH), gm.as_timed(fa2, gm.DO_BENCH)
-                        rows.append(dict(dtype=dtype, d=d, causal=c, n=n, batch=b, heads=h,
-                                         cluster_size=describe(d, dtype, c, n_q=n)["cluster_size"],
-                                         ratio=tc / tf, cluster_ms=tc * 1e3,
-                                         fa2_ms=tf * 1e3, cluster_bound=vc.bound, fa2_bound=fa2.bound,
-                                         dsmem_share=vc.terms["dsmem"] / vc.time_s, sync_share=vc.terms["sync"] / vc.time_s))
-    return rows
-
-
-def main(argv=None) -> int:
-    import argparse
-    import sys
-
-    ap = argparse.ArgumentParser(prog="python -m gpumodel.cluster_model",
-                                 description="the GPU model's v_once_cluster / fa2_wgmma on the issue's grid")
-    ap.add_argument("--format", choices=("table", "json"), default="table")
-    ap.add_argument("--fit", action="store_true", help="refit the exposed per-tile latency on the training split "
-                    "and write results/cluster_model_fit.json")
-    args = ap.parse_args(argv)
-    if args.fit:
-        from gpumodel.measured import bench_cells
-
-        train = [c for c in bench_cells() if is_train(c)]
-        if not train:
-            print("no training cells (results/cluster_bench.json)", file=sys.stderr)
-            return 2
-        fit = fit_exposed(train)
-        FIT_FILE.write_text(json.dumps(fit, indent=1) + "\n")
-        print(f"{len(train)} training cells: {fit['exposed_cycles_per_tile']} cycles per tile -> {FIT_FILE}")
-        return 0
-    rows = verdict_rows()
-    if args.format == "json":
-        json.dump(rows, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-        return 0
-    k = load_constants()
-    print(f"model: v_once_cluster time / fa2_wgmma time (> 1: FA2 faster); cluster constants: {k['source']}")
-    print(f"{'dtype':5} {'d':>3} {'causal':6} {'N':>6} {'B':>3} {'H':>3} {'CS':>3} {'ratio':>6} {'cluster ms':>10} "
-          f"{'fa2 ms':>8} {'bound':>7} {'fa2 bound':>9} {'dsmem':>6} {'sync':>6}")
-    for r in rows:
-        print(f"{r['dtype']:5} {r['d']:>3} {'y' if r['causal'] else '':6} {r['n']:>6} {r['batch']:>3} {r['heads']:>3} "
-              f"{r['cluster_size']:>3} {r['ratio']:>6.2f} {r['cluster_ms']:>10.4f} {r['fa2_ms']:>8.4f} "
-              f"{r['cluster_bound']:>7} {r['fa2_bound']:>9} {r['dsmem_share']:>6.1%} {r['sync_share']:>6.1%}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

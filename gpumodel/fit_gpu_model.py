@@ -35,12 +35,14 @@ Before it, `gpumodel.local_memory` refits SDPA flash's spill bytes per step on i
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import statistics
 import sys
 
 from gpumodel import gpu_model as gm
+from gpumodel import local_memory
 from gpumodel.descriptors import describe
 from gpumodel.measured import RESULTS, ab_cells, bench_cells, teaching_cells
 
@@ -226,10 +228,6 @@ def fit(verbose=True) -> dict:
 
 
 def main(argv=None) -> int:
-    import argparse
-
-    from gpumodel import local_memory
-
     # no options: the parser is there so that --help (or a typo) says what would be overwritten instead of refitting
     argparse.ArgumentParser(
         prog="python -m gpumodel.fit_gpu_model",

@@ -78,10 +78,15 @@ from pathlib import Path
 import numpy as np
 
 from counting import closed_forms as cf
+from counting.checks import check_grid_rows
+from counting.cluster import SMEM_PER_CTA, plan_or_largest
 from counting.gpus import get_gpu
 from counting.headline import attention_flops
-from gpumodel.levels import counts, grid_ctas, levels, q_block_slots
 from counting.tiling import Tiling, cdiv, half_first_steps, warpgroup_steps
+from gpumodel.cluster_model import busiest_rank_tiles, cluster_costs, exposed_cycles_per_tile
+from gpumodel.descriptors import describe
+from gpumodel.levels import counts, grid_ctas, levels, q_block_slots
+from gpumodel.measured import EVENTS_LESS_GAP
 
 FIT_FILE = Path(__file__).resolve().parent.parent / "results" / "gpu_model_fit.json"
 
@@ -274,8 +279,6 @@ def _per_block(t: Tiling, desc) -> tuple[list, list]:
 
 
 def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200") -> Work:
-    from counting.checks import check_grid_rows
-
     check_grid_rows(desc.kernel, batch, heads)  # a launch the kernel refuses has no time to predict
     if desc.grid != "heads":
         _check_walked(cdiv(n_q, desc.block_q) * batch * heads)
@@ -288,9 +291,6 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
     if desc.grid == "heads":
         pattern, mpattern, repeats = [sum(per_block)], [sum(masked)], batch * heads
     elif desc.grid == "clusters":  # a cluster lasts as long as its busiest CTA, rank 0 (gpumodel/cluster_model.py)
-        from counting.cluster import plan_or_largest
-        from gpumodel.cluster_model import busiest_rank_tiles
-
         cs = plan_or_largest(n_k, d, block_q=desc.block_q, block_k=desc.block_k,
                              capacity=_smem_per_cta()).cluster_size
         pattern, repeats = [busiest_rank_tiles(n, cs) for n in per_block], batch * heads
@@ -332,8 +332,6 @@ def _check_walked(ctas: int) -> None:
 
 
 def _smem_per_cta() -> int:
-    from counting.cluster import SMEM_PER_CTA
-
     return SMEM_PER_CTA
 
 
@@ -498,16 +496,12 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     lat = params["L_gmem"] + miss * params.get("L_gmem_dram", 0.0)
     cluster_terms = {}
     if desc.grid == "clusters":  # issue 18: clusters co-scheduled in a GPC; DSMEM reductions and barriers per Q block
-        from gpumodel.cluster_model import cluster_costs
-
         slots = q_block_slots(desc, g)  # clusters resident at once
         q_blocks = len(work.cta_tiles) * work.repeats
         cluster_terms = cluster_costs(desc, work.d, work.traffic.dsmem_total_bytes / max(1, q_blocks))
         fixed += sum(cluster_terms.values())
         exposed = params.get("cluster_exposed_cycles")
         if exposed is None:
-            from gpumodel.cluster_model import exposed_cycles_per_tile
-
             exposed = exposed_cycles_per_tile()
         per_tile += exposed  # one consumer warpgroup: the latency it leaves exposed per tile (fitted)
         cluster_terms["exposed"] = exposed * sum(work.cta_tiles) / max(1, len(work.cta_tiles))
@@ -588,9 +582,9 @@ def as_timed(pred: Prediction, timer: str | None = None) -> float:
 
 
 DO_BENCH = "triton.testing.do_bench"  # the timer bench/harness.time_fn uses and records
-# an older bench file's per-call CUDA-event median less the host gap that run measured (its median less its back-to-back
-# time, per kernel and head dim: gpumodel/measured.py host_gaps): what the GPU alone took
-EVENTS_LESS_GAP = "cuda events less the run's measured host gap"
+# EVENTS_LESS_GAP (imported above from gpumodel/measured.py, where the gap is measured): an older bench file's per-call
+# CUDA-event median less the host gap that run measured (its median less its back-to-back time, per kernel and head
+# dim: measured.host_gaps): what the GPU alone took
 
 
 def as_benchmarked(pred: Prediction, timer: str | None = DO_BENCH) -> dict:
@@ -605,8 +599,6 @@ def as_benchmarked(pred: Prediction, timer: str | None = DO_BENCH) -> dict:
 
 def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: int, dtype="fp16",
             causal=False, gpu="h200", params=None, **options) -> Prediction:
-    from gpumodel.descriptors import describe
-
     n_k = n_q if n_k is None else n_k
     desc = describe(kernel, d, cf.dtype_name(dtype), causal, n_q=n_q, n_k=n_k, **options)
     return predict_work(prepare(desc, batch, heads, n_q, n_k, d, dtype, causal, gpu), params, gpu)

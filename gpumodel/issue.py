@@ -16,6 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from counting.tiling import Tiling
+from gpumodel.builds import build_data
+from gpumodel.measured import read_ncu_csv
 
 SOURCE = Path(__file__).resolve().parent.parent / "results" / "ncu_levels.csv"
 MMA_FLOPS = 2 * 16 * 8 * 16  # one mma.sync m16n8k16 (PTX ISA)
@@ -23,9 +25,6 @@ MMA_FLOPS = 2 * 16 * 8 * 16  # one mma.sync m16n8k16 (PTX ISA)
 
 @lru_cache(maxsize=1)
 def _table() -> dict:
-    from gpumodel.descriptors import _describe_data
-    from gpumodel.measured import read_ncu_csv
-
     if not SOURCE.exists():
         return {}
     acc = {}
@@ -33,7 +32,7 @@ def _table() -> dict:
         if c["causal"] or not c.get("instructions"):
             continue
         try:
-            data = _describe_data(c["kernel"], c["d"], c["dtype"], False, n_q=c["n_q"], n_k=c["n_k"], **c["options"])
+            data = build_data(c["kernel"], c["d"], c["dtype"], False, n_q=c["n_q"], n_k=c["n_k"], **c["options"])
         except (ValueError, TypeError, KeyError):
             continue
         if data["structure"] != "fa2" or data["path"] != "mma_sync":

@@ -17,33 +17,26 @@ block's re-read flips from hit to miss at one capacity), the middle of the best 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
-from functools import lru_cache
 from pathlib import Path
 
+from counting.gpus import GPUS
+from gpumodel.fit_gpu_model import work_of
+from gpumodel.levels import DEFAULT_L2_SHARE as DEFAULT_SHARE  # noqa: F401  (re-exported)
+from gpumodel.levels import L2_FIT_FILE as FIT_FILE
+from gpumodel.levels import fitted_l2_share as fitted_share
+from gpumodel.levels import l2_share as share  # noqa: F401  (re-exported)
+from gpumodel.levels import l2_share_override as _override
+from gpumodel.measured import ncu_cells
+
 ROOT = Path(__file__).resolve().parent.parent
-FIT_FILE = ROOT / "results" / "l2_capacity_fit.json"
 TRAIN_SOURCES = ("ncu_l2_capacity.csv", "ncu_levels.csv", "tc_ncu.csv", "tc_ncu_wgmma_d128.csv",
                  "tc_ncu_wgmma_d64.csv", "tc_ncu_wgmma_tma_d128.csv", "tc_ncu_wgmma_tma_d64.csv")
-DEFAULT_SHARE = 0.5  # without a fit: every line held in both partitions
 MIB = 2 ** 20
-
-
-@lru_cache(maxsize=1)
-def fitted_share() -> float:
-    """The fitted share of the reported L2 (results/l2_capacity_fit.json), else DEFAULT_SHARE."""
-    try:
-        return float(json.loads(FIT_FILE.read_text())["share_of_l2"])
-    except (OSError, KeyError, ValueError):
-        return DEFAULT_SHARE
-
-
-_override: list[float] = []  # the fit scans shares through this
-
-
-def share() -> float:
-    return _override[-1] if _override else fitted_share()
+# The share itself is read from FIT_FILE by gpumodel/levels.py (fitted_l2_share, l2_share): the model reads the fit's
+# result, it does not import this module. The scan below sets shares through levels' override list (_override).
 
 
 def is_train(cell: dict) -> bool:
@@ -52,15 +45,11 @@ def is_train(cell: dict) -> bool:
 
 
 def _rows(train: bool) -> list[dict]:
-    from gpumodel.measured import ncu_cells
-
     return [c for c in ncu_cells() if "dram_bytes" in c and c["dram_bytes"] and is_train(c) == train]
 
 
 def _ratios(rows, s: float) -> list[float]:
     """model / measured DRAM bytes at share s (the levels are computed with the work, so inside the override)."""
-    from gpumodel.fit_gpu_model import work_of
-
     _override.append(s)
     try:
         return [work_of(c).levels.dram_bytes / c["dram_bytes"] for c in rows]
@@ -69,8 +58,6 @@ def _ratios(rows, s: float) -> list[float]:
 
 
 def fit(verbose: bool = True) -> dict:
-    from counting.gpus import GPUS
-
     l2 = GPUS["h200"].value("l2_bytes", "measured")
     train, held = _rows(True), _rows(False)
     scan = []
@@ -107,18 +94,14 @@ def fit(verbose: bool = True) -> dict:
 
 
 def main(argv=None) -> int:
-    import argparse
-
-    from gpumodel import l2_capacity as lib  # under `python -m`, this file is __main__: levels reads the package's
-
     argparse.ArgumentParser(  # no options: --help (or a typo) says what would be overwritten instead of refitting
         prog="python -m gpumodel.l2_capacity",
         description=f"Refit the effective L2 capacity on the DRAM bytes of the committed ncu rows and write "
                     f"{FIT_FILE.relative_to(ROOT)}. Takes no arguments.").parse_args(argv)
 
-    out = lib.fit()
+    out = fit()  # under `python -m` this file is __main__: the override and the cache it clears are levels'
     FIT_FILE.write_text(json.dumps(out, indent=1) + "\n")
-    lib.fitted_share.cache_clear()
+    fitted_share.cache_clear()
     return 0
 
 

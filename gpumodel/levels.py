@@ -28,14 +28,40 @@ counters (results/tc_ncu*.csv) see 0.85-0.9 of O written within the kernel (the 
 """
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 from counting import closed_forms as cf
+from counting.cluster import SMEM_PER_CTA
+from counting.tiling import Tiling, cdiv, tile_sums
+from gpumodel.cluster_model import active_clusters
 from gpumodel.local_memory import local_bytes
 from gpumodel.residency import separated_missing_bytes
-from counting.tiling import Tiling, cdiv, tile_sums
+
+# The effective L2 capacity's fitted share (gpumodel/l2_capacity.py fits it and writes this file; the levels read the
+# file, they do not import the fit)
+L2_FIT_FILE = Path(__file__).resolve().parent.parent / "results" / "l2_capacity_fit.json"
+DEFAULT_L2_SHARE = 0.5  # without a fit: every line held in both partitions
+
+
+@lru_cache(maxsize=1)
+def fitted_l2_share() -> float:
+    """The fitted share of the reported L2 (results/l2_capacity_fit.json), else DEFAULT_L2_SHARE."""
+    try:
+        return float(json.loads(L2_FIT_FILE.read_text())["share_of_l2"])
+    except (OSError, KeyError, ValueError):
+        return DEFAULT_L2_SHARE
+
+
+l2_share_override: list[float] = []  # the fit (gpumodel/l2_capacity.py) scans shares through this
+
+
+def l2_share() -> float:
+    return l2_share_override[-1] if l2_share_override else fitted_l2_share()
 
 
 @dataclass(frozen=True)
@@ -110,9 +136,7 @@ def _eager_miss(t: Tiling, per_block_ws: int, kv_ws: int, cap: int) -> float:
 def effective_l2(gpu) -> int:
     """The capacity the strict-LRU per-block rule (gpumodel/residency.py) tests reuse distances against: a fitted
     share of the reported L2 (gpumodel/l2_capacity.py)."""
-    from gpumodel.l2_capacity import share
-
-    return int(gpu.value("l2_bytes", "measured") * share())
+    return int(gpu.value("l2_bytes", "measured") * l2_share())
 
 
 def ramp_l2(gpu) -> int:
@@ -120,9 +144,7 @@ def ramp_l2(gpu) -> int:
     The ramp's spread already stands for the lines a non-LRU, partitioned L2 keeps past that capacity, so the
     strict rule's fitted capacity is not carried over to it (doing so moved v_once_tc eager causal at N = 4096,
     d = 128 from in band to 0.84x of its measured time, with no ncu row to fit it on)."""
-    from gpumodel.l2_capacity import DEFAULT_SHARE
-
-    return int(gpu.value("l2_bytes", "measured") * DEFAULT_SHARE)
+    return int(gpu.value("l2_bytes", "measured") * DEFAULT_L2_SHARE)
 
 
 def separated_share(desc, bh: int, t_r: int, slots: int) -> float:
@@ -155,8 +177,6 @@ def grid_ctas(desc, batch: int, heads: int, n_q: int) -> int:
 def q_block_slots(desc, gpu) -> int:
     """Q blocks (CTAs, or clusters of CS CTAs) resident at once on the whole GPU."""
     if desc.grid == "clusters":  # co-scheduled within a GPC (gpumodel/cluster_model.py)
-        from gpumodel.cluster_model import active_clusters
-
         return max(1, active_clusters(desc.cluster_size, desc.ctas_per_sm))
     return int(gpu.value("sms", "measured") * desc.ctas_per_sm)
 
@@ -167,8 +187,6 @@ def counts(desc, batch, heads, n_q, n_k, d, dtype, causal) -> cf.Traffic:
     if desc.variant == "v_once":
         opts = dict(placement=desc.f or "hbm", rescale=desc.rescale or "lazy")
     if desc.f == "cluster":  # the cluster the kernel runs: chosen against one CTA's opt-in smem
-        from counting.cluster import SMEM_PER_CTA
-
         opts["sram_bytes"] = SMEM_PER_CTA
     return cf.counts(desc.variant, batch, heads, n_q, n_k, d, causal=causal, dtype=dtype,
                      block_q=desc.block_q, block_k=desc.block_k, **opts)

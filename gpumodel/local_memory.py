@@ -25,11 +25,14 @@ Bytes per thread, per build:
 """
 from __future__ import annotations
 
+import argparse
 import json
 from functools import lru_cache
 from pathlib import Path
 
 from counting.tiling import Tiling, cdiv
+from gpumodel.builds import KernelDescriptor, build_data
+from gpumodel import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 SPILLS = ROOT / "results" / "tc_spills.json"
@@ -113,19 +116,18 @@ def is_train(cell: dict) -> bool:
 
 def fit() -> dict:
     """SDPA flash's bytes per thread per step, per head dim, from its N = 4096 non-causal ncu row:
-    (SM-side write bytes - O - lse) / (threads x steps)."""
-    from gpumodel.descriptors import describe
-    from gpumodel.measured import RESULTS, read_ncu_csv
-
+    (SM-side write bytes - O - lse) / (threads x steps). Its descriptor is the build's data alone (builds.py): the
+    fields read here (tiling, warps, grid) are the launch's, not what describe() adds from this module's fit."""
     out = {}
-    cells = read_ncu_csv(RESULTS / TRAIN["source"]) if (RESULTS / TRAIN["source"]).exists() else []
+    src = measured.RESULTS / TRAIN["source"]
+    cells = measured.read_ncu_csv(src) if src.exists() else []
     for c in cells:
         if c["kernel"] != "sdpa_flash" or c["n_q"] != TRAIN["n"] or c["causal"] != TRAIN["causal"]:
             continue
         writes = c.get("l2_sm_write_bytes")
         if writes is None:
             continue
-        desc = describe("sdpa_flash", c["d"], c["dtype"], False, n_q=c["n_q"], n_k=c["n_k"])
+        desc = KernelDescriptor(**build_data("sdpa_flash", c["d"], c["dtype"], False, n_q=c["n_q"], n_k=c["n_k"]))
         item = 2
         out_bytes = c["batch"] * c["heads"] * c["n_q"] * (c["d"] * item + 4)
         plain, masked, _ = steps(desc, c["n_q"], c["n_k"], False)
@@ -137,8 +139,6 @@ def fit() -> dict:
 
 
 def main(argv=None) -> int:
-    import argparse
-
     argparse.ArgumentParser(  # no options: --help (or a typo) says what would be overwritten instead of refitting
         prog="python -m gpumodel.local_memory",
         description=f"Refit SDPA flash's spill bytes per thread on its ncu row and write {FIT_FILE.relative_to(ROOT)}. "

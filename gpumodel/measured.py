@@ -18,8 +18,12 @@ import glob
 import io
 import json
 import re
+import importlib
 import statistics
 from pathlib import Path
+
+from gpumodel.resources import registers_of
+from kernels import fa2_wgmma
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
@@ -76,10 +80,8 @@ def run_options(kernel: str, file: str, d: int, options: dict | None = None) -> 
     fa2_wgmma rows of the runs before SIZE_RULES ran CONFIGS[d] at every N, less the knobs added since;
     otherwise nothing to add."""
     if kernel == "fa2_wgmma" and "config" not in (options or {}) and file in BEFORE_SIZE_RULES:
-        from kernels.fa2_wgmma import CONFIGS
-
         later = {knob for knob, files in KNOBS_ADDED_LATER.items() if file in files}
-        return {"config": {k: v for k, v in CONFIGS[d].items() if k not in later}}
+        return {"config": {k: v for k, v in fa2_wgmma.CONFIGS[d].items() if k not in later}}
     return {}
 
 
@@ -90,9 +92,13 @@ def run_options(kernel: str, file: str, d: int, options: dict | None = None) -> 
 # tc_bench_wgmma_tma.json cuDNN d = 64 N = 8192, b2b 5% over the median). It is not one constant per kernel:
 # tc_bench_wgmma_tma.json (the fit's training run) has 52 us for cuDNN at d = 64 against 34 at d = 128, and 91 / 58
 # for fa2_wgmma, where launch_overhead.json's one tiny call says 35 and 67. So those cells are compared as GPU
-# time: the median less the run's own gap (gpu_model.EVENTS_LESS_GAP). Before (stop 25's model) the excess host time
+# time: the median less the run's own gap (EVENTS_LESS_GAP below). Before (stop 25's model) the excess host time
 # went into the training cells' GPU constants, the d = 64 ones most.
 GAP_MAX_N = 2048
+# the timer of such a cell: an older bench file's per-call CUDA-event median less the host gap that run measured (its
+# median less its back-to-back time, per kernel and head dim: host_gaps): what the GPU alone took. Here, where the gap
+# is measured; gpumodel/gpu_model.py as_timed reads a cell so timed as GPU time
+EVENTS_LESS_GAP = "cuda events less the run's measured host gap"
 
 
 def host_gaps(rows) -> dict:
@@ -107,9 +113,7 @@ def host_gaps(rows) -> dict:
 
 def bench_cells(pattern: str | tuple = BENCH_PATTERNS) -> list[dict]:
     """Every timed row of the bench files. Events-timed rows of a run that measured its host gap (host_gaps) carry
-    time_s less that gap, timer gpu_model.EVENTS_LESS_GAP and the gap itself (host_gap_s)."""
-    from gpumodel.gpu_model import EVENTS_LESS_GAP
-
+    time_s less that gap, timer EVENTS_LESS_GAP and the gap itself (host_gap_s)."""
     cells = []
     patterns = (pattern,) if isinstance(pattern, str) else pattern
     for path in sorted({p for pat in patterns for p in RESULTS.glob(pat)}):
@@ -289,10 +293,6 @@ def _ints(text: str) -> list[int]:
 def infer_config(kernel: str, d: int, n: int, grid: str, block: str, smem, registers=None) -> dict | None:
     """The build an ncu row ran, from its launch shape (Tr = grid x, threads, dynamic smem), among the
     launcher's CONFIGS and SWEEP candidates: a profile taken before the defaults changed stays right."""
-    import importlib
-
-    from gpumodel.descriptors import registers_of
-
     mod = importlib.import_module(f"kernels.{kernel}")
     grid_x, threads = (_ints(grid) or [0])[0], (_ints(block) or [0])[0]
     for cfg in [mod.CONFIGS[d]] + list(mod.SWEEP.get(d, [])):

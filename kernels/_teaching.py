@@ -6,6 +6,7 @@ import torch
 
 from counting.checks import check_grid_rows
 from kernels import loader
+from variants._common import check_inputs
 
 STORAGE = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
 DTYPES = tuple(STORAGE)
@@ -30,8 +31,6 @@ def tile_ld(d: int) -> int:
 
 def prepare(q, k, v, *, causal, scale, block_q, block_k, mem=None):
     """Validate a teaching-kernel call; return the references' Problem (shapes, scale, tiling)."""
-    from variants._common import check_inputs
-
     if mem is not None:
         raise ValueError("CUDA kernels move real bytes and count nothing: pass mem=None "
                          "(count traffic with variants.VARIANTS[...].forward(..., mem=Memory()))")

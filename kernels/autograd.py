@@ -22,7 +22,8 @@ import sys
 import torch
 from torch import Tensor
 
-from kernels import KERNELS
+from counting import checks
+from kernels.registry import KERNELS
 
 DEFAULT_KERNEL = "fa2_wgmma"
 _LIB = "fa_workbench"
@@ -96,8 +97,6 @@ def check_inputs(q, k, v, *, causal, scale, kernel) -> float:
         raise ValueError(f"head dim d={d} unsupported: kernel {kernel!r} takes {dims}")
     if min(q.shape) < 1 or min(k.shape) < 1:
         raise ValueError(f"every dimension must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    from counting import checks
-
     checks.flag("causal", causal)  # the references' rules: a NumPy bool or number is taken as they take it
     return checks.scale_value(scale, d)
 

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from counting import sm90
+from counting.checks import flag
 from kernels import _teaching, loader
 
 SOURCE = "fa2.cu"
@@ -153,8 +154,6 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, blo
     """
     if use_prefetch is not None:  # a bool: 0 was taken as "not False" for the blocks and as off for the build (64 x 64
         # without the staging, the slow pair), "yes" failed in int()
-        from counting.checks import flag
-
         use_prefetch = flag("use_prefetch", use_prefetch)
     aligned = all(isinstance(t, torch.Tensor) and t.data_ptr() % 16 == 0 for t in (q, do))  # cp.async: 16 B
     if block_q is None or block_k is None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from counting import checks, sm90
 from counting.checks import checked_once  # torch-free: the launch path's config cache
 from counting.checks import check_grid_rows
-from counting import sm90
+from kernels import layouts, loader
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_tc.cu"
 KERNEL = "fa2_tc_fwd"
@@ -95,8 +96,6 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
 def _checked_defines(d: int, is_bf16: bool, config: dict) -> dict:
     # a config= is checked: unknown knobs, non-integers, missing tiles and what the header refuses were KeyErrors,
     # compile errors or, for a misspelt knob, the default build timed under another name
-    from counting import checks
-
     cfg = checks.knob_config("fa2_tc", config, KNOBS, REQUIRED, CONFIGS[d])
     cfg.setdefault("Q_IN_REGS", 0)
     cfg.setdefault("MIN_BLOCKS", 1)
@@ -165,8 +164,6 @@ def _check(q, k, v):
           and q.numel() > 0 and k.numel() > 0 and q.is_contiguous() and k.is_contiguous()
           and v.is_contiguous() and not (q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16))
     if not ok:  # (cp.async loads q, k, v in 16-byte pieces: a view at an element offset would fault on the GPU)
-        from kernels import loader
-
         loader.check_cuda_inputs(q, k, v, supported_dtypes=_DTYPES, head_dims=HEAD_DIMS, aligned=True)
         raise ValueError("fa2_tc: unsupported inputs")  # not reached: the loader names the problem
     b, h = q.shape[0], q.shape[1]
@@ -176,8 +173,6 @@ def _check(q, k, v):
 def launch(source, kernel, defines: dict, grid, block, args, shared_mem: int, device_index: int):
     """Launch through kernels.loader (memoised lookup, cuLaunchKernel after the first launch): host
     time inside a CUDA-event-timed call counts as kernel time, so the per-call work is kept small."""
-    from kernels import loader
-
     loader.get_function(source, kernel, defines=defines, device=device_index).launch(
         grid, block, args, shared_mem=shared_mem)
 
@@ -204,8 +199,6 @@ def _outputs(q, out):
     o, lse = out
     if o.shape != q.shape or o.dtype != q.dtype or not o.is_contiguous() or o.device != q.device:
         raise ValueError(f"out[0] must be a contiguous {q.dtype} tensor of shape {tuple(q.shape)} on {q.device}")
-    from kernels import loader
-
     loader.check_aligned("out[0]", o)  # the epilogues store O in 16-byte vectors (uint4, TMA, O_DIRECT=2): a fault
     if lse.shape != (b, h, n_q) or lse.dtype != torch.float32 or not lse.is_contiguous() or lse.device != q.device:
         raise ValueError(f"out[1] must be a contiguous float32 tensor of shape {(b, h, n_q)} on {q.device}")
@@ -221,9 +214,6 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     _check(q, k, v)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    from counting import checks
-    from kernels import layouts
-
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
     q, scale = layouts.positive_scale(q, scale)  # the kernel masks S before scaling it
     defs = defines_for(d, q.dtype == torch.bfloat16, config)

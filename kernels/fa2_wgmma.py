@@ -21,10 +21,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from counting import checks
 from counting.checks import checked_once  # torch-free: the launch plan's cache
 from counting.checks import check_grid_rows
-from kernels import fa2_tc
+from counting.tiling import warpgroup_steps
+from kernels import fa2_tc, layouts, loader
 from kernels.fa2_wgmma_bwd import backward  # noqa: F401  (FA2 Alg. 2, cuda/fa2_wgmma_bwd.cu)
+from kernels.tma import tensor_map
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma.cu"
 KERNEL = "fa2_wgmma_fwd"
@@ -646,8 +649,6 @@ def causal_walk_steps(cfg: dict, n_q: int, n_k: int) -> tuple[int, int]:
     fa2_wgmma_tma.cu counts them: in each Q block of T key blocks, a consumer warpgroup whose rows end before the
     block's last row runs max(1, its own key blocks) steps and walks the rest; warpgroups with no row below Nq
     (WG_SKIP's idle ones) are counted in neither."""
-    from counting.tiling import warpgroup_steps
-
     nwg, bc = cfg.get("NWG", 2), cfg["BLOCK_N"]
     br = 64 * nwg
     walked = total = 0
@@ -694,8 +695,6 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
         raise ValueError(f"fa2_wgmma supports head dims {HEAD_DIMS}, got d={d}")
     if config is not None:  # a dict of known integer knobs (counting.checks.knob_config): not a dict was an
         # AttributeError, 64.0 or True a define of another kernel, NWG='2' a TypeError from a comparison
-        from counting import checks
-
         config = checks.knob_config("fa2_wgmma", config, KNOBS | LAUNCH_KEYS, example=CONFIGS[d])
         if config.get("GRID", 1) < 1:
             raise ValueError(f"fa2_wgmma: GRID={config['GRID']}: the persistent CTAs to launch, at least 1")
@@ -911,14 +910,10 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     q (B, H, Nq, d); k, v (B, H_kv, Nk, d), H_kv dividing H; any strides with a unit last one (no copy)."""
     import torch
 
-    from kernels import layouts, loader
-
     b, h, h_kv, n_q, n_k, d = layouts.check_strided_gqa(q, k, v, head_dims=HEAD_DIMS)
     check_grid_rows("fa2_wgmma", b, h)
     dev = q.device.index
     loader.require_hopper(q.device, "fa2_wgmma needs a compute capability 9.x GPU (wgmma, sm_90a)", "fa2_tc")
-    from counting import checks
-
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
     q, scale = layouts.positive_scale(q, scale)  # the kernel masks S before scaling it
     if config is None:
@@ -931,8 +926,6 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, config
     else:
         o, lse = fa2_tc._outputs(q, out)
     if tma:
-        from kernels.tma import tensor_map
-
         maps = (tensor_map(q, bm, name="q"), tensor_map(k, bn, name="k"), tensor_map(v, bn, name="v"))
         if defs.get("O_TMA"):  # o stored by TMA, 64 rows (one consumer warpgroup) per box
             maps += (tensor_map(o, 64, name="o"),)

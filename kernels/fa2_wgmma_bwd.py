@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from counting import checks
 from counting.checks import check_grid_rows
-from kernels import fa2_tc
+from kernels import fa2_tc, loader
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma_bwd.cu"
 KERNEL = "fa2_wgmma_bwd"
@@ -75,8 +76,6 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
         raise ValueError(f"fa2_wgmma backward supports head dims {HEAD_DIMS}, got d={d}")
     if config is None:
         return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **CONFIGS[d]))
-    from counting import checks
-
     # a dict of known integer knobs with NWG and BR (a typo must not time the default build under another name; a
     # string was a 'dictionary update sequence' error, 64.0 or True a define), then what the .cu file builds
     cfg = checks.knob_config("fa2_wgmma backward", config, KNOBS, ("NWG", "BR"), CONFIGS[d])
@@ -169,8 +168,6 @@ def _check(q, k, v, o, lse, do) -> None:
                              "(use variants.VARIANTS for CPU references)")
         if t.device != q.device:
             raise ValueError(f"q, k, v, o, lse, do must be on one device; {name} is on {t.device}")
-    from kernels import loader
-
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):  # cp.async and uint4 loads: a view at an
         loader.check_aligned(name, t)  # element offset would fault on the GPU
     check_grid_rows("fa2_wgmma backward", b, h)
@@ -182,8 +179,6 @@ def _grads(q, k, out):
     if out is None:
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(k)
     fa2_tc.check_out(out, ("dq", "dk", "dv"))
-    from kernels import loader
-
     for name, t, like in zip(("dq", "dk", "dv"), out, (q, k, k)):
         if t.shape != like.shape or t.dtype != like.dtype or not t.is_contiguous() or t.device != like.device:
             raise ValueError(f"out {name} must be a contiguous {like.dtype} tensor of shape {tuple(like.shape)}")
@@ -198,16 +193,12 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
     """FA2 Algorithm 2 with wgmma; returns (dq, dk, dv). out=(dq, dk, dv) writes into given tensors."""
     import torch
 
-    from kernels import loader
-
     if options:
         raise TypeError(f"fa2_wgmma backward takes no options {sorted(options)} (it has config=, out=)")
     _check(q, k, v, o, lse, do)
     loader.require_hopper(q.device, "the fa2_wgmma backward needs a compute capability 9.x GPU (wgmma, sm_90a)")
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    from counting import checks
-
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # as the forward checks them
     defs = defines_for(d, q.dtype == torch.bfloat16, config)
     dq, dk, dv = _grads(q, k, out)

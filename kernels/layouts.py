@@ -11,6 +11,9 @@ contiguous launchers' messages (kernels.loader.check_cuda_inputs), so one input 
 """
 from __future__ import annotations
 
+from counting.checks import check_shapes
+from kernels import loader
+
 _DTYPES = None
 
 
@@ -40,8 +43,6 @@ def check_strided_gqa(q, k, v, *, head_dims) -> tuple[int, int, int, int, int, i
 def _explain(q, k, v, head_dims) -> None:
     import torch
 
-    from kernels import loader
-
     for t in (q, k, v):  # type, device, rank, dtype: the shared check's first loop says it
         if not isinstance(t, torch.Tensor) or not t.is_cuda or t.dim() != 4 or t.dtype not in _DTYPES:
             loader.check_cuda_inputs(q, k, v, supported_dtypes=_DTYPES, head_dims=head_dims)
@@ -56,8 +57,6 @@ def layout_rules(q, k, v, head_dims) -> None:
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    from counting.checks import check_shapes
-
     _, _, _, _, d = check_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), gqa=True)  # the shared wording
     if d not in head_dims:
         raise ValueError(f"head dim d={d} unsupported; this kernel takes d in {sorted(head_dims)}")

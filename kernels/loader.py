@@ -54,6 +54,7 @@ import time
 import warnings
 from pathlib import Path
 
+from counting.checks import check_tensors
 from kernels.launch_args import ArgPlan, dim3
 
 CUDA_DIR = Path(__file__).resolve().parent / "cuda"
@@ -507,8 +508,6 @@ def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims
     """Reject what a kernel cannot take, naming the problem: counting.checks (the references' and
     closed forms' rules and messages) plus what only a kernel needs (CUDA, head dims, contiguity, and with aligned
     16-byte aligned data: the tensor-core kernels' cp.async loads)."""
-    from counting.checks import check_tensors
-
     *_, d = check_tensors(q, k, v, dtypes=supported_dtypes, cuda=True)
     if max_head_dim is not None and d > max_head_dim:
         raise ValueError(f"head dim d={d} is over this kernel's maximum {max_head_dim}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from kernels import _teaching, loader
+from kernels.fa2 import _check_saved
 
 SOURCE = "naive.cu"
 KERNELS = ("naive_scores", "naive_softmax", "naive_pv")
@@ -109,8 +110,6 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=64, block
     """FA1 Alg. 3 on the GPU: (dq, dk, dv) in q's dtype, reading the forward's P (`forward(saved=...)`);
     without P it is rebuilt first by the forward's passes 1-2. o and lse are not read (the contract's
     signature; rows that see no key have P = 0, so dq = 0 there)."""
-    from kernels.fa2 import _check_saved
-
     p = _teaching.prepare(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
                           mem=mem)
     _check_saved(q, o, lse, do)

@@ -33,8 +33,12 @@ from __future__ import annotations
 import numbers
 from pathlib import Path
 
+from counting import checks
 from counting import cluster as _cluster
 from counting.checks import check_grid_rows
+from kernels import fa2_tc, layouts, loader, v_once_tc
+from kernels.launch_args import ArgPlan
+from kernels.tma import tensor_map
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "v_once_cluster.cu"
 KERNEL = "v_once_cluster_fwd"
@@ -87,8 +91,6 @@ def _cluster_launch(kernel, grid, block, args, smem: int, cluster: int) -> None:
     kernels.loader (one ArgPlan per argument signature), on torch's current stream."""
     import torch
     from cuda.bindings import driver
-
-    from kernels.launch_args import ArgPlan
 
     state = _EX.get(id(kernel))
     if state is None or state[0] is not kernel:
@@ -245,16 +247,11 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     """The cluster "multiply V once" forward; returns (o, lse). out=(o, lse) writes into given tensors."""
     import torch
 
-    from counting import checks
-    from kernels import fa2_tc, layouts, loader
-
     b, h, h_kv, n_q, n_k, d = layouts.check_strided_gqa(q, k, v, head_dims=HEAD_DIMS)
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)
     q, scale = layouts.positive_scale(q, scale)  # the kernel masks S before scaling it
     p = _resolve(n_k, d, placement, config)
     if p is None:  # auto, and no cluster holds the row: the spilled kernel
-        from kernels import v_once_tc
-
         _LAST.clear()
         _LAST.update(placement="hbm", kernel="v_once_tc", rescale="lazy",
                      reason=f"Nk={n_k} is over the {max_keys(d, config=config)} keys a cluster of "
@@ -273,8 +270,6 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
         lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
     else:
         o, lse = fa2_tc._outputs(q, out)
-    from kernels.tma import tensor_map
-
     cfg = build_config(config)
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]  # the TMA boxes: Q_i and K_j / V_j tiles of this build
     args = (tensor_map(q, bm, name="q"), tensor_map(k, bn, name="k"), tensor_map(v, bn, name="v"), o, lse,

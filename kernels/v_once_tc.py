@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from counting import checks, sm90
 from counting.checks import checked_once  # torch-free: the launch path's config cache
-from counting import sm90
+from kernels import fa2_tc, layouts, loader
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "v_once_tc.cu"
 KERNEL = "v_once_tc_fwd"
@@ -50,9 +51,6 @@ def build_config(config: dict | None, d: int) -> dict:
 
 
 def _checked_config(config, d: int) -> dict:
-    from counting import checks
-    from kernels import fa2_tc
-
     cfg = checks.knob_config("v_once_tc", config, KNOBS, ("BLOCK_M", "BLOCK_N", "NWARPS"), CONFIG)
     errors = fa2_tc.tile_errors(dict(HEAD_DIM=d, **cfg))
     if errors:
@@ -125,8 +123,6 @@ _SMEM_LIMITS: dict = {}
 
 def _smem_limit(device_index):
     if device_index not in _SMEM_LIMITS:
-        from kernels import loader
-
         _SMEM_LIMITS[device_index] = loader.max_dynamic_smem(device_index)
     return _SMEM_LIMITS[device_index]
 
@@ -136,13 +132,9 @@ def forward(q, k, v, *, causal: bool = False, scale: float | None = None, placem
     """'Multiply V once' forward on tensor cores; returns (o, lse). out=(o, lse) as in fa2_tc.forward."""
     import torch
 
-    from kernels import fa2_tc, layouts
-
     fa2_tc._check(q, k, v)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    from counting import checks
-
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # the references' rules
     q, scale = layouts.positive_scale(q, scale)  # the kernel masks S before scaling it
     p = plan(n_q, n_k, d, causal=causal, placement=placement, rescale=rescale,

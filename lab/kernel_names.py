@@ -3,7 +3,7 @@ cuDNN state the tiling of each head-dim bucket; this records what the library ac
 
 For each backend, head dim, length and causal flag: one SDPA call under torch.profiler (CUPTI), the chrome trace's
 kernel events read back for name, grid, block, registers and shared memory. No timing: the descriptors' traits
-(gpumodel/descriptors.py _sdpa_flash, _sdpa_cudnn) are what this checks.
+(gpumodel/builds.py _sdpa_flash, _sdpa_cudnn) are what this checks.
 
     PYTHONPATH=. python3 lab/kernel_names.py --out DIR [--dims 64,96,128,256] [--seqs 512,4096]
 """

@@ -15,6 +15,7 @@ import torch
 
 from model.data import batches, byte_corpus
 from model.gpt import GPT, GPTConfig, sdpa_attention
+from variants import VARIANTS, attention
 
 DEFAULT_CORPUS_BYTES = 8 * 1024 * 1024
 
@@ -51,8 +52,6 @@ def train(config: GPTConfig, attention, steps: int, batch: int, lr: float, seed:
 def attention_by_name(name: str, block_q: int = 64, block_k: int = 64):
     if name == "sdpa":
         return sdpa_attention
-    from variants import VARIANTS, attention
-
     if name not in VARIANTS:
         raise ValueError(f"unknown attention {name!r}; choose sdpa or one of {', '.join(VARIANTS)}")
     return lambda q, k, v, causal=True: attention(q, k, v, variant=name, causal=causal,

@@ -12,6 +12,7 @@ import pytest
 
 from counting import cluster
 from gpumodel import cluster_model as cm
+from gpumodel import cluster_verdict as cv
 from counting import closed_forms as cf
 from gpumodel import gpu_model as gm
 from analysis.cli import main
@@ -234,8 +235,8 @@ def test_cluster_model_path_imports_no_torch():
 
 
 def test_verdict_rows_state_both_kernels_per_cell():
-    rows = cm.verdict_rows(dtypes=("fp16",), dims=(64,), causal=(False,))
-    assert {r["n"] for r in rows} == set(cm.GRID_N)
+    rows = cv.verdict_rows(dtypes=("fp16",), dims=(64,), causal=(False,))
+    assert {r["n"] for r in rows} == set(cv.GRID_N)
     for r in rows:
         assert r["ratio"] == pytest.approx(r["cluster_ms"] / r["fa2_ms"])
         assert r["cluster_size"] == cluster.plan(r["n"], 64).cluster_size
@@ -253,7 +254,7 @@ def test_exposed_latency_is_fitted_on_the_training_split_only():
     if not train:
         pytest.skip("no committed cluster_bench.json")
     assert {(c["dtype"], c["d"], c["causal"]) for c in train} == {("fp16", 64, False)}
-    assert cm.fit_exposed(train)["exposed_cycles_per_tile"] == pytest.approx(cm.exposed_cycles_per_tile(), abs=1.0)
+    assert cv.fit_exposed(train)["exposed_cycles_per_tile"] == pytest.approx(cm.exposed_cycles_per_tile(), abs=1.0)
     held = [r for r in validate.rows() if r["kernel"] == "v_once_cluster" and r["quantity"] == "time"
             and r.get("band") and not r["train"]]
     assert held and all(r["in_band"] for r in held), [(r["n"], r["d"], r["ratio"]) for r in held if not r["in_band"]]

@@ -897,7 +897,7 @@ def test_predict_refuses_past_the_models_q_block_limit(capsys):
 @pytest.mark.parametrize("module,writes", [("fit_gpu_model", "gpu_model_fit.json"),
                                            ("l2_capacity", "l2_capacity_fit.json"),
                                            ("local_memory", "local_memory_fit.json"),
-                                           ("cluster_model", "cluster_model_fit.json")])
+                                           ("cluster_verdict", "cluster_model_fit.json")])
 def test_refit_scripts_answer_help_and_typos_without_refitting(monkeypatch, capsys, module, writes):
     """`python -m gpumodel.<fit> --help` says what it writes and writes nothing; an unknown argument exits 2 and
     writes nothing (they used to ignore both and refit, overwriting the committed results/*_fit.json)."""

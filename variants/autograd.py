@@ -12,12 +12,12 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from variants.registry import VARIANTS
+
 
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, name, causal, scale, options):
-        from variants import VARIANTS
-
         saved = {}
         kwargs = dict(causal=causal, scale=scale, **options)
         if name in ("naive", "fa1"):
@@ -35,8 +35,6 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, do):
-        from variants import VARIANTS
-
         backward, do = VARIANTS[ctx.name].backward, do.contiguous()
         if ctx.name == "naive":
             q, k, v, P = ctx.saved_tensors
@@ -55,8 +53,6 @@ def attention(q, k, v, *, variant="fa2", causal=False, scale=None, **options):
 
     options: block_q, block_k, and the variant's own (v_once: placement, rescale). Bad input raises
     the forward's one-line error before anything is saved."""
-    from variants import VARIANTS
-
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
     for bad in ("mem", "saved"):

@@ -38,6 +38,8 @@ import torch
 
 from counting import sram as _sram
 from counting.memory import compute_dtype, resolve
+from variants import fa2 as _fa2  # the backward below is FA2's
+from variants import v_once_cluster
 from variants._common import (NEG_INF, check_inputs, finite_or_zero, log_sum_exp, mask_scores,
                               reference, safe_div)
 
@@ -60,8 +62,6 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, placem
     p = check_inputs(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
     mem, t = resolve(mem), p.tiling
     if placement == "cluster":  # the f row over a thread-block cluster (issue 18)
-        from variants import v_once_cluster
-
         cl = v_once_cluster.cluster_of(p, mem)
         mem.require_sram(f"v_once working set per CTA (placement=cluster, {cl.cluster_size} CTAs, Br={t.block_q}, "
                          f"Bc={t.block_k}, d={p.d}, f slice of {cl.keys_per_cta} of Nk={p.n_k} keys)",
@@ -154,8 +154,6 @@ def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, placem
 # Issue #941 changes only the forward: it returns the same O and L = m + log ℓ as FA2, so the
 # backward is FA2's Algorithm 2 unchanged (it never sees f or the rescale mode). The options are
 # accepted, and checked, so one call signature serves every variant.
-from variants import fa2 as _fa2  # noqa: E402
-
 backward_sram_bytes = _fa2.backward_sram_bytes
 
 

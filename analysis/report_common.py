@@ -1,0 +1,227 @@
+"""What `fa-traffic report` and its --pass backward|train (analysis/backward_report.py) share: the variant configs,
+problems and blocks asked for, one record per count, its table row and caption, and the records written in the
+chosen format (_emit). Below both: analysis/cli.py (the command line: parser, plan, commands) imports it and
+re-exports its names, as they were defined there before.
+"""
+from __future__ import annotations
+
+import itertools
+
+from analysis import report_gpu
+from analysis.format import human_bytes, human_flops, human_time, render_markdown, render_table, write_csv, write_json
+from analysis.report_cluster import caption_line
+from analysis.roofline import roofline
+from counting import closed_forms as cf
+from counting import cluster
+from counting.headline import min_hbm_bytes
+from counting.sram import v_once_valid
+
+
+DEFAULT_SEQ = (1024, 4096, 16384)
+
+
+# v_once configs shown when neither --placement nor --rescale is given (see docs/report.md):
+# auto resolves to what you would run (on chip if the f row fits, else spilled) for both rescale
+# modes; sram/eager is the issue's own claim ("only one block in SRAM"), shown with its overflow.
+REPORT_V_ONCE = (("auto", "eager"), ("auto", "lazy"), ("sram", "eager"))
+
+
+SWEEP_V_ONCE = (("auto", "eager"), ("auto", "lazy"))
+
+
+class CliError(Exception):
+    """Bad input: one line on stderr, exit status 2."""
+
+
+def _flatten(lists):
+    out = []
+    for item in lists or []:
+        for x in item:
+            if x not in out:
+                out.append(x)
+    return out
+
+
+def _configs(args, sweep: bool):
+    variants = _flatten(args.variant) or list(cf.VARIANT_NAMES)
+    placements, rescales = _flatten(args.placement), _flatten(args.rescale)
+    if placements or rescales:
+        pairs = list(itertools.product(placements or cf.PLACEMENTS, rescales or cf.RESCALES))
+        v_once = [pr for pr in pairs if v_once_valid(*pr)]  # cluster is lazy only
+        for place in placements:  # a placement asked for must give a row
+            if not any(p == place for p, _ in v_once):
+                raise CliError(f"--placement {place} with --rescale {','.join(rescales)}: placement cluster "
+                               "rescales lazily by construction; add --rescale lazy")
+    else:
+        v_once = list(SWEEP_V_ONCE if sweep else REPORT_V_ONCE)
+    out = []
+    for name in variants:
+        if name == "v_once":
+            out += [(name, {"placement": p, "rescale": r}) for p, r in v_once]
+        else:
+            out.append((name, {}))
+    return out
+
+
+def _blocks(args, sram: int, d: int, rule: str = "fa1") -> tuple[int, int, str]:
+    """(Br, Bc, rule): FA1's rule, or with Br and Bc swapped (FA2's Q-outer loop wants a tall Br)."""
+    br, bc = cf.fa1_blocks(sram, d)
+    if rule == "swapped":
+        br, bc = bc, br
+    if args.block_q or args.block_k:
+        rule = "explicit" if (args.block_q and args.block_k) else f"{rule}+explicit"
+    return (args.block_q or br), (args.block_k or bc), rule
+
+
+def _min_working_set(name, opts, n_q, n_k, d, dtype) -> int:
+    """The smallest working set a variant can have (Br = Bc = 1; v_once spilled unless sram)."""
+    placement = opts.get("placement", "auto")
+    placement = "hbm" if placement == "auto" else placement
+    if placement == "cluster":  # one CTA of the largest cluster
+        return cluster.at_size(cluster.CLUSTER_SIZES[-1], n_k, d, block_q=1, block_k=1,
+                               itemsize=cf.DTYPES[cf.dtype_name(dtype)]).smem_bytes
+    return cf.sram_working_set(name, n_q, n_k, d, 1, 1, dtype, placement=placement,
+                               rescale=opts.get("rescale", "eager"))[0]
+
+
+def _check_sram_can_hold_something(configs, problems, sram, dtype):
+    for n_q, n_k, d in problems:
+        need = {f"{n}{'_' + '_'.join(o.values()) if o else ''}": _min_working_set(n, o, n_q, n_k, d, dtype)
+                for n, o in configs}
+        best = min(need, key=need.get)
+        if need[best] > sram:
+            raise CliError(f"SRAM of {sram:,} bytes is smaller than any block needs: the smallest "
+                           f"working set (Br = Bc = 1, Nq={n_q}, Nk={n_k}, d={d}) is "
+                           f"{need[best]:,} bytes ({best})")
+
+
+def record(tr: cf.Traffic, gpu, block_rule: str = "fa1") -> dict:
+    """One JSON record: problem, counts (whole problem), SRAM fit, roofline (spec and measured)."""
+    rec = {
+        "variant": tr.variant, "label": tr.label(),
+        "batch": tr.batch, "heads": tr.heads, "seq_q": tr.n_q, "seq_k": tr.n_k, "head_dim": tr.d,
+        "causal": tr.causal, "dtype": tr.dtype, "block_q": tr.block_q, "block_k": tr.block_k,
+        "block_rule": block_rule,
+        "sram_bytes": tr.sram_capacity, "gpu": gpu.key,
+        "placement": tr.placement, "placement_resolved": tr.placement_resolved, "rescale": tr.rescale,
+        "reads": dict(tr.reads), "writes": dict(tr.writes),
+        "read_bytes": dict(tr.read_bytes), "write_bytes": dict(tr.write_bytes),
+        "hbm_read_bytes": tr.hbm_read_bytes, "hbm_write_bytes": tr.hbm_write_bytes,
+        "hbm_bytes": tr.hbm_bytes,
+        "min_hbm_bytes": min_hbm_bytes(tr.batch, tr.heads, tr.n_q, tr.n_k, tr.d, cf.DTYPES[tr.dtype], tr.causal),
+        "flops": {k: tr.flops[k] for k in cf.FLOP_KINDS},
+        "attention_flops": tr.attention_flops, "paper_flops": tr.paper_flops,
+        "sram_peak_bytes": tr.sram_peak_bytes,
+        "fits": tr.fits, "over_by_bytes": tr.over_by_bytes,
+        "dsmem_bytes": dict(tr.dsmem_bytes), "cluster_size": tr.cluster_size,
+        "roofline": roofline(tr, gpu, "spec").as_dict(),
+    }
+    if gpu.measured:
+        rec["roofline_measured"] = roofline(tr, gpu, "measured").as_dict()
+    return rec
+
+
+def _problems(args, default_seq):
+    seq_q = _flatten(args.seq_len) or list(default_seq)
+    seq_k = _flatten(args.seq_len_k)
+    dims = _flatten(args.head_dim) or [64]
+    return [(n_q, n_k, d) for d in dims for n_q in seq_q for n_k in (seq_k or [n_q])]
+
+
+REPORT_COLUMNS = ("variant", "N", "d", "Br×Bc", "HBM read", "HBM write", "× min", "SRAM", "matmul",
+                  "exp", "other", "t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")
+
+
+def _report_row(r: dict) -> list[str]:
+    rf = r["roofline"]
+    n = f"{r['seq_q']}" if r["seq_q"] == r["seq_k"] else f"{r['seq_q']}×{r['seq_k']}"
+    sram = human_bytes(r["sram_peak_bytes"])
+    if not r["fits"]:
+        sram += " ✗"
+    return [r["label"], n, str(r["head_dim"]), f"{r['block_q']}×{r['block_k']}",
+            human_bytes(r["hbm_read_bytes"]), human_bytes(r["hbm_write_bytes"]),
+            f"{r['hbm_bytes'] / r['min_hbm_bytes']:.3g}", sram,
+            human_flops(r["flops"]["matmul"]), human_flops(r["flops"]["exp"]),
+            human_flops(r["flops"]["other"]),
+            human_time(rf["t_memory_s"]), human_time(rf["t_matmul_s"]), human_time(rf["t_nonmatmul_s"]),
+            rf["bound"], f"{rf['predicted_tflops']:.4g}"]
+
+
+def _kernel_caption(args, recs, gpu) -> str:
+    g = next((r["gpu_model"] for r in recs if "time_s" in r.get("gpu_model", {})), None)
+    why = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})})
+    bh = ("at B = 16k/N, H = 2048/d, as every bench (a full GPU; --batch/--heads to choose)"
+          if g and recs[0]["batch"] * recs[0]["heads"] != g["model_batch"] * g["model_heads"] else "")
+    teaching = [v for v, k in report_gpu.KERNEL_OF.items() if report_gpu.is_teaching(k)]
+    kernels = ", ".join(f"{v} on {k}" for v, k in report_gpu.KERNEL_OF.items())
+    # one short line per idea: the plain-text table is wide, a one-line caption of 800 characters is not read
+    lines = [
+        f"B={recs[0]['batch']} H={recs[0]['heads']} {args.dtype}{' causal' if args.causal else ''}; each variant "
+        f"at its kernel's blocks: {kernels} (--blocks fa1-rule for FA1's rule).",
+        f"{', '.join(teaching)} run on the teaching tier (float32 FFMA, readable, untuned), fa2 and v_once on "
+        "tensor cores: compare the algorithms by the byte and FLOP columns; TFLOP/s says what each kernel reaches.",
+        "requests: the papers' count (global-memory requests, no cache); L2: SM→L2 requests; DRAM: after the L2 "
+        "residency model.",
+        "× min, FLOP/B min: against Q (rows that see a key), K, V read once and O, lse written once.",
+        f"bound, TFLOP/s: the GPU model of the {gpu.name}{' ' + bh if bh else ''}; fa-traffic validate checks it "
+        "against every committed measurement.",
+        "smem: what the kernel allocates per thread block (S, P in registers), or, for a row no kernel runs, the "
+        "reference's working set (✗ = over the SRAM).",
+    ]
+    if why:
+        lines.append(f"rows marked (papers'): {'; '.join(why)}.")
+    return "\n".join(lines)
+
+
+def _caption(args, srams, dims, gpu, recs=()) -> str:
+    """recs: the records (a table holds them) for the kernel report's caption."""
+    if any("gpu_model" in r and "why" not in r["gpu_model"] for r in recs):
+        return _kernel_caption(args, recs, gpu)
+    srams = sorted(srams)
+    whys = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})
+                   and r.get("block_rule", "").startswith("kernel")})
+    sram = human_bytes(srams[0]) if len(srams) == 1 else f"{human_bytes(srams[0])} … {human_bytes(srams[-1])}"
+    blocks = "explicit" if (args.block_q or args.block_k) else "FA1 rule Bc=⌈M/4d⌉, Br=min(Bc,d), M=SRAM/4"
+    if whys:  # --blocks kernel, but no row has the GPU model
+        blocks = f"each variant's kernel (no GPU model: {'; '.join(whys)})"
+    return "\n".join([  # short lines, as the kernel report's caption
+        f"B={args.batch} H={args.heads} d={','.join(map(str, dims))} {args.dtype}{' causal' if args.causal else ''}; "
+        f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}.",
+        f"roofline of the papers' count, {gpu.name} datasheet: no cache, so not what bounds the GPU "
+        "(the default --blocks kernel has the GPU model).",
+        "× min = HBM bytes / (Q (rows that see a key), K, V read once + O, lse written once); "
+        "TFLOP/s = 4·d per visible (query, key) pair / roofline time.",
+        "✗ = working set over the SRAM (by over_by_bytes in --format json)."])
+
+
+def _emit(args, plan, records, *, table_rows, title):
+    """Write the records (`records()` gives a fresh iterator) in args.format; tables hold only text."""
+    if args.format == "json":
+        write_json(records())
+    elif args.format == "csv":
+        write_csv(records)
+    else:
+        recs = list(records())  # a table holds its rows (bounded by MAX_ROWS)
+        header, rows = table_rows(recs)
+        if args.format == "markdown":
+            render_markdown(header, rows)
+            return
+        groups = None
+        if "matmul" in header:  # the report: traffic | FLOPs | roofline, packed to the terminal
+            names = [("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM"), ("matmul", "exp", "other"),
+                     ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")]
+            if "kernel" in header:  # issue 11's columns
+                names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "DSMEM", "smem"),
+                         ("matmul", "exp", "other", "FLOP/B req", "FLOP/B min"), ("bound", "TFLOP/s")]
+            groups = [[header.index(h) for h in g if h in header] for g in names]
+        caption = _caption(args, plan.srams, plan.dims, plan.gpu, recs)
+        if groups and any(r["variant"] == "v_once" for r in recs):  # the report: where each placement applies
+            caption += "\n" + caption_line(plan.problems, args.causal, cf.DTYPES[args.dtype])
+        render_table(header, rows, title=title, caption=caption, groups=groups, keep=2 if groups else 4)
+
+
+def _plot(fn, recs, path):
+    try:
+        fn(recs, path)
+    except OSError as e:
+        raise CliError(f"cannot write the plot {path!r}: {e.strerror or e}") from None

@@ -1,0 +1,109 @@
+"""The registry of the CUDA kernels: `KernelSpec` and `KERNELS`, parallel to variants.VARIANTS (re-exported by the
+package, `from kernels import KERNELS`; the launcher contract is in kernels/__init__.py's docstring). Here, not in the
+package's __init__, so that the package's own modules (kernels/autograd.py) import the registry from below the package
+that re-exports them. Torch-free: a spec imports its launcher module only when first used."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+from dataclasses import dataclass
+from typing import Callable
+
+TIERS = ("teaching", "tensor-core")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str  # also the launcher module kernels.<name>
+    tier: str  # "teaching" | "tensor-core"
+    variant: str  # the variants.VARIANTS entry it mirrors and is checked against
+    title: str
+
+    @property
+    def module(self):
+        return importlib.import_module(f"kernels.{self.name}")
+
+    @property
+    def forward(self) -> Callable:
+        return self.module.forward
+
+    @property
+    def backward(self) -> Callable | None:
+        """backward(q, k, v, o, lse, do, *, causal, scale, ...) -> (dq, dk, dv); None without one."""
+        return getattr(self.module, "backward", None)
+
+    def compile_configs(self) -> list[tuple[str, str, dict]]:
+        return list(self.module.compile_configs())
+
+    @property
+    def dtypes(self) -> tuple:
+        """The launcher's DTYPES; without one, fp32/fp16/bf16 (teaching) or fp16/bf16 (tensor-core)."""
+        import torch
+
+        default = ((torch.float32, torch.float16, torch.bfloat16) if self.tier == "teaching"
+                   else (torch.float16, torch.bfloat16))
+        return tuple(getattr(self.module, "DTYPES", default))
+
+    @property
+    def max_head_dim(self) -> int:
+        return int(getattr(self.module, "MAX_HEAD_DIM", 128))
+
+    @property
+    def head_dims(self):
+        return getattr(self.module, "HEAD_DIMS", None)
+
+    @property
+    def options(self) -> dict:
+        return dict(getattr(self.module, "OPTIONS", {}))
+
+    @property
+    def bench_options(self) -> tuple:
+        return tuple(getattr(self.module, "BENCH_OPTIONS", ({},)))
+
+    @property
+    def arch(self):
+        """The arch its cubins need (None: any, the loader picks the GPU's)."""
+        return getattr(self.module, "ARCH", None)
+
+    def available(self) -> bool:
+        """Whether this GPU runs it (fa2_wgmma needs compute capability 9.x)."""
+        fn = getattr(self.module, "supported", None)
+        return True if fn is None else bool(fn())
+
+    @property
+    def max_spill_bytes(self) -> int:
+        return int(getattr(self.module, "MAX_SPILL_BYTES", 0))
+
+    def supports_head_dim(self, d: int) -> bool:
+        return d <= self.max_head_dim and (self.head_dims is None or d in self.head_dims)
+
+    def configs(self) -> list[dict]:
+        """Every combination of the launcher's options ([{}] when it has none)."""
+        names = list(self.options)
+        return [dict(zip(names, combo)) for combo in itertools.product(*self.options.values())]
+
+    def label(self, **options) -> str:
+        """fa2, v_once_auto_lazy: the name plus the option values, in OPTIONS order."""
+        return "_".join([self.name] + [str(options[o]) for o in self.options if o in options])
+
+
+_ALL = (
+    KernelSpec("naive", "teaching", "naive", "standard attention: S, P in HBM (three kernels)"),
+    KernelSpec("fa1", "teaching", "fa1", "FlashAttention-1: one block per (b, h), O/l/m round-trip HBM"),
+    KernelSpec("fa2", "teaching", "fa2", "FlashAttention-2: one block per (Q block, b, h)"),
+    KernelSpec("v_once", "teaching", "v_once", "multiply V once: f row in SRAM or HBM"),
+    KernelSpec("fa2_tc", "tensor-core", "fa2", "FlashAttention-2 with mma.sync (m16n8k16) tensor cores"),
+    KernelSpec("fa2_wgmma", "tensor-core", "fa2", "FlashAttention-2 with Hopper wgmma (sm_90a)"),
+    KernelSpec("v_once_tc", "tensor-core", "v_once", "multiply V once with tensor cores"),
+    KernelSpec("v_once_cluster", "tensor-core", "v_once",
+               "multiply V once, the f row on chip across a thread-block cluster (wgmma, DSMEM; sm_90a)"),
+)
+
+
+def _present(spec: KernelSpec) -> bool:
+    """A launcher module that does not exist yet (a tier still being written) is not registered."""
+    return importlib.util.find_spec(f"kernels.{spec.name}") is not None
+
+
+KERNELS: dict[str, KernelSpec] = {s.name: s for s in _ALL if _present(s)}
