@@ -6,8 +6,11 @@
 (loaded by path, so both trees are timed by the same code): fa2_wgmma (Hopper only), fa2_tc, v_once_tc
 (its default options) and the teaching fa2, fp16, N = 4096, d = 64 and 128, causal and not, batch*N = 16k,
 hidden 2048; each checked against the float64 reference on the timed inputs first (harness.measure).
+The backwards too (kernels with one: fa2_wgmma, the teaching fa2), timed on the forward's own o and lse.
 Also the host time per call on a tiny problem (1, 2, 128, 64), where the launch path is all there is,
-and a checksum of each output on fixed inputs (the same kernels must give the same bits in both trees).
+and a checksum of each output, forward (o) and backward (dq, dk, dv), on fixed inputs (the same kernels must give
+the same bits in both trees). To time an older tree whose packages are named differently, put it first on the
+path and this tree after it: PYTHONPATH=<old tree>:. (the old tree's kernels run; what it lacks comes from here).
 Writes DIR/ab_speed_<tag>.json; lab/gpu_check_runtime.sh runs it per tree and prints the ratios.
 """
 from __future__ import annotations
@@ -32,11 +35,30 @@ def load_harness():
 
 
 
+def _backward_row(h, name: str, sets, causal: bool) -> dict:
+    """The backward of kernel `name` timed on each set's own forward output (o, lse) and a random dO."""
+    import torch
+
+    from kernels import KERNELS
+
+    spec = KERNELS[name]
+    bsets = []
+    for q, k, v in sets:
+        o, lse = spec.forward(q, k, v, causal=causal)
+        bsets.append((q, k, v, o, lse, torch.randn_like(q)))
+    t = h.time_fn(lambda *a: spec.backward(*a, causal=causal), bsets)
+    q = sets[0][0]
+    flops = 2.5 * h.flops(q.shape[0], q.shape[1], q.shape[2], sets[0][1].shape[2], q.shape[3], causal)
+    return dict(kernel=name + " backward", n=q.shape[2], d=q.shape[3], causal=causal, median_ms=t["median_ms"],
+                tflops=flops / t["median_ms"] / 1e9, ok=None, rel_err=None, skipped=None)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tag", required=True)
     ap.add_argument("--out", default=os.environ.get("OUT") or "/tmp")
     ap.add_argument("--seqs", default="4096")
+    ap.add_argument("--backward", action="store_true", help="time the backwards too (fa2_wgmma, the teaching fa2)")
     args = ap.parse_args(argv)
     h = load_harness()
     seqs = h.int_list(ap, "--seqs", args.seqs, at_most=16384, why="batch*N = 16384 tokens")
@@ -52,9 +74,13 @@ def main(argv=None) -> int:
     res = dict(tag=args.tag, tree=str(Path(kernels.__file__).resolve().parent.parent), rows=[], host=[],
                checksums={}, run_id=h.run_info()["run_id"], timer=h.timer_name())
     q, k, v = h.random_qkv(1, 2, 128, 128, 64, torch.float16, seed=1)
+    do = torch.randn_like(q)
     for e in entries:
-        o, _ = e.forward(q, k, v, True)
+        o, lse = e.forward(q, k, v, True)
         res["checksums"][e.label] = float(o.double().sum())
+        if KERNELS[e.label].backward is not None:
+            grads = KERNELS[e.label].backward(q, k, v, o, lse, do, causal=True)
+            res["checksums"][e.label + " backward"] = [float(g.double().sum()) for g in grads]
         res["host"].append(dict(kernel=e.label, host_us=h.host_us(lambda e=e: e.forward(q, k, v, False))))
     sdpa = h.entries(["sdpa_flash"])[0]
     res["host"].append(dict(kernel="sdpa_flash", host_us=h.host_us(lambda: sdpa.forward(q, k, v, False))))
@@ -69,6 +95,8 @@ def main(argv=None) -> int:
                                                                    "tflops", "ok", "rel_err", "skipped")})
                     print(f"[{args.tag}] {e.label:10s} N={n} d={d} causal={int(causal)} "
                           f"{rec.get('median_ms', float('nan')):8.3f} ms {rec.get('skipped', '')}", flush=True)
+                    if args.backward and KERNELS[e.label].backward is not None and not rec.get("skipped"):
+                        res["rows"].append(_backward_row(h, e.label, sets, causal))
             del sets
             torch.cuda.empty_cache()
     out = Path(args.out)
