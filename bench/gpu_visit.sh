@@ -14,6 +14,9 @@
 #   backward   backwards vs SDPA flash and cuDNN                       -> bwd_bench.{json,md}
 #   layouts    fa2_wgmma on strided views and grouped-query K/V        -> layouts_speed.{json,txt}
 #   train      a small GPT trained with kernels.attention vs SDPA      -> train_gpt.{json,png}
+#   precompile NVRTC every forward() build in parallel (no GPU needed)  -> precompile.log (speeds up tests)
+#   ab         this tree against AB_OLD=<another tree> (e.g. a `git worktree` of the previous main), forward and
+#              backward, old/new/new/old in one run: same output bits, time ratio -> ab_speed_*.json, ab.txt
 # Extra arguments per step come from the environment: ARGS_<step>="..." (e.g. ARGS_forward="--seqs 4096").
 # Time limits: LIMIT_<step>=seconds (defaults below). $OUT/visit.json records each step's rc and seconds; the
 # script exits 1 when any step failed.
@@ -24,7 +27,7 @@ mkdir -p "$OUT"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests sanitize forward backward)
 declare -A LIMIT=([tests]=600 [sanitize]=600 [launch]=120 [kernels]=300 [forward]=600 [backward]=600 [layouts]=300
-                  [train]=600)
+                  [train]=600 [precompile]=300 [ab]=400)
 declare -A RC SECS
 
 run_step() {  # the command line of one step; extra arguments from ARGS_<step>
@@ -39,13 +42,19 @@ run_step() {  # the command line of one step; extra arguments from ARGS_<step>
     backward) echo "python3 bench/bench_bwd.py --out $OUT $extra" ;;
     layouts)  echo "python3 bench/layouts_speed.py --out $OUT $extra" ;;
     train)    echo "python3 bench/train_gpt.py --out $OUT $extra" ;;
+    precompile) echo "python3 -m bench.bench_tc precompile $extra" ;;
+    ab)       [ -n "${AB_OLD:-}" ] || return 1
+              echo "bash -c 'for t in old-1 new-1 new-2 old-2; do p=.; [ \${t#old} != \$t ] && p=$AB_OLD:.; \
+PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $OUT $extra || exit 1; done; \
+python3 bench/ab_speed.py compare $OUT | tee $OUT/ab.txt'" ;;
     *)        return 1 ;;
   esac
 }
 
 for step in "${steps[@]}"; do
   if ! cmd=$(run_step "$step"); then
-    echo "gpu_visit: unknown step '$step'; choose from: tests sanitize launch kernels forward backward layouts train" >&2
+    echo "gpu_visit: unknown step '$step' (or ab without AB_OLD); choose from: tests sanitize launch kernels forward" \
+      "backward layouts train precompile ab" >&2
     exit 2
   fi
 done
@@ -55,8 +64,7 @@ for step in "${steps[@]}"; do
   limit=${!limit_var:-${LIMIT[$step]}}
   echo "=== $step (limit ${limit}s): $cmd"
   t0=$(date +%s)
-  # shellcheck disable=SC2086
-  timeout "$limit" $cmd 2>&1 | tee "$OUT/$step.log" | tail -25
+  timeout "$limit" bash -c "$cmd" 2>&1 | tee "$OUT/$step.log" | tail -25
   RC[$step]=${PIPESTATUS[0]}
   SECS[$step]=$(( $(date +%s) - t0 ))
   echo "=== $step: rc=${RC[$step]}, ${SECS[$step]} s"
