@@ -17,7 +17,8 @@
 #   precompile NVRTC every forward() build in parallel (no GPU needed)  -> precompile.log (speeds up tests)
 #   ab         this tree against AB_OLD=<another tree> (e.g. a `git worktree` of the previous main), forward and
 #              backward, old/new/new/old in one run: same output bits, time ratio -> ab_speed_*.json, ab.txt
-# Extra arguments per step come from the environment: ARGS_<step>="..." (e.g. ARGS_forward="--seqs 4096").
+# Extra arguments per step come from the environment: ARGS_<step>="..." (e.g. ARGS_forward="--seqs 4096";
+# ARGS_tests names test files or -k expressions instead of the whole tests/ folder).
 # Time limits: LIMIT_<step>=seconds (defaults below). $OUT/visit.json records each step's rc and seconds; the
 # script exits 1 when any step failed.
 set -u
@@ -34,7 +35,7 @@ run_step() {  # the command line of one step; extra arguments from ARGS_<step>
   local step=$1 extra_var="ARGS_$1"
   local extra=${!extra_var:-}
   case "$step" in
-    tests)    echo "python3 -m pytest -q -m gpu -p no:cacheprovider tests $extra" ;;
+    tests)    echo "python3 -m pytest -q -m gpu -p no:cacheprovider ${extra:-tests}" ;;
     sanitize) echo "python3 bench/sanitize.py --out $OUT --dtypes float16,bfloat16 $extra" ;;
     launch)   echo "python3 bench/launch_overhead.py --out $OUT $extra" ;;
     kernels)  echo "python3 bench/bench_kernels.py --out $OUT --budget-s 150 $extra" ;;
