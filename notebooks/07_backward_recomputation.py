@@ -273,7 +273,7 @@ else:
     print("not measured yet: no sdpa_math / sdpa_flash timings in", path)
 
 # the backward: the committed run of bench/bench_bwd.py (same setting; every cell's gradients checked first)
-bpath = ROOT / "results" / "bwd_final" / "bwd_bench.json"
+bpath = ROOT / "results" / "bwd_kernels_vs_sdpa_grid" / "bwd_bench.json"
 bdata = json.loads(bpath.read_text()) if bpath.exists() else {}
 brecs, brun = bdata.get("rows", []), bdata.get("meta", {}).get("run_id", "no run id")
 by = {(r["kernel"], r["n"]): r for r in brecs if r.get("ok") and r.get("bwd_ms") and r["dtype"] == "float16"
