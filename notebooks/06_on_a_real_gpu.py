@@ -82,7 +82,7 @@ show_table(["tier", "file", "run", "kernels", "timed records"],
 # FLOPs ($4 B H N^2 d$, halved when causal: exact only for the non-causal rows, since causal $N_q = N_k$ has
 # $N(N+1)/2$ visible pairs) over the median time. Every run through `bench/harness.py` since (the A/B runs,
 # `cluster_bench*.json`, `bwd_kernels_vs_sdpa_grid/`, and the live run at the end of this notebook) divides
-# `counting.headline.attention_flops` (4·d per visible pair) instead; the README ("What the H200 says") lists
+# `counting.headline.attention_flops` (4·d per visible pair) instead; docs/results.md ("How the numbers are counted") lists
 # which committed file uses which. Records use batch × $N$ = 16k tokens and hidden size 2048, fp16. Tuning-sweep candidates (kernels whose name
 # carries a `{config}`) are left out.
 
@@ -377,7 +377,7 @@ else:
 # board sits at its power cap (about 690 W), and the SM clock is whatever that power buys — it depends on
 # what each kernel draws. `lab/clock_probe.py` timed each kernel six times per shape while `nvidia-smi`
 # read the SM clock every 50 ms (`results/probe_gpu/sm_clock_power_cap`; a *stop* is one numbered round of this
-# project's GPU work, with its notes in `lab/NOTES-tc.md` and its runs in `results/stopNN/`). A time
+# project's GPU work, with its notes in `lab/NOTES-tc.md` and `results/sessions/stopNN/`). A time
 # is cycles / clock, so kilocycles = ms × MHz separates the work from the clock:
 
 # %%
