@@ -29,7 +29,7 @@ PREDICT_KEYS = ("kernel", "build", "batch", "heads", "seq_q", "seq_k", "head_dim
 # the host's launch work overlaps the GPU's: the larger of the two, gpu_model.as_timed); gpu_time_s the kernel alone,
 # host_s the launcher's measured host work per call (results/launch_overhead.json). Before stop 23 time_s was
 # GPU + host, a single synchronous call's time: at N = 512, d = 128 causal it printed 165 us (208 TFLOP/s) for a kernel
-# the benchmark times at 109 us (results/stop23/clock), 99 us of it the model's GPU time (gpu_model.as_benchmarked).
+# the benchmark times at 109 us (results/probe_gpu/sm_clock_power_cap), 99 us of it the model's GPU time (gpu_model.as_benchmarked).
 
 
 def add_subcommands(sub, common_types: dict) -> None:

@@ -397,7 +397,7 @@ def check_on(entry: Entry, q, k, v, causal: bool) -> dict:
 
 # -------------------------------------------------------------------------------------- the SM clock
 # The H200 runs attention kernels at its board power cap: the SM clock is set by what each kernel draws (1545-1980 MHz
-# over one run; bf16 3-5% faster than fp16 at d = 128 for the same cycle count; results/stop23/clock). So a time is
+# over one run; bf16 3-5% faster than fp16 at d = 128 for the same cycle count; results/probe_gpu/sm_clock_power_cap). So a time is
 # cycles / clock, and two timings of one kernel on two chips or at two temperatures differ by their clocks. When a
 # script starts the sampler (start_clock), time_fn records the median SM clock and board power nvidia-smi read over
 # each timing's window, so a record can be read in cycles (median_ms x clock_mhz = kilocycles).
@@ -658,10 +658,10 @@ def rotate(cell_entries: list, i: int) -> list:
     """The cell's entries in row i of a Williams design (a Latin square balanced for the entry timed just before): over
     n cells (2n for an odd count n) each entry takes every slot of the abba order equally often, and follows every other
     entry equally often. A fixed order (forward()'s default first, its last timing the cell's last) gave two entries of
-    one build 0.980 of each other's time over a run (results/v13more/d96od: default-again's purpose). A cyclic
+    one build 0.980 of each other's time over a run (results/fwd_wgmma_o_direct_store_d64/d96od: default-again's purpose). A cyclic
     rotation (stop 21-22) balanced the slots but not the neighbours: each entry always followed the same one, and an
     added entry (listed after default-again, before SDPA flash) ran 1-2% under the control whatever it timed, even
-    forward()'s own build (results/stop22/bias22: 0.992 against the control's 1.006 with flash in the run, 1.007
+    forward()'s own build (results/lab_ab_method/entry_order_cyclic: 0.992 against the control's 1.006 with flash in the run, 1.007
     against 1.010 without it)."""
     n = len(cell_entries)
     if n < 3:

@@ -42,7 +42,7 @@ def time_rounds(checked, fn, time_fn, n_rounds: int = 8, warmup_rounds: int = 1)
     the mean of the rounds' medians in its record (pass_ms keeps each; harness.rounds). A fixed order put every
     strided layout right after the contiguous one (stop 22's layouts22: strided causal 1.00-1.05x); one pass in
     order and one reversed (stop 23's layouts_abba) left cells at 0.90-1.08x, as the SM clock moved 1545-1980 MHz
-    under the board's power cap between and within cells (results/stop23/clock). The first warmup_rounds are
+    under the board's power cap between and within cells (results/probe_gpu/sm_clock_power_cap). The first warmup_rounds are
     timed and dropped: a cell's first timing follows the checks, with the GPU idle, and ran 2.2% faster at a 2.5%
     higher clock than the rest (clock_probe). n_rounds is rounded up to whole periods of the design over the layouts
     that pass the warm-up (a layout that fails later leaves the others' rounds unbalanced). Returns the count of

@@ -24,7 +24,7 @@ tensor + softmax cycles of one tile) on the base split's cells of such kernels (
 8192); stages 1 and 2 price them as every other CTA (L_cycles per work tile) and their constants stay as fitted.
 Stage 4 fits WG3_PARAMS (sigma_ws3: the warp-specialised overlap share of a CTA with three consumer warpgroups,
 fa2_wgmma's Br = 192 at d = 64) on the fp16 non-causal N = 2048 and 8192 cells of those builds in the A/B that first
-timed them (results/tiles64/: bc192, tiles_ab/rep1, rep2; 12 cells), the others fixed; the stages before see
+timed them (results/fwd_wgmma_d64_tiles/: bc192, tiles_ab/rep1, rep2; 12 cells), the others fixed; the stages before see
 no such build (the base split's fa2_wgmma is CONFIGS: two warpgroups). Every later run of the Br = 192 builds, bf16,
 causal and the other N stay held out. Its cells are timed by do_bench, so its loss compares gpu_model.as_timed.
 Stage 1 runs with lat_dram = 0, so it prices neither the spilled kernels' Little's-law cap nor the K/V ring's wait
@@ -53,14 +53,26 @@ TRAIN_N_V_ONCE_TC = (2048, 4096, 8192, 16384)
 SPILL_PARAMS = ("sigma_spill", "lat_dram", "L_gmem", "L_gmem_dram")  # stage 2: what only the spilled (f in HBM) kernels depend on
 PERSISTENT_PARAMS = ("L_persistent_steps",)  # stage 3: what only a prefetching persistent kernel (cuDNN) depends on
 WG3_PARAMS = ("sigma_ws3",)  # stage 4: what only a CTA of three consumer warpgroups (Br = 192) depends on
-WG3_SOURCES = ("tiles64/bc192/", "tiles64/tiles_ab/rep1/", "tiles64/tiles_ab/rep2/")  # the first Br = 192 A/B
+WG3_SOURCES = ("fwd_wgmma_d64_tiles/bc192/", "fwd_wgmma_d64_tiles/tiles_ab/rep1/", "fwd_wgmma_d64_tiles/tiles_ab/rep2/")  # the first Br = 192 A/B
 
 
-CEILING_FILE = RESULTS / "stop25" / "ceiling25" / "tc_ceiling.json"  # lab/tc_ceiling.py on the H200 (stop 25)
+CEILING_FILE = RESULTS / "probe_gpu" / "tc_ceiling" / "tc_ceiling.json"  # lab/tc_ceiling.py on the H200 (stop 25)
 DATASHEET_CLOCK_MHZ = 1830.0  # the clock the model converts cycles at (counting/gpus.py clock_hz)
 # the runs whose recorded clocks set R_wgmma: every run that recorded one when the rate was derived (stop 25); later
 # runs stay out of it, so a new run does not move a constant
-CLOCK_RUNS = ("stop23/", "stop24/", "stop25/grid25/")
+CLOCK_RUNS = (  # the A/B runs of stops 23 and 24 and the four-pass grid of stop 25 (results/sessions/)
+    "fwd_wgmma_causal_sections/kb256_mb1/", "fwd_wgmma_causal_sections/mb4_8_32_run1/",
+    "fwd_wgmma_causal_sections/mb4_8_32_run2/", "fwd_wgmma_d128_persistent_long/bc128_bc176/",
+    "fwd_wgmma_d128_persistent_long/bc128_bc176_causal/", "fwd_wgmma_d128_persistent_long/bc160_bc128/",
+    "fwd_wgmma_d64_causal_rule/bc64_vs_bc96_run1/", "fwd_wgmma_d64_causal_rule/bc64_vs_bc96_run2/",
+    "fwd_wgmma_fresh_lengths/d64_causal_n576_960/", "fwd_wgmma_fresh_lengths/n640_5120/",
+    "fwd_wgmma_fresh_lengths/n768_12288_run4/", "fwd_wgmma_knob_recheck/desc_step_rescale_rowsum/",
+    "fwd_wgmma_ragged_section_first/ab/", "fwd_wgmma_two_q_tiles/ab/", "fwd_wgmma_two_q_tiles/ab_causal/",
+    "fwd_wgmma_vs_cudnn_grid/d64_causal_rule_768/", "fwd_wgmma_vs_cudnn_grid/d64_causal_rule_896/",
+    "fwd_wgmma_vs_cudnn_grid/four_passes_run1/", "fwd_wgmma_vs_cudnn_grid/four_passes_run2/",
+    "fwd_wgmma_vs_cudnn_grid/four_passes_run3/", "fwd_wgmma_vs_cudnn_grid/ragged_section_first/",
+    "fwd_wgmma_vs_cudnn_grid/sm_clock/",
+)
 
 
 def wgmma_rate() -> tuple[float, dict]:
@@ -220,7 +232,7 @@ def fit(verbose=True) -> dict:
                       "v_once_tc fp16 non-causal at N in {2048, 4096, 8192, 16384}; stage 3 (L_persistent_steps): the "
                       "prefetching persistent kernels' cells among the base split (sdpa_cudnn, d = 64 and 128, N in {2048, 8192}); "
                       "stage 4 (sigma_ws3): fa2_wgmma's three-warpgroup (Br = 192) builds, fp16 non-causal N in {2048, 8192}, "
-                      "in the first Br = 192 A/B (results/tiles64: bc192, tiles_ab/rep1, rep2)",
+                      "in the first Br = 192 A/B (results/fwd_wgmma_d64_tiles: bc192, tiles_ab/rep1, rep2)",
                 script="gpumodel/fit_gpu_model.py",
                 measured_inputs="descriptors' issue_per_tile of the profiled FA2-style builds (fa2_tc, sdpa_flash at d = 64, "
                                 "128): instruction counts of results/ncu_levels.csv's non-causal rows (gpumodel/issue.py), "

@@ -42,7 +42,7 @@ before its consumers need it: a block whose bytes come from DRAM (the share DRAM
 and step, so a step takes (lat_dram + step) / S when that is longer than the step (Little's law): per tile the CTA
 waits (DRAM / L2) · max(0, lat_dram - (S - 1) · ctas_per_sm · t_tile) / S / ctas_per_sm, the SM losing the waiting
 CTA's share of it while the other ctas_per_sm - 1 CTAs issue (nothing fitted: a d = 64 N = 512 tile of the 3-CTA build
-at S = 2 waits, at S = 4 does not; the STAGES A/B, results/stages21{,b,c}, measured 0.957-0.986x the time with
+at S = 2 waits, at S = 4 does not; the STAGES A/B, results/fwd_wgmma_kv_stages/{run1,run2,in_size_rules}, measured 0.957-0.986x the time with
 four slots at causal N = 512, the model gives 0.969x as do_bench times it (as_timed); Br = 192 non-causal N = 512-2k
 0.975-1.009x, model 0.979-0.997x. At S = 1, the ring1 measurement builds, it charges each block's whole wait; their
 rows are not validated: their cost is the schedule's, kernels/fa2_wgmma.py TILE_CANDIDATES ring1);
@@ -96,9 +96,9 @@ SMEM_BYTES_PER_CLK = 128  # CUDA C++ Programming Guide, shared memory: 32 banks 
 #                           16-byte-load loop read 215 B per SM clock, but ptxas had merged 7 of its 16 loads: 121 counted
 #                           right; the corrected loop is not yet run, lab/NOTES-tc.md stop 25)
 MUFU_PER_CLK = 16  # CUDA guide, CC 9.0 arithmetic throughput: 16 exp2 results/clk/SM (measured 16.0 per SM clock on the
-#                   H200: lab/tc_ceiling.py, results/stop25/ceiling25)
+#                   H200: lab/tc_ceiling.py, results/probe_gpu/tc_ceiling)
 FP32_LANES = 128  # H100 whitepaper: 128 FP32 cores per SM (measured 123 FFMA lane-ops per SM clock, the loop's own add and
-#                   branch in the rest: results/stop25/ceiling25)
+#                   branch in the rest: results/probe_gpu/tc_ceiling)
 ISSUE_PER_CLK = 4  # four warp schedulers per SM, one instruction each per clock (H100 whitepaper)
 MASK_OPS_PER_SCORE = 2  # a masked step's extra FP32-pipe work per score: a compare against the row's last visible
 #                         column and a select of -inf (kernels/cuda/wgmma_fa2.cuh softmax_step<true>: ISETP + FSEL)

@@ -159,7 +159,9 @@ AB_VARIANTS = {"fa2_wgmma[default]": None, "fa2_wgmma[base]": None, "fa2_wgmma[r
 
 # persistent builds order their causal tiles in sections of heads since fa2_wgmma_tma.cu v6 (CAUSAL_SECTION_KB);
 # the A/B runs in these directories were timed before, with every head in one section (later runs: the sections)
-ONE_SECTION_RUNS = ("grid14/", "grid_v5/", "rowsum/", "size_rules/", "speed_final/", "tiles64/", "visit2/")
+ONE_SECTION_RUNS = ("fwd_wgmma_vs_cudnn_grid/v4/", "fwd_wgmma_vs_cudnn_grid/v5_d64/", "fwd_wgmma_row_sum_mma/",
+                    "fwd_wgmma_size_rules/", "fwd_wgmma_speed_knobs/final/", "fwd_wgmma_d64_tiles/",
+                    "fwd_wgmma_speed_knobs/first_run/")
 
 
 def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:

@@ -134,7 +134,7 @@ def _check_saved(q, o, lse, do):
 def backward_blocks(d: int, dtype: torch.dtype | None = None, aligned: bool = True) -> tuple[int, int]:
     """fa2_bwd.cu v5: the default (Br, Bc) of the backward. 64 x 64 at d <= 64 (two blocks per SM). At
     d_pad = 128, 64 x 64 with the v3 staging where it applies (`can_stage`, 16-byte aligned q and do), else
-    32 x 32. Measured on the H200 (fp16, d = 128, N = 4k/8k, results/teach_bwd_s12/): 64 x 64 staged
+    32 x 32. Measured on the H200 (fp16, d = 128, N = 4k/8k, results/bwd_teaching_ab/v3_v4_staging_tiles/): 64 x 64 staged
     29.2-30.4 TFLOP/s, 32 x 32 staged (v4's default) 21.6-22.0, 64 x 64 unstaged (v2) 20.1-21.4: at one block
     per SM the staging hides what v4's second block per SM was meant to hide, with twice v4's reuse per shared
     read and half its dQ atomics. Without the staging 32 x 32 stays ahead of 64 x 64 (21.0-21.3 against

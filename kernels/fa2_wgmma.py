@@ -45,12 +45,12 @@ ARCH = "sm_90a"
 DEFAULTS = dict(OVERLAP=1, STAGES=2, MIN_BLOCKS=1)
 CONFIGS = {  # sweep v4 winners (results/wgmma_sweep_v4_tma.json): the TMA kernel
     # RESCALE_THRESHOLD=8 (FA4's rescale threshold, v3a) at d = 64 and 256, from the A/B of the second H200
-    # visit (results/visit2/ab_wgmma_speed.json, time / time without it, geomean over N = 512-16k, fp16
+    # visit (results/fwd_wgmma_speed_knobs/first_run/ab_wgmma_speed.json, time / time without it, geomean over N = 512-16k, fp16
     # and bf16): d = 256 0.94-0.98 (every cell 0.92-1.02), d = 64 causal 0.97-0.985, non-causal 1.00; d = 128
     # 0.98-1.02 with cells from 0.94 to 1.09 (noise level): left off there, and at d = 96 (not timed). The
     # decision rule (lab/ab_wgmma_speed.py decisions(): geomean <= 0.99, no cell over 1.03) gives the same.
     # ROW_SUM_MMA=1 (v5a: l from P V over a panel of ones; fp16 only, bf16 builds drop it): 0.940-1.003x the time
-    # without it, geomean 0.979, 11 of 12 cells faster (results/rowsum/rowsum_ab/, fp16, N = 512-16k, causal
+    # without it, geomean 0.979, 11 of 12 cells faster (results/fwd_wgmma_row_sum_mma/rowsum_ab/, fp16, N = 512-16k, causal
     # and not; the decision rule's geomean <= 0.99, no cell over 1.03). Runs timed before it: gpumodel/measured.py
     # KNOBS_ADDED_LATER.
     64: dict(TMA=1, BLOCK_N=128, NWG=2, PINGPONG=0, RESCALE_THRESHOLD=8, ROW_SUM_MMA=1),
@@ -230,20 +230,20 @@ SIZE_CANDIDATES[128]["bc128-dyn-oq"] = dict(SIZE_CANDIDATES[128]["bc128-dyn"], O
 SIZE_CANDIDATES[128]["bc160-dyn-oq"] = dict(CONFIGS[128], BLOCK_N=160, PERSISTENT=2, O_TILE=1)
 # O_TMA: each consumer warpgroup stores its rows of O from the staging tile with one TMA per panel, instead of every
 # thread's 16 shared loads, global stores and row checks per tile (ncu at N = 512: cuDNN does the same work with
-# 8-25% fewer instructions; results/persist14/ncu6)
+# 8-25% fewer instructions; results/fwd_wgmma_persistent/ncu6)
 SIZE_CANDIDATES[128]["bc128-dyn-oqt"] = dict(SIZE_CANDIDATES[128]["bc128-dyn-oq"], O_TMA=1)
 SIZE_CANDIDATES[64]["small-tma3-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-tma3"], PERSISTENT=2, O_TILE=1)
-# the cells still behind cuDNN after v6e (persist14/v6e): d = 128 non-causal 1k-4k (0.94-0.99) with the longest key
+# the cells still behind cuDNN after v6e (fwd_wgmma_persistent/v6e): d = 128 non-causal 1k-4k (0.94-0.99) with the longest key
 # block that leaves room for O's tile, and with FA4's rescale threshold (v3a: level at d = 128 one tile per CTA, where
 # the O rescale is under the next block's loads); d = 64 causal N <= 2k (0.93-0.99) with O stored by TMA
 SIZE_CANDIDATES[128]["bc160-dyn-oqt"] = dict(SIZE_CANDIDATES[128]["bc160-dyn-oq"], O_TMA=1)
 SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"] = dict(SIZE_CANDIDATES[128]["bc128-dyn-oqt"], RESCALE_THRESHOLD=8)
 # d = 96 had no short-N build: CONFIGS[96] (one tile per CTA) at every N trailed cuDNN by 0.905-0.93 at N = 768
-# (results/fresh11). d = 128's short-N form on it: persistent, the next Q under this tile's end, O stored by TMA
+# (results/sessions/fresh11). d = 128's short-N form on it: persistent, the next Q under this tile's end, O stored by TMA
 # (its smem: Q + O + two K/V slots of 128 padded columns, 193 KiB)
 SIZE_CANDIDATES[96] = {"dyn-oqt": dict(CONFIGS[96], PERSISTENT=2, O_TILE=1, O_TMA=1)}
 SIZE_CANDIDATES[96]["dyn-oqt-r"] = dict(SIZE_CANDIDATES[96]["dyn-oqt"], RESCALE_THRESHOLD=8)
-# A/B (results/fresh11/d96, one run abba, fp16/bf16, N = 512-4096, causal and not; time / CONFIGS[96]): dyn-oqt
+# A/B (results/fwd_wgmma_d96_rule/candidates, one run abba, fp16/bf16, N = 512-4096, causal and not; time / CONFIGS[96]): dyn-oqt
 # 0.857-0.997 (geomean 0.927), dyn-oqt-r 0.837-0.969 (0.894; causal 0.857-0.905). With it d = 96 is >= cuDNN in 26 of
 # 28 cells (causal N = 512: 0.988-0.991); CONFIGS[96] was in 9. GPU tests 6 passed; memcheck and racecheck on 3 CTAs at
 # one d = 96 shape (1 x 1 x 300 x 2900, non-causal), 0 errors / 0 hazards.
@@ -255,7 +255,7 @@ SIZE_CANDIDATES[64]["small-tma3-dyn-oqt"] = dict(SIZE_CANDIDATES[64]["small-tma3
 # ones at both (Bc = 128 does not fit 3 CTAs at d = 64, nor two stages at d = 256)
 SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-oq"] = dict(SIZE_CANDIDATES[64]["small-tma3-dyn-oq"], BLOCK_N=64)
 # and with O stored by TMA: d = 64 causal at short rows, the cells furthest behind cuDNN after v12 (0.93-0.95). A/B of
-# forward()'s build with Bc = 64 and O_TMA, time / the 3-CTA Bc = 96 build (results/carry/d64small, d64rule; abba):
+# forward()'s build with Bc = 64 and O_TMA, time / the 3-CTA Bc = 96 build (results/fwd_wgmma_turn_carry/d64small, d64rule; abba):
 # causal 512 0.949-0.955 and 0.968-0.970 (second run), 1k 0.974-0.975 and 1.014-1.019 (level), 2k 1.00-1.07; non-causal,
 # where forward() runs Br = 192, 1.14-1.20. SIZE_RULES[64] takes it at causal Nk <= 512, where both runs gain (stop 23:
 # with four K/V slots, to Nk = 896; see SIZE_RULES)
@@ -272,7 +272,7 @@ SIZE_CANDIDATES[256]["dyn-od2"] = dict(CONFIGS[256], PERSISTENT=2, O_DIRECT=2)
 # 3-CTA build's Bc = 96 runs 6 key blocks (the last 1/3 full), 11% of the products on padding each; CONFIGS[64]'s
 # Br = Bc = 128 tiles N = 512 and 1024 exactly. Persistent with O_TILE and O_TMA (d = 128's winner at N <= 4k), and
 # with the two warpgroups ping-ponging (v1: 0-10% slower at N >= 8k one tile per CTA; not tried on short rows).
-# Measured (persist14/rs64, abba, fp16/bf16, N = 512-4096, time / forward()'s default): rs-dyn-oqt 1.02-1.17,
+# Measured (fwd_wgmma_persistent/rs64, abba, fp16/bf16, N = 512-4096, time / forward()'s default): rs-dyn-oqt 1.02-1.17,
 # rs-dyn-oqt-pp 1.07-1.17: not taken (the whole tiles do not make up for Br = 192's third softmax in flight, nor for
 # the 3-CTA build's overlap of one CTA's tile ends with the others' products)
 SIZE_CANDIDATES[64]["rs-dyn-oqt"] = dict(CONFIGS[64], PERSISTENT=2, O_TILE=1, O_TMA=1)
@@ -313,7 +313,7 @@ SIZE_CANDIDATES[128]["bc64-dyn-oqt-r-cs"] = dict(SIZE_CANDIDATES[128]["bc128-dyn
                                                  WG_SKIP=1, WG_CAUSAL_SKIP=1)
 # Measurement builds, not speed candidates (issue 11): CONFIGS with a K/V ring of one slot each (STAGES=1), the
 # pipeline cuDNN's d = 256 kernel runs (232,448 B of smem: Q and one K and one V tile of Bc = 128; ours keeps Bc = 80:
-# Bc = 128 at d = 256 spills 144 B and ptxas serialises it, C7512). Measured (results/fresh11, three runs abba,
+# Bc = 128 at d = 256 spills 144 B and ptxas serialises it, C7512). Measured (results/sessions/fresh11, three runs abba,
 # time / CONFIGS): 1.14-1.68x (d = 256 non-causal 1.48-1.68): this kernel holds K_j and V_{j+1} through a step, so each
 # load waits for the product that frees its slot. cuDNN's one-slot d = 256 kernel runs at 0.94-1.28x the two-slot
 # default's time, far from that (an inference across two kernels): the cost is the schedule's,
@@ -341,8 +341,8 @@ def candidate(d: int, name: str) -> dict:
 # first match wins; a "causal" entry applies to causal calls only; a cp.async candidate (no TMA key) only for
 # contiguous inputs with equal head counts. Each entry goes in with the cells that justify it (H200, fp16 and bf16,
 # causal and not, batch*N = 16k, H = 2048/d; time / time of CONFIGS[d], < 1 faster):
-#   d = 64 (results/tiles64/tiles_ab/rep1, rep2: two runs of one visit, the mean per cell):
-#     Nk <= 1024: small-tma3 (3 CTAs/SM, Bc = 96) 0.76-0.90 (8 cells; size_rules/ab_wgmma_speed.json: 0.76-0.89)
+#   d = 64 (results/fwd_wgmma_d64_tiles/tiles_ab/rep1, rep2: two runs of one visit, the mean per cell):
+#     Nk <= 1024: small-tma3 (3 CTAs/SM, Bc = 96) 0.76-0.90 (8 cells; fwd_wgmma_size_rules/ab_wgmma_speed.json: 0.76-0.89)
 #     causal, Nk <= 2048: small-tma3 0.89-0.90 (br192-rs 0.95-0.96); at causal 4096 0.91-0.98, level with br192-rs
 #     otherwise: br192-rs (three consumer warpgroups, Br = 192, ROW_SUM_MMA in fp16) non-causal 0.89-0.93 at
 #       N = 2048-4096 and 0.88-0.89 at 8k-16k, causal 0.92-0.96 from 4096; loses below (1.08-1.10 causal N <= 1k).
@@ -350,11 +350,11 @@ def candidate(d: int, name: str) -> dict:
 #     CONFIGS[64] stays the base the knob A/Bs are measured against; at d = 64 every Nk has a rule.
 # At d = 128 the one-warpgroup builds are 1.2-1.8x slower (they lose the ping-pong between two warpgroups that
 # d = 128's default relies on). The default with Bc = 128 ("small-bc128") instead: three runs
-# (results/grid14/, results/size_rules/d128/rep1, rep2), time / CONFIGS' time at N = 512: non-causal
+# (results/fwd_wgmma_vs_cudnn_grid/v4/, results/fwd_wgmma_size_rules/d128/rep1, rep2), time / CONFIGS' time at N = 512: non-causal
 # 0.96-0.98, causal 0.87-0.89 (the Q and key blocks meet the diagonal on the same 128-row grid); at N = 1024
 # causal 0.91-0.94 but non-causal fp16 1.04-1.05, so Nk <= 512 only.
 # v6 (persistent builds: causal tiles longest first in L2-sized sections of heads, O_TILE's early Q; two runs of one
-# visit, results/persist14/persist_short (fp16, N <= 4k) and persist2 (fp16 and bf16, N = 512-16k), time /
+# visit, results/fwd_wgmma_persistent/persist_short (fp16, N <= 4k) and persist2 (fp16 and bf16, N = 512-16k), time /
 # the v5 rule's build (the one above each entry; --order abba):
 #   d = 64, causal Nk <= 2048: small-tma3-dyn-oq 0.96-1.00 (against small-tma3); at 4k and beyond br192-rs-dyn-oq
 #     0.89-0.92 (4k), 0.90-0.94 (8k-16k) against br192-rs (its 1.19-1.23 at causal N <= 1k keeps it there);
@@ -366,26 +366,26 @@ def candidate(d: int, name: str) -> dict:
 #     causal gain, O_TILE 4-9% more at N <= 1k;
 #   d = 256, causal N = 1024-8192: the dynamic persistent build (CONFIGS[256], PERSISTENT=2; no room for O_TILE)
 #     0.89-0.96; at 16k 0.99-1.03 and at 512 1.00-1.02, non-causal 0.97-1.03 (CONFIGS stays there).
-#   A third run (persist14/confirm6, forward()'s default against the v5 builds) agrees: d = 64 0.89-1.00, d = 128
+#   A third run (fwd_wgmma_persistent/confirm6, forward()'s default against the v5 builds) agrees: d = 64 0.89-1.00, d = 128
 #     0.83-0.98 at N <= 4k, d = 256 causal 0.92-0.99 at 1k-8k.
 # GPU tests (hypothesis shapes, Nk = 4100, 3 CTAs over many tiles, causal rows with no key, sections of 1 and 4
 # heads, GQA (B, N, H, d) views), memcheck 0 errors and racecheck 0 hazards at scale on 3 CTAs (persist2).
-# v6d, d = 128: the same build with O stored by TMA (bc128-dyn-oqt; persist14/oqt, one run, fp16 and bf16): 0.94-0.99
+# v6d, d = 128: the same build with O stored by TMA (bc128-dyn-oqt; fwd_wgmma_persistent/oqt, one run, fp16 and bf16): 0.94-0.99
 # against bc128-dyn-oq in every cell at N <= 4k, causal and not (0.95-0.99 against CONFIGS at non-causal 4k), so it
 # replaces bc128-dyn-oq and takes non-causal 4k too; GPU tests 6 passed, memcheck 0 errors on 3 CTAs. At d = 64
 # (br192-rs-dyn-oqt) 0.95-1.04, geomean ~0.99 with cells over 1.03: not taken.
-# After v6e (persist14/cand7, one run, fp16 and bf16, time / forward()'s v6e default; persist14/confirm7 the second):
+# After v6e (fwd_wgmma_persistent/cand7, one run, fp16 and bf16, time / forward()'s v6e default; fwd_wgmma_persistent/confirm7 the second):
 #   d = 128, N <= 4k: bc128-dyn-oqt-r (FA4's rescale threshold on bc128-dyn-oqt) 0.94-0.99 in all 16 cells (geomean
 #     0.963), causal and not. One tile per CTA it was level (v3a); here the O rescale it skips is no longer hidden.
 #     Bc = 160 with O_TMA: 0.99-1.16, not taken.
-#   d = 64, non-causal N <= 2k: br192-rs-dyn-oqt 0.97-0.99 (persist14/oqt: 0.98-1.01); at 4k 1.00-1.02, so not there.
+#   d = 64, non-causal N <= 2k: br192-rs-dyn-oqt 0.97-0.99 (fwd_wgmma_persistent/oqt: 0.98-1.01); at 4k 1.00-1.02, so not there.
 #     The 3-CTA build with O_TMA: causal 0.95-1.02, non-causal 0.96-1.13, not taken.
 #   confirm7 (the second run) agrees: bc128-dyn-oqt / the new default 0.98-1.07 (geomean 1.025); br192-rs-dyn-oq 1.02-1.03
 #     and small-tma3 1.01-1.03 in the non-causal cells the new d = 64 entry took from them.
 #   d = 128, N > 4k: CONFIGS[128] with the rescale threshold ("rescale") 0.91-1.00 against CONFIGS (geomean 0.957, 8
-#     cells, confirm7); persist14/rescale8k, the second run: 0.94-1.005 (geomean ~0.97). v3a had measured it level.
+#     cells, confirm7); fwd_wgmma_persistent/rescale8k, the second run: 0.94-1.005 (geomean ~0.97). v3a had measured it level.
 #   d = 256, Bc = 64 persistent (bc64-dyn: 8 whole key blocks at N = 512 where Bc = 80 runs 7, the last 40% full;
-#     finer causal diagonal blocks) against the default (persist14/bc64, one run; persist14/bc64b the second): causal
+#     finer causal diagonal blocks) against the default (fwd_wgmma_persistent/bc64, one run; fwd_wgmma_persistent/bc64b the second): causal
 #     512-2048 0.95-0.97 (6 cells), non-causal 512 0.97-0.98 (1k-2k 1.02-1.05: not there). Bc = 64 one tile per CTA:
 #     0.96-1.11. d = 64 with 3 CTAs at Bc = 64: causal 512 0.97, elsewhere 1.00-1.17: not taken. The second run
 #     (bc64b, time / CONFIGS): bc64-dyn causal 0.95 / 0.91 / 0.88 / 0.87-0.89 at 512 / 1k / 2k / 4k where "dynamic"
@@ -394,13 +394,13 @@ def candidate(d: int, name: str) -> dict:
 #     "dynamic" 0.87-0.88; geomean over both runs 0.988, one cell 1.02), so "dynamic" keeps causal 4k-8k.
 #   GPU tests after the change (rescale8k): the threshold's paths, one CTA over tiles of three heads whose max jumps,
 #     stays and creeps, and forward()'s dispatch and layouts (62 passed); memcheck of the build 0 errors.
-# v13 (results/odirect/; fa2_wgmma_tma.cu v13): d = 256 with O written from registers in 16-byte stores (O_DIRECT=2)
+# v13 (results/fwd_wgmma_o_direct_store/; fa2_wgmma_tma.cu v13): d = 256 with O written from registers in 16-byte stores (O_DIRECT=2)
 # and the Q tile handed back after the tile's last S, persistent at every N: the v12 rule's builds above with it, and
 # CONFIGS[256] (one tile per CTA, non-causal 1k-16k, causal 16k) made persistent with it. Time / forward()'s v12 build,
 # two runs (abba, fp16/bf16): odirect2 (N <= 4k) geomean 0.971 (0.933-1.013; N = 512 0.933-0.949), odirect3 (N <= 16k)
 # 0.958 at N <= 4k, 0.972 above (0.926-1.015). The same with TURN_CARRY: 0.985 (odirect2), so forward() does not add it
 # here; O_DIRECT=1 (4-byte stores): 1.09. GPU tests 30 passed; memcheck / racecheck / synccheck on 2 CTAs 0 / 0 / 0.
-# v13 at d = 64 (results/v13more/d64c13, d64od): the causal rule builds with O written from registers in 16-byte
+# v13 at d = 64 (results/fwd_wgmma_o_direct_store_d64/d64c13, d64od): the causal rule builds with O written from registers in 16-byte
 # stores (O_DIRECT=2) in place of O_TILE (and O_TMA): time / forward()'s v12 build, two runs (abba, fp16/bf16): causal
 # N <= 2k 0.930-0.990 (geomean 0.962) and N <= 4k 0.932-0.991 (0.971), above 0.974-0.998 (0.986); non-causal level
 # (0.979-1.031, geomean 0.984 and 1.000), so the non-causal builds keep O_TILE. ROW_SUM_MMA in the 3-CTA build: 1.061.
@@ -408,15 +408,15 @@ for _name in ("small-tma3-bc64-dyn-oqt", "small-tma3-dyn-oq", "br192-rs-dyn-oq")
     _base = (SIZE_CANDIDATES[64] | TILE_CANDIDATES[64])[_name]
     SIZE_CANDIDATES[64][_name.replace("-oqt", "").replace("-oq", "") + "-od2"] = {
         k: v for k, v in dict(_base, O_TILE=0, O_DIRECT=2).items() if k != "O_TMA"}
-# v13 at d = 96 (results/odirect/odirect3/d128, odirectfinal/d128): the rule's build with O_DIRECT=2 in place of
+# v13 at d = 96 (results/fwd_wgmma_o_direct_store/odirect3/d128, odirectfinal/d128): the rule's build with O_DIRECT=2 in place of
 # O_TILE + O_TMA (TURN_CARRY kept), time / the rule's build, two runs (abba, fp16/bf16, N = 512-4096): causal geomean
 # 0.985 and 0.981 (cells 0.95-1.015), non-causal 1.006 and 1.010. A third run with the order of the two builds reversed
-# (results/v13more/d96od: the rule's O_TILE build as the variant) has the O_TILE build at 0.988 of the time on the
+# (results/fwd_wgmma_o_direct_store_d64/d96od: the rule's O_TILE build as the variant) has the O_TILE build at 0.988 of the time on the
 # causal cells, and at 0.980 on the non-causal cells, where both entries were the same build: a 2% order bias in that run,
 # the size of the gain. Not taken at d = 96; at d = 128 (causal 0.982 and 0.994) not either. d = 64's and d = 256's gains
 # hold grid to grid against cuDNN (v13 above; d = 64 causal 0.974, d = 256 causal 0.959 of the earlier grid's time).
 SIZE_CANDIDATES[96]["dyn-od2-r"] = dict(SIZE_CANDIDATES[96]["dyn-oqt-r"], O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1)
-# stop 21, a deeper K/V ring at short rows (results/stages21): a tile of N = 512 has 4-8 key steps, so the ring's
+# stop 21, a deeper K/V ring at short rows (results/sessions/stop21): a tile of N = 512 has 4-8 key steps, so the ring's
 # two slots are all the loads its CTA has in flight when the next tile's first K and V come from DRAM. One run (abba,
 # entries rotated per cell, the default timed twice as the control: 0.992-1.003), d = 64 N = 512, time / forward()'s
 # build: STAGES=4 causal 0.957-0.970 (3-CTA build, 73 KB each), non-causal 0.978-0.989 (Br = 192, 193 KB); STAGES=3
@@ -441,13 +441,13 @@ for _name, _base in (("small-tma3-bc64-dyn-od2", SIZE_CANDIDATES[64]), ("br192-r
 for _bc in (64, 80):
     SIZE_CANDIDATES[128][f"small2-bc{_bc}-dyn-od2"] = dict(TMA=1, BLOCK_N=_bc, NWG=1, MIN_BLOCKS=2, PINGPONG=0, PERSISTENT=2,
                                                          O_DIRECT=2, RESCALE_THRESHOLD=8)
-# stop 23 (results/stop23/d64c23: two runs, abba, Williams order, causal, fp16/bf16; time / forward()'s build):
+# stop 23 (results/fwd_wgmma_d64_causal_rule/bc64_vs_bc96_run1: two runs, abba, Williams order, causal, fp16/bf16; time / forward()'s build):
 # the Bc = 64 four-slot build at N = 768 0.960-0.983 in all four cells (control 0.984-1.000; cuDNN at 0.982-0.993 of
 # forward()'s old build there and in fresh23), 1k 0.982-1.028 (level), 1.5k 1.04-1.07, 2k 0.996-1.020: its causal
 # diagonal wastes half a 64-key block where Bc = 96 wastes half a 96-key one, and at 513-767 keys Bc = 96's last block
 # is partly empty. Past 768 (d64c23b, two runs): 832 0.990-1.009 (level), 896 0.947-0.989 in all four cells (control
 # 0.969-1.008; Bc = 96's last block a third full there), 960 0.990-1.024, 1024 0.957-1.029. So it runs to Nk = 896.
-# stop 24 (results/stop24: bc24, bc24b, bc24c, rf24ab; abba, fp16/bf16): d = 128's persistent Bc = 128 build had
+# stop 24 (results/sessions/stop24: bc24, bc24b, bc24c, rf24ab; abba, fp16/bf16): d = 128's persistent Bc = 128 build had
 # never been timed past SIZE_MAX_N (the A/B times size candidates only up to it). As the added entry
 # "default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1" (with forward()'s knobs), time / forward()'s one-tile build, causal:
 # 4608 0.865-0.968 (four runs), 5120 0.913-0.973, 5632 0.929-1.021, 6144 0.959-1.048, 7168 0.904-0.974, 8192 0.941-0.982, 10240
@@ -470,12 +470,12 @@ SIZE_RULES: dict = {64: [(896, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
                           (None, SIZE_CANDIDATES[256]["dyn-od2"], None)]}
 
 
-# v9 (results/fresh11/desc9, desc9ab; fa2_wgmma_tma.cu v9): the builds forward() picks itself (config=None) run
+# v9 (results/fwd_wgmma_desc_step/tests_memcheck_ab, desc9ab; fa2_wgmma_tma.cu v9): the builds forward() picks itself (config=None) run
 # with each wgmma descriptor built once per product and stepped per k-slice. Time / the same builds without it, two
 # grid runs (abba, 72 cells each): geomean 0.98-0.998 per d at N <= 4k, 0.98-1.00 above, cells 0.924-1.048. GPU tests on
 # every rule build and CONFIGS (hypothesis shapes, long key loops, 3 persistent CTAs): 24 passed; memcheck 0 errors.
 # Explicit configs (the sweep, speed and size candidates) keep DESC_STEP=0 until their GPU tests run with it.
-# v10 (results/wgskip/; fa2_wgmma_tma.cu v10): WG_SKIP, a consumer warpgroup whose 64 rows all lie past Nq walks the
+# v10 (results/fwd_wgmma_idle_warpgroup_skip/; fa2_wgmma_tma.cu v10): WG_SKIP, a consumer warpgroup whose 64 rows all lie past Nq walks the
 # barriers and computes nothing (the idle test and the warp index warp-uniform for ptxas). A/B of forward()'s builds with
 # and without it, two runs (final/ab, final/ab2; abba, fp16/bf16, N = 512-8192 with ragged 1000 and 3000, causal and
 # not), time / without, geomean of the two runs per cell:
@@ -486,7 +486,7 @@ SIZE_RULES: dict = {64: [(896, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
 # N <= 4k, 0.970 above, no cell over 1.008; the second: 0.978 / 1.008, bf16 non-causal 8k 1.044) and d = 256 in the
 # second. The gain is where the knob acts, at every d, and it is exact, so forward() runs it at every d. The
 # one-warpgroup builds compile to the same cubin with it.
-# v11 (results/cskip/; fa2_wgmma_tma.cu v11): WG_CAUSAL_SKIP, on causal rows a warpgroup walks the key blocks wholly
+# v11 (results/fwd_wgmma_causal_warpgroup_skip/; fa2_wgmma_tma.cu v11): WG_CAUSAL_SKIP, on causal rows a warpgroup walks the key blocks wholly
 # past its own last row. GPU tests of every NWG >= 2 build with it (hypothesis causal shapes, Nk - Nq off the block
 # grid, Nk = 4100, Nq > Nk, 3 persistent CTAs, strided GQA): 39 passed; memcheck and racecheck of four persistent builds
 # on 2 CTAs: 0 / 0. A/B (cskipab, abba, fp16/bf16, N = 512-8192), time / without: d = 256 causal 0.962-0.985 in all 10
@@ -500,9 +500,9 @@ SIZE_RULES: dict = {64: [(896, SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
 DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
 # Not in it (stop 22): MAX_TREE (the row max as a pairwise tree, wgmma_fa2.cuh; exact, register-neutral; GPU tests of
 # every build with it 42 passed). It ran in forward()'s d = 128 builds for part of stop 22, taken on three runs, each
-# 1.2-1.8% under the control (default-again): 0.986 / 1.004 (stages21/tree21), 0.997 / 1.012 (tree21b), 0.987 / 0.999
-# (stop22/knobs22). Those margins are within the 1-2% by which any added entry then ran under the control (the cyclic
-# order's bias, results/stop22/bias22). Under the Williams-design order that removes it (recheck22) the build
+# 1.2-1.8% under the control (default-again): 0.986 / 1.004 (fwd_wgmma_max_tree/tests_ab_run1), 0.997 / 1.012 (tree21b), 0.987 / 0.999
+# (fwd_wgmma_max_tree/d128_knobs). Those margins are within the 1-2% by which any added entry then ran under the control (the cyclic
+# order's bias, results/lab_ab_method/entry_order_cyclic). Under the Williams-design order that removes it (recheck22) the build
 # without it is 1.004 against the control's 1.000: level, so it is off again (the knob stays; d = 64/96/256 were level
 # in tree21 too).
 # Nor HALF_DIAG (v14, stop 22; half_diag_builds below): its gain is not shown. Two A/B runs with it as the added
@@ -511,7 +511,7 @@ DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
 # d = 256 N = 512); with roles reversed (isolate22) without / with causal 1.001. Under the Williams order (recheck22):
 # 1.001, causal 0.999 against the control's 1.005. The GPU model, told of the half step, predicts 0.966x (N = 512) to
 # 0.990x (4k) as do_bench times it; the GPU does not show it
-# v12 (results/carry/; fa2_wgmma_tma.cu v12): TURN_CARRY, the ping-pong turn runs on from tile to tile, so
+# v12 (results/fwd_wgmma_turn_carry/; fa2_wgmma_tma.cu v12): TURN_CARRY, the ping-pong turn runs on from tile to tile, so
 # warpgroup 0 issues its next tile's first S while warpgroup 1 finishes its last P V and epilogue. It can act only where
 # the next tile's Q is already in (O_TILE: the persistent d = 96/128 builds forward() runs at Nk <= 4096). Two A/B runs
 # (carryab, carryfinal; abba, fp16/bf16, N = 512-4096), time / without, geomean of the two per cell: d = 96 0.956-1.024
@@ -520,9 +520,9 @@ DEFAULT_KNOBS = {"DESC_STEP": 1, "WG_SKIP": 1, "WG_CAUSAL_SKIP": 1}
 # builds at 8k (0.98-1.04). GPU tests of every ping-pong build with it: 24 passed; synccheck, memcheck, racecheck on 2
 # CTAs of the persistent ones: 0 / 0 / 0; forward()'s dispatch tests with it: 43 passed. forward() runs it on the builds
 # with O_TILE and ping-pong (default_knobs). Not with v13's O_DIRECT at d = 256: 0.985 of the v12 build's time with it,
-# 0.971 without (results/odirect/odirect2).
+# 0.971 without (results/fwd_wgmma_o_direct_store/odirect2).
 TURN_CARRY_KNOBS = {"TURN_CARRY": 1}
-# stop 24 SECTION_RAGGED_FIRST (results/stop24/rf24ab; fa2_wgmma_tma.cu tile_coords): a persistent build's causal
+# stop 24 SECTION_RAGGED_FIRST (results/fwd_wgmma_ragged_section_first/ab; fa2_wgmma_tma.cu tile_coords): a persistent build's causal
 # tiles run in sections of hs heads whose K/V fit 16 MB, longest first in each; the section of the B*H % hs heads left
 # over ran last, so its longest tiles started when the rest was nearly done and ran on alone. First, they start with
 # the others. Time / forward()'s one-tile build, two runs (abba, fp16/bf16, causal), d = 128's persistent Bc = 128 build
@@ -560,7 +560,7 @@ def with_knobs(d: int, n_k: int, causal: bool, knobs: dict) -> dict:
 # reads each K_j, V_j once for 1.5x the rows (L2 time 63.7 us against 71.3; not the bound: compute is 1.4x it). Its O (64 x 128 fp32 per warpgroup) leaves room for Bc = 64 or 80 at the 152 registers
 # three consumers get beside a producer at 40 (at 32 the producer spills 16 B, at 24 60 B; the consumers none);
 # persistent, the next Q under this tile's end (O_TILE), O by TMA (smem 165 / 181 KB), with the knobs forward() adds to
-# such a build (default_knobs: explicit builds get none at launch). Model, before any run (results/stop26/
+# such a build (default_knobs: explicit builds get none at launch). Model, before any run (results/sessions/stop26/
 # br192d128_prediction.json): time / forward()'s build at causal N = 512 0.91 (Bc = 64) / 0.97 (80), non-causal 512
 # 0.98 / 1.01, causal 2048 0.96, non-causal 2048-4096 level. Not yet timed (gpu_visit_open.sh br192d128, d128ab26)
 for _bc in (64, 80):

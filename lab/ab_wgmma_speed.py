@@ -83,7 +83,7 @@ def _default_with(variant: str):
 def _with_memset(q, k, v, causal, out=None):
     """forward()'s default as launched before v6e: a fresh torch.zeros tile counter (a fill kernel in the stream)
     before each call of a dynamic persistent build (PERSISTENT=2). The kernel ignores it; the A/B prices that launch
-    (fa2_wgmma_tma.cu v6e). (persist14/v6e was timed with the fill before every default call, these builds or not.)"""
+    (fa2_wgmma_tma.cu v6e). (fwd_wgmma_persistent/v6e was timed with the fill before every default call, these builds or not.)"""
     import torch
 
     from kernels import fa2_wgmma
@@ -105,7 +105,7 @@ def time_cell(harness, cell_entries, sets, causal, args) -> list[dict]:
     within the cell (the clock settling under load) then favours no position; each median is the mean of the two
     passes'. The checks come before the first pass, not each before its entry's timing, so no entry's first pass
     follows a pause its second lacks: with a check before each entry cuDNN's first / second pass was 0.93-0.97 over
-    the stop-20/21 grids, ours 0.98-0.99 (results/stages21/passes21 probes it; a drift within the cell and the
+    the stop-20/21 grids, ours 0.98-0.99 (results/probe_gpu/timing_passes probes it; a drift within the cell and the
     pause are not separated there)."""
     def timed(e, rec):  # an error while timing fails this entry (as harness.measure records it), not the run
         try:
@@ -373,7 +373,7 @@ def pass_lines(cell: dict, ref: str | None) -> list[str]:
 def clock_lines(rows: list) -> list[str]:
     """Runs with the SM clock recorded (harness.start_clock): each entry's median clock over its cells, and its
     time / cuDNN's in cycles (ms x MHz) beside the time ratio, where both ran in a cell: how much of a lead is the clock
-    the board's power cap gave each kernel (results/stop23/clock)."""
+    the board's power cap gave each kernel (results/probe_gpu/sm_clock_power_cap)."""
     clocks, ratio_t, ratio_c = {}, {}, {}
     cells = {}
     for r in rows:
@@ -478,7 +478,7 @@ def main(argv=None) -> int:
     ap.add_argument("--order", choices=("abba", "once"), default="abba",
                     help="abba: every cell's entries timed in order, then in reverse (the mean of both); once: in "
                     "order only. Identical builds timed first and third in one cell differed by 0-8%% (mean ~3%%, the "
-                    "first faster: results/tiles64/bc192), so 'once' favours the first entries")
+                    "first faster: results/fwd_wgmma_d64_tiles/bc192), so 'once' favours the first entries")
     ap.add_argument("--passes", type=_even_passes, default=2, help="--order abba: timing passes per cell, alternating "
                     "direction, an even count (2: in order then reversed; 4: twice that); an odd count would not cancel "
                     "a drift through the cell")

@@ -1,7 +1,7 @@
 """The cluster ncu table (lab/cluster_ncu_target.py under ncu): per profiled launch, time, DRAM bytes over the
 compulsory Q, K, V, O bytes (issue 18's on-chip target: ~1), L2 bytes and tensor-pipe activity.
 
-    python lab/cluster_ncu_summary.py results/cluster_final/ncu.csv
+    python lab/cluster_ncu_summary.py results/fwd_v_once_cluster/speed_tests_ncu/ncu.csv
 """
 import csv
 import sys

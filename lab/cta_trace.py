@@ -10,7 +10,7 @@ This probe measures the pace (issue 11): a build with CTA_TRACE=1 (kernels/cuda/
 fa2_wgmma_tma.cu) writes each CTA's %globaltimer at its start, at each quarter of its sweep and at its end, and its
 SM. `--kernel fa2_wgmma` traces CONFIGS[d] (Br = 128, Bc = 176 at d = 128, one CTA per SM), whose DRAM bytes ncu
 has within 6% of the model: the control. `python -m lab.l2_sim --trace FILE` walks
-the recorded schedule; the prediction before the run is in results/stop29/trace29_prediction.json.
+the recorded schedule; the prediction before the run is in results/ncu_fa2_tc_dram/cta_trace_prediction.json.
 
 Per length: the traced build's output must equal its untraced build's (CONFIGS[d], explicit) bit for bit (the trace
 only stores), and a small

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Last GPU check of issue 14 items 1, 4, 5 (fa2_wgmma): what decides the defaults, lean (about 4 minutes on an
 # H200; every step under its own time limit, one failing does not stop the rest; $OUT/steps.txt: rc, seconds).
-# The second visit (results/visit2/) timed RESCALE_THRESHOLD (now in CONFIGS at d = 64, 256) and
+# The second visit (results/sessions/visit2/) timed RESCALE_THRESHOLD (now in CONFIGS at d = 64, 256) and
 # EXP2_POLY (negative); its persistent d = 256 build hung in setmaxnreg (consumer budget over what the
 # producer freed; fixed, with a static_assert). Here: the candidate defaults, kernels.fa2_wgmma.DEFAULT_CANDIDATES
 # (PERSISTENT=2 at every d, QK_AHEAD at d = 64).

@@ -46,7 +46,7 @@
 #   bc64       issue 14: Bc = 64 (exact key blocks at N = 512-2k) at d = 64 (3 CTAs) and d = 256: tests, sanitizers,
 #              A/B at N <= 2k                                                                         -> bc64/
 #   bc64b      issue 14: forward()'s d = 256 rule with bc64-dyn: dispatch tests, A/B at N = 512-8k (BC64_SEQS=4096:
-#              the causal 4k check, committed as persist14/bc64c)                                   -> bc64b/
+#              the causal 4k check, committed as fwd_wgmma_persistent/bc64c)                                   -> bc64b/
 #   closeout   stop 15's unrun GPU checks: the counter tests (mixed tile counts, graph capture), dispatch / layouts
 #              tests, the grid twice with every v6f rule                                              -> closeout/
 #   ahead7c    issue 14 v7c: QK_AHEAD pipelined: its GPU tests, then its A/B at d = 64/96/128 (abba)        -> ahead7c/
@@ -1122,7 +1122,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       # mma.sync), one CTA per SM: the model's R_wgmma and R_mma_sync from a measurement, not the fit
       timeout 200 python3 lab/tc_ceiling.py --out "$W" > "$W/ceiling.txt" 2>&1; rc=$?; cat "$W/ceiling.txt" ;;
     ragged25)  # issue 11: lengths Bc does not divide, none timed before (the masked-step term and cuDNN's
-      # every-step mask, predicted before this run: results/stop25/ragged25_prediction.json); forward()'s build,
+      # every-step mask, predicted before this run: results/fwd_wgmma_fresh_lengths/ragged_n1500_7000/prediction.json); forward()'s build,
       # SDPA flash and cuDNN, fp16 / bf16, causal and not, d = 64 / 128
       timeout 400 python3 lab/ab_wgmma_speed.py --out "$W" --dims 64,128 --seqs 1500,2500,3500,5000,7000 \
         --order abba --variants default --budget-s 380 > "$W/ab.txt" 2>&1; rc=$?; grep -E "cells with|in cycles" "$W/ab.txt" ;;
@@ -1147,7 +1147,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         ab_rep "$rep" 150 135 10 10 --dims 128 --seqs 512,1024,2048,4096 --order abba --sdpa cudnn \
           --variants default,default-again,br192-bc64-dyn-oqt,br192-bc80-dyn-oqt || rc=1; done ;;
     d128ab26)  # issue 14: br192ab26 and n512ab26 in one A/B (one visit's time), d = 128 N = 512-2048, twice: forward()'s
-      # build, again, O_DIRECT=2 (+ a third K/V slot), Br = 192 at Bc = 64 / 80, cuDNN (results/stop26/d128ab26_prediction.json)
+      # build, again, O_DIRECT=2 (+ a third K/V slot), Br = 192 at Bc = 64 / 80, cuDNN (results/fwd_wgmma_d128_br192/ab_prediction.json)
       O=default+O_TILE=0+O_TMA=0+O_DIRECT=2+TURN_CARRY=1
       rc=0; for rep in rep1 rep2; do
         ab_rep "$rep" 170 155 10 12 --dims 128 --seqs 512,1024,2048 --order abba --sdpa cudnn \
@@ -1182,7 +1182,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
         -k "not every_tuning_candidate" > "$W/tests.log" 2>&1; rc=$?; tail -22 "$W/tests.log" ;;
     tcdram28)  # issue 11: fa2_tc's DRAM gap (model 1.18x ncu at N = 16k, 0.71x at 64k, while SDPA flash at the same tiling
       # is within 3%): its spill-free Bc = 32 build beside the shipped one at N = 16k / 32k / 64k, d = 128, so the spill
-      # stream is in or out of the cause (prediction: results/stop28/tcdram28_prediction.json)
+      # stream is in or out of the cause (prediction: results/ncu_fa2_tc_dram/spill_free_bc32/prediction.json)
       ncu_levels 300 16384x128,32768x128,65536x128 \
         'fa2_tc,fa2_tc{"BLOCK_M":128,"BLOCK_N":32,"NWARPS":4,"Q_IN_REGS":0,"MIN_BLOCKS":2},sdpa_flash'; rc=$?
       tail -12 "$W/run.txt" ;;
@@ -1191,7 +1191,7 @@ print(json.dumps({'fa2_wgmma': [b(128, 'bc128-dyn-oqt-r'), b(64, 'br192-rs-dyn-o
       # fa2_wgmma's one-tile build, whose bytes ncu has at the lockstep walk's, as the control. Per kernel: the traced
       # build checked (float64, bit-equal to its untraced build), timed beside it, traced twice per N; then its
       # launches alone under ncu, so each recorded schedule has its own DRAM bytes
-      # (prediction: results/stop29/trace29_prediction.json)
+      # (prediction: results/ncu_fa2_tc_dram/cta_trace_prediction.json)
       rc=0; mkdir -p "$W/ncu"
       for kern in fa2_tc fa2_wgmma; do
         timeout 150 python3 lab/cta_trace.py --kernel $kern --out "$W" > "$W/trace_$kern.txt" 2>&1 || rc=1

@@ -5,7 +5,7 @@
 variant time / forward()'s time, both timed in the same run. This module asks the model for the same ratio from the
 two builds' descriptors, so a change can be priced before it is built, and checked after:
 
-    PYTHONPATH=. python -m lab.knob_ab [--source stop24/] [--format table|csv|json|markdown]
+    PYTHONPATH=. python -m lab.knob_ab [--source fwd_wgmma_two_q_tiles/] [--format table|csv|json|markdown]
 
 Each row: the run, the variant, the cell, the model's ratio, the measured ratio and, where the run timed forward()'s
 build twice (`default-again`), the control's ratio (how far the same build moved in that cell). A variant's config is
@@ -45,8 +45,9 @@ def variant_config(default_row: dict, knobs: dict) -> dict:
     return cfg
 
 
-def rows(pattern: str = "**/" + AB_FILE, source: str = "") -> list[dict]:
-    """Every `default+KNOBS` row of the committed A/B runs whose cell has forward()'s row with its config."""
+def rows(pattern: str = "**/" + AB_FILE, source: str | tuple = "") -> list[dict]:
+    """Every `default+KNOBS` row of the committed A/B runs whose cell has forward()'s row with its config (`source`:
+    only runs under this folder of results, or under any of a tuple of them)."""
     from gpumodel import gpu_model as gm
 
     out = []
@@ -110,7 +111,7 @@ def summary(rs: list[dict], moved: float = 0.02) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lab.knob_ab", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--source", default="", help="only runs under this folder of results (e.g. stop24/)")
+    ap.add_argument("--source", default="", help="only runs under this folder of results (e.g. fwd_wgmma_two_q_tiles/)")
     ap.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
     ap.add_argument("--cells", action="store_true", help="every cell, not the summary per run and variant")
     args = ap.parse_args(argv)

@@ -81,8 +81,8 @@ show_table(["tier", "file", "run", "kernels", "timed records"],
 # TFLOP/s in the two files read here, `bench_kernels.json` and `tc_bench_wgmma_tma.json`, counts the papers'
 # FLOPs ($4 B H N^2 d$, halved when causal: exact only for the non-causal rows, since causal $N_q = N_k$ has
 # $N(N+1)/2$ visible pairs) over the median time. Every run through `bench/harness.py` since (the A/B runs,
-# `cluster_bench*.json`, `bwd_final/`, and the live run at the end of this notebook) divides
-# `counting.headline.attention_flops` (4·d per visible pair) instead; the README ("What the H200 says") lists
+# `cluster_bench*.json`, `bwd_kernels_vs_sdpa_grid/`, and the live run at the end of this notebook) divides
+# `counting.headline.attention_flops` (4·d per visible pair) instead; docs/results.md ("How the numbers are counted") lists
 # which committed file uses which. Records use batch × $N$ = 16k tokens and hidden size 2048, fp16. Tuning-sweep candidates (kernels whose name
 # carries a `{config}`) are left out.
 
@@ -376,20 +376,20 @@ else:
 # The model turns cycles into seconds at one clock. The H200 does not run at one: under these kernels the
 # board sits at its power cap (about 690 W), and the SM clock is whatever that power buys — it depends on
 # what each kernel draws. `lab/clock_probe.py` timed each kernel six times per shape while `nvidia-smi`
-# read the SM clock every 50 ms (`results/stop23/clock`; a *stop* is one numbered round of this
-# project's GPU work, with its notes in `lab/NOTES-tc.md` and its runs in `results/stopNN/`). A time
+# read the SM clock every 50 ms (`results/probe_gpu/sm_clock_power_cap`; a *stop* is one numbered round of this
+# project's GPU work, with its notes in `lab/NOTES-tc.md` and `results/sessions/stopNN/`). A time
 # is cycles / clock, so kilocycles = ms × MHz separates the work from the clock:
 
 # %%
 from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
-clock_path = RESULTS / "stop23" / "clock" / "clock_probe.json"
+clock_path = RESULTS / "probe_gpu" / "sm_clock_power_cap" / "clock_probe.json"
 try:
     clock_rows = json.loads(clock_path.read_text())["rows"]
 except (OSError, ValueError, KeyError):
     clock_rows = []
 if not clock_rows:
-    print("not measured yet: no results/stop23/clock/clock_probe.json")
+    print("not measured yet: no results/probe_gpu/sm_clock_power_cap/clock_probe.json")
 else:
     cells = {}
     for r in clock_rows:  # that run's keys: median_ms, mhz (median SM clock over the timing's window)
@@ -441,10 +441,10 @@ else:
 # lanes, against the figures the model had taken from the datasheets:
 
 # %%
-ceiling_path = RESULTS / "stop25" / "ceiling25" / "tc_ceiling.json"
+ceiling_path = RESULTS / "probe_gpu" / "tc_ceiling" / "tc_ceiling.json"
 ceiling_rows = json.loads(ceiling_path.read_text())["rows"] if ceiling_path.exists() else []
 if not ceiling_rows:
-    print("not measured yet: no results/stop25/ceiling25/tc_ceiling.json")
+    print("not measured yet: no results/probe_gpu/tc_ceiling/tc_ceiling.json")
 else:
     pipes = {}  # path -> (best measured per SM clock, datasheet figure, unit)
     for r in ceiling_rows:
@@ -474,7 +474,7 @@ else:
 # A model earns trust when it says what a change will do before the GPU does. Every A/B of this project
 # times forward()'s build beside variants of it (`default+KNOB=V`, `lab/ab_wgmma_speed.py`) and forward()'s
 # build again as a control. `lab.knob_ab` asks the model for each variant's ratio to forward()'s build
-# and sets it beside the measured ratio. Stop 24's runs (`results/stop24`) were planned this way: the
+# and sets it beside the measured ratio. Stop 24's runs (`results/sessions/stop24`) were planned this way: the
 # model was asked first.
 #
 # - d = 128's persistent build at causal N > 4096: faster except at N = 10240.
@@ -484,9 +484,13 @@ else:
 # %%
 from lab import knob_ab
 
-ab_rows = knob_ab.rows(source="stop24/")
+# the A/B runs of stop 24 (results/sessions/stop24/README.md), each under the knob it timed
+STOP24 = ("fwd_wgmma_d128_persistent_long/", "fwd_wgmma_ragged_section_first/",
+          "fwd_wgmma_causal_sections/kb256_mb1/", "fwd_wgmma_two_q_tiles/")
+
+ab_rows = knob_ab.rows(source=STOP24)
 if not ab_rows:
-    print("not measured yet: no A/B variant rows under results/stop24/")
+    print("not measured yet: no A/B variant rows of stop 24's runs in results/")
 else:
     families = {"SECTION_RAGGED_FIRST": "ragged section first", "PERSISTENT": "persistent past 4k",
                 "CAUSAL_SECTION_KB": "smaller sections", "Q_SLOTS": "two Q tiles"}
@@ -508,7 +512,7 @@ else:
     legend_outside(ax)
     plt.show()
     show_table(["run", "variant", "cells", "model", "measured", "control"],
-               [[s["run"].replace("stop24/", ""), s["variant"].replace("default+", "+"), s["cells"],
+               [[s["run"], s["variant"].replace("default+", "+"), s["cells"],
                  f"{s['model']:.3f}", f"{s['measured']:.3f}", "-" if s["control"] is None else f"{s['control']:.3f}"]
                 for s in knob_ab.summary(ab_rows)])
 

@@ -247,7 +247,7 @@ plt.show()
 # writes its result to HBM for the next one to read back. PyTorch's `math` backend of
 # `scaled_dot_product_attention` is exactly that; its `flash` backend is one fused kernel. The
 # committed timings put them side by side — the forward from `results/bench_kernels.json`, the
-# backward from `results/bwd_final/bwd_bench.json` (an H200, fp16, $B \cdot N = 16$k, $H = 2048/d$)
+# backward from `results/bwd_kernels_vs_sdpa_grid/bwd_bench.json` (an H200, fp16, $B \cdot N = 16$k, $H = 2048/d$)
 # — next to the traffic ratio our counts predict for each pass:
 
 # %%
@@ -273,7 +273,7 @@ else:
     print("not measured yet: no sdpa_math / sdpa_flash timings in", path)
 
 # the backward: the committed run of bench/bench_bwd.py (same setting; every cell's gradients checked first)
-bpath = ROOT / "results" / "bwd_final" / "bwd_bench.json"
+bpath = ROOT / "results" / "bwd_kernels_vs_sdpa_grid" / "bwd_bench.json"
 bdata = json.loads(bpath.read_text()) if bpath.exists() else {}
 brecs, brun = bdata.get("rows", []), bdata.get("meta", {}).get("run_id", "no run id")
 by = {(r["kernel"], r["n"]): r for r in brecs if r.get("ok") and r.get("bwd_ms") and r["dtype"] == "float16"
@@ -298,12 +298,12 @@ else:
 # several times what the byte ratio alone predicts.
 # The counts model Algorithm 0's three passes at full bandwidth; what they leave out - how many kernels
 # the math backend really launches, and what fraction of HBM bandwidth and tensor-core rate each
-# reaches - is for a profiler to measure (notebook 6; `results/bwd_final/bwd_bench.md` has the math
+# reaches - is for a profiler to measure (notebook 6; `results/bwd_kernels_vs_sdpa_grid/bwd_bench.md` has the math
 # backend's backward at 16-48 TFLOP/s against 107-310 for flash's). The direction is the lesson: an unfused
 # backward's five kernels (section 2) pay the same toll for $P$, $dP$ and $dS$. The workbench's own backward
 # kernels are the teaching one (`kernels/fa2.py` launching `kernels/cuda/fa2_bwd.cu`, readable) and the
 # Hopper one (`kernels/fa2_wgmma_bwd.py`: at N ≥ 2k 1.23–1.29× SDPA flash's backward at d = 64 and
-# 1.39–1.44× at d = 128, `results/bwd_final/bwd_bench.md`); they and `kernels.attention`, which
+# 1.39–1.44× at d = 128, `results/bwd_kernels_vs_sdpa_grid/bwd_bench.md`); they and `kernels.attention`, which
 # trains a model with them, are measured in `results/`.
 #
 # ## 6 · The references as a differentiable op

@@ -319,7 +319,7 @@ def test_ab_runs_are_held_out_cells_of_the_builds_the_model_prices():
     assert {c["label"] for c in cells} <= set(AB_VARIANTS) and len(cells) > 300
     train = [c for c in cells if is_train(c)]
     assert len(train) == 12 and all(is_train_wg3(c) for c in train)
-    assert all(c["source"].startswith("tiles64/") and c["dtype"] == "fp16" and not c["causal"]
+    assert all(c["source"].startswith("fwd_wgmma_d64_tiles/") and c["dtype"] == "fp16" and not c["causal"]
                and c["options"]["config"]["NWG"] == 3 and c["n_q"] in (2048, 8192) for c in train)
     wgmma = [c for c in cells if c["kernel"] == "fa2_wgmma"]
     assert wgmma and all(c["options"]["config"].get("TMA") == 1 for c in wgmma)
@@ -682,7 +682,7 @@ def test_masked_steps_cost_and_cudnns_ragged_lengths():
 def test_rescale_threshold_is_priced():
     """fa2_wgmma's RESCALE_THRESHOLD rescales O only when a row max moves past the bound: the model drops FA2 Alg. 1
     line 10's Br x d multiplies per tile from the softmax work; SDPA flash and cuDNN rescale every step. The A/B that
-    took the knob out (results/stop23/recheck_knobs) measured 1.023-1.058x the time."""
+    took the knob out (results/fwd_wgmma_knob_recheck/desc_step_rescale_rowsum) measured 1.023-1.058x the time."""
     from kernels.fa2_wgmma import CONFIGS
 
     cfg = dict(CONFIGS[128], RESCALE_THRESHOLD=8)
@@ -743,7 +743,7 @@ def test_external_descriptors_match_the_kernels_sdpa_launched():
     import math
     import re
 
-    run = json.loads((ROOT / "results/stop28/names26/kernel_names.json").read_text())
+    run = json.loads((ROOT / "results/probe_gpu/sdpa_kernel_names/kernel_names.json").read_text())
     seen = set()
     for r in run["rows"]:
         dtype = "bf16" if r["dtype"] == "bfloat16" else "fp16"

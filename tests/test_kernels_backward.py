@@ -68,7 +68,7 @@ def test_backward_shared_memory_fits_an_h200_at_the_default_blocks():
 
 def test_teaching_backward_default_blocks():
     """fa2_bwd.cu v5: 64 x 64 with the staging where it applies (16-bit, d_pad 128, d % 8 == 0, aligned rows), the
-    H200's fastest (results/teach_bwd_s12); 32 x 32 where it does not; 64 x 64 at d <= 64."""
+    H200's fastest (results/bwd_teaching_ab/v3_v4_staging_tiles); 32 x 32 where it does not; 64 x 64 at d <= 64."""
     from kernels import fa2
 
     assert fa2.backward_blocks(128, torch.float16) == (64, 64) == fa2.backward_blocks(96, torch.bfloat16)  # v5

@@ -242,7 +242,7 @@ def test_size_rule_picks_the_first_matching_build():
 
 
 def test_d64_causal_short_rows_run_the_64_key_four_slot_build_to_896():
-    """stop 23 (results/stop23/d64c23, d64c23b): the 3-CTA Bc = 64 four-slot build runs d = 64 causal rows up to
+    """stop 23 (results/fwd_wgmma_d64_causal_rule/bc64_vs_bc96_run1, d64c23b): the 3-CTA Bc = 64 four-slot build runs d = 64 causal rows up to
     Nk = 896 (0.947-0.989 of the Bc = 96 build's time at 768 and 896 in two runs each), Bc = 96 from 897 keys (level at
     960 and 1k, slower at 1.5k)."""
     bc64 = fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]

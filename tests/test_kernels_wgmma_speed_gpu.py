@@ -316,7 +316,7 @@ ODIRECT = [_odirect(256, "bc64-dyn-od2"), _odirect(256, "dyn-od2"), _odirect(256
            _odirect(96, "dyn-od2-r"),
            _odirect(128, "bc128-dyn-oqt-r", O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1)]
 # and every build forward() runs with O_DIRECT: d = 64's causal rule builds since v13 (the 3-CTA one-warpgroup builds and
-# Br = 192, O_DIRECT=2 in place of O_TILE; results/v13more), with four K/V slots since stop 21
+# Br = 192, O_DIRECT=2 in place of O_TILE; results/fwd_wgmma_o_direct_store_d64), with four K/V slots since stop 21
 ODIRECT += [(d, c) for d, c in fa2_wgmma.default_builds() if c.get("O_DIRECT") and (d, c) not in ODIRECT]
 assert all(c in [x for _, x in ODIRECT] for d, c in fa2_wgmma.default_builds() if c.get("O_DIRECT"))
 

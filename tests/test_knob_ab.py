@@ -19,7 +19,7 @@ def test_variant_labels_and_configs():
 def test_the_ragged_section_was_predicted():
     """stop 24: the model, told of the persistent build's causal order, prices the leftover section last (d = 128
     causal N = 10240: 16 heads in sections of 3) slower than the one-tile build and first faster, as measured."""
-    rs = [r for r in knob_ab.rows(source="stop24/rf24ab/") if r["d"] == 128 and r["n"] == 10240]
+    rs = [r for r in knob_ab.rows(source="fwd_wgmma_ragged_section_first/ab/") if r["d"] == 128 and r["n"] == 10240]
     last = [r for r in rs if "SECTION_RAGGED_FIRST" not in r["variant"]]
     first = [r for r in rs if "SECTION_RAGGED_FIRST" in r["variant"]]
     assert len(last) == len(first) == 4  # two runs, fp16 and bf16

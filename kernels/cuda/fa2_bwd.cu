@@ -47,13 +47,13 @@
 //
 // Version log (llm.c style; H200, fp16, batch*N = 16k, hidden 2048, lab/teach_bwd_ab.py):
 //   v1  (kept as fa2_bwd_v1.cu for the A/B) scalar shared reads, ld = d_pad + 1, P and dS row-major,
-//       scalar dQ atomics. Measured (results/bwd_final, backward TFLOP/s, N = 4096): 25.0 (d = 64)
+//       scalar dQ atomics. Measured (results/bwd_kernels_vs_sdpa_grid, backward TFLOP/s, N = 4096): 25.0 (d = 64)
 //       and 17.9 (d = 128) non-causal, 24.6 / 18.5 causal.
 //   v2  float4 shared reads along each product's reduction index, P^T and dS^T stored transposed, dK, dV,
 //       dQ columns 4tx+64g+e per thread (dQ rows: RA consecutive ones, read from dS^T as float4/float2), dQ added
 //       with one float4 atomicAdd per 4 columns (sm_90; scalar when d % 4 != 0). Shared-memory wavefronts
 //       per warp and step at d = 128: 4352 (v1) -> ~1700, against 2560 cycles of FFMA issue. Measured
-//       (H200, commit b751920, before the dQ-rows change; results/visit2; TFLOP/s at N = 2k/4k/8k):
+//       (H200, commit b751920, before the dQ-rows change; results/sessions/visit2; TFLOP/s at N = 2k/4k/8k):
 //       d = 64 29.9/30.2/30.0 non-causal (v1 25.4/25.0/25.4), 28.2/29.0/29.2 causal (v1 24.0/24.7/24.6);
 //       d = 128 19.1/19.8/21.2 (v1 17.7/18.1/19.0), 19.6/20.6/20.7 causal: 1.2x at d = 64, 1.1x at d = 128.
 //   v3  FA2_PREFETCH (kernels/fa2.py prefetch(): fp16/bf16 at d_pad = 128 with d % 8 == 0, where the staging
@@ -61,10 +61,10 @@
 //       2 Br d_pad 2 bytes: 32 KB at 64 x 64, 203 KB in all) while step i computes, then widened to float32
 //       at the top of step i+1; at one block per SM nothing else hid that load. Not at d <= 64 (the staging
 //       would cost the second block per SM) nor for float32 inputs (64 KB of staging at 64 x 64).
-//       Measured (H200, fp16, d = 128, N = 4k/8k, results/teach_bwd_s12/; TFLOP/s non-causal | causal):
+//       Measured (H200, fp16, d = 128, N = 4k/8k, results/bwd_teaching_ab/v3_v4_staging_tiles/; TFLOP/s non-causal | causal):
 //       at 64 x 64, 29.9/29.8 | 29.2/30.4 against v2's 20.1/21.4 | 21.0/21.1: 1.39-1.49x. At one block per SM the
 //       load of the next Q_i, dO_i was what the 8 warps waited on.
-//   v4  The H200 measured v2 (commit b751920, results/visit2) at 30 TFLOP/s for d = 64 (v1: 25) but
+//   v4  The H200 measured v2 (commit b751920, results/sessions/visit2) at 30 TFLOP/s for d = 64 (v1: 25) but
 //       19-21 for d = 128 (v1: 18-19), below the teaching naive's 24 there: at 64 x 64, d = 128 holds one
 //       block (8 warps) per SM, and its barriers and load latencies have nothing to hide behind (naive's
 //       small kernels run several blocks per SM). kernels/fa2.py's default at d_pad = 128 becomes Br = Bc =

@@ -1,4 +1,4 @@
-// FROZEN v1 of kernels/cuda/fa2_bwd.cu (as measured in results/bwd_final: 25.0 / 17.9 TFLOP/s at N = 4096,
+// FROZEN v1 of kernels/cuda/fa2_bwd.cu (as measured in results/bwd_kernels_vs_sdpa_grid: 25.0 / 17.9 TFLOP/s at N = 4096,
 // d = 64 / 128, fp16, non-causal), kept unchanged as the baseline of lab/teach_bwd_ab.py's A/B. Not shipped:
 // kernels/fa2.py launches fa2_bwd.cu. Its launcher is lab/teach_bwd_ab.py fa2_v1_backward.
 //

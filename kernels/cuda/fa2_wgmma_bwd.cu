@@ -76,13 +76,13 @@
 //       CTA barrier (~15%) sit on the MMA warpgroups' critical path; FA3 hands the reduce to a producer
 //       warp, loads Q/dO with TMA (no cp.async issue slots), and gives the MMA warpgroups 240 registers
 //       with setmaxnreg (this kernel runs at the 255 cap, d=64 spills 60-72 B).
-//       Full grid, one run (results/bwd_final/: fp16 and bf16, d = 64/128, N = 512..16k, causal and not;
+//       Full grid, one run (results/bwd_kernels_vs_sdpa_grid/: fp16 and bf16, d = 64/128, N = 512..16k, causal and not;
 //       gradients checked in every cell first; GPU tests + memcheck + racecheck clean): at N >= 2k backward
 //       1.23-1.29x SDPA flash at d=64, 1.39-1.44x at d=128; 0.77-0.85x cuDNN; forward+backward 1.28-1.52x
 //       flash, 0.81-0.89x cuDNN. N = 16k: 355/350 (d=64, causal) and 435-439/432-436 (d=128) TFLOP/s.
 //       One cell below flash: bf16 d=128 causal N=512 (0.79x; fp16 1.35x in the same run: 4 key blocks
 //       per head, the launch and the preprocess dominate; not re-measured).
-//       ncu, N = 4096 fp16 non-causal (bwd_final/ncu_bwd.csv): tensor pipe active 37.0% (d=64) / 46.3%
+//       ncu, N = 4096 fp16 non-causal (bwd_kernels_vs_sdpa_grid/ncu_bwd.csv): tensor pipe active 37.0% (d=64) / 46.3%
 //       (d=128) of the main kernel against cuDNN's 50.6 / 65.8% and SDPA flash's 45.6 / 49.5%; L2 bytes
 //       11.9 / 11.1 GB against cuDNN's 9.9 / 10.5 GB; DRAM 0.66 / 0.67 GB, the same as both (compulsory
 //       plus the dQ accumulator); 255 registers against cuDNN's 168.

@@ -57,12 +57,12 @@
 //   v2  layouts (issue 14): 4-D tensor maps with the inputs' strides ((B, N, H, d) views read in place),
 //       grouped-query K/V (kv head h / group), d = 96 (tiles padded to two panels) and d = 256 (Br = 128,
 //       Bc = 80, producer at 24 registers). NVRTC: no spills in any build. GPU check and timing:
-//       lab/gpu_check_layouts.sh, H200 (results/layouts_check/): strided and GQA at 0.95-1.03x the
+//       lab/gpu_check_layouts.sh, H200 (results/fwd_wgmma_layouts/v2/): strided and GQA at 0.95-1.03x the
 //       contiguous time at N = 4k/8k; d = 128 N = 8k 594 TFLOP/s, d = 256 N = 8k 655; memcheck clean on
 //       Nq = 300, Nk = 1100 shapes; racecheck of these shapes did not finish in its time cap (not run).
 //   v3  speed knobs (issue 14 item 1), each a compile-time define, off in CONFIGS until measured (A/B in one
 //       run: lab/gpu_check_speed.sh -> lab/ab_wgmma_speed.py; configs: kernels/fa2_wgmma.py SPEED_KNOBS).
-//       Second H200 visit (results/visit2/, 72 cells: fp16/bf16, d = 64/128/256, N = 512-16k, causal
+//       Second H200 visit (results/sessions/visit2/, 72 cells: fp16/bf16, d = 64/128/256, N = 512-16k, causal
 //       and not; ratios are time / time of the build without the knob):
 //       v3a RESCALE_THRESHOLD=8 (FA4): m moves only when a block's max exceeds it by > 2^8 in P; O/l rescale
 //           and its multiply skipped otherwise (wgmma_fa2.cuh). Exact (lse uses the m used). Measured: 0.92-1.07;
@@ -90,7 +90,7 @@
 //           Two S tiles fit beside O at d = 64 Bc = 128 (the shipped Bc), d = 96/128 Bc = 96, d = 256
 //           Bc = 64 (Bc = 128 at d = 128 spills 240 B at 240 registers). NVRTC: no spills. Measured: not yet.
 //       v3e combination dynamic+ahead (d = 256: persistent + two S tiles spill, not built).
-//       Last visit (results/speed_final/: GPU tests 87 passed; every persistent and QK_AHEAD build
+//       Last visit (results/fwd_wgmma_speed_knobs/final/: GPU tests 87 passed; every persistent and QK_AHEAD build
 //       correct on 1, 3 and all CTAs at every d; memcheck of the shipped builds at Nk = 2900, 0 errors; A/B
 //       fp16/bf16, d = 64/128/256, N = 512/1k/2k/8k, causal and not, time / base, geomean N <= 2k | N > 2k):
 //         v3c PERSISTENT=2: d = 64 1.00 | 1.06, d = 128 1.04 | 1.00, d = 256 1.08 | 1.02 (worst cells 1.11-1.22):
@@ -106,22 +106,22 @@
 //       d = 128 at N >= 8k; d = 64 (0.70-0.98x) and N <= 2k remain behind.
 //   v4  size-based builds (kernels/fa2_wgmma.py SIZE_CANDIDATES, SIZE_RULES): NWG=1 (one consumer warpgroup,
 //       no ping-pong partner) with 2-3 CTAs per SM, so one CTA's prologue (Q and the first K through TMA) and
-//       epilogue overlap the other CTAs' products on short key loops. A/B (results/size_rules/, fp16 and
+//       epilogue overlap the other CTAs' products on short key loops. A/B (results/fwd_wgmma_size_rules/, fp16 and
 //       bf16, N = 512-4096, time / the default's): d = 64 Bc = 96 x 3 CTAs 0.76-0.89 at N <= 1024, Bc = 128 x 2
 //       CTAs 0.92-0.99 at N = 2048 -> SIZE_RULES[64]; at N = 4096 both lose (up to 1.13). Persistent (2 CTAs,
 //       dynamic tiles) 0.84-1.32: negative. d = 128 Bc = 96 x 2 CTAs 1.27-1.67: negative (the default's two
 //       ping-ponging warpgroups are what d = 128 needs). Against cuDNN at d = 64 the best build is still 0.88-0.94x.
 //       d = 128 instead: the default with Bc = 128 at Nk <= 512 (SIZE_RULES[128]; three runs, results/
-//       size_rules/d128/: 0.96-0.98 non-causal, 0.87-0.89 causal; memcheck and racecheck at scale clean).
+//       fwd_wgmma_size_rules/d128/: 0.96-0.98 non-causal, 0.87-0.89 causal; memcheck and racecheck at scale clean).
 //       racecheck at the sanitizer's at-scale shapes (Nq = 300, Nk = 2900: each ring slot refilled 8-18 times;
 //       GQA views) of every shipped build (CONFIGS at d = 64/96/128/256) and of the 3-CTA build: 0 hazards
-//       (results/sanitize_wgmma_scale/, results/size_rules/); memcheck of every size candidate: 0 errors.
-//       Issue 14's grid with the rules (results/grid14/: fp16/bf16, d = 64/128/256, N = 512-16k, causal and
+//       (results/sanitize_fwd_wgmma_at_scale/, results/fwd_wgmma_size_rules/); memcheck of every size candidate: 0 errors.
+//       Issue 14's grid with the rules (results/fwd_wgmma_vs_cudnn_grid/v4/: fp16/bf16, d = 64/128/256, N = 512-16k, causal and
 //       not, B*N = 16k): forward()'s default >= cuDNN in 27 of 72 cells (d = 64 2/24, 0.83-1.07x; d = 128 8/24,
 //       0.74-1.11x; d = 256 17/24, 0.89-1.23x); 1.28-2.70x SDPA flash everywhere. Two runs of one build differ by
 //       up to +-7% per cell there (default = CONFIGS at d = 128, 256), so single-cell calls under ~5% are noise.
 //       FA3's published numbers: d = 256 non-causal 16k 714-754 TFLOP/s (FA3 750), d = 128 non-causal 16k 602-634
-//       (650), d = 128 causal 4k 507-541 (690). ncu (results/moonshot/, clocks not locked): at d = 128 causal
+//       (650), d = 128 causal 4k 507-541 (690). ncu (results/ncu_fwd_wgmma_vs_cudnn/moonshot_shapes_run1/, clocks not locked): at d = 128 causal
 //       4k this kernel and cuDNN take the same 0.506 ms, SM throughput 66% / 63%, issue slots 38% / 37%, SM clock
 //       1.62 GHz under load (the 1.98 GHz boost is not held: 1.49 GHz at d = 256). What stands between it and
 //       FA3's figure there is the tensor pipe's idle third (causal tiles of uneven length over 15.5 waves of
@@ -135,12 +135,12 @@
 //           panel of ones after the V slots, the descriptor's LBO pointing at it from each slot), so O's column 64
 //           is sum_j P~_ij in every lane of a quad: the fp32 add per score goes (SASS: 282 -> 18 FADD), l is
 //           rescaled with O. fp16 only: with bf16's P rounding lse moved by 2.3-3.4e-3 (> the 2e-3 promised;
-//           results/rowsum/rowsum/tests_first_run_bf16_lse.log), so bf16 builds drop the knob. H200 A/B
-//           (results/rowsum/rowsum_ab/, fp16, N = 512-16k, causal and not, time / the build without it):
+//           results/fwd_wgmma_row_sum_mma/rowsum/tests_first_run_bf16_lse.log), so bf16 builds drop the knob. H200 A/B
+//           (results/fwd_wgmma_row_sum_mma/rowsum_ab/, fp16, N = 512-16k, causal and not, time / the build without it):
 //           CONFIGS[64] 0.940-1.003, geomean 0.979 (11 of 12 cells faster); the one-warpgroup size builds 0.97-1.12,
 //           geomean 1.009-1.018 (negative: with no second warpgroup the longer P V sits on the critical path).
 //           GPU tests (hypothesis, Nk = 4100, GQA/strided, the rescale ramps) pass; memcheck 0 errors, racecheck 0
-//           hazards at scale. Checked again in two more runs (results/tiles64/tiles_ab/rep1, rep2): the build
+//           hazards at scale. Checked again in two more runs (results/fwd_wgmma_d64_tiles/tiles_ab/rep1, rep2): the build
 //           without it 1.03-1.05x the time fp16 non-causal, 0.99-1.04 causal; bf16 (the same build twice) 0.98-1.02.
 //       v5b NWG=3 (Br = 192, FA3's d = 64 tile; kernels/fa2_wgmma.py TILE_CANDIDATES "br192", "br192-rs"): three
 //           consumer warpgroups, one CTA of 512 threads per SM, consumers at 160 registers (producer 24; Bc = 128:
@@ -151,10 +151,10 @@
 //           that is 0.88-1.14x cuDNN, >= 1.0 in 10 of 24 cells (the grid14 default: 2 of 24), 1.30-1.74x SDPA flash.
 //       v5c EXP2_POLY=1 beside ROW_SUM_MMA ("rs-poly1", "br192-rs-poly1"): 1.00-1.08x the time: negative (one
 //           polynomial exponential per 8 still costs more issue slots than the MUFU op it saves).
-//       v5d Br = 192 with Bc = 96 / 64 (results/tiles64/bc192/): no better than Bc = 128 anywhere: negative.
-//       Grid with these defaults (results/grid_v5/): >= cuDNN in 32 of 72 cells (d = 64 10, d = 128 5,
+//       v5d Br = 192 with Bc = 96 / 64 (results/fwd_wgmma_d64_tiles/bc192/): no better than Bc = 128 anywhere: negative.
+//       Grid with these defaults (results/fwd_wgmma_vs_cudnn_grid/v5_d64/): >= cuDNN in 32 of 72 cells (d = 64 10, d = 128 5,
 //       d = 256 17), 20 of them by >= 4% (an entry timed first in a cell runs ~1.6% faster on average: NOTES-tc.md).
-//   v6  persistent builds for short rows and causal grids (issue 14; results/persist14/, --order abba). ncu had
+//   v6  persistent builds for short rows and causal grids (issue 14; results/fwd_wgmma_persistent/, --order abba). ncu had
 //       shown the dynamic scheduler's causal order (the longest Q block of every head first) moving 1.8-2.7x the DRAM
 //       bytes at d = 128, N <= 1k: ~132 heads' K/V in flight, evicted before their next Q blocks.
 //       v6a CAUSAL_SECTION_KB (tile_coords): longest first within sections of heads whose K and V fit in 16 MB (FA3's
@@ -165,7 +165,7 @@
 //           at N <= 1k (bc128-dyn-oq vs bc128-dyn). Needs a second Q-sized tile: d = 128 Bc <= 160, d = 64 any; not
 //           d = 256 (224 KB) nor Bc = 176. wgmma.cuh gained N = 160 (bc160-dyn-oq: level with Bc = 128 from 2k).
 //       v6c the tile hand-off: every consumer thread arrives on TILE_EMPTY (was: lane 0 after __syncwarp). racecheck
-//           reported the slot's store/load pair as a race wherever a slot was reused (persist14/persist_short/
+//           reported the slot's store/load pair as a race wherever a slot was reused (fwd_wgmma_persistent/persist_short/
 //           racecheck); lab/racecheck_mbarrier_probe.py shows racecheck flags the lane-0 form and a real race, and
 //           accepts per-thread arrivals (persist2/probe.txt). Under the PTX memory model both forms are ordered; the
 //           per-thread form needs no argument about __syncwarp's cumulativity and costs one arrival per thread a tile.
@@ -178,32 +178,32 @@
 //       v6d O_TMA=1 (with O_TILE): each consumer warpgroup stores its 64 rows of O from the staging tile with one TMA
 //           per panel (tma_store, a bulk group; the leader waits for the previous store to have read the tile before
 //           the next epilogue writes it), where every thread issued 16 shared loads, global stores and row checks per
-//           tile (ncu at N = 512: cuDNN runs the same work with 8-25% fewer instructions; persist14/ncu6). d = 128
-//           (bc128-dyn-oqt, persist14/oqt): 0.94-0.99x bc128-dyn-oq's time in every cell at N <= 4k -> SIZE_RULES[128]
+//           tile (ncu at N = 512: cuDNN runs the same work with 8-25% fewer instructions; fwd_wgmma_persistent/ncu6). d = 128
+//           (bc128-dyn-oqt, fwd_wgmma_persistent/oqt): 0.94-0.99x bc128-dyn-oq's time in every cell at N <= 4k -> SIZE_RULES[128]
 //           (Nk <= 4096, causal or not). d = 64 Br = 192: 0.95-1.04, not taken. GPU tests, memcheck clean.
 //       v6e the tile counter zeroes itself: one fetch per tile run, so a launch makes exactly Tr*B*H of them, and
 //           atomicInc wrapping at Tr*B*H - 1 leaves 0 after the last (the value each fetch returns is unchanged); the
 //           launcher keeps one counter per device and stream instead of a torch.zeros (a fill kernel in the stream)
-//           before every call (under graph capture it still makes a fresh one). Measured (persist14/v6e, abba,
+//           before every call (under graph capture it still makes a fresh one). Measured (fwd_wgmma_persistent/v6e, abba,
 //           fp16/bf16, 72 cells): the pre-v6e launch (a torch.zeros before the call) / v6e: 0.99-1.02 at N = 512,
 //           geomean 1.000 over the grid (the fill kernel is ~2 us). GPU tests, memcheck and racecheck (3 CTAs,
 //           forward()'s four persistent builds, O_TMA's first racecheck): 0 errors, 0 hazards. Its producer spills
 //           16 B at d = 64 Br = 192 (was 0).
-//       v6f no kernel change, forward()'s rules (kernels/fa2_wgmma.py SIZE_RULES; persist14/cand7, confirm7, rescale8k):
+//       v6f no kernel change, forward()'s rules (kernels/fa2_wgmma.py SIZE_RULES; fwd_wgmma_persistent/cand7, confirm7, rescale8k):
 //           RESCALE_THRESHOLD=8 at d = 128 now wins: persistent bc128-dyn-oqt 0.94-0.99 in all 16 cells at N <= 4k
 //           (cand7; confirm7 0.94-1.02, geomean 0.976), CONFIGS 0.91-1.005 at 8k-16k (two runs, geomean ~0.96). v3a
 //           had it level one tile per CTA. Not taken: Bc = 160 + O_TMA (0.99-1.16), 3 CTAs + O_TMA at d = 64
 //           (0.95-1.13). Taken at d = 64: Br = 192 + O_TMA for non-causal N <= 2k (0.97-0.99, two runs). The grid
 //           (grid7, two abba runs): >= cuDNN in 56 and 50 of 72 cells (mean of the two: 52). Then d = 256 Bc = 64 persistent (bc64-dyn: 8 whole key
 //           blocks at N = 512 where Bc = 80 runs 7; finer causal diagonal blocks): causal 512-2k 0.95-0.97 of the
-//           default's time (persist14/bc64, bc64b), non-causal 512 0.97-0.98; level with Bc = 80 at causal 4k
+//           default's time (fwd_wgmma_persistent/bc64, bc64b), non-causal 512 0.97-0.98; level with Bc = 80 at causal 4k
 //           (bc64c). Bc = 64 one tile per CTA 0.96-1.11, and d = 64's 3-CTA build at Bc = 64 1.00-1.17 (causal 512
 //           0.97): not taken.
 //   v7  the wgmma pipeline as ptxas builds it (issue 14; lab/NOTES-tc.md v7). kernels/loader.py reads ptxas' "Potential
 //       Performance Loss: wgmma.mma_async instructions are serialized" lines (C7510-C7518) into wgmma_serialized; the
 //       compile tests assert it empty for every build they compile (CONFIGS, the speed, size and tile candidates, the
 //       backward's sweep, every kernel's compile configs). A serialised kernel is correct; only a timing shows it.
-//       v7a TILE_FUSE (not kept; persist14/fuse7): the next tile's S_0 issued in one turn with this tile's last P V, the
+//       v7a TILE_FUSE (not kept; fwd_wgmma_persistent/fuse7): the next tile's S_0 issued in one turn with this tile's last P V, the
 //           epilogue under it. 1.07-1.49x forward()'s default per cell, measured serialised (C7515: S_0 issued in
 //           one branch, read after the join). Two Q tiles, S_0 waited before the back edge, its own S tile, the tile
 //           body in two copies: each still C7515, or spilled 328-2804 B (C7511/C7512). Not a test of the idea.
@@ -215,19 +215,19 @@
 //           d = 96/128 Bc = 128 compiles spill-free but ptxas serialises it, C7512, so the knob keeps Bc = 96).
 //           Measured (abba, fp16/bf16, d = 64/96/128, 72 cells, time / CONFIGS[d]: at d = 64 the same build without
 //           it, at d = 96/128 also Bc = 96 against 128/176 and no ping-pong): v7c (S_{t+1} waited for before the pack)
-//           ahead 1.05-1.49, dynamic+ahead 0.99-1.54 (persist14/ahead7c); v7d ahead 1.05-1.48, dynamic+ahead
-//           0.99-1.53 (persist14/ahead7d; the 0.99 is d = 64 causal N = 512 fp16 both times). Like for like with
+//           ahead 1.05-1.49, dynamic+ahead 0.99-1.54 (fwd_wgmma_persistent/ahead7c); v7d ahead 1.05-1.48, dynamic+ahead
+//           0.99-1.53 (fwd_wgmma_persistent/ahead7d; the 0.99 is d = 64 causal N = 512 fp16 both times). Like for like with
 //           v3d (d = 64, geomean N <= 2k | N > 2k): v3d 1.23 | 1.35, v7d 1.17 | 1.28. Negative on a pipelined build:
 //           at d = 64 ncu has it issue ~5% fewer instructions in 46% more cycles each (7.8 against 5.4 warp cycles
-//           per issued instruction, issue slots 28% against 41%; persist14/ahead7dncu); likely two products queued
+//           per issued instruction, issue slots 28% against 41%; fwd_wgmma_persistent/ahead7dncu); likely two products queued
 //           per warpgroup on the tensor pipe the two warpgroups share leave each waiting longer for its own S (no
 //           stall breakdown was profiled). GPU tests 20 passed (each visit); memcheck and racecheck of ahead@64,
 //           dynamic+ahead@64 on 3 CTAs and ahead@128: 0 errors, 0 hazards (ahead7csan).
-//   v8  no kernel change (issue 14 and 11; results/fresh11, lab/NOTES-tc.md v8).
+//   v8  no kernel change (issue 14 and 11; results/sessions/fresh11, lab/NOTES-tc.md v8).
 //       v8a d = 96 short rows: d = 128's short-N form on CONFIGS[96] (PERSISTENT=2, O_TILE, O_TMA, RESCALE_THRESHOLD=8;
 //           SIZE_CANDIDATES[96] dyn-oqt-r): 0.837-0.969 of CONFIGS[96]'s time at N = 512-4096 (geomean 0.894; without
-//           the threshold 0.857-0.997), fresh11/d96. forward() runs it up to Nk = 4096 (SIZE_RULES[96]): d = 96 is then
-//           >= cuDNN in 26 of 28 cells at N <= 4k (fresh11/d96) and 21 of 24 over N = 512-16k (d96rule; causal N = 512
+//           the threshold 0.857-0.997), fwd_wgmma_d96_rule/candidates. forward() runs it up to Nk = 4096 (SIZE_RULES[96]): d = 96 is then
+//           >= cuDNN in 26 of 28 cells at N <= 4k (fwd_wgmma_d96_rule/candidates) and 21 of 24 over N = 512-16k (d96rule; causal N = 512
 //           0.99 twice, bf16 8k 0.975 on CONFIGS). GPU tests 6 passed, memcheck 0 errors and racecheck 0 hazards on 3
 //           CTAs (one d = 96 shape, non-causal), forward()'s
 //           dispatch and layouts tests 43 passed.
@@ -236,22 +236,22 @@
 //           kernel's step holds K_j and V_{j+1} at once (S_j issued with P_{j+1} V_{j+1}), so each load waits for
 //           the product that frees its slot. cuDNN's one-slot d = 256 kernel runs at 0.94-1.28x the two-slot default.
 //   v9  DESC_STEP (wgmma_fa2.cuh): each operand's wgmma descriptor built once per product and stepped by the k-slice's
-//       offset, not rebuilt (and, shift, or) for every wgmma. ncu per opcode at N = 512 (fresh11/opcodes512, the
+//       offset, not rebuilt (and, shift, or) for every wgmma. ncu per opcode at N = 512 (ncu_fwd_wgmma_vs_cudnn/opcodes_n512, the
 //       builds without it): at d = 128 this kernel executes 46.3M warp instructions to cuDNN's 43.2M for the same
 //       HGMMA, MUFU, FMNMX and F2FP counts; it issues 7.4M fewer FP32 instructions (FFMA where cuDNN has FMUL + FADD)
 //       but 4.5M more uniform-datapath descriptor math (ULOP3, USHF, ULEA: ~0 in cuDNN) and 5.3M more mbarrier wait
-//       loop (SYNCS, BRA, YIELD). A/B of forward()'s builds with and without it (fresh11/desc9, desc9ab; two grid runs,
+//       loop (SYNCS, BRA, YIELD). A/B of forward()'s builds with and without it (fwd_wgmma_desc_step/tests_memcheck_ab, desc9ab; two grid runs,
 //       abba, 72 cells each): geomean per d 0.98-0.998 at N <= 4k, 0.98-1.00 above; cells 0.924-1.048, faster in 55
 //       and 57 of 72 (the 1.048,
 //       d = 128 fp16 non-causal 4k, was 0.991 in the second run). GPU tests of every SIZE_RULES build and CONFIGS with
 //       it (hypothesis shapes, long key loops, 3 persistent CTAs): 24 passed; memcheck of two persistent builds on 3
 //       CTAs: 0 errors. forward() runs it (kernels/fa2_wgmma.py DEFAULT_KNOBS); explicit configs keep DESC_STEP=0.
-//       forward()'s dispatch, head-dim and layouts GPU tests with it: 43 passed (results/wgskip/desc9final).
+//       forward()'s dispatch, head-dim and layouts GPU tests with it: 43 passed (results/fwd_wgmma_idle_warpgroup_skip/desc9final).
 //   v10 WG_SKIP: a consumer warpgroup whose 64 rows all lie past Nq (the last Q block of a ragged Nq; Br = 192 at N = 512
 //       leaves a third of its last block's rows past Nq, 11% of the products, and at N = 1000 two of its three
 //       warpgroups) issues no product and no softmax. It waits on each full barrier and arrives on each empty one as
 //       the working path does, takes its ping-pong turns and hands Q back, then leaves the tile before O is zeroed.
-//       Three forms, A/B against forward()'s builds without it (results/wgskip/, abba, fp16/bf16, d = 64-256,
+//       Three forms, A/B against forward()'s builds without it (results/fwd_wgmma_idle_warpgroup_skip/, abba, fp16/bf16, d = 64-256,
 //       N = 512-8192 with ragged 1000 and 3000, time / without; forms 1-2 at d = 64/96/128):
 //         form 1, the tile body in an if/else on the idle test: 0.95-1.14 (geomean 1.04-1.07), slower even where no
 //           warpgroup is ever idle (the d = 64 one-warpgroup builds, whose idle test is always false: 1.07-1.10);
@@ -274,13 +274,13 @@
 //           The warp index goes through the shuffle only where a warpgroup can idle (NWG > 1): the one-warpgroup builds
 //           compile to the cubin without WG_SKIP (after review: with the shuffle they had differed by one SHFL).
 //           forward()'s dispatch, head-dim and layouts GPU tests with it at every d: 43 passed; racecheck of d = 256's
-//           two persistent builds on 2 CTAs at the at-scale shapes: 0 hazards (results/wgskip/wgskipfinal).
+//           two persistent builds on 2 CTAs at the at-scale shapes: 0 hazards (results/fwd_wgmma_idle_warpgroup_skip/wgskipfinal).
 //   v11 WG_CAUSAL_SKIP: causal, the key loop runs j = T-1 down to 0 and T is set by the Q block's last row; warpgroup 0
 //       of Br = 128 with Bc = 64 (or of Br = 192) sees no key of block T-1 in any of its rows. It walks such blocks as
 //       WG_SKIP walks a tile (full waits, empty arrivals, one ping-pong turn each) and runs Tw = T - sk steps from ring
 //       position kv_it + sk (kernels/fa2_wgmma.py causal_walk_steps: d = 256 Bc = 64 at N = 512 walks 4 of 40
 //       warpgroup-steps, 10%; 3% at 2k; Br = Bc = 128 at Nq = Nk none). Same registers, no spill, one SHFL per tile.
-//       Two A/B runs (results/cskip/cskipab, cskipfinal; abba, fp16/bf16, d = 64-256, N = 512-8192), time / without:
+//       Two A/B runs (results/fwd_wgmma_causal_warpgroup_skip/cskipab, cskipfinal; abba, fp16/bf16, d = 64-256, N = 512-8192), time / without:
 //       d = 256 causal N = 512 0.975-0.981 and 1k 0.972-1.005 in both runs (geomean of the two 0.976-0.988), 2k-8k
 //       0.99-1.00; elsewhere level (two-run geomean per cell 0.967-1.029, the same spread as cells whose cubin is
 //       unchanged: the one-warpgroup d = 64 builds 1.005-1.019). Exact, so forward() runs it (DEFAULT_KNOBS). GPU tests
@@ -296,14 +296,14 @@
 //       tile loop and hands the turn back as it issues its last P V; warpgroup 0 takes the last arrival before it exits
 //       (FA3's mma_init arrives once per kernel). The protocol's count per tile is unchanged (T+1 turns each), so one
 //       arrival is outstanding between tiles. It acts where the next Q is in before the epilogue ends (O_TILE):
-//       two A/B runs (results/carry/carryab, carryfinal), time / without, N = 512-4096: d = 96 geomean 0.982
+//       two A/B runs (results/fwd_wgmma_turn_carry/carryab, carryfinal), time / without, N = 512-4096: d = 96 geomean 0.982
 //       (causal 512-1k 0.961-0.976), d = 128 0.983 (N = 512 0.968-0.990); d = 256 (no O_TILE) level. GPU tests of every
 //       ping-pong build (hypothesis shapes, warpgroup 1 idle in the last Q block, causal Q blocks with no key and no
 //       turn, 1 and 3 persistent CTAs, strided GQA): 24 passed; synccheck / memcheck / racecheck on 2 CTAs: 0 / 0 / 0.
 //       With it off the builds compile to the cubins before it. forward() runs it on its O_TILE ping-pong builds.
 //   v13 O_DIRECT: d = 256 has no smem for O_TILE (Q 64 KB + two K/V stages leave 35 KB at Bc = 64), so its persistent
 //       builds staged O through the Q tile and the next tile's Q load waited for the epilogue (the cells furthest behind
-//       cuDNN after v12: causal N = 512 0.85-0.92, non-causal 512 0.96-0.98; results/grid20). O_DIRECT writes O
+//       cuDNN after v12: causal N = 512 0.85-0.92, non-causal 512 0.96-0.98; results/fwd_wgmma_vs_cudnn_grid/v12). O_DIRECT writes O
 //       from the accumulator registers straight to global memory (each quad of lanes a 16-byte run of a row: the L2
 //       merges the halves of each sector) and hands Q back after the tile's last S, as O_TILE does, so the next Q loads
 //       under the last P V and the epilogue. O_DIRECT=1 (4-byte stores, half a sector each): 1.03-1.13x the v12 build's
@@ -313,23 +313,23 @@
 //       N = 512 0.926-0.949, cells 0.926-1.015. With TURN_CARRY added 0.985 (odirect2): not taken with it. GPU tests
 //       (both forms at every d, hypothesis shapes, idle warpgroups, causal Nq > Nk, 1 and 3 persistent CTAs, strided
 //       GQA): 33 passed; memcheck / racecheck / synccheck on 2 CTAs: 0 / 0 / 0. forward() runs O_DIRECT=2 at d = 256.
-//       In place of O_TILE at d = 64 (results/v13more: d64c13, d64od), two runs: causal 0.962-0.971 at N <= 4k,
+//       In place of O_TILE at d = 64 (results/fwd_wgmma_o_direct_store_d64: d64c13, d64od), two runs: causal 0.962-0.971 at N <= 4k,
 //       0.986 above, non-causal level; forward()'s d = 64 causal builds run it (42 GPU tests passed, memcheck /
 //       racecheck 0 / 0). In place of O_TILE + O_TMA at d = 96/128 (odirect3, odirectfinal): causal 0.981-0.994 with
 //       the new build timed second, and a third run at d = 96 with the order reversed level (d96od); kept off.
-//   stop 21 (results/stages21): STAGES=4 in d = 64's short-row builds (three runs: causal N = 512 0.957-0.986,
+//   stop 21 (results/sessions/stop21): STAGES=4 in d = 64's short-row builds (three runs: causal N = 512 0.957-0.986,
 //       non-causal N <= 2k 0.975-1.008; SIZE_RULES[64]); a third slot at d = 96/128 with O from registers, level; two
 //       CTAs per SM at d = 128, 1.05-1.28x. MAX_TREE (wgmma_fa2.cuh): the row max as a tree, after ncu put our warps at
 //       2.2 cycles per instruction of fixed-latency waits against cuDNN's 1.0 (stall21). Exact, same registers; GPU
 //       tests 42 passed. Two runs (tree21, tree21b), time / forward()'s build: d = 128 0.986 and 0.997 against the
 //       control's 1.004 and 1.012, d = 64/96/256 level; cells 0.920-1.103. Not taken: the waits are spread over the
 //       SASS (stall21's per-instruction samples of the wait stall: MUFU 19%, HGMMA 13%, the max's FMNMX 8%, FADD 7%).
-//   stop 22 (results/stop22): MAX_TREE taken at d = 128 after a third run (knobs22: 0.987 against the control's
+//   stop 22 (results/sessions/stop22): MAX_TREE taken at d = 128 after a third run (knobs22: 0.987 against the control's
 //       0.999; each of the three runs 1.2-1.8% under its control, within the A/B's added-entry bias found later in the
 //       stop: exact and register-neutral, so kept). Also in knobs22 at d = 128 N <= 2k: no ping-pong
 //       (PINGPONG=0, both warpgroups issue freely) 1.002, level; the static persistent scheduler (PERSISTENT=1) 1.086
 //       (causal 1.165: its tiles are not longest-first): not taken.
-//   stop 23 (results/stop23; no kernel change): the SM clock is set by the board's power cap (1545-1980 MHz; bf16
+//   stop 23 (results/sessions/stop23; no kernel change): the SM clock is set by the board's power cap (1545-1980 MHz; bf16
 //       3-5% faster than fp16 for the same cycles), so the harness now records each timing's clock; in cycles d = 128
 //       causal N = 512 runs 3% more than cuDNN at the same clock. CAUSAL_SECTION_KB 4 / 8 / 32 MB against 16: level or
 //       worse over three runs, not taken. forward()'s d = 64 causal rule runs the 3-CTA Bc = 64 four-slot build to
@@ -349,7 +349,7 @@
 //       half22ab2) d = 128 causal 0.974 and 0.973 (controls 0.995, 0.992), but the cells where it cannot act
 //       (non-causal, d = 256 Bc = 64) as far under their controls; with roles reversed (isolate22) without / with
 //       1.001 causal. The GPU model, told of it, predicts 0.966 (N = 512) to 0.990 (4k). forward() runs it nowhere.
-//   stop 24 (results/stop24):
+//   stop 24 (results/sessions/stop24):
 //     Q_SLOTS=2: two Q tiles in the persistent Q_EARLY builds, so the producer loads the next tile's Q as soon as it
 //       reaches that tile, not after this tile's last S (stall21: 3.7% of the warp-state samples at d = 128 causal
 //       N = 512 sat on the consumers' wait for Q at a tile's start). Same registers, no spill; GPU tests of the six
@@ -525,7 +525,7 @@ __device__ __forceinline__ void turn_end(int cg) {
 // shorter one), so the last tiles to start are the short ones, within sections of heads whose K and V fit in
 // CAUSAL_SECTION_KB (FA3's L2 swizzle of its LPT scheduler): ordered over every head at once, the CTAs running
 // together read the K/V of ~132 heads, evicted before the same heads' next Q blocks reread them (ncu at
-// d = 128, N = 512-1024: 1.8-2.7x the DRAM bytes of the one-tile-per-CTA grid; results/tiles64/
+// d = 128, N = 512-1024: 1.8-2.7x the DRAM bytes of the one-tile-per-CTA grid; results/fwd_wgmma_d64_tiles/
 // short128_ncu). CAUSAL_SECTION_KB=0: one section. Non-causal: a head's Q blocks are consecutive, so CTAs
 // running at the same time share its K and V in L2.
 __device__ __forceinline__ void tile_coords(int tile, int Tr, int BH, bool causal, int Nk, int group, int& m_block,

@@ -55,7 +55,7 @@
 //       across its back edge, or a rank from %cluster_ctarank that ptxas cannot prove warp-uniform, each made
 //       ptxas serialise every wgmma: C7515 / C7518). Candidates beside it (kernels/v_once_cluster.py SWEEP): NWG=2,
 //       Bc=128 (NWG=1; with NWG=2 at d=128 it spills 8-20 B); CS = 16 (non-portable, shape set at launch).
-//       H200 (first visit, results/visit2 on main): correct on every memcheck shape (CS 1..8, default and
+//       H200 (first visit, results/sessions/visit2 on main): correct on every memcheck shape (CS 1..8, default and
 //       NWG=2); DRAM bytes 0.974-0.976x the compulsory Q, K, V, O (ncu: no f byte leaves the chip); 3.2-3.7x
 //       fa2_wgmma's time (N = 4k d = 64/128, 8k d = 128); Bc=128 hung (the launcher's TMA box stayed 64 rows).
 //   v2  per CTA ~18 us at N = 4k, mostly exposed latency: a 2-slot ring gave the producer one pair of blocks of
