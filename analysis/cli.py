@@ -1,6 +1,7 @@
 """fa-traffic: HBM traffic, FLOPs, SRAM and a roofline for every variant, from the closed forms.
 
-    fa-traffic report                      # all variants, N = 1k, 4k, 16k, d = 64, fp16, H200 SRAM
+    fa-traffic report                      # all variants, N = 1k, 4k, 16k, d = 64, fp16, H200 SRAM, at the
+                                           # benchmarks' full GPU (B = 16k/N, H = 2048/d), as predict
     fa-traffic report --seq-len 1k,4k,16k,64k --causal --format json
     fa-traffic sweep-sram --plot docs/theorem2.png   # FA1 Theorem 2: traffic against SRAM size M
     fa-traffic gpus                        # the GPU figures and their sources
@@ -212,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"log-spaced sizes (default {DEFAULT_POINTS}, at most {MAX_POINTS})")
     from analysis import gpu_cli  # predict, validate: the GPU model (issue 11)
 
-    gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of})
+    gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of, "gpu": _gpu})
     g = sub.add_parser("gpus", help="the GPU figures and their sources")
     g.add_argument("--format", choices=("table", "json"), default="table")
     return parser
@@ -341,8 +342,9 @@ class _Plan:
 
     def __init__(self, args, sweep: bool):
         check_applicable(args, sweep)
-        if getattr(args, "full_gpu", None) is None:  # report: the GPU model at the bench's B, H
-            args.full_gpu = args.batch is None and args.heads is None
+        if getattr(args, "full_gpu", None) is None:  # report's forward without --batch/--heads: the bench's B, H
+            args.full_gpu = (not sweep and getattr(args, "pass_name", "forward") == "forward"
+                             and args.batch is None and args.heads is None)
         args.batch, args.heads = args.batch or 1, args.heads or 1
         self.args, self.sweep = args, sweep
         self.by_kernel = (not sweep and getattr(args, "blocks", "fa1-rule") == "kernel"
@@ -368,11 +370,14 @@ class _Plan:
         naive = any(name == "naive" for name, _ in configs)
         for n_q, n_k, d in self.problems:  # sizes past int64 indexing: before any output
             try:
-                checks.check_problem(args.batch, args.heads, n_q, n_k, d, causal=args.causal,
+                checks.check_problem(*self.shape(n_q, d), n_q, n_k, d, causal=args.causal,
                                      block_q=args.block_q or 1, block_k=args.block_k or 1,
                                      scores_in_hbm=naive)
             except ValueError as e:
-                raise CliError(f"Nq={n_q}, Nk={n_k}, d={d}: {e}") from None
+                batch, heads = self.shape(n_q, d)
+                shape = (f" (at B={batch} H={heads}, the default: the benchmarks' full GPU; --batch 1 --heads 1 for "
+                         "one head)" if args.full_gpu else "")
+                raise CliError(f"Nq={n_q}, Nk={n_k}, d={d}: {e}{shape}") from None
         # an error only if nothing at all can fit the smallest SRAM asked for
         _check_sram_can_hold_something(configs, self.problems, min(self.srams), args.dtype)
         if not sweep and any(o.get("placement") == "cluster" for _, o in configs):  # asked for: it must exist
@@ -389,6 +394,15 @@ class _Plan:
         self.total = rows
         self.dims = sorted({d for _, _, d in self.problems})
 
+    def shape(self, n_q: int, d: int) -> tuple[int, int]:
+        """(B, H) of a row: --batch/--heads (1 where one is left out), else on report's forward the benchmarks' full
+        GPU (report_gpu.full_gpu_problem), the shape `fa-traffic predict` defaults to, so the two agree."""
+        if self.args.full_gpu:
+            from analysis.report_gpu import full_gpu_problem
+
+            return full_gpu_problem(n_q, d)
+        return self.args.batch, self.args.heads
+
     def sweep_labels(self) -> list[str]:
         """The sweep table's value columns, in series order (as _sweep_key names a record)."""
         return [f"{name}_swapped" if rule == "swapped" else
@@ -398,6 +412,7 @@ class _Plan:
     def __iter__(self):
         args = self.args
         for n_q, n_k, d in self.problems:
+            batch, heads = self.shape(n_q, d)
             for sram in self.srams:
                 for name, opts, rule in self.series:
                     br, bc, rule_ = _blocks(args, sram, d, rule)
@@ -414,7 +429,7 @@ class _Plan:
                                 desc, why = None, (f"the GPU model walks each of the {-(-n_q // br):,} Q "
                                                    f"blocks; over its limit of {MAX_MODEL_Q_BLOCKS:,}")
                     try:
-                        tr = cf.counts(name, args.batch, args.heads, n_q, n_k, d, causal=args.causal,
+                        tr = cf.counts(name, batch, heads, n_q, n_k, d, causal=args.causal,
                                        dtype=args.dtype, block_q=br, block_k=bc, sram_bytes=sram, **opts)
                     except ValueError as e:
                         raise CliError(f"{name} at Nq={n_q}, Nk={n_k}, d={d}: {e}") from None
@@ -428,11 +443,10 @@ class _Plan:
                         from analysis import report_gpu
 
                         try:
-                            rec["gpu_model"] = (report_gpu.model_record(desc, args.batch, args.heads, n_q, n_k,
-                                                                        d, args.dtype, args.causal,
-                                                                        full_gpu=args.full_gpu)
+                            rec["gpu_model"] = (report_gpu.model_record(desc, batch, heads, n_q, n_k, d, args.dtype,
+                                                                        args.causal, self.gpu.key)
                                                 if desc is not None else {"why": why})
-                        except ValueError as e:  # e.g. the full GPU's B·H past int64 sizes at this N
+                        except ValueError as e:  # e.g. a B·H past the model's work tiles at this N
                             rec["gpu_model"] = {"why": f"no GPU model here ({e})"}
                     yield rec
 
@@ -678,29 +692,34 @@ def render_csv(recs, file=None) -> None:
 def _kernel_caption(args, recs, gpu) -> str:
     from analysis import report_gpu
 
-    g = next((r["gpu_model"] for r in recs if "time_s" in r.get("gpu_model", {})), None)
     why = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})})
-    bh = ("at B = 16k/N, H = 2048/d, as every bench (a full GPU; --batch/--heads to choose)"
-          if g and recs[0]["batch"] * recs[0]["heads"] != g["model_batch"] * g["model_heads"] else "")
     teaching = [v for v, k in report_gpu.KERNEL_OF.items() if report_gpu.is_teaching(k)]
     kernels = ", ".join(f"{v} on {k}" for v, k in report_gpu.KERNEL_OF.items())
     # one short line per idea: the plain-text table is wide, a one-line caption of 800 characters is not read
     lines = [
-        f"B={recs[0]['batch']} H={recs[0]['heads']} {args.dtype}{' causal' if args.causal else ''}; each variant "
-        f"at its kernel's blocks: {kernels} (--blocks fa1-rule for FA1's rule).",
+        f"{gpu.name}, {_shape_text(args, recs)}, {args.dtype}{' causal' if args.causal else ''}.",
+        f"each variant at its kernel's blocks: {kernels} (--blocks fa1-rule for FA1's rule).",
         f"{', '.join(teaching)} run on the teaching tier (float32 FFMA, readable, untuned), fa2 and v_once on "
         "tensor cores: compare the algorithms by the byte and FLOP columns; TFLOP/s says what each kernel reaches.",
         "requests: the papers' count (global-memory requests, no cache); L2: SM→L2 requests; DRAM: after the L2 "
         "residency model.",
         "× min, FLOP/B min: against Q (rows that see a key), K, V read once and O, lse written once.",
-        f"bound, TFLOP/s: the GPU model of the {gpu.name}{' ' + bh if bh else ''}; fa-traffic validate checks it "
-        "against every committed measurement.",
+        f"bound, TFLOP/s: the GPU model of the {gpu.name} (as fa-traffic predict prints it); fa-traffic validate "
+        "checks it against every committed measurement.",
         "smem: what the kernel allocates per thread block (S, P in registers), or, for a row no kernel runs, the "
         "reference's working set (✗ = over the SRAM).",
     ]
     if why:
         lines.append(f"rows marked (papers'): {'; '.join(why)}.")
     return "\n".join(lines)
+
+
+def _shape_text(args, recs) -> str:
+    """The B, H the rows assumed, as the caption's first line says it."""
+    from analysis.report_gpu import shape_text
+
+    shapes = {(r["seq_q"], r["head_dim"]): (r["batch"], r["heads"]) for r in recs}
+    return shape_text(shapes or {(0, 0): (args.batch, args.heads)}, getattr(args, "full_gpu", False))
 
 
 def _caption(args, srams, dims, gpu, recs=()) -> str:
@@ -715,7 +734,7 @@ def _caption(args, srams, dims, gpu, recs=()) -> str:
     if whys:  # --blocks kernel, but no row has the GPU model
         blocks = f"each variant's kernel (no GPU model: {'; '.join(whys)})"
     return "\n".join([  # short lines, as the kernel report's caption
-        f"B={args.batch} H={args.heads} d={','.join(map(str, dims))} {args.dtype}{' causal' if args.causal else ''}; "
+        f"{_shape_text(args, recs)} d={','.join(map(str, dims))} {args.dtype}{' causal' if args.causal else ''}; "
         f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}.",
         f"roofline of the papers' count, {gpu.name} datasheet: no cache, so not what bounds the GPU "
         "(the default --blocks kernel has the GPU model).",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 
-PREDICT_KEYS = ("kernel", "build", "batch", "heads", "seq_q", "seq_k", "head_dim", "dtype", "causal",
+PREDICT_KEYS = ("kernel", "build", "gpu", "batch", "heads", "seq_q", "seq_k", "head_dim", "dtype", "causal",
                 "block_q", "block_k", "ctas_per_sm", "time_s", "gpu_time_s", "host_s", "tflops", "l2_bytes",
                 "dram_bytes", "requests_bytes", "dsmem_bytes", "bound", "terms", "track_record")
 # track_record: how the model's time compared with every committed held-out timing of this kernel, head dim and causal
@@ -31,11 +31,15 @@ PREDICT_KEYS = ("kernel", "build", "batch", "heads", "seq_q", "seq_k", "head_dim
 
 def add_subcommands(sub, common_types: dict) -> None:
     """Register predict and validate on cli.py's subparsers (common_types: its argument parsers)."""
-    count, pos, lst = common_types["count"], common_types["positive"], common_types["list"]
+    count, pos, lst, gpu = (common_types[k] for k in ("count", "positive", "list", "gpu"))
     p = sub.add_parser("predict", help="the GPU model's time, bound and traffic levels of one kernel")
     p.add_argument("--kernel", required=True, help="a KERNELS name, sdpa_flash or sdpa_cudnn")
-    p.add_argument("--batch", type=pos, default=1)
-    p.add_argument("--heads", type=pos, default=1)
+    p.add_argument("--batch", type=pos, help="batch B (default: the benchmarks' full GPU, B = 16k/N, as report; "
+                                              "1 when only --heads is given)")
+    p.add_argument("--heads", type=pos, help="heads H (default: the benchmarks' full GPU, H = 2048/d, as report; "
+                                              "1 when only --batch is given)")
+    p.add_argument("--gpu", type=gpu, default="h200", help="the GPU to model (default h200; the model covers "
+                                                           "gpumodel.gpu_model.COVERED_GPUS)")
     p.add_argument("--seq-len", action="append", type=lst(count), required=True, help="Nq (list allowed)")
     p.add_argument("--seq-len-k", type=count, help="Nk (default = Nq)")
     p.add_argument("--head-dim", type=pos, required=True)
@@ -74,6 +78,11 @@ def predict_records(args, error) -> list[dict]:
     names = kernel_names()
     if args.kernel not in names:
         raise error(f"unknown kernel {args.kernel!r}; choose one of {', '.join(names)}")
+    if args.gpu not in gm.COVERED_GPUS:
+        from counting.gpus import GPUS
+
+        raise error(f"the GPU model covers the {', '.join(GPUS[g].name for g in gm.COVERED_GPUS)} only "
+                    f"(--gpu {', '.join(gm.COVERED_GPUS)}; fitted to its measurements), not the {GPUS[args.gpu].name}")
     opts = {}
     if args.placement or args.rescale:
         if args.kernel not in ("v_once", "v_once_tc"):
@@ -86,6 +95,7 @@ def predict_records(args, error) -> list[dict]:
     recs = []
     for n_q in _flat(args.seq_len):
         n_k = args.seq_len_k or n_q
+        batch, heads = shape(args, n_q)
         try:
             if knobs is not None:
                 from kernels import fa2_wgmma
@@ -99,12 +109,12 @@ def predict_records(args, error) -> list[dict]:
                 raise ValueError(f"Nq = {n_q:,} is {t_r:,} Q blocks of {desc.block_q} rows; the GPU model walks every Q "
                                  f"block and takes at most {MAX_MODEL_Q_BLOCKS:,} (report shows the papers' roofline "
                                  "past it)")
-            p = gm.predict_work(gm.prepare(desc, args.batch, args.heads, n_q, n_k, args.head_dim, args.dtype,
-                                           args.causal))
+            p = gm.predict_work(gm.prepare(desc, batch, heads, n_q, n_k, args.head_dim, args.dtype,
+                                           args.causal, gpu=args.gpu), gpu=args.gpu)
         except ValueError as e:
             raise error(str(e).splitlines()[0]) from None
         b = gm.as_benchmarked(p)
-        recs.append(dict(kernel=p.kernel, build=p.build, batch=args.batch, heads=args.heads, seq_q=n_q, seq_k=n_k,
+        recs.append(dict(kernel=p.kernel, build=p.build, gpu=args.gpu, batch=batch, heads=heads, seq_q=n_q, seq_k=n_k,
                          head_dim=args.head_dim, dtype=args.dtype, causal=args.causal, block_q=p.block_q,
                          block_k=p.block_k, ctas_per_sm=p.ctas_per_sm, time_s=b["time_s"], gpu_time_s=b["gpu_time_s"],
                          host_s=b["host_s"], tflops=b["tflops"],
@@ -113,6 +123,27 @@ def predict_records(args, error) -> list[dict]:
                          track_record=accuracy.record(args.kernel, args.head_dim, args.causal, track),
                          **({"config": opts["config"]} if knobs is not None else {})))
     return recs
+
+
+def full_gpu(args) -> bool:
+    """Neither --batch nor --heads given: each length at the benchmarks' full GPU (report's default too)."""
+    return args.batch is None and args.heads is None
+
+
+def shape(args, n_q: int) -> tuple[int, int]:
+    """(B, H) predict prices at Nq = n_q: as report's rows (analysis.report_gpu.full_gpu_problem by default)."""
+    from analysis.report_gpu import full_gpu_problem
+
+    return full_gpu_problem(n_q, args.head_dim) if full_gpu(args) else (args.batch or 1, args.heads or 1)
+
+
+def header_line(args, recs) -> str:
+    """The GPU and the B, H assumed: "fa-traffic predict: the GPU model of the NVIDIA H200 ..., B=4 H=16 (...)"."""
+    from analysis.report_gpu import shape_text
+    from counting.gpus import GPUS
+
+    shapes = {(r["seq_q"], r["head_dim"]): (r["batch"], r["heads"]) for r in recs}
+    return f"fa-traffic predict: the GPU model of the {GPUS[args.gpu].name}, {shape_text(shapes, full_gpu(args))}"
 
 
 def _knobs(text, kernel, error) -> dict | None:
@@ -138,7 +169,8 @@ def _knobs(text, kernel, error) -> dict | None:
     return out
 
 
-def _table(header, rows, fmt, recs, file=None):
+def _table(header, rows, fmt, recs, file=None, title=None):
+    """recs in fmt; title (table and markdown only) names what the table assumed."""
     from analysis import cli
 
     file = file or sys.stdout
@@ -148,9 +180,11 @@ def _table(header, rows, fmt, recs, file=None):
     elif fmt == "csv":
         cli.render_csv(recs, file)
     elif fmt == "markdown":
+        if title:
+            print(title + "\n", file=file)
         cli.render_markdown(header, rows, file)
     else:
-        cli.render_table(header, rows, file=file)
+        cli.render_table(header, rows, file=file, title=title)
 
 
 def cmd_predict(args, error) -> int:
@@ -169,7 +203,7 @@ def cmd_predict(args, error) -> int:
         header += ["DSMEM", "t DSMEM", "t sync"]
         for row, r in zip(rows, recs):
             row += [human_bytes(r["dsmem_bytes"])] + [human_time(r["terms"].get(k, 0.0)) for k in ("dsmem", "sync")]
-    _table(header, rows, args.format, recs)
+    _table(header, rows, args.format, recs, title=header_line(args, recs))
     if args.format in ("table", "markdown"):
         print(track_caption(recs))
     return 0
