@@ -15,8 +15,6 @@ the backward (its five products to the forward's two), 3.5 for train.
 """
 from __future__ import annotations
 
-import sys
-
 from counting import backward_forms as bf
 from counting import closed_forms as cf
 from counting.gpus import get_gpu
@@ -59,7 +57,7 @@ def build_records(args) -> list[dict]:
         why = f"no backward closed form for {', '.join(missing)} (counting/backward_forms.py)"
         if cli._flatten(args.variant):
             raise cli.CliError(f"--pass {args.pass_name}: {why}")
-        print(f"fa-traffic: --pass {args.pass_name} leaves out {', '.join(missing)}: {why}", file=sys.stderr)
+        cli.say(f"fa-traffic: --pass {args.pass_name} leaves out {', '.join(missing)}: {why}")
         configs = [(name, opts) for name, opts in configs if name not in missing]
     problems = cli._problems(args, cli.DEFAULT_SEQ)
     sram = args.sram or gpu.sram_bytes

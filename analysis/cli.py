@@ -23,8 +23,9 @@ so in the row). Any size within them
 answers in well under a second per row (the closed forms do not loop over blocks). json and csv are
 written as the rows are computed (tables hold their rows); a progress bar shows on a terminal's stderr for long jobs.
 Integers are parsed exactly (no float round trip); a flag that does not apply to the command or the
-chosen variants is an error, never silently ignored. Output errors (closed pipe, full disk) end with
-one line on stderr and exit status 1.
+chosen variants is an error, never silently ignored. Output errors (stdout closed, a closed pipe, a full
+disk) end with one line on stderr and exit status 1 (EXIT_OUTPUT); with stderr closed, errors are not
+printed at all (never to stdout) and the exit status alone tells.
 """
 from __future__ import annotations
 
@@ -153,12 +154,8 @@ def _gpu(text: str) -> str:
 
 
 def _flatten(lists):
-    out = []
-    for item in lists or []:
-        for x in item:
-            if x not in out:
-                out.append(x)
-    return out
+    """The items of a repeated list flag, in order, each once (linear: a list of 100k lengths is refused at once)."""
+    return list(dict.fromkeys(x for item in lists or [] for x in item))
 
 
 # -- the parser -----------------------------------------------------------------------------------
@@ -315,12 +312,27 @@ def _count_problems(args, default_seq) -> int:
         * (len(_flatten(args.seq_len_k)) or 1)
 
 
+def check_plot_path(path) -> None:
+    """--plot FILE.png, refused before anything is computed: a name, a PNG, in a folder that exists and can be
+    written, and not itself a folder (matplotlib would fail only after every row was counted)."""
+    if path is None:
+        return
+    if not path.strip():
+        raise CliError("--plot needs a file name (FILE.png)")
+    if not path.lower().endswith(".png"):
+        raise CliError(f"--plot writes a PNG: give a FILE.png, got {path!r}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise CliError(f"cannot write the plot {path!r}: it is a folder")
+    if not os.path.isdir(folder):
+        raise CliError(f"cannot write the plot {path!r}: no folder {folder!r} to write it in")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        raise CliError(f"cannot write the plot {path!r}: permission denied")
+
+
 def check_applicable(args, sweep: bool) -> None:
     """Every flag given must change the output: one that would be ignored is an error."""
-    if args.plot is not None and not args.plot.strip():
-        raise CliError("--plot needs a file name (FILE.png)")
-    if args.plot is not None and not args.plot.lower().endswith(".png"):
-        raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
+    check_plot_path(args.plot)
     variants = _flatten(args.variant) or list(cf.VARIANT_NAMES)
     for flag, value in (("--placement", args.placement), ("--rescale", args.rescale)):
         if value and "v_once" not in variants:
@@ -584,6 +596,16 @@ def _sweep_key(r):
     return f"v_once_{r['placement']}_{r['rescale']}"
 
 
+MIN_TABLE_WIDTH = 40  # narrower terminals (COLUMNS=0, 1, ...) get tables this wide and wrap their lines
+
+
+def table_width(width, header, rows) -> int:
+    """The width to lay a terminal's tables out in: the terminal's, but at least MIN_TABLE_WIDTH and the first column
+    beside the widest other, so that no cell is cut (rich would cut v_once_auto(hbm)_eager and _lazy to one text)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    return max(width or 0, MIN_TABLE_WIDTH, widths[0] + max(widths[1:], default=0) + 7)
+
+
 def _rich_tables(header, rows, width, title, caption, groups=None, keep=2):
     """One rich table, or several when one would not fit `width` characters: each repeats the first
     `keep` columns (fewer, down to the first alone, when a narrow terminal leaves no room) and packs
@@ -635,8 +657,9 @@ def render_table(header, rows, *, title=None, caption=None, file=None, groups=No
     if file.isatty():
         from rich.console import Console
 
-        console = Console(file=file)
-        for t in _rich_tables(header, rows, console.width, title, caption, groups=groups, keep=keep):
+        width = table_width(Console(file=file).width, header, rows)  # COLUMNS=0 or 1: no room, not no output
+        console = Console(file=file, width=width)
+        for t in _rich_tables(header, rows, width, title, caption, groups=groups, keep=keep):
             console.print(t)
         return
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
@@ -660,15 +683,15 @@ def render_markdown(header, rows, file=None) -> None:
         print("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |", file=file)
 
 
-def flat_record(r: dict) -> dict:
-    """A CSV row: nested objects flattened to reads_Q, flops_matmul, roofline_t_s, ..."""
+def flat_record(r: dict, prefix: str = "") -> dict:
+    """A CSV row: nested objects flattened, at every depth, to reads_Q, flops_matmul, gpu_model_terms_tensor, ...;
+    a list is written as JSON (a cell never holds a Python repr)."""
     out = {}
     for k, v in r.items():
         if isinstance(v, dict):
-            for kk, vv in v.items():
-                out[f"{k}_{kk}"] = vv
+            out.update(flat_record(v, f"{prefix}{k}_"))
         else:
-            out[k] = v
+            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, (list, tuple)) else v
     return out
 
 
@@ -801,7 +824,7 @@ class _Progress:
 
     def __init__(self, total: int, what: str):
         self.bar = None
-        if total >= self.MIN_ROWS and sys.stderr.isatty():
+        if total >= self.MIN_ROWS and is_tty(sys.stderr):
             from rich.console import Console
             from rich.progress import Progress
 
@@ -922,6 +945,40 @@ def _one_line(text) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
+EXIT_USAGE = 2  # bad input (CliError): nothing computed, nothing written
+EXIT_OUTPUT = 1  # the output cannot be written: stdout closed (`>&-`), a closed pipe (`| head`), a full disk
+
+
+def say(line: str) -> None:
+    """One line on stderr, or nowhere when stderr is closed (`2>&-`: the exit status still tells). Never stdout:
+    print(file=sys.stderr) with sys.stderr None writes to stdout, where it would read as output."""
+    err = sys.stderr
+    if err is None or getattr(err, "closed", False):
+        return
+    try:
+        print(line, file=err)
+        err.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def is_tty(stream) -> bool:
+    """Whether `stream` is an open terminal (False for a closed or absent one: `2>&-` makes sys.stderr None)."""
+    try:
+        return stream is not None and not getattr(stream, "closed", False) and stream.isatty()
+    except (OSError, ValueError):
+        return False
+
+
+def _stdout_closed() -> bool:
+    out = sys.stdout
+    return out is None or getattr(out, "closed", False)
+
+
+class OutputClosed(Exception):
+    """Standard output is closed (`fa-traffic gpus >&-`): nothing to write the output to."""
+
+
 def _quiet_stdout() -> None:
     """After an output error: point fd 1 at /dev/null so the interpreter's final flush cannot raise
     again (only for the process's real stdout, not one a caller swapped in)."""
@@ -935,6 +992,8 @@ def _quiet_stdout() -> None:
 
 
 def main(argv=None) -> int:
+    """fa-traffic. Exit status: 0 done; 2 bad input (one line on stderr, before anything is computed); 1 the output
+    could not be written (stdout closed, a broken pipe, a full disk: one line on stderr) or validate's misses."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     try:
@@ -943,31 +1002,40 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             raise CliError("choose a command: report, sweep-sram, predict, validate, gpus")
+        if _stdout_closed():  # before any work: every command's output goes to stdout
+            raise OutputClosed
         if args.command == "gpus":
             rc = cmd_gpus(args)
         elif args.command in ("predict", "validate"):
             from analysis import gpu_cli
 
-            if getattr(args, "plot", None) is not None and not args.plot.lower().endswith(".png"):
-                raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
+            check_plot_path(getattr(args, "plot", None))
             rc = gpu_cli.run(args, CliError)
         else:
             rc = cmd_report(args) if args.command == "report" else cmd_sweep(args)
         sys.stdout.flush()  # an output error must surface here, not at interpreter exit
         return rc
     except CliError as e:
-        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
-        return 2
+        say(f"{PROG}: error: {_one_line(e)}")
+        return EXIT_USAGE
+    except OutputClosed:
+        say(f"{PROG}: error: standard output is closed: nothing to write the output to")
+        return EXIT_OUTPUT
     except BrokenPipeError:  # e.g. piped into head, which has all it wanted
         _quiet_stdout()
-        print(f"{PROG}: error: output closed before the end (broken pipe)", file=sys.stderr)
-        return 1
+        say(f"{PROG}: error: output closed before the end (broken pipe)")
+        return EXIT_OUTPUT
     except OSError as e:  # e.g. a full disk
         _quiet_stdout()
-        print(f"{PROG}: error: cannot write the output: {_one_line(e.strerror or e)}", file=sys.stderr)
-        return 1
+        say(f"{PROG}: error: cannot write the output: {_one_line(e.strerror or e)}")
+        return EXIT_OUTPUT
+    except (AttributeError, ValueError):  # stdout closed while running (None, or a closed file object)
+        if not _stdout_closed():
+            raise
+        say(f"{PROG}: error: standard output was closed before the end")
+        return EXIT_OUTPUT
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        say(f"{PROG}: interrupted")
         return 130
 
 

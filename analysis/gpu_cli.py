@@ -61,12 +61,7 @@ def add_subcommands(sub, common_types: dict) -> None:
 
 def _flat(seq):
     """The lengths asked for, in order, each once (as report's lists: 1k,1k is one row)."""
-    out = []
-    for item in seq or []:
-        for x in item if isinstance(item, list) else [item]:
-            if x not in out:
-                out.append(x)
-    return out
+    return list(dict.fromkeys(x for item in seq or [] for x in (item if isinstance(item, list) else [item])))
 
 
 def predict_records(args, error) -> list[dict]:
