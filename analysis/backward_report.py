@@ -15,10 +15,8 @@ the backward (its five products to the forward's two), 3.5 for train.
 """
 from __future__ import annotations
 
-import sys
-
 from analysis import report_common as rc
-from analysis.format import human_bytes, human_flops, render_table
+from analysis.format import human_bytes, human_flops, render_table, say
 from analysis.style import line_style
 from counting import backward_forms as bf
 from counting import closed_forms as cf
@@ -57,7 +55,7 @@ def build_records(args) -> list[dict]:
         why = f"no backward closed form for {', '.join(missing)} (counting/backward_forms.py)"
         if rc._flatten(args.variant):
             raise rc.CliError(f"--pass {args.pass_name}: {why}")
-        print(f"fa-traffic: --pass {args.pass_name} leaves out {', '.join(missing)}: {why}", file=sys.stderr)
+        say(f"fa-traffic: --pass {args.pass_name} leaves out {', '.join(missing)}: {why}")
         configs = [(name, opts) for name, opts in configs if name not in missing]
     problems = rc._problems(args, rc.DEFAULT_SEQ)
     sram = args.sram or gpu.sram_bytes

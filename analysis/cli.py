@@ -1,6 +1,7 @@
 """fa-traffic: HBM traffic, FLOPs, SRAM and a roofline for every variant, from the closed forms.
 
-    fa-traffic report                      # all variants, N = 1k, 4k, 16k, d = 64, fp16, H200 SRAM
+    fa-traffic report                      # all variants, N = 1k, 4k, 16k, d = 64, fp16, H200 SRAM, at the
+                                           # benchmarks' full GPU (B = 16k/N, H = 2048/d), as predict
     fa-traffic report --seq-len 1k,4k,16k,64k --causal --format json
     fa-traffic sweep-sram --plot docs/theorem2.png   # FA1 Theorem 2: traffic against SRAM size M
     fa-traffic gpus                        # the GPU figures and their sources
@@ -22,8 +23,9 @@ so in the row). Any size within them
 answers in well under a second per row (the closed forms do not loop over blocks). json and csv are
 written as the rows are computed (tables hold their rows); a progress bar shows on a terminal's stderr for long jobs.
 Integers are parsed exactly (no float round trip); a flag that does not apply to the command or the
-chosen variants is an error, never silently ignored. Output errors (closed pipe, full disk) end with
-one line on stderr and exit status 1.
+chosen variants is an error, never silently ignored. Output errors (stdout closed, a closed pipe, a full
+disk) end with one line on stderr and exit status 1 (EXIT_OUTPUT); with stderr closed, errors are not
+printed at all (never to stdout) and the exit status alone tells.
 
 This module is the command line (parser, plan, commands); below it: analysis/report_common.py (the report's
 rows, captions and output, shared with --pass backward|train in analysis/backward_report.py), analysis/format.py
@@ -41,7 +43,7 @@ from fractions import Fraction
 from analysis import backward_report, gpu_cli
 # the report's rows, captions and output (report_common) and the formatting (format) were defined here: their names
 # stay importable from analysis.cli (F401 is off for this file)
-from analysis.format import (_rich_tables, flat_record, human_bytes, human_flops, human_time, render_csv,
+from analysis.format import (is_tty, say, table_width, _rich_tables, flat_record, human_bytes, human_flops, human_time, render_csv,
                              render_markdown, render_table, write_csv, write_json)
 from analysis.report_common import (DEFAULT_SEQ, REPORT_COLUMNS, REPORT_V_ONCE, SWEEP_V_ONCE, CliError, _blocks,
                                     _caption, _check_sram_can_hold_something, _configs, _emit, _flatten,
@@ -199,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--sram-max", type=parse_bytes, default=4 * 1024 ** 2, help="largest M (default 4MiB)")
     sw.add_argument("--points", type=_positive_int,
                     help=f"log-spaced sizes (default {DEFAULT_POINTS}, at most {MAX_POINTS})")
-    gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of})
+    gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of, "gpu": _gpu})
     g = sub.add_parser("gpus", help="the GPU figures and their sources")
     g.add_argument("--format", choices=("table", "json"), default="table")
     return parser
@@ -213,12 +215,27 @@ def _count_problems(args, default_seq) -> int:
         * (len(_flatten(args.seq_len_k)) or 1)
 
 
+def check_plot_path(path) -> None:
+    """--plot FILE.png, refused before anything is computed: a name, a PNG, in a folder that exists and can be
+    written, and not itself a folder (matplotlib would fail only after every row was counted)."""
+    if path is None:
+        return
+    if not path.strip():
+        raise CliError("--plot needs a file name (FILE.png)")
+    if not path.lower().endswith(".png"):
+        raise CliError(f"--plot writes a PNG: give a FILE.png, got {path!r}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise CliError(f"cannot write the plot {path!r}: it is a folder")
+    if not os.path.isdir(folder):
+        raise CliError(f"cannot write the plot {path!r}: no folder {folder!r} to write it in")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        raise CliError(f"cannot write the plot {path!r}: permission denied")
+
+
 def check_applicable(args, sweep: bool) -> None:
     """Every flag given must change the output: one that would be ignored is an error."""
-    if args.plot is not None and not args.plot.strip():
-        raise CliError("--plot needs a file name (FILE.png)")
-    if args.plot is not None and not args.plot.lower().endswith(".png"):
-        raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
+    check_plot_path(args.plot)
     variants = _flatten(args.variant) or list(cf.VARIANT_NAMES)
     for flag, value in (("--placement", args.placement), ("--rescale", args.rescale)):
         if value and "v_once" not in variants:
@@ -240,8 +257,9 @@ class _Plan:
 
     def __init__(self, args, sweep: bool):
         check_applicable(args, sweep)
-        if getattr(args, "full_gpu", None) is None:  # report: the GPU model at the bench's B, H
-            args.full_gpu = args.batch is None and args.heads is None
+        if getattr(args, "full_gpu", None) is None:  # report's forward without --batch/--heads: the bench's B, H
+            args.full_gpu = (not sweep and getattr(args, "pass_name", "forward") == "forward"
+                             and args.batch is None and args.heads is None)
         args.batch, args.heads = args.batch or 1, args.heads or 1
         self.args, self.sweep = args, sweep
         self.by_kernel = (not sweep and getattr(args, "blocks", "fa1-rule") == "kernel"
@@ -267,11 +285,14 @@ class _Plan:
         naive = any(name == "naive" for name, _ in configs)
         for n_q, n_k, d in self.problems:  # sizes past int64 indexing: before any output
             try:
-                checks.check_problem(args.batch, args.heads, n_q, n_k, d, causal=args.causal,
+                checks.check_problem(*self.shape(n_q, d), n_q, n_k, d, causal=args.causal,
                                      block_q=args.block_q or 1, block_k=args.block_k or 1,
                                      scores_in_hbm=naive)
             except ValueError as e:
-                raise CliError(f"Nq={n_q}, Nk={n_k}, d={d}: {e}") from None
+                batch, heads = self.shape(n_q, d)
+                shape = (f" (at B={batch} H={heads}, the default: the benchmarks' full GPU; --batch 1 --heads 1 for "
+                         "one head)" if args.full_gpu else "")
+                raise CliError(f"Nq={n_q}, Nk={n_k}, d={d}: {e}{shape}") from None
         # an error only if nothing at all can fit the smallest SRAM asked for
         _check_sram_can_hold_something(configs, self.problems, min(self.srams), args.dtype)
         if not sweep and any(o.get("placement") == "cluster" for _, o in configs):  # asked for: it must exist
@@ -288,6 +309,15 @@ class _Plan:
         self.total = rows
         self.dims = sorted({d for _, _, d in self.problems})
 
+    def shape(self, n_q: int, d: int) -> tuple[int, int]:
+        """(B, H) of a row: --batch/--heads (1 where one is left out), else on report's forward the benchmarks' full
+        GPU (report_gpu.full_gpu_problem), the shape `fa-traffic predict` defaults to, so the two agree."""
+        if self.args.full_gpu:
+            from analysis.report_gpu import full_gpu_problem
+
+            return full_gpu_problem(n_q, d)
+        return self.args.batch, self.args.heads
+
     def sweep_labels(self) -> list[str]:
         """The sweep table's value columns, in series order (as _sweep_key names a record)."""
         return [f"{name}_swapped" if rule == "swapped" else
@@ -297,6 +327,7 @@ class _Plan:
     def __iter__(self):
         args = self.args
         for n_q, n_k, d in self.problems:
+            batch, heads = self.shape(n_q, d)
             for sram in self.srams:
                 for name, opts, rule in self.series:
                     br, bc, rule_ = _blocks(args, sram, d, rule)
@@ -313,7 +344,7 @@ class _Plan:
                                 desc, why = None, (f"the GPU model walks each of the {-(-n_q // br):,} Q "
                                                    f"blocks; over its limit of {MAX_MODEL_Q_BLOCKS:,}")
                     try:
-                        tr = cf.counts(name, args.batch, args.heads, n_q, n_k, d, causal=args.causal,
+                        tr = cf.counts(name, batch, heads, n_q, n_k, d, causal=args.causal,
                                        dtype=args.dtype, block_q=br, block_k=bc, sram_bytes=sram, **opts)
                     except ValueError as e:
                         raise CliError(f"{name} at Nq={n_q}, Nk={n_k}, d={d}: {e}") from None
@@ -327,11 +358,10 @@ class _Plan:
                         from analysis import report_gpu
 
                         try:
-                            rec["gpu_model"] = (report_gpu.model_record(desc, args.batch, args.heads, n_q, n_k,
-                                                                        d, args.dtype, args.causal,
-                                                                        full_gpu=args.full_gpu)
+                            rec["gpu_model"] = (report_gpu.model_record(desc, batch, heads, n_q, n_k, d, args.dtype,
+                                                                        args.causal, self.gpu.key)
                                                 if desc is not None else {"why": why})
-                        except ValueError as e:  # e.g. the full GPU's B·H past int64 sizes at this N
+                        except ValueError as e:  # e.g. a B·H past the model's work tiles at this N
                             rec["gpu_model"] = {"why": f"no GPU model here ({e})"}
                     yield rec
 
@@ -436,7 +466,7 @@ class _Progress:
 
     def __init__(self, total: int, what: str):
         self.bar = None
-        if total >= self.MIN_ROWS and sys.stderr.isatty():
+        if total >= self.MIN_ROWS and is_tty(sys.stderr):
             from rich.console import Console
             from rich.progress import Progress
 
@@ -548,6 +578,19 @@ def _one_line(text) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
+EXIT_USAGE = 2  # bad input (CliError): nothing computed, nothing written
+EXIT_OUTPUT = 1  # the output cannot be written: stdout closed (`>&-`), a closed pipe (`| head`), a full disk
+
+
+def _stdout_closed() -> bool:
+    out = sys.stdout
+    return out is None or getattr(out, "closed", False)
+
+
+class OutputClosed(Exception):
+    """Standard output is closed (`fa-traffic gpus >&-`): nothing to write the output to."""
+
+
 def _quiet_stdout() -> None:
     """After an output error: point fd 1 at /dev/null so the interpreter's final flush cannot raise
     again (only for the process's real stdout, not one a caller swapped in)."""
@@ -561,6 +604,8 @@ def _quiet_stdout() -> None:
 
 
 def main(argv=None) -> int:
+    """fa-traffic. Exit status: 0 done; 2 bad input (one line on stderr, before anything is computed); 1 the output
+    could not be written (stdout closed, a broken pipe, a full disk: one line on stderr) or validate's misses."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     try:
@@ -569,29 +614,38 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             raise CliError("choose a command: report, sweep-sram, predict, validate, gpus")
+        if _stdout_closed():  # before any work: every command's output goes to stdout
+            raise OutputClosed
         if args.command == "gpus":
             rc = cmd_gpus(args)
         elif args.command in ("predict", "validate"):  # the GPU model (issue 11): analysis.gpu_cli
-            if getattr(args, "plot", None) is not None and not args.plot.lower().endswith(".png"):
-                raise CliError(f"--plot writes a PNG: give a FILE.png, got {args.plot!r}")
+            check_plot_path(getattr(args, "plot", None))
             rc = gpu_cli.run(args, CliError)
         else:
             rc = cmd_report(args) if args.command == "report" else cmd_sweep(args)
         sys.stdout.flush()  # an output error must surface here, not at interpreter exit
         return rc
     except CliError as e:
-        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
-        return 2
+        say(f"{PROG}: error: {_one_line(e)}")
+        return EXIT_USAGE
+    except OutputClosed:
+        say(f"{PROG}: error: standard output is closed: nothing to write the output to")
+        return EXIT_OUTPUT
     except BrokenPipeError:  # e.g. piped into head, which has all it wanted
         _quiet_stdout()
-        print(f"{PROG}: error: output closed before the end (broken pipe)", file=sys.stderr)
-        return 1
+        say(f"{PROG}: error: output closed before the end (broken pipe)")
+        return EXIT_OUTPUT
     except OSError as e:  # e.g. a full disk
         _quiet_stdout()
-        print(f"{PROG}: error: cannot write the output: {_one_line(e.strerror or e)}", file=sys.stderr)
-        return 1
+        say(f"{PROG}: error: cannot write the output: {_one_line(e.strerror or e)}")
+        return EXIT_OUTPUT
+    except (AttributeError, ValueError):  # stdout closed while running (None, or a closed file object)
+        if not _stdout_closed():
+            raise
+        say(f"{PROG}: error: standard output was closed before the end")
+        return EXIT_OUTPUT
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        say(f"{PROG}: interrupted")
         return 130
 
 

@@ -37,6 +37,16 @@ def human_time(s) -> str:
     return f"{s / 1e-9:.3g} ns"
 
 
+MIN_TABLE_WIDTH = 40  # narrower terminals (COLUMNS=0, 1, ...) get tables this wide and wrap their lines
+
+
+def table_width(width, header, rows) -> int:
+    """The width to lay a terminal's tables out in: the terminal's, but at least MIN_TABLE_WIDTH and the first column
+    beside the widest other, so that no cell is cut (rich would cut v_once_auto(hbm)_eager and _lazy to one text)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    return max(width or 0, MIN_TABLE_WIDTH, widths[0] + max(widths[1:], default=0) + 7)
+
+
 def _rich_tables(header, rows, width, title, caption, groups=None, keep=2):
     """One rich table, or several when one would not fit `width` characters: each repeats the first
     `keep` columns (fewer, down to the first alone, when a narrow terminal leaves no room) and packs
@@ -84,8 +94,9 @@ def render_table(header, rows, *, title=None, caption=None, file=None, groups=No
     """rich tables on a terminal (split to fit its width), else plain fixed-width text."""
     file = file or sys.stdout
     if file.isatty():
-        console = Console(file=file)
-        for t in _rich_tables(header, rows, console.width, title, caption, groups=groups, keep=keep):
+        width = table_width(Console(file=file).width, header, rows)  # COLUMNS=0 or 1: no room, not no output
+        console = Console(file=file, width=width)
+        for t in _rich_tables(header, rows, width, title, caption, groups=groups, keep=keep):
             console.print(t)
         return
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
@@ -109,15 +120,15 @@ def render_markdown(header, rows, file=None) -> None:
         print("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |", file=file)
 
 
-def flat_record(r: dict) -> dict:
-    """A CSV row: nested objects flattened to reads_Q, flops_matmul, roofline_t_s, ..."""
+def flat_record(r: dict, prefix: str = "") -> dict:
+    """A CSV row: nested objects flattened, at every depth, to reads_Q, flops_matmul, gpu_model_terms_tensor, ...;
+    a list is written as JSON (a cell never holds a Python repr)."""
     out = {}
     for k, v in r.items():
         if isinstance(v, dict):
-            for kk, vv in v.items():
-                out[f"{k}_{kk}"] = vv
+            out.update(flat_record(v, f"{prefix}{k}_"))
         else:
-            out[k] = v
+            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, (list, tuple)) else v
     return out
 
 
@@ -159,3 +170,24 @@ def write_csv(records, file=None) -> None:
     w.writeheader()
     for r in records():
         w.writerow({k: ("" if v is None else v) for k, v in flat_record(r).items()})
+
+
+def say(line: str) -> None:
+    """One line on stderr, or nowhere when stderr is closed (`2>&-`: the exit status still tells). Never stdout:
+    print(file=sys.stderr) with sys.stderr None writes to stdout, where it would read as output."""
+    err = sys.stderr
+    if err is None or getattr(err, "closed", False):
+        return
+    try:
+        print(line, file=err)
+        err.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def is_tty(stream) -> bool:
+    """Whether `stream` is an open terminal (False for a closed or absent one: `2>&-` makes sys.stderr None)."""
+    try:
+        return stream is not None and not getattr(stream, "closed", False) and stream.isatty()
+    except (OSError, ValueError):
+        return False

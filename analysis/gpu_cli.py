@@ -2,7 +2,12 @@
 
     fa-traffic predict --kernel fa2_wgmma --batch 4 --heads 16 --seq-len 4k --head-dim 128 --dtype fp16
     fa-traffic predict --kernel sdpa_cudnn --seq-len 2k,8k --head-dim 64 --causal --format json
-    fa-traffic validate [--plot FILE.png] [--format table|csv|json|markdown]
+    fa-traffic validate [--plot FILE.png] [--format table|csv|json|markdown] [--all] [--details] [--progress]
+
+predict's default B, H are report's: the benchmarks' full GPU (analysis.report_gpu.full_gpu_problem, B = 16k/N,
+H = 2048/d), so the two print the same figures for the same kernel and shape; its header names the GPU (--gpu, one of
+gpumodel.gpu_model.COVERED_GPUS) and the B, H. validate shows progress on stderr (a terminal, or --progress) and fits
+100 columns unless --details.
 
 analysis/cli.py registers the two subcommands (add_subcommands) and dispatches to run(); the logic is here.
 predict refuses (one line, exit 2) what the kernel would refuse (its launcher's checks: head dims, shared memory, B*H
@@ -16,10 +21,10 @@ from __future__ import annotations
 import json
 import sys
 
-from analysis.format import human_bytes, human_time, render_csv, render_markdown, render_table
+from analysis.format import human_bytes, human_time, is_tty, render_csv, render_markdown, render_table, say
 from analysis.report_gpu import MAX_MODEL_Q_BLOCKS
 
-PREDICT_KEYS = ("kernel", "build", "batch", "heads", "seq_q", "seq_k", "head_dim", "dtype", "causal",
+PREDICT_KEYS = ("kernel", "build", "gpu", "batch", "heads", "seq_q", "seq_k", "head_dim", "dtype", "causal",
                 "block_q", "block_k", "ctas_per_sm", "time_s", "gpu_time_s", "host_s", "tflops", "l2_bytes",
                 "dram_bytes", "requests_bytes", "dsmem_bytes", "bound", "terms", "track_record")
 # track_record: how the model's time compared with every committed held-out timing of this kernel, head dim and causal
@@ -34,11 +39,15 @@ PREDICT_KEYS = ("kernel", "build", "batch", "heads", "seq_q", "seq_k", "head_dim
 
 def add_subcommands(sub, common_types: dict) -> None:
     """Register predict and validate on cli.py's subparsers (common_types: its argument parsers)."""
-    count, pos, lst = common_types["count"], common_types["positive"], common_types["list"]
+    count, pos, lst, gpu = (common_types[k] for k in ("count", "positive", "list", "gpu"))
     p = sub.add_parser("predict", help="the GPU model's time, bound and traffic levels of one kernel")
     p.add_argument("--kernel", required=True, help="a KERNELS name, sdpa_flash or sdpa_cudnn")
-    p.add_argument("--batch", type=pos, default=1)
-    p.add_argument("--heads", type=pos, default=1)
+    p.add_argument("--batch", type=pos, help="batch B (default: the benchmarks' full GPU, B = 16k/N, as report; "
+                                              "1 when only --heads is given)")
+    p.add_argument("--heads", type=pos, help="heads H (default: the benchmarks' full GPU, H = 2048/d, as report; "
+                                              "1 when only --batch is given)")
+    p.add_argument("--gpu", type=gpu, default="h200", help="the GPU to model (default h200; the model covers "
+                                                           "gpumodel.gpu_model.COVERED_GPUS)")
     p.add_argument("--seq-len", action="append", type=lst(count), required=True, help="Nq (list allowed)")
     p.add_argument("--seq-len-k", type=count, help="Nk (default = Nq)")
     p.add_argument("--head-dim", type=pos, required=True)
@@ -56,16 +65,16 @@ def add_subcommands(sub, common_types: dict) -> None:
     v.add_argument("--plot", metavar="FILE.png", help="model vs measured plot")
     v.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
     v.add_argument("--all", action="store_true", help="list every cell, not only the summary and misses")
+    v.add_argument("--details", action="store_true",
+                   help="every field of each cell listed (source file, the build's knobs, band, split) and the text "
+                        "in full; without it the table output fits 100 columns")
+    v.add_argument("--progress", action="store_true",
+                   help="show progress on stderr even when it is not a terminal (on a terminal it always shows)")
 
 
 def _flat(seq):
     """The lengths asked for, in order, each once (as report's lists: 1k,1k is one row)."""
-    out = []
-    for item in seq or []:
-        for x in item if isinstance(item, list) else [item]:
-            if x not in out:
-                out.append(x)
-    return out
+    return list(dict.fromkeys(x for item in seq or [] for x in (item if isinstance(item, list) else [item])))
 
 
 def predict_records(args, error) -> list[dict]:
@@ -76,6 +85,11 @@ def predict_records(args, error) -> list[dict]:
     names = kernel_names()
     if args.kernel not in names:
         raise error(f"unknown kernel {args.kernel!r}; choose one of {', '.join(names)}")
+    if args.gpu not in gm.COVERED_GPUS:
+        from counting.gpus import GPUS
+
+        raise error(f"the GPU model covers the {', '.join(GPUS[g].name for g in gm.COVERED_GPUS)} only "
+                    f"(--gpu {', '.join(gm.COVERED_GPUS)}; fitted to its measurements), not the {GPUS[args.gpu].name}")
     opts = {}
     if args.placement or args.rescale:
         if args.kernel not in ("v_once", "v_once_tc"):
@@ -88,6 +102,7 @@ def predict_records(args, error) -> list[dict]:
     recs = []
     for n_q in _flat(args.seq_len):
         n_k = args.seq_len_k or n_q
+        batch, heads = shape(args, n_q)
         try:
             if knobs is not None:
                 from kernels import fa2_wgmma
@@ -101,12 +116,12 @@ def predict_records(args, error) -> list[dict]:
                 raise ValueError(f"Nq = {n_q:,} is {t_r:,} Q blocks of {desc.block_q} rows; the GPU model walks every Q "
                                  f"block and takes at most {MAX_MODEL_Q_BLOCKS:,} (report shows the papers' roofline "
                                  "past it)")
-            p = gm.predict_work(gm.prepare(desc, args.batch, args.heads, n_q, n_k, args.head_dim, args.dtype,
-                                           args.causal))
+            p = gm.predict_work(gm.prepare(desc, batch, heads, n_q, n_k, args.head_dim, args.dtype,
+                                           args.causal, gpu=args.gpu), gpu=args.gpu)
         except ValueError as e:
             raise error(str(e).splitlines()[0]) from None
         b = gm.as_benchmarked(p)
-        recs.append(dict(kernel=p.kernel, build=p.build, batch=args.batch, heads=args.heads, seq_q=n_q, seq_k=n_k,
+        recs.append(dict(kernel=p.kernel, build=p.build, gpu=args.gpu, batch=batch, heads=heads, seq_q=n_q, seq_k=n_k,
                          head_dim=args.head_dim, dtype=args.dtype, causal=args.causal, block_q=p.block_q,
                          block_k=p.block_k, ctas_per_sm=p.ctas_per_sm, time_s=b["time_s"], gpu_time_s=b["gpu_time_s"],
                          host_s=b["host_s"], tflops=b["tflops"],
@@ -115,6 +130,27 @@ def predict_records(args, error) -> list[dict]:
                          track_record=accuracy.record(args.kernel, args.head_dim, args.causal, track),
                          **({"config": opts["config"]} if knobs is not None else {})))
     return recs
+
+
+def full_gpu(args) -> bool:
+    """Neither --batch nor --heads given: each length at the benchmarks' full GPU (report's default too)."""
+    return args.batch is None and args.heads is None
+
+
+def shape(args, n_q: int) -> tuple[int, int]:
+    """(B, H) predict prices at Nq = n_q: as report's rows (analysis.report_gpu.full_gpu_problem by default)."""
+    from analysis.report_gpu import full_gpu_problem
+
+    return full_gpu_problem(n_q, args.head_dim) if full_gpu(args) else (args.batch or 1, args.heads or 1)
+
+
+def header_line(args, recs) -> str:
+    """The GPU and the B, H assumed: "fa-traffic predict: the GPU model of the NVIDIA H200 ..., B=4 H=16 (...)"."""
+    from analysis.report_gpu import shape_text
+    from counting.gpus import GPUS
+
+    shapes = {(r["seq_q"], r["head_dim"]): (r["batch"], r["heads"]) for r in recs}
+    return f"fa-traffic predict: the GPU model of the {GPUS[args.gpu].name}, {shape_text(shapes, full_gpu(args))}"
 
 
 def _knobs(text, kernel, error) -> dict | None:
@@ -140,7 +176,8 @@ def _knobs(text, kernel, error) -> dict | None:
     return out
 
 
-def _table(header, rows, fmt, recs, file=None):
+def _table(header, rows, fmt, recs, file=None, title=None):
+    """recs in fmt; title (table and markdown only) names what the table assumed."""
     file = file or sys.stdout
     if fmt == "json":
         json.dump(recs, file, indent=1)
@@ -148,9 +185,11 @@ def _table(header, rows, fmt, recs, file=None):
     elif fmt == "csv":
         render_csv(recs, file)
     elif fmt == "markdown":
+        if title:
+            print(title + "\n", file=file)
         render_markdown(header, rows, file)
     else:
-        render_table(header, rows, file=file)
+        render_table(header, rows, file=file, title=title)
 
 
 def cmd_predict(args, error) -> int:
@@ -167,7 +206,7 @@ def cmd_predict(args, error) -> int:
         header += ["DSMEM", "t DSMEM", "t sync"]
         for row, r in zip(rows, recs):
             row += [human_bytes(r["dsmem_bytes"])] + [human_time(r["terms"].get(k, 0.0)) for k in ("dsmem", "sync")]
-    _table(header, rows, args.format, recs)
+    _table(header, rows, args.format, recs, title=header_line(args, recs))
     if args.format in ("table", "markdown"):
         print(track_caption(recs))
     return 0
@@ -192,10 +231,67 @@ def track_caption(recs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+WIDTH = 100  # validate's table output fits this many columns without --details
+MISORDERED_SHOWN, MISORDERED_DETAILS = 3, 10  # misordered pairs listed without --details and with it
+SHORT_QUANTITY = {"dram bytes": "DRAM", "l2 bytes (SM xbar)": "L2 xbar", "l2 bytes (srcunit_tex)": "L2 tex",
+                  "l2 bytes (lts__t_bytes)": "L2 lts"}  # the compact cell table's quantity column
+
+
+class _CellProgress:
+    """validate's progress on stderr: a rich bar on a terminal; with --progress elsewhere, a line per tenth; else
+    nothing (stdout, where JSON goes, is never touched)."""
+
+    def __init__(self, forced: bool):
+        self.tty = is_tty(sys.stderr)
+        self.on = self.tty or forced
+        self.bar, self.tenth = None, -1
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.on:
+            return
+        if self.tty:
+            if self.bar is None:
+                from rich.console import Console
+                from rich.progress import Progress
+
+                self.bar = Progress(console=Console(file=sys.stderr), transient=True, redirect_stdout=False,
+                                    redirect_stderr=False)
+                self.bar.start()
+                self.task = self.bar.add_task("validate: the model on every committed cell", total=total)
+            self.bar.update(self.task, completed=done)
+            return
+        tenth = 10 * done // max(total, 1)
+        if tenth != self.tenth:
+            self.tenth = tenth
+            say(f"fa-traffic validate: {done:,} of {total:,} committed cells modelled ({10 * tenth}%)")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def _say(text: str, file=None) -> None:
+    """A paragraph of validate's text, wrapped to WIDTH columns (continuation lines indented)."""
+    import textwrap
+
+    lead = len(text) - len(text.lstrip(" "))
+    print(textwrap.fill(text, WIDTH, subsequent_indent=" " * (lead + 2), break_on_hyphens=False,
+                        break_long_words=False), file=file or sys.stdout)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def cmd_validate(args, error) -> int:
     from gpumodel import validate as val
 
-    rs = val.rows()
+    progress = _CellProgress(getattr(args, "progress", False))
+    try:
+        rs = val.rows(progress=progress)
+    finally:
+        progress.close()
     rank = val.ranking(rs)
     summ = val.summary(rs)
     gaps = val.known_gaps()
@@ -215,49 +311,71 @@ def cmd_validate(args, error) -> int:
     if args.format == "json":
         json.dump(dict(summary=summ, ranking=rank, cell_medians=per_cell, cells=rs), sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
-    else:
-        show = rs if args.all or args.format == "csv" else misses
+        return 1 if unexplained or not rank_explained else 0
+    details = getattr(args, "details", False)
+    full = details or args.format == "csv"  # every field: the source file, the build's knobs, the band, the split
+    show = rs if args.all or args.format == "csv" else misses
+
+    def fmt(x, q):
+        return f"{x * 1e3:.4g} ms" if "time" in q else f"{x / 1e9:.4g} GB"
+
+    def ok(r):
+        return {None: "", True: "yes", False: ("NO (known gap)" if full else "gap") if r.get("known_gap")
+                else "NO"}[r["in_band"]]
+
+    if full:
         header = ["source", "kernel", "n", "d", "dtype", "causal", "quantity", "model", "measured", "ratio",
                   "band", "ok", "train", "bound"]
-
-        def fmt(x, q):
-            return f"{x * 1e3:.4g} ms" if "time" in q else f"{x / 1e9:.4g} GB"
-
         rows = [[r["source"], r["kernel"], str(r["n"]), str(r["d"]), r["dtype"], "y" if r["causal"] else "",
                  r["quantity"], fmt(r["model"], r["quantity"]), fmt(r["measured"], r["quantity"]),
-                 f"{r['ratio']:.3f}", "-" if r["band"] is None else f"±{r['band']:.0%}",
-                 {None: "", True: "yes", False: "NO (known gap)" if r.get("known_gap") else "NO"}[r["in_band"]],
+                 f"{r['ratio']:.3f}", "-" if r["band"] is None else f"±{r['band']:.0%}", ok(r),
                  "train" if r["train"] else "", r["bound"]]
                 for r in show]
-        if args.format == "csv":
-            _table(header, rows, "csv", show)
+    else:  # fits WIDTH: the build's knobs shortened to {…}, the quantity to its level (--details for the rest)
+        header = ["kernel", "n", "d", "dtype", "causal", "quantity", "model", "measured", "ratio", "ok"]
+        rows = [[_cut(r["kernel"].split("{")[0] + ("{…}" if "{" in r["kernel"] else ""), 22), str(r["n"]),
+                 str(r["d"]), r["dtype"], "y" if r["causal"] else "", SHORT_QUANTITY.get(r["quantity"], r["quantity"]),
+                 fmt(r["model"], r["quantity"]), fmt(r["measured"], r["quantity"]), f"{r['ratio']:.3f}", ok(r)]
+                for r in show]
+    if args.format == "csv":
+        _table(header, rows, "csv", show)
+        return 1 if unexplained or not rank_explained else 0
+    sheader = ["quantity", "tier", "split", "cells", "banded", "in band", "median |err|", "worst ratio"]
+    srows = [[s["quantity"], s["tier"], s["split"], str(s["cells"]), str(s["banded"]), str(s["in_band"]),
+              "" if s["median_abs_err"] is None else f"{s['median_abs_err']:.1%}",
+              "" if s["worst"] is None else f"{s['worst']:.3f}"] for s in summ]
+    _table(sheader, srows, args.format, summ)
+    print()
+    _say(f"time per cell, the model against the median of the cell's timings over every run (held out, banded): "
+         f"{per_cell['in_band']} of {per_cell['cells']} cells in band"
+         + ("; out: " + ", ".join(f"{k[0]} N={k[3]} d={k[4]} {k[5]}{' causal' if k[6] else ''} {q:.3f} "
+                                  f"({n} runs)" for k, q, n in per_cell["out"][:8]) if per_cell["out"] else ""))
+    _say(f"ranking: {rank['agree']}/{rank['pairs']} pairs ordered as measured "
+         f"({rank['share']:.1%}; target {val.RANK_TARGET:.0%}; {rank['ties']} pairs measured within "
+         f"{val.RANK_TIE:.0%} are ties, right when the model puts them within its time band); "
+         f"strict, every pair by sign: {rank['strict_agree']}/{rank['pairs']} ({rank['strict_share']:.1%})")
+    if rank.get("families"):
+        _say("  by run: " + ", ".join(f"{f} {v:.1%}" for f, v in rank["families"].items()))
+    wrong = rank["wrong"][:MISORDERED_DETAILS if details else MISORDERED_SHOWN]
+    for w in wrong:
+        _say(f"  misordered: {w}")
+    if len(wrong) < len(rank["wrong"]):
+        _say(f"  ... and {len(rank['wrong']) - len(wrong)} more misordered pairs (--format json lists every one)")
+    if not rank["ok"]:
+        _say(f"  below target, known gap: {gaps['ranking']['reason']}" if rank_explained
+             else "  below target, and no reason in results/gpu_model_known_gaps.json")
+    print()
+    _say(f"{len(misses)} cells out of band, {len(misses) - len(unexplained)} of them known gaps "
+         f"(results/gpu_model_known_gaps.json)" + (":" if misses else ""))
+    if rows:
+        _table(header, rows, args.format, show)
+    for reason in dict.fromkeys(r["known_gap"] for r in misses if r["known_gap"]):
+        if details:
+            _say(f"  known gap: {reason}")
         else:
-            sheader = ["quantity", "tier", "split", "cells", "banded", "in band", "median |err|", "worst ratio"]
-            srows = [[s["quantity"], s["tier"], s["split"], str(s["cells"]), str(s["banded"]), str(s["in_band"]),
-                      "" if s["median_abs_err"] is None else f"{s['median_abs_err']:.1%}",
-                      "" if s["worst"] is None else f"{s['worst']:.3f}"] for s in summ]
-            _table(sheader, srows, args.format, summ)
-            print(f"\ntime per cell, the model against the median of the cell's timings over every run (held out, "
-                  f"banded): {per_cell['in_band']} of {per_cell['cells']} cells in band"
-                  + ("; out: " + ", ".join(f"{k[0]} N={k[3]} d={k[4]} {k[5]}{' causal' if k[6] else ''} {q:.3f} "
-                                           f"({n} runs)" for k, q, n in per_cell["out"][:8]) if per_cell["out"] else ""))
-            print(f"ranking: {rank['agree']}/{rank['pairs']} pairs ordered as measured "
-                  f"({rank['share']:.1%}; target {val.RANK_TARGET:.0%}; {rank['ties']} pairs measured within "
-                  f"{val.RANK_TIE:.0%} are ties, right when the model puts them within its time band); "
-                  f"strict, every pair by sign: {rank['strict_agree']}/{rank['pairs']} ({rank['strict_share']:.1%})")
-            if rank.get("families"):
-                print("  by run: " + ", ".join(f"{f} {v:.1%}" for f, v in rank["families"].items()))
-            for w in rank["wrong"][:10]:
-                print(f"  misordered: {w}")
-            if not rank["ok"]:
-                print(f"  below target, known gap: {gaps['ranking']['reason']}" if rank_explained
-                      else "  below target, and no reason in results/gpu_model_known_gaps.json")
-            print(f"\n{len(misses)} cells out of band, {len(misses) - len(unexplained)} of them known gaps "
-                  f"(results/gpu_model_known_gaps.json)" + (":" if misses else ""))
-            if rows:
-                _table(header, rows, args.format, show)
-            for reason in dict.fromkeys(r["known_gap"] for r in misses if r["known_gap"]):
-                print(f"  known gap: {reason}")
+            print(_cut(f"  known gap: {reason}", WIDTH))
+    if not details and misses:
+        print("(--details: every field of each cell, and each known gap's reason in full)")
     return 1 if unexplained or not rank_explained else 0
 
 

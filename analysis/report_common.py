@@ -34,12 +34,8 @@ class CliError(Exception):
 
 
 def _flatten(lists):
-    out = []
-    for item in lists or []:
-        for x in item:
-            if x not in out:
-                out.append(x)
-    return out
+    """The items of a repeated list flag, in order, each once (linear: a list of 100k lengths is refused at once)."""
+    return list(dict.fromkeys(x for item in lists or [] for x in item))
 
 
 def _configs(args, sweep: bool):
@@ -148,29 +144,32 @@ def _report_row(r: dict) -> list[str]:
 
 
 def _kernel_caption(args, recs, gpu) -> str:
-    g = next((r["gpu_model"] for r in recs if "time_s" in r.get("gpu_model", {})), None)
     why = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})})
-    bh = ("at B = 16k/N, H = 2048/d, as every bench (a full GPU; --batch/--heads to choose)"
-          if g and recs[0]["batch"] * recs[0]["heads"] != g["model_batch"] * g["model_heads"] else "")
     teaching = [v for v, k in report_gpu.KERNEL_OF.items() if report_gpu.is_teaching(k)]
     kernels = ", ".join(f"{v} on {k}" for v, k in report_gpu.KERNEL_OF.items())
     # one short line per idea: the plain-text table is wide, a one-line caption of 800 characters is not read
     lines = [
-        f"B={recs[0]['batch']} H={recs[0]['heads']} {args.dtype}{' causal' if args.causal else ''}; each variant "
-        f"at its kernel's blocks: {kernels} (--blocks fa1-rule for FA1's rule).",
+        f"{gpu.name}, {_shape_text(args, recs)}, {args.dtype}{' causal' if args.causal else ''}.",
+        f"each variant at its kernel's blocks: {kernels} (--blocks fa1-rule for FA1's rule).",
         f"{', '.join(teaching)} run on the teaching tier (float32 FFMA, readable, untuned), fa2 and v_once on "
         "tensor cores: compare the algorithms by the byte and FLOP columns; TFLOP/s says what each kernel reaches.",
         "requests: the papers' count (global-memory requests, no cache); L2: SM→L2 requests; DRAM: after the L2 "
         "residency model.",
         "× min, FLOP/B min: against Q (rows that see a key), K, V read once and O, lse written once.",
-        f"bound, TFLOP/s: the GPU model of the {gpu.name}{' ' + bh if bh else ''}; fa-traffic validate checks it "
-        "against every committed measurement.",
+        f"bound, TFLOP/s: the GPU model of the {gpu.name} (as fa-traffic predict prints it); fa-traffic validate "
+        "checks it against every committed measurement.",
         "smem: what the kernel allocates per thread block (S, P in registers), or, for a row no kernel runs, the "
         "reference's working set (✗ = over the SRAM).",
     ]
     if why:
         lines.append(f"rows marked (papers'): {'; '.join(why)}.")
     return "\n".join(lines)
+
+
+def _shape_text(args, recs) -> str:
+    """The B, H the rows assumed, as the caption's first line says it."""
+    shapes = {(r["seq_q"], r["head_dim"]): (r["batch"], r["heads"]) for r in recs}
+    return report_gpu.shape_text(shapes or {(0, 0): (args.batch, args.heads)}, getattr(args, "full_gpu", False))
 
 
 def _caption(args, srams, dims, gpu, recs=()) -> str:
@@ -185,7 +184,7 @@ def _caption(args, srams, dims, gpu, recs=()) -> str:
     if whys:  # --blocks kernel, but no row has the GPU model
         blocks = f"each variant's kernel (no GPU model: {'; '.join(whys)})"
     return "\n".join([  # short lines, as the kernel report's caption
-        f"B={args.batch} H={args.heads} d={','.join(map(str, dims))} {args.dtype}{' causal' if args.causal else ''}; "
+        f"{_shape_text(args, recs)} d={','.join(map(str, dims))} {args.dtype}{' causal' if args.causal else ''}; "
         f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}.",
         f"roofline of the papers' count, {gpu.name} datasheet: no cache, so not what bounds the GPU "
         "(the default --blocks kernel has the GPU model).",

@@ -30,7 +30,6 @@ TIER_OF = {"naive": "teaching", "fa1": "teaching", "fa2_wgmma": "tensor-core", "
 
 def is_teaching(kernel: str) -> bool:
     return TIER_OF.get(kernel) == "teaching"
-MODELLED_GPUS = ("h200",)
 MAX_MODEL_Q_BLOCKS = 1 << 16  # past it a row shows the papers' roofline, not the GPU model (O(Tr)); predict refuses
 BLOCK_RULES = ("kernel", "fa1-rule")
 
@@ -38,8 +37,8 @@ BLOCK_RULES = ("kernel", "fa1-rule")
 def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtype: str, causal: bool,
                       gpu_key: str):
     """(descriptor, None) of the kernel that runs `variant` here, or (None, why not)."""
-    if gpu_key not in MODELLED_GPUS:
-        return None, f"the GPU model is fitted to the {', '.join(g.upper() for g in MODELLED_GPUS)} only"
+    if gpu_key not in gm.COVERED_GPUS:
+        return None, f"the GPU model is fitted to the {', '.join(g.upper() for g in gm.COVERED_GPUS)} only"
     kernel = KERNEL_OF.get(variant)
     if variant == "v_once" and opts.get("placement") == "cluster":  # issue 18: the cluster kernel
         kernel, opts = "v_once_cluster", {}
@@ -60,27 +59,41 @@ def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtyp
 
 def full_gpu_problem(n_q: int, d: int) -> tuple[int, int]:
     """B, H of every committed benchmark (bench/bench_tc.py, bench_kernels.py): B·N = 16k tokens,
-    hidden 2048 = H·d. The report's per-head default (B = H = 1) would be 1-32 CTAs on 132 SMs: a
-    launch-latency figure, not the kernel's rate."""
-    return max(1, 16384 // n_q), max(1, 2048 // d)
+    hidden 2048 = H·d. The default shape of `fa-traffic report` (--pass forward) and `predict` alike: one head
+    (B = H = 1) would be 1-32 CTAs on 132 SMs, a launch-latency figure, not the kernel's rate. B·H stays within the
+    65,535 grid rows every launcher takes (N < 8 at d = 64 would pass them; no benchmark runs so short a sequence)."""
+    heads = max(1, 2048 // d)
+    return max(1, min(16384 // n_q, 65535 // heads)), heads
+
+
+FULL_GPU = "the benchmarks' full GPU: B = 16k/N, H = 2048/d; --batch/--heads to choose"
+
+
+def shape_text(shapes: dict, full_gpu: bool) -> str:
+    """The B, H a report or predict assumed, for its header: shapes maps (N, d) -> (B, H)."""
+    pairs = dict.fromkeys(shapes.values())
+    if len(pairs) == 1:
+        (b, h), = pairs
+        return f"B={b} H={h}" + (f" ({FULL_GPU})" if full_gpu else "")
+    each = ", ".join(f"{b}×{h} at N={n}" + (f" d={d}" if len({d for _, d in shapes}) > 1 else "")
+                     for (n, d), (b, h) in list(shapes.items())[:6])
+    more = ", …" if len(shapes) > 6 else ""
+    return f"B×H = {each}{more}" + (f" ({FULL_GPU})" if full_gpu else "")
 
 
 def model_record(desc, batch: int, heads: int, n_q: int, n_k: int, d: int, dtype: str, causal: bool,
-                 full_gpu: bool = False) -> dict:
-    """The GPU-model fields of one report row. full_gpu: model the bench's B, H (full_gpu_problem) and
-    give the bytes per the row's B·H (the levels' residency is that of the full run); time_s stays the
-    modelled problem's (model_batch x model_heads)."""
-    mb, mh = full_gpu_problem(n_q, d) if full_gpu else (batch, heads)
-    work = gm.prepare(desc, mb, mh, n_q, n_k, d, dtype, causal)
-    p = gm.predict_work(work)
+                 gpu: str = "h200") -> dict:
+    """The GPU-model fields of one report row, at the row's B, H (as `fa-traffic predict` prices that shape;
+    model_batch, model_heads: the shape modelled, the row's)."""
+    work = gm.prepare(desc, batch, heads, n_q, n_k, d, dtype, causal, gpu=gpu)
+    p = gm.predict_work(work, gpu=gpu)
     lv = work.levels
-    share = batch * heads / (mb * mh)
     bench = gm.as_benchmarked(p)  # the time the benchmarks measure, as `fa-traffic predict` prints it
-    return dict(kernel=p.kernel, build=p.build, model_batch=mb, model_heads=mh, ctas_per_sm=p.ctas_per_sm,
+    return dict(kernel=p.kernel, build=p.build, model_batch=batch, model_heads=heads, ctas_per_sm=p.ctas_per_sm,
                 time_s=bench["time_s"], tflops=bench["tflops"], bound=bench["bound"],
-                requests_bytes=round(lv.requests_bytes * share), l2_bytes=round(lv.l2_bytes * share),
-                dram_bytes=round(lv.dram_bytes * share), compulsory_bytes=round(lv.compulsory_bytes * share),
-                dsmem_bytes=round(lv.dsmem_bytes * share),
+                requests_bytes=round(lv.requests_bytes), l2_bytes=round(lv.l2_bytes),
+                dram_bytes=round(lv.dram_bytes), compulsory_bytes=round(lv.compulsory_bytes),
+                dsmem_bytes=round(lv.dsmem_bytes),
                 smem_bytes=desc.smem_bytes,
                 terms=dict(p.terms))
 

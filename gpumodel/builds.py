@@ -123,8 +123,9 @@ def _sdpa_cudnn(d: int, dtype: str, causal: bool, **_) -> dict:
     # Its causal order is not known: ascending (the list schedule's). mask_every_step_if_ragged: at lengths Bc = 128
     # does not divide it runs 9-15% slower per unit of work than at the multiples beside them (d = 64 non-causal
     # N = 1000: 359 us against 1024's 321-331 us; causal 960 (B = 17) 227-232 us against 1024 (B = 16) 206-220 us;
-    # stop23/fresh23, stop24/fresh24 and the d = 64 causal 576-960 lengths of stop23/short23), as a kernel that masks every
-    # key block would; this repo's kernels time in proportion to the work there. ncu (results/stop25/mask25) has
+    # fwd_wgmma_fresh_lengths/n768_12288_run4, fwd_wgmma_fresh_lengths/n640_5120 and the d = 64 causal 576-960 lengths of
+    # fwd_wgmma_fresh_lengths/d64_causal_n576_960), as a kernel that masks every key block would; this repo's kernels
+    # time in proportion to the work there. ncu (results/ncu_fwd_wgmma_vs_cudnn/masked_n1000) has
     # its non-causal kernel issue 28-30% more warp instructions per tile at N = 1000 than at 1024 (d = 64 and 128; 2 per
     # score over a 128 x 128 tile is ~25%), its causal one 3.4% (the diagonal's and the tail's blocks only): so the
     # flag is the non-causal kernel's. Its causal timings at ragged N are slower per FLOP too (ncu: 9% at d = 64

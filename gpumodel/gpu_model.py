@@ -89,6 +89,9 @@ from gpumodel.levels import counts, grid_ctas, levels, q_block_slots
 from gpumodel.measured import EVENTS_LESS_GAP
 
 FIT_FILE = Path(__file__).resolve().parent.parent / "results" / "gpu_model_fit.json"
+# The GPUs (counting.gpus keys) the fitted parameters cover: `fa-traffic predict --gpu` refuses others in one line and
+# `report` falls back to the papers' roofline there. Covering a GPU is data: its fit (FIT_FILE) and its key here.
+COVERED_GPUS = ("h200",)
 
 # Constants with their sources; PARAMS are fitted by gpumodel/fit_gpu_model.py on the training split it
 # names (written to results/gpu_model_fit.json), the rest are datasheet or committed measurements.

@@ -83,11 +83,16 @@ def _label(cell) -> str:
     return cell["kernel"] + extra
 
 
-def rows(params=None) -> list[dict]:
+def rows(params=None, progress=None) -> list[dict]:
+    """Every committed measurement beside the model's figure. progress: called (cells done, cells) as it goes
+    (`fa-traffic validate` shows it: the model prices some 20,000 cells, seconds of work)."""
     params = params or gm.load_params()
     out = []
     cache = {}
-    for c in bench_cells() + ab_cells() + teaching_cells() + ncu_cells():
+    cells = bench_cells() + ab_cells() + teaching_cells() + ncu_cells()
+    for done, c in enumerate(cells, 1):
+        if progress is not None:
+            progress(done, len(cells))
         key = (c["kernel"], repr(sorted(c["options"].items())), c["batch"], c["heads"], c["n_q"], c["d"],
                c["dtype"], c["causal"])
         if key not in cache:

@@ -1,6 +1,7 @@
 """python -m kernels check [--arch sm_90] [--kernels fa2,v_once] [--json FILE]
 
-Compiles every registered kernel configuration with NVRTC (no GPU needed) and prints, per kernel,
+Compiles every registered kernel configuration with NVRTC (no GPU needed; the `gpu` extra, pip install -e '.[gpu]',
+installs it: without it one line says so, exit status 2) and prints, per kernel,
 registers, static shared memory, stack frame and spill bytes from ptxas' report, and why ptxas serialised the
 kernel's wgmma pipeline where it did (loader.SerializedWgmmaWarning). Exit status 1 if any configuration fails to
 compile.
@@ -31,11 +32,15 @@ def check(arch: str, names=None) -> list[dict]:
             try:
                 row.update(loader.resource_usage(source, kernel, defines=defines, arch=own or arch))
                 row["ok"] = True
+            except loader.ToolchainMissing:  # no NVRTC or headers: every row would fail alike; main says it once
+                raise
             except Exception as exc:  # report every failure, keep going
                 row.update(ok=False, error=str(exc).splitlines()[0][:200])
             rows.append(row)
     return rows
 
+
+INSTALL_HINT = "install the GPU extra, pip install -e '.[gpu]' (NVRTC; no GPU needed to compile)"
 
 COLUMNS = (("spec", "spec"), ("kernel", "kernel"), ("defines", "defines"), ("registers", "regs"),
            ("shared_static", "smem static"), ("local_bytes", "stack"), ("spill_stores", "spill st"),
@@ -84,10 +89,13 @@ def main(argv=None) -> int:
         parser.error(f"--arch: {exc}")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         parser.error(f"--json {args.json}: no folder {os.path.dirname(os.path.abspath(args.json))} to write it in")
-    try:
+    try:  # the toolchain first: without the GPU extra, one line saying what to install, not a traceback
+        loader.nvrtc_version()
+        loader.cuda_include_dirs()
         rows = check(args.arch, names)
     except loader.ToolchainMissing as exc:
-        print(f"cannot compile: {exc}", file=sys.stderr)
+        print(f"python -m kernels: error: cannot compile: {INSTALL_HINT} [{str(exc).splitlines()[0][:160]}]",
+              file=sys.stderr)
         return 2
     render(rows, args.arch)
     if args.json:

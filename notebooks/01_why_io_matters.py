@@ -295,8 +295,8 @@ print("share of naive's HBM bytes that are S and P:", ", ".join(f"N={n}: {s:.0%}
 # - notebook 7: the backward pass, which rebuilds $P$ from one number per row instead of storing it.
 #
 # The same numbers are one command away: `fa-traffic report --blocks fa1-rule` (here for two variants).
-# It reports one (batch, head), so its bytes and times are the table's of section 3 divided by $B \cdot H$
-# (512 at N = 1k, 32 at 16k) and its TFLOP/s are the same. Without `--blocks fa1-rule` it models each
+# It takes the benchmarks' full GPU unless told (B = 16k/N, H = 2048/d: 16 x 32 at N = 1k, 1 x 32 at 16k),
+# section 3's shape, so its bytes, times and TFLOP/s are that table's. Without `--blocks fa1-rule` it models each
 # variant's real kernel with its own blocks instead (the GPU model of notebook 6), and gives other numbers.
 
 # %%

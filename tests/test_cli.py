@@ -149,7 +149,8 @@ def test_csv_parses_back(capsys):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [r["variant"] for r in rows] == ["fa1", "naive"]
     for r in rows:
-        tr = cf.counts(r["variant"], 1, 1, 2048, 2048, 64, dtype="fp16", block_q=int(r["block_q"]),
+        tr = cf.counts(r["variant"], int(r["batch"]), int(r["heads"]), 2048, 2048, 64, dtype="fp16",
+                       block_q=int(r["block_q"]),
                        block_k=int(r["block_k"]), sram_bytes=int(r["sram_bytes"]))
         assert int(r["hbm_read_bytes"]) == tr.hbm_read_bytes
         assert int(r["flops_matmul"]) == tr.flops["matmul"] and int(r["flops_exp"]) == tr.flops["exp"]
@@ -283,5 +284,5 @@ def test_report_says_which_rows_run_on_the_teaching_tier(capsys):
         assert report_gpu.TIER_OF[kernel] == KERNELS[kernel].tier, kernel
     rc, out, _ = run(capsys, "report", "--seq-len", "4k")
     assert rc == 0 and "naive, fa1 run on the teaching tier" in out
-    caption = out[out.index("B=1 H=1"):]
+    caption = out[out.index("NVIDIA H200 SXM 141GB, B=4 H=32"):]  # the GPU and the B, H assumed (report's default)
     assert max(len(line) for line in caption.splitlines()) < 250

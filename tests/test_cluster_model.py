@@ -158,7 +158,8 @@ def test_predict_cli(capsys):
     rc, out, err = _run(capsys, "predict", "--kernel", "v_once_cluster", "--seq-len", "8k", "--head-dim", "128",
                         "--format", "json")
     rec = json.loads(out)[0]
-    tr = cf.counts("v_once", 1, 1, 8192, 8192, 128, placement="cluster", rescale="lazy", sram_bytes=cluster.SMEM_PER_CTA)
+    tr = cf.counts("v_once", rec["batch"], rec["heads"], 8192, 8192, 128, placement="cluster", rescale="lazy",
+                   sram_bytes=cluster.SMEM_PER_CTA)  # at predict's default B, H (the benchmarks' full GPU)
     assert rc == 0 and rec["dsmem_bytes"] == tr.dsmem_total_bytes > 0
     rc, out, err = _run(capsys, "predict", "--kernel", "v_once_cluster", "--seq-len", "64k", "--head-dim", "64")
     assert rc == 2 and out == "" and err.count("\n") == 1 and "no cluster of up to 16 CTAs" in err
@@ -171,7 +172,7 @@ def test_report_placement_cluster(capsys):
     assert [r["label"] for r in recs] == ["v_once_cluster_lazy"] * 3
     for r in recs:
         assert r["gpu_model"]["kernel"] == "v_once_cluster" and (r["block_q"], r["block_k"]) == (64, 64)
-        tr = cf.counts("v_once", 1, 1, r["seq_q"], r["seq_k"], 64, block_q=64, block_k=64, placement="cluster",
+        tr = cf.counts("v_once", r["batch"], r["heads"], r["seq_q"], r["seq_k"], 64, block_q=64, block_k=64, placement="cluster",
                        rescale="lazy", sram_bytes=r["sram_bytes"])
         assert r["cluster_size"] == tr.cluster_size == cluster.plan(r["seq_k"], 64).cluster_size
         assert r["dsmem_bytes"] == tr.dsmem_bytes and r["fits"]

@@ -17,9 +17,11 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 import time
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -143,6 +145,46 @@ def test_cli_fuzz(argv):
     fmt = fmts[-1] if fmts else "table"
     if fmt == "json" and argv and argv[0] in ("report", "sweep-sram"):
         _check_records(json.loads(out))
+
+
+STREAMS = ("stdout closed", "stderr closed", "terminal")
+COLUMNS = ("0", "1", "2", "7", "39", "-3", "abc", "", "80", "1000")  # what a terminal's COLUMNS may say
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@FUZZ
+@given(argv=argv_lists(), stream=st.sampled_from(STREAMS), columns=st.sampled_from(COLUMNS))
+def test_cli_fuzz_streams(argv, stream, columns):
+    """Issue 46 item 6: the same argument lists with stdout closed (`>&-`), stderr closed (`2>&-`), or on a terminal
+    whose COLUMNS is odd. stdout closed: one line on stderr and exit 1, or exit 2 for bad input; stderr closed: the
+    output as ever, an error not printed to stdout; a terminal: output (COLUMNS=0 printed nothing), no first cell cut."""
+    out, err = _Terminal(), io.StringIO()
+    t0 = time.perf_counter()
+    with mock.patch.dict(os.environ, {"COLUMNS": columns}), \
+            contextlib.redirect_stdout(None if stream == "stdout closed" else out), \
+            contextlib.redirect_stderr(None if stream == "stderr closed" else err):
+        rc = main(argv)
+    plot = any(a.endswith(".png") for a in argv)
+    assert time.perf_counter() - t0 < (FUZZ_PLOT_TIME_S if plot else FUZZ_TIME_S), argv
+    out, err = out.getvalue(), err.getvalue()
+    assert "Traceback" not in err, (argv, err)
+    if stream == "stdout closed":
+        assert rc in (1, 2) and len(err.strip().splitlines()) == 1 and err.startswith("fa-traffic: error: "), (argv, err)
+        assert rc == 2 or "standard output is closed" in err, (argv, err)
+        return
+    if stream == "stderr closed":
+        assert rc in (0, 2) and (out == "") == (rc == 2), (argv, rc, out[:200])
+        return
+    if rc == 2:
+        assert out == "" and len(err.strip().splitlines()) == 1, (argv, err)
+        return
+    assert rc == 0 and out.strip(), (argv, columns, rc, err)
+    body = [line for line in re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", out).splitlines() if line.startswith("│")]
+    assert not [line for line in body if line.split("│")[1].strip().endswith("…")], (argv, columns)
 
 
 # -- the API --------------------------------------------------------------------------------------
