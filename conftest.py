@@ -1,7 +1,11 @@
-"""Test-wide settings: hypothesis profiles and the GPU marker's skip.
+"""Test-wide settings: hypothesis profiles, the GPU marker's skip and the slow tier.
 
 Profiles: "ci" (fixed budget, derandomised, no deadline: what CI and the README run), "dev" (more
 examples, random), "quick" (smoke). Choose with HYPOTHESIS_PROFILE; CI=true selects "ci".
+
+Tiers: a plain `pytest` (the README's command) runs the default tier, a few minutes on 2 cores; tests marked `slow`
+(every build of every kernel compiled, the GPU model refitted, the backwards emulated on the CPU) are skipped there
+and run with `pytest -m slow` (.ci/run runs both). Any -m expression chooses for itself (`-m "slow or not slow"`: all).
 """
 import os
 
@@ -25,9 +29,15 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    if not config.option.markexpr:  # no -m: the default tier
+        slow = pytest.mark.skip(reason="slow tier: run it with pytest -m slow (.ci/run does)")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(slow)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+

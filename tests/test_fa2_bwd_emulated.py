@@ -83,6 +83,7 @@ def emulated_backward(lib, q, k, v, do, causal, scale):
     return dq, dk, dv
 
 
+@pytest.mark.slow
 @settings(max_examples=25)  # 18 possible builds (blocks x d_pad x dtype); 25 keeps the suite's budget under any profile
 @given(n_q=st.integers(1, 150), n_k=st.integers(1, 150), d=st.sampled_from([1, 7, 40, 64, 65, 100, 104, 128]),
        blocks=st.sampled_from(BLOCKS), causal=st.booleans(), scale=st.one_of(st.none(), st.floats(0.05, 2.0)),
@@ -176,8 +177,9 @@ def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch):
     assert (got[0][..., :60, :] == 0).all()  # causal, Nq > Nk: 60 rows see no key
 
 
-@pytest.mark.parametrize("blocks", [(64, 64), (32, 32)])
-@pytest.mark.parametrize("dtype, d, causal", [(torch.float16, 128, True), (torch.bfloat16, 104, False)])
+@pytest.mark.parametrize("blocks", [(64, 64), pytest.param((32, 32), marks=pytest.mark.slow)])
+@pytest.mark.parametrize("dtype, d, causal", [(torch.float16, 128, True),
+                                              pytest.param(torch.bfloat16, 104, False, marks=pytest.mark.slow)])
 def test_emulated_prefetch_path(build, dtype, d, causal, blocks):
     """fa2_bwd.cu v3 (FA2_PREFETCH: Q_{i+1}, dO_{i+1} staged during step i), the build the launcher picks for
     16-bit inputs at d_pad = 128: several Q blocks with a tail, Nq > Nk so causal rows see no key; and the

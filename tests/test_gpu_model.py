@@ -282,6 +282,7 @@ def test_teaching_shared_bytes_match_the_launchers():
                     v_once.shared_bytes(d, 1000, 2, placement=p, rescale=r)
 
 
+@pytest.mark.slow
 def test_committed_fit_is_the_fit_of_this_model():
     """results/gpu_model_fit.json must be what gpumodel/fit_gpu_model.py gives for the model as it
     is now: a change to the model without a refit (and so a held-out error nobody measured) fails here."""

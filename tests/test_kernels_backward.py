@@ -78,6 +78,7 @@ def test_teaching_backward_default_blocks():
     assert fa2.backward_blocks(40, torch.float32) == (64, 64)
 
 
+@pytest.mark.slow
 def test_teaching_backward_builds_keep_the_blocks_per_sm_their_shared_memory_allows():
     """fa2_bwd.cu's MIN_BLOCKS mirrors kernels/fa2.py's carving: wherever two blocks fit in shared memory
     (d <= 64 at 64 x 64, the 32 x 32 default at d = 128, with or without the prefetch), the registers stay

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kernels import fa2_wgmma, fa2_wgmma_bwd, loader
+from tests.tiers import one_per
 from tests.test_kernels_bwd_gpu import reference_grads
 
 try:
@@ -28,8 +29,10 @@ def test_shipped_builds_are_swept():
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("build", BUILDS, ids=lambda b: b[0] + "-" + "-".join(f"{k}={v}" for k, v in b[1]))
+@pytest.mark.parametrize("build", one_per(BUILDS, key=lambda b: b[0],
+                                          ids=[b[0] + "-" + "-".join(f"{k}={v}" for k, v in b[1]) for b in BUILDS]))
 def test_compiles_for_sm90a_within_spill_budget(build):
+    """Every swept build (the slow tier); a plain pytest compiles one per kernel function."""
     kernel, defines = build[0], dict(build[1])
     res = loader.resource_usage(fa2_wgmma_bwd.SOURCE, kernel, defines=defines, arch=fa2_wgmma_bwd.ARCH)
     assert 0 < res["registers"] <= 255

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kernels import KERNELS, loader
+from tests.tiers import one_per
 
 try:
     loader.nvrtc_version()
@@ -31,8 +32,10 @@ def _id(cfg):
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("config", CONFIGS, ids=[_id(c) for c in CONFIGS])
+@pytest.mark.parametrize("config", one_per(CONFIGS, key=lambda c: (c[0], c[2]), ids=[_id(c) for c in CONFIGS]))
 def test_compiles_for_sm90(config):
+    """Every configuration compiles within its spill budget; a plain pytest compiles one per launcher and kernel
+    function, the slow tier (pytest -m slow) every one."""
     name, source, kernel, defines = config
     arch = KERNELS[name].arch or "sm_90"  # fa2_wgmma: sm_90a (wgmma)
     cubin = loader.compile_cubin(source, defines=defines, arch=arch)

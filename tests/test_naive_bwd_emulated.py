@@ -113,6 +113,7 @@ def emulated_backward(monkeypatch, lib, q, k, v, do, causal, scale, block_q, blo
     return got, calls
 
 
+@pytest.mark.slow
 @settings(max_examples=12)  # each example runs five emulated launches; 12 keeps the suite's budget under any profile
 @given(n_q=st.integers(1, 100), n_k=st.integers(1, 100), d=st.sampled_from([1, 7, 40, 64, 65, 100, 128]),
        blocks=st.sampled_from(BLOCKS), causal=st.booleans(), scale=st.one_of(st.none(), st.floats(0.05, 2.0)),
