@@ -376,9 +376,10 @@ def test_prefetching_persistent_kernel_pays_a_tiles_fill_per_work_tile():
 
 def test_persistent_rows_timed_before_v6_keep_one_causal_section():
     """A/B runs before fa2_wgmma_tma.cu v6 ran the persistent builds with every head in one causal section; the model
-    must read them so (gpumodel.measured.ONE_SECTION_RUNS), and the v6 runs with the kernel's sections."""
-    from gpumodel.measured import ONE_SECTION_RUNS, ab_cells
+    must read them so (results/fa2_wgmma_runs.json one_causal_section), and the v6 runs with the kernel's sections."""
+    from gpumodel.measured import ab_cells, fa2_wgmma_runs
 
+    ONE_SECTION_RUNS = tuple(fa2_wgmma_runs()["one_causal_section"])
     rows = [c for c in ab_cells() if c["kernel"] == "fa2_wgmma" and c["options"]["config"].get("PERSISTENT")]
     old = [c for c in rows if c["source"].startswith(ONE_SECTION_RUNS)]
     new = [c for c in rows if not c["source"].startswith(ONE_SECTION_RUNS)]
