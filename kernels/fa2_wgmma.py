@@ -146,9 +146,10 @@ def with_knobs(d: int, n_k: int, causal: bool, knobs: dict) -> dict:
     `fa-traffic predict --knobs` prices."""
     _refuse_removed(knobs)
     cfg = dict(choose_config(d, n_k, True, causal=causal) or CONFIGS[d], **knobs)
-    cfg = {**cfg, **default_knobs(cfg), **knobs}
-    defines_for(d, False, cfg)  # a build the kernel refuses is refused here, in its words
-    return cfg
+    gone = [e for e in knob_errors(cfg) if e.split("=")[0] in REMOVED_VALUES]  # describe() would price them
+    if gone:
+        raise ValueError(f"fa2_wgmma: {'; '.join(gone)}")
+    return {**cfg, **default_knobs(cfg), **knobs}
 
 
 def named_builds(d: int) -> dict:
