@@ -84,14 +84,14 @@ def cmd_check(args):
 
     configs = None
     if args.all_configs:  # every tuning candidate too (fp16 only), so a sweep never times a wrong build
-        configs = {name: [c for cands in sweep_module(name).SWEEP.values() for c in cands]
+        configs = {name: [c for cands in sweep_candidates(name).values() for c in cands]
                    for name in ("fa2_tc", "fa2_wgmma")}
     entries = [e for e in tc_entries(args.kernels, sdpa=(), configs=configs)]
     out, failures = [], 0
     for i, (b, h, n_q, n_k, d, causal, sc) in enumerate(CHECK_SHAPES):
         for dtype in (torch.float16, torch.bfloat16):
             for e in entries:
-                if e.config is not None and (dtype != torch.float16 or e.config not in sweep_module(e.spec.name).SWEEP.get(d, [])):
+                if e.config is not None and (dtype != torch.float16 or e.config not in sweep_candidates(e.spec.name).get(d, [])):
                     continue
                 r = harness.check_one(e, b, h, n_q, n_k, d, dtype, causal, input_scale=sc, seed=i)
                 if "skipped" in r:
@@ -114,6 +114,15 @@ def sweep_module(name: str):
     return {"fa2_tc": fa2_tc, "fa2_wgmma": fa2_wgmma}[name]
 
 
+def sweep_candidates(name: str) -> dict:
+    """{d: [config]} a sweep times by default: fa2_tc's SWEEP, fa2_wgmma's named builds (kernels.fa2_wgmma.named_builds;
+    its issue-14 candidates are at commit 0bb604a)."""
+    mod = sweep_module(name)
+    if name == "fa2_wgmma":
+        return {d: list(mod.named_builds(d).values()) for d in mod.HEAD_DIMS}
+    return mod.SWEEP
+
+
 # ------------------------------------------------------------------------------------------- timing
 
 def shapes(seqs=SEQS, dims=(64, 128)):
@@ -127,12 +136,12 @@ def cmd_sweep(args):
 
     from bench import harness
 
-    mod = sweep_module(args.sweep_kernel)
+    candidates = sweep_candidates(args.sweep_kernel)
     given = json.loads(args.sweep_configs) if args.sweep_configs else None
     rows = []
     seqs = [int(s) for s in args.seqs.split(",")]
     for b, h, n, d in shapes(seqs):
-        cands = given[str(d)] if given else mod.SWEEP[d]
+        cands = given[str(d)] if given else candidates[d]
         entries = tc_entries("", configs={args.sweep_kernel: cands})
         entries = [e for e in entries if e.config is not None or e.spec is None]
         for causal in (False, True):

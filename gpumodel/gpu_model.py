@@ -45,7 +45,7 @@ CTA's share of it while the other ctas_per_sm - 1 CTAs issue (nothing fitted: a 
 at S = 2 waits, at S = 4 does not; the STAGES A/B, results/fwd_wgmma_kv_stages/{run1,run2,in_size_rules}, measured 0.957-0.986x the time with
 four slots at causal N = 512, the model gives 0.969x as do_bench times it (as_timed); Br = 192 non-causal N = 512-2k
 0.975-1.009x, model 0.979-0.997x. At S = 1, the ring1 measurement builds, it charges each block's whole wait; their
-rows are not validated: their cost is the schedule's, kernels/fa2_wgmma.py TILE_CANDIDATES ring1);
+rows are not validated: their cost is the schedule's, the ring1 builds of results/fresh11);
 rt(n): the dependent global round trips the
 descriptor declares, round_trips_per_tile · n + rescale_round_trips · n(n-1)/2 (eager v_once, spilled:
 block n rescales the n earlier f blocks in HBM, one read-scale-write round trip each); a round trip waits

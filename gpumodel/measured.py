@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import csv
 import glob
+import importlib
 import io
 import json
 import re
-import importlib
 import statistics
+from functools import lru_cache
 from pathlib import Path
 
 from gpumodel.resources import registers_of
-from kernels import fa2_wgmma
+
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
@@ -65,23 +66,26 @@ def _meta_configs(meta: dict) -> dict:
 # the benchmark files read: tc_bench*.json (bench/bench_tc.py bench), and the cluster kernel's run under either
 # that name or cluster_bench*.json (issue 18): rows labelled v_once_cluster validate with no code change
 BENCH_PATTERNS = ("tc_bench*.json", "cluster_bench*.json")
-# runs whose default fa2_wgmma build was CONFIGS[d] at every N (timed before kernels.fa2_wgmma.SIZE_RULES was set)
-BEFORE_SIZE_RULES = ("tc_bench.json", "tc_bench_run2.json", "tc_bench_wgmma.json", "tc_bench_wgmma_tma.json",
-                     "cluster_bench.json", "cluster_bench_bf16.json", "cluster_bench_16k.json")
+# which fa2_wgmma build a committed run ran where its file does not say (the builds of the day: data, not code)
+RUNS_FILE = RESULTS / "fa2_wgmma_runs.json"
 
 
-# fa2_wgmma knobs that entered CONFIGS after these runs were timed: their default rows ran the build without them
-# (ROW_SUM_MMA at d = 64, fa2_wgmma_tma.cu v5a)
-KNOBS_ADDED_LATER = {"ROW_SUM_MMA": BEFORE_SIZE_RULES}
+@lru_cache(maxsize=1)
+def fa2_wgmma_runs() -> dict:
+    try:
+        return json.loads(RUNS_FILE.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def run_options(kernel: str, file: str, d: int, options: dict | None = None) -> dict:
     """The launcher options a default (config-less) row of `file` ran with, for the model to describe that build:
-    fa2_wgmma rows of the runs before SIZE_RULES ran CONFIGS[d] at every N, less the knobs added since;
-    otherwise nothing to add."""
-    if kernel == "fa2_wgmma" and "config" not in (options or {}) and file in BEFORE_SIZE_RULES:
-        later = {knob for knob, files in KNOBS_ADDED_LATER.items() if file in files}
-        return {"config": {k: v for k, v in fa2_wgmma.CONFIGS[d].items() if k not in later}}
+    for fa2_wgmma the build results/fa2_wgmma_runs.json names for that file (runs timed before the launcher's rules
+    and knobs of today); otherwise nothing to add (the build forward() runs now)."""
+    if kernel == "fa2_wgmma" and "config" not in (options or {}):
+        cfg = fa2_wgmma_runs().get("default_build", {}).get(file, {}).get(str(d))
+        if cfg is not None:
+            return {"config": dict(cfg)}
     return {}
 
 
@@ -157,20 +161,16 @@ AB_VARIANTS = {"fa2_wgmma[default]": None, "fa2_wgmma[base]": None, "fa2_wgmma[r
                "fa2_wgmma[dyn-oqt-r]": (96,)}
 
 
-# persistent builds order their causal tiles in sections of heads since fa2_wgmma_tma.cu v6 (CAUSAL_SECTION_KB);
-# the A/B runs in these directories were timed before, with every head in one section (later runs: the sections)
-ONE_SECTION_RUNS = ("fwd_wgmma_vs_cudnn_grid/v4/", "fwd_wgmma_vs_cudnn_grid/v5_d64/", "fwd_wgmma_row_sum_mma/",
-                    "fwd_wgmma_size_rules/", "fwd_wgmma_speed_knobs/final/", "fwd_wgmma_d64_tiles/",
-                    "fwd_wgmma_speed_knobs/first_run/")
-
-
 def ab_cells(pattern: str = "**/" + AB_FILE) -> list[dict]:
     cells = []
+    # persistent builds order their causal tiles in sections of heads since fa2_wgmma_tma.cu v6; the runs the table
+    # names were timed before, with every head in one section
+    one_section_runs = tuple(fa2_wgmma_runs().get("one_causal_section", ()))
     for path in sorted(RESULTS.glob(pattern)):
         data = json.loads(path.read_text())
         variants, timer = data.get("variants", {}), data.get("env", {}).get("timer")
         source = str(path.relative_to(RESULTS))
-        one_section = source.startswith(ONE_SECTION_RUNS)
+        one_section = bool(one_section_runs) and source.startswith(one_section_runs)
         for r in data.get("rows", []):
             if r["variant"] not in AB_VARIANTS or not r.get("ok", True) or not r.get("median_ms"):
                 continue
@@ -294,10 +294,12 @@ def _ints(text: str) -> list[int]:
 
 def infer_config(kernel: str, d: int, n: int, grid: str, block: str, smem, registers=None) -> dict | None:
     """The build an ncu row ran, from its launch shape (Tr = grid x, threads, dynamic smem), among the
-    launcher's CONFIGS and SWEEP candidates: a profile taken before the defaults changed stays right."""
+    launcher's CONFIGS and SWEEP candidates (fa2_wgmma: the builds results/fa2_wgmma_runs.json lists): a profile
+    taken before the defaults changed stays right."""
     mod = importlib.import_module(f"kernels.{kernel}")
     grid_x, threads = (_ints(grid) or [0])[0], (_ints(block) or [0])[0]
-    for cfg in [mod.CONFIGS[d]] + list(mod.SWEEP.get(d, [])):
+    ran = fa2_wgmma_runs().get("ncu_builds", {}).get(str(d), []) if kernel == "fa2_wgmma" else []
+    for cfg in [mod.CONFIGS[d]] + list(getattr(mod, "SWEEP", {}).get(d, [])) + ran:
         defs = mod.defines_for(d, False, cfg)
         br = defs["BLOCK_M"] if kernel == "fa2_tc" else mod.block_m(defs)
         thr = 32 * defs["NWARPS"] if kernel == "fa2_tc" else mod.threads(defs)

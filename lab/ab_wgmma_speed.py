@@ -1,10 +1,10 @@
-"""A/B of fa2_wgmma's speed knobs in one run (issue 14 item 1): the shipped build ("base"), each knob alone,
-the combinations (kernels.fa2_wgmma.speed_configs), the tile candidates (TILE_CANDIDATES), and at N <= SIZE_MAX_N
-the size-based candidates (SIZE_CANDIDATES: the evidence for SIZE_RULES), with SDPA flash and cuDNN beside, on the
-same inputs.
+"""A/B of fa2_wgmma builds in one run (issue 14): forward()'s own build ("default"), that build with other knobs
+("default+KNOB=V"), the named builds (kernels.fa2_wgmma.named_builds: "base" = CONFIGS, the rules' builds by name,
+"cp.async"), with SDPA flash and cuDNN beside, on the same inputs. (The speed, size and tile candidates of issue 14,
+each by name, and their knobs are at commit 0bb604a; every run's results record the configs its entries ran.)
 
     PYTHONPATH=. python lab/ab_wgmma_speed.py --out DIR [--dtypes float16,bfloat16] [--dims 64,128,256]
-        [--seqs 512,1024,2048,4096,8192,16384] [--variants base,rescale,...] [--budget-s 120]
+        [--seqs 512,1024,2048,4096,8192,16384] [--variants default,default-again,base,...] [--budget-s 120]
 
 Shapes: batch*N = 16k tokens, hidden 2048 (H = 2048/d), causal and not. Every entry goes through
 bench/harness.py: checked against the float64 reference on the timed inputs first (an entry that fails is
@@ -31,21 +31,18 @@ from lab.predict_ab import parse_variants, variant_knobs  # noqa: E402  (the ent
 
 SDPA = ("flash", "cudnn")
 TOKENS, HIDDEN = 16384, 2048
-# timed by default: every speed build but the static persistent one (PERSISTENT=1, the first step towards
-# the dynamic scheduler; --variants persist times it), to keep the full grid within the visit's time
-SKIP_BY_DEFAULT = ("persist",)
+DEFAULT_VARIANTS = "default,default-again,base"  # timed without --variants: forward()'s build, its control, CONFIGS
+SIZE_MAX_N = 4096  # decisions(): the short rows a SIZE_RULES entry may take, apart from the rest
 CONTROL = "fa2_wgmma[default-again]"  # forward()'s build timed as a second entry: the run's order and noise floor
 
 
 def entries(d: int, variants, n: int, sdpa=SDPA):
-    """The speed builds at d, the size-based candidates where N <= fa2_wgmma.SIZE_MAX_N, then SDPA."""
+    """forward()'s build and its variants, the named builds at d, then SDPA."""
     from bench import harness
     from kernels import KERNELS, fa2_wgmma
 
     spec = KERNELS["fa2_wgmma"]
-    cfgs = dict(fa2_wgmma.speed_configs(d), **fa2_wgmma.TILE_CANDIDATES.get(d, {}))  # tiles: at every N
-    if n <= fa2_wgmma.SIZE_MAX_N:
-        cfgs.update(fa2_wgmma.SIZE_CANDIDATES.get(d, {}))
+    cfgs = fa2_wgmma.named_builds(d)
     out = [harness.Entry(f"fa2_wgmma[{v}]", spec.tier, spec, {}, dict(cfgs[v])) for v, dims in variants
            if v in cfgs and (dims is None or d in dims)]
     if any(v == "default" and (dims is None or d in dims) for v, dims in variants):  # what forward() picks: SIZE_RULES
@@ -148,11 +145,10 @@ DEFAULT_ENTRIES = ("default", "default-again", "default-memset")  # forward()'s 
 
 
 def known_variants(d: int, n: int) -> set:
-    """The candidate names entries() times at d and N (besides DEFAULT_ENTRIES and default+KNOB=V)."""
+    """The build names entries() times at d and N (besides DEFAULT_ENTRIES and default+KNOB=V)."""
     from kernels import fa2_wgmma
 
-    names = set(fa2_wgmma.speed_configs(d)) | set(fa2_wgmma.TILE_CANDIDATES.get(d, {}))
-    return names | set(fa2_wgmma.SIZE_CANDIDATES.get(d, {})) if n <= fa2_wgmma.SIZE_MAX_N else names
+    return set(fa2_wgmma.named_builds(d))
 
 
 def check_args(ap, args) -> None:
@@ -201,7 +197,7 @@ def check_args(ap, args) -> None:
         if not any(name in known_variants(d, n) for d in at for n in seqs):
             ap.error(f"--variants: unknown variant {name!r} at d = {', '.join(map(str, at))} (N = {args.seqs}); "
                      f"the names are {', '.join(DEFAULT_ENTRIES)}, default+KNOB=V and those of "
-                     "kernels/fa2_wgmma.py speed_configs, TILE_CANDIDATES and SIZE_CANDIDATES (N <= SIZE_MAX_N)")
+                     "kernels/fa2_wgmma.py named_builds (issue 14's candidates: commit 0bb604a)")
 
 
 def run(args) -> dict:
@@ -212,15 +208,11 @@ def run(args) -> dict:
 
     harness.start_clock()  # each timing records the SM clock over its window (None without nvidia-smi)
 
-    variants = (parse_variants(args.variants) if args.variants else
-                [(v, None) for v in fa2_wgmma.speed_configs(64) if v not in SKIP_BY_DEFAULT]
-                + [(k, None) for k in dict.fromkeys(k for c in fa2_wgmma.SIZE_CANDIDATES.values() for k in c)])
+    variants = parse_variants(args.variants or DEFAULT_VARIANTS)
     sdpa = tuple(b for b in args.sdpa.split(",") if b)
-    res = dict(env=dict(harness.environment(), order=args.order), variants={str(d): dict(fa2_wgmma.speed_configs(d),
-                                                                 **fa2_wgmma.SIZE_CANDIDATES.get(d, {}),
-                                                                 **fa2_wgmma.TILE_CANDIDATES.get(d, {}))
-                                                    for d in (int(x) for x in args.dims.split(","))},
-               size_max_n=fa2_wgmma.SIZE_MAX_N,
+    res = dict(env=dict(harness.environment(), order=args.order),
+               variants={str(d): fa2_wgmma.named_builds(d) for d in (int(x) for x in args.dims.split(","))},
+               size_max_n=SIZE_MAX_N,
                shapes=f"batch*N = {TOKENS}, hidden {HIDDEN}", rows=[], not_run=[])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -408,8 +400,6 @@ def decisions(rows, ref: str | None = None) -> list[str]:
     (default-again, forward()'s build timed a second time; '-' without one): what the build gains beyond the run's
     order and noise floor), and the rule's call; with causal and non-causal cells, per flag too, against the same
     reference."""
-    from kernels import fa2_wgmma
-
     ref = ref or reference(rows)
 
     def cell(r):
@@ -432,14 +422,14 @@ def decisions(rows, ref: str | None = None) -> list[str]:
 
     def geo(xs):
         return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-    out = [f"{'d':>3s} {'build':22s} {'N<=' + str(fa2_wgmma.SIZE_MAX_N):>8s} {'N>' + str(fa2_wgmma.SIZE_MAX_N):>8s} "
+    out = [f"{'d':>3s} {'build':22s} {'N<=' + str(SIZE_MAX_N):>8s} {'N>' + str(SIZE_MAX_N):>8s} "
            f"{'worst':>6s} {'cells':>5s} {'/ctrl':>6s}  rule (<= {ALL_GAIN} geomean, no cell > {WORST_LOSS})"]
     for (d, name), vals in sorted(ratios.items()):
-        small = [x for n, x in vals if n <= fa2_wgmma.SIZE_MAX_N]
-        large = [x for n, x in vals if n > fa2_wgmma.SIZE_MAX_N]
+        small = [x for n, x in vals if n <= SIZE_MAX_N]
+        large = [x for n, x in vals if n > SIZE_MAX_N]
         every = small + large
         # SIZE_RULES: the largest measured N up to SIZE_MAX_N where the rule holds over every cell at or below it
-        wins = [n0 for n0 in sorted({n for n, _ in vals if n <= fa2_wgmma.SIZE_MAX_N})
+        wins = [n0 for n0 in sorted({n for n, _ in vals if n <= SIZE_MAX_N})
                 if geo([x for n, x in vals if n <= n0]) <= ALL_GAIN and max(x for n, x in vals if n <= n0) <= WORST_LOSS]
         if geo(every) <= ALL_GAIN and max(every) <= WORST_LOSS:
             call = f"CONFIGS[{d}]"
@@ -466,8 +456,8 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default="", help="default (forward()'s rule), default-again (the same build timed "
                     "as a second entry: the run's noise and order floor), default-memset (the same after a "
                     "torch.zeros launch, as before v6e), default+KNOB=V[+KNOB=V] (forward()'s build with these knobs), "
-                    "names of fa2_wgmma.speed_configs / SIZE_CANDIDATES, each "
-                    "optionally @d1+d2 (only at those head dims); default: all but SKIP_BY_DEFAULT")
+                    "names of fa2_wgmma.named_builds, each optionally @d1+d2 (only at those head dims); default: "
+                    f"{DEFAULT_VARIANTS}")
     ap.add_argument("--causal", default="0,1", choices=("0", "1", "0,1", "1,0"),
                     help="0 (non-causal), 1 (causal) or both; decisions() over one kind of cell speaks for that kind only")
     ap.add_argument("--sdpa", default=",".join(SDPA), help="SDPA backends beside (default: flash,cudnn)")

@@ -1,4 +1,4 @@
-"""When each CTA of fa2_tc (or fa2_wgmma's one-tile build) ran: the schedule the L2 residency model assumes, measured.
+"""When each CTA of fa2_tc ran: the schedule the L2 residency model assumes, measured.
 
 Why: fa2_tc and SDPA flash run the same tiling (Br = 128, Bc = 64 at d = 128, 2 CTAs/SM, Q blocks fastest, a backward
 key sweep), and SDPA flash's DRAM bytes are within 3% of the model at N = 16k-64k, where fa2_tc's are 0.84x / 0.88x
@@ -6,10 +6,10 @@ at 16k-32k and 1.42x at 64k (results/gpu_model_known_gaps.json). The model assum
 blocks in near lockstep. lab/l2_sim.py walks the accesses through an LRU: in lockstep it gives the model's bytes;
 if each CTA runs at its own pace, the misses fall at 16k-32k (the waves blur, straddled heads overlap) and, past some
 spread, rise at 64k (docs/l2_pace.png; no one random spread fits all three, so the pace itself is wanted).
-This probe measures the pace (issue 11): a build with CTA_TRACE=1 (kernels/cuda/cta_trace.cuh, in fa2_tc.cu and
-fa2_wgmma_tma.cu) writes each CTA's %globaltimer at its start, at each quarter of its sweep and at its end, and its
-SM. `--kernel fa2_wgmma` traces CONFIGS[d] (Br = 128, Bc = 176 at d = 128, one CTA per SM), whose DRAM bytes ncu
-has within 6% of the model: the control. `python -m lab.l2_sim --trace FILE` walks
+This probe measures the pace (issue 11): a build with CTA_TRACE=1 (kernels/cuda/cta_trace.cuh, in fa2_tc.cu) writes
+each CTA's %globaltimer at its start, at each quarter of its sweep and at its end, and its SM. (`--kernel fa2_wgmma`,
+the control, traced CONFIGS[d], whose DRAM bytes ncu has within 6% of the model; fa2_wgmma_tma.cu's CTA_TRACE left
+with the experiments' knobs in issue 40 and lives at commit 0bb604a.) `python -m lab.l2_sim --trace FILE` walks
 the recorded schedule; the prediction before the run is in results/ncu_fa2_tc_dram/cta_trace_prediction.json.
 
 Per length: the traced build's output must equal its untraced build's (CONFIGS[d], explicit) bit for bit (the trace
@@ -23,7 +23,7 @@ config, so its rows are never read as the shipped build's) for gpumodel/measured
 so that under `ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum` each schedule comes with its own DRAM bytes
 (`python -m lab.l2_sim --trace FILE --ncu-csv CSV` pairs them).
 
-    PYTHONPATH=. python3 lab/cta_trace.py --out DIR [--kernel fa2_tc|fa2_wgmma] [--seqs 16384,32768,65536]
+    PYTHONPATH=. python3 lab/cta_trace.py --out DIR [--kernel fa2_tc] [--seqs 16384,32768,65536]
         [--head-dim 128] [--heads 16] [--ncu]
 """
 from __future__ import annotations
@@ -93,6 +93,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
     ap.add_argument("--ncu", action="store_true", help="the traced launches alone, for a run under ncu")
     args = ap.parse_args(argv)
+    if args.kernel == "fa2_wgmma":
+        ap.error("--kernel fa2_wgmma: its CTA_TRACE build lives at commit 0bb604a (removed in issue 40)")
     seqs = harness.int_list(ap, "--seqs", args.seqs)
     harness.positive_int(ap, "--heads", args.heads)
     harness.positive_int(ap, "--traces", args.traces)
@@ -105,21 +107,15 @@ def main(argv=None) -> int:
     import cupy
     import torch
 
-    from kernels import fa2_tc, fa2_wgmma, loader
+    from kernels import fa2_tc, loader
 
     dtype = getattr(torch, args.dtype)
     bf16 = dtype == torch.bfloat16
-    if args.kernel == "fa2_tc":
-        mod, shipped = fa2_tc, dict(fa2_tc.CONFIGS[d])
-        cfg = dict(shipped, CTA_TRACE=1)
-        defs = fa2_tc.defines_for(d, bf16, cfg)
-        block_q, block_k = defs["BLOCK_M"], defs["BLOCK_N"]
-        kernel = loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=defs, device=torch.cuda.current_device())
-    else:  # the one-tile build ncu profiled at N = 16k-64k (ncu_l2_capacity.csv): CONFIGS[d], explicit
-        mod, shipped = fa2_wgmma, dict(fa2_wgmma.CONFIGS[d])
-        cfg = dict(shipped, CTA_TRACE=1)
-        defs, src, name, _, _, block_q, block_k, _ = fa2_wgmma._plan(d, bf16, cfg)
-        kernel = loader.get_function(src, name, defines=defs, arch=fa2_wgmma.ARCH, device=torch.cuda.current_device())
+    mod, shipped = fa2_tc, dict(fa2_tc.CONFIGS[d])
+    cfg = dict(shipped, CTA_TRACE=1)
+    defs = fa2_tc.defines_for(d, bf16, cfg)
+    block_q, block_k = defs["BLOCK_M"], defs["BLOCK_N"]
+    kernel = loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=defs, device=torch.cuda.current_device())
     bad, small = 0, None
     if not args.ncu:  # float64 first, on a shape with tails, Nq != Nk and empty causal rows
         with harness.Poisoned():

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Issue 14's speed knobs and candidates this runs, DEFAULT_CANDIDATES and speed_configs, live at commit 0bb604a.)
 # Last GPU check of issue 14 items 1, 4, 5 (fa2_wgmma): what decides the defaults, lean (about 4 minutes on an
 # H200; every step under its own time limit, one failing does not stop the rest; $OUT/steps.txt: rc, seconds).
 # The second visit (results/sessions/visit2/) timed RESCALE_THRESHOLD (now in CONFIGS at d = 64, 256) and

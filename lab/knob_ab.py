@@ -11,8 +11,10 @@ Each row: the run, the variant, the cell, the model's ratio, the measured ratio 
 build twice (`default-again`), the control's ratio (how far the same build moved in that cell). A variant's config is
 the one its row recorded (lab/ab_wgmma_speed.py default_with_config, runs from stop 24 on); for earlier rows,
 forward()'s (the default row's recorded config and knobs) with the variant's knobs, and TURN_CARRY where the knobs
-turn O_TILE on in a ping-pong build, as the A/B then built it. Knobs the model does not state (Q_SLOTS,
-MAX_TREE, ...) give a ratio of 1: the model says they change nothing.
+turn O_TILE on in a ping-pong build, as the A/B then built it. Knobs the model does not state (MAX_TREE, ...) give
+a ratio of 1: the model says they change nothing. Knobs removed with their experiments in issue 40 (at commit 0bb604a)
+are still priced as before (kernels/fa2_wgmma.py DESCRIBED_ONLY); a row whose build the descriptors refuse is listed
+after the table.
 """
 from __future__ import annotations
 
@@ -45,9 +47,10 @@ def variant_config(default_row: dict, knobs: dict) -> dict:
     return cfg
 
 
-def rows(pattern: str = "**/" + AB_FILE, source: str | tuple = "") -> list[dict]:
+def rows(pattern: str = "**/" + AB_FILE, source: str | tuple = "", refused: dict | None = None) -> list[dict]:
     """Every `default+KNOBS` row of the committed A/B runs whose cell has forward()'s row with its config (`source`:
-    only runs under this folder of results, or under any of a tuple of them)."""
+    only runs under this folder of results, or under any of a tuple of them); refused (if given) collects
+    {(run, variant): why} of the rows whose build the descriptors refuse."""
     from gpumodel import gpu_model as gm
 
     out = []
@@ -81,7 +84,9 @@ def rows(pattern: str = "**/" + AB_FILE, source: str | tuple = "") -> list[dict]
                     continue
                 try:  # the build the row recorded (runs from stop 24 on), else rebuilt as the A/B built it
                     t1 = model(r.get("config") or variant_config(base, knobs))
-                except (ValueError, KeyError):  # a build the descriptors refuse
+                except (ValueError, KeyError) as exc:  # a build the descriptors refuse
+                    if refused is not None:
+                        refused[(src.rsplit("/", 1)[0], variant[len("fa2_wgmma["):-1])] = str(exc).splitlines()[0]
                     continue
                 out.append(dict(source=src, variant=variant[len("fa2_wgmma["):-1], d=d, n=n, dtype=DTYPE[dtype],
                                 causal=causal, model=t1 / t0, measured=r["median_ms"] / base["median_ms"],
@@ -115,7 +120,8 @@ def main(argv=None) -> int:
     ap.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
     ap.add_argument("--cells", action="store_true", help="every cell, not the summary per run and variant")
     args = ap.parse_args(argv)
-    rs = rows(source=args.source)
+    refused: dict = {}
+    rs = rows(source=args.source, refused=refused)
     if not rs:
         print(f"no A/B variant rows under results/{args.source}", file=sys.stderr)
         return 2
@@ -131,6 +137,8 @@ def main(argv=None) -> int:
         cells = [["-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v) for v in r.values()]
                  for r in table]
         (render_markdown if args.format == "markdown" else render_table)(header, cells)
+    for (run, variant), why in sorted(refused.items()):
+        print(f"not priced: {run} {variant}: {why}", file=sys.stderr)
     return 0
 
 

@@ -1,12 +1,12 @@
 """The GPU model's time for each entry of an A/B run, written before the run (issues 11, 14).
 
 lab/ab_wgmma_speed.py names its entries `default` (forward()'s build for the call), `default-again` (the same,
-timed twice), `default+KNOB=V[+KNOB=V]` (forward()'s build with knobs: kernels.fa2_wgmma.with_knobs) and candidate
-names (kernels.fa2_wgmma.SIZE_CANDIDATES, TILE_CANDIDATES, speed builds); SDPA's backends beside. This prices the same
+timed twice), `default+KNOB=V[+KNOB=V]` (forward()'s build with knobs: kernels.fa2_wgmma.with_knobs) and build
+names (kernels.fa2_wgmma.named_builds); SDPA's backends beside. This prices the same
 entries on the same cells (batch * N = 16k, hidden 2048) as do_bench times them, so a prediction can be committed
 before the run and read against it after (`over_default`: time / forward()'s build in the cell).
 
-    PYTHONPATH=. python -m lab.predict_ab --dims 128 --seqs 512,1024 --variants default,br192-bc64-dyn-oqt \
+    PYTHONPATH=. python -m lab.predict_ab --dims 128 --seqs 512,1024 --variants default,default+BLOCK_N=64 \
         [--causal 0,1] [--dtypes fp16,bf16] [--sdpa flash,cudnn] [--out FILE.json] [--about TEXT]
 """
 from __future__ import annotations
@@ -38,18 +38,14 @@ def variant_knobs(variant: str) -> dict:
 def entry_config(variant: str, d: int, n_k: int, causal: bool) -> dict | None:
     """The fa2_wgmma build an A/B entry runs for this call (lab/ab_wgmma_speed.py entries): forward()'s build for
     default, default-again and default-memset, with the knobs for default+KNOB=V (kernels.fa2_wgmma.with_knobs), a
-    candidate's own config for its name; None where the A/B leaves the entry out (a size candidate past SIZE_MAX_N).
-    An unknown name is an error here (the A/B drops it without a word)."""
+    named build's own config for its name. An unknown name is an error here."""
     from kernels import fa2_wgmma
 
     if variant in ("default", "default-again", "default-memset"):
         return fa2_wgmma.with_knobs(d, n_k, causal, {})
     if variant.startswith("default+"):
         return fa2_wgmma.with_knobs(d, n_k, causal, variant_knobs(variant))
-    if variant in fa2_wgmma.SIZE_CANDIDATES.get(d, {}) and variant not in fa2_wgmma.TILE_CANDIDATES.get(d, {}) \
-            and n_k > fa2_wgmma.SIZE_MAX_N:
-        return None
-    return fa2_wgmma.candidate(d, variant)
+    return fa2_wgmma.named_build(d, variant)
 
 
 def predict_rows(dims, seqs, variants, causals=(False, True), dtypes=("fp16", "bf16"), sdpa=("cudnn",)) -> list[dict]:

@@ -79,7 +79,7 @@ def test_ab_wgmma_speed_summary_refuses_what_is_not_its_json(capsys, tmp_path):
 def test_ab_wgmma_speed_takes_good_variants_and_needs_a_gpu(capsys, no_gpu):
     from lab import ab_wgmma_speed as ab
 
-    argv = ["--variants", "default,default-again,br192,ring1@128,default+WAIT_HINT=1", "--dims", "64,128"]
+    argv = ["--variants", "default,default-again,base,cp.async@64+128,default+WG_SKIP=0", "--dims", "64,128"]
     assert ab.main(argv) == 2
     assert capsys.readouterr().err.strip() == f"ab_wgmma_speed: needs a CUDA GPU (torch {torch.__version__} sees none)"
 

@@ -356,11 +356,11 @@ def test_prefetching_persistent_kernel_pays_a_tiles_fill_per_work_tile():
     (stage 3 of the fit); without the constant (stages 1-2 of the fit) every work tile pays L, as any CTA."""
     c = describe("sdpa_cudnn", 64)
     assert c.grid == "persistent" and c.next_tile_prefetch
-    from kernels.fa2_wgmma import CONFIGS, candidate
+    from kernels.fa2_wgmma import CONFIGS
 
     assert not describe("fa2_wgmma", 64, config=CONFIGS[64]).next_tile_prefetch  # one tile per CTA
-    assert not describe("fa2_wgmma", 128, config=candidate(128, "dynamic")).next_tile_prefetch  # Q after the epilogue
-    assert describe("fa2_wgmma", 128, config=candidate(128, "bc128-dyn-oq")).next_tile_prefetch  # O_TILE: Q early
+    assert not describe("fa2_wgmma", 128, config=dict(CONFIGS[128], PERSISTENT=2)).next_tile_prefetch  # Q after O
+    assert describe("fa2_wgmma", 128, config=dict(CONFIGS[128], BLOCK_N=128, PERSISTENT=2, O_TILE=1)).next_tile_prefetch
     params = gm.load_params()
     assert 0.5 < params["L_persistent_steps"] < 2.0
     old = {k: v for k, v in params.items() if k != "L_persistent_steps"}
@@ -377,9 +377,10 @@ def test_prefetching_persistent_kernel_pays_a_tiles_fill_per_work_tile():
 
 def test_persistent_rows_timed_before_v6_keep_one_causal_section():
     """A/B runs before fa2_wgmma_tma.cu v6 ran the persistent builds with every head in one causal section; the model
-    must read them so (gpumodel.measured.ONE_SECTION_RUNS), and the v6 runs with the kernel's sections."""
-    from gpumodel.measured import ONE_SECTION_RUNS, ab_cells
+    must read them so (results/fa2_wgmma_runs.json one_causal_section), and the v6 runs with the kernel's sections."""
+    from gpumodel.measured import ab_cells, fa2_wgmma_runs
 
+    ONE_SECTION_RUNS = tuple(fa2_wgmma_runs()["one_causal_section"])
     rows = [c for c in ab_cells() if c["kernel"] == "fa2_wgmma" and c["options"]["config"].get("PERSISTENT")]
     old = [c for c in rows if c["source"].startswith(ONE_SECTION_RUNS)]
     new = [c for c in rows if not c["source"].startswith(ONE_SECTION_RUNS)]
@@ -392,9 +393,9 @@ def test_a_work_tile_pays_its_q_in_and_o_out():
     """io_cycles: a work tile's Q tile in and O tile out (2 Br d item bytes) at the SM's share of the L2 rate, beside
     the fitted L: 4x at d = 256 what it is at d = 64 for the same Br, and nothing for the FFMA teaching tier."""
     g = get_gpu("h200")
-    from kernels.fa2_wgmma import candidate
+    from kernels.fa2_wgmma import named_build
 
-    d64, d256 = describe("fa2_wgmma", 64, config=candidate(64, "base")), describe("fa2_wgmma", 256)
+    d64, d256 = describe("fa2_wgmma", 64, config=named_build(64, "base")), describe("fa2_wgmma", 256)
     assert d64.block_q == d256.block_q == 128
     per_sm = gm.L2_BANDWIDTH / g.value("sms", "measured") / g.value("clock_hz")
     assert gm.io_cycles(d64, 64, 2, g) == pytest.approx(2 * 128 * 64 * 2 / per_sm)
@@ -467,9 +468,9 @@ def test_idle_warpgroups_cost_no_products():
     """fa2_wgmma WG_SKIP (v10): the last Q block's warpgroups whose 64 rows all lie past Nq issue no product, so the
     descriptor says so (idle_skip) and the tensor term counts only the warpgroups holding a row: at Nq = 1000, Br = 192,
     Bc = 128, five full Q blocks of 8 key blocks and a last one with 40 rows (one warpgroup of three working)."""
-    from kernels.fa2_wgmma import TILE_CANDIDATES, default_config
+    from kernels.fa2_wgmma import BUILDS, default_config
 
-    cfg = dict(TILE_CANDIDATES[64]["br192-rs-dyn-oqt"], WG_SKIP=1)
+    cfg = dict(BUILDS[64]["br192-rs-dyn-oq"], O_TMA=1, WG_SKIP=1)
     plain = {k: v for k, v in cfg.items() if k != "WG_SKIP"}
     assert describe("fa2_wgmma", 64, config=cfg).idle_skip and not describe("fa2_wgmma", 64, config=plain).idle_skip
     assert describe("fa2_wgmma", 64, config=default_config(64, 512, True)).idle_skip  # forward()'s default has it
@@ -487,9 +488,9 @@ def test_causal_walk_prices_each_warpgroups_own_blocks():
     """fa2_wgmma WG_CAUSAL_SKIP (v11): on causal rows warpgroup 0 of a Br = 128, Bc = 64 tile walks the diagonal block
     it cannot see, so the descriptor says so (causal_walk) and the tensor term counts 36 of the 40 warpgroup-steps at
     N = 512 (kernels.fa2_wgmma.causal_walk_steps); non-causal, and Br = Bc = 128 at Nq = Nk, nothing changes."""
-    from kernels.fa2_wgmma import SIZE_CANDIDATES, causal_walk_steps
+    from kernels.fa2_wgmma import BUILDS, CONFIGS, causal_walk_steps
 
-    plain = dict(SIZE_CANDIDATES[256]["bc64-dyn"], DESC_STEP=1, WG_SKIP=1)
+    plain = dict(CONFIGS[256], BLOCK_N=64, PERSISTENT=2, DESC_STEP=1, WG_SKIP=1)
     walk = dict(plain, WG_CAUSAL_SKIP=1)
     assert describe("fa2_wgmma", 256, config=walk).causal_walk and not describe("fa2_wgmma", 256, config=plain).causal_walk
     a, b = (gm.predict("fa2_wgmma", 32, 8, 512, 512, 256, "fp16", True, config=c) for c in (walk, plain))
@@ -497,8 +498,8 @@ def test_causal_walk_prices_each_warpgroups_own_blocks():
     assert a.terms["tensor"] / b.terms["tensor"] == pytest.approx(1 - walked / total) == pytest.approx(0.9)
     a, b = (gm.predict("fa2_wgmma", 32, 8, 512, 512, 256, "fp16", False, config=c) for c in (walk, plain))
     assert a.time_s == b.time_s
-    sq = dict(SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], WG_CAUSAL_SKIP=1)
-    a, b = (gm.predict("fa2_wgmma", 32, 16, 512, 512, 128, "fp16", True, config=c) for c in (sq, SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"]))
+    sq = dict(BUILDS[128]["bc128-dyn-oqt-r"], WG_CAUSAL_SKIP=1)
+    a, b = (gm.predict("fa2_wgmma", 32, 16, 512, 512, 128, "fp16", True, config=c) for c in (sq, BUILDS[128]["bc128-dyn-oqt-r"]))
     assert a.time_s == b.time_s
     # ragged Nq with WG_SKIP too: the model's share is the kernel's count of the steps run
     for n_q, n_k in ((700, 988), (333, 150), (1000, 1000)):
@@ -512,14 +513,15 @@ def test_three_consumer_warpgroups_take_their_own_overlap_share():
     CTA with sigma_ws; without sigma_ws3 (stages 1-3 of the fit) the three-warpgroup CTA falls back to sigma_ws."""
     from kernels import fa2_wgmma as fw
 
+    BR192 = dict(TMA=1, BLOCK_N=128, NWG=3, PINGPONG=0, PRODUCER_REGS=24, RESCALE_THRESHOLD=8, ROW_SUM_MMA=1)  # one tile
     p = gm.load_params()
     assert 0 < p["sigma_ws3"] < p["sigma_ws"]  # the third softmax in flight leaves less of the shorter term exposed
-    three = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=fw.TILE_CANDIDATES[64]["br192-rs"])
+    three = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=BR192)
     two = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=fw.CONFIGS[64])
     assert three.block_q == 192 and two.block_q == 128
     from gpumodel.descriptors import describe
 
-    d3 = describe("fa2_wgmma", 64, config=fw.TILE_CANDIDATES[64]["br192-rs"])
+    d3 = describe("fa2_wgmma", 64, config=BR192)
     d2 = describe("fa2_wgmma", 64, config=fw.CONFIGS[64])
     assert (d3.consumer_warpgroups, d2.consumer_warpgroups, describe("sdpa_cudnn", 64).consumer_warpgroups) == (3, 2, 2)
     terms = {"tensor": 1000.0, "smem": 10.0, "softmax": 1500.0}
@@ -528,16 +530,17 @@ def test_three_consumer_warpgroups_take_their_own_overlap_share():
     no3 = {k: v for k, v in p.items() if k != "sigma_ws3"}
     assert gm.combine(d3, terms, no3) == pytest.approx(1500 + p["sigma_ws"] * 1000)
     # the three-warpgroup prediction moves with sigma_ws3 alone, the two-warpgroup one does not
-    w3 = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=fw.TILE_CANDIDATES[64]["br192-rs"],
+    w3 = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=BR192,
                     params=dict(p, sigma_ws3=p["sigma_ws"]))
     w2 = gm.predict("fa2_wgmma", 4, 32, 4096, None, 64, config=fw.CONFIGS[64], params=dict(p, sigma_ws3=0.0))
     assert w3.time_s > three.time_s and w2.time_s == pytest.approx(two.time_s)
 
 
 def test_half_diag_prices_half_a_step_per_warpgroup():
-    """fa2_wgmma HALF_DIAG (v14): warpgroup 0 of Br = Bc = 128 on the causal diagonal runs its first step at half
-    width; a non-causal tail block at most half full does so in every warpgroup; the model takes half a step off
-    those Q blocks and nothing elsewhere."""
+    """fa2_wgmma HALF_DIAG (v14; removed, commit 0bb604a, but stop 22's forward() rows ran it: the model still prices
+    it): warpgroup 0 of Br = Bc = 128 on the causal diagonal runs its first step at half width; a non-causal tail block
+    at most half full does so in every warpgroup; the model takes half a step off those Q blocks and nothing
+    elsewhere."""
     from counting.tiling import half_first_steps
     from kernels import fa2_wgmma as fw
 
@@ -546,9 +549,8 @@ def test_half_diag_prices_half_a_step_per_warpgroup():
     assert half_first_steps(0, 8, 960, 960, 128, 2, False, True) == [(True, 8), (True, 8)]  # tail of 64 keys: half
     assert half_first_steps(0, 8, 1000, 1000, 128, 2, False, True) == [(False, 8), (False, 8)]  # 104 keys: more
     assert half_first_steps(448, 8, 500, 960, 128, 2, False, True) == [(True, 8), None]  # warpgroup 1 has no row
-    off = {k: v for k, v in fw.default_config(128, 512, True, True).items() if k not in fw.SECTION_KNOBS}
+    off = {k: v for k, v in fw.default_config(128, 512, True, True).items() if k != "SECTION_RAGGED_FIRST"}
     cfg = dict(off, HALF_DIAG=1)
-    assert (128, cfg) in fw.half_diag_builds()
     for causal, lo, hi in ((True, 0.95, 0.995), (False, 1.0, 1.0)):
         on_t = gm.predict("fa2_wgmma", 32, 16, 512, None, 128, causal=causal, config=cfg).time_s
         off_t = gm.predict("fa2_wgmma", 32, 16, 512, None, 128, causal=causal, config=off).time_s
@@ -789,21 +791,22 @@ def test_predict_ab_prices_an_ab_runs_entries(capsys):
     """lab.predict_ab: the entries lab/ab_wgmma_speed.py would time, priced on its cells before the run."""
     from lab import predict_ab
 
+    br192 = "default+BLOCK_N=64+NWG=3+PINGPONG=0+PRODUCER_REGS=40"  # stop 26's d = 128 Br = 192 build
     rows = predict_ab.predict_rows([128], [512], ["default", "default-again", "default+O_TILE=0+O_TMA=0+O_DIRECT=2",
-                                                  "br192-bc64-dyn-oqt"], causals=(True,), dtypes=("fp16",))
+                                                  br192], causals=(True,), dtypes=("fp16",))
     by = {r["variant"]: r for r in rows}
     assert by["default"]["over_default"] == 1.0 and by["default-again"]["over_default"] == 1.0
-    assert "Br=192" in by["br192-bc64-dyn-oqt"]["build"] and "Br=128" in by["default"]["build"]
+    assert "Br=192" in by[br192]["build"] and "Br=128" in by["default"]["build"]
     assert by["sdpa_cudnn"]["kernel"] == "sdpa_cudnn" and by["sdpa_cudnn"]["b"] * 512 == 16384
     assert all(r["time_s"] > 0 for r in rows)
-    assert predict_ab.main(["--seqs", "512", "--causal", "1", "--dtypes", "fp16", "--variants", "br192-bc64-dyn-oqt"]) == 0
+    assert predict_ab.main(["--seqs", "512", "--causal", "1", "--dtypes", "fp16", "--variants", "base"]) == 0
     assert "(no default entry)" in capsys.readouterr().out
     assert predict_ab.main(["--variants", "no-such-build"]) == 2
-    assert "no candidate" in capsys.readouterr().err
-    # as the A/B: a size candidate is not run past SIZE_MAX_N, "@d" limits an entry to head dims, a bad dtype is refused
-    long = predict_ab.predict_rows([128], [8192], predict_ab.parse_variants("default,br192-bc64-dyn-oqt,default@64"),
+    assert "no build named" in capsys.readouterr().err
+    # as the A/B: a named build at any N, "@d" limits an entry to head dims, a bad dtype is refused
+    long = predict_ab.predict_rows([128], [8192], predict_ab.parse_variants("default,base,default@64"),
                                    causals=(False,), dtypes=("fp16",))
-    assert [r["variant"] for r in long] == ["default", "sdpa_cudnn"]
+    assert [r["variant"] for r in long] == ["default", "base", "sdpa_cudnn"]
     assert predict_ab.main(["--dtypes", "bfloat16"]) == 2 and "fp16 or bf16" in capsys.readouterr().err
 
 

@@ -165,10 +165,10 @@ def test_ring_wait_prices_the_stages_ab():
     that state no ring (cuDNN, kv_stages 0) and lat_dram 0 (stage 1 of the fit) have none."""
     from gpumodel import gpu_model as gm
     from gpumodel.descriptors import describe
-    from kernels.fa2_wgmma import SIZE_CANDIDATES
+    from kernels.fa2_wgmma import BUILDS
 
     params = gm.load_params()
-    s4 = SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
+    s4 = BUILDS[64]["small-tma3-bc64-dyn-od2-s4"]
     s2 = dict(s4, STAGES=2)
     assert describe("fa2_wgmma", 64, "fp16", True, n_q=512, config=s4).kv_stages == 4
     assert describe("sdpa_cudnn", 64, "fp16", True, n_q=512).kv_stages == 0

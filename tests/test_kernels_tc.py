@@ -92,13 +92,14 @@ def test_fa2_wgmma_matches_reference(s):
 def _sweep_ids():
     from kernels import fa2_wgmma
 
-    return [(d, c) for d, cands in fa2_wgmma.SWEEP.items() for c in cands]
+    return [(d, c) for d in fa2_wgmma.HEAD_DIMS for c in fa2_wgmma.named_builds(d).values()]
 
 
 @needs_hopper
 @pytest.mark.parametrize("d,config", _sweep_ids(), ids=lambda x: str(x))
 def test_fa2_wgmma_every_tuning_candidate(d, config):
-    """The builds the sweep times (1..3 warpgroups, 2..3 ring slots, 1..3 CTAs/SM) on tails and causal."""
+    """The named builds (CONFIGS, the rules' builds, the cp.async ones: 1..3 warpgroups, 2..4 ring slots, 1..3 CTAs/SM)
+    on tails and causal."""
     from kernels import fa2_wgmma
 
     def fn(q, k, v, **kw):
@@ -153,34 +154,28 @@ def test_long_rows(n, d):
                1, 2, n, n, d, torch.bfloat16, causal, 1.0, 2)
 
 
-@pytest.mark.parametrize("kernel", ["fa2_tc", "fa2_wgmma"])
+@pytest.mark.parametrize("kernel", ["fa2_tc"])  # fa2_wgmma's trace build: commit 0bb604a
 @pytest.mark.parametrize("d", [64, 128])
 def test_cta_trace_build_records_every_cta_and_changes_nothing(kernel, d):
-    """The CTA_TRACE builds (lab/cta_trace.py: fa2_tc's CONFIGS, fa2_wgmma's one-tile CONFIGS): against float64 on
+    """The CTA_TRACE builds (lab/cta_trace.py: fa2_tc's CONFIGS): against float64 on
     tails, Nq != Nk and empty causal rows; the same bits as the untraced build on a long row; one record per CTA
     (start <= quarter marks <= end, the key steps) and no word written past the grid's CTAs."""
     import cupy
     import numpy as np
 
     from lab.cta_trace import UNWRITTEN, read_trace, relative_records, trace_buffer
-    from kernels import fa2_tc, fa2_wgmma, loader
+    from kernels import fa2_tc, loader
 
-    if kernel == "fa2_wgmma" and not fa2_wgmma.supported():
-        pytest.skip("fa2_wgmma needs a compute capability 9.x GPU")
-    mod = fa2_tc if kernel == "fa2_tc" else fa2_wgmma
+    mod = fa2_tc
     shipped = dict(mod.CONFIGS[d])
     cfg = dict(shipped, CTA_TRACE=1)
     for causal in (False, True):
         _check(lambda q, k, v, **kw: mod.forward(q, k, v, config=cfg, **kw), 2, 3, 300, 173, d, torch.float16,
                causal, 1.0, 5)
     q, k, v = _inputs(1, 3, 2000, 2000, d, torch.bfloat16, 1.0, 6)
-    if kernel == "fa2_tc":
-        defs = fa2_tc.defines_for(d, True, cfg)
-        fn = loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=defs, device=q.device.index)
-        bq, bk = defs["BLOCK_M"], defs["BLOCK_N"]
-    else:
-        defs, src, name, _, _, bq, bk, _ = fa2_wgmma._plan(d, True, cfg)
-        fn = loader.get_function(src, name, defines=defs, arch=fa2_wgmma.ARCH, device=q.device.index)
+    defs = fa2_tc.defines_for(d, True, cfg)
+    fn = loader.get_function(fa2_tc.SOURCE, fa2_tc.KERNEL, defines=defs, device=q.device.index)
+    bq, bk = defs["BLOCK_M"], defs["BLOCK_N"]
     trace_buffer(fn).fill(cupy.uint64(UNWRITTEN))
     assert all(torch.equal(a, b) for a, b in zip(mod.forward(q, k, v, config=shipped), mod.forward(q, k, v, config=cfg)))
     torch.cuda.synchronize()

@@ -1,7 +1,8 @@
-"""CPU checks of fa2_wgmma's speed knobs (issue 14 item 1; kernels.fa2_wgmma.SPEED_KNOBS): every A/B build
-compiles for sm_90a with NVRTC and no spills, the polynomial really takes exponentials off the MUFU (SASS),
-and a misspelt knob is refused. The GPU side (exactness vs float64) is tests/test_kernels_wgmma_speed_gpu.py,
-the polynomial's accuracy tests/test_exp2_poly.py."""
+"""CPU checks of fa2_wgmma's builds and knobs (kernels.fa2_wgmma: CONFIGS, BUILDS, SIZE_RULES, KNOBS): every build
+forward() runs and every named build compiles for sm_90a with NVRTC and no spills, ROW_SUM_MMA takes the row sum's
+adds out of the softmax (SASS), the size rules pick what they say, the A/B harness (lab/ab_wgmma_speed.py) times and
+reads its entries, and a misspelt, removed or impossible knob is refused. The GPU side (exactness vs float64) is
+tests/test_kernels_wgmma_speed_gpu.py."""
 from __future__ import annotations
 
 import collections
@@ -26,19 +27,14 @@ except loader.ToolchainMissing as exc:
 
 needs_nvrtc = pytest.mark.skipif(TOOLCHAIN is not None, reason=f"no NVRTC toolchain: {TOOLCHAIN}")
 
-# every speed and size build in fp16; in bf16 (the same registers but for EXP2_POLY_DEG 3 instead of 4) the
-# build with every knob per d: NVRTC takes ~3 s a build on 2 cores, and the CPU suite has 10 minutes
-BUILDS = [(d, 0, name, cfg) for d in fa2_wgmma.HEAD_DIMS
-          for name, cfg in dict(fa2_wgmma.speed_configs(d), **fa2_wgmma.SIZE_CANDIDATES.get(d, {}),
-                                **fa2_wgmma.TILE_CANDIDATES.get(d, {})).items()
-          if name != "base"] + [(d, 1, "all", fa2_wgmma.full_speed_config(d)) for d in fa2_wgmma.HEAD_DIMS]
-# every build forward()'s rules run (SIZE_RULES and CONFIGS) with DEFAULT_KNOBS: v9 DESC_STEP, v10 WG_SKIP
-BUILDS += [(d, 0, f"default-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.default_builds())]
-# and those builds with stop 22's HALF_DIAG where it is built (its branch must leave the wgmma pipeline unserialised)
-BUILDS += [(d, 0, f"half-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.half_diag_builds())
-           if (d, cfg) not in fa2_wgmma.default_builds()]  # (none while forward() runs it nowhere)
-# and forward()'s builds with stop 24's second Q tile, where they have room for it (fa2_wgmma.q_slots_builds)
-BUILDS += [(d, 0, f"q2-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.q_slots_builds())]
+# every build forward()'s rules run (SIZE_RULES and CONFIGS, with the knobs forward() adds), fp16 and bf16, and every
+# named build (the rules' builds without those knobs, the cp.async ones) in fp16: NVRTC takes ~3 s a build on 2 cores
+BUILDS = [(d, bf16, f"default-{i}", cfg) for i, (d, cfg) in enumerate(fa2_wgmma.default_builds()) for bf16 in (0, 1)]
+BUILDS += [(d, 0, name, cfg) for d in fa2_wgmma.HEAD_DIMS for name, cfg in fa2_wgmma.named_builds(d).items()]
+# The persistent builds' producer thread may spill up to this many bytes (every local-memory access after its
+# setmaxnreg.dec, none in the consumers): d = 256's producer keeps 24 registers so that the consumers get 240 (O alone
+# is 128), and the 3-CTA d = 64 builds' producer 24 at 80 registers at launch; at more, the consumers spill in the key loop
+PRODUCER_SPILL_BYTES = 104
 
 
 def _compile(item):
@@ -58,7 +54,7 @@ def precompiled():
 @needs_nvrtc
 @pytest.mark.parametrize("d,bf16,name,cfg", BUILDS, ids=[f"d{b[0]}-{'bf16' if b[1] else 'fp16'}-{b[2]}" for b in BUILDS])
 def test_speed_build_compiles_without_spills(d, bf16, name, cfg, precompiled):
-    """No spills, except the persistent builds' producer thread within fa2_wgmma.PRODUCER_SPILL_BYTES: then
+    """No spills, except the persistent builds' producer thread within PRODUCER_SPILL_BYTES: then
     every local-memory access must come after the producer's setmaxnreg.dec (its code), none in the
     consumers' key loop."""
     defs = fa2_wgmma.defines_for(d, bf16, cfg)
@@ -69,7 +65,7 @@ def test_speed_build_compiles_without_spills(d, bf16, name, cfg, precompiled):
     assert not res["wgmma_serialized"], f"ptxas serialised the wgmma pipeline: {res['wgmma_serialized']}"
     spill = max(res["spill_stores"], res["spill_loads"], res["local_bytes"])
     if spill and cfg.get("PERSISTENT"):
-        assert spill <= fa2_wgmma.PRODUCER_SPILL_BYTES, res
+        assert spill <= PRODUCER_SPILL_BYTES, res
         if _nvdisasm():
             lines = _sass(defs).splitlines()
             split = next(i for i, x in enumerate(lines) if "USETMAXREG.DEALLOC" in x)
@@ -96,23 +92,22 @@ def test_register_neutral_knobs_keep_the_register_count(d, cfg, precompiled):
     assert regs(cfg) == regs({k: v for k, v in cfg.items() if k not in REGISTER_NEUTRAL})
 
 
-def test_speed_builds_are_sweep_candidates():
-    for d in fa2_wgmma.HEAD_DIMS:
-        for name, cfg in fa2_wgmma.speed_configs(d).items():
-            assert name == "base" and cfg == fa2_wgmma.CONFIGS[d] or cfg in fa2_wgmma.SWEEP[d], (d, name)
-
-
-def test_half_diag_builds_and_refusals():
-    """HALF_DIAG is built where Bc / 2 is whole 16-key slices of a TMA build without QK_AHEAD, at d = 96, 128, 256
-    (forward()'s Bc = 128 builds at d = 96 / 128 and N <= 4k, d = 256's Bc = 64); anywhere else defines_for says why."""
-    builds = fa2_wgmma.half_diag_builds()
-    assert {d for d, _ in builds} == {96, 128, 256}
-    assert all(c["BLOCK_N"] % 32 == 0 and c["HALF_DIAG"] == 1 for _, c in builds)
-    rule = {k: v for k, v in fa2_wgmma.default_config(128, 512, True, True).items() if k not in fa2_wgmma.SECTION_KNOBS}
-    assert dict(rule, HALF_DIAG=1) in [c for _, c in builds]  # without SECTION_RAGGED_FIRST (half_diag_builds says why)
-    for d, cfg in ((128, fa2_wgmma.CONFIGS[128]), (256, fa2_wgmma.CONFIGS[256]), (64, {"BLOCK_N": 128})):
-        with pytest.raises(ValueError, match="HALF_DIAG is a TMA build with Bc a multiple of 32"):
-            fa2_wgmma.defines_for(d, 0, dict(cfg, HALF_DIAG=1))  # Bc = 176, 80; the cp.async build
+def test_removed_knobs_are_refused_by_name():
+    """The knobs only experiments used left the kernel (issue 40): a config naming one is refused with where it lives,
+    by the launcher and by the A/B's default+KNOB=V builds (with_knobs); describe() still prices the three that
+    forward()'s own builds ran with in committed results."""
+    for knob in fa2_wgmma.REMOVED_KNOBS:
+        with pytest.raises(ValueError, match=f"{knob}: removed with the experiments.*0bb604a"):
+            fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.CONFIGS[128], **{knob: 1}))
+        with pytest.raises(ValueError, match="0bb604a"):
+            fa2_wgmma.with_knobs(128, 512, True, {knob: 1})
+    src = (Path(fa2_wgmma.__file__).parent / "cuda" / "fa2_wgmma_tma.cu").read_text()
+    src += (Path(fa2_wgmma.__file__).parent / "cuda" / "wgmma_fa2.cuh").read_text()
+    assert not [k for k in fa2_wgmma.REMOVED_KNOBS if re.search(rf"#ifndef {k}\b", src)]  # no define sets them
+    rule = fa2_wgmma.default_config(128, 512, True, True)
+    half = fa2_wgmma.describe(128, causal=True, config=dict(rule, HALF_DIAG=1, MAX_TREE=1))
+    assert half["half_diag"] and not fa2_wgmma.describe(128, causal=True, config=rule)["half_diag"]
+    assert fa2_wgmma.describe(128, causal=True, config=dict(rule, CAUSAL_SECTION_KB=0))["causal_section_kb"] == 0
 
 
 def test_unknown_knob_is_refused():
@@ -149,27 +144,10 @@ def _opcodes(defs: dict) -> collections.Counter:
 
 @needs_nvrtc
 @pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm not found")
-@pytest.mark.parametrize("poly", [2, 4])
-def test_poly_moves_exponentials_off_the_mufu(poly):
-    """EXP2_POLY = k of 8: the softmax's MUFU.EX2 count drops by k/8 of its exponentials (the unrolled
-    block of BLOCK_N/2 per thread, in each of its 4 copies: masked / unmasked, first step / loop)."""
-    cfg = dict(fa2_wgmma.CONFIGS[64])
-    base = fa2_wgmma.defines_for(64, 0, cfg)
-    loader.compile_cubin(fa2_wgmma.source_of(base)[0], defines=base, arch=fa2_wgmma.ARCH)
-    fast = fa2_wgmma.defines_for(64, 0, dict(cfg, EXP2_POLY=poly))
-    loader.compile_cubin(fa2_wgmma.source_of(fast)[0], defines=fast, arch=fa2_wgmma.ARCH)
-    a, b = _opcodes(base), _opcodes(fast)
-    moved = 4 * (cfg["BLOCK_N"] // 2) * poly // 8
-    assert a["MUFU.EX2"] - b["MUFU.EX2"] == moved, (a["MUFU.EX2"], b["MUFU.EX2"])
-    assert b["FADD.RM"] == moved, "one rounded-down add per polynomial exponential"
-
-
-@needs_nvrtc
-@pytest.mark.skipif(_nvdisasm() is None, reason="nvdisasm not found")
 def test_row_sum_mma_takes_the_row_sum_adds_out_of_the_softmax():
     """ROW_SUM_MMA: l comes from P V over [V | ones] (an m64n72 product at d = 64), so the softmax's one fp32 add
     per exponential goes: in each of its 4 copies (masked / unmasked, first step / loop) BLOCK_N/2 per thread."""
-    cfg = fa2_wgmma.TILE_CANDIDATES[64]["no-rs"]  # CONFIGS[64] without it
+    cfg = NO_RS
     base = fa2_wgmma.defines_for(64, 0, cfg)
     fast = fa2_wgmma.defines_for(64, 0, dict(cfg, ROW_SUM_MMA=1))
     for defs in (base, fast):
@@ -179,6 +157,9 @@ def test_row_sum_mma_takes_the_row_sum_adds_out_of_the_softmax():
     assert fadd(a) - fadd(b) >= 4 * (cfg["BLOCK_N"] // 2), (fadd(a), fadd(b))
     assert b["MUFU.EX2"] >= 4 * (cfg["BLOCK_N"] // 2), "P's exponentials stay on the MUFU"
     assert "HGMMA.64x72x16" not in _sass(base) and "HGMMA.64x72x16" in _sass(fast)
+
+
+NO_RS = {k: v for k, v in fa2_wgmma.CONFIGS[64].items() if k != "ROW_SUM_MMA"}  # the shipped d = 64 build before v5a
 
 
 def test_row_sum_mma_is_refused_where_it_does_not_exist():
@@ -208,54 +189,52 @@ def test_ab_summary_reads_its_rows():
     assert "0.900" in line and "fail" not in line, line
 
 
-def test_sanitizer_runs_the_speed_builds_at_scale():
+def test_sanitizer_runs_the_builds_at_scale():
     """issue 14 item 4: the first 4 fa2_wgmma sanitizer shapes (racecheck's) cover d = 64/128/256/96 with each
-    K/V ring slot refilled at least 8 times by every speed build, and several Q blocks per head."""
+    K/V ring slot refilled at least 8 times by CONFIGS[d], one tile per CTA and persistent, and several Q blocks per
+    head."""
     from bench import sanitize
 
     shapes = sanitize.shapes_for("fa2_wgmma", shapes=[], kernel_shapes=4)
     for d in fa2_wgmma.HEAD_DIMS:
-        for cfg in fa2_wgmma.speed_configs(d).values():
+        for cfg in (fa2_wgmma.CONFIGS[d], dict(fa2_wgmma.CONFIGS[d], PERSISTENT=2)):
             defs = fa2_wgmma.defines_for(d, 0, cfg)
             assert any(s[4] == d and s[3] >= 8 * defs["STAGES"] * defs["BLOCK_N"]
                        and s[2] >= 2 * fa2_wgmma.block_m(defs) for s in shapes), (d, cfg)
 
 
 def test_size_rule_picks_the_first_matching_build():
-    tma, cp = dict(TMA=1, BLOCK_N=128, NWG=1, MIN_BLOCKS=2), dict(BLOCK_N=128, NWG=1, MIN_BLOCKS=3)
-    wide = dict(TMA=1, BLOCK_N=128, NWG=3)
-    rules = {64: [(1024, cp, None), (2048, tma, None)], 96: [(1024, cp, "causal"), (None, wide, None)]}
+    b64, b128 = fa2_wgmma.BUILDS[64], fa2_wgmma.BUILDS[128]
+    cp, tma, wide = b64["cp.async-small"], b64["small-tma3-dyn-od2"], b128["rescale"]
+    rules = {64: [(1024, "cp.async-small", None), (2048, "small-tma3-dyn-od2", None)],
+             128: [(1024, "cp.async", "causal"), (None, "rescale", None)]}
     assert fa2_wgmma.choose_config(64, 1000, True, rules) is cp
     assert fa2_wgmma.choose_config(64, 1000, False, rules) is tma, "cp.async builds: contiguous, equal heads only"
     assert fa2_wgmma.choose_config(64, 2000, True, rules) is tma
     assert fa2_wgmma.choose_config(64, 4096, True, rules) is None
-    assert fa2_wgmma.choose_config(128, 100, True, rules) is None
-    assert fa2_wgmma.choose_config(96, 1000, True, rules, causal=True) is cp
-    assert fa2_wgmma.choose_config(96, 1000, True, rules, causal=False) is wide, "a causal entry skips non-causal"
-    assert fa2_wgmma.choose_config(96, 10**6, True, rules) is wide, "None: any Nk"
-    for d, cands in fa2_wgmma.SIZE_CANDIDATES.items():
-        assert all(c in fa2_wgmma.SWEEP[d] for c in cands.values())
-    for d, rules_d in fa2_wgmma.SIZE_RULES.items():  # what ships must be a candidate the A/B timed (or CONFIGS)
-        timed = (list(fa2_wgmma.SIZE_CANDIDATES.get(d, {}).values()) + list(fa2_wgmma.TILE_CANDIDATES.get(d, {}).values())
-                 + list(fa2_wgmma.speed_configs(d).values()))
-        assert all(cfg in timed and only in (None, "causal") for _, cfg, only in rules_d), d
+    assert fa2_wgmma.choose_config(96, 100, True, rules) is None
+    assert fa2_wgmma.choose_config(128, 1000, True, rules, causal=True) is b128["cp.async"]
+    assert fa2_wgmma.choose_config(128, 1000, True, rules, causal=False) is wide, "a causal entry skips non-causal"
+    assert fa2_wgmma.choose_config(128, 10**6, True, rules) is wide, "None: any Nk"
+    for d, rules_d in fa2_wgmma.SIZE_RULES.items():  # every rule names a TMA build of BUILDS[d]
+        assert all(fa2_wgmma.BUILDS[d][name].get("TMA") and only in (None, "causal") for _, name, only in rules_d), d
 
 
 def test_d64_causal_short_rows_run_the_64_key_four_slot_build_to_896():
     """stop 23 (results/fwd_wgmma_d64_causal_rule/bc64_vs_bc96_run1, d64c23b): the 3-CTA Bc = 64 four-slot build runs d = 64 causal rows up to
     Nk = 896 (0.947-0.989 of the Bc = 96 build's time at 768 and 896 in two runs each), Bc = 96 from 897 keys (level at
     960 and 1k, slower at 1.5k)."""
-    bc64 = fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"]
+    bc64 = fa2_wgmma.BUILDS[64]["small-tma3-bc64-dyn-od2-s4"]
     assert (bc64["BLOCK_N"], bc64["STAGES"], bc64["MIN_BLOCKS"]) == (64, 4, 3)
     for n_k in (1, 512, 640, 768, 896):
         assert fa2_wgmma.choose_config(64, n_k, True, causal=True) is bc64, n_k
-    assert fa2_wgmma.choose_config(64, 897, True, causal=True) is fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-dyn-od2"]
+    assert fa2_wgmma.choose_config(64, 897, True, causal=True) is fa2_wgmma.BUILDS[64]["small-tma3-dyn-od2"]
     assert fa2_wgmma.choose_config(64, 768, True, causal=False)["NWG"] == 3, "non-causal keeps Br = 192"
 
 
 def test_the_model_describes_the_build_the_size_rule_runs():
     """fa-traffic predict at a short Nk models the SIZE_RULES build forward() runs; the benchmark files timed before
-    the rule keep CONFIGS[d] (gpumodel.measured.BEFORE_SIZE_RULES)."""
+    the rule keep the CONFIGS[d] of their day (results/fa2_wgmma_runs.json)."""
     from gpumodel.descriptors import describe
     from gpumodel.measured import bench_cells
 
@@ -275,27 +254,21 @@ def test_the_model_describes_the_build_the_size_rule_runs():
     assert (c2k.block_q, n2k.block_q) == (64, 192) and "SIZE_RULES" in n2k.source
     old = [c for c in bench_cells() if c["kernel"] == "fa2_wgmma" and c["d"] == 64 and c["n_k"] <= 2048
            and c["label"] == "fa2_wgmma"]
-    ruled = [cfg for rules in fa2_wgmma.SIZE_RULES.values() for _, cfg, _ in rules]
+    ruled = [fa2_wgmma.BUILDS[d][name] for d, rules in fa2_wgmma.SIZE_RULES.items() for _, name, _ in rules]
     assert old and all(c["options"].get("config") and c["options"]["config"] not in ruled for c in old)
 
 
 def test_ab_variants_can_be_limited_to_head_dims():
     from lab import ab_wgmma_speed as ab
 
-    assert ab.parse_variants("base,dynamic@64+128,ahead@64") == [("base", None), ("dynamic", {64, 128}),
-                                                                 ("ahead", {64})]
-    names = [e.label for e in ab.entries(128, ab.parse_variants("base,dynamic@64+128,ahead@64"), 512, ("cudnn",))]
-    assert names == ["fa2_wgmma[base]", "fa2_wgmma[dynamic]", "sdpa_cudnn"]
-    ents = ab.entries(64, ab.parse_variants("base,default,small-tma3@64"), 512, ())
-    assert [e.label for e in ents] == ["fa2_wgmma[default]", "fa2_wgmma[base]", "fa2_wgmma[small-tma3]"]
+    variants = "base,cp.async@64+128,small-tma3-dyn-od2@64"
+    assert ab.parse_variants(variants) == [("base", None), ("cp.async", {64, 128}), ("small-tma3-dyn-od2", {64})]
+    names = [e.label for e in ab.entries(128, ab.parse_variants(variants), 512, ("cudnn",))]
+    assert names == ["fa2_wgmma[base]", "fa2_wgmma[cp.async]", "sdpa_cudnn"]
+    ents = ab.entries(64, ab.parse_variants("base,default,small-tma3-dyn-od2@64"), 8192, ())
+    assert [e.label for e in ents] == ["fa2_wgmma[default]", "fa2_wgmma[base]", "fa2_wgmma[small-tma3-dyn-od2]"]
     assert ents[0].config is None  # forward() picks: the size rule
-    assert [e.label for e in ab.entries(64, ab.parse_variants("small-tma3@64"), 8192, ())] == []  # N > SIZE_MAX_N
-
-
-def test_default_candidates_build_and_are_sanitized():
-    for d, names in fa2_wgmma.DEFAULT_CANDIDATES.items():
-        assert all(n in fa2_wgmma.speed_configs(d) for n in names)
-        assert fa2_wgmma.full_speed_config(d) == fa2_wgmma.speed_configs(d)[names[-1]]
+    assert ents[2].config == fa2_wgmma.BUILDS[64]["small-tma3-dyn-od2"]  # a named build at any N
 
 
 def test_ab_decision_rule():
@@ -323,11 +296,11 @@ def test_row_sum_mma_is_an_fp16_build():
     """bf16 keeps the fp32 row sum (P's bf16 rounding would move lse past its 2e-3): the same build as without."""
     cfg = dict(fa2_wgmma.CONFIGS[64], ROW_SUM_MMA=1)
     assert fa2_wgmma.defines_for(64, 0, cfg)["ROW_SUM_MMA"] == 1
-    assert fa2_wgmma.defines_for(64, 1, cfg) == fa2_wgmma.defines_for(64, 1, fa2_wgmma.TILE_CANDIDATES[64]["no-rs"])
+    assert fa2_wgmma.defines_for(64, 1, cfg) == fa2_wgmma.defines_for(64, 1, NO_RS)
 
 
 def test_runs_timed_before_row_sum_mma_are_modelled_without_it():
-    """The benchmark files timed before v5a ran d = 64 without ROW_SUM_MMA (gpumodel.measured.KNOBS_ADDED_LATER)."""
+    """The benchmark files timed before v5a ran d = 64 without ROW_SUM_MMA (results/fa2_wgmma_runs.json)."""
     from gpumodel.measured import bench_cells
 
     assert fa2_wgmma.CONFIGS[64].get("ROW_SUM_MMA") == 1
@@ -340,7 +313,7 @@ def test_the_model_prices_row_sum_mma():
     from gpumodel import gpu_model
     from gpumodel.descriptors import describe
 
-    no_rs = fa2_wgmma.TILE_CANDIDATES[64]["no-rs"]
+    no_rs = NO_RS
     base = describe("fa2_wgmma", d=64, dtype="fp16", config=no_rs)
     rs = describe("fa2_wgmma", d=64, dtype="fp16", config=dict(no_rs, ROW_SUM_MMA=1))
     assert (base.row_sum_cols, rs.row_sum_cols) == (0, 8)
@@ -464,14 +437,16 @@ def test_ab_times_a_disturbed_cell_again(monkeypatch, tmp_path):
     assert all(r["median_ms"] == 1.0 and r["pass_ms"] == [1.0, 1.0] for r in causal)
 
 
-def test_candidate_names_every_build_the_ab_names():
-    """kernels.fa2_wgmma.candidate: size, tile and speed builds by name (the visit scripts' --configs come from it)."""
-    assert fa2_wgmma.candidate(64, "small-tma3") is fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3"]
-    assert fa2_wgmma.candidate(64, "br192-rs") is fa2_wgmma.TILE_CANDIDATES[64]["br192-rs"]
-    assert fa2_wgmma.candidate(128, "base") == fa2_wgmma.CONFIGS[128]
-    assert fa2_wgmma.candidate(64, "rowsum") == fa2_wgmma.speed_configs(64)["rowsum"]
-    with pytest.raises(KeyError, match="no candidate 'br192' at d=128"):
-        fa2_wgmma.candidate(128, "br192")
+def test_named_build_names_every_build_the_ab_names():
+    """kernels.fa2_wgmma.named_build: CONFIGS ("base") and BUILDS by name (the A/B's and the visit scripts' names);
+    the cp.async kernel by "cp.async"; an A/B candidate of issue 14 says where it lives."""
+    assert fa2_wgmma.named_build(64, "small-tma3-dyn-od2") is fa2_wgmma.BUILDS[64]["small-tma3-dyn-od2"]
+    assert fa2_wgmma.named_build(128, "base") == fa2_wgmma.CONFIGS[128]
+    for d in fa2_wgmma.CP_ASYNC_HEAD_DIMS:
+        defs = fa2_wgmma.defines_for(d, 0, fa2_wgmma.named_build(d, "cp.async"))
+        assert fa2_wgmma.source_of(defs) == (fa2_wgmma.SOURCE, fa2_wgmma.KERNEL) and fa2_wgmma.block_m(defs) == 128
+    with pytest.raises(KeyError, match="no build named 'br192' at d=128.*0bb604a"):
+        fa2_wgmma.named_build(128, "br192")
 
 
 def test_causal_section_default_matches_the_kernel():
@@ -491,7 +466,7 @@ def test_desc_step_is_the_descriptor_of_the_stepped_address():
     def desc(addr, lbo, sbo):  # desc_sw128, as in wgmma_fa2.cuh
         return ((addr & 0x3FFFF) >> 4) | (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32) | (1 << 62)
 
-    for d, cands in [(d, list(fa2_wgmma.SWEEP[d]) + [fa2_wgmma.CONFIGS[d]]) for d in fa2_wgmma.HEAD_DIMS]:
+    for d, cands in [(d, list(fa2_wgmma.named_builds(d).values())) for d in fa2_wgmma.HEAD_DIMS]:
         for c in cands:
             assert fa2_wgmma.smem_bytes(fa2_wgmma.defines_for(d, 0, c)) < 1 << 18
     top = 228 * 1024
@@ -538,8 +513,8 @@ def test_causal_walk_steps_follows_the_mask():
         assert any(fa2_wgmma.causal_walk_steps(cfg, n_q, n_k)[0] for n_q, n_k in CSKIP_SHAPES), (d, cfg)
     # d = 256's Bc = 64 at N = 512: warpgroup 0 walks the diagonal block of each of the 4 Q blocks (4 of 40 steps);
     # Br = Bc = 128 at Nq = Nk has nothing to walk
-    assert fa2_wgmma.causal_walk_steps(fa2_wgmma.SIZE_CANDIDATES[256]["bc64"], 512, 512) == (4, 40)
-    assert fa2_wgmma.causal_walk_steps(fa2_wgmma.SIZE_CANDIDATES[128]["small-bc128"], 512, 512) == (0, 20)
+    assert fa2_wgmma.causal_walk_steps(fa2_wgmma.BUILDS[256]["bc64-dyn-od2"], 512, 512) == (4, 40)
+    assert fa2_wgmma.causal_walk_steps(fa2_wgmma.BUILDS[128]["bc128-dyn-oqt-r"], 512, 512) == (0, 20)
 
 
 def test_ab_default_rows_carry_forward_knobs_to_the_model(tmp_path, monkeypatch):
@@ -593,29 +568,14 @@ def test_builds_that_do_not_fit_the_sm_are_refused():
     with pytest.raises(ValueError, match="do not fit"):
         fa2_wgmma.defines_for(128, 0, dict(TMA=1, BLOCK_N=96, NWG=1, MIN_BLOCKS=2, PINGPONG=0))
     with pytest.raises(ValueError, match="per CTA"):
-        fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], STAGES=3))
+        fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.BUILDS[128]["bc128-dyn-oqt-r"], STAGES=3))
     with pytest.raises(ValueError, match="do not fit"):  # the 3-CTA Bc = 96 build with four slots: 3 x 105 KB
-        fa2_wgmma.defines_for(64, 0, dict(fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-dyn-od2"], STAGES=4))
-    fits = fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], O_TILE=0, O_TMA=0,
+        fa2_wgmma.defines_for(64, 0, dict(fa2_wgmma.BUILDS[64]["small-tma3-dyn-od2"], STAGES=4))
+    fits = fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.BUILDS[128]["bc128-dyn-oqt-r"], O_TILE=0, O_TMA=0,
                                               O_DIRECT=2, STAGES=3))
     assert fa2_wgmma.smem_bytes(fits) <= fa2_tc.SMEM_PER_BLOCK  # O's tile freed makes room for a third slot
-    # stop 24's second Q tile: where O is staged through Q (no O_TILE / O_DIRECT) or the build is not persistent, a
-    # ValueError that says so; where smem has no room for it (d = 256, d = 64's 3-CTA four-slot build), the size error
-    with pytest.raises(ValueError, match="Q_SLOTS"):
-        fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.CONFIGS[128], Q_SLOTS=2))
-    with pytest.raises(ValueError, match="Q_SLOTS"):
-        fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn"], Q_SLOTS=2))
-    with pytest.raises(ValueError, match="Q_SLOTS"):
-        fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], Q_SLOTS=3))
-    with pytest.raises(ValueError, match="per CTA"):
-        fa2_wgmma.defines_for(256, 0, dict(fa2_wgmma.SIZE_CANDIDATES[256]["dyn-od2"], Q_SLOTS=2))
-    with pytest.raises(ValueError, match="do not fit"):
-        fa2_wgmma.defines_for(64, 0, dict(fa2_wgmma.SIZE_CANDIDATES[64]["small-tma3-bc64-dyn-od2-s4"], Q_SLOTS=2))
-    q2 = fa2_wgmma.defines_for(128, 0, dict(fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"], Q_SLOTS=2))
-    one = fa2_wgmma.defines_for(128, 0, fa2_wgmma.SIZE_CANDIDATES[128]["bc128-dyn-oqt-r"])
-    assert fa2_wgmma.smem_bytes(q2) - fa2_wgmma.smem_bytes(one) == 128 * 128 * 2 + 16  # a Q tile, two mbarriers
     # the boundary: d = 128's cp.async two-CTA build fills the SM to the byte, and is taken
-    exact = fa2_wgmma.defines_for(128, 0, fa2_wgmma.SIZE_CANDIDATES[128]["small-cp"])
+    exact = fa2_wgmma.defines_for(128, 0, fa2_wgmma.BUILDS[128]["cp.async-small"])
     assert 2 * (fa2_wgmma.smem_bytes(exact) + 1024) == fa2_tc.SMEM_PER_SM
 
 
@@ -687,22 +647,19 @@ def test_ab_decisions_divide_by_the_control_too():
 
 
 def _every_real_build():
-    """(d, where, config) of every build this repo names: CONFIGS, SIZE_CANDIDATES, TILE_CANDIDATES, SWEEP, the speed
-    builds, forward()'s rule builds with their knobs, and those with a second Q tile or HALF_DIAG."""
-    out = [(d, "CONFIGS", c) for d, c in fa2_wgmma.CONFIGS.items()]
-    for table, name in ((fa2_wgmma.SIZE_CANDIDATES, "SIZE_CANDIDATES"), (fa2_wgmma.TILE_CANDIDATES, "TILE_CANDIDATES")):
-        out += [(d, f"{name}[{d}][{n!r}]", c) for d, t in table.items() for n, c in t.items()]
-    out += [(d, f"SWEEP[{d}][{i}]", c) for d, cs in fa2_wgmma.SWEEP.items() for i, c in enumerate(cs)]
-    out += [(d, f"speed_configs({d})[{n!r}]", c) for d in fa2_wgmma.HEAD_DIMS
-            for n, c in fa2_wgmma.speed_configs(d).items()]
-    out += [(d, "default/q_slots/half_diag builds", c) for d, c in
-            fa2_wgmma.default_builds() + fa2_wgmma.q_slots_builds() + fa2_wgmma.half_diag_builds()]
-    return out
+    """(d, where, config) of every build this repo names: CONFIGS, BUILDS, forward()'s rule builds with their knobs."""
+    out = [(d, f"named_builds({d})[{n!r}]", c) for d in fa2_wgmma.HEAD_DIMS for n, c in fa2_wgmma.named_builds(d).items()]
+    return out + [(d, "default_builds", c) for d, c in fa2_wgmma.default_builds()]
+
+
+def _removed(defs: dict) -> bool:
+    """A build of a knob (or knob value) removed in issue 40."""
+    return bool(set(defs) & set(fa2_wgmma.REMOVED_KNOBS)) or defs.get("PERSISTENT") == 1 or defs.get("O_DIRECT") == 1
 
 
 def test_every_real_build_passes_the_kernels_rules():
     """The rules that mirror the kernels' static_asserts (fa2_wgmma.knob_errors) reject no build this repo names or has
-    compiled (results/tc_resources.json: ptxas ran on each)."""
+    compiled (results/tc_resources.json: ptxas ran on each; the builds of removed knobs aside)."""
     import json
 
     for d, where, cfg in _every_real_build():
@@ -710,7 +667,8 @@ def test_every_real_build_passes_the_kernels_rules():
             assert fa2_wgmma.knob_errors(fa2_wgmma.defines_for(d, bf16, cfg)) == [], where
     compiled = [r["defines"] for r in json.loads((Path(fa2_wgmma.__file__).parents[1] / "results" /
                                                   "tc_resources.json").read_text()) if r["kernel"] == "fa2_wgmma"]
-    assert len(compiled) > 100 and all(fa2_wgmma.knob_errors(defs) == [] for defs in compiled)
+    kept = [defs for defs in compiled if not _removed(defs)]
+    assert len(kept) > 60 and all(fa2_wgmma.knob_errors(defs) == [] for defs in kept)
 
 
 @pytest.mark.parametrize("knobs,why", [
@@ -719,19 +677,21 @@ def test_every_real_build_passes_the_kernels_rules():
     (dict(BLOCK_N=7), "BLOCK_N=7: a multiple of 16, at most 256 (TMA box)"),
     (dict(BLOCK_N=24), "BLOCK_N=24: a multiple of 16"),
     (dict(BLOCK_N=272), "BLOCK_N=272: a multiple of 16, at most 256"),
-    (dict(PERSISTENT=5), "PERSISTENT=5: 0, 1 (static) or 2 (atomic counter)"),
+    (dict(PERSISTENT=5), "PERSISTENT=5: 0 (one tile per CTA) or 2 (tiles from an atomic counter)"),
+    (dict(PERSISTENT=1), "PERSISTENT=1: 0 (one tile per CTA) or 2"),
+    (dict(PERSISTENT=2, O_DIRECT=1), "O_DIRECT=1: 0, or 2 (16-byte stores)"),
     (dict(PINGPONG=7), "PINGPONG=7: PINGPONG is a switch, 0 or 1"),
     (dict(NWG=1, PINGPONG=1), "PINGPONG=1 with NWG=1: ping-pong needs two consumer warpgroups"),
     (dict(NWG=4), "NWG=4: 1 to 3 consumer warpgroups"),
-    (dict(QK_AHEAD=1, PINGPONG=1), "QK_AHEAD issues the products at two points per step: no ping-pong turns"),
+    (dict(QK_AHEAD=1, PINGPONG=0), "QK_AHEAD: removed with the experiments that used it"),
     (dict(O_TMA=1, O_TILE=0), "O_TMA stores from O_TILE's staging tile"),
-    (dict(O_TILE=1, PERSISTENT=0), "O_TILE: a persistent build without QK_AHEAD"),
+    (dict(O_TILE=1, PERSISTENT=0), "O_TILE: a persistent build (its Q goes back early)"),
+    (dict(O_DIRECT=2, PERSISTENT=0), "O_DIRECT: a persistent build without O_TILE"),
     (dict(TURN_CARRY=1, PINGPONG=0), "TURN_CARRY carries the ping-pong turn"),
     (dict(RESCALE_THRESHOLD=16), "RESCALE_THRESHOLD=16: 0..15"),
-    (dict(EXP2_POLY=9), "EXP2_POLY=9: 0..8"),
+    (dict(EXP2_POLY=2), "EXP2_POLY: removed with the experiments that used it"),
     (dict(MIN_BLOCKS=0), "MIN_BLOCKS=0: at least one CTA per SM"),
     (dict(PRODUCER_REGS=20), "setmaxnreg takes 24 to 256 registers"),
-    (dict(CONSUMER_REGS=240), "setmaxnreg: the consumers may take only what the producer gives back"),
     (dict(TMA=0, BLOCK_N=80), "BLOCK_N=80: must be a wgmma N of wgmma.cuh"),
     (dict(TMA=0, STAGES=1), "STAGES=1: 2..4 ring slots"),
 ])
@@ -761,13 +721,12 @@ def test_the_kernels_static_asserts_are_mirrored():
                  "HEAD_DIM must be 64 or 128": "defines_for: CP_ASYNC_HEAD_DIMS",
                  "PV_N: d, or d padded to whole panels": "defines_for: PV_N",
                  "ROW_SUM_MMA: d = 64 only": "defines_for: ROW_SUM_MMA",
-                 "Q_SLOTS=2: a persistent build": "defines_for: Q_SLOTS",
                  "1..3 warpgroups": "knob_errors' NWG rule, the same for both kernels",
                  "copy mapping": "fa2_wgmma.cu's own tile copy (NTHREADS, CH fixed by NWG and d)",
-                 "O_DIRECT=2: whole groups of four 8-column blocks": "every head dim is a multiple of 32"}
+                 "O_DIRECT: whole groups of four 8-column blocks": "every head dim is a multiple of 32"}
     src = Path(fa2_wgmma.__file__).read_text()
     cuda = Path(fa2_wgmma.__file__).parent / "cuda"
-    for name in ("fa2_wgmma_tma.cu", "fa2_wgmma.cu", "wgmma_fa2.cuh", "exp2_poly.cuh"):
+    for name in ("fa2_wgmma_tma.cu", "fa2_wgmma.cu", "wgmma_fa2.cuh"):
         for msg in re.findall(r'static_assert\([^;]*?,\s*"([^"]+)"\)', (cuda / name).read_text(), re.S):
             tail = re.sub(r"^[A-Z_0-9]+:? ", "", msg)  # "BLOCK_N: ..." is stated as "BLOCK_N=7: ..."
             assert tail in src or any(msg.startswith(k) for k in elsewhere), (name, msg)

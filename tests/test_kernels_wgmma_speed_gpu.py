@@ -1,9 +1,11 @@
-"""fa2_wgmma's speed knobs (issue 14 item 1; kernels.fa2_wgmma.speed_configs) against the float64 oracle on
-a Hopper GPU: each knob alone and the combinations, on hypothesis shapes (odd Nq/Nk, tails, Nq != Nk, causal
-with rows that see no key, fp16/bf16, d = 64/96/128/256, scores up to ~1e4, where the rescale threshold and
-the polynomial must hold), on long key loops (every K/V ring slot reused many times), on strided/GQA inputs,
-and on scores built so that the row max creeps up block after block (the stale-max path of
-RESCALE_THRESHOLD) or jumps (its rescale path). Poisoned outputs; the rule of tests/test_kernels_tc.py."""
+"""fa2_wgmma's builds and knobs against the float64 oracle on a Hopper GPU: every named build
+(kernels.fa2_wgmma.named_builds: CONFIGS, the size rules' builds, the cp.async ones) and the knobs forward() adds
+(v9-v13, stop 24) on the builds they act in, on hypothesis shapes (odd Nq/Nk, tails, Nq != Nk, causal with rows that
+see no key, fp16/bf16, d = 64/96/128/256, scores up to ~1e4, where the rescale threshold must hold), on long key loops
+(every K/V ring slot reused many times), on 1 and 3 persistent CTAs, on strided/GQA inputs, and on scores built so that
+the row max creeps up block after block (the stale-max path of RESCALE_THRESHOLD) or jumps (its rescale path).
+Poisoned outputs; the rule of tests/test_kernels_tc.py. (The speed, size and tile candidates of issue 14 and the
+knobs only they used: commit 0bb604a.)"""
 from __future__ import annotations
 
 import pytest
@@ -20,10 +22,7 @@ from tests.test_kernels_layouts import _check as _check_layout  # noqa: E402
 from tests.test_kernels_tc import TOL, _check  # noqa: E402
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-NAMES = [n for n in fa2_wgmma.speed_configs(64) if n != "base"]
-# persistent builds also with a few CTAs (GRID, a launch key), so each loops over many tiles at these sizes
-CASES = [(n, None) for n in NAMES] + [(n, g) for n in NAMES if fa2_wgmma.speed_configs(64)[n].get("PERSISTENT")
-                                      for g in (1, 3)]
+NAMED = [(d, name) for d in fa2_wgmma.HEAD_DIMS for name in fa2_wgmma.named_builds(d)]
 
 needs_hopper = pytest.mark.skipif(not torch.cuda.is_available() or not fa2_wgmma.supported(),
                                   reason="fa2_wgmma needs a compute capability 9.x GPU (wgmma)")
@@ -38,80 +37,68 @@ def _with_config(cfg, grid=None):
     return fn
 
 
-def _fn(d, name, grid=None):
-    """forward with the speed build `name` at d; None where d does not build it (SPEED_COMBO_SKIP)."""
-    if name not in fa2_wgmma.speed_configs(d):
-        return None
-    return _with_config(fa2_wgmma.speed_configs(d)[name], {"GRID": grid} if grid else None)
-
-
 shape = st.tuples(
-    st.integers(1, 2),                                      # B
-    st.integers(1, 3),                                      # H
-    st.integers(1, 700),                                    # Nq
-    st.integers(1, 700),                                    # Nk
-    st.sampled_from([64, 96, 128, 256]),                    # d
-    st.sampled_from([torch.float16, torch.bfloat16]),
-    st.booleans(),                                          # causal
-    st.sampled_from([0.5, 1.0, 4.0, 20.0]),                 # input scale: scores up to ~1e4
-    st.integers(0, 2**31 - 1),                              # seed
+    st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),  # B, H, Nq, Nk
+    st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(),                 # dtype, causal
+    st.sampled_from([0.5, 1.0, 4.0, 20.0]), st.integers(0, 2**31 - 1),              # input scale, seed
 )
 
 
 @needs_hopper
-@pytest.mark.parametrize("name,grid", CASES)
+@pytest.mark.parametrize("d,name", NAMED)
 @SETTINGS
 @given(s=shape)
-def test_speed_knob_matches_reference(name, grid, s):
-    fn = _fn(s[4], name, grid)
-    if fn is not None:
-        _check(fn, *s)
+def test_named_build_matches_reference(d, name, s):
+    b, h, n_q, n_k, dtype, causal, scale, seed = s
+    _check(_with_config(fa2_wgmma.named_build(d, name)), b, h, n_q, n_k, d, dtype, causal, scale, seed)
 
 
 @needs_hopper
-@pytest.mark.parametrize("name,grid", CASES)
-@pytest.mark.parametrize("d", fa2_wgmma.HEAD_DIMS)
-def test_speed_knob_long_key_loop(name, grid, d):
-    """Nk = 4100: 24-52 key blocks, each ring slot refilled 12-26 times; several Q blocks (persistent with
-    GRID CTAs: 10 tiles each run by 1 or 3 CTAs, the ring running on from tile to tile); causal and not."""
-    fn = _fn(d, name, grid)
-    if fn is None:
-        pytest.skip(f"{name} is not built at d={d}")
+@pytest.mark.parametrize("d,name", NAMED)
+def test_named_build_long_key_loop(d, name):
+    """Nk = 4100 (every ring slot refilled many times), several Q blocks and more CTAs than one per SM holds; a
+    persistent build also on 3 CTAs, each looping over many tiles, some of which see no key."""
+    cfg = fa2_wgmma.named_build(d, name)
     for causal, dtype in ((False, torch.float16), (True, torch.bfloat16)):
-        _check(fn, 1, 2, 520, 4100, d, dtype, causal, 4.0, d)
+        _check(_with_config(cfg), 2, 3, 700, 4100, d, dtype, causal, 4.0, d)
+    if cfg.get("PERSISTENT"):
+        fn = _with_config(cfg, {"GRID": 3})
+        _check(fn, 2, 3, 700, 1500, d, torch.float16, True, 4.0, d + 1)
+        _check(fn, 2, 3, 900, 300, d, torch.bfloat16, True, 1.0, d + 2)  # whole Q blocks see no key
 
 
 @needs_hopper
-@pytest.mark.parametrize("name,grid", CASES)
-def test_speed_knob_strided_gqa(name, grid):
-    for d in (64, 128):
-        if name not in fa2_wgmma.speed_configs(d):  # a knob of some head dims only (SPEED_KNOB_DIMS)
-            continue
-        cfg = dict(fa2_wgmma.speed_configs(d)[name], **({"GRID": grid} if grid else {}))
-        _check_layout(2, 4, 2, 300, 1000, d, torch.bfloat16, True, 4.0, "bnhd", d, config=cfg)
+@pytest.mark.parametrize("d,name", [(d, n) for d, n in NAMED if fa2_wgmma.named_build(d, n).get("TMA")])
+def test_named_build_strided_gqa(d, name):
+    _check_layout(2, 4, 2, 300, 1000, d, torch.bfloat16, True, 4.0, "bnhd", d, config=fa2_wgmma.named_build(d, name))
 
 
 @needs_hopper
-@pytest.mark.parametrize("persistent", [1, 2])
-def test_persistent_causal_with_empty_tiles(persistent):
+def test_persistent_causal_with_empty_tiles():
     """Causal, Nq > Nk: whole Q blocks see no key (T = 0 tiles: Q still loaded, epilogue writes o = 0 and
     lse = -inf), mixed with long tiles, on 1, 2 and 5 CTAs and on the full grid."""
     for grid in (1, 2, 5, None):
-        fn = _with_config(dict(fa2_wgmma.CONFIGS[64], PERSISTENT=persistent), {"GRID": grid} if grid else None)
+        fn = _with_config(dict(fa2_wgmma.CONFIGS[64], PERSISTENT=2), {"GRID": grid} if grid else None)
         _check(fn, 2, 3, 900, 300, 64, torch.float16, True, 1.0, grid or 0)
 
 
+def _nk_for_sections(d: int, hs: int) -> int:
+    """An Nk whose K and V per head put hs heads in each causal section (fa2_wgmma_tma.cu tile_coords, 16 MB)."""
+    return 256 * (fa2_wgmma.CAUSAL_SECTION_KB // d // hs)
+
+
 @needs_hopper
-@pytest.mark.parametrize("section_kb", [1, 1536])
-def test_persistent_causal_sections(section_kb):
-    """The persistent causal order in sections of heads (CAUSAL_SECTION_KB, fa2_wgmma_tma.cu tile_coords) with
-    the early Q hand-back (O_TILE): sections of one head, and of four heads with a partial last section (B*H = 6,
-    K and V 384 KB per head at d = 128, Nk = 700); Nq > Nk, so whole Q blocks see no key; 3 CTAs and the full
-    grid; and grouped-query (B, N, H, d) views, whose kv head is shared by two query heads."""
-    base = dict(fa2_wgmma.candidate(128, "bc128-dyn-oq"), CAUSAL_SECTION_KB=section_kb)
+@pytest.mark.parametrize("ragged_first", [0, 1])
+def test_persistent_causal_sections(ragged_first):
+    """The persistent causal order in sections of heads (fa2_wgmma_tma.cu tile_coords) with the early Q hand-back
+    (O_TILE): sections of three heads with a partial section (B*H = 8 at d = 128, Nk = 10752: 5 MB of K and V per
+    head), the partial one last or first (SECTION_RAGGED_FIRST); Nq > Nk in one section, so whole Q blocks see no key;
+    3 CTAs and the full grid; and grouped-query (B, N, H, d) views, whose kv head is shared by two query heads."""
+    base = dict(fa2_wgmma.CONFIGS[128], BLOCK_N=128, PERSISTENT=2, O_TILE=1, SECTION_RAGGED_FIRST=ragged_first)
     for grid in (3, None):
         fn = _with_config(base, {"GRID": grid} if grid else None)
-        _check(fn, 2, 3, 900, 700, 128, torch.float16, True, 4.0, section_kb)
+        _check(fn, 2, 4, 300, _nk_for_sections(128, 3), 128, torch.float16, True, 4.0, 1 + ragged_first)
+        _check(fn, 2, 3, 900, 700, 128, torch.bfloat16, True, 4.0, 3 + ragged_first)
     _check_layout(2, 4, 2, 300, 1000, 128, torch.bfloat16, True, 4.0, "bnhd", 128, config=base)
 
 
@@ -191,8 +178,8 @@ def test_rescale_threshold_across_persistent_tiles():
 
     parts = [_ramp(1500, 128, torch.bfloat16, span, rev) for span, rev in ((400.0, True), (3.0, False), (60.0, True))]
     q, k, v = (torch.cat([p[i] for p in parts], dim=1) for i in range(3))
-    cfg = dict(fa2_wgmma.candidate(128, "bc128-dyn-oqt-r"), GRID=1)
-    assert fa2_wgmma.choose_config(128, 1500, True) == fa2_wgmma.candidate(128, "bc128-dyn-oqt-r")
+    cfg = dict(fa2_wgmma.named_build(128, "bc128-dyn-oqt-r"), GRID=1)
+    assert fa2_wgmma.choose_config(128, 1500, True) == fa2_wgmma.named_build(128, "bc128-dyn-oqt-r")
     o = torch.full_like(q, float("nan"))
     lse = torch.full(q.shape[:3], float("nan"), device="cuda")
     fa2_wgmma.forward(q, k, v, config=cfg, out=(o, lse))
@@ -205,71 +192,30 @@ def test_rescale_threshold_across_persistent_tiles():
     assert (err <= 2e-3 + 1e-5 * rl.abs()).all(), f"lse error {float(err.max()):.2e}"
 
 
+# the builds with the rescale threshold, or l in O's extra column (ROW_SUM_MMA: l rescaled with O), at d = 64 and 128
+RESCALED = [(d, n) for d, n in NAMED if d in (64, 128) and {"RESCALE_THRESHOLD", "ROW_SUM_MMA"} & set(
+    fa2_wgmma.named_build(d, n))]
+
+
 @needs_hopper
-@pytest.mark.parametrize("name", [n for n in NAMES if "rescale" in n or n == "rowsum"])  # rowsum: l rescaled in O
+@pytest.mark.parametrize("d,name", RESCALED)
 @pytest.mark.parametrize("log2_span", [3.0, 60.0, 400.0])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_rescale_paths(name, log2_span, reverse):
+def test_rescale_paths(d, name, log2_span, reverse):
     """Row max creeping (span 60 over ~30 blocks: 2 per block, under the threshold), jumping (400: 13 per
     block, over it) or flat (3); bf16 inputs keep the ramp's values exact enough to matter."""
     from variants.reference import attention_reference
 
-    for d in (64, 128):
-        if _fn(d, name) is None:
-            continue
-        q, k, v = _ramp(4000, d, torch.bfloat16, log2_span, reverse)
-        o = torch.full_like(q, float("nan"))
-        lse = torch.full(q.shape[:3], float("nan"), device="cuda")
-        _fn(d, name)(q, k, v, causal=False, out=(o, lse))
-        torch.cuda.synchronize()
-        ro, rl = attention_reference(q, k, v, causal=False)
-        rel = float((o.double() - ro).norm() / ro.norm())
-        assert rel <= TOL[torch.bfloat16], f"relative error {rel:.2e}"
-        err = (lse.double() - rl).abs()
-        assert (err <= 2e-3 + 1e-5 * rl.abs()).all(), f"lse error {float(err.max()):.2e}"
-
-
-# Issue 14 item 1, the size-based builds (kernels.fa2_wgmma.SIZE_CANDIDATES): one warpgroup per CTA, 2-3 CTAs per
-# SM, for short key loops; checked like the speed knobs before the A/B times them or SIZE_RULES picks them.
-SIZE = [(d, name) for table in (fa2_wgmma.SIZE_CANDIDATES, fa2_wgmma.TILE_CANDIDATES) for d, cands in table.items()
-        for name in cands]  # and the tile candidates (three consumer warpgroups at d = 64), checked the same way
-size_shape = st.tuples(
-    st.integers(1, 2), st.integers(1, 3), st.integers(1, 700), st.integers(1, 700),  # B, H, Nq, Nk
-    st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(),                 # dtype, causal
-    st.sampled_from([0.5, 1.0, 4.0, 20.0]), st.integers(0, 2**31 - 1),              # input scale, seed
-)
-
-
-def _size_fn(d, name):
-    return _with_config(fa2_wgmma.candidate(d, name))
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,name", SIZE)
-@SETTINGS
-@given(s=size_shape)
-def test_size_candidate_matches_reference(d, name, s):
-    b, h, n_q, n_k, dtype, causal, scale, seed = s
-    _check(_size_fn(d, name), b, h, n_q, n_k, d, dtype, causal, scale, seed)
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,name", SIZE)
-def test_size_candidate_long_key_loop(d, name):
-    """Nk = 4100 (every ring slot refilled many times), several Q blocks and more CTAs than one per SM holds."""
-    for causal, dtype in ((False, torch.float16), (True, torch.bfloat16)):
-        _check(_size_fn(d, name), 2, 3, 700, 4100, d, dtype, causal, 4.0, d)
-    if fa2_wgmma.candidate(d, name).get("PERSISTENT"):  # 3 CTAs: each loops over many tiles
-        fn = _with_config(fa2_wgmma.candidate(d, name), {"GRID": 3})
-        _check(fn, 2, 3, 700, 1500, d, torch.float16, True, 4.0, d + 1)
-        _check(fn, 2, 3, 900, 300, d, torch.bfloat16, True, 1.0, d + 2)  # whole Q blocks see no key
-
-
-@needs_hopper
-@pytest.mark.parametrize("d,name", [(d, n) for d, n in SIZE if fa2_wgmma.candidate(d, n).get("TMA")])
-def test_size_candidate_strided_gqa(d, name):
-    _check_layout(2, 4, 2, 300, 1000, d, torch.bfloat16, True, 4.0, "bnhd", d,
-                  config=fa2_wgmma.candidate(d, name))
+    q, k, v = _ramp(4000, d, torch.bfloat16, log2_span, reverse)
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+    _with_config(fa2_wgmma.named_build(d, name))(q, k, v, causal=False, out=(o, lse))
+    torch.cuda.synchronize()
+    ro, rl = attention_reference(q, k, v, causal=False)
+    rel = float((o.double() - ro).norm() / ro.norm())
+    assert rel <= TOL[torch.bfloat16], f"relative error {rel:.2e}"
+    err = (lse.double() - rl).abs()
+    assert (err <= 2e-3 + 1e-5 * rl.abs()).all(), f"lse error {float(err.max()):.2e}"
 
 
 # The knobs of v9-v13, each exact in the result, each checked on the builds it acts in: one registry (KNOB_SETS) of
@@ -282,13 +228,13 @@ DESC = fa2_wgmma.default_builds()
 assert all(c["DESC_STEP"] == 1 and c["WG_SKIP"] == 1 for _, c in DESC)
 # v10 WG_SKIP: a consumer warpgroup whose 64 rows all lie past Nq walks the barriers and computes nothing; the builds
 # with two or three warpgroups (their hypothesis shapes are DESC's, which carry the knob)
-SKIP = fa2_wgmma.wg_skip_builds()
+SKIP = [(d, c) for d, c in fa2_wgmma.default_builds() if c.get("NWG", 2) >= 2]
 assert SKIP and all(c["WG_SKIP"] == 1 and c.get("NWG", 2) >= 2 for _, c in SKIP)
 # v11 WG_CAUSAL_SKIP: on causal rows a warpgroup walks the key blocks of its tile wholly past its own last row
 # (warpgroup 0 of Br = 128 with Bc = 64, or of Br = 192); SKIP's builds (DEFAULT_KNOBS carry it). Shapes where each
 # build walks (tests/test_kernels_wgmma_speed.py checks that with kernels.fa2_wgmma.causal_walk_steps): Nk - Nq not a
 # multiple of Bc, long key loops, Nq > Nk (warpgroup 0 with no key at all)
-CSKIP = fa2_wgmma.wg_skip_builds()
+CSKIP = SKIP
 assert CSKIP and all(c["WG_CAUSAL_SKIP"] == 1 for _, c in CSKIP)
 CSKIP_SHAPES = [(700, 988), (512, 512), (1000, 4100), (900, 300)]
 # v12 TURN_CARRY: the ping-pong turn runs on from tile to tile (warpgroup 1 hands it back as it issues its last P V; one
@@ -299,39 +245,26 @@ CARRY = [(d, dict(c, TURN_CARRY=1)) for d, c in fa2_wgmma.default_builds()
 assert CARRY
 
 
-# v13 O_DIRECT: O written from the accumulator registers to global memory, the Q tile handed back after the tile's last S
-# (d = 256's persistent builds, which have no smem for O_TILE). forward()'s two d = 256 builds (O_DIRECT=2: 16-byte
-# stores after a transpose in each quad), one of them again with TURN_CARRY added (forward() does not add it), the
-# 4-byte form (O_DIRECT=1) at every d (d = 64: ROW_SUM_MMA's l in O's extra column, no ping-pong; d = 96: O padded to
-# 128 columns), the 16-byte form at d = 64 and 96, and in place of O_TILE + O_TMA in d = 96 / 128's rule builds (A/B
-# candidates, d = 96's SIZE_CANDIDATES dyn-od2-r); tiles with no key hand Q back with no S read
+# v13 O_DIRECT=2: O written from the accumulator registers to global memory in 16-byte stores (after a transpose in each
+# quad), the Q tile handed back after the tile's last S (d = 256's persistent builds, which have no smem for O_TILE).
+# forward()'s two d = 256 builds, one of them again with TURN_CARRY added (forward() does not add it), CONFIGS made
+# persistent with it at d = 64 (ROW_SUM_MMA's l in O's extra column, no ping-pong), 96 (O padded to 128 columns) and
+# 128, and in place of O_TILE + O_TMA in d = 96 / 128's rule builds (the A/B's candidates); tiles with no key hand Q back
+# with no S read
 def _odirect(d, name=None, **extra):
-    c = dict(dict(PERSISTENT=2, O_DIRECT=1), **(fa2_wgmma.candidate(d, name) if name else fa2_wgmma.CONFIGS[d]))
+    c = dict(dict(PERSISTENT=2, O_DIRECT=2), **(fa2_wgmma.named_build(d, name) if name else fa2_wgmma.CONFIGS[d]))
+    c = dict(c, **extra)
     return d, {**c, **fa2_wgmma.default_knobs(c), **extra}
 
 
 ODIRECT = [_odirect(256, "bc64-dyn-od2"), _odirect(256, "dyn-od2"), _odirect(256, "bc64-dyn-od2", TURN_CARRY=1),
-           _odirect(256, "bc64-dyn-od"), _odirect(64), _odirect(96), _odirect(128),
-           _odirect(64, O_DIRECT=2), _odirect(96, O_DIRECT=2),
-           _odirect(96, "dyn-od2-r"),
+           _odirect(64), _odirect(96), _odirect(128),
+           _odirect(96, "dyn-oqt-r", O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1),
            _odirect(128, "bc128-dyn-oqt-r", O_TILE=0, O_TMA=0, O_DIRECT=2, TURN_CARRY=1)]
 # and every build forward() runs with O_DIRECT: d = 64's causal rule builds since v13 (the 3-CTA one-warpgroup builds and
 # Br = 192, O_DIRECT=2 in place of O_TILE; results/fwd_wgmma_o_direct_store_d64), with four K/V slots since stop 21
 ODIRECT += [(d, c) for d, c in fa2_wgmma.default_builds() if c.get("O_DIRECT") and (d, c) not in ODIRECT]
 assert all(c in [x for _, x in ODIRECT] for d, c in fa2_wgmma.default_builds() if c.get("O_DIRECT"))
-
-
-# stop 21 MAX_TREE: each row's block max as a pairwise tree instead of a chain (exact: max does not round); every build
-# forward() runs, with it
-TREE = [(d, dict(c, MAX_TREE=1)) for d, c in fa2_wgmma.default_builds()]
-
-
-# stop 22 HALF_DIAG: a warpgroup whose rows end in the first half of its first key block (warpgroup 0 on the causal
-# diagonal of Br = Bc = 128; a non-causal tail block at most half full) runs that block's S, softmax and P V at half
-# width; every forward() build it compiles for without a serialised wgmma pipeline (kernels.fa2_wgmma.half_diag_builds:
-# d = 96, 128, 256)
-HALF = fa2_wgmma.half_diag_builds()
-assert HALF
 
 
 def _idle_rows(cfg) -> list[int]:
@@ -343,7 +276,7 @@ def _idle_rows(cfg) -> list[int]:
 F16, B16 = torch.float16, torch.bfloat16
 
 
-def _across_tiles(knob: str, cfg: dict) -> list[tuple]:
+def _across_tiles(knob: str, cfg: dict, d: int) -> list[tuple]:
     """(grid, B, H, Nq, Nk, dtype, causal, scale, seed) of the knob's fixed shapes."""
     persistent = bool(cfg.get("PERSISTENT"))
     if knob == "desc_step":
@@ -368,55 +301,26 @@ def _across_tiles(knob: str, cfg: dict) -> list[tuple]:
                    (2, 3, 900, 300, B16, True, 4.0, 7),   # Q blocks with no key: Q handed back with no S
                    (1, 2, 900, 300, F16, True, 4.0, 9),   # and in fp16 (ROW_SUM_MMA's l = 0 rows at d = 64)
                    (2, 2, 512, 512, F16, True, 4.0, 8)]]
-    if knob == "ragged_first":  # B*H heads in sections of two at Nk = 513-768 (3, 9, 5 heads: one left over, first), of
-        # three at Nk = 257-512 (15: none left over; 8: two left over), of one at Nk = 1100 (the plain order); Nq > Nk
-        # (rows with no key)
+    if knob == "ragged_first":  # B*H heads in sections of two (3, 9, 5 heads: one left over, first), of three (8: two
+        # left over; 6: none), of one section at Nk = 1100 (the plain order); Nq > Nk (rows with no key) there too
+        two, three = _nk_for_sections(d, 2), _nk_for_sections(d, 3)
         return [(g, *shp) for g in ({}, {"GRID": 1}, {"GRID": 3})
-                for shp in [(1, 3, 700, 700, F16, True, 4.0, 1), (3, 3, 640, 760, B16, True, 4.0, 2),
-                            (1, 5, 800, 600, B16, True, 4.0, 3), (5, 3, 333, 300, F16, True, 4.0, 4),
-                            (4, 2, 333, 300, B16, True, 4.0, 6), (1, 3, 300, 1100, F16, True, 4.0, 5)]]
-    if knob == "q_slots":
-        return [(g, *shp) for g in ({}, {"GRID": 1}, {"GRID": 3})
-                for shp in [(2, 3, n_q, 1100, F16, False, 4.0, n_q) for n_q in _idle_rows(cfg) or [333]]
-                + [(2, 3, 700, 4100, B16, True, 4.0, 5),   # long key loops, causal
-                   (2, 3, 900, 300, B16, True, 4.0, 7),    # Q blocks with no key among those with keys
-                   (3, 2, 512, 512, F16, True, 4.0, 8)]]
-    if knob == "max_tree":
-        return [(g, *shp) for g in [{}] + ([{"GRID": 3}] if persistent else [])
-                for shp in [(2, 3, n_q, 4100, F16, False, 20.0, n_q) for n_q in _idle_rows(cfg) or [333]]
-                + [(1, 3, 333, 2 * 333 + 7, B16, True, 4.0, 5), (2, 3, 900, 300, B16, True, 4.0, 7),
-                   (2, 2, 512, 512, F16, True, 20.0, 8)]]
-    if knob == "half_diag":  # the diagonal at Nq = Nk, off the block grid (Nk - Nq = 37), Nq > Nk (rows with no key),
-        # non-causal tails of at most half a block (Nk = 960: 64 keys past 896, half of Bc = 128; Nk = 980: 20 keys
-        # past 960, under half of Bc = 64) and of more (1000), long key loops, 3 persistent CTAs
-        return [(g, *shp) for g in [{}] + ([{"GRID": 3}] if persistent else [])
-                for shp in [(2, 2, 512, 512, F16, True, 4.0, 1), (1, 3, 700, 737, B16, True, 4.0, 2),
-                            (2, 3, 900, 300, B16, True, 4.0, 3), (2, 3, 333, 960, F16, False, 4.0, 4),
-                            (2, 3, 333, 980, B16, False, 4.0, 7),
-                            (1, 3, 1000, 1000, B16, False, 4.0, 5), (2, 2, 700, 4100, F16, True, 4.0, 6)]]
+                for shp in [(1, 3, 333, two, F16, True, 4.0, 1), (3, 3, 200, two, B16, True, 4.0, 2),
+                            (1, 5, 130, two, B16, True, 4.0, 3), (4, 2, 200, three, F16, True, 4.0, 4),
+                            (2, 3, 130, three, B16, True, 4.0, 6), (1, 3, 1300, 1100, F16, True, 4.0, 5)]]
     raise KeyError(knob)
 
 
-# stop 24 Q_SLOTS=2: two Q tiles, the next tile's Q loaded as the producer reaches it (slot k % 2, phase k / 2); every
-# forward() build with room for it (kernels.fa2_wgmma.q_slots_builds: d = 64's Br = 192 and 3-CTA Bc = 96 builds, d = 96
-# and 128 at Nk <= 4096). Its shapes: one CTA over every tile (each slot reused many times), 3 CTAs, tiles with no key
-# (their Q loaded and handed back unread), idle warpgroups, long key loops
-QSLOTS = fa2_wgmma.q_slots_builds()
-assert QSLOTS and {d for d, _ in QSLOTS} >= {64, 96, 128}
-
-
 # stop 24 SECTION_RAGGED_FIRST: the persistent causal order's section of the B*H % hs heads left over runs first. Every
-# persistent build forward() runs, with sections of two heads wherever ((Nk + 255) / 256) = 3 (CAUSAL_SECTION_KB = 6 d),
-# three at Nk <= 512, one past 768, so the fixed shapes below (B*H odd) leave a ragged section
-RAGGED = [(d, dict(c, SECTION_RAGGED_FIRST=1, CAUSAL_SECTION_KB=6 * d)) for d, c in fa2_wgmma.default_builds()
-          if c.get("PERSISTENT")]
-assert RAGGED
+# persistent build forward() runs (it has the knob), at lengths whose K and V put two or three heads in a section, so
+# the fixed shapes below leave a ragged section
+RAGGED = [(d, c) for d, c in fa2_wgmma.default_builds() if c.get("PERSISTENT")]
+assert RAGGED and all(c["SECTION_RAGGED_FIRST"] == 1 for _, c in RAGGED)
 
 
 # knob -> its builds; which of the three tests each set runs (wg_skip's hypothesis shapes are desc_step's, on the same
 # builds; desc_step's strided views are the layouts tests' of forward())
 KNOB_SETS = {"desc_step": DESC, "wg_skip": SKIP, "wg_causal_skip": CSKIP, "turn_carry": CARRY, "o_direct": ODIRECT,
-             "max_tree": TREE, "half_diag": HALF, "q_slots": QSLOTS,
              "ragged_first": RAGGED}
 CAUSAL_ONLY = {"wg_causal_skip", "ragged_first"}
 
@@ -438,7 +342,7 @@ def test_knob_matches_reference(knob, d, cfg, s):
 @needs_hopper
 @pytest.mark.parametrize("knob,d,cfg", _knob_params(KNOB_SETS))
 def test_knob_across_tiles(knob, d, cfg):
-    for grid, b, h, n_q, n_k, dtype, causal, scale, seed in _across_tiles(knob, cfg):
+    for grid, b, h, n_q, n_k, dtype, causal, scale, seed in _across_tiles(knob, cfg, d):
         _check(_with_config(cfg, grid), b, h, n_q, n_k, d, dtype, causal, scale, seed)
 
 

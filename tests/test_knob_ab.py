@@ -2,6 +2,8 @@
 (CPU only, the committed runs)."""
 from __future__ import annotations
 
+import pytest
+
 from lab import knob_ab
 
 
@@ -49,10 +51,10 @@ def test_the_ab_records_the_build_a_variant_ran_and_knob_ab_reads_it(tmp_path, m
     cfg = default_with_config("default+BLOCK_N=128+PERSISTENT=2+O_TILE=1+O_TMA=1", 128, 16384, True)
     assert cfg["BLOCK_N"] == 128 and cfg["SECTION_RAGGED_FIRST"] == 1 and cfg["TURN_CARRY"] == 1
     assert default_with_config("default+TURN_CARRY=0+PERSISTENT=2+O_TILE=1", 128, 16384, True)["TURN_CARRY"] == 0
-    assert default_with_config("default+MAX_TREE=1", 128, 512, True) == dict(
-        fa2_wgmma.default_config(128, 512, True, True), MAX_TREE=1)
-    # HALF_DIAG's builds leave the ragged order out (with both, ptxas serialises the wgmma pipeline)
-    assert "SECTION_RAGGED_FIRST" not in default_with_config("default+HALF_DIAG=1", 128, 512, True)
+    assert default_with_config("default+WG_SKIP=0", 128, 512, True) == dict(
+        fa2_wgmma.default_config(128, 512, True, True), WG_SKIP=0)
+    with pytest.raises(ValueError, match="0bb604a"):  # a knob removed with its experiment (issue 40)
+        default_with_config("default+HALF_DIAG=1", 128, 512, True)
 
     base = fa2_wgmma.choose_config(128, 16384, True, causal=True)
     row = dict(dtype="float16", d=128, n=16384, b=1, h=16, causal=True, ok=True)

@@ -104,7 +104,7 @@ def test_cpu_tensors_still_get_the_shared_message():
 @pytest.mark.parametrize("d", fa2_wgmma.HEAD_DIMS)
 def test_every_build_fits_shared_memory(d):
     builds = [fa2_wgmma.defines_for(d, bf16) for bf16 in (0, 1)]
-    builds += [fa2_wgmma.defines_for(d, 0, c) for c in fa2_wgmma.SWEEP[d]]
+    builds += [fa2_wgmma.defines_for(d, 0, c) for c in fa2_wgmma.named_builds(d).values()]
     for defs in builds:
         assert fa2_wgmma.smem_bytes(defs) <= SMEM_LIMIT, defs
         kv_tiles = 2 * defs.get("STAGES", 2)  # a K and a V tile per ring slot (ring1: one slot)

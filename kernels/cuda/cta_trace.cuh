@@ -1,9 +1,9 @@
 // cta_trace.cuh -- CTA_TRACE=1 (stop 29, lab/cta_trace.py): when each CTA of a one-tile-per-CTA grid ran.
-// The kernel names the thread that writes each word (fa2_tc: thread 0; fa2_wgmma: thread 0 the start, thread 128, consumer
-// warpgroup 0's first, the rest): %globaltimer (ns, one clock for every SM) at the CTA's start, before the key steps
-// Tc/4, Tc/2 and 3 Tc/4 of its sweep, and at its end, then its SM and its step count, into g_cta_trace, CTA
-// c = blockIdx.x + gridDim.x * blockIdx.y at words [8c, 8c + 7). The K/V re-reads the L2 keeps depend on how far
-// co-resident CTAs drift apart (lab/l2_sim.py walks the recorded schedule). Off (0): nothing here is compiled.
+// The kernel names the thread that writes each word (fa2_tc: thread 0): %globaltimer (ns, one clock for every SM) at
+// the CTA's start, before the key steps Tc/4, Tc/2 and 3 Tc/4 of its sweep, and at its end, then its SM and its step
+// count, into g_cta_trace, CTA c = blockIdx.x + gridDim.x * blockIdx.y at words [8c, 8c + 7). The K/V re-reads the
+// L2 keeps depend on how far co-resident CTAs drift apart (lab/l2_sim.py walks the recorded schedule). Off (0):
+// nothing here is compiled.
 #pragma once
 #ifndef CTA_TRACE
 #define CTA_TRACE 0

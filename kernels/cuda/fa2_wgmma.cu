@@ -36,18 +36,9 @@
 // Compile-time knobs: HEAD_DIM (64|128), BLOCK_N (Bc: 64|96|128|192|256), NWG (warpgroups, Br = 64*NWG),
 // IS_BF16, OVERLAP, STAGES (slots of the K and V rings), MIN_BLOCKS (CTAs per SM the register cap aims at).
 //
-// Version log (details in lab/NOTES-tc.md):
-//   v1  first version: cp.async loads by all threads (no TMA, no producer warps), 2-slot K and V rings,
-//       one barrier per step, intra-warpgroup overlap of softmax and PV. Correct first time (28/28 checks).
-//       Sweeps (fp16, N = 2k/8k/16k): d=128 NWG=2 Bc=128 413/466/457 TFLOP/s, d=64 NWG=3 Bc=128
-//       293/346/351 (SDPA flash 288-338); OVERLAP=0 level with OVERLAP=1 (negative: the barrier per step
-//       re-synchronises the warpgroups anyway).
-//   v2  STAGES and MIN_BLOCKS knobs. Two-three independent CTAs per SM beat one CTA of 2-3 warpgroups:
-//       d=64 NWG=1 Bc=128 x3 CTAs 363-413, d=128 NWG=1 Bc=96 x2 CTAs 412-423 (1.24-1.41x SDPA flash).
-//       ncu (d=128, N=4096): tensor pipe 50.9% active (cuDNN 76.0%), L2 traffic 7.95 GB (one warpgroup
-//       per CTA re-reads K/V per 64 rows; NWG=2: 2.90 GB but 48.1% active). STAGES=3: +0-3%.
-//       Superseded as the default by fa2_wgmma_tma.cu (TMA + warp specialisation, 1.3-1.5x faster at
-//       d=128); kept as the readable first step and the sm_90a kernel without TMA.
+// Superseded as forward()'s kernel by fa2_wgmma_tma.cu (TMA + warp specialisation, 1.3-1.5x faster at d = 128); kept
+// as the readable step from fa2_tc.cu and the sm_90a kernel without TMA (kernels/fa2_wgmma.py named_build(d,
+// "cp.async")). Its version log and sweeps: docs/hopper-fa2-history.md.
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128

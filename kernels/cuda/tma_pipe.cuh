@@ -14,25 +14,13 @@ __device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {  // arrive 
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-#ifndef WAIT_HINT
-// 0: try_wait suspends the thread for a system-dependent time before it reports the phase incomplete and the loop
-// tries again; N: it may suspend for up to N ns instead (PTX suspendTimeHint; CUTLASS's ClusterBarrier::wait passes
-// 10^7). Either way it resumes when the phase completes: the hint changes how often a waiting warp re-issues the test
-// (SYNCS, BRA, YIELD each time), not what it waits for
-#define WAIT_HINT 0
-#endif
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {  // until phase `parity` has completed
-#if WAIT_HINT
-    asm volatile(
-        "{\n.reg .pred p;\nWAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1, %2;\n"
-        "@!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity), "r"(WAIT_HINT) : "memory");
-#else
+// until phase `parity` has completed: try_wait suspends the thread for a system-dependent time before it reports the
+// phase incomplete and the loop tries again
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     asm volatile(
         "{\n.reg .pred p;\nWAIT:\n"
         "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
         "@!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-#endif
 }
 // one 64-column panel (box 64 x rows x 1 x 1) of a (d, N, H, B) tensor into smem, completion on `bar`
 __device__ __forceinline__ void tma_load(u32 dst, const TensorMap* map, int col, int row, int h, int b, u32 bar) {

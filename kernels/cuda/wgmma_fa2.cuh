@@ -9,13 +9,11 @@
 #ifndef O_N
 #define O_N D
 #endif
-// FA4's two softmax knobs (issue 14 item 1; both off by default, both exact in the result):
-//   RESCALE_THRESHOLD (integer, log2 units; 0 = off): a row keeps the max m its exponentials use until a
+// The softmax's knobs (off by default, both exact in the result):
+//   RESCALE_THRESHOLD (integer, log2 units; 0 = off; FA4's): a row keeps the max m its exponentials use until a
 //     block's max exceeds it by more than this, so P = 2^(s*scale_log2 - m) <= 2^RESCALE_THRESHOLD (fits
 //     fp16/bf16; l and O are fp32), and O, l are rescaled only when m moves. lse = m*scale + ln(l) with
 //     the m that was used, so o and lse are the same function of the scores.
-//   EXP2_POLY (0..8): of every 8 exponentials of a thread's row, this many on the FMA pipe (ex2_poly,
-//     exp2_poly.cuh), the rest on the MUFU (ex2.approx).
 //   ROW_SUM_MMA (0/1; fa2_wgmma_tma.cu at d = 64 only): l from the tensor core. The P V product runs 8
 //     columns wider (O_N = d + 8) over a constant smem panel of ones beside V, so column d of O is the row
 //     sum of the rounded P the product multiplies, already in every lane of a quad: the softmax's per-element
@@ -29,29 +27,7 @@
 #define ROW_SUM_MMA 0
 #endif
 #define O_LIVE (D + 8 * ROW_SUM_MMA)  // columns of O that hold values; O_N may pad past them (d = 96)
-#ifndef MAX_TREE
-#define MAX_TREE 0  // 1: each row's block max as a pairwise tree instead of a chain (stop 21; softmax_step)
-#endif
-#ifndef EXP2_POLY
-#define EXP2_POLY 0
-#endif
-// HALF_DIAG (stop 22; fa2_wgmma_tma.cu): a warpgroup whose rows all end in the first half of its first key block (the
-// causal diagonal: warpgroup 0 of Br = Bc = 128 sees keys n0..n0+63 of it at most) runs that block's S = Q K^T, softmax
-// over the half it sees (NS = Bc/2 columns), and that block's P V over KN/2 k-slices when it is not the warpgroup's only
-// block (a one-block tile's P V runs whole over P's zeroed half); the other half is masked in every row of the
-// warpgroup (P = 0 there), so the result is the full block's
-#ifndef HALF_DIAG
-#define HALF_DIAG 0
-#endif
-static_assert(!HALF_DIAG || BLOCK_N % 32 == 0, "HALF_DIAG: Bc/2 a whole number of 16-key P V slices");
 static_assert(RESCALE_THRESHOLD >= 0 && RESCALE_THRESHOLD <= 15, "RESCALE_THRESHOLD: 0..15 (P <= 2^15 < fp16 max)");
-static_assert(EXP2_POLY >= 0 && EXP2_POLY <= 8, "EXP2_POLY: 0..8 of every 8 exponentials");
-#include "exp2_poly.cuh"
-
-// the i-th exponential of a thread's row: FMA pipe for EXP2_POLY of every 8 (i is a constant once unrolled)
-__device__ __forceinline__ float ex2_row(float x, int i) {
-    return ((i & 7) < EXP2_POLY) ? ex2_poly(x) : ex2(x);
-}
 
 typedef unsigned long long u64;
 
@@ -77,10 +53,7 @@ __device__ __forceinline__ u64 desc_sw128(u32 addr, u32 lbo, u32 sbo) {
 __device__ __forceinline__ u64 desc_step(u64 base, u32 off) { return base + (off >> 4); }
 
 // ---- FA2 Alg. 1 line 8: S = Q_g K_j^T for this warpgroup's 64 rows (issued, not waited) ----
-// NS < BLOCK_N (HALF_DIAG): S over the K tile's first NS keys only, into the first NS/2 accumulators of s
-template <int NS = BLOCK_N>
-__device__ __forceinline__ void issue_qk(float (&s_all)[BLOCK_N / 2], u32 sQ, u32 sK, int wg) {
-    float (&s)[NS / 2] = *reinterpret_cast<float (*)[NS / 2]>(&s_all);
+__device__ __forceinline__ void issue_qk(float (&s)[BLOCK_N / 2], u32 sQ, u32 sK, int wg) {
     wgmma_fence();
 #if DESC_STEP
     const u64 dq = desc_sw128(sQ + wg * 64 * 128, 16, 1024), dk = desc_sw128(sK, 16, 1024);
@@ -88,12 +61,12 @@ __device__ __forceinline__ void issue_qk(float (&s_all)[BLOCK_N / 2], u32 sQ, u3
 #pragma unroll
     for (int kd = 0; kd < KD; ++kd) {
 #if DESC_STEP
-        wgmma_ss<NS>(s, desc_step(dq, (kd >> 2) * (BLOCK_M * 128) + (kd & 3) * 32),
+        wgmma_ss<BLOCK_N>(s, desc_step(dq, (kd >> 2) * (BLOCK_M * 128) + (kd & 3) * 32),
                      desc_step(dk, (kd >> 2) * (BLOCK_N * 128) + (kd & 3) * 32), kd > 0);
 #else
         const u32 a = sQ + (kd >> 2) * (BLOCK_M * 128) + wg * 64 * 128 + (kd & 3) * 32;
         const u32 b = sK + (kd >> 2) * (BLOCK_N * 128) + (kd & 3) * 32;
-        wgmma_ss<NS>(s, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
+        wgmma_ss<BLOCK_N>(s, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
 #endif
     }
     wgmma_commit();
@@ -101,8 +74,6 @@ __device__ __forceinline__ void issue_qk(float (&s_all)[BLOCK_N / 2], u32 sQ, u3
 
 // ---- FA2 Alg. 1 line 10, second half: O += P V_j, P from registers (issued, not waited) ----
 // lbo: the byte offset from one 64-column panel of V to the next (ROW_SUM_MMA: to the panel of ones)
-// KNS < KN (HALF_DIAG): over the first KNS 16-key slices of P and V only
-template <int KNS = KN>
 __device__ __forceinline__ void issue_pv(float (&o)[O_N / 2], const u32 (&pa)[KN][4], u32 sV,
                                          u32 lbo = BLOCK_N * 128) {
     wgmma_fence();
@@ -110,7 +81,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[O_N / 2], const u32 (&pa)[KN
     const u64 dv = desc_sw128(sV, lbo, 1024);
 #endif
 #pragma unroll
-    for (int kn = 0; kn < KNS; ++kn) {
+    for (int kn = 0; kn < KN; ++kn) {
 #if DESC_STEP
         wgmma_rs<O_N>(o, pa[kn], desc_step(dv, kn * 16 * 128), 1);
 #else
@@ -126,9 +97,7 @@ struct Softmax {
 };
 
 // ---- mask + FA2 Alg. 1 line 9 on S_j (in place: S becomes P, fp32); returns the per-row rescale factors ----
-// NTS < NT (HALF_DIAG): the first NTS 8-column blocks only (the rest are masked in every row; pack_p<NTS / 2> and
-// issue_pv<NTS / 2> read none of them)
-template <bool MASK, int NTS = NT>
+template <bool MASK>
 __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& sm, float (&alpha)[2], int row0,
                                              int n0, int lane, int Nk, int causal_off, bool causal,
                                              float scale_log2) {
@@ -140,7 +109,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
             if (causal) lim = min(lim, row + causal_off);
             lim -= n0 + ((lane & 3) << 1);
 #pragma unroll
-            for (int nt = 0; nt < NTS; ++nt) {
+            for (int nt = 0; nt < NT; ++nt) {
                 if (nt * 8 > lim) s[4 * nt + 2 * h] = NEG_INF;
                 if (nt * 8 + 1 > lim) s[4 * nt + 2 * h + 1] = NEG_INF;
             }
@@ -150,23 +119,8 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float mx = sm.m[h];
-#if MAX_TREE
-        // a pairwise tree, depth log2(2 NTS): the exponentials wait on this max, and a chain of NT dependent FMNMX
-        // (ncu at d = 128 N = 512: our warps stall 2.2 cycles per instruction on fixed-latency dependences, cuDNN's
-        // 1.0) is the head of the softmax's critical path; max is exact, so the result is bit-identical
-        float v[NTS];
 #pragma unroll
-        for (int nt = 0; nt < NTS; ++nt) v[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
-#pragma unroll
-        for (int w = 1; w < NTS; w *= 2) {
-#pragma unroll
-            for (int nt = 0; nt + w < NTS; nt += 2 * w) v[nt] = fmaxf(v[nt], v[nt + w]);
-        }
-        mx = fmaxf(mx, v[0]);
-#else
-#pragma unroll
-        for (int nt = 0; nt < NTS; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
-#endif
+        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
         mx = quad_max(mx);
 #if RESCALE_THRESHOLD
         // -inf old max: +inf > T, the row moves (alpha = 0); both -inf: NaN > T is false, m stays -inf
@@ -184,9 +138,9 @@ __device__ __forceinline__ bool softmax_step(float (&s)[BLOCK_N / 2], Softmax& s
 #endif
         float rs = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < NTS; ++nt) {
-            s[4 * nt + 2 * h] = ex2_row(fmaf(s[4 * nt + 2 * h], scale_log2, -ms), 2 * nt);
-            s[4 * nt + 2 * h + 1] = ex2_row(fmaf(s[4 * nt + 2 * h + 1], scale_log2, -ms), 2 * nt + 1);
+        for (int nt = 0; nt < NT; ++nt) {
+            s[4 * nt + 2 * h] = ex2(fmaf(s[4 * nt + 2 * h], scale_log2, -ms));
+            s[4 * nt + 2 * h + 1] = ex2(fmaf(s[4 * nt + 2 * h + 1], scale_log2, -ms));
             if (!ROW_SUM_MMA) rs += s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
         }
         if (!ROW_SUM_MMA) sm.l[h] = sm.l[h] * alpha[h] + rs;  // else: O's column d, rescaled with O
@@ -207,10 +161,9 @@ __device__ __forceinline__ void rescale_o(float (&o)[O_N / 2], const float (&alp
 }
 
 // P (fp32 accumulator layout) -> fp16/bf16 A fragments of P V (the C layout is the A layout)
-template <int KNS = KN>
 __device__ __forceinline__ void pack_p(u32 (&pa)[KN][4], const float (&s)[BLOCK_N / 2]) {
 #pragma unroll
-    for (int kn = 0; kn < KNS; ++kn) {
+    for (int kn = 0; kn < KN; ++kn) {
         pa[kn][0] = pack2(s[8 * kn + 0], s[8 * kn + 1]);
         pa[kn][1] = pack2(s[8 * kn + 2], s[8 * kn + 3]);
         pa[kn][2] = pack2(s[8 * kn + 4], s[8 * kn + 5]);
@@ -249,10 +202,9 @@ __device__ __forceinline__ void stage_o_lse(const float (&o)[O_N / 2], const Sof
     }
 }
 // write_o_lse_direct (O_DIRECT): O / l from the accumulator to global memory, no smem. A thread holds columns
-// 8 dt + 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8. O_DIRECT=1 stores those 4 bytes as they are (each
-// quad a 16-byte run of a row per dt, half a sector); O_DIRECT=2 first transposes each 4 x 4 block of 32-bit words
+// 8 dt + 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8; each 4 x 4 block of 32-bit words is first transposed
 // within the quad (two butterfly rounds, xor 2 then xor 1), so lane q holds 16-byte chunk 4g + q of its row and each
-// quad writes 64 contiguous bytes per store
+// quad writes 64 contiguous bytes per store (its 4-byte words stored as they are ran 1.03-1.13x the time)
 __device__ __forceinline__ void write_o_lse_direct(const float (&o)[O_N / 2], const Softmax& sm, u16* __restrict__ Og,
                                                    float* __restrict__ LSEg, long long bh, int m0, int Nq, int w,
                                                    int lane, float scale) {
@@ -262,8 +214,7 @@ __device__ __forceinline__ void write_o_lse_direct(const float (&o)[O_N / 2], co
         const float inv = row_inv_lse(o, sm, h, w, lane, LSEg, bh, m0, Nq, scale, r);
         const bool in = m0 + r < Nq;
         u16* row = Og + (bh * Nq + m0 + r) * D;
-#if O_DIRECT == 2
-        static_assert(D % 32 == 0, "O_DIRECT=2: whole groups of four 8-column blocks");
+        static_assert(D % 32 == 0, "O_DIRECT: whole groups of four 8-column blocks");
         const bool b1 = lane & 2, b0 = lane & 1;
 #pragma unroll
         for (int g = 0; g < D / 32; ++g) {  // the shuffles run in every lane: rows past Nq only skip the store
@@ -282,12 +233,6 @@ __device__ __forceinline__ void write_o_lse_direct(const float (&o)[O_N / 2], co
             }
             if (in) *reinterpret_cast<uint4*>(row + (4 * g + (lane & 3)) * 8) = make_uint4(v[0], v[1], v[2], v[3]);
         }
-#else
-        if (!in) continue;
-        u32* row32 = reinterpret_cast<u32*>(row) + (lane & 3);
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) row32[4 * dt] = pack2(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
-#endif
     }
 }
 __device__ __forceinline__ void write_o_lse(const float (&o)[O_N / 2], const Softmax& sm, u32 sQ, u16* __restrict__ Og,
