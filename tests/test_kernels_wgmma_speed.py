@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kernels import fa2_tc, fa2_wgmma, loader
+from tests.tiers import one_per
 
 try:
     loader.nvrtc_version()
@@ -43,20 +44,27 @@ def _compile(item):
     loader.compile_cubin(fa2_wgmma.source_of(defs)[0], defines=defs, arch=fa2_wgmma.ARCH)
 
 
+# a plain pytest compiles one build per head dim; the slow tier (pytest -m slow) every one
+TIERED = one_per(BUILDS, key=lambda b: b[0], ids=[f"d{b[0]}-{'bf16' if b[1] else 'fp16'}-{b[2]}" for b in BUILDS])
+
+
 @pytest.fixture(scope="module")
-def precompiled():
-    """NVRTC is single-threaded: the builds compile in parallel into the disk cache the tests then read."""
+def precompiled(request):
+    """NVRTC is single-threaded: the builds this run's tier tests compile in parallel into the disk cache the tests
+    then read."""
+    builds = BUILDS if request.config.option.markexpr else [p.values[0] for p in TIERED if not p.marks]
     if TOOLCHAIN is None and (os.cpu_count() or 1) > 1:
         with ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("spawn")) as pool:
-            list(pool.map(_compile, [(d, bf16, cfg) for d, bf16, _, cfg in BUILDS]))
+            list(pool.map(_compile, [(d, bf16, cfg) for d, bf16, _, cfg in builds]))
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("d,bf16,name,cfg", BUILDS, ids=[f"d{b[0]}-{'bf16' if b[1] else 'fp16'}-{b[2]}" for b in BUILDS])
-def test_speed_build_compiles_without_spills(d, bf16, name, cfg, precompiled):
+@pytest.mark.parametrize("build", TIERED)
+def test_speed_build_compiles_without_spills(build, precompiled):
     """No spills, except the persistent builds' producer thread within PRODUCER_SPILL_BYTES: then
     every local-memory access must come after the producer's setmaxnreg.dec (its code), none in the
     consumers' key loop."""
+    d, bf16, name, cfg = build
     defs = fa2_wgmma.defines_for(d, bf16, cfg)
     src, kernel = fa2_wgmma.source_of(defs)
     res = loader.resource_usage(src, kernel, defines=defs, arch=fa2_wgmma.ARCH)
@@ -79,12 +87,13 @@ NEUTRAL = [(d, cfg) for d, cfg in fa2_wgmma.default_builds()]
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("d,cfg", NEUTRAL, ids=[f"d{d}-{i}" for i, (d, _) in enumerate(NEUTRAL)])
-def test_register_neutral_knobs_keep_the_register_count(d, cfg, precompiled):
+@pytest.mark.parametrize("build", one_per(NEUTRAL, key=lambda b: b[0], ids=[f"d{d}-{i}" for i, (d, _) in enumerate(NEUTRAL)]))
+def test_register_neutral_knobs_keep_the_register_count(build, precompiled):
     """gpumodel.descriptors.registers_of matches forward()'s builds to the measured ones without DESC_STEP and WG_SKIP:
     ptxas must give each the registers of the same build without them."""
     from gpumodel.descriptors import REGISTER_NEUTRAL
 
+    d, cfg = build
     def regs(c):
         defs = fa2_wgmma.defines_for(d, 0, c)
         return loader.resource_usage(fa2_wgmma.source_of(defs)[0], fa2_wgmma.source_of(defs)[1], defines=defs,
