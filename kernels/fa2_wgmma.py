@@ -460,6 +460,8 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
     TMA=1 is warp-specialised (a producer warpgroup feeds consumers that overlap softmax and products),
     the cp.async build has every warp load, then compute (FA2's structure). No config: the build forward()
     runs for this Nk (SIZE_RULES, contiguous inputs), else CONFIGS[d]."""
+    if d not in HEAD_DIMS:
+        raise ValueError(f"fa2_wgmma supports head dims {HEAD_DIMS}, got d={d}")
     rule = choose_config(d, n_k, True, causal=causal) if config is None and n_k is not None else None
     config = default_config(d, n_k, True, causal) if config is None else config
     # a build the committed results timed with a knob the kernel no longer has (DESCRIBED_ONLY, REMOVED_VALUES)

@@ -191,11 +191,16 @@ def test_cpu_tensors_are_refused_clearly(name):
 
 
 @needs_nvrtc
-def test_check_command_prints_every_kernel():
-    out = subprocess.run([sys.executable, "-m", "kernels", "check", "--kernels", "fa2,naive"],
+@pytest.mark.parametrize("names,functions", [
+    ("fa1", ("fa1_forward",)),  # 3 builds: the default tier
+    pytest.param("fa2,naive", ("fa2_forward", "naive_scores", "naive_softmax", "naive_pv"), marks=pytest.mark.slow),
+])
+def test_check_command_prints_every_kernel(names, functions):
+    """`python -m kernels check` compiles every build of the kernels named and prints each function's resources."""
+    out = subprocess.run([sys.executable, "-m", "kernels", "check", "--kernels", names],
                          capture_output=True, text=True, cwd=str(loader.CUDA_DIR.parent.parent))
     assert out.returncode == 0, out.stderr
-    for kernel in ("fa2_forward", "naive_scores", "naive_softmax", "naive_pv"):
+    for kernel in functions:
         assert kernel in out.stdout
 
 
