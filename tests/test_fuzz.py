@@ -63,8 +63,8 @@ FLAGS = {  # flag -> plausible values (EDGE values are mixed in too)
     "--rescale": ["eager", "lazy"],
     "--format": ["json", "csv", "markdown", "table"],
     "--plot": ["x.pdf", ""],
-    "--sram-min": ["16KiB", "1KiB", "64KiB"],
-    "--sram-max": ["64KiB", "4MiB", "1KiB"],
+    "--sram-min": ["16KiB", "1KiB", "64KiB", "300", "1000"],
+    "--sram-max": ["64KiB", "4MiB", "1KiB", "400", "1300"],
     "--points": ["1", "2", "5", "33"],
     "--pass": ["forward", "backward", "train"],
     "--bogus": ["1"],
@@ -192,6 +192,11 @@ def test_cli_fuzz(argv):
     fmt = fmts[-1] if fmts else "table"
     if fmt == "json" and argv and argv[0] in ("report", "sweep-sram"):
         _check_records(json.loads(out))
+        if argv[0] == "sweep-sram":  # issue 46: sizes inside --sram-min..--sram-max
+            from analysis.cli import build_parser
+
+            args = build_parser().parse_args(argv)
+            assert all(args.sram_min <= r["sram_bytes"] <= args.sram_max for r in json.loads(out)), argv
     elif argv and argv[0] in ("report", "sweep-sram"):
         _check_printed_tflops(argv, out, fmt)
 
