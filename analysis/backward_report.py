@@ -10,8 +10,14 @@ Same rows, blocks, SRAM and roofline as the forward report (`analysis.report_com
     recompute  FLOPs the backward spends rebuilding S = τ Q Kᵀ and P = exp(S - L) (0 for naive),
                with their share of the pass's FLOPs
 × min compares with Q, K, V, O, dO, lse read once (Q, O, dO, lse: rows that see a key) and dQ, dK, dV written once (train: plus the
-forward's minimum). TFLOP/s: the forward's work (4·d per visible (query, key) pair) times 2.5 for
-the backward (its five products to the forward's two), 3.5 for train.
+forward's minimum). TFLOP/s: the work each variant's pass executes, 2·d per visible (query, key) pair per product
+(backward_forms.pass_work_flops, read off the counted matmul FLOPs): fa1, fa2 and v_once's backward five products
+(10·d: S again, dP, dV, dQ, dK), naive's four (8·d: it reads P and recomputes nothing); train adds the forward's
+two (4·d). A rate built on it never passes the matmul roof (the executed FLOPs cover every visible pair).
+JSON fields as the forward report's, with attention_flops that work (not the forward's times a constant),
+paper_flops the papers' convention (the forward's 4·Nq·Nk·d, halved causal, times 2.5 backward / 3.5 train,
+whatever the variant), roofline.predicted_tflops = attention_flops / roofline time; plus pass, saved_bytes and
+recompute_flops.
 """
 from __future__ import annotations
 
@@ -110,6 +116,28 @@ def row(r: dict) -> list[str]:
     return cells
 
 
+FORWARD_TFLOPS = "TFLOP/s = 4·d per visible (query, key) pair / roofline time."
+
+
+def products_per_pair(r: dict) -> int:
+    """The products a record's pass executes per visible (query, key) pair: attention_flops / (2·d·pairs)."""
+    from counting.headline import visible_pairs
+
+    pairs = r["batch"] * r["heads"] * visible_pairs(r["seq_q"], r["seq_k"], r["causal"])
+    return r["attention_flops"] // (2 * r["head_dim"] * pairs)
+
+
+def tflops_caption(recs) -> str:
+    """The FLOP count the TFLOP/s column divides by, per variant, as the records hold it."""
+    per = {}
+    for r in recs:
+        per.setdefault(products_per_pair(r), []).append(r["variant"])
+    parts = "; ".join(f"{', '.join(dict.fromkeys(names))} {n} products, {2 * n}·d" for n, names in sorted(per.items()))
+    naive = "; naive reads P and recomputes nothing" if any(r["variant"] == "naive" for r in recs) else ""
+    return (f"TFLOP/s = the FLOPs each variant's pass executes, 2·d per visible (query, key) pair per product "
+            f"({parts}{naive}) / roofline time.")
+
+
 def cmd_report(args) -> int:
     recs = build_records(args)
     if args.plot:
@@ -128,7 +156,8 @@ def cmd_report(args) -> int:
         return 0
     caption = rc._caption(args, {r["sram_bytes"] for r in recs}, sorted({r["head_dim"] for r in recs}),
                            get_gpu(args.gpu)).replace(
-        "FA1 rule Bc=⌈M/4d⌉", "FA1 rule on half the SRAM (two score tiles) Bc=⌈M/8d⌉")
+        "FA1 rule Bc=⌈M/4d⌉", "FA1 rule on half the SRAM (two score tiles) Bc=⌈M/8d⌉").replace(
+        FORWARD_TFLOPS, tflops_caption(recs))
     caption += ("\nsaved = bytes the forward keeps for the backward beyond q, k, v, o; recompute = FLOPs rebuilding S "
                 "and P (share of the pass); × min here also counts dO read and dQ, dK, dV written once.")
     if any(r["variant"] == "v_once" and r["placement"] is None for r in recs):

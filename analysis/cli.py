@@ -380,17 +380,17 @@ def build_records(args, *, sweep=False, progress=None) -> list[dict]:
 
 
 def sweep_sizes(lo: int, hi: int, points: int) -> list[int]:
-    """`points` log-spaced SRAM sizes from lo to hi, rounded to 256 bytes (lo, hi kept exact)."""
+    """`points` log-spaced SRAM sizes from lo to hi, rounded to 256 bytes (lo, hi kept exact), never outside
+    lo..hi (a size rounded past an end is that end) and in increasing order, repeats dropped."""
     if points > MAX_POINTS:
         raise ValueError(f"points={points} is over the limit of {MAX_POINTS}")
     if points == 1 or lo == hi:
         return [lo]
-    out, seen = [], set()
+    out = []
     for i in range(points):
         x = lo * (hi / lo) ** (i / (points - 1))
-        x = lo if i == 0 else hi if i == points - 1 else max(256, int(round(x / 256)) * 256)
-        if x not in seen:
-            seen.add(x)
+        x = lo if i == 0 else hi if i == points - 1 else min(hi, max(lo, int(round(x / 256)) * 256))
+        if not out or x > out[-1]:  # x never decreases (monotone rounding and clamping): > drops repeats
             out.append(x)
     return out
 

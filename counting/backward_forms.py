@@ -42,7 +42,7 @@ from counting.tiling import TileSums, Tiling, tile_sums
 
 F32 = 4
 PASSES = ("forward", "backward", "train")
-# the papers count the backward as 2.5 forwards (5 products per tile against 2)
+# the papers count the backward as 2.5 forwards (5 products per tile against 2), whatever the variant: paper_flops
 PAPER_FLOP_FACTOR = {"forward": 1.0, "backward": 2.5, "train": 3.5}
 
 
@@ -150,16 +150,32 @@ class PassTraffic(cf.Traffic):
     pass_name: str = "backward"
     recompute_flops: dict = field(default_factory=dict)  # kind -> FLOPs spent rebuilding S and P
     saved_bytes: int = 0  # what the forward keeps for the backward (beyond q, k, v, o)
+    work_flops: int = 0  # attention_flops: the products this variant's pass executes, per visible pair
 
     @property
     def paper_flops(self) -> float:
+        """The papers' convention: the forward's paper_flops times 2.5 (backward) or 3.5 (train), any variant."""
         return PAPER_FLOP_FACTOR[self.pass_name] * super().paper_flops
 
     @property
-    def attention_flops(self) -> float:
-        """The forward's work (4·d per visible pair) times 2.5 (backward) or 3.5 (train): the
-        work TFLOP/s divides by (analysis.roofline)."""
-        return PAPER_FLOP_FACTOR[self.pass_name] * super().attention_flops
+    def attention_flops(self) -> int:
+        """The work TFLOP/s divides by (analysis.roofline): 2·d per visible (query, key) pair for each product the
+        variant's pass executes per score, read off its counted matmul FLOPs (pass_work_flops): the backward of
+        fa1, fa2 and v_once 10·d (five products: S again, dP, dV, dQ, dK: 2.5 forwards), naive's 8·d (four: it
+        reads P, recomputes nothing: 2 forwards); train adds the forward's 4·d. Never above the executed matmul
+        FLOPs, so a rate built on it cannot beat the matmul roof."""
+        return self.work_flops
+
+
+def pass_work_flops(matmul_flops: int, visited_scores: int, t: Tiling) -> int:
+    """Per (batch, head): 2·d per visible pair per product a pass executes: its matmul FLOPs (c·d·s.rc: c·d per
+    score of every visited tile) over the visited scores s.rc, times the visible pairs (counting.headline)."""
+    from counting.headline import visible_pairs
+
+    per_score, rest = divmod(matmul_flops, visited_scores)
+    if rest:  # every variant's products are whole tiles (the closed forms): c·d per visited score
+        raise AssertionError(f"matmul FLOPs {matmul_flops} are not a whole number per visited score ({visited_scores})")
+    return per_score * visible_pairs(t.n_q, t.n_k, t.causal)
 
 
 def backward_counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *,
@@ -174,7 +190,8 @@ def backward_counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d:
                     block_k=block_k, placement=placement, rescale=rescale, sram_bytes=sram_bytes)
     item = cf.DTYPES[fwd.dtype]
     t = Tiling(n_q, n_k, block_q, block_k, bool(causal))
-    reads, writes, flops, recompute = _BACKWARD[variant](tile_sums(t), t, d, item)
+    sums = tile_sums(t)
+    reads, writes, flops, recompute = _BACKWARD[variant](sums, t, d, item)
     bh = batch * heads
 
     def elements(parts):
@@ -193,6 +210,7 @@ def backward_counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d:
         placement_resolved=fwd.placement_resolved, rescale=fwd.rescale,
         pass_name="backward", recompute_flops={k: recompute[k] * bh for k in cf.FLOP_KINDS},
         saved_bytes=saved_bytes(variant, batch, heads, n_q, n_k, fwd.dtype),
+        work_flops=pass_work_flops(flops["matmul"], sums.rc, t) * bh,
     )
 
 
@@ -222,4 +240,5 @@ def pass_counts(pass_name: str, variant: str, *args, **kwargs) -> cf.Traffic:
         placement_resolved=bwd.placement_resolved, rescale=bwd.rescale, pass_name="train",
         recompute_flops=bwd.recompute_flops, saved_bytes=bwd.saved_bytes,
         dsmem_bytes=add(fwd.dsmem_bytes, bwd.dsmem_bytes), cluster_size=fwd.cluster_size,
+        work_flops=fwd.attention_flops + bwd.attention_flops,
     )

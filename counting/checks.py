@@ -35,7 +35,12 @@ def scale_value(scale, d: int) -> float:
         return 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise ValueError(f"scale must be a finite real number or None, got {scale!r}")
-    value = float(scale)
+    try:
+        value = float(scale)
+    except OverflowError:  # an integer (or Fraction) past float64's range: a ValueError, one short line
+        text = repr(scale) if len(repr(scale)) <= 40 else f"{repr(scale)[:12]}… ({len(repr(scale))} characters)"
+        raise ValueError(f"scale must be a finite real number or None, got {text}: beyond float64's range") \
+            from None
     if not math.isfinite(value):
         raise ValueError(f"scale must be a finite real number or None, got {scale!r}")
     return value

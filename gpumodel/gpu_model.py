@@ -157,8 +157,33 @@ class Work:
     tiles: int  # visited tiles, whole problem
     cta_tiles: list  # tiles per CTA, one head's pattern (grid q_blocks/persistent) or [all] (heads)
     cta_masked: list  # of those, the tiles whose key block the kernel masks (Tiling.masked_steps), CTA by CTA
-    repeats: int  # how many times the pattern repeats (B·H)
+    repeats: int  # how many times the pattern repeats (B·H; persistent causal sections: whole sections)
     paper_flops: float  # the work TFLOP/s divides by: counting.headline.attention_flops (visible pairs)
+    # persistent causal sections (prepare): the section of the B·H % hs heads left over, (tiles, masked) CTA by CTA,
+    # run once before the repeats of the pattern (desc.ragged_section_first) or after them; () when there is none
+    ragged: tuple = ()
+    ragged_first: bool = False
+
+    def segments(self) -> list:
+        """[(tiles, masked, repeats)] in launch order: the pattern `repeats` times, with the ragged section."""
+        main = (self.cta_tiles, self.cta_masked, self.repeats)
+        if not self.ragged:
+            return [main]
+        extra = (self.ragged[0], self.ragged[1], 1)
+        return [extra, main] if self.ragged_first else [main, extra]
+
+    def ctas(self) -> int:
+        """Work tiles (CTAs, or a persistent kernel's tiles) the schedule places, whole problem."""
+        return sum(len(t) * r for t, _, r in self.segments())
+
+    def total(self, which: str = "tiles", fn=None) -> float:
+        """Σ over every CTA of its tiles (or masked tiles), through fn (arrays -> arrays) if given: each segment's
+        pattern summed in order, times its repeats."""
+        out = 0.0 if fn is not None or which == "masked" else 0
+        for tiles, masked, reps in self.segments():
+            xs = np.asarray(tiles if which == "tiles" else masked)
+            out += sum((fn(xs) if fn is not None else xs).tolist()) * reps
+        return out
 
 
 @dataclass(frozen=True)
@@ -291,6 +316,7 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
     lv = levels(desc, g, batch, heads, n_q, n_k, d, dtype, causal, traffic=tr)
     t = Tiling(n_q, n_k, desc.block_q, desc.block_k, bool(causal))
     per_block, masked = _per_block(t, desc)
+    ragged = ()
     if desc.grid == "heads":
         pattern, mpattern, repeats = [sum(per_block)], [sum(masked)], batch * heads
     elif desc.grid == "clusters":  # a cluster lasts as long as its busiest CTA, rank 0 (gpumodel/cluster_model.py)
@@ -306,19 +332,18 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
         # B*H % hs heads left over goes first (stop 24, desc.ragged_section_first), else last
         bh = batch * heads
         hs = max(1, min(bh, desc.causal_section_kb // max(1, (n_k + 255) // 256 * d)))
-        sizes = [hs] * (bh // hs)
-        if bh % hs:
-            sizes = [bh % hs] + sizes if desc.ragged_section_first else sizes + [bh % hs]
-        # each section holds every Q block's (tiles, masked) `size` times, longest first: one sort, each pair repeated
+        # each section holds every Q block's (tiles, masked) `size` times, longest first: one sort, each pair repeated;
+        # the bh // hs whole sections are one pattern repeated (O(Tr·hs) memory, not O(B·H·Tr): 2.3 GB at 16.7M tiles)
         order = sorted(zip(per_block, masked), reverse=True)
         tiles, masks = np.array([n for n, _ in order]), np.array([m for _, m in order])
-        pattern = np.concatenate([np.repeat(tiles, size) for size in sizes]).tolist()
-        mpattern = np.concatenate([np.repeat(masks, size) for size in sizes]).tolist()
-        repeats = 1
+        pattern, mpattern, repeats = np.repeat(tiles, hs).tolist(), np.repeat(masks, hs).tolist(), bh // hs
+        if bh % hs:
+            ragged = (np.repeat(tiles, bh % hs).tolist(), np.repeat(masks, bh % hs).tolist())
     elif causal and desc.causal_order == "heaviest_first":  # blockIdx.x -> Q block Tr - 1 - blockIdx.x
         pattern, mpattern = pattern[::-1], mpattern[::-1]
     return Work(desc, batch, heads, n_q, n_k, d, dtype, bool(causal), tr, lv, sum(per_block) * batch * heads,
-                pattern, mpattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal))  # 4·d per visible pair
+                pattern, mpattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal),  # 4·d per visible pair
+                ragged, bool(desc.ragged_section_first))
 
 
 # Work tiles (Q blocks x B·H) the model walks: the list schedule places unequal ones (a causal grid, a ragged last Q
@@ -343,28 +368,41 @@ def round_trips(desc, n: int) -> float:
     return desc.round_trips_per_tile * n + desc.rescale_round_trips * n * (n - 1) / 2
 
 
-def _schedule(tiles: list, masked: list, repeats: int, slots, cost) -> tuple[float, float]:
+def _schedule(tiles: list, masked: list, repeats: int, slots, cost, head=None, tail=None) -> tuple[float, float]:
     """Makespan (cycles) of CTAs taking cost((n, m)) cycles each (n tiles, m masked tiles), list-scheduled in launch
-    order onto `slots`, and the number of waves (CTAs / slots): the heap's list schedule (tests/test_gpu_model_fast.py
-    keeps it as the oracle, one heap operation per CTA), the same float to the bit, in NumPy batches:
-    `cost` takes arrays (it is arithmetic on n and m), and the heap's state is kept as a sorted array of the slots'
-    finish times h. The heap gives the next b CTAs the b earliest slots in order as long as no finish time it pushed
-    meanwhile is earlier than the next one it pops (min(h[s] + c[s], s < t) >= h[t] for t < b; a tie pops the same
-    value); so those b CTAs are placed at once, each finish time h[t] + c[t] the same IEEE sum as the heap's. A run of
-    k >= slots equal costs c on slots whose spread is at most c (h[0] + c >= h[-1]) adds c to every slot k // slots
-    times, order kept. A causal row of 2M CTAs took seconds in the heap; here a batch places ~slots of them."""
-    n_ctas = len(tiles) * repeats
+    order onto `slots`, and the number of waves (CTAs / slots): the pattern (tiles, masked) `repeats` times, after the
+    CTAs of `head` and before those of `tail` ((tiles, masked) each, run once: a persistent grid's ragged section).
+    The heap's list schedule (tests/test_gpu_model_fast.py keeps it as the oracle, one heap operation per CTA), the
+    same float to the bit, in NumPy batches: `cost` takes arrays (it is arithmetic on n and m), and the heap's state
+    is kept as a sorted array of the slots' finish times h. The heap gives the next b CTAs the b earliest slots in
+    order as long as no finish time it pushed meanwhile is earlier than the next one it pops (min(h[s] + c[s], s < t)
+    >= h[t] for t < b; a tie pops the same value); so those b CTAs are placed at once, each finish time h[t] + c[t] the
+    same IEEE sum as the heap's. A run of k >= slots equal costs c on slots whose spread is at most c (h[0] + c >=
+    h[-1]) adds c to every slot k // slots times, order kept. A causal row of 2M CTAs took seconds in the heap; here a
+    batch places ~slots of them."""
+    segments = [(np.asarray(t), np.asarray(m), r) for t, m, r in
+                ([(*head, 1)] if head else []) + [(tiles, masked, repeats)] + ([(*tail, 1)] if tail else [])
+                if len(t) and r]
+    n_ctas = sum(len(t) * r for t, _, r in segments)
     waves = n_ctas / slots
-    tiles, masked = np.asarray(tiles), np.asarray(masked)
-    if (tiles == tiles[0]).all() and (masked == masked[0]).all():  # equal CTAs: whole waves
-        return float(cdiv(n_ctas, slots) * cost((tiles[0], masked[0]))), waves
-    c_all = np.asarray(cost((tiles, masked)), dtype=np.float64)
+    first_t, first_m = segments[0][0][0], segments[0][1][0]
+    if all((t == first_t).all() and (m == first_m).all() for t, m, _ in segments):  # equal CTAs: whole waves
+        return float(cdiv(n_ctas, slots) * cost((first_t, first_m))), waves
+    costs = [np.asarray(cost((t, m)), dtype=np.float64) for t, m, _ in segments]
     if n_ctas <= slots:
-        return float(c_all.max()), waves
-    n, s = len(c_all), int(slots)
+        return float(max(c.max() for c in costs)), waves
+    s = int(slots)
+    h = np.zeros(s)
+    for c_all, (_, _, reps) in zip(costs, segments):
+        h = _place(h, c_all, reps)
+    return float(h[-1]), waves
+
+
+def _place(h: np.ndarray, c_all: np.ndarray, repeats: int) -> np.ndarray:
+    """_schedule's batches: CTAs of costs c_all, `repeats` times over, onto the slots whose sorted finish times are h."""
+    n, s = len(c_all), len(h)
     change = np.flatnonzero(np.diff(c_all)) + 1
     run_end = np.append(change, n)[np.searchsorted(change, np.arange(n), side="right")]  # end of i's run of equal costs
-    h = np.zeros(s)
     for _ in range(repeats):
         i = 0
         while i < n:
@@ -382,7 +420,7 @@ def _schedule(tiles: list, masked: list, repeats: int, slots, cost) -> tuple[flo
             h = np.concatenate((pushed[:b], h[b:]))
             h.sort()
             i += b
-    return float(h[-1]), waves
+    return h
 
 
 def in_flight_per_sm(desc, d: int, item: int) -> float:
@@ -447,7 +485,7 @@ def tile_terms(work: Work, params: dict) -> dict:
         other = max(0.0, other - desc.block_q * desc.block_k)
     if desc.rescale_skip:  # FA2 Alg. 1 line 10's O rescale (Br x d multiplies) only when a row max moves past the bound:
         # every row's first step still moves it (m from -inf), so one tile per Q block keeps it; the rare later move is left out
-        firsts = int(np.count_nonzero(np.asarray(work.cta_tiles) > 0)) * work.repeats
+        firsts = sum(int(np.count_nonzero(np.asarray(t) > 0)) * r for t, _, r in work.segments())
         other = max(0.0, other - desc.block_q * work.d * max(0.0, 1.0 - firsts / tiles))
     alu = (params["k_alu"] * other + desc.exp_alu * exps) / FP32_LANES
     if desc.issue_per_tile:  # measured (gpumodel/issue.py): every non-MMA instruction, MUFU and ldmatrix included
@@ -513,19 +551,22 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     mask = mask_cycles(desc)
     per_mask = desc.ctas_per_sm * (combine(desc, dict(terms, softmax=terms["softmax"] + mask), params) - t_tile)
     tiles = np.asarray(work.cta_tiles)
+    ragged = {"head" if work.ragged_first else "tail": work.ragged} if work.ragged else {}
     cycles, waves = _schedule(tiles, work.cta_masked, work.repeats, slots,
-                              lambda nm: per_tile * nm[0] + per_mask * nm[1] + fixed + lat * round_trips(desc, nm[0]))
+                              lambda nm: per_tile * nm[0] + per_mask * nm[1] + fixed + lat * round_trips(desc, nm[0]),
+                              **ragged)
     cycles += once
     t_compute = cycles / clock
     # Σ over the pattern's CTAs in order, as Python sums them (the same floats, each from the same operations)
-    t_latency = sum((lat * round_trips(desc, tiles)).tolist()) * work.repeats / slots / clock
+    t_latency = work.total("tiles", lambda xs: lat * round_trips(desc, xs)) / slots / clock
     dram_bw = g.value("hbm_bandwidth", "measured")
     t_dram = lv.dram_bytes / dram_bw
     t_l2 = lv.l2_bytes / L2_BANDWIDTH
     # each compute term as if it alone ran: whole-problem SM cycles spread over every SM
     cta_slots = slots * (desc.cluster_size if desc.grid == "clusters" else 1)
     scale = work.tiles * desc.ctas_per_sm / cta_slots / clock
-    masked_share = sum(work.cta_masked) / max(1e-9, sum(work.cta_tiles))
+    masked_share = (work.total("masked") / max(1e-9, work.total("tiles")) if work.ragged else
+                    sum(work.cta_masked) / max(1e-9, sum(work.cta_tiles)))  # one pattern: its own share
     named = {"tensor": terms["tensor"] * scale, "softmax": (terms["softmax"] + mask * masked_share) * scale,
              "smem": terms["smem"] * scale, "latency": t_latency, "l2": t_l2, "dram": t_dram}
     for k, cyc in cluster_terms.items():  # per cluster, whole problem spread over the resident clusters

@@ -18,6 +18,19 @@ profiled: gpumodel/l2_capacity.py): fa2_wgmma and SDPA flash at N = 16k-64k with
 fa2_tc 1.14-1.18x at N = 16k-32k and 0.71-0.84x at 48k-64k on the same tiling, CTAs/SM and sweep as SDPA flash
 (results/gpu_model_known_gaps.json). The ramp the levels used before (misses growing from 0 at the
 capacity to all at twice it, on one wave's working set) gave 0.46-0.80x at N = 32k and 64k.
+
+Alignment and the capacity edge (issue 46): the rule is discrete twice over, so the DRAM bytes need not grow with N.
+Where Tr divides the slots every wave holds whole heads and nothing is separated; and a straddled head's re-read is
+all hits or all misses at the capacity. fa2_wgmma at d = 256, B·H = 128 (one build, Br = 128, 132 CTAs): N = 4096
+(Tr = 32) cuts a head at 28 of its 31 wave boundaries, each re-read ~36.5 MiB after its first read, just over the
+36 MiB: 1.19 GB; N = 4097 (Tr = 33, 132 = 4 x 33) separates nothing: 1.08 GB, the compulsory bytes. The alignment is
+the kernels' (Q blocks fastest, equal CTAs in lockstep: a persistent CTA c takes tiles c, c + 132, ...); the size of
+the step is not measured: the one ncu row at that shape (B·H = 32, results/ncu_levels_d256.csv and ncu_flash256.csv)
+read 1.014x the compulsory bytes where the model has 1.094x (rows with no miss read 0.95-0.97x: O still dirty in the
+L2 at the end), and lab/l2_sim.py's LRU walk loses every such miss once the CTAs' pace spreads by ±5%. So at the edge
+the strict rule overstates the misses, about twice here; a softer edge would need the pace or a capacity spread
+measured (an ncu pair at N = 4096 / 4097, B·H = 128, d = 256 would size it), not a constant refitted on these rows.
+tests/test_gpu_model_levels.py holds the mechanism.
 """
 from __future__ import annotations
 

@@ -96,16 +96,21 @@ def assert_close_to_reference(o, lse, ref_o, ref_lse, v, dtype, *, large_scores=
     assert lse_err <= tol, f"lse rel err {lse_err:.3g} > {tol:g} {what}"
 
 
-def naive_score_tolerance(q, k, *, causal, scale, dtype) -> float:
-    """What rounding S (and its row max) to `dtype` in HBM adds to naive's error: each visible score
-    moves by up to δ = max|S|·eps/2, so a probability by a factor up to e^{±2δ} (and its row sum
-    likewise): about 4δ of o's scale. 0 for float32/float64 (S is float32 on chip in every variant)."""
-    if dtype not in (torch.float16, torch.bfloat16):
-        return 0.0
+def max_visible_score(q, k, *, causal, scale) -> float:
+    """max |scale·q·k| over the scores the causal mask leaves visible (float64)."""
     d = q.shape[-1]
     s = (q.double() @ k.double().transpose(-1, -2)) * (1 / math.sqrt(d) if scale is None else scale)
     if causal:
         n_q, n_k = q.shape[-2], k.shape[-2]
         seen = torch.arange(n_k).unsqueeze(0) <= torch.arange(n_q).unsqueeze(-1) + (n_k - n_q)
         s = s.masked_fill(~seen, 0)
-    return 4 * s.abs().max().item() * torch.finfo(dtype).eps / 2
+    return s.abs().max().item() if s.numel() else 0.0
+
+
+def naive_score_tolerance(q, k, *, causal, scale, dtype) -> float:
+    """What rounding S (and its row max) to `dtype` in HBM adds to naive's error: each visible score
+    moves by up to δ = max|S|·eps/2, so a probability by a factor up to e^{±2δ} (and its row sum
+    likewise): about 4δ of o's scale. 0 for float32/float64 (S is float32 on chip in every variant)."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return 0.0
+    return 4 * max_visible_score(q, k, causal=causal, scale=scale) * torch.finfo(dtype).eps / 2

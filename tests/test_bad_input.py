@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from counting import checks
 from counting.memory import Memory
-from variants import VARIANTS
+from variants import VARIANTS, attention, attention_reference
 
 NAMES = list(VARIANTS)
 
@@ -131,3 +132,42 @@ def test_scores_beyond_float32_are_refused(name, dtype):
     k[..., 0], k[..., 1] = 1e19, -1e19  # q·k = 0 exactly
     o, _ = VARIANTS[name].forward(q, k, v)
     assert torch.equal(o, v)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("scale", [1e308, -1e308, 1.7e308])
+def test_scales_near_the_float_limits_are_refused(name, dtype, scale):
+    """Issue 46: with unit q, k a scale of 1e308 makes scores that overflow float64 as well; the range check
+    used to drop them (already inf) before it looked, and o, lse came back NaN with no error."""
+    q, v = torch.ones(1, 1, 2, 2, dtype=dtype), torch.randn(1, 1, 2, 2).to(dtype)
+    with pytest.raises(ValueError, match="largest finite"):
+        VARIANTS[name].forward(q, q, v, scale=scale)
+    with pytest.raises(ValueError, match="largest finite"):
+        attention(q, q, v, variant=name, scale=scale)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_scores_just_inside_float32_still_run(name):
+    """A score of 2e38 is finite in float32: it runs and matches the oracle; q·k past float32 with a scale
+    that would bring it back is refused (Q Kᵀ is float32 before the scale is applied)."""
+    q, v = torch.ones(1, 1, 2, 2), torch.randn(1, 1, 2, 2)
+    o, lse = VARIANTS[name].forward(q, q, v, scale=1e38)
+    ref_o, ref_lse = attention_reference(q, q, v, scale=1e38)
+    assert torch.allclose(o.double(), ref_o) and torch.allclose(lse.double(), ref_lse, rtol=1e-6)
+    big = torch.full((1, 1, 2, 2), 1e20)
+    with pytest.raises(ValueError, match=r"products q·k reach 2e\+40"):
+        VARIANTS[name].forward(big, big, v, scale=1e-30)
+
+
+@pytest.mark.parametrize("scale", [10 ** 400, -(10 ** 400), 2 ** 1024], ids=["1e400", "-1e400", "2**1024"])
+def test_integer_scale_past_float_is_a_value_error(scale):
+    """Issue 46: an integer too large for a float raised OverflowError with a traceback."""
+    q = torch.ones(1, 1, 2, 2)
+    for name in NAMES:
+        with pytest.raises(ValueError, match="scale must be a finite real number or None, got .*beyond float64"):
+            VARIANTS[name].forward(q, q, q, scale=scale)
+    with pytest.raises(ValueError, match="scale must be a finite real number"):
+        attention(q, q, q, scale=scale)
+    with pytest.raises(ValueError, match="scale must be a finite real number"):
+        checks.scale_value(scale, 2)  # what the CUDA launchers call too

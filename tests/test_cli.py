@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, strategies as st
 
 from counting import closed_forms as cf
 from analysis.cli import main, parse_bytes, parse_count
@@ -212,6 +213,26 @@ def test_error_messages_list_the_valid_choices(capsys):
     assert "naive, fa1, fa2, v_once" in run(capsys, "report", "--variant", "x")[2]
     assert "h100, h200, a100" in run(capsys, "report", "--gpu", "x")[2]
     assert "smaller than any block needs" in run(capsys, "report", "--sram", "100")[2]
+
+
+@given(lo=st.integers(1, 1 << 22), span=st.integers(0, 1 << 22), points=st.integers(1, 1000))
+def test_sweep_sizes_stay_in_range_and_in_order(lo, span, points):
+    """Issue 46: rounding to 256 bytes put sizes outside --sram-min..--sram-max and out of order
+    (300..400 in 3 points gave 300, 256, 400)."""
+    from analysis.cli import sweep_sizes
+
+    hi = lo + span
+    sizes = sweep_sizes(lo, hi, points)
+    assert sizes[0] == lo and (sizes[-1] == hi or points == 1)
+    assert all(a < b for a, b in zip(sizes, sizes[1:])) and lo <= min(sizes) and max(sizes) <= hi
+    assert len(sizes) <= points
+
+
+def test_sweep_sram_range_is_kept(capsys):
+    recs = run_json(capsys, "sweep-sram", "--sram-min", "300", "--sram-max", "400", "--points", "3",
+                    "--variant", "fa2", "--seq-len", "64", "--head-dim", "1")
+    # the middle point (346) rounds to 256, below the range: clamped to 300, a repeat, dropped
+    assert list(dict.fromkeys(r["sram_bytes"] for r in recs)) == [300, 400]
 
 
 def test_sweep_sram(capsys, tmp_path):

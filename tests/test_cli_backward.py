@@ -36,6 +36,48 @@ def test_json_equals_the_closed_forms(capsys, pass_name):
         assert r["fits"] or r["placement"] == "sram", r["label"]  # the half-SRAM rule fits FA's backward
 
 
+@pytest.mark.parametrize("pass_name", ["backward", "train"])
+@pytest.mark.parametrize("gpu,dtype", [("a100", "fp32"), ("h200", "fp32"), ("h200", "fp16"), ("h100", "bf16")])
+def test_tflops_never_pass_the_peak(capsys, pass_name, gpu, dtype):
+    """Issue 46: naive's backward was priced at 2.5 forwards though it executes 2 (four products, no
+    recomputation), so its matmul-bound rows printed above the peak (fp32 A100 24.4 against 19.5, H200 71.7
+    against 66.9). Every row, printed and in JSON, now stays at or under the matmul roof."""
+    from analysis.roofline import matmul_rate
+    from counting.gpus import GPUS
+
+    peak = matmul_rate(GPUS[gpu], dtype) / 1e12
+    argv = ["report", "--pass", pass_name, "--gpu", gpu, "--dtype", dtype, "--seq-len", "4k,1k", "--seq-len-k", "4k",
+            "--head-dim", "64,128,256", "--causal"]
+    rc, out, err = run(capsys, *argv, "--format", "json")
+    assert rc == 0, err
+    for r in json.loads(out):
+        assert r["roofline"]["predicted_tflops"] <= peak * (1 + 1e-12), r["label"]
+    rc, out, err = run(capsys, *argv, "--format", "markdown")
+    header = [c.strip() for c in out.splitlines()[0].strip("|").split("|")]
+    col = header.index("TFLOP/s")
+    tflops = [float(line.strip("|").split("|")[col]) for line in out.splitlines()[2:] if line.startswith("|")]
+    assert tflops and max(tflops) <= peak * (1 + 1e-3)
+
+
+@pytest.mark.parametrize("pass_name,products", [("backward", {"naive": 4, "fa1": 5, "fa2": 5, "v_once": 5}),
+                                                ("train", {"naive": 6, "fa1": 7, "fa2": 7, "v_once": 7})])
+def test_tflops_count_what_each_variant_executes(capsys, pass_name, products):
+    """attention_flops = 2·d per visible pair per product the pass executes (naive's backward four, the fused
+    ones five, train plus the forward's two), and the caption says so for the variants shown."""
+    rc, out, err = run(capsys, "report", "--pass", pass_name, "--seq-len", "1000", "--seq-len-k", "700", "--causal",
+                       "--batch", "2", "--heads", "3", "--head-dim", "96", "--format", "json")
+    assert rc == 0, err
+    from counting.headline import visible_pairs
+
+    for r in json.loads(out):
+        assert r["attention_flops"] == products[r["variant"]] * 2 * 96 * 6 * visible_pairs(1000, 700, True)
+        assert r["paper_flops"] == {"backward": 2.5, "train": 3.5}[pass_name] * 4 * 6 * 1000 * 700 * 96 / 2
+    rc, out, err = run(capsys, "report", "--pass", pass_name, "--seq-len", "1000")
+    n = products["naive"]
+    assert f"naive {n} products, {2 * n}·d; fa1, fa2, v_once {n + 1} products, {2 * n + 2}·d; naive reads P" in out
+    assert "TFLOP/s = 4·d per visible" not in out
+
+
 def test_table_shows_what_recomputation_buys(capsys):
     rc, out, err = run(capsys, "report", "--pass", "train", "--seq-len", "16k", "--variant",
                        "naive,fa2", "--format", "markdown")

@@ -1,12 +1,16 @@
 """Every variant and option combination agrees with the float64 reference on random problems."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from hypothesis import given
 
-from tests.strategies import assert_close_to_reference, make_inputs, naive_score_tolerance, problems
+from tests.strategies import (assert_close_to_reference, make_inputs, max_visible_score, naive_score_tolerance,
+                              problems)
 from variants import VARIANTS, attention_reference
+from variants.naive import ScoreRangeWarning, score_limit
 
 CONFIGS = [(name, opts) for name, var in VARIANTS.items() for opts in var.configs()]
 
@@ -16,19 +20,24 @@ def _id(cfg):
     return VARIANTS[name].label(**opts)
 
 
-@pytest.mark.filterwarnings("error::variants.naive.ScoreRangeWarning")
 @pytest.mark.parametrize("config", CONFIGS, ids=[_id(c) for c in CONFIGS])
 @given(pr=problems())
 def test_matches_float64_reference(config, pr):
-    """naive in fp16/bf16 gets in-range scores only: scores ~1e4 overflow or are rounded coarsely in
-    its HBM S (a documented, warned behaviour: tests/test_naive_precision.py). A warning here fails.
-    In range, S's rounding still costs naive up to 4·max|S|·eps/2 (naive_score_tolerance)."""
+    """naive in fp16/bf16 gets no scores ~1e4: they overflow or are rounded coarsely in its HBM S (a
+    documented, warned behaviour: tests/test_naive_precision.py). Its warning starts where S's rounding
+    can cost more than its tolerance (variants.naive.score_limit: fp16 64, bf16 32), which scores of
+    order one with scale up to 2 and d up to 128 reach: there it is expected; elsewhere a warning fails.
+    Either way S's rounding costs naive up to 4·max|S|·eps/2 (naive_score_tolerance)."""
     name, opts = config
     if name == "naive" and pr["dtype"] != torch.float32:
         pr = {**pr, "large_scores": False}
     q, k, v = make_inputs(pr)
-    o, lse = VARIANTS[name].forward(q, k, v, causal=pr["causal"], scale=pr["scale"],
-                                    block_q=pr["block_q"], block_k=pr["block_k"], **opts)
+    limit = score_limit(pr["dtype"]) if name == "naive" else None
+    coarse = limit is not None and max_visible_score(q, k, causal=pr["causal"], scale=pr["scale"]) >= limit * 0.99
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore" if coarse else "error", ScoreRangeWarning)
+        o, lse = VARIANTS[name].forward(q, k, v, causal=pr["causal"], scale=pr["scale"],
+                                        block_q=pr["block_q"], block_k=pr["block_k"], **opts)
     ref_o, ref_lse = attention_reference(q, k, v, causal=pr["causal"], scale=pr["scale"])
     extra = naive_score_tolerance(q, k, causal=pr["causal"], scale=pr["scale"], dtype=pr["dtype"]) \
         if name == "naive" else 0.0

@@ -113,6 +113,69 @@ CASES += [("v_once_tc", 64, 3000, 1 << 20, False, 1, 2, EAGER), ("v_once_tc", 12
           ("v_once", 64, 5000, 200000, True, 2, 2, EAGER)]
 
 
+def _flat_pattern(tiles, masked, repeats, head=None, tail=None) -> list:
+    """Every CTA's (tiles, masked) in launch order: the ragged head, the pattern `repeats` times, the ragged tail."""
+    def pairs(t, m):
+        return list(zip(np.asarray(t).tolist(), np.asarray(m).tolist()))
+
+    return (pairs(*head) if head else []) + pairs(tiles, masked) * repeats + (pairs(*tail) if tail else [])
+
+
+@given(case=schedules(), ragged=st.lists(st.tuples(st.integers(0, 400), st.sampled_from([0, 1, 0.5])), min_size=1,
+                                          max_size=300),
+       first=st.booleans(), per_tile=st.floats(1, 1e5), fixed=st.floats(0, 1e5))
+def test_sections_schedule_is_the_heap(case, ragged, first, per_tile, fixed):
+    """Issue 46: a persistent grid's causal sections are one pattern repeated plus the ragged section of the B·H % hs
+    heads (Work.ragged), no longer one list of every work tile (2.3 GB at 16.7M); the schedule is the heap's over the
+    whole list, to the bit, the ragged section first or last."""
+    tiles, masked, repeats, slots = case
+    extra = ([n for n, _ in ragged], [m for _, m in ragged])
+
+    def cost(nm):
+        return per_tile * nm[0] + 37.5 * nm[1] + fixed
+
+    kw = {"head" if first else "tail": extra}
+    fast = gm._schedule(tiles, masked, repeats, slots, cost, **kw)
+    loop = _schedule_loop(_flat_pattern(tiles, masked, repeats, **kw), 1, slots, cost)
+    assert fast == loop and type(fast[0]) is float
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_section_work_is_one_pattern_and_the_ragged_section(first):
+    """The sections' work is held as Tr·hs CTAs and a count, not B·H·Tr; the prediction is the one the whole list
+    gave (tests/test_gpu_model.py's section rows, and the oracle above)."""
+    desc = dataclasses.replace(describe("fa2_wgmma", 128, "fp16", True, n_q=4096, n_k=4096), causal_section_kb=4096,
+                               ragged_section_first=first)
+    w = gm.prepare(desc, 3, 5, 4096, 4096, 128, "fp16", True)  # hs = 4096 // (16 * 128) = 2 heads a section
+    t_r = 4096 // desc.block_q
+    assert (len(w.cta_tiles), w.repeats, len(w.ragged[0]), w.ragged_first) == (2 * t_r, 7, t_r, first)
+    assert w.ctas() == 15 * t_r and w.total("tiles") == w.tiles
+    flat = _flat_pattern(w.cta_tiles, w.cta_masked, w.repeats, *((w.ragged, None) if first else (None, w.ragged)))
+    whole = dataclasses.replace(w, cta_tiles=[n for n, _ in flat], cta_masked=[m for _, m in flat], repeats=1,
+                                ragged=())
+    a, b = gm.predict_work(w).as_dict(), gm.predict_work(whole).as_dict()
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], float):
+            assert a[key] == pytest.approx(b[key], rel=1e-12), key
+        elif isinstance(a[key], dict):
+            assert a[key] == pytest.approx(b[key], rel=1e-12), key
+        else:
+            assert a[key] == b[key], key
+
+
+def test_persistent_causal_sections_at_the_work_tile_limit_are_small():
+    """Issue 46: fa2_wgmma causal, d = 64, B·H = 65,535, N = 48k: 16.7M work tiles in sections of one head took 18 s
+    and 2.3 GB (a Python list of every tile); now 256 CTAs repeated 65,535 times (memory O(Tr·hs)). The list
+    schedule still walks the repeats (about 1 s here: what is left of item 5)."""
+    desc = describe("fa2_wgmma", 64, "fp16", True, n_q=49152, n_k=49152)
+    t0 = time.perf_counter()
+    w = gm.prepare(desc, 65535, 1, 49152, 49152, 64, "fp16", True)
+    assert desc.grid == "persistent" and len(w.cta_tiles) == 256 and w.repeats == 65535 and w.ctas() == 256 * 65535
+    p = gm.predict_work(w)
+    assert time.perf_counter() - t0 < 6.0 and p.time_s > 0 and p.waves == pytest.approx(256 * 65535 / 132)
+
+
 @pytest.mark.parametrize("kernel,d,n_q,n_k,causal,batch,heads,options", [c + ({},) if len(c) == 7 else c for c in CASES])
 def test_predictions_are_the_loops(monkeypatch, kernel, d, n_q, n_k, causal, batch, heads, options):
     """Whole predictions (time, terms, levels, waves) equal those of the per-block loops, field by field."""
@@ -122,8 +185,8 @@ def test_predictions_are_the_loops(monkeypatch, kernel, d, n_q, n_k, causal, bat
     fast = gm.predict_work(gm.prepare(desc, batch, heads, n_q, n_k, d, "fp16", causal)).as_dict()
     monkeypatch.setattr(levels, "_eager_miss", levels._eager_miss_loop)
     monkeypatch.setattr(gm, "_per_block", gm._per_block_loop)
-    monkeypatch.setattr(gm, "_schedule", lambda tiles, masked, repeats, slots, cost: _schedule_loop(
-        list(zip(np.asarray(tiles).tolist(), np.asarray(masked).tolist())), repeats, slots, cost))
+    monkeypatch.setattr(gm, "_schedule", lambda tiles, masked, repeats, slots, cost, head=None, tail=None:
+                        _schedule_loop(_flat_pattern(tiles, masked, repeats, head, tail), 1, slots, cost))
     loop = gm.predict_work(gm.prepare(desc, batch, heads, n_q, n_k, d, "fp16", causal)).as_dict()
     assert repr(fast) == repr(loop)
 

@@ -122,6 +122,34 @@ def test_straddled_heads_miss_only_past_the_capacity():
                                    cap=30 * mb) == 0
 
 
+def test_dram_drop_from_4096_to_4097_keys_is_wave_alignment_at_the_capacity_edge():
+    """Issue 46: fa2_wgmma, d = 256, B·H = 128 (one build, Br = 128, 132 persistent CTAs): DRAM 1.19 GB at N = 4096,
+    1.08 GB at 4097. The mechanism (gpumodel/residency.py, "Alignment and the capacity edge"): at 4096 Tr = 32 does not
+    divide the 132 slots, so every wave boundary cuts a head, and that head's re-read a wave later sits at a reuse
+    distance of ~36.5 MiB, just over the effective 36 MiB: the strict test misses (nearly) all of its K/V, at 28 of
+    the 31 boundaries; at 4097
+    Tr = 33 divides 132, every wave holds whole heads, and no re-read crosses a wave: DRAM is the compulsory bytes.
+    Lockstep waves make the first exact; the one ncu row at this shape (B·H = 32, results/ncu_levels_d256.csv) read
+    1.014x the compulsory bytes against the model's 1.094x (no-miss rows read 0.95-0.97x: O still dirty in L2), and
+    lab/l2_sim.py's walk loses every such miss once CTAs drift by ±5%: the step at 4096 is overstated, not measured."""
+    from counting.gpus import get_gpu
+    from gpumodel.levels import effective_l2, levels, q_block_slots
+
+    g, mib = get_gpu("h200"), 2 ** 20
+    lv = {}
+    for n in (4096, 4097):
+        desc = describe("fa2_wgmma", 256, "fp16", False, n_q=n, n_k=n)
+        assert (desc.block_q, desc.block_k, q_block_slots(desc, g)) == (128, 80, 132)
+        lv[n] = levels(desc, g, 1, 128, n, n, 256)
+    assert lv[4097].dram_bytes == lv[4097].compulsory_bytes  # 132 = 4 x 33: no head straddles a wave
+    kv = 2 * 4096 * 256 * 2
+    straddles = sum(1 for w in range(1, 4096 // 132 + 1) if (132 * w) % 32)  # boundaries inside a head: 28 of 31
+    assert straddles == 28 and 27 * kv <= lv[4096].dram_bytes - lv[4096].compulsory_bytes <= straddles * kv
+    distance = kv + 2 * 132 * 128 * 256 * 2 + 4 * kv * (52 - 1) / 52  # own K/V, a wave's Q and O, 4 heads' other blocks
+    assert 1.0 < distance / effective_l2(g) < 1.02 and effective_l2(g) == 36 * mib  # at the edge of the capacity
+    assert lv[4096].dram_bytes / lv[4097].dram_bytes == pytest.approx(1.105, abs=2e-3)
+
+
 @pytest.mark.skipif(not (RESULTS / "ncu_l2_capacity.csv").exists(), reason="ncu_l2_capacity.csv not committed")
 def test_long_sequences_dram_against_ncu():
     """N = 24k-64k (lab/ncu_l2_capacity.sh, lab/gpu_gaps_check.sh): the ramp gave 0.46-0.80x; the per-block

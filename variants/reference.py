@@ -27,6 +27,10 @@ def attention_reference(q, k, v, *, causal: bool = False, scale: float | None = 
         s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)  # (B, H, Nq); -inf for rows that see nothing
     empty = torch.isneginf(lse).unsqueeze(-1)  # only these rows are o = 0: a NaN or inf input stays NaN
-    p = torch.exp(s - torch.where(empty.squeeze(-1), torch.zeros_like(lse), lse).unsqueeze(-1))
+    # weights relative to the row max, normalised by their sum (not exp(s - lse): past |lse| ~ 1e16 float64
+    # cannot hold lse's log(l) part, and every weight of a row of equal scores would read as 1)
+    m = s.amax(dim=-1, keepdim=True)
+    p = torch.exp(s - torch.where(empty, torch.zeros_like(m), m))
     p = torch.where(empty, torch.zeros_like(p), p)
-    return p @ v64, lse
+    l = p.sum(dim=-1, keepdim=True)  # noqa: E741  (>= 1 where the row sees a key)
+    return (p @ v64) / torch.where(empty, torch.ones_like(l), l), lse
