@@ -35,6 +35,7 @@ must hold a fixed number of tokens (`min_tokens_hidden`; about 2,200 for bf16 at
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from counting.headline import visible_pairs
 
@@ -67,16 +68,26 @@ def check_ring(n: int, world: int, layout: str) -> None:
 
 def chunks(n: int, world: int, layout: str) -> list[tuple[int, ...]]:
     """Per rank, the sizes of the chunks it holds, in the order it holds them: (n_r,) or (early, late)."""
+    return list(_chunks(n, world, layout))
+
+
+@lru_cache(maxsize=64)  # the closed forms ask for it P² times per problem
+def _chunks(n: int, world: int, layout: str) -> tuple:
     check_ring(n, world, layout)
     if layout == "contiguous":
-        return [(s,) for s in split(n, world)]
+        return tuple((s,) for s in split(n, world))
     c = split(n, 2 * world)
-    return [(c[r], c[2 * world - 1 - r]) for r in range(world)]
+    return tuple((c[r], c[2 * world - 1 - r]) for r in range(world))
 
 
 def sizes(n: int, world: int, layout: str) -> list[int]:
     """Positions each rank holds."""
-    return [sum(c) for c in chunks(n, world, layout)]
+    return list(_sizes(n, world, layout))
+
+
+@lru_cache(maxsize=64)
+def _sizes(n: int, world: int, layout: str) -> tuple:
+    return tuple(sum(c) for c in _chunks(n, world, layout))
 
 
 def positions(n: int, world: int, layout: str, rank: int) -> list[tuple[int, int]]:
@@ -129,7 +140,7 @@ def step_blocks(n: int, world: int, layout: str, causal: bool, rank: int, step: 
 
 def step_pairs(n: int, world: int, layout: str, causal: bool, rank: int, step: int) -> int:
     """Visible (query, key) pairs rank `rank` computes at step `step`, per (batch, head)."""
-    held = chunks(n, world, layout)
+    held = _chunks(n, world, layout)
     src = origin(rank, step, world)
     n_r, n_s = sum(held[rank]), sum(held[src])
     if not causal:
@@ -151,7 +162,7 @@ def kv_bytes(n, world, layout, rank, step, *, batch=1, kv_heads=1, d=64, itemsiz
     rank + 1; nothing at the last step, where every rank holds the block it would otherwise pass on for nothing."""
     if step == world - 1:
         return 0
-    return 2 * batch * kv_heads * d * itemsize * sizes(n, world, layout)[origin(rank, step, world)]
+    return 2 * batch * kv_heads * d * itemsize * _sizes(n, world, layout)[origin(rank, step, world)]
 
 
 def dkv_bytes(n, world, layout, rank, step, *, batch=1, kv_heads=1, d=64) -> int:
@@ -159,7 +170,7 @@ def dkv_bytes(n, world, layout, rank, step, *, batch=1, kv_heads=1, d=64) -> int
     last send returns each block's gradient to its owner). One rank sends nothing."""
     if world == 1:
         return 0
-    return 2 * batch * kv_heads * d * FLOAT32 * sizes(n, world, layout)[origin(rank, step, world)]
+    return 2 * batch * kv_heads * d * FLOAT32 * _sizes(n, world, layout)[origin(rank, step, world)]
 
 
 def bytes_per_rank(n, world, layout, rank, *, batch=1, kv_heads=1, d=64, itemsize=2) -> dict:

@@ -283,3 +283,41 @@ def test_the_overlap_threshold_is_where_the_steps_stop_hiding(backward, layout, 
     assert counts.min_tokens_hidden(itemsize=2, rate=rate, link=link) == pytest.approx(2 * 989.4e12 / (2 * 450e9))
     big = counts.overlap(512 * 1024, 8, "zigzag", True, heads=16, kv_heads=16, d=128, itemsize=2, rate=rate, link=link)
     assert big["hidden"] and big["speedup"] == pytest.approx(8, rel=1e-3)
+
+
+# -- the report ------------------------------------------------------------------------------------------------------
+
+def test_report_ranks_is_the_closed_forms(capsys):
+    """fa-traffic report --ranks 8: one row per layout and pass, every number counting/ring.py's."""
+    import json
+
+    from analysis.cli import main
+
+    assert main(["report", "--ranks", "8", "--seq-len", "512k", "--head-dim", "128", "--heads", "16", "--causal",
+                 "--dtype", "bf16", "--gpu", "h100", "--pass", "train", "--format", "json"]) == 0
+    recs = {(r["layout"], r["pass"]): r for r in json.loads(capsys.readouterr().out)}
+    assert set(recs) == {(lay, p) for lay in counts.LAYOUTS for p in ("forward", "backward")}
+    n, dims = 512 * 1024, dict(batch=1, kv_heads=16, d=128)
+    for (layout, pass_name), r in recs.items():
+        assert r["tokens_per_rank"] == 65536 and r["steps"] == 8 and r["hidden"]
+        assert r["bytes_per_rank"] == counts.bytes_per_rank(n, 8, layout, 0, itemsize=2, **dims)[pass_name]
+        assert r["bytes_per_step"] == 2 * 16 * 65536 * 128 * (2 + (4 if pass_name == "backward" else 0))
+    assert recs["zigzag", "forward"]["imbalance"] == 1.0 and recs["contiguous", "forward"]["imbalance"] > 1.8
+    assert recs["zigzag", "forward"]["speedup"] == pytest.approx(8, rel=1e-3)
+    assert recs["contiguous", "forward"]["speedup"] < 4.5
+    assert main(["report", "--ranks", "4", "--seq-len", "64k"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fa-traffic report --ranks 4: ring attention over 4 GPUs") and "NVLink 450 GB/s" in out
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--variant", "fa2"], "--variant does not apply to --ranks"),
+    (["--seq-len", "8"], "N=8 positions cannot fill the 16 chunks of layout 'zigzag' over 8 ranks"),
+    (["--blocks", "kernel"], "--blocks does not apply to --ranks"),
+])
+def test_report_ranks_refuses_what_does_not_apply(capsys, argv, match):
+    from analysis.cli import main
+
+    assert main(["report", "--ranks", "8"] + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and len(err.splitlines()) == 1
