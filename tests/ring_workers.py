@@ -88,3 +88,37 @@ def hangs_mid_ring(rank: int, world: int) -> None:
 
 def sleeps(rank: int, world: int, seconds: float) -> None:
     time.sleep(seconds)
+
+
+def ring_speed_on_cpu(rank: int, world: int, out: str):
+    """bench/ring_speed.py's checks and cells on gloo and CPU tensors: the references stand in for the kernels (fa2),
+    a fake clock for CUDA events. Without torch's context parallelism (--cp none): on a CPU mesh its SDPA takes a
+    minute and then lacks the CPU backward's sharding rules, which says nothing about the GPU run."""
+    import torch.distributed as dist
+
+    from bench import harness
+    from bench import ring_speed as rs
+    from variants import VARIANTS, attention
+
+    args = rs.parse(["--seqs", "64", "--d", "64", "--check-seq", "48", "--check-small", "40", "--reps", "2",
+                     "--out", out, "--cp", "none"])
+    args.local, args.dtype = "fa2", "float32"
+    harness.time_events = lambda fn, sets, warmup=1, reps=1: (fn(), dict(median_ms=1.0 + rank, min_ms=1.0,
+                                                                         max_ms=2.0, reps=reps))[1]
+    harness.environment = harness.run_info
+    torch.cuda.synchronize = lambda *a: None
+
+    def one_gpu(self, q, k, v, causal, do=None):
+        if do is None:
+            return VARIANTS["fa2"].forward(q, k, v, causal=causal)
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        o = attention(qg, kg, vg, causal=causal)
+        return (o, *torch.autograd.grad(o, (qg, kg, vg), do))
+
+    rs.Run.one_gpu = one_gpu
+    run = rs.Run(args, dist, torch.device("cpu"))
+    ok = run.check()
+    for causal in (False, True):
+        run.rows += run.cell(64, 64, causal)
+    run.save()
+    return ok, run.rows
