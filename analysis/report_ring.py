@@ -69,7 +69,6 @@ def _record(n, d, world, layout, pass_name, causal, batch, heads, itemsize, flop
                        rate=flops, link=link, backward=back)
     sent = [counts.bytes_per_rank(n, world, layout, r, batch=batch, kv_heads=heads, d=d, itemsize=itemsize)[pass_name]
             for r in range(world)]
-    fraction = 0.5 if causal and layout == "zigzag" else 1.0  # the pairs of a step with a transfer, over n²
     busiest = max(s["compute_s"] for s in m["steps"]) * flops
     return {"layout": layout, "pass": pass_name, "seq_len": n, "head_dim": d, "ranks": world, "batch": batch,
             "heads": heads, "causal": causal, "dtype": dtype, "gpu": gpu.key,
@@ -78,8 +77,8 @@ def _record(n, d, world, layout, pass_name, causal, batch, heads, itemsize, flop
             "flops_per_step": busiest, "compute_s_per_step": max(s["compute_s"] for s in m["steps"]),
             "transfer_s_per_step": max(s["transfer_s"] for s in m["steps"]), "hidden": m["hidden"],
             "tail_s": m["tail_s"],
-            "tokens_to_hide": counts.min_tokens_hidden(itemsize=itemsize, rate=flops, link=link, heads=heads,
-                                                       kv_heads=heads, fraction=fraction, backward=back),
+            "tokens_to_hide": counts.min_tokens_hidden(layout, causal, itemsize=itemsize, rate=flops, link=link,
+                                                       heads=heads, kv_heads=heads, backward=back, world=world),
             "imbalance": m["imbalance"], "ring_s": m["ring_s"], "one_gpu_s": m["one_gpu_s"], "speedup": m["speedup"],
             "rate_flops": flops, "rate_source": "spec peak", "link_bytes_per_s": link,
             "link_source": gpu.nvlink_bandwidth.source}

@@ -30,7 +30,8 @@ Counts (per rank and step; B batch, H query heads, H_kv K/V heads, s the input's
 Overlap: a step's send is posted before its local attention starts, so it is hidden when the step's compute time
 (FLOPs / rate) is at least its transfer time (bytes / link bandwidth, one direction). For the whole block against the
 whole block, 4·H·d·n² / rate >= 2·H_kv·n·d·s / link gives n >= H_kv·s·rate / (2·H·link): d cancels, and the block
-must hold a fixed number of tokens (`min_tokens_hidden`; about 2,200 for bf16 at the H100's peak over NVLink 4).
+must hold a fixed number of tokens (`min_tokens_hidden`; about 2,200 for bf16 at the H100's peak over NVLink 4,
+twice that causal, where step 0 computes only the diagonal's half).
 """
 from __future__ import annotations
 
@@ -192,16 +193,24 @@ def imbalance(n: int, world: int, layout: str, causal: bool) -> float:
     return sum(map(max, steps)) * world / total if total else 1.0
 
 
-def min_tokens_hidden(*, itemsize: int, rate: float, link: float, heads: int = 1, kv_heads: int = 1,
-                      fraction: float = 1.0, backward: bool = False) -> float:
-    """Tokens per rank from which a step's compute hides its send, for a step that computes `fraction` of the
-    block-against-block pairs (1: no mask or contiguous causal off the diagonal; 1/2: every zigzag causal step).
-      forward:  4·H·d·f·n² / rate >= 2·H_kv·n·d·s / link          ->  n >= H_kv·s·rate / (2·f·H·link)
-      backward: 10·H·d·f·n² / rate >= 2·H_kv·n·d·(s + 4) / link   ->  n >= H_kv·(s + 4)·rate / (5·f·H·link)
-    d cancels: the threshold is in tokens, not bytes."""
-    if backward:
-        return kv_heads * (itemsize + FLOAT32) * rate / (5 * fraction * heads * link)
-    return kv_heads * itemsize * rate / (2 * fraction * heads * link)
+def min_tokens_hidden(layout: str, causal: bool, *, itemsize: int, rate: float, link: float, heads: int = 1,
+                      kv_heads: int = 1, backward: bool = False, world: int | None = None) -> float:
+    """Tokens per rank from which every step's compute hides the transfer in flight meanwhile (as `overlap`).
+
+    A step that computes f·n² pairs hides b·n·d·H_kv bytes when c·H·d·f·n² / rate >= b·H_kv·n·d / link, i.e.
+        n >= b·H_kv·rate / (c·f·H·link)          c = 4 forward, 10 backward; d cancels
+    Step 0 computes the diagonal (f = 1/2 causal, else 1) while only K/V travel (b = 2s). The later steps compute
+    f = 1 (no mask; contiguous causal's busiest rank) or 1/2 (zigzag causal) while K/V travel, and in the backward
+    the previous step's dK/dV too (b = 2s + 2·4); at P = 2 the backward's second step carries dK/dV alone (b = 8).
+    The threshold is the larger of the two: forward s·rate/(2·link)·H_kv/H without the mask and twice that causal,
+    backward (s + 4)·rate/(5·link)·H_kv/H except zigzag causal, twice that."""
+    check_layout(layout)
+    c = BACKWARD_PER_PAIR if backward else 4
+    f0 = 0.5 if causal else 1.0
+    f1 = 0.5 if causal and layout == "zigzag" else 1.0
+    b0 = 2 * itemsize
+    b1 = (2 * FLOAT32 if world == 2 else 2 * itemsize + 2 * FLOAT32) if backward else 2 * itemsize
+    return max(b0 / f0, b1 / f1) * kv_heads * rate / (c * heads * link)
 
 
 def overlap(n: int, world: int, layout: str, causal: bool, *, batch=1, heads=1, kv_heads=1, d=64, itemsize=2,
