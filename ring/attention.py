@@ -307,3 +307,20 @@ def ring_attention(q, k, v, *, causal=False, scale=None, group=None, layout="con
     ring = Ring(comm, _agree(rows, layout), layout, causal, scale, loc, log)
     o, lse = _RingAttention.apply(q, k, v, ring)
     return (o, lse) if return_lse else o
+
+
+# -- the demo's ranks (python -m ring [P]: ring/__main__.py) -----------------------------------------------------------------------------
+
+def _demo_rank(rank: int, world: int, n: int) -> dict:
+    from ring.layout import shard
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, n, 16, generator=g) for _ in range(3))
+    out = {}
+    for layout in counts.LAYOUTS:
+        pieces = [shard(x, rank, world, layout).clone().requires_grad_() for x in (q, k, v)]
+        log = []
+        o = ring_attention(*pieces, causal=True, layout=layout, log=log)
+        o.sum().backward()
+        out[layout] = {"o": o.detach(), "dq": pieces[0].grad, "log": log}
+    return out
