@@ -291,8 +291,7 @@ def ring_attention(q, k, v, *, causal=False, scale=None, group=None, layout="con
     A bad input raises on every rank (the ranks compare descriptors first); a rank that fails or hangs ends the
     others' waits with a RingError at the process group's timeout.
     """
-    if layout not in counts.LAYOUTS:  # before anything: no rank can agree on a layout that does not exist
-        counts.check_layout(layout)
+    counts.check_layout(layout)  # before anything: no rank can agree on a layout that does not exist
     comm = RingComm(group, log)
     row, error = [-1.0] + [0.0] * 8, None
     try:
