@@ -40,7 +40,7 @@ import re
 import sys
 from fractions import Fraction
 
-from analysis import backward_report, gpu_cli
+from analysis import backward_report, gpu_cli, report_ring
 # the report's rows, captions and output (report_common) and the formatting (format) were defined here: their names
 # stay importable from analysis.cli (F401 is off for this file)
 from analysis.format import (is_tty, say, table_width, _rich_tables, flat_record, human_bytes, human_flops, human_time, render_csv,
@@ -194,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="kernel: each variant's real kernel's Br, Bc and the GPU model (default); "
                           "fa1-rule: FA1's rule and the papers' roofline (--pass forward only: backward and train "
                           "take FA1's rule on half the SRAM)")
+    rep.add_argument("--ranks", type=_positive_int, help="ring attention over P GPUs instead (issue 45): bytes per "
+                     "rank and step, the overlap with NVLink, load imbalance (analysis/report_ring.py)")
     rep.set_defaults(batch=None, heads=None)  # unset: counts per head, the GPU model on a full GPU
     sw = sub.add_parser("sweep-sram", help="FA1 Theorem 2: HBM traffic against SRAM size M")
     common(sw, seq_help="the fixed sequence length N (default 4k; a list gives one sweep each)")
@@ -514,6 +516,8 @@ def _given(args, dest: str) -> bool:
 
 
 def cmd_report(args) -> int:
+    if args.ranks is not None:  # the ring's table (issue 45)
+        return report_ring.cmd_report(args)
     if args.pass_name != "forward":  # the backward's counts and columns (analysis.backward_report)
         if _given(args, "blocks"):  # backward_report.blocks: one rule for both passes of train
             raise CliError(f"--blocks applies to --pass forward: --pass {args.pass_name} takes FA1's rule on half "

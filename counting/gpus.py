@@ -19,6 +19,10 @@ Sources, by short name:
   results/clk/SM for 32-bit exp2/log2/rsqrt, i.e. the SFU (MUFU) rate, at CC 8.0 and 9.0).
 - "FA3 paper": Shah et al. 2024, FlashAttention-3 (arXiv:2407.08608), section 3: H100 SXM5 has
   989 TFLOPS of FP16 matmul but only 3.9 TFLOPS of special functions (the exponential).
+- NVLink: the H100 and H200 datasheets (SXM columns) print "NVIDIA NVLink: 900GB/s", the A100's "NVLink:
+  600GB/s": both directions summed over all links (NVLink 4: 18 links of 25 GB/s each way; NVLink 3: 12). A ring
+  sends one way to its next rank while receiving from its previous one, so its figure here is half: 450 and 300
+  GB/s each way (counting/ring.py, the ring's overlap arithmetic).
 - "measured": this workplace's H200 (bench/ scripts): device-to-device copy ~4.3 TB/s counting
   read + write, an 8192^3 bf16 torch.matmul ~788 TFLOP/s, torch.cuda.get_device_properties:
   132 SMs, L2 60 MB.
@@ -57,6 +61,7 @@ class GPU:
     sfu_per_clk_per_sm: Figure  # exp2 results per clock per SM
     exp_rate: Figure  # exponentials/s = sfu_per_clk_per_sm x SMs x clock
     measured: dict = field(default_factory=dict)  # figure name -> Figure measured on this workplace
+    nvlink_bandwidth: Figure | None = None  # bytes/s one way, GPU to GPU (the ring's link; see the sources)
 
     @property
     def sram_bytes(self) -> int:
@@ -102,6 +107,8 @@ def _hopper(key, name, *, hbm, hbm_source, bandwidth, bw_source, datasheet, meas
         sfu_per_clk_per_sm=Figure(16, "exp/clk/SM", "CUDA guide, CC 9.0 arithmetic throughput (32-bit exp2)"),
         exp_rate=Figure(16 * 132 * clock_tc, "exp/s", "16/clk/SM x 132 SMs x 1.83 GHz; FA3 paper: 3.9 TFLOPS of special functions"),
         measured=measured or {},
+        nvlink_bandwidth=Figure(450e9, "B/s", f"{datasheet}: NVLink 900GB/s (SXM), both directions summed",
+                                "one direction: 18 NVLink 4 links x 25 GB/s"),
     )
 
 
@@ -137,6 +144,8 @@ GPUS: dict[str, GPU] = {
         fp32_flops=Figure(19.5e12, "FLOP/s", "A100 datasheet: 19.5 TFLOPS FP32"),
         sfu_per_clk_per_sm=Figure(16, "exp/clk/SM", "CUDA guide, CC 8.0 arithmetic throughput (32-bit exp2)"),
         exp_rate=Figure(16 * 108 * 1.41e9, "exp/s", "16/clk/SM x 108 SMs x 1.41 GHz"),
+        nvlink_bandwidth=Figure(300e9, "B/s", "A100 datasheet: NVLink 600GB/s (SXM), both directions summed",
+                                "one direction: 12 NVLink 3 links x 25 GB/s"),
     ),
 }
 

@@ -1,10 +1,10 @@
 """The import architecture (docs/design.md, "Architecture"; issue 40), checked from the source alone: no import-linter,
 nothing imported. Every module of the project's packages is parsed with `ast`, imports inside functions included.
 
-    lab > analysis > gpumodel | model > kernels > variants > counting
+    lab > analysis > gpumodel | model | ring > kernels > variants > counting
 
-A module may import its own package and the packages below it, never one above or beside it (gpumodel and model
-are independent); the module graph has no cycle; bench/ (scripts, not a package) imports nothing from lab/.
+A module may import its own package and the packages below it, never one above or beside it (gpumodel, model and
+ring are independent); the module graph has no cycle; bench/ (scripts, not a package) imports nothing from lab/.
 pyproject.toml's [tool.importlinter] states the same layers for `lint-imports` (.ci/run).
 
 Edges: `import a.b` is an edge to a.b, `from a import b` to a.b when a.b is a module, else to a (a name defined in
@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # bottom to top; packages in one tuple share a layer and may not import each other
-LAYERS = (("counting",), ("variants",), ("kernels",), ("gpumodel", "model"), ("analysis",), ("lab",))
+LAYERS = (("counting",), ("variants",), ("kernels",), ("gpumodel", "model", "ring"), ("analysis",), ("lab",))
 PACKAGES = tuple(p for layer in LAYERS for p in layer)
 RANK = {p: i for i, layer in enumerate(LAYERS) for p in layer}
 
@@ -157,7 +157,7 @@ def test_every_package_is_parsed():
 
 def test_imports_only_point_down_the_layers():
     bad = layer_violations(graph())
-    assert not bad, "imports against the layers (lab > analysis > gpumodel | model > kernels > variants > " \
+    assert not bad, "imports against the layers (lab > analysis > gpumodel | model | ring > kernels > variants > " \
                     "counting):\n" + "\n".join(bad)
 
 

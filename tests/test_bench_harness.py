@@ -127,7 +127,8 @@ def test_predict():
 
 # bench/: the entry points a user runs; lab/: probes, A/Bs, ncu and sanitizer targets (docs/design.md, "Core and lab")
 SCRIPTS = ["bench/bench_kernels.py", "bench/bench_tc.py", "bench/launch_overhead.py", "bench/sanitize.py",
-           "bench/bench_bwd.py", "bench/layouts_speed.py", "bench/train_gpt.py", "bench/cluster_speed.py"]
+           "bench/bench_bwd.py", "bench/layouts_speed.py", "bench/train_gpt.py", "bench/cluster_speed.py",
+           "bench/ring_speed.py"]
 SCRIPTS += ["lab/fa2_teaching_ab.py", "lab/bwd_wgmma_check.py", "lab/ab_wgmma_speed.py", "lab/teach_bwd_ab.py",
             "lab/pass_probe.py", "lab/clock_probe.py", "lab/gap_probe.py", "lab/cta_trace.py"]
 # times an old source tree with this tree's harness, so it loads bench/harness.py by path, not by import
@@ -380,3 +381,22 @@ def test_ab_summary_reads_the_lead_in_cycles():
     assert lines[1] == ("time / cuDNN's, median over cells, in time | in cycles: fa2_wgmma[default] "
                         f"{0.50 / 0.55:.3f} | {0.50 * 1575 / (0.55 * 1680):.3f}")
     assert ab.clock_lines([dict(r, clock_mhz=None) for r in rows]) == []
+
+
+def test_ring_speed_runs_on_gloo_and_cpu(tmp_path):
+    """bench/ring_speed.py on two CPU ranks (tests/ring_workers.py: references for kernels, a fake clock): the checks
+    against one process pass, every ring cell is checked, then timed with the slowest rank's time, and gets its
+    speedup over one GPU; the JSON is written by rank 0."""
+    import json
+
+    from ring.launch import spawn
+    from tests import ring_workers
+
+    (ok, rows), _ = spawn(ring_workers.ring_speed_on_cpu, 2, str(tmp_path), timeout_s=90)
+    assert ok and [r["ok"] for r in rows if r["kind"] == "check"] == [True] * 4
+    timed = [r for r in rows if r["kind"] == "time" and r["label"].startswith(("ring", "one_gpu"))]
+    assert len(timed) == 2 * 2 * 3 and all("median_ms" in r for r in timed)
+    ring = [r for r in timed if r["label"].startswith("ring")]
+    assert all(r["median_ms"] == 2.0 and r["rel_err"] < 1e-6 and r["speedup_vs_one_gpu"] == 0.5 for r in ring)
+    saved = json.loads((tmp_path / "ring_speed.json").read_text())
+    assert saved["rows"][0]["kind"] == "meta" and saved["rows"][0]["world"] == 2 and len(saved["rows"]) == len(rows)

@@ -301,7 +301,7 @@ def test_kernels_check_refuses_bad_arguments_before_compiling(capsys, monkeypatc
     ("gap_probe", []), ("launch_overhead", []), ("cluster_sanitize_target", []), ("tc_ceiling", []),
     ("ab_speed", ["--tag", "new"]), ("fa2_teaching_ab", []), ("pass_probe", []),
     ("cluster_speed", []), ("layouts_speed", []), ("clock_probe", []), ("kernel_names", []),
-    ("bench_bwd", []), ("teach_bwd_ab", []), ("train_gpt", []), ("cta_trace", []),
+    ("bench_bwd", []), ("teach_bwd_ab", []), ("train_gpt", []), ("cta_trace", []), ("ring_speed", []),
 ])
 def test_the_gpu_scripts_need_a_gpu(capsys, no_gpu, tmp_path, script, argv):
     """Past their argument checks, each says in one line that it needs a GPU (harness.no_gpu), and exits 2. The probes
@@ -327,6 +327,11 @@ def test_the_gpu_scripts_need_a_gpu(capsys, no_gpu, tmp_path, script, argv):
     ("cta_trace", ["--traces", "0"], "--traces must be a positive integer, got 0"),
     ("cta_trace", ["--kernel", "sdpa_flash"], "argument --kernel: invalid choice: 'sdpa_flash'"),
     ("cta_trace", ["--head-dim", "96"], "argument --head-dim: invalid choice: 96"),
+    ("ring_speed", ["--seqs", "0"], "--seqs must be a comma-separated list of positive integers, got '0'"),
+    ("ring_speed", ["--layouts", "spiral"], "--layouts: unknown layout 'spiral'; choose from contiguous, zigzag"),
+    ("ring_speed", ["--local", "v_once_tc"], "--local: 'v_once_tc' is not a kernel with a backward"),
+    ("ring_speed", ["--cp", "math"], "--cp: unknown SDPA backend 'math'; choose from flash, cudnn"),
+    ("ring_speed", ["--d", "96"], "--d: 96 unsupported (fa2_wgmma's backward); choose from 64, 128"),
     ("cta_trace", ["--seqs", "2097152", "--heads", "16"], "over the 131072 CTAs the trace buffer holds"),
 ])
 def test_the_gpu_probes_refuse_bad_arguments_before_gpu_work(capsys, gpu_work_forbidden, monkeypatch, script, argv,

@@ -98,3 +98,38 @@ def test_07():
     ns["check_naive_limit"](first)
     with pytest.raises(AssertionError):
         ns["check_naive_limit"](first + 1)
+
+
+def test_10():
+    from counting import ring as counts
+    from counting.gpus import GPUS
+
+    ns = _checks("10_across_gpus")
+    ns.update(counts=counts, GPUS=GPUS)
+    from variants import attention_reference
+    ns["attention_reference"] = attention_reference
+
+    def merge2(o_a, lse_a, o_b, lse_b):
+        m = torch.maximum(lse_a, lse_b)
+        wa, wb = torch.exp(lse_a - m), torch.exp(lse_b - m)
+        return (wa.unsqueeze(-1) * o_a + wb.unsqueeze(-1) * o_b) / (wa + wb).unsqueeze(-1), m + torch.log(wa + wb)
+
+    ns["check_merge"](merge2)
+    with pytest.raises(AssertionError):  # the textbook formula without the max: right, until e^1000
+        ns["check_merge"](lambda oa, la, ob, lb: ((la.exp().unsqueeze(-1) * oa + lb.exp().unsqueeze(-1) * ob)
+                                                  / (la.exp() + lb.exp()).unsqueeze(-1),
+                                                  torch.log(la.exp() + lb.exp())))
+    with pytest.raises(AssertionError):
+        ns["check_merge"](lambda oa, la, ob, lb: ((oa + ob) / 2, torch.maximum(la, lb)))
+
+    def zigzag(n, p, r):
+        c = [(i * n // (2 * p), (i + 1) * n // (2 * p)) for i in range(2 * p)]
+        return list(range(*c[r])) + list(range(*c[2 * p - 1 - r]))
+
+    ns["check_zigzag"](zigzag)
+    with pytest.raises(AssertionError):
+        ns["check_zigzag"](lambda n, p, r: range(r * n // p, (r + 1) * n // p))
+    a100 = GPUS["a100"]
+    ns["check_tokens"](round(2 * a100.fp16_tensor_flops.value / a100.nvlink_bandwidth.value))
+    with pytest.raises(AssertionError):
+        ns["check_tokens"](round(a100.fp16_tensor_flops.value / a100.nvlink_bandwidth.value))

@@ -40,8 +40,8 @@ def executed_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("executed")
 
 
-def test_the_seven_notebooks_exist():
-    assert [n[:2] for n in IDS] == ["01", "02", "03", "04", "05", "06", "07"], IDS
+def test_the_notebooks_exist():
+    assert [n[:2] for n in IDS] == ["01", "02", "03", "04", "05", "06", "07", "10"], IDS
     assert sorted(p.stem for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")) == IDS, "a .py without its .ipynb"
 
 
