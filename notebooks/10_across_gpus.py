@@ -219,9 +219,9 @@ show_table(["layout", "pass", "sent / step", "t compute / step", "t link / step"
 # folder of results/ named ring2, ring4 or ring8); until then it says so.
 
 # %%
-runs = sorted(ROOT.glob("results/ring*/ring_speed.json"))
+runs = sorted((ROOT / "results").glob("ring*/ring_speed.json"))
 if not runs:
-    print("no GPU run committed yet: torchrun --nproc-per-node 8 bench/ring_speed.py --out results/ring8")
+    print("no GPU run committed yet: torchrun --nproc-per-node 8 bench/ring_speed.py --out $OUT, then commit $OUT as results/ring<P>/")
 else:
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for path in runs:
