@@ -17,14 +17,18 @@
 # # 1 · Why IO matters
 #
 # Attention is $O = \mathrm{softmax}(QK^T/\sqrt d)\,V$. Its FLOPs are fixed — about $4N^2d$ per head —
-# so why are some implementations several times faster than others? Because on a modern GPU most of
-# the time goes to **moving bytes** between the big, slow HBM and the small, fast on-chip SRAM, not
-# to arithmetic. This notebook shows it with the workbench's numbers:
+# so why are some implementations tens of times faster than others? Because standard attention writes
+# two $N \times N$ matrices, $S$ and $P$, to the big, slow HBM and reads them back: it spends its time
+# **moving bytes** between HBM and the small, fast on-chip SRAM, not on arithmetic. FlashAttention never
+# writes them. With those bytes gone the picture turns over: on an H200 the fastest FlashAttention-2
+# kernel waits for its tensor cores and its exponentials, not for memory (section 3's figure, measured).
+# This notebook shows both halves with the workbench's numbers:
 #
 # 1. Standard ("naive") attention, and exactly what it writes to HBM.
 # 2. The memory hierarchy of an H200 (`counting.gpus`).
-# 3. The HBM traffic and roofline of naive attention (`counting.closed_forms`, `analysis.roofline`).
-# 4. Where the time goes: the bytes of $S$ and $P$ against those of $Q, K, V, O$.
+# 3. HBM traffic and the roofline: naive attention against FlashAttention-2, by the papers' count
+#    (`counting.closed_forms`, `analysis.roofline`) and as each kernel runs on the GPU (`analysis.story`).
+# 4. Where naive attention's time goes: the bytes of $S$ and $P$ against those of $Q, K, V, O$.
 #
 # Reading order: this notebook, then 2 (online softmax), 3 (FlashAttention-1), 4 (FlashAttention-2),
 # 5 (issue #941's "multiply V once"), 6 (measurements on a real GPU), 7 (the backward pass: recomputation).
@@ -170,13 +174,18 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ## 3 · HBM traffic and roofline of naive attention
+# ## 3 · HBM traffic and the roofline
 #
 # The closed forms (`counting.closed_forms.counts`) restate the Memory model's counts exactly without
 # running anything, so real sizes are instant. Blocks come from FlashAttention's rule for an H200's
 # SRAM (`closed_forms.fa1_blocks`); FlashAttention-2 (`fa2`, notebook 4) is shown for contrast.
 # `analysis.roofline` turns each count into three times — HBM bytes / bandwidth, matmul FLOPs /
 # tensor rate, non-matmul work / SFU and FP32 rates — and the largest one bounds the kernel.
+#
+# These are **the papers' count**: every byte a thread block asks global memory for, as if there were
+# no cache (FA1's Theorem 2 and FA2's analysis count this way). It is the right count for proving an
+# algorithm's traffic, and it is not what reaches DRAM: the table labels it so, and the figure after
+# it shows what the GPU does.
 
 # %%
 from counting import closed_forms
@@ -196,44 +205,90 @@ from counting.headline import min_hbm_bytes
 
 # intensity twice: by the papers' count (every request goes to HBM) and with each input read once and
 # each output written once (what a cache that holds K and V would leave: the most DRAM can be spared)
-show_table(["variant", "N", "HBM bytes (papers' count)", "FLOP/B papers' count", "FLOP/B each input once",
-            "t memory", "t matmul", "t non-matmul", "roofline bound (papers' count)", "predicted TFLOP/s"],
+show_table(["variant", "N", "HBM bytes (papers' count, no cache)", "FLOP/B papers' count", "FLOP/B each input once",
+            "t memory (papers' count)", "t matmul", "t non-matmul", "roofline bound by the papers' count (no cache)",
+            "TFLOP/s by the papers' count"],
            [[name, n, human(c.hbm_bytes), f"{r.intensity_flop_per_byte:.0f}",
              f"{c.total_flops / min_hbm_bytes(c.batch, c.heads, n, n, d, 2):.0f}", f"{r.t_memory_s * 1e6:.0f} µs",
              f"{r.t_matmul_s * 1e6:.0f} µs", f"{r.t_nonmatmul_s * 1e6:.0f} µs", r.bound,
              f"{r.predicted_tflops:.0f}"]
             for (name, n), (c, r) in res.items() if n in (1024, 4096, 16384)])
 
+# %% [markdown]
+# **The figure to remember.** Each kernel below is drawn at its **measured** TFLOP/s on the H200 (a horizontal
+# segment: one speed) against its three arithmetic intensities, FLOPs over bytes counted three ways
+# (`gpumodel.levels`, at the kernel's own blocks): ○ the papers' count (no cache), ◆ what the SMs send to the
+# L2, ■ what reaches DRAM. The ceilings: the HBM slope (bandwidth × intensity), the tensor cores' roof, and
+# the exponential unit's roof — one exponential per (query, key) pair buys $4d$ FLOPs, so 16 exp per clock per
+# SM is a FLOP/s roof of $16 \cdot \text{SMs} \cdot \text{clock} \cdot 4d$, which halves with $d$. The teaching
+# kernels (`naive`, `fa1`, `fa2`) compute in FP32 on CUDA cores, so they sit under the FP32 roof (grey).
+
 # %%
-peak = h200.fp16_tensor_flops.value
-bw = h200.hbm_bandwidth.value
-x = np.logspace(0, 4, 200)
-fig, ax = plt.subplots(figsize=(6.5, 4.2))
-ax.loglog(x, np.minimum(peak, bw * x) / 1e12, "k-", lw=1.5, label="roofline: min(tensor peak, BW × I)")
-ax.axvline(peak / bw, color="grey", ls=":", lw=0.8)
-ax.text(peak / bw * 1.15, 30, f"ridge:\n{peak / bw:.0f} FLOP/B", color="grey", fontsize=8)
-for name, marker in (("naive", "o"), ("fa2", "s")):
-    xs = [res[(name, n)][1].matmul_intensity_flop_per_byte for n in seq]
-    ax.loglog(xs, np.minimum(peak, bw * np.array(xs)) / 1e12, marker, ms=7,
-              label=f"{name}, N = 512 … 16k (the points coincide)")
-ax.set_xlabel("arithmetic intensity I (matmul FLOP per HBM byte, log scale)")
-ax.set_ylabel("attainable TFLOP/s (matmul roof only, log)")
-ax.set_title(f"H200 roofline, d = {d}, fp16")
-legend_outside(ax)
+from analysis import story
+
+bw = h200.hbm_bandwidth.value  # the datasheet's, as the table's times use it (section 4 too)
+
+
+def draw_story(ax, n, d):
+    ce = story.ceilings(d)
+    xs = np.logspace(0, 4, 200)
+    ax.loglog(xs, ce.hbm_bandwidth * xs / 1e12, "k-", lw=1.2, label=f"HBM slope ({ce.hbm_bandwidth / 1e12:.1f} TB/s)")
+    ax.axhline(ce.tensor_flops / 1e12, color="k", ls="--", lw=1.2,
+               label=f"tensor cores ({ce.tensor_flops / 1e12:.0f} TFLOP/s measured)")
+    ax.axhline(ce.exp_flops / 1e12, color="tab:purple", ls="-.", lw=1.2,
+               label=f"exponentials (MUFU × 4d = {ce.exp_flops / 1e12:.0f})")
+    ax.axhline(h200.fp32_flops.value / 1e12, color="grey", ls=":", lw=1, label="FP32 cores (teaching kernels)")
+    for p in story.points(n, d):
+        y = p.measured_tflops
+        x3 = [p.intensity(level) for level in ("requests", "l2", "dram")]
+        st = line_style(p.kernel)
+        ax.plot(x3, [y] * 3, "-", color=st["color"], lw=1.5, label=f"{p.label} (`{p.kernel}`): {y:.0f}")
+        ax.plot(x3[0], y, "o", mfc="white", mec=st["color"], ms=8)
+        ax.plot(x3[1], y, "D", color=st["color"], ms=4)
+        ax.plot(x3[2], y, "s", color=st["color"], ms=7)
+    ax.set_xlim(5, 1e4)
+    ax.set_ylim(2, 3000)
+    ax.set_xlabel("FLOP per byte (log): ○ papers' count  ◆ L2  ■ DRAM")
+    ax.set_title(f"d = {d}, N = {n}, fp16")
+
+fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
+for ax, dd in zip(axes, (64, 128)):
+    draw_story(ax, 4096, dd)
+axes[0].set_ylabel("measured TFLOP/s (log)")
+legend_outside(axes[1])
+fig.suptitle("H200: each kernel at its measured speed, against its three intensities")
+fig.tight_layout()
 plt.show()
+bw_measured = story.ceilings(64).hbm_bandwidth
+verdicts = [[p.label, p.kernel, d_, f"{p.intensity('requests'):.0f}", f"{p.intensity('dram'):.0f}",
+             story.BOUND_WORDS[p.bound], f"{bw_measured * p.intensity('requests') / 1e12:.0f}",
+             f"{p.measured_tflops:.0f}"]
+            for d_ in (64, 128) for p in story.points(4096, d_)]
+show_table(["", "kernel", "d", "FLOP/B papers' count (no cache)", "FLOP/B DRAM", "bound on the H200 (GPU model)",
+            "HBM slope at the papers' count (TFLOP/s)", "measured TFLOP/s"], verdicts)
 
 # %% [markdown]
-# Naive attention's intensity does not grow with $N$: both its FLOPs and its $S$/$P$ bytes grow as
-# $N^2$, so by the papers' count it sits at a fixed point far left of the ridge at every length.
-# FlashAttention-2's bytes grow as $N^2 d / B_r$ (it re-reads $K$ and $V$ once per query block), so
-# its intensity is $\Theta(B_r)$: three times naive's with these blocks, and it grows with $B_r$. By
-# the papers' count it is still left of the ridge — but that count is *global-memory requests*, as if
-# there were no cache. Read each input once (the "each input once" column) and FA2's intensity grows
-# as $N$, far right of the ridge: on an H200 the 60 MB L2 serves nearly every re-read of $K_j, V_j$
-# (Nsight Compute: DRAM bytes 0.97–1.04× reading Q, K, V once and writing O once), so no FA2 kernel
-# measured here is bound by memory. Naive's $S$ and $P$ (64 MiB per (batch, head) at N = 4k, 8 GiB for
-# the table's $B \cdot H = 128$) do not fit any cache: its DRAM traffic is real. Notebook 6 says what
-# bounds each kernel on the H200, from the GPU model, with the measurements beside it.
+# Read the figure from left to right. **Naive attention** sits left of the ridge on every count: its $S$ and
+# $P$ (64 MiB per (batch, head) at $N$ = 4k, 8 GiB for $B \cdot H = 128$) fit no cache, so even its DRAM
+# intensity (■) stays low, and on the HBM slope there no kernel could run it faster than a few hundred
+# TFLOP/s — naive attention is memory-bound as an algorithm. (The teaching `naive` kernel does not even reach
+# that slope: it computes in FP32, and the GPU model finds it waiting on shared memory.) Its intensity does
+# not grow with $N$: FLOPs and $S$/$P$ bytes both grow as $N^2$.
+#
+# **FlashAttention-2** by the papers' count (○) is left of the ridge too: it re-reads $K$ and $V$ once per
+# query block, so its bytes grow as $N^2 d / B_r$ and its intensity is only $\Theta(B_r)$ — the table above
+# prices it on the memory slope. But that count assumes no cache. On the H200 the 60 MB L2 serves nearly every
+# re-read of $K_j, V_j$ (Nsight Compute: DRAM bytes 0.97–1.04× reading Q, K, V once and writing O once), so
+# its DRAM intensity (■) grows as $N$, far right of the ridge. At $d = 128$ the measured Hopper kernel
+# (`fa2_wgmma`) even runs faster than the HBM slope allows at its papers' count (the table's last two
+# columns) — impossible if those bytes came from DRAM. It is **not memory-bound**. The GPU model
+# and Nsight Compute agree on what bounds it: the tensor cores at $d = 128$, the exponentials (with the
+# softmax's FP32 work) at $d = 64$, where the exponential roof is half as high. `v_once` (notebook 5)
+# spills its $f$ row to HBM and is the one tensor-core kernel here that waits for memory.
+#
+# So "IO-aware" is the right lesson, and the right measure of IO depends on the cache: the papers' count
+# proves what an algorithm must move; DRAM bytes say what the GPU waits for. Notebook 6 has the model
+# against every measurement.
 #
 # ## 4 · Where the time goes
 #
@@ -296,17 +351,23 @@ print("share of naive's HBM bytes that are S and P:", ", ".join(f"N={n}: {s:.0%}
 #
 # The same numbers are one command away: `fa-traffic report --blocks fa1-rule` (here for two variants).
 # It takes the benchmarks' full GPU unless told (B = 16k/N, H = 2048/d: 16 x 32 at N = 1k, 1 x 32 at 16k),
-# section 3's shape, so its bytes, times and TFLOP/s are that table's. Without `--blocks fa1-rule` it models each
-# variant's real kernel with its own blocks instead (the GPU model of notebook 6), and gives other numbers.
+# section 3's shape, so its bytes, times and TFLOP/s are that table's: **the papers' count (no cache)**, whose
+# `bound` column says "memory" for FA2. Without `--blocks fa1-rule` it models each variant's real kernel with its
+# own blocks instead (the GPU model of notebook 6): requests (the papers' count), L2 and DRAM bytes, and the bound
+# on the H200 — for FA2 (`fa2_wgmma`) the softmax, not memory; for the teaching `naive` kernel shared memory, with
+# many times the compulsory bytes reaching DRAM (the `DRAM × min` column).
 
 # %%
 import subprocess
 
-# --blocks fa1-rule: the papers' count and roofline with FA1's blocks, as in section 3's table
-out = subprocess.run([sys.executable, "-m", "analysis", "report", "--variant", "naive,fa2",
-                      "--seq-len", "1k,16k", "--blocks", "fa1-rule", "--format", "markdown"],
-                     cwd=ROOT, capture_output=True, text=True)
-display(Markdown(out.stdout) if out.returncode == 0 else Markdown(f"`fa-traffic` failed: {out.stderr}"))
+for title, extra in (("`--blocks fa1-rule`: the papers' count (no cache) and its roofline, as in section 3's table",
+                      ["--blocks", "fa1-rule"]),
+                     ("default: each variant's kernel in the GPU model, its bound on the H200", [])):
+    out = subprocess.run([sys.executable, "-m", "analysis", "report", "--variant", "naive,fa2",
+                          "--seq-len", "1k,16k", "--format", "markdown", *extra],
+                         cwd=ROOT, capture_output=True, text=True)
+    display(Markdown(f"**{title}**\n\n" + out.stdout) if out.returncode == 0
+            else Markdown(f"`fa-traffic` failed: {out.stderr}"))
 
 # %% [markdown]
 # ## 5 · S in HBM, in the input dtype

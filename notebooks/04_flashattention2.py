@@ -248,12 +248,24 @@ print(f"Br = {br}, Bc = 64, {warps} warps; plus a __syncthreads() per step for s
 # the other elementwise work drop. The roofline (`analysis.roofline`) turns counts into times on an
 # H200: HBM bytes at 4.8 TB/s, matmuls at the dense fp16 tensor rate, exponentials at the SFU rate
 # and the rest at the FP32 rate — one non-matmul FLOP costs as much time as 30 (other) to 250 (exp)
-# matmul FLOPs, so 1–2 % of the FLOPs take about as long as all the matmuls.
+# matmul FLOPs (computed in the cell below), so 1–2 % of the FLOPs take about as long as all the matmuls.
+#
+# Two counts of memory. **The papers' count** (no cache) charges every $K_j, V_j$ re-read to HBM, and by it
+# HBM is the largest term. On the H200 the L2 serves those re-reads, and DRAM sees about $Q, K, V$ read once and
+# $O$ written once (Nsight Compute: 0.97–1.04× that, for FA2's kernels): the "each input once" column. FA1 is
+# different: its $O_i$ round trips are writes that depend on the last read, and the GPU model sends them to DRAM.
 
 # %%
 from analysis.roofline import roofline
+from counting.headline import min_hbm_bytes
 
 h200 = gpus["h200"]
+# what one non-matmul FLOP costs in matmul FLOPs' time, at the roofline's rates (an FMA counts two FLOPs in the
+# FP32 peak, a step of `other` one instruction: hence FP32 / 2)
+tc_rate, fp32_rate = h200.fp16_tensor_flops.value, h200.fp32_flops.value
+cost = {"tensor cores / FP32 peak": tc_rate / fp32_rate, "other": tc_rate / (fp32_rate / 2),
+        "exp": tc_rate / h200.exp_rate.value}
+print("matmul FLOPs per non-matmul FLOP's time:", ", ".join(f"{k}: {v:.0f}×" for k, v in cost.items()))
 d = 128
 br, bc = closed_forms.fa1_blocks(h200.sram_bytes, d)
 table, res = [], {}
@@ -263,15 +275,20 @@ for n in (4096, 16384):
                                 block_k=bc, sram_bytes=h200.sram_bytes)  # batch x N = 16k tokens
         r = roofline(c, h200)
         res[(name, n)] = (c, r)
+        t_once = min_hbm_bytes(16384 // n, heads, n, n, d, 2) / h200.hbm_bandwidth.value
+        with_l2 = {"memory": t_once, "matmul": r.t_matmul_s, "non-matmul": r.t_nonmatmul_s}
         table.append([n, name, human(c.hbm_read_bytes), human(c.hbm_write_bytes),
                       f"{c.flops['matmul']:.3g}", f"{c.flops['exp']:.3g}", f"{c.flops['other']:.3g}",
                       f"{(c.flops['exp'] + c.flops['other']) / c.flops['matmul']:.2%}",
-                      f"{r.t_memory_s * 1e6:.0f} / {r.t_matmul_s * 1e6:.0f} / {r.t_nonmatmul_s * 1e6:.0f}",
-                      r.bound])
+                      f"{r.t_memory_s * 1e6:.0f} / {t_once * 1e6:.0f} / {r.t_matmul_s * 1e6:.0f} / "
+                      f"{r.t_nonmatmul_s * 1e6:.0f}",
+                      r.bound, max(with_l2, key=with_l2.get) if name == "fa2" else "(O round trips: DRAM)"])
 print(f"batch = 16k / N, H = {heads} heads, d = {d}, Br = {br}, Bc = {bc}, fp16; "
       "times on an H200 (datasheet figures)")
-show_table(["N", "variant", "HBM read", "HBM write", "matmul", "exp", "other", "non-matmul / matmul",
-            "t memory / matmul / non-matmul (µs)", "roofline bound (papers' count)"], table)
+show_table(["N", "variant", "HBM read (papers' count)", "HBM write (papers' count)", "matmul", "exp", "other",
+            "non-matmul / matmul",
+            "t memory: papers' count (no cache) / each input once / t matmul / t non-matmul (µs)",
+            "roofline bound by the papers' count (no cache)", "bound when DRAM reads each input once"], table)
 
 # %%
 n = 16384
@@ -291,10 +308,13 @@ x = np.arange(len(parts))
 for off, name in ((-0.2, "fa1"), (0.2, "fa2")):
     c, r = res[(name, n)]
     axes[1].bar(x + off, [r.t_memory_s * 1e6, r.t_matmul_s * 1e6, r.t_nonmatmul_s * 1e6], width=0.4,
-                label=name.upper(), color=colour(name))
+                label=f"{name.upper()} (memory: papers' count, no cache)", color=colour(name))
+t_once = min_hbm_bytes(16384 // n, heads, n, n, d, 2) / h200.hbm_bandwidth.value
+axes[1].bar([0], [t_once * 1e6], width=0.8, color="none", edgecolor="k", hatch="//",
+            label="DRAM reading each input once (FA2 on the H200, ncu)")
 axes[1].set_xticks(x, ["HBM traffic", "matmul", "exp + other"])
 axes[1].set_ylabel("time on an H200 if that were the only cost (µs)")
-axes[1].set_title("Roofline components")
+axes[1].set_title("Roofline components: the papers' count against DRAM")
 legend_outside(axes[1])
 fig.tight_layout()
 plt.show()
@@ -303,12 +323,13 @@ print("matmul FLOPs, FA1 and FA2:", ", ".join(f"{res[(k, n)][0].flops['matmul']:
 # %% [markdown]
 # **What to take away.** Counted, FA2's gains over FA1 are (1) $O$ written once instead of $T_c$
 # times, (2) fewer exponentials and less elementwise work on the accumulator — the share of
-# non-matmul FLOPs drops, and on a GPU whose tensor cores are ~15× faster than its FP32 units that
-# matters — and (3) by far the largest in practice, $T_r$ times more independent thread blocks. The
-# loop swap does **not** by itself reduce the bytes read: it swaps which operands are re-read. On the
-# GPU, FA2's re-reads of $K_j, V_j$ are shared by all the query blocks running at once and largely
-# hit the L2 cache, which this HBM model (deliberately) does not credit. Notebook 6 compares the
-# model with measured counters.
+# non-matmul FLOPs drops, and where one non-matmul FLOP costs 30 to 250 matmul FLOPs' time (the
+# factors printed above) that matters — and (3) by far the largest in practice, $T_r$ times more
+# independent thread blocks. The loop swap does **not** by itself reduce the bytes read: it swaps which
+# operands are re-read. By the papers' count (no cache) FA2 looks memory-bound; on the GPU its re-reads
+# of $K_j, V_j$ are shared by all the query blocks running at once and hit the L2, so DRAM sees each input
+# about once and FA2 is bound by its arithmetic — the next table measures `fa2_wgmma` faster than the
+# papers'-count memory time allows. Notebook 6 compares the model with measured counters.
 #
 # **On the H200.** The roofline above prices the papers' count at datasheet rates with perfect overlap.
 # The GPU model (`gpumodel.gpu_model`; notebook 6 checks it against every committed measurement) runs
@@ -338,6 +359,13 @@ for n in (4096, 16384):
                      f"{4 * (16384 // n) * heads * n * n * d / t / 1e12:.0f}" if t else "—"])
 show_table(["N", "kernel", "Br×Bc", "thread blocks", "bound (GPU model)", "model", "measured",
             "TFLOP/s model", "TFLOP/s measured"], rows)
+for n in (4096, 16384):  # the papers'-count memory time of section 4 against what fa2_wgmma measured
+    t, _ = measured.get(("fa2_wgmma", n, d), (None, None))
+    if t:
+        floor = res[("fa2", n)][1].t_memory_s
+        verdict = "under" if t < floor else "over"
+        print(f"N = {n}: fa2_wgmma measured {t * 1e6:.0f} µs, {verdict} the papers'-count memory time of "
+              f"{floor * 1e6:.0f} µs (section 4)" + (": those bytes do not come from DRAM" if t < floor else ""))
 
 # %% [markdown]
 # Measured, the teaching FA1 takes 4.2× the teaching FA2's time at N = 4096 (113.0 against 26.8 ms; it was

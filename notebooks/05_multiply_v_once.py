@@ -486,6 +486,32 @@ else:
 #   wgmma path as the fastest FA2, it moves only the compulsory bytes and still takes 2.2–6.5× FA2's
 #   time (N = 512…16k), because holding the row leaves one consumer warpgroup per SM and serialises the two products.
 
+# %% [markdown]
+# ## 8 · The five side by side
+#
+# Everything notebooks 1–5 built, in one table: standard attention, FlashAttention-1, FlashAttention-2 (the
+# teaching kernels: FP32 on CUDA cores), the Hopper FlashAttention-2 (`fa2_wgmma`: tensor cores, TMA) and
+# multiply-V-once (`v_once_tc`, its $f$ row spilled at this length). One shape, $N = 4096$, $d = 128$, fp16,
+# the benchmarks' full GPU ($B = 16\text{k}/N$, $H = 2048/d$). Every number is computed: the traffic from the
+# closed forms at each kernel's own blocks (the formula column is checked against them), the thread blocks and
+# the bound from the GPU model (`gpumodel.gpu_model`), the speed from the committed measurements
+# (`analysis.story.MEASURED_FILE`: `results/bench_kernels.json` for the teaching tier, `results/cluster_bench.json`
+# for the tensor-core kernels, one run each). The traffic column is **the papers' count** (no cache); the
+# last column is what reaches DRAM, from the model's L2, against $Q, K, V$ read once and $O$ written once.
+
+# %%
+from analysis import story
+
+headers, rows = story.comparison_rows(4096, 128)
+show_table(headers, rows)
+
+# %% [markdown]
+# Read down the last three columns. Only two rows wait for memory: naive attention (its $S$ and $P$: 33× the
+# compulsory bytes reach DRAM — the teaching kernel is slower still, on FP32 cores and shared memory) and
+# `v_once` (its spilled $f$ row). FA2's re-reads of $K$ and $V$, large by the papers' count, stay in the L2:
+# DRAM sees 1.00× the compulsory bytes, and the Hopper kernel is bound by its tensor cores. FA1's $O_i$ round
+# trips reach DRAM too, but its teaching kernel is starved first: $B \cdot H = 64$ thread blocks for 132 SMs.
+
 # %%
 # Checks for the exercises: call one with your answer; it says whether it is right.
 def check_fp8_f(fn):

@@ -140,10 +140,12 @@ print("FLOPs:", dict(c.flops), " (no exp: P is read, not rebuilt)")
 #
 # | | FA1, Algorithm 4 | FA2, Algorithm 2 |
 # |---|---|---|
-# | statistics read per tile | $\ell_i$, $m_i$; $P = \mathrm{diag}(\ell)^{-1} e^{S - m}$ (line 12) | $L_i$ only; $P = e^{S - L}$ (line 11) |
-# | $D_i = \mathrm{rowsum}(dO_i \circ O_i)$ | recomputed at every tile (line 18), so $O_i$ is read $T_c$ times | computed once before the loop (line 4), $O$ read once |
-# | $dQ_i$ | read and written per tile, in the input dtype (line 20) | read and written per tile, a **float32** accumulator (line 15) |
-# | $dK_j$, $dV_j$ | zeroed in HBM (line 4), written at the end | written once at the end (line 18) |
+# | statistics read per tile | $\ell_i$, $m_i$; $P = \mathrm{diag}(\ell)^{-1} e^{S - m}$ (FA1 Alg. 4 line 13) | $L_i$ only; $P = e^{S - L}$ (FA2 Alg. 2 line 11) |
+# | $D_i = \mathrm{rowsum}(dO_i \circ O_i)$ | recomputed at every tile (FA1 Alg. 4 line 19), so $O_i$ is read $T_c$ times | computed once before the loop (FA2 Alg. 2 line 4), $O$ read once |
+# | $dQ_i$ | read and written per tile, in the input dtype (FA1 Alg. 4 line 21) | read and written per tile, a **float32** accumulator (FA2 Alg. 2 line 15) |
+# | $dK_j$, $dV_j$ | zeroed in HBM (FA1 Alg. 4 line 5), written at the end | written once at the end (FA2 Alg. 2 line 18) |
+#
+# (Line numbers as the papers print them; `docs/lines.md` lists each line and the code that carries it out.)
 #
 # **Why dQ needs an accumulator.** With $K/V$ outside, $dQ_i = \tau \sum_j dS_{ij} K_j$ receives one
 # partial sum per visited key block, and those partial sums arrive in different iterations of the
@@ -387,8 +389,11 @@ def check_naive_limit(n):
 # ```
 # FA1 recomputes $D_i = \mathrm{rowsum}(dO_i \circ O_i)$ at each of the $T_c$ visits: $(T_c - 1)$ extra
 # reads of $O$ ($N_q d$ elements each) and $2 N_q d$ extra `other` FLOPs per visit. Against the matmul
-# FLOPs these are tiny; the extra bytes of $O$ are what an H200 (memory-bound by the papers' count, ridge
-# ≈ 200 FLOP/B) notices — and still little next to the $K, V$ re-reads.
+# FLOPs these are tiny. The bytes are what `analysis.roofline` notices: by the papers' count (no cache) the
+# backward sits left of the H200's ridge (≈ 200 FLOP/B), so the extra reads of $O$ add to its memory time —
+# still little next to the $K, V$ re-reads. That is the papers' count, not the H200's bound: on the GPU the
+# L2 serves re-reads, so DRAM can see far fewer bytes (for the forward, Nsight Compute measures FA2's DRAM
+# bytes at about one read of each input; notebooks 1 and 6).
 #
 # </details>
 #
