@@ -132,9 +132,11 @@ grid = json.loads(GRID.read_text())
 RUN = grid["env"]["run_id"]
 builds = {r["d"]: r["config"] for r in grid["rows"] if r["variant"].startswith("fa2_wgmma") and r["n"] == 16384
           and not r["causal"] and r["dtype"] == "float16"}
-show_table(["d", "consumer warpgroups (Br = 64 × NWG)", "Bc", "ring slots (STAGES)", "ping-pong", "persistent"],
+show_table(["d", "consumer warpgroups (Br = 64 × NWG)", "Bc", "ring slots (STAGES)", "ping-pong", "persistent",
+            "rescale threshold (section 5)"],
            [[d, c["NWG"], c["BLOCK_N"], c.get("STAGES", 2), "yes" if c.get("PINGPONG", 1) and c["NWG"] == 2 else "no",
-             "yes" if c.get("PERSISTENT") else "no"] for d, c in sorted(builds.items())])
+             "yes" if c.get("PERSISTENT") else "no", c.get("RESCALE_THRESHOLD", "off")]
+            for d, c in sorted(builds.items())])
 print(f"builds as recorded in run {RUN} ({GRID.relative_to(ROOT)}); an absent STAGES or PINGPONG is the "
       "kernel's default (2, 1)")
 
@@ -218,8 +220,8 @@ print(f"rates: {R_TC:.0f} FLOP/clk/SM (wgmma) and {R_MUFU:.2f} ex2/clk/SM (MUFU)
 # At d = 128 one warpgroup's softmax (half as long as its products) hides under the other's products and the
 # tensor cores never wait. At d = 64 the products halve but the exponentials do not: the two are equal, the
 # MUFU is as busy as the tensor cores, and the FP32 work of the softmax (not drawn) is then on the critical path.
-# This is why the d = 64 build runs three consumer warpgroups without ping-pong (the table in section 2): three
-# softmaxes in flight fill the gaps better than strict turns.
+# The d = 64 build (the table in section 2) accordingly runs FA3's d = 64 tile: three consumer warpgroups
+# (Br = 192) and no strict turns, so that more softmaxes are in flight to keep both units fed.
 
 # %% [markdown]
 # ## 4 · Why d = 64 is bound by the exponentials
@@ -384,8 +386,8 @@ show_table(["knob", "d", "cells", "geomean", "best", "worst", "cells faster"],
 
 # %% [markdown]
 # The threshold helps where rescales were common and the multiply of O is large (d = 256, causal rows) and is level
-# elsewhere: it ships in the d = 64 and 256 builds, and since in most (the `RESCALE_THRESHOLD` column of the grid's
-# builds). The polynomial was slower in every cell and was removed. The kernel's version log gives the reason:
+# elsewhere: it went into the d = 64 and 256 builds, and later into most (the last column of section 2's table).
+# The polynomial was slower in every cell and was removed. The kernel's version log gives the reason:
 # each polynomial exponential costs about 9 FMA/ALU issue slots to save one MUFU slot, and on Hopper those FP32 lanes
 # are exactly what the rest of the softmax is waiting for; the SASS count of `MUFU.EX2` fell from 264 to 200 and the
 # time rose. FA4's case is Blackwell's, where the tensor cores are twice as fast per SM and the MUFU is not.
