@@ -16,21 +16,23 @@
 # %% [markdown]
 # # 6 · On a real GPU
 #
-# The first five notebooks counted bytes and FLOPs. Here the kernels meet the hardware: the teaching
-# CUDA kernels of all four variants (`kernels/`, one `.cu` per variant, mirroring the references), the
-# tensor-core kernels `fa2_tc` and `v_once_tc`, and PyTorch's SDPA backends (FlashAttention-2 and cuDNN)
-# as the bar to clear.
+# The first five notebooks counted bytes and FLOPs. Here the kernels meet the hardware, an H200: the teaching
+# CUDA kernels of all four variants (`kernels/`, one `.cu` per variant, mirroring the references), the project's
+# Hopper kernel `fa2_wgmma` (forward and backward; how it works is notebook 8), and PyTorch's SDPA backends
+# (FlashAttention-2 and cuDNN) as the bar to clear.
 #
-# - **Without a GPU** (this is how the test suite runs it) the notebook reads the measurements
-#   committed under `results/` by `bench/bench_kernels.py` and `bench/bench_tc.py` on an H200.
-#   Missing files are reported as "not measured yet".
+# - **Without a GPU** (this is how the test suite runs it) the notebook reads the measurements committed under
+#   `results/`, each labelled with its run.
 # - **With a GPU** (`torch.cuda.is_available()`), section 4 also runs a small live benchmark through
 #   `kernels.KERNELS` and `bench.harness`.
 #
 # 1. What has been measured.
-# 2. Timings: TFLOP/s against $N$.
+# 2. Timings: the teaching kernels, then the Hopper kernel against cuDNN and SDPA flash, forward and backward.
 # 3. The model against the measurements: the GPU model (levels, bound, time) and measured counters.
 # 4. Live, when a GPU is present.
+#
+# The lab notes of the GPU visits (the SM clock under the power cap, the builds' knob strings, the per-clock
+# ceilings, one round of A/B predictions) are in the appendix notebook, `99_appendix_lab_notes`.
 
 # %%
 # Setup: make the workbench packages importable from wherever this notebook was opened.
@@ -63,62 +65,115 @@ import json
 from analysis.results import RESULTS_DIR as RESULTS, load_records, one_per_shape, run_label
 from analysis.style import tier
 
-# The runs this notebook reads, named: a new file in results/ changes nothing here until it is
-# listed. One file per tier, so every panel and every comparison inside it comes from one run.
-TIMINGS = {"teaching": "bench_kernels.json",        # bench/bench_kernels.py: all four teaching kernels + SDPA
-           "tensor-core": "tc_bench_wgmma_tma.json"}  # bench/bench_tc.py: fa2_tc, fa2_wgmma (wgmma + TMA) + SDPA
+# The runs this notebook reads, named: a new file in results/ changes nothing here until it is listed.
+TEACHING = "bench_kernels.json"                                     # bench/bench_kernels.py: the four teaching kernels + SDPA
+GRID_FWD = "fwd_wgmma_vs_cudnn_grid/four_passes_run3/ab_wgmma_speed.json"  # lab/ab_wgmma_speed.py: forward(), cuDNN, flash
+GRID_BWD = "bwd_kernels_vs_sdpa_grid/bwd_bench.json"                 # bench/bench_bwd.py: the backward kernels + SDPA
 NCU_FILES = ["tc_ncu.csv", "tc_ncu_wgmma_tma_d64.csv", "tc_ncu_wgmma_tma_d128.csv"]
 
 # %%
-runs = {t: [r for r in load_records(name) if "{" not in r["kernel"]] for t, name in TIMINGS.items()}
-show_table(["tier", "file", "run", "kernels", "timed records"],
-           [[t, TIMINGS[t], run_label(rs), ", ".join(sorted({r["kernel"] for r in rs})), len(rs)]
-            for t, rs in runs.items()])
+teaching = [r for r in load_records(TEACHING) if "{" not in r["kernel"]]
+fwd = json.loads((RESULTS / GRID_FWD).read_text())
+bwd = json.loads((RESULTS / GRID_BWD).read_text())
+fwd_rows = [dict(r, kernel=r["variant"].replace("[default]", "")) for r in fwd["rows"] if r.get("ok")]
+bwd_rows = [r for r in bwd["rows"] if r.get("ok") and r.get("bwd_tflops")]
+show_table(["what", "file", "run", "kernels", "timed records"],
+           [["teaching kernels, forward", TEACHING, run_label(teaching), ", ".join(sorted({r["kernel"] for r in teaching})),
+             len(teaching)],
+            ["Hopper forward grid", GRID_FWD, fwd["env"]["run_id"], ", ".join(sorted({r["kernel"] for r in fwd_rows})),
+             len(fwd_rows)],
+            ["backward grid", GRID_BWD, bwd["meta"]["run_id"], ", ".join(sorted({r["kernel"] for r in bwd_rows})),
+             len(bwd_rows)]])
 
 # %% [markdown]
 # ## 2 · Timings
 #
-# TFLOP/s in the two files read here, `bench_kernels.json` and `tc_bench_wgmma_tma.json`, counts the papers'
-# FLOPs ($4 B H N^2 d$, halved when causal: exact only for the non-causal rows, since causal $N_q = N_k$ has
-# $N(N+1)/2$ visible pairs) over the median time. Every run through `bench/harness.py` since (the A/B runs,
-# `cluster_bench*.json`, `bwd_kernels_vs_sdpa_grid/`, and the live run at the end of this notebook) divides
-# `counting.headline.attention_flops` (4·d per visible pair) instead; docs/results.md ("How the numbers are counted") lists
-# which committed file uses which. Records use batch × $N$ = 16k tokens and hidden size 2048, fp16. Tuning-sweep candidates (kernels whose name
-# carries a `{config}`) are left out.
+# **The teaching kernels** (`bench_kernels.json`, written before the harness stamped runs) count the papers'
+# FLOPs ($4 B H N^2 d$, halved when causal) over the median time; every later run through `bench/harness.py`
+# (the two grids below, the live run at the end) divides `counting.headline.attention_flops` (4·d per visible pair)
+# instead; docs/results.md ("How the numbers are counted") lists which file uses which. Batch × $N$ = 16k tokens,
+# hidden size 2048, fp16. They run at a few TFLOP/s: scalar FFMA and shared loads, no tensor cores.
 
 # %%
-# each row keeps its own tier (SDPA, the bar to clear, beside the tensor-core kernels): the teaching
-# kernels run at a few TFLOP/s and would be a flat line on the tensor-core axis
-timed = {t: one_per_shape([r for r in rs if r.get("n") and r.get("d") and r["dtype"] in ("float16", "fp16")
-                           and tier(r["kernel"]) in ((t,) if t == "teaching" else (t, "library"))])
-         for t, rs in runs.items()}
-panels = sorted({(r["d"], r["causal"]) for rs in timed.values() for r in rs})
-# one row of panels per tier, each from its own run
-fig, axes = plt.subplots(len(timed), len(panels), figsize=(3.6 * len(panels) + 1.8, 3.3 * len(timed)),
-                         squeeze=False, sharey="row")
-for row, (t, rs) in zip(axes, timed.items()):
-    for ax, (d, causal) in zip(row, panels):
-        for kernel in sorted({r["kernel"] for r in rs}, key=lambda k: (tier(k) == "library", k)):
-            pts = sorted((r["n"], r["tflops"]) for r in rs if (r["kernel"], r["d"], r["causal"]) == (kernel, d, causal))
-            if pts:
-                ax.plot(*zip(*pts), label=kernel, **line_style(kernel))
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length N")
-        ax.set_title(f"{t}: d = {d}, {'causal' if causal else 'non-causal'}", fontsize=9)
-        ax.grid(True, alpha=0.3)
-    row[0].set_ylabel("TFLOP/s (papers' FLOPs)")
-    legend_outside(row[-1], title=TIMINGS[t])
-fig.suptitle("Measured TFLOP/s, fp16, H200 (linear scale: the gaps are the point)")
+timed = one_per_shape([r for r in teaching if r.get("n") and r.get("d") and r["dtype"] in ("float16", "fp16")
+                       and tier(r["kernel"]) == "teaching"])
+panels = sorted({(r["d"], r["causal"]) for r in timed})
+fig, axes = plt.subplots(1, len(panels), figsize=(8, 3.2), squeeze=False, sharey=True)
+for ax, (d, causal) in zip(axes[0], panels):
+    for kernel in sorted({r["kernel"] for r in timed}):
+        pts = sorted((r["n"], r["tflops"]) for r in timed if (r["kernel"], r["d"], r["causal"]) == (kernel, d, causal))
+        if pts:
+            ax.plot(*zip(*pts), label=kernel, **line_style(kernel))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length N")
+    ax.set_title(f"d = {d}, {'causal' if causal else 'non-causal'}", fontsize=9)
+    ax.grid(True, alpha=0.3)
+axes[0][0].set_ylabel("TFLOP/s (papers' FLOPs)")
+axes[0][0].legend(fontsize=7)
+fig.suptitle(f"The teaching kernels, fp16, H200 ({run_label(timed)})", fontsize=9)
 fig.tight_layout()
 plt.show()
-for t, rs in timed.items():
-    n_show = max(r["n"] for r in rs)
-    kernels_seen = sorted({r["kernel"] for r in rs})
-    show_table([f"{t} kernel, N = {n_show}"] + [f"d={d}, {'causal' if c else 'non-causal'}" for d, c in panels],
-               [[kernel] + [next((f"{r['tflops']:.1f}" for r in rs if (r["kernel"], r["n"], r["d"], r["causal"])
-                                  == (kernel, n_show, d, c)), "—") for d, c in panels]
-                for kernel in kernels_seen])
-    print(f"TFLOP/s from {run_label(rs)}; —: not measured at this N")
+
+# %% [markdown]
+# **The Hopper kernel** against PyTorch's two fast backends, in the current grid: the forward from
+# `four_passes_run3` (every cell timed in four passes, in order and reversed, the median of the passes; fp16 and
+# bf16, d = 64/96/128/256, N = 512–16k), the backward from `bwd_kernels_vs_sdpa_grid` (d = 64/128). Shown: fp16,
+# d = 64 and 128, non-causal and causal.
+
+# %%
+fig, axes = plt.subplots(2, 2, figsize=(8, 5.6), sharex=True)
+for col, d in enumerate((64, 128)):
+    for row, (what, rows, key) in enumerate((("forward", fwd_rows, "tflops"), ("backward", bwd_rows, "bwd_tflops"))):
+        ax = axes[row][col]
+        for kernel in ("fa2_wgmma", "sdpa_cudnn", "sdpa_flash"):
+            for causal in (False, True):
+                pts = sorted((r["n"], r[key]) for r in rows if (r["kernel"], r["d"], bool(r["causal"]), r["dtype"])
+                             == (kernel, d, causal, "float16"))
+                style = dict(line_style(kernel), linestyle=":" if causal else "-")
+                ax.plot(*zip(*pts), label=f"{kernel}{', causal' if causal else ''}", **style)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{what}, d = {d}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylabel("TFLOP/s" if col == 0 else "")
+for ax in axes[1]:
+    ax.set_xlabel("sequence length N")
+handles, labels = axes[0][0].get_legend_handles_labels()
+fig.legend(handles, labels, fontsize=7, ncol=3, loc="lower center")
+fig.suptitle(f"fp16, H200: forward run {fwd['env']['run_id']},\nbackward run {bwd['meta']['run_id']} (dotted: causal)",
+             fontsize=8)
+fig.tight_layout(rect=(0, 0.1, 1, 1))
+plt.show()
+
+
+def geomean(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+by_cell = {(r["kernel"], r["dtype"], r["d"], r["n"], bool(r["causal"])): r for r in fwd_rows}
+rows = []
+for d in sorted({r["d"] for r in fwd_rows}):
+    mine = [(k, r) for k, r in by_cell.items() if k[0] == "fa2_wgmma" and k[2] == d]
+    vs_cudnn = [by_cell[("sdpa_cudnn", *k[1:])]["median_ms"] / r["median_ms"] for k, r in mine]
+    vs_flash = [by_cell[("sdpa_flash", *k[1:])]["median_ms"] / r["median_ms"] for k, r in mine]
+    rows.append([d, len(mine), sum(x >= 1 for x in vs_cudnn), f"{geomean(vs_cudnn):.2f}", f"{geomean(vs_flash):.2f}",
+                 f"{max(r['tflops'] for _, r in mine):.0f}"])
+show_table(["d", "cells (fp16, bf16, causal or not)", "fa2_wgmma ≥ cuDNN", "cuDNN time / fa2_wgmma (geomean)",
+            "SDPA flash time / fa2_wgmma (geomean)", "fa2_wgmma best TFLOP/s"], rows)
+print(f"forward: run {fwd['env']['run_id']}")
+bw = {(r["kernel"], r["dtype"], r["d"], r["n"], bool(r["causal"])): r for r in bwd_rows}
+show_table(["backward, d", "cells", "cuDNN time / fa2_wgmma (geomean)", "SDPA flash time / fa2_wgmma (geomean)"],
+           [[d, len(ks), f"{geomean([bw[('sdpa_cudnn', *k[1:])]['bwd_ms'] / bw[k]['bwd_ms'] for k in ks]):.2f}",
+             f"{geomean([bw[('sdpa_flash', *k[1:])]['bwd_ms'] / bw[k]['bwd_ms'] for k in ks]):.2f}"]
+            for d in (64, 128)
+            for ks in [[k for k in bw if k[0] == "fa2_wgmma" and k[2] == d and ("sdpa_cudnn", *k[1:]) in bw]]])
+print(f"backward: run {bwd['meta']['run_id']}")
+
+# %% [markdown]
+# Read the ratios as "how many times longer the other kernel takes": above 1, `fa2_wgmma` is faster. In the
+# forward it is ahead of SDPA flash everywhere and level with or ahead of cuDNN in most cells (notebook 8 explains
+# the kernel, and why every kernel's share of the tensor cores is lowest at d = 64). In the backward cuDNN leads
+# (ratios below 1): `fa2_wgmma`'s backward (`kernels/fa2_wgmma_bwd.py`, notebook 7's algorithm) is ahead of SDPA
+# flash but not of cuDNN.
 
 # %% [markdown]
 # ## 3 · The model against the measurements
@@ -226,17 +281,16 @@ show_table(["kernel", "d", "bound (model)", "model", "measured", "model / measur
 # %% [markdown]
 # ### What the L2 absorbs
 #
-# For every kernel Nsight Compute profiled (N = 4k, `results/*ncu*.csv`): the papers' count
-# (requests), the model's L2 and DRAM levels, and the counters — `lts__t_bytes` (all L2 traffic,
-# including the fabric between the two L2 partitions) and DRAM read + write. Between the first bar and
-# the DRAM bars is what the L2 absorbs: for FA2-style kernels nearly all the re-reads of $K_j, V_j$,
-# leaving DRAM at about one read of Q, K, V and one write of O. Spilled `v_once` is the exception: its
-# f row is too big for the cache. (`fa-traffic validate` checks the model's L2 level against the bytes the
-# SMs move over the crossbar, `l1tex__m_xbar2l1tex_read_bytes` + `l1tex__m_l1tex2xbar_write_bytes` in
-# `results/ncu_levels.csv`: 0.98–1.03× of the model for every kernel, SDPA flash included (the model
-# counts its register spills' write-backs as a local-memory level). The L2 slices' own counters see less
-# on non-causal rows, down to 0.58×: requests for one line from CTAs of a head that run in lockstep are
-# merged before the slice. See `docs/gpu-model.md`.)
+# For the tensor-core kernels Nsight Compute profiled at d = 128 (N = 4k, `results/*ncu*.csv`): the papers' count
+# (requests), the model's L2 and DRAM levels, and the counters: `lts__t_bytes` (all L2 traffic, including the
+# fabric between the two L2 partitions) and DRAM read + write. Between the first mark and the DRAM marks is what
+# the L2 absorbs: for FA2-style kernels nearly all the re-reads of $K_j, V_j$, leaving DRAM at about one read of Q,
+# K, V and one write of O. Spilled `v_once` is the exception: its f row is too big for the cache. The table under
+# the figure has every profiled kernel and d. (`fa-traffic validate` checks the model's L2 level against the bytes
+# the SMs move over the crossbar, `l1tex__m_xbar2l1tex_read_bytes` + `l1tex__m_l1tex2xbar_write_bytes` in
+# `results/ncu_levels.csv`: 0.98–1.03× of the model for every kernel, SDPA flash included. The L2 slices' own
+# counters see less on non-causal rows, down to 0.58×: requests for one line from CTAs of a head that run in
+# lockstep are merged before the slice. See `docs/gpu-model.md`.)
 
 # %%
 from gpumodel import gpu_model as gm
@@ -251,36 +305,36 @@ if not prof:
     print("not measured yet: no ncu counters in results/")
 else:
     keys = sorted(prof, key=lambda k: (k[1], k[0]))
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(keys)), 4.5))
-    x = np.arange(len(keys))
-    series = []
+    series = {}
     for key in keys:
         c = prof[key]
         lv = gm.prepare(work_of(c).desc, c["batch"], c["heads"], c["n_q"], c["n_k"], c["d"], c["dtype"],
                         c["causal"]).levels
-        series.append((lv.requests_bytes, lv.l2_bytes, c["lts_bytes"], lv.dram_bytes, c["dram_bytes"],
-                       lv.compulsory_bytes))
+        series[key] = (lv.requests_bytes, lv.l2_bytes, c["lts_bytes"], lv.dram_bytes, c["dram_bytes"],
+                       lv.compulsory_bytes)
+    shown = [k for k in keys if k[1] == 128]  # one d: six kernels fit the page; the table has them all
+    fig, ax = plt.subplots(figsize=(8, 4))
+    x = np.arange(len(shown))
     labels = ["requests (papers' count)", "L2 (model)", "L2 lts__t_bytes (ncu)", "DRAM (model)", "DRAM (ncu)"]
     # dots on a log axis, not bars: a bar's length means nothing on a log scale, and the levels span 3 decades
     marks = (("s", "none"), ("o", "none"), ("o", None), ("D", "none"), ("D", None))  # hollow: model, filled: ncu
     level_colour = ("tab:gray", "tab:blue", "tab:blue", "tab:red", "tab:red")
     for i, (lab, w) in enumerate(zip(labels, (-0.24, -0.12, 0, 0.12, 0.24))):
-        ax.plot(x + w, [s[i] / 1e9 for s in series], marks[i][0], mfc=marks[i][1] or level_colour[i],
+        ax.plot(x + w, [series[k][i] / 1e9 for k in shown], marks[i][0], mfc=marks[i][1] or level_colour[i],
                 color=level_colour[i], ms=6, ls="none", label=lab)
-    # a short line per kernel (hlines: its legend entry is a line, where a 30-point marker ran into the text)
-    ax.hlines([s[5] / 1e9 for s in series], x - 0.3, x + 0.3, colors="k", lw=1.5,
+    ax.hlines([series[k][5] / 1e9 for k in shown], x - 0.3, x + 0.3, colors="k", lw=1.5,
               label="Q, K, V read once + O written once")
     ax.set_yscale("log")
     ax.grid(True, axis="y", which="both", alpha=0.3)
-    ax.set_xticks(x, [f"{k}\nd={d}" for k, d in keys], fontsize=7, rotation=30, ha="right")
+    ax.set_xticks(x, [k.replace("_tc[", "_tc\n[") for k, _ in shown], fontsize=8)
     ax.set_ylabel("GB (whole problem, log scale)")
-    ax.set_title("What the L2 absorbs: requests → L2 → DRAM, H200, N = 4096, fp16")
-    legend_outside(ax)
+    ax.set_title("What the L2 absorbs: requests → L2 → DRAM, H200, d = 128, N = 4096, fp16", fontsize=9)
+    ax.legend(fontsize=7, ncol=2, loc="upper left")
     fig.tight_layout()
     plt.show()
     show_table(["kernel", "d", "requests", "DRAM (ncu)", "DRAM / compulsory", "absorbed by the L2"],
                [[k, d, human(s[0]), human(s[4]), f"{s[4] / s[5]:.2f}", f"{1 - s[4] / s[0]:.0%}"]
-                for (k, d), s in zip(keys, series)])
+                for (k, d), s in series.items()])
 
 
 # %% [markdown]
@@ -318,7 +372,7 @@ if ncu_rows:
                 "tensor pipe active", "time (ncu)"], ncu_rows)
 
 counter_rows = []
-for f in (RESULTS / name for name in TIMINGS.values()):
+for f in (RESULTS / name for name in (TEACHING,)):
     try:
         data = json.loads(f.read_text())
     except (OSError, ValueError):
@@ -341,188 +395,6 @@ if counter_rows:
     show_table(["file", "kernel", "N", "d", "measured DRAM counters", "model HBM bytes"], counter_rows[:20])
 if not ncu_rows and not counter_rows:
     print("not measured yet: no DRAM counters (ncu) in results/")
-
-# %% [markdown]
-# **What each kernel costs the SM.** `bench/bench_tc.py resources` records, per tensor-core build,
-# registers per thread, shared memory per thread block and the resulting occupancy — the quantity the
-# model does not see, and the one that decides `v_once` (notebook 5):
-
-# %%
-res_path = RESULTS / "tc_resources.json"
-try:
-    resources = [r for r in json.loads(res_path.read_text()) if isinstance(r, dict) and r.get("default") is not False]
-except (OSError, ValueError, AttributeError):
-    resources = []
-builds = {}
-for r in resources:  # fp16 builds, one row per distinct build
-    defs = r.get("defines", {})
-    if not defs.get("IS_BF16"):
-        builds.setdefault((r.get("kernel"), tuple(sorted(defs.items()))), r)
-if not builds:
-    print("not measured yet: no results/tc_resources.json")
-else:
-    keep = ("HEAD_DIM", "PLACEMENT_SRAM", "RESCALE_LAZY", "BLOCK_M", "BLOCK_N")
-    show_table(["kernel", "build (fp16)", "registers / thread", "spills (bytes)", "shared memory / block",
-                "blocks / SM", "occupancy"],
-               [[r.get("kernel"), ", ".join(f"{k}={v}" for k, v in r.get("defines", {}).items() if k in keep),
-                 r.get("registers"), r.get("spill_stores", 0),
-                 human(r["smem_per_cta"], binary=True) if "smem_per_cta" in r else "grows with N (the f row)",
-                 r.get("ctas_per_sm", "—"), f"{r['occupancy']:.1%}" if "occupancy" in r else "—"]
-                for r in builds.values()][:16])
-
-# %% [markdown]
-# ### The clock under the power cap
-#
-# The model turns cycles into seconds at one clock. The H200 does not run at one: under these kernels the
-# board sits at its power cap (about 690 W), and the SM clock is whatever that power buys — it depends on
-# what each kernel draws. `lab/clock_probe.py` timed each kernel six times per shape while `nvidia-smi`
-# read the SM clock every 50 ms (`results/probe_gpu/sm_clock_power_cap`; a *stop* is one numbered round of this
-# project's GPU work, with its notes in `lab/NOTES-tc.md` and `results/sessions/stopNN/`). A time
-# is cycles / clock, so kilocycles = ms × MHz separates the work from the clock:
-
-# %%
-from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
-
-clock_path = RESULTS / "probe_gpu" / "sm_clock_power_cap" / "clock_probe.json"
-try:
-    clock_rows = json.loads(clock_path.read_text())["rows"]
-except (OSError, ValueError, KeyError):
-    clock_rows = []
-if not clock_rows:
-    print("not measured yet: no results/probe_gpu/sm_clock_power_cap/clock_probe.json")
-else:
-    cells = {}
-    for r in clock_rows:  # that run's keys: median_ms, mhz (median SM clock over the timing's window)
-        if r.get("mhz"):
-            cells.setdefault((r["d"], r["n"], r["causal"], r["label"]), {}).setdefault(r["dtype"], []).append(r)
-    med = lambda rs, k: float(np.median([x[k] for x in rs]))  # noqa: E731
-    table = []
-    for (d, n, causal, label), by in cells.items():
-        if {"float16", "bfloat16"} <= set(by):
-            f16, b16 = by["float16"], by["bfloat16"]
-            table.append([label, d, n, "yes" if causal else "no",
-                          f"{med(f16, 'mhz'):.0f} / {med(b16, 'mhz'):.0f}",
-                          f"{med(f16, 'median_ms') / med(b16, 'median_ms'):.3f}",
-                          f"{med(f16, 'median_ms') * med(f16, 'mhz') / (med(b16, 'median_ms') * med(b16, 'mhz')):.3f}"])
-    show_table(["kernel", "d", "N", "causal", "SM MHz fp16 / bf16", "time fp16 / bf16", "cycles fp16 / bf16"], table)
-    labels = sorted({k[3] for k in cells})
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    for i, label in enumerate(labels):
-        xs = [(k, dt) for k in cells if k[3] == label for dt in ("float16", "bfloat16") if dt in cells[k]]
-        ax.scatter([med(cells[k][dt], "median_ms") * med(cells[k][dt], "mhz") / 1e3 for k, dt in xs],
-                   [med(cells[k][dt], "mhz") for k, dt in xs], color=colour(label), label=label,
-                   marker="o", s=[30 if dt == "float16" else 60 for _, dt in xs])
-    ax.set_xscale("log")
-    # plain numbers: the log axis's default minor labels (2×10⁻¹, 3×10⁻¹, 4×10⁻¹) ran into one another
-    ax.xaxis.set_major_locator(FixedLocator([0.2, 0.5, 1, 2, 4]))
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("megacycles per call (ms × MHz / 1000, log scale)")
-    ax.set_ylabel("SM clock (MHz) while timed")
-    ax.set_title("H200 at its power cap: the clock each kernel runs at (small: fp16, large: bf16)")
-    legend_outside(ax)
-    plt.show()
-
-# %% [markdown]
-# Read it as the machine, not the paper: the same kernel does the same cycles in fp16 and bf16, but at
-# d = 128 the wgmma kernels (`fa2_wgmma`, cuDNN) run 3–5% faster in bf16 (1–2% at d = 64): for the same
-# work bf16 draws less power, so the cap allows a higher clock. SDPA's FlashAttention-2 (mma.sync, a less
-# busy tensor pipe) runs near the 1.98 GHz boost in both, gaining 0–2%, while the wgmma kernels run lower.
-# A benchmark therefore times the kernel *and* the clock it earned: from stop 23 every timing in
-# `bench/harness.py` records the SM clock over its window, and the A/B prints each lead over cuDNN in time
-# and in cycles.
-
-# %% [markdown]
-# ### What one clock buys
-#
-# If the clock moves, what is fixed is the work per clock. `lab/tc_ceiling.py` measures it (stop 25): each SM runs
-# nothing but one kind of instruction on operands already on chip and reads its own cycle counter around the loop,
-# so the answer is per clock, whatever clock the power cap set. The tensor cores, the exponential unit and the FP32
-# lanes, against the figures the model had taken from the datasheets:
-
-# %%
-ceiling_path = RESULTS / "probe_gpu" / "tc_ceiling" / "tc_ceiling.json"
-ceiling_rows = json.loads(ceiling_path.read_text())["rows"] if ceiling_path.exists() else []
-if not ceiling_rows:
-    print("not measured yet: no results/probe_gpu/tc_ceiling/tc_ceiling.json")
-else:
-    pipes = {}  # path -> (best measured per SM clock, datasheet figure, unit)
-    for r in ceiling_rows:
-        if "error" in r or r["path"] == "lds":  # shared loads: over the guide's figure, not understood (NOTES stop 25)
-            continue
-        rate = r.get("flop_per_clk_sm", r.get("per_clk_sm"))
-        best = pipes.get(r["path"], (0, 0, ""))[0]
-        pipes[r["path"]] = (max(best, rate), r.get("datasheet", 4096), r.get("unit", "FLOP"))
-    show_table(["pipe", "per SM clock", "measured", "datasheet", "measured / datasheet"],
-               [[p, u, f"{m:.1f}", d, f"{m / d:.3f}"] for p, (m, d, u) in pipes.items()])
-    fit = json.loads((RESULTS / "gpu_model_fit.json").read_text())
-    src = fit["derived"]["R_wgmma"]
-    print(f"the model's wgmma rate: {src['ceiling_flop_per_clk_sm']:.0f} per clock x {src['clock_mhz']:.0f} MHz "
-          f"(the training shapes' recorded clock) / {src['datasheet_clock_mhz']:.0f} MHz = {fit['params']['R_wgmma']:.0f}")
-
-# %% [markdown]
-# wgmma does the dense 4096 FLOP per SM clock, every shape; mma.sync (SDPA's FlashAttention-2) two thirds of it. So
-# the distance between a Hopper kernel and the 989 TFLOP/s of the datasheet, which is quoted at 1.83 GHz, is first the
-# clock the cap allows (1.6–1.9 GHz here) and then the cycles the kernel spends not multiplying. The model used to
-# fit its wgmma rate; it fitted 3838 per clock at 1.83 GHz, which is this ceiling at 1.715 GHz: the clock its d = 128
-# cells run at. It now takes the measured ceiling and the recorded clock, and fits only what no instruction loop can
-# measure: how much of the softmax the products hide.
-
-# %% [markdown]
-# ### Predicting a change before it is built
-#
-# A model earns trust when it says what a change will do before the GPU does. Every A/B of this project
-# times forward()'s build beside variants of it (`default+KNOB=V`, `lab/ab_wgmma_speed.py`) and forward()'s
-# build again as a control. `lab.knob_ab` asks the model for each variant's ratio to forward()'s build
-# and sets it beside the measured ratio. Stop 24's runs (`results/sessions/stop24`) were planned this way: the
-# model was asked first.
-#
-# - d = 128's persistent build at causal N > 4096: faster except at N = 10240.
-# - At 10240, 16 heads in sections of three leave one head's longest tiles to run last and alone.
-# - Run that section first: the loss becomes a gain.
-
-# %%
-from lab import knob_ab
-
-# the A/B runs of stop 24 (results/sessions/stop24/README.md), each under the knob it timed
-STOP24 = ("fwd_wgmma_d128_persistent_long/", "fwd_wgmma_ragged_section_first/",
-          "fwd_wgmma_causal_sections/kb256_mb1/", "fwd_wgmma_two_q_tiles/")
-
-ab_rows = knob_ab.rows(source=STOP24)
-if not ab_rows:
-    print("not measured yet: no A/B variant rows of stop 24's runs in results/")
-else:
-    families = {"SECTION_RAGGED_FIRST": "ragged section first", "PERSISTENT": "persistent past 4k",
-                "CAUSAL_SECTION_KB": "smaller sections", "Q_SLOTS": "two Q tiles"}
-    def family(v):
-        return next((name for key, name in families.items() if key in v), "one-tile Bc")
-    fig, ax = plt.subplots(figsize=(5.6, 5))
-    for name in dict.fromkeys(family(r["variant"]) for r in ab_rows):
-        rs = [r for r in ab_rows if family(r["variant"]) == name]
-        ax.scatter([r["model"] for r in rs], [r["measured"] / (r["control"] or 1.0) for r in rs], s=18, label=name)
-    lo, hi = 0.84, 1.13  # every cell inside (the measured ratios reach 1.122)
-    ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
-    ax.axhline(1, color="grey", lw=0.5, ls=":")
-    ax.axvline(1, color="grey", lw=0.5, ls=":")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel("model: variant / forward()'s time")
-    ax.set_ylabel("measured: variant / forward()'s time, / control")
-    ax.set_title("Stop 24's A/Bs, each cell (H200)")
-    legend_outside(ax)
-    plt.show()
-    show_table(["run", "variant", "cells", "model", "measured", "control"],
-               [[s["run"], s["variant"].replace("default+", "+"), s["cells"],
-                 f"{s['model']:.3f}", f"{s['measured']:.3f}", "-" if s["control"] is None else f"{s['control']:.3f}"]
-                for s in knob_ab.summary(ab_rows)])
-
-# %% [markdown]
-# Points near the diagonal are changes the model priced right. Points near the middle are changes it called
-# level that were level: two Q tiles, one-tile key blocks. The model prices what it can see: the schedule of
-# tiles over SMs, bytes per level, the work per tile. It misses what only the compiled code shows; over every
-# committed A/B (2606 rows), where it moves a cell by more than 2% the GPU moves the same way in 406 of 522
-# cells, 78% (`python -m lab.knob_ab`: the `moved` and `same_way` columns summed).
-# The misses are listed in `docs/gpu-model.md`: a store pattern the model does not price, and code generation.
 
 # %% [markdown]
 # ## 4 · Live, when a GPU is present
@@ -559,6 +431,45 @@ else:
     print(torch.cuda.get_device_name(), f"B={B} H={H} N={N} d={D} fp16, non-causal; run {harness.run_info()['run_id']}")
     show_table(["kernel", "relative error", "median time", "TFLOP/s", "roofline bound (H200)"], live)
 
+
+# %%
+# Checks for the exercises: each takes your answer and says whether it is right.
+def _grid_rows():
+    rows = json.loads((RESULTS / "fwd_wgmma_vs_cudnn_grid" / "four_passes_run3" / "ab_wgmma_speed.json").read_text())
+    return {(r["variant"].replace("[default]", ""), r["dtype"], r["d"], r["n"], bool(r["causal"])): r
+            for r in rows["rows"] if r.get("ok")}
+
+
+def check_cells_ahead(n):
+    cells = _grid_rows()
+    want = sum(cells[("sdpa_cudnn", *k[1:])]["median_ms"] >= r["median_ms"] for k, r in cells.items()
+               if k[0] == "fa2_wgmma")
+    assert n == want, f"{n}: count the cells (fp16 and bf16, every d, N and causal) where fa2_wgmma's time <= cuDNN's"
+    print(f"exercise 2: right ({want} of {sum(k[0] == 'fa2_wgmma' for k in cells)})")
+
+
+def check_absorbed(share):
+    from gpumodel import gpu_model as gm
+    from gpumodel.fit_gpu_model import work_of
+    from gpumodel.measured import ncu_cells
+    prof = {}
+    for c in ncu_cells():
+        if c["n_q"] == 4096 and not c["causal"] and c.get("lts_bytes") and (c["label"], c["d"]) == ("fa2_wgmma", 128):
+            prof["c"] = c
+    c = prof["c"]
+    requests = gm.prepare(work_of(c).desc, c["batch"], c["heads"], c["n_q"], c["n_k"], c["d"], c["dtype"],
+                          c["causal"]).levels.requests_bytes
+    want = 1 - c["dram_bytes"] / requests
+    assert abs(share - want) < 0.01, f"{share}: the share is 1 - DRAM (ncu) / requests for fa2_wgmma at d = 128"
+    print(f"exercise 3: right ({want:.1%})")
+
+
+def check_teaching_crossover(n):
+    t = {(r["kernel"], r["n"]): r["tflops"] for r in timed if r["d"] == 64 and not r["causal"]}
+    faster = [m for m in sorted({m for _, m in t}) if t.get(("fa2", m), 0) > t.get(("naive", m), 0)]
+    assert faster and n == faster[0], f"{n} is not the shortest measured N at which the teaching fa2 beats naive"
+    print("exercise 4: right")
+
 # %% [markdown]
 # ## Exercises
 #
@@ -574,38 +485,45 @@ else:
 #
 # </details>
 #
-# **2.** The papers' count charges FA2 for re-reading $K_j, V_j$ once per query block. Compare its bytes
-# with the measured DRAM counter in "What the L2 absorbs": how much does the L2 cache absorb?
-#
-# <details><summary>Solution</summary>
-#
-# The "absorbed by the L2" column: for FA2-style kernels nearly all of the re-reads — DRAM sees about one
-# read of $Q, K, V$ and one write of $O$ (DRAM / compulsory close to 1).
-#
-# </details>
-#
-# **3.** Find the $N$ at which the teaching `fa2` overtakes the teaching `naive` in the timings. Does the
-# roofline predict the same crossover?
+# **2.** In the forward grid (`four_passes_run3`), in how many cells is `fa2_wgmma` at least as fast as cuDNN
+# (its median time no longer), counting fp16 and bf16, every d, N and causal setting? Check: `check_cells_ahead(n)`.
 #
 # <details><summary>Solution</summary>
 #
 # ```python
-# t = {(r["kernel"], r["n"]): r["tflops"] for r in timed["teaching"] if r["d"] == 64 and not r["causal"]}
-# print([n for n in sorted({n for _, n in t}) if t.get(("fa2", n), 0) > t.get(("naive", n), 0)])
+# n = sum(by_cell[("sdpa_cudnn", *k[1:])]["median_ms"] >= r["median_ms"] for k, r in by_cell.items()
+#         if k[0] == "fa2_wgmma")
+# check_cells_ahead(n)
 # ```
-# By the papers' count FA2 moves fewer bytes at every $N$; the measured crossover also depends on launch
-# overhead and each kernel's instruction path.
+# The table of section 2 gives it per d; the cells behind are short rows (notebook 8, section 6, lists them).
 #
 # </details>
 #
-# **4.** From the timings, at what $N$ (if any) is `v_once_tc` with the row in SRAM faster than `fa2_tc`?
-# Relate the answer to notebook 5's table of the longest $N$ whose row fits.
+# **3.** The papers' count charges FA2 for re-reading $K_j, V_j$ once per query block. What share of the requested
+# bytes did the L2 absorb for `fa2_wgmma` at d = 128 ($1 -$ DRAM (ncu) / requests)? Check: `check_absorbed(share)`.
 #
 # <details><summary>Solution</summary>
 #
-# At none: notebook 5's ratio table (one run, `tc_bench.json`) shows the best `v_once_tc` below `fa2_tc`
-# at every measured $N$, even where the row fits — it holds one block per SM from $N = 1$k, and its
-# tensor pipe is less busy.
+# ```python
+# s = series[("fa2_wgmma", 128)]
+# check_absorbed(1 - s[4] / s[0])
+# ```
+# Nearly all of the re-reads: DRAM sees about one read of $Q, K, V$ and one write of $O$ (DRAM / compulsory
+# close to 1 in the table).
+#
+# </details>
+#
+# **4.** Find the shortest measured $N$ at which the teaching `fa2` is faster than the teaching `naive` (d = 64,
+# non-causal). Check: `check_teaching_crossover(n)`. Does the papers' count predict the same crossover?
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# t = {(r["kernel"], r["n"]): r["tflops"] for r in timed if r["d"] == 64 and not r["causal"]}
+# check_teaching_crossover(min(n for n in {n for _, n in t} if t.get(("fa2", n), 0) > t.get(("naive", n), 0)))
+# ```
+# By the papers' count FA2 moves fewer bytes at every $N$; the measured crossover also depends on launch
+# overhead and each kernel's instruction path.
 #
 # </details>
 #

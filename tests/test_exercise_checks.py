@@ -133,3 +133,102 @@ def test_10():
     ns["check_tokens"](round(2 * a100.fp16_tensor_flops.value / a100.nvlink_bandwidth.value))
     with pytest.raises(AssertionError):
         ns["check_tokens"](round(a100.fp16_tensor_flops.value / a100.nvlink_bandwidth.value))
+
+
+def test_06():
+    import json
+
+    from analysis.results import RESULTS_DIR, load_records, one_per_shape
+
+    nb = jupytext.read(NOTEBOOKS / "06_on_a_real_gpu.py")
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("# Checks for the exercises"))
+    timed = one_per_shape([r for r in load_records("bench_kernels.json") if r["dtype"] in ("float16", "fp16")])
+    ns = {"torch": torch, "math": math, "human": human, "json": json, "RESULTS": RESULTS_DIR, "timed": timed}
+    exec(compile(cell.source, "06:checks", "exec"), ns)
+    rows = json.loads((RESULTS_DIR / "fwd_wgmma_vs_cudnn_grid" / "four_passes_run3" / "ab_wgmma_speed.json").read_text())
+    cells = {(r["variant"].replace("[default]", ""), r["dtype"], r["d"], r["n"], r["causal"]): r for r in rows["rows"]}
+    ahead = sum(cells[("sdpa_cudnn", *k[1:])]["median_ms"] >= r["median_ms"] for k, r in cells.items()
+                if k[0] == "fa2_wgmma")
+    ns["check_cells_ahead"](ahead)
+    with pytest.raises(AssertionError):
+        ns["check_cells_ahead"](len([k for k in cells if k[0] == "fa2_wgmma"]))  # "every cell": not so
+    with pytest.raises(AssertionError):
+        ns["check_absorbed"](0.5)
+    t = {(r["kernel"], r["n"]): r["tflops"] for r in timed if r["d"] == 64 and not r["causal"]}
+    first = min(n for n in {n for _, n in t} if t.get(("fa2", n), 0) > t.get(("naive", n), 0))
+    ns["check_teaching_crossover"](first)
+    with pytest.raises(AssertionError):
+        ns["check_teaching_crossover"](first * 2)
+
+
+def test_06_absorbed():
+    from gpumodel import gpu_model as gm
+    from gpumodel.fit_gpu_model import work_of
+    from gpumodel.measured import ncu_cells
+
+    ns = _checks_06_only()
+    c = next(c for c in ncu_cells() if c["n_q"] == 4096 and not c["causal"] and c.get("lts_bytes")
+             and (c["label"], c["d"]) == ("fa2_wgmma", 128))
+    req = gm.prepare(work_of(c).desc, c["batch"], c["heads"], c["n_q"], c["n_k"], c["d"], c["dtype"],
+                     c["causal"]).levels.requests_bytes
+    ns["check_absorbed"](1 - c["dram_bytes"] / req)
+    with pytest.raises(AssertionError):
+        ns["check_absorbed"](c["dram_bytes"] / req)
+
+
+def _checks_06_only():
+    import json
+
+    from analysis.results import RESULTS_DIR
+
+    nb = jupytext.read(NOTEBOOKS / "06_on_a_real_gpu.py")
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("# Checks for the exercises"))
+    ns = {"torch": torch, "math": math, "human": human, "json": json, "RESULTS": RESULTS_DIR, "timed": []}
+    exec(compile(cell.source, "06:checks", "exec"), ns)
+    return ns
+
+
+def test_08():
+    import json
+
+    from analysis.results import RESULTS_DIR
+
+    nb = jupytext.read(NOTEBOOKS / "08_flashattention_on_hopper.py")
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("# Checks for the exercises"))
+    ns = {"torch": torch, "math": math, "human": human, "json": json, "RESULTS": RESULTS_DIR}
+    exec(compile(cell.source, "08:checks", "exec"), ns)
+    rows = json.loads((RESULTS_DIR / "probe_gpu" / "tc_ceiling" / "tc_ceiling.json").read_text())["rows"]
+    r_tc = max(r["flop_per_clk_sm"] for r in rows if r["path"] == "wgmma")
+    r_ex = max(r["per_clk_sm"] for r in rows if r["path"] == "mufu")
+    ns["check_crossover"](r_tc / (4 * r_ex))
+    with pytest.raises(AssertionError):
+        ns["check_crossover"](128)
+    ns["check_exp_share"](lambda d: (1 / r_ex) / (4 * d / r_tc))
+    with pytest.raises(AssertionError):
+        ns["check_exp_share"](lambda d: (4 * d / r_tc) / (1 / r_ex))
+
+    def threshold(s, v, bc, tau):
+        m, l, o, moves = -math.inf, 0.0, torch.zeros(v.shape[1], dtype=torch.float64), 0
+        for j in range(0, s.numel(), bc):
+            mx = max(m, s[j:j + bc].max().item())
+            if mx > m and mx - m > tau:
+                alpha = 2.0 ** (m - mx) if m > -math.inf else 0.0
+                o, l, m, moves = o * alpha, l * alpha, mx, moves + 1
+            p = torch.exp2(s[j:j + bc] - m)
+            o, l = o + p @ v[j:j + bc], l + p.sum().item()
+        return o / l, moves
+
+    ns["check_threshold"](threshold)
+    with pytest.raises(AssertionError):  # forgets to rescale l with O
+        def no_l(s, v, bc, tau):
+            m, l, o, moves = -math.inf, 0.0, torch.zeros(v.shape[1], dtype=torch.float64), 0
+            for j in range(0, s.numel(), bc):
+                mx = max(m, s[j:j + bc].max().item())
+                if mx > m and mx - m > tau:
+                    o, m, moves = o * (2.0 ** (m - mx) if m > -math.inf else 0.0), mx, moves + 1
+                p = torch.exp2(s[j:j + bc] - m)
+                o, l = o + p @ v[j:j + bc], l + p.sum().item()
+            return o / l, moves
+        ns["check_threshold"](no_l)
+    with pytest.raises(AssertionError):  # exact, but rescales at every new max
+        ns["check_threshold"](lambda s, v, bc, tau: threshold(s, v, bc, 0.0))
