@@ -134,11 +134,12 @@ def visit_order(log, br, bc, n_q, n_k):
 
 # %%
 def plot_order(ax, order, title):
-    im = ax.imshow(np.nan_to_num(order, nan=-1), cmap="viridis", vmin=-1)
-    plt.colorbar(im, ax=ax, shrink=0.8, label="visit step (−1: skipped)")
+    # skipped tiles (NaN) in grey, apart from step 0's colour
+    im = ax.imshow(np.ma.masked_invalid(order), cmap=plt.get_cmap("viridis").with_extremes(bad="#d9d9d9"), vmin=0)
+    plt.colorbar(im, ax=ax, shrink=0.8, label="visit step (grey: skipped)")
     for (i, j), s in np.ndenumerate(order):
-        ax.text(j, i, "—" if np.isnan(s) else int(s), ha="center", va="center",
-                color="white" if np.isnan(s) or s < order[~np.isnan(order)].max() / 2 else "black")
+        ax.text(j, i, "skip" if np.isnan(s) else int(s), ha="center", va="center", fontsize=8 if np.isnan(s) else 10,
+                color="dimgrey" if np.isnan(s) else "white" if s < order[~np.isnan(order)].max() / 2 else "black")
     ax.set_xticks(range(order.shape[1]))
     ax.set_yticks(range(order.shape[0]))
     ax.set_xlabel("key/value block j (outer loop)")
@@ -150,7 +151,7 @@ fig, axes = plt.subplots(1, 2, figsize=(9, 4))
 for ax, causal in zip(axes, (False, True)):
     plot_order(ax, visit_order(runs[causal].trace, BR, BC, N, N),
                f"FA1 visit order, {'causal' if causal else 'non-causal'}")
-fig.suptitle("Tiles of S visited by Algorithm 1 (numbers: order; —: hidden by the mask, skipped)")
+fig.suptitle("Tiles of S visited by Algorithm 1 (numbers: order; grey: hidden by the mask, skipped)")
 fig.tight_layout()
 plt.show()
 
@@ -158,6 +159,21 @@ plt.show()
 # Column by column: the outer loop holds $K_j, V_j$ on chip and sweeps every query block past them.
 # With a causal mask, tiles above the diagonal are skipped entirely — never loaded, never computed.
 #
+# **Step by step: what is on chip, what crosses.** One panel per step of the causal run above
+# (`analysis/tiling_pictures.py`, drawn from the same loops as `variants/fa1.py`; its test holds the
+# panels' reads and writes, summed, equal to what `Memory` counts). Filled blocks are on chip; a blue
+# edge is a read from HBM at that step, red a write, purple a block read *and* written back. Watch
+# $O_i$, $\ell_i$, $m_i$: they are read and written back at **every** tile, because the inner loop
+# moves on to another query block and the on-chip copy must make room.
+
+# %%
+from analysis.tiling_pictures import draw_frames
+from counting.tiling import Tiling
+
+draw_frames(Tiling(N, N, BR, BC, causal=True), "fa1")
+plt.show()
+
+# %% [markdown]
 # **The running O.** Every visit rewrites $O_i$ in HBM (line 12), already normalised by the running
 # $\ell_i$. So after outer step $j$, the $O$ in HBM is exactly the attention output **over the first
 # $j+1$ key blocks** — a correct answer to a smaller question. We replay the logged stores to see the

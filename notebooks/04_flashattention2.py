@@ -68,22 +68,27 @@ orders = {
     "FA1: K/V blocks outer": [(i, j) for j in range(t.t_c) for i in t.q_blocks(j)],
     "FA2: Q blocks outer": list(t.visited()),
 }
+from analysis.tiling_pictures import draw_frames, plot_visit_order  # skipped tiles grey, apart from step 0
+
 fig, axes = plt.subplots(1, 2, figsize=(9, 4))
 for ax, (title, visits) in zip(axes, orders.items()):
-    grid = np.full((t.t_r, t.t_c), np.nan)
-    for step, (i, j) in enumerate(visits):
-        grid[i, j] = step
-    im = ax.imshow(np.nan_to_num(grid, nan=-1), cmap="viridis", vmin=-1)
-    fig.colorbar(im, ax=ax, shrink=0.8, label="visit step (−1: skipped)")
-    for (i, j), s in np.ndenumerate(grid):
-        ax.text(j, i, "—" if np.isnan(s) else int(s), ha="center", va="center",
-                color="white" if np.isnan(s) or s < len(visits) / 2 else "black")
-    ax.set_xticks(range(t.t_c)), ax.set_yticks(range(t.t_r))
-    ax.set_xlabel("key/value block j")
-    ax.set_ylabel("query block i")
-    ax.set_title(title)
-fig.suptitle("Visit order of the tiles of S (causal; —: hidden, skipped)")
+    im = plot_visit_order(ax, t, visits, title)
+    fig.colorbar(im, ax=ax, shrink=0.8, label="visit step (grey: skipped)")
+fig.suptitle("Visit order of the tiles of S (causal; grey: hidden, skipped)")
 fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Step by step: what is on chip, what crosses.** The same causal problem, one panel per step of
+# FA2's loops (`analysis/tiling_pictures.py`, from the loops of `variants/fa2.py`; its test holds the
+# panels' transfers equal to what `Memory` counts). Filled: on chip; blue edge: read from HBM this
+# step; red: written. Compare with notebook 03's FA1 panels: there $O_i$, $\ell_i$, $m_i$ are read
+# and written back at every tile; here $Q_i$ is read once, $O_i$, $\ell_i$, $m_i$ **stay on chip**
+# while $K_j, V_j$ stream past, and the only writes are $O_i$ and $\mathrm{lse}_i$, once, after the last
+# key block of the row. $\ell$ and $m$ never reach HBM at all.
+
+# %%
+draw_frames(t, "fa2")
 plt.show()
 
 # %% [markdown]
