@@ -158,6 +158,85 @@ for j, xb in enumerate(blocks, start=1):
 show_table(["block j", "m⁽ʲ⁾ (online)", "max of blocks ≤ j", "ℓ⁽ʲ⁾ (online)", "Σ e^(x - m⁽ʲ⁾), blocks ≤ j"], history)
 print(f"m + log l = {m + math.log(l):.12f}   torch.logsumexp = {torch.logsumexp(x, 0):.12f}")
 
+# %% [markdown]
+# **The same statistics, read off the package's FA2 reference.** Feed `variants/fa2.py` this very row as
+# scores (one query $q = 1$, keys $k = x$, head dim 1, scale 1, key blocks of 8) through a `Memory` that
+# notes what the reference computes: each $m^{(j)}$ (the value right after its `rowmax`), the rescale
+# factor $e^{m^{(j-1)} - m^{(j)}}$ (its `exp` of one number per row, `alpha`), and each $\ell^{(j)}$ (the
+# value right after its `rowsum`). The factor is $0$ at the first block ($m^{(0)} = -\infty$), $1$ where
+# a block brings no new max, and below 1 where the max jumps: the old $\ell$ (and $O$) shrink to the new
+# reference point. Rescaled to the final max, $\ell^{(j)} e^{m^{(j)} - m^{(T)}}$ only grows, and ends on
+# the full softmax's normaliser.
+
+# %%
+from counting.memory import Memory
+
+
+class Watch(Memory):
+    # A Memory that also keeps the running statistics the reference computes, in order.
+    def __init__(self):
+        super().__init__()
+        self.m, self.l, self.alpha, self._after = [], [], [], None
+
+    def rowmax(self, x):
+        self._after = "m"
+        return super().rowmax(x)
+
+    def rowsum(self, x):
+        self._after = "l"
+        return super().rowsum(x)
+
+    def ew(self, x):
+        if self._after:  # the ew right after rowmax is m_new; right after rowsum, the new l
+            getattr(self, self._after).append(x.item())
+            self._after = None
+        return super().ew(x)
+
+    def exp(self, x):
+        if x.shape[-1] == 1 and x.numel() == 1:  # alpha = e^(m_old - m_new): one number per row
+            self.alpha.append(torch.exp(x).item())
+        return super().exp(x)
+
+
+watch = Watch()
+o_row, lse_row = VARIANTS["fa2"].forward(torch.ones(1, 1, 1, 1, dtype=torch.float64), x.view(1, 1, -1, 1),
+                                         torch.randn(1, 1, x.numel(), 1, dtype=torch.float64),
+                                         scale=1.0, block_q=1, block_k=8, mem=watch)
+ms, ls, alphas = np.array(watch.m), np.array(watch.l), np.array(watch.alpha)
+m_full, l_full = x.max().item(), torch.exp(x - x.max()).sum().item()
+assert math.isclose(ms[-1], m_full) and math.isclose(ls[-1], l_full, rel_tol=1e-12)
+assert np.allclose(np.exp(x.numpy() - ms[-1]) / ls[-1], torch.softmax(x, 0).numpy(), rtol=1e-12)
+
+steps = np.arange(1, len(ms) + 1)
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+ax = axes[0]
+ax.plot(np.arange(len(x)) / 8 + 0.5 + 1 / 16, x.numpy(), ".", color="grey", label="scores $x$")
+ax.step(np.r_[steps - 0.5, steps[-1] + 0.5], np.r_[ms, ms[-1]], where="post", color="tab:blue",
+        label="running max $m^{(j)}$")
+ax.axhline(m_full, color="black", ls=":", lw=1, label="max of the whole row")
+ax.set_title("the running max")
+ax = axes[1]
+ax.plot(steps, ls, "o-", color="tab:orange", label=r"$\ell^{(j)}$ (relative to $m^{(j)}$)")
+ax.plot(steps, ls * np.exp(ms - ms[-1]), "s--", color="tab:green",
+        label=r"$\ell^{(j)} e^{m^{(j)} - m^{(T)}}$ (relative to the final max)")
+ax.axhline(l_full, color="black", ls=":", lw=1, label=r"full softmax: $\sum_i e^{x_i - \max x}$")
+ax.set_title(r"the running normaliser $\ell$")
+ax = axes[2]
+ax.bar(steps, alphas, color=["tab:red" if a < 1 else "tab:gray" for a in alphas])
+for s_, a in zip(steps, alphas):
+    ax.text(s_, a + 0.02, f"{a:.2g}", ha="center", fontsize=8)
+ax.set_ylim(0, 1.15)
+ax.set_title(r"rescale factor $e^{m^{(j-1)} - m^{(j)}}$ (red: the max moved)")
+for ax in axes:
+    ax.set_xlabel("key block j")
+    ax.set_xticks(steps)
+for ax in axes[:2]:
+    ax.legend(fontsize=7)
+fig.suptitle("One row, block by block, as variants/fa2.py computes it: the last block's $m$ and $\\ell$ are the full softmax's")
+fig.tight_layout()
+plt.show()
+print(f"final m = {ms[-1]:.6f} (max x = {m_full:.6f});  final ℓ = {ls[-1]:.9f} (Σ e^(x − max) = {l_full:.9f})")
+
 
 # %% [markdown]
 # ## 3 · Merging block statistics: the induction argument of issue #941
