@@ -214,3 +214,67 @@ def draw_frames(t: Tiling, order: str, cols: int = 4, panel: float = 2.5):
     fig.suptitle(f"{loops} (Tr = {t.t_r}, Tc = {t.t_c}{', causal' if t.causal else ''})", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     return fig
+
+
+# FA2 Algorithm 2, one visited tile (j outer, i inner): (line, what, operands, result, matmul?) in program order
+BACKWARD_STEPS = [
+    (10, "S = τ Q_i K_jᵀ  (recomputed)", ("Q_i", "K_j"), "S", True),
+    (11, "P = exp(S − L_i)  (recomputed)", ("S", "L_i"), "P", False),
+    (12, "dV_j += Pᵀ dO_i", ("P", "dO_i", "dV_j"), "dV_j", True),
+    (13, "dP = dO_i V_jᵀ", ("dO_i", "V_j"), "dP", True),
+    (14, "dS = P ∘ (dP − D_i)", ("P", "dP", "D_i"), "dS", False),
+    (15, "dQ_i += dS K_j  (HBM round trip)", ("dS", "K_j", "dQ_i"), "dQ_i", True),
+    (16, "dK_j += dSᵀ Q_i", ("dS", "Q_i", "dK_j"), "dK_j", True),
+]
+# where each operand lives during the tile
+BACKWARD_HOME = {
+    "K_j": "on chip for the whole inner loop", "V_j": "on chip for the whole inner loop",
+    "dK_j": "on chip for the whole inner loop", "dV_j": "on chip for the whole inner loop",
+    "Q_i": "read from HBM at every tile", "dO_i": "read from HBM at every tile",
+    "L_i": "read from HBM at every tile", "D_i": "read from HBM at every tile",
+    "dQ_i": "read and written back at every tile",
+    "S": "on chip, this tile only", "P": "on chip, this tile only", "dP": "on chip, this tile only",
+    "dS": "on chip, this tile only",
+}
+_HOME_COLOUR = {"on chip for the whole inner loop": ON_CHIP, "read from HBM at every tile": "#9ecae1",
+                "read and written back at every tile": "#c994c7", "on chip, this tile only": "#c7e9c0"}
+
+
+def draw_backward_products(br: int = 64, bc: int = 64, d: int = 64):
+    """FA2 Algorithm 2's work on one tile (i, j) as a table: a row per step (the five matmul products in bold, with
+    their FLOPs for Br x Bc tiles and head dim d), a column per operand, coloured by where it lives; 'in' marks an
+    operand, 'out' the result. Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    cols = ["Q_i", "dO_i", "L_i", "D_i", "K_j", "V_j", "S", "P", "dP", "dS", "dV_j", "dK_j", "dQ_i"]
+    fig, ax = plt.subplots(figsize=(12.5, 4.4))
+    x0 = 6.0  # the labels' width, in cell units
+    for c, name in enumerate(cols):
+        ax.add_patch(Rectangle((x0 + c, -1), 1, 1, facecolor=_HOME_COLOUR[BACKWARD_HOME[name]], edgecolor="grey"))
+        ax.text(x0 + c + 0.5, -0.5, name, ha="center", va="center", fontsize=9)
+    shapes = {"S": (br, bc, d), "dV_j": (bc, d, br), "dP": (br, bc, d), "dQ_i": (br, d, bc), "dK_j": (bc, d, br)}
+    for r, (line, what, ins, out, mm) in enumerate(BACKWARD_STEPS):
+        label = f"line {line}: {what}"
+        if mm:
+            m, n, k = shapes[out]
+            label += f"\n  product {sum(s[4] for s in BACKWARD_STEPS[:r + 1])} of 5: ({m}×{k})·({k}×{n}), {2 * m * n * k:,} FLOPs"
+        ax.text(0.1, r + 0.5, label, ha="left", va="center", fontsize=8.5, fontweight="bold" if mm else "normal")
+        for c, name in enumerate(cols):
+            fc = "white"
+            mark = "out" if name == out else "in" if name in ins else ""
+            if mark:
+                fc = _HOME_COLOUR[BACKWARD_HOME[name]]
+            ax.add_patch(Rectangle((x0 + c, r), 1, 1, facecolor=fc, edgecolor="lightgrey"))
+            if mark:
+                ax.text(x0 + c + 0.5, r + 0.5, mark, ha="center", va="center", fontsize=8,
+                        fontweight="bold" if mark == "out" else "normal")
+    ax.set_xlim(0, x0 + len(cols))
+    ax.set_ylim(len(BACKWARD_STEPS), -1)
+    ax.axis("off")
+    ax.legend(handles=[Patch(facecolor=v, edgecolor="grey", label=k) for k, v in _HOME_COLOUR.items()],
+              loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=4, fontsize=8, frameon=False)
+    ax.set_title("FA2's backward (Algorithm 2) on one tile (i, j): five matmul products, which operands, where they "
+                 f"live (Br = {br}, Bc = {bc}, d = {d})", fontsize=10)
+    fig.tight_layout()
+    return fig

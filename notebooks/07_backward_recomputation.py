@@ -180,6 +180,22 @@ print("bf16, Tc = 128 key blocks: relative dq error  fa1 (bf16 dQ in HBM): "
 assert errs["fa1"] > 2 * errs["fa2"]
 
 # %% [markdown]
+# **One tile of FA2's backward, as a picture.** For each visited tile $(i, j)$ Algorithm 2 runs five
+# matrix products (bold rows) and two elementwise steps. The columns are the operands, coloured by
+# where they live: $K_j, V_j$ and the accumulators $dK_j, dV_j$ stay on chip for the whole inner loop
+# (outer loop over $j$); $Q_i$, $dO_i$, $L_i$, $D_i$ are read from HBM at every tile; $dQ_i$ makes a
+# round trip through HBM at every tile (the float32 accumulator above); $S$, $P$, $dP$, $dS$ are born
+# and die on chip — the $N \times N$ matrices the standard backward stores are never stored.
+# (`analysis/tiling_pictures.draw_backward_products`; its test holds the five products against the
+# matmul FLOPs `variants/fa2.py`'s backward counts.)
+
+# %%
+from analysis.tiling_pictures import draw_backward_products
+
+draw_backward_products(br=64, bc=64, d=64)
+plt.show()
+
+# %% [markdown]
 # Note what the counts say and what they do not. In this float32 run both $dQ$'s take 4 bytes an
 # element, and FA2 moves fewer bytes than FA1 (it reads $O$ once). In fp16, as models train, FA2 moves
 # *more*: its float32 $dQ$ costs twice FA1's bytes per round trip. Either way it does less elementwise

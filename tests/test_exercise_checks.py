@@ -133,3 +133,27 @@ def test_10():
     ns["check_tokens"](round(2 * a100.fp16_tensor_flops.value / a100.nvlink_bandwidth.value))
     with pytest.raises(AssertionError):
         ns["check_tokens"](round(a100.fp16_tensor_flops.value / a100.nvlink_bandwidth.value))
+
+
+def _raises_with(fn, *args, words=()):
+    """The check rejects the answer, and its message says something that teaches (contains `words`)."""
+    with pytest.raises(AssertionError) as e:
+        fn(*args)
+    for w in words:
+        assert w in str(e.value), f"message {str(e.value)!r} lacks {w!r}"
+
+
+def test_01_messages_teach():
+    ns = _checks("01_why_io_matters")
+    l2 = 60 * 2 ** 20
+    n = math.isqrt(l2 // 4)
+    n += 4 * n * n < l2
+    _raises_with(ns["check_l2_fill"], n + 1, words=("smallest N", "print alike"))
+    _raises_with(ns["check_l2_fill"], n - 100, words=("too small", "short of"))
+    _raises_with(ns["check_intensity"], 128, 128.0, words=("2 bytes",))
+    _raises_with(ns["check_intensity"], 64, 16.0, words=("4N²",))
+    ns["check_causal_s_bytes"](8192, 8192)
+    _raises_with(ns["check_causal_s_bytes"], 4096, 4096, words=("does not halve",))
+    ns["check_a100_ridge"](312e12 / 2.039e12)
+    _raises_with(ns["check_a100_ridge"], 2.039e12 / 312e12, words=("upside down",))
+    _raises_with(ns["check_a100_ridge"], 206.0, words=("get_gpu('a100')",))

@@ -54,3 +54,22 @@ def test_draw(tmp_path):
     grid = tp.visit_grid(t, list(t.visited()))
     assert grid[0, 0] == 0 and grid[0, 3] != grid[0, 3]  # step 0 a number, the hidden tile NaN (drawn apart)
     plt.close(fig)
+
+
+def test_backward_products_are_the_references():
+    # five products per visited tile, of 2 Br Bc d FLOPs each: what variants/fa2.py's backward counts
+    n, blk, d = 16, 4, 8
+    q, k, v, do = (torch.randn(1, 1, n, d) for _ in range(4))
+    o, lse = VARIANTS["fa2"].forward(q, k, v, block_q=blk, block_k=blk)
+    mem = Memory()
+    VARIANTS["fa2"].backward(q, k, v, o, lse, do, block_q=blk, block_k=blk, mem=mem)
+    tiles = (n // blk) ** 2
+    products = sum(s[4] for s in tp.BACKWARD_STEPS)
+    assert products == 5
+    assert mem.counts.flops["matmul"] == tiles * products * 2 * blk * blk * d
+    assert set(tp.BACKWARD_HOME) >= {x for s in tp.BACKWARD_STEPS for x in (*s[2], s[3])}
+    # what the picture says crosses per tile is what the reference reads per tile
+    per_tile = {x for x, home in tp.BACKWARD_HOME.items() if "every tile" in home}
+    assert {"Q", "dO", "lse", "D", "dQ"} == {{"Q_i": "Q", "dO_i": "dO", "L_i": "lse", "D_i": "D",
+                                              "dQ_i": "dQ"}[x] for x in per_tile}
+    assert all(mem.counts.reads[t] >= tiles * blk for t in ("Q", "dO", "lse", "D", "dQ"))
