@@ -364,6 +364,47 @@ def check_slots(blocks_per_sm, first_idle_n):
     print("exercise 3: right")
 
 
+def check_fa2_forward(fn):
+    # fn(q, k, v, br, bc) -> (o, lse) for one head: q (Nq, d), k and v (Nk, d), non-causal, scale 1/√d
+    import variants as _variants  # VARIANTS and the float64 oracle, in a notebook and in the tests alike
+
+    torch.manual_seed(4)
+    for n_q, n_k, d, br, bc, amp in ((32, 32, 8, 8, 8, 1), (50, 37, 16, 16, 8, 1), (24, 24, 8, 8, 8, 400)):
+        q, k, v = (amp * torch.randn(n, d, dtype=torch.float64) if x == "q" else torch.randn(n, d, dtype=torch.float64)
+                   for x, n in (("q", n_q), ("k", n_k), ("v", n_k)))
+        want_o, want_lse = (t[0, 0] for t in _variants.attention_reference(q[None, None], k[None, None], v[None, None]))
+        fa2_o = _variants.VARIANTS["fa2"].forward(q[None, None], k[None, None], v[None, None], block_q=br, block_k=bc)[0][0, 0]
+        where = f"Nq = {n_q}, Nk = {n_k}, d = {d}, Br = {br}, Bc = {bc}" + (
+            f", scores up to |S| = {(q @ k.T).abs().max() / math.sqrt(d):.0f}" if amp > 1 else "")
+        o, lse = fn(q.clone(), k.clone(), v.clone(), br, bc)
+        o, lse = torch.as_tensor(o).double(), torch.as_tensor(lse).double().reshape(-1)
+        assert o.shape == want_o.shape, f"{where}: O has shape {tuple(o.shape)}, expected {tuple(want_o.shape)}"
+        assert lse.shape == want_lse.shape, f"{where}: lse has {lse.numel()} entries, expected one per query row"
+        if not torch.isfinite(o).all():
+            raise AssertionError(f"{where}: O has inf/NaN — exponentiate S − m with the running max m, never S "
+                                 "itself (notebook 2); and start m at −inf, ℓ at 0, and take e^(m_old − m_new).")
+        if not torch.allclose(o, want_o, atol=1e-9):
+            one = fn(q.clone(), k.clone(), v.clone(), n_q, n_k)[0]
+            if torch.allclose(torch.as_tensor(one).double(), want_o, atol=1e-9):
+                raise AssertionError(f"{where}: right with one block, wrong with several — when a block raises the "
+                                     "max, rescale the old ℓ and O by e^(m_old − m_new) before adding (lines 9–10).")
+            s = q @ k.T / math.sqrt(d)
+            p = torch.exp(s - s.amax(-1, keepdim=True))
+            if torch.allclose(o, p @ v, atol=1e-9):
+                raise AssertionError(f"{where}: O is not divided by ℓ — the deferred normalisation O / ℓ after "
+                                     "the inner loop (line 12) is missing.")
+            if torch.allclose(o, torch.softmax(q @ k.T, -1) @ v, atol=1e-9):
+                raise AssertionError(f"{where}: scale the scores: S = Q Kᵀ / √d.")
+            raise AssertionError(f"{where}: max |O − O_ref| = {(o - want_o).abs().max():.2e} (the float64 oracle)")
+        assert torch.allclose(o, fa2_o.double(), atol=1e-4), f"{where}: O differs from VARIANTS['fa2'].forward's"
+        if not torch.allclose(lse, want_lse, atol=1e-9):
+            raise AssertionError(f"{where}: O is right, lse is not: lse = m + log ℓ per row, with ℓ relative to "
+                                 "the final m (line 13); max |lse − lse_fa2| = "
+                                 f"{(lse - want_lse).abs().max():.2e}")
+    print("exercise 6: right — equal to the float64 oracle and to VARIANTS['fa2'].forward, ragged blocks and large "
+          "scores included")
+
+
 # %% [markdown]
 # ## Exercises
 #
@@ -430,3 +471,40 @@ def check_slots(blocks_per_sm, first_idle_n):
 # heaviest blocks first.
 #
 # </details>
+#
+# **6.** Write FA2's forward (Algorithm 1) for one head in about 20 lines of PyTorch:
+# `fa2_forward(q, k, v, br, bc)` with `q` of shape $(N_q, d)$, `k`, `v` of shape $(N_k, d)$, returning
+# `(o, lse)`; non-causal, scale $1/\sqrt{d}$; blocks need not divide $N$. Outer loop over query blocks,
+# inner over key blocks; keep $m_i$, $\ell_i$, $O_i$ on chip (local variables), rescale by
+# $e^{m^{\text{old}} - m^{\text{new}}}$, divide once at the end, and return $\mathrm{lse} = m + \log\ell$.
+# Check: `check_fa2_forward(fa2_forward)` (against the float64 oracle and `VARIANTS["fa2"].forward`, with
+# ragged blocks and large scores).
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# def fa2_forward(q, k, v, br, bc):
+#     n_q, d = q.shape
+#     o, lse = torch.empty_like(q), torch.empty(n_q, dtype=q.dtype)
+#     for r0 in range(0, n_q, br):                      # outer loop: one query block (a thread block)
+#         qi = q[r0:r0 + br] / math.sqrt(d)
+#         oi = torch.zeros_like(qi)                     # on chip for the whole inner loop
+#         li = torch.zeros(len(qi), 1, dtype=q.dtype)
+#         mi = torch.full((len(qi), 1), -math.inf, dtype=q.dtype)
+#         for c0 in range(0, k.shape[0], bc):           # inner loop: stream K_j, V_j past
+#             s = qi @ k[c0:c0 + bc].T
+#             m_new = torch.maximum(mi, s.amax(-1, keepdim=True))
+#             p = torch.exp(s - m_new)
+#             alpha = torch.exp(mi - m_new)             # e^(m_old - m_new): 0 at the first block
+#             li = alpha * li + p.sum(-1, keepdim=True)
+#             oi = alpha * oi + p @ v[c0:c0 + bc]
+#             mi = m_new
+#         o[r0:r0 + br] = oi / li                       # deferred normalisation, one write
+#         lse[r0:r0 + br] = (mi + torch.log(li)).squeeze(-1)
+#     return o, lse
+# ```
+#
+# </details>
+
+# %%
+# Exercise 6: write fa2_forward here, then run check_fa2_forward(fa2_forward).

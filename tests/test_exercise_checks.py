@@ -157,3 +157,48 @@ def test_01_messages_teach():
     ns["check_a100_ridge"](312e12 / 2.039e12)
     _raises_with(ns["check_a100_ridge"], 2.039e12 / 312e12, words=("upside down",))
     _raises_with(ns["check_a100_ridge"], 206.0, words=("get_gpu('a100')",))
+
+
+def _fa2_forward(q, k, v, br, bc, rescale=True, divide=True, scale=True, lse_log=torch.log, safe=True):
+    """The solution of notebook 04's exercise 6, with switches that make the typical wrong answers."""
+    n_q, d = q.shape
+    o, lse = torch.empty_like(q), torch.empty(n_q, dtype=q.dtype)
+    for r0 in range(0, n_q, br):
+        qi = q[r0:r0 + br] / (math.sqrt(d) if scale else 1)
+        oi = torch.zeros_like(qi)
+        li = torch.zeros(len(qi), 1, dtype=q.dtype)
+        mi = torch.full((len(qi), 1), -math.inf if safe else 0.0, dtype=q.dtype)
+        for c0 in range(0, k.shape[0], bc):
+            s = qi @ k[c0:c0 + bc].T
+            m_new = torch.maximum(mi, s.amax(-1, keepdim=True)) if safe else mi
+            p = torch.exp(s - m_new)
+            alpha = torch.exp(mi - m_new) if rescale else torch.ones_like(mi)
+            li = alpha * li + p.sum(-1, keepdim=True)
+            oi = alpha * oi + p @ v[c0:c0 + bc]
+            mi = m_new
+        o[r0:r0 + br] = oi / li if divide else oi
+        lse[r0:r0 + br] = (mi + lse_log(li)).squeeze(-1)
+    return o, lse
+
+
+def test_04_fa2_forward():
+    ns = _checks("04_flashattention2")
+    ns["check_fa2_forward"](_fa2_forward)
+    f = _fa2_forward
+    _raises_with(ns["check_fa2_forward"], lambda *a: f(*a, rescale=False), words=("rescale",))
+    _raises_with(ns["check_fa2_forward"], lambda *a: f(*a, divide=False), words=("divided by ℓ",))
+    _raises_with(ns["check_fa2_forward"], lambda *a: f(*a, scale=False), words=("√d",))
+    _raises_with(ns["check_fa2_forward"], lambda *a: f(*a, lse_log=torch.log2), words=("lse = m + log ℓ",))
+    _raises_with(ns["check_fa2_forward"], lambda *a: f(*a, safe=False), words=("running max",))
+    _raises_with(ns["check_fa2_forward"], lambda q, k, v, br, bc: (f(q, k, v, br, bc)[0][:-1], f(q, k, v, br, bc)[1]),
+                 words=("shape",))
+
+
+def test_04_solution_is_the_checked_one():
+    """The folded solution in the notebook passes its check (the code in the <details> block, run as written)."""
+    ns = _checks("04_flashattention2")
+    text = (NOTEBOOKS / "04_flashattention2.py").read_text()
+    block = "# def fa2_forward(" + text.split("# def fa2_forward(")[1].split("# ```")[0]
+    code = "\n".join(line[2:] for line in block.splitlines())
+    exec(code, ns)
+    ns["check_fa2_forward"](ns["fa2_forward"])
