@@ -202,3 +202,74 @@ def test_04_solution_is_the_checked_one():
     code = "\n".join(line[2:] for line in block.splitlines())
     exec(code, ns)
     ns["check_fa2_forward"](ns["fa2_forward"])
+
+
+def _checks_07():
+    from counting import backward_forms as bf
+    from counting.gpus import GPUS
+
+    nb = jupytext.read(NOTEBOOKS / "07_backward_recomputation.py")
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("# Checks for the exercises"))
+    ns = {"torch": torch, "math": math, "human": human, "bf": bf, "GPUS": GPUS}
+    exec(compile(cell.source, "07:checks", "exec"), ns)
+    return ns
+
+
+def _solution(stem, name):
+    """The code of a folded solution (the ```python block after '# def name('), run as written."""
+    text = (NOTEBOOKS / f"{stem}.py").read_text()
+    block = f"# def {name}(" + text.split(f"# def {name}(")[1].split("# ```")[0]
+    ns = {"torch": torch, "math": math}
+    exec("\n".join(line[2:] for line in block.splitlines()), ns)
+    return ns[name]
+
+
+def _fa2_backward(q, k, v, o, lse, do, br, bc, use_d=True, tau_on_grads=True):
+    n_q, d = q.shape
+    tau = 1 / math.sqrt(d)
+    D = (do * o).sum(-1, keepdim=True) if use_d else torch.zeros(n_q, 1, dtype=q.dtype)
+    g = tau if tau_on_grads else 1.0
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for c0 in range(0, k.shape[0], bc):
+        kj, vj = k[c0:c0 + bc], v[c0:c0 + bc]
+        for r0 in range(0, n_q, br):
+            qi, doi = q[r0:r0 + br], do[r0:r0 + br]
+            p = torch.exp(tau * qi @ kj.T - lse[r0:r0 + br, None])
+            dv[c0:c0 + bc] += p.T @ doi
+            ds = p * (doi @ vj.T - D[r0:r0 + br])
+            dq[r0:r0 + br] += g * ds @ kj
+            dk[c0:c0 + bc] += g * ds.T @ qi
+    return dq, dk, dv
+
+
+def test_07_solutions_and_new_checks():
+    ns = _checks_07()
+    ns["check_softmax_backward_row"](_solution("07_backward_recomputation", "softmax_backward_row"))
+    ns["check_fa2_reads"](_solution("07_backward_recomputation", "fa2_reads"))
+    ns["check_fa2_backward"](_solution("07_backward_recomputation", "fa2_backward"))
+    ns["check_fa2_backward"](_fa2_backward)
+    _raises_with(ns["check_fa2_backward"], lambda *a: _fa2_backward(*a, use_d=False), words=("D_i = rowsum",))
+    _raises_with(ns["check_fa2_backward"], lambda *a: _fa2_backward(*a, tau_on_grads=False), words=("factor τ",))
+    _raises_with(ns["check_fa2_backward"], lambda *a: [g.T for g in _fa2_backward(*a)], words=("shape",))
+
+    def unscaled_p(q, k, v, o, lse, do, br, bc):  # P = exp(S - L) without the scale
+        return _fa2_backward(q * math.sqrt(q.shape[1]), k, v, o, lse, do, br, bc)
+    _raises_with(ns["check_fa2_backward"], unscaled_p, words=("dV",))
+
+    # exercise 4: the bytes the bf16 accumulator saves, against the counted float32 traffic of dQ
+    from counting import backward_forms as bf
+    c = bf.backward_counts("fa2", 1, 1, 16384, 16384, 64, dtype="bf16", block_q=64, block_k=64)
+    # (Tc + 1) float32 reads of the accumulator, as many writes: 2 bytes saved each = the float32 read bytes
+    ns["check_dq_saving"](c.read_bytes["dQ"])
+    _raises_with(ns["check_dq_saving"], c.read_bytes["dQ"] // 2, words=("half",))
+    _raises_with(ns["check_dq_saving"], 2 * c.read_bytes["dQ"], words=("twice",))
+    _raises_with(ns["check_dq_saving"], 16384 * 64 * 2, words=("round trip",))
+
+    # exercise 6: a row that sees no key
+    from variants import VARIANTS
+    q, k, v, do = torch.randn(1, 1, 8, 4), torch.randn(1, 1, 4, 4), torch.randn(1, 1, 4, 4), torch.randn(1, 1, 8, 4)
+    o, lse = VARIANTS["fa2"].forward(q, k, v, causal=True, block_q=4, block_k=4)
+    dq = VARIANTS["fa2"].backward(q, k, v, o, lse, do, causal=True, block_q=4, block_k=4)[0]
+    ns["check_empty_row_dq"](dq[0, 0, 0])
+    _raises_with(ns["check_empty_row_dq"], torch.full((4,), float("nan")), words=("finite_or_zero",))
+    _raises_with(ns["check_empty_row_dq"], dq[0, 0, -1], words=("sees no key",))
