@@ -362,15 +362,45 @@ def _largest_finite_score(dtype):
 def check_overflow_limits(fp16_limit, bf16_limit):
     for name, dtype, got in (("fp16", torch.float16, fp16_limit), ("bf16", torch.bfloat16, bf16_limit)):
         want = _largest_finite_score(dtype)
-        assert got == want, f"{name}: {got} is not the largest score for which softmax([s, 0]) is finite"
+        if got == want:
+            continue
+        e = torch.exp(torch.tensor(got, dtype=dtype))
+        if got > want:
+            raise AssertionError(f"{name}: at s = {got}, e^s = {e.item()} in {name}: the sum e^s + 1 is not finite "
+                                 f"there, so softmax([s, 0]) is inf/NaN — too high. Scan {name}'s values, not fp32's.")
+        raise AssertionError(f"{name}: {got} still works, but larger {name} values do too — keep going up to the last "
+                             f"one whose e^s + 1 stays below {name}'s largest finite, {torch.finfo(dtype).max:.4g}.")
     print("exercise 1: right")
 
 
 def check_rescales(eager, lazy):
-    for t in (1, 2, 5, 40):
-        assert eager(t) == t * (t - 1) // 2, f"eager, T = {t}: count the earlier blocks at every step"
-        assert lazy(t) == t, f"lazy, T = {t}: each block is rescaled once, at the end"
+    for t in (5, 40, 1, 2):
+        if eager(t) != t * (t - 1) // 2:
+            hint = {t * t: " — at step t only the t − 1 earlier blocks are rescaled, not the new one",
+                    t * (t + 1) // 2: " — the new block at each step is made with the current max: nothing to "
+                                      "rescale; only the t − 1 earlier ones are"}.get(eager(t), "")
+            raise AssertionError(f"eager, T = {t}: {eager(t)} — count the earlier blocks at every step{hint}")
+        assert lazy(t) == t, (f"lazy, T = {t}: {lazy(t)} — each block is rescaled once, at the end, to the final max "
+                              "(its own max is remembered; that is the price)")
     print("exercise 3: right")
+
+
+def check_unguarded(value):
+    # exercise 2: e^(m - m_new) with m = m_new = -inf, computed without finite_or_zero
+    if math.isnan(value):
+        print("exercise 2: right — −∞ − (−∞) is NaN, and e^NaN = NaN poisons ℓ and O of the row")
+        return
+    raise AssertionError(f"{value}: try it — math.exp(-math.inf - (-math.inf)). −∞ − (−∞) is not 0 and not −∞ "
+                         "(IEEE 754 leaves it undefined: NaN), so the factor is NaN, not 1 or 0")
+
+
+def check_passes(online, fa_score_reads):
+    # exercise 4: passes over a row of scores (online softmax); reads of the scores from HBM (FlashAttention)
+    assert online != 3, "3 is the classic safe softmax (max, sum, divide): the online version finds m and ℓ together"
+    assert online == 2, f"{online} passes: one computes m and ℓ together, one divides — how many is that?"
+    assert fa_score_reads == 0, (f"{fa_score_reads}: FlashAttention never stores S in HBM — each tile of scores is "
+                                 "computed, used and discarded on chip, so nothing reads the scores back")
+    print("exercise 4: right")
 
 
 # %% [markdown]
@@ -390,7 +420,7 @@ def check_rescales(eager, lazy):
 #
 # **2.** Prove that `merge` is associative. Then show that the identity element is $(-\infty, 0)$, and find
 # where `variants/_common.py` guards the case $m = -\infty$ (a causal row that has seen no key yet):
-# what would $e^{m - m_\text{new}}$ evaluate to without the guard?
+# what would $e^{m - m_\text{new}}$ evaluate to without the guard? Check: `check_unguarded(value)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -416,7 +446,8 @@ def check_rescales(eager, lazy):
 # </details>
 #
 # **4.** Classic "safe softmax" makes three passes over a row (max, sum, divide). How many does the online
-# version make? How many does FlashAttention make over the scores of a whole attention matrix?
+# version make? How many does FlashAttention make over the scores of a whole attention matrix? Check:
+# `check_passes(online_passes, fa_reads_of_scores_from_hbm)`.
 #
 # <details><summary>Solution</summary>
 #

@@ -273,3 +273,17 @@ def test_07_solutions_and_new_checks():
     ns["check_empty_row_dq"](dq[0, 0, 0])
     _raises_with(ns["check_empty_row_dq"], torch.full((4,), float("nan")), words=("finite_or_zero",))
     _raises_with(ns["check_empty_row_dq"], dq[0, 0, -1], words=("sees no key",))
+
+
+def test_02_messages_and_new_checks():
+    ns = _checks("02_online_softmax")
+    _raises_with(ns["check_rescales"], lambda t: t * t, lambda t: t, words=("not the new one",))
+    _raises_with(ns["check_rescales"], lambda t: t * (t + 1) // 2, lambda t: t, words=("nothing to rescale",))
+    _raises_with(ns["check_overflow_limits"], 11.2, 88.5, words=("too high",))
+    _raises_with(ns["check_overflow_limits"], 10.0, 88.5, words=("keep going",))
+    ns["check_unguarded"](float("nan"))
+    _raises_with(ns["check_unguarded"], 1.0, words=("NaN",))
+    _raises_with(ns["check_unguarded"], 0.0, words=("NaN",))
+    ns["check_passes"](2, 0)
+    _raises_with(ns["check_passes"], 3, 0, words=("classic",))
+    _raises_with(ns["check_passes"], 2, 1, words=("on chip",))
