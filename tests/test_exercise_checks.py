@@ -287,3 +287,27 @@ def test_02_messages_and_new_checks():
     ns["check_passes"](2, 0)
     _raises_with(ns["check_passes"], 3, 0, words=("classic",))
     _raises_with(ns["check_passes"], 2, 1, words=("on chip",))
+
+
+def test_03_new_checks_and_messages():
+    ns = _checks("03_flashattention1")
+    _raises_with(ns["check_divisions"], 64, words=("one division per row",))
+    _raises_with(ns["check_divisions"], 128, words=("FA2's count",))
+    ns["check_final_rows"](range(4))
+    _raises_with(ns["check_final_rows"], range(16), words=("only rows",))
+    _raises_with(ns["check_final_rows"], [0], words=("not alone",))
+    ns["check_swapped_gone"]({"O", "ℓ", "m"})
+    _raises_with(ns["check_swapped_gone"], {"O", "l", "m", "K"}, words=("re-read",))
+    _raises_with(ns["check_swapped_gone"], {"O"}, words=("missing",))
+    ns["check_fixed_block_slope"](0.0)
+    _raises_with(ns["check_fixed_block_slope"], -1.0, words=("Theorem 2",))
+    ns["check_beats_fa1"](["fa2"])
+    _raises_with(ns["check_beats_fa1"], ["fa2", "v_once"], words=("spills",))
+    _raises_with(ns["check_beats_fa1"], ["naive", "fa2"], words=("S and P",))
+    # the facts the checks rest on, from the package
+    from counting import closed_forms
+    from counting.gpus import get_gpu
+    sram = get_gpu("h200").sram_bytes
+    b = {n: closed_forms.counts(n, 1, 1, 4096, 4096, 64, sram_bytes=sram).hbm_bytes
+         for n in ("naive", "fa1", "fa2", "v_once")}
+    assert {n for n in b if b[n] < b["fa1"]} == {"fa2"}
