@@ -311,3 +311,23 @@ def test_03_new_checks_and_messages():
     b = {n: closed_forms.counts(n, 1, 1, 4096, 4096, 64, sram_bytes=sram).hbm_bytes
          for n in ("naive", "fa1", "fa2", "v_once")}
     assert {n for n in b if b[n] < b["fa1"]} == {"fa2"}
+
+
+def test_05_new_checks_and_messages():
+    ns = _checks("05_multiply_v_once")
+    _raises_with(ns["check_spill_extra"], lambda n, d, br: n * n * 2, words=("half",))
+    import variants.v_once as vo
+    from counting.gpus import get_gpu
+    sram = get_gpu("h200").sram_bytes
+    n = 0
+    while vo.sram_bytes(n + 64, n + 64, 128, 64, 64, 2, placement="sram", rescale="lazy") <= sram:
+        n += 64
+    ns["check_longest_fitting"](n)
+    _raises_with(ns["check_longest_fitting"], n - 64, words=("so does",))
+    _raises_with(ns["check_longest_fitting"], sram // (64 * 2), words=("did you leave out",))
+    ns["check_lazy_overhead"](2 / 64)
+    _raises_with(ns["check_lazy_overhead"], 1 / 64, words=("float32",))
+    ns["check_combine"](_solution("05_multiply_v_once", "combine"))
+    _raises_with(ns["check_combine"], lambda parts: sum(p[2] for p in parts) / len(parts), words=("plain average",))
+    _raises_with(ns["check_combine"], lambda parts: sum(p[1] * p[2] for p in parts) / sum(p[1] for p in parts),
+                 words=("different maxima",))
