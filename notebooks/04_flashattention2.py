@@ -505,6 +505,3 @@ def check_fa2_forward(fn):
 # ```
 #
 # </details>
-
-# %%
-# Exercise 6: write fa2_forward here, then run check_fa2_forward(fa2_forward).

@@ -565,6 +565,3 @@ def check_fa2_backward(fn):
 # ```
 #
 # </details>
-
-# %%
-# Exercise 7: write fa2_backward here, then run check_fa2_backward(fa2_backward).
