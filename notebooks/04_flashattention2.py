@@ -364,6 +364,49 @@ def check_slots(blocks_per_sm, first_idle_n):
     print("exercise 3: right")
 
 
+def check_fa2_fewer_reads(br, bc):
+    # exercise 1: blocks at which FA2 reads fewer HBM bytes than FA1, N = 4096, d = 64, fp16, fitting an H200
+    from counting import closed_forms as _cf
+    from counting.gpus import get_gpu as _gg
+
+    sram = _gg("h200").sram_bytes
+    a, b = (_cf.counts(x, 1, 1, 4096, 4096, 64, block_q=br, block_k=bc, sram_bytes=sram) for x in ("fa1", "fa2"))
+    assert a.fits and b.fits, (f"Br = {br}, Bc = {bc}: the working set does not fit the H200's {sram:,} bytes of "
+                               "SRAM (closed_forms.counts(..., sram_bytes=...).fits) — smaller blocks")
+    assert b.hbm_read_bytes < a.hbm_read_bytes, (
+        f"Br = {br}, Bc = {bc}: FA2 reads {b.hbm_read_bytes:,} bytes, FA1 {a.hbm_read_bytes:,}. FA2 re-reads K, V "
+        "Tr = N / Br times, FA1 re-reads Q, O, ℓ, m Tc = N / Bc times: make Br larger than Bc")
+    print(f"exercise 1: right — FA2 reads {b.hbm_read_bytes / a.hbm_read_bytes:.0%} of FA1's bytes at these blocks")
+
+
+def check_tile_flops(exp_extra, other_extra):
+    # exercise 2: FA1's extra exp and other FLOPs over FA2's on one 64 x 64 tile, d = 64
+    from counting import closed_forms as _cf
+
+    a, b = (_cf.counts(x, 1, 1, 64, 64, 64, block_q=64, block_k=64).flops for x in ("fa1", "fa2"))
+    want_e, want_o = a["exp"] - b["exp"], a["other"] - b["other"]
+    assert exp_extra == want_e, (f"exp: {exp_extra} — per visit FA1 evaluates one exponential per row more than "
+                                 "FA2 (its rescale of ℓ and of O uses two factors); count the rows of the tile")
+    assert other_extra == want_o, (f"other: {other_extra} — subtract FA2's count from FA1's, both from "
+                                   "closed_forms.counts(name, 1, 1, 64, 64, 64, block_q=64, block_k=64).flops")
+    print("exercise 2: right")
+
+
+def check_causal_ctas(n_blocks, heaviest):
+    # exercise 5: causal, N = 4096, Br = Bc = 128: FA2's thread blocks (one per query block), and the heaviest one
+    from counting.tiling import Tiling as _T
+
+    t = _T(4096, 4096, 128, 128, causal=True)
+    if n_blocks == t.t_r // 2:
+        raise AssertionError("the mask halves the *tiles*, not the thread blocks: every query block still sees at "
+                             "least one key block (its diagonal), so all Tr are launched")
+    assert n_blocks == t.t_r, f"{n_blocks}: one thread block per query block, Tr = N / Br"
+    work = [len(t.k_blocks(i)) for i in range(t.t_r)]
+    assert heaviest == work.index(max(work)), (f"query block {heaviest} visits {work[heaviest]} key blocks; "
+                                              "block i visits i + 1 (Tiling.k_blocks): which i visits most?")
+    print(f"exercise 5: right — block {heaviest} visits {max(work)} key blocks, block 0 only 1")
+
+
 def check_fa2_forward(fn):
     # fn(q, k, v, br, bc) -> (o, lse) for one head: q (Nq, d), k and v (Nk, d), non-causal, scale 1/√d
     import variants as _variants  # VARIANTS and the float64 oracle, in a notebook and in the tests alike
@@ -410,7 +453,8 @@ def check_fa2_forward(fn):
 #
 # **1.** Redo the counted table of section 1 with $B_r = 64$, $B_c = 16$. Which variant moves fewer bytes
 # now, and why? Find blocks for which FA2 reads fewer bytes than FA1 at $N = 4096$, $d = 64$ on an
-# H200 (`closed_forms.counts(..., sram_bytes=...)` tells you whether they fit).
+# H200 (`closed_forms.counts(..., sram_bytes=...)` tells you whether they fit). Check:
+# `check_fa2_fewer_reads(br, bc)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -423,7 +467,8 @@ def check_fa2_forward(fn):
 # </details>
 #
 # **2.** Use the closed forms to verify the per-tile table of section 2: take a problem with exactly one
-# tile ($N = B_r = B_c$) and compare the `exp` and `other` counts of FA1 and FA2.
+# tile ($N = B_r = B_c$) and compare the `exp` and `other` counts of FA1 and FA2. Check FA1's extra
+# counts at $N = B_r = B_c = d = 64$: `check_tile_flops(exp_extra, other_extra)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -461,7 +506,8 @@ def check_fa2_forward(fn):
 # </details>
 #
 # **5.** Causal attention halves the work. Does it halve FA2's thread blocks? Look at `Tiling.k_blocks`:
-# which thread blocks have the most work, and what does that do to the tail of the launch?
+# which thread blocks have the most work, and what does that do to the tail of the launch? Check, for
+# $N = 4096$, $B_r = B_c = 128$: `check_causal_ctas(thread_blocks, index_of_the_heaviest)`.
 #
 # <details><summary>Solution</summary>
 #

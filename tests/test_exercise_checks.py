@@ -331,3 +331,14 @@ def test_05_new_checks_and_messages():
     _raises_with(ns["check_combine"], lambda parts: sum(p[2] for p in parts) / len(parts), words=("plain average",))
     _raises_with(ns["check_combine"], lambda parts: sum(p[1] * p[2] for p in parts) / sum(p[1] for p in parts),
                  words=("different maxima",))
+
+
+def test_04_new_checks():
+    ns = _checks("04_flashattention2")
+    ns["check_fa2_fewer_reads"](128, 64)
+    _raises_with(ns["check_fa2_fewer_reads"], 64, 128, words=("Br larger",))
+    ns["check_tile_flops"](64, 4288)
+    _raises_with(ns["check_tile_flops"], 64, 100, words=("subtract",))
+    ns["check_causal_ctas"](32, 31)
+    _raises_with(ns["check_causal_ctas"], 16, 31, words=("not the thread blocks",))
+    _raises_with(ns["check_causal_ctas"], 32, 0, words=("visits most",))
