@@ -417,14 +417,64 @@ def check_l2_fill(n):
     def sp(m):
         return 2 * m * m * 2  # S and P, fp16, one head
 
-    assert sp(n) >= l2 and sp(n - 1) < l2, f"N = {n}: S and P take {human(sp(n))} of the L2's {human(l2)}"
+    assert sp(n) >= l2, (f"N = {n} is too small: S and P take 2·N²·2 = {sp(n):,} bytes, short of the L2's {l2:,} "
+                         f"bytes by {l2 - sp(n):,}. Solve 4·N² ≥ L2 bytes for N (take the ceiling).")
+    assert sp(n - 1) < l2, (f"N = {n} is past the first one: already at N − 1 = {n - 1}, S and P take {sp(n - 1):,} "
+                            f"bytes ≥ the L2's {l2:,} bytes. Look for the smallest N (compare bytes exactly: "
+                            f"{human(sp(n - 1))} and {human(l2)} print alike).")
     print("exercise 2: right")
 
 
 def check_intensity(d, flops_per_byte):
     want = 4 * d / (4 * 2)  # 4N²d FLOPs over 4N² fp16 elements of S and P moved
-    assert abs(flops_per_byte - want) < 1e-9 * want, f"d = {d}: not the intensity of the closed form"
-    print("exercise 4: right")
+    if abs(flops_per_byte - want) < 1e-9 * want:
+        print("exercise 4: right")
+        return
+    hint = ""
+    if abs(flops_per_byte - 2 * want) < 1e-9 * want:
+        hint = " — twice the answer: an fp16 element is 2 bytes, not 1"
+    elif abs(flops_per_byte - want / 2) < 1e-9 * want:
+        hint = " — half the answer: count S and P each once written and once read (4N² elements), not 8N²"
+    raise AssertionError(f"d = {d}: {flops_per_byte} FLOP/B is not 4N²d FLOPs / (4N² elements · 2 bytes){hint}. "
+                         "N cancels: the intensity depends on d only.")
+
+
+def check_causal_s_bytes(read, written):
+    # the small counted example of section 1 (N = 64, d = 16, blocks of 16, fp16), now causal
+    from counting.memory import Memory
+    from variants import VARIANTS
+
+    n = 64
+    m = Memory()
+    VARIANTS["naive"].forward(*(torch.zeros(1, 1, n, 16, dtype=torch.float16) for _ in range(3)), causal=True,
+                              block_q=16, block_k=16, mem=m)
+    want_r, want_w = m.counts.read_bytes["S"], m.counts.write_bytes["S"]
+    full = n * n * 2
+    for got, want, what in ((read, want_r, "read"), (written, want_w, "written")):
+        if got == want:
+            continue
+        if got < want and abs(got - full / 2) <= full / 4:
+            raise AssertionError(f"S {what}: {got:,} bytes is about half of the N² · 2 = {full:,} — but the mask "
+                                 "does not halve naive's traffic: pass 1 writes the whole N × N matrix (hidden "
+                                 "entries as −inf) and pass 2 reads it all back, as separate kernels.")
+        if got == want // 2:
+            raise AssertionError(f"S {what}: {got:,} — count bytes, not elements: fp16 is 2 bytes an element.")
+        raise AssertionError(f"S {what}: {got:,} bytes is not what Memory counts; S is N × N = {n * n:,} "
+                             "fp16 elements, and each pass moves it whole.")
+    print("exercise 1: right")
+
+
+def check_a100_ridge(ridge):
+    a100 = _get_gpu("a100")
+    want = a100.fp16_tensor_flops.value / a100.hbm_bandwidth.value
+    if abs(ridge - want) <= 0.01 * want:
+        print(f"exercise 3: right ({want:.0f} FLOP/B, left of the H200's "
+              f"{_get_gpu('h200').fp16_tensor_flops.value / _get_gpu('h200').hbm_bandwidth.value:.0f})")
+        return
+    if abs(ridge - 1 / want) <= 0.01 / want:
+        raise AssertionError("upside down: the ridge is peak FLOP/s divided by HBM bytes/s (FLOP per byte)")
+    raise AssertionError(f"{ridge:.4g} FLOP/B: the ridge is the A100's fp16 tensor peak over its HBM bandwidth, "
+                         "both from get_gpu('a100') (fp16_tensor_flops.value / hbm_bandwidth.value)")
 
 
 # %% [markdown]
@@ -432,7 +482,7 @@ def check_intensity(d, flops_per_byte):
 #
 # **1.** In the small counted example, predict the bytes of $S$ read and written for a **causal** mask
 # before running it (`causal=True`). Why does naive attention gain nothing from the mask in HBM
-# traffic? (See the docstring of `variants/naive.py`.)
+# traffic? (See the docstring of `variants/naive.py`.) Check: `check_causal_s_bytes(read, written)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -455,7 +505,7 @@ def check_intensity(d, flops_per_byte):
 # </details>
 #
 # **3.** Move the roofline to an A100 (`get_gpu("a100")`). Does the ridge point move left or right, and
-# does naive attention (by the papers' count) get any closer to it there?
+# does naive attention (by the papers' count) get any closer to it there? Check: `check_a100_ridge(ridge)`.
 #
 # <details><summary>Solution</summary>
 #

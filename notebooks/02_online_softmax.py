@@ -158,6 +158,85 @@ for j, xb in enumerate(blocks, start=1):
 show_table(["block j", "m⁽ʲ⁾ (online)", "max of blocks ≤ j", "ℓ⁽ʲ⁾ (online)", "Σ e^(x - m⁽ʲ⁾), blocks ≤ j"], history)
 print(f"m + log l = {m + math.log(l):.12f}   torch.logsumexp = {torch.logsumexp(x, 0):.12f}")
 
+# %% [markdown]
+# **The same statistics, read off the package's FA2 reference.** Feed `variants/fa2.py` this very row as
+# scores (one query $q = 1$, keys $k = x$, head dim 1, scale 1, key blocks of 8) through a `Memory` that
+# notes what the reference computes: each $m^{(j)}$ (the value right after its `rowmax`), the rescale
+# factor $e^{m^{(j-1)} - m^{(j)}}$ (its `exp` of one number per row, `alpha`), and each $\ell^{(j)}$ (the
+# value right after its `rowsum`). The factor is $0$ at the first block ($m^{(0)} = -\infty$), $1$ where
+# a block brings no new max, and below 1 where the max jumps: the old $\ell$ (and $O$) shrink to the new
+# reference point. Rescaled to the final max, $\ell^{(j)} e^{m^{(j)} - m^{(T)}}$ only grows, and ends on
+# the full softmax's normaliser.
+
+# %%
+from counting.memory import Memory
+
+
+class Watch(Memory):
+    # A Memory that also keeps the running statistics the reference computes, in order.
+    def __init__(self):
+        super().__init__()
+        self.m, self.l, self.alpha, self._after = [], [], [], None
+
+    def rowmax(self, x):
+        self._after = "m"
+        return super().rowmax(x)
+
+    def rowsum(self, x):
+        self._after = "l"
+        return super().rowsum(x)
+
+    def ew(self, x):
+        if self._after:  # the ew right after rowmax is m_new; right after rowsum, the new l
+            getattr(self, self._after).append(x.item())
+            self._after = None
+        return super().ew(x)
+
+    def exp(self, x):
+        if x.shape[-1] == 1 and x.numel() == 1:  # alpha = e^(m_old - m_new): one number per row
+            self.alpha.append(torch.exp(x).item())
+        return super().exp(x)
+
+
+watch = Watch()
+o_row, lse_row = VARIANTS["fa2"].forward(torch.ones(1, 1, 1, 1, dtype=torch.float64), x.view(1, 1, -1, 1),
+                                         torch.randn(1, 1, x.numel(), 1, dtype=torch.float64),
+                                         scale=1.0, block_q=1, block_k=8, mem=watch)
+ms, ls, alphas = np.array(watch.m), np.array(watch.l), np.array(watch.alpha)
+m_full, l_full = x.max().item(), torch.exp(x - x.max()).sum().item()
+assert math.isclose(ms[-1], m_full) and math.isclose(ls[-1], l_full, rel_tol=1e-12)
+assert np.allclose(np.exp(x.numpy() - ms[-1]) / ls[-1], torch.softmax(x, 0).numpy(), rtol=1e-12)
+
+steps = np.arange(1, len(ms) + 1)
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+ax = axes[0]
+ax.plot(np.arange(len(x)) / 8 + 0.5 + 1 / 16, x.numpy(), ".", color="grey", label="scores $x$")
+ax.step(np.r_[steps - 0.5, steps[-1] + 0.5], np.r_[ms, ms[-1]], where="post", color="tab:blue",
+        label="running max $m^{(j)}$")
+ax.axhline(m_full, color="black", ls=":", lw=1, label="max of the whole row")
+ax.set_title("the running max")
+ax = axes[1]
+ax.plot(steps, ls, "o-", color="tab:orange", label=r"$\ell^{(j)}$ (relative to $m^{(j)}$)")
+ax.plot(steps, ls * np.exp(ms - ms[-1]), "s--", color="tab:green",
+        label=r"$\ell^{(j)} e^{m^{(j)} - m^{(T)}}$ (relative to the final max)")
+ax.axhline(l_full, color="black", ls=":", lw=1, label=r"full softmax: $\sum_i e^{x_i - \max x}$")
+ax.set_title(r"the running normaliser $\ell$")
+ax = axes[2]
+ax.bar(steps, alphas, color=["tab:red" if a < 1 else "tab:gray" for a in alphas])
+for s_, a in zip(steps, alphas):
+    ax.text(s_, a + 0.02, f"{a:.2g}", ha="center", fontsize=8)
+ax.set_ylim(0, 1.15)
+ax.set_title(r"rescale factor $e^{m^{(j-1)} - m^{(j)}}$ (red: the max moved)")
+for ax in axes:
+    ax.set_xlabel("key block j")
+    ax.set_xticks(steps)
+for ax in axes[:2]:
+    ax.legend(fontsize=7)
+fig.suptitle("One row, block by block, as variants/fa2.py computes it: the last block's $m$ and $\\ell$ are the full softmax's")
+fig.tight_layout()
+plt.show()
+print(f"final m = {ms[-1]:.6f} (max x = {m_full:.6f});  final ℓ = {ls[-1]:.9f} (Σ e^(x − max) = {l_full:.9f})")
+
 
 # %% [markdown]
 # ## 3 · Merging block statistics: the induction argument of issue #941
@@ -283,15 +362,45 @@ def _largest_finite_score(dtype):
 def check_overflow_limits(fp16_limit, bf16_limit):
     for name, dtype, got in (("fp16", torch.float16, fp16_limit), ("bf16", torch.bfloat16, bf16_limit)):
         want = _largest_finite_score(dtype)
-        assert got == want, f"{name}: {got} is not the largest score for which softmax([s, 0]) is finite"
+        if got == want:
+            continue
+        e = torch.exp(torch.tensor(got, dtype=dtype))
+        if got > want:
+            raise AssertionError(f"{name}: at s = {got}, e^s = {e.item()} in {name}: the sum e^s + 1 is not finite "
+                                 f"there, so softmax([s, 0]) is inf/NaN — too high. Scan {name}'s values, not fp32's.")
+        raise AssertionError(f"{name}: {got} still works, but larger {name} values do too — keep going up to the last "
+                             f"one whose e^s + 1 stays below {name}'s largest finite, {torch.finfo(dtype).max:.4g}.")
     print("exercise 1: right")
 
 
 def check_rescales(eager, lazy):
-    for t in (1, 2, 5, 40):
-        assert eager(t) == t * (t - 1) // 2, f"eager, T = {t}: count the earlier blocks at every step"
-        assert lazy(t) == t, f"lazy, T = {t}: each block is rescaled once, at the end"
+    for t in (5, 40, 1, 2):
+        if eager(t) != t * (t - 1) // 2:
+            hint = {t * t: " — at step t only the t − 1 earlier blocks are rescaled, not the new one",
+                    t * (t + 1) // 2: " — the new block at each step is made with the current max: nothing to "
+                                      "rescale; only the t − 1 earlier ones are"}.get(eager(t), "")
+            raise AssertionError(f"eager, T = {t}: {eager(t)} — count the earlier blocks at every step{hint}")
+        assert lazy(t) == t, (f"lazy, T = {t}: {lazy(t)} — each block is rescaled once, at the end, to the final max "
+                              "(its own max is remembered; that is the price)")
     print("exercise 3: right")
+
+
+def check_unguarded(value):
+    # exercise 2: e^(m - m_new) with m = m_new = -inf, computed without finite_or_zero
+    if math.isnan(value):
+        print("exercise 2: right — −∞ − (−∞) is NaN, and e^NaN = NaN poisons ℓ and O of the row")
+        return
+    raise AssertionError(f"{value}: try it — math.exp(-math.inf - (-math.inf)). −∞ − (−∞) is not 0 and not −∞ "
+                         "(IEEE 754 leaves it undefined: NaN), so the factor is NaN, not 1 or 0")
+
+
+def check_passes(online, fa_score_reads):
+    # exercise 4: passes over a row of scores (online softmax); reads of the scores from HBM (FlashAttention)
+    assert online != 3, "3 is the classic safe softmax (max, sum, divide): the online version finds m and ℓ together"
+    assert online == 2, f"{online} passes: one computes m and ℓ together, one divides — how many is that?"
+    assert fa_score_reads == 0, (f"{fa_score_reads}: FlashAttention never stores S in HBM — each tile of scores is "
+                                 "computed, used and discarded on chip, so nothing reads the scores back")
+    print("exercise 4: right")
 
 
 # %% [markdown]
@@ -311,7 +420,7 @@ def check_rescales(eager, lazy):
 #
 # **2.** Prove that `merge` is associative. Then show that the identity element is $(-\infty, 0)$, and find
 # where `variants/_common.py` guards the case $m = -\infty$ (a causal row that has seen no key yet):
-# what would $e^{m - m_\text{new}}$ evaluate to without the guard?
+# what would $e^{m - m_\text{new}}$ evaluate to without the guard? Check: `check_unguarded(value)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -337,7 +446,8 @@ def check_rescales(eager, lazy):
 # </details>
 #
 # **4.** Classic "safe softmax" makes three passes over a row (max, sum, divide). How many does the online
-# version make? How many does FlashAttention make over the scores of a whole attention matrix?
+# version make? How many does FlashAttention make over the scores of a whole attention matrix? Check:
+# `check_passes(online_passes, fa_reads_of_scores_from_hbm)`.
 #
 # <details><summary>Solution</summary>
 #

@@ -134,11 +134,12 @@ def visit_order(log, br, bc, n_q, n_k):
 
 # %%
 def plot_order(ax, order, title):
-    im = ax.imshow(np.nan_to_num(order, nan=-1), cmap="viridis", vmin=-1)
-    plt.colorbar(im, ax=ax, shrink=0.8, label="visit step (−1: skipped)")
+    # skipped tiles (NaN) in grey, apart from step 0's colour
+    im = ax.imshow(np.ma.masked_invalid(order), cmap=plt.get_cmap("viridis").with_extremes(bad="#d9d9d9"), vmin=0)
+    plt.colorbar(im, ax=ax, shrink=0.8, label="visit step (grey: skipped)")
     for (i, j), s in np.ndenumerate(order):
-        ax.text(j, i, "—" if np.isnan(s) else int(s), ha="center", va="center",
-                color="white" if np.isnan(s) or s < order[~np.isnan(order)].max() / 2 else "black")
+        ax.text(j, i, "skip" if np.isnan(s) else int(s), ha="center", va="center", fontsize=8 if np.isnan(s) else 10,
+                color="dimgrey" if np.isnan(s) else "white" if s < order[~np.isnan(order)].max() / 2 else "black")
     ax.set_xticks(range(order.shape[1]))
     ax.set_yticks(range(order.shape[0]))
     ax.set_xlabel("key/value block j (outer loop)")
@@ -150,7 +151,7 @@ fig, axes = plt.subplots(1, 2, figsize=(9, 4))
 for ax, causal in zip(axes, (False, True)):
     plot_order(ax, visit_order(runs[causal].trace, BR, BC, N, N),
                f"FA1 visit order, {'causal' if causal else 'non-causal'}")
-fig.suptitle("Tiles of S visited by Algorithm 1 (numbers: order; —: hidden by the mask, skipped)")
+fig.suptitle("Tiles of S visited by Algorithm 1 (numbers: order; grey: hidden by the mask, skipped)")
 fig.tight_layout()
 plt.show()
 
@@ -158,6 +159,21 @@ plt.show()
 # Column by column: the outer loop holds $K_j, V_j$ on chip and sweeps every query block past them.
 # With a causal mask, tiles above the diagonal are skipped entirely — never loaded, never computed.
 #
+# **Step by step: what is on chip, what crosses.** One panel per step of the causal run above
+# (`analysis/tiling_pictures.py`, drawn from the same loops as `variants/fa1.py`; its test holds the
+# panels' reads and writes, summed, equal to what `Memory` counts). Filled blocks are on chip; a blue
+# edge is a read from HBM at that step, red a write, purple a block read *and* written back. Watch
+# $O_i$, $\ell_i$, $m_i$: they are read and written back at **every** tile, because the inner loop
+# moves on to another query block and the on-chip copy must make room.
+
+# %%
+from analysis.tiling_pictures import draw_frames
+from counting.tiling import Tiling
+
+draw_frames(Tiling(N, N, BR, BC, causal=True), "fa1")
+plt.show()
+
+# %% [markdown]
 # **The running O.** Every visit rewrites $O_i$ in HBM (line 12), already normalised by the running
 # $\ell_i$. So after outer step $j$, the $O$ in HBM is exactly the attention output **over the first
 # $j+1$ key blocks** — a correct answer to a smaller question. We replay the logged stores to see the
@@ -350,8 +366,74 @@ def check_divisions(count):
     from counting.tiling import Tiling as _Tiling
     t = _Tiling(n_q=16, n_k=16, block_q=4, block_k=4)
     want = t.t_r * t.t_c * 4 * 8  # every visit (i, j) divides the Br x d block O_i (d = 8)
-    assert count == want, f"{count}: count the visits (i, j), then the entries of O_i divided per visit"
-    print("exercise 3: right")
+    if count == want:
+        print("exercise 3: right")
+        return
+    visits = t.t_r * t.t_c
+    hint = {visits * 4: "that is one division per row per visit: line 12 divides every entry of the Br × d block "
+                        "O_i, d = 8 of them per row",
+            visits: "that is one per visit: each visit divides all Br × d = 32 entries of O_i",
+            16 * 8: "that is one division per entry of O, once: FA2's count — FA1 divides at every visit (i, j), "
+                    f"Tc = {t.t_c} times per entry"}.get(count, "count the visits (i, j), then the entries of O_i "
+                                                           "divided per visit")
+    raise AssertionError(f"{count}: {hint}")
+
+
+def check_final_rows(rows):
+    # exercise 1: rows of O final after outer step j = 0, causal, N = 16, Br = Bc = 4 (square: row r sees keys <= r)
+    rows = sorted(set(int(r) for r in rows))
+    if rows == [0, 1, 2, 3]:
+        print("exercise 1: right — rows 0..Bc−1 see only keys ≤ their own index, all in key block 0")
+        return
+    if rows == list(range(16)):
+        raise AssertionError("every row is written after step 0, but only rows whose visible keys all lie in "
+                             "block 0 are final; the others still get key blocks 1, 2, 3")
+    if rows == [0]:
+        raise AssertionError("row 0 is final, but not alone: row r sees keys 0..r, so every r < Bc = 4 is done")
+    raise AssertionError(f"{rows}: a row r is final once every key it sees (0..r) has been visited; after step "
+                         "0 the keys 0..3 have")
+
+
+def check_swapped_gone(tensors):
+    # exercise 2: tensors whose repeated traffic disappears when query blocks go outside
+    got = {str(x).replace("ℓ", "l") for x in tensors}
+    want = {"O", "l", "m"}
+    if got == want:
+        print("exercise 2: right — O_i, ℓ_i, m_i stay on chip through the inner loop; Q_i is read once too")
+        return
+    if got >= {"K", "V"} or got & {"K", "V"}:
+        raise AssertionError("K and V do not disappear: with query blocks outside they are re-read once per query "
+                             "block (notebook 4 counts it) — the repeated traffic moves to them")
+    if "Q" in got:
+        raise AssertionError("Q is still read — once instead of Tc times; which tensors are no longer *read and "
+                             "written* at every tile?")
+    raise AssertionError(f"{sorted(got)}: which tensors does FA1 read and write back at every visit (line 12-13)? "
+                         f"missing: {sorted(want - got)}")
+
+
+def check_fixed_block_slope(slope):
+    # exercise 4: log-log slope of the traffic against M with Br = Bc = 16 fixed
+    if abs(slope) < 0.05:
+        print("exercise 4: right — with the blocks fixed, M changes nothing the traffic depends on")
+        return
+    if abs(slope + 1) < 0.1:
+        raise AssertionError("−1 is Theorem 2's slope, where Bc grows with M; fix Br = Bc = 16 and the re-reads "
+                             "(Tc = N / Bc of them) no longer change with M")
+    raise AssertionError(f"slope {slope}: the traffic depends on M only through the block sizes — fixed here")
+
+
+def check_beats_fa1(names):
+    # exercise 5: which variants move fewer HBM bytes than FA1 at N = 4096, d = 64, M = the H200's SRAM
+    got = set(names)
+    if got == {"fa2"}:
+        print("exercise 5: right — FA2 drops FA1's repeated O, ℓ, m traffic (a constant factor, not asymptotic)")
+        return
+    if "v_once" in got:
+        raise AssertionError("v_once at N = 4096: its f row (Br × N) does not fit the SRAM and spills to HBM — "
+                             "print closed_forms.counts('v_once', ...).hbm_bytes")
+    if "naive" in got:
+        raise AssertionError("naive writes and reads the N × N matrices S and P: more than FA1, not less")
+    raise AssertionError(f"{sorted(got)}: compare closed_forms.counts(name, ...).hbm_bytes for all four")
 
 
 # %% [markdown]
@@ -359,7 +441,7 @@ def check_divisions(count):
 #
 # **1.** Change the tiny example to `causal=True` and replay the running $O$. Which rows of $O$ are final
 # after outer step $j = 0$? Why can't you compare them with `attention_reference` on truncated keys
-# directly? (Hint: the workbench's causal mask is aligned bottom-right.)
+# directly? (Hint: the workbench's causal mask is aligned bottom-right.) Check: `check_final_rows(rows)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -370,7 +452,8 @@ def check_divisions(count):
 # </details>
 #
 # **2.** In the counts table, which tensors would disappear if the loops were swapped (query blocks
-# outside, key blocks inside)? Check your answer against notebook 4.
+# outside, key blocks inside)? Check your answer against notebook 4, and with
+# `check_swapped_gone({"...", ...})` (tensor names as in the table).
 #
 # <details><summary>Solution</summary>
 #
@@ -392,7 +475,7 @@ def check_divisions(count):
 # </details>
 #
 # **4.** Theorem 2 assumes $B_c = \Theta(M/d)$. Re-run the counted sweep with fixed $B_r = B_c = 16$ for
-# every $M$: what happens to the slope, and why?
+# every $M$: what happens to the slope, and why? Check: `check_fixed_block_slope(slope)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -403,7 +486,8 @@ def check_divisions(count):
 #
 # **5.** The paper proves a matching lower bound (Proposition 3): no exact algorithm does
 # $o(N^2 d^2 / M)$ accesses for all $M$. Which of the workbench's four variants beat FA1's count at
-# $M$ = H200's SRAM, and by how much? (`closed_forms.counts` for each.)
+# $M$ = H200's SRAM, and by how much? (`closed_forms.counts` for each, $N = 4096$, $d = 64$.) Check:
+# `check_beats_fa1({"...", ...})`.
 #
 # <details><summary>Solution</summary>
 #

@@ -68,22 +68,27 @@ orders = {
     "FA1: K/V blocks outer": [(i, j) for j in range(t.t_c) for i in t.q_blocks(j)],
     "FA2: Q blocks outer": list(t.visited()),
 }
+from analysis.tiling_pictures import draw_frames, plot_visit_order  # skipped tiles grey, apart from step 0
+
 fig, axes = plt.subplots(1, 2, figsize=(9, 4))
 for ax, (title, visits) in zip(axes, orders.items()):
-    grid = np.full((t.t_r, t.t_c), np.nan)
-    for step, (i, j) in enumerate(visits):
-        grid[i, j] = step
-    im = ax.imshow(np.nan_to_num(grid, nan=-1), cmap="viridis", vmin=-1)
-    fig.colorbar(im, ax=ax, shrink=0.8, label="visit step (−1: skipped)")
-    for (i, j), s in np.ndenumerate(grid):
-        ax.text(j, i, "—" if np.isnan(s) else int(s), ha="center", va="center",
-                color="white" if np.isnan(s) or s < len(visits) / 2 else "black")
-    ax.set_xticks(range(t.t_c)), ax.set_yticks(range(t.t_r))
-    ax.set_xlabel("key/value block j")
-    ax.set_ylabel("query block i")
-    ax.set_title(title)
-fig.suptitle("Visit order of the tiles of S (causal; —: hidden, skipped)")
+    im = plot_visit_order(ax, t, visits, title)
+    fig.colorbar(im, ax=ax, shrink=0.8, label="visit step (grey: skipped)")
+fig.suptitle("Visit order of the tiles of S (causal; grey: hidden, skipped)")
 fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **Step by step: what is on chip, what crosses.** The same causal problem, one panel per step of
+# FA2's loops (`analysis/tiling_pictures.py`, from the loops of `variants/fa2.py`; its test holds the
+# panels' transfers equal to what `Memory` counts). Filled: on chip; blue edge: read from HBM this
+# step; red: written. Compare with notebook 03's FA1 panels: there $O_i$, $\ell_i$, $m_i$ are read
+# and written back at every tile; here $Q_i$ is read once, $O_i$, $\ell_i$, $m_i$ **stay on chip**
+# while $K_j, V_j$ stream past, and the only writes are $O_i$ and $\mathrm{lse}_i$, once, after the last
+# key block of the row. $\ell$ and $m$ never reach HBM at all.
+
+# %%
+draw_frames(t, "fa2")
 plt.show()
 
 # %% [markdown]
@@ -387,12 +392,97 @@ def check_slots(blocks_per_sm, first_idle_n):
     print("exercise 3: right")
 
 
+def check_fa2_fewer_reads(br, bc):
+    # exercise 1: blocks at which FA2 reads fewer HBM bytes than FA1, N = 4096, d = 64, fp16, fitting an H200
+    from counting import closed_forms as _cf
+    from counting.gpus import get_gpu as _gg
+
+    sram = _gg("h200").sram_bytes
+    a, b = (_cf.counts(x, 1, 1, 4096, 4096, 64, block_q=br, block_k=bc, sram_bytes=sram) for x in ("fa1", "fa2"))
+    assert a.fits and b.fits, (f"Br = {br}, Bc = {bc}: the working set does not fit the H200's {sram:,} bytes of "
+                               "SRAM (closed_forms.counts(..., sram_bytes=...).fits) — smaller blocks")
+    assert b.hbm_read_bytes < a.hbm_read_bytes, (
+        f"Br = {br}, Bc = {bc}: FA2 reads {b.hbm_read_bytes:,} bytes, FA1 {a.hbm_read_bytes:,}. FA2 re-reads K, V "
+        "Tr = N / Br times, FA1 re-reads Q, O, ℓ, m Tc = N / Bc times: make Br larger than Bc")
+    print(f"exercise 1: right — FA2 reads {b.hbm_read_bytes / a.hbm_read_bytes:.0%} of FA1's bytes at these blocks")
+
+
+def check_tile_flops(exp_extra, other_extra):
+    # exercise 2: FA1's extra exp and other FLOPs over FA2's on one 64 x 64 tile, d = 64
+    from counting import closed_forms as _cf
+
+    a, b = (_cf.counts(x, 1, 1, 64, 64, 64, block_q=64, block_k=64).flops for x in ("fa1", "fa2"))
+    want_e, want_o = a["exp"] - b["exp"], a["other"] - b["other"]
+    assert exp_extra == want_e, (f"exp: {exp_extra} — per visit FA1 evaluates one exponential per row more than "
+                                 "FA2 (its rescale of ℓ and of O uses two factors); count the rows of the tile")
+    assert other_extra == want_o, (f"other: {other_extra} — subtract FA2's count from FA1's, both from "
+                                   "closed_forms.counts(name, 1, 1, 64, 64, 64, block_q=64, block_k=64).flops")
+    print("exercise 2: right")
+
+
+def check_causal_ctas(n_blocks, heaviest):
+    # exercise 5: causal, N = 4096, Br = Bc = 128: FA2's thread blocks (one per query block), and the heaviest one
+    from counting.tiling import Tiling as _T
+
+    t = _T(4096, 4096, 128, 128, causal=True)
+    if n_blocks == t.t_r // 2:
+        raise AssertionError("the mask halves the *tiles*, not the thread blocks: every query block still sees at "
+                             "least one key block (its diagonal), so all Tr are launched")
+    assert n_blocks == t.t_r, f"{n_blocks}: one thread block per query block, Tr = N / Br"
+    work = [len(t.k_blocks(i)) for i in range(t.t_r)]
+    assert heaviest == work.index(max(work)), (f"query block {heaviest} visits {work[heaviest]} key blocks; "
+                                              "block i visits i + 1 (Tiling.k_blocks): which i visits most?")
+    print(f"exercise 5: right — block {heaviest} visits {max(work)} key blocks, block 0 only 1")
+
+
+def check_fa2_forward(fn):
+    # fn(q, k, v, br, bc) -> (o, lse) for one head: q (Nq, d), k and v (Nk, d), non-causal, scale 1/√d
+    import variants as _variants  # VARIANTS and the float64 oracle, in a notebook and in the tests alike
+
+    torch.manual_seed(4)
+    for n_q, n_k, d, br, bc, amp in ((32, 32, 8, 8, 8, 1), (50, 37, 16, 16, 8, 1), (24, 24, 8, 8, 8, 400)):
+        q, k, v = (amp * torch.randn(n, d, dtype=torch.float64) if x == "q" else torch.randn(n, d, dtype=torch.float64)
+                   for x, n in (("q", n_q), ("k", n_k), ("v", n_k)))
+        want_o, want_lse = (t[0, 0] for t in _variants.attention_reference(q[None, None], k[None, None], v[None, None]))
+        fa2_o = _variants.VARIANTS["fa2"].forward(q[None, None], k[None, None], v[None, None], block_q=br, block_k=bc)[0][0, 0]
+        where = f"Nq = {n_q}, Nk = {n_k}, d = {d}, Br = {br}, Bc = {bc}" + (
+            f", scores up to |S| = {(q @ k.T).abs().max() / math.sqrt(d):.0f}" if amp > 1 else "")
+        o, lse = fn(q.clone(), k.clone(), v.clone(), br, bc)
+        o, lse = torch.as_tensor(o).double(), torch.as_tensor(lse).double().reshape(-1)
+        assert o.shape == want_o.shape, f"{where}: O has shape {tuple(o.shape)}, expected {tuple(want_o.shape)}"
+        assert lse.shape == want_lse.shape, f"{where}: lse has {lse.numel()} entries, expected one per query row"
+        if not torch.isfinite(o).all():
+            raise AssertionError(f"{where}: O has inf/NaN — exponentiate S − m with the running max m, never S "
+                                 "itself (notebook 2); and start m at −inf, ℓ at 0, and take e^(m_old − m_new).")
+        if not torch.allclose(o, want_o, atol=1e-9):
+            one = fn(q.clone(), k.clone(), v.clone(), n_q, n_k)[0]
+            if torch.allclose(torch.as_tensor(one).double(), want_o, atol=1e-9):
+                raise AssertionError(f"{where}: right with one block, wrong with several — when a block raises the "
+                                     "max, rescale the old ℓ and O by e^(m_old − m_new) before adding (lines 9–10).")
+            s = q @ k.T / math.sqrt(d)
+            p = torch.exp(s - s.amax(-1, keepdim=True))
+            if torch.allclose(o, p @ v, atol=1e-9):
+                raise AssertionError(f"{where}: O is not divided by ℓ — the deferred normalisation O / ℓ after "
+                                     "the inner loop (line 12) is missing.")
+            if torch.allclose(o, torch.softmax(q @ k.T, -1) @ v, atol=1e-9):
+                raise AssertionError(f"{where}: scale the scores: S = Q Kᵀ / √d.")
+            raise AssertionError(f"{where}: max |O − O_ref| = {(o - want_o).abs().max():.2e} (the float64 oracle)")
+        assert torch.allclose(o, fa2_o.double(), atol=1e-4), f"{where}: O differs from VARIANTS['fa2'].forward's"
+        if not torch.allclose(lse, want_lse, atol=1e-9):
+            raise AssertionError(f"{where}: O is right, lse is not: lse = m + log ℓ per row, with ℓ relative to "
+                                 "the final m (line 13); max |lse − lse_fa2| = "
+                                 f"{(lse - want_lse).abs().max():.2e}")
+    print("exercise 6: right — equal to the float64 oracle and to VARIANTS['fa2'].forward, ragged blocks and large "
+          "scores included")
+
+
 # %% [markdown]
 # ## Exercises
 #
 # **1.** Redo the counted table of section 1 with $B_r = 64$, $B_c = 16$. Which variant moves fewer bytes
 # now, and why? Find blocks for which FA2 reads fewer bytes than FA1 at $N = 4096$, $d = 64$ on an
-# H200 (`closed_forms.counts(..., sram_bytes=...)` tells you whether they fit).
+# H200 (`closed_forms.counts(..., sram_bytes=...)` tells you whether they fit). Check:
+# `check_fa2_fewer_reads(br, bc)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -405,7 +495,8 @@ def check_slots(blocks_per_sm, first_idle_n):
 # </details>
 #
 # **2.** Use the closed forms to verify the per-tile table of section 2: take a problem with exactly one
-# tile ($N = B_r = B_c$) and compare the `exp` and `other` counts of FA1 and FA2.
+# tile ($N = B_r = B_c$) and compare the `exp` and `other` counts of FA1 and FA2. Check FA1's extra
+# counts at $N = B_r = B_c = d = 64$: `check_tile_flops(exp_extra, other_extra)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -443,7 +534,8 @@ def check_slots(blocks_per_sm, first_idle_n):
 # </details>
 #
 # **5.** Causal attention halves the work. Does it halve FA2's thread blocks? Look at `Tiling.k_blocks`:
-# which thread blocks have the most work, and what does that do to the tail of the launch?
+# which thread blocks have the most work, and what does that do to the tail of the launch? Check, for
+# $N = 4096$, $B_r = B_c = 128$: `check_causal_ctas(thread_blocks, index_of_the_heaviest)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -451,5 +543,39 @@ def check_slots(blocks_per_sm, first_idle_n):
 # Query block $i$ visits $i + 1$ key blocks (square problem), so the last query blocks have the most
 # work; launched last, they leave a tail in which few SMs are busy — hence kernels schedule the
 # heaviest blocks first.
+#
+# </details>
+#
+# **6.** Write FA2's forward (Algorithm 1) for one head in about 20 lines of PyTorch:
+# `fa2_forward(q, k, v, br, bc)` with `q` of shape $(N_q, d)$, `k`, `v` of shape $(N_k, d)$, returning
+# `(o, lse)`; non-causal, scale $1/\sqrt{d}$; blocks need not divide $N$. Outer loop over query blocks,
+# inner over key blocks; keep $m_i$, $\ell_i$, $O_i$ on chip (local variables), rescale by
+# $e^{m^{\text{old}} - m^{\text{new}}}$, divide once at the end, and return $\mathrm{lse} = m + \log\ell$.
+# Check: `check_fa2_forward(fa2_forward)` (against the float64 oracle and `VARIANTS["fa2"].forward`, with
+# ragged blocks and large scores).
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# def fa2_forward(q, k, v, br, bc):
+#     n_q, d = q.shape
+#     o, lse = torch.empty_like(q), torch.empty(n_q, dtype=q.dtype)
+#     for r0 in range(0, n_q, br):                      # outer loop: one query block (a thread block)
+#         qi = q[r0:r0 + br] / math.sqrt(d)
+#         oi = torch.zeros_like(qi)                     # on chip for the whole inner loop
+#         li = torch.zeros(len(qi), 1, dtype=q.dtype)
+#         mi = torch.full((len(qi), 1), -math.inf, dtype=q.dtype)
+#         for c0 in range(0, k.shape[0], bc):           # inner loop: stream K_j, V_j past
+#             s = qi @ k[c0:c0 + bc].T
+#             m_new = torch.maximum(mi, s.amax(-1, keepdim=True))
+#             p = torch.exp(s - m_new)
+#             alpha = torch.exp(mi - m_new)             # e^(m_old - m_new): 0 at the first block
+#             li = alpha * li + p.sum(-1, keepdim=True)
+#             oi = alpha * oi + p @ v[c0:c0 + bc]
+#             mi = m_new
+#         o[r0:r0 + br] = oi / li                       # deferred normalisation, one write
+#         lse[r0:r0 + br] = (mi + torch.log(li)).squeeze(-1)
+#     return o, lse
+# ```
 #
 # </details>

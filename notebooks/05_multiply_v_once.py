@@ -534,8 +534,80 @@ def check_spill_extra(fn):
         extra = (_cf.counts("v_once", 1, 1, n, n, d, dtype="fp16", block_q=br, block_k=64, placement="hbm",
                             rescale="lazy").hbm_bytes
                  - _cf.counts("fa2", 1, 1, n, n, d, dtype="fp16", block_q=br, block_k=64).hbm_bytes)
-        assert fn(n, d, br) == extra, f"N={n}, d={d}, Br={br}: expected {extra:,} extra bytes"
+        got = fn(n, d, br)
+        if got == extra:
+            continue
+        if got == extra // 2:
+            raise AssertionError(f"N={n}, d={d}, Br={br}: {got:,} is half — the f row is written *and* read back once")
+        if got == 2 * extra:
+            raise AssertionError(f"N={n}, d={d}, Br={br}: {got:,} is twice — fp16 is 2 bytes, and the f row moves "
+                                 "once each way")
+        raise AssertionError(f"N={n}, d={d}, Br={br}: expected {extra:,} extra bytes, got {got:,} — does the spill "
+                             "depend on d or Br? (It is N² numbers of f, whatever the blocks.)")
     print("exercise 4: right")
+
+
+def check_longest_fitting(n):
+    # exercise 1: the longest N (a multiple of Bc = 64) whose v_once working set fits the H200, d = 128, Br = 64, fp16
+    import variants.v_once as _vo
+    from counting.gpus import get_gpu as _gg
+
+    sram = _gg("h200").sram_bytes
+
+    def fits(m):
+        return _vo.sram_bytes(m, m, 128, 64, 64, 2, placement="sram", rescale="lazy") <= sram
+
+    if n % 64 == 0 and fits(n) and not fits(n + 64):
+        print(f"exercise 1: right — N ≤ {n:,}")
+        return
+    if not fits(n):
+        need = _vo.sram_bytes(n, n, 128, 64, 64, 2, placement="sram", rescale="lazy")
+        raise AssertionError(f"N = {n:,} needs {need:,} bytes of SRAM, over the H200's {sram:,}: the f row alone is "
+                             f"Br · N · 2 = {64 * n * 2:,} bytes — did you leave out the Q, K, V tiles, the "
+                             "accumulator or the block maxima?")
+    raise AssertionError(f"N = {n:,} fits, but so does N + 64 = {n + 64:,}: go up in steps of Bc = 64 to the last one "
+                         "that fits")
+
+
+def check_lazy_overhead(ratio):
+    # exercise 3: block maxima over the f row's bytes, Bc = 64, fp16 f row, float32 maxima
+    want = 2 / 64
+    if abs(ratio - want) < 1e-9:
+        print("exercise 3: right — about 3 %, at every N: it never decides whether the row fits")
+        return
+    if abs(ratio - 1 / 64) < 1e-9:
+        raise AssertionError("1/64 counts a max as 2 bytes: the maxima are float32 (4 bytes), the f row fp16 (2)")
+    if abs(ratio - 4 / 64) < 1e-9:
+        raise AssertionError("4/64 counts the f row at 1 byte an entry: it is fp16, 2 bytes")
+    raise AssertionError(f"{ratio}: per row, Tc = N / Bc maxima of 4 bytes against N entries of f of 2 bytes — "
+                         "N cancels")
+
+
+def check_combine(fn):
+    # exercise 5: combine split-KV partials [(m_x, l_x, O_x), ...] (O_x normalised by its own l_x) into O
+    gen = torch.Generator().manual_seed(5)
+    s = 8 * torch.randn(3, 96, generator=gen, dtype=torch.float64)
+    v = torch.randn(96, 4, generator=gen, dtype=torch.float64)
+    parts = []
+    for c0 in range(0, 96, 32):
+        sc = s[:, c0:c0 + 32]
+        m = sc.amax(-1, keepdim=True)
+        e = torch.exp(sc - m)
+        parts.append((m, e.sum(-1, keepdim=True), (e @ v[c0:c0 + 32]) / e.sum(-1, keepdim=True)))
+    want = torch.softmax(s, -1) @ v
+    got = torch.as_tensor(fn(parts)).double()
+    if got.shape == want.shape and torch.allclose(got, want, atol=1e-10):
+        print("exercise 5: right — one (m, ℓ, O) per chunk, merged as notebook 2's merge does")
+        return
+    if got.shape == want.shape and torch.allclose(got, sum(p[2] for p in parts) / len(parts), atol=1e-10):
+        raise AssertionError("a plain average of the partial O's weighs every chunk alike: weigh chunk x by its "
+                             "share of the row's total, ℓ_x e^(m_x − m) with m = max m_x")
+    lw = [p[1] for p in parts]
+    if got.shape == want.shape and torch.allclose(got, sum(w * p[2] for w, p in zip(lw, parts)) / sum(lw), atol=1e-10):
+        raise AssertionError("the ℓ_x are relative to different maxima m_x: bring them to the common max first, "
+                             "ℓ_x e^(m_x − m)")
+    raise AssertionError(f"max |O − O_ref| = {(got - want).abs().max():.2e}" if got.shape == want.shape else
+                         f"shape {tuple(got.shape)}, expected {tuple(want.shape)}")
 
 
 # %% [markdown]
@@ -543,6 +615,7 @@ def check_spill_extra(fn):
 #
 # **1.** Derive the SRAM working set of `v_once` with the row on chip by hand (see `variants/v_once.py`,
 # `sram_bytes`) and check the longest fitting $N$ in the table for the H200, $d = 128$, $B_r = 64$.
+# Check: `check_longest_fitting(n)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -573,7 +646,8 @@ def check_spill_extra(fn):
 # </details>
 #
 # **3.** Show that lazy rescaling needs $T_c$ extra floats per row on chip (the block maxima). At what
-# $N$ does that matter?
+# $N$ does that matter? Check the ratio of the maxima's bytes to the $f$ row's at $B_c = 64$:
+# `check_lazy_overhead(ratio)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -596,12 +670,21 @@ def check_spill_extra(fn):
 # </details>
 #
 # **5.** Split-KV ("flash-decoding") also avoids holding a whole row: how does it use the merge of
-# notebook 2 instead?
+# notebook 2 instead? Write `combine(parts)` that takes one `(m_x, l_x, O_x)` per chunk of keys (each a
+# column per query row; $O_x$ already divided by its own $\ell_x$) and returns the row's $O$. Check:
+# `check_combine(combine)`.
 #
 # <details><summary>Solution</summary>
 #
 # It splits the keys into chunks processed by different thread blocks, each producing a partial $O$ with
 # its own $(m, \ell)$; a final step merges the partials with notebook 2's `merge`, rescaling each by
 # $e^{m_x - m}$. Nothing of size $N$ per row is ever held — only one $(m, \ell, O)$ per chunk.
+#
+# ```python
+# def combine(parts):
+#     m = torch.stack([p[0] for p in parts]).amax(0)             # the common max
+#     w = [p[1] * torch.exp(p[0] - m) for p in parts]            # each chunk's ℓ, relative to it
+#     return sum(wx * p[2] for wx, p in zip(w, parts)) / sum(w)
+# ```
 #
 # </details>

@@ -182,6 +182,22 @@ print("bf16, Tc = 128 key blocks: relative dq error  fa1 (bf16 dQ in HBM): "
 assert errs["fa1"] > 2 * errs["fa2"]
 
 # %% [markdown]
+# **One tile of FA2's backward, as a picture.** For each visited tile $(i, j)$ Algorithm 2 runs five
+# matrix products (bold rows) and two elementwise steps. The columns are the operands, coloured by
+# where they live: $K_j, V_j$ and the accumulators $dK_j, dV_j$ stay on chip for the whole inner loop
+# (outer loop over $j$); $Q_i$, $dO_i$, $L_i$, $D_i$ are read from HBM at every tile; $dQ_i$ makes a
+# round trip through HBM at every tile (the float32 accumulator above); $S$, $P$, $dP$, $dS$ are born
+# and die on chip — the $N \times N$ matrices the standard backward stores are never stored.
+# (`analysis/tiling_pictures.draw_backward_products`; its test holds the five products against the
+# matmul FLOPs `variants/fa2.py`'s backward counts.)
+
+# %%
+from analysis.tiling_pictures import draw_backward_products
+
+draw_backward_products(br=64, bc=64, d=64)
+plt.show()
+
+# %% [markdown]
 # Note what the counts say and what they do not. In this float32 run both $dQ$'s take 4 bytes an
 # element, and FA2 moves fewer bytes than FA1 (it reads $O$ once). In fp16, as models train, FA2 moves
 # *more*: its float32 $dQ$ costs twice FA1's bytes per round trip. Either way it does less elementwise
@@ -350,22 +366,135 @@ def check_naive_limit(n):
     assert not fits(n) and fits(n - 1), f"{n} is not the smallest N whose P exceeds the H200's HBM"
     print("exercise 3: right")
 
+def check_dq_saving(saved_bytes):
+    # exercise 4: B = H = 1, Nq = Nk = 16384, d = 64, Br = Bc = 64, bf16 inputs
+    n, d, blk = 16384, 64, 64
+    tc = n // blk
+    want = 2 * tc * n * d * (4 - 2)  # Tc round trips (read + write) of the Nq x d accumulator, 2 bytes saved each
+    if abs(saved_bytes - want) <= 0.01 * want:  # the one zeroing write and final read (0.4 % more) count too
+        print(f"exercise 4: right ({human(want)} saved of the accumulator's traffic)")
+        return
+    if abs(saved_bytes - want / 2) <= 0.01 * want:
+        raise AssertionError("half the answer: each visit reads dQ_i *and* writes it back — two accesses per tile")
+    if abs(saved_bytes - 2 * want) <= 0.02 * want:
+        raise AssertionError("twice the answer: a float32 element is 4 bytes and a bf16 one 2 — 2 bytes saved per "
+                             "access, not 4")
+    if 0.95 * want / (2 * tc) <= saved_bytes <= 1.05 * want / tc:
+        raise AssertionError("that is one pass over dQ: the accumulator makes a round trip at every key block, "
+                             f"Tc = N / Bc = {tc} times")
+    raise AssertionError(f"{saved_bytes:,} bytes: count dQ_i's reads and writes, one of each per visited tile "
+                         "(Tc per row block), each 2 bytes cheaper in bf16 than in float32")
+
+
+def check_empty_row_dq(dq_row):
+    dq_row = torch.as_tensor(dq_row)
+    assert not torch.isnan(dq_row).any(), ("NaN: did you call variants.fa2.backward? Its P = exp(S − "
+                                           "finite_or_zero(L)) avoids e^(−inf − (−inf)); a hand-made exp(S − L) "
+                                           "gives NaN for a row with L = −inf")
+    assert (dq_row == 0).all(), ("not zero: pass the dq of a row that sees no key (row 0 with causal=True and "
+                                 "Nq > Nk); its P is 0, so dS = P ∘ (dP − D) and dq vanish")
+    print("exercise 6: right — the row's dq is exactly 0")
+
+
+def check_fa2_backward(fn):
+    # fn(q, k, v, o, lse, do, br, bc) -> (dq, dk, dv) for one head: q, o, do (Nq, d); k, v (Nk, d); lse (Nq,)
+    import variants as _variants  # VARIANTS and the float64 oracle
+
+    torch.manual_seed(7)
+    for n_q, n_k, d, br, bc in ((32, 32, 8, 8, 8), (40, 27, 16, 16, 8)):
+        q, k, v = (torch.randn(n, d, dtype=torch.float64, requires_grad=True) for n in (n_q, n_k, n_k))
+        do = torch.randn(n_q, d, dtype=torch.float64)
+        o, lse = (t[0, 0].detach() for t in _variants.attention_reference(q[None, None], k[None, None], v[None, None]))
+        (torch.softmax(q @ k.T / math.sqrt(d), -1) @ v).backward(do)  # the float64 oracle, by autograd
+        want = (q.grad, k.grad, v.grad)
+        q, k, v = (t.detach() for t in (q, k, v))
+        fa2 = [g[0, 0].double() for g in _variants.VARIANTS["fa2"].backward(
+            q[None, None], k[None, None], v[None, None], o[None, None], lse[None, None].float(), do[None, None],
+            block_q=br, block_k=bc)]
+        where = f"Nq = {n_q}, Nk = {n_k}, d = {d}, Br = {br}, Bc = {bc}"
+        got = [torch.as_tensor(g).double() for g in fn(q.clone(), k.clone(), v.clone(), o.clone(), lse.clone(),
+                                                        do.clone(), br, bc)]
+        for name, g, w in zip(("dq", "dk", "dv"), got, want):
+            assert g.shape == w.shape, f"{where}: {name} has shape {tuple(g.shape)}, expected {tuple(w.shape)}"
+        dq, dk, dv = got
+        tau = 1 / math.sqrt(d)
+        p = torch.exp(tau * q @ k.T - lse[:, None])
+        if not torch.allclose(dv, want[2], atol=1e-9):
+            if torch.allclose(dv, torch.exp(q @ k.T - lse[:, None]).T @ do, atol=1e-9):
+                raise AssertionError(f"{where}: dV — recompute S with the scale: P = exp(τ Q_i K_jᵀ − L_i), τ = 1/√d")
+            raise AssertionError(f"{where}: dV is off (max error {(dv - want[2]).abs().max():.2e}): dV_j accumulates "
+                                 "P_ijᵀ dO_i over every query block i (line 12), with P = exp(τ S − L) (line 11).")
+        ds_no_d = p * (do @ v.T)
+        for name, g, w, no_d in (("dq", dq, want[0], tau * ds_no_d @ k), ("dk", dk, want[1], tau * ds_no_d.T @ q)):
+            if torch.allclose(g, w, atol=1e-9):
+                continue
+            if torch.allclose(g, no_d, atol=1e-9):
+                raise AssertionError(f"{where}: {name} — dS = P ∘ (dP − D_i), with D_i = rowsum(dO_i ∘ O_i) "
+                                     "(line 4); without D the softmax's backward misses its −P·(P·dP) term.")
+            if torch.allclose(g * tau, w, atol=1e-9) or torch.allclose(g / tau, w, atol=1e-9):
+                raise AssertionError(f"{where}: {name} is off by the factor τ = 1/√d: S = τ Q Kᵀ, so the chain "
+                                     "rule puts one τ on dQ = τ dS K and on dK = τ dSᵀ Q.")
+            raise AssertionError(f"{where}: {name} is off (max error {(g - w).abs().max():.2e}); dQ_i accumulates "
+                                 "τ dS_ij K_j over the key blocks (line 15), dK_j accumulates τ dS_ijᵀ Q_i (line 16).")
+        for name, g, f in zip(("dq", "dk", "dv"), got, fa2):
+            assert torch.allclose(g, f, atol=1e-4), f"{where}: {name} differs from VARIANTS['fa2'].backward's"
+    print("exercise 7: right — equal to autograd in float64 and to VARIANTS['fa2'].backward, ragged blocks included")
+
 # %% [markdown]
 # ## Exercises
 #
 # **1.** Write `softmax_backward_row(p, dp)` returning $dS$ for one row from $P$ and $dP$ (section 1),
 # without autograd. Check: `check_softmax_backward_row(softmax_backward_row)`.
 #
+# <details><summary>Solution</summary>
+#
+# ```python
+# def softmax_backward_row(p, dp):
+#     return p * (dp - (p * dp).sum())   # dS_i = P_i (dP_i − Σ_j P_j dP_j): the Jacobian diag(P) − P Pᵀ times dP
+# ```
+# The sum $\sum_j P_j\, dP_j$ is the $D$ of the attention backward: $D_i = \mathrm{rowsum}(dO_i \circ O_i)$
+# equals $\mathrm{rowsum}(P_i \circ dP_i)$ because $O = PV$ and $dP = dO\,V^\top$.
+#
+# </details>
+#
 # **2.** From the FA2 backward's docstring in `variants/fa2.py`, write `fa2_reads(n, blk, d)` returning the
 # dict of elements read per tensor for non-causal $N_q = N_k = n$, $B_r = B_c = $ `blk`, one head
 # (mind the tail block when `blk` does not divide $n$). Check: `check_fa2_reads(fa2_reads)`.
 #
+# <details><summary>Solution</summary>
+#
+# Per tile $(j, i)$ the backward reads $Q_i$, $dO_i$, $L_i$, $D_i$ and round-trips $dQ_i$; per key block
+# it reads $K_j$, $V_j$ once; before the loops it reads $O$ and $dO$ once for $D$; after them $dQ$ once.
+# ```python
+# def fa2_reads(n, blk, d):
+#     t = -(-n // blk)                      # Tr = Tc, the tail block included
+#     return {"Q": t * n * d, "K": n * d, "V": n * d, "O": n * d, "dO": (t + 1) * n * d,
+#             "lse": t * n, "D": t * n, "dQ": (t + 1) * n * d}
+# ```
+# (Each key block $j$ meets every query block, so every row of $Q$, $dO$, $L$, $D$ is read $T_c$ times —
+# the tail block only changes $T_c$, not the rows per pass.)
+#
+# </details>
+#
 # **3.** With $B = 32$, $H = 16$, fp16: find the smallest $N$ for which naive's saved $P$ alone exceeds an
 # H200's 141 GB. Check: `check_naive_limit(N)`. What does FA2 keep at that $N$?
 #
+# <details><summary>Solution</summary>
+#
+# ```python
+# n = next(m for m in range(1, 1 << 20) if bf.saved_bytes("naive", 32, 16, m, m, "fp16") > GPUS["h200"].hbm_bytes.value)
+# ```
+# $P$ is $B H N^2$ fp16 elements, so $N \approx \sqrt{141\,\text{GB} / (32 \cdot 16 \cdot 2)}$: 11,735.
+# FA2 keeps, beyond $q, k, v$ and its output $O$, only $L$: $B H N$ float32 numbers, 24 MB there
+# (`bf.saved_bytes("fa2", 32, 16, n, n, "fp16")`) — linear in $N$, so memory no longer sets the length.
+#
+# </details>
+#
 # **4.** Change FA2's accumulator to the input dtype (edit `dq_acc` in `variants/fa2.py`'s backward, in a
 # scratch copy). How much HBM traffic does it save at $N = 16$k, and what does it do to the bf16
-# error of section 3? Which would you choose, and why does FA2's CUDA code choose float32?
+# error of section 3? Which would you choose, and why does FA2's CUDA code choose float32? Check the
+# bytes saved for $B = H = 1$, $N_q = N_k = 16384$, $d = 64$, $B_r = B_c = 64$, bf16:
+# `check_dq_saving(saved_bytes)`.
 #
 # <details><summary>Solution</summary>
 #
@@ -398,7 +527,7 @@ def check_naive_limit(n):
 # </details>
 #
 # **6.** A row that sees no key (causal, $N_q > N_k$) has $L = -\infty$. Why does $P = e^{S - L}$ not give
-# NaN in `variants/fa2.py`, and what is its $dq$? Verify with a call.
+# NaN in `variants/fa2.py`, and what is its $dq$? Verify with a call, then `check_empty_row_dq(dq[0, 0, 0])`.
 #
 # <details><summary>Solution</summary>
 #
@@ -406,5 +535,38 @@ def check_naive_limit(n):
 # is masked to $-\infty$ and $L$ is replaced by 0, so $P = e^{-\infty} = 0$ instead of
 # $e^{-\infty - (-\infty)} = $ NaN. Then $dS = P \circ (dP - D) = 0$ and the row's $dq$ is exactly 0 —
 # call `variants.fa2.backward` with $N_q > N_k$, `causal=True`, and look at `dq[..., 0, :]`.
+#
+# </details>
+#
+# **7.** Write FA2's backward (Algorithm 2) for one head: `fa2_backward(q, k, v, o, lse, do, br, bc)` with
+# `q`, `o`, `do` of shape $(N_q, d)$, `k`, `v` of shape $(N_k, d)$ and `lse` of shape $(N_q,)$, returning
+# `(dq, dk, dv)`; non-causal, $\tau = 1/\sqrt{d}$; blocks need not divide $N$. Outer loop over key blocks
+# ($dK_j$, $dV_j$ accumulate on chip), inner over query blocks; recompute $S$ and $P = e^{\tau S - L}$,
+# then the five products of the picture in section 3. Check: `check_fa2_backward(fa2_backward)` (against
+# autograd in float64 and `VARIANTS["fa2"].backward`).
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# def fa2_backward(q, k, v, o, lse, do, br, bc):
+#     n_q, d = q.shape
+#     tau = 1 / math.sqrt(d)
+#     D = (do * o).sum(-1, keepdim=True)              # line 4: once, before the loops
+#     dq = torch.zeros_like(q)                        # line 3: the accumulator in HBM
+#     dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+#     for c0 in range(0, k.shape[0], bc):             # line 5: outer loop over K_j, V_j
+#         kj, vj = k[c0:c0 + bc], v[c0:c0 + bc]
+#         dkj, dvj = torch.zeros_like(kj), torch.zeros_like(vj)   # line 7: on chip
+#         for r0 in range(0, n_q, br):                # line 8: Q_i, dO_i, L_i, D_i stream past
+#             qi, doi = q[r0:r0 + br], do[r0:r0 + br]
+#             p = torch.exp(tau * qi @ kj.T - lse[r0:r0 + br, None])   # lines 10-11: S, P recomputed
+#             dvj += p.T @ doi                        # line 12
+#             dp = doi @ vj.T                         # line 13
+#             ds = p * (dp - D[r0:r0 + br])           # line 14
+#             dq[r0:r0 + br] += tau * ds @ kj         # line 15: read, add, write back
+#             dkj += tau * ds.T @ qi                  # line 16
+#         dk[c0:c0 + bc], dv[c0:c0 + bc] = dkj, dvj   # line 18: one write each
+#     return dq, dk, dv
+# ```
 #
 # </details>

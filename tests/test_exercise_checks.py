@@ -232,3 +232,212 @@ def test_08():
         ns["check_threshold"](no_l)
     with pytest.raises(AssertionError):  # exact, but rescales at every new max
         ns["check_threshold"](lambda s, v, bc, tau: threshold(s, v, bc, 0.0))
+
+
+def _raises_with(fn, *args, words=()):
+    """The check rejects the answer, and its message says something that teaches (contains `words`)."""
+    with pytest.raises(AssertionError) as e:
+        fn(*args)
+    for w in words:
+        assert w in str(e.value), f"message {str(e.value)!r} lacks {w!r}"
+
+
+def test_01_messages_teach():
+    ns = _checks("01_why_io_matters")
+    l2 = 60 * 2 ** 20
+    n = math.isqrt(l2 // 4)
+    n += 4 * n * n < l2
+    _raises_with(ns["check_l2_fill"], n + 1, words=("smallest N", "print alike"))
+    _raises_with(ns["check_l2_fill"], n - 100, words=("too small", "short of"))
+    _raises_with(ns["check_intensity"], 128, 128.0, words=("2 bytes",))
+    _raises_with(ns["check_intensity"], 64, 16.0, words=("4N²",))
+    ns["check_causal_s_bytes"](8192, 8192)
+    _raises_with(ns["check_causal_s_bytes"], 4096, 4096, words=("does not halve",))
+    ns["check_a100_ridge"](312e12 / 2.039e12)
+    _raises_with(ns["check_a100_ridge"], 2.039e12 / 312e12, words=("upside down",))
+    _raises_with(ns["check_a100_ridge"], 206.0, words=("get_gpu('a100')",))
+
+
+def _fa2_forward(q, k, v, br, bc, rescale=True, divide=True, scale=True, lse_log=torch.log, safe=True):
+    """The solution of notebook 04's exercise 6, with switches that make the typical wrong answers."""
+    n_q, d = q.shape
+    o, lse = torch.empty_like(q), torch.empty(n_q, dtype=q.dtype)
+    for r0 in range(0, n_q, br):
+        qi = q[r0:r0 + br] / (math.sqrt(d) if scale else 1)
+        oi = torch.zeros_like(qi)
+        li = torch.zeros(len(qi), 1, dtype=q.dtype)
+        mi = torch.full((len(qi), 1), -math.inf if safe else 0.0, dtype=q.dtype)
+        for c0 in range(0, k.shape[0], bc):
+            s = qi @ k[c0:c0 + bc].T
+            m_new = torch.maximum(mi, s.amax(-1, keepdim=True)) if safe else mi
+            p = torch.exp(s - m_new)
+            alpha = torch.exp(mi - m_new) if rescale else torch.ones_like(mi)
+            li = alpha * li + p.sum(-1, keepdim=True)
+            oi = alpha * oi + p @ v[c0:c0 + bc]
+            mi = m_new
+        o[r0:r0 + br] = oi / li if divide else oi
+        lse[r0:r0 + br] = (mi + lse_log(li)).squeeze(-1)
+    return o, lse
+
+
+def test_04_fa2_forward():
+    ns = _checks("04_flashattention2")
+    ns["check_fa2_forward"](_fa2_forward)
+    f = _fa2_forward
+    _raises_with(ns["check_fa2_forward"], lambda *a: f(*a, rescale=False), words=("rescale",))
+    _raises_with(ns["check_fa2_forward"], lambda *a: f(*a, divide=False), words=("divided by ℓ",))
+    _raises_with(ns["check_fa2_forward"], lambda *a: f(*a, scale=False), words=("√d",))
+    _raises_with(ns["check_fa2_forward"], lambda *a: f(*a, lse_log=torch.log2), words=("lse = m + log ℓ",))
+    _raises_with(ns["check_fa2_forward"], lambda *a: f(*a, safe=False), words=("running max",))
+    _raises_with(ns["check_fa2_forward"], lambda q, k, v, br, bc: (f(q, k, v, br, bc)[0][:-1], f(q, k, v, br, bc)[1]),
+                 words=("shape",))
+
+
+def test_04_solution_is_the_checked_one():
+    """The folded solution in the notebook passes its check (the code in the <details> block, run as written)."""
+    ns = _checks("04_flashattention2")
+    text = (NOTEBOOKS / "04_flashattention2.py").read_text()
+    block = "# def fa2_forward(" + text.split("# def fa2_forward(")[1].split("# ```")[0]
+    code = "\n".join(line[2:] for line in block.splitlines())
+    exec(code, ns)
+    ns["check_fa2_forward"](ns["fa2_forward"])
+
+
+def _checks_07():
+    from counting import backward_forms as bf
+    from counting.gpus import GPUS
+
+    nb = jupytext.read(NOTEBOOKS / "07_backward_recomputation.py")
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("# Checks for the exercises"))
+    ns = {"torch": torch, "math": math, "human": human, "bf": bf, "GPUS": GPUS}
+    exec(compile(cell.source, "07:checks", "exec"), ns)
+    return ns
+
+
+def _solution(stem, name):
+    """The code of a folded solution (the ```python block after '# def name('), run as written."""
+    text = (NOTEBOOKS / f"{stem}.py").read_text()
+    block = f"# def {name}(" + text.split(f"# def {name}(")[1].split("# ```")[0]
+    ns = {"torch": torch, "math": math}
+    exec("\n".join(line[2:] for line in block.splitlines()), ns)
+    return ns[name]
+
+
+def _fa2_backward(q, k, v, o, lse, do, br, bc, use_d=True, tau_on_grads=True):
+    n_q, d = q.shape
+    tau = 1 / math.sqrt(d)
+    D = (do * o).sum(-1, keepdim=True) if use_d else torch.zeros(n_q, 1, dtype=q.dtype)
+    g = tau if tau_on_grads else 1.0
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for c0 in range(0, k.shape[0], bc):
+        kj, vj = k[c0:c0 + bc], v[c0:c0 + bc]
+        for r0 in range(0, n_q, br):
+            qi, doi = q[r0:r0 + br], do[r0:r0 + br]
+            p = torch.exp(tau * qi @ kj.T - lse[r0:r0 + br, None])
+            dv[c0:c0 + bc] += p.T @ doi
+            ds = p * (doi @ vj.T - D[r0:r0 + br])
+            dq[r0:r0 + br] += g * ds @ kj
+            dk[c0:c0 + bc] += g * ds.T @ qi
+    return dq, dk, dv
+
+
+def test_07_solutions_and_new_checks():
+    ns = _checks_07()
+    ns["check_softmax_backward_row"](_solution("07_backward_recomputation", "softmax_backward_row"))
+    ns["check_fa2_reads"](_solution("07_backward_recomputation", "fa2_reads"))
+    ns["check_fa2_backward"](_solution("07_backward_recomputation", "fa2_backward"))
+    ns["check_fa2_backward"](_fa2_backward)
+    _raises_with(ns["check_fa2_backward"], lambda *a: _fa2_backward(*a, use_d=False), words=("D_i = rowsum",))
+    _raises_with(ns["check_fa2_backward"], lambda *a: _fa2_backward(*a, tau_on_grads=False), words=("factor τ",))
+    _raises_with(ns["check_fa2_backward"], lambda *a: [g.T for g in _fa2_backward(*a)], words=("shape",))
+
+    def unscaled_p(q, k, v, o, lse, do, br, bc):  # P = exp(S - L) without the scale
+        return _fa2_backward(q * math.sqrt(q.shape[1]), k, v, o, lse, do, br, bc)
+    _raises_with(ns["check_fa2_backward"], unscaled_p, words=("dV",))
+
+    # exercise 4: the bytes the bf16 accumulator saves, against the counted float32 traffic of dQ
+    from counting import backward_forms as bf
+    c = bf.backward_counts("fa2", 1, 1, 16384, 16384, 64, dtype="bf16", block_q=64, block_k=64)
+    # (Tc + 1) float32 reads of the accumulator, as many writes: 2 bytes saved each = the float32 read bytes
+    ns["check_dq_saving"](c.read_bytes["dQ"])
+    _raises_with(ns["check_dq_saving"], c.read_bytes["dQ"] // 2, words=("half",))
+    _raises_with(ns["check_dq_saving"], 2 * c.read_bytes["dQ"], words=("twice",))
+    _raises_with(ns["check_dq_saving"], 16384 * 64 * 2, words=("round trip",))
+
+    # exercise 6: a row that sees no key
+    from variants import VARIANTS
+    q, k, v, do = torch.randn(1, 1, 8, 4), torch.randn(1, 1, 4, 4), torch.randn(1, 1, 4, 4), torch.randn(1, 1, 8, 4)
+    o, lse = VARIANTS["fa2"].forward(q, k, v, causal=True, block_q=4, block_k=4)
+    dq = VARIANTS["fa2"].backward(q, k, v, o, lse, do, causal=True, block_q=4, block_k=4)[0]
+    ns["check_empty_row_dq"](dq[0, 0, 0])
+    _raises_with(ns["check_empty_row_dq"], torch.full((4,), float("nan")), words=("finite_or_zero",))
+    _raises_with(ns["check_empty_row_dq"], dq[0, 0, -1], words=("sees no key",))
+
+
+def test_02_messages_and_new_checks():
+    ns = _checks("02_online_softmax")
+    _raises_with(ns["check_rescales"], lambda t: t * t, lambda t: t, words=("not the new one",))
+    _raises_with(ns["check_rescales"], lambda t: t * (t + 1) // 2, lambda t: t, words=("nothing to rescale",))
+    _raises_with(ns["check_overflow_limits"], 11.2, 88.5, words=("too high",))
+    _raises_with(ns["check_overflow_limits"], 10.0, 88.5, words=("keep going",))
+    ns["check_unguarded"](float("nan"))
+    _raises_with(ns["check_unguarded"], 1.0, words=("NaN",))
+    _raises_with(ns["check_unguarded"], 0.0, words=("NaN",))
+    ns["check_passes"](2, 0)
+    _raises_with(ns["check_passes"], 3, 0, words=("classic",))
+    _raises_with(ns["check_passes"], 2, 1, words=("on chip",))
+
+
+def test_03_new_checks_and_messages():
+    ns = _checks("03_flashattention1")
+    _raises_with(ns["check_divisions"], 64, words=("one division per row",))
+    _raises_with(ns["check_divisions"], 128, words=("FA2's count",))
+    ns["check_final_rows"](range(4))
+    _raises_with(ns["check_final_rows"], range(16), words=("only rows",))
+    _raises_with(ns["check_final_rows"], [0], words=("not alone",))
+    ns["check_swapped_gone"]({"O", "ℓ", "m"})
+    _raises_with(ns["check_swapped_gone"], {"O", "l", "m", "K"}, words=("re-read",))
+    _raises_with(ns["check_swapped_gone"], {"O"}, words=("missing",))
+    ns["check_fixed_block_slope"](0.0)
+    _raises_with(ns["check_fixed_block_slope"], -1.0, words=("Theorem 2",))
+    ns["check_beats_fa1"](["fa2"])
+    _raises_with(ns["check_beats_fa1"], ["fa2", "v_once"], words=("spills",))
+    _raises_with(ns["check_beats_fa1"], ["naive", "fa2"], words=("S and P",))
+    # the facts the checks rest on, from the package
+    from counting import closed_forms
+    from counting.gpus import get_gpu
+    sram = get_gpu("h200").sram_bytes
+    b = {n: closed_forms.counts(n, 1, 1, 4096, 4096, 64, sram_bytes=sram).hbm_bytes
+         for n in ("naive", "fa1", "fa2", "v_once")}
+    assert {n for n in b if b[n] < b["fa1"]} == {"fa2"}
+
+
+def test_05_new_checks_and_messages():
+    ns = _checks("05_multiply_v_once")
+    _raises_with(ns["check_spill_extra"], lambda n, d, br: n * n * 2, words=("half",))
+    import variants.v_once as vo
+    from counting.gpus import get_gpu
+    sram = get_gpu("h200").sram_bytes
+    n = 0
+    while vo.sram_bytes(n + 64, n + 64, 128, 64, 64, 2, placement="sram", rescale="lazy") <= sram:
+        n += 64
+    ns["check_longest_fitting"](n)
+    _raises_with(ns["check_longest_fitting"], n - 64, words=("so does",))
+    _raises_with(ns["check_longest_fitting"], sram // (64 * 2), words=("did you leave out",))
+    ns["check_lazy_overhead"](2 / 64)
+    _raises_with(ns["check_lazy_overhead"], 1 / 64, words=("float32",))
+    ns["check_combine"](_solution("05_multiply_v_once", "combine"))
+    _raises_with(ns["check_combine"], lambda parts: sum(p[2] for p in parts) / len(parts), words=("plain average",))
+    _raises_with(ns["check_combine"], lambda parts: sum(p[1] * p[2] for p in parts) / sum(p[1] for p in parts),
+                 words=("different maxima",))
+
+
+def test_04_new_checks():
+    ns = _checks("04_flashattention2")
+    ns["check_fa2_fewer_reads"](128, 64)
+    _raises_with(ns["check_fa2_fewer_reads"], 64, 128, words=("Br larger",))
+    ns["check_tile_flops"](64, 4288)
+    _raises_with(ns["check_tile_flops"], 64, 100, words=("subtract",))
+    ns["check_causal_ctas"](32, 31)
+    _raises_with(ns["check_causal_ctas"], 16, 31, words=("not the thread blocks",))
+    _raises_with(ns["check_causal_ctas"], 32, 0, words=("visits most",))
