@@ -30,10 +30,10 @@ from counting.gpus import GPUS, get_gpu
 from counting.headline import min_hbm_bytes
 
 COLUMNS = ("variant", "N", "d", "Br×Bc", "HBM read", "HBM write", "× min", "SRAM", "saved", "matmul",
-           "exp", "other", "recompute", "t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")
+           "exp", "other", "recompute", "t mem", "t matmul", "t non-mm", rc.PAPERS_BOUND, rc.PAPERS_TFLOPS)
 GROUPS = (("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM", "saved"),
           ("matmul", "exp", "other", "recompute"),
-          ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s"))
+          ("t mem", "t matmul", "t non-mm", rc.PAPERS_BOUND, rc.PAPERS_TFLOPS))
 
 
 def min_bytes(pass_name, batch, heads, n_q, n_k, d, itemsize, causal=False) -> int:
