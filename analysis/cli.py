@@ -262,8 +262,7 @@ class _Plan:
     def __init__(self, args, sweep: bool):
         check_applicable(args, sweep)
         if getattr(args, "full_gpu", None) is None:  # report's forward without --batch/--heads: the bench's B, H
-            args.full_gpu = (not sweep and getattr(args, "pass_name", "forward") == "forward"
-                             and args.batch is None and args.heads is None)
+            args.full_gpu = (not sweep and args.batch is None and args.heads is None)  # every pass (issue 43)
         args.batch, args.heads = args.batch or 1, args.heads or 1
         self.args, self.sweep = args, sweep
         self.by_kernel = (not sweep and getattr(args, "blocks", "fa1-rule") == "kernel"
