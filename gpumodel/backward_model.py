@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from counting.gpus import get_gpu
+from gpumodel.gpu_model import L2_BANDWIDTH  # the measured lower bound of the L2's rate, one figure for both passes
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID_FILE = ROOT / "results" / "bwd_kernels_vs_sdpa_grid" / "bwd_bench.json"
@@ -50,7 +51,6 @@ TOKENS_HIDDEN = 16384 * 2048  # t0 is the fixed cost at the grid's B·N = 16k to
 
 PEAK = {"wgmma": 4096.0, "mma_sync": 4096.0, "ffma": 256.0}  # FLOP/clk/SM: 989.4e12 / (132 x 1.83e9); 128 FFMA lanes
 MUFU_PER_CLK = 16.0
-L2_BANDWIDTH = 6.6e12  # gpu_model.L2_BANDWIDTH (kept equal by a test)
 HBM_MEASURED = 4.3e12  # counting.gpus H200 measured copy rate
 
 
