@@ -113,3 +113,37 @@ def test_predict_backward_and_train(capsys):
     rc, out, err = run(capsys, "predict", "--kernel", "naive", "--pass", "backward", "--seq-len", "4k",
                        "--head-dim", "64")
     assert rc == 2 and "backward model covers" in err
+
+
+def test_forward_report_rows_with_a_measurement_agree_with_it(capsys):
+    """The default report's model rows (the forward) against every committed timing of the same build and shape
+    (validate's rows: a row whose model time is the report's is that build at that shape): in band or a known gap,
+    and never a memory bound (l2, dram) below the measured rate beyond the band."""
+    from gpumodel import validate as val
+
+    gaps = val.known_gaps()
+    idx = {}
+    for r in val.rows():
+        if r["quantity"] == "time" and r["band"] is not None:
+            idx.setdefault((r["kernel"].split("{")[0].split("[")[0], r["n"], r["d"], r["dtype"], r["causal"]),
+                           []).append(r)
+    checked = 0
+    for d in (64, 128):
+        for causal in (False, True):
+            argv = ["report", "--seq-len", "2k,4k,8k,16k", "--head-dim", str(d), "--format", "json"]
+            rc, out, err = run(capsys, *argv + (["--causal"] if causal else []))
+            assert rc == 0, err
+            for rec in json.loads(out):
+                g = rec.get("gpu_model", {})
+                if "time_s" not in g:
+                    continue
+                for m in idx.get((g["kernel"], rec["seq_q"], d, rec["dtype"], causal), []):
+                    if abs(m["model"] / g["time_s"] - 1) > 1e-3:  # another build, another timer
+                        continue
+                    checked += 1
+                    assert m["in_band"] or val.gap_reason(m, gaps), (rec["label"], m)
+                    if g["bound"] in ("l2", "dram"):
+                        # measured faster than a memory ceiling allows = the verdict contradicted
+                        assert m["measured"] * (1 + m["band"]) >= g["time_s"], (rec["label"], m)
+    print(f"{checked} committed timings checked against the report's rows")
+    assert checked >= 8, checked
