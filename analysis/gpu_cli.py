@@ -384,9 +384,15 @@ def cmd_validate(args, error) -> int:
             raise error(f"cannot write the plot {args.plot!r}: {e.strerror or e}") from None
     per_cell = val.cell_medians(rs)
     if args.format == "json":
-        json.dump(dict(summary=summ, ranking=rank, cell_medians=per_cell, cells=rs), sys.stdout, indent=1, default=str)
+        from gpumodel import backward_model as bm
+
+        bwd_rows = bm.rows()
+        bwd = bm.track_record(bwd_rows)
+        bwd_ok = all(t["split"] == "train" or t["within"] == t["cells"] for t in bwd)
+        json.dump(dict(summary=summ, ranking=rank, cell_medians=per_cell, cells=rs,
+                       backward=dict(track_record=bwd, cells=bwd_rows)), sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
-        return 1 if unexplained or not rank_explained else 0
+        return 1 if unexplained or not rank_explained or not bwd_ok else 0
     details = getattr(args, "details", False)
     full = details or args.format == "csv"  # every field: the source file, the build's knobs, the band, the split
     show = rs if args.all or args.format == "csv" else misses
