@@ -237,7 +237,7 @@ def backward_records(args, error) -> list[dict]:
 def cmd_predict_backward(args, error) -> int:
     recs = backward_records(args, error)
     header = ["kernel", "N", "d", "Br×Bc", "CTAs", "time", "TFLOP/s", "bound", "t tensor", "t exp", "t dQ L2",
-              "t latency", "dQ acc→L2", "Q,dO→L2"]
+              "t latency", "t DRAM", "dQ acc→L2", "Q,dO→L2", "DRAM"]
     if args.pass_name == "train":
         header[5:5] = ["forward", "backward"]
     rows = []
@@ -245,8 +245,9 @@ def cmd_predict_backward(args, error) -> int:
         tm = r["terms"]
         row = [r["kernel"], str(r["seq_q"]) if r["seq_q"] == r["seq_k"] else f"{r['seq_q']}×{r['seq_k']}",
                str(r["head_dim"]), f"{r['block_q']}×{r['block_k']}", str(r["ctas"]), human_time(r["time_s"]),
-               f"{r['tflops']:.4g}", r["bound"]] + [human_time(tm[k]) for k in ("tensor", "exp", "dq_l2", "latency")] + [
-               human_bytes(r["levels"]["dq_accum_bytes"]), human_bytes(r["levels"]["q_do_bytes"])]
+               f"{r['tflops']:.4g}", r["bound"]]
+        row += [human_time(tm[k]) for k in ("tensor", "exp", "dq_l2", "latency", "dram")]
+        row += [human_bytes(r["levels"][k]) for k in ("dq_accum_bytes", "q_do_bytes", "dram_bytes")]
         if args.pass_name == "train":
             row[5:5] = [human_time(r["forward_s"]), human_time(r["backward_s"])]
         rows.append(row)
@@ -256,7 +257,8 @@ def cmd_predict_backward(args, error) -> int:
         t = recs[0]["track_record"] if recs else None
         print("backward: per (Q block, K/V block) tile the five products (10·Br·Bc·d FLOPs), the recomputed "
               "exponentials P = exp(S - L) (Br·Bc at the MUFU rate) and dQ's fp32 accumulation (4·Br·d bytes to the "
-              "L2); t terms = each summed over the tiles per SM slot; TFLOP/s = 10·d per visible pair "
+              "L2); t terms = each summed over the tiles per SM slot (time = their sum; DRAM: compulsory bytes + dQ's accumulator "
+              "written back and read once, at the measured 4.3 TB/s, limiting only if it outlasts them); TFLOP/s = 10·d per visible pair "
               + ("(+ the forward's 4·d) " if args.pass_name == "train" else "") + "/ time.")
         if t:
             print(f"track record ({recs[0]['kernel']} backward, held out, N >= 2k, results/bwd_kernels_vs_sdpa_grid): "

@@ -174,18 +174,28 @@ def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: i
     item = 2
     aux_bytes = batch * heads * (n_q * d * (2 * item + 4 + item) + n_k * d * 0)
     t_aux = aux_bytes / HBM_MEASURED
-    t_main = cycles / g.clock_hz.value
+    # DRAM: the pass's compulsory bytes (Q, K, V, O, dO, lse read, dQ, dK, dV written once) + dQ's fp32 accumulator
+    # written back and read by the conversion; the accumulator of the heads in flight stays in the L2 meanwhile.
+    # Not fitted: on the grid it is a few % of the time (DRAM nowhere near its limit), it bounds only if it outlasts
+    # the SMs' time.
+    from counting.backward_forms import min_backward_hbm_bytes
+
+    dram_bytes = (min_backward_hbm_bytes(batch, heads, n_q, n_k, d, item, causal)
+                  + 2 * 4 * batch * heads * n_q * d)
+    t_dram = dram_bytes / HBM_MEASURED
+    t_main = max(cycles / g.clock_hz.value, t_dram)
     t_fixed = p["t0"] * batch * heads * n_q * d / TOKENS_HIDDEN  # per token·hidden (the grid's B·N·H·d is constant)
     time_s = t_main + t_aux + t_fixed
     tiles = sum(visits) * batch * heads
     per_term = {name: v * tiles / slots * per_sm / g.clock_hz.value for name, v in terms.items()}
     per_term["latency"] = p["L"] * len(durations) / slots * per_sm / g.clock_hz.value
+    per_term["dram"] = t_dram
     bound = max(per_term, key=per_term.get)
     br, bc = k.br[d], k.bc[d]
     levels = {"dq_accum_bytes": 4.0 * br * d * tiles,  # what dQ's accumulation sends to the L2
               "kv_bytes": 2.0 * item * batch * heads * n_k * d,  # K, V read once, dK, dV written once
               "q_do_bytes": 2.0 * item * br * d * tiles,  # Q_i, dO_i loaded per visited tile (L2 requests)
-              "aux_bytes": float(aux_bytes)}
+              "aux_bytes": float(aux_bytes), "dram_bytes": float(dram_bytes)}
     flops = bwd_flops(batch, heads, n_q, n_k, d, causal)
     return BwdPrediction(kernel, time_s, flops / time_s / 1e12, bound, per_term | {"aux": t_aux, "fixed": t_fixed},
                          levels, tiles, len(durations), br, bc)
