@@ -21,6 +21,8 @@ recompute_flops.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from analysis import report_common as rc
 from analysis.report_gpu import full_gpu_problem
 from analysis.format import human_bytes, human_flops, human_time, render_table, say
@@ -51,6 +53,13 @@ def model_fields(pass_name: str, variant: str, batch, heads, n_q, n_k, d, dtype,
     kernel = BWD_KERNEL_OF.get(variant)
     if kernel is None:
         return {"why": f"no modelled backward kernel runs {variant} (fa2_wgmma runs fa2's and v_once's)"}
+    return dict(_kernel_model(pass_name, kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu_key))
+
+
+@lru_cache(maxsize=256)  # fa2 and v_once run one kernel: priced once per shape
+def _kernel_model(pass_name, kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu_key) -> dict:
+    from gpumodel import backward_model as bm
+
     try:
         if pass_name == "train":
             t = bm.predict_train(kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu=gpu_key)
