@@ -250,7 +250,11 @@ def rows(params: dict | None = None) -> list[dict]:
 
 def fit(cells: list[dict] | None = None) -> dict:
     import numpy as np
-    from scipy.optimize import least_squares
+
+    try:  # the refit only (predict reads FIT_FILE): scipy is not a dependency of the package
+        from scipy.optimize import least_squares
+    except ImportError:
+        raise SystemExit("python -m gpumodel.backward_model --fit needs scipy (pip install scipy)") from None
 
     cells = [c for c in (cells or grid_cells()) if c["train"]]
     out = {}
