@@ -21,8 +21,11 @@ recompute_flops.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from analysis import report_common as rc
-from analysis.format import human_bytes, human_flops, render_table, say
+from analysis.report_gpu import full_gpu_problem
+from analysis.format import human_bytes, human_flops, human_time, render_table, say
 from analysis.style import line_style
 from counting import backward_forms as bf
 from counting import closed_forms as cf
@@ -30,10 +33,43 @@ from counting.gpus import GPUS, get_gpu
 from counting.headline import min_hbm_bytes
 
 COLUMNS = ("variant", "N", "d", "Br×Bc", "HBM read", "HBM write", "× min", "SRAM", "saved", "matmul",
-           "exp", "other", "recompute", "t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")
+           "exp", "other", "recompute", "t mem", "t matmul", "t non-mm", rc.PAPERS_BOUND, rc.PAPERS_TFLOPS)
+# the GPU model's columns (issue 43): the kernel that runs each variant's backward, priced by gpumodel.backward_model
+MODEL_COLUMNS = ("kernel", "model time", "bound", "TFLOP/s")
+BWD_KERNEL_OF = {"fa2": "fa2_wgmma", "v_once": "fa2_wgmma"}  # v_once's backward is fa2's (counting.backward_forms)
 GROUPS = (("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM", "saved"),
           ("matmul", "exp", "other", "recompute"),
-          ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s"))
+          ("t mem", "t matmul", "t non-mm", rc.PAPERS_BOUND, rc.PAPERS_TFLOPS),
+          MODEL_COLUMNS)
+
+
+def model_fields(pass_name: str, variant: str, batch, heads, n_q, n_k, d, dtype, causal, gpu_key) -> dict:
+    """The backward model's verdict for the kernel that runs variant's backward (gpumodel.backward_model), or
+    {"why": ...} where there is none: GPU not covered, no modelled kernel, a head dim or dtype it was not fitted at."""
+    from gpumodel import backward_model as bm
+
+    if gpu_key not in bm.COVERED_GPUS:
+        return {"why": f"the GPU model covers the {', '.join(g.upper() for g in bm.COVERED_GPUS)} only"}
+    kernel = BWD_KERNEL_OF.get(variant)
+    if kernel is None:
+        return {"why": f"no modelled backward kernel runs {variant} (fa2_wgmma runs fa2's and v_once's)"}
+    return dict(_kernel_model(pass_name, kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu_key))
+
+
+@lru_cache(maxsize=256)  # fa2 and v_once run one kernel: priced once per shape
+def _kernel_model(pass_name, kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu_key) -> dict:
+    from gpumodel import backward_model as bm
+
+    try:
+        if pass_name == "train":
+            t = bm.predict_train(kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu=gpu_key)
+            return dict(kernel=kernel, time_s=t["time_s"], tflops=t["tflops"], bound=t["bound"],
+                        forward_s=t["forward_s"], backward_s=t["backward_s"])
+        p = bm.predict(kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu=gpu_key)
+    except ValueError as e:
+        return {"why": str(e).splitlines()[0]}
+    return dict(kernel=kernel, time_s=p.time_s, tflops=p.tflops, bound=p.bound, terms=dict(p.terms),
+                levels=dict(p.levels), block_q=p.br, block_k=p.bc)
 
 
 def min_bytes(pass_name, batch, heads, n_q, n_k, d, itemsize, causal=False) -> int:
@@ -70,15 +106,19 @@ def build_records(args) -> list[dict]:
     for n_q, n_k, d in problems:
         for name, opts in configs:
             br, bc, rule = blocks(args, sram, d)
-            tr = bf.pass_counts(args.pass_name, name, args.batch, args.heads, n_q, n_k, d,
+            batch, heads = (full_gpu_problem(n_q, d) if getattr(args, "full_gpu", False)  # as the forward (issue 43)
+                            else (args.batch, args.heads))
+            tr = bf.pass_counts(args.pass_name, name, batch, heads, n_q, n_k, d,
                                 causal=args.causal, dtype=args.dtype, block_q=br, block_k=bc,
                                 sram_bytes=sram, **opts)
             rec = rc.record(tr, gpu, rule)
             rec["pass"] = args.pass_name
-            rec["min_hbm_bytes"] = min_bytes(args.pass_name, args.batch, args.heads, n_q, n_k, d,
+            rec["min_hbm_bytes"] = min_bytes(args.pass_name, batch, heads, n_q, n_k, d,
                                              cf.DTYPES[tr.dtype], args.causal)
             rec["saved_bytes"] = tr.saved_bytes
             rec["recompute_flops"] = dict(tr.recompute_flops)
+            rec["gpu_model"] = model_fields(args.pass_name, name, batch, heads, n_q, n_k, d, args.dtype,
+                                            args.causal, gpu.key)
             recs.append(rec)
     return _one_row_per_same_pass(recs) if args.pass_name == "backward" else recs
 
@@ -113,6 +153,11 @@ def row(r: dict) -> list[str]:
     i = list(rc.REPORT_COLUMNS).index("SRAM") + 1
     cells.insert(i, human_bytes(r["saved_bytes"]))
     cells.insert(i + 4, recompute)
+    g = r.get("gpu_model", {})
+    if "time_s" in g:
+        cells += [g["kernel"], human_time(g["time_s"]), g["bound"], f"{g['tflops']:.4g}"]
+    else:
+        cells += ["—", "—", "—", "—"]
     return cells
 
 
@@ -142,7 +187,10 @@ def cmd_report(args) -> int:
     recs = build_records(args)
     if args.plot:
         rc._plot(plot_footprint, recs, args.plot)
-    header, rows = list(COLUMNS), [row(r) for r in recs]
+    header, rows = list(COLUMNS) + list(MODEL_COLUMNS), [row(r) for r in recs]
+    if not any("time_s" in r.get("gpu_model", {}) for r in recs):  # no row has the model: no model columns
+        header = header[:len(COLUMNS)]
+        rows = [x[:len(COLUMNS)] for x in rows]
     if len({r["head_dim"] for r in recs}) == 1:
         i = header.index("d")
         header.pop(i)
@@ -157,14 +205,29 @@ def cmd_report(args) -> int:
     caption = rc._caption(args, {r["sram_bytes"] for r in recs}, sorted({r["head_dim"] for r in recs}),
                            get_gpu(args.gpu)).replace(
         "FA1 rule Bc=⌈M/4d⌉", "FA1 rule on half the SRAM (two score tiles) Bc=⌈M/8d⌉").replace(
-        FORWARD_TFLOPS, tflops_caption(recs))
+        FORWARD_TFLOPS, tflops_caption(recs)).replace(rc._shape_text(args, ()), rc._shape_text(args, recs), 1)
     caption += ("\nsaved = bytes the forward keeps for the backward beyond q, k, v, o; recompute = FLOPs rebuilding S "
                 "and P (share of the pass); × min here also counts dO read and dQ, dK, dV written once.")
+    modelled = [r for r in recs if "time_s" in r.get("gpu_model", {})]
+    if modelled:
+        caption += (f"\nkernel, model time, bound, TFLOP/s: the GPU model ({gpu_name(args)}) of the kernel that runs the "
+                    f"{args.pass_name}"
+                    + (" (gpu_model forward + gpumodel.backward_model)" if args.pass_name == "train" else
+                       " (gpumodel.backward_model: per tile five products, the recomputed exponentials, dQ's fp32 "
+                       "accumulation through the L2)")
+                    + "; fa-traffic validate checks it against results/bwd_kernels_vs_sdpa_grid.")
+    whys = sorted({r["gpu_model"]["why"] for r in recs if "why" in r.get("gpu_model", {})})
+    if whys and modelled:
+        caption += f"\nrows with no model columns: {'; '.join(whys)}."
     if any(r["variant"] == "v_once" and r["placement"] is None for r in recs):
         caption += "\nv_once: one row, its backward is fa2's whatever the forward's placement and rescale."
     groups = [[header.index(h) for h in g if h in header] for g in GROUPS]
     render_table(header, rows, title=title, caption=caption, groups=groups)
     return 0
+
+
+def gpu_name(args) -> str:
+    return get_gpu(args.gpu).name
 
 
 def plot_footprint(recs, path) -> None:

@@ -45,10 +45,11 @@ from analysis import backward_report, gpu_cli, report_ring
 # stay importable from analysis.cli (F401 is off for this file)
 from analysis.format import (is_tty, say, table_width, _rich_tables, flat_record, human_bytes, human_flops, human_time, render_csv,
                              render_markdown, render_table, write_csv, write_json)
-from analysis.report_common import (DEFAULT_SEQ, REPORT_COLUMNS, REPORT_V_ONCE, SWEEP_V_ONCE, CliError, _blocks,
+from analysis.report_common import (DEFAULT_SEQ, PAPERS_BOUND, PAPERS_TFLOPS, REPORT_COLUMNS, REPORT_V_ONCE, SWEEP_V_ONCE, CliError, _blocks,
                                     _caption, _check_sram_can_hold_something, _configs, _emit, _flatten,
                                     _kernel_caption, _min_working_set, _plot, _problems, _report_row, record)
 from analysis.report_gpu import MAX_MODEL_Q_BLOCKS
+from gpumodel import gpu_model as gm
 from counting import checks
 from counting import closed_forms as cf
 from counting.gpus import GPUS, get_gpu
@@ -191,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
                      default="forward", help="forward (default), backward, or train = both "
                      "(adds memory saved for the backward and recompute FLOPs)")
     rep.add_argument("--blocks", choices=("kernel", "fa1-rule"), default="kernel",
-                     help="kernel: each variant's real kernel's Br, Bc and the GPU model (default); "
+                     help="kernel: each variant's real kernel's Br, Bc and the GPU model (default; H200 only, other GPUs: "
+                          "the papers' roofline); "
                           "fa1-rule: FA1's rule and the papers' roofline (--pass forward only: backward and train "
                           "take FA1's rule on half the SRAM)")
     rep.add_argument("--ranks", type=_positive_int, help="ring attention over P GPUs instead (issue 45): bytes per "
@@ -260,8 +262,7 @@ class _Plan:
     def __init__(self, args, sweep: bool):
         check_applicable(args, sweep)
         if getattr(args, "full_gpu", None) is None:  # report's forward without --batch/--heads: the bench's B, H
-            args.full_gpu = (not sweep and getattr(args, "pass_name", "forward") == "forward"
-                             and args.batch is None and args.heads is None)
+            args.full_gpu = (not sweep and args.batch is None and args.heads is None)  # every pass (issue 43)
         args.batch, args.heads = args.batch or 1, args.heads or 1
         self.args, self.sweep = args, sweep
         self.by_kernel = (not sweep and getattr(args, "blocks", "fa1-rule") == "kernel"
@@ -529,6 +530,10 @@ def cmd_report(args) -> int:
 
         _Plan(args, False)  # the forward's checks and limits, before anything is counted
         return backward_report.cmd_report(args)
+    if _given(args, "blocks") and args.blocks == "kernel" and get_gpu(args.gpu).key not in gm.COVERED_GPUS:
+        raise CliError(f"--blocks kernel prices each kernel with the GPU model, which covers the "
+                       f"{', '.join(g.upper() for g in gm.COVERED_GPUS)} only: --gpu {args.gpu} gives counts and "
+                       "the papers' roofline (no cache)")
     one_d = len(_flatten(args.head_dim) or [64]) == 1  # one d: say it in the caption, not every row
 
     def table_rows(recs):
@@ -547,11 +552,12 @@ def cmd_report(args) -> int:
                 row.pop(i)
         return header, rows
 
-    kernel = getattr(args, "blocks", "fa1-rule") == "kernel" and not (args.block_q or args.block_k)
+    kernel = (getattr(args, "blocks", "fa1-rule") == "kernel" and not (args.block_q or args.block_k)
+              and get_gpu(args.gpu).key in gm.COVERED_GPUS)  # else no row has the model: the title says so
     return _run(args, sweep=False, table_rows=table_rows,
                 title="fa-traffic report: the papers' count, L2 and DRAM, FLOPs, the GPU model's bound "
                       "(whole problem)" if kernel else
-                      "fa-traffic report: HBM traffic, FLOPs, SRAM, roofline (whole problem)")
+                      "fa-traffic report: HBM traffic, FLOPs, SRAM, the papers' roofline (no cache; whole problem)")
 
 
 def cmd_sweep(args) -> int:

@@ -61,6 +61,9 @@ def add_subcommands(sub, common_types: dict) -> None:
                    help="fa2_wgmma: forward()'s build for each shape with these knobs (kernels.fa2_wgmma.KNOBS), priced "
                         "before it is built, e.g. BLOCK_N=128,PERSISTENT=2")
     p.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
+    p.add_argument("--pass", dest="pass_name", choices=("forward", "backward", "train"), default="forward",
+                   help="forward (default); backward: FA2 Alg. 2 (gpumodel/backward_model.py: fa2_wgmma, fa2, "
+                        "sdpa_flash, sdpa_cudnn); train: forward + backward")
     v = sub.add_parser("validate", help="the GPU model against every committed measurement (exit 1 off band)")
     v.add_argument("--plot", metavar="FILE.png", help="model vs measured plot")
     v.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
@@ -192,7 +195,81 @@ def _table(header, rows, fmt, recs, file=None, title=None):
         render_table(header, rows, file=file, title=title)
 
 
+BWD_KEYS = ("kernel", "pass", "gpu", "batch", "heads", "seq_q", "seq_k", "head_dim", "dtype", "causal", "block_q",
+            "block_k", "ctas", "time_s", "tflops", "bound", "terms", "levels", "forward_s", "backward_s", "track_record")
+
+
+def backward_records(args, error) -> list[dict]:
+    """predict --pass backward|train: gpumodel.backward_model at each length (its B, H as the forward's)."""
+    from gpumodel import backward_model as bm
+
+    if args.kernel not in bm.KERNELS:
+        raise error(f"--pass {args.pass_name}: the backward model covers {', '.join(bm.KERNELS)}, not {args.kernel}")
+    if args.gpu not in bm.COVERED_GPUS:
+        raise error(f"the backward model is fitted to the {', '.join(g.upper() for g in bm.COVERED_GPUS)} only, "
+                    f"not --gpu {args.gpu}")
+    for flag in ("placement", "rescale", "knobs"):
+        if getattr(args, flag, None):
+            raise error(f"--{flag} does not apply to --pass {args.pass_name}")
+    track = {(t["kernel"], t["split"]): t for t in bm.track_record(bm.rows())}
+    recs = []
+    for n_q in _flat(args.seq_len):
+        b, h = shape(args, n_q)
+        n_k = args.seq_len_k or n_q
+        try:
+            p = bm.predict(args.kernel, b, h, n_q, n_k, args.head_dim, args.dtype, args.causal, gpu=args.gpu)
+            t = (bm.predict_train(args.kernel, b, h, n_q, n_k, args.head_dim, args.dtype, args.causal, gpu=args.gpu)
+                 if args.pass_name == "train" else None)
+        except ValueError as e:
+            raise error(str(e).splitlines()[0]) from None
+        held = track.get((args.kernel, "held-out"))
+        rec = dict(kernel=args.kernel, gpu=args.gpu, batch=b, heads=h, seq_q=n_q, seq_k=n_k, head_dim=args.head_dim,
+                   dtype=args.dtype, causal=args.causal, block_q=p.br, block_k=p.bc, ctas=p.ctas,
+                   time_s=p.time_s, tflops=p.tflops, bound=p.bound, terms=dict(p.terms), levels=dict(p.levels),
+                   forward_s=None, backward_s=p.time_s, track_record=held)
+        rec["pass"] = args.pass_name
+        if t:
+            rec.update(time_s=t["time_s"], tflops=t["tflops"], bound=t["bound"], forward_s=t["forward_s"])
+        recs.append(rec)
+    return recs
+
+
+def cmd_predict_backward(args, error) -> int:
+    recs = backward_records(args, error)
+    header = ["kernel", "N", "d", "Br×Bc", "CTAs", "time", "TFLOP/s", "bound", "t tensor", "t exp", "t dQ L2",
+              "t latency", "t DRAM", "dQ acc→L2", "Q,dO→L2", "DRAM"]
+    if args.pass_name == "train":
+        header[5:5] = ["forward", "backward"]
+    rows = []
+    for r in recs:
+        tm = r["terms"]
+        row = [r["kernel"], str(r["seq_q"]) if r["seq_q"] == r["seq_k"] else f"{r['seq_q']}×{r['seq_k']}",
+               str(r["head_dim"]), f"{r['block_q']}×{r['block_k']}", str(r["ctas"]), human_time(r["time_s"]),
+               f"{r['tflops']:.4g}", r["bound"]]
+        row += [human_time(tm[k]) for k in ("tensor", "exp", "dq_l2", "latency", "dram")]
+        row += [human_bytes(r["levels"][k]) for k in ("dq_accum_bytes", "q_do_bytes", "dram_bytes")]
+        if args.pass_name == "train":
+            row[5:5] = [human_time(r["forward_s"]), human_time(r["backward_s"])]
+        rows.append(row)
+    title = header_line(args, recs).replace("fa-traffic predict:", f"fa-traffic predict --pass {args.pass_name}:")
+    _table(header, rows, args.format, recs, title=title)
+    if args.format in ("table", "markdown"):
+        t = recs[0]["track_record"] if recs else None
+        print("backward: per (Q block, K/V block) tile the five products (10·Br·Bc·d FLOPs), the recomputed "
+              "exponentials P = exp(S - L) (Br·Bc at the MUFU rate) and dQ's fp32 accumulation (4·Br·d bytes to the "
+              "L2); t terms = each summed over the tiles per SM slot (time = their sum; DRAM: compulsory bytes + dQ's accumulator "
+              "written back and read once, at the measured 4.3 TB/s, limiting only if it outlasts them); TFLOP/s = 10·d per visible pair "
+              + ("(+ the forward's 4·d) " if args.pass_name == "train" else "") + "/ time.")
+        if t:
+            print(f"track record ({recs[0]['kernel']} backward, held out, N >= 2k, results/bwd_kernels_vs_sdpa_grid): "
+                  f"{t['within']}/{t['cells']} within ±{t['band']:.0%}, median |err| {t['median']:.1%}, worst "
+                  f"{t['worst']:.1%}")
+    return 0
+
+
 def cmd_predict(args, error) -> int:
+    if getattr(args, "pass_name", "forward") != "forward":
+        return cmd_predict_backward(args, error)
     recs = predict_records(args, error)
     header = ["kernel", "N", "d", "Br×Bc", "CTAs/SM", "time", "GPU", "host", "TFLOP/s", "bound", "L2", "DRAM", "requests",
               "t tensor", "t softmax", "t smem", "t latency", "t L2", "t DRAM"]
@@ -309,9 +386,15 @@ def cmd_validate(args, error) -> int:
             raise error(f"cannot write the plot {args.plot!r}: {e.strerror or e}") from None
     per_cell = val.cell_medians(rs)
     if args.format == "json":
-        json.dump(dict(summary=summ, ranking=rank, cell_medians=per_cell, cells=rs), sys.stdout, indent=1, default=str)
+        from gpumodel import backward_model as bm
+
+        bwd_rows = bm.rows()
+        bwd = bm.track_record(bwd_rows)
+        bwd_ok = all(t["split"] == "train" or t["within"] == t["cells"] for t in bwd)
+        json.dump(dict(summary=summ, ranking=rank, cell_medians=per_cell, cells=rs,
+                       backward=dict(track_record=bwd, cells=bwd_rows)), sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
-        return 1 if unexplained or not rank_explained else 0
+        return 1 if unexplained or not rank_explained or not bwd_ok else 0
     details = getattr(args, "details", False)
     full = details or args.format == "csv"  # every field: the source file, the build's knobs, the band, the split
     show = rs if args.all or args.format == "csv" else misses
@@ -376,7 +459,32 @@ def cmd_validate(args, error) -> int:
             print(_cut(f"  known gap: {reason}", WIDTH))
     if not details and misses:
         print("(--details: every field of each cell, and each known gap's reason in full)")
-    return 1 if unexplained or not rank_explained else 0
+    bwd_ok = backward_track(rs)
+    return 1 if unexplained or not rank_explained or not bwd_ok else 0
+
+
+def backward_track(rs) -> bool:
+    """validate's tail (issue 43): one line per kernel and pass, its track record, held-out runs apart from the fit;
+    the forward's lines from the rows above (time, N >= 2k, banded), the backward's from gpumodel.backward_model."""
+    from gpumodel import backward_model as bm
+
+    print()
+    _say("track record, one line per kernel and pass (time at N >= 2k; held out = not in the fit):")
+    fwd = {}
+    for r in rs:
+        if r["quantity"] == "time" and r["band"] is not None and r["n"] >= bm.MIN_N:
+            fwd.setdefault((r["kernel"].split("{")[0].split("[")[0], "train" if r["train"] else "held-out"),
+                           []).append(r)
+    for (k, split), sel in sorted(fwd.items()):
+        errs = sorted(abs(r["ratio"] - 1) for r in sel)
+        _say(f"  {k:<15} forward  {split:<8} {sum(bool(r['in_band']) for r in sel)}/{len(sel)} in band, median "
+             f"{errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%}")
+    ok = True
+    for t in bm.track_record(bm.rows()):
+        ok &= t["split"] == "train" or t["within"] == t["cells"]
+        _say(f"  {t['kernel']:<15} backward {t['split']:<8} {t['within']}/{t['cells']} within ±{t['band']:.0%}, median "
+             f"{t['median']:.1%}, worst {t['worst']:.1%}")
+    return ok
 
 
 def run(args, error) -> int:

@@ -15,6 +15,7 @@ from counting import closed_forms as cf
 from counting import cluster
 from counting.headline import min_hbm_bytes
 from counting.sram import v_once_valid
+from gpumodel import gpu_model as gm
 
 
 DEFAULT_SEQ = (1024, 4096, 16384)
@@ -91,6 +92,9 @@ def _check_sram_can_hold_something(configs, problems, sram, dtype):
                            f"{need[best]:,} bytes ({best})")
 
 
+ROOFLINE_BASIS = "papers' count, no cache (not the GPU model)"
+
+
 def record(tr: cf.Traffic, gpu, block_rule: str = "fa1") -> dict:
     """One JSON record: problem, counts (whole problem), SRAM fit, roofline (spec and measured)."""
     rec = {
@@ -110,10 +114,11 @@ def record(tr: cf.Traffic, gpu, block_rule: str = "fa1") -> dict:
         "sram_peak_bytes": tr.sram_peak_bytes,
         "fits": tr.fits, "over_by_bytes": tr.over_by_bytes,
         "dsmem_bytes": dict(tr.dsmem_bytes), "cluster_size": tr.cluster_size,
-        "roofline": roofline(tr, gpu, "spec").as_dict(),
+        "roofline": roofline(tr, gpu, "spec").as_dict() | {"basis": ROOFLINE_BASIS},
+        "gpu_model_covers": ",".join(gm.COVERED_GPUS),
     }
     if gpu.measured:
-        rec["roofline_measured"] = roofline(tr, gpu, "measured").as_dict()
+        rec["roofline_measured"] = roofline(tr, gpu, "measured").as_dict() | {"basis": ROOFLINE_BASIS}
     return rec
 
 
@@ -124,8 +129,11 @@ def _problems(args, default_seq):
     return [(n_q, n_k, d) for d in dims for n_q in seq_q for n_k in (seq_k or [n_q])]
 
 
+# the papers' roofline (their count, no cache): its verdict columns say so in their names (issue 43), never a bare
+# "bound" a kernel measured on the GPU would contradict
+PAPERS_BOUND, PAPERS_TFLOPS = "papers' bound (no cache)", "papers' TFLOP/s"
 REPORT_COLUMNS = ("variant", "N", "d", "Br×Bc", "HBM read", "HBM write", "× min", "SRAM", "matmul",
-                  "exp", "other", "t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")
+                  "exp", "other", "t mem", "t matmul", "t non-mm", PAPERS_BOUND, PAPERS_TFLOPS)
 
 
 def _report_row(r: dict) -> list[str]:
@@ -172,6 +180,23 @@ def _shape_text(args, recs) -> str:
     return report_gpu.shape_text(shapes or {(0, 0): (args.batch, args.heads)}, getattr(args, "full_gpu", False))
 
 
+def model_coverage(gpu, pass_name: str = "forward") -> str:
+    """Which GPU and pass the GPU model covers, as a table says it (issue 43)."""
+    covered = ", ".join(g.upper() for g in gm.COVERED_GPUS)
+    if gpu.key not in gm.COVERED_GPUS:
+        return (f"the GPU model covers the {covered} only: for the {gpu.name} this table is counts and the papers' "
+                "roofline, no model verdict")
+    if pass_name != "forward":
+        return (f"the GPU model ({covered}) prices the backward of the kernels (fa-traffic predict --pass "
+                f"{pass_name}; the kernel rows below); these rows are the algorithm at FA1's blocks")
+    return f"the GPU model ({covered}) is the default --blocks kernel's (or fa-traffic predict)"
+
+
+def papers_roofline_line(gpu, pass_name: str = "forward") -> str:
+    return (f"papers' bound / TFLOP/s: the papers' count on the {gpu.name} datasheet, no cache, so not what bounds "
+            f"the GPU; {model_coverage(gpu, pass_name)}.")
+
+
 def _caption(args, srams, dims, gpu, recs=()) -> str:
     """recs: the records (a table holds them) for the kernel report's caption."""
     if any("gpu_model" in r and "why" not in r["gpu_model"] for r in recs):
@@ -186,8 +211,7 @@ def _caption(args, srams, dims, gpu, recs=()) -> str:
     return "\n".join([  # short lines, as the kernel report's caption
         f"{_shape_text(args, recs)} d={','.join(map(str, dims))} {args.dtype}{' causal' if args.causal else ''}; "
         f"SRAM {sram} per block ({gpu.name if not args.sram else '--sram'}); blocks: {blocks}.",
-        f"roofline of the papers' count, {gpu.name} datasheet: no cache, so not what bounds the GPU "
-        "(the default --blocks kernel has the GPU model).",
+        papers_roofline_line(gpu, getattr(args, "pass_name", "forward")),
         "× min = HBM bytes / (Q (rows that see a key), K, V read once + O, lse written once); "
         "TFLOP/s = 4·d per visible (query, key) pair / roofline time.",
         "✗ = working set over the SRAM (by over_by_bytes in --format json)."])
@@ -208,7 +232,7 @@ def _emit(args, plan, records, *, table_rows, title):
         groups = None
         if "matmul" in header:  # the report: traffic | FLOPs | roofline, packed to the terminal
             names = [("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM"), ("matmul", "exp", "other"),
-                     ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s")]
+                     ("t mem", "t matmul", "t non-mm", PAPERS_BOUND, PAPERS_TFLOPS)]
             if "kernel" in header:  # issue 11's columns
                 names = [("kernel", "Br×Bc", "d", "requests", "L2", "DRAM", "DRAM × min", "DSMEM", "smem"),
                          ("matmul", "exp", "other", "FLOP/B req", "FLOP/B min"), ("bound", "TFLOP/s")]

@@ -174,7 +174,8 @@ def test_narrow_terminal_keeps_the_first_column(command, width):
         header, rows = list(cli.REPORT_COLUMNS), [cli._report_row(r) for r in recs]
         groups = [[header.index(h) for h in g] for g in (("Br×Bc", "d", "HBM read", "HBM write", "× min", "SRAM"),
                                                           ("matmul", "exp", "other"),
-                                                          ("t mem", "t matmul", "t non-mm", "bound", "TFLOP/s"))]
+                                                          ("t mem", "t matmul", "t non-mm", cli.PAPERS_BOUND,
+                                                           cli.PAPERS_TFLOPS))]
         keep = 2
     else:
         header, rows = cli._sweep_table(recs, cli._Plan(args, True).sweep_labels())

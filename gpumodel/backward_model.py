@@ -1,0 +1,312 @@
+"""The backward pass in the GPU model (issue 43): FA2 Algorithm 2 on four kernels, priced per (Q block, K/V block)
+tile, scheduled over the SMs, fitted on a declared training split of results/bwd_kernels_vs_sdpa_grid.
+
+    kernel      Br x Bc (d=64 / d=128)  CTAs/SM  products on   dQ accumulation                      source
+    fa2_wgmma   128x128 / 64x128        1        wgmma         TMA bulk reduce-add, fp32 Br x d / tile  kernels/fa2_wgmma_bwd.py
+                                                                (DQ_BULK=1), into an L2-resident acc.   CONFIGS (NWG=2: Bc = 128)
+    fa2         64x64 / 64x64           2 / 1    FP32 FFMA     float32 atomics, Br x d / tile         kernels/cuda/fa2_bwd.cu v1
+                                                                                                       (the build the grid timed)
+    sdpa_flash  128x128 / 64x128        1        mma.sync      float32 atomicAdd, Br x d / tile       FA2's Flash_bwd_kernel_traits
+                                                                                                       in torch (sm80 path, 8 warps)
+    sdpa_cudnn  128x128 / 128x128       1        wgmma         float32 reduce into an accumulator     ASSUMED (cuDNN is closed):
+                                                                                                       FA3-like tiles, 1 CTA/SM
+
+Every kernel has one CTA per (K/V block j, batch·head), K_j, V_j on chip, dK_j, dV_j accumulated in registers, and
+walks the Q blocks i that see any of K_j (causal: bottom-right mask, i from the diagonal). Per visited tile:
+
+    cycles = a · 10·Br·Bc·d / R      the five products (S again, dP, dV += Pᵀ dO, dK += dSᵀ Q, dQ += dS K), 2·Br·Bc·d
+                                      each, at the path's peak R FLOP/clk/SM (wgmma / mma.sync 4096, FFMA 256)
+           + b · Br·Bc / 16          the recomputed exponentials P = exp(S - L) at the MUFU rate (16/clk/SM)
+           + Br·d·4 / (L2 B/clk/SM)  dQ's float32 accumulation traffic through the L2 (gpu_model.L2_BANDWIDTH
+                                      shared by 132 SMs), unfitted
+    a CTA adds L cycles (loading K_j, V_j, writing dK_j, dV_j, the pipeline's fill); the CTAs run in launch order on
+    SMs·(CTAs/SM) slots (a slot's CTA at 1/(CTAs/SM) of the SM), the makespan is the kernel's time; plus the
+    preprocess (D = rowsum(dO∘O)) and dQ's conversion (fp32 acc read, dQ written) at the measured HBM rate, plus t0.
+
+a, b, L, t0 are fitted per kernel (FIT_FILE) on TRAIN (N ≤ 4k, every d, dtype, mask), held out: N ≥ 8k; the teaching fa2,
+timed to 4k only, trains on fp16 and holds out bf16, and has a1, its product factor at one CTA per SM (d = 128).
+t0 is a fixed cost per token·hidden (B·H·N·d; the grid keeps it constant, so it cannot tell a launch constant from it). The bound printed
+is the largest of the per-tile terms (tensor / exp / dQ L2) or "latency" when the per-CTA L dominates.
+Torch-free: the report imports it.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from counting.gpus import get_gpu
+from gpumodel.gpu_model import L2_BANDWIDTH  # the measured lower bound of the L2's rate, one figure for both passes
+
+ROOT = Path(__file__).resolve().parent.parent
+GRID_FILE = ROOT / "results" / "bwd_kernels_vs_sdpa_grid" / "bwd_bench.json"
+FIT_FILE = ROOT / "results" / "gpu_model_bwd_fit.json"
+COVERED_GPUS = ("h200",)
+TRAIN_MAX_N = 4096  # the declared training split: N <= 4k; N >= 8k held out
+BAND = {"fa2_wgmma": 0.15, "sdpa_flash": 0.15, "sdpa_cudnn": 0.15, "fa2": 0.25}
+MIN_N = 2048  # the targets' range (issue 43): N >= 2k
+TOKENS_HIDDEN = 16384 * 2048  # t0 is the fixed cost at the grid's B·N = 16k tokens, H·d = 2048 (scaled by B·H·N·d)
+
+PEAK = {"wgmma": 4096.0, "mma_sync": 4096.0, "ffma": 256.0}  # FLOP/clk/SM: 989.4e12 / (132 x 1.83e9); 128 FFMA lanes
+MUFU_PER_CLK = 16.0
+HBM_MEASURED = 4.3e12  # counting.gpus H200 measured copy rate
+
+
+@dataclass(frozen=True)
+class BwdKernel:
+    name: str
+    path: str
+    br: dict
+    bc: dict
+    ctas_per_sm: dict
+    dq: str
+    source: str
+    assumed: bool = False
+
+
+KERNELS = {
+    "fa2_wgmma": BwdKernel("fa2_wgmma", "wgmma", {64: 128, 128: 64}, {64: 128, 128: 128}, {64: 1, 128: 1},
+                           "TMA bulk reduce-add of an fp32 Br×d tile per step (DQ_BULK=1)",
+                           "kernels/fa2_wgmma_bwd.py CONFIGS: d=64 NWG=2 BR=128, d=128 NWG=2 BR=64 STAGES=3"),
+    "fa2": BwdKernel("fa2", "ffma", {64: 64, 128: 64}, {64: 64, 128: 64}, {64: 2, 128: 1},
+                     "float32 atomicAdd into an HBM accumulator",
+                     "kernels/cuda/fa2_bwd.cu v1 (the build the grid timed): 64×64, 105 KB (2/SM) at d<=64, 170 KB at 128"),
+    "sdpa_flash": BwdKernel("sdpa_flash", "mma_sync", {64: 128, 128: 64}, {64: 128, 128: 128}, {64: 1, 128: 1},
+                            "float32 atomicAdd into dq_accum, then a conversion kernel",
+                            "torch flash_bwd_launch_template.h, sm80 traits: d=64 <64,128,128,8>, d=128 <128,64,128,8>"),
+    "sdpa_cudnn": BwdKernel("sdpa_cudnn", "wgmma", {64: 128, 128: 128}, {64: 128, 128: 128}, {64: 1, 128: 1},
+                            "float32 reduction into an accumulator (assumed)",
+                            "cuDNN is closed: 128×128 tiles, wgmma, one CTA per SM ASSUMED", assumed=True),
+}
+PARAM_NAMES = ("a", "b", "L", "t0", "a1")
+DEFAULT = {"a": 1.5, "b": 2.0, "L": 5000.0, "t0": 20e-6}
+
+
+@dataclass
+class BwdPrediction:
+    kernel: str
+    time_s: float
+    tflops: float
+    bound: str
+    terms: dict = field(default_factory=dict)
+    levels: dict = field(default_factory=dict)
+    tiles: int = 0
+    ctas: int = 0
+    br: int = 0
+    bc: int = 0
+
+
+def load_params(path: Path = FIT_FILE) -> dict:
+    try:
+        return json.loads(path.read_text())["params"]
+    except (OSError, KeyError, ValueError):
+        return {k: dict(DEFAULT) for k in KERNELS}
+
+
+def _visits(n_q: int, n_k: int, br: int, bc: int, causal: bool) -> list[int]:
+    """Q blocks each K/V block j visits (bottom-right causal: query r sees keys c <= r + n_k - n_q)."""
+    tr, tc = -(-n_q // br), -(-n_k // bc)
+    if not causal:
+        return [tr] * tc
+    off = n_k - n_q
+    out = []
+    for j in range(tc):
+        first_row = max(0, j * bc - off)  # the first query row that sees key j·Bc
+        out.append(max(0, tr - first_row // br) if first_row < n_q else 0)
+    return out
+
+
+def bwd_flops(batch, heads, n_q, n_k, d, causal) -> float:
+    """The five products' FLOPs over visible pairs (10·d per pair): the TFLOP/s the report prints."""
+    from counting.headline import visible_pairs
+
+    return 10.0 * d * batch * heads * visible_pairs(n_q, n_k, causal)
+
+
+def paper_bwd_flops(batch, heads, n_q, n_k, d, causal) -> float:
+    """The grid's convention: 2.5 × the forward's 4·d per visible pair (= 10·d: the same number)."""
+    return bwd_flops(batch, heads, n_q, n_k, d, causal)
+
+
+def tile_terms(k: BwdKernel, d: int, p: dict, gpu) -> dict:
+    br, bc = k.br[d], k.bc[d]
+    clock = gpu.clock_hz.value
+    l2_per_clk = L2_BANDWIDTH / (gpu.sms.value * clock)
+    a = p.get("a1", p["a"]) if k.ctas_per_sm[d] == 1 and k.path == "ffma" else p["a"]  # teaching: one CTA/SM
+    return {"tensor": a * 10.0 * br * bc * d / PEAK[k.path],
+            "exp": p["b"] * br * bc / MUFU_PER_CLK,
+            "dq_l2": 4.0 * br * d / l2_per_clk}
+
+
+def _makespan(durations: list[float], slots: int) -> float:
+    if len(durations) <= slots:
+        return max(durations, default=0.0)
+    heap = [0.0] * slots
+    for t in durations:
+        heapq.heapreplace(heap, heap[0] + t)
+    return max(heap)
+
+
+def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: int, dtype: str = "fp16",
+            causal: bool = False, gpu: str = "h200", params: dict | None = None) -> BwdPrediction:
+    n_k = n_q if n_k is None else n_k
+    if gpu not in COVERED_GPUS:
+        raise ValueError(f"the backward model is fitted to the {', '.join(g.upper() for g in COVERED_GPUS)} only")
+    k = KERNELS.get(kernel)
+    if k is None:
+        raise ValueError(f"no backward model of {kernel!r}: one of {', '.join(KERNELS)}")
+    if d not in k.br:
+        raise ValueError(f"{kernel}'s backward is modelled at d = 64 and 128 (the grid's), not {d}")
+    if dtype not in ("fp16", "bf16"):
+        raise ValueError(f"{kernel}'s backward takes fp16/bf16, not {dtype}")
+    g = get_gpu(gpu)
+    p = (params or load_params())[kernel]
+    terms = tile_terms(k, d, p, g)
+    tile = sum(terms.values())
+    per_sm = k.ctas_per_sm[d]
+    visits = _visits(n_q, n_k, k.br[d], k.bc[d], causal)
+    per_head = [v * tile * per_sm + p["L"] * per_sm for v in visits if v]
+    durations = per_head * (batch * heads)
+    slots = int(g.sms.value) * per_sm
+    cycles = _makespan(durations, slots)
+    item = 2
+    aux_bytes = batch * heads * (n_q * d * (2 * item + 4 + item) + n_k * d * 0)
+    t_aux = aux_bytes / HBM_MEASURED
+    # DRAM: the pass's compulsory bytes (Q, K, V, O, dO, lse read, dQ, dK, dV written once) + dQ's fp32 accumulator
+    # written back and read by the conversion; the accumulator of the heads in flight stays in the L2 meanwhile.
+    # Not fitted: on the grid it is a few % of the time (DRAM nowhere near its limit), it bounds only if it outlasts
+    # the SMs' time.
+    from counting.backward_forms import min_backward_hbm_bytes
+
+    dram_bytes = (min_backward_hbm_bytes(batch, heads, n_q, n_k, d, item, causal)
+                  + 2 * 4 * batch * heads * n_q * d)
+    t_dram = dram_bytes / HBM_MEASURED
+    t_main = max(cycles / g.clock_hz.value, t_dram)
+    t_fixed = p["t0"] * batch * heads * n_q * d / TOKENS_HIDDEN  # per token·hidden (the grid's B·N·H·d is constant)
+    time_s = t_main + t_aux + t_fixed
+    tiles = sum(visits) * batch * heads
+    per_term = {name: v * tiles / slots * per_sm / g.clock_hz.value for name, v in terms.items()}
+    per_term["latency"] = p["L"] * len(durations) / slots * per_sm / g.clock_hz.value
+    per_term["dram"] = t_dram
+    bound = max(per_term, key=per_term.get)
+    br, bc = k.br[d], k.bc[d]
+    levels = {"dq_accum_bytes": 4.0 * br * d * tiles,  # what dQ's accumulation sends to the L2
+              "kv_bytes": 2.0 * item * batch * heads * n_k * d,  # K, V read once, dK, dV written once
+              "q_do_bytes": 2.0 * item * br * d * tiles,  # Q_i, dO_i loaded per visited tile (L2 requests)
+              "aux_bytes": float(aux_bytes), "dram_bytes": float(dram_bytes)}
+    flops = bwd_flops(batch, heads, n_q, n_k, d, causal)
+    return BwdPrediction(kernel, time_s, flops / time_s / 1e12, bound, per_term | {"aux": t_aux, "fixed": t_fixed},
+                         levels, tiles, len(durations), br, bc)
+
+
+def predict_train(kernel: str, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200") -> dict:
+    """Forward (gpu_model, fa2_wgmma's forward for fa2_wgmma; sdpa's for SDPA's) + backward (this model)."""
+    from gpumodel import gpu_model as gm
+
+    b = predict(kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu)
+    fwd_kernel = {"fa2": "fa2"}.get(kernel, kernel)
+    f = gm.as_benchmarked(gm.predict(fwd_kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu=gpu))
+    t = b.time_s + f["time_s"]
+    flops = bwd_flops(batch, heads, n_q, n_k or n_q, d, causal) * 1.4  # + the forward's two products (4·d)
+    return {"time_s": t, "tflops": flops / t / 1e12, "forward_s": f["time_s"], "backward_s": b.time_s,
+            "bound": b.bound if b.time_s >= f["time_s"] else f["bound"]}
+
+
+# -- the committed grid, the split, the fit, the track record --------------------------------------------------
+
+DTYPE = {"float16": "fp16", "bfloat16": "bf16"}
+
+
+def is_train(kernel: str, n: int, dtype: str) -> bool:
+    """The declared split: N <= 4k trains, N >= 8k is held out; the teaching fa2 (timed to 4k only): fp16 trains,
+    bf16 is held out."""
+    return dtype == "fp16" if kernel == "fa2" else n <= TRAIN_MAX_N
+
+
+def grid_cells(path: Path = GRID_FILE) -> list[dict]:
+    rows = json.loads(Path(path).read_text())["rows"]
+    out = []
+    for r in rows:
+        if r["kernel"] not in KERNELS or not r.get("ok") or not r.get("bwd_ms") or r["dtype"] not in DTYPE:
+            continue
+        out.append(dict(kernel=r["kernel"], batch=r["b"], heads=r["h"], n=r["n"], d=r["d"], causal=r["causal"],
+                        dtype=DTYPE[r["dtype"]], time_s=r["bwd_ms"] * 1e-3, fwdbwd_s=(r.get("fwdbwd_ms") or 0) * 1e-3,
+                        train=is_train(r["kernel"], r["n"], DTYPE[r["dtype"]])))
+    return out
+
+
+def rows(params: dict | None = None) -> list[dict]:
+    params = params or load_params()
+    out = []
+    for c in grid_cells():
+        p = predict(c["kernel"], c["batch"], c["heads"], c["n"], c["n"], c["d"], c["dtype"], c["causal"],
+                    params=params)
+        out.append(c | {"model_s": p.time_s, "err": p.time_s / c["time_s"] - 1, "bound": p.bound,
+                        "band": BAND[c["kernel"]]})
+    return out
+
+
+def fit(cells: list[dict] | None = None) -> dict:
+    import numpy as np
+
+    try:  # the refit only (predict reads FIT_FILE): scipy is not a dependency of the package
+        from scipy.optimize import least_squares
+    except ImportError:
+        raise SystemExit("python -m gpumodel.backward_model --fit needs scipy (pip install scipy)") from None
+
+    cells = [c for c in (cells or grid_cells()) if c["train"]]
+    out = {}
+    for name in KERNELS:
+        cs = [c for c in cells if c["kernel"] == name]
+
+        def resid(x, cs=cs, name=name):
+            p = {name: dict(zip(PARAM_NAMES, (x[0], x[1], x[2] * 1e3, x[3] * 1e-6, x[4])))}
+            return [math.log(predict(name, c["batch"], c["heads"], c["n"], c["n"], c["d"], c["dtype"], c["causal"],
+                                     params=p).time_s / c["time_s"]) for c in cs]
+
+        x0 = np.array([DEFAULT["a"], DEFAULT["b"], DEFAULT["L"] / 1e3, DEFAULT["t0"] * 1e6, DEFAULT["a"]])
+        r = least_squares(resid, x0, bounds=([0.5, 0.0, 0.0, 0.0, 0.5], [200.0, 50.0, 1e4, 1e4, 200.0]),
+                          diff_step=1e-3)
+        x = [float(v) for v in r.x]
+        out[name] = dict(zip(PARAM_NAMES, (x[0], x[1], x[2] * 1e3, x[3] * 1e-6)))
+        if KERNELS[name].path == "ffma":  # a1: the one-CTA-per-SM teaching build's product rate (d = 128)
+            out[name]["a1"] = x[4]
+    return out
+
+
+def track_record(rs: list[dict]) -> list[dict]:
+    """One line per kernel and split: cells, within the band, median and worst |error| (N >= MIN_N)."""
+    out = []
+    for name in KERNELS:
+        for split in ("train", "held-out"):
+            sel = [r for r in rs if r["kernel"] == name and r["train"] == (split == "train") and r["n"] >= MIN_N]
+            if not sel:
+                continue
+            errs = sorted(abs(r["err"]) for r in sel)
+            out.append(dict(kernel=name, split=split, cells=len(sel), band=BAND[name],
+                            within=sum(e <= BAND[name] for e in errs), median=errs[len(errs) // 2], worst=errs[-1]))
+    return out
+
+
+def main(argv=None) -> int:
+    """python -m gpumodel.backward_model [--fit]: refit on TRAIN (writes FIT_FILE), print the track record."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if "--fit" in argv:
+        params = fit()
+        FIT_FILE.write_text(json.dumps({
+            "what": "backward model constants (gpumodel/backward_model.py), fitted per kernel on the training split",
+            "train": f"results/bwd_kernels_vs_sdpa_grid/bwd_bench.json, N <= {TRAIN_MAX_N} (held out: N >= 8k)",
+            "params": params,
+            "track_record": track_record(rows(params))}, indent=1) + "\n")
+    for t in track_record(rows()):
+        print(f"{t['kernel']:<11} {t['split']:<8} {t['within']}/{t['cells']} within ±{t['band']:.0%}, "
+              f"median {t['median']:.1%}, worst {t['worst']:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
