@@ -128,6 +128,13 @@ def test_site_builds_with_every_plot_and_table(executed_dir, tmp_path):
                      for o in c.get("outputs", []) if "text/markdown" in o.get("data", {}))
         assert page.count("data:image/png") >= plots, f"{stem}: {plots} plots executed, fewer on the page"
         assert len(re.findall(r"<table", page)) >= tables, f"{stem}: {tables} tables executed, fewer on the page"
+        # maths offline: the bundled MathJax, never an empty src or another host (the browser tier renders it)
+        assert 'src="mathjax/MathJax.js?config=' in page and '<script src=""' not in page, f"{stem}: MathJax not bundled"
+        external = re.findall(r"<(?:script|img)\b[^>]*\bsrc=[\"']?(?:https?:)?//[^\"' >]+", page)
+        external += [t for t in re.findall(r"<link\b[^>]*>", page) if re.search(r"href=[\"']?(?:https?:)?//", t)
+                     and "canonical" not in t]
+        assert not external, f"{stem}: loads from another host: {external[:3]}"
+    assert (out / "mathjax" / "MathJax.js").is_file() and (out / "mathjax" / "config" / "local" / "workbench.js").is_file()
 
 
 def test_every_notebook_ends_with_exercises():
