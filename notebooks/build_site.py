@@ -220,7 +220,7 @@ def build_site(executed_dir: Path, site_dir: Path) -> Path:
         config.write_text("\n".join([
             "site_name: FlashAttention workbench — notebooks",
             "docs_dir: docs",
-            "use_directory_urls: false",  # the site opens from the file system, no server needed
+            "use_directory_urls: false",  # every page at the top (one relative MathJax URL); serve it: Chromium refuses fonts from file://
             "theme:", "  name: material", "  font: false",  # no web font: the site reads offline
             "extra_css: [site.css]", "extra_javascript: [site.js]",
             "markdown_extensions:", "  - tables",
