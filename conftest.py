@@ -5,7 +5,8 @@ examples, random), "quick" (smoke). Choose with HYPOTHESIS_PROFILE; CI=true sele
 
 Tiers: a plain `pytest` (the README's command) runs the default tier, a few minutes on 2 cores; tests marked `slow`
 (every build of every kernel compiled, the GPU model refitted, the backwards emulated on the CPU) are skipped there
-and run with `pytest -m slow` (.ci/run runs both). Any -m expression chooses for itself (`-m "slow or not slow"`: all).
+and run with `pytest -m slow` (.ci/run runs both). Tests marked `browser` (the built site in Chromium, offline:
+tests/test_site_browser.py) are skipped there too and run with `pytest -m browser` (.ci/run installs the browser). Any -m expression chooses for itself (`-m "slow or not slow"`: all).
 """
 import os
 
@@ -31,9 +32,12 @@ def _has_gpu() -> bool:
 def pytest_collection_modifyitems(config, items):
     if not config.option.markexpr:  # no -m: the default tier
         slow = pytest.mark.skip(reason="slow tier: run it with pytest -m slow (.ci/run does)")
+        browser = pytest.mark.skip(reason="browser tier: run it with pytest -m browser (.ci/run does)")
         for item in items:
             if "slow" in item.keywords:
                 item.add_marker(slow)
+            elif "browser" in item.keywords:
+                item.add_marker(browser)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
