@@ -5,7 +5,7 @@
 #   PYTHONPATH=. bash bench/gpu_visit.sh tests sanitize forward backward        # any subset, in any order given
 #   PYTHONPATH=. bash bench/gpu_visit.sh                                        # the default: tests sanitize forward backward
 #
-# Steps (each writes under $OUT, default results/visit-<date>):
+# Steps (each writes under $OUT, default visits/<date>/, git-ignored; file what backs a claim into results/):
 #   tests      every GPU test (pytest -m gpu)                          -> gpu_tests.log
 #   sanitize   compute-sanitizer memcheck + racecheck, every kernel    -> sanitize.json, sanitize_*.log
 #   launch     host work per call against SDPA's                       -> launch_overhead.json
@@ -23,7 +23,7 @@
 # script exits 1 when any step failed.
 set -u
 export PYTHONPATH=${PYTHONPATH:-.} PYTHONUNBUFFERED=1
-OUT=${OUT:-results/visit-$(date +%Y%m%d-%H%M)}
+OUT=${OUT:-visits/$(date +%Y%m%d-%H%M)}
 mkdir -p "$OUT"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests sanitize forward backward)
