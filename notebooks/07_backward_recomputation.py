@@ -188,7 +188,7 @@ assert errs["fa1"] > 2 * errs["fa2"]
 # (outer loop over $j$); $Q_i$, $dO_i$, $L_i$, $D_i$ are read from HBM at every tile; $dQ_i$ makes a
 # round trip through HBM at every tile (the float32 accumulator above); $S$, $P$, $dP$, $dS$ are born
 # and die on chip — the $N \times N$ matrices the standard backward stores are never stored.
-# (`analysis/tiling_pictures.draw_backward_products`; its test holds the five products against the
+# (`draw_backward_products` in `analysis/tiling_pictures.py`; its test holds the five products against the
 # matmul FLOPs `variants/fa2.py`'s backward counts.)
 
 # %%
