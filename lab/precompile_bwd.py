@@ -38,7 +38,7 @@ def builds(teaching_only: bool = False) -> list[tuple]:
         for br, bc in ((64, 32), (48, 32)):  # lab/teach_bwd_ab.py's other block shapes at d = 128
             jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, **fa2.bwd_defines(dt, 128, br, bc)), arch)]
         if teaching_only:  # the frozen v1 lab/teach_bwd_ab.py times beside the shipped backward
-            jobs += [("fa2_bwd_v1.cu", _teaching.defines(dt, 64, 64, D_PAD=p), arch) for p in (64, 128)]
+            jobs += [(str(Path(__file__).resolve().parent / "cuda" / "fa2_bwd_v1.cu"), _teaching.defines(dt, 64, 64, D_PAD=p), arch) for p in (64, 128)]
     return list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())
 
 

@@ -11,7 +11,7 @@ Contenders, each through autograd (backward timed alone on a kept graph, bench/b
     fa2_v2         d = 128 only: 64 x 64 without the prefetch (v2)
     fa2_bRxC       d = 128 only: Br x Bc blocks with the prefetch (64 x 32: 119 KB, one block per SM; 48 x 32:
                    98 KB, two)
-    fa2_v1         the frozen v1 (kernels/cuda/fa2_bwd_v1.cu, the build measured in results/bwd_kernels_vs_sdpa_grid)
+    fa2_v1         the frozen v1 (lab/cuda/fa2_bwd_v1.cu, the build measured in results/bwd_kernels_vs_sdpa_grid)
     naive          the teaching unfused backward (kernels/cuda/naive_bwd.cu, FA1 Alg. 3: P kept from the
                    forward, dP, dS in HBM; the same float32 micro-tiles)
     sdpa_math_fp32 torch SDPA math on float32 copies (cuBLAS FFMA SGEMMs; S, P, dP, dS in HBM)
@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
 
 from bench import bench_bwd, harness  # noqa: E402
 
-V1_SOURCE = "fa2_bwd_v1.cu"
+V1_SOURCE = str(Path(__file__).resolve().parent / "cuda" / "fa2_bwd_v1.cu")  # the frozen v1, lab only
 NAMES = ("fa2", "fa2_32", "fa2_32_sync", "fa2_v2", "fa2_b64x32", "fa2_b48x32", "fa2_v1", "naive", "sdpa_math_fp32",
          "sdpa_math")
 RATIOS = (("fa2", "fa2_v1"), ("fa2", "fa2_32"), ("fa2", "fa2_32_sync"), ("fa2", "fa2_v2"), ("fa2", "naive"),

@@ -46,7 +46,7 @@
 // statement of Algorithm 2 (see fa2_wgmma_bwd for a fast one).
 //
 // Version log (llm.c style; H200, fp16, batch*N = 16k, hidden 2048, lab/teach_bwd_ab.py):
-//   v1  (kept as fa2_bwd_v1.cu for the A/B) scalar shared reads, ld = d_pad + 1, P and dS row-major,
+//   v1  (kept as lab/cuda/fa2_bwd_v1.cu for the A/B) scalar shared reads, ld = d_pad + 1, P and dS row-major,
 //       scalar dQ atomics. Measured (results/bwd_kernels_vs_sdpa_grid, backward TFLOP/s, N = 4096): 25.0 (d = 64)
 //       and 17.9 (d = 128) non-causal, 24.6 / 18.5 causal.
 //   v2  float4 shared reads along each product's reduction index, P^T and dS^T stored transposed, dK, dV,

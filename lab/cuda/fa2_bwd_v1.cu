@@ -37,7 +37,7 @@
 // Q_i, dO_i (Br x ld) and P, dS (Br x (Bc + 1)) per step, L_i, D_i (Br): 162 KB at d = 128 (one block
 // per SM), 98 KB at d <= 64 (two). Caveats (teaching tier): CUDA cores only, no double buffering,
 // three barriers per step; a readable statement of Algorithm 2, not a fast one (see fa2_wgmma_bwd).
-#include "teaching.cuh"
+#include "../../kernels/cuda/teaching.cuh"  // the teaching tier's tiles, as v1 used them
 
 #ifndef D_PAD
 #define D_PAD 128  // 64 for d <= 64 (kernels/fa2.py sets it): halves the dK, dV, dQ registers
