@@ -464,6 +464,24 @@ def check_causal_s_bytes(read, written):
     print("exercise 1: right")
 
 
+def check_no_overlap(ratio):
+    """Exercise 5: naive at N = 4096 (section 3's table: res[("naive", 4096)]), the no-overlap time (the three times
+    added) over the roofline's max."""
+    _, rf = res[("naive", 4096)]
+    times = (rf.t_memory_s, rf.t_matmul_s, rf.t_nonmatmul_s)
+    want = sum(times) / max(times)
+    if abs(ratio - want) <= 1e-6 * want:
+        print(f"exercise 5: right ({want:.3f}×: the bound hides at most that much; nothing overlapping costs it all)")
+        return
+    if abs(ratio - 1 / want) <= 1e-6 / want:
+        raise AssertionError("upside down: the sum of the three times over their max (at least 1)")
+    if abs(ratio - 3) < 1e-9:
+        raise AssertionError("3 would need the three times equal; add the table's own t_memory_s, t_matmul_s, "
+                             "t_nonmatmul_s and divide by the largest")
+    raise AssertionError(f"{ratio:.4g}: add rf.t_memory_s, rf.t_matmul_s, rf.t_nonmatmul_s of res[('naive', 4096)] "
+                         "and divide by the largest of them (the roofline's time)")
+
+
 def check_a100_ridge(ridge):
     a100 = _get_gpu("a100")
     want = a100.fp16_tensor_flops.value / a100.hbm_bandwidth.value
@@ -529,10 +547,17 @@ def check_a100_ridge(ridge):
 #
 # </details>
 #
-# **5.** The roofline takes the **max** of three times (perfect overlap). Which real effects make a kernel
-# slower than that bound? Keep your list for notebook 6.
+# **5.** The roofline takes the **max** of three times (perfect overlap). How much slower would naive attention
+# at $N = 4096$ be if nothing overlapped (the three times added, over their max)? Check: `check_no_overlap(ratio)`.
+# Which real effects make a kernel slower than the bound? Keep your list for notebook 6.
 #
 # <details><summary>Solution</summary>
+#
+# ```python
+# _, rf = res[("naive", 4096)]
+# times = (rf.t_memory_s, rf.t_matmul_s, rf.t_nonmatmul_s)
+# check_no_overlap(sum(times) / max(times))
+# ```
 #
 # Imperfect overlap of memory and compute; latency that too few resident warps cannot hide (occupancy);
 # kernel launch overhead at small sizes; wave quantisation and the causal tail; shared-memory bank

@@ -435,6 +435,25 @@ def check_causal_ctas(n_blocks, heaviest):
     print(f"exercise 5: right — block {heaviest} visits {max(work)} key blocks, block 0 only 1")
 
 
+def check_p_from_lse(p_from):
+    """Exercise 4: p_from(S, L) -> P for scores S (..., Nq, Nk) and the stored L (..., Nq), at scores large enough
+    that exp(S) alone overflows float32."""
+    g = torch.Generator().manual_seed(4)
+    S = 400 * torch.randn(2, 3, 7, 11, generator=g)
+    L = torch.logsumexp(S, dim=-1)
+    P = p_from(S, L)
+    want = torch.softmax(S, dim=-1)
+    if not torch.isfinite(P).all():
+        raise AssertionError("P has inf or NaN: e^S overflows float32 at scores of a few hundred — subtract L inside "
+                             "the exponential, e^(S − L), never e^S / e^L")
+    rows = P.sum(-1)
+    if (rows - 1).abs().max() > 1e-4:
+        raise AssertionError(f"rows of P sum to {rows.min():.3g}…{rows.max():.3g}, not 1: L = m + log ℓ carries the "
+                             "normaliser as well as the max (e^(S − m) alone is unnormalised)")
+    assert (P - want).abs().max() < 1e-5, "P is not softmax(S): check which axis L belongs to (one value per row)"
+    print("exercise 4: right")
+
+
 def check_fa2_forward(fn):
     # fn(q, k, v, br, bc) -> (o, lse) for one head: q (Nq, d), k and v (Nk, d), non-causal, scale 1/√d
     import variants as _variants  # VARIANTS and the float64 oracle, in a notebook and in the tests alike
@@ -523,9 +542,16 @@ def check_fa2_forward(fn):
 # </details>
 #
 # **4.** The backward pass needs $P = \exp(S - L)$. Why is storing $L$ enough, while storing only $m$ would
-# not be? What would go wrong storing only $\ell$?
+# not be? What would go wrong storing only $\ell$? Write `p_from(S, L)`, which recomputes $P$ from the scores
+# and the stored $L$ alone, and check it: `check_p_from_lse(p_from)`.
 #
 # <details><summary>Solution</summary>
+#
+# ```python
+# def p_from(S, L):
+#     return torch.exp(S - L[..., None])  # one L per row, broadcast over the keys
+# check_p_from_lse(p_from)
+# ```
 #
 # $P = e^{S - m}/\ell = e^{S - (m + \log \ell)}$: $L = m + \log\ell$ carries both in one number. $m$ alone
 # lacks the normaliser; $\ell$ alone lacks the max, so recomputing $e^{S}/\ell$ would overflow exactly

@@ -396,6 +396,25 @@ def check_empty_row_dq(dq_row):
     print("exercise 6: right — the row's dq is exactly 0")
 
 
+def check_d_recompute(extra_other_flops, extra_o_bytes):
+    """Exercise 5: FA1's backward against FA2's at Nq = Nk = 4096, d = 64, Br = Bc = 64, fp16, one head."""
+    from counting import backward_forms as bf
+
+    fa1, fa2 = (bf.backward_counts(v, 1, 1, 4096, 4096, 64, dtype="fp16", block_q=64, block_k=64) for v in ("fa1", "fa2"))
+    want_flops = fa1.flops["other"] - fa2.flops["other"]
+    want_bytes = fa1.read_bytes["O"] - fa2.read_bytes["O"]
+    per_visit = 4096 * 64 * 2
+    if extra_o_bytes != want_bytes:
+        hint = (" — that is one visit's O; FA1 reads it at each of its Tc = 64 visits, FA2 once"
+                if extra_o_bytes == per_visit else " — count bytes (fp16: 2 a value), not elements"
+                if extra_o_bytes * 2 == want_bytes else "")
+        raise AssertionError(f"extra bytes of O: {extra_o_bytes:,} is not {want_bytes:,}{hint}")
+    if extra_other_flops != want_flops:
+        raise AssertionError(f"extra `other` FLOPs: {extra_other_flops:,} is not {want_flops:,} — D_i = rowsum(dO_i ∘ O_i) "
+                             "costs a multiply and an add per element, at every one of FA1's visits")
+    print("exercise 5: right — both tiny next to the matmul FLOPs; the bytes are what the papers' roofline notices")
+
+
 def check_fa2_backward(fn):
     # fn(q, k, v, o, lse, do, br, bc) -> (dq, dk, dv) for one head: q, o, do (Nq, d); k, v (Nk, d); lse (Nq,)
     import variants as _variants  # VARIANTS and the float64 oracle
@@ -507,14 +526,17 @@ def check_fa2_backward(fn):
 # </details>
 #
 # **5.** Algorithm 4 (FA1) recomputes $D_i$ at every tile. Count, with `counted_backward`, the extra
-# `other` FLOPs and the extra bytes of $O$ this costs at $N_q = N_k = 4096$, $B_r = B_c = 64$ — is it
-# the bytes or the FLOPs that matter on an H200 (use `analysis.roofline`)?
+# `other` FLOPs and the extra bytes of $O$ this costs at $N_q = N_k = 4096$, $d = 64$, $B_r = B_c = 64$ — is it
+# the bytes or the FLOPs that matter on an H200 (use `analysis.roofline`)? Check:
+# `check_d_recompute(extra_other_flops, extra_o_bytes)` (FA1's count minus FA2's).
 #
 # <details><summary>Solution</summary>
 #
 # ```python
 # q, k, v, dO = (torch.randn(1, 1, 4096, 64, dtype=torch.float16) for _ in range(4))
 # counts = {name: counted_backward(name, q, k, v, dO, br=64, bc=64)[1] for name in ("fa1", "fa2")}
+# check_d_recompute(counts["fa1"].flops["other"] - counts["fa2"].flops["other"],
+#                   counts["fa1"].read_bytes["O"] - counts["fa2"].read_bytes["O"])
 # ```
 # FA1 recomputes $D_i = \mathrm{rowsum}(dO_i \circ O_i)$ at each of the $T_c$ visits: $(T_c - 1)$ extra
 # reads of $O$ ($N_q d$ elements each) and $2 N_q d$ extra `other` FLOPs per visit. Against the matmul

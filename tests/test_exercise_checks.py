@@ -441,3 +441,43 @@ def test_04_new_checks():
     ns["check_causal_ctas"](32, 31)
     _raises_with(ns["check_causal_ctas"], 16, 31, words=("not the thread blocks",))
     _raises_with(ns["check_causal_ctas"], 32, 0, words=("visits most",))
+
+
+def test_the_open_questions_have_checks():
+    """01's exercise 5 (no overlap against the roofline's max), 04's exercise 4 (P from S and L alone) and 07's exercise
+    5 (FA1's recomputed D): each check takes the right answer and refuses the typical wrong ones with a message."""
+    from analysis.roofline import roofline
+    from counting import backward_forms as bf
+    from counting import closed_forms
+    from counting.gpus import get_gpu
+
+    ns = _checks("01_why_io_matters")
+    h200 = get_gpu("h200")
+    br, bc = closed_forms.fa1_blocks(h200.sram_bytes, 64)
+    c = closed_forms.counts("naive", 4, 32, 4096, 4096, 64, dtype="fp16", block_q=br, block_k=bc,
+                            sram_bytes=h200.sram_bytes)
+    rf = roofline(c, h200)
+    ns["res"] = {("naive", 4096): (c, rf)}
+    times = (rf.t_memory_s, rf.t_matmul_s, rf.t_nonmatmul_s)
+    ns["check_no_overlap"](sum(times) / max(times))
+    for wrong, words in ((max(times) / sum(times), "upside down"), (3.0, "three times equal"), (1.0, "divide")):
+        with pytest.raises(AssertionError, match=words):
+            ns["check_no_overlap"](wrong)
+
+    ns = _checks("04_flashattention2")
+    ns["check_p_from_lse"](lambda S, L: torch.exp(S - L[..., None]))
+    with pytest.raises(AssertionError, match="overflows"):
+        ns["check_p_from_lse"](lambda S, L: torch.exp(S) / torch.exp(L[..., None]))
+    with pytest.raises(AssertionError, match="normaliser"):
+        ns["check_p_from_lse"](lambda S, L: torch.exp(S - S.amax(-1, keepdim=True)))
+
+    ns = _checks("07_backward_recomputation")
+    fa1, fa2 = (bf.backward_counts(v, 1, 1, 4096, 4096, 64, dtype="fp16", block_q=64, block_k=64) for v in ("fa1", "fa2"))
+    flops, o_bytes = fa1.flops["other"] - fa2.flops["other"], fa1.read_bytes["O"] - fa2.read_bytes["O"]
+    ns["check_d_recompute"](flops, o_bytes)
+    with pytest.raises(AssertionError, match="one visit"):
+        ns["check_d_recompute"](flops, 4096 * 64 * 2)
+    with pytest.raises(AssertionError, match="bytes"):
+        ns["check_d_recompute"](flops, o_bytes // 2)
+    with pytest.raises(AssertionError, match="multiply and an add"):
+        ns["check_d_recompute"](flops // 2, o_bytes)
