@@ -31,7 +31,8 @@
 # 4. Where naive attention's time goes: the bytes of $S$ and $P$ against those of $Q, K, V, O$.
 #
 # Reading order: this notebook, then 2 (online softmax), 3 (FlashAttention-1), 4 (FlashAttention-2),
-# 5 (issue #941's "multiply V once"), 6 (measurements on a real GPU), 7 (the backward pass: recomputation).
+# 5 (issue #941's "multiply V once"), 6 (measurements on a real GPU), 7 (the backward pass: recomputation),
+# 8 (FlashAttention on Hopper), 10 (across GPUs).
 
 # %%
 # Setup: make the workbench packages importable from wherever this notebook was opened.
@@ -511,7 +512,7 @@ def check_a100_ridge(ridge):
 #
 # </details>
 #
-# **2.** At which $N$ do $S$ and $P$ alone (fp16, one head) fill the H200's 60 MB L2 cache (as the device
+# **2.** At which $N$ do $S$ and $P$ alone (fp16, one head) fill the H200's 60 MiB (62,914,560-byte) L2 cache (as the device
 # reports it)? Check: `check_l2_fill(N)`. What changes for a kernel whose $S$ fits in L2?
 #
 # <details><summary>Solution</summary>

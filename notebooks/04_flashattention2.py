@@ -19,7 +19,7 @@
 # FlashAttention-2 (Dao 2023) computes the same thing as FlashAttention-1 with three changes (its
 # paper's sections 3.1–3.3) and a consequence we count (4). This
 # notebook takes them one at a time and **counts** what each buys, side by side with FA1, using the
-# references in `variants/` and the closed forms in `analysis/`.
+# references in `variants/` and the closed forms in `counting/`.
 #
 # 1. **The loop swap**: query blocks outside, key/value blocks inside — $O_i$, $\ell_i$, $m_i$ never
 #    leave the chip.
@@ -252,7 +252,7 @@ print(f"Br = {br}, Bc = 64, {warps} warps; plus a __syncthreads() per step for s
 # line 1 on an H200's SRAM), from the closed forms. Matmul FLOPs are identical; the exponentials and
 # the other elementwise work drop. The roofline (`analysis.roofline`) turns counts into times on an
 # H200: HBM bytes at 4.8 TB/s, matmuls at the dense fp16 tensor rate, exponentials at the SFU rate
-# and the rest at the FP32 rate — one non-matmul FLOP costs as much time as 30 (other) to 250 (exp)
+# and the rest at the FP32 rate — one non-matmul FLOP costs as much time as 30 (other) to 256 (exp)
 # matmul FLOPs (computed in the cell below), so 1–2 % of the FLOPs take about as long as all the matmuls.
 #
 # Two counts of memory. **The papers' count** (no cache) charges every $K_j, V_j$ re-read to HBM, and by it
@@ -328,7 +328,7 @@ print("matmul FLOPs, FA1 and FA2:", ", ".join(f"{res[(k, n)][0].flops['matmul']:
 # %% [markdown]
 # **What to take away.** Counted, FA2's gains over FA1 are (1) $O$ written once instead of $T_c$
 # times, (2) fewer exponentials and less elementwise work on the accumulator — the share of
-# non-matmul FLOPs drops, and where one non-matmul FLOP costs 30 to 250 matmul FLOPs' time (the
+# non-matmul FLOPs drops, and where one non-matmul FLOP costs 30 to 256 matmul FLOPs' time (the
 # factors printed above) that matters — and (3) by far the largest in practice, $T_r$ times more
 # independent thread blocks. The loop swap does **not** by itself reduce the bytes read: it swaps which
 # operands are re-read. By the papers' count (no cache) FA2 looks memory-bound; on the GPU its re-reads

@@ -410,8 +410,9 @@ def check_d_recompute(extra_other_flops, extra_o_bytes):
                 if extra_o_bytes * 2 == want_bytes else "")
         raise AssertionError(f"extra bytes of O: {extra_o_bytes:,} is not {want_bytes:,}{hint}")
     if extra_other_flops != want_flops:
-        raise AssertionError(f"extra `other` FLOPs: {extra_other_flops:,} is not {want_flops:,} — D_i = rowsum(dO_i ∘ O_i) "
-                             "costs a multiply and an add per element, at every one of FA1's visits")
+        raise AssertionError(f"extra `other` FLOPs: {extra_other_flops:,} is not {want_flops:,} — FA1 redoes its row work "
+                             "(D_i = rowsum(dO_i ∘ O_i): a multiply and an add per element) at every one of its visits, "
+                             "and rebuilds P as e^(S − m)/ℓ, one FLOP more per score than FA2's e^(S − L)")
     print("exercise 5: right — both tiny next to the matmul FLOPs; the bytes are what the papers' roofline notices")
 
 
@@ -539,7 +540,10 @@ def check_fa2_backward(fn):
 #                   counts["fa1"].read_bytes["O"] - counts["fa2"].read_bytes["O"])
 # ```
 # FA1 recomputes $D_i = \mathrm{rowsum}(dO_i \circ O_i)$ at each of the $T_c$ visits: $(T_c - 1)$ extra
-# reads of $O$ ($N_q d$ elements each) and $2 N_q d$ extra `other` FLOPs per visit. Against the matmul
+# reads of $O$ ($N_q d$ elements each, 16,515,072 bytes in fp16). The extra `other` FLOPs, 82,837,504, are that
+# per-visit row work FA2 does once (66,060,288 with the column work beside it) and one FLOP more per score
+# (16,777,216: FA1 rebuilds $P$ as $e^{S - m}/\ell$ where FA2 subtracts one $L$); `_fa1` and `_fa2` in
+# `counting/backward_forms.py` itemise them. Against the matmul
 # FLOPs these are tiny. The bytes are what `analysis.roofline` notices: by the papers' count (no cache) the
 # backward sits left of the H200's ridge (≈ 200 FLOP/B), so the extra reads of $O$ add to its memory time —
 # still little next to the $K, V$ re-reads. That is the papers' count, not the H200's bound: on the GPU the
