@@ -183,9 +183,13 @@ def _refuse_removed(config: dict) -> None:
                          "it: commit 0bb604a; docs/hopper-fa2-history.md)")
 
 
-def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
+def _check_head_dim(d: int) -> None:
     if d not in HEAD_DIMS:
         raise ValueError(f"fa2_wgmma supports head dims {HEAD_DIMS}, got d={d}")
+
+
+def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
+    _check_head_dim(d)
     if config is not None:  # a dict of known integer knobs (counting.checks.knob_config): not a dict was an
         # AttributeError, 64.0 or True a define of another kernel, NWG='2' a TypeError from a comparison
         if isinstance(config, dict):
@@ -460,8 +464,7 @@ def describe(d: int, dtype: str = "fp16", causal: bool = False, *, config: dict 
     TMA=1 is warp-specialised (a producer warpgroup feeds consumers that overlap softmax and products),
     the cp.async build has every warp load, then compute (FA2's structure). No config: the build forward()
     runs for this Nk (SIZE_RULES, contiguous inputs), else CONFIGS[d]."""
-    if d not in HEAD_DIMS:
-        raise ValueError(f"fa2_wgmma supports head dims {HEAD_DIMS}, got d={d}")
+    _check_head_dim(d)  # before default_config, which has no build (None) for a head dim it does not take
     rule = choose_config(d, n_k, True, causal=causal) if config is None and n_k is not None else None
     config = default_config(d, n_k, True, causal) if config is None else config
     # a build the committed results timed with a knob the kernel no longer has (DESCRIBED_ONLY, REMOVED_VALUES)
