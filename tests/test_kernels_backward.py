@@ -349,6 +349,31 @@ def assert_grads_close(got, q, k, v, do, causal, scale, what="", unfused=False):
         assert err <= bound, f"{name}: max err {err:.3g} > {bound:.3g} {what}"
 
 
+def assert_gqa_grads_close(got, q, k, v, do, causal, scale, what=""):
+    """assert_grads_close for grouped-query K/V (k, v with H_kv heads dividing q's H): the float64 reference runs on
+    K/V repeat_interleave'd to H heads (the test's copy, never the kernel's), and its dk, dv are summed over each
+    group; the yardstick and floors likewise, the floors times the group (dk, dv sum that many heads)."""
+    group = q.shape[1] // k.shape[1]
+    kr, vr = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+
+    def fold(grads):  # (dq, dk, dv) on H heads -> dk, dv on H_kv heads (float64 sums)
+        dq, dk, dv = grads
+        return (dq.double(), *(t.double().unflatten(1, (k.shape[1], group)).sum(2) for t in (dk, dv)))
+
+    exact = fold(float64_grads(q, kr, vr, do, causal, scale))
+    yard, s_max, _ = float32_grads(q, kr, vr, do, causal, scale)
+    yard = fold(yard)
+    f_q, f_k, f_v = grad_floors(q, kr, vr, do, scale, s_max)
+    for name, g, r, y, t, floor in zip(("dq", "dk", "dv"), got, exact, yard, (q, k, v),
+                                       (f_q, group * f_k, group * f_v)):
+        assert g.dtype == t.dtype and g.shape == t.shape, f"{name} {what}: {g.dtype} {tuple(g.shape)}"
+        assert not torch.isnan(g).any(), f"NaN in {name} {what}"
+        err = (g.double() - r).abs().max().item()
+        r_max = r.abs().max().item()
+        bound = (4 * (y - r).abs().max().item() + ATOL[t.dtype] * r_max + floor + 1e-6 * (1 + r_max))
+        assert err <= bound, f"{name}: max err {err:.3g} > {bound:.3g} {what}"
+
+
 def test_gradient_check_refuses_noise():
     """The check must fail noise: at ordinary scores noise of the gradient's size, at scores ~1e4 (where
     the exact dq, dk are ~0) noise ten times the rounding floor."""
