@@ -26,7 +26,6 @@ SOURCE = "fa2.cu"
 KERNEL = "fa2_forward"
 DTYPES = _teaching.DTYPES
 MAX_HEAD_DIM = _teaching.MAX_HEAD_DIM
-LAYOUTS = ("gqa",)  # forward and backward take grouped-query K/V (kernels.registry.KernelSpec.layouts); not strided
 
 
 def shared_bytes(d: int, block_q: int = 64, block_k: int = 64) -> int:
