@@ -53,6 +53,28 @@ def test_teaching_grouped_check_gives_the_problem_and_refuses_huge_scores():
         _teaching._check_grouped(q * 1e19, k * 1e19, causal=False, scale=1.0, block_q=64, block_k=64)
 
 
+def test_compile_fullgraph_traces_grouped_query_views_on_meta():
+    """torch.compile(fullgraph=True) of a grouped-query block whose q, k, v are (B, N, H, d) views, on meta tensors
+    (the fake implementations): no graph break, both custom ops captured, every parameter's gradient shaped right;
+    for a kernel that takes strided views and one that copies."""
+    from tests.test_kernels_backward import _recording_backend
+
+    ag = _ag()
+    for name in ag.kernels_taking("gqa"):
+        torch._dynamo.reset()
+        graphs = []
+        info = ag._INFO[name]
+        d = 64 if info["head_dims"] is None or 64 in info["head_dims"] else info["head_dims"][0]
+        dtype = torch.bfloat16 if torch.bfloat16 in info["dtypes"] else info["dtypes"][0]
+        model = _GQABlock(d=d, heads=4, kv_heads=2, kernel=name).to(device="meta", dtype=dtype)
+        compiled = torch.compile(model, fullgraph=True, backend=_recording_backend(graphs))
+        compiled(torch.empty(2, 33, 4 * d, device="meta", dtype=dtype)).sum().backward()
+        assert [kind for kind, _ in graphs] == ["fw", "bw"], name
+        assert any("attention_fwd" in t for t in graphs[0][1]) and any("attention_bwd" in t for t in graphs[1][1])
+        for p in model.parameters():
+            assert p.grad is not None and p.grad.shape == p.shape, name
+
+
 # ----------------------------------------------------------------------------- GPU: teaching fa2
 
 

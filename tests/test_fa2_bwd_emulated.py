@@ -137,9 +137,11 @@ def test_a_wrong_kernel_fails(build, tmp_path):
         assert_grads_close(got, q, k, v, do, False, 0.3)
 
 
-def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch):
+@pytest.mark.parametrize("h, h_kv", [(1, 1), (4, 2)])
+def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch, h, h_kv):
     """kernels/fa2.py backward itself (its checks, allocations, grids, argument order, shared-memory size)
-    with loader.get_function routed to the emulated kernels: what the GPU would be asked to run."""
+    with loader.get_function routed to the emulated kernels: what the GPU would be asked to run; (4, 2): grouped-
+    query K/V, one block per (key block, batch, kv head)."""
     import numpy as np
 
     from kernels import _teaching, fa2, loader
@@ -169,13 +171,16 @@ def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch):
     monkeypatch.setattr(loader, "check_cuda_inputs", lambda *a, **kw: None)  # CPU tensors stand in
     monkeypatch.setattr(loader, "max_dynamic_smem", lambda *a: 227 * 1024)
     g = torch.Generator().manual_seed(3)
-    q, do = torch.randn(2, 1, 150, 40, generator=g), torch.randn(2, 1, 150, 40, generator=g)
-    k, v = torch.randn(2, 1, 90, 40, generator=g), torch.randn(2, 1, 90, 40, generator=g)
-    o, lse = attention_reference(q, k, v, causal=True)
+    q, do = torch.randn(2, h, 150, 40, generator=g), torch.randn(2, h, 150, 40, generator=g)
+    k, v = torch.randn(2, h_kv, 90, 40, generator=g), torch.randn(2, h_kv, 90, 40, generator=g)
+    group = h // h_kv
+    o, lse = attention_reference(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=True)
     got = fa2.backward(q, k, v, o.float(), lse.float(), do, causal=True)
     assert [c[0] for c in calls] == list(fa2.BWD_KERNELS)
-    assert calls[1][1:] == ((2, 2), fa2.backward_shared_bytes(40))  # (Tc, B*H) = (90/64, 2)
-    assert_grads_close(got, q, k, v, do, True, 1 / math.sqrt(40))
+    assert calls[1][1:] == ((2, 2 * h_kv), fa2.backward_shared_bytes(40))  # (Tc, B*H_kv) = (90/64, 2 H_kv)
+    from tests.test_kernels_backward import assert_gqa_grads_close
+
+    assert_gqa_grads_close(got, q, k, v, do, True, 1 / math.sqrt(40))
     assert (got[0][..., :60, :] == 0).all()  # causal, Nq > Nk: 60 rows see no key
 
 

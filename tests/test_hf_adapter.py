@@ -156,6 +156,10 @@ def test_llama_on_the_cpu_through_the_registered_name(monkeypatch):
 # ----------------------------------------------------------------------------- GPU
 
 GPU_KERNELS = ["fa2", "fa2_wgmma"]  # fa2_wgmma with GQA needs the GQA backward (fa2_wgmma_bwd, issue 42)
+# lr: pure bf16 weights of the init's scale (0.02) have an ulp of 2^-13 ~ 1.2e-4, and an AdamW step moves each
+# weight by about lr; at 3e-4 that is 2-3 ulps, a real update for every weight (at 1e-5 most updates round away and
+# the comparison says nothing), while far below the ~1e-2 where Adam's sign-like first steps flip on rounding noise
+# and two runs that differ only in the attention's summation order drift apart
 STEPS, LR = 30, 3e-4
 
 
@@ -226,5 +230,6 @@ def test_llama_trains_like_sdpa(kernel):
     for i, (a, b, r) in enumerate(zip(losses["sdpa"], losses["workbench"], rel)):
         print(f"  {i:2d}  {a:.5f}  {b:.5f}  {r:.2e}")
     assert all(math.isfinite(x) for x in losses["workbench"])
-    assert abs(losses["sdpa"][-1] - losses["sdpa"][0]) > 1e-2 * losses["sdpa"][0], "training did not move the loss"
+    # the comparison means something only if training moved the loss well past the tolerance
+    assert abs(losses["sdpa"][-1] - losses["sdpa"][0]) > 2e-3 * losses["sdpa"][0], "training did not move the loss"
     assert max(rel) <= 1e-3, f"step {rel.index(max(rel))}: relative loss difference {max(rel):.3g}"
