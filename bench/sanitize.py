@@ -50,6 +50,8 @@ KERNEL_SHAPES = {
                   (1, 2, 300, 2900, 64, False), (1, 2, 300, 2900, 128, True), (1, 2, 300, 2900, 256, False),
                   (2, 4, 300, 1100, 96, True, 2, "bnhd"), (1, 4, 300, 1100, 256, False, 1, "bnhd"),
                   (1, 4, 257, 2900, 128, True, 4, "bnhd")],
+    # issue 42: the teaching forward with grouped-query K/V (contiguous: it takes no strided views), multi-query too
+    "fa2": [(2, 4, 70, 43, 40, True, 2, "bhnd"), (1, 8, 97, 150, 128, False, 1, "bhnd")],
     # issue 18: every cluster size (1, 2, 4, 8 CTAs), each CTA's slice several times round the 2-slot ring
     # (K then V), several Q blocks, causal ranks with nothing to do, a GQA view
     "v_once_cluster": [(1, 2, 300, 1100, 64, True), (1, 1, 300, 1100, 128, False), (1, 1, 200, 2500, 128, True),
