@@ -203,7 +203,7 @@ def test_llama_trains_like_sdpa(kernel):
     ids = _copy_batches(1, vocab, seed=1)[0]
     outs = {}
     for tag, model in (("sdpa", ref), ("workbench", ours)):
-        out = model(ids, labels=ids)
+        out = model(ids, labels=ids, use_cache=False)
         out.loss.backward()
         outs[tag] = (out.logits.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()})
     (la, ga), (lb, gb) = outs["sdpa"], outs["workbench"]
@@ -220,7 +220,7 @@ def test_llama_trains_like_sdpa(kernel):
         opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
         losses[tag] = []
         for batch in _copy_batches(STEPS, vocab, seed=2):
-            loss = model(batch, labels=batch).loss
+            loss = model(batch, labels=batch, use_cache=False).loss
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
