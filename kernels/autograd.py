@@ -20,8 +20,8 @@ returns dq, dk, dv in their layouts; others get contiguous copies. o is contiguo
 
 What a kernel cannot take (CPU tensors, a dtype or head dim outside its set, a kernel with no backward, grouped-
 query K/V, deterministic=True without such a backward) raises one error naming what it supports; nothing falls
-back to another implementation. Meta tensors
-are accepted so shapes can be traced without a GPU (nothing runs on them).
+back to another implementation. Meta tensors are accepted so shapes can be traced without a GPU (nothing runs
+on them).
 """
 from __future__ import annotations
 
