@@ -1,4 +1,5 @@
-"""kernels.attention as a Hugging Face transformers attention implementation (transformers >= 4.48).
+"""kernels.attention as a Hugging Face transformers attention implementation (transformers >= 4.51, the first with
+`from transformers import AttentionInterface`, huggingface/transformers#36889).
 
     from kernels import hf
     hf.register()                       # attn_implementation "workbench", kernel fa2_wgmma
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-EXTRA = 'pip install "fa-workbench[hf]"  (transformers >= 4.48)'
+EXTRA = 'pip install "fa-workbench[hf]"  (transformers >= 4.51)'
 REFUSED_KWARGS = {"sliding_window": "a sliding window", "softcap": "logit soft-capping", "s_aux": "attention sinks"}
 
 
@@ -98,7 +99,7 @@ def register(name: str = "workbench", kernel: str = "fa2_wgmma", *, deterministi
     try:
         from transformers import AttentionInterface
     except ImportError as e:
-        raise ImportError(f"kernels.hf.register needs transformers >= 4.48 (AttentionInterface): {EXTRA}") from e
+        raise ImportError(f"kernels.hf.register needs transformers >= 4.51 (AttentionInterface): {EXTRA}") from e
     from kernels.autograd import _info
 
     _info(kernel)  # an unknown kernel, or one without a backward, is named now rather than at the first step

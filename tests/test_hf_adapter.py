@@ -47,7 +47,7 @@ def test_imports_without_transformers_and_register_names_the_extra():
             "from kernels import hf\n"
             "try:\n    hf.register()\nexcept ImportError as e:\n    print(e)\nelse:\n    raise SystemExit('no error')\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert "transformers >= 4.48" in out and "fa-workbench[hf]" in out
+    assert "transformers >= 4.51" in out and "fa-workbench[hf]" in out
 
 
 def test_masks_map_to_the_causal_flag():
