@@ -114,6 +114,9 @@
 #ifndef DQ_V4  // DQ_BULK=0 only: lane pairs swap halves so each thread adds 4 contiguous floats (red .v4)
 #define DQ_V4 0
 #endif
+#ifndef DETERMINISTIC  // 1 (DQ_BULK=1 only): dQ's reduce-adds into Q block i in key-block order (a semaphore per (b*h, i))
+#define DETERMINISTIC 0
+#endif
 #ifndef DQ_ABLATE  // measurement only (wrong dQ): 1 = dQ product without the atomics, 2 = no dQ at all
 #define DQ_ABLATE 0
 #endif
@@ -139,6 +142,7 @@ static_assert(NWG >= 1 && NWG <= 2, "1..2 warpgroups");
 static_assert(NWG % MSL == 0, "every 64-row slice of dQ needs a warpgroup");
 static_assert(DQ_N == 64 || DQ_N == 128, "dQ slices must be whole 64-column swizzle panels");
 static_assert(STAGES >= 2 && STAGES <= 3, "2..3 ring slots");
+static_assert(!DETERMINISTIC || DQ_BULK, "DETERMINISTIC orders the bulk reduce-adds: needs DQ_BULK=1");
 
 #define TILE_KV_BYTES (BLOCK_N * D * 2)
 #define TILE_Q_BYTES (BLOCK_M * D * 2)
@@ -172,15 +176,17 @@ __device__ __forceinline__ float u16_to_f32(u16 x) {
 // ------------------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(128)
 fa2_wgmma_bwd_pre(const u16* __restrict__ Og, const u16* __restrict__ dOg, const float* __restrict__ LSEg,
-                  float* __restrict__ L2g, float* __restrict__ Dg, float* __restrict__ dQacc, int Nq, int Nq_pad) {
-    const long long bh = blockIdx.y;
+                  float* __restrict__ L2g, float* __restrict__ Dg, float* __restrict__ dQacc, int Nq, int Nq_pad,
+                  int H, long long o_sb, long long o_sh, long long o_sr, long long do_sb, long long do_sh,
+                  long long do_sr) {
+    const long long bh = blockIdx.y, b = bh / H, h = bh % H;
     const int ch = threadIdx.x % CH, rsub = threadIdx.x / CH;
     const int r_end = min(Nq_pad, (int)blockIdx.x * 64 + 64);
     for (int r = blockIdx.x * 64 + rsub; r < r_end; r += 128 / CH) {
         float acc = 0.f;
         if (r < Nq) {
-            const long long off = (bh * Nq + r) * D + ch * 8;
-            const uint4 o4 = *(const uint4*)(Og + off), g4 = *(const uint4*)(dOg + off);
+            const uint4 o4 = *(const uint4*)(Og + b * o_sb + h * o_sh + r * o_sr + ch * 8);
+            const uint4 g4 = *(const uint4*)(dOg + b * do_sb + h * do_sh + r * do_sr + ch * 8);
             const u32 ow[4] = {o4.x, o4.y, o4.z, o4.w}, gw[4] = {g4.x, g4.y, g4.z, g4.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -209,8 +215,10 @@ fa2_wgmma_bwd_pre(const u16* __restrict__ Og, const u16* __restrict__ dOg, const
 // after the main kernel: dQ = scale * dQacc in the input dtype
 // ------------------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(128)
-fa2_wgmma_bwd_dq(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq, int Nq_pad, float scale) {
+fa2_wgmma_bwd_dq(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq, int Nq_pad, float scale, int H,
+                 long long dq_sb, long long dq_sh, long long dq_sr) {
     const long long bh = blockIdx.y;
+    u16* dq_g = dQg + (bh / H) * dq_sb + (bh % H) * dq_sh;
     const int ch = threadIdx.x % CH, rsub = threadIdx.x / CH;
     const int r_end = min(Nq, (int)blockIdx.x * 64 + 64);
     for (int r = blockIdx.x * 64 + rsub; r < r_end; r += 128 / CH) {
@@ -221,7 +229,7 @@ fa2_wgmma_bwd_dq(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq,
         out.y = pack2(a.z * scale, a.w * scale);
         out.z = pack2(b.x * scale, b.y * scale);
         out.w = pack2(b.z * scale, b.w * scale);
-        *(uint4*)(dQg + (bh * Nq + r) * D + ch * 8) = out;
+        *(uint4*)(dq_g + r * dq_sr + ch * 8) = out;
     }
 }
 
@@ -229,8 +237,10 @@ fa2_wgmma_bwd_dq(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq,
 // the registers: float4 j of thread t (dq[4j..4j+3]) at (j*128 + t)*4, so the smem staging is conflict-free
 // and the reduce is one contiguous bulk copy. This kernel maps it back to rows: grid = (Nq_pad/Br, B*H).
 extern "C" __global__ void __launch_bounds__(128)
-fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq, int Nq_pad, float scale) {
+fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq, int Nq_pad, float scale,
+                      int H, long long dq_sb, long long dq_sh, long long dq_sr) {
     const long long bh = blockIdx.y;
+    u16* dq_g = dQg + (bh / H) * dq_sb + (bh % H) * dq_sh;
     const int i = blockIdx.x, t = threadIdx.x, wq = t >> 5, lane = t & 31;
     const float* src = dQacc + ((bh * (Nq_pad / BLOCK_M) + i) * NWG) * (64 * DQ_N);
 #pragma unroll
@@ -240,8 +250,8 @@ fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, in
         for (int j = 0; j < DQ_N / 8; ++j) {
             const float4 f = *(const float4*)(src + w * (64 * DQ_N) + (j * 128 + t) * 4);
             const int col = ns * DQ_N + 8 * j + 2 * (lane & 3);
-            if (r0 < Nq) *(u32*)(dQg + (bh * Nq + r0) * D + col) = pack2(f.x * scale, f.y * scale);
-            if (r0 + 8 < Nq) *(u32*)(dQg + (bh * Nq + r0 + 8) * D + col) = pack2(f.z * scale, f.w * scale);
+            if (r0 < Nq) *(u32*)(dq_g + r0 * dq_sr + col) = pack2(f.x * scale, f.y * scale);
+            if (r0 + 8 < Nq) *(u32*)(dq_g + (r0 + 8) * dq_sr + col) = pack2(f.z * scale, f.w * scale);
         }
     }
 }
@@ -249,18 +259,19 @@ fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, in
 // ------------------------------------------------------------------------------------------------
 // main kernel helpers
 // ------------------------------------------------------------------------------------------------
-// rows [row0, row0 + ROWS) of a (n_rows, D) matrix into a swizzled tile; rows >= n_rows are zero-filled
+// rows [row0, row0 + ROWS) of a (n_rows, D) matrix with row stride ld (elements; 16-byte rows, checked by the
+// launcher) into a swizzled tile; rows >= n_rows are zero-filled
 template <int ROWS>
-__device__ __forceinline__ void load_tile_sw128(u32 s_tile, const u16* g, int row0, int n_rows, int tid) {
+__device__ __forceinline__ void load_tile_sw128(u32 s_tile, const u16* g, long long ld, int row0, int n_rows, int tid) {
     constexpr int STEP = NTHREADS / CH;
     static_assert(NTHREADS % CH == 0 && STEP % 8 == 0 && ROWS % STEP == 0, "copy mapping");
     const int r = tid / CH, ch = tid % CH;
-    const u16* src = g + (long long)(row0 + r) * D + ch * 8;
+    const u16* src = g + (long long)(row0 + r) * ld + ch * 8;
     const u32 dst = s_tile + sw128<ROWS>(r, ch);
 #pragma unroll
     for (int i = 0; i < ROWS / STEP; ++i) {
         const bool ok = row0 + r + i * STEP < n_rows;
-        cp_async16(dst + i * STEP * 128, ok ? (const void*)(src + i * STEP * D) : (const void*)g, ok ? 16 : 0);
+        cp_async16(dst + i * STEP * 128, ok ? (const void*)(src + i * STEP * ld) : (const void*)g, ok ? 16 : 0);
     }
 }
 
@@ -277,6 +288,22 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, u32 ssrc, int b
                  ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
     bulk_commit();
 }
+
+// DETERMINISTIC's semaphore: an acquire load and a release add at GPU scope, and a fence between the proxies
+__device__ __forceinline__ int ld_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release_add(int* p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ctaid_y() {
+    unsigned y;
+    asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(y));
+    return y;
+}
+__device__ __forceinline__ void fence_proxy_async_all() { asm volatile("fence.proxy.async;\n" ::: "memory"); }
 
 __device__ __forceinline__ void red_add_v4(float* addr, float a, float b, float c, float d) {
     asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
@@ -337,16 +364,19 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16* __restrict__ Vg,
               const u16* __restrict__ dOg, const float* __restrict__ L2g, const float* __restrict__ Dg,
               float* __restrict__ dQacc, u16* __restrict__ dKg, u16* __restrict__ dVg, int Nq, int Nk, int Nq_pad,
-              float scale_log2, float scale, int causal) {
+              float scale_log2, float scale, int causal, int H, int G, int* __restrict__ sem,
+              long long q_sb, long long q_sh, long long q_sr, long long k_sb, long long k_sh, long long k_sr,
+              long long v_sb, long long v_sh, long long v_sr, long long do_sb, long long do_sh, long long do_sr,
+              long long dk_sb, long long dk_sh, long long dk_sr, long long dv_sb, long long dv_sh, long long dv_sr) {
     extern __shared__ __align__(1024) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
-    const long long bh = blockIdx.y;
+    // grid.y = B * H_kv: (b, kv head hk). Re-read from %ctaid.y where used (a volatile read cannot be hoisted),
+    // so b, hk and b*H + hk*G (the group's first query head) are not held in registers across the loop (at d=64
+    // the loop runs at the 255-register cap: keeping them live spilled more)
+    auto b_of = [&]() { return (int)(ctaid_y() / (unsigned)(H / G)); };
+    auto hk_of = [&]() { return (int)(ctaid_y() % (unsigned)(H / G)); };
+    auto bh0_of = [&]() { const unsigned y = ctaid_y(), hkv = H / G; return (long long)(y / hkv) * H + (y % hkv) * G; };
     const int n0 = blockIdx.x * BLOCK_N;  // causal: low key blocks see the most Q blocks and start first
-    const u16* q_g = Qg + bh * Nq * D;
-    const u16* do_g = dOg + bh * Nq * D;
-    const float* l_g = L2g + bh * Nq_pad;
-    const float* d_g = Dg + bh * Nq_pad;
-    float* dq_g = dQacc + bh * Nq_pad * D;
     const int causal_off = Nk - Nq;
     const bool is_causal = causal != 0;
 
@@ -359,15 +389,19 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     // FA2 Alg. 2 line 8: the first query that sees key n0 is n0 - causal_off; Q blocks above it are hidden
     const int i_first = is_causal ? max(0, n0 - causal_off) / BLOCK_M : 0;
     const int T = (Nq + BLOCK_M - 1) / BLOCK_M - i_first;
+    const int TG = T > 0 ? G * T : 0;  // steps: for each query head of the group (GQA: dK_j, dV_j sum over it), for i
     const int rot = ROTATE ? (int)(blockIdx.x % (unsigned)max(T, 1)) : 0;
-    auto q_block = [&](int t) { return i_first + (ROTATE ? (t + rot) % T : t); };  // FA2 Alg. 2 line 8's i of step t
+    // FA2 Alg. 2 line 8's i of step t (the query head is bh0 + t / T)
+    auto q_block = [&](int t) { const int u = t % T; return i_first + (ROTATE ? (u + rot) % T : u); };
 
     // FA2 Alg. 2 line 9 as a ring: group t holds Q_i, dO_i, L_i, D_i of i = q_block(t) in slot t % STAGES
     auto issue_group = [&](int t) {
-        if (t < T) {
-            const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES;
-            load_tile_sw128<BLOCK_M>(sQ0 + slot * TILE_Q_BYTES, q_g, m0, Nq, tid);
-            load_tile_sw128<BLOCK_M>(sdO0 + slot * TILE_Q_BYTES, do_g, m0, Nq, tid);
+        if (t < TG) {
+            const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES, b = b_of(), hq = hk_of() * G + t / T;
+            load_tile_sw128<BLOCK_M>(sQ0 + slot * TILE_Q_BYTES, Qg + b * q_sb + hq * q_sh, q_sr, m0, Nq, tid);
+            load_tile_sw128<BLOCK_M>(sdO0 + slot * TILE_Q_BYTES, dOg + b * do_sb + hq * do_sh, do_sr, m0, Nq, tid);
+            const float* l_g = L2g + ((long long)b * H + hq) * Nq_pad;
+            const float* d_g = Dg + ((long long)b * H + hq) * Nq_pad;
             const u32 sl = sLD0 + slot * LD_BYTES;
             if (tid < BLOCK_M / 4) cp_async16(sl + tid * 16, l_g + m0 + tid * 4, 16);  // padded: in bounds
             else if (tid < BLOCK_M / 2) cp_async16(sl + tid * 16, d_g + m0 + (tid - BLOCK_M / 4) * 4, 16);
@@ -375,8 +409,8 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         cp_async_commit();  // always: every thread counts the same groups
     };
     // FA2 Alg. 2 line 6, in group 0
-    load_tile_sw128<BLOCK_N>(sK, Kg + bh * Nk * D, n0, Nk, tid);
-    load_tile_sw128<BLOCK_N>(sV, Vg + bh * Nk * D, n0, Nk, tid);
+    load_tile_sw128<BLOCK_N>(sK, Kg + b_of() * k_sb + hk_of() * k_sh, k_sr, n0, Nk, tid);
+    load_tile_sw128<BLOCK_N>(sV, Vg + b_of() * v_sb + hk_of() * v_sh, v_sr, n0, Nk, tid);
 #pragma unroll
     for (int t = 0; t < STAGES - 1; ++t) issue_group(t);
 
@@ -389,8 +423,10 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     const int ms = wg % MSL, ns = wg / MSL;             // this warpgroup's slice of the dQ tile
     const bool key_tail = n0 + BLOCK_N > Nk;
 
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < TG; ++t) {  // (GQA) for each query head of the group: FA2 Alg. 2 line 8's for i
         const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES;
+        const long long bh = bh0_of() + t / T;  // this step's (b, query head)
+        float* dq_g = dQacc + bh * Nq_pad * D;
         cp_async_wait<STAGES - 2>();  // group t landed (this thread's copies)
         fence_proxy_async();
         __syncthreads();  // ... everyone's; and every warpgroup is done with slot (t-1) % STAGES and dS^T
@@ -474,9 +510,21 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
                              "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3]) : "memory");
             fence_proxy_async();  // generic-proxy stores before the bulk copy (async proxy) reads them
             named_sync(1 + wg, 128);
-            if (t128 == 0)
+            if (t128 == 0) {
+#if DETERMINISTIC  // FA2 Alg. 2 line 15's sum over j in key-block order: wait for key blocks 0..j-1 (all of which
+                   // add into Q block i: causal hides a prefix of Q blocks from each key block, never a gap)
+                int* sem_i = sem + bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M;
+                while (ld_acquire(sem_i) < (int)blockIdx.x * NWG) {}
+                fence_proxy_async_all();  // the acquire (generic proxy) before the bulk reduce (async proxy)
+#endif
                 bulk_reduce_add_f32(dQacc + ((bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M) * NWG + wg) * (64 * DQ_N), sdq,
                                     DQ_SLICE_BYTES);
+#if DETERMINISTIC
+                bulk_wait_all();          // the reduce is written to global, not only read from smem
+                fence_proxy_async_all();  // ... and ordered before the release (generic proxy)
+                red_release_add(sem_i, 1);
+#endif
+            }
         }
 #elif DQ_V4
         if (DQ_ABLATE == 0) {  // even lane: row g, cols 4c'..4c'+3; odd lane: row g+8, same cols (c' = lane%4 / 2)
@@ -519,8 +567,9 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     for (int h = 0; h < 2; ++h) {
         const int key = n0 + key_l + 8 * h;
         if (key < Nk) {
-            u16* dk_row = dKg + (bh * Nk + key) * D + 2 * (lane & 3);
-            u16* dv_row = dVg + (bh * Nk + key) * D + 2 * (lane & 3);
+            const int b = b_of(), hk = hk_of();
+            u16* dk_row = dKg + b * dk_sb + hk * dk_sh + key * dk_sr + 2 * (lane & 3);
+            u16* dv_row = dVg + b * dv_sb + hk * dv_sh + key * dv_sr + 2 * (lane & 3);
 #pragma unroll
             for (int dt = 0; dt < D / 8; ++dt) {
                 *(u32*)(dk_row + 8 * dt) = pack2(dk[4 * dt + 2 * h] * scale, dk[4 * dt + 2 * h + 1] * scale);
