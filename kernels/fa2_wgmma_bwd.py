@@ -86,7 +86,7 @@ KNOBS = set(DEFAULTS) | {"NWG", "BR", "DQ_V4", "ROTATE", "DQ_ABLATE", "DETERMINI
 
 
 def knob_errors(defines: dict) -> list[str]:
-    """Why fa2_wgmma_bwd.cu cannot build these defines (its static_asserts, lines 136-141, and its switches); empty:
+    """Why fa2_wgmma_bwd.cu cannot build these defines (its static_asserts, lines 115-121, and its switches); empty:
     it builds. defines_for refuses a config= with these reasons instead of a compile error on the GPU."""
     g = defines.get
     d, nwg, br, stages = g("HEAD_DIM", 128), g("NWG", 2), g("BR", 64), g("STAGES", 2)

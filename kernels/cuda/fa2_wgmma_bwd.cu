@@ -39,53 +39,29 @@
 //              addresses took: d=128 builds spill 0 B instead of 36.
 // DQ_ABLATE (1: no atomics, 2: no dQ product) exists only to measure what dQ costs; its dQ is wrong.
 //
-// Layout of the arguments: q, do_ (B, H, Nq, d); k, v (B, H, Nk, d); lse2, dd (B*H, Nq_pad) float;
-// dqacc (B*H, Nq_pad, d) float; dk, dv (B, H, Nk, d). grid = (Tc, B*H). Causal is bottom-right: query i
-// sees key j iff j <= i + Nk - Nq. Compile-time knobs: HEAD_DIM (64|128), NWG (warpgroups; Bc = 64*NWG),
-// BR (Br: 64|128), STAGES (slots of the Q/dO ring), MIN_BLOCKS, IS_BF16.
+// Layout of the arguments (v3): q, do_ (B, H, Nq, d) and k, v, dk, dv (B, H_kv, Nk, d) at any (batch, head, row)
+// element strides (unit last stride, 16-byte rows: the launcher checks), passed as kernel arguments; o and dq the
+// same in the pre and dq kernels. lse2, dd (B*H, Nq_pad) float; dqacc (B*H, Nq_pad, d) float. grid = (Tc, B*H_kv):
+// grouped-query attention (query head h reads kv head h / G, G = H / H_kv) runs FA2 Alg. 2 line 8's loop once
+// per query head of the group inside the CTA of key block j, so dK_j, dV_j sum over the group in registers
+// (no repeated K/V, no atomics on dK/dV); the pre and dq kernels run over the B*H query heads. Causal is
+// bottom-right: query i sees key j iff j <= i + Nk - Nq. Compile-time knobs: HEAD_DIM (64|128), NWG
+// (warpgroups; Bc = 64*NWG), BR (Br: 64|128), STAGES (slots of the Q/dO ring), MIN_BLOCKS, IS_BF16.
 // Shared memory uses the 128-byte swizzle of wgmma_fa2.cuh (tiles of R rows x 64-column panels).
 //
-// Version log:
-//   v1  first version: cp.async by every thread (no TMA, no producer warp), K_j/V_j resident, 2-slot
-//       Q/dO/L/D ring, S^T and dP^T issued together, dV issued before dS is formed, one CTA barrier per
-//       Q block for the dS^T tile, dQ by red.global.add.v2.f32 or (DQ_BULK=1) a TMA bulk reduce-add.
-//       Correct first time on every candidate (56/63 checks; the 7 "failures" were the test's tolerance:
-//       Nk = 1 makes dS exactly 0, and the fp32 summation order leaves 1e-6). H200, fp16, batch*N = 16k,
-//       hidden 2048, backward TFLOP/s at N = 2k/4k/16k (results/bwd_wgmma_v1.json):
-//         d=128 NWG=2 Br=64 STAGES=3 DQ_BULK=1  358/388/420 (causal 286/342/422)  SDPA flash 253/276/300,
-//                                                                                 cuDNN 472/519/520
-//         d=128 same, STAGES=2                  333/373/404; red.v2 atomics instead of DQ_BULK: 326/342/384
-//         d=64  NWG=2 Br=128 DQ_BULK=1          297/326/353 (causal 242/280/342)  SDPA flash 225/257/282,
-//                                                                                 cuDNN 376/414/436
-//         d=64  NWG=1 Br=64, 2 CTAs/SM          257/283/301 (negative: K/V reuse halves, Q/dO traffic doubles)
-//       Ablation, d=128 N=16k (red.v2 build): 386 TFLOP/s; without the dQ atomics 532; without the dQ product
-//       at all 618. d=64: 335 / 449 / 519. dQ's reduction into HBM is the largest single cost.
-//   v2  (results/bwd_wgmma_v2.json; 72/72 checks, tests/test_kernels_bwd_gpu.py 12/12 with hypothesis,
-//       compute-sanitizer memcheck 0 errors and racecheck 0 hazards on the default builds)
-//       Defaults (v1 winners), N = 2k/4k/16k, backward TFLOP/s:
-//         d=128 fp16 364/385/423 (causal 289/327/411)  bf16 362/378/436 (causal 289/350/426)
-//               SDPA flash fp16 248/284/304 (causal 206/250/303); cuDNN 411/531/511 (causal 375/456/505)
-//         d=64  fp16 303/324/349 (causal 226/290/343)  bf16 303/323/351 (causal 247/292/345)
-//               SDPA flash fp16 229/259/282 (causal 176/219/268); cuDNN 380/426/430 (causal 272/358/424)
-//       i.e. 1.2-1.6x SDPA flash in every cell, 0.72-0.96x cuDNN at d=128 and 0.73-0.91x at d=64.
-//       Negative results: ROTATE=1 (each key block starts at its own Q block so concurrent CTAs reduce into
-//       different dQ blocks) 0-4% slower (the reductions were not contending on the same lines; Q/dO L2
-//       reuse drops); DQ_V4=1 (red.global.add.v4 after a lane-pair swap) 3-15% slower than DQ_BULK.
-//       Ablation on the DQ_BULK build, d=128 N=16k: 423 -> 513 without the bulk reduce -> 596 without dQ.
-//       What stands between this and cuDNN/FA3 (561 on H100): the dQ reduction (~20%) and the dQ product's
-//       CTA barrier (~15%) sit on the MMA warpgroups' critical path; FA3 hands the reduce to a producer
-//       warp, loads Q/dO with TMA (no cp.async issue slots), and gives the MMA warpgroups 240 registers
-//       with setmaxnreg (this kernel runs at the 255 cap, d=64 spills 60-72 B).
-//       Full grid, one run (results/bwd_kernels_vs_sdpa_grid/: fp16 and bf16, d = 64/128, N = 512..16k, causal and not;
-//       gradients checked in every cell first; GPU tests + memcheck + racecheck clean): at N >= 2k backward
-//       1.23-1.29x SDPA flash at d=64, 1.39-1.44x at d=128; 0.77-0.85x cuDNN; forward+backward 1.28-1.52x
-//       flash, 0.81-0.89x cuDNN. N = 16k: 355/350 (d=64, causal) and 435-439/432-436 (d=128) TFLOP/s.
-//       One cell below flash: bf16 d=128 causal N=512 (0.79x; fp16 1.35x in the same run: 4 key blocks
-//       per head, the launch and the preprocess dominate; not re-measured).
-//       ncu, N = 4096 fp16 non-causal (bwd_kernels_vs_sdpa_grid/ncu_bwd.csv): tensor pipe active 37.0% (d=64) / 46.3%
-//       (d=128) of the main kernel against cuDNN's 50.6 / 65.8% and SDPA flash's 45.6 / 49.5%; L2 bytes
-//       11.9 / 11.1 GB against cuDNN's 9.9 / 10.5 GB; DRAM 0.66 / 0.67 GB, the same as both (compulsory
-//       plus the dQ accumulator); 255 registers against cuDNN's 168.
+// DETERMINISTIC=1 (needs DQ_BULK=1): FA2 Alg. 2 line 15's dQ_i = sum_j dS_ij K_j is added in key-block order,
+// so two runs give the same bits. A semaphore per (b*h, Q block i) in global memory counts the warpgroup
+// reduces done; warpgroup w of key block j waits (ld.acquire spin, one thread) until it reads j*NWG -- all
+// lower key blocks add into every Q block block j adds into, since causal hides a prefix of Q blocks from each
+// key block, never a gap -- issues its bulk reduce-add, waits for it to be written (cp.async.bulk.wait_group 0,
+// not .read), fences the async proxy and releases (red.release.gpu add 1). Slices of different warpgroups are
+// disjoint, so their order within a key block does not matter. Progress: block j waits only on blocks < j of
+// the same grid row, which are dispatched first. Cost: the reduce no longer overlaps the next step (its issuing
+// thread waits for the write), a CTA may stall behind the previous key block, a (B*H, Nq_pad/Br) int32 memset,
+// and its own build (d=64 spills 140 B instead of 80). The default build does none of this.
+//
+// Head dims 96 and 256 are the launcher's (kernels/fa2_wgmma_bwd.py): 96 zero-padded to 128, 256 routed to a
+// float32 torch implementation. Version log: docs/hopper-fa2-history.md ("The backward's version log").
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
