@@ -58,7 +58,7 @@
 // disjoint, so their order within a key block does not matter. Progress: block j waits only on blocks < j of
 // the same grid row, which are dispatched first. Cost: the reduce no longer overlaps the next step (its issuing
 // thread waits for the write), a CTA may stall behind the previous key block, a (B*H, Nq_pad/Br) int32 memset,
-// and its own build (d=64 spills 140 B instead of 80). The default build does none of this.
+// and its own build (d=64 spills 104 B instead of 80). The default build does none of this.
 //
 // Head dims 96 and 256 are the launcher's (kernels/fa2_wgmma_bwd.py): 96 zero-padded to 128, 256 routed to a
 // float32 torch implementation. Version log: docs/hopper-fa2-history.md ("The backward's version log").
@@ -401,8 +401,8 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
 
     for (int t = 0; t < TG; ++t) {  // (GQA) for each query head of the group: FA2 Alg. 2 line 8's for i
         const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES;
-        const long long bh = bh0_of() + t / T;  // this step's (b, query head)
-        float* dq_g = dQacc + bh * Nq_pad * D;
+        // this step's (b, query head): bh_of() where it is used (late: not live through the MMAs)
+        auto bh_of = [&]() { return bh0_of() + t / T; };
         cp_async_wait<STAGES - 2>();  // group t landed (this thread's copies)
         fence_proxy_async();
         __syncthreads();  // ... everyone's; and every warpgroup is done with slot (t-1) % STAGES and dS^T
@@ -487,6 +487,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
             fence_proxy_async();  // generic-proxy stores before the bulk copy (async proxy) reads them
             named_sync(1 + wg, 128);
             if (t128 == 0) {
+                const long long bh = bh_of();
 #if DETERMINISTIC  // FA2 Alg. 2 line 15's sum over j in key-block order: wait for key blocks 0..j-1 (all of which
                    // add into Q block i: causal hides a prefix of Q blocks from each key block, never a gap)
                 int* sem_i = sem + bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M;
@@ -506,7 +507,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         if (DQ_ABLATE == 0) {  // even lane: row g, cols 4c'..4c'+3; odd lane: row g+8, same cols (c' = lane%4 / 2)
             const bool odd = lane & 1;
             const int row = m0 + ms * 64 + wq * 16 + (lane >> 2) + (odd ? 8 : 0);
-            float* dst = dq_g + (long long)row * D + ns * DQ_N + 4 * ((lane & 3) >> 1);
+            float* dst = dQacc + bh_of() * Nq_pad * D + (long long)row * D + ns * DQ_N + 4 * ((lane & 3) >> 1);
 #pragma unroll
             for (int nt = 0; nt < DQ_N / 8; ++nt) {
                 const float r0 = __shfl_xor_sync(0xffffffffu, odd ? dq[4 * nt] : dq[4 * nt + 2], 1);
@@ -522,14 +523,14 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         for (int h = 0; h < 2 && DQ_ABLATE == 0; ++h) {
             const int row = m0 + ms * 64 + wq * 16 + (lane >> 2) + 8 * h;
             if (row < Nq) {
-                float* dst = dq_g + (long long)row * D + ns * DQ_N + 2 * (lane & 3);
+                float* dst = dQacc + bh_of() * Nq_pad * D + (long long)row * D + ns * DQ_N + 2 * (lane & 3);
 #pragma unroll
                 for (int nt = 0; nt < DQ_N / 8; ++nt) red_add_v2(dst + 8 * nt, dq[4 * nt + 2 * h], dq[4 * nt + 2 * h + 1]);
             }
         }
 #endif
 #if DQ_ABLATE == 1
-        if (dq[0] == 12345.f) dq_g[0] = dq[1];  // keeps the dQ product alive without its atomics
+        if (dq[0] == 12345.f) dQacc[bh_of() * Nq_pad * D] = dq[1];  // keeps the dQ product alive without its atomics
 #endif
 #endif
     }
