@@ -20,11 +20,11 @@ deterministic=True: dQ's fp32 reduce-adds into each Q block happen in key-block 
 semaphore; fa2_wgmma_bwd.cu's header says how and what it costs), so two runs give identical bits. The
 default (False) lets them land in any order, as before.
 
-Head dims the kernel does not build (it builds 64 and 128):
-  d = 96   zero-padded to 128 in the launcher (zero columns leave S = Q K^T and dP = dO V^T, hence P and
-           dS, unchanged; the softmax scale stays 1/sqrt(96)), gradients sliced back. Cost: copies of q,
-           k, v, o, do into padded (B, H, N, 128) buffers and of the three gradients back (~8 extra HBM
-           round trips of the inputs' size), and 4/3 of the d=128 kernel's MMA work for d = 96's FLOPs.
+Head dims 64 and 128 are the kernel's own tiles; the other two:
+  d = 96   the d = 128 build with D_REAL=96: the tile loads zero-fill columns 96..127 in shared memory
+           (zero columns leave S = Q K^T and dP = dO V^T, hence P and dS, unchanged; the softmax scale stays
+           1/sqrt(96)), and the stores of dq, dk, dv and the reads of o, do for D skip them. No copies of
+           inputs or gradients; the cost is 4/3 of d = 96's MMA work (the d = 128 kernel's) and its smem.
   d = 256  not in the kernel: its dK_j, dV_j (64 x 256 fp32 each per warpgroup, 256 registers a thread)
            do not fit next to S^T and dP^T. Routed to _backward_torch: FA2 Alg. 2 in float32 torch matmuls
            (cuBLAS, TF32 off), blocked over query rows so S never exceeds ~2^26 elements per block, K/V
@@ -46,7 +46,7 @@ KERNEL_PRE = "fa2_wgmma_bwd_pre"
 KERNEL_DQ = "fa2_wgmma_bwd_dq"
 KERNEL_DQ_BULK = "fa2_wgmma_bwd_dq_bulk"  # DQ_BULK=1: the accumulator is in per-tile fragment order
 HEAD_DIMS = (64, 96, 128, 256)  # what backward() takes
-KERNEL_DIMS = (64, 128)  # what the .cu builds; 96 is padded to 128, 256 routed to _backward_torch
+KERNEL_DIMS = (64, 96, 128)  # what the .cu builds (96 on the 128 tiles, D_REAL=96); 256: _backward_torch
 ARCH = "sm_90a"
 PAD = 128  # rows of the padded L2 / D / dQ-accumulator buffers: a multiple of every Br
 
@@ -104,23 +104,27 @@ def knob_errors(defines: dict) -> list[str]:
         (2 <= stages <= 3, f"STAGES={stages}: 2..3 ring slots"),
         (g("MIN_BLOCKS", 1) >= 1, f"MIN_BLOCKS={g('MIN_BLOCKS')}: at least one CTA per SM"),
         (g("DQ_ABLATE", 0) in (0, 1, 2), f"DQ_ABLATE={g('DQ_ABLATE')}: 0, 1 or 2"),
+        (g("D_REAL", d) in (d, 96 if d == 128 else d), f"D_REAL={g('D_REAL')}: HEAD_DIM, or 96 with HEAD_DIM=128"),
     ]
     return out + [why for holds, why in rules if not holds]
 
 
 def defines_for(d: int, is_bf16: bool, config: dict | None = None, deterministic: bool = False) -> dict:
-    """The kernel build for head dim d (64 or 128: the launcher maps 96 to 128 and routes 256 elsewhere)."""
+    """The kernel build for head dim d (64, 128; 96 is the 128 tiles with D_REAL=96; the launcher routes 256
+    elsewhere)."""
     if d not in KERNEL_DIMS:
         raise ValueError(f"the fa2_wgmma backward kernel builds head dims {KERNEL_DIMS}, got d={d}")
     det = dict(DETERMINISTIC=1) if deterministic else {}
+    base = dict(HEAD_DIM=128, D_REAL=96) if d == 96 else dict(HEAD_DIM=d)
+    d = base["HEAD_DIM"]
     if config is None:
-        return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **CONFIGS[d], **det))
+        return dict(base, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **CONFIGS[d], **det))
     if deterministic and "DETERMINISTIC" not in config:
         config = dict(config, **det)
     # a dict of known integer knobs with NWG and BR (a typo must not time the default build under another name; a
     # string was a 'dictionary update sequence' error, 64.0 or True a define), then what the .cu file builds
     cfg = checks.knob_config("fa2_wgmma backward", config, KNOBS, ("NWG", "BR"), CONFIGS[d])
-    defines = dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **cfg))
+    defines = dict(base, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **cfg))
     errors = knob_errors(defines)
     if not errors and smem_bytes(defines) > fa2_tc.SMEM_PER_BLOCK:
         errors = [f"NWG={defines['NWG']} BR={defines['BR']} STAGES={defines.get('STAGES', 2)} at d={d} needs "
@@ -155,15 +159,15 @@ def _dq_kernel(defines: dict) -> str:
 
 
 def compile_configs() -> list[tuple[str, str, dict]]:
-    """Every build backward() can launch: d = 64, 128 (96 runs the 128 build), both dtypes, default and
+    """Every build backward() can launch: d = 64, 96 (the 128 tiles, D_REAL=96), 128, both dtypes, default and
     deterministic (GQA and strides are run-time arguments of the same builds)."""
     return [item for d in KERNEL_DIMS for bf16 in (0, 1) for det in (False, True)
             for item in _build(defines_for(d, bf16, deterministic=det))]
 
 
 def sweep_configs() -> list[tuple[str, str, dict]]:
-    out = [item for item in compile_configs()]
-    for d in KERNEL_DIMS:
+    out = list(compile_configs())
+    for d in SWEEP:
         for cfg in SWEEP[d]:
             for bf16 in (0, 1):
                 for item in _build(defines_for(d, bf16, cfg)):
@@ -289,15 +293,6 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
         dq, dk, dv = _grads(q, k, out)
         _backward_torch(q, k, v, o, lse, do, causal, scale, dq, dk, dv)
         return dq, dk, dv
-    if d == 96:  # zero columns 96..127: S, dP, D unchanged; the caller's scale (1/sqrt(96)) is kept
-        dq, dk, dv = _grads(q, k, out)
-        pad = [torch.nn.functional.pad(t, (0, 32)) for t in (q, k, v, o, do)]
-        grads = tuple(torch.empty_like(t) for t in pad[:3])
-        _launch(*pad[:3], pad[3], lse, pad[4], causal, scale, defines_for(128, q.dtype == torch.bfloat16, config,
-                                                                          deterministic), grads)
-        for g, gp in zip((dq, dk, dv), grads):
-            g.copy_(gp[..., :96])
-        return dq, dk, dv
     defs = defines_for(d, q.dtype == torch.bfloat16, config, deterministic)
     grads = _grads(q, k, out)
     _launch(q, k, v, o, lse, do, causal, scale, defs, grads)
@@ -308,12 +303,12 @@ def _launch(q, k, v, o, lse, do, causal, scale, defs, grads) -> None:
     import torch
 
     dq, dk, dv = grads
-    b, h, n_q, d = q.shape
+    b, h, n_q, _ = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     n_pad = -(-n_q // PAD) * PAD
     l2 = torch.empty((b * h, n_pad), dtype=torch.float32, device=q.device)
     dd = torch.empty_like(l2)
-    dq_acc = torch.empty((b * h, n_pad, d), dtype=torch.float32, device=q.device)
+    dq_acc = torch.empty((b * h, n_pad, defs["HEAD_DIM"]), dtype=torch.float32, device=q.device)  # d=96: 128 wide
     # DETERMINISTIC: key blocks done per (b*h, Q block); otherwise an unused pointer
     sem = (torch.zeros((b * h, n_pad // defs["BR"]), dtype=torch.int32, device=q.device)
            if defs.get("DETERMINISTIC") else l2)

@@ -148,7 +148,13 @@ def test_unknown_options_are_refused():
 
 def test_defines_refuse_other_head_dims():
     with pytest.raises(ValueError, match="head dims"):
-        fa2_wgmma_bwd.defines_for(96, False)
+        fa2_wgmma_bwd.defines_for(256, False)
+    defs = fa2_wgmma_bwd.defines_for(96, True)  # the 128 tiles, columns 96..127 zero-filled
+    assert defs["HEAD_DIM"] == 128 and defs["D_REAL"] == 96
+    assert fa2_wgmma_bwd.smem_bytes(defs) == fa2_wgmma_bwd.smem_bytes(fa2_wgmma_bwd.defines_for(128, True))
+    with pytest.raises(ValueError, match="D_REAL"):  # not a knob a caller sets
+        fa2_wgmma_bwd.defines_for(128, False, dict(NWG=2, BR=64, D_REAL=96))
+    assert fa2_wgmma_bwd.knob_errors(dict(HEAD_DIM=64, D_REAL=96, NWG=2, BR=128))
 
 
 @pytest.mark.parametrize("causal,n_q,n_k", [(False, 13, 9), (True, 13, 9), (True, 7, 11)])

@@ -60,8 +60,9 @@
 // thread waits for the write), a CTA may stall behind the previous key block, a (B*H, Nq_pad/Br) int32 memset,
 // and its own build (d=64 spills 104 B instead of 80). The default build does none of this.
 //
-// Head dims 96 and 256 are the launcher's (kernels/fa2_wgmma_bwd.py): 96 zero-padded to 128, 256 routed to a
-// float32 torch implementation. Version log: docs/hopper-fa2-history.md ("The backward's version log").
+// d = 96 (D_REAL=96) runs the HEAD_DIM=128 tiles: columns 96..127 are zero-filled by the tile loads (zero
+// columns leave S, dP, P, dS unchanged), skipped by the o/do reads and the dq/dk/dv stores. d = 256 is routed by
+// the launcher (kernels/fa2_wgmma_bwd.py) to a float32 torch implementation. Version log: docs/hopper-fa2-history.md ("The backward's version log").
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -89,6 +90,9 @@
 #endif
 #ifndef DQ_V4  // DQ_BULK=0 only: lane pairs swap halves so each thread adds 4 contiguous floats (red .v4)
 #define DQ_V4 0
+#endif
+#ifndef D_REAL  // the caller's head dim: 96 runs the HEAD_DIM=128 tiles with columns 96..127 zero-filled in smem
+#define D_REAL HEAD_DIM
 #endif
 #ifndef DETERMINISTIC  // 1 (DQ_BULK=1 only): dQ's reduce-adds into Q block i in key-block order (a semaphore per (b*h, i))
 #define DETERMINISTIC 0
@@ -118,6 +122,8 @@ static_assert(NWG >= 1 && NWG <= 2, "1..2 warpgroups");
 static_assert(NWG % MSL == 0, "every 64-row slice of dQ needs a warpgroup");
 static_assert(DQ_N == 64 || DQ_N == 128, "dQ slices must be whole 64-column swizzle panels");
 static_assert(STAGES >= 2 && STAGES <= 3, "2..3 ring slots");
+static_assert(D_REAL == D || (D == 128 && D_REAL == 96), "D_REAL: HEAD_DIM, or 96 on the 128 tiles");
+#define COL_OK(c) (D_REAL == D || (c) < D_REAL)  // column c (a multiple of 8, or its pair) is the caller's
 static_assert(!DETERMINISTIC || DQ_BULK, "DETERMINISTIC orders the bulk reduce-adds: needs DQ_BULK=1");
 
 #define TILE_KV_BYTES (BLOCK_N * D * 2)
@@ -160,7 +166,7 @@ fa2_wgmma_bwd_pre(const u16* __restrict__ Og, const u16* __restrict__ dOg, const
     const int r_end = min(Nq_pad, (int)blockIdx.x * 64 + 64);
     for (int r = blockIdx.x * 64 + rsub; r < r_end; r += 128 / CH) {
         float acc = 0.f;
-        if (r < Nq) {
+        if (r < Nq && COL_OK(ch * 8)) {  // padding columns (D_REAL < D) add 0 to D
             const uint4 o4 = *(const uint4*)(Og + b * o_sb + h * o_sh + r * o_sr + ch * 8);
             const uint4 g4 = *(const uint4*)(dOg + b * do_sb + h * do_sh + r * do_sr + ch * 8);
             const u32 ow[4] = {o4.x, o4.y, o4.z, o4.w}, gw[4] = {g4.x, g4.y, g4.z, g4.w};
@@ -205,7 +211,7 @@ fa2_wgmma_bwd_dq(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq,
         out.y = pack2(a.z * scale, a.w * scale);
         out.z = pack2(b.x * scale, b.y * scale);
         out.w = pack2(b.z * scale, b.w * scale);
-        *(uint4*)(dq_g + r * dq_sr + ch * 8) = out;
+        if (COL_OK(ch * 8)) *(uint4*)(dq_g + r * dq_sr + ch * 8) = out;
     }
 }
 
@@ -226,6 +232,7 @@ fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, in
         for (int j = 0; j < DQ_N / 8; ++j) {
             const float4 f = *(const float4*)(src + w * (64 * DQ_N) + (j * 128 + t) * 4);
             const int col = ns * DQ_N + 8 * j + 2 * (lane & 3);
+            if (!COL_OK(col)) continue;
             if (r0 < Nq) *(u32*)(dq_g + r0 * dq_sr + col) = pack2(f.x * scale, f.y * scale);
             if (r0 + 8 < Nq) *(u32*)(dq_g + (r0 + 8) * dq_sr + col) = pack2(f.z * scale, f.w * scale);
         }
@@ -246,7 +253,8 @@ __device__ __forceinline__ void load_tile_sw128(u32 s_tile, const u16* g, long l
     const u32 dst = s_tile + sw128<ROWS>(r, ch);
 #pragma unroll
     for (int i = 0; i < ROWS / STEP; ++i) {
-        const bool ok = row0 + r + i * STEP < n_rows;
+        const bool ok = row0 + r + i * STEP < n_rows && COL_OK(ch * 8);  // D_REAL < D: zero columns, so S, dP
+                                                                         // and the padding columns' products are 0
         cp_async16(dst + i * STEP * 128, ok ? (const void*)(src + i * STEP * ld) : (const void*)g, ok ? 16 : 0);
     }
 }
@@ -548,7 +556,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
             u16* dk_row = dKg + b * dk_sb + hk * dk_sh + key * dk_sr + 2 * (lane & 3);
             u16* dv_row = dVg + b * dv_sb + hk * dv_sh + key * dv_sr + 2 * (lane & 3);
 #pragma unroll
-            for (int dt = 0; dt < D / 8; ++dt) {
+            for (int dt = 0; dt < D_REAL / 8; ++dt) {  // D_REAL < D: padding columns (all 0) not stored
                 *(u32*)(dk_row + 8 * dt) = pack2(dk[4 * dt + 2 * h] * scale, dk[4 * dt + 2 * h + 1] * scale);
                 *(u32*)(dv_row + 8 * dt) = pack2(dv[4 * dt + 2 * h], dv[4 * dt + 2 * h + 1]);
             }
