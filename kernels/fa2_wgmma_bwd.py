@@ -294,9 +294,9 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
         _backward_torch(q, k, v, o, lse, do, causal, scale, dq, dk, dv)
         return dq, dk, dv
     defs = defines_for(d, q.dtype == torch.bfloat16, config, deterministic)
-    grads = _grads(q, k, out)
-    _launch(q, k, v, o, lse, do, causal, scale, defs, grads)
-    return grads
+    dq, dk, dv = _grads(q, k, out)
+    _launch(q, k, v, o, lse, do, causal, scale, defs, (dq, dk, dv))
+    return dq, dk, dv
 
 
 def _launch(q, k, v, o, lse, do, causal, scale, defs, grads) -> None:
