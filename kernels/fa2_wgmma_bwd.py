@@ -28,7 +28,7 @@ Head dims 64 and 128 are the kernel's own tiles; the other two:
   d = 256  not in the kernel: its dK_j, dV_j (64 x 256 fp32 each per warpgroup, 256 registers a thread)
            do not fit next to S^T and dP^T. Routed to _backward_torch: FA2 Alg. 2 in float32 torch matmuls
            (cuBLAS, TF32 off), blocked over query rows so S never exceeds ~2^26 elements per block, K/V
-           grouped by a reshape (no repeat). Correct, deterministic, and several times slower than the
+           grouped by a reshape (no repeat), causal keys past a block's last diagonal skipped. Correct, deterministic, and several times slower than the
            kernel dims (fp32 cuBLAS ~50 TFLOP/s on an H100 and ~8 HBM passes over S-sized blocks); FA3's
            hdim-256 backward (Bc = 64 with dK/dV split across two MMA warpgroups) is the path to speed.
 """
@@ -349,6 +349,12 @@ def _backward_torch(q, k, v, o, lse, do, causal, scale, dq, dk, dv) -> None:
     for r0 in range(0, n_q, br):
         r1 = min(n_q, r0 + br)
         c = r1 - r0
+        # causal: keys past the block's last row's diagonal are hidden from all its rows (FA2 Alg. 2 line 8's skip)
+        n_kv = min(n_k, r1 + n_k - n_q) if causal else n_k
+        if n_kv <= 0:  # no row of the block sees a key: dq = 0, nothing for dk, dv
+            dq[:, :, r0:r1] = 0
+            continue
+        kb, vb = kf[:, :, :n_kv], vf[:, :, :n_kv]
 
         def grouped(t):  # (B, H, c, x) -> (B, H_kv, G * c, x): the group's query rows against one kv head
             return t[:, :, r0:r1].float().reshape(b, h_kv, g * c, t.shape[-1])
@@ -356,18 +362,18 @@ def _backward_torch(q, k, v, o, lse, do, causal, scale, dq, dk, dv) -> None:
         qi, doi = grouped(q), grouped(do)
         li = lse[:, :, r0:r1].reshape(b, h_kv, g * c, 1)
         di = dd[:, :, r0:r1].reshape(b, h_kv, g * c, 1)
-        s = (qi @ kf.transpose(-1, -2)) * scale                          # line 10
+        s = (qi @ kb.transpose(-1, -2)) * scale                          # line 10
         p = torch.exp(s - torch.where(torch.isinf(li), torch.zeros_like(li), li))  # line 11
         seen = ~torch.isinf(li)                                          # a row that saw no key: P = 0
         if causal:
             rows = torch.arange(r0, r1, device=q.device).repeat(g)
-            seen = seen & (keys[None, :] <= rows[:, None] + (n_k - n_q))
+            seen = seen & (keys[None, :n_kv] <= rows[:, None] + (n_k - n_q))
         p = torch.where(seen, p, torch.zeros_like(p))
-        dv_acc += p.transpose(-1, -2) @ doi                              # line 12
-        dp = doi @ vf.transpose(-1, -2)                                  # line 13
+        dv_acc[:, :, :n_kv] += p.transpose(-1, -2) @ doi                 # line 12
+        dp = doi @ vb.transpose(-1, -2)                                  # line 13
         ds = p * (dp - di)                                               # line 14
-        dqi = (ds @ kf) * scale                                          # line 15
+        dqi = (ds @ kb) * scale                                          # line 15
         dq[:, :, r0:r1] = dqi.reshape(b, h, c, d).to(dq.dtype)
-        dk_acc += (ds.transpose(-1, -2) @ qi) * scale                    # line 16
+        dk_acc[:, :, :n_kv] += (ds.transpose(-1, -2) @ qi) * scale       # line 16
     dk.copy_(dk_acc)                                                     # line 18
     dv.copy_(dv_acc)

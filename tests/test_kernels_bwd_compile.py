@@ -141,6 +141,21 @@ def test_torch_route_matches_autograd(causal, n_q, n_k, h, h_kv, monkeypatch):
         assert (grads[0][:, :, : n_q - n_k] == 0).all()
 
 
+@pytest.mark.parametrize("br,bc", [(128, 128), (64, 128)])
+def test_deterministic_wait_rule_holds(br, bc):
+    """DETERMINISTIC's key block j waits until j * NWG reduces reached Q block i: right only if every key block
+    below j adds into every Q block j adds into. With the kernel's causal skip (i_first = max(0, n0 - (Nk - Nq))
+    // Br, fa2_wgmma_bwd.cu), the key blocks adding into Q block i are a prefix 0..J(i) for every shape."""
+    for n_q in (1, 63, 64, 65, 200, 513, 1000):
+        for n_k in (1, 100, 128, 129, 700, 1025):
+            t_r, t_c = -(-n_q // br), -(-n_k // bc)
+            for causal in (False, True):
+                i_first = [max(0, j * bc - (n_k - n_q)) // br if causal else 0 for j in range(t_c)]
+                for i in range(t_r):
+                    adds = [j for j in range(t_c) if i_first[j] <= i]
+                    assert adds == list(range(len(adds))), (n_q, n_k, causal, i, adds)
+
+
 def test_unknown_options_are_refused():
     with pytest.raises(TypeError, match="no options"):
         fa2_wgmma_bwd.backward(*GOOD.values(), block_q=64)
