@@ -25,12 +25,17 @@ Head dims 64 and 128 are the kernel's own tiles; the other two:
            (zero columns leave S = Q K^T and dP = dO V^T, hence P and dS, unchanged; the softmax scale stays
            1/sqrt(96)), and the stores of dq, dk, dv and the reads of o, do for D skip them. No copies of
            inputs or gradients; the cost is 4/3 of d = 96's MMA work (the d = 128 kernel's) and its smem.
-  d = 256  not in the kernel: its dK_j, dV_j (64 x 256 fp32 each per warpgroup, 256 registers a thread)
-           do not fit next to S^T and dP^T. Routed to _backward_torch: FA2 Alg. 2 in float32 torch matmuls
-           (cuBLAS, TF32 off), blocked over query rows so S never exceeds ~2^26 elements per block, K/V
-           grouped by a reshape (no repeat), causal keys past a block's last diagonal skipped. Correct, deterministic, and several times slower than the
-           kernel dims (fp32 cuBLAS ~50 TFLOP/s on an H100 and ~8 HBM passes over S-sized blocks); FA3's
-           hdim-256 backward (Bc = 64 with dK/dV split across two MMA warpgroups) is the path to speed.
+  d = 256  dK_j, dV_j (64 x 256 fp32 each per warpgroup, 256 registers a thread) do not fit next to S^T and
+           dP^T, so the main kernel runs three times on one warpgroup (Bc = 64, Br = 64, 202 KB of smem):
+           PASS 0 accumulates dK_j, dV_j columns 0..127, PASS 1 columns 128..255, PASS 2 dQ (red atomics: the
+           fp32 bulk-reduce slice would not fit in smem). Each pass recomputes S^T and dP^T over all 256
+           columns: 9 of the five products' worth of MMA work instead of 5 (1.8x the FLOPs), K_j, V_j, Q_i
+           and dO_i read three times. deterministic=True (or D256_KERNEL = False) takes _backward_torch:
+           FA2 Alg. 2 in float32 torch matmuls (cuBLAS, TF32 off), blocked over query rows so S never
+           exceeds ~2^26 elements per block, K/V grouped by a reshape (no repeat), causal keys past a
+           block's last diagonal skipped: correct and deterministic, several times slower (fp32 cuBLAS and
+           HBM passes over S-sized blocks). FA3's hdim-256 backward (dK/dV split across two MMA warpgroups,
+           a producer warp) is the path to speed.
 """
 from __future__ import annotations
 
@@ -46,7 +51,8 @@ KERNEL_PRE = "fa2_wgmma_bwd_pre"
 KERNEL_DQ = "fa2_wgmma_bwd_dq"
 KERNEL_DQ_BULK = "fa2_wgmma_bwd_dq_bulk"  # DQ_BULK=1: the accumulator is in per-tile fragment order
 HEAD_DIMS = (64, 96, 128, 256)  # what backward() takes
-KERNEL_DIMS = (64, 96, 128)  # what the .cu builds (96 on the 128 tiles, D_REAL=96); 256: _backward_torch
+KERNEL_DIMS = (64, 96, 128, 256)  # what the .cu builds (96 on the 128 tiles, D_REAL=96; 256 in three PASSes)
+D256_KERNEL = True  # d = 256 through the kernel's three passes; False: _backward_torch (float32 torch, slower)
 ARCH = "sm_90a"
 PAD = 128  # rows of the padded L2 / D / dQ-accumulator buffers: a multiple of every Br
 
@@ -56,7 +62,9 @@ DEFAULTS = dict(STAGES=2, MIN_BLOCKS=1, DQ_BULK=0)  # DQ_V4: red.v4 instead of .
 CONFIGS = {  # v1 sweep winners
     64: dict(NWG=2, BR=128, DQ_BULK=1),
     128: dict(NWG=2, BR=64, STAGES=3, DQ_BULK=1),
+    256: dict(NWG=1, BR=64, STAGES=2, DQ_BULK=0),  # the only build that fits (K_j, V_j, 2 x Q_i, dO_i: 202 KB smem)
 }
+PASSES_256 = (0, 1, 2)  # dK_j, dV_j columns 0..127; columns 128..255; dQ (each recomputes S^T and dP^T)
 # v1 sweep (results/bwd_wgmma_v1.json, fp16, N = 2k/4k/16k): d=64 NWG=2 Br=128 DQ_BULK=1 297-353
 # TFLOP/s non-causal (NWG=1 Br=64 x2 CTAs/SM: 257-301), d=128 NWG=2 Br=64 STAGES=3 DQ_BULK=1 358-420
 # (STAGES=2: 333-404, red.v2 atomics: 326-384). SDPA flash 225-300, cuDNN 376-523. Dropped before timing:
@@ -99,21 +107,31 @@ def knob_errors(defines: dict) -> list[str]:
         (nwg in (1, 2), f"NWG={nwg}: 1 or 2 warpgroups"),
         (br not in (64, 128) or nwg not in (1, 2) or nwg % (br // 64) == 0,
          f"NWG={nwg}, BR={br}: every 64-row slice of dQ needs a warpgroup"),
-        (br not in (64, 128) or nwg not in (1, 2) or nwg % (br // 64) or d // (nwg // (br // 64)) in (64, 128),
+        (br not in (64, 128) or nwg not in (1, 2) or nwg % (br // 64) or d // (nwg // (br // 64)) in (64, 128)
+         or d == 256,
          f"NWG={nwg}, BR={br}, d={d}: dQ slices must be whole 64-column swizzle panels"),
         (2 <= stages <= 3, f"STAGES={stages}: 2..3 ring slots"),
         (g("MIN_BLOCKS", 1) >= 1, f"MIN_BLOCKS={g('MIN_BLOCKS')}: at least one CTA per SM"),
         (g("DQ_ABLATE", 0) in (0, 1, 2), f"DQ_ABLATE={g('DQ_ABLATE')}: 0, 1 or 2"),
         (g("D_REAL", d) in (d, 96 if d == 128 else d), f"D_REAL={g('D_REAL')}: HEAD_DIM, or 96 with HEAD_DIM=128"),
+        (d != 256 or (nwg, br, stages, g("DQ_BULK", 0), g("DETERMINISTIC", 0)) == (1, 64, 2, 0, 0),
+         "HEAD_DIM=256 builds only NWG=1, BR=64, STAGES=2, DQ_BULK=0 (red atomics), not DETERMINISTIC"),
+        (g("PASS", 0) in ((0, 1, 2) if d == 256 else (0,)), f"PASS={g('PASS')}: 0..2, and only with HEAD_DIM=256"),
     ]
     return out + [why for holds, why in rules if not holds]
 
 
-def defines_for(d: int, is_bf16: bool, config: dict | None = None, deterministic: bool = False) -> dict:
-    """The kernel build for head dim d (64, 128; 96 is the 128 tiles with D_REAL=96; the launcher routes 256
-    elsewhere)."""
+def defines_for(d: int, is_bf16: bool, config: dict | None = None, deterministic: bool = False,
+                pass_: int = 0) -> dict:
+    """The kernel build for head dim d (64, 128; 96 is the 128 tiles with D_REAL=96; 256 one of three passes,
+    pass_ in PASSES_256, with no config= and no deterministic mode)."""
     if d not in KERNEL_DIMS:
         raise ValueError(f"the fa2_wgmma backward kernel builds head dims {KERNEL_DIMS}, got d={d}")
+    if d == 256:
+        if config is not None or deterministic or pass_ not in PASSES_256:
+            raise ValueError("fa2_wgmma backward: d=256 has one build per pass (0, 1, 2), no config= and no "
+                             "deterministic mode (backward(deterministic=True) runs _backward_torch there)")
+        return dict(HEAD_DIM=256, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **CONFIGS[256]), PASS=pass_)
     det = dict(DETERMINISTIC=1) if deterministic else {}
     base = dict(HEAD_DIM=128, D_REAL=96) if d == 96 else dict(HEAD_DIM=d)
     d = base["HEAD_DIM"]
@@ -161,8 +179,9 @@ def _dq_kernel(defines: dict) -> str:
 def compile_configs() -> list[tuple[str, str, dict]]:
     """Every build backward() can launch: d = 64, 96 (the 128 tiles, D_REAL=96), 128, both dtypes, default and
     deterministic (GQA and strides are run-time arguments of the same builds)."""
-    return [item for d in KERNEL_DIMS for bf16 in (0, 1) for det in (False, True)
-            for item in _build(defines_for(d, bf16, deterministic=det))]
+    return ([item for d in (64, 96, 128) for bf16 in (0, 1) for det in (False, True)
+             for item in _build(defines_for(d, bf16, deterministic=det))]
+            + [item for bf16 in (0, 1) for p in PASSES_256 for item in _build(defines_for(256, bf16, pass_=p))])
 
 
 def sweep_configs() -> list[tuple[str, str, dict]]:
@@ -287,22 +306,28 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
     d = q.shape[3]
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # as the forward checks them
     deterministic = checks.flag("deterministic", deterministic)
+    bf16 = q.dtype == torch.bfloat16
     if d == 256:
         if config is not None:
-            raise ValueError("fa2_wgmma backward: d=256 runs _backward_torch, which takes no config=")
+            raise ValueError("fa2_wgmma backward: d=256 has one build (three passes); it takes no config=")
         dq, dk, dv = _grads(q, k, out)
-        _backward_torch(q, k, v, o, lse, do, causal, scale, dq, dk, dv)
+        if deterministic or not D256_KERNEL:  # the passes' dQ goes by red atomics: not bitwise repeatable
+            _backward_torch(q, k, v, o, lse, do, causal, scale, dq, dk, dv)
+        else:
+            _launch(q, k, v, o, lse, do, causal, scale, [defines_for(256, bf16, pass_=p) for p in PASSES_256],
+                    (dq, dk, dv))
         return dq, dk, dv
-    defs = defines_for(d, q.dtype == torch.bfloat16, config, deterministic)
     dq, dk, dv = _grads(q, k, out)
-    _launch(q, k, v, o, lse, do, causal, scale, defs, (dq, dk, dv))
+    _launch(q, k, v, o, lse, do, causal, scale, [defines_for(d, bf16, config, deterministic)], (dq, dk, dv))
     return dq, dk, dv
 
 
-def _launch(q, k, v, o, lse, do, causal, scale, defs, grads) -> None:
+def _launch(q, k, v, o, lse, do, causal, scale, passes, grads) -> None:
+    """The pre kernel, the main kernel once per build in passes (one; d = 256: three), dQ's conversion."""
     import torch
 
     dq, dk, dv = grads
+    defs = passes[0]
     b, h, n_q, _ = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     n_pad = -(-n_q // PAD) * PAD
@@ -314,16 +339,16 @@ def _launch(q, k, v, o, lse, do, causal, scale, defs, grads) -> None:
            if defs.get("DETERMINISTIC") else l2)
     dev = q.device.index
 
-    def fn(name):
+    def fn(name, defs=defs):
         return loader.get_function(SOURCE, name, defines=defs, arch=ARCH, device=dev)
 
     fn(KERNEL_PRE).launch((n_pad // 64, b * h, 1), (128, 1, 1),
                           (o, do, lse, l2, dd, dq_acc, int(n_q), int(n_pad), int(h), *_strides(o), *_strides(do)))
-    fn(KERNEL).launch((-(-n_k // block_n(defs)), b * h_kv, 1), (threads(defs), 1, 1),
-                      (q, k, v, do, l2, dd, dq_acc, dk, dv, int(n_q), int(n_k), int(n_pad),
-                       float(scale * fa2_tc.LOG2E), float(scale), int(bool(causal)), int(h), int(h // h_kv), sem,
-                       *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv)),
-                      shared_mem=smem_bytes(defs))
+    args = (q, k, v, do, l2, dd, dq_acc, dk, dv, int(n_q), int(n_k), int(n_pad), float(scale * fa2_tc.LOG2E),
+            float(scale), int(bool(causal)), int(h), int(h // h_kv), sem,
+            *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv))
+    for p in passes:
+        fn(KERNEL, p).launch((-(-n_k // block_n(p)), b * h_kv, 1), (threads(p), 1, 1), args, shared_mem=smem_bytes(p))
     grid_dq = (n_pad // defs["BR"], b * h, 1) if defs.get("DQ_BULK") else (-(-n_q // 64), b * h, 1)
     fn(_dq_kernel(defs)).launch(grid_dq, (128, 1, 1),
                                 (dq_acc, dq, int(n_q), int(n_pad), float(scale), int(h), *_strides(dq)))

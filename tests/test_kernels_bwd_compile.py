@@ -163,7 +163,14 @@ def test_unknown_options_are_refused():
 
 def test_defines_refuse_other_head_dims():
     with pytest.raises(ValueError, match="head dims"):
-        fa2_wgmma_bwd.defines_for(256, False)
+        fa2_wgmma_bwd.defines_for(80, False)
+    with pytest.raises(ValueError, match="d=256 has one build per pass"):
+        fa2_wgmma_bwd.defines_for(256, False, dict(NWG=2, BR=64))
+    with pytest.raises(ValueError, match="d=256 has one build per pass"):
+        fa2_wgmma_bwd.defines_for(256, False, deterministic=True)
+    assert [fa2_wgmma_bwd.defines_for(256, False, pass_=p)["PASS"] for p in (0, 1, 2)] == [0, 1, 2]
+    assert fa2_wgmma_bwd.knob_errors(dict(HEAD_DIM=256, NWG=2, BR=64, PASS=0))
+    assert fa2_wgmma_bwd.knob_errors(dict(HEAD_DIM=128, NWG=2, BR=64, PASS=1))
     defs = fa2_wgmma_bwd.defines_for(96, True)  # the 128 tiles, columns 96..127 zero-filled
     assert defs["HEAD_DIM"] == 128 and defs["D_REAL"] == 96
     assert fa2_wgmma_bwd.smem_bytes(defs) == fa2_wgmma_bwd.smem_bytes(fa2_wgmma_bwd.defines_for(128, True))

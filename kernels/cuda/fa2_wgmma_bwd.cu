@@ -61,8 +61,9 @@
 // and its own build (d=64 spills 104 B instead of 80). The default build does none of this.
 //
 // d = 96 (D_REAL=96) runs the HEAD_DIM=128 tiles: columns 96..127 are zero-filled by the tile loads (zero
-// columns leave S, dP, P, dS unchanged), skipped by the o/do reads and the dq/dk/dv stores. d = 256 is routed by
-// the launcher (kernels/fa2_wgmma_bwd.py) to a float32 torch implementation. Version log: docs/hopper-fa2-history.md ("The backward's version log").
+// columns leave S, dP, P, dS unchanged), skipped by the o/do reads and the dq/dk/dv stores. d = 256 (NWG=1, BR=64,
+// red atomics) runs three launches, PASS 0/1/2 (dK_j, dV_j columns 0..127 / 128..255 / dQ), each recomputing S^T
+// and dP^T: its dK_j, dV_j and dQ slice do not fit beside them in registers (1.8x the MMA work; 0 B spilled). Version log: docs/hopper-fa2-history.md ("The backward's version log").
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -94,6 +95,9 @@
 #ifndef D_REAL  // the caller's head dim: 96 runs the HEAD_DIM=128 tiles with columns 96..127 zero-filled in smem
 #define D_REAL HEAD_DIM
 #endif
+#ifndef PASS  // HEAD_DIM=256 only: 0 = dK_j, dV_j columns 0..127, 1 = columns 128..255, 2 = dQ (three launches)
+#define PASS 0
+#endif
 #ifndef DETERMINISTIC  // 1 (DQ_BULK=1 only): dQ's reduce-adds into Q block i in key-block order (a semaphore per (b*h, i))
 #define DETERMINISTIC 0
 #endif
@@ -116,11 +120,19 @@
 #define NSL (NWG / MSL)      // column slices of the dQ tile
 #define DQ_N (D / NSL)       // columns of the dQ slice of one warpgroup
 
-static_assert(D == 64 || D == 128, "HEAD_DIM must be 64 or 128");
+static_assert(D == 64 || D == 128 || D == 256, "HEAD_DIM must be 64, 128 or 256");
+// d = 256: dK_j, dV_j (64 x 256 fp32 each per warpgroup) and dQ do not fit beside S^T and dP^T in registers, so
+// the loop runs three times (PASS), each recomputing S^T and dP^T: dK/dV columns 0..127, then 128..255, then dQ
+#define DKV_N (D == 256 ? 128 : D)                 // columns of dK_j, dV_j this launch accumulates
+#define DKV_OFF (D == 256 && PASS == 1 ? 128 : 0)  // ... starting at this column
+#define DO_DKV (D != 256 || PASS < 2)              // this launch computes dK_j, dV_j (FA2 Alg. 2 lines 12, 16)
+#define DO_DQ (D != 256 || PASS == 2)              // this launch computes dQ (FA2 Alg. 2 line 15)
+static_assert(D != 256 || (NWG == 1 && BR == 64 && !DQ_BULK && !DETERMINISTIC && STAGES == 2 && PASS >= 0 && PASS <= 2),
+              "HEAD_DIM=256: NWG=1, BR=64, STAGES=2, red atomics (DQ_BULK=0), PASS 0..2");
 static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BR must be 64 or 128");
 static_assert(NWG >= 1 && NWG <= 2, "1..2 warpgroups");
 static_assert(NWG % MSL == 0, "every 64-row slice of dQ needs a warpgroup");
-static_assert(DQ_N == 64 || DQ_N == 128, "dQ slices must be whole 64-column swizzle panels");
+static_assert(DQ_N == 64 || DQ_N == 128 || (D == 256 && DQ_N == 256), "dQ slices must be whole 64-column swizzle panels");
 static_assert(STAGES >= 2 && STAGES <= 3, "2..3 ring slots");
 static_assert(D_REAL == D || (D == 128 && D_REAL == 96), "D_REAL: HEAD_DIM, or 96 on the 128 tiles");
 #define COL_OK(c) (D_REAL == D || (c) < D_REAL)  // column c (a multiple of 8, or its pair) is the caller's
@@ -247,7 +259,7 @@ fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, in
 template <int ROWS>
 __device__ __forceinline__ void load_tile_sw128(u32 s_tile, const u16* g, long long ld, int row0, int n_rows, int tid) {
     constexpr int STEP = NTHREADS / CH;
-    static_assert(NTHREADS % CH == 0 && STEP % 8 == 0 && ROWS % STEP == 0, "copy mapping");
+    static_assert(NTHREADS % CH == 0 && ROWS % STEP == 0, "copy mapping");
     const int r = tid / CH, ch = tid % CH;
     const u16* src = g + (long long)(row0 + r) * ld + ch * 8;
     const u32 dst = s_tile + sw128<ROWS>(r, ch);
@@ -255,7 +267,9 @@ __device__ __forceinline__ void load_tile_sw128(u32 s_tile, const u16* g, long l
     for (int i = 0; i < ROWS / STEP; ++i) {
         const bool ok = row0 + r + i * STEP < n_rows && COL_OK(ch * 8);  // D_REAL < D: zero columns, so S, dP
                                                                          // and the padding columns' products are 0
-        cp_async16(dst + i * STEP * 128, ok ? (const void*)(src + i * STEP * ld) : (const void*)g, ok ? 16 : 0);
+        // STEP % 8 == 0: the swizzle of row r + i*STEP is row r's; else (d = 256: 4 rows per pass) its own
+        const u32 d_i = STEP % 8 == 0 ? dst + i * STEP * 128 : s_tile + sw128<ROWS>(r + i * STEP, ch);
+        cp_async16(d_i, ok ? (const void*)(src + i * STEP * ld) : (const void*)g, ok ? 16 : 0);
     }
 }
 
@@ -310,10 +324,11 @@ __device__ __forceinline__ void issue_t(float (&x)[BLOCK_M / 2], u32 sA, u32 sB,
 }
 
 // FA2 Alg. 2 line 12 and FA2 Alg. 2 line 16: acc += X^T B_i, X^T from registers, B = dO_i or Q_i (k = query rows, d contiguous: MN-major)
-__device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const u32 (&xa)[KM][4], u32 sB) {
+__device__ __forceinline__ void issue_acc(float (&acc)[DKV_N / 2], const u32 (&xa)[KM][4], u32 sB) {
+    sB += (DKV_OFF / 64) * (BLOCK_M * 128);  // d = 256, PASS 1: B's columns 128..255 (panels 2, 3)
     wgmma_fence();
 #pragma unroll
-    for (int km = 0; km < KM; ++km) wgmma_rs<D>(acc, xa[km], desc_sw128(sB + km * 16 * 128, BLOCK_M * 128, 1024), 1);
+    for (int km = 0; km < KM; ++km) wgmma_rs<DKV_N>(acc, xa[km], desc_sw128(sB + km * 16 * 128, BLOCK_M * 128, 1024), 1);
     wgmma_commit();
 }
 
@@ -399,9 +414,9 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     for (int t = 0; t < STAGES - 1; ++t) issue_group(t);
 
     // FA2 Alg. 2 line 7
-    float dk[D / 2], dv[D / 2];
+    float dk[DKV_N / 2], dv[DKV_N / 2];
 #pragma unroll
-    for (int x = 0; x < D / 2; ++x) dk[x] = dv[x] = 0.f;
+    for (int x = 0; x < DKV_N / 2; ++x) dk[x] = dv[x] = 0.f;
 
     const int key_l = wg * 64 + wq * 16 + (lane >> 2);  // this thread's key rows: key_l, key_l + 8 (of the block)
     const int ms = wg % MSL, ns = wg / MSL;             // this warpgroup's slice of the dQ tile
@@ -443,11 +458,15 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
                 s[4 * nt + 2 * h + 1] = p1;
             }
         }
-        u32 pa[KM][4];
-        pack_frag(pa, s);
-        wgmma_fence_operand(dv);
-        issue_acc(dv, pa, sdO);  // FA2 Alg. 2 line 12
-        wgmma_wait<1>();         // S^T, dP^T done; dV may still run
+        if (DO_DKV) {
+            u32 pa[KM][4];
+            pack_frag(pa, s);
+            wgmma_fence_operand(dv);
+            issue_acc(dv, pa, sdO);  // FA2 Alg. 2 line 12
+            wgmma_wait<1>();         // S^T, dP^T done; dV may still run
+        } else {
+            wgmma_wait<0>();         // d = 256 PASS 2: dP^T done
+        }
         wgmma_fence_operand(dp);
 
         // FA2 Alg. 2 line 14: dS^T = P^T o (dP^T - D_i); stored transposed-as-is (rows = keys) for FA2 Alg. 2 line 15
@@ -460,15 +479,17 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
                 dp[4 * nt + 2 * h] = s[4 * nt + 2 * h] * (dp[4 * nt + 2 * h] - dd.x);
                 dp[4 * nt + 2 * h + 1] = s[4 * nt + 2 * h + 1] * (dp[4 * nt + 2 * h + 1] - dd.y);
                 const u32 addr = sdS + sw128<BLOCK_N>(key_l + 8 * h, nt) + ((lane & 3) << 2);
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pack2(dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]))
+                if (DO_DQ) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pack2(dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]))
                              : "memory");
             }
         }
-        u32 dsa[KM][4];
-        pack_frag(dsa, dp);
-        wgmma_fence_operand(dk);
-        issue_acc(dk, dsa, sQ);  // FA2 Alg. 2 line 16
-#if DQ_ABLATE == 2
+        if (DO_DKV) {
+            u32 dsa[KM][4];
+            pack_frag(dsa, dp);
+            wgmma_fence_operand(dk);
+            issue_acc(dk, dsa, sQ);  // FA2 Alg. 2 line 16
+        }
+#if DQ_ABLATE == 2 || !DO_DQ
         wgmma_wait<0>();
         wgmma_fence_operand(dk);
         wgmma_fence_operand(dv);
@@ -480,8 +501,10 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         issue_dq(dq, sdS, sK, ms, ns);  // FA2 Alg. 2 line 15
         wgmma_wait<0>();
         wgmma_fence_operand(dq);
-        wgmma_fence_operand(dk);
-        wgmma_fence_operand(dv);
+        if (DO_DKV) {  // (d = 256 PASS 2 has no dK_j, dV_j: a fence would keep them live)
+            wgmma_fence_operand(dk);
+            wgmma_fence_operand(dv);
+        }
 #if DQ_BULK
         if (DQ_ABLATE == 0) {
             const u32 sdq = sdQ0 + wg * DQ_SLICE_BYTES;
@@ -553,10 +576,11 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         const int key = n0 + key_l + 8 * h;
         if (key < Nk) {
             const int b = b_of(), hk = hk_of();
-            u16* dk_row = dKg + b * dk_sb + hk * dk_sh + key * dk_sr + 2 * (lane & 3);
-            u16* dv_row = dVg + b * dv_sb + hk * dv_sh + key * dv_sr + 2 * (lane & 3);
+            u16* dk_row = dKg + b * dk_sb + hk * dk_sh + key * dk_sr + DKV_OFF + 2 * (lane & 3);
+            u16* dv_row = dVg + b * dv_sb + hk * dv_sh + key * dv_sr + DKV_OFF + 2 * (lane & 3);
 #pragma unroll
-            for (int dt = 0; dt < D_REAL / 8; ++dt) {  // D_REAL < D: padding columns (all 0) not stored
+            for (int dt = 0; dt < (D_REAL < D ? D_REAL : DKV_N) / 8 && DO_DKV; ++dt) {  // D_REAL < D: padding
+                                                                                      // columns (all 0) not stored
                 *(u32*)(dk_row + 8 * dt) = pack2(dk[4 * dt + 2 * h] * scale, dk[4 * dt + 2 * h + 1] * scale);
                 *(u32*)(dv_row + 8 * dt) = pack2(dv[4 * dt + 2 * h], dv[4 * dt + 2 * h + 1]);
             }
