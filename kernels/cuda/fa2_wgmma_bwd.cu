@@ -125,7 +125,7 @@ static_assert(D == 64 || D == 128 || D == 256, "HEAD_DIM must be 64, 128 or 256"
 // the loop runs three times (PASS), each recomputing S^T and dP^T: dK/dV columns 0..127, then 128..255, then dQ
 #define DKV_N (D == 256 ? 128 : D)                 // columns of dK_j, dV_j this launch accumulates
 #define DKV_OFF (D == 256 && PASS == 1 ? 128 : 0)  // ... starting at this column
-#define DO_DKV (D != 256 || PASS < 2)              // this launch computes dK_j, dV_j (FA2 Alg. 2 lines 12, 16)
+#define DO_DKV (D != 256 || PASS < 2)              // this launch computes dK_j, dV_j (FA2 Alg. 2 line 12 and FA2 Alg. 2 line 16)
 #define DO_DQ (D != 256 || PASS == 2)              // this launch computes dQ (FA2 Alg. 2 line 15)
 static_assert(D != 256 || (NWG == 1 && BR == 64 && !DQ_BULK && !DETERMINISTIC && STAGES == 2 && PASS >= 0 && PASS <= 2),
               "HEAD_DIM=256: NWG=1, BR=64, STAGES=2, red atomics (DQ_BULK=0), PASS 0..2");
