@@ -14,8 +14,9 @@ with the graph kept), triton.testing.do_bench medians:
   cudnn_gqa8     the same on the gqa8 inputs (enable_gqa=True; repeat_interleave'd K/V if that is refused)
 Before a contender is timed its gradients are checked (finite, norm-relative error to cuDNN's on the same
 inputs within TOL; where cuDNN cannot run, to float32 SDPA "efficient" on the first batch and kv group);
-a failing contender is reported, not timed. d = 96 runs the d = 128 tiles with zero-filled columns and
-d = 256 the float32 torch route (fa2_wgmma_bwd's docstring); TFLOP/s count d = 96's and 256's own FLOPs. Cells run until --budget-s
+a failing contender is reported, not timed. d = 96 runs the d = 128 tiles with zero-filled columns, d = 256
+three passes (its deterministic contender: the float32 torch route; fa2_wgmma_bwd's docstring); TFLOP/s
+count each d's own FLOPs (the papers' 2.5 x forward). Cells run until --budget-s
 (default 210 s, so a run ends within 4 minutes on an H100 including compiles); the rest are listed as skipped.
 Writes bwd_layouts_speed.json under --out (default $OUT, else a temp dir) and prints one line per cell.
 """
