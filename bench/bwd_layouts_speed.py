@@ -5,13 +5,13 @@
 
 Per (dtype, d, N, causal): batch*N = 16k tokens, hidden 2048, H = 2048 // d rounded down to a multiple of 8
 (d = 96: 16, d = 256: 8). Backward only (o and lse from kernels.fa2_wgmma.forward; cuDNN's through autograd
-with the graph kept), triton.testing.do_bench medians:
+with the graph kept), bench.harness.time_fn medians (triton's do_bench, L2 flushed):
   contiguous     q, k, v, do (B, H, N, d) contiguous, equal heads (the baseline)
   gqa8           k, v with H_kv = H / 8 heads (H = 16, H_kv = 2 at d = 128)
   bnhd           q, k, v, o, do as (B, N, H, d) tensors seen through .transpose(1, 2) (no copy)
   deterministic  contiguous with deterministic=True (dQ's reduce-adds in key-block order)
   cudnn          torch SDPA with SDPBackend.CUDNN_ATTENTION on the contiguous inputs
-  cudnn_gqa8     the same on the gqa8 inputs (enable_gqa=True; repeat_interleave'd K/V if that is refused)
+  cudnn_gqa8     the same on the gqa8 inputs, K/V repeat_interleave'd in the graph (autograd sums dK, dV)
 Before a contender is timed its gradients are checked (finite, norm-relative error to cuDNN's on the same
 inputs within TOL; where cuDNN cannot run, to float32 SDPA "efficient" on the first batch and kv group);
 a failing contender is reported, not timed. d = 96 runs the d = 128 tiles with zero-filled columns, d = 256
@@ -48,21 +48,15 @@ def rel(a, b) -> float:
 
 
 def cudnn_grads(q, k, v, do, causal, gqa):
-    """(out, run) where run() is cuDNN's backward (autograd, graph kept) returning (dq, dk, dv)."""
+    """run() -> (dq, dk, dv): cuDNN's backward through autograd (graph kept), via bench.harness.sdpa. GQA: K/V
+    repeat_interleave'd to H heads inside the graph, so autograd sums dK, dV over each group (the repeat's
+    backward, a small reduction, is in the time)."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-        if gqa:
-            try:
-                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-            except Exception:  # older torch / cuDNN: repeat K/V (autograd sums dK, dV over the copies)
-                rep = q.shape[1] // k.shape[1]
-                out = torch.nn.functional.scaled_dot_product_attention(
-                    q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), is_causal=causal)
-        else:
-            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    rep = q.shape[1] // k.shape[1]
+    kk, vv = (k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)) if gqa and rep > 1 else (k, v)
+    out = harness.sdpa("cudnn", q, kk, vv, causal)
     return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
 
 
@@ -96,7 +90,6 @@ def make(b, h, h_kv, n, d, dtype, bnhd, seed):
 
 def run_cell(dtype_name, d, n, causal, budget_end, rows):
     import torch
-    import triton.testing
 
     from kernels import fa2_wgmma, fa2_wgmma_bwd
 
@@ -162,7 +155,7 @@ def run_cell(dtype_name, d, n, causal, budget_end, rows):
             if not rec["ok"]:
                 harness_log(f"  {name}: gradient check FAILED {rec}")
                 continue
-            ms = float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
+            ms = float(harness.time_fn(lambda: fn(), [()])["median_ms"])  # do_bench median, L2 flushed
             rec.update(median_ms=ms, tflops=cell["bwd_flops"] / ms / 1e9)
         except Exception as exc:  # a contender that cannot run is reported; the others go on
             rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])

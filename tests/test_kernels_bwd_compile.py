@@ -191,3 +191,57 @@ def test_reference_autograd_matches_algorithm_2(causal, n_q, n_k):
         torch.testing.assert_close(a, f, rtol=1e-9, atol=1e-9)
     if causal and n_q > n_k:
         assert (auto[0][:, :, : n_q - n_k] == 0).all()
+
+
+class _Recorder:
+    """Stands in for loader.get_function: records each launch (kernel name, defines, grid, args)."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __call__(self, source, name, *, defines, arch, device):
+        rec = self
+
+        class K:
+            def launch(self, grid, block, args, shared_mem=0):
+                rec.launches.append(dict(name=name, defines=defines, grid=grid, block=block, args=args,
+                                         shared_mem=shared_mem))
+        return K()
+
+
+@pytest.mark.parametrize("d,group,deterministic", [(64, 4, False), (96, 2, True), (128, 8, False), (256, 2, False)])
+def test_launch_plan_on_strided_gqa(monkeypatch, d, group, deterministic):
+    """The launcher's plan, on CPU tensors that pass as CUDA: the pre and dq kernels over B*H query heads, the main
+    kernel on (Tc, B*H_kv) once (d = 256: PASS 0, 1, 2), the (batch, head, row) strides of the strided inputs and of
+    gradients allocated in their layout, d = 96 on the 128-wide accumulator, the semaphore only when deterministic."""
+    from kernels import loader
+
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    rec = _Recorder()
+    monkeypatch.setattr(loader, "get_function", rec)
+    b, h_kv, n_q, n_k = 2, 2, 70, 200
+    h = h_kv * group
+    q, o, do = (_t(b, n_q, h, d).transpose(1, 2) for _ in range(3))
+    k, v = (_t(b, n_k, h_kv, d).transpose(1, 2) for _ in range(2))
+    dq, dk, dv = fa2_wgmma_bwd.backward(q, k, v, o, _t(b, h, n_q, dtype=torch.float32), do, causal=True,
+                                        deterministic=deterministic)
+    assert (dq.stride(), dk.stride(), dv.stride()) == (q.stride(), k.stride(), v.stride())
+    names = [x["name"] for x in rec.launches]
+    mains = [x for x in rec.launches if x["name"] == fa2_wgmma_bwd.KERNEL]
+    assert names[0] == fa2_wgmma_bwd.KERNEL_PRE and names[-1] in (fa2_wgmma_bwd.KERNEL_DQ, fa2_wgmma_bwd.KERNEL_DQ_BULK)
+    assert [m["defines"].get("PASS", 0) for m in mains] == ([0, 1, 2] if d == 256 else [0])
+    for m in mains:
+        bc = fa2_wgmma_bwd.block_n(m["defines"])
+        assert m["grid"] == (-(-n_k // bc), b * h_kv, 1)
+        a = m["args"]
+        assert a[15:17] == (h, group)  # H, G
+        assert tuple(int(x) for x in a[18:]) == (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+                                                 *dk.stride()[:3], *dv.stride()[:3])
+        assert (a[17].dtype == torch.int32) == deterministic  # the semaphore, else an unused pointer
+        assert a[6].shape[-1] == (128 if d == 96 else d)  # dQ accumulator
+        assert m["defines"].get("D_REAL", d) == d
+    for x in (rec.launches[0], rec.launches[-1]):
+        assert x["grid"][1] == b * h
+    assert tuple(int(s) for s in rec.launches[0]["args"][-6:]) == (*o.stride()[:3], *do.stride()[:3])
+    assert tuple(int(s) for s in rec.launches[-1]["args"][-3:]) == dq.stride()[:3]
