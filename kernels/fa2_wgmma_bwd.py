@@ -267,6 +267,9 @@ def _empty_like_layout(t):
     does this for dense tensors; a slice of a larger buffer gets the dense version of its permutation)."""
     import torch
 
+    like = torch.empty_like(t)  # dense inputs: the same strides, size-1 dimensions' included
+    if like.stride() == t.stride():
+        return like
     perm = sorted(range(t.dim()), key=lambda i: (-t.stride(i), i))
     buf = torch.empty([t.shape[i] for i in perm], dtype=t.dtype, device=t.device)
     return buf.permute([perm.index(i) for i in range(t.dim())])
