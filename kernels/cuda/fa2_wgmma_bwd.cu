@@ -5,7 +5,7 @@
 //                                   -inf (a row that saw no key) and padding mapped to +inf, so that
 //                                   P = exp2(S*scale*log2e - L2) is exactly 0 there; zeroes the fp32 dQ
 //                                   accumulator (FA2 Alg. 2 line 3: dQ = 0).
-//   fa2_wgmma_bwd       FA2 Alg. 2 line 5 on one CTA per (key block j, b*h); Bc = 64*NWG keys, warpgroup g owns
+//   fa2_wgmma_bwd       FA2 Alg. 2 line 5 on one CTA per (key block j, b*h_kv); Bc = 64*NWG keys, warpgroup g owns
 //                                   keys 64g..64g+63 and their dK_j, dV_j rows in registers (fp32).
 //   fa2_wgmma_bwd_dq    FA2 Alg. 2 line 20  dQ = scale * dQacc, rounded to fp16/bf16.
 //
