@@ -160,7 +160,21 @@ def attention_bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, do: T
         do = do.contiguous()  # autograd may hand over an expanded or transposed gradient: row-major tiles for them
     extra = {"deterministic": True} if deterministic else {}  # check_inputs refused it for kernels without one
     dq, dk, dv = KERNELS[kernel].backward(q, k, v, o, lse, do, causal=causal, scale=scale, **extra)
-    return dq, dk, dv
+    return _in_layout_of(dq, q), _in_layout_of(dk, k), _in_layout_of(dv, v)
+
+
+def _same_layout(a: Tensor, b: Tensor) -> bool:
+    return all(x == y for x, y, n in zip(a.stride(), b.stride(), a.shape) if n > 1)  # size-1 dims' strides: any
+
+
+def _in_layout_of(g: Tensor, t: Tensor) -> Tensor:
+    """g with the strides the fake implementation promises, torch.empty_like(t)'s, so that a compiled graph's
+    assumptions hold: a copy only where a launcher chose others (fa2_wgmma's dv follows k's layout, so a v laid out
+    unlike k gets one)."""
+    if _same_layout(g, t):
+        return g
+    like = torch.empty_like(t)
+    return g if _same_layout(g, like) else like.copy_(g)
 
 
 @attention_bwd.register_fake

@@ -326,6 +326,20 @@ def test_strided_views_pass_through_only_to_kernels_that_take_them(monkeypatch, 
     assert rec.seen[1][3] == q.contiguous().stride() and rec.seen[1][4] is False
 
 
+def test_gradients_come_back_in_the_layouts_the_fakes_promise():
+    """attention_bwd returns dq, dk, dv with torch.empty_like(q, k, v)'s strides (what its fake says, what a compiled
+    graph assumes) even where a launcher lays one out otherwise (fa2_wgmma's dv follows k): a copy then, else none."""
+    ag = _autograd()
+    v = torch.randn(2, 4, 33, 64)                           # contiguous v
+    k = torch.randn(2, 33, 4, 64).transpose(1, 2)           # a (B, N, H, d) view
+    dv_like_k = torch.randn(2, 33, 4, 64).transpose(1, 2)
+    out = ag._in_layout_of(dv_like_k, v)
+    assert out.stride() == v.stride() and torch.equal(out, dv_like_k)
+    assert ag._in_layout_of(dv_like_k, k) is dv_like_k
+    g = torch.randn(2, 33, 1, 64).transpose(1, 2)            # one head: its stride differs, no layout does
+    assert g.stride() != torch.empty(2, 1, 33, 64).stride() and ag._in_layout_of(g, torch.empty(2, 1, 33, 64)) is g
+
+
 class _ReferenceLauncher:
     """Stands in for a CUDA launcher on the CPU (variants/fa2.py, FA2 Alg. 1 and 2), so the custom ops'
     plumbing (schema, fake implementations, autograd wiring, saved tensors) is checked without a GPU."""
