@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 42, the client side, on a GPU: kernels.attention with grouped-query K/V and strided views, the teaching fa2
 # forward and backward with GQA, the transformers adapter (kernels/hf.py), the teaching forward under memcheck.
-#   bash lab/gpu_check_bwd_client.sh alone    # this branch without the fa2_wgmma GQA/strided backward: fa2 only
-#   bash lab/gpu_check_bwd_client.sh merged   # after that backward's branch is merged: every kernel
+#   bash lab/gpu_check_bwd_client.sh          # merged (the default): every kernel, with main's fa2_wgmma GQA backward
+#   bash lab/gpu_check_bwd_client.sh alone    # the teaching fa2 only (no fa2_wgmma test)
 # Logs under $OUT (default /tmp/bwd_client). Exit status: pytest's, or the sanitizer's if pytest passed.
 set -u
 cd "$(dirname "$0")/.."
@@ -16,7 +16,7 @@ if python -c "import importlib.metadata as m; m.version('kernels')" 2>/dev/null;
 fi
 python -c "import transformers; print('transformers', transformers.__version__)" \
   || echo "transformers missing: tests/test_hf_adapter.py's GPU test will skip"
-case "${1:-alone}" in
+case "${1:-merged}" in
   alone) sel='not wgmma and not test_compiled_model_matches_eager_without_graph_breaks' ;;
   merged) sel='' ;;
   *) echo "usage: $0 alone|merged" >&2; exit 2 ;;
