@@ -137,7 +137,7 @@ def entries(names=(), *, sdpa=SDPA_BACKENDS, all_options=False, configs=None) ->
     names = set(names or ())
     out = []
     for spec in KERNELS.values():
-        if not spec.available():
+        if spec.decode or not spec.available():  # decode kernels take caches: bench/decode_speed.py
             continue
         for options in (spec.configs() if all_options else spec.bench_options):
             label = spec.label(**options)
@@ -158,6 +158,8 @@ def entry_names(*, all_options=False) -> list[str]:
 
     names = []
     for spec in KERNELS.values():
+        if spec.decode:
+            continue
         names += [spec.name] + [spec.label(**o) for o in (spec.configs() if all_options else spec.bench_options)]
     return list(dict.fromkeys(names + ["sdpa"] + [f"sdpa_{b}" for b in SDPA_BACKENDS]))
 
