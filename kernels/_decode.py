@@ -62,9 +62,10 @@ def _min_max(t) -> tuple[int, int]:
 
 
 def check(name: str, q, k, v, *, causal, scale, cache_seqlens, block_table, num_splits, dtypes, head_dims,
-          block_k: int, max_n_q: int | None = None, sms: int = split_rule.SMS) -> Plan:
+          block_k: int, max_n_q: int | None = None, sms: int = split_rule.SMS, cuda: bool = True) -> Plan:
     """Every refusal, with a message naming what is accepted; the device checks come last so that a CPU call reaches
-    each of the others (tests/test_split_kv_inputs.py)."""
+    each of the others (tests/test_split_kv_inputs.py); cuda=False skips them (the CPU emulation of split_kv.cu,
+    tests/test_split_kv_emulated.py, launches on CPU tensors)."""
     import torch
 
     q, k, v = _tensor("q", q), _tensor("k", k), _tensor("v", v)
@@ -141,7 +142,7 @@ def check(name: str, q, k, v, *, causal, scale, cache_seqlens, block_table, num_
     # the device checks, last
     tensors = [("q", q), ("k", k), ("v", v)] + ([("block_table", block_table)] if paged else []) + (
         [("cache_seqlens", cache_seqlens)] if cache_seqlens is not None else [])
-    for n, t in tensors:
+    for n, t in tensors if cuda else ():
         if not t.is_cuda:
             raise ValueError(f"{name}: {n} is on {t.device}; this CUDA kernel needs every tensor on one GPU")
         if t.device != q.device:

@@ -24,7 +24,9 @@ typedef STORAGE T;
 
 #define BR 16        // packed query rows per block
 #define BC 32        // keys per tile (Bc)
-#define NTHREADS 128
+#ifndef NTHREADS
+#define NTHREADS 128  // tests/emulate/split_kv_host.cpp runs it with 256 (cuda_host.h's block)
+#endif
 #define NEG_INF (-__int_as_float(0x7f800000))
 
 __device__ __forceinline__ float to_f32(float x) { return x; }
