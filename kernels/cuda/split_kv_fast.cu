@@ -52,7 +52,11 @@
 static_assert(D == 64 || D == 128 || D == 256, "HEAD_DIM must be 64, 128 or 256");
 static_assert(STAGES >= 2, "at least double buffering");
 
+#ifdef FA_EMULATE  // the CPU emulation (tests/emulate/split_kv_fast_host.cpp): the same functions in plain C++
+#include "tc_common_host.cuh"
+#else
 #include "tc_common.cuh"  // cp.async, ldmatrix, mma.sync, pack2, ex2, quad reductions, swz
+#endif
 
 #define TILE_BYTES (BN * D * 2)
 #define STAGE_BYTES (2 * TILE_BYTES)       // K_j then V_j
