@@ -3,7 +3,8 @@ decode shapes, as achieved K/V bandwidth against a device copy. Finishes in unde
 
     python bench/decode_speed.py --out results/decode_speed [--budget-s 220] [--quick]
 
-1. Copy bandwidth: dst.copy_(src) on a 2 GiB buffer, median of triton.testing.do_bench, bytes = read + write.
+Timing is bench.harness.time_fn (triton.testing.do_bench medians), SDPA is bench.harness.sdpa.
+1. Copy bandwidth: dst.copy_(src) on a 2 GiB buffer, median of do_bench, bytes = read + write.
 2. Per dtype (fp16, bf16), d (64, 128), batch (1, 8, 64), cache length (1k, 32k, 128k, 256k where memory allows),
    H = 32 query heads, H_kv = 8, Nq = 1, non-causal, full caches:
      check   split_kv_fast (contiguous and paged) against float64 on a subset (first and last (b, kv head)): a row
@@ -12,7 +13,7 @@ decode shapes, as achieved K/V bandwidth against a device copy. Finishes in unde
        split_kv_fast         contiguous cache (B, H_kv, N, d), default splits (counting/split_rule.py)
        split_kv_fast_paged   page 256, pages in a random permutation
        split_kv              the teaching kernel, caches of at most 64 MB only
-       sdpa_flash / sdpa_cudnn / sdpa_efficient   torch.nn.attention.sdpa_kernel, enable_gqa=True where the
+       sdpa_flash / sdpa_cudnn / sdpa_efficient   one SDPA backend each, enable_gqa=True where the
                              backend takes it, else K/V repeated to H heads (the row says which; the repeat is made
                              before timing, so it is not timed); a backend that refuses the shape is recorded as such
        fa2_wgmma             kernels.fa2_wgmma.forward (GQA native: k, v with H_kv heads)
@@ -41,9 +42,9 @@ SDPA = ("flash", "cudnn", "efficient")
 
 
 def bench(fn, rep_ms=40):
-    from triton.testing import do_bench
+    from bench import harness
 
-    return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")  # ms
+    return harness.time_fn(fn, [()], warmup_ms=10, rep_ms=rep_ms)["median_ms"]
 
 
 def copy_bandwidth() -> dict:
@@ -85,21 +86,14 @@ def check_subset(o, lse, q, k, v, table, paged):
 def sdpa_call(backend, q, k, v):
     """(fn, how) for one SDPA backend: enable_gqa=True if the backend runs it, else K/V repeated to H heads."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    which = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-             "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
-    F = torch.nn.functional.scaled_dot_product_attention
+    from bench import harness
+
     errors = []
     try:
-        with sdpa_kernel([which]):
-            F(q, k, v, enable_gqa=True)
+        harness.sdpa(backend, q, k, v, False, enable_gqa=True)
         torch.cuda.synchronize()
-
-        def fn():
-            with sdpa_kernel([which]):
-                return F(q, k, v, enable_gqa=True)
-        return fn, "enable_gqa"
+        return (lambda: harness.sdpa(backend, q, k, v, False, enable_gqa=True)), "enable_gqa"
     except Exception as exc:  # the backend refuses GQA (or the kwarg is unknown): repeat K/V
         errors.append(f"enable_gqa: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
     free = torch.cuda.mem_get_info()[0]
@@ -108,18 +102,12 @@ def sdpa_call(backend, q, k, v):
         raise RuntimeError("; ".join(errors + ["repeating K/V to H heads does not fit in memory"]))
     kr, vr = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
     try:
-        with sdpa_kernel([which]):
-            F(q, kr, vr)
+        harness.sdpa(backend, q, kr, vr, False)
         torch.cuda.synchronize()
     except Exception as exc:
-        del kr, vr
         errors.append(f"repeat: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
         raise RuntimeError("; ".join(errors)) from None
-
-    def fn():
-        with sdpa_kernel([which]):
-            return F(q, kr, vr)
-    return fn, "repeat_kv"
+    return (lambda: harness.sdpa(backend, q, kr, vr, False)), "repeat_kv"
 
 
 def run_shape(dtype, d, b, n, copy_gbps, quick) -> dict:

@@ -164,14 +164,16 @@ def entry_names(*, all_options=False) -> list[str]:
     return list(dict.fromkeys(names + ["sdpa"] + [f"sdpa_{b}" for b in SDPA_BACKENDS]))
 
 
-def sdpa(backend: str, q, k, v, causal: bool):
+def sdpa(backend: str, q, k, v, causal: bool, **kw):
+    """PyTorch's SDPA restricted to one backend; kw goes to scaled_dot_product_attention (enable_gqa=True: k, v with
+    H_kv heads, bench/decode_speed.py)."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     which = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
              "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
     with sdpa_kernel([which]):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
 
 
 # ----------------------------------------------------------------------------------------- figures
