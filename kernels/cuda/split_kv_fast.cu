@@ -315,47 +315,55 @@ split_kv_fast(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
 
     const long long tile = ((long long)c.b * H_kv + c.hk) * row_tiles + c.rt;
     if (n_splits > 1) {
-        // this split's (o_s, lse_s) to the workspace; the last CTA of the tile merges
+        // this split's (o_s, lse_s) to the workspace, the tile's real rows only (g Nq of the 16: 4 at decode with
+        // g = 4, Nq = 1); the last CTA of the tile to finish merges
+        const int nv = min(QROWS, c.R - c.rt * QROWS);
         const long long row0 = (tile * n_splits + c.s) * QROWS;
-        for (int e = c.tid; e < QROWS * D / 4; e += NTHREADS)
+        for (int e = c.tid; e < nv * D / 4; e += NTHREADS)
             *(float4*)(ws_o + row0 * D + e * 4) = *(const float4*)(sW + e * 4);
-        if (c.tid < QROWS) ws_lse[row0 + c.tid] = sLse[c.tid];
+        if (c.tid < nv) ws_lse[row0 + c.tid] = sLse[c.tid];
         __threadfence();  // the partial is visible device-wide before the counter says so
         __syncthreads();
         if (c.tid == 0) *s_last = atomicAdd(counters + tile, 1) == n_splits - 1;
         __syncthreads();
         if (!*s_last) return;
         __threadfence();
-        // lse = log sum_s exp(lse_s): 8 threads per row (consecutive lanes), strided over s
+        // lse = log sum_s exp(lse_s): 8 threads per row (consecutive lanes), strided over s; every split wrote its
+        // lse_s (-inf for an empty one), read past L1 (__ldcg: other SMs wrote them)
         {
             const int r = c.tid / 8, sub = c.tid % 8;  // 16 rows x 8 = NTHREADS
+            const int n_s = r < nv ? n_splits : 0;     // (all lanes reach the shuffles)
             const float* lr = ws_lse + tile * n_splits * QROWS + r;
             float mx = NEG_INF;
-            for (int s = sub; s < n_splits; s += 8) mx = fmaxf(mx, __ldcg(lr + s * QROWS));
+#pragma unroll 4
+            for (int s = sub; s < n_s; s += 8) mx = fmaxf(mx, __ldcg(lr + s * QROWS));
 #pragma unroll
             for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
             float tot = 0.f;
-            if (mx != NEG_INF)
-                for (int s = sub; s < n_splits; s += 8) tot += expf(__ldcg(lr + s * QROWS) - mx);
+            if (mx != NEG_INF) {
+#pragma unroll 4
+                for (int s = sub; s < n_s; s += 8) tot += expf(__ldcg(lr + s * QROWS) - mx);
+            }
 #pragma unroll
             for (int off = 1; off < 8; off <<= 1) tot += __shfl_xor_sync(0xffffffffu, tot, off);
             if (sub == 0) sLse[r] = mx == NEG_INF ? NEG_INF : mx + logf(tot);
         }
         __syncthreads();
-        // o = sum_s exp(lse_s - lse) o_s, into sW (warp 0's slot) for the store below
-        for (int e = c.tid; e < QROWS * D / 4; e += NTHREADS) {
+        // o = sum_s exp(lse_s - lse) o_s, into sW (warp 0's slot) for the store below; unrolled so that several
+        // splits' loads are in flight at once (one L2 round trip per split would be ~0.5 us each)
+        for (int e = c.tid; e < nv * D / 4; e += NTHREADS) {
             const int r = e / (D / 4), col = (e % (D / 4)) * 4;
             const float L = sLse[r];
             float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (L != NEG_INF)
+            if (L != NEG_INF) {
+#pragma unroll 8
                 for (int s = 0; s < n_splits; ++s) {
                     const long long row = (tile * n_splits + s) * QROWS + r;
-                    const float ls = __ldcg(ws_lse + row);
-                    if (ls == NEG_INF) continue;  // an empty split
-                    const float f = expf(ls - L);
+                    const float f = expf(__ldcg(ws_lse + row) - L);  // an empty split: 0 (and its o_s is 0)
                     const float4 x = __ldcg((const float4*)(ws_o + row * D + col));
                     acc.x += f * x.x; acc.y += f * x.y; acc.z += f * x.z; acc.w += f * x.w;
                 }
+            }
             *(float4*)(sW + r * D + col) = acc;
         }
         if (c.tid == 0) counters[tile] = 0;  // ready for the next launch
