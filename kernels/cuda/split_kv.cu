@@ -1,7 +1,7 @@
 // Split-KV decoding (Flash-Decoding), teaching tier. Mirrors variants/split_kv.py; launched by kernels/split_kv.py.
 //
 // The cache positions of a sequence are cut into S chunks (splits). One thread block per (b, kv head h_kv, row
-// tile rt, split s) runs FA2's inner loop (FA2 Alg. 1 lines 6-11) over the Bc-key tiles of its chunk and writes a
+// tile rt, split s) runs FA2's inner loop (FA2 Alg. 1 lines 6-10) over the Bc-key tiles of its chunk and writes a
 // partial (o_s, lse_s) to an fp32 workspace; a second small kernel (split_kv_merge) combines the S partials:
 //   lse = log sum_s exp(lse_s),   o = sum_s exp(lse_s - lse) o_s.
 //
