@@ -222,7 +222,8 @@ def main(argv=None) -> int:
 
     # every argument before the sanitizer starts (one line, exit 2): an unknown kernel or dtype was a KeyError or an
     # AttributeError inside it, an unknown tool a sanitizer error per tool, bad JSON a traceback
-    names = harness.name_list(ap, "--kernels", args.kernels, list(KERNELS), "kernel") if args.kernels else list(KERNELS)
+    names = harness.name_list(ap, "--kernels", args.kernels, list(KERNELS), "kernel") if args.kernels else [
+        n for n, s in KERNELS.items() if not s.decode]
     dtypes = harness.name_list(ap, "--dtypes", args.dtypes, ("float32", "float16", "bfloat16"), "dtype")
     harness.name_list(ap, "--tools", args.tools, ("memcheck", "racecheck", "synccheck", "initcheck"), "tool")
     for flag, value in (("--shapes", args.shapes), ("--kernel-shapes", args.kernel_shapes)):

@@ -25,6 +25,8 @@ class KernelSpec:
     # "strided": views with any strides and a unit last one (a (B, N, H, d) tensor's .transpose(1, 2)), the
     # backward's dq, dk, dv (and its do) in the caller's layout. Without "strided", inputs must be contiguous.
     layouts: tuple = ()
+    decode: bool = False  # a decode kernel (q of 1..64 rows against a KV cache: cache_seqlens, block_table, num_splits;
+    # kernels/_decode.py): the training-shape loops (tests, bench.harness, the GPU model) skip it
 
     def __post_init__(self):
         unknown = set(self.layouts) - set(LAYOUTS)
@@ -110,6 +112,10 @@ _ALL = (
     KernelSpec("v_once_tc", "tensor-core", "v_once", "multiply V once with tensor cores"),
     KernelSpec("v_once_cluster", "tensor-core", "v_once",
                "multiply V once, the f row on chip across a thread-block cluster (wgmma, DSMEM; sm_90a)"),
+    KernelSpec("split_kv", "teaching", "split_kv", "split-KV decoding (Flash-Decoding): GQA-packed rows, fp32 merge",
+               decode=True),
+    KernelSpec("split_kv_fast", "tensor-core", "split_kv",
+               "split-KV decoding with mma.sync, a cp.async ring and a fused last-CTA merge", decode=True),
 )
 
 
@@ -119,3 +125,4 @@ def _present(spec: KernelSpec) -> bool:
 
 
 KERNELS: dict[str, KernelSpec] = {s.name: s for s in _ALL if _present(s)}
+DECODE_KERNELS = tuple(n for n, s in KERNELS.items() if s.decode)  # ("split_kv", "split_kv_fast")
