@@ -17,9 +17,8 @@ fits = false and over_by_bytes, not dropped.
 Limits (a one-line error past them, exit 2): at most MAX_ROWS = 50,000 output rows (problems x
 SRAM sizes x variant configs), --points at most MAX_POINTS = 1,000, a --plot of a sweep at most
 MAX_PLOT_PANELS = 8 problems, every tensor at most 2**63 - 1 elements, and the GPU model (it walks
-every Q block) on rows of at most MAX_MODEL_Q_BLOCKS = 65,536 Q blocks and gpu_model.MAX_MODEL_CTAS =
-16,777,216 work tiles (Q blocks x B*H; FA1's grid is B*H CTAs; the papers' roofline past either, said
-so in the row). Any size within them
+every Q block) on rows of at most MAX_MODEL_Q_BLOCKS = 65,536 Q blocks, at any B*H (the papers' roofline past it,
+said so in the row). Any size within them
 answers in well under a second per row (the closed forms do not loop over blocks). json and csv are
 written as the rows are computed (tables hold their rows); a progress bar shows on a terminal's stderr for long jobs.
 Integers are parsed exactly (no float round trip); a flag that does not apply to the command or the
