@@ -379,8 +379,17 @@ def _schedule(tiles: list, masked: list, repeats: int, slots, cost, head=None, t
     s = int(slots)
     h = np.zeros(s)
     for c_all, (_, _, reps) in zip(costs, segments):
-        h = _place(h, c_all, reps) if len(c_all) * reps <= EXACT_CTAS else _place_many(h, c_all, reps)
+        if len(c_all) < s and reps > 1:  # a short pattern: m repeats as one, so that a batch may fill every slot (the
+            m = min(reps, -(-s // len(c_all)))  # same CTAs in the same order: the same schedule)
+            whole, reps = divmod(reps, m)
+            h = _place_pattern(h, np.tile(c_all, m), whole)
+        h = _place_pattern(h, c_all, reps)
     return float(h[-1]), waves
+
+
+def _place_pattern(h: np.ndarray, c_all: np.ndarray, repeats: int) -> np.ndarray:
+    """_place up to EXACT_CTAS CTAs, _place_many past it."""
+    return _place(h, c_all, repeats) if len(c_all) * repeats <= EXACT_CTAS else _place_many(h, c_all, repeats)
 
 
 # CTAs the list schedule places (in _place's batches) per segment; past it, _place_many closes the pattern's repeats
