@@ -53,7 +53,10 @@ L_gmem when the L2 serves it and L_gmem + L_gmem_dram when its line went to DRAM
 the re-touched bytes the levels send to DRAM ((DRAM - compulsory) / (L2 - compulsory)); both fitted); CTAs are list-scheduled in launch order onto
 SMs x ctas_per_sm slots (wave quantisation and the causal tail fall out of it; causal grids in the order the
 kernel launches its Q blocks, descriptor causal_order: the repo's kernels the longest first); the persistent cuDNN
-kernel is scheduled the same way over its work tiles. Cycles -> seconds at the clock of gpus.py.
+kernel is scheduled the same way over its work tiles. One head's CTAs are a pattern the schedule repeats B·H times:
+past EXACT_CTAS CTAs of it the repeats are closed (_place_many: whole periods of a recurring schedule skipped, else the
+slots shifted by the work's exact mean, within one CTA's cycles of the walk), so a row answers in well under a second
+at any B·H. Cycles -> seconds at the clock of gpus.py.
 Then t = max(t_compute, L2 bytes / BW_L2, DRAM bytes / BW_DRAM) + launch overhead (measured per launcher);
 a kernel that spills its f row (v_once, placement hbm) runs two phases in each CTA, the products and the
 f stores, then the f loads and (f/l)V, so its memory time only partly hides under its compute:
