@@ -1,0 +1,306 @@
+"""Decoding (issue 44): split-KV attention over a KV cache (FlashDecoding), its input checks, its split rule and
+its closed form, shared by the reference (variants/split_kv.py), the CUDA launchers (kernels/split_kv*.py) and the
+report. Torch is imported only inside `check_decode_tensors`.
+
+The contract (docs/decoding.md):
+    q (B, H, Nq, d). Contiguous cache: k, v (B, H_kv, Nk, d). Paged cache: k, v (num_pages, H_kv, page_size, d)
+    and block_table (B, max_pages) int32/int64 page indices: cache position t of sequence b is
+    k[block_table[b, t // page_size], :, t % page_size]. H_kv divides H; query head h reads kv head h // g,
+    g = H / H_kv. cache_seqlens (B,) integers 0 <= L_b <= capacity (Nk, or max_pages·page_size); default all Nk
+    (contiguous only: a paged cache needs them). Causal is bottom-right per sequence: query i sees position t iff
+    t <= i + L_b - Nq; a row that sees nothing gives o = 0, lse = -inf.
+
+GQA packing: the g query heads of one kv head, times Nq queries, are one problem of g·Nq rows (row p = h·Nq + i,
+head-major: h the head within the group, i the query), tiled in Q blocks of Br rows, so each K/V byte a tile
+needs is read once for all g heads.
+
+The split: sequence b's positions are cut into num_splits = S chunks of `split_chunk(L_b, S, Bc, page_size)`
+positions (ceil(L_b / S) rounded up to a multiple of Bc, and of page_size when paged: a chunk is whole K/V blocks
+and whole pages). Split s of Q block i runs FA2's inner loop (FA2 Alg. 1 lines 6-11) over the K/V blocks of its
+chunk the block can see, then FA2 Alg. 1 lines 12-13 give a partial (o_s, lse_s). With S > 1 every split writes its
+partial (float32; an empty split, one that sees no block, writes o_s = 0, lse_s = -inf and reads nothing) and the
+merge reads all S of them: lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s - lse) o_s. With S = 1 the one split
+writes o and lse itself (FA2 Alg. 1 lines 14-15), no partial, no merge.
+
+Traffic per sequence b and kv head (R = g·Nq rows, Q blocks i of r_i rows, W_i = the columns of the K/V blocks
+Q block i sees, n_i = its nonempty splits), exactly what the reference counts:
+    reads   Q: Σ_i n_i r_i d         K, V: Σ_i W_i d each
+    S = 1   writes O: R d,  lse: R
+    S > 1   writes O_split: S R d, lse_split: S R (float32);  reads O_split: S R d, lse_split: S R;
+            writes O: R d, lse: R
+Non-causal, W_i = L_b for every Q block: K and V are read once per Q block, and at decode (R <= Br) once.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+from counting import checks
+from counting.tiling import cdiv
+
+NUM_SMS = 132  # the default split rule fills an H100/H200 (132 SMs); kernels pass their device's count
+MAX_SPLITS = 128  # as FlashDecoding (flash-attn's num_splits heuristic caps at 128)
+INDEX_DTYPES = ("int32", "int64")
+PARTIALS = ("O_split", "lse_split")  # float32 scratch in HBM
+
+
+def lcm(a: int, b: int) -> int:
+    return a * b // math.gcd(a, b)
+
+
+def chunk_unit(block_k: int, page_size: int | None = None) -> int:
+    """The granularity of a split's chunk: whole K/V blocks (Bc), and whole pages when the cache is paged."""
+    return block_k if page_size is None else lcm(block_k, page_size)
+
+
+def split_chunk(length: int, num_splits: int, block_k: int, page_size: int | None = None) -> int:
+    """Positions per split of a sequence of `length`: ⌈L/S⌉ rounded up to the chunk unit (at least one unit, so
+    L = 0 gives empty splits, never a zero-width chunk). Split s covers [s·chunk, min((s+1)·chunk, L))."""
+    unit = chunk_unit(block_k, page_size)
+    return max(1, cdiv(cdiv(length, num_splits), unit)) * unit
+
+
+def default_num_splits(batch: int, kv_heads: int, rows: int, max_len: int, block_q: int, block_k: int,
+                       page_size: int | None = None, num_sms: int = NUM_SMS) -> int:
+    """FlashDecoding's rule: enough CTAs to fill the SMs, no more. Without a split the grid is
+    B·H_kv·⌈rows/Br⌉ CTAs (rows = g·Nq, the packed tile); at decode (B·H_kv = 8..64 against 132 SMs) most SMs
+    would idle while each CTA streams its whole cache. S = ⌈num_sms / CTAs⌉ splits fill one wave; more would only
+    add partials to write and merge. Capped at the chunk units of the longest sequence (a split of less than one
+    K/V block has no work) and at MAX_SPLITS; 1 when the grid already fills the GPU (training shapes)."""
+    ctas = batch * kv_heads * cdiv(rows, block_q)
+    units = max(1, cdiv(max_len, chunk_unit(block_k, page_size)))
+    return max(1, min(cdiv(num_sms, ctas), units, MAX_SPLITS))
+
+
+@dataclass(frozen=True)
+class Decode:
+    """A checked decode problem. lengths: L_b per sequence; page_size None: contiguous cache of Nk positions."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    n_q: int
+    capacity: int  # Nk (contiguous) or max_pages·page_size (paged)
+    d: int
+    causal: bool
+    scale: float
+    block_q: int
+    block_k: int
+    lengths: tuple
+    num_splits: int
+    page_size: int | None = None
+    num_pages: int | None = None
+
+    @property
+    def group(self) -> int:  # g = H / H_kv
+        return self.heads // self.kv_heads
+
+    @property
+    def rows(self) -> int:  # the packed tile: g·Nq rows per kv head
+        return self.group * self.n_q
+
+    @property
+    def t_r(self) -> int:
+        return cdiv(self.rows, self.block_q)
+
+    def chunk(self, b: int) -> int:
+        return split_chunk(self.lengths[b], self.num_splits, self.block_k, self.page_size)
+
+    def tile_rows(self, i: int) -> tuple[int, int]:
+        r0 = i * self.block_q
+        return r0, min(r0 + self.block_q, self.rows)
+
+    def visible(self, length: int, i: int) -> int:
+        """Leading cache positions some row of packed Q block i sees (bottom-right causal: its largest query i)."""
+        if not self.causal:
+            return length
+        r0, r1 = self.tile_rows(i)
+        last_q = self.n_q - 1 if r0 // self.n_q != (r1 - 1) // self.n_q else (r1 - 1) % self.n_q
+        return max(0, min(length, last_q + 1 + length - self.n_q))
+
+    def blocks(self, length: int, i: int, s: int, chunk: int) -> range:
+        """K/V blocks j (Bc positions each, a global grid) that split s of Q block i visits."""
+        vis = self.visible(length, i)
+        first = s * chunk // self.block_k
+        return range(first, max(first, cdiv(min(vis, (s + 1) * chunk), self.block_k)))
+
+
+def _int(name: str, value, *, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def check_lengths(lengths, batch: int, capacity: int, what: str = "cache capacity") -> tuple:
+    """cache_seqlens as a tuple of B integers in [0, capacity]."""
+    lengths = tuple(lengths)
+    if len(lengths) != batch:
+        raise ValueError(f"cache_seqlens must have B = {batch} entries (one per sequence), got {len(lengths)}")
+    for b, n in enumerate(lengths):
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise TypeError(f"cache_seqlens[{b}] must be an integer, got {n!r}")
+        if n < 0:
+            raise ValueError(f"cache_seqlens[{b}] = {n} is negative; a sequence holds 0 or more positions")
+        if n > capacity:
+            raise ValueError(f"cache_seqlens[{b}] = {n} is over the {what} of {capacity} positions")
+    return tuple(int(n) for n in lengths)
+
+
+def check_block_table(table, shape, dtype: str, batch: int, num_pages: int, page_size: int, lengths) -> None:
+    """A paged cache's block table: (B, max_pages) int32/int64, and every entry a sequence reads (the first
+    ⌈L_b / page_size⌉ of row b) a page index in [0, num_pages). Entries past a sequence's pages are never read
+    (padding) and not checked. `table`: the entries as nested lists."""
+    if dtype not in INDEX_DTYPES:
+        raise TypeError(f"block_table must be an int32 or int64 tensor of page indices, got {dtype}")
+    if len(shape) != 2 or shape[0] != batch:
+        raise ValueError(f"block_table must have shape (B, max_pages) = ({batch}, max_pages), got {tuple(shape)}")
+    for b, n in enumerate(lengths):
+        used = cdiv(n, page_size)
+        for p, page in enumerate(table[b][:used]):
+            if not 0 <= page < num_pages:
+                raise ValueError(f"block_table[{b}, {p}] = {page} is not a page index: the cache has pages "
+                                 f"0..{num_pages - 1} (sequence {b} reads its first {used} entries)")
+
+
+def check_decode(q_shape, k_shape, v_shape, *, causal=False, scale=None, block_q=64, block_k=64, lengths=None,
+                 num_splits=None, paged=False, table_shape=None, num_sms=NUM_SMS) -> Decode:
+    """Sizes of a decode call (tensors' shapes as tuples), checked before anything runs; block-table entries are
+    checked by check_block_table."""
+    for name, shape in (("q", q_shape), ("k", k_shape), ("v", v_shape)):
+        if len(shape) != 4:
+            raise ValueError(f"{name} must have rank 4, got shape {tuple(shape)}")
+    b, h, n_q, d = (int(x) for x in q_shape)
+    if tuple(k_shape) != tuple(v_shape):
+        raise ValueError(f"k and v must have one shape, got {tuple(k_shape)} and {tuple(v_shape)}")
+    kb, h_kv, n_k, dk = (int(x) for x in k_shape)
+    if min(b, h, n_q, d) < 1:
+        raise ValueError(f"every dimension of q must be >= 1, got {tuple(q_shape)}")
+    if dk != d:
+        raise ValueError(f"head dim d mismatch: q has {d}, k and v have {dk}")
+    if h_kv < 1 or h % h_kv:
+        raise ValueError(f"H_kv must divide H (grouped-query attention): q has H = {h} heads, k and v have "
+                         f"H_kv = {h_kv}")
+    if n_k < 1:
+        raise ValueError(f"k and v must hold at least one position (Nk or page_size >= 1), got {tuple(k_shape)}")
+    if paged:
+        if table_shape is None or len(table_shape) != 2 or table_shape[0] != b:
+            raise ValueError(f"block_table must have shape (B, max_pages) = ({b}, max_pages), got "
+                             f"{None if table_shape is None else tuple(table_shape)}")
+        if lengths is None:
+            raise ValueError("a paged cache (block_table given) needs cache_seqlens: the pages say where the "
+                             "positions are, not how many there are")
+        page_size, num_pages, capacity = n_k, kb, int(table_shape[1]) * n_k
+        lengths = check_lengths(lengths, b, capacity, f"block table's capacity (max_pages·page_size = "
+                                                      f"{table_shape[1]}·{n_k})")
+    else:
+        if kb != b:
+            raise ValueError(f"batch mismatch: q has {b}, k and v have {kb} (a paged cache needs block_table)")
+        page_size, num_pages, capacity = None, None, n_k
+        lengths = (n_k,) * b if lengths is None else check_lengths(lengths, b, n_k, "cache's Nk")
+    pr = checks.check_problem(b, h, n_q, max(1, capacity), d, causal=causal, scale=scale, block_q=block_q,
+                              block_k=block_k)
+    g = h // h_kv
+    if num_splits is None:
+        num_splits = default_num_splits(b, h_kv, g * n_q, max(lengths), pr["block_q"], pr["block_k"], page_size,
+                                        num_sms)
+    num_splits = _int("num_splits", num_splits)
+    checks.elements("the partial outputs (num_splits·B·H·Nq·d)", num_splits * b * h * n_q * d)
+    return Decode(b, h, h_kv, n_q, capacity, d, pr["causal"], pr["scale"], pr["block_q"], pr["block_k"], lengths,
+                  num_splits, page_size, num_pages)
+
+
+def check_decode_tensors(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, cache_seqlens=None,
+                         block_table=None, num_splits=None, dtypes=None, cuda=False, num_sms=NUM_SMS) -> Decode:
+    """check_decode on tensors: types, dtypes (q, k, v one of `dtypes`, shared), one device (CUDA when `cuda`),
+    cache_seqlens and block_table integer tensors with their values checked (copied to the host once)."""
+    import torch
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if cuda and not t.is_cuda:
+            raise ValueError(f"{name} is on {t.device}; CUDA kernels need CUDA tensors")
+        if dtypes is not None and t.dtype not in dtypes:
+            raise TypeError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; supported: "
+                            f"{', '.join(str(x).replace('torch.', '') for x in dtypes)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    lengths = None
+    for name, t in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be an int32 or int64 torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"{name} must be an int32 or int64 tensor, got {str(t.dtype).replace('torch.', '')}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+    if cache_seqlens is not None:
+        if cache_seqlens.dim() != 1:
+            raise ValueError(f"cache_seqlens must have shape (B,), got {tuple(cache_seqlens.shape)}")
+        lengths = cache_seqlens.tolist()
+    paged = block_table is not None
+    p = check_decode(tuple(q.shape), tuple(k.shape), tuple(v.shape), causal=causal, scale=scale, block_q=block_q,
+                     block_k=block_k, lengths=lengths, num_splits=num_splits, paged=paged,
+                     table_shape=tuple(block_table.shape) if paged else None, num_sms=num_sms)
+    if paged:
+        check_block_table(block_table.tolist(), tuple(block_table.shape), str(block_table.dtype).replace("torch.", ""),
+                          p.batch, p.num_pages, p.page_size, p.lengths)
+    return p
+
+
+# -- the closed form ------------------------------------------------------------------------------
+def terms(p: Decode) -> tuple[dict, dict, dict]:
+    """(reads, writes, flops) of the whole problem, in elements and FLOPs: what variants/split_kv.py counts.
+
+    Per nonempty (sequence, Q block, split) with c_s visited columns, summed over kv heads (×H_kv): FA2's tile
+    work (FA2 Alg. 1 lines 8-10 per K/V block: matmul 4·d·r·c, exp r·c + r, other 4·r·c + 4·r + 2·d·r) and its
+    epilogue (FA2 Alg. 1 lines 12-13: r·d + 2·r). The merge, per row and S > 1: max over S (S), S subtractions and
+    exponentials, a sum (S), log and add (2), S divides, then S·d multiplies and (S-1)·d adds."""
+    d, hk, big_s = p.d, p.kv_heads, p.num_splits
+    q_rows = k_cols = mm = ex = other = 0
+    for length, count in _length_counts(p.lengths):
+        chunk = split_chunk(length, big_s, p.block_k, p.page_size)
+        for i in range(p.t_r):
+            r0, r1 = p.tile_rows(i)
+            r = r1 - r0
+            vis = p.visible(length, i)
+            if vis == 0:
+                continue
+            cols = min(cdiv(vis, p.block_k) * p.block_k, length)  # W_i: whole blocks, clipped at L_b
+            blocks = cdiv(vis, p.block_k)
+            splits = cdiv(vis, chunk)  # the nonempty splits: those whose chunk starts below vis
+            q_rows += count * splits * r
+            k_cols += count * cols
+            mm += count * 4 * d * r * cols
+            ex += count * (r * cols + r * blocks)
+            other += count * (4 * r * cols + 4 * r * blocks + 2 * d * r * blocks + splits * (r * d + 2 * r))
+    rows = p.batch * p.rows
+    reads = {"Q": hk * q_rows * d, "K": hk * k_cols * d, "V": hk * k_cols * d}
+    writes = {"O": hk * rows * d, "lse": hk * rows}
+    mm, ex, other = hk * mm, hk * ex, hk * other
+    if big_s > 1:
+        n = hk * rows * big_s
+        reads.update({"O_split": n * d, "lse_split": n})
+        writes.update({"O_split": n * d, "lse_split": n})
+        ex += n
+        other += hk * rows * (4 * big_s + 2 + (2 * big_s - 1) * d)
+    return reads, writes, {"matmul": mm, "exp": ex, "other": other}
+
+
+def _length_counts(lengths) -> list[tuple[int, int]]:
+    """(L, how many sequences have it): one pass per distinct length (B sequences often share one)."""
+    out: dict[int, int] = {}
+    for n in lengths:
+        out[n] = out.get(n, 0) + 1
+    return sorted(out.items())
+
+
+def split_kv_sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False) -> int:
+    """A split's working set: FA2's (Q_i, K_j, V_j tiles; S/P, O_i, ℓ_i, m_i in float32) at the packed rows
+    (n_q = g·Nq) and the longest sequence (n_k, at least 1). The merge holds one row's S statistics: less."""
+    br, bc = min(block_q, n_q), min(block_k, max(1, n_k))
+    return (br * d + 2 * bc * d) * itemsize + (br * bc + br * d + 2 * br) * 4
