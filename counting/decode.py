@@ -172,15 +172,16 @@ def check_decode(q_shape, k_shape, v_shape, *, causal=False, scale=None, block_q
             raise ValueError(f"{name} must have rank 4, got shape {tuple(shape)}")
     b, h, n_q, d = (int(x) for x in q_shape)
     if tuple(k_shape) != tuple(v_shape):
-        raise ValueError(f"k and v must have one shape, got {tuple(k_shape)} and {tuple(v_shape)}")
+        what = "the same sequence length" if k_shape[2] != v_shape[2] else "one shape"
+        raise ValueError(f"k and v must have {what}, got {tuple(k_shape)} and {tuple(v_shape)}")
     kb, h_kv, n_k, dk = (int(x) for x in k_shape)
     if min(b, h, n_q, d) < 1:
         raise ValueError(f"every dimension of q must be >= 1, got {tuple(q_shape)}")
     if dk != d:
         raise ValueError(f"head dim d mismatch: q has {d}, k and v have {dk}")
     if h_kv < 1 or h % h_kv:
-        raise ValueError(f"H_kv must divide H (grouped-query attention): q has H = {h} heads, k and v have "
-                         f"H_kv = {h_kv}")
+        raise ValueError(f"heads mismatch: q has H = {h} heads, k and v have H_kv = {h_kv}; H_kv must divide H "
+                         "(grouped-query attention)")
     if n_k < 1:
         raise ValueError(f"k and v must hold at least one position (Nk or page_size >= 1), got {tuple(k_shape)}")
     if paged:

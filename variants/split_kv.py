@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from counting import decode
-from counting.memory import resolve
+from counting.memory import compute_dtype, resolve
 from variants import fa2
 from variants._common import (NEG_INF, SUPPORTED_DTYPES, check_score_range, finite_or_zero, log_sum_exp, reference,
                               safe_div)
@@ -81,9 +81,10 @@ def forward(q, k, v, *, causal=False, scale=None, cache_seqlens=None, block_tabl
     # the packed views: (H_kv, g·Nq, d), row h·Nq + i (a reshape of contiguous (H, Nq, d): a view)
     qp = q.reshape(p.batch, hk, rows, p.d)
     op, lsep = o.view(p.batch, hk, rows, p.d), lse.view(p.batch, hk, rows)
-    if big_s > 1:  # the partials: float32 scratch in HBM, one (o_s, lse_s) per split
-        o_part = torch.empty(big_s, p.batch, hk, rows, p.d, dtype=torch.float32, device=q.device)
-        lse_part = torch.empty(big_s, p.batch, hk, rows, dtype=torch.float32, device=q.device)
+    if big_s > 1:  # the partials: float32 scratch in HBM, one (o_s, lse_s) per split (float64 for gradcheck's
+        acc = compute_dtype(q.dtype)  # float64 inputs, whose gradients a float32 lse_s would round off)
+        o_part = torch.empty(big_s, p.batch, hk, rows, p.d, dtype=acc, device=q.device)
+        lse_part = torch.empty(big_s, p.batch, hk, rows, dtype=acc, device=q.device)
 
     for b in range(p.batch):
         length, chunk = p.lengths[b], p.chunk(b)
