@@ -386,7 +386,7 @@ for _cf in (ClosedForm("naive", _naive, "counting.sram:naive_sram_bytes"),  # to
             ClosedForm("fa1", _fa1, "counting.sram:fa1_sram_bytes"),        # report imports no torch)
             ClosedForm("fa2", _fa2, "counting.sram:fa2_sram_bytes"),
             ClosedForm("v_once", _v_once_terms, _v_once_sram, {"placement": PLACEMENTS, "rescale": RESCALES}),
-            ClosedForm("split_kv", _split_kv_terms, "counting.decode:split_kv_sram_bytes", whole=_split_kv_whole,
+            ClosedForm("split_kv", _split_kv_terms, "counting.sram:split_kv_sram_bytes", whole=_split_kv_whole,
                        decode=DECODE_OPTIONS)):
     register(_cf)
 

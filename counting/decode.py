@@ -14,13 +14,14 @@ GQA packing: the g query heads of one kv head, times Nq queries, are one problem
 head-major: h the head within the group, i the query), tiled in Q blocks of Br rows, so each K/V byte a tile
 needs is read once for all g heads.
 
-The split: sequence b's positions are cut into num_splits = S chunks of `split_chunk(L_b, S, Bc, page_size)`
-positions (ceil(L_b / S) rounded up to a multiple of Bc, and of page_size when paged: a chunk is whole K/V blocks
-and whole pages). Split s of Q block i runs FA2's inner loop (FA2 Alg. 1 lines 6-11) over the K/V blocks of its
-chunk the block can see, then FA2 Alg. 1 lines 12-13 give a partial (o_s, lse_s). With S > 1 every split writes its
-partial (float32; an empty split, one that sees no block, writes o_s = 0, lse_s = -inf and reads nothing) and the
-merge reads all S of them: lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s - lse) o_s. With S = 1 the one split
-writes o and lse itself (FA2 Alg. 1 lines 14-15), no partial, no merge.
+The split (counting/split_rule.py, the rule the kernels launch with): S = num_splits, chunk = ⌈L_max/S⌉ rounded up
+to a multiple of Bc (and of page_size when paged: a chunk is whole K/V blocks and whole pages), L_max the longest
+sequence; the launch runs S = ⌈L_max/chunk⌉ splits (trailing empty ones dropped). Split s of Q block i runs FA2's
+inner loop (FA2 Alg. 1 lines 6-11) over the K/V blocks of [s·chunk, (s+1)·chunk) ∩ [0, L_b) the block can see, then
+FA2 Alg. 1 lines 12-13 give a partial (o_s, lse_s). With S > 1 every split writes its partial (float32; an empty split,
+one that sees no block, writes o_s = 0, lse_s = -inf and reads nothing) and the merge reads all S of them:
+lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s - lse) o_s. With S = 1 the one split writes o and lse itself (FA2 Alg. 1
+lines 14-15), no partial, no merge.
 
 Traffic per sequence b and kv head (R = g·Nq rows, Q blocks i of r_i rows, W_i = the columns of the K/V blocks
 Q block i sees, n_i = its nonempty splits), exactly what the reference counts:
@@ -32,45 +33,40 @@ Non-causal, W_i = L_b for every Q block: K and V are read once per Q block, and 
 """
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 
-from counting import checks
+from counting import checks, split_rule
+from counting.sram import split_kv_sram_bytes  # noqa: F401  (re-exported: the working set lives in counting.sram)
 from counting.tiling import cdiv
 
-NUM_SMS = 132  # the default split rule fills an H100/H200 (132 SMs); kernels pass their device's count
-MAX_SPLITS = 128  # as FlashDecoding (flash-attn's num_splits heuristic caps at 128)
+NUM_SMS = split_rule.SMS  # the default split rule fills an H100/H200 (132 SMs); kernels pass their device's count
 INDEX_DTYPES = ("int32", "int64")
 PARTIALS = ("O_split", "lse_split")  # float32 scratch in HBM
 
 
-def lcm(a: int, b: int) -> int:
-    return a * b // math.gcd(a, b)
-
-
-def chunk_unit(block_k: int, page_size: int | None = None) -> int:
-    """The granularity of a split's chunk: whole K/V blocks (Bc), and whole pages when the cache is paged."""
-    return block_k if page_size is None else lcm(block_k, page_size)
-
-
-def split_chunk(length: int, num_splits: int, block_k: int, page_size: int | None = None) -> int:
-    """Positions per split of a sequence of `length`: ⌈L/S⌉ rounded up to the chunk unit (at least one unit, so
-    L = 0 gives empty splits, never a zero-width chunk). Split s covers [s·chunk, min((s+1)·chunk, L))."""
-    unit = chunk_unit(block_k, page_size)
-    return max(1, cdiv(cdiv(length, num_splits), unit)) * unit
+def split_chunk(max_len: int, num_splits: int, block_k: int, page_size: int | None = None) -> int:
+    """Positions per split (counting/split_rule.py, the kernels' rule): ⌈L_max/S⌉ rounded up to a multiple of Bc, and
+    of page_size when paged (lcm(Bc, page_size): a chunk is whole K/V blocks and whole pages), at least one unit. One
+    chunk for every sequence of the launch, from the longest: split s covers [s·chunk, (s+1)·chunk) ∩ [0, L_b)."""
+    return split_rule.chunk_len(max_len, num_splits, block_k, page_size)
 
 
 def default_num_splits(batch: int, kv_heads: int, rows: int, max_len: int, block_q: int, block_k: int,
-                       page_size: int | None = None, num_sms: int = NUM_SMS) -> int:
-    """FlashDecoding's rule: enough CTAs to fill the SMs, no more. Without a split the grid is
-    B·H_kv·⌈rows/Br⌉ CTAs (rows = g·Nq, the packed tile); at decode (B·H_kv = 8..64 against 132 SMs) most SMs
-    would idle while each CTA streams its whole cache. S = ⌈num_sms / CTAs⌉ splits fill one wave; more would only
-    add partials to write and merge. Capped at the chunk units of the longest sequence (a split of less than one
-    K/V block has no work) and at MAX_SPLITS; 1 when the grid already fills the GPU (training shapes)."""
-    ctas = batch * kv_heads * cdiv(rows, block_q)
-    units = max(1, cdiv(max_len, chunk_unit(block_k, page_size)))
-    return max(1, min(cdiv(num_sms, ctas), units, MAX_SPLITS))
+                       num_sms: int = NUM_SMS) -> int:
+    """FlashDecoding's rule, as the kernels run it (counting/split_rule.py num_splits): enough CTAs to fill the SMs
+    (twice over: two CTAs resident per SM hide each other's DRAM latency), no more. Unsplit, the grid is
+    B·H_kv·⌈rows/Br⌉ CTAs (rows = g·Nq, the packed tile); at decode (B·H_kv = 8..64 against 132 SMs) most SMs idle
+    while each CTA streams its whole cache. S = ⌈2·SMs / CTAs⌉ fills them; more would only add partials to write
+    and merge. Capped at Tc = ⌈L_max/Bc⌉ (a split of less than one K/V block has no work); 1 when the grid already
+    fills the GPU (training shapes)."""
+    return split_rule.num_splits(batch, kv_heads, cdiv(rows, block_q), max_len, block_k, num_sms)
+
+
+def used_splits(max_len: int, num_splits: int, block_k: int, page_size: int | None = None) -> int:
+    """The splits a launch runs: those that hold a position of the longest sequence (counting/split_rule.py: trailing
+    empty ones are not launched), so S = ⌈L_max / chunk⌉ <= the S asked for."""
+    return split_rule.used_splits(max_len, split_chunk(max_len, num_splits, block_k, page_size))
 
 
 @dataclass(frozen=True)
@@ -104,8 +100,10 @@ class Decode:
     def t_r(self) -> int:
         return cdiv(self.rows, self.block_q)
 
-    def chunk(self, b: int) -> int:
-        return split_chunk(self.lengths[b], self.num_splits, self.block_k, self.page_size)
+    @property
+    def chunk(self) -> int:
+        """Positions per split, the same for every sequence (from the longest)."""
+        return split_chunk(max(self.lengths), self.num_splits, self.block_k, self.page_size)
 
     def tile_rows(self, i: int) -> tuple[int, int]:
         r0 = i * self.block_q
@@ -203,9 +201,8 @@ def check_decode(q_shape, k_shape, v_shape, *, causal=False, scale=None, block_q
                               block_k=block_k)
     g = h // h_kv
     if num_splits is None:
-        num_splits = default_num_splits(b, h_kv, g * n_q, max(lengths), pr["block_q"], pr["block_k"], page_size,
-                                        num_sms)
-    num_splits = _int("num_splits", num_splits)
+        num_splits = default_num_splits(b, h_kv, g * n_q, max(lengths), pr["block_q"], pr["block_k"], num_sms)
+    num_splits = used_splits(max(lengths), _int("num_splits", num_splits), pr["block_k"], page_size)
     checks.elements("the partial outputs (num_splits·B·H·Nq·d)", num_splits * b * h * n_q * d)
     return Decode(b, h, h_kv, n_q, capacity, d, pr["causal"], pr["scale"], pr["block_q"], pr["block_k"], lengths,
                   num_splits, page_size, num_pages)
@@ -263,8 +260,8 @@ def terms(p: Decode) -> tuple[dict, dict, dict]:
     exponentials, a sum (S), log and add (2), S divides, then S·d multiplies and (S-1)·d adds."""
     d, hk, big_s = p.d, p.kv_heads, p.num_splits
     q_rows = k_cols = mm = ex = other = 0
+    chunk = p.chunk
     for length, count in _length_counts(p.lengths):
-        chunk = split_chunk(length, big_s, p.block_k, p.page_size)
         for i in range(p.t_r):
             r0, r1 = p.tile_rows(i)
             r = r1 - r0
@@ -298,10 +295,3 @@ def _length_counts(lengths) -> list[tuple[int, int]]:
     for n in lengths:
         out[n] = out.get(n, 0) + 1
     return sorted(out.items())
-
-
-def split_kv_sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False) -> int:
-    """A split's working set: FA2's (Q_i, K_j, V_j tiles; S/P, O_i, ℓ_i, m_i in float32) at the packed rows
-    (n_q = g·Nq) and the longest sequence (n_k, at least 1). The merge holds one row's S statistics: less."""
-    br, bc = min(block_q, n_q), min(block_k, max(1, n_k))
-    return (br * d + 2 * bc * d) * itemsize + (br * bc + br * d + 2 * br) * 4

@@ -87,7 +87,7 @@ def forward(q, k, v, *, causal=False, scale=None, cache_seqlens=None, block_tabl
         lse_part = torch.empty(big_s, p.batch, hk, rows, dtype=acc, device=q.device)
 
     for b in range(p.batch):
-        length, chunk = p.lengths[b], p.chunk(b)
+        length, chunk = p.lengths[b], p.chunk
         for i in range(p.t_r):  # FA2 Alg. 1 line 3, and each split of the cache a CTA of its own
             r0, r1 = p.tile_rows(i)
             for s in range(big_s):
