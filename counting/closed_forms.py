@@ -136,7 +136,9 @@ class Traffic:
 
     @property
     def attention_flops(self) -> int:
-        """4·d per visible (query, key) pair, B·H: the work TFLOP/s figures divide by."""
+        """4·d per visible (query, key) pair, B·H: the work TFLOP/s figures divide by (split_kv: per sequence)."""
+        if "attention_flops" in self.decode:
+            return self.decode["attention_flops"]
         return attention_flops(self.batch, self.heads, self.n_q, self.n_k, self.d, self.causal)
 
     @property
@@ -376,7 +378,8 @@ def _split_kv_whole(batch, heads, n_q, n_k, d, *, causal, block_q, block_k, item
     lengths = sorted(set(p.lengths))
     info = {"kv_heads": p.kv_heads, "group": p.group, "num_splits": p.num_splits, "page_size": p.page_size,
             "cache_len_min": lengths[0], "cache_len_max": lengths[-1], "cache_tokens": sum(p.lengths),
-            "ctas": p.batch * p.kv_heads * p.t_r * p.num_splits}
+            "ctas": p.batch * p.kv_heads * p.t_r * p.num_splits,
+            "attention_flops": decode.attention_flops(p), "min_hbm_bytes": decode.min_hbm_bytes(p, itemsize)}
     return reads, writes, flops, sram, info
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from counting import checks, split_rule
 from counting.sram import split_kv_sram_bytes  # noqa: F401  (re-exported: the working set lives in counting.sram)
+from counting.headline import seen_rows, visible_pairs
 from counting.tiling import cdiv
 
 NUM_SMS = split_rule.SMS  # the default split rule fills an H100/H200 (132 SMs); kernels pass their device's count
@@ -295,3 +296,18 @@ def _length_counts(lengths) -> list[tuple[int, int]]:
     for n in lengths:
         out[n] = out.get(n, 0) + 1
     return sorted(out.items())
+
+
+def attention_flops(p: Decode) -> int:
+    """4·d per visible (query head, query, position) triple: the work TFLOP/s figures divide by (per-sequence
+    lengths and the causal mask of each sequence)."""
+    return 4 * p.d * p.heads * sum(count * visible_pairs(p.n_q, n, p.causal) if n else 0
+                                   for n, count in _length_counts(p.lengths))
+
+
+def min_hbm_bytes(p: Decode, itemsize: int) -> int:
+    """What any decode kernel must move: each sequence's K and V once per kv head (L_b positions), Q read for the rows
+    that see a position, O and lse written once."""
+    kv = 2 * p.kv_heads * sum(p.lengths) * p.d * itemsize
+    q_rows = sum(count * (seen_rows(p.n_q, n, p.causal) if n else 0) for n, count in _length_counts(p.lengths))
+    return kv + p.heads * (q_rows * p.d * itemsize + p.batch * p.n_q * (p.d * itemsize + 4))
