@@ -219,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--sram-max", type=parse_bytes, default=4 * 1024 ** 2, help="largest M (default 4MiB)")
     sw.add_argument("--points", type=_positive_int,
                     help=f"log-spaced sizes (default {DEFAULT_POINTS}, at most {MAX_POINTS})")
-    gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of, "gpu": _gpu})
+    gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of, "gpu": _gpu,
+                                  "cache_len": _cache_len})
     g = sub.add_parser("gpus", help="the GPU figures and their sources")
     g.add_argument("--format", choices=("table", "json"), default="table")
     return parser
