@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from counting import checks, split_rule
 from counting.sram import split_kv_sram_bytes  # noqa: F401  (re-exported: the working set lives in counting.sram)
 from counting.headline import seen_rows, visible_pairs
-from counting.tiling import cdiv
+from counting.tiling import Tiling, cdiv, tile_sums
 
 NUM_SMS = split_rule.SMS  # the default split rule fills an H100/H200 (132 SMs); kernels pass their device's count
 INDEX_DTYPES = ("int32", "int64")
@@ -255,32 +255,23 @@ def check_decode_tensors(q, k, v, *, causal=False, scale=None, block_q=64, block
 def terms(p: Decode) -> tuple[dict, dict, dict]:
     """(reads, writes, flops) of the whole problem, in elements and FLOPs: what variants/split_kv.py counts.
 
-    Per nonempty (sequence, Q block, split) with c_s visited columns, summed over kv heads (×H_kv): FA2's tile
-    work (FA2 Alg. 1 lines 8-10 per K/V block: matmul 4·d·r·c, exp r·c + r, other 4·r·c + 4·r + 2·d·r) and its
-    epilogue (FA2 Alg. 1 lines 12-13: r·d + 2·r). The merge, per row and S > 1: max over S (S), S subtractions and
-    exponentials, a sum (S), log and add (2), S divides, then S·d multiplies and (S-1)·d adds."""
+    Per nonempty (sequence, Q block, split), summed over kv heads (×H_kv): FA2's tile work (FA2 Alg. 1 lines 8-10
+    per K/V block of c columns: matmul 4·d·r·c, exp r·c + r, other 4·r·c + 4·r + 2·d·r) and its epilogue (FA2 Alg. 1
+    lines 12-13: r·d + 2·r). The splits partition each Q block's K/V blocks (a chunk is whole blocks), so over its
+    splits Q block i visits n_i = ⌈vis_i/Bc⌉ blocks covering W_i = min(n_i·Bc, L_b) columns, as in FA2, and reads
+    Q_i once per nonempty split, s_i = ⌈vis_i/chunk⌉ of them. The merge, per row and S > 1: max over S (S), S
+    subtractions and exponentials, a sum (S), log and add (2), S divides, then S·d multiplies and (S-1)·d adds."""
     d, hk, big_s = p.d, p.kv_heads, p.num_splits
-    q_rows = k_cols = mm = ex = other = 0
-    chunk = p.chunk
+    q_rows = k_cols = rw = rn = 0
     for length, count in _length_counts(p.lengths):
-        for i in range(p.t_r):
-            r0, r1 = p.tile_rows(i)
-            r = r1 - r0
-            vis = p.visible(length, i)
-            if vis == 0:
-                continue
-            cols = min(cdiv(vis, p.block_k) * p.block_k, length)  # W_i: whole blocks, clipped at L_b
-            blocks = cdiv(vis, p.block_k)
-            splits = cdiv(vis, chunk)  # the nonempty splits: those whose chunk starts below vis
-            q_rows += count * splits * r
-            k_cols += count * cols
-            mm += count * 4 * d * r * cols
-            ex += count * (r * cols + r * blocks)
-            other += count * (4 * r * cols + 4 * r * blocks + 2 * d * r * blocks + splits * (r * d + 2 * r))
+        a, b, c, e = block_sums(p, length)  # Σ r W, Σ r n, Σ W, Σ r s
+        rw, rn, k_cols, q_rows = rw + count * a, rn + count * b, k_cols + count * c, q_rows + count * e
     rows = p.batch * p.rows
     reads = {"Q": hk * q_rows * d, "K": hk * k_cols * d, "V": hk * k_cols * d}
     writes = {"O": hk * rows * d, "lse": hk * rows}
-    mm, ex, other = hk * mm, hk * ex, hk * other
+    mm = hk * 4 * d * rw
+    ex = hk * (rw + rn)
+    other = hk * (4 * rw + 4 * rn + 2 * d * rn + q_rows * (d + 2))
     if big_s > 1:
         n = hk * rows * big_s
         reads.update({"O_split": n * d, "lse_split": n})
@@ -288,6 +279,35 @@ def terms(p: Decode) -> tuple[dict, dict, dict]:
         ex += n
         other += hk * rows * (4 * big_s + 2 + (2 * big_s - 1) * d)
     return reads, writes, {"matmul": mm, "exp": ex, "other": other}
+
+
+def block_sums(p: Decode, length: int) -> tuple[int, int, int, int]:
+    """(Σ_i r_i W_i, Σ_i r_i n_i, Σ_i W_i, Σ_i r_i s_i) over the packed Q blocks i of one sequence of `length`.
+    Non-causal every block sees all L; causal with g = 1 the packed rows are the queries and the sums are FA2's
+    (counting.tiling.tile_sums, O(log) steps; the splits' are its Σ r n at Bc = chunk); causal with g > 1 (a block
+    may hold the end of one head's queries and the start of the next's) sums the blocks, a million at a time."""
+    if length == 0:
+        return 0, 0, 0, 0
+    rows, chunk, bc = p.rows, p.chunk, p.block_k
+    if not p.causal:
+        n, s = cdiv(length, bc), cdiv(length, chunk)
+        return rows * length, rows * n, p.t_r * length, rows * s
+    if p.group == 1:
+        ts = tile_sums(Tiling(p.n_q, length, p.block_q, bc, True))
+        return ts.rc, ts.r, ts.c, tile_sums(Tiling(p.n_q, length, p.block_q, chunk, True)).r
+    import numpy as np
+
+    out = [0, 0, 0, 0]
+    for first in range(0, p.t_r, 1 << 20):
+        r0 = np.arange(first, min(p.t_r, first + (1 << 20)), dtype=np.int64) * p.block_q
+        r1 = np.minimum(r0 + p.block_q, rows)
+        last_q = np.where(r0 // p.n_q != (r1 - 1) // p.n_q, p.n_q - 1, (r1 - 1) % p.n_q)
+        vis = np.clip(last_q + 1 + length - p.n_q, 0, length)
+        r, n, s = r1 - r0, -(-vis // bc), -(-vis // chunk)
+        w = np.minimum(n * bc, length)
+        for k, x in enumerate((r * w, r * n, w, r * s)):
+            out[k] += int(x.sum())
+    return tuple(out)
 
 
 def _length_counts(lengths) -> list[tuple[int, int]]:
