@@ -17,11 +17,11 @@ needs is read once for all g heads.
 The split (counting/split_rule.py, the rule the kernels launch with): S = num_splits, chunk = ⌈L_max/S⌉ rounded up
 to a multiple of Bc (and of page_size when paged: a chunk is whole K/V blocks and whole pages), L_max the longest
 sequence; the launch runs S = ⌈L_max/chunk⌉ splits (trailing empty ones dropped). Split s of Q block i runs FA2's
-inner loop (FA2 Alg. 1 lines 6-11) over the K/V blocks of [s·chunk, (s+1)·chunk) ∩ [0, L_b) the block can see, then
+inner loop (FA2 Alg. 1 lines 6-10) over the K/V blocks of [s·chunk, (s+1)·chunk) ∩ [0, L_b) the block can see, then
 FA2 Alg. 1 lines 12-13 give a partial (o_s, lse_s). With S > 1 every split writes its partial (float32; an empty split,
 one that sees no block, writes o_s = 0, lse_s = -inf and reads nothing) and the merge reads all S of them:
-lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s - lse) o_s. With S = 1 the one split writes o and lse itself (FA2 Alg. 1
-lines 14-15), no partial, no merge.
+lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s - lse) o_s. With S = 1 the one split writes o and lse itself
+(FA2 Alg. 1 lines 14-15), no partial, no merge.
 
 Traffic per sequence b and kv head (R = g·Nq rows, Q blocks i of r_i rows, W_i = the columns of the K/V blocks
 Q block i sees, n_i = its nonempty splits), exactly what the reference counts:
@@ -256,8 +256,8 @@ def terms(p: Decode) -> tuple[dict, dict, dict]:
     """(reads, writes, flops) of the whole problem, in elements and FLOPs: what variants/split_kv.py counts.
 
     Per nonempty (sequence, Q block, split), summed over kv heads (×H_kv): FA2's tile work (FA2 Alg. 1 lines 8-10
-    per K/V block of c columns: matmul 4·d·r·c, exp r·c + r, other 4·r·c + 4·r + 2·d·r) and its epilogue (FA2 Alg. 1
-    lines 12-13: r·d + 2·r). The splits partition each Q block's K/V blocks (a chunk is whole blocks), so over its
+    per K/V block of c columns: matmul 4·d·r·c, exp r·c + r, other 4·r·c + 4·r + 2·d·r) and its epilogue
+    (FA2 Alg. 1 lines 12-13: r·d + 2·r). The splits partition each Q block's K/V blocks (a chunk is whole blocks), so over its
     splits Q block i visits n_i = ⌈vis_i/Bc⌉ blocks covering W_i = min(n_i·Bc, L_b) columns, as in FA2, and reads
     Q_i once per nonempty split, s_i = ⌈vis_i/chunk⌉ of them. The merge, per row and S > 1: max over S (S), S
     subtractions and exponentials, a sum (S), log and add (2), S divides, then S·d multiplies and (S-1)·d adds."""

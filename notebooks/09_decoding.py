@@ -94,7 +94,7 @@ show_table(["B", "CTAs (S = 1)", "DRAM bytes", "time, S = 1", "achieved", "S (ru
 # ## 2 · The split and the merge
 #
 # Split-KV cuts each cache into $S$ chunks of whole $K/V$ blocks and gives each (Q block, chunk) its own CTA. Split
-# $s$ runs FA2's inner loop (FA2 Alg. 1 lines 6-11) over its chunk and ends with FA2 Alg. 1 lines 12-13: a
+# $s$ runs FA2's inner loop (FA2 Alg. 1 lines 6-10) over its chunk and ends with FA2 Alg. 1 lines 12-13: a
 # normalised partial output and its log-sum-exp,
 #
 # $$o_s = \frac{1}{\ell_s} \sum_{t \in s} e^{x_t - m_s} v_t, \qquad L_s = m_s + \log \ell_s,

@@ -3,12 +3,12 @@ memory model. The contract, the split rule and the closed form: counting/decode.
 
 At decode (Nq = 1..a few queries) FA2's grid of Tr·B·H CTAs is B·H CTAs against 132 SMs: each streams its whole
 cache while most SMs idle. Split-KV cuts each sequence's positions into S chunks and gives each (Q block, chunk)
-its own CTA. Each runs FA2's inner loop (FA2 Alg. 1 lines 6-11) over its chunk and writes a partial (o_s, lse_s)
+its own CTA. Each runs FA2's inner loop (FA2 Alg. 1 lines 6-10) over its chunk and writes a partial (o_s, lse_s)
 (FA2 Alg. 1 lines 12-13, normalised); the merge combines them by the log-sum-exp identity
 
     lse = log Σ_s exp(lse_s),   o = Σ_s exp(lse_s - lse) · o_s
 
-the online softmax's induction (FA2 Alg. 1 line 9-10's rescale by e^{m_old - m_new}) taken one chunk at a time.
+the online softmax's induction (the rescale by e^{m_old - m_new} of FA2 Alg. 1 lines 9-10) taken one chunk at a time.
 GQA packing: the g = H/H_kv query heads of a kv head are one tile of g·Nq rows (row h·Nq + i), so each K/V byte
 a tile needs is read once. S = 1 is FA2 over the cache: one split writes o and lse itself, no partials.
 
@@ -107,7 +107,7 @@ def forward(q, k, v, *, causal=False, scale=None, cache_seqlens=None, block_tabl
 
 
 def _split(mem, p, qp, k, v, block_table, b, length, chunk, s, r0, r1, blocks):
-    """One split of one Q block: FA2 Alg. 1 lines 4-13 over the K/V blocks of chunk s. (O_s, L_s) on chip."""
+    """One split of one Q block: FA2 Alg. 1 lines 4-10 over the K/V blocks of chunk s, then FA2 Alg. 1 lines 12-13: (O_s, L_s) on chip."""
     Qi = mem.load("Q", qp[b, :, r0:r1])  # FA2 Alg. 1 line 4: (H_kv, r, d), g heads packed
     Oi = Qi.new_zeros(*Qi.shape)  # FA2 Alg. 1 line 5: O_i = 0, ℓ_i = 0, m_i = -inf
     li = Qi.new_zeros(*Qi.shape[:-1], 1)
