@@ -102,7 +102,9 @@ def counts(desc: DecodeDescriptor, batch, heads, n_q, n_k, d, dtype="fp16", caus
 
 
 def predict(desc: DecodeDescriptor, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200",
-            **decode) -> gm.Prediction:
+            bandwidth: float | None = None, **decode) -> gm.Prediction:
+    """bandwidth: the DRAM's B/s (default the GPU's measured figure, else its datasheet's; a run's own device copy
+    where it measured one, as `check` passes it)."""
     g = get_gpu(gpu)
     tr = counts(desc, batch, heads, n_q, n_k, d, dtype, causal, gpu, **decode)
     item, info = cf.DTYPES[tr.dtype], tr.decode
@@ -113,7 +115,7 @@ def predict(desc: DecodeDescriptor, batch, heads, n_q, n_k, d, dtype="fp16", cau
     resident = min(ctas, sms * per_sm)
     in_flight = resident * desc.kv_stages * 2 * desc.block_k * d * item
     latency = params["lat_dram"] / clock
-    bw = g.value("hbm_bandwidth", "measured")
+    bw = bandwidth or g.value("hbm_bandwidth", "measured")
     rate = min(bw, in_flight / latency)
     dram_bytes = tr.hbm_bytes
     t_dram = dram_bytes / rate
@@ -140,3 +142,69 @@ def predict(desc: DecodeDescriptor, batch, heads, n_q, n_k, d, dtype="fp16", cau
                          bound=bound, terms=terms, l2_bytes=dram_bytes, dram_bytes=dram_bytes,
                          requests_bytes=tr.hbm_bytes, ctas=ctas, ctas_per_sm=per_sm,
                          waves=ctas / (sms * per_sm), block_q=desc.block_q, block_k=desc.block_k)
+
+
+# -- the check against a measurement ---------------------------------------------------------------
+# bench/decode_speed.py (the decode kernels' benchmark) writes decode_speed.json: per shape (dtype, d, batch, cache;
+# H = 32, H_kv = 8, Nq = 1, full caches) the medians in ms of split_kv_fast (contiguous), split_kv_fast_paged (pages
+# of 256), split_kv (the teaching kernel, small caches), and the run's device-copy bandwidth.
+CHECKED = {"split_kv_fast": ("split_kv_fast", None), "split_kv_fast_paged": ("split_kv_fast", 256),
+           "split_kv": ("split_kv", None)}
+
+
+def gpu_of(device: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> h100; the model's key of a device name (ValueError for another GPU)."""
+    for key in ("h200", "h100"):
+        if key in device.lower().replace(" ", ""):
+            return key
+    raise ValueError(f"the decode model prices H100 and H200, not {device!r}")
+
+
+def check(result: dict) -> list[dict]:
+    """Model against measured for every timed decode-kernel cell of a decode_speed.json (loaded): model_ms at the
+    run's own copy bandwidth, measured_ms, their ratio, and the model's bound and split count."""
+    gpu = gpu_of(result["device"])
+    bw = result.get("copy", {}).get("gbps")
+    bw = bw * 1e9 if bw else None
+    out = []
+    for row in result.get("rows", []):
+        for name, ms in (row.get("ms") or {}).items():
+            if name not in CHECKED or not ms:
+                continue
+            kernel, page = CHECKED[name]
+            dtype = cf.dtype_name(row["dtype"])
+            desc = describe(kernel, row["d"], dtype)
+            p = predict(desc, row["batch"], row.get("H", 32), row.get("Nq", 1), row["cache"], row["d"], dtype,
+                        gpu=gpu, bandwidth=bw, kv_heads=row.get("H_kv", 8), page_size=page)
+            out.append(dict(kernel=name, dtype=dtype, d=row["d"], batch=row["batch"], cache=row["cache"],
+                            measured_ms=ms, model_ms=p.time_s * 1e3, ratio=p.time_s * 1e3 / ms, bound=p.bound,
+                            build=p.build, ok=row.get("ok")))
+    return out
+
+
+def main(argv=None) -> int:
+    """python -m gpumodel.decode_model results/<run>/decode_speed.json: the model against that run, one line a cell,
+    then the median and range of model / measured per kernel."""
+    import json
+    import statistics
+    import sys
+    from pathlib import Path
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m gpumodel.decode_model results/<run>/decode_speed.json", file=sys.stderr)
+        return 2
+    rows = check(json.loads(Path(args[0]).read_text()))
+    for r in rows:
+        print(f"{r['kernel']:20s} {r['dtype']} d={r['d']:<3d} B={r['batch']:<3d} L={r['cache']:<7d} measured "
+              f"{r['measured_ms']:9.4f} ms  model {r['model_ms']:9.4f} ms  model/measured {r['ratio']:.2f}  "
+              f"{r['bound']}  {r['build']}")
+    for kernel in dict.fromkeys(r["kernel"] for r in rows):
+        ratios = [r["ratio"] for r in rows if r["kernel"] == kernel]
+        print(f"{kernel}: {len(ratios)} cells, model/measured median {statistics.median(ratios):.2f} "
+              f"(range {min(ratios):.2f}-{max(ratios):.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
