@@ -24,8 +24,8 @@ lse = log Σ_s exp(lse_s), o = Σ_s exp(lse_s - lse) o_s. With S = 1 the one spl
 (FA2 Alg. 1 lines 14-15), no partial, no merge.
 
 Traffic per sequence b and kv head (R = g·Nq rows, Q blocks i of r_i rows, W_i = the columns of the K/V blocks
-Q block i sees, n_i = its nonempty splits), exactly what the reference counts:
-    reads   Q: Σ_i n_i r_i d         K, V: Σ_i W_i d each
+Q block i sees, s_i = its nonempty splits), exactly what the reference counts:
+    reads   Q: Σ_i s_i r_i d         K, V: Σ_i W_i d each
     S = 1   writes O: R d,  lse: R
     S > 1   writes O_split: S R d, lse_split: S R (float32);  reads O_split: S R d, lse_split: S R;
             writes O: R d, lse: R
