@@ -39,8 +39,9 @@ _LIB = "fa_workbench"
 
 
 def _describe(spec) -> dict:
-    """What kernels.attention takes: what both the forward and the backward take (a forward may
-    cover more head dims than its backward: fa2_wgmma's forward takes d = 96, 256, its backward not)."""
+    """What kernels.attention takes: what both the forward and the backward take (a forward may cover more head
+    dims, dtypes or layouts than its backward; the intersection is what trains). fa2_wgmma's deterministic=True at
+    d = 256 runs the float32 torch backward route (kernels/fa2_wgmma_bwd.py), expected to be several times slower."""
     head_dims = spec.head_dims
     bwd = spec.backward
     bwd_dims = getattr(sys.modules.get(getattr(bwd, "__module__", ""), None), "HEAD_DIMS", None)

@@ -24,7 +24,8 @@ Head dims 64 and 128 are the kernel's own tiles; the other two:
   d = 96   the d = 128 build with D_REAL=96: the tile loads zero-fill columns 96..127 in shared memory
            (zero columns leave S = Q K^T and dP = dO V^T, hence P and dS, unchanged; the softmax scale stays
            1/sqrt(96)), and the stores of dq, dk, dv and the reads of o, do for D skip them. No copies of
-           inputs or gradients; the cost is 4/3 of d = 96's MMA work (the d = 128 kernel's) and its smem.
+           inputs or gradients; the cost, counted in MMA work (not timed), is 4/3 of d = 96's (the d = 128
+           kernel's), and the d = 128 kernel's smem.
   d = 256  dK_j, dV_j (64 x 256 fp32 each per warpgroup, 256 registers a thread) do not fit next to S^T and
            dP^T, so the main kernel runs three times on one warpgroup (Bc = 64, Br = 64, 202 KB of smem):
            PASS 0 accumulates dK_j, dV_j columns 0..127, PASS 1 columns 128..255, PASS 2 dQ (red atomics: the
@@ -33,8 +34,8 @@ Head dims 64 and 128 are the kernel's own tiles; the other two:
            and dO_i read three times. deterministic=True (or D256_KERNEL = False) takes _backward_torch:
            FA2 Alg. 2 in float32 torch matmuls (cuBLAS, TF32 off), blocked over query rows so S never
            exceeds ~2^26 elements per block, K/V grouped by a reshape (no repeat), causal keys past a
-           block's last diagonal skipped: correct and deterministic, several times slower (fp32 cuBLAS and
-           HBM passes over S-sized blocks). FA3's hdim-256 backward (dK/dV split across two MMA warpgroups,
+           block's last diagonal skipped: correct and deterministic, expected (not timed) to be several times
+           slower (fp32 cuBLAS and HBM passes over S-sized blocks). FA3's hdim-256 backward (dK/dV split across two MMA warpgroups,
            a producer warp) is the path to speed.
 """
 from __future__ import annotations

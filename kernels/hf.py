@@ -1,16 +1,29 @@
 """kernels.attention as a Hugging Face transformers attention implementation (transformers >= 4.51, the first with
-`from transformers import AttentionInterface`, huggingface/transformers#36889).
+`from transformers import AttentionInterface`, huggingface/transformers#36889). For training and prefill: checked on
+CPU (tests/test_hf_adapter.py, a CPU stand-in for the kernel); its GPU test has not run yet.
 
+    from transformers import AutoConfig, AutoModelForCausalLM
     from kernels import hf
     hf.register()                       # attn_implementation "workbench", kernel fa2_wgmma
-    model = LlamaForCausalLM(config)    # config built with attn_implementation="workbench", or:
-    model.config._attn_implementation = "workbench"
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="workbench")  # or from_pretrained(...)
+
+The name clash. transformers 5.x depends on Hugging Face's `kernels` distribution (hub kernels), whose import name
+is `kernels`, this project's package: with both installed, one of transformers' `from kernels import ...` and
+`from kernels import hf` fails. Workaround: `pip uninstall -y kernels` after installing the extra (transformers runs
+without it). register() detects the clash and raises an ImportError naming that fix.
 
 transformers calls fn(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs) with
 query (B, H, N, d) and key, value (B, H_kv, N, d) -- usually views of (B, N, H, d) projections -- and expects
 (attn_output (B, N, H, d), attention weights or None), as its sdpa_attention_forward returns. This adapter hands
 query, key, value to kernels.attention as they come: grouped-query K/V are never repeated (the kernel reads kv
-head h // (H / H_kv)), and strided views are read in place by a kernel that takes them.
+head h // (H / H_kv)), and strided views are read in place by a kernel that takes them. The inputs are not copied;
+the output is (`.transpose(1, 2).contiguous()`, as SDPA's path does too).
+
+Generation through this adapter runs the same kernel at Nq = 1: fa2_wgmma's grid of B·H CTAs (notebook 09 section 1),
+not the split-KV decode kernels (kernels/split_kv_fast.py), which this adapter does not call.
+
+register(deterministic=True): at d = 256 the deterministic backward is fa2_wgmma_bwd's float32 torch route
+(kernels/fa2_wgmma_bwd.py), expected to be several times slower than the kernel (not timed).
 
 What it takes, as transformers' SDPA path decides it: causal = is_causal (the kwarg, else module.is_causal, else
 True) and more than one query; an attention mask of None, or one that is exactly the causal pattern (bottom-right:
@@ -27,7 +40,22 @@ from __future__ import annotations
 from typing import Callable
 
 EXTRA = 'pip install "fa-workbench[hf]"  (transformers >= 4.51)'
+CLASH_FIX = "pip uninstall -y kernels"
 REFUSED_KWARGS = {"sliding_window": "a sliding window", "softcap": "logit soft-capping", "s_aux": "attention sinks"}
+
+
+def hub_kernels_clash() -> str | None:
+    """The message for Hugging Face's `kernels` distribution installed beside this project (the same import name,
+    `kernels`; transformers 5.x depends on it), or None."""
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("kernels")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return (f"kernels.hf: Hugging Face's `kernels` distribution ({version}) is installed; its import name is this "
+            f"project's `kernels` package, so transformers' `from kernels import ...` finds ours and fails. Run "
+            f"`{CLASH_FIX}` (transformers runs without it), then register again")
 
 
 def _causal_pattern(mask, n_q: int, n_k: int):
@@ -100,6 +128,9 @@ def register(name: str = "workbench", kernel: str = "fa2_wgmma", *, deterministi
         from transformers import AttentionInterface
     except ImportError as e:
         raise ImportError(f"kernels.hf.register needs transformers >= 4.51 (AttentionInterface): {EXTRA}") from e
+    clash = hub_kernels_clash()
+    if clash:
+        raise ImportError(clash)
     from kernels.autograd import _info
 
     _info(kernel)  # an unknown kernel, or one without a backward, is named now rather than at the first step

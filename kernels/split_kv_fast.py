@@ -6,8 +6,10 @@ kernels/split_kv.py is the teaching kernel of it.
     o, lse = forward(q, k, v, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None)
 
 One launch: grid (B H_kv, row_tiles, S), 128 threads; with S > 1 the last CTA of each (b, h_kv, row tile) merges
-the S partials (an int32 counter per tile, zero between launches: the merging CTA resets it). Launches that share
-a device's counters must not overlap: call from one stream at a time.
+the S partials (an int32 arrival counter per tile). The counters are allocated per launch, zeroed on the launch's
+stream from torch's caching allocator (one small memset per split launch), so launches on different streams never
+share them and a launch that faults mid-merge leaves nothing behind for the next one. Checked on CPU emulation only
+(tests/test_split_kv_fast_emulated.py); the GPU check is pending.
 """
 from __future__ import annotations
 
@@ -49,14 +51,11 @@ def compile_configs():
     return [(str(SOURCE), KERNEL, defines_for(d, bf16)) for d in HEAD_DIMS for bf16 in (0, 1)]
 
 
-_COUNTERS: dict = {}  # device index -> int32 zeros, grown on demand (the merging CTA leaves each at 0)
-
-
 def _counters(n: int, device):
-    buf = _COUNTERS.get(device.index)
-    if buf is None or buf.numel() < n:
-        buf = _COUNTERS[device.index] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-    return buf
+    """One zeroed int32 arrival counter per tile, fresh per launch: zeros on the current stream, whose memory the
+    caching allocator hands to no other stream's work before this launch is done with it. (A per-device buffer the
+    merging CTAs reset would race between two streams, and a faulted launch would leave it non-zero.)"""
+    return torch.zeros(n, dtype=torch.int32, device=device)
 
 
 def _sms(device) -> int:

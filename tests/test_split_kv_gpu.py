@@ -215,3 +215,31 @@ def test_repeated_launches_reset_the_merge_counters():
     for _ in range(3):
         check(split_kv_fast, 2, 8, 4, 1, 128, [5000, 1234], torch.float16, None, False, 9)
         check(split_kv_fast, 1, 8, 4, 2, 64, [777], torch.bfloat16, 16, True, 4)
+
+
+def test_overlapping_launches_on_two_streams_do_not_share_merge_counters():
+    """The fused merge's arrival counters are allocated per launch on the launch's stream (kernels/split_kv_fast.py
+    _counters): many multi-split launches queued on two streams at once, without syncing between them, each match
+    one launch made alone."""
+    from kernels import split_kv_fast
+
+    b, h_kv, grp, d, lens = 2, 8, 4, 128, [20000, 3000]
+    k, v, table = make_cache(b, h_kv, d, lens, torch.float16, None, 3)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    qs = [torch.randn(b, h_kv * grp, 1, d, device="cuda", generator=gen).half() for _ in range(2)]
+    want = [split_kv_fast.forward(q, k, v, cache_seqlens=seqlens, num_splits=16) for q in qs]
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    got = [[], []]
+    for _ in range(20):
+        for i, s in enumerate(streams):
+            with torch.cuda.stream(s):
+                got[i].append(split_kv_fast.forward(qs[i], k, v, cache_seqlens=seqlens, num_splits=16))
+    torch.cuda.synchronize()
+    for i in range(2):
+        for o, lse in got[i]:
+            assert torch.equal(o, want[i][0]) and torch.equal(lse, want[i][1]), "a launch on another stream " \
+                "changed this one's merge"

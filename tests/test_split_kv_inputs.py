@@ -215,3 +215,15 @@ def test_split_rule():
     assert split_rule.chunk_len(0, 1, 64) == 64
     assert split_rule.used_splits(1000, 384) == 3 and split_rule.used_splits(1000, 512) == 2
     assert split_rule.used_splits(0, 64) == 1
+
+
+def test_fast_merge_counters_are_fresh_per_launch():
+    """split_kv_fast's arrival counters: zeroed, one per tile, and not shared between launches (two streams' launches
+    must not meet in one buffer; tests/test_split_kv_gpu.py runs them on two streams)."""
+    from kernels import split_kv_fast
+
+    a = split_kv_fast._counters(7, torch.device("cpu"))
+    a += 1  # what a faulted launch might leave behind
+    b = split_kv_fast._counters(7, torch.device("cpu"))
+    assert b.dtype == torch.int32 and b.numel() == 7 and not b.any()
+    assert a.all(), "a later launch's counters must not be an earlier launch's buffer"
