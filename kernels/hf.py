@@ -124,13 +124,13 @@ def make_attention(kernel: str = "fa2_wgmma", *, deterministic: bool = False) ->
 def register(name: str = "workbench", kernel: str = "fa2_wgmma", *, deterministic: bool = False) -> Callable:
     """Register kernels.attention (with `kernel`) as transformers' attention implementation `name`; returns the
     registered function. Then attn_implementation=name in a config, from_pretrained or from_config selects it."""
+    clash = hub_kernels_clash()  # first: with the clash, importing transformers' models may itself fail
+    if clash:
+        raise ImportError(clash)
     try:
         from transformers import AttentionInterface
     except ImportError as e:
         raise ImportError(f"kernels.hf.register needs transformers >= 4.51 (AttentionInterface): {EXTRA}") from e
-    clash = hub_kernels_clash()
-    if clash:
-        raise ImportError(clash)
     from kernels.autograd import _info
 
     _info(kernel)  # an unknown kernel, or one without a backward, is named now rather than at the first step

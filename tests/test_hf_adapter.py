@@ -233,3 +233,17 @@ def test_llama_trains_like_sdpa(kernel):
     # the comparison means something only if training moved the loss well past the tolerance
     assert abs(losses["sdpa"][-1] - losses["sdpa"][0]) > 2e-3 * losses["sdpa"][0], "training did not move the loss"
     assert max(rel) <= 1e-3, f"step {rel.index(max(rel))}: relative loss difference {max(rel):.3g}"
+
+
+def test_register_names_the_hub_kernels_clash(monkeypatch):
+    """Hugging Face's `kernels` distribution installed (transformers 5.x pulls it in): register() refuses with an
+    ImportError naming `pip uninstall -y kernels`, before transformers is imported."""
+    from kernels import hf
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.19.1" if name == "kernels" else real(name))
+    with pytest.raises(ImportError, match=r"pip uninstall -y kernels"):
+        hf.register()
+    monkeypatch.setattr(importlib.metadata, "version", real)
+    if COLLISION is None:
+        assert hf.hub_kernels_clash() is None
