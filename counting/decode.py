@@ -15,7 +15,7 @@ GQA packing: the g query heads of one kv head, times Nq queries, are one problem
 head-major: h the head within the group, i the query), tiled in Q blocks of Br rows, so each K/V byte a tile
 needs is read once for all g heads.
 
-The split (counting/split_rule.py, the rule the kernels launch with): S = num_splits, chunk = ⌈L_max/S⌉ rounded up
+The split (counting/split_rule.py: num_splits, chunk_len, used_splits, the one rule; re-exported here): S = num_splits, chunk = ⌈L_max/S⌉ rounded up
 to a multiple of Bc (and of page_size when paged: a chunk is whole K/V blocks and whole pages), L_max the longest
 sequence; the launch runs S = ⌈L_max/chunk⌉ splits (trailing empty ones dropped). Split s of Q block i runs FA2's
 inner loop (FA2 Alg. 1 lines 6-10) over the K/V blocks of [s·chunk, (s+1)·chunk) ∩ [0, L_b) the block can see, then
@@ -38,36 +38,13 @@ import numbers
 from dataclasses import dataclass
 
 from counting import checks, split_rule
+from counting.split_rule import chunk_len, num_splits, used_splits  # noqa: F401  (the one split rule, re-exported)
 from counting.sram import split_kv_sram_bytes  # noqa: F401  (re-exported: the working set lives in counting.sram)
 from counting.headline import seen_rows, visible_pairs
 from counting.tiling import Tiling, cdiv, tile_sums
 
 NUM_SMS = split_rule.SMS  # the default split rule fills an H100/H200 (132 SMs); kernels pass their device's count
 PARTIALS = ("O_split", "lse_split")  # float32 scratch in HBM
-
-
-def split_chunk(max_len: int, num_splits: int, block_k: int, page_size: int | None = None) -> int:
-    """Positions per split (counting/split_rule.py, the kernels' rule): ⌈L_max/S⌉ rounded up to a multiple of Bc, and
-    of page_size when paged (lcm(Bc, page_size): a chunk is whole K/V blocks and whole pages), at least one unit. One
-    chunk for every sequence of the launch, from the longest: split s covers [s·chunk, (s+1)·chunk) ∩ [0, L_b)."""
-    return split_rule.chunk_len(max_len, num_splits, block_k, page_size)
-
-
-def default_num_splits(batch: int, kv_heads: int, rows: int, max_len: int, block_q: int, block_k: int,
-                       num_sms: int = NUM_SMS) -> int:
-    """FlashDecoding's rule, as the kernels run it (counting/split_rule.py num_splits): enough CTAs to fill the SMs
-    (twice over: two CTAs resident per SM hide each other's DRAM latency), no more. Unsplit, the grid is
-    B·H_kv·⌈rows/Br⌉ CTAs (rows = g·Nq, the packed tile); at decode (B·H_kv = 8..64 against 132 SMs) most SMs idle
-    while each CTA streams its whole cache. S = ⌈2·SMs / CTAs⌉ fills them; more would only add partials to write
-    and merge. Capped at Tc = ⌈L_max/Bc⌉ (a split of less than one K/V block has no work); 1 when the grid already
-    fills the GPU (training shapes)."""
-    return split_rule.num_splits(batch, kv_heads, cdiv(rows, block_q), max_len, block_k, num_sms)
-
-
-def used_splits(max_len: int, num_splits: int, block_k: int, page_size: int | None = None) -> int:
-    """The splits a launch runs: those that hold a position of the longest sequence (counting/split_rule.py: trailing
-    empty ones are not launched), so S = ⌈L_max / chunk⌉ <= the S asked for."""
-    return split_rule.used_splits(max_len, split_chunk(max_len, num_splits, block_k, page_size))
 
 
 @dataclass(frozen=True)
@@ -104,7 +81,7 @@ class Decode:
     @property
     def chunk(self) -> int:
         """Positions per split, the same for every sequence (from the longest)."""
-        return split_chunk(max(self.lengths), self.num_splits, self.block_k, self.page_size)
+        return chunk_len(max(self.lengths), self.num_splits, self.block_k, self.page_size)
 
     def tile_rows(self, i: int) -> tuple[int, int]:
         r0 = i * self.block_q
@@ -198,9 +175,11 @@ def check_decode(q_shape, k_shape, v_shape, *, causal=False, scale=None, block_q
     pr = checks.check_problem(b, h, n_q, max(1, capacity), d, causal=causal, scale=scale, block_q=block_q,
                               block_k=block_k)
     g = h // h_kv
-    if num_splits is None:
-        num_splits = default_num_splits(b, h_kv, g * n_q, max(lengths), pr["block_q"], pr["block_k"], num_sms)
-    num_splits = used_splits(max(lengths), _int("num_splits", num_splits), pr["block_k"], page_size)
+    l_max = max(lengths)
+    if num_splits is None:  # FlashDecoding's rule: fill the SMs twice over (counting/split_rule.py)
+        num_splits = split_rule.num_splits(b, h_kv, cdiv(g * n_q, pr["block_q"]), l_max, pr["block_k"], num_sms)
+    chunk = chunk_len(l_max, _int("num_splits", num_splits), pr["block_k"], page_size)
+    num_splits = used_splits(l_max, chunk)  # trailing empty splits are not launched
     checks.elements("the partial outputs (num_splits·B·H·Nq·d)", num_splits * b * h * n_q * d)
     return Decode(b, h, h_kv, n_q, capacity, d, pr["causal"], pr["scale"], pr["block_q"], pr["block_k"], lengths,
                   num_splits, page_size, num_pages)
@@ -255,8 +234,11 @@ def _memo(t, key, compute):
     """compute(t) (a host copy of an index tensor), remembered on t with its version counter where reading t is a
     device-to-host sync. Why: a decode loop passes the same block_table (and, re-reading a step, the same
     cache_seqlens) every step; without the memo each launch would wait for the GPU to drain before it could queue.
-    An in-place write bumps t._version and is read again; a write the counter does not see (through .data, DLPack,
-    a kernel of one's own) is not: pass a new tensor then. Inference tensors keep no version counter: read each call."""
+    An in-place write bumps t._version and is read again, so cache_seqlens that change every step (a token appended
+    per step) cost one host read per step (no CUDA-graph capture of such a step). A write the counter does not see
+    (through .data, DLPack, a kernel of one's own) is NOT seen: the launch plans with the old L_max and silently
+    skips positions past the old S·chunk; pass a new tensor then (docs/decoding.md, the contract). Inference tensors
+    keep no version counter: read each call."""
     if t.device.type not in MEMO_DEVICES or t.is_inference():
         return compute(t)
     memo = getattr(t, "_fa_decode_memo", None)

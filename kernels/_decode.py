@@ -7,6 +7,9 @@ Contract (issue 44; variants/split_kv.py is the PyTorch reference of the same co
 The contract, its checks and its messages are counting/decode.py's (the reference's): int32 or int64 cache_seqlens
 and block_table, only the block-table entries a sequence reads checked; here only each kernel's own limits (d,
 dtypes, Nq, int32 positions, the grid) and the device, and the cast of the index tensors to the kernels' int32.
+Host reads: the plan needs cache_seqlens (L_max sets chunk and S) and the block table's first bad entries on the host,
+read once per tensor version (counting.decode._memo): lengths that change each step cost one host read per step, and
+a write the version counter does not see (.data, DLPack, a custom kernel) is not seen: pass a new tensor then.
 
 Workspace layout (both kernels): the g Nq query rows of one (b, kv head) are packed as rows p = (h - h_kv g) Nq + i
 and cut into row tiles of ROWS = 16; tile index T = (b H_kv + h_kv) row_tiles + rt; partial s of row r of tile T:

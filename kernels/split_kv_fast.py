@@ -1,7 +1,8 @@
 """Split-KV decoding on tensor cores (kernels/cuda/split_kv_fast.cu): fp16/bf16, d in {64, 128, 256}, Nq 1..64,
 contiguous or paged caches (any page size: each row is gathered through block_table), GQA packing, causal,
 per-sequence lengths. The contract is counting/decode.py's (kernels/_decode.py adds this kernel's limits);
-kernels/split_kv.py is the teaching kernel of it.
+kernels/split_kv.py is the teaching kernel of it. Host reads of cache_seqlens and block_table: once per tensor
+version (kernels/_decode.py, docs/decoding.md's contract).
 
     o, lse = forward(q, k, v, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None)
 

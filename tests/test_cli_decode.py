@@ -113,7 +113,7 @@ def test_decode_helpers_agree_with_the_report(capsys):
     ctas = 1 * 8 * 1  # B·H_kv·⌈g·Nq/16⌉
     asked = decode.split_rule.num_splits(1, 8, 1, 131072, r["block_k"], 132)
     assert asked == -(-264 // ctas)
-    assert r["decode"]["num_splits"] == decode.used_splits(131072, asked, r["block_k"], 256)
+    assert r["decode"]["num_splits"] == decode.used_splits(131072, decode.chunk_len(131072, asked, r["block_k"], 256))
 
 
 def test_the_model_check_reads_a_decode_speed_run(tmp_path, capsys):

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from counting import closed_forms as cf
-from counting import decode
+from counting import decode, split_rule
 from counting.memory import Memory
 from variants import VARIANTS, decode_reference
 
@@ -140,16 +140,17 @@ def test_gqa_reads_each_kv_byte_once_at_decode():
 def test_default_splits_fill_the_sms():
     """B·H_kv·⌈g·Nq/Br⌉ CTAs; S = ⌈2·132 / CTAs⌉ (counting/split_rule.py, the kernels' rule), no more than the
     cache's blocks, 1 when the grid fills the GPU."""
-    assert decode.default_num_splits(1, 8, 8, 131072, 64, 128) == math.ceil(264 / 8)
-    assert decode.default_num_splits(4, 8, 8, 131072, 16, 128) == math.ceil(264 / 32)
-    assert decode.default_num_splits(1, 8, 8, 200, 64, 128) == 2  # only 2 blocks of 128
-    assert decode.default_num_splits(16, 32, 4096, 4096, 64, 128) == 1  # training: 16·32·64 CTAs
-    assert decode.default_num_splits(1, 8, 8, 0, 64, 128) == 1
+    assert decode.num_splits(1, 8, 1, 131072, 128) == math.ceil(264 / 8)
+    assert decode.num_splits(4, 8, 1, 131072, 128) == math.ceil(264 / 32)
+    assert decode.num_splits(1, 8, 1, 200, 128) == 2  # only 2 blocks of 128
+    assert decode.num_splits(16, 32, 64, 4096, 128) == 1  # training: 16·32·64 CTAs
+    assert decode.num_splits(1, 8, 1, 0, 128) == 1
     # paged: a chunk is whole pages too (lcm(Bc, page_size)); the launch drops trailing empty splits
-    assert decode.split_chunk(1000, 3, 64, 256) == 512 and decode.split_chunk(1000, 3, 64) == 384
-    assert decode.split_chunk(0, 3, 64) == 64
-    assert decode.used_splits(1000, 3, 64, 256) == 2 and decode.used_splits(1000, 3, 64) == 3
-    assert decode.used_splits(0, 7, 64) == 1
+    assert decode.chunk_len(1000, 3, 64, 256) == 512 and decode.chunk_len(1000, 3, 64) == 384
+    assert decode.chunk_len(0, 3, 64) == 64
+    assert decode.used_splits(1000, 512) == 2 and decode.used_splits(1000, 384) == 3
+    assert decode.used_splits(0, decode.chunk_len(0, 7, 64)) == 1
+    assert decode.num_splits is split_rule.num_splits  # one rule: counting.decode re-exports it
 
 
 def test_training_shapes_are_fa2_without_splits():
@@ -235,6 +236,6 @@ def test_closed_form_at_131k_is_fast_and_memory_bound():
     kv = tr.read_bytes["K"] + tr.read_bytes["V"]
     assert kv == 2 * 8 * 131072 * 128 * 2 and kv / tr.hbm_bytes > 0.99
     # 33 asked for (⌈264 / 8⌉): chunks of 4096 positions (16 pages of 256), so 32 run
-    assert tr.decode["num_splits"] == decode.used_splits(131072, math.ceil(264 / 8), 128, 256) == 32
+    assert tr.decode["num_splits"] == decode.used_splits(131072, decode.chunk_len(131072, math.ceil(264 / 8), 128, 256)) == 32
     assert tr.decode["group"] == 8
     assert tr.flops["matmul"] / kv == pytest.approx(4 * 8 / (2 * 2))  # 4·g·d FLOPs per 2·d·2 bytes of K and V
