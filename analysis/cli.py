@@ -46,6 +46,7 @@ from analysis.format import (is_tty, say, table_width, _rich_tables, flat_record
                              render_markdown, render_table, write_csv, write_json)
 from analysis.report_common import (DEFAULT_SEQ, PAPERS_BOUND, PAPERS_TFLOPS, REPORT_COLUMNS, REPORT_V_ONCE, SWEEP_V_ONCE, CliError, _blocks,
                                     _caption, _check_sram_can_hold_something, _configs, _emit, _flatten,
+                                    default_variants,
                                     _kernel_caption, _min_working_set, _plot, _problems, _report_row, record)
 from analysis.report_gpu import MAX_MODEL_Q_BLOCKS
 from gpumodel import gpu_model as gm
@@ -172,8 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="key/value lengths Nk (default: = Nq; a list gives every Nq x Nk)")
         p.add_argument("--head-dim", action="append", type=_list_of(_positive_int),
                        help="head dimension d (default 64; a list is allowed)")
-        p.add_argument("--batch", type=_positive_int, default=1, help="batch B (default 1)")
-        p.add_argument("--heads", type=_positive_int, default=1, help="heads H (default 1)")
+        p.add_argument("--batch", type=_positive_int, default=1,
+                       help="batch B (report's default: the benchmarks' full GPU, B = 16k/N, max(1, 16k/Nk) with a "
+                            "longer Nk; with --heads alone, 1; sweep-sram's default 1)")
+        p.add_argument("--heads", type=_positive_int, default=1,
+                       help="heads H (report's default: the full GPU's H = 2048/d; with --batch alone, 1; "
+                            "sweep-sram's default 1)")
         p.add_argument("--causal", action="store_true", help="bottom-right causal mask")
         p.add_argument("--dtype", choices=list(cf.DTYPES), default="fp16", help="input dtype (default fp16)")
         p.add_argument("--gpu", type=_gpu, default="h200",
@@ -206,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "rank and step, the overlap with NVLink, load imbalance (analysis/report_ring.py)")
     dec = rep.add_argument_group("decoding (issue 44: split_kv over a KV cache; counting/decode.py)")
     dec.add_argument("--kv-heads", type=_positive_int, help="split_kv: kv heads H_kv, dividing H (grouped-query "
-                     "attention: g = H/H_kv query heads share each K/V byte; default H)")
+                     "attention: g = H/H_kv query heads share each kv head; default H, itself 2048/d by default)")
     dec.add_argument("--page-size", type=_positive_int, help="split_kv: a paged cache of pages of this many positions "
                      "(max_pages = ceil(Nk / page_size)); default a contiguous cache")
     dec.add_argument("--cache-lens", action="append", type=_list_of(_cache_len), help="split_kv: per-sequence cache "
@@ -256,7 +261,7 @@ def check_plot_path(path) -> None:
 def check_applicable(args, sweep: bool) -> None:
     """Every flag given must change the output: one that would be ignored is an error."""
     check_plot_path(args.plot)
-    variants = _flatten(args.variant) or list(cf.VARIANT_NAMES)
+    variants = default_variants(args, sweep)
     for flag, value in (("--placement", args.placement), ("--rescale", args.rescale)):
         if value and "v_once" not in variants:
             raise CliError(f"{flag} applies to v_once only, which --variant leaves out")
@@ -431,6 +436,13 @@ class _Plan:
                                                 if desc is not None else {"why": why})
                         except ValueError as e:  # e.g. a B·H past the model's work tiles at this N
                             rec["gpu_model"] = {"why": f"no GPU model here ({e})"}
+                        if (name != "split_kv" and n_q <= report_gpu.DECODE_MAX_N_Q and n_q < n_k
+                                and "time_s" in rec["gpu_model"]):  # notebook 09 section 1: the starved grid
+                            ctas = batch * heads * -(-n_q // rec["block_q"])
+                            starved = (f"a decode shape: B·H·⌈Nq/Br⌉ = {ctas:,} CTAs on {self.gpu.value('sms', 'measured'):.0f} "
+                                       "SMs, priced by the training-shape model with no cap on the bytes so few CTAs "
+                                       "keep in flight: an optimistic bound")
+                            rec["note"] = f"{rec['note']}; {starved}" if rec.get("note") else starved
                     yield rec
 
 

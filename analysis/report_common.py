@@ -39,8 +39,28 @@ def _flatten(lists):
     return list(dict.fromkeys(x for item in lists or [] for x in item))
 
 
+DECODE_DESTS = ("kv_heads", "page_size", "cache_lens", "num_splits")  # the report's decode flags (cli.DECODE_FLAGS)
+
+
+def is_decode_ask(args, sweep: bool = False) -> bool:
+    """The rule for split_kv in the default variant list (no --variant): a decode flag is given (--kv-heads,
+    --page-size, --cache-lens, --num-splits), or some problem asked is a decode shape, Nq <= 64 against a longer
+    Nk. Training and prefill shapes (the default 1k, 4k, 16k) leave it out; --variant split_kv always shows it."""
+    if any(getattr(args, dest, None) is not None for dest in DECODE_DESTS):
+        return True
+    return any(n_q <= report_gpu.DECODE_MAX_N_Q and n_q < n_k for n_q, n_k, _ in _problems(args, (4096,) if sweep else DEFAULT_SEQ))
+
+
+def default_variants(args, sweep: bool = False) -> list[str]:
+    """--variant's names, else every variant, split_kv only for a decode ask (is_decode_ask)."""
+    asked = _flatten(args.variant)
+    if asked:
+        return asked
+    return [v for v in cf.VARIANT_NAMES if v != "split_kv" or is_decode_ask(args, sweep)]
+
+
 def _configs(args, sweep: bool):
-    variants = _flatten(args.variant) or list(cf.VARIANT_NAMES)
+    variants = default_variants(args, sweep)
     placements, rescales = _flatten(args.placement), _flatten(args.rescale)
     if placements or rescales:
         pairs = list(itertools.product(placements or cf.PLACEMENTS, rescales or cf.RESCALES))
@@ -179,8 +199,10 @@ def _kernel_caption(args, recs, gpu) -> str:
     info = [r["decode"] for r in recs if r.get("decode")]
     if info:
         d = info[0]
-        lines.append(f"split_kv: H_kv = {d['kv_heads']} (g = {d['group']} query heads per K/V byte), S = "
-                     f"{', '.join(str(x) for x in sorted({i['num_splits'] for i in info}))} splits, "
+        splits = sorted({i['num_splits'] for i in info})
+        lines.append(f"split_kv: H_kv = {d['kv_heads']} (g = {d['group']}: {d['group']} query "
+                     f"head{'s share' if d['group'] > 1 else ' reads'} each kv head), S = "
+                     f"{', '.join(str(x) for x in splits)} split{'' if splits == [1] else 's'}, "
                      + (f"pages of {d['page_size']}" if d["page_size"] else "a contiguous cache")
                      + (f", cache lengths {d['cache_len_min']}..{d['cache_len_max']}" if d["cache_len_min"] !=
                         d["cache_len_max"] else "")
@@ -188,6 +210,14 @@ def _kernel_caption(args, recs, gpu) -> str:
         if any(r.get("note") for r in recs):
             lines.append("the other rows read K and V for all H heads of a full, contiguous cache (the decode flags "
                          "apply to split_kv only).")
+    starved = sorted({(r["seq_q"], r["batch"] * r["heads"] * -(-r["seq_q"] // r["block_q"])) for r in recs
+                      if r["variant"] != "split_kv" and r["seq_q"] <= report_gpu.DECODE_MAX_N_Q
+                      and r["seq_q"] < r["seq_k"] and "time_s" in r.get("gpu_model", {})})
+    if starved:  # docs/decoding.md "The report and the model"; notebook 09 section 1
+        lines.append("at a decode shape (Nq <= 64) the rows other than split_kv are priced by the training-shape model: FA2's grid is "
+                     "B·H·⌈Nq/Br⌉ CTAs (" + ", ".join(f"{c:,} at Nq = {n}" for n, c in starved) + f", on "
+                     f"{int(gpu.value('sms', 'measured'))} SMs) and its DRAM time has no cap on what so few CTAs keep "
+                     "in flight: an optimistic bound, not a prediction of the starved grid.")
     if why:
         lines.append(f"rows marked (papers'): {'; '.join(why)}.")
     return "\n".join(lines)

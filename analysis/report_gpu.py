@@ -46,7 +46,7 @@ def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtyp
     if variant in decode_model.DECODE_KERNEL_OF:  # issue 44: the decode kernel, priced by gpumodel/decode_model.py
         kernel = decode_model.DECODE_KERNEL_OF[variant]
         if n_q > DECODE_MAX_N_Q:
-            return None, f"{kernel} takes Nq <= {DECODE_MAX_N_Q} query rows (decoding); Nq = {n_q} is a prefill"
+            return None, f"{kernel} takes Nq <= {DECODE_MAX_N_Q} query rows (decoding); longer Nq are prefills"
         try:
             return decode_model.describe(kernel, d, dtype), None
         except ValueError as e:
@@ -63,6 +63,8 @@ def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtyp
         if "placement='sram'" in msg:  # v_once_tc's plan: the f row forced on chip does not fit
             msg = "its f row does not fit in shared memory"
         msg = msg.split(";")[0]
+        if msg.startswith(f"{variant}: "):  # the descriptor names the variant; the row already does
+            msg = msg[len(variant) + 2:]
         return None, f"{kernel} cannot run it: {msg}"
     if dtype == "fp32" and desc.path != "ffma":
         return None, f"{kernel} takes fp16/bf16 inputs, not fp32"

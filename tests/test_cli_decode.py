@@ -72,6 +72,33 @@ def test_prefill_lengths_fall_back_to_the_papers_roofline(capsys):
     assert "Nq <= 64" in r["gpu_model"]["why"]
 
 
+def test_split_kv_joins_the_default_variants_only_for_a_decode_ask(capsys):
+    """The rule (analysis/report_common.py is_decode_ask): without --variant, split_kv is shown only when a decode
+    flag is given or a problem is Nq <= 64 against a longer Nk; the default prefill report leaves it out, and
+    --variant split_kv shows it anywhere, with its refusal said once."""
+    def variants(*argv):
+        return {r["variant"] for r in report_json(capsys, *argv).values()}
+
+    assert "split_kv" not in variants()  # 1k, 4k, 16k: prefill
+    assert "split_kv" not in variants("--seq-len", "64")  # Nq = Nk
+    assert "split_kv" not in variants("--seq-len", "65", "--seq-len-k", "4k")  # past split_kv_fast's Nq
+    assert "split_kv" in variants("--seq-len", "64", "--seq-len-k", "4k")
+    assert "split_kv" in variants("--seq-len", "1k", "--kv-heads", "8")
+    assert "split_kv" in variants("--seq-len", "1k", "--variant", "split_kv")
+    rc, out, err = run(capsys, "report", "--seq-len", "1k,4k,16k", "--variant", "fa2,split_kv")
+    assert rc == 0 and out.count("Nq <= 64") == 1 and "longer Nq are prefills" in out
+
+
+def test_fa2_at_a_decode_shape_says_its_grid(capsys):
+    """The fa2 row at Nq = 1 is the training-shape model (no in-flight cap): its note and the caption say so, with
+    its B·H·⌈Nq/Br⌉ CTAs (notebook 09 section 1)."""
+    r = report_json(capsys, *DECODE, "--variant", "fa2,split_kv")["fa2"]
+    assert f"= {r['batch'] * r['heads']} CTAs on 132 SMs" in r["note"] and "optimistic bound" in r["note"]
+    rc, out, err = run(capsys, "report", *DECODE)
+    assert rc == 0 and "an optimistic bound, not a prediction of the starved grid" in out
+    assert "g = 4: 4 query heads share each kv head" in out and "v_once: even spilled" not in out
+
+
 @pytest.mark.parametrize("argv,match", [
     (["report", *DECODE, "--variant", "fa2"], "--kv-heads applies to split_kv only"),
     (["report", "--seq-len", "1", "--seq-len-k", "1k", "--kv-heads", "7"], "H_kv must divide H"),
