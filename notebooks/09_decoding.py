@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 09 · Decoding: where attention really is memory-bound
+# # 09 · Decoding: where attention is predicted to be memory-bound
 #
 # Training and prefill attend $N$ queries to $N$ keys: $4 N^2 d$ FLOPs against $O(N d)$ bytes, and the kernels of
 # notebooks 4-8 are bound by their tensor cores and exponentials, whatever the papers' count (no cache) says.
@@ -25,12 +25,16 @@
 # 2. Split-KV (FlashDecoding): cut the cache into chunks, one CTA each, and merge the partial results. The merge is
 #    the online softmax's induction (notebook 2) taken one chunk at a time.
 # 3. The bytes against the DRAM roofline: about $g \cdot N_q$ FLOP per byte, far left of the ridge.
+#
+# No decode kernel has run on a GPU yet: every time and bandwidth below is the GPU model's prediction, and the
+# kernels are checked on CPU emulation only. Byte counts are in binary units (MiB, GiB), as `fa-traffic` prints them.
 # 4. Paged caches: a block table maps each sequence's positions to pages.
 # 5. Grouped-query attention: the $g$ query heads of a kv head share one read of its cache.
 #
 # The reference is `variants/split_kv.py` (the fifth variant), its contract and counts `counting/decode.py`, the
 # split rule `counting/split_rule.py`, the GPU model of the decode kernels `gpumodel/decode_model.py`; the whole
-# story is `docs/decoding.md`. Everything here runs on a CPU.
+# story is `docs/decoding.md`. Everything here runs on a CPU. Notation: $L$ (and $L_s$) is a log-sum-exp,
+# as in FA2 and notebook 10; a sequence's cache length is $L_b$, the longest $L_{max}$; $g = H / H_{kv}$ is the GQA group.
 
 # %%
 # Setup: make the workbench packages importable from wherever this notebook was opened.
@@ -51,8 +55,8 @@ torch.manual_seed(0)
 
 from analysis.nbtools import human, show_table
 from counting import closed_forms as cf
-from counting import decode
 from counting.gpus import GPUS
+from counting import split_rule
 from counting.memory import Memory
 from gpumodel import decode_model
 from variants import VARIANTS, decode_reference
@@ -69,8 +73,9 @@ split_kv = VARIANTS["split_kv"]
 # out of reach, whatever the kernel.
 #
 # The GPU model of the decode kernel (`gpumodel/decode_model.py`) prices exactly that: the closed form's bytes at the
-# H200's measured 4.3 TB/s, capped by Little's law (the bytes the resident CTAs keep in flight over the DRAM latency).
-# A 128k-token cache, $d = 128$, 64 query heads on 8 kv heads (bf16), one split against the split rule of section 2:
+# H200's measured 4.3 TB/s copy bandwidth, capped by Little's law (the bytes the resident CTAs keep in flight over the
+# DRAM latency). A 128k-token cache, $d = 128$, 64 query heads on 8 kv heads (bf16), one split against the split rule
+# of section 2, as the model predicts them:
 
 # %%
 desc = decode_model.describe("split_kv_fast", 128, "bf16")
@@ -79,17 +84,17 @@ for b in (1, 4, 16, 64):
     one = decode_model.predict(desc, b, 64, 1, 131072, 128, "bf16", kv_heads=8, num_splits=1)
     split = decode_model.predict(desc, b, 64, 1, 131072, 128, "bf16", kv_heads=8)
     s = split.build.split("S=")[1].rstrip("]")
-    rows.append([str(b), str(one.ctas), human(one.dram_bytes), f"{one.time_s * 1e6:,.0f} µs",
+    rows.append([str(b), str(one.ctas), human(one.dram_bytes, binary=True), f"{one.time_s * 1e6:,.0f} µs",
                  f"{one.dram_bytes / one.time_s / 1e12:.2f} TB/s", s, str(split.ctas),
                  f"{split.time_s * 1e6:,.0f} µs", f"{split.dram_bytes / split.time_s / 1e12:.2f} TB/s"])
-show_table(["B", "CTAs (S = 1)", "DRAM bytes", "time, S = 1", "achieved", "S (rule)", "CTAs", "time, split",
-            "achieved"], rows)
+show_table(["B", "CTAs (S = 1)", "DRAM bytes", "predicted time, S = 1", "predicted TB/s", "S (rule)", "CTAs",
+            "predicted time, split", "predicted TB/s"], rows)
 
 # %% [markdown]
 # Unsplit, the model's time at $B = 1$ is the cache over what 8 CTAs keep in flight: about a tenth of the DRAM's
-# bandwidth. Split, every batch size reaches the measured 4.3 TB/s. (The model is simple and not yet checked
-# against a timing of the kernels: the lead's GPU run of `bench/` decides. What it cannot be is faster than the
-# bytes over the bandwidth.)
+# bandwidth. Split, the model puts every batch size at the 4.3 TB/s copy bandwidth. (The model is simple and not yet
+# checked against a timing of the kernels: a GPU run of `bench/decode_speed.py`, not yet made, decides. What no
+# kernel can be is faster than the bytes over the bandwidth.)
 #
 # ## 2 · The split and the merge
 #
@@ -108,23 +113,24 @@ show_table(["B", "CTAs (S = 1)", "DRAM bytes", "time, S = 1", "achieved", "S (ru
 # With $m = \max_s L_s$ subtracted before the exponentials, this is FA2 Alg. 1 lines 9-10 (rescale the old state by
 # $e^{m_{old} - m_{new}}$, add the new) with a chunk's $(m_s, \ell_s, o_s)$ in place of one key block's: the online
 # softmax's induction, taken once per chunk. The sum is associative, so the chunks can be merged in any order, the
-# point of issue #941's argument in notebook 5. An empty chunk has $L_s = -\infty$ and weight 0.
+# point of issue #941's argument in notebook 5. An empty chunk has $L_s = -\infty$ and weight 0. It is the merge of
+# notebook 10 §1 (ring attention: the same merge, across GPUs), taken over $S$ parts instead of two.
 #
 # The reference, every split count against the float64 oracle, on a paged cache with per-sequence lengths (one empty,
 # one of a single token), causal, $N_q = 3$ queries (speculative decoding), $g = 4$:
 
 # %%
-g = torch.Generator().manual_seed(1)
+gen = torch.Generator().manual_seed(1)
 B, H, H_kv, Nq, d, page = 3, 8, 2, 3, 16, 4
 lengths = torch.tensor([0, 1, 45], dtype=torch.int32)
 num_pages = 16
-k_pages = torch.randn(num_pages, H_kv, page, d, generator=g)
-v_pages = torch.randn(num_pages, H_kv, page, d, generator=g)
-perm = torch.randperm(num_pages, generator=g)
+k_pages = torch.randn(num_pages, H_kv, page, d, generator=gen)
+v_pages = torch.randn(num_pages, H_kv, page, d, generator=gen)
+perm = torch.randperm(num_pages, generator=gen)
 block_table = torch.full((B, 12), -1, dtype=torch.int32)  # -1: padding, never read
 block_table[1, 0] = perm[0]                               # one token: one page
 block_table[2, :] = perm[1:13]                            # 45 tokens: 12 pages, scattered
-q = torch.randn(B, H, Nq, d, generator=g)
+q = torch.randn(B, H, Nq, d, generator=gen)
 ref_o, ref_lse = decode_reference(q, k_pages, v_pages, causal=True, cache_seqlens=lengths, block_table=block_table)
 rows = []
 for S in (1, 2, 3, 5, 12):
@@ -165,22 +171,26 @@ print(f"online fold vs softmax: {(o_online - o_full).abs().max():.1e};  L = {m +
 
 # %% [markdown]
 # **How many splits.** More splits fill more SMs but add partials: each split writes $g N_q \cdot (d + 1)$ float32
-# per kv head and the merge reads them back. The rule (`counting/split_rule.py`, the one the kernels launch with):
-# unsplit there are $B \cdot H_{kv} \cdot \lceil g N_q / B_r \rceil$ CTAs; take $S = \lceil 2 \cdot 132 /
-# \text{CTAs} \rceil$ (two CTAs per SM, so each SM has a second CTA's loads in flight while one computes), at most
-# one split per $K/V$ block of the longest cache, and $S = 1$ when the grid already fills the GPU (training shapes,
-# where split_kv is FA2 over the cache). A chunk is whole blocks and whole pages: $\lceil L_{max}/S \rceil$ rounded
-# up to a multiple of $\operatorname{lcm}(B_c, \text{page size})$.
+# per kv head and the merge reads them back. The rule (`counting/split_rule.py`: `num_splits`, `chunk_len`,
+# `used_splits`, the one the reference, the report and the kernels call): unsplit there are
+# $B \cdot H_{kv} \cdot \lceil g N_q / B_r \rceil$ CTAs; take $S = \lceil 2 \cdot 132 / \text{CTAs} \rceil$ (two CTAs
+# per SM where the shared memory allows it, so each SM has a second CTA's loads in flight while one computes:
+# `split_kv_fast` fits two at $d \le 128$, only one at $d = 256$, where the $2 \cdot 132$ CTAs run in two waves), at
+# most one split per $K/V$ block of the longest cache, and $S = 1$ when the grid already fills the GPU (training
+# shapes, where split_kv is FA2 over the cache). A chunk is whole blocks and whole pages: $\lceil L_{max}/S \rceil$
+# rounded up to a multiple of $\operatorname{lcm}(B_c, \text{page size})$.
 
 # %%
 rows = []
-for b, hk, gq, nq, L in ((1, 8, 8, 1, 131072), (4, 8, 8, 1, 131072), (32, 8, 8, 1, 8192), (1, 8, 8, 4, 131072),
-                         (16, 32, 1, 4096, 4096)):
-    S = decode.default_num_splits(b, hk, gq * nq, L, 16, 64)
-    rows.append([str(b), str(hk), str(gq), str(nq), f"{L:,}", str(b * hk * math.ceil(gq * nq / 16)), str(S),
-                 f"{decode.split_chunk(L, S, 64, 256):,}", str(decode.used_splits(L, S, 64, 256))])
-show_table(["B", "H_kv", "g", "Nq", "L", "CTAs unsplit (Br = 16)", "S", "chunk (Bc = 64, pages of 256)", "splits run"],
-           rows)
+for b, hk, gq, nq, L_max in ((1, 8, 8, 1, 131072), (4, 8, 8, 1, 131072), (32, 8, 8, 1, 8192), (1, 8, 8, 4, 131072),
+                             (16, 32, 1, 4096, 4096)):
+    tiles = math.ceil(gq * nq / 16)  # packed row tiles of Br = 16
+    S = split_rule.num_splits(b, hk, tiles, L_max, 64)
+    chunk = split_rule.chunk_len(L_max, S, 64, 256)
+    rows.append([str(b), str(hk), str(gq), str(nq), f"{L_max:,}", str(b * hk * tiles), str(S), f"{chunk:,}",
+                 str(split_rule.used_splits(L_max, chunk))])
+show_table(["B", "H_kv", "g", "Nq", "L_max", "CTAs unsplit (Br = 16)", "S", "chunk (Bc = 64, pages of 256)",
+            "splits run"], rows)
 
 # %% [markdown]
 # ## 3 · The bytes against the roofline
@@ -192,10 +202,10 @@ show_table(["B", "H_kv", "g", "Nq", "L", "CTAs unsplit (Br = 16)", "S", "chunk (
 # \ \text{FLOP/byte in fp16/bf16},$$
 #
 # against a ridge of $788 / 4.3 \approx 183$ FLOP/byte on the H200 (measured bf16 matmul rate over measured
-# DRAM bandwidth). Even $g = 8$ with 4 speculative queries is at 32. Split-KV decoding is memory-bound by the measured
-# bandwidth and the GPU model, not only by the papers' count (no cache): the cache is read once and is far larger
-# than the 60 MB L2. The closed form's counts (`counting.closed_forms.counts("split_kv", ...)`), which include the
-# partials, say the same:
+# DRAM bandwidth). Even $g = 8$ with 4 speculative queries is at 32. Split-KV decoding is predicted to be
+# memory-bound, by this intensity against the measured rates and by the GPU model, not only by the papers' count (no
+# cache): the cache is read once and is far larger than the 60 MB L2 (no decode kernel has been timed yet). The
+# closed form's counts (`counting.closed_forms.counts("split_kv", ...)`), which include the partials, say the same:
 
 # %%
 h200 = GPUS["h200"]
@@ -232,17 +242,20 @@ main(["report", "--seq-len", "1", "--seq-len-k", "131072", "--head-dim", "128", 
       "--kv-heads", "8", "--page-size", "256", "--variant", "fa2,split_kv", "--dtype", "bf16"])
 
 # %% [markdown]
-# The fa2 row reads $K$ and $V$ for all 64 heads (it takes no kv heads): 8 times split_kv's bytes, and its GPU model
-# (fitted on training shapes) prices 64 CTAs. The split_kv row is `split_kv_fast` (tensor cores, 16 packed rows per
-# CTA), bound by DRAM.
+# The fa2 row reads $K$ and $V$ for all 64 heads (it takes no kv heads): 8 times split_kv's bytes. Its time is
+# **not** section 1's story: its GPU model is the training-shape one, fitted where hundreds of CTAs fill the GPU, and
+# it prices $B \cdot H \cdot \lceil N_q / B_r \rceil = 64$ CTAs on 132 SMs with no cap on the bytes so few CTAs keep in
+# flight, so its DRAM-bound figure is an optimistic bound (the report's last lines say so), not a prediction of the
+# starved grid. The split_kv row is `split_kv_fast` (tensor cores, 16 packed rows per CTA), predicted DRAM-bound.
 #
 # ## 4 · Paged caches
 #
 # A serving system does not know how long each sequence will grow, so it hands out the cache in fixed pages
 # (vLLM's PagedAttention): sequence $b$'s position $t$ lives in physical page `block_table[b, t // page_size]` at
 # offset `t % page_size`. Pages of one sequence can be anywhere; unused entries past a sequence's pages are never
-# read. The kernel gathers each $K/V$ tile through the table; the bytes are the same as a contiguous cache's
-# (checked below), and a split's chunk is whole pages, so no split starts mid-page.
+# read. The kernels gather each row of a $K/V$ tile through the table (any page size); the bytes are the same as a
+# contiguous cache's (checked below). The split rule also makes a chunk whole pages, so no split starts mid-page
+# (exercise 5 asks why).
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 2.6))
@@ -255,7 +268,7 @@ for b in range(B):
         ax.add_patch(plt.Rectangle((p, B - 1 - b), 0.95, 0.9, color=color, ec="grey", lw=0.5))
         ax.text(p + 0.47, B - 1 - b + 0.45, str(phys) if p < used else "·", ha="center", va="center", fontsize=8)
 ax.set_xlim(0, block_table.shape[1]); ax.set_ylim(0, B)
-ax.set_yticks([B - 0.55 - b for b in range(B)], [f"seq {b}: L = {int(lengths[b])}" for b in range(B)])
+ax.set_yticks([B - 0.55 - b for b in range(B)], [f"seq {b}: L_b = {int(lengths[b])}" for b in range(B)])
 ax.set_xticks([p + 0.47 for p in range(block_table.shape[1])], [f"{p * page}.." for p in range(block_table.shape[1])],
               fontsize=7)
 ax.set_xlabel(f"logical page (first position; page_size = {page}); the number in a cell is its physical page")
@@ -286,27 +299,28 @@ print(f"paged vs contiguous: max |Δo| = {(o_p - o_c).abs().max():.1e}; K, V byt
 # GQA needs) reads it $g$ times. The counted bytes, reference against reference:
 
 # %%
-gq, hk, L = 8, 2, 96
+gq, hk, L_b = 8, 2, 96  # g query heads per kv head, kv heads, cache length
 q8 = torch.randn(1, gq * hk, 1, 32)
-k8, v8 = torch.randn(1, hk, L, 32), torch.randn(1, hk, L, 32)
+k8, v8 = torch.randn(1, hk, L_b, 32), torch.randn(1, hk, L_b, 32)
 packed, expanded = Memory(), Memory()
 o_pk, _ = split_kv.forward(q8, k8, v8, num_splits=2, block_q=16, block_k=16, mem=packed)
 o_ex, _ = split_kv.forward(q8, k8.repeat_interleave(gq, 1), v8.repeat_interleave(gq, 1), num_splits=2, block_q=16,
                            block_k=16, mem=expanded)
+hb = lambda n: human(n, binary=True)  # noqa: E731
 show_table(["layout", "K + V bytes read", "Q bytes read", "partials written", "max |o − packed o|"],
-           [[f"packed, H_kv = {hk}", human(packed.counts.read_bytes["K"] + packed.counts.read_bytes["V"]),
-             human(packed.counts.read_bytes["Q"]), human(packed.counts.write_bytes["O_split"]), "0"],
-            [f"expanded to H = {gq * hk}", human(expanded.counts.read_bytes["K"] + expanded.counts.read_bytes["V"]),
-             human(expanded.counts.read_bytes["Q"]), human(expanded.counts.write_bytes["O_split"]),
+           [[f"packed, H_kv = {hk}", hb(packed.counts.read_bytes["K"] + packed.counts.read_bytes["V"]),
+             hb(packed.counts.read_bytes["Q"]), hb(packed.counts.write_bytes["O_split"]), "0"],
+            [f"expanded to H = {gq * hk}", hb(expanded.counts.read_bytes["K"] + expanded.counts.read_bytes["V"]),
+             hb(expanded.counts.read_bytes["Q"]), hb(expanded.counts.write_bytes["O_split"]),
              f"{(o_ex - o_pk).abs().max():.1e}"]])
 
 # %%
 # Checks for the exercises: each takes your answer and says whether it is right.
 def check_merge(fn):
     from variants import attention_reference
-    g = torch.Generator().manual_seed(5)
-    q, k, v = (torch.randn(1, 2, 3, 4, generator=g), torch.randn(1, 2, 17, 4, generator=g),
-               torch.randn(1, 2, 17, 4, generator=g))
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 3, 4, generator=gen), torch.randn(1, 2, 17, 4, generator=gen),
+               torch.randn(1, 2, 17, 4, generator=gen))
     cuts = [(0, 5), (5, 6), (6, 17)]
     parts = [attention_reference(q, k[..., a:b, :], v[..., a:b, :]) for a, b in cuts]
     o, lse = fn(torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts]))
@@ -321,7 +335,7 @@ def check_merge(fn):
     print("exercise 1: right")
 
 def check_splits(fn):
-    from counting import split_rule
+    from counting import split_rule  # the function section 2 calls
     for b, hk, tiles, n, bc in ((1, 8, 1, 131072, 64), (4, 8, 1, 131072, 128), (64, 8, 1, 4096, 64),
                                 (1, 1, 1, 100, 64), (3, 5, 2, 0, 32), (16, 32, 256, 4096, 64)):
         want = split_rule.num_splits(b, hk, tiles, n, bc)
@@ -332,8 +346,8 @@ def check_splits(fn):
 def check_kv_bytes(n):
     want = 2 * 4 * 8 * 32768 * 128 * 2
     assert n != 2 * 4 * 64 * 32768 * 128 * 2, "that reads K and V once per query head: GQA reads them once per kv head"
-    assert n == want, f"{human(n)} is not the K and V bytes of that step ({human(want)})"
-    print(f"exercise 3: right ({human(n)}: {n / 4.3e12 * 1e6:.0f} µs at 4.3 TB/s, the step's floor)")
+    assert n == want, f"{human(n, binary=True)} is not the K and V bytes of that step ({human(want, binary=True)})"
+    print(f"exercise 3: right ({human(n, binary=True)}: {n / 4.3e12 * 1e6:.0f} µs at 4.3 TB/s, the step's floor)")
 
 # %% [markdown]
 # ## Exercises
@@ -342,8 +356,8 @@ def check_kv_bytes(n):
 # lse: (S, ...)) and returning $(o, L)$ over the union of the chunks (section 2), safe when the $L_s$ are large, and
 # giving $o = 0$, $L = -\infty$ for a row whose every split is empty. Check: `check_merge(merge)`.
 #
-# **2.** Write `splits(b, h_kv, row_tiles, l_max, block_k)`: the split rule of section 2 for an H100/H200 (132 SMs).
-# Check: `check_splits(splits)`.
+# **2.** Write `splits(b, h_kv, row_tiles, l_max, block_k)`: the split rule of section 2 for an H100/H200 (132 SMs),
+# the signature of `split_rule.num_splits` that section 2 calls. Check: `check_splits(splits)`.
 #
 # **3.** A decode step of a 70B-class model: $B = 4$ sequences with 32k cached tokens each, $H = 64$ query heads on
 # $H_{kv} = 8$ kv heads, $d = 128$, bf16. How many bytes of $K$ and $V$ must one layer's attention read? Check:
@@ -353,21 +367,31 @@ def check_kv_bytes(n):
 #
 # <details><summary>Solution</summary>
 #
-# $I = g N_q$ FLOP/byte in bf16 and the ridge is about 183 (788 TFLOP/s over 4.3 TB/s, both measured), so
-# $g N_q \approx 183$: e.g. $g = 8$ with 23 speculative queries, or a batch's shared prefix read once for many
-# sequences (the same packing as GQA, across sequences). Short of that, a faster decode step comes from fewer bytes:
-# a smaller cache dtype (fp8 $K$, $V$ halves the bytes and doubles $I$), fewer kv heads, or fewer positions read.
+# On paper, $I = g N_q$ FLOP/byte in bf16 and the ridge is about 183 (788 TFLOP/s over 4.3 TB/s, both measured), so
+# $g N_q \approx 183$: e.g. $g = 8$ with 23 speculative queries. But section 3's caveat decides it: $I = g N_q$ holds only
+# while the packed rows fit one Q block, since each Q block reads the cache again, so $I \approx \min(g N_q, B_r)$. At
+# $g N_q = 184$, `split_kv_fast`'s 16-row tiles are 12 tiles each reading the cache ($I \approx 15$), the reference's
+# $B_r = 64$ three ($I \approx 61$): neither is near the ridge. Getting there takes a different kernel, one whose tile
+# holds about 183 packed rows against one read of each $K/V$ block (several warpgroups sharing a $K/V$ tile, as
+# prefill kernels' tall Q blocks do), and that many query rows per kv head: many speculative queries, or a batch's
+# shared prefix read once for many sequences (the same packing as GQA, across sequences). Short of that, a faster
+# decode step comes from fewer bytes: a smaller cache dtype (fp8 $K$, $V$ halves the bytes and doubles $I$), fewer kv
+# heads, or fewer positions read.
 #
 # </details>
 #
-# **5.** Why must a split's chunk be a multiple of the page size, and what would a chunk that starts mid-page cost?
+# **5.** The split rule makes every chunk a multiple of the page size. Does `split_kv_fast` need that, and what does
+# the alignment cost?
 #
 # <details><summary>Solution</summary>
 #
-# The kernel loads a $K/V$ tile by looking up one block-table entry per page. A chunk of whole pages starts at a page
-# boundary, so every tile it loads is whole pages of one sequence, the same gather as every other split. A chunk that
-# starts mid-page would make two splits read the same page: if their tiles are whole pages, that page's bytes are read
-# twice; if not, every tile needs a mask at its start as well as at the cache's end. With $\operatorname{lcm}(B_c,
-# \text{page size})$ chunks neither happens: the bytes stay $K$ and $V$ once (section 4's counts).
+# It does not: `split_kv_fast` gathers each row of a $K/V$ tile through `block_table` (any page size), so a chunk
+# that starts mid-page would cost it no extra bytes: two splits would read disjoint rows of that page. The alignment is
+# a design choice for kernels that load whole pages at a time (a TMA or page-tile copy, one descriptor per page):
+# there, a chunk starting mid-page makes two splits load the same page (its bytes read twice) or needs a masked
+# partial page at the chunk's start as well as at the cache's end. Its cost is split granularity: the chunk's unit is
+# $\operatorname{lcm}(B_c, \text{page size})$, e.g. $\operatorname{lcm}(64, 48) = 192$ positions, so $\lceil L_{max}/S
+# \rceil$ rounds up further and a short cache may run fewer splits than the rule asked for. With pages of a multiple of
+# $B_c$ (256 here) the unit is the page, and $K$, $V$ are still read once (section 4's counts).
 #
 # </details>
