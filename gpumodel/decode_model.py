@@ -1,5 +1,5 @@
-"""The GPU model of split-KV decoding (issue 44): a simple DRAM roofline with Little's law, to be checked against the
-lead's measurement of the two kernels (`split_kv`, teaching; `split_kv_fast`, tensor cores) before it is trusted.
+"""The GPU model of split-KV decoding (issue 44): a simple DRAM roofline with Little's law, to be checked against a
+GPU timing of the two kernels (bench/decode_speed.py, not yet run) (`split_kv`, teaching; `split_kv_fast`, tensor cores) before it is trusted.
 
 At decode each K/V byte of the cache is read once (GQA packing: once for the g query heads of its kv head), and
 there are about 4·g·Nq FLOPs per 2·d bytes of K and V (4·d per query row and position against 2·d·itemsize bytes):
@@ -20,9 +20,9 @@ B·H_kv CTAs, each streaming its whole cache, and a CTA keeps only its K/V ring 
     time       max(t_dram, t_compute) + launches × the launcher's measured overhead (0 where not measured)
     bound      dram where t_dram >= t_compute, else the largest compute term
 
-The kernels' tiles (DECODE_KERNELS) are read off the decode-kernels branch's launchers (kernels/split_kv.py BLOCK_K,
-kernels/split_kv_fast.py block_k, STAGES, kernels/_decode.py ROWS); once those launchers state a describe(), this
-table should come from them. Torch-free.
+The kernels' tiles (DECODE_KERNELS) are copies of the launchers' (kernels/split_kv.py BLOCK_K,
+kernels/split_kv_fast.py block_k, smem_bytes, STAGES, kernels/_decode.py ROWS): gpumodel may not import kernels, so
+tests/test_decode_model.py holds the copies equal to the launchers. Torch-free.
 """
 from __future__ import annotations
 
