@@ -38,11 +38,12 @@ import numbers
 from dataclasses import dataclass
 
 from counting import checks, split_rule
-from counting.split_rule import chunk_len, num_splits, used_splits  # noqa: F401  (the one split rule, re-exported)
 from counting.sram import split_kv_sram_bytes  # noqa: F401  (re-exported: the working set lives in counting.sram)
 from counting.headline import seen_rows, visible_pairs
 from counting.tiling import Tiling, cdiv, tile_sums
 
+# the one split rule (counting/split_rule.py), re-exported under its own names: no second definition here
+num_splits, chunk_len, used_splits = split_rule.num_splits, split_rule.chunk_len, split_rule.used_splits
 NUM_SMS = split_rule.SMS  # the default split rule fills an H100/H200 (132 SMs); kernels pass their device's count
 PARTIALS = ("O_split", "lse_split")  # float32 scratch in HBM
 
