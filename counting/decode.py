@@ -187,11 +187,18 @@ def check_decode(q_shape, k_shape, v_shape, *, causal=False, scale=None, block_q
 
 
 def check_decode_tensors(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, cache_seqlens=None,
-                         block_table=None, num_splits=None, dtypes=None, num_sms=NUM_SMS) -> Decode:
+                         block_table=None, num_splits=None, dtypes=None, num_sms=NUM_SMS,
+                         cache_seqlens_host=None) -> Decode:
     """check_decode on tensors: types, dtypes (q, k, v one of `dtypes`, shared), one device,
     cache_seqlens and block_table int32/int64 tensors with their values checked (read to the host once per version
     where that is a sync: _memo). The CUDA launchers call this too (kernels/_decode.py) and check CUDA last, after
-    their own limits."""
+    their own limits.
+
+    cache_seqlens_host: the caller's host copy of cache_seqlens (a sequence of B ints, or a CPU tensor), used for
+    the checks and the split plan instead of reading cache_seqlens from the device, so a decode loop whose lengths
+    change every step needs no device-to-host sync for them (as flash-attn's callers keep their lengths on the host).
+    The caller vouches that it equals cache_seqlens: it is not compared (that would be the read it saves); a host
+    copy shorter than a device length leaves positions past the plan's S·chunk unread."""
     import torch
 
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -217,7 +224,13 @@ def check_decode_tensors(q, k, v, *, causal=False, scale=None, block_q=64, block
     if cache_seqlens is not None:
         if cache_seqlens.dim() != 1:
             raise ValueError(f"cache_seqlens must have shape (B,), got {tuple(cache_seqlens.shape)}")
-        lengths = _memo(cache_seqlens, None, lambda t: t.tolist())
+        if cache_seqlens_host is None:
+            lengths = _memo(cache_seqlens, None, lambda t: t.tolist())
+        else:
+            lengths = _host_lengths(cache_seqlens_host, cache_seqlens.shape[0])
+    elif cache_seqlens_host is not None:
+        raise ValueError("cache_seqlens_host is the host copy of cache_seqlens: pass cache_seqlens (the tensor the "
+                         "kernel reads) too")
     paged = block_table is not None
     p = check_decode(tuple(q.shape), tuple(k.shape), tuple(v.shape), causal=causal, scale=scale, block_q=block_q,
                      block_k=block_k, lengths=lengths, num_splits=num_splits, paged=paged,
@@ -226,6 +239,23 @@ def check_decode_tensors(q, k, v, *, causal=False, scale=None, block_q=64, block
         check_block_table(_memo(block_table, p.num_pages, lambda t: _first_invalid(t, p.num_pages)), p.num_pages,
                           p.page_size, p.lengths, lambda b, c: int(block_table[b, c]))
     return p
+
+
+def _host_lengths(host, batch: int) -> list:
+    """cache_seqlens_host as a list of B values (check_lengths then checks each is an integer in range)."""
+    import torch
+
+    if isinstance(host, torch.Tensor):
+        if host.device.type != "cpu" or host.dim() != 1:
+            raise ValueError(f"cache_seqlens_host must be a host copy, a sequence of ints or a 1-D CPU tensor, got a "
+                             f"tensor of shape {tuple(host.shape)} on {host.device}")
+        host = host.tolist()
+    elif isinstance(host, (str, bytes)) or not hasattr(host, "__len__"):
+        raise TypeError(f"cache_seqlens_host must be a sequence of B ints or a 1-D CPU tensor, got "
+                        f"{type(host).__name__}")
+    if len(host) != batch:
+        raise ValueError(f"cache_seqlens_host has {len(host)} entries; cache_seqlens has B = {batch}")
+    return list(host)
 
 
 MEMO_DEVICES = ("cuda",)  # where reading an index tensor is a device-to-host sync

@@ -10,6 +10,7 @@ dtypes, Nq, int32 positions, the grid) and the device, and the cast of the index
 Host reads: the plan needs cache_seqlens (L_max sets chunk and S) and the block table's first bad entries on the host,
 read once per tensor version (counting.decode._memo): lengths that change each step cost one host read per step, and
 a write the version counter does not see (.data, DLPack, a custom kernel) is not seen: pass a new tensor then.
+cache_seqlens_host= (the caller's host copy of the lengths) replaces the read of cache_seqlens: no sync for them.
 
 Workspace layout (both kernels): the g Nq query rows of one (b, kv head) are packed as rows p = (h - h_kv g) Nq + i
 and cut into row tiles of ROWS = 16; tile index T = (b H_kv + h_kv) row_tiles + rt; partial s of row r of tile T:
@@ -46,14 +47,14 @@ class Plan:
 
 def check(name: str, q, k, v, *, causal, scale, cache_seqlens, block_table, num_splits, dtypes, head_dims,
           block_k: int, max_n_q: int | None = None, sms: int = split_rule.SMS, cuda: bool = True,
-          aligned: bool = False) -> Plan:
+          aligned: bool = False, cache_seqlens_host=None) -> Plan:
     """The contract's checks (counting.decode.check_decode_tensors, the reference's: int32 or int64 indices, only the
     block-table entries a sequence reads), then this kernel's limits, then the device last, so that a CPU call
     reaches each of the others (tests/test_split_kv_inputs.py); cuda=False skips it (the CPU emulations of the
     kernels, tests/test_split_kv*_emulated.py, launch on CPU tensors). aligned: q, k, v start on 16 bytes (cp.async)."""
     p = decode.check_decode_tensors(q, k, v, causal=causal, scale=scale, block_q=ROWS, block_k=block_k,
                                     cache_seqlens=cache_seqlens, block_table=block_table, num_splits=num_splits,
-                                    dtypes=dtypes, num_sms=sms)
+                                    dtypes=dtypes, num_sms=sms, cache_seqlens_host=cache_seqlens_host)
     if p.d not in head_dims:
         raise ValueError(f"{name}: head dim d={p.d} unsupported; this kernel takes d in {tuple(head_dims)}")
     if max_n_q is not None and p.n_q > max_n_q:

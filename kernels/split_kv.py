@@ -2,7 +2,8 @@
 variants/split_kv.py; the contract and its checks are counting/decode.py's, kernels/_decode.py adds the kernels'
 limits).
 
-    o, lse = forward(q, k, v, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None)
+    o, lse = forward(q, k, v, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None,
+                     cache_seqlens_host=None)
 
 Two launches: split_kv_partial on grid (B H_kv, row_tiles, S), 128 threads, float32 shared memory
 4 (2 Br d + 2 Bc d + Br Bc + 4 Br) bytes (Br = 16 packed rows, Bc = 32 keys), then split_kv_merge, one block per
@@ -34,10 +35,11 @@ def compile_configs():
     return [(SOURCE, name, {"STORAGE": _teaching.STORAGE[dt]}) for dt in DTYPES for name in KERNELS_CU]
 
 
-def forward(q, k, v, *, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None):
+def forward(q, k, v, *, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None,
+            cache_seqlens_host=None):
     p = _decode.check("split_kv", q, k, v, causal=causal, scale=scale, cache_seqlens=cache_seqlens,
                       block_table=block_table, num_splits=num_splits, dtypes=DTYPES, head_dims=HEAD_DIMS,
-                      block_k=BLOCK_K)
+                      block_k=BLOCK_K, cache_seqlens_host=cache_seqlens_host)
     dev = q.device
     seqlens = _decode.seqlens_or_full(cache_seqlens, p, dev)
     table = _decode.table_or_dummy(block_table, dev)

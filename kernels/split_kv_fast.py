@@ -4,7 +4,8 @@ per-sequence lengths. The contract is counting/decode.py's (kernels/_decode.py a
 kernels/split_kv.py is the teaching kernel of it. Host reads of cache_seqlens and block_table: once per tensor
 version (kernels/_decode.py, docs/decoding.md's contract).
 
-    o, lse = forward(q, k, v, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None)
+    o, lse = forward(q, k, v, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None,
+                     cache_seqlens_host=None)
 
 One launch: grid (B H_kv, row_tiles, S), 128 threads; with S > 1 the last CTA of each (b, h_kv, row tile) merges
 the S partials (an int32 arrival counter per tile). The counters are allocated per launch, zeroed on the launch's
@@ -66,14 +67,16 @@ def _sms(device) -> int:
 _SM_COUNT: dict = {}
 
 
-def forward(q, k, v, *, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None):
+def forward(q, k, v, *, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None,
+            cache_seqlens_host=None):
     d = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() == 4 else 0
     sms = 132
     if isinstance(q, torch.Tensor) and q.is_cuda:
         sms = _SM_COUNT.get(q.device.index) or _SM_COUNT.setdefault(q.device.index, _sms(q.device))
     p = _decode.check("split_kv_fast", q, k, v, causal=causal, scale=scale, cache_seqlens=cache_seqlens,
                       block_table=block_table, num_splits=num_splits, dtypes=DTYPES, head_dims=HEAD_DIMS,
-                      block_k=block_k(d) if d in HEAD_DIMS else 64, max_n_q=MAX_N_Q, sms=sms, aligned=True)
+                      block_k=block_k(d) if d in HEAD_DIMS else 64, max_n_q=MAX_N_Q, sms=sms, aligned=True,
+                      cache_seqlens_host=cache_seqlens_host)
     dev = q.device
     q, scale = layouts.positive_scale(q, p.scale)  # the kernel masks S before scaling it
     seqlens = _decode.seqlens_or_full(cache_seqlens, p, dev)

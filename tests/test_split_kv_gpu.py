@@ -243,3 +243,27 @@ def test_overlapping_launches_on_two_streams_do_not_share_merge_counters():
         for o, lse in got[i]:
             assert torch.equal(o, want[i][0]) and torch.equal(lse, want[i][1]), "a launch on another stream " \
                 "changed this one's merge"
+
+
+@pytest.mark.parametrize("name", ["split_kv", "split_kv_fast"])
+def test_cache_seqlens_host_needs_no_sync_when_lengths_change(name):
+    """A decode loop's step: cache_seqlens grows in place each step (a new version), the caller passes its host copy
+    (cache_seqlens_host=): no device-to-host sync, and the same answer as the call that reads the lengths."""
+    from kernels import KERNELS
+
+    mod = KERNELS[name].module
+    k, v, table = make_cache(2, 2, 128, [300, 64], torch.float16, 16, 0)
+    q = torch.randn(2, 8, 1, 128, device="cuda", dtype=torch.float16)
+    lens = [200, 40]
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    mod.forward(q, k, v, cache_seqlens=seqlens, block_table=table)  # the table's check is read once here
+    for _ in range(3):
+        seqlens.add_(1)
+        lens = [n + 1 for n in lens]
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            got = mod.forward(q, k, v, cache_seqlens=seqlens, block_table=table, cache_seqlens_host=lens)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        want = mod.forward(q, k, v, cache_seqlens=seqlens, block_table=table)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

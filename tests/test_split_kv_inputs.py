@@ -227,3 +227,33 @@ def test_fast_merge_counters_are_fresh_per_launch():
     b = split_kv_fast._counters(7, torch.device("cpu"))
     assert b.dtype == torch.int32 and b.numel() == 7 and not b.any()
     assert a.all(), "a later launch's counters must not be an earlier launch's buffer"
+
+
+def test_cache_seqlens_host_replaces_the_read():
+    """cache_seqlens_host= (the caller's host copy): the plan and the checks use it, not the device tensor (here a CPU
+    tensor holding other values, to tell them apart); its length and type are checked; it needs cache_seqlens."""
+    from counting import decode
+
+    q, k, v = torch.zeros(2, 4, 1, 16), torch.zeros(2, 2, 512, 16), torch.zeros(2, 2, 512, 16)
+    dev = torch.tensor([512, 512], dtype=torch.int32)
+    p = decode.check_decode_tensors(q, k, v, cache_seqlens=dev, cache_seqlens_host=[100, 7], block_k=64)
+    assert p.lengths == (100, 7) and p.chunk * p.num_splits >= 100
+    assert decode.check_decode_tensors(q, k, v, cache_seqlens=dev, cache_seqlens_host=torch.tensor([3, 4]),
+                                       block_k=64).lengths == (3, 4)
+    with pytest.raises(ValueError, match="has 1 entries; cache_seqlens has B = 2"):
+        decode.check_decode_tensors(q, k, v, cache_seqlens=dev, cache_seqlens_host=[5])
+    with pytest.raises(ValueError, match="over the"):  # still checked against the capacity
+        decode.check_decode_tensors(q, k, v, cache_seqlens=dev, cache_seqlens_host=[5, 513])
+    with pytest.raises(TypeError, match="sequence of B ints"):
+        decode.check_decode_tensors(q, k, v, cache_seqlens=dev, cache_seqlens_host=5)
+    with pytest.raises(ValueError, match="pass cache_seqlens"):
+        decode.check_decode_tensors(q, k, v, cache_seqlens_host=[5, 6])
+    # the reference takes it as the contract says, and gives the answer of the lengths it names
+    from variants import VARIANTS
+
+    kk, vv = torch.randn(2, 2, 512, 16), torch.randn(2, 2, 512, 16)
+    qq = torch.randn(2, 4, 1, 16)
+    lens = torch.tensor([100, 7], dtype=torch.int32)
+    want = VARIANTS["split_kv"].forward(qq, kk, vv, cache_seqlens=lens)
+    got = VARIANTS["split_kv"].forward(qq, kk, vv, cache_seqlens=lens, cache_seqlens_host=[100, 7])
+    assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])

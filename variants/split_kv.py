@@ -29,11 +29,11 @@ sram_bytes = decode.split_kv_sram_bytes
 
 
 def check(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, cache_seqlens=None, block_table=None,
-          num_splits=None) -> decode.Decode:
+          num_splits=None, cache_seqlens_host=None) -> decode.Decode:
     """The launchers' check too (counting.decode.check_decode_tensors), plus the score range of the references."""
     p = decode.check_decode_tensors(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
                                     cache_seqlens=cache_seqlens, block_table=block_table, num_splits=num_splits,
-                                    dtypes=SUPPORTED_DTYPES)
+                                    dtypes=SUPPORTED_DTYPES, cache_seqlens_host=cache_seqlens_host)
     if block_table is None:  # the score range check takes (B, H, N, d) caches (a conservative bound: all Nk)
         check_score_range(q, k if p.group == 1 else k.repeat_interleave(p.group, dim=1), p.scale)
     return p
@@ -69,9 +69,9 @@ def _mask(p, length, r0, r1, c0, c1, s):
 
 @reference
 def forward(q, k, v, *, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None,
-            block_q=64, block_k=64, mem=None):
+            block_q=64, block_k=64, mem=None, cache_seqlens_host=None):
     p = check(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k, cache_seqlens=cache_seqlens,
-              block_table=block_table, num_splits=num_splits)
+              block_table=block_table, num_splits=num_splits, cache_seqlens_host=cache_seqlens_host)
     mem = resolve(mem)
     mem.require_sram(f"split_kv working set (Br={p.block_q}, Bc={p.block_k}, d={p.d})",
                      sram_bytes(p.rows, max(p.lengths), p.d, p.block_q, p.block_k, q.element_size()))
