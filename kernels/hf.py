@@ -2,9 +2,10 @@
 `from transformers import AttentionInterface`, huggingface/transformers#36889). For training and prefill: checked on
 CPU (tests/test_hf_adapter.py, a CPU stand-in for the kernel); its GPU test has not run yet.
 
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig
     from kernels import hf
     hf.register()                       # attn_implementation "workbench", kernel fa2_wgmma
+    config = LlamaConfig(hidden_size=1024, num_attention_heads=8, num_key_value_heads=2)  # d = 128, GQA
     model = AutoModelForCausalLM.from_config(config, attn_implementation="workbench")  # or from_pretrained(...)
 
 The name clash. transformers 5.x depends on Hugging Face's `kernels` distribution (hub kernels), whose import name
@@ -17,7 +18,7 @@ query (B, H, N, d) and key, value (B, H_kv, N, d) -- usually views of (B, N, H, 
 (attn_output (B, N, H, d), attention weights or None), as its sdpa_attention_forward returns. This adapter hands
 query, key, value to kernels.attention as they come: grouped-query K/V are never repeated (the kernel reads kv
 head h // (H / H_kv)), and strided views are read in place by a kernel that takes them. The inputs are not copied;
-the output is (`.transpose(1, 2).contiguous()`, as SDPA's path does too).
+the output is, once (`.transpose(1, 2).contiguous()` to (B, N, H, d), as SDPA's path does too).
 
 Generation through this adapter runs the same kernel at Nq = 1: fa2_wgmma's grid of B·H CTAs (notebook 09 section 1),
 not the split-KV decode kernels (kernels/split_kv_fast.py), which this adapter does not call.
