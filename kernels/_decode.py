@@ -3,7 +3,8 @@
 fp32 workspace of the partial (o_s, lse_s).
 
 Contract (issue 44; variants/split_kv.py is the PyTorch reference of the same contract):
-    forward(q, k, v, *, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None) -> (o, lse)
+    forward(q, k, v, *, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None,
+            cache_seqlens_host=None) -> (o, lse)
 The contract, its checks and its messages are counting/decode.py's (the reference's): int32 or int64 cache_seqlens
 and block_table, only the block-table entries a sequence reads checked; here only each kernel's own limits (d,
 dtypes, Nq, int32 positions, the grid) and the device, and the cast of the index tensors to the kernels' int32.
