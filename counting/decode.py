@@ -15,8 +15,8 @@ GQA packing: the g query heads of one kv head, times Nq queries, are one problem
 head-major: h the head within the group, i the query), tiled in Q blocks of Br rows, so each K/V byte a tile
 needs is read once for all g heads.
 
-The split (counting/split_rule.py: num_splits, chunk_len, used_splits, the one rule; re-exported here): S = num_splits, chunk = ⌈L_max/S⌉ rounded up
-to a multiple of Bc (and of page_size when paged: a chunk is whole K/V blocks and whole pages), L_max the longest
+The split (counting/split_rule.py: num_splits, chunk_len, used_splits, the one rule; re-exported here):
+S = num_splits, chunk = ⌈L_max/S⌉ rounded up to a multiple of Bc (and of page_size when paged: a chunk is whole K/V blocks and whole pages), L_max the longest
 sequence; the launch runs S = ⌈L_max/chunk⌉ splits (trailing empty ones dropped). Split s of Q block i runs FA2's
 inner loop (FA2 Alg. 1 lines 6-10) over the K/V blocks of [s·chunk, (s+1)·chunk) ∩ [0, L_b) the block can see, then
 FA2 Alg. 1 lines 12-13 give a partial (o_s, lse_s). With S > 1 every split writes its partial (float32; an empty split,
@@ -320,9 +320,9 @@ def terms(p: Decode) -> tuple[dict, dict, dict]:
 
 def block_sums(p: Decode, length: int) -> tuple[int, int, int, int]:
     """(Σ_i r_i W_i, Σ_i r_i n_i, Σ_i W_i, Σ_i r_i s_i) over the packed Q blocks i of one sequence of `length`.
-    Non-causal every block sees all L; causal with g = 1 the packed rows are the queries and the sums are FA2's
-    (counting.tiling.tile_sums, O(log) steps; the splits' are its Σ r n at Bc = chunk); causal with g > 1 (a block
-    may hold the end of one head's queries and the start of the next's) sums the blocks, a million at a time."""
+    Non-causal every block sees all L_b positions; causal with g = 1 the packed rows are the queries and the sums are
+    FA2's (counting.tiling.tile_sums, O(log) steps; the splits' are its Σ r n at Bc = chunk); causal with g > 1 (a
+    block may hold the end of one head's queries and the start of the next's) sums the blocks, a million at a time."""
     if length == 0:
         return 0, 0, 0, 0
     rows, chunk, bc = p.rows, p.chunk, p.block_k
@@ -348,7 +348,7 @@ def block_sums(p: Decode, length: int) -> tuple[int, int, int, int]:
 
 
 def _length_counts(lengths) -> list[tuple[int, int]]:
-    """(L, how many sequences have it): one pass per distinct length (B sequences often share one)."""
+    """(L_b, how many sequences have it): one pass per distinct length (B sequences often share one)."""
     out: dict[int, int] = {}
     for n in lengths:
         out[n] = out.get(n, 0) + 1
