@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from counting.gpus import get_gpu
+from gpumodel import coverage
 from gpumodel.gpu_model import L2_BANDWIDTH  # the measured lower bound of the L2's rate, one figure for both passes
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID_FILE = ROOT / "results" / "bwd_kernels_vs_sdpa_grid" / "bwd_bench.json"
 FIT_FILE = ROOT / "results" / "gpu_model_bwd_fit.json"
-COVERED_GPUS = ("h200",)
+COVERED_GPUS = coverage.COVERED_GPUS  # the H200 (fitted) and the H100 (its constants carried over)
 TRAIN_MAX_N = 4096  # the declared training split: N <= 4k; N >= 8k held out
 BAND = {"fa2_wgmma": 0.15, "sdpa_flash": 0.15, "sdpa_cudnn": 0.15, "fa2": 0.25}
 MIN_N = 2048  # the targets' range (issue 43): N >= 2k
@@ -51,7 +52,6 @@ TOKENS_HIDDEN = 16384 * 2048  # t0 is the fixed cost at the grid's B·N = 16k to
 
 PEAK = {"wgmma": 4096.0, "mma_sync": 4096.0, "ffma": 256.0}  # FLOP/clk/SM: 989.4e12 / (132 x 1.83e9); 128 FFMA lanes
 MUFU_PER_CLK = 16.0
-HBM_MEASURED = 4.3e12  # counting.gpus H200 measured copy rate
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: i
             causal: bool = False, gpu: str = "h200", params: dict | None = None) -> BwdPrediction:
     n_k = n_q if n_k is None else n_k
     if gpu not in COVERED_GPUS:
-        raise ValueError(f"the backward model is fitted to the {', '.join(g.upper() for g in COVERED_GPUS)} only")
+        raise ValueError(f"the backward model covers the {coverage.names()} only, not {gpu!r}")
     k = KERNELS.get(kernel)
     if k is None:
         raise ValueError(f"no backward model of {kernel!r}: one of {', '.join(KERNELS)}")
@@ -173,7 +173,8 @@ def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: i
     cycles = _makespan(durations, slots)
     item = 2
     aux_bytes = batch * heads * (n_q * d * (2 * item + 4 + item) + n_k * d * 0)
-    t_aux = aux_bytes / HBM_MEASURED
+    hbm = coverage.hbm_rate(g)  # the H200's measured 4.3 TB/s; the H100's datasheet figure at that share
+    t_aux = aux_bytes / hbm
     # DRAM: the pass's compulsory bytes (Q, K, V, O, dO, lse read, dQ, dK, dV written once) + dQ's fp32 accumulator
     # written back and read by the conversion; the accumulator of the heads in flight stays in the L2 meanwhile.
     # Not fitted: on the grid it is a few % of the time (DRAM nowhere near its limit), it bounds only if it outlasts
@@ -182,7 +183,7 @@ def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: i
 
     dram_bytes = (min_backward_hbm_bytes(batch, heads, n_q, n_k, d, item, causal)
                   + 2 * 4 * batch * heads * n_q * d)
-    t_dram = dram_bytes / HBM_MEASURED
+    t_dram = dram_bytes / hbm
     t_main = max(cycles / g.clock_hz.value, t_dram)
     t_fixed = p["t0"] * batch * heads * n_q * d / TOKENS_HIDDEN  # per token·hidden (the grid's B·N·H·d is constant)
     time_s = t_main + t_aux + t_fixed
