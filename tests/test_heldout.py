@@ -22,7 +22,7 @@ def test_the_h100_is_covered_with_the_h200_fit_and_its_own_datasheet():
     assert coverage.covers("h100") and coverage.footing("h100") == coverage.CARRIED
     assert coverage.footing("h200") == coverage.FITTED and not coverage.covers("a100")
     assert gm.COVERED_GPUS == bm.COVERED_GPUS == coverage.COVERED_GPUS
-    h100, h200 = GPUS["h100"], GPUS["h200"]
+    h100 = GPUS["h100"]
     assert h100.sms.value == 132 and h100.l2_bytes.value == 50 * 2 ** 20 and h100.hbm_bandwidth.value == 3.35e12
     # the DRAM rate: the H200's measured share of its datasheet figure, applied to the H100's datasheet figure
     assert coverage.hbm_rate("h200") == 4.3e12
