@@ -214,3 +214,19 @@ def test_h100_report_rows_with_a_measurement_agree_with_it(capsys, pass_name):
                     if g["bound"] in ("l2", "dram", "memory"):
                         assert m["measured_s"] * (1 + m["band"]) >= g["time_s"], (r["label"], m)
     assert checked >= 16, checked
+
+
+def test_the_teaching_backward_model_is_of_the_build_that_ships():
+    """The grid timed the teaching backward v1 (its run preceded v2-v5): its rows are fa2_v1's; fa2 is v5 (what
+    kernels.fa2.backward runs, and what a held-out run on another GPU times), fitted on v5's own A/B rows with v1's
+    exponential, latency and fixed constants, its product factors alone refitted; v5's N = 8k rows held out."""
+    cells = bm.all_cells()
+    assert {c["kernel"] for c in cells if c["source"] == bm.GRID_FILE.name} >= {"fa2_v1"}
+    assert "fa2" not in {c["kernel"] for c in cells if c["source"] == bm.GRID_FILE.name}
+    v5 = [c for c in cells if c["kernel"] == "fa2"]
+    assert v5 and {c["train"] for c in v5 if c["n"] >= 8192} == {False}
+    p = bm.load_params()
+    assert all(p["fa2"][k] == p["fa2_v1"][k] for k in ("b", "L", "t0"))
+    assert p["fa2"]["a1"] < p["fa2_v1"]["a1"]  # v5's staging: faster products at one CTA per SM (d = 128)
+    held = {t["kernel"]: t for t in bm.track_record(bm.rows()) if t["split"] == "held-out"}
+    assert held["fa2"]["within"] == held["fa2"]["cells"] >= 4
