@@ -399,7 +399,9 @@ def cmd_validate(args, error) -> int:
         from analysis import plots_gpu
 
         try:
-            plots_gpu.plot_validation(rs, args.plot)
+            from gpumodel import backward_model as bm
+
+            plots_gpu.plot_validation(rs, args.plot, backward=bm.rows(), heldout=heldout_gpus())
         except OSError as e:
             raise error(f"cannot write the plot {args.plot!r}: {e.strerror or e}") from None
     per_cell = val.cell_medians(rs)
