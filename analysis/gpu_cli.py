@@ -92,7 +92,8 @@ def predict_records(args, error) -> list[dict]:
         from counting.gpus import GPUS
 
         raise error(f"the GPU model covers the {', '.join(GPUS[g].name for g in gm.COVERED_GPUS)} only "
-                    f"(--gpu {', '.join(gm.COVERED_GPUS)}; fitted to its measurements), not the {GPUS[args.gpu].name}")
+                    f"(--gpu {', '.join(gm.COVERED_GPUS)}: the H200 fitted to its runs, the H100 with the H200's "
+                    f"constants, gpumodel/coverage.py), not the {GPUS[args.gpu].name}")
     opts = {}
     if args.placement or args.rescale:
         if args.kernel not in ("v_once", "v_once_tc"):
@@ -217,8 +218,7 @@ def backward_records(args, error) -> list[dict]:
     if args.kernel not in bm.KERNELS:
         raise error(f"--pass {args.pass_name}: the backward model covers {', '.join(bm.KERNELS)}, not {args.kernel}")
     if args.gpu not in bm.COVERED_GPUS:
-        raise error(f"the backward model is fitted to the {', '.join(g.upper() for g in bm.COVERED_GPUS)} only, "
-                    f"not --gpu {args.gpu}")
+        raise error(f"the backward model covers the {coverage.names()} only, not --gpu {args.gpu}")
     for flag in ("placement", "rescale", "knobs"):
         if getattr(args, flag, None):
             raise error(f"--{flag} does not apply to --pass {args.pass_name}")
