@@ -303,12 +303,17 @@ def cmd_predict(args, error) -> int:
             row += [human_bytes(r["dsmem_bytes"])] + [human_time(r["terms"].get(k, 0.0)) for k in ("dsmem", "sync")]
     _table(header, rows, args.format, recs, title=header_line(args, recs))
     if args.format in ("table", "markdown"):
-        print(track_caption(recs))
+        print(track_caption(recs, args.gpu))
     return 0
 
 
-def track_caption(recs: list[dict]) -> str:
-    """One line per kernel / d / causal printed: how the model's time compared with the committed timings."""
+def track_caption(recs: list[dict], gpu: str = "h200") -> str:
+    """One line per kernel / d / causal printed: how the model's time compared with the committed timings (on a GPU
+    the fit is carried over to, its own held-out runs)."""
+    from gpumodel import coverage
+
+    where = "" if coverage.footing(gpu) != coverage.CARRIED else \
+        f" on the {gpu.upper()} (held-out runs, results/gpu_model_{gpu}_heldout.json)"
     seen, lines = set(), []
     for r in recs:
         key = (r["kernel"], r["head_dim"], r["causal"])
@@ -316,7 +321,7 @@ def track_caption(recs: list[dict]) -> str:
             continue
         seen.add(key)
         t = r.get("track_record")
-        what = f"{r['kernel']} d = {r['head_dim']} {'causal' if r['causal'] else 'non-causal'}"
+        what = f"{r['kernel']} d = {r['head_dim']} {'causal' if r['causal'] else 'non-causal'}{where}"
         if not t:
             lines.append(f"track record: {what}: no committed timing at N >= 2k to check this time against")
             continue
