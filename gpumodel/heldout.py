@@ -172,7 +172,7 @@ def track(rows: list[dict]) -> list[dict]:
         if r["band"] is not None and r["ratio"] is not None:
             groups.setdefault((r["pass_name"], r["kernel"]), []).append(r)
     out = []
-    for (pass_name, kernel), sel in sorted(groups.items()):
+    for (pass_name, kernel), sel in sorted(groups.items(), key=lambda kv: (kv[0][0] != "forward", kv[0][1])):
         errs = sorted(abs(r["ratio"] - 1) for r in sel)
         worst = max(sel, key=lambda r: abs(r["ratio"] - 1))
         out.append(dict(pass_name=pass_name, kernel=kernel, cells=len(sel), band=sel[0]["band"],
