@@ -1,12 +1,41 @@
 """FlashAttention-2 backward with Hopper wgmma (kernels/cuda/fa2_wgmma_bwd.cu, sm_90a): fp16/bf16, fp32 acc.
 
-    dq, dk, dv = backward(q, k, v, o, lse, do, causal=False, scale=None)
+    dq, dk, dv = backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False)
 
-q, o, do: (B, H, Nq, d); k, v: (B, H, Nk, d); one dtype (float16 or bfloat16), contiguous, d in {64, 128};
-lse: float32 (B, H, Nq), exactly as kernels.fa2_wgmma.forward returns it (natural log, -inf for a row
-that sees no key: its dq is 0). Causal is bottom-right (query i sees key j iff j <= i + Nk - Nq), as in
-the forward. Three launches (FA2 Algorithm 2): D = rowsum(dO o O) and the dQ accumulator's zeroing, the
-key-block-outer main kernel (dK, dV in registers, dQ by fp32 atomics), and dQ's conversion.
+Takes what kernels.fa2_wgmma.forward takes: q, o, do (B, H, Nq, d); k, v (B, H_kv, Nk, d) with H_kv dividing H
+(grouped-query / multi-query: query head h reads kv head h // (H / H_kv)); one dtype (float16 or bfloat16);
+d in {64, 96, 128, 256}; any strides with a unit last one whose other strides and base address are
+16-byte aligned (what cp.async needs) -- e.g. a (B, N, H, d) tensor's .transpose(1, 2): no input is
+copied (d = 96, 256 aside, below). lse: float32 (B, H, Nq) contiguous, as the forward returns it (natural log,
+-inf for a row that sees no key: its dq is 0). Causal is bottom-right (query i sees key j iff
+j <= i + Nk - Nq), as in the forward. dq comes back in q's layout, dk and dv in k's (a dense permutation of
+(B, H, N, d) is kept; out=(dq, dk, dv) writes into given tensors of any aligned layout).
+
+Three launches (FA2 Algorithm 2): D = rowsum(dO o O) and the dQ accumulator's zeroing over the B*H query
+heads, the key-block-outer main kernel on a (Tc, B*H_kv) grid -- the CTA of key block j loops over its
+group's query heads and their Q blocks, so dK_j, dV_j are summed over the group in registers (no repeated
+K/V, no atomics on dK/dV) -- and dQ's conversion.
+
+deterministic=True: dQ's fp32 reduce-adds into each Q block happen in key-block order (a per-(b*h, Q block)
+semaphore; fa2_wgmma_bwd.cu's header says how and what it costs), so two runs give identical bits. The
+default (False) lets them land in any order, as before.
+
+Head dims 64 and 128 are the kernel's own tiles; the other two:
+  d = 96   the d = 128 build with D_REAL=96: the tile loads zero-fill columns 96..127 in shared memory
+           (zero columns leave S = Q K^T and dP = dO V^T, hence P and dS, unchanged; the softmax scale stays
+           1/sqrt(96)), and the stores of dq, dk, dv and the reads of o, do for D skip them. No copies of
+           inputs or gradients; the cost is 4/3 of d = 96's MMA work (the d = 128 kernel's) and its smem.
+  d = 256  dK_j, dV_j (64 x 256 fp32 each per warpgroup, 256 registers a thread) do not fit next to S^T and
+           dP^T, so the main kernel runs three times on one warpgroup (Bc = 64, Br = 64, 202 KB of smem):
+           PASS 0 accumulates dK_j, dV_j columns 0..127, PASS 1 columns 128..255, PASS 2 dQ (red atomics: the
+           fp32 bulk-reduce slice would not fit in smem). Each pass recomputes S^T and dP^T over all 256
+           columns: 9 of the five products' worth of MMA work instead of 5 (1.8x the FLOPs), K_j, V_j, Q_i
+           and dO_i read three times. deterministic=True (or D256_KERNEL = False) takes _backward_torch:
+           FA2 Alg. 2 in float32 torch matmuls (cuBLAS, TF32 off), blocked over query rows so S never
+           exceeds ~2^26 elements per block, K/V grouped by a reshape (no repeat), causal keys past a
+           block's last diagonal skipped: correct and deterministic, several times slower (fp32 cuBLAS and
+           HBM passes over S-sized blocks). FA3's hdim-256 backward (dK/dV split across two MMA warpgroups,
+           a producer warp) is the path to speed.
 """
 from __future__ import annotations
 
@@ -21,7 +50,9 @@ KERNEL = "fa2_wgmma_bwd"
 KERNEL_PRE = "fa2_wgmma_bwd_pre"
 KERNEL_DQ = "fa2_wgmma_bwd_dq"
 KERNEL_DQ_BULK = "fa2_wgmma_bwd_dq_bulk"  # DQ_BULK=1: the accumulator is in per-tile fragment order
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 96, 128, 256)  # what backward() takes
+KERNEL_DIMS = (64, 96, 128, 256)  # what the .cu builds (96 on the 128 tiles, D_REAL=96; 256 in three PASSes)
+D256_KERNEL = True  # d = 256 through the kernel's three passes; False: _backward_torch (float32 torch, slower)
 ARCH = "sm_90a"
 PAD = 128  # rows of the padded L2 / D / dQ-accumulator buffers: a multiple of every Br
 
@@ -31,7 +62,9 @@ DEFAULTS = dict(STAGES=2, MIN_BLOCKS=1, DQ_BULK=0)  # DQ_V4: red.v4 instead of .
 CONFIGS = {  # v1 sweep winners
     64: dict(NWG=2, BR=128, DQ_BULK=1),
     128: dict(NWG=2, BR=64, STAGES=3, DQ_BULK=1),
+    256: dict(NWG=1, BR=64, STAGES=2, DQ_BULK=0),  # the only build that fits (K_j, V_j, 2 x Q_i, dO_i: 202 KB smem)
 }
+PASSES_256 = (0, 1, 2)  # dK_j, dV_j columns 0..127; columns 128..255; dQ (each recomputes S^T and dP^T)
 # v1 sweep (results/bwd_wgmma_v1.json, fp16, N = 2k/4k/16k): d=64 NWG=2 Br=128 DQ_BULK=1 297-353
 # TFLOP/s non-causal (NWG=1 Br=64 x2 CTAs/SM: 257-301), d=128 NWG=2 Br=64 STAGES=3 DQ_BULK=1 358-420
 # (STAGES=2: 333-404, red.v2 atomics: 326-384). SDPA flash 225-300, cuDNN 376-523. Dropped before timing:
@@ -47,39 +80,69 @@ SWEEP = {
 # ptxas (NVRTC 13.0, sm_90a) at the 255-register cap of 256-thread CTAs: d=128 NWG=2 Br=64 spills 36 B
 # (0 with DQ_BULK), d=64 NWG=2 Br=128 60 B (72 with DQ_BULK): dK, dV, S^T, dP^T and the in-flight P^T / dS^T
 # fragments are live together. The compile test holds every build to this budget so growth fails.
+# v3 (GQA + strided views): the 18 stride arguments live in the constant bank; b, kv head and the group's first
+# query head are re-read from %ctaid.y where used, not held across the loop: d=64 80 B (was 72; 96 when held),
+# d=128 0. DETERMINISTIC=1 (its own build; the semaphore's address and spin) d=64 104 B, d=128 0.
 MAX_SPILL_BYTES = 80
-KNOBS = set(DEFAULTS) | {"NWG", "BR", "DQ_V4", "ROTATE", "DQ_ABLATE"}  # the .cu's compile-time knobs
+MAX_SPILL_BYTES_DETERMINISTIC = 112
+
+
+def spill_budget(defines: dict) -> int:
+    """The compile test's cap on the main kernel's spill bytes for this build."""
+    return MAX_SPILL_BYTES_DETERMINISTIC if defines.get("DETERMINISTIC") else MAX_SPILL_BYTES
+KNOBS = set(DEFAULTS) | {"NWG", "BR", "DQ_V4", "ROTATE", "DQ_ABLATE", "DETERMINISTIC"}  # the .cu's compile-time knobs
 
 
 def knob_errors(defines: dict) -> list[str]:
-    """Why fa2_wgmma_bwd.cu cannot build these defines (its static_asserts, lines 136-141, and its switches); empty:
+    """Why fa2_wgmma_bwd.cu cannot build these defines (its static_asserts, lines 115-121, and its switches); empty:
     it builds. defines_for refuses a config= with these reasons instead of a compile error on the GPU."""
     g = defines.get
     d, nwg, br, stages = g("HEAD_DIM", 128), g("NWG", 2), g("BR", 64), g("STAGES", 2)
-    out = [f"{k}={g(k)}: {k} is a switch, 0 or 1" for k in ("DQ_BULK", "ROTATE", "DQ_V4") if g(k, 0) not in (0, 1)]
+    out = [f"{k}={g(k)}: {k} is a switch, 0 or 1" for k in ("DQ_BULK", "ROTATE", "DQ_V4", "DETERMINISTIC")
+           if g(k, 0) not in (0, 1)]
+    if g("DETERMINISTIC", 0) and not g("DQ_BULK", 0):
+        out.append("DETERMINISTIC=1 orders the bulk reduce-adds of dQ: needs DQ_BULK=1")
     rules = [
         (br in (64, 128), f"BR={br}: 64 or 128"),
         (nwg in (1, 2), f"NWG={nwg}: 1 or 2 warpgroups"),
         (br not in (64, 128) or nwg not in (1, 2) or nwg % (br // 64) == 0,
          f"NWG={nwg}, BR={br}: every 64-row slice of dQ needs a warpgroup"),
-        (br not in (64, 128) or nwg not in (1, 2) or nwg % (br // 64) or d // (nwg // (br // 64)) in (64, 128),
+        (br not in (64, 128) or nwg not in (1, 2) or nwg % (br // 64) or d // (nwg // (br // 64)) in (64, 128)
+         or d == 256,
          f"NWG={nwg}, BR={br}, d={d}: dQ slices must be whole 64-column swizzle panels"),
         (2 <= stages <= 3, f"STAGES={stages}: 2..3 ring slots"),
         (g("MIN_BLOCKS", 1) >= 1, f"MIN_BLOCKS={g('MIN_BLOCKS')}: at least one CTA per SM"),
         (g("DQ_ABLATE", 0) in (0, 1, 2), f"DQ_ABLATE={g('DQ_ABLATE')}: 0, 1 or 2"),
+        (g("D_REAL", d) in (d, 96 if d == 128 else d), f"D_REAL={g('D_REAL')}: HEAD_DIM, or 96 with HEAD_DIM=128"),
+        (d != 256 or (nwg, br, stages, g("DQ_BULK", 0), g("DETERMINISTIC", 0)) == (1, 64, 2, 0, 0),
+         "HEAD_DIM=256 builds only NWG=1, BR=64, STAGES=2, DQ_BULK=0 (red atomics), not DETERMINISTIC"),
+        (g("PASS", 0) in ((0, 1, 2) if d == 256 else (0,)), f"PASS={g('PASS')}: 0..2, and only with HEAD_DIM=256"),
     ]
     return out + [why for holds, why in rules if not holds]
 
 
-def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
-    if d not in HEAD_DIMS:
-        raise ValueError(f"fa2_wgmma backward supports head dims {HEAD_DIMS}, got d={d}")
+def defines_for(d: int, is_bf16: bool, config: dict | None = None, deterministic: bool = False,
+                pass_: int = 0) -> dict:
+    """The kernel build for head dim d (64, 128; 96 is the 128 tiles with D_REAL=96; 256 one of three passes,
+    pass_ in PASSES_256, with no config= and no deterministic mode)."""
+    if d not in KERNEL_DIMS:
+        raise ValueError(f"the fa2_wgmma backward kernel builds head dims {KERNEL_DIMS}, got d={d}")
+    if d == 256:
+        if config is not None or deterministic or pass_ not in PASSES_256:
+            raise ValueError("fa2_wgmma backward: d=256 has one build per pass (0, 1, 2), no config= and no "
+                             "deterministic mode (backward(deterministic=True) runs _backward_torch there)")
+        return dict(HEAD_DIM=256, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **CONFIGS[256]), PASS=pass_)
+    det = dict(DETERMINISTIC=1) if deterministic else {}
+    base = dict(HEAD_DIM=128, D_REAL=96) if d == 96 else dict(HEAD_DIM=d)
+    d = base["HEAD_DIM"]
     if config is None:
-        return dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **CONFIGS[d]))
+        return dict(base, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **CONFIGS[d], **det))
+    if deterministic and "DETERMINISTIC" not in config:
+        config = dict(config, **det)
     # a dict of known integer knobs with NWG and BR (a typo must not time the default build under another name; a
     # string was a 'dictionary update sequence' error, 64.0 or True a define), then what the .cu file builds
     cfg = checks.knob_config("fa2_wgmma backward", config, KNOBS, ("NWG", "BR"), CONFIGS[d])
-    defines = dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **cfg))
+    defines = dict(base, IS_BF16=int(bool(is_bf16)), **dict(DEFAULTS, **cfg))
     errors = knob_errors(defines)
     if not errors and smem_bytes(defines) > fa2_tc.SMEM_PER_BLOCK:
         errors = [f"NWG={defines['NWG']} BR={defines['BR']} STAGES={defines.get('STAGES', 2)} at d={d} needs "
@@ -114,12 +177,16 @@ def _dq_kernel(defines: dict) -> str:
 
 
 def compile_configs() -> list[tuple[str, str, dict]]:
-    return [item for d in HEAD_DIMS for bf16 in (0, 1) for item in _build(defines_for(d, bf16))]
+    """Every build backward() can launch: d = 64, 96 (the 128 tiles, D_REAL=96), 128, both dtypes, default and
+    deterministic (GQA and strides are run-time arguments of the same builds)."""
+    return ([item for d in (64, 96, 128) for bf16 in (0, 1) for det in (False, True)
+             for item in _build(defines_for(d, bf16, deterministic=det))]
+            + [item for bf16 in (0, 1) for p in PASSES_256 for item in _build(defines_for(256, bf16, pass_=p))])
 
 
 def sweep_configs() -> list[tuple[str, str, dict]]:
-    out = []
-    for d in HEAD_DIMS:
+    out = list(compile_configs())
+    for d in SWEEP:
         for cfg in SWEEP[d]:
             for bf16 in (0, 1):
                 for item in _build(defines_for(d, bf16, cfg)):
@@ -128,15 +195,19 @@ def sweep_configs() -> list[tuple[str, str, dict]]:
     return out
 
 
+_NAMES = ("q", "k", "v", "o", "do")
+
+
 def _check(q, k, v, o, lse, do) -> None:
-    """Everything wrong with the inputs is named before anything touches the GPU."""
+    """Everything wrong with the inputs is named before anything touches the GPU (and, but for the device
+    itself, on CPU tensors too: the order below lets the CPU tests reach every rule)."""
     import torch
 
     dtypes = (torch.float16, torch.bfloat16)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse), ("do", do)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
+    for name, t in zip(_NAMES, (q, k, v, o, do)):
         if t.dim() != 4:
             raise ValueError(f"{name} must have rank 4 (B, H, N, d), got shape {tuple(t.shape)}")
         if t.dtype not in dtypes:
@@ -148,9 +219,13 @@ def _check(q, k, v, o, lse, do) -> None:
     b, h, n_q, d = q.shape
     if d not in HEAD_DIMS:
         raise ValueError(f"head dim d={d} unsupported; the fa2_wgmma backward takes d in {list(HEAD_DIMS)}")
-    if k.shape[:2] != (b, h) or v.shape != k.shape or k.shape[3] != d:
-        raise ValueError(f"k and v must be (B, H, Nk, d) = ({b}, {h}, Nk, {d}), got k {tuple(k.shape)}, "
+    if k.shape[0] != b or v.shape != k.shape or k.shape[3] != d:
+        raise ValueError(f"k and v must be (B, H_kv, Nk, d) = ({b}, H_kv, Nk, {d}), got k {tuple(k.shape)}, "
                          f"v {tuple(v.shape)}")
+    h_kv = k.shape[1]
+    if h_kv < 1 or h % h_kv:
+        raise ValueError(f"k and v have H_kv={h_kv} heads, which must divide q's H={h} (grouped-query attention: "
+                         f"query head h reads kv head h // (H / H_kv))")
     if o.shape != q.shape or do.shape != q.shape:
         raise ValueError(f"o and do must have q's shape {tuple(q.shape)}, got o {tuple(o.shape)}, "
                          f"do {tuple(do.shape)}")
@@ -159,63 +234,174 @@ def _check(q, k, v, o, lse, do) -> None:
                          f"{tuple(lse.shape)}")
     if min(q.shape) < 1 or k.shape[2] < 1:
         raise ValueError(f"every dimension must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse), ("do", do)):
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous; call .contiguous() first")
+    if not lse.is_contiguous():
+        raise ValueError("lse must be contiguous (as the forward returns it); call .contiguous() first")
+    for name, t in zip(_NAMES, (q, k, v, o, do)):
+        _check_strides(name, t, 8)
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse), ("do", do)):
         if not t.is_cuda:
             raise ValueError(f"{name} is on {t.device}; CUDA kernels need CUDA tensors "
                              "(use variants.VARIANTS for CPU references)")
         if t.device != q.device:
             raise ValueError(f"q, k, v, o, lse, do must be on one device; {name} is on {t.device}")
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):  # cp.async and uint4 loads: a view at an
-        loader.check_aligned(name, t)  # element offset would fault on the GPU
+    for name, t in zip(_NAMES, (q, k, v, o, do)):  # cp.async and uint4 loads: a view at an element offset
+        loader.check_aligned(name, t)  # would fault on the GPU
     check_grid_rows("fa2_wgmma backward", b, h)
 
 
-def _grads(q, k, out):
+def _check_strides(name: str, t, multiple: int) -> None:
+    """A unit last stride, and the (batch, head, row) strides whole multiples of `multiple` elements: 8 for
+    16-byte cp.async rows and uint4 stores, 2 for the 4-byte stores of dK and dV."""
+    if t.stride(3) != 1 and t.shape[3] > 1:
+        raise ValueError(f"{name} must have a unit stride in its last dimension (d), got strides {t.stride()} for "
+                         f"shape {tuple(t.shape)}; call .contiguous() for a copy")
+    for dim, what in ((2, "row"), (1, "head"), (0, "batch")):
+        if t.stride(dim) % multiple and t.shape[dim] > 1:
+            raise ValueError(f"{name}'s {what} stride {t.stride(dim)} (dim {dim} of strides {t.stride()}) is not a "
+                             f"multiple of {multiple} elements ({2 * multiple} bytes), which the kernel's "
+                             f"{'16-byte copies' if multiple == 8 else '4-byte stores'} need; call .contiguous()")
+
+
+def _empty_like_layout(t):
+    """An empty tensor of t's shape and dtype whose dims are laid out in t's stride order (torch.empty_like
+    does this for dense tensors; a slice of a larger buffer gets the dense version of its permutation)."""
     import torch
 
+    like = torch.empty_like(t)  # dense inputs: the same strides, size-1 dimensions' included
+    if like.stride() == t.stride():
+        return like
+    perm = sorted(range(t.dim()), key=lambda i: (-t.stride(i), i))
+    buf = torch.empty([t.shape[i] for i in perm], dtype=t.dtype, device=t.device)
+    return buf.permute([perm.index(i) for i in range(t.dim())])
+
+
+def _grads(q, k, out):
     if out is None:
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(k)
+        return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(k)
     fa2_tc.check_out(out, ("dq", "dk", "dv"))
     for name, t, like in zip(("dq", "dk", "dv"), out, (q, k, k)):
-        if t.shape != like.shape or t.dtype != like.dtype or not t.is_contiguous() or t.device != like.device:
-            raise ValueError(f"out {name} must be a contiguous {like.dtype} tensor of shape {tuple(like.shape)}")
-        # dQ can be stored in 16-byte pieces (DQ_BULK=0's uint4), dK and dV in 4-byte ones (fa2_wgmma_bwd.cu:
+        if t.shape != like.shape or t.dtype != like.dtype or t.device != like.device:
+            raise ValueError(f"out {name} must be a {like.dtype} tensor of shape {tuple(like.shape)} on "
+                             f"{like.device}")
+        # dQ is stored in 16-byte pieces (DQ_BULK=0's uint4), dK and dV in 4-byte ones (fa2_wgmma_bwd.cu:
         # *(u32*)(dk_row + ...), the only stores to them in any build)
+        _check_strides(f"out {name}", t, 8 if name == "dq" else 2)
         loader.check_aligned(f"out {name}", t, 16 if name == "dq" else 4)
     return out
 
 
+def _strides(t):
+    import numpy as np
+
+    return tuple(np.int64(x) for x in t.stride()[:3])
+
+
 def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None = None,
-             config: dict | None = None, out=None, **options):
+             deterministic: bool = False, config: dict | None = None, out=None, **options):
     """FA2 Algorithm 2 with wgmma; returns (dq, dk, dv). out=(dq, dk, dv) writes into given tensors."""
     import torch
 
     if options:
-        raise TypeError(f"fa2_wgmma backward takes no options {sorted(options)} (it has config=, out=)")
+        raise TypeError(f"fa2_wgmma backward takes no options {sorted(options)} (it has deterministic=, config=, "
+                        "out=)")
     _check(q, k, v, o, lse, do)
     loader.require_hopper(q.device, "the fa2_wgmma backward needs a compute capability 9.x GPU (wgmma, sm_90a)")
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
+    d = q.shape[3]
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # as the forward checks them
-    defs = defines_for(d, q.dtype == torch.bfloat16, config)
+    deterministic = checks.flag("deterministic", deterministic)
+    bf16 = q.dtype == torch.bfloat16
+    if d == 256:
+        if config is not None:
+            raise ValueError("fa2_wgmma backward: d=256 has one build (three passes); it takes no config=")
+        dq, dk, dv = _grads(q, k, out)
+        if deterministic or not D256_KERNEL:  # the passes' dQ goes by red atomics: not bitwise repeatable
+            _backward_torch(q, k, v, o, lse, do, causal, scale, dq, dk, dv)
+        else:
+            _launch(q, k, v, o, lse, do, causal, scale, [defines_for(256, bf16, pass_=p) for p in PASSES_256],
+                    (dq, dk, dv))
+        return dq, dk, dv
     dq, dk, dv = _grads(q, k, out)
+    _launch(q, k, v, o, lse, do, causal, scale, [defines_for(d, bf16, config, deterministic)], (dq, dk, dv))
+    return dq, dk, dv
+
+
+def _launch(q, k, v, o, lse, do, causal, scale, passes, grads) -> None:
+    """The pre kernel, the main kernel once per build in passes (one; d = 256: three), dQ's conversion."""
+    import torch
+
+    dq, dk, dv = grads
+    defs = passes[0]
+    b, h, n_q, _ = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
     n_pad = -(-n_q // PAD) * PAD
     l2 = torch.empty((b * h, n_pad), dtype=torch.float32, device=q.device)
     dd = torch.empty_like(l2)
-    dq_acc = torch.empty((b * h, n_pad, d), dtype=torch.float32, device=q.device)
+    dq_acc = torch.empty((b * h, n_pad, defs["HEAD_DIM"]), dtype=torch.float32, device=q.device)  # d=96: 128 wide
+    # DETERMINISTIC: key blocks done per (b*h, Q block); otherwise an unused pointer
+    sem = (torch.zeros((b * h, n_pad // defs["BR"]), dtype=torch.int32, device=q.device)
+           if defs.get("DETERMINISTIC") else l2)
     dev = q.device.index
 
-    def fn(name):
+    def fn(name, defs=defs):
         return loader.get_function(SOURCE, name, defines=defs, arch=ARCH, device=dev)
 
-    fn(KERNEL_PRE).launch((n_pad // 64, b * h, 1), (128, 1, 1), (o, do, lse, l2, dd, dq_acc, int(n_q), int(n_pad)))
-    fn(KERNEL).launch((-(-n_k // block_n(defs)), b * h, 1), (threads(defs), 1, 1),
-                      (q, k, v, do, l2, dd, dq_acc, dk, dv, int(n_q), int(n_k), int(n_pad),
-                       float(scale * fa2_tc.LOG2E), float(scale), int(bool(causal))),
-                      shared_mem=smem_bytes(defs))
+    fn(KERNEL_PRE).launch((n_pad // 64, b * h, 1), (128, 1, 1),
+                          (o, do, lse, l2, dd, dq_acc, int(n_q), int(n_pad), int(h), *_strides(o), *_strides(do)))
+    args = (q, k, v, do, l2, dd, dq_acc, dk, dv, int(n_q), int(n_k), int(n_pad), float(scale * fa2_tc.LOG2E),
+            float(scale), int(bool(causal)), int(h), int(h // h_kv), sem,
+            *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv))
+    for p in passes:
+        fn(KERNEL, p).launch((-(-n_k // block_n(p)), b * h_kv, 1), (threads(p), 1, 1), args, shared_mem=smem_bytes(p))
     grid_dq = (n_pad // defs["BR"], b * h, 1) if defs.get("DQ_BULK") else (-(-n_q // 64), b * h, 1)
-    fn(_dq_kernel(defs)).launch(grid_dq, (128, 1, 1), (dq_acc, dq, int(n_q), int(n_pad), float(scale)))
-    return dq, dk, dv
+    fn(_dq_kernel(defs)).launch(grid_dq, (128, 1, 1),
+                                (dq_acc, dq, int(n_q), int(n_pad), float(scale), int(h), *_strides(dq)))
+
+
+_S_BLOCK = 1 << 26  # elements of one S block in _backward_torch (256 MB in float32)
+
+
+def _backward_torch(q, k, v, o, lse, do, causal, scale, dq, dk, dv) -> None:
+    """FA2 Alg. 2 in float32 torch (the d = 256 route; see the module docstring): query rows in blocks of
+    Br so S_i (B, H, Br, Nk) stays under _S_BLOCK elements; a GQA group is one batched matmul over its
+    G x Br query rows (k, v reshaped, never repeated). Deterministic: no atomics, a fixed block order."""
+    import torch
+
+    b, h, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    g = h // h_kv
+    kf, vf = k.float(), v.float()
+    dk_acc, dv_acc = torch.zeros_like(kf), torch.zeros_like(vf)          # FA2 Alg. 2 line 7
+    dd = (do.float() * o.float()).sum(-1)                                # line 4: D = rowsum(dO o O)
+    br = max(1, min(n_q, _S_BLOCK // max(1, b * h * n_k)))
+    keys = torch.arange(n_k, device=q.device)
+    for r0 in range(0, n_q, br):
+        r1 = min(n_q, r0 + br)
+        c = r1 - r0
+        # causal: keys past the block's last row's diagonal are hidden from all its rows (FA2 Alg. 2 line 8's skip)
+        n_kv = min(n_k, r1 + n_k - n_q) if causal else n_k
+        if n_kv <= 0:  # no row of the block sees a key: dq = 0, nothing for dk, dv
+            dq[:, :, r0:r1] = 0
+            continue
+        kb, vb = kf[:, :, :n_kv], vf[:, :, :n_kv]
+
+        def grouped(t):  # (B, H, c, x) -> (B, H_kv, G * c, x): the group's query rows against one kv head
+            return t[:, :, r0:r1].float().reshape(b, h_kv, g * c, t.shape[-1])
+
+        qi, doi = grouped(q), grouped(do)
+        li = lse[:, :, r0:r1].reshape(b, h_kv, g * c, 1)
+        di = dd[:, :, r0:r1].reshape(b, h_kv, g * c, 1)
+        s = (qi @ kb.transpose(-1, -2)) * scale                          # line 10
+        p = torch.exp(s - torch.where(torch.isinf(li), torch.zeros_like(li), li))  # line 11
+        seen = ~torch.isinf(li)                                          # a row that saw no key: P = 0
+        if causal:
+            rows = torch.arange(r0, r1, device=q.device).repeat(g)
+            seen = seen & (keys[None, :n_kv] <= rows[:, None] + (n_k - n_q))
+        p = torch.where(seen, p, torch.zeros_like(p))
+        dv_acc[:, :, :n_kv] += p.transpose(-1, -2) @ doi                 # line 12
+        dp = doi @ vb.transpose(-1, -2)                                  # line 13
+        ds = p * (dp - di)                                               # line 14
+        dqi = (ds @ kb) * scale                                          # line 15
+        dq[:, :, r0:r1] = dqi.reshape(b, h, c, d).to(dq.dtype)
+        dk_acc[:, :, :n_kv] += (ds.transpose(-1, -2) @ qi) * scale       # line 16
+    dk.copy_(dk_acc)                                                     # line 18
+    dv.copy_(dv_acc)

@@ -262,7 +262,7 @@ def test_wgmma_backward_configs_are_checked_before_launch(monkeypatch, config, e
     lse = torch.zeros(1, 2, 70)
     with pytest.raises(error, match=f"fa2_wgmma backward: {match}"):
         fa2_wgmma_bwd.backward(q, k, v, q.clone(), lse, q.clone(), config=config)
-    for d in fa2_wgmma_bwd.HEAD_DIMS:  # every sweep candidate still builds
+    for d in fa2_wgmma_bwd.SWEEP:  # every sweep candidate still builds
         for cfg in fa2_wgmma_bwd.SWEEP[d]:
             fa2_wgmma_bwd.defines_for(d, 0, cfg)
 

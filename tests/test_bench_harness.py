@@ -128,7 +128,7 @@ def test_predict():
 # bench/: the entry points a user runs; lab/: probes, A/Bs, ncu and sanitizer targets (docs/design.md, "Core and lab")
 SCRIPTS = ["bench/bench_kernels.py", "bench/bench_tc.py", "bench/launch_overhead.py", "bench/sanitize.py",
            "bench/bench_bwd.py", "bench/layouts_speed.py", "bench/train_gpt.py", "bench/cluster_speed.py",
-           "bench/ring_speed.py"]
+           "bench/ring_speed.py", "bench/bwd_layouts_speed.py"]
 SCRIPTS += ["lab/fa2_teaching_ab.py", "lab/bwd_wgmma_check.py", "lab/ab_wgmma_speed.py", "lab/teach_bwd_ab.py",
             "lab/pass_probe.py", "lab/clock_probe.py", "lab/gap_probe.py", "lab/cta_trace.py"]
 # times an old source tree with this tree's harness, so it loads bench/harness.py by path, not by import

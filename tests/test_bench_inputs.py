@@ -264,7 +264,7 @@ def test_train_gpt_exits_2_when_no_kernel_runs_here(capsys, monkeypatch, gpu_wor
     (["--kernels", "nosuch"], "--kernels: 'nosuch' is not a registered kernel with a backward; those with one:"),
     (["--kernels", "fa2_tc"], "--kernels: 'fa2_tc' is not a registered kernel with a backward"),
     (["--dims", "80"], "--kernels fa2_wgmma with --dims 80, --dtypes float16: head dim d=80 unsupported: kernel "
-                       "'fa2_wgmma' takes d in [64, 128]"),
+                       "'fa2_wgmma' takes d in [64, 96, 128, 256]"),
     (["--kernels", "fa2", "--dims", "256"], "head dim d=256 unsupported: kernel 'fa2' takes d <= 128"),
     (["--dtypes", "float32"], "--dtypes: unknown dtype 'float32'; choose from float16, bfloat16"),
     (["--seqs", "0"], "--seqs must be a comma-separated list of positive integers, got '0'"),

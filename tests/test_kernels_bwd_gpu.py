@@ -2,8 +2,11 @@
 
 Skipped cleanly without a compute capability 9.x GPU. The forward kernel supplies o and lse, as in
 training. Hypothesis draws odd Nq and Nk, Nq != Nk, causal with Nq > Nk (rows that see no key: their dq
-must be exactly 0), both dtypes, d in {64, 128}, and input scales that put scores from ~1 to ~1e4.
-Outputs are poisoned with NaN first, so an unwritten element fails.
+must be exactly 0), both dtypes, d in {64, 96, 128, 256}, group sizes H / H_kv in {1, 2, 4, 8}, (B, H, N, d)
+or strided (B, N, H, d).transpose(1, 2) inputs, and input scales that put scores from ~1 to ~1e4. The
+oracle for GQA is float64 autograd with K/V repeat_interleave'd, dK/dV summed over each group.
+Outputs are poisoned with NaN first, so an unwritten element fails. d = 96 runs the d = 128 tiles with
+zero-filled columns, d = 256 three passes of its own build (or, deterministic, a float32 torch route).
 
 Tolerance: a gradient passes when its norm-relative error to float64 is within TOL[dtype], or within
 3x the error of a float64 backward that rounds what any fp16/bf16 kernel must round (O, P and dS to the
@@ -71,26 +74,45 @@ def reference_grads(q, k, v, do, *, causal, scale=None, round_to=None):
     return scale * ds @ k64, scale * ds.transpose(-1, -2) @ q64, dv
 
 
-def inputs(b, h, n_q, n_k, d, dtype, scale, seed):
+def inputs(b, h, n_q, n_k, d, dtype, scale, seed, h_kv=None, strided=False):
+    """q, do (B, H, Nq, d), k, v (B, H_kv, Nk, d); strided: (B, N, H, d) tensors seen through .transpose(1, 2)."""
+    h_kv = h if h_kv is None else h_kv
     g = torch.Generator(device="cuda").manual_seed(seed)
-    q = (torch.randn(b, h, n_q, d, generator=g, device="cuda") * scale).to(dtype)
-    k = (torch.randn(b, h, n_k, d, generator=g, device="cuda") * scale).to(dtype)
-    v = torch.randn(b, h, n_k, d, generator=g, device="cuda").to(dtype)
-    do = torch.randn(b, h, n_q, d, generator=g, device="cuda").to(dtype)
-    return q, k, v, do
+
+    def make(heads, n, s):
+        x = torch.randn(b, n, heads, d, generator=g, device="cuda") * s
+        return x.to(dtype).transpose(1, 2) if strided else x.transpose(1, 2).contiguous().to(dtype)
+
+    return make(h, n_q, scale), make(h_kv, n_k, scale), make(h_kv, n_k, 1.0), make(h, n_q, 1.0)
 
 
-def check(b, h, n_q, n_k, d, dtype, causal, scale, seed, config=None) -> dict:
-    """Forward + backward of fa2_wgmma against float64; returns the errors (asserts on failure)."""
+def grouped_reference(q, k, v, do, *, causal, scale=None, round_to=None):
+    """reference_grads with K/V repeat_interleave'd to H heads, dK/dV summed back over each group."""
+    rep = q.shape[1] // k.shape[1]
+    dq, dk, dv = reference_grads(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), do, causal=causal,
+                                 scale=scale, round_to=round_to)
+    return dq, dk.unflatten(1, (k.shape[1], rep)).sum(2), dv.unflatten(1, (k.shape[1], rep)).sum(2)
+
+
+def poisoned_like(t):
+    from kernels.fa2_wgmma_bwd import _empty_like_layout
+
+    return _empty_like_layout(t).fill_(float("nan"))
+
+
+def check(b, h, n_q, n_k, d, dtype, causal, scale, seed, config=None, group=1, strided=False,
+          deterministic=False) -> dict:
+    """Forward + backward of fa2_wgmma against float64; returns the errors (asserts on failure).
+    group = H / H_kv (h is then H_kv: H = h * group query heads)."""
     from kernels import fa2_wgmma, fa2_wgmma_bwd
 
-    q, k, v, do = inputs(b, h, n_q, n_k, d, dtype, scale, seed)
+    q, k, v, do = inputs(b, h * group, n_q, n_k, d, dtype, scale, seed, h_kv=h, strided=strided)
     o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
-    grads = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))  # poison
-    fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, config=config, out=grads)
+    grads = tuple(poisoned_like(t) for t in (q, k, v))  # poison, in the inputs' layout
+    fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, config=config, out=grads, deterministic=deterministic)
     torch.cuda.synchronize()
-    exact = reference_grads(q, k, v, do, causal=causal)
-    rounded = reference_grads(q, k, v, do, causal=causal, round_to=dtype)
+    exact = grouped_reference(q, k, v, do, causal=causal)
+    rounded = grouped_reference(q, k, v, do, causal=causal, round_to=dtype)
     errors = {}
     for name, g, ref, base in zip(("dq", "dk", "dv"), grads, exact, rounded):
         gd = g.double()
@@ -109,10 +131,10 @@ def check(b, h, n_q, n_k, d, dtype, causal, scale, seed, config=None) -> dict:
 
 shape = st.tuples(
     st.integers(1, 2),                                      # B
-    st.integers(1, 3),                                      # H
+    st.integers(1, 3),                                      # H (H_kv when grouped)
     st.integers(1, 700),                                    # Nq
     st.integers(1, 700),                                    # Nk
-    st.sampled_from([64, 128]),                             # d
+    st.sampled_from([64, 96, 128, 256]),                    # d
     st.sampled_from([torch.float16, torch.bfloat16]),
     st.booleans(),                                          # causal
     st.sampled_from([0.5, 1.0, 4.0, 20.0]),                 # input scale: scores up to ~1e4
@@ -121,9 +143,59 @@ shape = st.tuples(
 
 
 @SETTINGS
-@given(shape)
-def test_backward_matches_float64_autograd(s):
-    check(*s)
+@given(shape, st.sampled_from([1, 2, 4, 8]), st.booleans())
+def test_backward_matches_float64_autograd(s, group, strided):
+    check(*s, group=group, strided=strided)
+
+
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
+@pytest.mark.parametrize("group", [1, 2, 4, 8])
+def test_gqa_strided_every_head_dim(d, group):
+    """Every (d, group) cell on strided (B, N, H, d) views: tails, Nq > Nk causal (rows with no key), Nq < Nk,
+    both dtypes; the gradients allocated by the launcher keep the inputs' strides."""
+    from kernels import fa2_wgmma, fa2_wgmma_bwd
+
+    for n_q, n_k, causal, dtype in ((333, 200, True, torch.float16), (129, 517, False, torch.bfloat16),
+                                    (200, 333, True, torch.bfloat16)):
+        check(2, 2, n_q, n_k, d, dtype, causal, 4.0, n_q + d + group, group=group, strided=True)
+    q, k, v, do = inputs(2, 2 * group, 77, 130, d, torch.float16, 1.0, 3, h_kv=2, strided=True)
+    o, lse = fa2_wgmma.forward(q, k, v, causal=True)
+    dq, dk, dv = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True)
+    assert dq.stride() == q.stride() and dk.stride() == k.stride() and dv.stride() == v.stride()
+    assert dk.shape == k.shape and dv.shape == v.shape
+
+
+@pytest.mark.parametrize("use_kernel", [True, False], ids=["three_passes", "torch_route"])
+def test_d256_both_routes(use_kernel, monkeypatch):
+    """d = 256: the kernel's three passes (the default) and the float32 torch route (deterministic=True, or
+    D256_KERNEL = False) against float64, GQA and strided, tails, causal with rows that see no key."""
+    from kernels import fa2_wgmma_bwd
+
+    monkeypatch.setattr(fa2_wgmma_bwd, "D256_KERNEL", use_kernel)
+    for n_q, n_k, causal, dtype, group in ((333, 200, True, torch.float16, 4), (129, 517, False, torch.bfloat16, 1),
+                                           (1000, 1000, True, torch.bfloat16, 8), (65, 64, False, torch.float16, 2)):
+        check(2, 2, n_q, n_k, 256, dtype, causal, 4.0, n_q, group=group, strided=True)
+
+
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_deterministic_is_bitwise_repeatable(d, dtype):
+    """deterministic=True: two runs give identical bits (dQ's reduce-adds in key-block order), and the same
+    gradients as the default up to fp32 summation order; many key blocks per Q block, GQA, causal and not."""
+    from kernels import fa2_wgmma, fa2_wgmma_bwd
+
+    for causal in (False, True):
+        q, k, v, do = inputs(1, 8, 1500, 2100, d, dtype, 1.0, 11, h_kv=2, strided=True)
+        o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
+        runs = [fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, deterministic=True) for _ in range(2)]
+        default = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal)
+        torch.cuda.synchronize()
+        for name, a, b_, c in zip(("dq", "dk", "dv"), runs[0], runs[1], default):
+            assert torch.isfinite(a).all(), name
+            assert torch.equal(a, b_), f"{name}: deterministic runs differ"
+            # norm-relative: at d = 256 the deterministic route is float32 torch, the default the kernel
+            assert float((a.double() - c.double()).norm()) <= TOL[dtype] * float(c.double().norm()), name
+        check(1, 2, 1500, 2100, d, dtype, causal, 1.0, 12, group=4, strided=True, deterministic=True)
 
 
 def _sweep_ids():
@@ -150,7 +222,7 @@ def test_long_rows(d):
 def test_refuses_what_it_cannot_run():
     from kernels import fa2_wgmma
 
-    q = torch.randn(1, 1, 16, 96, device="cuda", dtype=torch.float16)
+    q = torch.randn(1, 1, 16, 80, device="cuda", dtype=torch.float16)
     lse = torch.zeros(1, 1, 16, device="cuda")
     with pytest.raises(ValueError, match="head dim"):
         fa2_wgmma.backward(q, q, q, q, lse, q)

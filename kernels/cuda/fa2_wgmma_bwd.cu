@@ -5,7 +5,7 @@
 //                                   -inf (a row that saw no key) and padding mapped to +inf, so that
 //                                   P = exp2(S*scale*log2e - L2) is exactly 0 there; zeroes the fp32 dQ
 //                                   accumulator (FA2 Alg. 2 line 3: dQ = 0).
-//   fa2_wgmma_bwd       FA2 Alg. 2 line 5 on one CTA per (key block j, b*h); Bc = 64*NWG keys, warpgroup g owns
+//   fa2_wgmma_bwd       FA2 Alg. 2 line 5 on one CTA per (key block j, b*h_kv); Bc = 64*NWG keys, warpgroup g owns
 //                                   keys 64g..64g+63 and their dK_j, dV_j rows in registers (fp32).
 //   fa2_wgmma_bwd_dq    FA2 Alg. 2 line 20  dQ = scale * dQacc, rounded to fp16/bf16.
 //
@@ -39,53 +39,31 @@
 //              addresses took: d=128 builds spill 0 B instead of 36.
 // DQ_ABLATE (1: no atomics, 2: no dQ product) exists only to measure what dQ costs; its dQ is wrong.
 //
-// Layout of the arguments: q, do_ (B, H, Nq, d); k, v (B, H, Nk, d); lse2, dd (B*H, Nq_pad) float;
-// dqacc (B*H, Nq_pad, d) float; dk, dv (B, H, Nk, d). grid = (Tc, B*H). Causal is bottom-right: query i
-// sees key j iff j <= i + Nk - Nq. Compile-time knobs: HEAD_DIM (64|128), NWG (warpgroups; Bc = 64*NWG),
-// BR (Br: 64|128), STAGES (slots of the Q/dO ring), MIN_BLOCKS, IS_BF16.
+// Layout of the arguments (v3): q, do_ (B, H, Nq, d) and k, v, dk, dv (B, H_kv, Nk, d) at any (batch, head, row)
+// element strides (unit last stride, 16-byte rows: the launcher checks), passed as kernel arguments; o and dq the
+// same in the pre and dq kernels. lse2, dd (B*H, Nq_pad) float; dqacc (B*H, Nq_pad, d) float. grid = (Tc, B*H_kv):
+// grouped-query attention (query head h reads kv head h / G, G = H / H_kv) runs FA2 Alg. 2 line 8's loop once
+// per query head of the group inside the CTA of key block j, so dK_j, dV_j sum over the group in registers
+// (no repeated K/V, no atomics on dK/dV); the pre and dq kernels run over the B*H query heads. Causal is
+// bottom-right: query i sees key j iff j <= i + Nk - Nq. Compile-time knobs: HEAD_DIM (64|128), NWG
+// (warpgroups; Bc = 64*NWG), BR (Br: 64|128), STAGES (slots of the Q/dO ring), MIN_BLOCKS, IS_BF16.
 // Shared memory uses the 128-byte swizzle of wgmma_fa2.cuh (tiles of R rows x 64-column panels).
 //
-// Version log:
-//   v1  first version: cp.async by every thread (no TMA, no producer warp), K_j/V_j resident, 2-slot
-//       Q/dO/L/D ring, S^T and dP^T issued together, dV issued before dS is formed, one CTA barrier per
-//       Q block for the dS^T tile, dQ by red.global.add.v2.f32 or (DQ_BULK=1) a TMA bulk reduce-add.
-//       Correct first time on every candidate (56/63 checks; the 7 "failures" were the test's tolerance:
-//       Nk = 1 makes dS exactly 0, and the fp32 summation order leaves 1e-6). H200, fp16, batch*N = 16k,
-//       hidden 2048, backward TFLOP/s at N = 2k/4k/16k (results/bwd_wgmma_v1.json):
-//         d=128 NWG=2 Br=64 STAGES=3 DQ_BULK=1  358/388/420 (causal 286/342/422)  SDPA flash 253/276/300,
-//                                                                                 cuDNN 472/519/520
-//         d=128 same, STAGES=2                  333/373/404; red.v2 atomics instead of DQ_BULK: 326/342/384
-//         d=64  NWG=2 Br=128 DQ_BULK=1          297/326/353 (causal 242/280/342)  SDPA flash 225/257/282,
-//                                                                                 cuDNN 376/414/436
-//         d=64  NWG=1 Br=64, 2 CTAs/SM          257/283/301 (negative: K/V reuse halves, Q/dO traffic doubles)
-//       Ablation, d=128 N=16k (red.v2 build): 386 TFLOP/s; without the dQ atomics 532; without the dQ product
-//       at all 618. d=64: 335 / 449 / 519. dQ's reduction into HBM is the largest single cost.
-//   v2  (results/bwd_wgmma_v2.json; 72/72 checks, tests/test_kernels_bwd_gpu.py 12/12 with hypothesis,
-//       compute-sanitizer memcheck 0 errors and racecheck 0 hazards on the default builds)
-//       Defaults (v1 winners), N = 2k/4k/16k, backward TFLOP/s:
-//         d=128 fp16 364/385/423 (causal 289/327/411)  bf16 362/378/436 (causal 289/350/426)
-//               SDPA flash fp16 248/284/304 (causal 206/250/303); cuDNN 411/531/511 (causal 375/456/505)
-//         d=64  fp16 303/324/349 (causal 226/290/343)  bf16 303/323/351 (causal 247/292/345)
-//               SDPA flash fp16 229/259/282 (causal 176/219/268); cuDNN 380/426/430 (causal 272/358/424)
-//       i.e. 1.2-1.6x SDPA flash in every cell, 0.72-0.96x cuDNN at d=128 and 0.73-0.91x at d=64.
-//       Negative results: ROTATE=1 (each key block starts at its own Q block so concurrent CTAs reduce into
-//       different dQ blocks) 0-4% slower (the reductions were not contending on the same lines; Q/dO L2
-//       reuse drops); DQ_V4=1 (red.global.add.v4 after a lane-pair swap) 3-15% slower than DQ_BULK.
-//       Ablation on the DQ_BULK build, d=128 N=16k: 423 -> 513 without the bulk reduce -> 596 without dQ.
-//       What stands between this and cuDNN/FA3 (561 on H100): the dQ reduction (~20%) and the dQ product's
-//       CTA barrier (~15%) sit on the MMA warpgroups' critical path; FA3 hands the reduce to a producer
-//       warp, loads Q/dO with TMA (no cp.async issue slots), and gives the MMA warpgroups 240 registers
-//       with setmaxnreg (this kernel runs at the 255 cap, d=64 spills 60-72 B).
-//       Full grid, one run (results/bwd_kernels_vs_sdpa_grid/: fp16 and bf16, d = 64/128, N = 512..16k, causal and not;
-//       gradients checked in every cell first; GPU tests + memcheck + racecheck clean): at N >= 2k backward
-//       1.23-1.29x SDPA flash at d=64, 1.39-1.44x at d=128; 0.77-0.85x cuDNN; forward+backward 1.28-1.52x
-//       flash, 0.81-0.89x cuDNN. N = 16k: 355/350 (d=64, causal) and 435-439/432-436 (d=128) TFLOP/s.
-//       One cell below flash: bf16 d=128 causal N=512 (0.79x; fp16 1.35x in the same run: 4 key blocks
-//       per head, the launch and the preprocess dominate; not re-measured).
-//       ncu, N = 4096 fp16 non-causal (bwd_kernels_vs_sdpa_grid/ncu_bwd.csv): tensor pipe active 37.0% (d=64) / 46.3%
-//       (d=128) of the main kernel against cuDNN's 50.6 / 65.8% and SDPA flash's 45.6 / 49.5%; L2 bytes
-//       11.9 / 11.1 GB against cuDNN's 9.9 / 10.5 GB; DRAM 0.66 / 0.67 GB, the same as both (compulsory
-//       plus the dQ accumulator); 255 registers against cuDNN's 168.
+// DETERMINISTIC=1 (needs DQ_BULK=1): FA2 Alg. 2 line 15's dQ_i = sum_j dS_ij K_j is added in key-block order,
+// so two runs give the same bits. A semaphore per (b*h, Q block i) in global memory counts the warpgroup
+// reduces done; warpgroup w of key block j waits (ld.acquire spin, one thread) until it reads j*NWG -- all
+// lower key blocks add into every Q block block j adds into, since causal hides a prefix of Q blocks from each
+// key block, never a gap -- issues its bulk reduce-add, waits for it to be written (cp.async.bulk.wait_group 0,
+// not .read), fences the async proxy and releases (red.release.gpu add 1). Slices of different warpgroups are
+// disjoint, so their order within a key block does not matter. Progress: block j waits only on blocks < j of
+// the same grid row, which are dispatched first. Cost: the reduce no longer overlaps the next step (its issuing
+// thread waits for the write), a CTA may stall behind the previous key block, a (B*H, Nq_pad/Br) int32 memset,
+// and its own build (d=64 spills 104 B instead of 80). The default build does none of this.
+//
+// d = 96 (D_REAL=96) runs the HEAD_DIM=128 tiles: columns 96..127 are zero-filled by the tile loads (zero
+// columns leave S, dP, P, dS unchanged), skipped by the o/do reads and the dq/dk/dv stores. d = 256 (NWG=1, BR=64,
+// red atomics) runs three launches, PASS 0/1/2 (dK_j, dV_j columns 0..127 / 128..255 / dQ), each recomputing S^T
+// and dP^T: its dK_j, dV_j and dQ slice do not fit beside them in registers (1.8x the MMA work; 0 B spilled). Version log: docs/hopper-fa2-history.md ("The backward's version log").
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -114,6 +92,15 @@
 #ifndef DQ_V4  // DQ_BULK=0 only: lane pairs swap halves so each thread adds 4 contiguous floats (red .v4)
 #define DQ_V4 0
 #endif
+#ifndef D_REAL  // the caller's head dim: 96 runs the HEAD_DIM=128 tiles with columns 96..127 zero-filled in smem
+#define D_REAL HEAD_DIM
+#endif
+#ifndef PASS  // HEAD_DIM=256 only: 0 = dK_j, dV_j columns 0..127, 1 = columns 128..255, 2 = dQ (three launches)
+#define PASS 0
+#endif
+#ifndef DETERMINISTIC  // 1 (DQ_BULK=1 only): dQ's reduce-adds into Q block i in key-block order (a semaphore per (b*h, i))
+#define DETERMINISTIC 0
+#endif
 #ifndef DQ_ABLATE  // measurement only (wrong dQ): 1 = dQ product without the atomics, 2 = no dQ at all
 #define DQ_ABLATE 0
 #endif
@@ -133,12 +120,23 @@
 #define NSL (NWG / MSL)      // column slices of the dQ tile
 #define DQ_N (D / NSL)       // columns of the dQ slice of one warpgroup
 
-static_assert(D == 64 || D == 128, "HEAD_DIM must be 64 or 128");
+static_assert(D == 64 || D == 128 || D == 256, "HEAD_DIM must be 64, 128 or 256");
+// d = 256: dK_j, dV_j (64 x 256 fp32 each per warpgroup) and dQ do not fit beside S^T and dP^T in registers, so
+// the loop runs three times (PASS), each recomputing S^T and dP^T: dK/dV columns 0..127, then 128..255, then dQ
+#define DKV_N (D == 256 ? 128 : D)                 // columns of dK_j, dV_j this launch accumulates
+#define DKV_OFF (D == 256 && PASS == 1 ? 128 : 0)  // ... starting at this column
+#define DO_DKV (D != 256 || PASS < 2)              // this launch computes dK_j, dV_j (FA2 Alg. 2 line 12 and FA2 Alg. 2 line 16)
+#define DO_DQ (D != 256 || PASS == 2)              // this launch computes dQ (FA2 Alg. 2 line 15)
+static_assert(D != 256 || (NWG == 1 && BR == 64 && !DQ_BULK && !DETERMINISTIC && STAGES == 2 && PASS >= 0 && PASS <= 2),
+              "HEAD_DIM=256: NWG=1, BR=64, STAGES=2, red atomics (DQ_BULK=0), PASS 0..2");
 static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BR must be 64 or 128");
 static_assert(NWG >= 1 && NWG <= 2, "1..2 warpgroups");
 static_assert(NWG % MSL == 0, "every 64-row slice of dQ needs a warpgroup");
-static_assert(DQ_N == 64 || DQ_N == 128, "dQ slices must be whole 64-column swizzle panels");
+static_assert(DQ_N == 64 || DQ_N == 128 || (D == 256 && DQ_N == 256), "dQ slices must be whole 64-column swizzle panels");
 static_assert(STAGES >= 2 && STAGES <= 3, "2..3 ring slots");
+static_assert(D_REAL == D || (D == 128 && D_REAL == 96), "D_REAL: HEAD_DIM, or 96 on the 128 tiles");
+#define COL_OK(c) (D_REAL == D || (c) < D_REAL)  // column c (a multiple of 8, or its pair) is the caller's
+static_assert(!DETERMINISTIC || DQ_BULK, "DETERMINISTIC orders the bulk reduce-adds: needs DQ_BULK=1");
 
 #define TILE_KV_BYTES (BLOCK_N * D * 2)
 #define TILE_Q_BYTES (BLOCK_M * D * 2)
@@ -172,15 +170,17 @@ __device__ __forceinline__ float u16_to_f32(u16 x) {
 // ------------------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(128)
 fa2_wgmma_bwd_pre(const u16* __restrict__ Og, const u16* __restrict__ dOg, const float* __restrict__ LSEg,
-                  float* __restrict__ L2g, float* __restrict__ Dg, float* __restrict__ dQacc, int Nq, int Nq_pad) {
-    const long long bh = blockIdx.y;
+                  float* __restrict__ L2g, float* __restrict__ Dg, float* __restrict__ dQacc, int Nq, int Nq_pad,
+                  int H, long long o_sb, long long o_sh, long long o_sr, long long do_sb, long long do_sh,
+                  long long do_sr) {
+    const long long bh = blockIdx.y, b = bh / H, h = bh % H;
     const int ch = threadIdx.x % CH, rsub = threadIdx.x / CH;
     const int r_end = min(Nq_pad, (int)blockIdx.x * 64 + 64);
     for (int r = blockIdx.x * 64 + rsub; r < r_end; r += 128 / CH) {
         float acc = 0.f;
-        if (r < Nq) {
-            const long long off = (bh * Nq + r) * D + ch * 8;
-            const uint4 o4 = *(const uint4*)(Og + off), g4 = *(const uint4*)(dOg + off);
+        if (r < Nq && COL_OK(ch * 8)) {  // padding columns (D_REAL < D) add 0 to D
+            const uint4 o4 = *(const uint4*)(Og + b * o_sb + h * o_sh + r * o_sr + ch * 8);
+            const uint4 g4 = *(const uint4*)(dOg + b * do_sb + h * do_sh + r * do_sr + ch * 8);
             const u32 ow[4] = {o4.x, o4.y, o4.z, o4.w}, gw[4] = {g4.x, g4.y, g4.z, g4.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -209,8 +209,10 @@ fa2_wgmma_bwd_pre(const u16* __restrict__ Og, const u16* __restrict__ dOg, const
 // after the main kernel: dQ = scale * dQacc in the input dtype
 // ------------------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(128)
-fa2_wgmma_bwd_dq(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq, int Nq_pad, float scale) {
+fa2_wgmma_bwd_dq(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq, int Nq_pad, float scale, int H,
+                 long long dq_sb, long long dq_sh, long long dq_sr) {
     const long long bh = blockIdx.y;
+    u16* dq_g = dQg + (bh / H) * dq_sb + (bh % H) * dq_sh;
     const int ch = threadIdx.x % CH, rsub = threadIdx.x / CH;
     const int r_end = min(Nq, (int)blockIdx.x * 64 + 64);
     for (int r = blockIdx.x * 64 + rsub; r < r_end; r += 128 / CH) {
@@ -221,7 +223,7 @@ fa2_wgmma_bwd_dq(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq,
         out.y = pack2(a.z * scale, a.w * scale);
         out.z = pack2(b.x * scale, b.y * scale);
         out.w = pack2(b.z * scale, b.w * scale);
-        *(uint4*)(dQg + (bh * Nq + r) * D + ch * 8) = out;
+        if (COL_OK(ch * 8)) *(uint4*)(dq_g + r * dq_sr + ch * 8) = out;
     }
 }
 
@@ -229,8 +231,10 @@ fa2_wgmma_bwd_dq(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq,
 // the registers: float4 j of thread t (dq[4j..4j+3]) at (j*128 + t)*4, so the smem staging is conflict-free
 // and the reduce is one contiguous bulk copy. This kernel maps it back to rows: grid = (Nq_pad/Br, B*H).
 extern "C" __global__ void __launch_bounds__(128)
-fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq, int Nq_pad, float scale) {
+fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, int Nq, int Nq_pad, float scale,
+                      int H, long long dq_sb, long long dq_sh, long long dq_sr) {
     const long long bh = blockIdx.y;
+    u16* dq_g = dQg + (bh / H) * dq_sb + (bh % H) * dq_sh;
     const int i = blockIdx.x, t = threadIdx.x, wq = t >> 5, lane = t & 31;
     const float* src = dQacc + ((bh * (Nq_pad / BLOCK_M) + i) * NWG) * (64 * DQ_N);
 #pragma unroll
@@ -240,8 +244,9 @@ fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, in
         for (int j = 0; j < DQ_N / 8; ++j) {
             const float4 f = *(const float4*)(src + w * (64 * DQ_N) + (j * 128 + t) * 4);
             const int col = ns * DQ_N + 8 * j + 2 * (lane & 3);
-            if (r0 < Nq) *(u32*)(dQg + (bh * Nq + r0) * D + col) = pack2(f.x * scale, f.y * scale);
-            if (r0 + 8 < Nq) *(u32*)(dQg + (bh * Nq + r0 + 8) * D + col) = pack2(f.z * scale, f.w * scale);
+            if (!COL_OK(col)) continue;
+            if (r0 < Nq) *(u32*)(dq_g + r0 * dq_sr + col) = pack2(f.x * scale, f.y * scale);
+            if (r0 + 8 < Nq) *(u32*)(dq_g + (r0 + 8) * dq_sr + col) = pack2(f.z * scale, f.w * scale);
         }
     }
 }
@@ -249,18 +254,22 @@ fa2_wgmma_bwd_dq_bulk(const float* __restrict__ dQacc, u16* __restrict__ dQg, in
 // ------------------------------------------------------------------------------------------------
 // main kernel helpers
 // ------------------------------------------------------------------------------------------------
-// rows [row0, row0 + ROWS) of a (n_rows, D) matrix into a swizzled tile; rows >= n_rows are zero-filled
+// rows [row0, row0 + ROWS) of a (n_rows, D) matrix with row stride ld (elements; 16-byte rows, checked by the
+// launcher) into a swizzled tile; rows >= n_rows are zero-filled
 template <int ROWS>
-__device__ __forceinline__ void load_tile_sw128(u32 s_tile, const u16* g, int row0, int n_rows, int tid) {
+__device__ __forceinline__ void load_tile_sw128(u32 s_tile, const u16* g, long long ld, int row0, int n_rows, int tid) {
     constexpr int STEP = NTHREADS / CH;
-    static_assert(NTHREADS % CH == 0 && STEP % 8 == 0 && ROWS % STEP == 0, "copy mapping");
+    static_assert(NTHREADS % CH == 0 && ROWS % STEP == 0, "copy mapping");
     const int r = tid / CH, ch = tid % CH;
-    const u16* src = g + (long long)(row0 + r) * D + ch * 8;
+    const u16* src = g + (long long)(row0 + r) * ld + ch * 8;
     const u32 dst = s_tile + sw128<ROWS>(r, ch);
 #pragma unroll
     for (int i = 0; i < ROWS / STEP; ++i) {
-        const bool ok = row0 + r + i * STEP < n_rows;
-        cp_async16(dst + i * STEP * 128, ok ? (const void*)(src + i * STEP * D) : (const void*)g, ok ? 16 : 0);
+        const bool ok = row0 + r + i * STEP < n_rows && COL_OK(ch * 8);  // D_REAL < D: zero columns, so S, dP
+                                                                         // and the padding columns' products are 0
+        // STEP % 8 == 0: the swizzle of row r + i*STEP is row r's; else (d = 256: 4 rows per pass) its own
+        const u32 d_i = STEP % 8 == 0 ? dst + i * STEP * 128 : s_tile + sw128<ROWS>(r + i * STEP, ch);
+        cp_async16(d_i, ok ? (const void*)(src + i * STEP * ld) : (const void*)g, ok ? 16 : 0);
     }
 }
 
@@ -277,6 +286,22 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, u32 ssrc, int b
                  ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
     bulk_commit();
 }
+
+// DETERMINISTIC's semaphore: an acquire load and a release add at GPU scope, and a fence between the proxies
+__device__ __forceinline__ int ld_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release_add(int* p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ctaid_y() {
+    unsigned y;
+    asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(y));
+    return y;
+}
+__device__ __forceinline__ void fence_proxy_async_all() { asm volatile("fence.proxy.async;\n" ::: "memory"); }
 
 __device__ __forceinline__ void red_add_v4(float* addr, float a, float b, float c, float d) {
     asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
@@ -299,10 +324,11 @@ __device__ __forceinline__ void issue_t(float (&x)[BLOCK_M / 2], u32 sA, u32 sB,
 }
 
 // FA2 Alg. 2 line 12 and FA2 Alg. 2 line 16: acc += X^T B_i, X^T from registers, B = dO_i or Q_i (k = query rows, d contiguous: MN-major)
-__device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const u32 (&xa)[KM][4], u32 sB) {
+__device__ __forceinline__ void issue_acc(float (&acc)[DKV_N / 2], const u32 (&xa)[KM][4], u32 sB) {
+    sB += (DKV_OFF / 64) * (BLOCK_M * 128);  // d = 256, PASS 1: B's columns 128..255 (panels 2, 3)
     wgmma_fence();
 #pragma unroll
-    for (int km = 0; km < KM; ++km) wgmma_rs<D>(acc, xa[km], desc_sw128(sB + km * 16 * 128, BLOCK_M * 128, 1024), 1);
+    for (int km = 0; km < KM; ++km) wgmma_rs<DKV_N>(acc, xa[km], desc_sw128(sB + km * 16 * 128, BLOCK_M * 128, 1024), 1);
     wgmma_commit();
 }
 
@@ -337,16 +363,19 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16* __restrict__ Vg,
               const u16* __restrict__ dOg, const float* __restrict__ L2g, const float* __restrict__ Dg,
               float* __restrict__ dQacc, u16* __restrict__ dKg, u16* __restrict__ dVg, int Nq, int Nk, int Nq_pad,
-              float scale_log2, float scale, int causal) {
+              float scale_log2, float scale, int causal, int H, int G, int* __restrict__ sem,
+              long long q_sb, long long q_sh, long long q_sr, long long k_sb, long long k_sh, long long k_sr,
+              long long v_sb, long long v_sh, long long v_sr, long long do_sb, long long do_sh, long long do_sr,
+              long long dk_sb, long long dk_sh, long long dk_sr, long long dv_sb, long long dv_sh, long long dv_sr) {
     extern __shared__ __align__(1024) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
-    const long long bh = blockIdx.y;
+    // grid.y = B * H_kv: (b, kv head hk). Re-read from %ctaid.y where used (a volatile read cannot be hoisted),
+    // so b, hk and b*H + hk*G (the group's first query head) are not held in registers across the loop (at d=64
+    // the loop runs at the 255-register cap: keeping them live spilled more)
+    auto b_of = [&]() { return (int)(ctaid_y() / (unsigned)(H / G)); };
+    auto hk_of = [&]() { return (int)(ctaid_y() % (unsigned)(H / G)); };
+    auto bh0_of = [&]() { const unsigned y = ctaid_y(), hkv = H / G; return (long long)(y / hkv) * H + (y % hkv) * G; };
     const int n0 = blockIdx.x * BLOCK_N;  // causal: low key blocks see the most Q blocks and start first
-    const u16* q_g = Qg + bh * Nq * D;
-    const u16* do_g = dOg + bh * Nq * D;
-    const float* l_g = L2g + bh * Nq_pad;
-    const float* d_g = Dg + bh * Nq_pad;
-    float* dq_g = dQacc + bh * Nq_pad * D;
     const int causal_off = Nk - Nq;
     const bool is_causal = causal != 0;
 
@@ -359,15 +388,19 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     // FA2 Alg. 2 line 8: the first query that sees key n0 is n0 - causal_off; Q blocks above it are hidden
     const int i_first = is_causal ? max(0, n0 - causal_off) / BLOCK_M : 0;
     const int T = (Nq + BLOCK_M - 1) / BLOCK_M - i_first;
+    const int TG = T > 0 ? G * T : 0;  // steps: for each query head of the group (GQA: dK_j, dV_j sum over it), for i
     const int rot = ROTATE ? (int)(blockIdx.x % (unsigned)max(T, 1)) : 0;
-    auto q_block = [&](int t) { return i_first + (ROTATE ? (t + rot) % T : t); };  // FA2 Alg. 2 line 8's i of step t
+    // FA2 Alg. 2 line 8's i of step t (the query head is bh0 + t / T)
+    auto q_block = [&](int t) { const int u = t % T; return i_first + (ROTATE ? (u + rot) % T : u); };
 
     // FA2 Alg. 2 line 9 as a ring: group t holds Q_i, dO_i, L_i, D_i of i = q_block(t) in slot t % STAGES
     auto issue_group = [&](int t) {
-        if (t < T) {
-            const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES;
-            load_tile_sw128<BLOCK_M>(sQ0 + slot * TILE_Q_BYTES, q_g, m0, Nq, tid);
-            load_tile_sw128<BLOCK_M>(sdO0 + slot * TILE_Q_BYTES, do_g, m0, Nq, tid);
+        if (t < TG) {
+            const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES, b = b_of(), hq = hk_of() * G + t / T;
+            load_tile_sw128<BLOCK_M>(sQ0 + slot * TILE_Q_BYTES, Qg + b * q_sb + hq * q_sh, q_sr, m0, Nq, tid);
+            load_tile_sw128<BLOCK_M>(sdO0 + slot * TILE_Q_BYTES, dOg + b * do_sb + hq * do_sh, do_sr, m0, Nq, tid);
+            const float* l_g = L2g + ((long long)b * H + hq) * Nq_pad;
+            const float* d_g = Dg + ((long long)b * H + hq) * Nq_pad;
             const u32 sl = sLD0 + slot * LD_BYTES;
             if (tid < BLOCK_M / 4) cp_async16(sl + tid * 16, l_g + m0 + tid * 4, 16);  // padded: in bounds
             else if (tid < BLOCK_M / 2) cp_async16(sl + tid * 16, d_g + m0 + (tid - BLOCK_M / 4) * 4, 16);
@@ -375,22 +408,24 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         cp_async_commit();  // always: every thread counts the same groups
     };
     // FA2 Alg. 2 line 6, in group 0
-    load_tile_sw128<BLOCK_N>(sK, Kg + bh * Nk * D, n0, Nk, tid);
-    load_tile_sw128<BLOCK_N>(sV, Vg + bh * Nk * D, n0, Nk, tid);
+    load_tile_sw128<BLOCK_N>(sK, Kg + b_of() * k_sb + hk_of() * k_sh, k_sr, n0, Nk, tid);
+    load_tile_sw128<BLOCK_N>(sV, Vg + b_of() * v_sb + hk_of() * v_sh, v_sr, n0, Nk, tid);
 #pragma unroll
     for (int t = 0; t < STAGES - 1; ++t) issue_group(t);
 
     // FA2 Alg. 2 line 7
-    float dk[D / 2], dv[D / 2];
+    float dk[DKV_N / 2], dv[DKV_N / 2];
 #pragma unroll
-    for (int x = 0; x < D / 2; ++x) dk[x] = dv[x] = 0.f;
+    for (int x = 0; x < DKV_N / 2; ++x) dk[x] = dv[x] = 0.f;
 
     const int key_l = wg * 64 + wq * 16 + (lane >> 2);  // this thread's key rows: key_l, key_l + 8 (of the block)
     const int ms = wg % MSL, ns = wg / MSL;             // this warpgroup's slice of the dQ tile
     const bool key_tail = n0 + BLOCK_N > Nk;
 
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < TG; ++t) {  // (GQA) for each query head of the group: FA2 Alg. 2 line 8's for i
         const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES;
+        // this step's (b, query head): bh_of() where it is used (late: not live through the MMAs)
+        auto bh_of = [&]() { return bh0_of() + t / T; };
         cp_async_wait<STAGES - 2>();  // group t landed (this thread's copies)
         fence_proxy_async();
         __syncthreads();  // ... everyone's; and every warpgroup is done with slot (t-1) % STAGES and dS^T
@@ -423,11 +458,15 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
                 s[4 * nt + 2 * h + 1] = p1;
             }
         }
-        u32 pa[KM][4];
-        pack_frag(pa, s);
-        wgmma_fence_operand(dv);
-        issue_acc(dv, pa, sdO);  // FA2 Alg. 2 line 12
-        wgmma_wait<1>();         // S^T, dP^T done; dV may still run
+        if (DO_DKV) {
+            u32 pa[KM][4];
+            pack_frag(pa, s);
+            wgmma_fence_operand(dv);
+            issue_acc(dv, pa, sdO);  // FA2 Alg. 2 line 12
+            wgmma_wait<1>();         // S^T, dP^T done; dV may still run
+        } else {
+            wgmma_wait<0>();         // d = 256 PASS 2: dP^T done
+        }
         wgmma_fence_operand(dp);
 
         // FA2 Alg. 2 line 14: dS^T = P^T o (dP^T - D_i); stored transposed-as-is (rows = keys) for FA2 Alg. 2 line 15
@@ -440,15 +479,17 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
                 dp[4 * nt + 2 * h] = s[4 * nt + 2 * h] * (dp[4 * nt + 2 * h] - dd.x);
                 dp[4 * nt + 2 * h + 1] = s[4 * nt + 2 * h + 1] * (dp[4 * nt + 2 * h + 1] - dd.y);
                 const u32 addr = sdS + sw128<BLOCK_N>(key_l + 8 * h, nt) + ((lane & 3) << 2);
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pack2(dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]))
+                if (DO_DQ) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pack2(dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]))
                              : "memory");
             }
         }
-        u32 dsa[KM][4];
-        pack_frag(dsa, dp);
-        wgmma_fence_operand(dk);
-        issue_acc(dk, dsa, sQ);  // FA2 Alg. 2 line 16
-#if DQ_ABLATE == 2
+        if (DO_DKV) {
+            u32 dsa[KM][4];
+            pack_frag(dsa, dp);
+            wgmma_fence_operand(dk);
+            issue_acc(dk, dsa, sQ);  // FA2 Alg. 2 line 16
+        }
+#if DQ_ABLATE == 2 || !DO_DQ
         wgmma_wait<0>();
         wgmma_fence_operand(dk);
         wgmma_fence_operand(dv);
@@ -460,8 +501,10 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         issue_dq(dq, sdS, sK, ms, ns);  // FA2 Alg. 2 line 15
         wgmma_wait<0>();
         wgmma_fence_operand(dq);
-        wgmma_fence_operand(dk);
-        wgmma_fence_operand(dv);
+        if (DO_DKV) {  // (d = 256 PASS 2 has no dK_j, dV_j: a fence would keep them live)
+            wgmma_fence_operand(dk);
+            wgmma_fence_operand(dv);
+        }
 #if DQ_BULK
         if (DQ_ABLATE == 0) {
             const u32 sdq = sdQ0 + wg * DQ_SLICE_BYTES;
@@ -474,15 +517,28 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
                              "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3]) : "memory");
             fence_proxy_async();  // generic-proxy stores before the bulk copy (async proxy) reads them
             named_sync(1 + wg, 128);
-            if (t128 == 0)
+            if (t128 == 0) {
+                const long long bh = bh_of();
+#if DETERMINISTIC  // FA2 Alg. 2 line 15's sum over j in key-block order: wait for key blocks 0..j-1 (all of which
+                   // add into Q block i: causal hides a prefix of Q blocks from each key block, never a gap)
+                int* sem_i = sem + bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M;
+                while (ld_acquire(sem_i) < (int)blockIdx.x * NWG) {}
+                fence_proxy_async_all();  // the acquire (generic proxy) before the bulk reduce (async proxy)
+#endif
                 bulk_reduce_add_f32(dQacc + ((bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M) * NWG + wg) * (64 * DQ_N), sdq,
                                     DQ_SLICE_BYTES);
+#if DETERMINISTIC
+                bulk_wait_all();          // the reduce is written to global, not only read from smem
+                fence_proxy_async_all();  // ... and ordered before the release (generic proxy)
+                red_release_add(sem_i, 1);
+#endif
+            }
         }
 #elif DQ_V4
         if (DQ_ABLATE == 0) {  // even lane: row g, cols 4c'..4c'+3; odd lane: row g+8, same cols (c' = lane%4 / 2)
             const bool odd = lane & 1;
             const int row = m0 + ms * 64 + wq * 16 + (lane >> 2) + (odd ? 8 : 0);
-            float* dst = dq_g + (long long)row * D + ns * DQ_N + 4 * ((lane & 3) >> 1);
+            float* dst = dQacc + bh_of() * Nq_pad * D + (long long)row * D + ns * DQ_N + 4 * ((lane & 3) >> 1);
 #pragma unroll
             for (int nt = 0; nt < DQ_N / 8; ++nt) {
                 const float r0 = __shfl_xor_sync(0xffffffffu, odd ? dq[4 * nt] : dq[4 * nt + 2], 1);
@@ -498,14 +554,14 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
         for (int h = 0; h < 2 && DQ_ABLATE == 0; ++h) {
             const int row = m0 + ms * 64 + wq * 16 + (lane >> 2) + 8 * h;
             if (row < Nq) {
-                float* dst = dq_g + (long long)row * D + ns * DQ_N + 2 * (lane & 3);
+                float* dst = dQacc + bh_of() * Nq_pad * D + (long long)row * D + ns * DQ_N + 2 * (lane & 3);
 #pragma unroll
                 for (int nt = 0; nt < DQ_N / 8; ++nt) red_add_v2(dst + 8 * nt, dq[4 * nt + 2 * h], dq[4 * nt + 2 * h + 1]);
             }
         }
 #endif
 #if DQ_ABLATE == 1
-        if (dq[0] == 12345.f) dq_g[0] = dq[1];  // keeps the dQ product alive without its atomics
+        if (dq[0] == 12345.f) dQacc[bh_of() * Nq_pad * D] = dq[1];  // keeps the dQ product alive without its atomics
 #endif
 #endif
     }
@@ -519,10 +575,12 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     for (int h = 0; h < 2; ++h) {
         const int key = n0 + key_l + 8 * h;
         if (key < Nk) {
-            u16* dk_row = dKg + (bh * Nk + key) * D + 2 * (lane & 3);
-            u16* dv_row = dVg + (bh * Nk + key) * D + 2 * (lane & 3);
+            const int b = b_of(), hk = hk_of();
+            u16* dk_row = dKg + b * dk_sb + hk * dk_sh + key * dk_sr + DKV_OFF + 2 * (lane & 3);
+            u16* dv_row = dVg + b * dv_sb + hk * dv_sh + key * dv_sr + DKV_OFF + 2 * (lane & 3);
 #pragma unroll
-            for (int dt = 0; dt < D / 8; ++dt) {
+            for (int dt = 0; dt < (D_REAL < D ? D_REAL : DKV_N) / 8 && DO_DKV; ++dt) {  // D_REAL < D: padding
+                                                                                      // columns (all 0) not stored
                 *(u32*)(dk_row + 8 * dt) = pack2(dk[4 * dt + 2 * h] * scale, dk[4 * dt + 2 * h + 1] * scale);
                 *(u32*)(dv_row + 8 * dt) = pack2(dv[4 * dt + 2 * h], dv[4 * dt + 2 * h + 1]);
             }
