@@ -11,8 +11,8 @@ gpumodel.gpu_model.COVERED_GPUS) and the B, H. validate shows progress on stderr
 
 analysis/cli.py registers the two subcommands (add_subcommands) and dispatches to run(); the logic is here.
 predict refuses (one line, exit 2) what the kernel would refuse (its launcher's checks: head dims, shared memory, B*H
-past the 65535 grid rows, a knob its source cannot build) and rows past the model's own limits, report_gpu.MAX_MODEL_Q_BLOCKS
-Q blocks and gpu_model.MAX_MODEL_CTAS work tiles, Q blocks x B*H (report falls back to the papers' roofline there;
+past the 65535 grid rows, a knob its source cannot build) and rows past the model's own limit, report_gpu.MAX_MODEL_Q_BLOCKS
+Q blocks (report falls back to the papers' roofline there;
 predict has nothing else to print).
 Imports no torch: the descriptors come from torch-free modules (gpumodel.descriptors).
 """

@@ -171,7 +171,7 @@ IMPLEMENTED_BY: dict[tuple[str, int], tuple[str, ...]] = {
     ("FA1", 4): ("reference",),
     ("FA2", 2): ("reference", "teaching", "tensor-core"),
 }
-TEACHING_CUDA = {"naive.cu", "fa1.cu", "fa2.cu", "fa2_bwd.cu", "v_once.cu", "teaching.cuh"}
+TEACHING_CUDA = {"naive.cu", "fa1.cu", "fa2.cu", "fa2_bwd.cu", "v_once.cu", "teaching.cuh", "split_kv.cu"}
 SCANNED = ("variants/*.py", "kernels/cuda/*.cu", "kernels/cuda/*.cuh", "counting/*.py", "analysis/*.py")
 
 TAG = re.compile(r"\b(FA[12]) Alg\. (\d+) (lines?) (\d+)(?:-(\d+))?")

@@ -14,6 +14,7 @@
 #   backward   backwards vs SDPA flash and cuDNN                       -> bwd_bench.{json,md}
 #   layouts    fa2_wgmma on strided views and grouped-query K/V        -> layouts_speed.{json,txt}
 #   train      a small GPT trained with kernels.attention vs SDPA      -> train_gpt.{json,png}
+#   decode     split-KV decoding vs SDPA and fa2_wgmma (K/V bandwidth) -> decode_speed.{json,md}
 #   precompile NVRTC every forward() build in parallel (no GPU needed)  -> precompile.log (speeds up tests)
 #   ab         this tree against AB_OLD=<another tree> (e.g. a `git worktree` of the previous main), forward and
 #              backward, old/new/new/old in one run: same output bits, time ratio -> ab_speed_*.json, ab.txt
@@ -28,7 +29,7 @@ mkdir -p "$OUT"
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests sanitize forward backward)
 declare -A LIMIT=([tests]=600 [sanitize]=600 [launch]=120 [kernels]=300 [forward]=600 [backward]=600 [layouts]=300
-                  [train]=600 [precompile]=300 [ab]=400)
+                  [train]=600 [precompile]=300 [ab]=400 [decode]=300)
 declare -A RC SECS
 
 run_step() {  # the command line of one step; extra arguments from ARGS_<step>
@@ -43,6 +44,7 @@ run_step() {  # the command line of one step; extra arguments from ARGS_<step>
     backward) echo "python3 bench/bench_bwd.py --out $OUT $extra" ;;
     layouts)  echo "python3 bench/layouts_speed.py --out $OUT $extra" ;;
     train)    echo "python3 bench/train_gpt.py --out $OUT $extra" ;;
+    decode)   echo "python3 bench/decode_speed.py --out $OUT --budget-s 200 $extra" ;;
     precompile) echo "python3 -m bench.bench_tc precompile $extra" ;;
     ab)       [ -n "${AB_OLD:-}" ] || return 1
               echo "bash -c 'for t in old-1 new-1 new-2 old-2; do p=.; [ \${t#old} != \$t ] && p=$AB_OLD:.; \
@@ -55,7 +57,7 @@ python3 bench/ab_speed.py compare $OUT | tee $OUT/ab.txt'" ;;
 for step in "${steps[@]}"; do
   if ! cmd=$(run_step "$step"); then
     echo "gpu_visit: unknown step '$step' (or ab without AB_OLD); choose from: tests sanitize launch kernels forward" \
-      "backward layouts train precompile ab" >&2
+      "backward layouts train decode precompile ab" >&2
     exit 2
   fi
 done

@@ -137,7 +137,7 @@ def entries(names=(), *, sdpa=SDPA_BACKENDS, all_options=False, configs=None) ->
     names = set(names or ())
     out = []
     for spec in KERNELS.values():
-        if not spec.available():
+        if spec.decode or not spec.available():  # decode kernels take caches: bench/decode_speed.py
             continue
         for options in (spec.configs() if all_options else spec.bench_options):
             label = spec.label(**options)
@@ -158,18 +158,22 @@ def entry_names(*, all_options=False) -> list[str]:
 
     names = []
     for spec in KERNELS.values():
+        if spec.decode:
+            continue
         names += [spec.name] + [spec.label(**o) for o in (spec.configs() if all_options else spec.bench_options)]
     return list(dict.fromkeys(names + ["sdpa"] + [f"sdpa_{b}" for b in SDPA_BACKENDS]))
 
 
-def sdpa(backend: str, q, k, v, causal: bool):
+def sdpa(backend: str, q, k, v, causal: bool, **kw):
+    """PyTorch's SDPA restricted to one backend; kw goes to scaled_dot_product_attention (enable_gqa=True: k, v with
+    H_kv heads, bench/decode_speed.py)."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     which = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
              "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
     with sdpa_kernel([which]):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
 
 
 # ----------------------------------------------------------------------------------------- figures

@@ -30,6 +30,14 @@ MARK = "@@SANITIZE kernel="
 # (B, H, Nq, Nk, d, causal): tails everywhere; the first has 27 rows that see no key
 # the first line of each sanitizer report (summary lines such as "0 hazards displayed" are not)
 REPORT = re.compile(r"=+ (Invalid |Error: |Race reported|Program hit|Uninitialized|Barrier error)")
+# An API error report: "Program hit CUDA_ERROR_NOT_FOUND (error 500) due to ... on CUDA API call to cuGetProcAddress_v2."
+API_ERROR = re.compile(r"=+ Program hit (\w+).* on CUDA API call to (\w+)")
+# cuda.bindings resolves every driver entry point it wraps with cuGetProcAddress at its first driver call (the
+# loader's first cuLaunchKernel or cuFuncSetAttribute, kernels.tma's first cuTensorMapEncodeTiled: whichever comes
+# first), asking for each at the CUDA version the bindings were built for; the entry points this driver does not
+# have come back as errors (34 in the memcheck run issue 42 reports). They are lookups, not calls that ran:
+# counted and printed apart, not as errors. Any other API error counts (docs/usage.md, "compute-sanitizer").
+PROBE_APIS = ("cuGetProcAddress", "cuGetProcAddress_v2")
 SHAPES = [(1, 2, 70, 43, 40, True), (1, 1, 97, 150, 96, False), (1, 1, 64, 64, 128, True)]
 # Per kernel, after SHAPES: the pipeline at scale (issue 14 item 4): key loops that reuse every K/V ring
 # slot several times (Nk = 2900 >= 8 * STAGES * Bc for every build: 17-37 key blocks over 2 slots, each slot
@@ -42,6 +50,8 @@ KERNEL_SHAPES = {
                   (1, 2, 300, 2900, 64, False), (1, 2, 300, 2900, 128, True), (1, 2, 300, 2900, 256, False),
                   (2, 4, 300, 1100, 96, True, 2, "bnhd"), (1, 4, 300, 1100, 256, False, 1, "bnhd"),
                   (1, 4, 257, 2900, 128, True, 4, "bnhd")],
+    # issue 42: the teaching forward with grouped-query K/V (contiguous: it takes no strided views), multi-query too
+    "fa2": [(2, 4, 70, 43, 40, True, 2, "bhnd"), (1, 8, 97, 150, 128, False, 1, "bhnd")],
     # issue 18: every cluster size (1, 2, 4, 8 CTAs), each CTA's slice several times round the 2-slot ring
     # (K then V), several Q blocks, causal ranks with nothing to do, a GQA view
     "v_once_cluster": [(1, 2, 300, 1100, 64, True), (1, 1, 300, 1100, 128, False), (1, 1, 200, 2500, 128, True),
@@ -149,8 +159,14 @@ def child(names: list[str], dtypes: list[str], shapes=SHAPES, launcher_configs=N
     return 1 if bad else 0
 
 
+def driver_probes(log: str) -> int:
+    """How many of the log's API error reports are cuda.bindings' entry-point lookups (PROBE_APIS)."""
+    return sum(1 for line in log.splitlines() if (m := API_ERROR.match(line)) and m.group(2) in PROBE_APIS)
+
+
 def count_errors(log: str, tool: str) -> tuple[int, dict]:
-    """Total from the sanitizer's summary line; per kernel by the section each report lands in."""
+    """Total from the sanitizer's summary line less cuda.bindings' entry-point lookups (driver_probes); per kernel
+    by the section each report lands in (the lookups excluded)."""
     total = None
     if m := re.search(r"ERROR SUMMARY: (\d+) error", log):
         total = int(m.group(1))
@@ -161,8 +177,10 @@ def count_errors(log: str, tool: str) -> tuple[int, dict]:
         if line.startswith(MARK):
             current = line[len(MARK):]
             per_kernel.setdefault(current, 0)
-        elif current and REPORT.match(line):
+        elif current and REPORT.match(line) and not ((m := API_ERROR.match(line)) and m.group(2) in PROBE_APIS):
             per_kernel[current] += 1
+    if total is not None:
+        total -= driver_probes(log)
     return (total if total is not None else -1), per_kernel
 
 
@@ -186,6 +204,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent.parent / "results"))
     ap.add_argument("--tools", default="memcheck,racecheck")
+    ap.add_argument("--api-errors", default="explicit", choices=("explicit", "all", "no"),
+                    help="compute-sanitizer --report-api-errors (cuGetProcAddress lookups are counted apart)")
     ap.add_argument("--kernels", default="", help="comma-separated registry names (default: all)")
     ap.add_argument("--dtypes", default="float16,float32")
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="the first this many of SHAPES")
@@ -202,7 +222,8 @@ def main(argv=None) -> int:
 
     # every argument before the sanitizer starts (one line, exit 2): an unknown kernel or dtype was a KeyError or an
     # AttributeError inside it, an unknown tool a sanitizer error per tool, bad JSON a traceback
-    names = harness.name_list(ap, "--kernels", args.kernels, list(KERNELS), "kernel") if args.kernels else list(KERNELS)
+    names = harness.name_list(ap, "--kernels", args.kernels, list(KERNELS), "kernel") if args.kernels else [
+        n for n, s in KERNELS.items() if not s.decode]
     dtypes = harness.name_list(ap, "--dtypes", args.dtypes, ("float32", "float16", "bfloat16"), "dtype")
     harness.name_list(ap, "--tools", args.tools, ("memcheck", "racecheck", "synccheck", "initcheck"), "tool")
     for flag, value in (("--shapes", args.shapes), ("--kernel-shapes", args.kernel_shapes)):
@@ -237,11 +258,11 @@ def main(argv=None) -> int:
         return 1
     failed = False
     for tool in [t for t in args.tools.split(",") if t]:
-        # --report-api-errors no: cuda.bindings probes driver entry points with cuGetProcAddress on first
-        # use, and the ones this driver lacks come back CUDA_ERROR_INVALID_VALUE; the sanitizer would count
-        # each probe as an error. The loader checks the return code of every call it makes itself, so
-        # only device-side reports (memory errors, hazards) are counted here.
-        cmd = [sanitizer, "--tool", tool, "--report-api-errors", "no", "--print-limit", "50", "--error-exitcode", "3"]
+        # --report-api-errors explicit (--api-errors no: none): every failed driver/runtime call is reported; the
+        # entry-point lookups cuda.bindings makes on its first driver call (PROBE_APIS) are counted apart and
+        # printed, every other API error counts with the device-side reports (memory errors, hazards).
+        cmd = [sanitizer, "--tool", tool, "--report-api-errors", args.api_errors, "--print-limit", "50",
+               "--error-exitcode", "3"]
         cmd += [sys.executable, __file__, "--child", "--kernels", ",".join(names),
                 "--dtypes", ",".join(dtypes), "--shapes", str(args.shapes)]
         cmd += ["--configs", args.configs] if args.configs else []
@@ -251,13 +272,16 @@ def main(argv=None) -> int:
         log, returncode = run_tool(cmd, args.timeout)
         (out / f"sanitize_{tool}.log").write_text(log)
         total, per_kernel = count_errors(log, tool)
+        probes = driver_probes(log)
         finished = "@@DONE" in log
         wrong = log.count("@@WRONG") + log.count("@@FAILED")
         report["tools"][tool] = {
-            "errors": total, "per_kernel_reports": per_kernel, "returncode": returncode,
+            "errors": total, "driver_entry_point_lookups": probes, "per_kernel_reports": per_kernel,
+            "returncode": returncode,
             "finished": finished, "wrong_results": wrong, "seconds": round(time.time() - t0, 1)}
         failed |= total != 0 or not finished or wrong > 0
-        print(f"{tool}: {total} errors, {wrong} wrong results, finished={finished}, "
+        print(f"{tool}: {total} errors (not counting {probes} failed cuGetProcAddress lookups of cuda.bindings' "
+              f"first driver call), {wrong} wrong results, finished={finished}, "
               f"rc={returncode}, {time.time() - t0:.0f} s", flush=True)
         for label, n in per_kernel.items():
             if n:

@@ -137,9 +137,9 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def check_tensors(q, k, v, *, dtypes, cuda: bool = False) -> tuple[int, int, int, int, int]:
+def check_tensors(q, k, v, *, dtypes, cuda: bool = False, gqa: bool = False) -> tuple[int, int, int, int, int]:
     """Type, rank, dtype (one of `dtypes`, shared), device (one; CUDA when `cuda`) and shapes of
-    q, k, v; returns (B, H, Nq, Nk, d)."""
+    q, k, v (gqa: k, v may have H_kv heads dividing H, as check_shapes); returns (B, H, Nq, Nk, d)."""
     import torch
 
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -158,7 +158,7 @@ def check_tensors(q, k, v, *, dtypes, cuda: bool = False) -> tuple[int, int, int
                         f"{_dtype_name(k.dtype)}, {_dtype_name(v.dtype)}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    return check_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    return check_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), gqa=gqa)
 
 
 def config_key(config: dict) -> tuple:

@@ -37,9 +37,12 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from counting.gpus import get_gpu
 from gpumodel import coverage
 from gpumodel.gpu_model import L2_BANDWIDTH  # the measured lower bound of the L2's rate, one figure for both passes
+from gpumodel.gpu_model import _schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID_FILE = ROOT / "results" / "bwd_kernels_vs_sdpa_grid" / "bwd_bench.json"
@@ -122,9 +125,12 @@ def _visits(n_q: int, n_k: int, br: int, bc: int, causal: bool) -> list[int]:
     if not causal:
         return [tr] * tc
     off = n_k - n_q
+    if max(n_q, n_k, tc * bc) + abs(off) < 1 << 62:  # int64 holds every step: arrays, the loop's integers
+        first_row = np.maximum(0, np.arange(tc, dtype=np.int64) * bc - off)  # the first query row that sees key j·Bc
+        return np.where(first_row < n_q, np.maximum(0, tr - first_row // br), 0).tolist()
     out = []
     for j in range(tc):
-        first_row = max(0, j * bc - off)  # the first query row that sees key j·Bc
+        first_row = max(0, j * bc - off)
         out.append(max(0, tr - first_row // br) if first_row < n_q else 0)
     return out
 
@@ -151,13 +157,25 @@ def tile_terms(k: BwdKernel, d: int, p: dict, gpu) -> dict:
             "dq_l2": 4.0 * br * d / l2_per_clk}
 
 
-def _makespan(durations: list[float], slots: int) -> float:
+def _makespan_loop(durations: list[float], slots: int) -> float:
+    """The list schedule of CTAs of these durations in launch order onto `slots`, one heap operation per CTA: the
+    definition _makespan computes (tests/test_gpu_model_fast.py holds the two equal to float rounding)."""
     if len(durations) <= slots:
         return max(durations, default=0.0)
     heap = [0.0] * slots
     for t in durations:
         heapq.heapreplace(heap, heap[0] + t)
     return max(heap)
+
+
+def _makespan(per_head: list[float], heads: int, slots: int) -> float:
+    """_makespan_loop(per_head * heads, slots) through the forward's batched list schedule (gpu_model._schedule: the
+    pattern of one head's CTAs repeated B·H times, its repeats closed past gpu_model.EXACT_CTAS): a heap operation per
+    CTA took seconds and gigabytes at B·H = 65,535 (issue 46 item 5)."""
+    if not per_head or not heads:
+        return 0.0
+    zeros = [0] * len(per_head)
+    return _schedule(per_head, zeros, heads, slots, lambda nm: nm[0])[0]
 
 
 def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: int, dtype: str = "fp16",
@@ -179,9 +197,8 @@ def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: i
     per_sm = k.ctas_per_sm[d]
     visits = _visits(n_q, n_k, k.br[d], k.bc[d], causal)
     per_head = [v * tile * per_sm + p["L"] * per_sm for v in visits if v]
-    durations = per_head * (batch * heads)
     slots = int(g.sms.value) * per_sm
-    cycles = _makespan(durations, slots)
+    cycles = _makespan(per_head, batch * heads, slots)
     item = 2
     aux_bytes = batch * heads * (n_q * d * (2 * item + 4 + item) + n_k * d * 0)
     hbm = coverage.hbm_rate(g)  # the H200's measured 4.3 TB/s; the H100's datasheet figure at that share
@@ -200,7 +217,7 @@ def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: i
     time_s = t_main + t_aux + t_fixed
     tiles = sum(visits) * batch * heads
     per_term = {name: v * tiles / slots * per_sm / g.clock_hz.value for name, v in terms.items()}
-    per_term["latency"] = p["L"] * len(durations) / slots * per_sm / g.clock_hz.value
+    per_term["latency"] = p["L"] * len(per_head) * batch * heads / slots * per_sm / g.clock_hz.value
     per_term["dram"] = t_dram
     bound = max(per_term, key=per_term.get)
     br, bc = k.br[d], k.bc[d]
@@ -210,7 +227,7 @@ def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: i
               "aux_bytes": float(aux_bytes), "dram_bytes": float(dram_bytes)}
     flops = bwd_flops(batch, heads, n_q, n_k, d, causal)
     return BwdPrediction(kernel, time_s, flops / time_s / 1e12, bound, per_term | {"aux": t_aux, "fixed": t_fixed},
-                         levels, tiles, len(durations), br, bc)
+                         levels, tiles, len(per_head) * batch * heads, br, bc)
 
 
 def predict_train(kernel: str, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200") -> dict:

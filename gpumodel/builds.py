@@ -157,7 +157,7 @@ TEACHING = ("naive", "fa1", "fa2", "v_once")
 
 def kernel_names() -> tuple:
     """Every name `describe` takes: the KERNELS registry, then the external kernels."""
-    return tuple(dict.fromkeys(tuple(KERNELS) + MODELLED)) + EXTERNAL_NAMES
+    return tuple(dict.fromkeys(tuple(n for n, s in KERNELS.items() if not s.decode) + MODELLED)) + EXTERNAL_NAMES
 
 
 

@@ -53,7 +53,10 @@ L_gmem when the L2 serves it and L_gmem + L_gmem_dram when its line went to DRAM
 the re-touched bytes the levels send to DRAM ((DRAM - compulsory) / (L2 - compulsory)); both fitted); CTAs are list-scheduled in launch order onto
 SMs x ctas_per_sm slots (wave quantisation and the causal tail fall out of it; causal grids in the order the
 kernel launches its Q blocks, descriptor causal_order: the repo's kernels the longest first); the persistent cuDNN
-kernel is scheduled the same way over its work tiles. Cycles -> seconds at the clock of gpus.py.
+kernel is scheduled the same way over its work tiles. One head's CTAs are a pattern the schedule repeats B·H times:
+past EXACT_CTAS CTAs of it the repeats are closed (_place_many: whole periods of a recurring schedule skipped, else the
+slots shifted by the work's exact mean, within one CTA's cycles of the walk), so a row answers in well under a second
+at any B·H. Cycles -> seconds at the clock of gpus.py.
 Then t = max(t_compute, L2 bytes / BW_L2, DRAM bytes / BW_DRAM) + launch overhead (measured per launcher);
 a kernel that spills its f row (v_once, placement hbm) runs two phases in each CTA, the products and the
 f stores, then the f loads and (f/l)V, so its memory time only partly hides under its compute:
@@ -310,8 +313,6 @@ def _per_block(t: Tiling, desc) -> tuple[list, list]:
 
 def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200") -> Work:
     check_grid_rows(desc.kernel, batch, heads)  # a launch the kernel refuses has no time to predict
-    if desc.grid != "heads":
-        _check_walked(cdiv(n_q, desc.block_q) * batch * heads)
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     dtype = cf.dtype_name(dtype)
     tr = counts(desc, batch, heads, n_q, n_k, d, dtype, causal)
@@ -346,19 +347,6 @@ def prepare(desc, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h2
     return Work(desc, batch, heads, n_q, n_k, d, dtype, bool(causal), tr, lv, sum(per_block) * batch * heads,
                 pattern, mpattern, repeats, attention_flops(batch, heads, n_q, n_k, d, causal),  # 4·d per visible pair
                 ragged, bool(desc.ragged_section_first))
-
-
-# Work tiles (Q blocks x B·H) the model walks: the list schedule places unequal ones (a causal grid, a ragged last Q
-# block) in batches, about 2 s for this many at the worst (Br = 192's persistent causal order, 132 slots), and the L2
-# residency (gpumodel/residency.py) walks the waves of any grid; report shows the papers' roofline past it, predict
-# refuses (B*H = 65,535 over 65,536 Q blocks ran for hours)
-MAX_MODEL_CTAS = 1 << 24
-
-
-def _check_walked(ctas: int) -> None:
-    if ctas > MAX_MODEL_CTAS:
-        raise ValueError(f"the GPU model walks the {ctas:,} work tiles of this grid (Q blocks x B*H) one wave or batch "
-                         f"at a time; over its limit of {MAX_MODEL_CTAS:,}")
 
 
 def _smem_per_cta() -> int:
@@ -396,15 +384,78 @@ def _schedule(tiles: list, masked: list, repeats: int, slots, cost, head=None, t
     s = int(slots)
     h = np.zeros(s)
     for c_all, (_, _, reps) in zip(costs, segments):
-        h = _place(h, c_all, reps)
+        if len(c_all) < s and reps > 1:  # a short pattern: m repeats as one, so that a batch may fill every slot (the
+            m = min(reps, -(-s // len(c_all)))  # same CTAs in the same order: the same schedule)
+            whole, reps = divmod(reps, m)
+            h = _place_pattern(h, np.tile(c_all, m), whole)
+        h = _place_pattern(h, c_all, reps)
     return float(h[-1]), waves
+
+
+def _place_pattern(h: np.ndarray, c_all: np.ndarray, repeats: int) -> np.ndarray:
+    """_place up to EXACT_CTAS CTAs, _place_many past it."""
+    return _place(h, c_all, repeats) if len(c_all) * repeats <= EXACT_CTAS else _place_many(h, c_all, repeats)
+
+
+# CTAs the list schedule places (in _place's batches) per segment; past it, _place_many closes the pattern's repeats
+EXACT_CTAS = 1 << 19
+MAX_SHAPES = 2048  # the latest repeats' shapes _place_many keeps to find a recurrence (2048 x 528 slots: 8.7 MB)
+
+
+def _place_many(h: np.ndarray, c_all: np.ndarray, repeats: int) -> np.ndarray:
+    """_place's result for a pattern repeated more often than EXACT_CTAS CTAs allow, in well under a second at any
+    count (issue 46 item 5: B·H = 65,535 over 65,536 Q blocks is 4.3G CTAs). The list schedule is translation-
+    equivariant and the mean of the slots' finish times grows by exactly Σc / slots per pattern; the spread of the
+    finish times never exceeds the longest CTA (each CTA starts on the earliest slot). So after r exact repeats:
+      - where the slots' shape (finish times less the earliest) recurs after p repeats, within a few ulps of the finish
+        times, every later period adds the same shift: the remaining whole periods are one addition, the rest placed
+        exactly (the walk's result to float rounding: an error of at most the tolerance per period skipped);
+      - else (no recurrence by EXACT_CTAS CTAs) the shape is kept and shifted by the mean's growth: the makespan is
+        then within the longest CTA's cycles of the walk's (both lie between the mean and the mean plus that spread),
+        relative to it at most ~2 slots / CTAs placed exactly (measured: tests/test_gpu_model_fast.py).
+    A recurrence of any period is found by looking each shape up rounded (fa2_wgmma causal d = 64 N = 48k recurs every
+    33 repeats at 132 slots, sdpa_cudnn causal d = 128 N = 16k every 132); one that straddles a rounding edge is missed
+    and the repeats are shifted as without one."""
+    n, s = len(c_all), len(h)
+    grid = 1e-6 * float(c_all.max())  # shapes are looked up rounded to this grid, then compared to the tolerance
+    seen = {}  # rounded shape -> (repeat, its shape, its earliest finish time)
+    run_end = _run_ends(c_all)
+    budget = max(1, EXACT_CTAS // n)
+    done = 0
+    while done < repeats:
+        h = _place_runs(h, c_all, run_end, 1)
+        done += 1
+        shape = h - h[0]
+        key = np.round(shape / grid).tobytes() if grid > 0 else b""
+        tol = 16 * np.finfo(np.float64).eps * max(float(h[-1]), 1.0)
+        if key in seen and float(np.max(np.abs(seen[key][1] - shape))) <= tol:  # the shape of p repeats ago: a period
+            then, _, first = seen[key]
+            p = done - then
+            skip = (repeats - done) // p
+            h = h + skip * (float(h[0]) - first)
+            return _place_runs(h, c_all, run_end, repeats - done - skip * p)
+        if done >= budget:
+            return h + (repeats - done) * (float(c_all.sum()) / s)
+        seen[key] = (done, shape, float(h[0]))
+        if len(seen) > MAX_SHAPES:  # the oldest goes: memory O(MAX_SHAPES x slots), periods up to MAX_SHAPES repeats
+            del seen[next(iter(seen))]
+    return h
 
 
 def _place(h: np.ndarray, c_all: np.ndarray, repeats: int) -> np.ndarray:
     """_schedule's batches: CTAs of costs c_all, `repeats` times over, onto the slots whose sorted finish times are h."""
-    n, s = len(c_all), len(h)
+    return _place_runs(h, c_all, _run_ends(c_all), repeats)
+
+
+def _run_ends(c_all: np.ndarray) -> np.ndarray:
+    """For each CTA i, the end of its run of equal costs."""
     change = np.flatnonzero(np.diff(c_all)) + 1
-    run_end = np.append(change, n)[np.searchsorted(change, np.arange(n), side="right")]  # end of i's run of equal costs
+    return np.append(change, len(c_all))[np.searchsorted(change, np.arange(len(c_all)), side="right")]
+
+
+def _place_runs(h: np.ndarray, c_all: np.ndarray, run_end: np.ndarray, repeats: int) -> np.ndarray:
+    """_place with c_all's run ends (_run_ends) given."""
+    n, s = len(c_all), len(h)
     for _ in range(repeats):
         i = 0
         while i < n:
@@ -417,8 +468,9 @@ def _place(h: np.ndarray, c_all: np.ndarray, repeats: int) -> np.ndarray:
                 continue
             b = min(s, n - i)
             pushed = h[:b] + c_all[i:i + b]
-            late = np.flatnonzero(np.minimum.accumulate(pushed)[:-1] < h[1:b])  # a pushed time before the next pop
-            b = int(late[0]) + 1 if late.size else b
+            late = np.minimum.accumulate(pushed)[:-1] < h[1:b]  # a pushed time before the next pop
+            first = int(late.argmax()) if b > 1 else 0
+            b = first + 1 if b > 1 and late[first] else b
             h = np.concatenate((pushed[:b], h[b:]))
             h.sort()
             i += b

@@ -29,6 +29,7 @@ counters (results/tc_ncu*.csv) see 0.85-0.9 of O written within the kernel (the 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -160,12 +161,26 @@ def separated_share(desc, bh: int, t_r: int, slots: int) -> float:
     """
     if desc.grid == "heads" or t_r <= 1:
         return 1.0
+    return min(1.0, max(0, _wave_head_pairs(bh, t_r, slots) - bh) / (bh * (t_r - 1)))
+
+
+def _wave_head_pairs_loop(bh: int, t_r: int, slots: int) -> int:
+    """(wave, head) pairs: the distinct heads each wave of `slots` CTAs touches, wave by wave (the definition)."""
     ctas = bh * t_r
-    groups = 0  # (wave, head) pairs: the distinct heads each wave of `slots` CTAs touches
+    groups = 0
     for start in range(0, ctas, slots):
         end = min(ctas, start + slots)
         groups += (end - 1) // t_r - start // t_r + 1
-    return min(1.0, max(0, groups - bh) / (bh * (t_r - 1)))
+    return groups
+
+
+def _wave_head_pairs(bh: int, t_r: int, slots: int) -> int:
+    """_wave_head_pairs_loop closed: Σ over the W = ⌈B·H·Tr / slots⌉ waves of ((end - 1) // Tr - start // Tr + 1)
+    telescopes (each wave starts where the last ended) to W + B·H - #{waves ending on a head's end}; the last wave does,
+    and wave w < W - 1 does where (w + 1)·slots is a multiple of Tr: every P = Tr / gcd(slots, Tr) waves."""
+    slots = int(slots)
+    waves = -(-(bh * t_r) // slots)
+    return waves + bh - 1 - (waves - 1) // (t_r // math.gcd(slots, t_r))
 
 
 def grid_ctas(desc, batch: int, heads: int, n_q: int) -> int:

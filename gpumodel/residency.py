@@ -34,6 +34,10 @@ tests/test_gpu_model_levels.py holds the mechanism.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 
 def missed_blocks(c0: float, slope: float, t_c: int, cap: float) -> int:
     """#{j in [0, Tc): c0 + slope * j > cap}: D is monotone in j, so the misses are a suffix (slope >= 0) or a
@@ -52,11 +56,10 @@ def missed_blocks(c0: float, slope: float, t_c: int, cap: float) -> int:
     return lo if first else t_c - lo
 
 
-def separated_missing_bytes(bh: int, t_r: int, t_c: int, slots: int, kv_bytes: float, qo_bytes: float,
-                            cap: float) -> float:
-    """Bytes of K/V re-reads that miss the L2 over the whole grid (bh x Tr CTAs, Q blocks fastest).
-
-    kv_bytes: one head's K and V; qo_bytes: a wave's Q tiles read plus O tiles written."""
+def separated_missing_bytes_loop(bh: int, t_r: int, t_c: int, slots: int, kv_bytes: float, qo_bytes: float,
+                                 cap: float) -> float:
+    """separated_missing_bytes wave by wave: the definition (tests/test_gpu_model_fast.py holds the two equal). A grid
+    of B·H = 65,535 heads over 65,536 Q blocks is 32M waves of 132 CTAs: minutes here."""
     ctas = bh * t_r
     if t_r <= 1 or ctas <= slots or t_c <= 0:
         return 0.0
@@ -69,9 +72,61 @@ def separated_missing_bytes(bh: int, t_r: int, t_c: int, slots: int, kv_bytes: f
         cur = (start // t_r, (end - 1) // t_r)
         if prev is not None and prev[1] == cur[0]:  # that head straddles the two waves
             a, b = prev[1] - prev[0], cur[1] - cur[0]  # other heads in wave w, in wave w+1
-            c0 = kv_bytes + qo_bytes + a * kv_bytes * (t_c - 1) / t_c
-            slope = (b - a) * kv_bytes / t_c
-            missing += missed_blocks(c0, slope, t_c, cap) * per_block
+            missing += _straddle_misses(a, b, t_c, kv_bytes, qo_bytes, cap) * per_block
         prev = cur
         start = end
     return missing
+
+
+def _straddle_misses(a: int, b: int, t_c: int, kv_bytes: float, qo_bytes: float, cap: float) -> int:
+    """Key blocks of a head straddling waves w and w+1 whose re-read misses, with a other heads in wave w and b in w+1
+    (the module docstring's reuse distance D(j) = c0 + slope * j)."""
+    c0 = kv_bytes + qo_bytes + a * kv_bytes * (t_c - 1) / t_c
+    slope = (b - a) * kv_bytes / t_c
+    return missed_blocks(c0, slope, t_c, cap)
+
+
+def separated_missing_bytes(bh: int, t_r: int, t_c: int, slots: int, kv_bytes: float, qo_bytes: float,
+                            cap: float) -> float:
+    """Bytes of K/V re-reads that miss the L2 over the whole grid (bh x Tr CTAs, Q blocks fastest).
+
+    kv_bytes: one head's K and V; qo_bytes: a wave's Q tiles read plus O tiles written.
+    Closed over the waves (separated_missing_bytes_loop walks them): wave w (full, w >= 1) starts at CTA w·slots, at
+    r = w·slots mod Tr into a head; it straddles a head when r != 0, with a = ⌈(slots - r) / Tr⌉ other heads in wave
+    w - 1 and b = ⌊(r + slots - 1) / Tr⌋ in wave w. r runs through a period of P = Tr / gcd(slots, Tr) waves, so the
+    misses are Σ over one period's distinct (a, b) of (waves with them) x _straddle_misses(a, b), the last wave (part
+    full) on its own: O(P) integer work and a few bisections, the same count as the walk (each block's miss decided by
+    the same floats), times the bytes of a block once."""
+    ctas = bh * t_r
+    if t_r <= 1 or ctas <= slots or t_c <= 0:
+        return 0.0
+    s = int(slots)
+    waves = -(-ctas // s)
+    last_full = waves - 1 if ctas % s == 0 else waves - 2  # the full waves w = 1 .. last_full (wave 0 has no previous)
+    period = t_r // math.gcd(s, t_r)
+    if period > MAX_PERIOD:
+        return separated_missing_bytes_loop(bh, t_r, t_c, slots, kv_bytes, qo_bytes, cap)
+    count = 0
+    w = np.arange(1, min(period, last_full) + 1, dtype=np.int64)  # one period of residues (empty: no full wave)
+    r = w * s % t_r
+    weight = last_full // period + (w <= last_full % period)  # waves of each residue among 1 .. last_full
+    keep = r != 0  # r = 0: the wave starts a head, nothing straddles
+    if keep.any():
+        a, b = -((r[keep] - s) // t_r), (r[keep] + s - 1) // t_r
+        pairs, inverse = np.unique(np.stack((a, b)), axis=1, return_inverse=True)
+        weights = np.zeros(pairs.shape[1], dtype=np.int64)
+        np.add.at(weights, inverse.reshape(-1), weight[keep])
+        for (pa, pb), n in zip(pairs.T.tolist(), weights.tolist()):  # a few pairs: a, b take two values each at most
+            count += n * _straddle_misses(pa, pb, t_c, kv_bytes, qo_bytes, cap)
+    if last_full == waves - 2 and waves >= 2:  # the last wave, part full
+        start = (waves - 1) * s
+        if start % t_r:
+            a = (start - 1) // t_r - (start - s) // t_r
+            b = (ctas - 1) // t_r - start // t_r
+            count += _straddle_misses(a, b, t_c, kv_bytes, qo_bytes, cap)
+    return count * (kv_bytes / t_c)
+
+
+# waves in one period of the residues (Tr / gcd(slots, Tr)) past which separated_missing_bytes walks the waves instead:
+# the report's rows stop at 65,536 Q blocks (analysis/report_gpu.py MAX_MODEL_Q_BLOCKS)
+MAX_PERIOD = 1 << 24

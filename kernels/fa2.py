@@ -5,8 +5,13 @@ forward, one launch: grid (Tr, B*H), 256 threads, dynamic shared memory Q_i + K_
 d <= 64 (at d > 64, V_j reuses K_j's buffer), float32: 4·(Br·ld + Bc·ld + Br·(Bc+1) [+ Bc·ld]) bytes,
 ld = d_pad + 1 (83 KB at d = 128, 66 KB at d = 64).
 
-backward (FA2 Alg. 2), three launches (see the top of fa2_bwd.cu), the main one on grid (Tc, B*H); lse is
+backward (FA2 Alg. 2), three launches (see the top of fa2_bwd.cu), the main one on grid (Tc, B*H_kv); lse is
 the forward's (natural log of the scaled scores' row sums, -inf for rows that see no key).
+
+Grouped-query and multi-query attention: k, v (B, H_kv, Nk, d) with H_kv dividing H; query head h reads kv head
+h // (H / H_kv). The forward reads K/V of the group's kv head; the backward's block that owns key block j of kv head
+h_kv walks the group's query heads in turn and accumulates dK_j, dV_j on chip (no repeated K/V, no atomics on dK/dV).
+Inputs must be contiguous (no strided views).
 """
 from __future__ import annotations
 
@@ -91,14 +96,14 @@ def compile_configs():
 
 def forward(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, mem=None):
     p = _teaching.prepare(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
-                          mem=mem)
+                          mem=mem, gqa=True)
     o = torch.empty_like(q)
     lse = torch.empty(p.batch, p.heads, p.n_q, dtype=torch.float32, device=q.device)
     fn = loader.get_function(SOURCE, KERNEL, defines=_teaching.defines(q.dtype, block_q, block_k,
                                                                       FA2_OWN_V=own_v(p.d)),
                              device=q.device.index)
     fn.launch((p.tiling.t_r, p.batch * p.heads), (_teaching.NTHREADS,),
-              (q, k, v, o, lse, p.n_q, p.n_k, p.d, p.scale, int(causal)),
+              (q, k, v, o, lse, p.n_q, p.n_k, p.d, p.scale, int(causal), _teaching.heads_per_kv(q, k)),
               shared_mem=shared_bytes(p.d, block_q, block_k))
     return o, lse
 
@@ -148,7 +153,8 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, blo
              use_prefetch=None):
     """FA2 Alg. 2 on the GPU: (dq, dk, dv) in q's dtype from the forward's o and lse and the gradient do.
 
-    Rows that see no key (lse = -inf) get dq = 0 and add nothing to dk, dv. block_q, block_k: None picks
+    k, v may have H_kv heads dividing q's H (grouped-query); dk, dv then have H_kv heads, each the sum over its
+    group's query heads. Rows that see no key (lse = -inf) get dq = 0 and add nothing to dk, dv. block_q, block_k: None picks
     `backward_blocks(d)`. use_prefetch: None (the default, `prefetch`) or False (fa2_bwd.cu v2's
     synchronous loads, for the A/B).
     """
@@ -162,7 +168,7 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, blo
                                  aligned and use_prefetch is not False)
         block_q, block_k = bq if block_q is None else block_q, bk if block_k is None else block_k
     p = _teaching.prepare(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k,
-                          mem=mem)
+                          mem=mem, gqa=True)
     _check_saved(q, o, lse, do)
     knobs = bwd_defines(q.dtype, p.d, block_q, block_k,
                         use_prefetch=aligned if use_prefetch is None else use_prefetch and aligned)
@@ -171,7 +177,7 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, blo
     if smem > limit:
         raise ValueError(f"fa2 backward with Br={block_q}, Bc={block_k}, d={p.d} needs {smem:,} B of shared "
                          f"memory; this GPU allows {limit:,}: use smaller blocks (default 64 x 64)")
-    bh = p.batch * p.heads
+    bh, group = p.batch * p.heads, _teaching.heads_per_kv(q, k)
     dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # zeroed by line 3
     delta = torch.empty(p.batch, p.heads, p.n_q, dtype=torch.float32, device=q.device)  # D, line 4
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -182,8 +188,8 @@ def backward(q, k, v, o, lse, do, *, causal=False, scale=None, block_q=None, blo
 
     fn("fa2_bwd_preprocess").launch((-(-p.n_q // PREPROCESS_ROWS), bh), (_teaching.NTHREADS,),
                                     (o, do, dq_acc, delta, p.n_q, p.d))
-    fn("fa2_bwd").launch((p.tiling.t_c, bh), (_teaching.NTHREADS,),
-                         (q, k, v, do, lse, delta, dq_acc, dk, dv, p.n_q, p.n_k, p.d, p.scale, int(causal)),
+    fn("fa2_bwd").launch((p.tiling.t_c, bh // group), (_teaching.NTHREADS,),  # one block per (j, b, h_kv)
+                         (q, k, v, do, lse, delta, dq_acc, dk, dv, p.n_q, p.n_k, p.d, p.scale, int(causal), group),
                          shared_mem=smem)
     n = dq.numel()
     fn("fa2_bwd_dq").launch((min(-(-n // _teaching.NTHREADS), 8192),), (_teaching.NTHREADS,),

@@ -504,11 +504,12 @@ def check_aligned(name: str, t, align: int = 16) -> None:
                          ".clone()")
 
 
-def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims=None, aligned=False) -> None:
+def check_cuda_inputs(q, k, v, *, supported_dtypes, max_head_dim=None, head_dims=None, aligned=False,
+                      gqa=False) -> None:
     """Reject what a kernel cannot take, naming the problem: counting.checks (the references' and
     closed forms' rules and messages) plus what only a kernel needs (CUDA, head dims, contiguity, and with aligned
-    16-byte aligned data: the tensor-core kernels' cp.async loads)."""
-    *_, d = check_tensors(q, k, v, dtypes=supported_dtypes, cuda=True)
+    16-byte aligned data: the tensor-core kernels' cp.async loads). gqa: k, v may have H_kv heads dividing H."""
+    *_, d = check_tensors(q, k, v, dtypes=supported_dtypes, cuda=True, gqa=gqa)
     if max_head_dim is not None and d > max_head_dim:
         raise ValueError(f"head dim d={d} is over this kernel's maximum {max_head_dim}")
     if head_dims is not None and d not in head_dims:

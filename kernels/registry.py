@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 TIERS = ("teaching", "tensor-core")
+LAYOUTS = ("gqa", "strided")  # KernelSpec.layouts: what a launcher takes beyond contiguous, equal-head q, k, v
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,18 @@ class KernelSpec:
     tier: str  # "teaching" | "tensor-core"
     variant: str  # the variants.VARIANTS entry it mirrors and is checked against
     title: str
+    # What both the launcher's forward and its backward take (kernels.attention passes it through, no copy):
+    # "gqa": k, v (B, H_kv, Nk, d) with H_kv dividing H (grouped- and multi-query attention);
+    # "strided": views with any strides and a unit last one (a (B, N, H, d) tensor's .transpose(1, 2)), the
+    # backward's dq, dk, dv (and its do) in the caller's layout. Without "strided", inputs must be contiguous.
+    layouts: tuple = ()
+    decode: bool = False  # a decode kernel (q of 1..64 rows against a KV cache: cache_seqlens, block_table, num_splits;
+    # kernels/_decode.py): the training-shape loops (tests, bench.harness, the GPU model) skip it
+
+    def __post_init__(self):
+        unknown = set(self.layouts) - set(LAYOUTS)
+        if unknown:
+            raise ValueError(f"{self.name}: layouts {sorted(unknown)} unknown; known: {LAYOUTS}")
 
     @property
     def module(self):
@@ -91,13 +104,18 @@ class KernelSpec:
 _ALL = (
     KernelSpec("naive", "teaching", "naive", "standard attention: S, P in HBM (three kernels)"),
     KernelSpec("fa1", "teaching", "fa1", "FlashAttention-1: one block per (b, h), O/l/m round-trip HBM"),
-    KernelSpec("fa2", "teaching", "fa2", "FlashAttention-2: one block per (Q block, b, h)"),
+    KernelSpec("fa2", "teaching", "fa2", "FlashAttention-2: one block per (Q block, b, h)", layouts=("gqa",)),
     KernelSpec("v_once", "teaching", "v_once", "multiply V once: f row in SRAM or HBM"),
     KernelSpec("fa2_tc", "tensor-core", "fa2", "FlashAttention-2 with mma.sync (m16n8k16) tensor cores"),
-    KernelSpec("fa2_wgmma", "tensor-core", "fa2", "FlashAttention-2 with Hopper wgmma (sm_90a)"),
+    KernelSpec("fa2_wgmma", "tensor-core", "fa2", "FlashAttention-2 with Hopper wgmma (sm_90a)",
+               layouts=("gqa", "strided")),
     KernelSpec("v_once_tc", "tensor-core", "v_once", "multiply V once with tensor cores"),
     KernelSpec("v_once_cluster", "tensor-core", "v_once",
                "multiply V once, the f row on chip across a thread-block cluster (wgmma, DSMEM; sm_90a)"),
+    KernelSpec("split_kv", "teaching", "split_kv", "split-KV decoding (Flash-Decoding): GQA-packed rows, fp32 merge",
+               decode=True),
+    KernelSpec("split_kv_fast", "tensor-core", "split_kv",
+               "split-KV decoding with mma.sync, a cp.async ring and a fused last-CTA merge", decode=True),
 )
 
 
@@ -107,3 +125,4 @@ def _present(spec: KernelSpec) -> bool:
 
 
 KERNELS: dict[str, KernelSpec] = {s.name: s for s in _ALL if _present(s)}
+DECODE_KERNELS = tuple(n for n, s in KERNELS.items() if s.decode)  # ("split_kv", "split_kv_fast")

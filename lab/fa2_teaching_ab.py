@@ -37,7 +37,8 @@ def build_entry(name: str, flags: dict) -> harness.Entry:
         kernel = loader.get_function(fa2.SOURCE, fa2.KERNEL, defines=_teaching.defines(q.dtype, 64, 64, **flags),
                                      device=q.device.index)
         kernel.launch((p.tiling.t_r, p.batch * p.heads), (_teaching.NTHREADS,),
-                      (q, k, v, o, lse, p.n_q, p.n_k, p.d, p.scale, int(causal)), shared_mem=fa2.shared_bytes(p.d))
+                      (q, k, v, o, lse, p.n_q, p.n_k, p.d, p.scale, int(causal), 1),  # group 1: equal heads
+                      shared_mem=fa2.shared_bytes(p.d))
         return o, lse
     return harness.Entry(f"fa2{json.dumps(flags, sort_keys=True)}", "teaching", fn=fn)
 

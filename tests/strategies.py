@@ -114,3 +114,31 @@ def naive_score_tolerance(q, k, *, causal, scale, dtype) -> float:
     if dtype not in (torch.float16, torch.bfloat16):
         return 0.0
     return 4 * max_visible_score(q, k, causal=causal, scale=scale) * torch.finfo(dtype).eps / 2
+
+
+# issue 46 item 5: the GPU model's rows at any size answer in well under a second (gpumodel.gpu_model._place_many,
+# gpumodel/residency.py's closed waves, backward_model._makespan): B·H up to the grid's 65,535 rows (the external kernels
+# past it), N to the report's 65,536 Q blocks, and long lists of lengths
+MODEL_KERNELS = ("fa2_wgmma", "fa2_tc", "fa2", "sdpa_flash", "sdpa_cudnn", "v_once", "v_once_tc", "naive", "fa1")
+BACKWARD_KERNELS = ("fa2_wgmma", "fa2", "sdpa_flash", "sdpa_cudnn")
+
+
+@st.composite
+def large_model_rows(draw):
+    """argv of one `fa-traffic predict` with large counts: (argv, rows it prints at most)."""
+    pass_name = draw(st.sampled_from(["forward", "forward", "backward", "train"]))
+    kernel = draw(st.sampled_from(MODEL_KERNELS if pass_name == "forward" else BACKWARD_KERNELS))
+    d = draw(st.sampled_from([64, 128] if pass_name != "forward" else [64, 96, 128, 256]))
+    big = st.one_of(st.integers(1, 65535), st.sampled_from([1, 132, 133, 264, 4095, 65535]))
+    batch, heads = draw(big), draw(st.integers(1, 64))
+    if kernel not in ("sdpa_flash", "sdpa_cudnn"):
+        heads = max(1, min(heads, 65535 // batch))  # the launchers' 65,535 grid rows
+    n = st.one_of(st.integers(1, 1 << 22), st.sampled_from([1 << 20, (1 << 20) + 1, 12345, 48 * 1024]))
+    lengths = draw(st.lists(n, min_size=1, max_size=3))
+    argv = ["predict", "--kernel", kernel, "--batch", str(batch), "--heads", str(heads), "--head-dim", str(d),
+            "--seq-len", ",".join(map(str, lengths)), "--pass", pass_name, "--format", "json"]
+    if draw(st.booleans()):
+        argv.append("--causal")
+    if draw(st.booleans()):
+        argv += ["--seq-len-k", str(draw(n))]
+    return argv, len(lengths)

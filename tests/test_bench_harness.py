@@ -21,7 +21,7 @@ BENCH = Path(harness.__file__).resolve().parent
 def test_entries_are_the_registry_labels_then_sdpa():
     table = harness.entries()
     labels = [e.label for e in table]
-    expected = [s.label(**o) for s in KERNELS.values() if s.available() for o in s.bench_options]
+    expected = [s.label(**o) for s in KERNELS.values() if s.available() and not s.decode for o in s.bench_options]
     assert labels[:len(expected)] == expected
     assert labels[len(expected):] == [f"sdpa_{b}" for b in harness.SDPA_BACKENDS]
     assert "v_once_tc_sram_lazy" in labels and "v_once_auto_lazy" in labels
@@ -128,7 +128,7 @@ def test_predict():
 # bench/: the entry points a user runs; lab/: probes, A/Bs, ncu and sanitizer targets (docs/design.md, "Core and lab")
 SCRIPTS = ["bench/bench_kernels.py", "bench/bench_tc.py", "bench/launch_overhead.py", "bench/sanitize.py",
            "bench/bench_bwd.py", "bench/layouts_speed.py", "bench/train_gpt.py", "bench/cluster_speed.py",
-           "bench/ring_speed.py", "bench/bwd_layouts_speed.py"]
+           "bench/ring_speed.py", "bench/bwd_layouts_speed.py", "bench/decode_speed.py"]
 SCRIPTS += ["lab/fa2_teaching_ab.py", "lab/bwd_wgmma_check.py", "lab/ab_wgmma_speed.py", "lab/teach_bwd_ab.py",
             "lab/pass_probe.py", "lab/clock_probe.py", "lab/gap_probe.py", "lab/cta_trace.py"]
 # times an old source tree with this tree's harness, so it loads bench/harness.py by path, not by import

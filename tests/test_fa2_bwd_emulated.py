@@ -67,16 +67,18 @@ def emulated_backward(lib, q, k, v, do, causal, scale):
     """dq, dk, dv from the three emulated launches (preprocess, main, dq) on kernels/fa2.py's grids, with o
     and L from float64 (the forward is checked on the GPU); scratch and outputs start as NaN."""
     b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    o, lse = attention_reference(q, k, v, causal=causal, scale=scale)
+    h_kv, n_k = k.shape[1], k.shape[2]
+    group = h // h_kv  # grouped-query K/V: the reference sees K/V repeated, the kernel never does
+    o, lse = attention_reference(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=causal,
+                                 scale=scale)
     o, lse = o.to(q.dtype).contiguous(), lse.float().contiguous()
     nan = lambda t, dtype=None: torch.full_like(t, float("nan"), dtype=dtype)  # noqa: E731
     dq_acc, delta, dq, dk, dv = nan(q, torch.float32), nan(lse), nan(q), nan(k), nan(v)
     ptr = lambda t: ctypes.c_void_p(t.data_ptr())  # noqa: E731
     bh, f32 = b * h, ctypes.c_float
     lib.fa2_bwd_preprocess_launch(-(-n_q // 8), bh, ptr(o), ptr(do), ptr(dq_acc), ptr(delta), n_q, d)  # FA2 Alg. 2 lines 3-4
-    lib.fa2_bwd_launch(-(-n_k // lib.block_k()), bh, ptr(q), ptr(k), ptr(v), ptr(do), ptr(lse), ptr(delta),
-                       ptr(dq_acc), ptr(dk), ptr(dv), n_q, n_k, d, f32(scale), int(causal))  # lines 5-18
+    lib.fa2_bwd_launch(-(-n_k // lib.block_k()), b * h_kv, ptr(q), ptr(k), ptr(v), ptr(do), ptr(lse), ptr(delta),
+                       ptr(dq_acc), ptr(dk), ptr(dv), n_q, n_k, d, f32(scale), int(causal), group)  # lines 5-18
     lib.fa2_bwd_dq_launch(min(3, -(-dq.numel() // 256)), 1, ptr(dq_acc), ptr(dq), ctypes.c_longlong(dq.numel()),
                           f32(scale))  # line 20, a few blocks so the grid-stride loop strides
     assert torch.allclose(delta, (do.float() * o.float()).sum(-1), rtol=1e-5, atol=1e-5), "D = rowsum(dO o O)"
@@ -135,9 +137,11 @@ def test_a_wrong_kernel_fails(build, tmp_path):
         assert_grads_close(got, q, k, v, do, False, 0.3)
 
 
-def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch):
+@pytest.mark.parametrize("h, h_kv", [(1, 1), (4, 2)])
+def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch, h, h_kv):
     """kernels/fa2.py backward itself (its checks, allocations, grids, argument order, shared-memory size)
-    with loader.get_function routed to the emulated kernels: what the GPU would be asked to run."""
+    with loader.get_function routed to the emulated kernels: what the GPU would be asked to run; (4, 2): grouped-
+    query K/V, one block per (key block, batch, kv head)."""
     import numpy as np
 
     from kernels import _teaching, fa2, loader
@@ -167,13 +171,16 @@ def test_the_launcher_drives_the_emulated_kernels(build, monkeypatch):
     monkeypatch.setattr(loader, "check_cuda_inputs", lambda *a, **kw: None)  # CPU tensors stand in
     monkeypatch.setattr(loader, "max_dynamic_smem", lambda *a: 227 * 1024)
     g = torch.Generator().manual_seed(3)
-    q, do = torch.randn(2, 1, 150, 40, generator=g), torch.randn(2, 1, 150, 40, generator=g)
-    k, v = torch.randn(2, 1, 90, 40, generator=g), torch.randn(2, 1, 90, 40, generator=g)
-    o, lse = attention_reference(q, k, v, causal=True)
+    q, do = torch.randn(2, h, 150, 40, generator=g), torch.randn(2, h, 150, 40, generator=g)
+    k, v = torch.randn(2, h_kv, 90, 40, generator=g), torch.randn(2, h_kv, 90, 40, generator=g)
+    group = h // h_kv
+    o, lse = attention_reference(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), causal=True)
     got = fa2.backward(q, k, v, o.float(), lse.float(), do, causal=True)
     assert [c[0] for c in calls] == list(fa2.BWD_KERNELS)
-    assert calls[1][1:] == ((2, 2), fa2.backward_shared_bytes(40))  # (Tc, B*H) = (90/64, 2)
-    assert_grads_close(got, q, k, v, do, True, 1 / math.sqrt(40))
+    assert calls[1][1:] == ((2, 2 * h_kv), fa2.backward_shared_bytes(40))  # (Tc, B*H_kv) = (90/64, 2 H_kv)
+    from tests.test_kernels_backward import assert_gqa_grads_close
+
+    assert_gqa_grads_close(got, q, k, v, do, True, 1 / math.sqrt(40))
     assert (got[0][..., :60, :] == 0).all()  # causal, Nq > Nk: 60 rows see no key
 
 
@@ -198,3 +205,23 @@ def test_emulated_prefetch_path(build, dtype, d, causal, blocks):
         assert torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2 * b.float().abs().max().item())
     if causal:
         assert (got[0][..., :60, :] == 0).all()
+
+
+@pytest.mark.parametrize("group, h_kv, prefetch", [(2, 2, 0), (4, 1, 0), (3, 1, 1), pytest.param(8, 1, 0, marks=pytest.mark.slow)])
+def test_emulated_grouped_query(build, group, h_kv, prefetch):
+    """Grouped-query K/V (H = group * H_kv): the block of key block j of kv head h_kv walks its group's query heads
+    and sums their dK_j, dV_j on chip. Against float64 autograd with K/V repeat_interleave'd (what the kernel never
+    builds): odd sizes, tails, causal with Nq > Nk so rows see no key; prefetch: the v3 staging crossing from one
+    query head's last Q block to the next head's first."""
+    from tests.test_kernels_backward import assert_gqa_grads_close as close
+
+    dtype, d = (torch.float16, 104) if prefetch else (torch.float32, 40)
+    g = torch.Generator().manual_seed(group)
+    q, do = (torch.randn(2, group * h_kv, 75, d, generator=g).to(dtype) for _ in range(2))
+    k, v = (torch.randn(2, h_kv, 50, d, generator=g).to(dtype) for _ in range(2))
+    scale = 1 / math.sqrt(d)
+    blocks = (32, 32)
+    got = emulated_backward(build(*blocks, 64 if d <= 64 else 128, STORAGE[dtype], prefetch), q, k, v, do, True, scale)
+    assert got[1].shape == k.shape and got[2].shape == v.shape
+    assert (got[0][..., :25, :] == 0).all()  # causal, Nq - Nk = 25 rows see no key
+    close(got, q, k, v, do, True, scale, what=f"group {group}, H_kv {h_kv}")

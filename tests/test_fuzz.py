@@ -35,6 +35,8 @@ from analysis.roofline import matmul_rate
 from variants import VARIANTS, attention_reference
 from variants.naive import OUTPUT_TOLERANCE, ScoreRangeWarning
 
+from tests.strategies import large_model_rows
+
 FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 2 * settings.default.max_examples)),
                 deadline=None, suppress_health_check=list(HealthCheck))
 FUZZ_TIME_S = 10.0  # a run without a plot (a few ms to ~1 s; the machine may be shared)
@@ -200,6 +202,32 @@ def test_cli_fuzz(argv):
             assert all(args.sram_min <= r["sram_bytes"] <= args.sram_max for r in json.loads(out)), argv
     elif argv and argv[0] in ("report", "sweep-sram"):
         _check_printed_tflops(argv, out, fmt)
+
+
+MODEL_ROW_TIME_S = 2.0  # per row of `predict` at any size (issue 46 item 5): ~0.1-0.6 s here; doubled for a shared machine
+
+
+@settings(FUZZ, max_examples=max(5, FUZZ.max_examples // 4))  # ~0.2 s an example: 12 under "ci", 25 under "dev"
+@given(case=large_model_rows())
+def test_model_rows_at_large_counts_fuzz(case):
+    """Large B·H, N and lists of lengths through `predict` (every pass): an answer or one clear error, each row within
+    MODEL_ROW_TIME_S, never a traceback; the model's JSON rows are finite."""
+    argv, rows = case
+    with contextlib.redirect_stdout(io.StringIO()):  # warm: imports, the fits read once
+        main(["predict", "--kernel", "fa2", "--seq-len", "1k", "--head-dim", "64", "--format", "json"])
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < MODEL_ROW_TIME_S * rows, (argv, elapsed)
+    assert "Traceback" not in err.getvalue(), (argv, err.getvalue())
+    if rc == 2:
+        assert out.getvalue() == "" and len(err.getvalue().strip().splitlines()) == 1, (argv, err.getvalue())
+        return
+    assert rc == 0, (argv, err.getvalue())
+    recs = json.loads(out.getvalue())
+    assert len(recs) <= rows and all(math.isfinite(r["time_s"]) and r["time_s"] > 0 for r in recs), argv
 
 
 STREAMS = ("stdout closed", "stderr closed", "terminal")

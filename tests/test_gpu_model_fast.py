@@ -7,7 +7,9 @@ import dataclasses
 import heapq
 import json
 import math
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +20,8 @@ from gpumodel import gpu_model as gm
 from analysis.cli import main
 from gpumodel.descriptors import describe
 from counting.tiling import Tiling
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _schedule_loop(pattern, repeats, slots, cost) -> tuple[float, float]:
@@ -166,24 +170,26 @@ def test_section_work_is_one_pattern_and_the_ragged_section(first):
 
 def test_persistent_causal_sections_at_the_work_tile_limit_are_small():
     """Issue 46: fa2_wgmma causal, d = 64, B·H = 65,535, N = 48k: 16.7M work tiles in sections of one head took 18 s
-    and 2.3 GB (a Python list of every tile); now 256 CTAs repeated 65,535 times (memory O(Tr·hs)). The list
-    schedule still walks the repeats (about 1 s here: what is left of item 5)."""
+    and 2.3 GB (a Python list of every tile); now 256 CTAs repeated 65,535 times (memory O(Tr·hs)), the repeats past
+    EXACT_CTAS closed (gpu_model._place_many: 0.1 s here)."""
     desc = describe("fa2_wgmma", 64, "fp16", True, n_q=49152, n_k=49152)
     t0 = time.perf_counter()
     w = gm.prepare(desc, 65535, 1, 49152, 49152, 64, "fp16", True)
     assert desc.grid == "persistent" and len(w.cta_tiles) == 256 and w.repeats == 65535 and w.ctas() == 256 * 65535
     p = gm.predict_work(w)
-    assert time.perf_counter() - t0 < 6.0 and p.time_s > 0 and p.waves == pytest.approx(256 * 65535 / 132)
+    assert time.perf_counter() - t0 < 2.0 and p.time_s > 0 and p.waves == pytest.approx(256 * 65535 / 132)
 
 
 @pytest.mark.parametrize("kernel,d,n_q,n_k,causal,batch,heads,options", [c + ({},) if len(c) == 7 else c for c in CASES])
 def test_predictions_are_the_loops(monkeypatch, kernel, d, n_q, n_k, causal, batch, heads, options):
     """Whole predictions (time, terms, levels, waves) equal those of the per-block loops, field by field."""
-    from gpumodel import levels
+    from gpumodel import levels, residency
 
     desc = describe(kernel, d, "fp16", causal, n_q=n_q, n_k=n_k, **options)
     fast = gm.predict_work(gm.prepare(desc, batch, heads, n_q, n_k, d, "fp16", causal)).as_dict()
     monkeypatch.setattr(levels, "_eager_miss", levels._eager_miss_loop)
+    monkeypatch.setattr(levels, "separated_missing_bytes", residency.separated_missing_bytes_loop)
+    monkeypatch.setattr(levels, "_wave_head_pairs", levels._wave_head_pairs_loop)
     monkeypatch.setattr(gm, "_per_block", gm._per_block_loop)
     monkeypatch.setattr(gm, "_schedule", lambda tiles, masked, repeats, slots, cost, head=None, tail=None:
                         _schedule_loop(_flat_pattern(tiles, masked, repeats, head, tail), 1, slots, cost))
@@ -237,22 +243,159 @@ def test_eager_spilled_rows_at_long_keys_answer_fast_or_say_why(monkeypatch, cap
         assert modelled or all(f"over its limit of {levels.MAX_EAGER_K_BLOCKS:,}" in g["why"] for g in spilled)
 
 
-def test_grids_past_the_models_work_tile_limit_are_refused(capsys):
-    """The model walks a grid's work tiles (Q blocks x B*H): the list schedule places unequal ones in batches, the L2
-    residency walks every wave. Past MAX_MODEL_CTAS of them predict refuses (one line, at once; B*H = 65,535 over
-    16k Q blocks took 15 s, over 65,536 hours) and report shows the papers' roofline, saying why."""
-    over = gm.MAX_MODEL_CTAS // 1024 + 1  # B*H with 1024 Q blocks of 64 rows (teaching fa2, N = 64k)
-    argv = ["predict", "--kernel", "fa2", "--seq-len", "64k", "--head-dim", "64", "--heads", "1"]
-    for extra in (["--causal"], []):  # unequal CTAs, and equal ones (whole waves, but the residency's waves)
+# huge rows (issue 46 item 5): B·H at the launchers' 65,535 grid rows (the external kernels past it) over up to 65,536 Q
+# blocks, every pass; each under ROW_TIME_S after a warm-up, the best of two runs (a shared 2-core machine)
+ROW_TIME_S = 1.0
+HUGE_ROWS = [
+    "predict --kernel fa2_wgmma --batch 1024 --seq-len 1m --head-dim 256 --causal",  # 67M work tiles: refused before
+    "predict --kernel fa2 --batch 65535 --heads 1 --seq-len 4m --head-dim 64 --causal",  # 4.3G work tiles
+    "predict --kernel sdpa_flash --batch 65535 --heads 1000 --seq-len 8m --head-dim 64 --causal",  # 4.3e12
+    "predict --kernel sdpa_cudnn --batch 65535 --heads 1000 --seq-len 8m --head-dim 128 --causal",
+    "predict --kernel fa2_tc --batch 65535 --heads 1 --seq-len 4m --head-dim 64 --causal",
+    "predict --kernel fa2_wgmma --batch 65535 --heads 1 --seq-len 48k --head-dim 64 --causal",  # 18 s before issue 46
+    "predict --kernel fa2_wgmma --batch 65535 --heads 1 --seq-len 8m --head-dim 128 --causal --pass train",
+    "predict --kernel fa2 --batch 16 --heads 16 --seq-len 1m --head-dim 128 --causal --pass backward",
+    "predict --kernel sdpa_flash --batch 64 --heads 16 --seq-len 256k --head-dim 128 --causal --pass train",
+    "report --variant fa1,naive,fa2 --batch 65535 --heads 1 --seq-len 4m --head-dim 64 --causal",
+]
+
+
+def _timed(capsys, argv) -> float:
+    t0 = time.perf_counter()
+    rc = main(argv)
+    elapsed = time.perf_counter() - t0
+    out, err = capsys.readouterr()
+    assert rc == 0 and err == "" and out, (argv, err)
+    return elapsed
+
+
+def test_huge_rows_answer_in_well_under_a_second(capsys):
+    """Every GPU model row at any size answers under ROW_TIME_S (0.1-0.7 s measured on the 2-core machine): no walk over
+    the B·H repeats (gpu_model._place_many), the L2 residency's waves closed (residency.separated_missing_bytes,
+    levels._wave_head_pairs), the backward's CTAs batched (backward_model._makespan)."""
+    _timed(capsys, ["predict", "--kernel", "fa2", "--seq-len", "1k", "--head-dim", "64"])  # warm-up: imports, fits
+    slow = {}
+    for row in HUGE_ROWS:
+        best = min(_timed(capsys, row.split() + ["--format", "json"]) for _ in range(2))
+        if best >= ROW_TIME_S:
+            slow[row] = best
+    assert not slow, slow
+
+
+def test_grids_past_the_old_work_tile_limit_are_modelled(capsys):
+    """The model refused grids past 2^24 work tiles (Q blocks x B*H: B*H = 65,535 over 65,536 Q blocks ran for hours);
+    now every B*H is modelled: predict answers, report prints the model's columns."""
+    argv = ["predict", "--kernel", "fa2", "--seq-len", "64k", "--head-dim", "64", "--heads", "1", "--batch", "65535",
+            "--format", "json"]
+    for extra in (["--causal"], []):
         t0 = time.perf_counter()
-        rc = main(argv + ["--batch", str(over)] + extra)
-        out, err = capsys.readouterr()
-        assert time.perf_counter() - t0 < 5 and rc == 2 and out == "" and err.count("\n") == 1
-        assert f"work tiles of this grid (Q blocks x B*H) one wave or batch at a time; over its limit of " \
-               f"{gm.MAX_MODEL_CTAS:,}" in err
-    assert main(argv + ["--batch", str(over - 1), "--format", "json"]) == 0  # at the limit: an answer
-    capsys.readouterr()
-    assert main(["report", "--variant", "naive,fa1", "--seq-len", "64k", "--batch", str(over), "--causal", "--format",
+        assert main(argv + extra) == 0
+        (rec,) = json.loads(capsys.readouterr().out)
+        assert time.perf_counter() - t0 < 5 and rec["time_s"] > 0
+    assert main(["report", "--variant", "naive,fa1", "--seq-len", "64k", "--batch", "65535", "--causal", "--format",
                  "json"]) == 0
     naive, fa1 = json.loads(capsys.readouterr().out)
-    assert "over its limit" in naive["gpu_model"]["why"] and "time_s" in fa1["gpu_model"]  # FA1: one CTA a head
+    assert "time_s" in naive["gpu_model"] and "time_s" in fa1["gpu_model"]
+
+
+@given(bh=st.integers(1, 400), t_r=st.integers(1, 300), t_c=st.integers(1, 400),
+       slots=st.one_of(st.sampled_from([1, 2, 3, 7, 132, 133, 264, 396, 528]), st.integers(1, 2000)),
+       kv=st.integers(1, 1 << 27), qo=st.integers(0, 1 << 25),
+       cap=st.one_of(st.sampled_from([1 << 20, 37748736]), st.integers(1, 1 << 29)))
+def test_residency_closed_over_the_waves_is_the_walk(bh, t_r, t_c, slots, kv, qo, cap):
+    """The L2 residency's missing bytes closed over one period of residues (and the separated share's (wave, head)
+    pairs telescoped) are the wave-by-wave walks': the same count of missed blocks, the bytes to float rounding."""
+    from gpumodel import levels, residency
+
+    fast = residency.separated_missing_bytes(bh, t_r, t_c, slots, float(kv), float(qo), float(cap))
+    walk = residency.separated_missing_bytes_loop(bh, t_r, t_c, slots, float(kv), float(qo), float(cap))
+    assert fast == pytest.approx(walk, rel=1e-12, abs=0)
+    assert round(fast * t_c / kv) == round(walk * t_c / kv)  # the blocks themselves, exactly
+    assert levels._wave_head_pairs(bh, t_r, slots) == levels._wave_head_pairs_loop(bh, t_r, slots)
+
+
+# the repeated patterns of real rows: causal heaviest first (fa2_wgmma, fa2, fa2_tc, v_once_tc), ascending (SDPA), the
+# persistent kernels' sections, a ragged non-causal tail; at 4x EXACT_CTAS so the walk is cheap enough to compare
+PATTERNS = [("fa2_wgmma", 64, 49152, True), ("fa2_wgmma", 128, 16384, True), ("fa2_wgmma", 128, 4096, True),
+            ("fa2_tc", 128, 16384, True), ("sdpa_flash", 128, 16384, True), ("sdpa_cudnn", 128, 16384, True),
+            ("fa2", 64, 16384, True), ("fa2_tc", 128, 16383, False), ("sdpa_flash", 128, 777, True),
+            ("v_once_tc", 64, 4000, True), ("sdpa_flash", 64, 50001, False), ("fa2_wgmma", 256, 1 << 20, True)]
+
+
+@pytest.mark.parametrize("kernel,d,n,causal", PATTERNS)
+def test_repeats_closed_past_the_exact_walk_stay_within_one_cta(monkeypatch, kernel, d, n, causal):
+    """Past EXACT_CTAS the schedule's repeats are closed (gpu_model._place_many): within one CTA's cycles of the walk
+    (the proof in its docstring), float rounding where the shape recurs. EXACT_CTAS lowered 8x so the walk runs in a
+    fraction of a second: the shapes that never recur (fa2 causal d = 64 N = 16k, fa2_wgmma causal d = 128 N = 16k) are
+    then up to 7.4e-4 of the makespan off (0.18 of the longest CTA), 1.3e-6 at the real EXACT_CTAS (runs at 4x it:
+    the excess of the last slot over the mean drifts slowly up as more repeats are walked, and the closed form keeps
+    the excess it reached)."""
+    monkeypatch.setattr(gm, "EXACT_CTAS", gm.EXACT_CTAS // 8)
+    desc = describe(kernel, d, "fp16", causal, n_q=n, n_k=n)
+    w = gm.prepare(desc, 1, 1, n, n, d, "fp16", causal)
+    slots = 132 * desc.ctas_per_sm
+    cost = np.asarray(w.cta_tiles, float) * 1000.0 + 7.0 + np.asarray(w.cta_masked) * 37.3
+    repeats = max(2, 2 * gm.EXACT_CTAS // len(cost)) + 1
+    walk = gm._place(np.zeros(slots), cost, repeats)
+    closed = gm._place_many(np.zeros(slots), cost, repeats)
+    assert abs(closed[-1] - walk[-1]) <= cost.max()
+    assert closed[-1] == pytest.approx(walk[-1], rel=2e-3)  # 7.4e-4 at the worst here, 1.3e-6 at the real EXACT_CTAS
+    assert closed.sum() == pytest.approx(walk.sum(), rel=1e-12)  # the mean grows by exactly Σc / slots per repeat
+
+
+def test_a_recurring_schedule_is_skipped_to_float_rounding(monkeypatch):
+    """A pattern whose slots' shape recurs is skipped by whole periods: the walk's makespan to float rounding. Equal CTAs
+    over slots they do not divide (period slots / gcd = 33), and sdpa_cudnn's causal d = 128 N = 16k row (its shape
+    recurs every 132 repeats after 582)."""
+    desc = describe("sdpa_cudnn", 128, "fp16", True, n_q=16384, n_k=16384)
+    w = gm.prepare(desc, 1, 1, 16384, 16384, 128, "fp16", True)
+    cudnn = np.asarray(w.cta_tiles, float) * 1000.0 + 7.0 + np.asarray(w.cta_masked) * 37.3
+    for cost, walked in ((np.full(128, 5.0), 100), (cudnn, 800)):
+        monkeypatch.setattr(gm, "EXACT_CTAS", len(cost) * walked)
+        repeats = 3 * walked + 7
+        walk, closed = gm._place(np.zeros(132), cost, repeats), gm._place_many(np.zeros(132), cost, repeats)
+        assert closed[-1] == pytest.approx(walk[-1], rel=1e-12) and np.allclose(closed, walk, rtol=1e-12, atol=0)
+
+
+@given(n_q=st.integers(1, 5000), n_k=st.integers(1, 5000), br=st.sampled_from([64, 128]), bc=st.sampled_from([64, 128]),
+       causal=st.booleans(), heads=st.integers(1, 40), slots=st.sampled_from([132, 264]))
+def test_backward_schedule_is_the_heap(n_q, n_k, br, bc, causal, heads, slots):
+    """The backward's visits in arrays and its CTAs through the forward's batched schedule: the visits exactly, the
+    makespan the heap's to float rounding (the heap adds a wave's equal CTAs one by one, the batches multiply)."""
+    from gpumodel import backward_model as bm
+
+    tr, tc = -(-n_q // br), -(-n_k // bc)
+    loop = [tr] * tc if not causal else [max(0, tr - max(0, j * bc - (n_k - n_q)) // br)
+                                         if max(0, j * bc - (n_k - n_q)) < n_q else 0 for j in range(tc)]
+    visits = bm._visits(n_q, n_k, br, bc, causal)
+    assert visits == loop
+    per_head = [v * 1234.5 + 4000.0 for v in visits if v]
+    assert bm._makespan(per_head, heads, slots) == pytest.approx(bm._makespan_loop(per_head * heads, slots), rel=1e-12)
+
+
+def test_report_answers_under_a_second():
+    """Issue 43: `fa-traffic report` (default and --pass train) under 1 s, the interpreter's start included (0.3 s here:
+    numpy and the model's modules; torch and matplotlib are not imported). A subprocess, the best of two runs: the
+    first may pay the disk cache."""
+    import subprocess
+    import sys
+
+    for extra in ([], ["--pass", "train"]):
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "analysis.cli", "report", *extra], capture_output=True,
+                                  text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            times.append(time.perf_counter() - t0)
+            assert done.returncode == 0 and "TFLOP/s" in done.stdout, done.stderr
+        assert min(times) < 1.0, (extra, times)
+
+
+def test_a_long_list_of_lengths_is_refused_at_once(capsys):
+    """Issue 46: refusing a list of lengths over the row limit took 11 s (a quadratic de-duplication, then a Fraction
+    per length). 100,000 lengths (a 700 KB argument, past what one argv string may hold: 128 KiB) in well under a second."""
+    lengths = ",".join(str(64 * i + 1) for i in range(100_000))
+    t0 = time.perf_counter()
+    assert main(["report", "--seq-len", lengths]) == 2
+    assert time.perf_counter() - t0 < 1.0
+    assert "the limit is 50,000" in capsys.readouterr().err

@@ -190,8 +190,12 @@ def test_bad_inputs_get_one_clear_error():
         ag.attention(*(meta(1, 2, 16, 64, dtype=torch.float64) for _ in range(3)), kernel="fa2")
     with pytest.raises(ValueError, match=r"d=160 unsupported: kernel 'fa2' takes d <= 128"):
         ag.attention(*(meta(1, 2, 16, 160) for _ in range(3)), kernel="fa2")
-    with pytest.raises(ValueError, match="batch/heads mismatch"):
+    with pytest.raises(ValueError, match="batch mismatch"):
+        ag.attention(q, meta(2, 2, 16, 64), meta(2, 2, 16, 64), kernel="fa2")
+    with pytest.raises(ValueError, match="H_kv dividing H: q has H = 2 heads, k and v have H_kv = 3"):
         ag.attention(q, meta(1, 3, 16, 64), meta(1, 3, 16, 64), kernel="fa2")
+    with pytest.raises(ValueError, match="same number of heads"):
+        ag.attention(q, meta(1, 1, 16, 64), meta(1, 2, 16, 64), kernel="fa2")
     with pytest.raises(ValueError, match="same sequence length"):
         ag.attention(q, meta(1, 2, 16, 64), meta(1, 2, 17, 64), kernel="fa2")
     with pytest.raises(ValueError, match="rank 4"):
@@ -208,6 +212,132 @@ def test_bad_inputs_get_one_clear_error():
         d = next(x for x in range(1, 200) if not spec.supports_head_dim(x))
         with pytest.raises(ValueError, match=f"d={d} unsupported: kernel '{name}' takes"):
             ag.attention(*(meta(1, 1, 8, d, dtype=dtype) for _ in range(3)), kernel=name)
+
+
+def test_registry_records_what_each_kernel_takes():
+    """kernels.attention reads layouts from the registry (KernelSpec.layouts), not from kernel names: the teaching
+    fa2 takes grouped-query K/V, fa2_wgmma also strided views; the deterministic mode is read off the backward's
+    signature."""
+    import inspect
+
+    from kernels.registry import KernelSpec
+
+    ag = _autograd()
+    assert "fa2" in ag.kernels_taking("gqa") and "fa2" not in ag.kernels_taking("strided")
+    if "fa2_wgmma" in ag._INFO:
+        assert {"fa2_wgmma"} <= set(ag.kernels_taking("gqa")) & set(ag.kernels_taking("strided"))
+    for name, info in ag._INFO.items():
+        bwd = KERNELS[name].backward
+        assert info["deterministic"] == (bwd is not None and "deterministic" in inspect.signature(bwd).parameters)
+        assert info["gqa"] == ("gqa" in KERNELS[name].layouts)
+    with pytest.raises(ValueError, match="layouts .*'ragged'.* unknown"):
+        KernelSpec("x", "teaching", "fa2", "x", layouts=("ragged",))
+
+
+@pytest.mark.parametrize("group", [1, 2, 4, 8])
+def test_meta_grouped_query_shapes_and_gradients(group):
+    """Grouped-/multi-query K/V through the custom ops on meta tensors: o like q (contiguous), dk, dv like k, v."""
+    ag = _autograd()
+    for name in ag.kernels_taking("gqa"):
+        spec = KERNELS[name]
+        d = 64 if spec.supports_head_dim(64) else spec.max_head_dim
+        dtype = spec.dtypes[-1]
+        q, k, v = meta(2, 8, 17, d, dtype=dtype), meta(2, 8 // group, 29, d, dtype=dtype), meta(2, 8 // group, 29, d,
+                                                                                               dtype=dtype)
+        o = ag.attention(q, k, v, causal=True, kernel=name)
+        assert o.shape == q.shape and o.is_contiguous()
+        o.sum().backward()
+        for t in (q, k, v):
+            assert t.grad.shape == t.shape and t.grad.dtype == t.dtype, name
+
+
+def test_grouped_query_refused_by_kernels_without_it_naming_those_with_it():
+    ag = _autograd()
+    no_gqa = [n for n in trainable() if n not in ag.kernels_taking("gqa")]
+    if not no_gqa:
+        pytest.skip("every trainable kernel takes grouped-query K/V")
+    spec = KERNELS[no_gqa[0]]
+    d = 64 if spec.supports_head_dim(64) else spec.max_head_dim
+    q, kv = meta(1, 4, 16, d, dtype=spec.dtypes[-1]), meta(1, 2, 16, d, dtype=spec.dtypes[-1])
+    with pytest.raises(ValueError, match=f"kernel '{no_gqa[0]}' takes k, v with q's heads only; kernels that take "
+                                         f"grouped-query K/V: .*fa2"):
+        ag.attention(q, kv, kv, kernel=no_gqa[0])
+
+
+def test_deterministic_refused_without_such_a_backward():
+    ag = _autograd()
+    q = meta(1, 2, 16, 64)
+    assert "fa2" not in ag.kernels_taking("deterministic")  # its dQ atomics add in the order blocks run
+    with pytest.raises(ValueError, match="the backward of kernel 'fa2' has no deterministic mode"):
+        ag.attention(q, q, q, kernel="fa2", deterministic=True)
+    with pytest.raises(TypeError, match="deterministic must be a bool"):
+        ag.attention(q, q, q, kernel="fa2", deterministic=1)
+
+
+class _Recorder:
+    """A launcher stand-in that records the strides it is handed and answers with meta tensors in the
+    launchers' layouts (o contiguous; dq, dk, dv like q, k, v)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def forward(self, q, k, v, *, causal, scale):
+        self.seen.append(("fwd", q.stride(), k.stride(), v.stride()))
+        return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+    def backward(self, q, k, v, o, lse, do, *, causal, scale, deterministic=False):
+        self.seen.append(("bwd", q.stride(), k.stride(), do.stride(), deterministic))
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_strided_views_pass_through_only_to_kernels_that_take_them(monkeypatch, strided):
+    """A (B, N, H, d) tensor's .transpose(1, 2) reaches a "strided" kernel as that view (q, k, v, and the
+    transposed gradient do), and a contiguous copy otherwise; deterministic reaches the backward."""
+    from kernels.registry import KernelSpec
+
+    ag = _autograd()
+    rec = _Recorder()
+    layouts = ("gqa", "strided") if strided else ("gqa",)
+    monkeypatch.setitem(KERNELS, "_rec", rec)
+    monkeypatch.setitem(ag._INFO, "_rec", dict(dtypes=(torch.float16,), head_dims=None, max_head_dim=128,
+                                               trainable=True, gqa=True, strided=strided, deterministic=True))
+    assert KernelSpec("_rec", "teaching", "fa2", "x", layouts=layouts).layouts == layouts
+    # CPU tensors: the custom ops then run their real implementations (meta ones their fakes); the device check
+    # is attention()'s first step, tested elsewhere
+    monkeypatch.setattr(ag, "check_inputs", lambda *a, **kw: 0.125)
+    x = torch.randn(2, 33, 4, 64, dtype=torch.float16, requires_grad=True)  # (B, N, H, d)
+    kv = torch.randn(2, 33, 2, 64, dtype=torch.float16, requires_grad=True)  # H_kv = 2
+    q, k, v = x.transpose(1, 2), kv.transpose(1, 2), kv.transpose(1, 2)
+    o = ag.attention(q, k, v, causal=True, kernel="_rec", deterministic=True)
+    w = torch.randn(2, 33, 4, 64, dtype=torch.float16)
+    (o.transpose(1, 2) * w).sum().backward()  # do = w.transpose(1, 2): a view of a (B, N, H, d) gradient
+    (_, qs, ks, vs), (_, bqs, bks, dos, det) = rec.seen
+    if strided:
+        assert (qs, ks, vs) == (q.stride(), k.stride(), v.stride()) and (bqs, bks) == (qs, ks)
+        assert dos == w.transpose(1, 2).stride()
+    else:
+        assert (qs, ks) == (q.contiguous().stride(), k.contiguous().stride())
+        assert dos == q.contiguous().stride()
+    assert det is True
+    assert x.grad.shape == x.shape and kv.grad.shape == kv.shape
+    rec.seen.clear()  # a sum's gradient (expanded ones, stride 0) is copied even for a strided kernel
+    ag.attention(q, k, v, kernel="_rec").sum().backward()
+    assert rec.seen[1][3] == q.contiguous().stride() and rec.seen[1][4] is False
+
+
+def test_gradients_come_back_in_the_layouts_the_fakes_promise():
+    """attention_bwd returns dq, dk, dv with torch.empty_like(q, k, v)'s strides (what its fake says, what a compiled
+    graph assumes) even where a launcher lays one out otherwise (fa2_wgmma's dv follows k): a copy then, else none."""
+    ag = _autograd()
+    v = torch.randn(2, 4, 33, 64)                           # contiguous v
+    k = torch.randn(2, 33, 4, 64).transpose(1, 2)           # a (B, N, H, d) view
+    dv_like_k = torch.randn(2, 33, 4, 64).transpose(1, 2)
+    out = ag._in_layout_of(dv_like_k, v)
+    assert out.stride() == v.stride() and torch.equal(out, dv_like_k)
+    assert ag._in_layout_of(dv_like_k, k) is dv_like_k
+    g = torch.randn(2, 33, 1, 64).transpose(1, 2)            # one head: its stride differs, no layout does
+    assert g.stride() != torch.empty(2, 1, 33, 64).stride() and ag._in_layout_of(g, torch.empty(2, 1, 33, 64)) is g
 
 
 class _ReferenceLauncher:
@@ -346,6 +476,31 @@ def assert_grads_close(got, q, k, v, do, causal, scale, what="", unfused=False):
         r_max = r.abs().max().item()
         bound = (4 * (y.double() - r).abs().max().item() + ATOL[t.dtype] * r_max + floor
                  + 1e-6 * (1 + r_max))
+        assert err <= bound, f"{name}: max err {err:.3g} > {bound:.3g} {what}"
+
+
+def assert_gqa_grads_close(got, q, k, v, do, causal, scale, what=""):
+    """assert_grads_close for grouped-query K/V (k, v with H_kv heads dividing q's H): the float64 reference runs on
+    K/V repeat_interleave'd to H heads (the test's copy, never the kernel's), and its dk, dv are summed over each
+    group; the yardstick and floors likewise, the floors times the group (dk, dv sum that many heads)."""
+    group = q.shape[1] // k.shape[1]
+    kr, vr = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+
+    def fold(grads):  # (dq, dk, dv) on H heads -> dk, dv on H_kv heads (float64 sums)
+        dq, dk, dv = grads
+        return (dq.double(), *(t.double().unflatten(1, (k.shape[1], group)).sum(2) for t in (dk, dv)))
+
+    exact = fold(float64_grads(q, kr, vr, do, causal, scale))
+    yard, s_max, _ = float32_grads(q, kr, vr, do, causal, scale)
+    yard = fold(yard)
+    f_q, f_k, f_v = grad_floors(q, kr, vr, do, scale, s_max)
+    for name, g, r, y, t, floor in zip(("dq", "dk", "dv"), got, exact, yard, (q, k, v),
+                                       (f_q, group * f_k, group * f_v)):
+        assert g.dtype == t.dtype and g.shape == t.shape, f"{name} {what}: {g.dtype} {tuple(g.shape)}"
+        assert not torch.isnan(g).any(), f"NaN in {name} {what}"
+        err = (g.double() - r).abs().max().item()
+        r_max = r.abs().max().item()
+        bound = (4 * (y - r).abs().max().item() + ATOL[t.dtype] * r_max + floor + 1e-6 * (1 + r_max))
         assert err <= bound, f"{name}: max err {err:.3g} > {bound:.3g} {what}"
 
 

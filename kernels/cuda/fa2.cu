@@ -1,6 +1,7 @@
 // FlashAttention-2 forward, teaching tier (Dao 2023, Algorithm 1). Mirrors variants/fa2.py.
 //
 // One thread block per (Q block i, batch*head): the outer loop of Algorithm 1 (FA2 Alg. 1 line 3) is the grid.
+// Grouped-query K/V (H_kv heads, H_kv dividing H): the block of query head h reads K/V of kv head h / (H / H_kv).
 // The block streams K_j, V_j through shared memory (FA2 Alg. 1 lines 6-7) and keeps O_i, l_i, m_i in registers;
 // the normalisation by l_i is deferred to the end (FA2 Alg. 1 line 12) and only O_i and L_i are written.
 //
@@ -41,7 +42,7 @@
 extern "C" __global__ void __launch_bounds__(NTHREADS, 2)  // 2 blocks per SM: 2 x 83 KB of shared memory at d=128
 fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
             T* __restrict__ o, float* __restrict__ lse, int n_q, int n_k, int d, float scale,
-            int causal) {
+            int causal, int group) {  // group = H / H_kv query heads per kv head (1: K/V have H heads)
   extern __shared__ float smem[];
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
   const int d_pad = d_padded(d), ld = d_pad + 1, ldp = BC + 1;
@@ -60,8 +61,10 @@ fa2_forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restric
   const long long bh = blockIdx.y;
   const int r0 = i * BR, rows = min(BR, n_q - r0), offset = n_k - n_q;
   const int t_vis = cdiv(visible_cols(r0, rows, n_k, offset, causal), BC);  // tiling.k_blocks(i)
-  const T* Kg = k + bh * n_k * d;
-  const T* Vg = v + bh * n_k * d;
+  // grouped-query K/V: query head h of batch b reads kv head h / group, and b*H + h over group is b*H_kv + h/group
+  const long long bh_kv = bh / group;
+  const T* Kg = k + bh_kv * n_k * d;
+  const T* Vg = v + bh_kv * n_k * d;
 
   // FA2 Alg. 1 line 4: load Q_i from HBM to on-chip SRAM
   load_tile(Qs, ld, q + (bh * n_q + r0) * d, d, rows, d, BR, d_pad);

@@ -3,8 +3,9 @@
 // Three launches (kernels/fa2.py backward):
 //   fa2_bwd_preprocess  FA2 Alg. 2 lines 3-4: dQ_acc = 0 (float32, HBM); D = rowsum(dO o O) (float32, HBM)
 //   fa2_bwd             FA2 Alg. 2 lines 5-16 and FA2 Alg. 2 line 18: one block per (key block j,
-//                       batch*head); the outer loop (FA2 Alg. 2 line 5) is the grid; K_j, V_j stay in
-//                       shared memory, dK_j, dV_j in registers; the inner loop walks the Q blocks i
+//                       batch*kv head); the outer loop (FA2 Alg. 2 line 5) is the grid; K_j, V_j stay in
+//                       shared memory, dK_j, dV_j in registers; the inner loop walks the Q blocks i, once per
+//                       query head of the kv head's group (grouped-query attention, below)
 //   fa2_bwd_dq          FA2 Alg. 2 line 20: dQ = scale * dQ_acc, in the input dtype
 //
 // Per visited (i, j), five products (FA2 Alg. 2 line 10, FA2 Alg. 2 lines 12-13, FA2 Alg. 2 lines 15-16),
@@ -24,6 +25,12 @@
 // pass with query blocks outer (recomputing S, P, dP: ~40% more FLOPs) or a lock per dQ_i. FA2 and FA3
 // use float32 atomicAdd into an HBM accumulator, and so does this kernel; the price is that dQ's low
 // bits depend on the order the blocks run (dK, dV are deterministic).
+//
+// Grouped-query and multi-query attention (k, v with H_kv heads, H_kv dividing H; group = H / H_kv): query head
+// h reads kv head h / group, so dK_j, dV_j of kv head h_kv sum over the group's query heads h_kv*group ..
+// h_kv*group + group - 1. The block that owns key block j of kv head h_kv runs FA2 Alg. 2 line 8's loop once per
+// query head of its group, adding into the same dK_j, dV_j registers: K_j, V_j are loaded once, never repeated
+// per query head, and no two blocks write one dK_j (no atomics on dK, dV). group = 1 is plain attention.
 //
 // Rows that see no key (causal, Nq > Nk) have L = -inf: P uses finite_or_zero(L) so exp(-inf - 0) = 0
 // instead of NaN, and their dQ, and their share of dK, dV, are 0. Tail query rows (r >= Nq) are
@@ -259,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS)
 fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
         const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
         float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv, int n_q, int n_k, int d,
-        float scale, int causal) {
+        float scale, int causal, int group) {  // group = H / H_kv query heads per kv head (1: equal heads)
   extern __shared__ float4 smem4[];  // float4: the carving below keeps every tile 16-byte aligned
   float* smem = reinterpret_cast<float*>(smem4);
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
@@ -276,18 +283,18 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   T* dOst = Qst + BR * D_PAD;              // Br x D_PAD  dO_{i+1} staged
 #endif
 
-  // FA2 Alg. 2 line 5: this block's key block j and (batch, head). Block j = 0 sees the most Q blocks under the
+  // FA2 Alg. 2 line 5: this block's key block j and (batch, kv head). Block j = 0 sees the most Q blocks under the
   // causal mask, so the grid's natural order is already heaviest first.
   const int j = blockIdx.x;
-  const long long bh = blockIdx.y;
+  const long long bh_kv = blockIdx.y;  // b*H_kv + h_kv; its query heads are b*H + h_kv*group + g = bh_kv*group + g
   const int c0 = j * BC, cols = min(BC, n_k - c0), offset = n_k - n_q;
   const int t_r = cdiv(n_q, BR);
   // counting/tiling.py q_blocks(j): Q block i visits K_j iff its last row sees column c0
   const int i_first = causal ? min(max(0, c0 - offset) / BR, t_r - 1) : 0;
 
   // FA2 Alg. 2 line 6: load K_j, V_j from HBM to on-chip SRAM (zero-filled tails and padding)
-  load_tile(Ks, LDK, k + (bh * n_k + c0) * d, d, cols, d, BC, D_PAD);
-  load_tile(Vs, LDK, v + (bh * n_k + c0) * d, d, cols, d, BC, D_PAD);
+  load_tile(Ks, LDK, k + (bh_kv * n_k + c0) * d, d, cols, d, BC, D_PAD);
+  load_tile(Vs, LDK, v + (bh_kv * n_k + c0) * d, d, cols, d, BC, D_PAD);
 
   // FA2 Alg. 2 line 7: on chip, dK_j = 0, dV_j = 0 (Bc x d): key rows ty+16a, columns 4tx+64g+e of each thread
   float dK[CB][NS], dV[CB][NS];
@@ -296,105 +303,112 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
 #pragma unroll
     for (int b = 0; b < NS; ++b) dK[a][b] = dV[a][b] = 0.f;
 #if FA2_PREFETCH
-  {  // the first Q block's tiles start on their way before the loop
+  {  // the first query head's first Q block starts on its way before the loops
     const int r0 = i_first * BR;
-    stage_tile(Qst, q + (bh * n_q + r0) * d, min(BR, n_q - r0), d);
-    stage_tile(dOst, dout + (bh * n_q + r0) * d, min(BR, n_q - r0), d);
+    stage_tile(Qst, q + (bh_kv * group * n_q + r0) * d, min(BR, n_q - r0), d);
+    stage_tile(dOst, dout + (bh_kv * group * n_q + r0) * d, min(BR, n_q - r0), d);
     copies_commit();
   }
 #endif
 
-  for (int i = i_first; i < t_r; ++i) {  // FA2 Alg. 2 line 8: for 1 <= i <= Tr (hidden Q blocks skipped)
-    const int r0 = i * BR, rows = min(BR, n_q - r0);
-    const long long row0 = bh * n_q + r0;
-    // FA2 Alg. 2 line 9: load Q_i, dO_i, L_i, D_i from HBM to on-chip SRAM (dQ_i is read-modify-written by
-    // the atomics of FA2 Alg. 2 line 15 instead of being loaded)
+  for (int g = 0; g < group; ++g) {  // the query heads that read this kv head (one pass without grouped-query K/V)
+    const long long bh = bh_kv * group + g;  // (batch, query head): the row index of q, dO, L, D, dQ
+    for (int i = i_first; i < t_r; ++i) {  // FA2 Alg. 2 line 8: for 1 <= i <= Tr (hidden Q blocks skipped)
+      const int r0 = i * BR, rows = min(BR, n_q - r0);
+      const long long row0 = bh * n_q + r0;
+      // FA2 Alg. 2 line 9: load Q_i, dO_i, L_i, D_i from HBM to on-chip SRAM (dQ_i is read-modify-written by
+      // the atomics of FA2 Alg. 2 line 15 instead of being loaded)
 #if FA2_PREFETCH
-    copies_wait_all();
-    __syncthreads();  // Q_i, dO_i staged by every thread; the previous step is done with Qs, dOs, Pt, dSt
-    unstage_tile(Qs, Qst);
-    unstage_tile(dOs, dOst);
+      copies_wait_all();
+      __syncthreads();  // Q_i, dO_i staged by every thread; the previous step is done with Qs, dOs, Pt, dSt
+      unstage_tile(Qs, Qst);
+      unstage_tile(dOs, dOst);
 #else
-    __syncthreads();  // the previous step is done with Qs, dOs, Pt, dSt
-    load_tile(Qs, LDK, q + row0 * d, d, rows, d, BR, D_PAD);
-    load_tile(dOs, LDK, dout + row0 * d, d, rows, d, BR, D_PAD);
+      __syncthreads();  // the previous step is done with Qs, dOs, Pt, dSt
+      load_tile(Qs, LDK, q + row0 * d, d, rows, d, BR, D_PAD);
+      load_tile(dOs, LDK, dout + row0 * d, d, rows, d, BR, D_PAD);
 #endif
-    for (int r = threadIdx.x; r < BR; r += NTHREADS) {
-      Ls[r] = r < rows ? finite_or_zero(lse[row0 + r]) : 0.f;  // L = -inf: a row that sees no key
-      Ds[r] = r < rows ? delta[row0 + r] : 0.f;
-    }
-    __syncthreads();
+      for (int r = threadIdx.x; r < BR; r += NTHREADS) {
+        Ls[r] = r < rows ? finite_or_zero(lse[row0 + r]) : 0.f;  // L = -inf: a row that sees no key
+        Ds[r] = r < rows ? delta[row0 + r] : 0.f;
+      }
+      __syncthreads();
 #if FA2_PREFETCH
-    if (i + 1 < t_r) {  // Q_{i+1}, dO_{i+1} travel while this step computes (the staging buffer is free again)
-      const int r1 = r0 + BR;
-      stage_tile(Qst, q + (bh * n_q + r1) * d, min(BR, n_q - r1), d);
-      stage_tile(dOst, dout + (bh * n_q + r1) * d, min(BR, n_q - r1), d);
-    }
-    copies_commit();
+      // the next step's Q, dO travel while this step computes (the staging buffer is free again): Q_{i+1} of this
+      // query head, or after its last block the next query head's first block i_first
+      const bool next_head = i + 1 == t_r;
+      if (!next_head || g + 1 < group) {
+        const int r1 = next_head ? i_first * BR : r0 + BR;
+        const long long row1 = (next_head ? bh + 1 : bh) * n_q + r1;
+        stage_tile(Qst, q + row1 * d, min(BR, n_q - r1), d);
+        stage_tile(dOst, dout + row1 * d, min(BR, n_q - r1), d);
+      }
+      copies_commit();
 #endif
 
-    // FA2 Alg. 2 line 10: S_i^(j) = scale * Q_i K_j^T
-    float P[RA][CB], dP[RA][CB];
-    tile_nt(P, Qs, Ks, d);
-    // FA2 Alg. 2 line 13 (computed here, before the barrier, since it needs only dO_i and V_j):
-    // dP_i^(j) = dO_i V_j^T
-    tile_nt(dP, dOs, Vs, d);
+      // FA2 Alg. 2 line 10: S_i^(j) = scale * Q_i K_j^T
+      float P[RA][CB], dP[RA][CB];
+      tile_nt(P, Qs, Ks, d);
+      // FA2 Alg. 2 line 13 (computed here, before the barrier, since it needs only dO_i and V_j):
+      // dP_i^(j) = dO_i V_j^T
+      tile_nt(dP, dOs, Vs, d);
 #pragma unroll
-    for (int a = 0; a < RA; ++a) {
-      const int r = ty + TY * a;
+      for (int a = 0; a < RA; ++a) {
+        const int r = ty + TY * a;
 #pragma unroll
-      for (int b = 0; b < CB; ++b) {
-        const int c = tx + TX * b;
-        // FA2 Alg. 2 line 11: P_i^(j) = exp(S_i^(j) - L_i); hidden entries (causal, tails) are 0
-        const bool seen = r < rows && visible(r0 + r, c0 + c, c0 + cols, offset, causal);
-        const float p = seen ? expf(P[a][b] * scale - Ls[r]) : 0.f;
-        Pt[c * LDT + r] = p;
-        // FA2 Alg. 2 line 14: dS_i^(j) = P_i^(j) o (dP_i^(j) - D_i)
-        dSt[c * LDT + r] = p * (dP[a][b] - Ds[r]);
-      }
-    }
-    __syncthreads();  // P and dS complete: every thread needs whole columns of them below
-
-    // FA2 Alg. 2 line 12: dV_j <- dV_j + (P_i^(j))^T dO_i
-    tile_tn(dV, Pt, dOs);
-
-    // FA2 Alg. 2 line 15: dQ_i <- dQ_i + dS_i^(j) K_j, added into the float32 accumulator in HBM (atomics: the
-    // other key blocks of this (b, h) add into the same dQ_i concurrently). The scale is applied
-    // once, by fa2_bwd_dq.
-    float dQ[RA][NS];
-    tile_dq(dQ, dSt, Ks);
-#pragma unroll
-    for (int a = 0; a < RA; ++a) {
-      const int r = RA * ty + a;  // tile_dq's rows
-      if (r >= rows) continue;
-      float* dQg = dq_acc + (row0 + r) * d;
-#pragma unroll
-      for (int g = 0; g < NG; ++g) {
-        const int x = 4 * tx + 64 * g;
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-        if ((d & 3) == 0) {  // the 4 columns are all below d or all past it, and 16-byte aligned
-          if (x < d) atomicAdd(reinterpret_cast<float4*>(dQg + x),
-                               make_float4(dQ[a][4 * g], dQ[a][4 * g + 1], dQ[a][4 * g + 2], dQ[a][4 * g + 3]));
-          continue;
+        for (int b = 0; b < CB; ++b) {
+          const int c = tx + TX * b;
+          // FA2 Alg. 2 line 11: P_i^(j) = exp(S_i^(j) - L_i); hidden entries (causal, tails) are 0
+          const bool seen = r < rows && visible(r0 + r, c0 + c, c0 + cols, offset, causal);
+          const float p = seen ? expf(P[a][b] * scale - Ls[r]) : 0.f;
+          Pt[c * LDT + r] = p;
+          // FA2 Alg. 2 line 14: dS_i^(j) = P_i^(j) o (dP_i^(j) - D_i)
+          dSt[c * LDT + r] = p * (dP[a][b] - Ds[r]);
         }
+      }
+      __syncthreads();  // P and dS complete: every thread needs whole columns of them below
+
+      // FA2 Alg. 2 line 12: dV_j <- dV_j + (P_i^(j))^T dO_i
+      tile_tn(dV, Pt, dOs);
+
+      // FA2 Alg. 2 line 15: dQ_i <- dQ_i + dS_i^(j) K_j, added into the float32 accumulator in HBM (atomics: the
+      // other key blocks of this (b, h) add into the same dQ_i concurrently). The scale is applied
+      // once, by fa2_bwd_dq.
+      float dQ[RA][NS];
+      tile_dq(dQ, dSt, Ks);
+#pragma unroll
+      for (int a = 0; a < RA; ++a) {
+        const int r = RA * ty + a;  // tile_dq's rows
+        if (r >= rows) continue;
+        float* dQg = dq_acc + (row0 + r) * d;
+#pragma unroll
+        for (int g = 0; g < NG; ++g) {
+          const int x = 4 * tx + 64 * g;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+          if ((d & 3) == 0) {  // the 4 columns are all below d or all past it, and 16-byte aligned
+            if (x < d) atomicAdd(reinterpret_cast<float4*>(dQg + x),
+                                 make_float4(dQ[a][4 * g], dQ[a][4 * g + 1], dQ[a][4 * g + 2], dQ[a][4 * g + 3]));
+            continue;
+          }
 #endif
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (x + e < d) atomicAdd(dQg + x + e, dQ[a][4 * g + e]);
+          for (int e = 0; e < 4; ++e)
+            if (x + e < d) atomicAdd(dQg + x + e, dQ[a][4 * g + e]);
+        }
       }
-    }
 
-    // FA2 Alg. 2 line 16: dK_j <- dK_j + (dS_i^(j))^T Q_i
-    tile_tn(dK, dSt, Qs);
-  }  // end for (over the Q blocks i)
+      // FA2 Alg. 2 line 16: dK_j <- dK_j + (dS_i^(j))^T Q_i
+      tile_tn(dK, dSt, Qs);
+    }  // end for (over the Q blocks i)
+  }  // end for (over the group's query heads g)
 
   // FA2 Alg. 2 line 18: write dK_j (times the scale of S = scale * Q K^T), dV_j to HBM
 #pragma unroll
   for (int a = 0; a < CB; ++a) {
     const int c = ty + TY * a;
     if (c >= cols) continue;
-    T* dKg = dk + (bh * n_k + c0 + c) * d;
-    T* dVg = dv + (bh * n_k + c0 + c) * d;
+    T* dKg = dk + (bh_kv * n_k + c0 + c) * d;
+    T* dVg = dv + (bh_kv * n_k + c0 + c) * d;
 #pragma unroll
     for (int b = 0; b < NS; ++b) {
       const int x = 4 * tx + 64 * (b / 4) + b % 4;

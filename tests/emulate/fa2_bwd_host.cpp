@@ -25,8 +25,8 @@ extern "C" void fa2_bwd_preprocess_launch(int gx, int gy, const T* o, const T* d
 
 extern "C" void fa2_bwd_launch(int gx, int gy, const T* q, const T* k, const T* v, const T* dout,
                                const float* lse, const float* delta, float* dq_acc, T* dk, T* dv, int n_q,
-                               int n_k, int d, float scale, int causal) {
-  LAUNCH(gx, gy, fa2_bwd(q, k, v, dout, lse, delta, dq_acc, dk, dv, n_q, n_k, d, scale, causal));
+                               int n_k, int d, float scale, int causal, int group) {
+  LAUNCH(gx, gy, fa2_bwd(q, k, v, dout, lse, delta, dq_acc, dk, dv, n_q, n_k, d, scale, causal, group));
 }
 
 extern "C" void fa2_bwd_dq_launch(int gx, int gy, const float* dq_acc, T* dq, long long n, float scale) {
