@@ -129,6 +129,11 @@ def _positive_int(text: str) -> int:
     return _number(text, {"": 1}, "integer")
 
 
+def _cache_len(text: str) -> int:
+    """A cache length: 0 (an empty cache) or a length as parse_count takes it."""
+    return 0 if str(text).strip() == "0" else parse_count(text)
+
+
 def _list_of(parse):
     def inner(text):
         items = [s for s in str(text).split(",") if s.strip()]
@@ -199,6 +204,15 @@ def build_parser() -> argparse.ArgumentParser:
                           "take FA1's rule on half the SRAM)")
     rep.add_argument("--ranks", type=_positive_int, help="ring attention over P GPUs instead (issue 45): bytes per "
                      "rank and step, the overlap with NVLink, load imbalance (analysis/report_ring.py)")
+    dec = rep.add_argument_group("decoding (issue 44: split_kv over a KV cache; counting/decode.py)")
+    dec.add_argument("--kv-heads", type=_positive_int, help="split_kv: kv heads H_kv, dividing H (grouped-query "
+                     "attention: g = H/H_kv query heads share each K/V byte; default H)")
+    dec.add_argument("--page-size", type=_positive_int, help="split_kv: a paged cache of pages of this many positions "
+                     "(max_pages = ceil(Nk / page_size)); default a contiguous cache")
+    dec.add_argument("--cache-lens", action="append", type=_list_of(_cache_len), help="split_kv: per-sequence cache "
+                     "lengths L_b (one per sequence, B = --batch of them, each 0..Nk; default all Nk)")
+    dec.add_argument("--num-splits", type=_positive_int, help="split_kv: splits S (default the rule of "
+                     "counting/split_rule.py: enough CTAs to fill the GPU's SMs twice over)")
     rep.set_defaults(batch=None, heads=None)  # unset: counts per head, the GPU model on a full GPU
     sw = sub.add_parser("sweep-sram", help="FA1 Theorem 2: HBM traffic against SRAM size M")
     common(sw, seq_help="the fixed sequence length N (default 4k; a list gives one sweep each)")
@@ -206,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--sram-max", type=parse_bytes, default=4 * 1024 ** 2, help="largest M (default 4MiB)")
     sw.add_argument("--points", type=_positive_int,
                     help=f"log-spaced sizes (default {DEFAULT_POINTS}, at most {MAX_POINTS})")
-    gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of, "gpu": _gpu})
+    gpu_cli.add_subcommands(sub, {"count": parse_count, "positive": _positive_int, "list": _list_of, "gpu": _gpu,
+                                  "cache_len": _cache_len})
     g = sub.add_parser("gpus", help="the GPU figures and their sources")
     g.add_argument("--format", choices=("table", "json"), default="table")
     return parser
@@ -245,6 +260,11 @@ def check_applicable(args, sweep: bool) -> None:
     for flag, value in (("--placement", args.placement), ("--rescale", args.rescale)):
         if value and "v_once" not in variants:
             raise CliError(f"{flag} applies to v_once only, which --variant leaves out")
+    given = [flag for flag, dest in DECODE_FLAGS if getattr(args, dest, None) is not None]
+    if given and "split_kv" not in variants:
+        raise CliError(f"{given[0]} applies to split_kv only, which --variant leaves out")
+    if getattr(args, "cache_lens", None) and args.batch is None:
+        raise CliError("--cache-lens gives one length per sequence: give --batch B too (the default B depends on N)")
     if sweep:
         if args.sram is not None:
             raise CliError("--sram does not apply to sweep-sram: it sweeps --sram-min .. --sram-max")
@@ -255,6 +275,25 @@ def check_applicable(args, sweep: bool) -> None:
         if args.points is not None and args.points > 1 and args.sram_min == args.sram_max:
             raise CliError(f"--points {args.points} needs --sram-min < --sram-max (both are "
                            f"{args.sram_min:,})")
+
+
+DECODE_FLAGS = (("--kv-heads", "kv_heads"), ("--page-size", "page_size"), ("--cache-lens", "cache_lens"),
+                ("--num-splits", "num_splits"))
+
+
+def decode_options(args) -> dict:
+    """split_kv's keywords of counting.closed_forms.counts from the decode flags (those given)."""
+    out = {"kv_heads": getattr(args, "kv_heads", None), "page_size": getattr(args, "page_size", None),
+           "num_splits": getattr(args, "num_splits", None)}
+    lens = _flatten_all(getattr(args, "cache_lens", None))
+    if lens:
+        out["cache_seqlens"] = lens
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _flatten_all(lists):
+    """The items of a repeated list flag in order, repeats kept (cache lengths of several sequences may be equal)."""
+    return [x for item in lists or [] for x in item]
 
 
 class _Plan:
@@ -297,6 +336,16 @@ class _Plan:
                 shape = (f" (at B={batch} H={heads}, the default: the benchmarks' full GPU; --batch 1 --heads 1 for "
                          "one head)" if args.full_gpu else "")
                 raise CliError(f"Nq={n_q}, Nk={n_k}, d={d}: {e}{shape}") from None
+        self.decode = decode_options(args)
+        if any(name == "split_kv" for name, _ in configs):  # the decode flags, checked on every problem up front
+            for n_q, n_k, d in self.problems:
+                batch, heads = self.shape(n_q, d)
+                try:
+                    cf.counts("split_kv", batch, heads, n_q, n_k, d, causal=args.causal, dtype=args.dtype,
+                              block_q=args.block_q or 64, block_k=args.block_k or 64, **self.decode)
+                except ValueError as e:
+                    shape = f" (B={batch} H={heads}{', the default: --batch/--heads to choose' if args.full_gpu else ''})"
+                    raise CliError(f"split_kv at Nq={n_q}, Nk={n_k}, d={d}{shape}: {e}") from None
         # an error only if nothing at all can fit the smallest SRAM asked for
         _check_sram_can_hold_something(configs, self.problems, min(self.srams), args.dtype)
         if not sweep and any(o.get("placement") == "cluster" for _, o in configs):  # asked for: it must exist
@@ -313,13 +362,21 @@ class _Plan:
         self.total = rows
         self.dims = sorted({d for _, _, d in self.problems})
 
+    @property
+    def _n_k(self) -> dict:
+        """Nq -> the longest Nk asked with it: the full GPU's B counts the longer side's tokens (decode: the cache)."""
+        out: dict = {}
+        for n_q, n_k, _ in getattr(self, "problems", None) or _problems(self.args, DEFAULT_SEQ):
+            out[n_q] = max(out.get(n_q, 0), n_k)
+        return out
+
     def shape(self, n_q: int, d: int) -> tuple[int, int]:
         """(B, H) of a row: --batch/--heads (1 where one is left out), else on report's forward the benchmarks' full
         GPU (report_gpu.full_gpu_problem), the shape `fa-traffic predict` defaults to, so the two agree."""
         if self.args.full_gpu:
             from analysis.report_gpu import full_gpu_problem
 
-            return full_gpu_problem(n_q, d)
+            return full_gpu_problem(n_q, d, self._n_k.get(n_q))
         return self.args.batch, self.args.heads
 
     def sweep_labels(self) -> list[str]:
@@ -347,12 +404,18 @@ class _Plan:
                             if -(-n_q // br) > MAX_MODEL_Q_BLOCKS:  # the model walks every Q block
                                 desc, why = None, (f"the GPU model walks each of the {-(-n_q // br):,} Q "
                                                    f"blocks; over its limit of {MAX_MODEL_Q_BLOCKS:,}")
+                    dec = self.decode if name == "split_kv" else {}
+                    if dec and desc is not None:  # the split rule fills the priced GPU's SMs
+                        dec = dict(dec, num_sms=int(self.gpu.value("sms", "measured")))
                     try:
                         tr = cf.counts(name, batch, heads, n_q, n_k, d, causal=args.causal,
-                                       dtype=args.dtype, block_q=br, block_k=bc, sram_bytes=sram, **opts)
+                                       dtype=args.dtype, block_q=br, block_k=bc, sram_bytes=sram, **opts, **dec)
                     except ValueError as e:
                         raise CliError(f"{name} at Nq={n_q}, Nk={n_k}, d={d}: {e}") from None
                     rec = record(tr, self.gpu, rule_)
+                    if self.decode and name != "split_kv":
+                        rec["note"] = ("the decode flags apply to split_kv only: this row reads K and V for all H "
+                                       "heads of a full, contiguous cache of Nk positions")
                     if not self.sweep and name == "v_once":  # where each placement applies (issue 18)
                         from analysis.report_cluster import applies
 
@@ -363,7 +426,8 @@ class _Plan:
 
                         try:
                             rec["gpu_model"] = (report_gpu.model_record(desc, batch, heads, n_q, n_k, d, args.dtype,
-                                                                        args.causal, self.gpu.key)
+                                                                        args.causal, self.gpu.key,
+                                                                        **(self.decode if name == "split_kv" else {}))
                                                 if desc is not None else {"why": why})
                         except ValueError as e:  # e.g. a B·H past the model's work tiles at this N
                             rec["gpu_model"] = {"why": f"no GPU model here ({e})"}

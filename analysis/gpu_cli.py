@@ -60,6 +60,11 @@ def add_subcommands(sub, common_types: dict) -> None:
     p.add_argument("--knobs", metavar="KNOB=V[,KNOB=V]",
                    help="fa2_wgmma: forward()'s build for each shape with these knobs (kernels.fa2_wgmma.KNOBS), priced "
                         "before it is built, e.g. BLOCK_N=128,PERSISTENT=2")
+    p.add_argument("--kv-heads", type=pos, help="split_kv kernels: kv heads H_kv dividing H (default H)")
+    p.add_argument("--page-size", type=pos, help="split_kv kernels: a paged cache of pages of this many positions")
+    p.add_argument("--cache-lens", type=lst(common_types["cache_len"]),
+                   help="split_kv kernels: per-sequence cache lengths (B of them, each 0..Nk; needs --batch)")
+    p.add_argument("--num-splits", type=pos, help="split_kv kernels: splits S (default counting/split_rule.py's)")
     p.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
     p.add_argument("--pass", dest="pass_name", choices=("forward", "backward", "train"), default="forward",
                    help="forward (default); backward: FA2 Alg. 2 (gpumodel/backward_model.py: fa2_wgmma, fa2, "
@@ -80,11 +85,56 @@ def _flat(seq):
     return list(dict.fromkeys(x for item in seq or [] for x in (item if isinstance(item, list) else [item])))
 
 
+DECODE_FLAGS = ("kv_heads", "page_size", "cache_lens", "num_splits")
+
+
+def decode_records(args, error) -> list[dict]:
+    """predict for the split-KV decode kernels (issue 44): gpumodel/decode_model.py at each Nq."""
+    from counting.gpus import GPUS
+    from gpumodel import decode_model as dm
+
+    if args.gpu not in ("h100", "h200"):
+        raise error(f"the decode model prices Hopper GPUs (--gpu h100, h200), not the {GPUS[args.gpu].name}")
+    for flag in ("placement", "rescale", "knobs"):
+        if getattr(args, flag, None):
+            raise error(f"--{flag} does not apply to {args.kernel}")
+    if args.cache_lens and args.batch is None:
+        raise error("--cache-lens gives one length per sequence: give --batch B too")
+    dec = {"kv_heads": args.kv_heads, "page_size": args.page_size, "num_splits": args.num_splits,
+           "cache_seqlens": args.cache_lens}
+    recs = []
+    for n_q in _flat(args.seq_len):
+        n_k = args.seq_len_k or n_q
+        batch, heads = shape(args, n_q, n_k)
+        try:
+            if n_q > 64:
+                raise ValueError(f"{args.kernel} takes Nq <= 64 query rows (decoding); Nq = {n_q} is a prefill")
+            desc = dm.describe(args.kernel, args.head_dim, args.dtype)
+            p = dm.predict(desc, batch, heads, n_q, n_k, args.head_dim, args.dtype, args.causal, args.gpu, **dec)
+            tr = dm.counts(desc, batch, heads, n_q, n_k, args.head_dim, args.dtype, args.causal, args.gpu, **dec)
+        except ValueError as e:
+            raise error(str(e).splitlines()[0]) from None
+        recs.append(dict(kernel=p.kernel, build=p.build, gpu=args.gpu, batch=batch, heads=heads, seq_q=n_q, seq_k=n_k,
+                         head_dim=args.head_dim, dtype=args.dtype, causal=args.causal, block_q=p.block_q,
+                         block_k=p.block_k, ctas_per_sm=p.ctas_per_sm, time_s=p.time_s,
+                         gpu_time_s=p.time_s - p.terms["overhead"], host_s=p.terms["overhead"], tflops=p.tflops,
+                         l2_bytes=p.l2_bytes, dram_bytes=p.dram_bytes, requests_bytes=p.requests_bytes, dsmem_bytes=0,
+                         bound=p.bound, terms=dict(p.terms), track_record=None, decode=dict(tr.decode),
+                         model="gpumodel/decode_model.py: not yet checked against a timing"))
+    return recs
+
+
 def predict_records(args, error) -> list[dict]:
     from gpumodel import accuracy
+    from gpumodel import decode_model as dm
     from gpumodel import gpu_model as gm
     from gpumodel.descriptors import describe, kernel_names
 
+    if args.kernel in dm.DECODE_KERNELS:
+        return decode_records(args, error)
+    given = [f"--{f.replace('_', '-')}" for f in DECODE_FLAGS if getattr(args, f, None) is not None]
+    if given:
+        raise error(f"{given[0]} applies to the decode kernels ({', '.join(dm.DECODE_KERNELS)}), not {args.kernel}")
     names = kernel_names()
     if args.kernel not in names:
         raise error(f"unknown kernel {args.kernel!r}; choose one of {', '.join(names)}")
@@ -151,11 +201,12 @@ def full_gpu(args) -> bool:
     return args.batch is None and args.heads is None
 
 
-def shape(args, n_q: int) -> tuple[int, int]:
+def shape(args, n_q: int, n_k: int | None = None) -> tuple[int, int]:
     """(B, H) predict prices at Nq = n_q: as report's rows (analysis.report_gpu.full_gpu_problem by default)."""
     from analysis.report_gpu import full_gpu_problem
 
-    return full_gpu_problem(n_q, args.head_dim) if full_gpu(args) else (args.batch or 1, args.heads or 1)
+    n_k = n_k or getattr(args, "seq_len_k", None)
+    return full_gpu_problem(n_q, args.head_dim, n_k) if full_gpu(args) else (args.batch or 1, args.heads or 1)
 
 
 def header_line(args, recs) -> str:
@@ -287,6 +338,9 @@ def cmd_predict_backward(args, error) -> int:
 
 def cmd_predict(args, error) -> int:
     if getattr(args, "pass_name", "forward") != "forward":
+        if any(getattr(args, f, None) is not None for f in DECODE_FLAGS):
+            raise error(f"the decode flags apply to --pass forward (decoding has no backward), not --pass "
+                        f"{args.pass_name}")
         return cmd_predict_backward(args, error)
     recs = predict_records(args, error)
     header = ["kernel", "N", "d", "Br×Bc", "CTAs/SM", "time", "GPU", "host", "TFLOP/s", "bound", "L2", "DRAM", "requests",
@@ -304,6 +358,11 @@ def cmd_predict(args, error) -> int:
     _table(header, rows, args.format, recs, title=header_line(args, recs))
     if args.format in ("table", "markdown"):
         print(track_caption(recs, args.gpu))
+        if any("decode" in r for r in recs):
+            d = recs[0]["decode"]
+            print(f"decode: H_kv = {d['kv_heads']} (g = {d['group']}), S = {d['num_splits']} splits, {d['ctas']} CTAs; "
+                  "gpumodel/decode_model.py: the DRAM bytes at the measured bandwidth, capped by Little's law on the "
+                  "K/V tiles in flight (fitted lat_dram) - not yet checked against a timing of the kernel")
     return 0
 
 

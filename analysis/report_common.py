@@ -109,7 +109,8 @@ def record(tr: cf.Traffic, gpu, block_rule: str = "fa1") -> dict:
         "read_bytes": dict(tr.read_bytes), "write_bytes": dict(tr.write_bytes),
         "hbm_read_bytes": tr.hbm_read_bytes, "hbm_write_bytes": tr.hbm_write_bytes,
         "hbm_bytes": tr.hbm_bytes,
-        "min_hbm_bytes": min_hbm_bytes(tr.batch, tr.heads, tr.n_q, tr.n_k, tr.d, cf.DTYPES[tr.dtype], tr.causal),
+        "min_hbm_bytes": tr.decode.get("min_hbm_bytes") or min_hbm_bytes(tr.batch, tr.heads, tr.n_q, tr.n_k, tr.d,
+                                                                      cf.DTYPES[tr.dtype], tr.causal),
         "flops": {k: tr.flops[k] for k in cf.FLOP_KINDS},
         "attention_flops": tr.attention_flops, "paper_flops": tr.paper_flops,
         "sram_peak_bytes": tr.sram_peak_bytes,
@@ -118,6 +119,8 @@ def record(tr: cf.Traffic, gpu, block_rule: str = "fa1") -> dict:
         "roofline": roofline(tr, gpu, "spec").as_dict() | {"basis": ROOFLINE_BASIS},
         "gpu_model_covers": ",".join(gm.COVERED_GPUS),
     }
+    if tr.decode:  # split_kv (issue 44): kv heads, splits, pages, cache lengths (counting/decode.py)
+        rec["decode"] = dict(tr.decode)
     if gpu.measured:
         rec["roofline_measured"] = roofline(tr, gpu, "measured").as_dict() | {"basis": ROOFLINE_BASIS}
     return rec
@@ -169,6 +172,22 @@ def _kernel_caption(args, recs, gpu) -> str:
         "smem: what the kernel allocates per thread block (S, P in registers), or, for a row no kernel runs, the "
         "reference's working set (✗ = over the SRAM).",
     ]
+    dec = [r for r in recs if r["variant"] == "split_kv" and "time_s" in r.get("gpu_model", {})]
+    if dec:
+        lines.append("split_kv on split_kv_fast, priced by gpumodel/decode_model.py: its DRAM bytes at the measured "
+                     "bandwidth, capped by Little's law on the K/V tiles in flight (not yet checked against a timing).")
+    info = [r["decode"] for r in recs if r.get("decode")]
+    if info:
+        d = info[0]
+        lines.append(f"split_kv: H_kv = {d['kv_heads']} (g = {d['group']} query heads per K/V byte), S = "
+                     f"{', '.join(str(x) for x in sorted({i['num_splits'] for i in info}))} splits, "
+                     + (f"pages of {d['page_size']}" if d["page_size"] else "a contiguous cache")
+                     + (f", cache lengths {d['cache_len_min']}..{d['cache_len_max']}" if d["cache_len_min"] !=
+                        d["cache_len_max"] else "")
+                     + "; its × min counts K, V once per kv head.")
+        if any(r.get("note") for r in recs):
+            lines.append("the other rows read K and V for all H heads of a full, contiguous cache (the decode flags "
+                         "apply to split_kv only).")
     if why:
         lines.append(f"rows marked (papers'): {'; '.join(why)}.")
     return "\n".join(lines)

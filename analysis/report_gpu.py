@@ -7,6 +7,7 @@ with the three memory levels and the bound / time / TFLOP/s of `gpumodel.gpu_mod
     fa2      fa2_wgmma         the fastest FA2 here (wgmma + TMA, warp-specialised), the one to judge FA2 by
     v_once   v_once_tc         issue #941 on tensor cores (its placement and rescale from the row)
              v_once_cluster    placement "cluster": the f row over a thread-block cluster (issue 18)
+    split_kv split_kv_fast     decoding (issue 44): Nq <= 64, priced by gpumodel/decode_model.py (DRAM, Little's law)
 
 Levels (gpumodel.levels): `requests` is the papers' count (FA1 Theorem 2, FA2 section 3: every byte a
 thread block asks global memory for, as if there were no cache) at the kernel's Br, Bc; `l2` what the
@@ -20,8 +21,11 @@ Imports no torch (the report's path): descriptors come from torch-free modules.
 """
 from __future__ import annotations
 
+from gpumodel import decode_model
 from gpumodel import gpu_model as gm
 from gpumodel.descriptors import describe
+
+DECODE_MAX_N_Q = 64  # kernels/split_kv_fast.py MAX_N_Q: decoding and speculative decoding
 
 KERNEL_OF = {"naive": "naive", "fa1": "fa1", "fa2": "fa2_wgmma", "v_once": "v_once_tc"}
 # the tier of each kernel KERNEL_OF names, as kernels.KERNELS registers it (a test holds the two equal; this
@@ -40,6 +44,14 @@ def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtyp
     """(descriptor, None) of the kernel that runs `variant` here, or (None, why not)."""
     if gpu_key not in gm.COVERED_GPUS:
         return None, f"the GPU model covers the {', '.join(g.upper() for g in gm.COVERED_GPUS)} only"
+    if variant in decode_model.DECODE_KERNEL_OF:  # issue 44: the decode kernel, priced by gpumodel/decode_model.py
+        kernel = decode_model.DECODE_KERNEL_OF[variant]
+        if n_q > DECODE_MAX_N_Q:
+            return None, f"{kernel} takes Nq <= {DECODE_MAX_N_Q} query rows (decoding); Nq = {n_q} is a prefill"
+        try:
+            return decode_model.describe(kernel, d, dtype), None
+        except ValueError as e:
+            return None, f"{kernel} cannot run it: {e}"
     kernel = KERNEL_OF.get(variant)
     if variant == "v_once" and opts.get("placement") == "cluster":  # issue 18: the cluster kernel
         kernel, opts = "v_once_cluster", {}
@@ -58,13 +70,14 @@ def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtyp
     return desc, None
 
 
-def full_gpu_problem(n_q: int, d: int) -> tuple[int, int]:
+def full_gpu_problem(n_q: int, d: int, n_k: int | None = None) -> tuple[int, int]:
     """B, H of every committed benchmark (bench/bench_tc.py, bench_kernels.py): B·N = 16k tokens,
     hidden 2048 = H·d. The default shape of `fa-traffic report` (--pass forward) and `predict` alike: one head
     (B = H = 1) would be 1-32 CTAs on 132 SMs, a launch-latency figure, not the kernel's rate. B·H stays within the
     65,535 grid rows every launcher takes (N < 8 at d = 64 would pass them; no benchmark runs so short a sequence)."""
     heads = max(1, 2048 // d)
-    return max(1, min(16384 // n_q, 65535 // heads)), heads
+    tokens = max(n_q, n_k or n_q)  # decoding (Nq = 1 against a cache of Nk): B·Nk = 16k tokens of cache
+    return max(1, min(16384 // tokens, 65535 // heads)), heads
 
 
 FULL_GPU = "the benchmarks' full GPU: B = 16k/N, H = 2048/d; --batch/--heads to choose"
@@ -83,9 +96,18 @@ def shape_text(shapes: dict, full_gpu: bool) -> str:
 
 
 def model_record(desc, batch: int, heads: int, n_q: int, n_k: int, d: int, dtype: str, causal: bool,
-                 gpu: str = "h200") -> dict:
+                 gpu: str = "h200", **decode) -> dict:
     """The GPU-model fields of one report row, at the row's B, H (as `fa-traffic predict` prices that shape;
-    model_batch, model_heads: the shape modelled, the row's)."""
+    model_batch, model_heads: the shape modelled, the row's). decode: split_kv's kv_heads, page_size, ... ."""
+    if isinstance(desc, decode_model.DecodeDescriptor):
+        p = decode_model.predict(desc, batch, heads, n_q, n_k, d, dtype, causal, gpu, **decode)
+        bench = gm.as_benchmarked(p)
+        return dict(kernel=p.kernel, build=p.build, model_batch=batch, model_heads=heads, ctas_per_sm=p.ctas_per_sm,
+                    time_s=bench["time_s"], tflops=bench["tflops"], bound=bench["bound"],
+                    requests_bytes=p.requests_bytes, l2_bytes=p.l2_bytes, dram_bytes=p.dram_bytes,
+                    compulsory_bytes=p.dram_bytes, dsmem_bytes=0, smem_bytes=desc.smem_bytes, terms=dict(p.terms),
+                    model="gpumodel/decode_model.py (DRAM roofline with Little's law; to be checked against the "
+                          "measured split_kv kernels)")
     work = gm.prepare(desc, batch, heads, n_q, n_k, d, dtype, causal, gpu=gpu)
     p = gm.predict_work(work, gpu=gpu)
     lv = work.levels

@@ -22,6 +22,7 @@ STYLES: dict[str, dict] = {
     "v_once_sram_eager": dict(color="tab:purple", marker="P", linestyle=":"),
     "v_once_hbm_lazy": dict(color="tab:red", marker="X", linestyle="-."),
     "v_once_hbm_eager": dict(color="tab:purple", marker="X", linestyle="-."),
+    "split_kv": dict(color="tab:pink", marker="*", linestyle="-"),  # decoding (issue 44)
     # tensor-core tier: squares / diamonds, thicker lines
     "fa2_tc": dict(color="tab:blue", marker="s", linestyle="-", linewidth=2.2),
     "fa2_wgmma": dict(color="navy", marker="D", linestyle="-", linewidth=2.2),
@@ -30,6 +31,7 @@ STYLES: dict[str, dict] = {
     "v_once_tc[sram,eager]": dict(color="tab:purple", marker="s", linestyle="-"),
     "v_once_tc[hbm,lazy]": dict(color="tab:red", marker="d", linestyle=":"),
     "v_once_tc[hbm,eager]": dict(color="tab:purple", marker="d", linestyle=":"),
+    "split_kv_fast": dict(color="tab:pink", marker="h", linestyle="-", linewidth=2.2),
     # PyTorch SDPA backends: triangles, dashed
     "sdpa_math": dict(color="tab:brown", marker="^", linestyle="--"),
     "sdpa_efficient": dict(color="tab:olive", marker="^", linestyle="--"),

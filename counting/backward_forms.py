@@ -69,7 +69,8 @@ def naive_backward_sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=Fa
 
 
 _BACKWARD_SRAM = {"naive": naive_backward_sram_bytes, "fa1": fa1_backward_sram_bytes,
-                  "fa2": fa2_backward_sram_bytes, "v_once": fa2_backward_sram_bytes}
+                  "fa2": fa2_backward_sram_bytes, "v_once": fa2_backward_sram_bytes,
+                  "split_kv": fa2_backward_sram_bytes}  # split_kv's backward is FA2's (variants/split_kv.py)
 
 
 # -- the counts ------------------------------------------------------------------------------------
@@ -117,7 +118,7 @@ def _naive(s: TileSums, t: Tiling, d: int, item: int):
     return reads, writes, flops, recompute
 
 
-_BACKWARD = {"naive": _naive, "fa1": _fa1, "fa2": _fa2, "v_once": _fa2}
+_BACKWARD = {"naive": _naive, "fa1": _fa1, "fa2": _fa2, "v_once": _fa2, "split_kv": _fa2}
 
 
 def has_backward(variant: str) -> bool:

@@ -43,7 +43,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from counting import checks, registry
+from counting import checks, decode, registry
 from counting.cluster import dsmem_bytes, reference_plan
 from counting.headline import attention_flops, paper_flops
 from counting.sram import check_v_once_pair, v_once_resolve_placement, v_once_sram_bytes
@@ -56,7 +56,7 @@ F32 = 4
 # see __getattr__ at the end: register() adds one)
 PLACEMENTS = ("auto", "sram", "hbm", "cluster")  # as variants.v_once (checked equal in the tests)
 RESCALES = ("eager", "lazy")
-_FLOAT32_TENSORS = frozenset({"l", "m", "lse"})
+_FLOAT32_TENSORS = frozenset({"l", "m", "lse", "O_split", "lse_split"})  # split_kv's partials: float32
 
 
 def dtype_name(dtype) -> str:
@@ -98,6 +98,8 @@ class Traffic:
     # (m, l: reduction 1; O: the partial O's of reduction 2), and the cluster size CS; no HBM byte
     dsmem_bytes: dict = field(default_factory=dict)
     cluster_size: int | None = None
+    # split_kv (issue 44): kv_heads, num_splits, page_size, cache lengths (counting.decode); {} elsewhere
+    decode: dict = field(default_factory=dict)
 
     @property
     def dsmem_total_bytes(self) -> int:
@@ -134,7 +136,9 @@ class Traffic:
 
     @property
     def attention_flops(self) -> int:
-        """4·d per visible (query, key) pair, B·H: the work TFLOP/s figures divide by."""
+        """4·d per visible (query, key) pair, B·H: the work TFLOP/s figures divide by (split_kv: per sequence)."""
+        if "attention_flops" in self.decode:
+            return self.decode["attention_flops"]
         return attention_flops(self.batch, self.heads, self.n_q, self.n_k, self.d, self.causal)
 
     @property
@@ -187,6 +191,12 @@ class ClosedForm:
     terms: Callable
     sram: str | Callable
     options: dict = field(default_factory=dict)
+    # whole(batch, heads, n_q, n_k, d, causal=, block_q=, block_k=, itemsize=, **decode) -> (reads, writes, flops,
+    # sram bytes, what it resolved): whole-problem counts for a variant whose work is not B·H times one head's
+    # (split_kv: per-sequence cache lengths, H_kv kv heads, a split count from B·H_kv); `decode` names the keywords
+    # it takes beyond the problem (counts() passes them through). terms is then unused by counts().
+    whole: Callable | None = None
+    decode: tuple = ()
 
     def sram_fn(self) -> Callable:
         if callable(self.sram):
@@ -342,10 +352,45 @@ def _v_once_terms(s: TileSums, t: Tiling, d: int, *, placement: str, rescale: st
     return _v_once(s, t, d, placement == "hbm", rescale == "eager")
 
 
+def _split_kv_terms(s: TileSums, t: Tiling, d: int):
+    """split_kv per (batch, head) when that is all there is (H_kv = H, every cache full, S = 1): FA2's terms
+    but for causal Q blocks that see no key (no Q read, no epilogue). counts() uses `whole` instead."""
+    p = decode.Decode(1, 1, 1, t.n_q, t.n_k, d, t.causal, 1.0, t.block_q, t.block_k, (t.n_k,), 1)
+    return decode.terms(p)
+
+
+def _split_kv_whole(batch, heads, n_q, n_k, d, *, causal, block_q, block_k, itemsize, kv_heads=None,
+                    cache_seqlens=None, page_size=None, num_splits=None, num_sms=decode.NUM_SMS):
+    """split_kv's whole-problem counts (counting.decode.terms), on a contiguous cache of Nk positions or a paged
+    one of pages of page_size (max_pages = ⌈Nk / page_size⌉, so the capacity covers Nk)."""
+    kv_heads = heads if kv_heads is None else kv_heads
+    if page_size is None:
+        k_shape, table = (batch, kv_heads, n_k, d), None
+    else:
+        page_size = checks.positive_int("page_size", page_size)
+        k_shape, table = (1, kv_heads, page_size, d), (batch, cdiv(n_k, page_size))
+        cache_seqlens = (n_k,) * batch if cache_seqlens is None else cache_seqlens
+    p = decode.check_decode((batch, heads, n_q, d), k_shape, k_shape, causal=causal, block_q=block_q,
+                            block_k=block_k, lengths=cache_seqlens, num_splits=num_splits, paged=table is not None,
+                            table_shape=table, num_sms=num_sms)
+    reads, writes, flops = decode.terms(p)
+    sram = decode.split_kv_sram_bytes(p.rows, max(p.lengths), d, block_q, block_k, itemsize)
+    lengths = sorted(set(p.lengths))
+    info = {"kv_heads": p.kv_heads, "group": p.group, "num_splits": p.num_splits, "page_size": p.page_size,
+            "cache_len_min": lengths[0], "cache_len_max": lengths[-1], "cache_tokens": sum(p.lengths),
+            "ctas": p.batch * p.kv_heads * p.t_r * p.num_splits,
+            "attention_flops": decode.attention_flops(p), "min_hbm_bytes": decode.min_hbm_bytes(p, itemsize)}
+    return reads, writes, flops, sram, info
+
+
+DECODE_OPTIONS = ("kv_heads", "cache_seqlens", "page_size", "num_splits", "num_sms")
+
 for _cf in (ClosedForm("naive", _naive, "counting.sram:naive_sram_bytes"),  # torch-free (issue 11: the
             ClosedForm("fa1", _fa1, "counting.sram:fa1_sram_bytes"),        # report imports no torch)
             ClosedForm("fa2", _fa2, "counting.sram:fa2_sram_bytes"),
-            ClosedForm("v_once", _v_once_terms, _v_once_sram, {"placement": PLACEMENTS, "rescale": RESCALES})):
+            ClosedForm("v_once", _v_once_terms, _v_once_sram, {"placement": PLACEMENTS, "rescale": RESCALES}),
+            ClosedForm("split_kv", _split_kv_terms, "counting.sram:split_kv_sram_bytes", whole=_split_kv_whole,
+                       decode=DECODE_OPTIONS)):
     register(_cf)
 
 
@@ -369,6 +414,13 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
     dtype = dtype_name(dtype)
     itemsize = DTYPES[dtype]
     opts = _options(entry, dict(options, placement=placement, rescale=rescale))
+    given = {k: v for k, v in options.items() if k in DECODE_OPTIONS and v is not None}
+    if given and not entry.decode:
+        raise ValueError(f"{', '.join(given)} apply to split_kv only (variant {variant} takes H_kv = H and a full, "
+                         "contiguous cache)")
+    if entry.whole is not None:
+        return _whole(entry, batch, heads, n_q, n_k, d, causal, dtype, itemsize, block_q, block_k, sram_bytes,
+                      {k: v for k, v in options.items() if k in entry.decode})
     t = Tiling(n_q, n_k, block_q, block_k, causal)
     sram, resolved = _working_set(entry, n_q, n_k, d, block_q, block_k, itemsize, causal,
                                   sram_bytes, opts)
@@ -395,6 +447,23 @@ def counts(variant: str, batch: int, heads: int, n_q: int, n_k: int, d: int, *, 
         rescale=opts.get("rescale"),
         dsmem_bytes={k: v * bh for k, v in dsmem.items() if v}, cluster_size=resolved.get("cluster_size"),
     )
+
+
+def _whole(entry, batch, heads, n_q, n_k, d, causal, dtype, itemsize, block_q, block_k, capacity, options):
+    reads, writes, flops, sram, info = entry.whole(batch, heads, n_q, n_k, d, causal=causal, block_q=block_q,
+                                                   block_k=block_k, itemsize=itemsize, **options)
+    reads = {k: v for k, v in reads.items() if v}
+    writes = {k: v for k, v in writes.items() if v}
+
+    def nbytes(name, n):
+        return n * (F32 if name in _FLOAT32_TENSORS else itemsize)
+
+    return Traffic(variant=entry.name, batch=batch, heads=heads, n_q=n_q, n_k=n_k, d=d, causal=bool(causal),
+                   dtype=dtype, block_q=block_q, block_k=block_k, reads=reads, writes=writes,
+                   read_bytes={k: nbytes(k, v) for k, v in reads.items()},
+                   write_bytes={k: nbytes(k, v) for k, v in writes.items()},
+                   flops={k: flops[k] for k in FLOP_KINDS}, sram_peak_bytes=int(sram), sram_capacity=capacity,
+                   decode=info)
 
 
 def fa1_blocks(sram_bytes: int, d: int) -> tuple[int, int]:

@@ -92,5 +92,12 @@ def v_once_resolve_placement(n_q, n_k, d, block_q, block_k, itemsize, causal=Fal
     return "sram" if capacity is None or need <= capacity else "hbm"
 
 
+def split_kv_sram_bytes(n_q, n_k, d, block_q, block_k, itemsize, causal=False) -> int:
+    """A split's working set (counting/decode.py): FA2's (Q_i, K_j, V_j tiles; S/P, O_i, ℓ_i, m_i in float32) at the
+    packed rows (n_q = g·Nq) and the longest sequence (n_k, at least 1). The merge holds one row's S statistics."""
+    br, bc = min(block_q, n_q), min(block_k, max(1, n_k))
+    return (br * d + 2 * bc * d) * itemsize + (br * bc + br * d + 2 * br) * F32
+
+
 SRAM_BYTES = {"naive": naive_sram_bytes, "fa1": fa1_sram_bytes, "fa2": fa2_sram_bytes,
-              "v_once": v_once_sram_bytes}
+              "v_once": v_once_sram_bytes, "split_kv": split_kv_sram_bytes}

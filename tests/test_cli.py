@@ -62,7 +62,7 @@ def test_json_matches_the_closed_forms(capsys):
     recs = run_json(capsys, "report", "--seq-len", "1k,4k", "--causal", "--dtype", "bf16",
                     "--batch", "2", "--heads", "3", "--placement", "auto,sram,hbm", "--rescale", "eager",
                     "--rescale", "lazy")
-    assert len(recs) == 2 * (3 + 6)
+    assert len(recs) == 2 * (4 + 6)  # naive, fa1, fa2, split_kv and six v_once configs
     for rec in recs:
         for key in REQUIRED:
             assert key in rec, key
@@ -127,7 +127,7 @@ def test_json_equals_the_instrumented_counts(capsys):
     recs = run_json(capsys, "report", "--seq-len", "37", "--seq-len-k", "29", "--head-dim", "8",
                     "--batch", "2", "--heads", "2", "--causal", "--dtype", "fp16", "--sram", "3KiB",
                     "--block-q", "8", "--block-k", "6", "--placement", "auto,sram,hbm")
-    assert len(recs) == 3 + 6
+    assert len(recs) == 4 + 6  # naive, fa1, fa2, split_kv and six v_once configs
     q = torch.empty(2, 2, 37, 8, dtype=torch.float16, device="meta")
     k = torch.empty(2, 2, 29, 8, dtype=torch.float16, device="meta")
     for rec in recs:
@@ -255,7 +255,7 @@ def test_sweep_sram(capsys, tmp_path):
     for r in recs:
         assert r["hbm_bytes"] == closed_for(r).hbm_bytes
     rc, out, _ = run(capsys, "sweep-sram", "--points", "5", "--format", "csv")
-    assert rc == 0 and len(list(csv.DictReader(io.StringIO(out)))) == 5 * 6
+    assert rc == 0 and len(list(csv.DictReader(io.StringIO(out)))) == 5 * 7
     rc, out, _ = run(capsys, "sweep-sram", "--points", "5")
     assert rc == 0 and "fa1 HBM" in out and "(sram)" in out
 

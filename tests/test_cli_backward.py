@@ -22,8 +22,9 @@ def test_json_equals_the_closed_forms(capsys, pass_name):
                        "2k", "--causal", "--batch", "2", "--heads", "3", "--format", "json")
     assert rc == 0, err
     recs = json.loads(out)
-    # the backward: v_once one row (its backward is fa2's under every forward option); train: its three configs
-    assert len(recs) == 2 * (4 if pass_name == "backward" else 6) and {r["pass"] for r in recs} == {pass_name}
+    # the backward: v_once one row (its backward is fa2's under every forward option); train: its three configs;
+    # split_kv's backward is fa2's too (variants/split_kv.py)
+    assert len(recs) == 2 * (5 if pass_name == "backward" else 7) and {r["pass"] for r in recs} == {pass_name}
     for r in recs:
         opts = {"placement": r["placement"], "rescale": r["rescale"]} if r["placement"] else {}
         tr = bf.pass_counts(pass_name, r["variant"], 2, 3, r["seq_q"], r["seq_k"], r["head_dim"],
@@ -61,8 +62,8 @@ def test_tflops_never_pass_the_peak(capsys, pass_name, gpu, dtype):
     assert tflops and max(tflops) <= peak * (1 + 1e-3)
 
 
-@pytest.mark.parametrize("pass_name,products", [("backward", {"naive": 4, "fa1": 5, "fa2": 5, "v_once": 5}),
-                                                ("train", {"naive": 6, "fa1": 7, "fa2": 7, "v_once": 7})])
+@pytest.mark.parametrize("pass_name,products", [("backward", {"naive": 4, "fa1": 5, "fa2": 5, "v_once": 5, "split_kv": 5}),
+                                                ("train", {"naive": 6, "fa1": 7, "fa2": 7, "v_once": 7, "split_kv": 7})])
 def test_tflops_count_what_each_variant_executes(capsys, pass_name, products):
     """attention_flops = 2·d per visible pair per product the pass executes (naive's backward four, the fused
     ones five, train plus the forward's two), and the caption says so for the variants shown."""
@@ -76,7 +77,7 @@ def test_tflops_count_what_each_variant_executes(capsys, pass_name, products):
         assert r["paper_flops"] == {"backward": 2.5, "train": 3.5}[pass_name] * 4 * 6 * 1000 * 700 * 96 / 2
     rc, out, err = run(capsys, "report", "--pass", pass_name, "--seq-len", "1000")
     n = products["naive"]
-    assert f"naive {n} products, {2 * n}·d; fa1, fa2, v_once {n + 1} products, {2 * n + 2}·d; naive reads P" in out
+    assert f"naive {n} products, {2 * n}·d; fa1, fa2, v_once, split_kv {n + 1} products, {2 * n + 2}·d; naive reads P" in out
     assert "TFLOP/s = 4·d per visible" not in out
 
 

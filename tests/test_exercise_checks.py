@@ -481,3 +481,40 @@ def test_the_open_questions_have_checks():
         ns["check_d_recompute"](flops, o_bytes // 2)
     with pytest.raises(AssertionError, match="multiply and an add"):
         ns["check_d_recompute"](flops // 2, o_bytes)
+
+
+def test_09():
+    """Notebook 9's checks: the LSE merge (large lse, all-empty rows), the split rule, a decode step's K/V bytes."""
+    from counting import split_rule
+
+    ns = _checks("09_decoding")
+
+    def merge(o_parts, lse_parts):
+        m = lse_parts.amax(0)
+        m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+        w = torch.exp(lse_parts - m_safe)
+        total = w.sum(0)
+        o = (w.unsqueeze(-1) * o_parts).sum(0) / torch.where(total == 0, torch.ones_like(total), total).unsqueeze(-1)
+        return o, m_safe + torch.log(total)
+
+    ns["check_merge"](merge)
+    with pytest.raises(AssertionError, match="overflows"):  # the textbook formula without the max
+        ns["check_merge"](lambda o, lse: ((lse.exp().unsqueeze(-1) * o).sum(0) / lse.exp().sum(0).unsqueeze(-1),
+                                          torch.log(lse.exp().sum(0))))
+    with pytest.raises(AssertionError, match="weight o_s"):
+        ns["check_merge"](lambda o, lse: (o.mean(0), torch.logsumexp(lse, 0)))
+
+    def no_guard(o_parts, lse_parts):  # right but for the all-empty row: NaN there
+        m = lse_parts.amax(0)
+        w = torch.exp(lse_parts - m)
+        return (w.unsqueeze(-1) * o_parts).sum(0) / w.sum(0).unsqueeze(-1), m + torch.log(w.sum(0))
+
+    with pytest.raises(AssertionError, match="every split is empty"):
+        ns["check_merge"](no_guard)
+
+    ns["check_splits"](lambda b, hk, tiles, n, bc: split_rule.num_splits(b, hk, tiles, n, bc))
+    with pytest.raises(AssertionError):  # one wave, not two
+        ns["check_splits"](lambda b, hk, tiles, n, bc: max(1, min(-(-132 // (b * hk * tiles)), -(-n // bc))))
+    ns["check_kv_bytes"](2 * 4 * 8 * 32768 * 128 * 2)
+    with pytest.raises(AssertionError, match="once per kv head"):
+        ns["check_kv_bytes"](2 * 4 * 64 * 32768 * 128 * 2)

@@ -126,6 +126,10 @@ CITED = {
     ("FA1", 4, 5): "dK, dV = 0", ("FA1", 4, 13): "exp(S_ij^masked - m_i)", ("FA1", 4, 19): "D_i = rowsum",
     ("FA1", 4, 21): "write dQ_i", ("FA2", 2, 4): "D = rowsum", ("FA2", 2, 11): "exp(S_ij - L_i)",
     ("FA2", 2, 15): "dQ_i ← dQ_i", ("FA2", 2, 18): "write dK_j, dV_j",
+    # notebook 09: a split runs FA2's inner loop (lines 6-10) and its epilogue (12-13); the merge is lines 9-10
+    ("FA2", 1, 6): "for 1 ≤ j ≤ Tc", ("FA2", 1, 7): "load K_j, V_j", ("FA2", 1, 8): "S_i^(j) = Q_i K_jᵀ",
+    ("FA2", 1, 9): "m_i^(j) = max", ("FA2", 1, 10): "O_i^(j) = diag",
+    ("FA2", 1, 12): "O_i = diag(ℓ_i^(Tc))⁻¹", ("FA2", 1, 13): "L_i = m_i^(Tc) + log",
 }
 
 

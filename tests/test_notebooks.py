@@ -45,7 +45,7 @@ def executed_dir(tmp_path_factory):
 
 
 def test_the_notebooks_exist():
-    assert [n[:2] for n in IDS] == ["01", "02", "03", "04", "05", "06", "07", "08", "10", "99"], IDS
+    assert [n[:2] for n in IDS] == ["01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "99"], IDS
     assert sorted(p.stem for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")) == IDS, "a .py without its .ipynb"
 
 

@@ -1,4 +1,4 @@
-"""The four attention algorithms as PyTorch references, and the registry everything iterates over.
+"""The five attention algorithms (split_kv: decoding over a KV cache) as PyTorch references, and the registry everything iterates over.
 
     from variants import VARIANTS
     for variant in VARIANTS.values():
@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from variants.autograd import attention
-from variants.reference import attention_reference
+from variants.reference import attention_reference, decode_reference
 from variants.registry import VARIANTS, Variant, register, unregister
 
-__all__ = ["VARIANTS", "Variant", "attention", "attention_reference", "register", "unregister"]
+__all__ = ["VARIANTS", "Variant", "attention", "attention_reference", "decode_reference", "register", "unregister"]

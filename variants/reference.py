@@ -34,3 +34,32 @@ def attention_reference(q, k, v, *, causal: bool = False, scale: float | None = 
     p = torch.where(empty, torch.zeros_like(p), p)
     l = p.sum(dim=-1, keepdim=True)  # noqa: E741  (>= 1 where the row sees a key)
     return (p @ v64) / torch.where(empty, torch.ones_like(l), l), lse
+
+
+def gather_cache(k, b: int, length: int, block_table=None):
+    """Sequence b's first `length` cache positions, (H_kv, length, d): k[b, :, :length] of a contiguous cache, or
+    k[block_table[b, t // page_size], :, t % page_size] for t < length of a paged one (counting/decode.py)."""
+    if block_table is None:
+        return k[b, :, :length]
+    t = torch.arange(length, device=k.device)
+    page_size = k.shape[2]
+    return k[block_table[b, t // page_size].long(), :, t % page_size].transpose(0, 1)
+
+
+def decode_reference(q, k, v, *, causal: bool = False, scale: float | None = None, cache_seqlens=None,
+                     block_table=None):
+    """The float64 oracle of split_kv over a KV cache: per sequence b, plain softmax over its gathered positions
+    (L_b of them), each query head h reading kv head h // (H / H_kv); bottom-right causal per sequence. (o, lse)."""
+    b_, h, n_q, d = q.shape
+    h_kv = k.shape[1]
+    lengths = [k.shape[2]] * b_ if cache_seqlens is None else [int(x) for x in cache_seqlens.tolist()]
+    o = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+    lse = torch.empty(b_, h, n_q, dtype=torch.float64, device=q.device)
+    for b, length in enumerate(lengths):
+        kb = gather_cache(k, b, length, block_table).repeat_interleave(h // h_kv, dim=0)
+        vb = gather_cache(v, b, length, block_table).repeat_interleave(h // h_kv, dim=0)
+        if length == 0:  # no position: every row sees nothing
+            o[b], lse[b] = 0.0, float("-inf")
+            continue
+        o[b], lse[b] = attention_reference(q[b:b + 1], kb[None], vb[None], causal=causal, scale=scale)
+    return o, lse

@@ -1,4 +1,4 @@
-"""The registry of the PyTorch references: `Variant` and `VARIANTS`, the four algorithms every test and the CLI iterate
+"""The registry of the PyTorch references: `Variant` and `VARIANTS`, the five algorithms every test and the CLI iterate
 over (re-exported by the package, `from variants import VARIANTS`). Here, not in variants/__init__.py, so that the
 package's own modules (variants/autograd.py) can import the registry from below the package that re-exports them."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from counting import registry
-from variants import fa1, fa2, naive, v_once
+from variants import fa1, fa2, naive, split_kv, v_once
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,9 @@ VARIANTS: dict[str, Variant] = {
                 "Dao-AILab/flash-attention issue #941", v_once.forward, v_once.sram_bytes,
                 {"placement": v_once.PLACEMENTS, "rescale": v_once.RESCALES}, backward=v_once.backward,
                 valid=v_once.valid),
+        Variant("split_kv", "split-KV decoding (FlashDecoding: S chunks of the cache, partials merged by LSE)",
+                "FlashDecoding (Dao et al. 2023); FA2 Algorithm 1 per chunk", split_kv.forward, split_kv.sram_bytes,
+                backward=split_kv.backward),
     )
 }
 

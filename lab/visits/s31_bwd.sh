@@ -19,3 +19,4 @@ grep -E "FAILED|Error|error" "$OUT/bwd_gpu.log" | head -20
 grep -E "FAILED|Error|loss|step" "$OUT/client_gpu.log" | head -30
 run decode_gpu ${LIM_DECODE:-150} tests/test_split_kv_gpu.py --maxfail=3
 grep -E "FAILED|Error" "$OUT/decode_gpu.log" | head -20
+run decode_ref 120 tests/test_split_kv_kernels_vs_reference_gpu.py --maxfail=3
