@@ -5,7 +5,8 @@ report. Torch is imported only inside `check_decode_tensors`.
 The contract (docs/decoding.md):
     q (B, H, Nq, d). Contiguous cache: k, v (B, H_kv, Nk, d). Paged cache: k, v (num_pages, H_kv, page_size, d)
     and block_table (B, max_pages) int32/int64 page indices: cache position t of sequence b is
-    k[block_table[b, t // page_size], :, t % page_size]. H_kv divides H; query head h reads kv head h // g,
+    k[block_table[b, t // page_size], :, t % page_size]; the entries past row b's first ⌈L_b / page_size⌉ are
+    padding (any value, e.g. -1), never read nor checked. H_kv divides H; query head h reads kv head h // g,
     g = H / H_kv. cache_seqlens (B,) integers 0 <= L_b <= capacity (Nk, or max_pages·page_size); default all Nk
     (contiguous only: a paged cache needs them). Causal is bottom-right per sequence: query i sees position t iff
     t <= i + L_b - Nq; a row that sees nothing gives o = 0, lse = -inf.
@@ -42,7 +43,6 @@ from counting.headline import seen_rows, visible_pairs
 from counting.tiling import Tiling, cdiv, tile_sums
 
 NUM_SMS = split_rule.SMS  # the default split rule fills an H100/H200 (132 SMs); kernels pass their device's count
-INDEX_DTYPES = ("int32", "int64")
 PARTIALS = ("O_split", "lse_split")  # float32 scratch in HBM
 
 
@@ -146,20 +146,17 @@ def check_lengths(lengths, batch: int, capacity: int, what: str = "cache capacit
     return tuple(int(n) for n in lengths)
 
 
-def check_block_table(table, shape, dtype: str, batch: int, num_pages: int, page_size: int, lengths) -> None:
-    """A paged cache's block table: (B, max_pages) int32/int64, and every entry a sequence reads (the first
-    ⌈L_b / page_size⌉ of row b) a page index in [0, num_pages). Entries past a sequence's pages are never read
-    (padding) and not checked. `table`: the entries as nested lists."""
-    if dtype not in INDEX_DTYPES:
-        raise TypeError(f"block_table must be an int32 or int64 tensor of page indices, got {dtype}")
-    if len(shape) != 2 or shape[0] != batch:
-        raise ValueError(f"block_table must have shape (B, max_pages) = ({batch}, max_pages), got {tuple(shape)}")
+def check_block_table(first_invalid, num_pages: int, page_size: int, lengths, entry) -> None:
+    """Every block-table entry a sequence reads (the first ⌈L_b / page_size⌉ of row b) is a page index in
+    [0, num_pages); entries past a sequence's pages are never read (padding, e.g. -1) and not checked.
+    first_invalid[b]: the column of row b's first entry outside [0, num_pages) (max_pages if none); entry(b, p): the
+    value of block_table[b, p], for the message."""
     for b, n in enumerate(lengths):
         used = cdiv(n, page_size)
-        for p, page in enumerate(table[b][:used]):
-            if not 0 <= page < num_pages:
-                raise ValueError(f"block_table[{b}, {p}] = {page} is not a page index: the cache has pages "
-                                 f"0..{num_pages - 1} (sequence {b} reads its first {used} entries)")
+        if used > first_invalid[b]:
+            p = first_invalid[b]
+            raise ValueError(f"block_table[{b}, {p}] = {entry(b, p)} is not a page index: the cache has pages "
+                             f"0..{num_pages - 1} (sequence {b} reads its first {used} entries)")
 
 
 def check_decode(q_shape, k_shape, v_shape, *, causal=False, scale=None, block_q=64, block_k=64, lengths=None,
@@ -210,16 +207,16 @@ def check_decode(q_shape, k_shape, v_shape, *, causal=False, scale=None, block_q
 
 
 def check_decode_tensors(q, k, v, *, causal=False, scale=None, block_q=64, block_k=64, cache_seqlens=None,
-                         block_table=None, num_splits=None, dtypes=None, cuda=False, num_sms=NUM_SMS) -> Decode:
-    """check_decode on tensors: types, dtypes (q, k, v one of `dtypes`, shared), one device (CUDA when `cuda`),
-    cache_seqlens and block_table integer tensors with their values checked (copied to the host once)."""
+                         block_table=None, num_splits=None, dtypes=None, num_sms=NUM_SMS) -> Decode:
+    """check_decode on tensors: types, dtypes (q, k, v one of `dtypes`, shared), one device,
+    cache_seqlens and block_table int32/int64 tensors with their values checked (read to the host once per version
+    where that is a sync: _memo). The CUDA launchers call this too (kernels/_decode.py) and check CUDA last, after
+    their own limits."""
     import torch
 
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if cuda and not t.is_cuda:
-            raise ValueError(f"{name} is on {t.device}; CUDA kernels need CUDA tensors")
         if dtypes is not None and t.dtype not in dtypes:
             raise TypeError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; supported: "
                             f"{', '.join(str(x).replace('torch.', '') for x in dtypes)}")
@@ -240,15 +237,42 @@ def check_decode_tensors(q, k, v, *, causal=False, scale=None, block_q=64, block
     if cache_seqlens is not None:
         if cache_seqlens.dim() != 1:
             raise ValueError(f"cache_seqlens must have shape (B,), got {tuple(cache_seqlens.shape)}")
-        lengths = cache_seqlens.tolist()
+        lengths = _memo(cache_seqlens, None, lambda t: t.tolist())
     paged = block_table is not None
     p = check_decode(tuple(q.shape), tuple(k.shape), tuple(v.shape), causal=causal, scale=scale, block_q=block_q,
                      block_k=block_k, lengths=lengths, num_splits=num_splits, paged=paged,
                      table_shape=tuple(block_table.shape) if paged else None, num_sms=num_sms)
     if paged:
-        check_block_table(block_table.tolist(), tuple(block_table.shape), str(block_table.dtype).replace("torch.", ""),
-                          p.batch, p.num_pages, p.page_size, p.lengths)
+        check_block_table(_memo(block_table, p.num_pages, lambda t: _first_invalid(t, p.num_pages)), p.num_pages,
+                          p.page_size, p.lengths, lambda b, c: int(block_table[b, c]))
     return p
+
+
+MEMO_DEVICES = ("cuda",)  # where reading an index tensor is a device-to-host sync
+
+
+def _memo(t, key, compute):
+    """compute(t) (a host copy of an index tensor), remembered on t with its version counter where reading t is a
+    device-to-host sync. Why: a decode loop passes the same block_table (and, re-reading a step, the same
+    cache_seqlens) every step; without the memo each launch would wait for the GPU to drain before it could queue.
+    An in-place write bumps t._version and is read again; a write the counter does not see (through .data, DLPack,
+    a kernel of one's own) is not: pass a new tensor then. Inference tensors keep no version counter: read each call."""
+    if t.device.type not in MEMO_DEVICES or t.is_inference():
+        return compute(t)
+    memo = getattr(t, "_fa_decode_memo", None)
+    if memo is None or memo[0] != (t._version, key):
+        memo = t._fa_decode_memo = ((t._version, key), compute(t))
+    return memo[1]
+
+
+def _first_invalid(table, num_pages: int) -> list:
+    """Per row, the column of its first entry outside [0, num_pages) (max_pages if none): one host read of B ints."""
+    import torch
+
+    if table.shape[1] == 0:
+        return [0] * table.shape[0]
+    bad = (table < 0) | (table >= num_pages)
+    return torch.where(bad.any(1), bad.int().argmax(1), table.shape[1]).tolist()  # argmax: the first bad column
 
 
 # -- the closed form ------------------------------------------------------------------------------

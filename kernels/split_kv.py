@@ -1,5 +1,6 @@
 """Split-KV decoding (Flash-Decoding), teaching tier: launcher for kernels/cuda/split_kv.cu (mirrors
-variants/split_kv.py; the contract is in kernels/_decode.py's docstring).
+variants/split_kv.py; the contract and its checks are counting/decode.py's, kernels/_decode.py adds the kernels'
+limits).
 
     o, lse = forward(q, k, v, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None)
 

@@ -1,6 +1,7 @@
 """Split-KV decoding on tensor cores (kernels/cuda/split_kv_fast.cu): fp16/bf16, d in {64, 128, 256}, Nq 1..64,
 contiguous or paged caches (any page size: each row is gathered through block_table), GQA packing, causal,
-per-sequence lengths. The contract is kernels/_decode.py's; kernels/split_kv.py is the teaching kernel of it.
+per-sequence lengths. The contract is counting/decode.py's (kernels/_decode.py adds this kernel's limits);
+kernels/split_kv.py is the teaching kernel of it.
 
     o, lse = forward(q, k, v, causal=False, scale=None, cache_seqlens=None, block_table=None, num_splits=None)
 
@@ -72,9 +73,7 @@ def forward(q, k, v, *, causal=False, scale=None, cache_seqlens=None, block_tabl
         sms = _SM_COUNT.get(q.device.index) or _SM_COUNT.setdefault(q.device.index, _sms(q.device))
     p = _decode.check("split_kv_fast", q, k, v, causal=causal, scale=scale, cache_seqlens=cache_seqlens,
                       block_table=block_table, num_splits=num_splits, dtypes=DTYPES, head_dims=HEAD_DIMS,
-                      block_k=block_k(d) if d in HEAD_DIMS else 64, max_n_q=MAX_N_Q, sms=sms)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        loader.check_aligned(name, t)  # cp.async moves 16-byte pieces
+                      block_k=block_k(d) if d in HEAD_DIMS else 64, max_n_q=MAX_N_Q, sms=sms, aligned=True)
     dev = q.device
     q, scale = layouts.positive_scale(q, p.scale)  # the kernel masks S before scaling it
     seqlens = _decode.seqlens_or_full(cache_seqlens, p, dev)

@@ -210,11 +210,12 @@ def test_bad_block_tables_refused(table, lengths, error, match):
 def test_padding_entries_past_a_sequence_are_not_read():
     """A sequence of 3 positions (page_size 4) reads one page: the padding entry -1 after it is allowed."""
     q, k, v = _qkv(pages=4)
-    table = torch.tensor([[2, -1], [0, 1]], dtype=torch.int32)
-    seqlens = torch.tensor([3, 8])
-    o, lse = SPLIT_KV.forward(q, k, v, cache_seqlens=seqlens, block_table=table, num_splits=2)
-    ref_o, _ = decode_reference(q, k, v, cache_seqlens=seqlens, block_table=table)
-    assert torch.allclose(o.double(), ref_o, atol=1e-5)
+    for dtype in (torch.int32, torch.int64):  # int32 or int64 tables and lengths
+        table = torch.tensor([[2, -1], [0, 1]], dtype=dtype)
+        seqlens = torch.tensor([3, 8], dtype=dtype)
+        o, lse = SPLIT_KV.forward(q, k, v, cache_seqlens=seqlens, block_table=table, num_splits=2)
+        ref_o, _ = decode_reference(q, k, v, cache_seqlens=seqlens, block_table=table)
+        assert torch.allclose(o.double(), ref_o, atol=1e-5)
 
 
 def test_closed_form_refuses_decode_options_for_other_variants():

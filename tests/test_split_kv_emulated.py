@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernels import _decode, split_kv
-from tests.test_split_kv_gpu import oracle
+from tests.test_split_kv_gpu import oracle, padded
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = ROOT / "tests" / "emulate" / "split_kv_host.cpp"
@@ -54,8 +54,8 @@ def emulated(lib, q, k, v, *, causal, scale, cache_seqlens, block_table, num_spl
     p = _decode.check("split_kv", q, k, v, causal=causal, scale=scale, cache_seqlens=cache_seqlens,
                       block_table=block_table, num_splits=num_splits, dtypes=split_kv.DTYPES,
                       head_dims=split_kv.HEAD_DIMS, block_k=split_kv.BLOCK_K, cuda=False)
-    seqlens = cache_seqlens if cache_seqlens is not None else torch.full((p.batch,), p.capacity, dtype=torch.int32)
-    table = block_table if block_table is not None else torch.zeros(1, dtype=torch.int32)
+    seqlens = _decode.seqlens_or_full(cache_seqlens, p, q.device)  # the launchers' int32 casts
+    table = _decode.table_or_dummy(block_table, q.device)
     tiles = p.batch * p.heads_kv * p.row_tiles
     ws_o = torch.full((tiles * p.splits * _decode.ROWS * p.d,), math.nan)
     ws_lse = torch.full((tiles * p.splits * _decode.ROWS,), math.nan)
@@ -85,8 +85,9 @@ def cache(b, h_kv, d, lens, dtype, page, seed):
     return k, v, torch.randperm(pages, generator=g)[: b * max_pages].reshape(b, max_pages).to(torch.int32)
 
 
-def run_case(build, b, h_kv, grp, n_q, d, lens, dtype, page, causal, splits, seed=0):
+def run_case(build, b, h_kv, grp, n_q, d, lens, dtype, page, causal, splits, seed=0, pad=False):
     k, v, table = cache(b, h_kv, d, lens, dtype, page, seed)
+    table = padded(table, lens, page) if pad else table  # int64, padding past the pages
     q = torch.randn(b, h_kv * grp, n_q, d, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
     seqlens = torch.tensor(lens, dtype=torch.int32)
     o, lse, p = emulated(build(dtype), q, k, v, causal=causal, scale=None, cache_seqlens=seqlens,
@@ -121,3 +122,4 @@ def test_edges_emulated(build):
     assert p.splits == 1
     run_case(build, 1, 1, 8, 5, 16, [3], torch.float32, None, True, None)  # Nq > L: the first rows see nothing
     run_case(build, 1, 1, 4, 9, 256, [70], torch.bfloat16, 48, False, 2)  # d = 256, 36 packed rows (3 row tiles)
+    run_case(build, 3, 1, 2, 2, 16, [20, 1, 0], torch.float16, 8, True, 2, pad=True)  # int64 table, padding

@@ -18,7 +18,7 @@ import torch
 
 from kernels import _decode, layouts, split_kv_fast
 from tests.test_split_kv_emulated import cache
-from tests.test_split_kv_gpu import oracle
+from tests.test_split_kv_gpu import oracle, padded
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = ROOT / "tests" / "emulate" / "split_kv_fast_host.cpp"
@@ -61,8 +61,8 @@ def emulated(lib, q, k, v, *, causal, scale, cache_seqlens, block_table, num_spl
                       head_dims=split_kv_fast.HEAD_DIMS, block_k=split_kv_fast.block_k(d),
                       max_n_q=split_kv_fast.MAX_N_Q, cuda=False)
     q, sc = layouts.positive_scale(q, p.scale)
-    seqlens = cache_seqlens if cache_seqlens is not None else torch.full((p.batch,), p.capacity, dtype=torch.int32)
-    table = block_table if block_table is not None else torch.zeros(1, dtype=torch.int32)
+    seqlens = _decode.seqlens_or_full(cache_seqlens, p, q.device)  # the launchers' int32 casts
+    table = _decode.table_or_dummy(block_table, q.device)
     tiles = p.batch * p.heads_kv * p.row_tiles
     o = torch.full(q.shape, math.nan, dtype=q.dtype)
     lse = torch.full((p.batch, p.heads, p.n_q), math.nan)
@@ -84,8 +84,9 @@ def emulated(lib, q, k, v, *, causal, scale, cache_seqlens, block_table, num_spl
     return o, lse, p
 
 
-def run_case(build, b, h_kv, grp, n_q, d, lens, dtype, page, causal, splits, scale=None, seed=0):
+def run_case(build, b, h_kv, grp, n_q, d, lens, dtype, page, causal, splits, scale=None, seed=0, pad=False):
     k, v, table = cache(b, h_kv, d, lens, dtype, page, seed)
+    table = padded(table, lens, page) if pad else table  # int64, padding past the pages
     q = torch.randn(b, h_kv * grp, n_q, d, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
     seqlens = torch.tensor(lens, dtype=torch.int32)
     o, lse, p = emulated(build(d, dtype), q, k, v, causal=causal, scale=scale, cache_seqlens=seqlens,
@@ -117,6 +118,10 @@ def run_case(build, b, h_kv, grp, n_q, d, lens, dtype, page, causal, splits, sca
 ])
 def test_fast_kernel_emulated(build, case):
     run_case(build, *case)
+
+
+def test_fast_kernel_emulated_padded_int64_table(build):
+    run_case(build, 3, 1, 2, 2, 64, [70, 1, 0], torch.float16, 16, True, 2, pad=True)  # padding past the pages
 
 
 @pytest.mark.slow

@@ -48,6 +48,15 @@ def gather(k, b, hk_all, L, table, page_size):
     return k[pages, :, t % page_size].permute(1, 0, 2)
 
 
+def padded(table, lens, page_size):
+    """An int64 copy of table whose entries past each sequence's ⌈L_b / page_size⌉ pages are padding: -1 (even b) or
+    2^31 - 1 (odd b; a kernel that read it would fault: far past any cache). The contract never reads them."""
+    out = table.long().clone()
+    for b, n in enumerate(lens):
+        out[b, -(-n // page_size):] = -1 if b % 2 == 0 else 2 ** 31 - 1
+    return out
+
+
 def oracle(q, k, v, lens, table, page_size, causal, scale):
     b_, h, n_q, d = q.shape
     h_kv = k.shape[1]
@@ -73,9 +82,11 @@ def oracle(q, k, v, lens, table, page_size, causal, scale):
     return o, lse
 
 
-def check(mod, b, h_kv, grp, n_q, d, lens, dtype, page_size, causal, num_splits, scale=None, seed=0):
+def check(mod, b, h_kv, grp, n_q, d, lens, dtype, page_size, causal, num_splits, scale=None, seed=0, pad=False):
     h = h_kv * grp
     k, v, table = make_cache(b, h_kv, d, lens, dtype, page_size, seed)
+    if pad:
+        table = padded(table, lens, page_size)
     q = torch.randn(b, h, n_q, d, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed + 1))
     q = q.to(dtype)
     seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
@@ -163,6 +174,37 @@ def test_negative_and_zero_scale(name):
 
     for scale in (-0.3, 0.0):
         check(KERNELS[name].module, 1, 2, 4, 3, 64, [77], torch.float16, None, True, 2, scale=scale)
+
+
+@pytest.mark.parametrize("name", ["split_kv", "split_kv_fast"])
+def test_padding_past_a_sequence_is_never_read(name):
+    """int64 tables whose entries past each sequence's pages are -1 or 2^31 - 1: accepted (one contract with the
+    reference), cast to int32, and never read (a read of 2^31 - 1 would be an illegal address)."""
+    from kernels import KERNELS
+
+    check(KERNELS[name].module, 4, 2, 4, 1, 128, [17, 300, 0, 64], torch.float16, 16, False, 3, pad=True)
+    check(KERNELS[name].module, 2, 1, 2, 3, 64, [40, 1], torch.bfloat16, 3, True, None, pad=True)
+
+
+@pytest.mark.parametrize("name", ["split_kv", "split_kv_fast"])
+def test_a_repeated_call_reads_no_index_to_the_host(name):
+    """The checks read cache_seqlens and block_table to the host once per version (counting.decode._memo): the same
+    unmodified tensors again cost no device-to-host sync; an in-place write is read (and checked) again."""
+    from kernels import KERNELS
+
+    mod = KERNELS[name].module
+    k, v, table = make_cache(2, 2, 128, [300, 40], torch.float16, 16, 0)
+    q = torch.randn(2, 8, 1, 128, device="cuda", dtype=torch.float16)
+    seqlens = torch.tensor([300, 40], dtype=torch.int32, device="cuda")
+    mod.forward(q, k, v, cache_seqlens=seqlens, block_table=table)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        mod.forward(q, k, v, cache_seqlens=seqlens, block_table=table)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    table[1, 0] = k.shape[0]  # now a page index past the cache, read by sequence 1
+    with pytest.raises(ValueError, match=r"block_table\[1, 0\] = .* is not a page index"):
+        mod.forward(q, k, v, cache_seqlens=seqlens, block_table=table)
 
 
 def test_repeated_launches_reset_the_merge_counters():
