@@ -142,7 +142,8 @@ def predict_records(args, error) -> list[dict]:
         from counting.gpus import GPUS
 
         raise error(f"the GPU model covers the {', '.join(GPUS[g].name for g in gm.COVERED_GPUS)} only "
-                    f"(--gpu {', '.join(gm.COVERED_GPUS)}; fitted to its measurements), not the {GPUS[args.gpu].name}")
+                    f"(--gpu {', '.join(gm.COVERED_GPUS)}: the H200 fitted to its runs, the H100 with the H200's "
+                    f"constants, gpumodel/coverage.py), not the {GPUS[args.gpu].name}")
     opts = {}
     if args.placement or args.rescale:
         if args.kernel not in ("v_once", "v_once_tc"):
@@ -180,9 +181,19 @@ def predict_records(args, error) -> list[dict]:
                          host_s=b["host_s"], tflops=b["tflops"],
                          l2_bytes=p.l2_bytes, dram_bytes=p.dram_bytes, requests_bytes=p.requests_bytes,
                          dsmem_bytes=p.dsmem_bytes, bound=b["bound"], terms=dict(p.terms),
-                         track_record=accuracy.record(args.kernel, args.head_dim, args.causal, track),
+                         track_record=_track(args, track),
                          **({"config": opts["config"]} if knobs is not None else {})))
     return recs
+
+
+def _track(args, table) -> dict | None:
+    """predict's track record: the fitted GPU's held-out timings (gpumodel/accuracy.py), or on a GPU the fit is carried
+    over to, its own held-out runs (gpumodel/heldout.py), never the other GPU's."""
+    from gpumodel import accuracy, coverage, heldout
+
+    if coverage.footing(args.gpu) == coverage.CARRIED:
+        return heldout.record(args.gpu, "forward", args.kernel, args.head_dim, args.causal)
+    return accuracy.record(args.kernel, args.head_dim, args.causal, table)
 
 
 def full_gpu(args) -> bool:
@@ -253,12 +264,12 @@ BWD_KEYS = ("kernel", "pass", "gpu", "batch", "heads", "seq_q", "seq_k", "head_d
 def backward_records(args, error) -> list[dict]:
     """predict --pass backward|train: gpumodel.backward_model at each length (its B, H as the forward's)."""
     from gpumodel import backward_model as bm
+    from gpumodel import coverage, heldout
 
     if args.kernel not in bm.KERNELS:
         raise error(f"--pass {args.pass_name}: the backward model covers {', '.join(bm.KERNELS)}, not {args.kernel}")
     if args.gpu not in bm.COVERED_GPUS:
-        raise error(f"the backward model is fitted to the {', '.join(g.upper() for g in bm.COVERED_GPUS)} only, "
-                    f"not --gpu {args.gpu}")
+        raise error(f"the backward model covers the {coverage.names()} only, not --gpu {args.gpu}")
     for flag in ("placement", "rescale", "knobs"):
         if getattr(args, flag, None):
             raise error(f"--{flag} does not apply to --pass {args.pass_name}")
@@ -274,6 +285,11 @@ def backward_records(args, error) -> list[dict]:
         except ValueError as e:
             raise error(str(e).splitlines()[0]) from None
         held = track.get((args.kernel, "held-out"))
+        if coverage.footing(args.gpu) == coverage.CARRIED:  # that GPU's own held-out runs, summed over d and mask
+            held = next((dict(kernel=t["kernel"], split="held-out", cells=t["cells"], within=t["in_band"],
+                              band=t["band"], median=t["median_abs_err"], worst=abs(t["worst_ratio"] - 1))
+                         for t in (heldout.load(args.gpu) or {}).get("track", [])
+                         if t["pass_name"] == "backward" and t["kernel"] == args.kernel), None)
         rec = dict(kernel=args.kernel, gpu=args.gpu, batch=b, heads=h, seq_q=n_q, seq_k=n_k, head_dim=args.head_dim,
                    dtype=args.dtype, causal=args.causal, block_q=p.br, block_k=p.bc, ctas=p.ctas,
                    time_s=p.time_s, tflops=p.tflops, bound=p.bound, terms=dict(p.terms), levels=dict(p.levels),
@@ -309,10 +325,12 @@ def cmd_predict_backward(args, error) -> int:
         print("backward: per (Q block, K/V block) tile the five products (10·Br·Bc·d FLOPs), the recomputed "
               "exponentials P = exp(S - L) (Br·Bc at the MUFU rate) and dQ's fp32 accumulation (4·Br·d bytes to the "
               "L2); t terms = each summed over the tiles per SM slot (time = their sum; DRAM: compulsory bytes + dQ's accumulator "
-              "written back and read once, at the measured 4.3 TB/s, limiting only if it outlasts them); TFLOP/s = 10·d per visible pair "
+              "written back and read once, at the HBM rate of gpumodel/coverage.py hbm_rate, limiting only if it outlasts them); TFLOP/s = 10·d per visible pair "
               + ("(+ the forward's 4·d) " if args.pass_name == "train" else "") + "/ time.")
         if t:
-            print(f"track record ({recs[0]['kernel']} backward, held out, N >= 2k, results/bwd_kernels_vs_sdpa_grid): "
+            where = (f"results/gpu_model_{args.gpu}_heldout.json" if args.gpu != "h200"
+                     else "results/bwd_kernels_vs_sdpa_grid")
+            print(f"track record ({recs[0]['kernel']} backward on the {args.gpu.upper()}, held out, N >= 2k, {where}): "
                   f"{t['within']}/{t['cells']} within ±{t['band']:.0%}, median |err| {t['median']:.1%}, worst "
                   f"{t['worst']:.1%}")
     return 0
@@ -339,7 +357,7 @@ def cmd_predict(args, error) -> int:
             row += [human_bytes(r["dsmem_bytes"])] + [human_time(r["terms"].get(k, 0.0)) for k in ("dsmem", "sync")]
     _table(header, rows, args.format, recs, title=header_line(args, recs))
     if args.format in ("table", "markdown"):
-        print(track_caption(recs))
+        print(track_caption(recs, args.gpu))
         if any("decode" in r for r in recs):
             d = recs[0]["decode"]
             print(f"decode: H_kv = {d['kv_heads']} (g = {d['group']}), S = {d['num_splits']} splits, {d['ctas']} CTAs; "
@@ -348,8 +366,13 @@ def cmd_predict(args, error) -> int:
     return 0
 
 
-def track_caption(recs: list[dict]) -> str:
-    """One line per kernel / d / causal printed: how the model's time compared with the committed timings."""
+def track_caption(recs: list[dict], gpu: str = "h200") -> str:
+    """One line per kernel / d / causal printed: how the model's time compared with the committed timings (on a GPU
+    the fit is carried over to, its own held-out runs)."""
+    from gpumodel import coverage
+
+    where = "" if coverage.footing(gpu) != coverage.CARRIED else \
+        f" on the {gpu.upper()} (held-out runs, results/gpu_model_{gpu}_heldout.json)"
     seen, lines = set(), []
     for r in recs:
         key = (r["kernel"], r["head_dim"], r["causal"])
@@ -357,7 +380,7 @@ def track_caption(recs: list[dict]) -> str:
             continue
         seen.add(key)
         t = r.get("track_record")
-        what = f"{r['kernel']} d = {r['head_dim']} {'causal' if r['causal'] else 'non-causal'}"
+        what = f"{r['kernel']} d = {r['head_dim']} {'causal' if r['causal'] else 'non-causal'}{where}"
         if not t:
             lines.append(f"track record: {what}: no committed timing at N >= 2k to check this time against")
             continue
@@ -440,7 +463,9 @@ def cmd_validate(args, error) -> int:
         from analysis import plots_gpu
 
         try:
-            plots_gpu.plot_validation(rs, args.plot)
+            from gpumodel import backward_model as bm
+
+            plots_gpu.plot_validation(rs, args.plot, backward=bm.rows(), heldout=heldout_gpus())
         except OSError as e:
             raise error(f"cannot write the plot {args.plot!r}: {e.strerror or e}") from None
     per_cell = val.cell_medians(rs)
@@ -450,10 +475,17 @@ def cmd_validate(args, error) -> int:
         bwd_rows = bm.rows()
         bwd = bm.track_record(bwd_rows)
         bwd_ok = all(t["split"] == "train" or t["within"] == t["cells"] for t in bwd)
+        from gpumodel import heldout
+
+        held = heldout_gpus()
+        held_ok = all("why" in doc or not heldout.unexplained(doc["cells"]) for doc in held.values())
         json.dump(dict(summary=summ, ranking=rank, cell_medians=per_cell, cells=rs,
-                       backward=dict(track_record=bwd, cells=bwd_rows)), sys.stdout, indent=1, default=str)
+                       backward=dict(track_record=bwd, cells=bwd_rows),
+                       heldout_gpus={k: doc if "why" in doc else dict(track=doc["track"], runs=doc["runs"],
+                                                                      unexplained=doc["unexplained"])
+                                     for k, doc in held.items()}), sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
-        return 1 if unexplained or not rank_explained or not bwd_ok else 0
+        return 1 if unexplained or not rank_explained or not bwd_ok or not held_ok else 0
     details = getattr(args, "details", False)
     full = details or args.format == "csv"  # every field: the source file, the build's knobs, the band, the split
     show = rs if args.all or args.format == "csv" else misses
@@ -543,6 +575,46 @@ def backward_track(rs) -> bool:
         ok &= t["split"] == "train" or t["within"] == t["cells"]
         _say(f"  {t['kernel']:<15} backward {t['split']:<8} {t['within']}/{t['cells']} within ±{t['band']:.0%}, median "
              f"{t['median']:.1%}, worst {t['worst']:.1%}")
+    return heldout_track() and ok
+
+
+def heldout_gpus() -> dict:
+    """{gpu: the held-out record recomputed from its committed runs, or the reason there is none} for every GPU the
+    model covers with another GPU's fit (gpumodel/coverage.py, gpumodel/heldout.py)."""
+    from gpumodel import coverage, heldout
+
+    out = {}
+    for key in coverage.COVERED_GPUS:
+        if coverage.footing(key) != coverage.CARRIED:
+            continue
+        runs = heldout.RUNS.get(key)
+        if runs is None or not heldout.run_files(runs):
+            out[key] = {"why": f"no held-out {key.upper()} runs committed (results/{key}_heldout)"}
+            continue
+        out[key] = heldout.build(key, runs)
+    return out
+
+
+def heldout_track(docs: dict | None = None) -> bool:
+    """validate's lines for the GPUs the fit is carried over to: held-out runs only (none of them in any fit), one line
+    per kernel and pass; False where a cell is out of band with no known-gap reason."""
+    from gpumodel import heldout
+
+    ok = True
+    for key, doc in (heldout_gpus() if docs is None else docs).items():
+        print()
+        if "why" in doc:
+            _say(f"{key.upper()} (the H200 fit carried over): {doc['why']}")
+            continue
+        _say(f"{key.upper()} (its datasheet, the H200 fit carried over, nothing refitted), held-out runs "
+             f"{', '.join(doc['runs'].values())}:")
+        for t in doc["track"]:
+            _say(heldout.line(t, key))
+        bad = heldout.unexplained(doc["cells"])
+        for r in bad:
+            _say(f"  out of band: {r['pass_name']} {r['kernel']} N={r['n']} d={r['d']} {r['dtype']}"
+                 f"{' causal' if r['causal'] else ''}: model/measured {r['ratio']:.3f} (±{r['band']:.0%})")
+        ok &= not bad
     return ok
 
 

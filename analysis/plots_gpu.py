@@ -5,17 +5,39 @@ from analysis.style import line_style  # one style per kernel, the same in every
 from gpumodel.accuracy import family  # validate's label -> the kernel
 
 
-def plot_validation(rows: list[dict], path: str) -> None:
-    """Model against measured time (every bench cell and ncu duration), log-log, ±15% band shaded;
-    held-out cells filled, training cells hollow; one colour per kernel."""
+def plot_validation(rows: list[dict], path: str, backward: list[dict] | None = None, heldout: dict | None = None) -> None:
+    """Model against measured time, log-log, ±15% band shaded, one colour per kernel; held-out cells filled, training
+    cells hollow. Panels: the forward on the H200 (every bench cell and ncu duration), the backward on the H200
+    (gpumodel.backward_model rows), and each GPU the fit is carried over to (its held-out runs, forward and backward:
+    every cell held out). The same model the report and predict print."""
     import matplotlib  # here, not at the top: matplotlib only when a plot is asked for
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    times = [r for r in rows if "time" in r["quantity"]]
-    kernels = sorted({family(r["kernel"]) for r in times})
-    fig, ax = plt.subplots(figsize=(7, 6))
+    panels = [("GPU model vs H200 measurements, forward (hollow: fitted cells)",
+               [dict(kernel=family(r["kernel"]), measured=r["measured"], model=r["model"], train=r["train"])
+                for r in rows if "time" in r["quantity"]])]
+    if backward:
+        panels.append(("backward, H200 (hollow: fitted cells)",
+                       [dict(kernel=r["kernel"], measured=r["time_s"], model=r["model_s"], train=r["train"])
+                        for r in backward]))
+    for key, doc in (heldout or {}).items():
+        if "cells" in doc:
+            panels.append((f"{key.upper()} held out (the H200 fit carried over): forward ●, backward ▲",
+                           [dict(kernel=r["kernel"], measured=r["measured_s"], model=r["model_s"], train=False,
+                                 marker="^" if r["pass_name"] == "backward" else "o")
+                            for r in doc["cells"] if r["model_s"]]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 6), squeeze=False)
+    for ax, (title, times) in zip(axes[0], panels):
+        _panel(ax, title, times)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _panel(ax, title: str, times: list[dict]) -> None:
+    kernels = sorted({r["kernel"] for r in times})
     lo = min(min(r["model"], r["measured"]) for r in times) * 0.8
     hi = max(max(r["model"], r["measured"]) for r in times) * 1.25
     xs = [lo, hi]
@@ -23,21 +45,20 @@ def plot_validation(rows: list[dict], path: str) -> None:
     ax.plot(xs, xs, color="0.5", lw=0.8)
     for k in kernels:
         for train in (False, True):
-            sel = [r for r in times if family(r["kernel"]) == k and r["train"] == train]
+            sel = [r for r in times if r["kernel"] == k and r["train"] == train]
             if not sel:
                 continue
             st = line_style(k)
-            ax.scatter([r["measured"] * 1e3 / 1e3 for r in sel], [r["model"] for r in sel], s=14, marker=st["marker"],
-                       facecolors="none" if train else st["color"], edgecolors=st["color"],
-                       label=f"{k}{' (fit)' if train else ''}")
+            for marker in dict.fromkeys(r.get("marker", st["marker"]) for r in sel):
+                pts = [r for r in sel if r.get("marker", st["marker"]) == marker]
+                ax.scatter([r["measured"] for r in pts], [r["model"] for r in pts], s=14, marker=marker,
+                           facecolors="none" if train else st["color"], edgecolors=st["color"],
+                           label=f"{k}{' (fit)' if train else ''}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured time (s): bench medians, ncu durations")
+    ax.set_xlabel("measured time (s)")
     ax.set_ylabel("GPU model time (s)")
-    ax.set_title("GPU model vs H200 measurements (hollow: fitted cells)")
-    ax.legend(fontsize=7, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the data
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, ncol=1, loc="upper left")

@@ -15,6 +15,7 @@ from counting import closed_forms as cf
 from counting import cluster
 from counting.headline import min_hbm_bytes
 from counting.sram import v_once_valid
+from gpumodel import coverage
 from gpumodel import gpu_model as gm
 
 
@@ -187,8 +188,7 @@ def _kernel_caption(args, recs, gpu) -> str:
         "requests: the papers' count (global-memory requests, no cache); L2: SM→L2 requests; DRAM: after the L2 "
         "residency model.",
         "× min, FLOP/B min: against Q (rows that see a key), K, V read once and O, lse written once.",
-        f"bound, TFLOP/s: the GPU model of the {gpu.name} (as fa-traffic predict prints it); fa-traffic validate "
-        "checks it against every committed measurement.",
+        f"bound, TFLOP/s: {_footing(gpu)} (as fa-traffic predict prints it); {_checked_on(gpu)}.",
         "smem: what the kernel allocates per thread block (S, P in registers), or, for a row no kernel runs, the "
         "reference's working set (✗ = over the SRAM).",
     ]
@@ -223,6 +223,17 @@ def _kernel_caption(args, recs, gpu) -> str:
     return "\n".join(lines)
 
 
+def _footing(gpu) -> str:
+    return coverage.describe_footing(gpu)
+
+
+def _checked_on(gpu) -> str:
+    if coverage.footing(gpu) == coverage.CARRIED:
+        return (f"checked on held-out {gpu.key.upper()} runs, results/gpu_model_{gpu.key}_heldout.json "
+                "(fa-traffic validate prints its track record)")
+    return "fa-traffic validate checks it against every committed measurement"
+
+
 def _shape_text(args, recs) -> str:
     """The B, H the rows assumed, as the caption's first line says it."""
     shapes = {(r["seq_q"], r["head_dim"]): (r["batch"], r["heads"]) for r in recs}
@@ -230,15 +241,15 @@ def _shape_text(args, recs) -> str:
 
 
 def model_coverage(gpu, pass_name: str = "forward") -> str:
-    """Which GPU and pass the GPU model covers, as a table says it (issue 43)."""
-    covered = ", ".join(g.upper() for g in gm.COVERED_GPUS)
-    if gpu.key not in gm.COVERED_GPUS:
+    """Which GPU and pass the GPU model covers, as a table says it (issue 43; gpumodel/coverage.py)."""
+    covered = coverage.names()
+    if not coverage.covers(gpu):
         return (f"the GPU model covers the {covered} only: for the {gpu.name} this table is counts and the papers' "
                 "roofline, no model verdict")
     if pass_name != "forward":
         return (f"the GPU model ({covered}) prices the backward of the kernels (fa-traffic predict --pass "
                 f"{pass_name}; the kernel rows below); these rows are the algorithm at FA1's blocks")
-    return f"the GPU model ({covered}) is the default --blocks kernel's (or fa-traffic predict)"
+    return f"the GPU model ({covered}) prices the default --blocks kernel's rows (and fa-traffic predict)"
 
 
 def papers_roofline_line(gpu, pass_name: str = "forward") -> str:

@@ -12,7 +12,8 @@ with the three memory levels and the bound / time / TFLOP/s of `gpumodel.gpu_mod
 Levels (gpumodel.levels): `requests` is the papers' count (FA1 Theorem 2, FA2 section 3: every byte a
 thread block asks global memory for, as if there were no cache) at the kernel's Br, Bc; `l2` what the
 SMs send to the L2; `dram` what reaches DRAM after the L2 residency model. The model is fitted to the
-H200 (results/gpu_model_fit.json), so the columns are filled for --gpu h200 only; other GPUs, a
+H200 (results/gpu_model_fit.json) and carried over to the H100 (gpumodel/coverage.py), so the columns are filled for
+--gpu h200 and h100; other GPUs, a
 kernel that does not take the problem (d > 128 teaching, fp32 on tensor cores, an f row forced on chip
 that does not fit), `--blocks fa1-rule` and explicit --block-q/--block-k fall back to the papers'
 roofline, and the row says why (`gpu_model.why`).
@@ -42,7 +43,7 @@ def kernel_descriptor(variant: str, opts: dict, n_q: int, n_k: int, d: int, dtyp
                       gpu_key: str):
     """(descriptor, None) of the kernel that runs `variant` here, or (None, why not)."""
     if gpu_key not in gm.COVERED_GPUS:
-        return None, f"the GPU model is fitted to the {', '.join(g.upper() for g in gm.COVERED_GPUS)} only"
+        return None, f"the GPU model covers the {', '.join(g.upper() for g in gm.COVERED_GPUS)} only"
     if variant in decode_model.DECODE_KERNEL_OF:  # issue 44: the decode kernel, priced by gpumodel/decode_model.py
         kernel = decode_model.DECODE_KERNEL_OF[variant]
         if n_q > DECODE_MAX_N_Q:

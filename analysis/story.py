@@ -22,6 +22,7 @@ from analysis.report_gpu import full_gpu_problem, model_record
 from counting import closed_forms as cf
 from counting.gpus import get_gpu
 from counting.tiling import cdiv
+from gpumodel import coverage
 from gpumodel import gpu_model as gm
 from gpumodel.descriptors import describe
 
@@ -137,7 +138,7 @@ def points(n: int = 4096, d: int = 128) -> list[Point]:
 
 @dataclass(frozen=True)
 class Ceilings:
-    hbm_bandwidth: float  # B/s, measured on this workplace's H200
+    hbm_bandwidth: float  # B/s, the GPU model's DRAM rate (the H200: measured on this workplace)
     tensor_flops: float  # FLOP/s, dense fp16, measured
     tensor_flops_spec: float  # the datasheet's
     exp_per_s: float  # MUFU: 16 exp/clk/SM × SMs × clock
@@ -164,7 +165,9 @@ class Ceilings:
 def ceilings(d: int, gpu: str = "h200") -> Ceilings:
     g = get_gpu(gpu)
     exp_rate = gm.MUFU_PER_CLK * g.sms.value * g.value("clock_hz")
-    return Ceilings(hbm_bandwidth=g.value("hbm_bandwidth", "measured"),
+    # the DRAM rate the GPU model prices bytes at (gpumodel/coverage.py: the H200's measured copy rate, the H100's
+    # datasheet figure at the H200's attainable share), so the notebooks' roofline and the model draw one slope
+    return Ceilings(hbm_bandwidth=coverage.hbm_rate(g) if coverage.covers(g) else g.value("hbm_bandwidth", "measured"),
                     tensor_flops=g.value("fp16_tensor_flops", "measured"),
                     tensor_flops_spec=g.value("fp16_tensor_flops"), exp_per_s=exp_rate, d=d)
 

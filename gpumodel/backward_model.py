@@ -40,21 +40,26 @@ from pathlib import Path
 import numpy as np
 
 from counting.gpus import get_gpu
+from gpumodel import coverage
 from gpumodel.gpu_model import L2_BANDWIDTH  # the measured lower bound of the L2's rate, one figure for both passes
 from gpumodel.gpu_model import _schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID_FILE = ROOT / "results" / "bwd_kernels_vs_sdpa_grid" / "bwd_bench.json"
 FIT_FILE = ROOT / "results" / "gpu_model_bwd_fit.json"
-COVERED_GPUS = ("h200",)
+COVERED_GPUS = coverage.COVERED_GPUS  # the H200 (fitted) and the H100 (its constants carried over)
 TRAIN_MAX_N = 4096  # the declared training split: N <= 4k; N >= 8k held out
-BAND = {"fa2_wgmma": 0.15, "sdpa_flash": 0.15, "sdpa_cudnn": 0.15, "fa2": 0.25}
+BAND = {"fa2_wgmma": 0.15, "sdpa_flash": 0.15, "sdpa_cudnn": 0.15, "fa2": 0.25, "fa2_v1": 0.25}
+# the teaching backward v5 against v1 on the H200 (lab/teach_bwd_ab.py; fp16, N = 2k-8k, d = 64 and 128, causal and
+# not): v5's constants are fitted on its N <= 4k rows, N = 8k held out (fit_teaching below)
+TEACHING_AB_FILE = ROOT / "results" / "bwd_teaching_ab" / "v5" / "teach_bwd_ab.json"
+# which KERNELS entry a file's row label timed: the grid ran before v2, so its "fa2" is v1
+BUILD_OF = {GRID_FILE.name: {"fa2": "fa2_v1"}, TEACHING_AB_FILE.name: {"fa2": "fa2", "fa2_v1": "fa2_v1"}}
 MIN_N = 2048  # the targets' range (issue 43): N >= 2k
 TOKENS_HIDDEN = 16384 * 2048  # t0 is the fixed cost at the grid's B·N = 16k tokens, H·d = 2048 (scaled by B·H·N·d)
 
 PEAK = {"wgmma": 4096.0, "mma_sync": 4096.0, "ffma": 256.0}  # FLOP/clk/SM: 989.4e12 / (132 x 1.83e9); 128 FFMA lanes
 MUFU_PER_CLK = 16.0
-HBM_MEASURED = 4.3e12  # counting.gpus H200 measured copy rate
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,13 @@ KERNELS = {
                            "kernels/fa2_wgmma_bwd.py CONFIGS: d=64 NWG=2 BR=128, d=128 NWG=2 BR=64 STAGES=3"),
     "fa2": BwdKernel("fa2", "ffma", {64: 64, 128: 64}, {64: 64, 128: 64}, {64: 2, 128: 1},
                      "float32 atomicAdd into an HBM accumulator",
-                     "kernels/cuda/fa2_bwd.cu v1 (the build the grid timed): 64×64, 105 KB (2/SM) at d<=64, 170 KB at 128"),
+                     "kernels/cuda/fa2_bwd.cu v5 (the build kernels.fa2.backward runs): 64×64, 105 KB (2/SM) at d<=64; "
+                     "at d=128 170 KB + Q_{i+1}, dO_{i+1} staged by cp.async (FA2_PREFETCH, 199 KB, 1/SM)"),
+    # the build results/bwd_kernels_vs_sdpa_grid timed (its run preceded v2-v5): the same tiling, slower per tile
+    "fa2_v1": BwdKernel("fa2_v1", "ffma", {64: 64, 128: 64}, {64: 64, 128: 64}, {64: 2, 128: 1},
+                        "float32 atomicAdd into an HBM accumulator",
+                        "lab/cuda/fa2_bwd_v1.cu (frozen; the build the grid timed): 64×64, 105 KB (2/SM) at d<=64, "
+                        "170 KB (1/SM) at 128, synchronous loads"),
     "sdpa_flash": BwdKernel("sdpa_flash", "mma_sync", {64: 128, 128: 64}, {64: 128, 128: 128}, {64: 1, 128: 1},
                             "float32 atomicAdd into dq_accum, then a conversion kernel",
                             "torch flash_bwd_launch_template.h, sm80 traits: d=64 <64,128,128,8>, d=128 <128,64,128,8>"),
@@ -171,7 +182,7 @@ def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: i
             causal: bool = False, gpu: str = "h200", params: dict | None = None) -> BwdPrediction:
     n_k = n_q if n_k is None else n_k
     if gpu not in COVERED_GPUS:
-        raise ValueError(f"the backward model is fitted to the {', '.join(g.upper() for g in COVERED_GPUS)} only")
+        raise ValueError(f"the backward model covers the {coverage.names()} only, not {gpu!r}")
     k = KERNELS.get(kernel)
     if k is None:
         raise ValueError(f"no backward model of {kernel!r}: one of {', '.join(KERNELS)}")
@@ -190,7 +201,8 @@ def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: i
     cycles = _makespan(per_head, batch * heads, slots)
     item = 2
     aux_bytes = batch * heads * (n_q * d * (2 * item + 4 + item) + n_k * d * 0)
-    t_aux = aux_bytes / HBM_MEASURED
+    hbm = coverage.hbm_rate(g)  # the H200's measured 4.3 TB/s; the H100's datasheet figure at that share
+    t_aux = aux_bytes / hbm
     # DRAM: the pass's compulsory bytes (Q, K, V, O, dO, lse read, dQ, dK, dV written once) + dQ's fp32 accumulator
     # written back and read by the conversion; the accumulator of the heads in flight stays in the L2 meanwhile.
     # Not fitted: on the grid it is a few % of the time (DRAM nowhere near its limit), it bounds only if it outlasts
@@ -199,7 +211,7 @@ def predict(kernel: str, batch: int, heads: int, n_q: int, n_k: int | None, d: i
 
     dram_bytes = (min_backward_hbm_bytes(batch, heads, n_q, n_k, d, item, causal)
                   + 2 * 4 * batch * heads * n_q * d)
-    t_dram = dram_bytes / HBM_MEASURED
+    t_dram = dram_bytes / hbm
     t_main = max(cycles / g.clock_hz.value, t_dram)
     t_fixed = p["t0"] * batch * heads * n_q * d / TOKENS_HIDDEN  # per token·hidden (the grid's B·N·H·d is constant)
     time_s = t_main + t_aux + t_fixed
@@ -223,7 +235,7 @@ def predict_train(kernel: str, batch, heads, n_q, n_k, d, dtype="fp16", causal=F
     from gpumodel import gpu_model as gm
 
     b = predict(kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu)
-    fwd_kernel = {"fa2": "fa2"}.get(kernel, kernel)
+    fwd_kernel = {"fa2_v1": "fa2"}.get(kernel, kernel)  # the teaching backward after the teaching forward
     f = gm.as_benchmarked(gm.predict(fwd_kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu=gpu))
     t = b.time_s + f["time_s"]
     flops = bwd_flops(batch, heads, n_q, n_k or n_q, d, causal) * 1.4  # + the forward's two products (4·d)
@@ -236,28 +248,38 @@ def predict_train(kernel: str, batch, heads, n_q, n_k, d, dtype="fp16", causal=F
 DTYPE = {"float16": "fp16", "bfloat16": "bf16"}
 
 
-def is_train(kernel: str, n: int, dtype: str) -> bool:
-    """The declared split: N <= 4k trains, N >= 8k is held out; the teaching fa2 (timed to 4k only): fp16 trains,
-    bf16 is held out."""
-    return dtype == "fp16" if kernel == "fa2" else n <= TRAIN_MAX_N
+def is_train(kernel: str, n: int, dtype: str, source: str = GRID_FILE.name) -> bool:
+    """The declared split: N <= 4k trains, N >= 8k is held out; the teaching v1 on the grid (timed to 4k only): fp16
+    trains, bf16 is held out, and its A/B rows (results/bwd_teaching_ab/v5) are all held out; v5 (its A/B, fp16 to 8k):
+    N <= 4k trains."""
+    if kernel == "fa2_v1":
+        return dtype == "fp16" and source == GRID_FILE.name
+    return n <= TRAIN_MAX_N
 
 
 def grid_cells(path: Path = GRID_FILE) -> list[dict]:
     rows = json.loads(Path(path).read_text())["rows"]
+    builds = BUILD_OF.get(Path(path).name, {})
     out = []
     for r in rows:
-        if r["kernel"] not in KERNELS or not r.get("ok") or not r.get("bwd_ms") or r["dtype"] not in DTYPE:
+        kernel = builds.get(r["kernel"], r["kernel"] if Path(path).name == GRID_FILE.name else None)
+        if kernel not in KERNELS or not r.get("ok") or not r.get("bwd_ms") or r["dtype"] not in DTYPE:
             continue
-        out.append(dict(kernel=r["kernel"], batch=r["b"], heads=r["h"], n=r["n"], d=r["d"], causal=r["causal"],
+        out.append(dict(kernel=kernel, batch=r["b"], heads=r["h"], n=r["n"], d=r["d"], causal=r["causal"],
                         dtype=DTYPE[r["dtype"]], time_s=r["bwd_ms"] * 1e-3, fwdbwd_s=(r.get("fwdbwd_ms") or 0) * 1e-3,
-                        train=is_train(r["kernel"], r["n"], DTYPE[r["dtype"]])))
+                        source=Path(path).name, train=is_train(kernel, r["n"], DTYPE[r["dtype"]], Path(path).name)))
     return out
+
+
+def all_cells() -> list[dict]:
+    """The grid and the teaching backward's v5 A/B: every committed H200 backward timing the model prices."""
+    return grid_cells() + (grid_cells(TEACHING_AB_FILE) if TEACHING_AB_FILE.exists() else [])
 
 
 def rows(params: dict | None = None) -> list[dict]:
     params = params or load_params()
     out = []
-    for c in grid_cells():
+    for c in all_cells():
         p = predict(c["kernel"], c["batch"], c["heads"], c["n"], c["n"], c["d"], c["dtype"], c["causal"],
                     params=params)
         out.append(c | {"model_s": p.time_s, "err": p.time_s / c["time_s"] - 1, "bound": p.bound,
@@ -273,9 +295,11 @@ def fit(cells: list[dict] | None = None) -> dict:
     except ImportError:
         raise SystemExit("python -m gpumodel.backward_model --fit needs scipy (pip install scipy)") from None
 
-    cells = [c for c in (cells or grid_cells()) if c["train"]]
+    cells = [c for c in (cells or all_cells()) if c["train"]]
     out = {}
     for name in KERNELS:
+        if name == "fa2":  # after fa2_v1: v5 keeps its b, L, t0 (fit_teaching)
+            continue
         cs = [c for c in cells if c["kernel"] == name]
 
         def resid(x, cs=cs, name=name):
@@ -290,7 +314,23 @@ def fit(cells: list[dict] | None = None) -> dict:
         out[name] = dict(zip(PARAM_NAMES, (x[0], x[1], x[2] * 1e3, x[3] * 1e-6)))
         if KERNELS[name].path == "ffma":  # a1: the one-CTA-per-SM teaching build's product rate (d = 128)
             out[name]["a1"] = x[4]
-    return out
+    out["fa2"] = fit_teaching(out["fa2_v1"], [c for c in cells if c["kernel"] == "fa2"])
+    return {k: out[k] for k in KERNELS}
+
+
+def fit_teaching(v1: dict, cells: list[dict]) -> dict:
+    """v5's constants: v1's exponential, latency and fixed costs (b, L, t0: v2-v5 changed the loads and the blocks'
+    staging, not the softmax or the launch), its product factors a (two CTAs per SM, d = 64) and a1 (one, d = 128)
+    refitted on v5's training rows (8 cells, two unknowns)."""
+    from scipy.optimize import least_squares
+
+    def resid(x):
+        p = {"fa2": dict(v1, a=x[0], a1=x[1])}
+        return [math.log(predict("fa2", c["batch"], c["heads"], c["n"], c["n"], c["d"], c["dtype"], c["causal"],
+                                 params=p).time_s / c["time_s"]) for c in cells]
+
+    r = least_squares(resid, [v1["a"], v1.get("a1", v1["a"])], bounds=([0.5, 0.5], [200.0, 200.0]), diff_step=1e-3)
+    return dict(v1, a=float(r.x[0]), a1=float(r.x[1]))
 
 
 def track_record(rs: list[dict]) -> list[dict]:
@@ -316,7 +356,9 @@ def main(argv=None) -> int:
         params = fit()
         FIT_FILE.write_text(json.dumps({
             "what": "backward model constants (gpumodel/backward_model.py), fitted per kernel on the training split",
-            "train": f"results/bwd_kernels_vs_sdpa_grid/bwd_bench.json, N <= {TRAIN_MAX_N} (held out: N >= 8k)",
+            "train": f"results/bwd_kernels_vs_sdpa_grid/bwd_bench.json, N <= {TRAIN_MAX_N} (held out: N >= 8k; its "
+                     "teaching fa2 is v1: fp16 trains, bf16 held out); the teaching v5: "
+                     f"results/bwd_teaching_ab/v5/teach_bwd_ab.json, N <= {TRAIN_MAX_N} (a, a1 only; 8k held out)",
             "params": params,
             "track_record": track_record(rows(params))}, indent=1) + "\n")
     for t in track_record(rows()):

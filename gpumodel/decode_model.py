@@ -12,7 +12,7 @@ B·H_kv CTAs, each streaming its whole cache, and a CTA keeps only its K/V ring 
                the partials, which may stay in the L2)
     t_dram     bytes / min(BW, resident CTAs · in-flight bytes per CTA / DRAM latency)   (Little's law)
                BW: the GPU's measured DRAM bandwidth where there is one (H200: 4.3 TB/s, a device copy), else its
-               datasheet figure; DRAM latency: the fitted lat_dram (results/gpu_model_fit.json) at the clock;
+               datasheet figure at the H200's attainable share (gpumodel/coverage.py hbm_rate: H100 3.0 TB/s); DRAM latency: the fitted lat_dram (results/gpu_model_fit.json) at the clock;
                in-flight per CTA: its K/V ring, stages · 2 · Bc · d · itemsize
     t_compute  the products at the padded rows (the MMA tile is 16 rows: g·Nq = 8 rows run as 16) at the path's
                rate (mma.sync: the dense peak × R_mma_sync / R_wgmma of the fit; ffma: the FP32 peak), plus the
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from counting import closed_forms as cf
 from counting.gpus import get_gpu
 from counting.tiling import cdiv
+from gpumodel import coverage
 from gpumodel import gpu_model as gm
 from gpumodel.resources import overhead
 
@@ -115,7 +116,7 @@ def predict(desc: DecodeDescriptor, batch, heads, n_q, n_k, d, dtype="fp16", cau
     resident = min(ctas, sms * per_sm)
     in_flight = resident * desc.kv_stages * 2 * desc.block_k * d * item
     latency = params["lat_dram"] / clock
-    bw = bandwidth or g.value("hbm_bandwidth", "measured")
+    bw = bandwidth or coverage.hbm_rate(g)  # the prefill model's DRAM rate (gpumodel/coverage.py): one story
     rate = min(bw, in_flight / latency)
     dram_bytes = tr.hbm_bytes
     t_dram = dram_bytes / rate

@@ -86,15 +86,17 @@ from counting.cluster import SMEM_PER_CTA, plan_or_largest
 from counting.gpus import get_gpu
 from counting.headline import attention_flops
 from counting.tiling import Tiling, cdiv, half_first_steps, warpgroup_steps
+from gpumodel import coverage
 from gpumodel.cluster_model import busiest_rank_tiles, cluster_costs, exposed_cycles_per_tile
 from gpumodel.descriptors import describe
 from gpumodel.levels import counts, grid_ctas, levels, q_block_slots
 from gpumodel.measured import EVENTS_LESS_GAP
 
 FIT_FILE = Path(__file__).resolve().parent.parent / "results" / "gpu_model_fit.json"
-# The GPUs (counting.gpus keys) the fitted parameters cover: `fa-traffic predict --gpu` refuses others in one line and
-# `report` falls back to the papers' roofline there. Covering a GPU is data: its fit (FIT_FILE) and its key here.
-COVERED_GPUS = ("h200",)
+# The GPUs (counting.gpus keys) the fitted parameters cover (gpumodel/coverage.py: the H200, fitted; the H100, the
+# H200's constants carried over): `fa-traffic predict --gpu` refuses others in one line and `report` shows counts and the
+# papers' roofline there
+COVERED_GPUS = coverage.COVERED_GPUS
 
 # Constants with their sources; PARAMS are fitted by gpumodel/fit_gpu_model.py on the training split it
 # names (written to results/gpu_model_fit.json), the rest are datasheet or committed measurements.
@@ -611,7 +613,7 @@ def predict_work(work: Work, params: dict | None = None, gpu="h200") -> Predicti
     t_compute = cycles / clock
     # Σ over the pattern's CTAs in order, as Python sums them (the same floats, each from the same operations)
     t_latency = work.total("tiles", lambda xs: lat * round_trips(desc, xs)) / slots / clock
-    dram_bw = g.value("hbm_bandwidth", "measured")
+    dram_bw = coverage.hbm_rate(g)  # measured (H200), or the datasheet's at the H200's attainable share
     t_dram = lv.dram_bytes / dram_bw
     t_l2 = lv.l2_bytes / L2_BANDWIDTH
     # each compute term as if it alone ran: whole-problem SM cycles spread over every SM

@@ -141,7 +141,7 @@ def test_validate_details_and_clean_json(capsys, quick_validate):
     assert rc == 0 and "source" in wide and "{BLOCK_N=" in wide  # the source files and the builds' knobs
     rc, out, err = run(capsys, "validate", "--format", "json", "--progress")
     assert rc == 0 and "100%" in err and set(json.loads(out)) == {"summary", "ranking", "cell_medians", "cells",
-                                                                 "backward"}
+                                                                 "backward", "heldout_gpus"}
 
 
 # -- kernels check without the GPU extra --------------------------------------------------------------
