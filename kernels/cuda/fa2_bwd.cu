@@ -311,96 +311,98 @@ fa2_bwd(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ 
   }
 #endif
 
-  for (int g = 0; g < group; ++g) {  // the query heads that read this kv head (one pass without grouped-query K/V)
-    const long long bh = bh_kv * group + g;  // (batch, query head): the row index of q, dO, L, D, dQ
-    for (int i = i_first; i < t_r; ++i) {  // FA2 Alg. 2 line 8: for 1 <= i <= Tr (hidden Q blocks skipped)
-      const int r0 = i * BR, rows = min(BR, n_q - r0);
-      const long long row0 = bh * n_q + r0;
-      // FA2 Alg. 2 line 9: load Q_i, dO_i, L_i, D_i from HBM to on-chip SRAM (dQ_i is read-modify-written by
-      // the atomics of FA2 Alg. 2 line 15 instead of being loaded)
+  // FA2 Alg. 2 line 8's loop over the Q blocks i (hidden ones skipped), once per query head of the group (one pass
+  // without grouped-query K/V), as one loop of steps: step t is query head t / n_i of the group, Q block i_first +
+  // t % n_i (one counter: the nested loops' extra live registers spilled the 128-register builds)
+  const int n_i = t_r - i_first, steps = n_i * group;
+  for (int t = 0; t < steps; ++t) {
+    const int i = i_first + t % n_i;
+    const long long bh = bh_kv * group + t / n_i;  // (batch, query head): the row index of q, dO, L, D, dQ
+    const int r0 = i * BR, rows = min(BR, n_q - r0);
+    const long long row0 = bh * n_q + r0;
+    // FA2 Alg. 2 line 9: load Q_i, dO_i, L_i, D_i from HBM to on-chip SRAM (dQ_i is read-modify-written by
+    // the atomics of FA2 Alg. 2 line 15 instead of being loaded)
 #if FA2_PREFETCH
-      copies_wait_all();
-      __syncthreads();  // Q_i, dO_i staged by every thread; the previous step is done with Qs, dOs, Pt, dSt
-      unstage_tile(Qs, Qst);
-      unstage_tile(dOs, dOst);
+    copies_wait_all();
+    __syncthreads();  // Q_i, dO_i staged by every thread; the previous step is done with Qs, dOs, Pt, dSt
+    unstage_tile(Qs, Qst);
+    unstage_tile(dOs, dOst);
 #else
-      __syncthreads();  // the previous step is done with Qs, dOs, Pt, dSt
-      load_tile(Qs, LDK, q + row0 * d, d, rows, d, BR, D_PAD);
-      load_tile(dOs, LDK, dout + row0 * d, d, rows, d, BR, D_PAD);
+    __syncthreads();  // the previous step is done with Qs, dOs, Pt, dSt
+    load_tile(Qs, LDK, q + row0 * d, d, rows, d, BR, D_PAD);
+    load_tile(dOs, LDK, dout + row0 * d, d, rows, d, BR, D_PAD);
 #endif
-      for (int r = threadIdx.x; r < BR; r += NTHREADS) {
-        Ls[r] = r < rows ? finite_or_zero(lse[row0 + r]) : 0.f;  // L = -inf: a row that sees no key
-        Ds[r] = r < rows ? delta[row0 + r] : 0.f;
-      }
-      __syncthreads();
+    for (int r = threadIdx.x; r < BR; r += NTHREADS) {
+      Ls[r] = r < rows ? finite_or_zero(lse[row0 + r]) : 0.f;  // L = -inf: a row that sees no key
+      Ds[r] = r < rows ? delta[row0 + r] : 0.f;
+    }
+    __syncthreads();
 #if FA2_PREFETCH
-      // the next step's Q, dO travel while this step computes (the staging buffer is free again): Q_{i+1} of this
-      // query head, or after its last block the next query head's first block i_first
-      const bool next_head = i + 1 == t_r;
-      if (!next_head || g + 1 < group) {
-        const int r1 = next_head ? i_first * BR : r0 + BR;
-        const long long row1 = (next_head ? bh + 1 : bh) * n_q + r1;
-        stage_tile(Qst, q + row1 * d, min(BR, n_q - r1), d);
-        stage_tile(dOst, dout + row1 * d, min(BR, n_q - r1), d);
-      }
-      copies_commit();
+    // the next step's Q, dO travel while this step computes (the staging buffer is free again): Q_{i+1} of this
+    // query head, or after its last block the next query head's first block i_first
+    if (t + 1 < steps) {
+      const int r1 = (i_first + (t + 1) % n_i) * BR;
+      const long long row1 = (bh_kv * group + (t + 1) / n_i) * n_q + r1;
+      stage_tile(Qst, q + row1 * d, min(BR, n_q - r1), d);
+      stage_tile(dOst, dout + row1 * d, min(BR, n_q - r1), d);
+    }
+    copies_commit();
 #endif
 
-      // FA2 Alg. 2 line 10: S_i^(j) = scale * Q_i K_j^T
-      float P[RA][CB], dP[RA][CB];
-      tile_nt(P, Qs, Ks, d);
-      // FA2 Alg. 2 line 13 (computed here, before the barrier, since it needs only dO_i and V_j):
-      // dP_i^(j) = dO_i V_j^T
-      tile_nt(dP, dOs, Vs, d);
+    // FA2 Alg. 2 line 10: S_i^(j) = scale * Q_i K_j^T
+    float P[RA][CB], dP[RA][CB];
+    tile_nt(P, Qs, Ks, d);
+    // FA2 Alg. 2 line 13 (computed here, before the barrier, since it needs only dO_i and V_j):
+    // dP_i^(j) = dO_i V_j^T
+    tile_nt(dP, dOs, Vs, d);
 #pragma unroll
-      for (int a = 0; a < RA; ++a) {
-        const int r = ty + TY * a;
+    for (int a = 0; a < RA; ++a) {
+      const int r = ty + TY * a;
 #pragma unroll
-        for (int b = 0; b < CB; ++b) {
-          const int c = tx + TX * b;
-          // FA2 Alg. 2 line 11: P_i^(j) = exp(S_i^(j) - L_i); hidden entries (causal, tails) are 0
-          const bool seen = r < rows && visible(r0 + r, c0 + c, c0 + cols, offset, causal);
-          const float p = seen ? expf(P[a][b] * scale - Ls[r]) : 0.f;
-          Pt[c * LDT + r] = p;
-          // FA2 Alg. 2 line 14: dS_i^(j) = P_i^(j) o (dP_i^(j) - D_i)
-          dSt[c * LDT + r] = p * (dP[a][b] - Ds[r]);
-        }
+      for (int b = 0; b < CB; ++b) {
+        const int c = tx + TX * b;
+        // FA2 Alg. 2 line 11: P_i^(j) = exp(S_i^(j) - L_i); hidden entries (causal, tails) are 0
+        const bool seen = r < rows && visible(r0 + r, c0 + c, c0 + cols, offset, causal);
+        const float p = seen ? expf(P[a][b] * scale - Ls[r]) : 0.f;
+        Pt[c * LDT + r] = p;
+        // FA2 Alg. 2 line 14: dS_i^(j) = P_i^(j) o (dP_i^(j) - D_i)
+        dSt[c * LDT + r] = p * (dP[a][b] - Ds[r]);
       }
-      __syncthreads();  // P and dS complete: every thread needs whole columns of them below
+    }
+    __syncthreads();  // P and dS complete: every thread needs whole columns of them below
 
-      // FA2 Alg. 2 line 12: dV_j <- dV_j + (P_i^(j))^T dO_i
-      tile_tn(dV, Pt, dOs);
+    // FA2 Alg. 2 line 12: dV_j <- dV_j + (P_i^(j))^T dO_i
+    tile_tn(dV, Pt, dOs);
 
-      // FA2 Alg. 2 line 15: dQ_i <- dQ_i + dS_i^(j) K_j, added into the float32 accumulator in HBM (atomics: the
-      // other key blocks of this (b, h) add into the same dQ_i concurrently). The scale is applied
-      // once, by fa2_bwd_dq.
-      float dQ[RA][NS];
-      tile_dq(dQ, dSt, Ks);
+    // FA2 Alg. 2 line 15: dQ_i <- dQ_i + dS_i^(j) K_j, added into the float32 accumulator in HBM (atomics: the
+    // other key blocks of this (b, h) add into the same dQ_i concurrently). The scale is applied
+    // once, by fa2_bwd_dq.
+    float dQ[RA][NS];
+    tile_dq(dQ, dSt, Ks);
 #pragma unroll
-      for (int a = 0; a < RA; ++a) {
-        const int r = RA * ty + a;  // tile_dq's rows
-        if (r >= rows) continue;
-        float* dQg = dq_acc + (row0 + r) * d;
+    for (int a = 0; a < RA; ++a) {
+      const int r = RA * ty + a;  // tile_dq's rows
+      if (r >= rows) continue;
+      float* dQg = dq_acc + (row0 + r) * d;
 #pragma unroll
-        for (int g = 0; g < NG; ++g) {
-          const int x = 4 * tx + 64 * g;
+      for (int g = 0; g < NG; ++g) {
+        const int x = 4 * tx + 64 * g;
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-          if ((d & 3) == 0) {  // the 4 columns are all below d or all past it, and 16-byte aligned
-            if (x < d) atomicAdd(reinterpret_cast<float4*>(dQg + x),
-                                 make_float4(dQ[a][4 * g], dQ[a][4 * g + 1], dQ[a][4 * g + 2], dQ[a][4 * g + 3]));
-            continue;
-          }
+        if ((d & 3) == 0) {  // the 4 columns are all below d or all past it, and 16-byte aligned
+          if (x < d) atomicAdd(reinterpret_cast<float4*>(dQg + x),
+                               make_float4(dQ[a][4 * g], dQ[a][4 * g + 1], dQ[a][4 * g + 2], dQ[a][4 * g + 3]));
+          continue;
+        }
 #endif
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (x + e < d) atomicAdd(dQg + x + e, dQ[a][4 * g + e]);
-        }
+        for (int e = 0; e < 4; ++e)
+          if (x + e < d) atomicAdd(dQg + x + e, dQ[a][4 * g + e]);
       }
+    }
 
-      // FA2 Alg. 2 line 16: dK_j <- dK_j + (dS_i^(j))^T Q_i
-      tile_tn(dK, dSt, Qs);
-    }  // end for (over the Q blocks i)
-  }  // end for (over the group's query heads g)
+    // FA2 Alg. 2 line 16: dK_j <- dK_j + (dS_i^(j))^T Q_i
+    tile_tn(dK, dSt, Qs);
+  }  // end for (over the steps: the group's query heads, and each one's Q blocks i)
 
   // FA2 Alg. 2 line 18: write dK_j (times the scale of S = scale * Q K^T), dV_j to HBM
 #pragma unroll
