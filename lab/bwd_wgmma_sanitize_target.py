@@ -50,6 +50,7 @@ SMALL = [
     (1, 2, 1, 150, 140, 96, True, "float16", "bnhd", True),       # G = 2: 3 x 2, 6 steps / 3, 10 rows see no key
     (1, 4, 2, 150, 140, 256, False, "bfloat16", "bhnd", False),   # G = 2, three passes: 3 x 3, 6 steps / 2
 ]
+DEVICE = "cuda"  # the tests run the glue on "cpu" with the launch replaced by the oracle
 TOL = {"float16": 1e-2, "bfloat16": 4e-2}  # norm-relative, float64 oracle; fp16/bf16 round O, P and dS
 
 
@@ -67,12 +68,19 @@ def tiling(shape) -> dict:
     return dict(Br=br, Bc=bc, Tr=t_r, Tc=-(-n_k // bc), stages=defs["STAGES"], steps=(h // h_kv) * (t_r - i_first))
 
 
+def sync() -> None:
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def make(b, heads, n, d, dtype, layout, gen):
     import torch
 
     if layout == "bnhd":  # a (B, N, H, d) tensor seen as (B, H, N, d): strides (N H d, d, H d, 1)
-        return torch.randn(b, n, heads, d, generator=gen, device="cuda").to(dtype).transpose(1, 2)
-    return torch.randn(b, heads, n, d, generator=gen, device="cuda").to(dtype)
+        return torch.randn(b, n, heads, d, generator=gen, device=DEVICE).to(dtype).transpose(1, 2)
+    return torch.randn(b, heads, n, d, generator=gen, device=DEVICE).to(dtype)
 
 
 def reference(q, k, v, do, causal):
@@ -105,7 +113,7 @@ def run_shape(shape) -> bool:
 
     b, h, h_kv, n_q, n_k, d, causal, dt, layout, det = shape
     dtype = getattr(torch, dt)
-    gen = torch.Generator(device="cuda").manual_seed(n_q + n_k + d)
+    gen = torch.Generator(device=DEVICE).manual_seed(n_q + n_k + d)
     q, do = (make(b, h, n_q, d, dtype, layout, gen) for _ in range(2))
     k, v = (make(b, h_kv, n_k, d, dtype, layout, gen) for _ in range(2))
     o64, lse64, ref = reference(q, k, v, do, causal)
@@ -115,7 +123,7 @@ def run_shape(shape) -> bool:
     for _ in range(2 if det else 1):
         with Poisoned():  # gradients and the launcher's scratch (L2, D, dQ accumulator) start as NaN
             runs.append(fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, deterministic=det))
-        torch.cuda.synchronize()
+        sync()
     grads = runs[0]
     errs = [float((g.double() - r).norm() / r.norm().clamp_min(1e-30)) for g, r in zip(grads, ref)]
     finite = all(bool(torch.isfinite(g).all()) for g in grads)

@@ -43,7 +43,15 @@ SMALL = [
     (1, 2, 2, 4, 64, [130], "bfloat16", None, True, 2),
     (1, 1, 2, 2, 256, [200], "bfloat16", 64, False, 2),
 ]
+DEVICE = "cuda"  # the tests run the glue on "cpu" with the launch replaced by the oracle
 TOL = {"float32": 2e-4, "float16": 1.5e-2, "bfloat16": 4e-2}  # max abs error of o (|v| ~ 1), as the GPU tests
+
+
+def sync() -> None:
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def make_cache(b, h_kv, d, lens, dtype, page_size, gen):
@@ -53,11 +61,11 @@ def make_cache(b, h_kv, d, lens, dtype, page_size, gen):
 
     cap = max(max(lens), 1)
     if page_size is None:
-        return (*(torch.randn(b, h_kv, cap, d, generator=gen, device="cuda").to(dtype) for _ in range(2)), None)
+        return (*(torch.randn(b, h_kv, cap, d, generator=gen, device=DEVICE).to(dtype) for _ in range(2)), None)
     max_pages = -(-cap // page_size)
     num_pages = b * max_pages + 3
-    k, v = (torch.randn(num_pages, h_kv, page_size, d, generator=gen, device="cuda").to(dtype) for _ in range(2))
-    perm = torch.randperm(num_pages, generator=gen, device="cuda")[: b * max_pages]
+    k, v = (torch.randn(num_pages, h_kv, page_size, d, generator=gen, device=DEVICE).to(dtype) for _ in range(2))
+    perm = torch.randperm(num_pages, generator=gen, device=DEVICE)[: b * max_pages]
     return k, v, perm.reshape(b, max_pages).to(torch.int32).contiguous()
 
 
@@ -109,14 +117,14 @@ def run_case(name, case) -> bool:
 
     b, h_kv, g, n_q, d, lens, dt, page, causal, splits = case
     dtype = getattr(torch, dt)
-    gen = torch.Generator(device="cuda").manual_seed(sum(lens) + d + n_q)
+    gen = torch.Generator(device=DEVICE).manual_seed(sum(lens) + d + n_q)
     k, v, table = make_cache(b, h_kv, d, lens, dtype, page, gen)
-    q = torch.randn(b, h_kv * g, n_q, d, generator=gen, device="cuda").to(dtype)
-    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    q = torch.randn(b, h_kv * g, n_q, d, generator=gen, device=DEVICE).to(dtype)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     with Poisoned():  # o, lse and the split workspace start as NaN
         o, lse = KERNELS[name].forward(q, k, v, causal=causal, cache_seqlens=seqlens, block_table=table,
                                        num_splits=splits)
-    torch.cuda.synchronize()
+    sync()
     ro, rl = oracle(q, k, v, lens, table, page, causal)
     empty = torch.isinf(rl)
     finite = not bool(torch.isnan(o).any() or torch.isnan(lse).any())

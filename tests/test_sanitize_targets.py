@@ -66,3 +66,53 @@ def test_a_bad_argument_is_refused_before_the_gpu(capsys, monkeypatch, mod, argv
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # only the arguments may stop it
     assert mod.main(argv) == 2
     assert capsys.readouterr().err.strip().startswith("usage:")
+
+
+def _fake_backward(mangle=None):
+    """fa2_wgmma_bwd.backward's stand-in on CPU: the oracle's gradients in the launcher's own (poisoned) allocation;
+    mangle(grads) breaks them the way a faulty kernel would."""
+    from kernels import fa2_wgmma_bwd
+
+    def backward(q, k, v, o, lse, do, *, causal, deterministic):
+        grads = tuple(fa2_wgmma_bwd._empty_like_layout(t) for t in (q, k, v))
+        for t, r in zip(grads, bwd.reference(q, k, v, do, causal)[2]):
+            t.copy_(r)
+        return mangle(grads) if mangle else grads
+    return backward
+
+
+def _unwritten(grads):
+    grads[1][0, 0, -1, -1] = float("nan")
+    return grads
+
+
+@pytest.mark.parametrize("mangle,ok", [(None, True), (_unwritten, False),
+                                       (lambda g: (g[0].contiguous(), g[1], g[2]), False),  # layout lost
+                                       (lambda g: (g[0], g[1] * 1.1, g[2]), False)])         # 10% off
+def test_the_backward_glue_passes_the_oracle_and_fails_a_wrong_kernel(monkeypatch, capsys, mangle, ok):
+    """The target's own code on CPU, the launch replaced: the oracle's gradients pass; an unwritten element (still
+    NaN from harness.Poisoned), gradients not in the inputs' strided layout, a 10% error each fail."""
+    from kernels import fa2_wgmma_bwd
+
+    monkeypatch.setattr(bwd, "DEVICE", "cpu")
+    monkeypatch.setattr(fa2_wgmma_bwd, "backward", _fake_backward(mangle))
+    shape = (1, 4, 2, 40, 30, 16, True, "float16", "bnhd", True)  # strided, GQA, rows that see no key
+    assert bwd.run_shape(shape) is ok
+    assert capsys.readouterr().out.strip().endswith("ok" if ok else "BAD")
+
+
+@pytest.mark.parametrize("off", [0.0, 0.5])
+def test_the_decode_glue_passes_the_oracle_and_fails_a_wrong_kernel(monkeypatch, capsys, off):
+    from kernels import KERNELS
+
+    def forward(q, k, v, *, causal, cache_seqlens, block_table, num_splits):
+        page = None if block_table is None else k.shape[2]
+        o, lse = dec.oracle(q, k, v, cache_seqlens.tolist(), block_table, page, causal)
+        return (o + off).to(q.dtype), lse.float()
+
+    monkeypatch.setattr(dec, "DEVICE", "cpu")
+    for name in dec.NAMES:
+        monkeypatch.setattr(KERNELS[name].module, "forward", forward)
+        for case in dec.SMALL:
+            assert dec.run_case(name, case) is (off == 0)
+    assert capsys.readouterr().out.count(" ok\n") == (2 * len(dec.SMALL) if off == 0 else 0)
