@@ -1,11 +1,12 @@
 """NVRTC every build the backward checks launch, in parallel, into the kernel cache (lab/gpu_check_bwd.sh).
 
-    PYTHONPATH=. python lab/precompile_bwd.py [--jobs 16]
+    PYTHONPATH=. python lab/precompile_bwd.py [--jobs 16] [--teaching | --new]
 
-The builds: compile_configs() of every kernel with a backward, plus the teaching fa2 and naive forwards and
-backwards at the block shapes tests/test_kernels_backward.py and lab/bwd_sanitize_target.py use
-(--teaching: the teaching tier only, and the frozen fa2_bwd_v1.cu of lab/teach_bwd_ab.py). Serially they take
-about a minute; the GPU tests then find them cached. Exit 1 if one fails to compile (its log is printed).
+The builds: compile_configs() of every kernel with a backward, kernels.fa2_wgmma_bwd's own builds, the decode
+kernels' (split_kv, split_kv_fast), plus the teaching fa2 and naive forwards and backwards at the block shapes
+tests/test_kernels_backward.py and lab/bwd_sanitize_target.py use (--teaching: the teaching tier only, and the
+frozen fa2_bwd_v1.cu of lab/teach_bwd_ab.py; --new: the Hopper backward's and the decode kernels' builds only).
+Serially they take minutes; the GPU tests then find them cached. Exit 1 if one fails to compile (its log is printed).
 """
 from __future__ import annotations
 
@@ -23,12 +24,28 @@ if str(ROOT) not in sys.path:
 TEACHING_BLOCKS = ((64, 64), (16, 64), (64, 16), (32, 16), (32, 32))
 
 
-def builds(teaching_only: bool = False) -> list[tuple]:
+def new_builds() -> list[tuple]:
+    """The Hopper backward's own builds (a spec's compile_configs() are its forward's: d = 64, 96, 128, 256's three
+    passes, deterministic, both dtypes, each of which lab/bwd_wgmma_sanitize_target.py launches) and the decode
+    kernels' (lab/decode_sanitize_target.py)."""
+    from kernels import KERNELS, fa2_wgmma_bwd, loader
+
+    arch = loader.default_arch()
+    return ([(src, defs, fa2_wgmma_bwd.ARCH) for src, _, defs in fa2_wgmma_bwd.compile_configs()]
+            + [(src, defs, spec.arch or arch) for spec in KERNELS.values() if spec.decode
+               for src, _, defs in spec.compile_configs()])
+
+
+def builds(teaching_only: bool = False, new_only: bool = False) -> list[tuple]:
     from kernels import KERNELS, _teaching, fa2, loader, naive
 
+    if new_only:
+        return _unique(new_builds())
     arch = loader.default_arch()
     jobs = [(src, defs, spec.arch or arch) for spec in KERNELS.values() if spec.backward is not None
             and (spec.tier == "teaching" or not teaching_only) for src, _, defs in spec.compile_configs()]
+    if not teaching_only:
+        jobs += new_builds()
     for dt in _teaching.DTYPES:
         for br, bc in TEACHING_BLOCKS:
             jobs += [(fa2.SOURCE, _teaching.defines(dt, br, bc, FA2_OWN_V=v), arch) for v in (0, 1)]
@@ -39,6 +56,10 @@ def builds(teaching_only: bool = False) -> list[tuple]:
             jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, **fa2.bwd_defines(dt, 128, br, bc)), arch)]
         if teaching_only:  # the frozen v1 lab/teach_bwd_ab.py times beside the shipped backward
             jobs += [(str(Path(__file__).resolve().parent / "cuda" / "fa2_bwd_v1.cu"), _teaching.defines(dt, 64, 64, D_PAD=p), arch) for p in (64, 128)]
+    return _unique(jobs)
+
+
+def _unique(jobs: list[tuple]) -> list[tuple]:
     return list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())
 
 
@@ -52,11 +73,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
     ap.add_argument("--teaching", action="store_true", help="only the teaching tier (fa2, naive)")
+    ap.add_argument("--new", action="store_true",
+                    help="only the Hopper backward's and the decode kernels' builds (lab/visits/sanitize_new.sh)")
     args = ap.parse_args(argv)
     from bench import harness
 
     harness.positive_int(ap, "--jobs", args.jobs)
-    jobs = builds(args.teaching)
+    if args.teaching and args.new:
+        ap.error("--teaching and --new name disjoint sets of builds; give one")
+    jobs = builds(args.teaching, args.new)
     # spawn, not fork: default_arch() may have initialised CUDA here, and a forked child must not inherit it
     with cf.ProcessPoolExecutor(max(1, args.jobs), mp_context=mp.get_context("spawn")) as ex:
         futures = [ex.submit(compile_one, *job) for job in jobs]

@@ -139,7 +139,8 @@ NOT_TIMING |= {f"lab/{n}.py" for n in (
     "ncu_levels_target", "ncu_bwd_target", "bwd_sanitize_target", "precompile_bwd", "host_overhead_cpu",
     "inputs_gpu_check", "spill_sites", "cluster_sanitize_target", "cluster_ncu_target", "ncu_moonshot_target",
     "ncu_moonshot_summary", "cluster_ncu_summary", "racecheck_mbarrier_probe", "tc_ceiling", "kernel_names",
-    "cluster_probe", "tc_refactor_ab", "l2_sim", "knob_ab", "predict_ab", "same_builds", "__init__")}
+    "cluster_probe", "tc_refactor_ab", "l2_sim", "knob_ab", "predict_ab", "same_builds", "__init__",
+    "bwd_wgmma_sanitize_target", "decode_sanitize_target")}
 
 
 def test_every_bench_script_is_listed():

@@ -20,3 +20,6 @@ grep -E "FAILED|Error|loss|step" "$OUT/client_gpu.log" | head -30
 run decode_gpu ${LIM_DECODE:-150} tests/test_split_kv_gpu.py --maxfail=3
 grep -E "FAILED|Error" "$OUT/decode_gpu.log" | head -20
 run decode_ref 120 tests/test_split_kv_kernels_vs_reference_gpu.py --maxfail=3
+# SANITIZE=1: compute-sanitizer memcheck/racecheck/synccheck on the new backward and decode paths (issue 42 item 4,
+# issue 44; ~8 minutes at most, so off by default); the builds were precompiled above
+if [ "${SANITIZE:-0}" = 1 ]; then PRECOMPILE=0 bash lab/visits/sanitize_new.sh; fi
