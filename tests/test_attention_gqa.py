@@ -16,7 +16,7 @@ import torch
 
 from bench.harness import Poisoned
 from kernels import KERNELS
-from tests.test_kernels_backward import ATOL, assert_gqa_grads_close
+from tests.test_kernels_backward import ATOL, assert_compiled_matches_eager, assert_gqa_grads_close
 
 GROUPS = [(1, 3), (2, 2), (4, 1), (8, 1)]  # (group = H / H_kv, H_kv): 8 x 1 is multi-query attention
 
@@ -240,11 +240,4 @@ def test_compiled_grouped_query_block_matches_eager(name):
     torch.manual_seed(0)
     model = _GQABlock(d=d, heads=4, kv_heads=2, kernel=name).to(device="cuda", dtype=dtype)
     x = torch.randn(2, 190, 4 * d, device="cuda", dtype=dtype)
-    model(x).float().square().mean().backward()
-    eager = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    torch._dynamo.reset()
-    compiled = torch.compile(model, fullgraph=True)  # fullgraph: a graph break is an error
-    compiled(x).float().square().mean().backward()
-    for ge, p in zip(eager, model.parameters()):
-        assert torch.allclose(p.grad.float(), ge.float(), rtol=5e-2, atol=5e-2 * ge.float().abs().max().item()), name
+    assert_compiled_matches_eager(model, x, name)

@@ -718,6 +718,19 @@ def test_compiled_model_matches_eager_without_graph_breaks():
     torch.manual_seed(0)
     model = _Block(d_model=2 * d, heads=2, kernel=name).to(device="cuda", dtype=dtype)
     x = torch.randn(2, 190, 2 * d, device="cuda", dtype=dtype)
+    assert_compiled_matches_eager(model, x, name)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cpu_tensors_are_refused_not_computed():
+    with pytest.raises(ValueError, match="CUDA kernels"):
+        _autograd().attention(*(torch.randn(1, 1, 8, 64) for _ in range(3)), kernel="fa2")
+
+
+def assert_compiled_matches_eager(model, x, name) -> None:
+    """torch.compile(fullgraph=True) of `model` gives the parameter gradients eager gives (a graph break is an
+    error). tests/test_attention_gqa.py uses it too."""
     model(x).float().square().mean().backward()
     eager = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
@@ -726,10 +739,3 @@ def test_compiled_model_matches_eager_without_graph_breaks():
     compiled(x).float().square().mean().backward()
     for ge, p in zip(eager, model.parameters()):
         assert torch.allclose(p.grad.float(), ge.float(), rtol=5e-2, atol=5e-2 * ge.float().abs().max().item()), name
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cpu_tensors_are_refused_not_computed():
-    with pytest.raises(ValueError, match="CUDA kernels"):
-        _autograd().attention(*(torch.randn(1, 1, 8, 64) for _ in range(3)), kernel="fa2")
