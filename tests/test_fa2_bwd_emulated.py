@@ -125,7 +125,8 @@ def test_a_wrong_kernel_fails(build, tmp_path):
     cuda = tmp_path / "cuda"
     cuda.mkdir()
     (cuda / "fa2_bwd.cu").write_text(broken)
-    shutil.copy(ROOT / "kernels" / "cuda" / "teaching.cuh", cuda / "teaching.cuh")
+    for header in (ROOT / "kernels" / "cuda").glob("*.cuh"):  # teaching.cuh and what it includes
+        shutil.copy(header, cuda / header.name)
     so = tmp_path / "broken.so"
     subprocess.run([CXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
                     f"-I{ROOT / 'tests' / 'emulate'}", f"-I{ROOT / 'tests' / 'emulate' / 'fake'}", f"-I{cuda}", "-DSTORAGE=float", "-DBR=64",

@@ -165,7 +165,8 @@ def test_a_wrong_kernel_fails(tmp_path, monkeypatch, line, edit):
     cuda = tmp_path / "cuda"
     cuda.mkdir()
     (cuda / "naive_bwd.cu").write_text(broken)
-    shutil.copy(ROOT / "kernels" / "cuda" / "teaching.cuh", cuda / "teaching.cuh")
+    for header in (ROOT / "kernels" / "cuda").glob("*.cuh"):  # teaching.cuh and what it includes
+        shutil.copy(header, cuda / header.name)
     lib = compile_harness(tmp_path, cuda, 64, 64)
     g = torch.Generator().manual_seed(2)
     q, k, v, do = (torch.randn(1, 1, 50, 100, generator=g) for _ in range(4))

@@ -17,6 +17,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "storage.cuh"  // to_f32, store_as
+
 #ifndef STORAGE
 #define STORAGE float
 #endif
@@ -28,13 +30,6 @@ typedef STORAGE T;
 #define NTHREADS 128  // tests/emulate/split_kv_host.cpp runs it with 256 (cuda_host.h's block)
 #endif
 #define NEG_INF (-__int_as_float(0x7f800000))
-
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void store_as(float* p, float x) { *p = x; }
-__device__ __forceinline__ void store_as(__half* p, float x) { *p = __float2half_rn(x); }
-__device__ __forceinline__ void store_as(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
 
 // Element offset of cache position t of sequence b, kv head hk: the one place that knows the two cache layouts.
 __device__ __forceinline__ long long kv_offset(int b, int hk, int t, int H_kv, int Nk, int d, int paged,

@@ -46,13 +46,7 @@ static_assert(BR <= 128 && BC <= 128, "Br and Bc must be at most 128");
 __device__ __forceinline__ int cdiv(int a, int b) { return (a + b - 1) / b; }
 __device__ __forceinline__ int d_padded(int d) { return d <= 64 ? 64 : 128; }
 
-// float32 <-> STORAGE
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ void store_as(float* p, float x) { *p = x; }
-__device__ __forceinline__ void store_as(__half* p, float x) { *p = __float2half_rn(x); }
-__device__ __forceinline__ void store_as(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+#include "storage.cuh"  // to_f32, store_as: float32 <-> STORAGE
 
 // The guard that keeps exp(-inf - (-inf)) from being NaN: a row with max -inf sees no key yet;
 // using 0 makes all its exponentials exp(-inf) = 0 (variants/_common.py finite_or_zero).
