@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Session 32: one script per GPU visit, steps chosen by STEPS (space-separated, in order):
+#   check     issue 42/44 correctness: the Hopper backward's new paths, the decode kernels, GQA client, HF adapter
+#   heldout   issue 43: the forward and backward benchmarks the H100 held-out record reads (results/h100_heldout/)
+#   speed     issue 42/44 speed: backward layouts vs cuDNN, decode vs SDPA
+#   ab        issue 40: this tree against AB_OLD (forward and backward bits and times)
+#   ws        issue 42: the lab's warp-specialised backward (lab/bwd_ws_ab.py) against the shipped one and cuDNN
+# Every log and JSON goes to $OUT/w/<step>/, packed at the end into $OUT/visit.tgz (the device returns 8 files at most).
+set -u
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+W="$OUT/w"; mkdir -p "$W"
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv | tee "$W/gpu.txt"
+python -m pip uninstall -y kernels > /dev/null 2>&1  # HF's `kernels` shadows ours (kernels/hf.py)
+pack() { tar -czf "$OUT/visit.tgz" -C "$OUT" w; }
+trap pack EXIT
+step() {  # name limit command... ; logs to $W/name.log, prints rc, seconds and the last lines
+  local name=$1 lim=$2; shift 2; local t=$(date +%s)
+  timeout "$lim" "$@" > "$W/$name.log" 2>&1; local rc=$?
+  echo "== $name rc=$rc $(( $(date +%s) - t )) s"; tail -${TAIL:-6} "$W/$name.log"; pack
+}
+pyt() { python3 -m pytest -q -m gpu -rs -p no:cacheprovider "$@"; }
+t=$(date +%s)
+(python3 -m bench.bench_tc precompile --jobs 8 & python3 lab/precompile_bwd.py --jobs 8; wait) > "$W/precompile.log" 2>&1
+echo "== precompile $(( $(date +%s) - t )) s"
+for s in ${STEPS:-check}; do case $s in
+  check)
+    step bwd_gpu ${LIM_BWD:-170} pyt tests/test_kernels_bwd_gpu.py --maxfail=3
+    grep -E "^E |FAILED" "$W/bwd_gpu.log" | head -12
+    step client_gpu ${LIM_CLIENT:-120} pyt tests/test_attention_gqa.py tests/test_hf_adapter.py tests/test_kernels_backward.py --maxfail=5 -s
+    grep -E "^E |FAILED" "$W/client_gpu.log" | head -12
+    step decode_gpu ${LIM_DECODE:-90} pyt tests/test_split_kv_gpu.py tests/test_split_kv_kernels_vs_reference_gpu.py --maxfail=3
+    grep -E "^E |FAILED" "$W/decode_gpu.log" | head -12 ;;
+  heldout)
+    mkdir -p "$W/heldout"
+    step heldout_fwd ${LIM_HFWD:-150} python3 -m bench.bench_tc bench --out "$W/heldout" --kernels fa2_wgmma,fa2_tc \
+      --seqs 1024,2048,4096,8192,16384 --rep-ms ${REP_MS:-50} --budget-s ${BUDGET_HFWD:-130}
+    step heldout_bwd ${LIM_HBWD:-170} python3 bench/bench_bwd.py --out "$W/heldout" --kernels fa2_wgmma,fa2 \
+      --seqs 1024,2048,4096,8192,16384 --no-sdpa-math --budget-s ${BUDGET_HBWD:-150} ;;
+  speed)
+    step bwd_layouts ${LIM_LAYOUTS:-230} python3 bench/bwd_layouts_speed.py --out "$W" --budget-s ${BUDGET_LAYOUTS:-190}
+    step decode ${LIM_DEC:-200} python3 bench/decode_speed.py --out "$W" --budget-s ${BUDGET_DEC:-160} ;;
+  ab)
+    step ab 200 bash -c "for t in old-1 new-1 new-2 old-2; do p=.; [ \${t#old} != \$t ] && p=${AB_OLD:-.abbase}:.; \
+PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1; done; python3 bench/ab_speed.py compare $W" ;;
+  ws)
+    mkdir -p "$W/ws"
+    step ws_tests ${LIM_WS_TEST:-120} pyt tests/test_lab_bwd_ws_gpu.py --maxfail=3 -x
+    step ws_ab ${LIM_WS:-260} python3 lab/bwd_ws_ab.py --out "$W/ws" ;;
+esac; done
