@@ -50,23 +50,24 @@ inline float __shfl_xor_sync(unsigned, float x, int lane_mask) {
 #define __shared__
 #define __restrict__ __restrict
 
-// One launch: grid (gx, gy, gz) of 256-thread blocks, one block after another, run by 256 std::threads made
-// once per launch. Before each block, `shared` (the block's shared memory, bytes) is poisoned to ~3e38 so that
+// One launch: grid (gx, gy, gz) of NT-thread blocks (NT <= 256), one block after another, run by NT std::threads
+// made once per launch. Before each block, `shared` (the block's shared memory, bytes) is poisoned to ~3e38 so that
 // a tile read before it is written shows; the barriers around the poisoning keep blocks apart.
-template <class Body>
+template <int NT = 256, class Body>
 static void launch_blocks(int gx, int gy, int gz, void* shared, size_t shared_bytes, Body body) {
+  static_assert(NT % 32 == 0 && NT <= 256, "whole warps, at most 256 threads (shuffle_slot, warp_barrier)");
   gridDim.x = gx;
   gridDim.y = gy;
   gridDim.z = gz;
-  std::barrier<> barrier(256);
+  std::barrier<> barrier(NT);
   block_barrier = &barrier;
   std::vector<std::unique_ptr<std::barrier<>>> warps;
-  for (int w = 0; w < 8; ++w) {
+  for (int w = 0; w < NT / 32; ++w) {
     warps.push_back(std::make_unique<std::barrier<>>(32));
     warp_barrier[w] = warps.back().get();
   }
   std::vector<std::thread> threads;
-  for (int t = 0; t < 256; ++t)
+  for (int t = 0; t < NT; ++t)
     threads.emplace_back([=, &barrier] {
       threadIdx.x = t;
       for (int z = 0; z < gz; ++z)

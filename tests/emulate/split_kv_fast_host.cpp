@@ -15,32 +15,8 @@ extern "C" void fast_launch(int gx, int gy, int gz, const u16* q, const u16* k, 
                             const int* table, u16* o, float* lse, float* ws_o, float* ws_lse, int* counters, int H,
                             int H_kv, int Nq, int Nk, int page_size, int max_pages, int paged, int chunk,
                             int n_splits, int row_tiles, float scale_log2, float scale, int causal) {
-  gridDim.x = gx;
-  gridDim.y = gy;
-  gridDim.z = gz;
-  std::barrier<> barrier(NTHREADS);
-  block_barrier = &barrier;
-  std::vector<std::unique_ptr<std::barrier<>>> warps;
-  for (int w = 0; w < NWARPS; ++w) {
-    warps.push_back(std::make_unique<std::barrier<>>(32));
-    warp_barrier[w] = warps.back().get();
-  }
-  std::vector<std::thread> threads;
-  for (int t = 0; t < NTHREADS; ++t)
-    threads.emplace_back([=, &barrier] {
-      threadIdx.x = t;
-      for (int z = 0; z < gz; ++z)
-        for (int y = 0; y < gy; ++y)
-          for (int x = 0; x < gx; ++x) {
-            blockIdx.x = x;
-            blockIdx.y = y;
-            blockIdx.z = z;
-            barrier.arrive_and_wait();
-            if (t == 0) std::memset(smem, 0x7f, sizeof(smem));
-            barrier.arrive_and_wait();
-            split_kv_fast(q, k, v, seqlens, table, o, lse, ws_o, ws_lse, counters, H, H_kv, Nq, Nk, page_size,
-                          max_pages, paged, chunk, n_splits, row_tiles, scale_log2, scale, causal);
-          }
-    });
-  for (auto& t : threads) t.join();
+  launch_blocks<NTHREADS>(gx, gy, gz, smem, sizeof(smem), [=] {
+    split_kv_fast(q, k, v, seqlens, table, o, lse, ws_o, ws_lse, counters, H, H_kv, Nq, Nk, page_size, max_pages,
+                  paged, chunk, n_splits, row_tiles, scale_log2, scale, causal);
+  });
 }
