@@ -35,8 +35,11 @@ NWG = 2  # consumer (MMA) warpgroups; Bc = 64 * NWG
 THREADS = 128 * (NWG + 1)  # + the producer warpgroup
 # The default build per head dim. Br and NWG must be the shipped DQ_BULK build's (the conversion kernel reads the
 # accumulator in its fragment order). d = 64: MERGED=1 (S^T and dP^T waited together, P^T and dS^T in one pass):
-# MERGED=0 keeps P^T's fp32 copy live beside its packed fragments and ptxas serialises the wgmma pipeline for lack
-# of registers at the consumers' 240. d = 128: DQ_BUFS=2 fits (226 KB of smem).
+# with MERGED=0 P^T's fp32 copy stays live beside its packed fragments and ptxas serialises the wgmma pipeline for
+# lack of registers at the consumers' 240 (and spills 136 B). d = 128: DQ_BUFS=2 fits (231,528 B of smem).
+# ptxas (NVRTC 13.0, sm_90a; consumer_spills() splits the SASS by role): the consumer path stores nothing to local
+# memory in any of these builds and reloads 2-3 words a step (values computed before the role split); the producer
+# (24 registers) spills 32-88 B in its single-thread loops, which run ahead of the consumers.
 CONFIGS = {
     64: dict(BR=128, STAGES=2, DS_BUFS=2, DQ_BUFS=1, MERGED=1),
     128: dict(BR=64, STAGES=2, DS_BUFS=2, DQ_BUFS=2, MERGED=0),
@@ -150,3 +153,31 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
     fn(fa2_wgmma_bwd.SOURCE, fa2_wgmma_bwd.KERNEL_DQ_BULK, shipped).launch(
         (n_pad // br, b * h, 1), (128, 1, 1), (dq_acc, dq, int(n_q), int(n_pad), float(scale), int(h), *strides(dq)))
     return dq, dk, dv
+
+
+def consumer_spills(defines: dict) -> dict:
+    """Local-memory instructions of the main kernel by role, from its SASS (nvdisasm; no GPU): {'prologue',
+    'consumer', 'producer'} -> (STL count, LDL count). The roles are told apart by position: the consumers' code
+    runs from their setmaxnreg.inc (USETMAXREG.TRY_ALLOC) and the producer's from its setmaxnreg.dec
+    (USETMAXREG.DEALLOC), whichever comes first in the binary ending where the other begins."""
+    import subprocess
+    import tempfile
+
+    from lab.spill_sites import nvdisasm
+
+    cubin = loader.compile_cubin(SOURCE, defines=defines, arch=ARCH)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([nvdisasm(), "-c", str(f.name)], capture_output=True, text=True, check=True).stdout
+    role, out = "prologue", {r: [0, 0] for r in ("prologue", "consumer", "producer")}
+    for line in sass.splitlines():
+        if "USETMAXREG.TRY_ALLOC" in line:
+            role = "consumer"
+        elif "USETMAXREG.DEALLOC" in line:
+            role = "producer"
+        elif " STL" in line:
+            out[role][0] += 1
+        elif " LDL" in line:
+            out[role][1] += 1
+    return {r: tuple(v) for r, v in out.items()}

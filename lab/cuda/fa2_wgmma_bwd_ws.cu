@@ -208,6 +208,13 @@ __device__ __forceinline__ float p_elem(float sv, float l2, float scale_log2, bo
     if (need_mask && (key >= Nk || (is_causal && key > q + causal_off))) p = 0.f;
     return p;
 }
+// x through a register the compiler cannot see into: a value recomputed from it each step is not hoisted out of the
+// loop (at the consumers' 240 registers, hoisted dS^T store addresses were spilled and reloaded every step)
+__device__ __forceinline__ int opaque(int x) {
+    int y;
+    asm volatile("mov.b32 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
 // two dS^T elements (key row r, query columns 8*nt + 2*(lane%4) + 0, 1) into the swizzled dS^T tile
 __device__ __forceinline__ void store_ds(u32 sdS, int r, int nt, int lane, float a, float b) {
     const u32 addr = sdS + sw128<BLOCK_N>(r, nt) + ((lane & 3) << 2);
@@ -222,7 +229,10 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
                  float scale, int causal, int H, int G, long long dk_sb, long long dk_sh, long long dk_sr,
                  long long dv_sb, long long dv_sh, long long dv_sr) {
     extern __shared__ __align__(1024) unsigned char smem[];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+    // the warp index through a shuffle from lane 0 (CUTLASS's canonical_warp_idx_sync): ptxas then knows it, the
+    // warpgroup and every wgmma descriptor built from them are warp-uniform, and keeps those in uniform registers
+    // (built from tid >> 5 they took regular registers, which the consumers' 240 could not spare)
+    const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), wg = warp >> 2;
     const int n0 = blockIdx.x * BLOCK_N;
     const int causal_off = Nk - Nq;
     const bool is_causal = causal != 0;
@@ -328,6 +338,10 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
         const u32 sQ = sQ0 + slot * TILE_Q_BYTES, sdO = sdO0 + slot * TILE_Q_BYTES;
         const u32 sL = sLD0 + slot * LD_BYTES, sDd = sL + 4 * BLOCK_M;
         const u32 sdS = sdS0 + (t % DS_BUFS) * TILE_DS_BYTES;
+        // this thread's lane-dependent offsets, recomputed each step from an opaque copy of tid: hoisted out of the
+        // loop, they were spilled at the consumers' 240 registers and reloaded every step
+        const int tr = opaque(tid), lane = tr & 31, t128 = tr & 127;
+        const int key_r = cg * 64 + ((tr >> 5) & 3) * 16 + (lane >> 2);  // = key_l
         mbar_wait(FULL_Q(slot), (t / STAGES) & 1);
 
         float s[BLOCK_M / 2], dp[BLOCK_M / 2];
@@ -355,7 +369,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
                 s[4 * nt + 2 * h + 1] = p1;
                 dp[4 * nt + 2 * h] = p0 * (dp[4 * nt + 2 * h] - dd.x);  // FA2 Alg. 2 line 14
                 dp[4 * nt + 2 * h + 1] = p1 * (dp[4 * nt + 2 * h + 1] - dd.y);
-                store_ds(sdS, key_l + 8 * h, nt, lane, dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]);
+                store_ds(sdS, key_r + 8 * h, nt, lane, dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]);
             }
         }
         {
@@ -400,7 +414,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
             for (int h = 0; h < 2; ++h) {
                 dp[4 * nt + 2 * h] = s[4 * nt + 2 * h] * (dp[4 * nt + 2 * h] - dd.x);
                 dp[4 * nt + 2 * h + 1] = s[4 * nt + 2 * h + 1] * (dp[4 * nt + 2 * h + 1] - dd.y);
-                store_ds(sdS, key_l + 8 * h, nt, lane, dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]);
+                store_ds(sdS, key_r + 8 * h, nt, lane, dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]);
             }
         }
 #endif
