@@ -55,7 +55,9 @@
 //   exit           producer warp 1 waits for its reduces to be written (wait_group 0) before it exits, so the
 //                  smem they read stays the CTA's; producer warp 0 exits after its last copy is issued (every copy
 //                  is waited for by the consumers).
-// Knobs: HEAD_DIM (64|128), BR (Br: 64|128), IS_BF16, STAGES (2|3), DS_BUFS (1|2), DQ_BUFS (1|2), PRODUCER_REGS.
+// Knobs: HEAD_DIM (64|128), BR (Br: 64|128), IS_BF16, STAGES (2|3), DS_BUFS (1|2), DQ_BUFS (1|2), PRODUCER_REGS,
+// MERGED (1: S^T and dP^T waited together and P^T, dS^T computed in one pass, so P^T's fp32 copy dies as it is
+// packed; 0: the shipped order, the softmax overlapping dP^T's product; d = 64 needs 1 at 240 registers).
 // NWG = 2 consumer warpgroups (Bc = 128). Causal is bottom-right (query i sees key j iff j <= i + Nk - Nq).
 // grid = (Tc, B*H_kv); block = 128*(NWG+1) threads.
 
@@ -322,7 +324,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
 
     // ---------------------------------------------------------------------------------------------- consumers
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
-    const int cg = wg - 1, wq = warp & 3, t128 = tid & 127;
+    const int cg = wg - 1, wq = warp & 3;
     // FA2 Alg. 2 line 7
     float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -340,8 +342,8 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
         const u32 sdS = sdS0 + (t % DS_BUFS) * TILE_DS_BYTES;
         // this thread's lane-dependent offsets, recomputed each step from an opaque copy of tid: hoisted out of the
         // loop, they were spilled at the consumers' 240 registers and reloaded every step
-        const int tr = opaque(tid), lane = tr & 31, t128 = tr & 127;
-        const int key_r = cg * 64 + ((tr >> 5) & 3) * 16 + (lane >> 2);  // = key_l
+        const int tr = opaque(tid), ln = tr & 31, t128 = tr & 127;
+        const int key_r = cg * 64 + ((tr >> 5) & 3) * 16 + (ln >> 2);  // = key_l
         mbar_wait(FULL_Q(slot), (t / STAGES) & 1);
 
         float s[BLOCK_M / 2], dp[BLOCK_M / 2];
@@ -357,7 +359,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
 #endif
 #pragma unroll
         for (int nt = 0; nt < NQ8; ++nt) {
-            const int c = 8 * nt + 2 * (lane & 3);  // query column (of the block) of elements e = 0, 1
+            const int c = 8 * nt + 2 * (ln & 3);  // query column (of the block) of elements e = 0, 1
             const float2 l2 = lds_f2(sL + c * 4), dd = lds_f2(sDd + c * 4);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -369,7 +371,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
                 s[4 * nt + 2 * h + 1] = p1;
                 dp[4 * nt + 2 * h] = p0 * (dp[4 * nt + 2 * h] - dd.x);  // FA2 Alg. 2 line 14
                 dp[4 * nt + 2 * h + 1] = p1 * (dp[4 * nt + 2 * h + 1] - dd.y);
-                store_ds(sdS, key_r + 8 * h, nt, lane, dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]);
+                store_ds(sdS, key_r + 8 * h, nt, ln, dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]);
             }
         }
         {
@@ -384,7 +386,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
         // FA2 Alg. 2 line 11: P^T = exp2(S^T * scale * log2e - L2_i); hidden (key, query) pairs and key padding -> 0
 #pragma unroll
         for (int nt = 0; nt < NQ8; ++nt) {
-            const int c = 8 * nt + 2 * (lane & 3);
+            const int c = 8 * nt + 2 * (ln & 3);
             const float2 l2 = lds_f2(sL + c * 4);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -408,13 +410,13 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
         // FA2 Alg. 2 line 14: dS^T = P^T o (dP^T - D_i), stored as is (rows = keys) for FA2 Alg. 2 line 15
 #pragma unroll
         for (int nt = 0; nt < NQ8; ++nt) {
-            const int c = 8 * nt + 2 * (lane & 3);
+            const int c = 8 * nt + 2 * (ln & 3);
             const float2 dd = lds_f2(sDd + c * 4);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 dp[4 * nt + 2 * h] = s[4 * nt + 2 * h] * (dp[4 * nt + 2 * h] - dd.x);
                 dp[4 * nt + 2 * h + 1] = s[4 * nt + 2 * h + 1] * (dp[4 * nt + 2 * h + 1] - dd.y);
-                store_ds(sdS, key_r + 8 * h, nt, lane, dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]);
+                store_ds(sdS, key_r + 8 * h, nt, ln, dp[4 * nt + 2 * h], dp[4 * nt + 2 * h + 1]);
             }
         }
 #endif
@@ -434,7 +436,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
         wgmma_fence_operand(dk);
         wgmma_fence_operand(dv);
         __syncwarp();
-        if (lane == 0) mbar_arrive(EMPTY_Q(slot));  // this warp's products have read Q_i, dO_i; L2_i, D_i read
+        if (ln == 0) mbar_arrive(EMPTY_Q(slot));  // this warp's products have read Q_i, dO_i; L2_i, D_i read
 
         // the slice to smem in fragment order; producer warp 1 reduce-adds it into dQacc
         const int buf = t % DQ_BUFS, use = t / DQ_BUFS;
