@@ -49,6 +49,7 @@ ALTERNATIVES = {
     64: [dict(BR=128, STAGES=2, DS_BUFS=1, DQ_BUFS=2, MERGED=1)],
     128: [dict(BR=64, STAGES=2, DS_BUFS=2, DQ_BUFS=2, MERGED=1), dict(BR=64, STAGES=3, DS_BUFS=1, DQ_BUFS=1, MERGED=0)],
 }
+MAX_SPILL_BYTES = 96  # ptxas' total for the whole kernel (the producer's, in practice: see consumer_spills)
 KNOBS = {"BR", "STAGES", "DS_BUFS", "DQ_BUFS", "MERGED", "PRODUCER_REGS"}
 SMEM_LIMIT = 227 * 1024
 
@@ -102,14 +103,18 @@ def compile_configs() -> list[tuple[str, str, dict]]:
 
 
 def _check(q, k, v, o, lse, do, deterministic) -> None:
-    fa2_wgmma_bwd._check(q, k, v, o, lse, do)  # types, shapes, dtypes, 16-byte strides, devices, alignment
-    d = q.shape[3]
-    if d not in HEAD_DIMS:
-        raise ValueError(f"head dim d={d} unsupported; the v4 backward takes d in {list(HEAD_DIMS)} "
-                         "(kernels.fa2_wgmma_bwd.backward also takes 96 and 256)")
+    """What the v4 kernel does not take (deterministic, d outside HEAD_DIMS) first, then the shipped backward's checks
+    (types, shapes, dtypes, 16-byte strides, devices, alignment), then what a TMA tensor map cannot describe."""
+    import torch
+
     if deterministic:
         raise ValueError("the v4 backward has no deterministic mode; use kernels.fa2_wgmma_bwd.backward(..., "
                          "deterministic=True)")
+    if isinstance(q, torch.Tensor) and q.dim() == 4 and q.shape[3] not in HEAD_DIMS:
+        raise ValueError(f"head dim d={q.shape[3]} unsupported; the v4 backward takes d in {list(HEAD_DIMS)} "
+                         "(kernels.fa2_wgmma_bwd.backward also takes 96 and 256)")
+    fa2_wgmma_bwd._check(q, k, v, o, lse, do)
+    d = q.shape[3]
     br, bn = CONFIGS[d]["BR"], 64 * NWG
     for name, t, rows in (("q", q, br), ("k", k, bn), ("v", v, bn), ("do", do, br)):
         tma.tensor_map_args(t.shape, t.stride(), t.element_size(), t.data_ptr(), rows, name=name)  # LayoutError
