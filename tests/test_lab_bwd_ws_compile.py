@@ -186,3 +186,41 @@ def test_launch_plan_on_strided_gqa(monkeypatch, d, group, causal):
     assert pre["grid"] == (n_pad // 64, b * h, 1) and conv["grid"] == (n_pad // br, b * h, 1)
     assert conv["args"][0] is acc and conv["args"][1] is dq
     assert tuple(int(s) for s in conv["args"][-3:]) == dq.stride()[:3]
+
+
+@pytest.mark.parametrize("causal,n_q,n_k,group", [(False, 13, 9, 1), (True, 13, 9, 2), (True, 7, 11, 4)])
+def test_ab_reference_is_the_tests_reference(causal, n_q, n_k, group):
+    """lab/bwd_ws_ab.py's float64 reference (exact and rounded) is tests/test_kernels_bwd_gpu.py's grouped one."""
+    from lab import bwd_ws_ab
+    from tests.test_kernels_bwd_gpu import grouped_reference
+
+    g = torch.Generator().manual_seed(n_q + group)
+    q, do = (torch.randn(2, 2 * group, n_q, 16, generator=g) for _ in range(2))
+    k, v = (torch.randn(2, 2, n_k, 16, generator=g) * 2 for _ in range(2))
+    for round_to in (None, torch.bfloat16):
+        got = bwd_ws_ab.reference(q, k, v, do, causal, round_to)
+        want = grouped_reference(q, k, v, do, causal=causal, round_to=round_to)
+        for a, b in zip(got, want):
+            assert torch.isfinite(a).all()
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_ab_plan_and_table():
+    """The A/B precompiles every v4 build it times and the shipped and forward builds beside them; its table puts
+    each contender's TFLOP/s and the ratios in one line per cell (FAIL / skip where a contender has none)."""
+    from lab import bwd_ws_ab
+
+    jobs = bwd_ws_ab.builds([64, 128], ["fp16", "bf16"], [2048])
+    keys = {(str(s), tuple(sorted(d.items()))) for s, d, _ in jobs}
+    for src, _, d in bwd_ws.compile_configs():
+        assert (str(src), tuple(sorted(d.items()))) in keys
+    assert any("fa2_wgmma_tma" in s or "fa2_wgmma.cu" in s for s, _ in keys)  # the forward that makes o, lse
+    cell = dict(dtype="fp16", d=128, n=2048, causal=True)
+    rows = [dict(cell, contender="cudnn", tflops=400.0), dict(cell, contender="shipped", tflops=300.0),
+            dict(cell, contender="v4", tflops=360.0), dict(cell, contender="flash", ok=False),
+            dict(cell, n=4096, contender="v4", skipped="budget")]
+    text = bwd_ws_ab.table(rows, ["shipped", "v4", "cudnn", "flash"])
+    line = [x for x in text.splitlines() if " 2048 " in x][0]
+    assert "300.0" in line and "360.0" in line and "FAIL" in line
+    assert line.split()[-3:] == ["0.750", "0.900", "1.200"]
+    assert "skip" in [x for x in text.splitlines() if " 4096 " in x][0]
