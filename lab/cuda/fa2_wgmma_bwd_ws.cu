@@ -285,11 +285,14 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
                 tma_load(sK + p * BLOCK_N * 128, &tmK, p * 64, n0, hk, b, FULL_KV);
                 tma_load(sV + p * BLOCK_N * 128, &tmV, p * 64, n0, hk, b, FULL_KV);
             }
-            // FA2 Alg. 2 line 9 as a ring: step t's Q_i, dO_i, L2_i, D_i into slot t % STAGES
+            // FA2 Alg. 2 line 9 as a ring: step t's Q_i, dO_i, L2_i, D_i into slot t % STAGES. (i, hq) step along
+            // with t (i over i_first..Tr-1, then the group's next query head) rather than from t % T, t / T: the
+            // divisions' registers spilled at the producer's 24
+            int i = i_first, hq = hk * G;
             for (int t = 0; t < TG; ++t) {
                 const int slot = t % STAGES, use = t / STAGES;
                 if (use > 0) mbar_wait(EMPTY_Q(slot), (use - 1) & 1);  // step t - STAGES is done with the slot
-                const int m0 = (i_first + t % T) * BLOCK_M, hq = hk * G + t / T;
+                const int m0 = i * BLOCK_M;
                 const u32 full = FULL_Q(slot), sl = sLD0 + slot * LD_BYTES;
                 mbar_expect_tx(full, 2 * TILE_Q_BYTES + LD_BYTES);
 #pragma unroll
@@ -300,19 +303,24 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
                 const long long row = ((long long)b * H + hq) * Nq_pad + m0;  // padded to Nq_pad: in bounds
                 bulk_load(sl, L2g + row, 4 * BLOCK_M, full);
                 bulk_load(sl + 4 * BLOCK_M, Dg + row, 4 * BLOCK_M, full);
+                if (++i == i_first + T) i = i_first, ++hq;
             }
         } else if (warp == 1 && lane == 0) {
             // FA2 Alg. 2 line 15's sum over j: each step's NWG slices, reduce-added into the fragment-ordered dQacc
+            // dQacc's tile (b*H + hq, i): (b*H + hq) * Tr_pad + i, Tr_pad = Nq_pad / Br; stepped as the loader steps
+            const int tr_pad = Nq_pad / BLOCK_M;
+            long long tile = ((long long)b * H + hk * G) * tr_pad + i_first;
+            int i = i_first;
             for (int t = 0; t < TG; ++t) {
                 const int buf = t % DQ_BUFS, use = t / DQ_BUFS;
-                const long long bh = (long long)b * H + hk * G + t / T;
-                const int i = i_first + t % T;
 #pragma unroll
                 for (int w = 0; w < NWG; ++w) {
                     mbar_wait(DQ_FULL(buf, w), use & 1);
-                    bulk_reduce_add_f32(dQacc + ((bh * (Nq_pad / BLOCK_M) + i) * NWG + w) * (64 * DQ_N),
-                                        sdQ0 + (buf * NWG + w) * DQ_SLICE_BYTES, DQ_SLICE_BYTES);
+                    bulk_reduce_add_f32(dQacc + (tile * NWG + w) * (64 * DQ_N), sdQ0 + (buf * NWG + w) * DQ_SLICE_BYTES,
+                                        DQ_SLICE_BYTES);
                 }
+                if (++i == i_first + T) i = i_first, tile += tr_pad - T + 1;  // the group's next query head
+                else ++tile;
                 bulk_wait_read();  // both slices read: the buffer may be overwritten
 #pragma unroll
                 for (int w = 0; w < NWG; ++w) mbar_arrive(DQ_EMPTY(buf, w));
