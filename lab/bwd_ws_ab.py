@@ -52,6 +52,16 @@ CHECKS = [  # (B, H_kv, group, Nq, Nk, d, dtype, causal, strided)
 ]
 
 
+DEVICE = "cuda"  # tests/test_lab_bwd_ws_compile.py runs the glue on "cpu" with the kernels replaced by the oracle
+
+
+def sync() -> None:
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def log(*a):
     print(*a, flush=True)
 
@@ -132,10 +142,10 @@ def inputs(b, h, h_kv, n_q, n_k, d, dtype, scale, seed, strided):
     """q, do (B, H, Nq, d), k, v (B, H_kv, Nk, d); strided: (B, N, H, d) tensors seen through .transpose(1, 2)."""
     import torch
 
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
 
     def make(heads, n, sc):
-        x = torch.randn(b, n, heads, d, generator=g, device="cuda") * sc
+        x = torch.randn(b, n, heads, d, generator=g, device=DEVICE) * sc
         return x.to(dtype).transpose(1, 2) if strided else x.transpose(1, 2).contiguous().to(dtype)
 
     return make(h, n_q, scale), make(h_kv, n_k, scale), make(h_kv, n_k, 1.0), make(h, n_q, 1.0)
@@ -159,7 +169,7 @@ def correctness() -> list[dict]:
             try:
                 bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=cfg, out=grads)
                 shipped = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal)
-                torch.cuda.synchronize()
+                sync()
                 exact, rounded = reference(q, k, v, do, causal), reference(q, k, v, do, causal, dtype)
                 for name, g, ref, base, sh in zip(("dq", "dk", "dv"), grads, exact, rounded, shipped):
                     gd, shd = g.double(), sh.double()
@@ -204,8 +214,8 @@ def run_cell(dt, d, n, causal, contenders, end, rows):
     dtype = _dtype(dt)
     b, h = TOKENS // n, HIDDEN // d
     cell = dict(dtype=dt, d=d, n=n, causal=causal, batch=b, heads=h, bwd_flops=2.5 * harness.flops(b, h, n, n, d, causal))
-    g = torch.Generator(device="cuda").manual_seed(n + d)
-    q, k, v, do = (torch.randn(b, h, n, d, generator=g, device="cuda", dtype=dtype) for _ in range(4))
+    g = torch.Generator(device=DEVICE).manual_seed(n + d)
+    q, k, v, do = (torch.randn(b, h, n, d, generator=g, device=DEVICE, dtype=dtype) for _ in range(4))
     o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
     ref = None
     for name, cfg in contenders:
@@ -224,7 +234,7 @@ def run_cell(dt, d, n, causal, contenders, end, rows):
                 def fn(cfg=cfg):
                     return bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=cfg)
             grads = fn()
-            torch.cuda.synchronize()
+            sync()
             if name == "cudnn":
                 ref = grads
             rec["finite"] = all(bool(torch.isfinite(x).all()) for x in grads)
@@ -240,7 +250,8 @@ def run_cell(dt, d, n, causal, contenders, end, rows):
         except Exception as exc:  # a contender that cannot run is reported; the others go on
             rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
         finally:
-            torch.cuda.empty_cache()
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
 
 
 def table(rows, names) -> str:

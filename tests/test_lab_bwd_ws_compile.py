@@ -224,3 +224,64 @@ def test_ab_plan_and_table():
     assert "300.0" in line and "360.0" in line and "FAIL" in line
     assert line.split()[-3:] == ["0.750", "0.900", "1.200"]
     assert "skip" in [x for x in text.splitlines() if " 4096 " in x][0]
+
+
+def _fake_kernels(monkeypatch, broken=None):
+    """The A/B's kernels replaced by the float64 oracle on the CPU: the forward's o, lse, the backwards' gradients
+    (rounded to the input dtype as a kernel's are), SDPA by torch's own on float32; broken: a v4 that drops dK."""
+    from kernels import fa2_wgmma
+    from lab import bwd_ws_ab
+    from variants.reference import attention_reference
+
+    monkeypatch.setattr(bwd_ws_ab, "DEVICE", "cpu")
+
+    def forward(q, k, v, causal=False):
+        rep = q.shape[1] // k.shape[1]
+        o, lse = attention_reference(q.double(), k.double().repeat_interleave(rep, 1),
+                                     v.double().repeat_interleave(rep, 1), causal=causal)
+        return o.to(q.dtype), lse.float()
+
+    def backward(q, k, v, o, lse, do, causal=False, config=None, out=None, **kw):
+        grads = bwd_ws_ab.reference(q, k, v, do, causal, q.dtype)
+        out = out or tuple(torch.empty_like(t) for t in (q, k, v))
+        for dst, g in zip(out, grads):
+            dst.copy_(g)
+        if broken:
+            out[1].zero_()
+        return out
+
+    def sdpa(backend, q, k, v, causal, **kw):
+        return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                is_causal=causal).to(q.dtype)
+
+    monkeypatch.setattr(fa2_wgmma, "forward", forward)
+    monkeypatch.setattr(bwd_ws, "backward", backward)
+    monkeypatch.setattr(fa2_wgmma_bwd, "backward", lambda *a, **kw: backward(*a, **{**kw, "out": None}) if not broken
+                        else bwd_ws_ab.reference(a[0], a[1], a[2], a[5], kw.get("causal", False), a[0].dtype))
+    monkeypatch.setattr(bwd_ws_ab.harness, "sdpa", sdpa)
+    monkeypatch.setattr(bwd_ws_ab.harness, "time_fn", lambda fn, sets, **kw: dict(median_ms=2.0))
+
+
+def test_ab_glue_on_the_cpu(monkeypatch):
+    """lab/bwd_ws_ab.py's correctness gate and one timing cell run end to end with the kernels replaced by the
+    oracle: every check passes, every contender is checked against cuDNN's gradients and timed, TFLOP/s from
+    the harness' FLOPs; a v4 that loses dK fails the gate."""
+    from lab import bwd_ws_ab
+
+    _fake_kernels(monkeypatch)
+    monkeypatch.setattr(bwd_ws_ab, "CHECKS", [c for c in bwd_ws_ab.CHECKS if c[3] * c[4] < 200 * 400][:3])
+    checks = bwd_ws_ab.correctness()
+    assert checks and all(r["ok"] for r in checks), checks
+    monkeypatch.setattr(bwd_ws_ab, "TOKENS", 256)
+    monkeypatch.setattr(bwd_ws_ab, "HIDDEN", 128)
+    rows = []
+    contenders = [("cudnn", None), ("shipped", None), ("v4", None), ("flash", None)]
+    bwd_ws_ab.run_cell("bf16", 64, 128, True, contenders, float("inf"), rows)
+    assert [r["contender"] for r in rows] == ["cudnn", "shipped", "v4", "flash"]
+    assert all(r["ok"] and r["median_ms"] == 2.0 for r in rows), rows
+    assert rows[2]["tflops"] == pytest.approx(2.5 * bwd_ws_ab.harness.flops(2, 2, 128, 128, 64, True) / 2.0 / 1e9)
+    assert max(rows[2]["rel_err_vs_cudnn"]) < bwd_ws_ab.TOL_CUDNN["bf16"]
+    monkeypatch.undo()
+    _fake_kernels(monkeypatch, broken=True)
+    monkeypatch.setattr(bwd_ws_ab, "CHECKS", bwd_ws_ab.CHECKS[:1])
+    assert not any(r["ok"] for r in bwd_ws_ab.correctness())
