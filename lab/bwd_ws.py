@@ -47,11 +47,13 @@ CONFIGS = {
 }
 # Other builds lab/bwd_ws_ab.py times beside the default (compiled and held to the same checks)
 ALTERNATIVES = {
-    64: [dict(BR=128, STAGES=2, DS_BUFS=1, DQ_BUFS=2, MERGED=1)],
-    128: [dict(BR=64, STAGES=2, DS_BUFS=2, DQ_BUFS=2, MERGED=1), dict(BR=64, STAGES=3, DS_BUFS=1, DQ_BUFS=1, MERGED=0)],
+    64: [dict(BR=128, STAGES=2, DS_BUFS=1, DQ_BUFS=2, MERGED=1), dict(BR=128, STAGES=2, DS_BUFS=2, DQ_BUFS=1, MERGED=1,
+                                                                     L2_HINT=1)],
+    128: [dict(BR=64, STAGES=2, DS_BUFS=2, DQ_BUFS=2, MERGED=1), dict(BR=64, STAGES=3, DS_BUFS=1, DQ_BUFS=1, MERGED=0),
+          dict(BR=64, STAGES=2, DS_BUFS=2, DQ_BUFS=2, MERGED=0, L2_HINT=1)],
 }
 MAX_SPILL_BYTES = 64  # ptxas' total for the whole kernel (the producer's, in practice: see consumer_spills)
-KNOBS = {"BR", "STAGES", "DS_BUFS", "DQ_BUFS", "MERGED", "PRODUCER_REGS"}
+KNOBS = {"BR", "STAGES", "DS_BUFS", "DQ_BUFS", "MERGED", "PRODUCER_REGS", "L2_HINT"}
 SMEM_LIMIT = 227 * 1024
 
 

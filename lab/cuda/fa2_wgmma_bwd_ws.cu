@@ -56,6 +56,7 @@
 //                  smem they read stays the CTA's; producer warp 0 exits after its last copy is issued (every copy
 //                  is waited for by the consumers).
 // Knobs: HEAD_DIM (64|128), BR (Br: 64|128), IS_BF16, STAGES (2|3), DS_BUFS (1|2), DQ_BUFS (1|2), PRODUCER_REGS,
+// L2_HINT (evict_last on Q_i, dO_i and the dQ reduce-adds),
 // MERGED (1: S^T and dP^T waited together and P^T, dS^T computed in one pass, so P^T's fp32 copy dies as it is
 // packed; 0: the shipped order, the softmax overlapping dP^T's product; d = 64 needs 1 at 240 registers).
 // NWG = 2 consumer warpgroups (Bc = 128). Causal is bottom-right (query i sees key j iff j <= i + Nk - Nq).
@@ -87,6 +88,9 @@
 #endif
 #ifndef PRODUCER_REGS
 #define PRODUCER_REGS 24
+#endif
+#ifndef L2_HINT  // 1: Q_i, dO_i loads and dQ's reduce-adds carry an L2 evict_last policy (FA3 does): every key block
+#define L2_HINT 0  //    rereads Q_i, dO_i and adds into the same dQ tile
 #endif
 
 #define D HEAD_DIM
@@ -154,9 +158,27 @@ __device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 __device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, u32 ssrc, int bytes) {
+#if L2_HINT
+    asm volatile("{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n"
+                 "cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 [%0], [%1], %2, pol;\n}\n"
+                 ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
+#else
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                  ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
+#endif
     bulk_commit();
+}
+// tma_load (tma_pipe.cuh) with, under L2_HINT, an evict_last policy: the Q_i, dO_i every key block rereads
+__device__ __forceinline__ void tma_load_q(u32 dst, const TensorMap* map, int col, int row, int h, int b, u32 bar) {
+#if L2_HINT
+    asm volatile(
+        "{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n"
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%2, %3, %4, %5}], [%6], pol;\n}\n"
+        ::"r"(dst), "l"((u64)map), "r"(col), "r"(row), "r"(h), "r"(b), "r"(bar) : "memory");
+#else
+    tma_load(dst, map, col, row, h, b, bar);
+#endif
 }
 
 // FA2 Alg. 2 line 10 and FA2 Alg. 2 line 13: X^T = A_j B_i^T for consumer warpgroup c's 64 key rows (A = K or V,
@@ -297,8 +319,8 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
                 mbar_expect_tx(full, 2 * TILE_Q_BYTES + LD_BYTES);
 #pragma unroll
                 for (int p = 0; p < PANELS; ++p) {
-                    tma_load(sQ0 + slot * TILE_Q_BYTES + p * BLOCK_M * 128, &tmQ, p * 64, m0, hq, b, full);
-                    tma_load(sdO0 + slot * TILE_Q_BYTES + p * BLOCK_M * 128, &tmdO, p * 64, m0, hq, b, full);
+                    tma_load_q(sQ0 + slot * TILE_Q_BYTES + p * BLOCK_M * 128, &tmQ, p * 64, m0, hq, b, full);
+                    tma_load_q(sdO0 + slot * TILE_Q_BYTES + p * BLOCK_M * 128, &tmdO, p * 64, m0, hq, b, full);
                 }
                 const long long row = ((long long)b * H + hq) * Nq_pad + m0;  // padded to Nq_pad: in bounds
                 bulk_load(sl, L2g + row, 4 * BLOCK_M, full);
