@@ -3,8 +3,8 @@
     PYTHONPATH=. python lab/precompile_bwd.py [--jobs 16] [--teaching | --new]
 
 The builds: compile_configs() of every kernel with a backward, kernels.fa2_wgmma_bwd's own builds, the decode
-kernels' (split_kv, split_kv_fast), plus the teaching fa2 and naive forwards and backwards at the block shapes
-tests/test_kernels_backward.py and lab/bwd_sanitize_target.py use (--teaching: the teaching tier only, and the
+kernels' (split_kv, split_kv_fast), the lab's v4 backward (lab/bwd_ws.py), plus the teaching fa2 and naive forwards
+and backwards at the block shapes tests/test_kernels_backward.py and lab/bwd_sanitize_target.py use (--teaching: the teaching tier only, and the
 frozen fa2_bwd_v1.cu of lab/teach_bwd_ab.py; --new: the Hopper backward's and the decode kernels' builds only).
 Serially they take minutes; the GPU tests then find them cached. Exit 1 if one fails to compile (its log is printed).
 """
@@ -29,11 +29,13 @@ def new_builds() -> list[tuple]:
     passes, deterministic, both dtypes, each of which lab/bwd_wgmma_sanitize_target.py launches) and the decode
     kernels' (lab/decode_sanitize_target.py)."""
     from kernels import KERNELS, fa2_wgmma_bwd, loader
+    from lab import bwd_ws
 
     arch = loader.default_arch()
     return ([(src, defs, fa2_wgmma_bwd.ARCH) for src, _, defs in fa2_wgmma_bwd.compile_configs()]
             + [(src, defs, spec.arch or arch) for spec in KERNELS.values() if spec.decode
-               for src, _, defs in spec.compile_configs()])
+               for src, _, defs in spec.compile_configs()]
+            + [(src, defs, bwd_ws.ARCH) for src, _, defs in bwd_ws.compile_configs()])  # the lab's v4 backward
 
 
 def builds(teaching_only: bool = False, new_only: bool = False) -> list[tuple]:

@@ -1,0 +1,340 @@
+"""A/B of the lab's v4 backward (lab/bwd_ws.py, warp-specialised) against the shipped one and SDPA's (one GPU run).
+
+    PYTHONPATH=. python lab/bwd_ws_ab.py --out DIR [--budget-s 200] [--n 2048,4096,16384] [--d 64,128]
+                                          [--dtypes fp16,bf16] [--alternatives] [--jobs 16]
+
+1. Precompiles, in parallel processes, every build it launches: the v4 builds (lab/bwd_ws.py compile_configs), the
+   shipped backward's default builds at d = 64, 128 and the fa2_wgmma forward builds that make o and lse.
+2. Correctness (exit 1 on a failure, before any timing): v4 on odd shapes (Nq != Nk, tails, causal rows that see no
+   key, GQA groups 1/2/4/8, (B, N, H, d) views; gradients poisoned with NaN) against float64 autograd (norm-relative
+   TOL[dtype], or 3x the error of a float64 backward that rounds P and dS as any 16-bit kernel must) and against the
+   shipped fa2_wgmma backward (within 2^-8 of its norm: same roundings, only dQ's fp32 reduce order differs).
+3. Timing, per (dtype, d, N, causal) with batch*N = 16k tokens and hidden 2048 (H = 2048 / d): backward only, medians
+   of bench.harness.time_fn (triton.testing.do_bench, L2 flushed) of the shipped fa2_wgmma backward, v4 (and, with
+   --alternatives, lab/bwd_ws.py ALTERNATIVES), SDPA cuDNN and SDPA flash (through autograd, graph kept). Each
+   contender's gradients are first checked against cuDNN's on the same inputs (bench/bwd_layouts_speed.py's TOL); a
+   failing one is reported, not timed, and makes the exit status 1. TFLOP/s count 2.5x the forward's FLOPs
+   (bench.harness.flops, the papers' convention). Cells stop at --budget-s (the rest are listed as skipped), so
+   a default run ends within ~240 s on an H100 including compiles.
+Prints a table (TFLOP/s, ratio to cuDNN, v4 / shipped) and writes bwd_ws_ab.json under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import harness  # noqa: E402
+
+TOKENS, HIDDEN = 16384, 2048
+TOL64 = {"fp16": 5e-3, "bf16": 3e-2}  # against float64 (tests/test_kernels_bwd_gpu.py TOL)
+TOL_CUDNN = {"fp16": 2e-2, "bf16": 6e-2}  # against another 16-bit backward (bench/bwd_layouts_speed.py TOL)
+SHIPPED_REL = 2.0 ** -8
+CHECKS = [  # (B, H_kv, group, Nq, Nk, d, dtype, causal, strided)
+    (2, 2, 1, 333, 200, 64, "fp16", True, False),
+    (1, 2, 4, 200, 333, 64, "bf16", True, True),
+    (2, 1, 8, 129, 517, 64, "fp16", False, True),
+    (2, 2, 1, 333, 200, 128, "bf16", True, True),
+    (1, 2, 2, 200, 333, 128, "fp16", True, False),
+    (1, 1, 8, 1000, 1000, 128, "bf16", False, True),
+    (1, 3, 1, 1, 700, 128, "fp16", True, False),
+]
+
+
+DEVICE = "cuda"  # tests/test_lab_bwd_ws_compile.py runs the glue on "cpu" with the kernels replaced by the oracle
+
+
+def sync() -> None:
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def _dtype(name):
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def builds(ds, dtypes, ns) -> list[tuple]:
+    """(source, defines, arch) of every build this run launches."""
+    from kernels import fa2_wgmma, fa2_wgmma_bwd
+    from lab import bwd_ws
+
+    jobs = [(src, defs, bwd_ws.ARCH) for src, _, defs in bwd_ws.compile_configs() if defs["HEAD_DIM"] in ds]
+    for d in ds:
+        for dt in dtypes:
+            bf16 = dt == "bf16"
+            jobs.append((str(fa2_wgmma_bwd.SOURCE), fa2_wgmma_bwd.defines_for(d, bf16), fa2_wgmma_bwd.ARCH))
+            for n in sorted(set(ns) | {c[4] for c in CHECKS if c[5] == d}):
+                for causal in (False, True):
+                    for plain in (False, True):  # the forward's build depends on contiguous equal-head inputs
+                        defs = fa2_wgmma.defines_for(d, bf16, fa2_wgmma.default_config(d, n, plain, causal))
+                        jobs.append((str(fa2_wgmma.source_of(defs)[0]), defs, fa2_wgmma.ARCH))
+    return list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())
+
+
+def compile_one(source, defines, arch):
+    from kernels import loader
+
+    loader.compile_cubin(source, defines=defines, arch=arch)
+
+
+def precompile(jobs_n: int, ds, dtypes, ns) -> None:
+    jobs = builds(ds, dtypes, ns)
+    t0 = time.time()
+    # spawn, not fork: CUDA may be initialised here, and a forked child must not inherit it
+    with cf.ProcessPoolExecutor(max(1, jobs_n), mp_context=mp.get_context("spawn")) as ex:
+        futures = [ex.submit(compile_one, *job) for job in jobs]
+        bad = [str(f.exception()) for f in futures if f.exception() is not None]
+    if bad:
+        raise SystemExit(f"a build failed to compile:\n{bad[0][:3000]}")
+    log(f"precompiled {len(jobs)} builds in {time.time() - t0:.0f} s")
+
+
+def reference(q, k, v, do, causal, round_to=None):
+    """float64 (dq, dk, dv) of softmax attention, K/V repeat_interleave'd to H heads and dK/dV summed back over each
+    group (rows that see no key: o = 0, gradients 0). round_to=dtype: O (for D), P and dS rounded to it, as any
+    16-bit kernel rounds them (the rounding floor; tests/test_kernels_bwd_gpu.py's two references)."""
+    import torch
+
+    from variants.reference import causal_mask
+
+    rep = q.shape[1] // k.shape[1]
+    q64, do64 = q.double(), do.double()
+    k64, v64 = (t.double().repeat_interleave(rep, 1) for t in (k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = scale * (q64 @ k64.transpose(-1, -2))
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    lse = torch.logsumexp(s, -1, keepdim=True)
+    p = torch.where(torch.isfinite(lse), torch.exp(s - lse.nan_to_num(neginf=0.0)), torch.zeros_like(s))
+
+    def r(t):
+        return t if round_to is None else t.to(round_to).double()
+
+    o = p @ v64
+    dv = r(p).transpose(-1, -2) @ do64                     # FA2 Alg. 2 line 12
+    dp = do64 @ v64.transpose(-1, -2)                      # FA2 Alg. 2 line 13
+    dd = (do64 * r(o)).sum(-1, keepdim=True)               # FA2 Alg. 2 line 4
+    ds = r(p * (dp - dd))                                  # FA2 Alg. 2 line 14
+    dq, dk = scale * ds @ k64, scale * ds.transpose(-1, -2) @ q64
+    return dq, dk.unflatten(1, (k.shape[1], rep)).sum(2), dv.unflatten(1, (k.shape[1], rep)).sum(2)
+
+
+def inputs(b, h, h_kv, n_q, n_k, d, dtype, scale, seed, strided):
+    """q, do (B, H, Nq, d), k, v (B, H_kv, Nk, d); strided: (B, N, H, d) tensors seen through .transpose(1, 2)."""
+    import torch
+
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+
+    def make(heads, n, sc):
+        x = torch.randn(b, n, heads, d, generator=g, device=DEVICE) * sc
+        return x.to(dtype).transpose(1, 2) if strided else x.transpose(1, 2).contiguous().to(dtype)
+
+    return make(h, n_q, scale), make(h_kv, n_k, scale), make(h_kv, n_k, 1.0), make(h, n_q, 1.0)
+
+
+def correctness() -> list[dict]:
+    import torch
+
+    from kernels import fa2_wgmma, fa2_wgmma_bwd
+    from lab import bwd_ws
+
+    rows = []
+    for i, (b, h_kv, group, n_q, n_k, d, dt, causal, strided) in enumerate(CHECKS):
+        dtype = _dtype(dt)
+        for cfg in [None, *bwd_ws.ALTERNATIVES[d]]:
+            q, k, v, do = inputs(b, h_kv * group, h_kv, n_q, n_k, d, dtype, 4.0, 7 + i, strided)
+            o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
+            grads = tuple(fa2_wgmma_bwd._empty_like_layout(t).fill_(float("nan")) for t in (q, k, v))  # poisoned
+            row = dict(b=b, h_kv=h_kv, group=group, n_q=n_q, n_k=n_k, d=d, dtype=dt, causal=causal, strided=strided,
+                       config=cfg, ok=True)
+            try:
+                bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=cfg, out=grads)
+                shipped = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal)
+                sync()
+                exact, rounded = reference(q, k, v, do, causal), reference(q, k, v, do, causal, dtype)
+                for name, g, ref, base, sh in zip(("dq", "dk", "dv"), grads, exact, rounded, shipped):
+                    gd, shd = g.double(), sh.double()
+                    finite = bool(torch.isfinite(gd).all())
+                    norm, err = float(ref.norm()), float((gd - ref).norm()) if finite else math.inf
+                    floor, atol = float((base - ref).norm()), 1e-5 * g.numel() ** 0.5
+                    diff = float((gd - shd).norm()) if finite else math.inf
+                    ok = finite and err <= max(TOL64[dt] * norm, 3 * floor, atol) and diff <= max(
+                        SHIPPED_REL * float(shd.norm()), 0.5 * float((shd - ref).norm()), atol)
+                    row[name] = dict(rel=err / max(norm, 1e-30), rounding_rel=floor / max(norm, 1e-30),
+                                     vs_shipped=diff / max(float(shd.norm()), 1e-30), ok=ok)
+                    row["ok"] = row["ok"] and ok
+                if causal and n_q > n_k and not bool((grads[0][:, :, : n_q - n_k] == 0).all()):
+                    row.update(ok=False, no_key_rows="dq not 0")
+            except Exception as exc:
+                row.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+            rows.append(row)
+            log(f"check d={d} {dt} B={b} H_kv={h_kv} G={group} Nq={n_q} Nk={n_k} causal={int(causal)} "
+                f"strided={int(strided)} {cfg or 'default'}: {'ok' if row['ok'] else 'FAILED ' + str(row)}")
+    return rows
+
+
+def rel(a, b) -> float:
+    return float((a.double() - b.double()).norm() / max(float(b.double().norm()), 1e-30))
+
+
+def sdpa_grads(backend, q, k, v, do, causal):
+    """run() -> (dq, dk, dv): SDPA's backward with one backend through autograd (the graph kept)."""
+    import torch
+
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = harness.sdpa(backend, q, k, v, causal)
+    return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
+
+def run_cell(dt, d, n, causal, contenders, end, rows):
+    import torch
+
+    from kernels import fa2_wgmma, fa2_wgmma_bwd
+    from lab import bwd_ws
+
+    dtype = _dtype(dt)
+    b, h = TOKENS // n, HIDDEN // d
+    cell = dict(dtype=dt, d=d, n=n, causal=causal, batch=b, heads=h, bwd_flops=2.5 * harness.flops(b, h, n, n, d, causal))
+    g = torch.Generator(device=DEVICE).manual_seed(n + d)
+    q, k, v, do = (torch.randn(b, h, n, d, generator=g, device=DEVICE, dtype=dtype) for _ in range(4))
+    o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
+    ref = None
+    for name, cfg in contenders:
+        rec = dict(cell, contender=name)
+        rows.append(rec)
+        if time.time() > end:
+            rec["skipped"] = "budget"
+            continue
+        try:
+            if name in ("cudnn", "flash"):
+                fn = sdpa_grads(name, q, k, v, do, causal)
+            elif name == "shipped":
+                def fn():
+                    return fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal)
+            else:
+                def fn(cfg=cfg):
+                    return bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=cfg)
+            grads = fn()
+            sync()
+            if name == "cudnn":
+                ref = grads
+            rec["finite"] = all(bool(torch.isfinite(x).all()) for x in grads)
+            if ref is not None and name != "cudnn":
+                rec["rel_err_vs_cudnn"] = [rel(x, r) for x, r in zip(grads, ref)]
+            rec["ok"] = rec["finite"] and max(rec.get("rel_err_vs_cudnn", [0.0])) <= TOL_CUDNN[dt]
+            if not rec["ok"]:
+                log(f"  {name}: gradient check FAILED {rec}")
+                continue
+            del grads
+            ms = float(harness.time_fn(lambda: fn(), [()])["median_ms"])
+            rec.update(median_ms=ms, tflops=cell["bwd_flops"] / ms / 1e9)
+        except Exception as exc:  # a contender that cannot run is reported; the others go on
+            rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+        finally:
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
+
+
+def table(rows, names) -> str:
+    cells = sorted({(r["dtype"], r["d"], r["n"], r["causal"]) for r in rows}, key=lambda c: (c[0], c[1], c[3], c[2]))
+    head = f"{'dtype':5} {'d':>4} {'N':>6} {'causal':>6} " + " ".join(f"{x:>9}" for x in names)
+    head += "  shipped/cuDNN  v4/cuDNN  v4/shipped"
+    out = [head]
+    for c in cells:
+        by = {r["contender"]: r for r in rows if (r["dtype"], r["d"], r["n"], r["causal"]) == c}
+        tf = {x: by.get(x, {}).get("tflops") for x in names}
+        line = f"{c[0]:5} {c[1]:>4} {c[2]:>6} {int(c[3]):>6} " + " ".join(
+            f"{tf[x]:9.1f}" if tf[x] else f"{'skip' if 'skipped' in by.get(x, {}) else 'FAIL':>9}" for x in names)
+
+        def ratio(a, b):
+            return f"{tf[a] / tf[b]:.3f}" if tf.get(a) and tf.get(b) else "-"
+        line += f"  {ratio('shipped', 'cudnn'):>13}  {ratio('v4', 'cudnn'):>8}  {ratio('v4', 'shipped'):>10}"
+        out.append(line)
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="bwd_ws_ab_"))
+    ap.add_argument("--n", default="2048,4096,16384")
+    ap.add_argument("--d", default="64,128")
+    ap.add_argument("--dtypes", default="fp16,bf16")
+    ap.add_argument("--budget-s", type=float, default=200.0, help="timing stops here (seconds from the start)")
+    ap.add_argument("--alternatives", action="store_true", help="also time lab/bwd_ws.py ALTERNATIVES")
+    ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
+    args = ap.parse_args(argv)
+    ns = harness.int_list(ap, "--n", args.n, at_most=TOKENS, why="batch*N = 16k tokens")
+    ds = harness.int_list(ap, "--d", args.d, choices=(64, 128), why="the v4 backward's head dims")
+    dtypes = [x for x in args.dtypes.split(",") if x]
+    if not dtypes or any(x not in TOL64 for x in dtypes):
+        ap.error(f"--dtypes: a comma-separated subset of {', '.join(TOL64)}, got {args.dtypes!r}")
+    if not args.budget_s > 0:
+        ap.error(f"--budget-s must be positive, got {args.budget_s}")
+    harness.positive_int(ap, "--jobs", args.jobs)
+    import torch
+
+    from lab import bwd_ws
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        ap.error("needs a compute capability 9.x GPU")
+    start = time.time()
+    precompile(args.jobs, ds, dtypes, ns)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    checks = correctness()
+    result = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, timer=harness.timer_name(),
+                  flops=f"backward = 2.5 x forward, forward = {harness.flops_formula()}", tokens=TOKENS,
+                  hidden=HIDDEN, configs={d: bwd_ws.CONFIGS[d] for d in ds}, checks=checks, rows=[])
+    path = out_dir / "bwd_ws_ab.json"
+    if not all(r["ok"] for r in checks):
+        path.write_text(json.dumps(result, indent=1, default=str))
+        log(f"correctness FAILED: {sum(not r['ok'] for r in checks)} of {len(checks)} checks; no timing. Wrote {path}")
+        return 1
+    log(f"correctness: {len(checks)} checks passed ({time.time() - start:.0f} s)")
+    end = start + args.budget_s
+    rows = result["rows"]
+    names = ["shipped", "v4", "cudnn", "flash"]
+    for dt in dtypes:
+        for d in ds:
+            contenders = [("cudnn", None), ("shipped", None), ("v4", None), ("flash", None)]
+            if args.alternatives:
+                alts = [(f"v4_alt{i}", cfg) for i, cfg in enumerate(bwd_ws.ALTERNATIVES[d])]
+                contenders += alts
+                names += [a for a, _ in alts if a not in names]
+            for n in ns:
+                for causal in (False, True):
+                    run_cell(dt, d, n, causal, contenders, end, rows)
+                    cell = [r for r in rows if (r["dtype"], r["d"], r["n"], r["causal"]) == (dt, d, n, causal)]
+                    log(f"{dt} d={d} N={n} causal={int(causal)}: " + "  ".join(
+                        f"{r['contender']}={r['tflops']:.0f}" if "tflops" in r else
+                        f"{r['contender']}={'skip' if 'skipped' in r else 'FAIL'}" for r in cell))
+    result["seconds"] = time.time() - start
+    result["table"] = table(rows, names)
+    path.write_text(json.dumps(result, indent=1, default=str))
+    log("\nTFLOP/s (backward; do_bench medians)\n" + result["table"])
+    log(f"wrote {path} ({time.time() - start:.0f} s)")
+    bad = [r for r in rows if r.get("ok") is False]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""CPU-side checks of the lab's v4 backward (lab/bwd_ws.py, lab/cuda/fa2_wgmma_bwd_ws.cu): every build compiles for
+sm_90a with NVRTC, ptxas keeps the wgmma pipeline, the consumer (MMA) warpgroups' code stores nothing to local memory,
+shared memory fits a CTA, the launcher names what it does not take before any GPU work, and its launch plan (grid,
+block, smem, argument order, tensor-map boxes) is the one the kernel reads."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from kernels import fa2_wgmma_bwd, loader
+from lab import bwd_ws
+
+try:
+    loader.nvrtc_version()
+    loader.cuda_include_dirs()
+    TOOLCHAIN = None
+except loader.ToolchainMissing as exc:
+    TOOLCHAIN = str(exc)
+
+needs_nvrtc = pytest.mark.skipif(TOOLCHAIN is not None, reason=f"no NVRTC toolchain: {TOOLCHAIN}")
+
+
+def _has_nvdisasm() -> bool:
+    try:
+        import nvidia
+        from pathlib import Path
+
+        return bool(shutil.which("nvdisasm")) or any(
+            any(Path(b).glob("cu*/bin/nvdisasm")) for b in nvidia.__path__)
+    except ImportError:
+        return bool(shutil.which("nvdisasm"))
+
+
+MAIN = [(k, d) for _, k, d in bwd_ws.compile_configs() if k == bwd_ws.KERNEL]
+IDS = ["-".join(f"{k}={v}" for k, v in d.items()) for _, d in MAIN]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("build", MAIN, ids=IDS)
+def test_main_kernel_compiles_within_budget(build):
+    kernel, defines = build
+    res = loader.resource_usage(bwd_ws.SOURCE, kernel, defines=defines, arch=bwd_ws.ARCH)
+    # __launch_bounds__(384, 1): 65536 / 384 rounded down to 8; setmaxnreg moves registers between the roles
+    assert 0 < res["registers"] <= 168, res
+    assert not res["wgmma_serialized"], f"ptxas serialised the wgmma pipeline: {res['wgmma_serialized']}"
+    assert max(res["spill_stores"], res["spill_loads"]) <= bwd_ws.MAX_SPILL_BYTES, res
+    smem = bwd_ws.smem_bytes(defines)
+    assert smem <= 227 * 1024, f"{smem} B of shared memory is over the H100/H200 227 KB per CTA"
+
+
+@needs_nvrtc
+@pytest.mark.skipif(not _has_nvdisasm(), reason="nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
+@pytest.mark.parametrize("build", MAIN, ids=IDS)
+def test_consumer_path_stores_nothing_to_local_memory(build):
+    """The MMA warpgroups' code (after their setmaxnreg.inc) has no STL; it reloads at most a few words a step that
+    were computed before the role split. ptxas' spill total (test above) is mostly the 24-register producer's."""
+    _, defines = build
+    sites = bwd_ws.consumer_spills(defines)
+    assert sites["consumer"][0] == 0, sites
+    assert sites["consumer"][1] <= 4, sites
+    assert sum(s[0] for s in sites.values()) > 0 or sites["producer"] == (0, 0)  # the parse saw the whole kernel
+
+
+@needs_nvrtc
+def test_shipped_pre_and_dq_kernels_compile():
+    for src, kernel, defines in bwd_ws.compile_configs():
+        if kernel == bwd_ws.KERNEL:
+            continue
+        assert src == str(fa2_wgmma_bwd.SOURCE)
+        assert defines["DQ_BULK"] == 1 and defines["NWG"] == bwd_ws.NWG
+        assert defines["BR"] == bwd_ws.CONFIGS[defines["HEAD_DIM"]]["BR"]  # the accumulator's fragment order
+        assert loader.resource_usage(src, kernel, defines=defines, arch=bwd_ws.ARCH)["registers"] > 0
+
+
+def test_every_build_is_listed():
+    """Default and alternative builds, d = 64 and 128, both dtypes."""
+    got = {(d["HEAD_DIM"], d["IS_BF16"], tuple(sorted(d.items()))) for _, d in MAIN}
+    assert {(d, b) for d, b, _ in got} == {(64, 0), (64, 1), (128, 0), (128, 1)}
+    assert len(MAIN) == 2 * sum(1 + len(bwd_ws.ALTERNATIVES[d]) for d in bwd_ws.HEAD_DIMS)
+
+
+def _t(*shape, dtype=torch.float16):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+GOOD = dict(q=_t(1, 2, 33, 64), k=_t(1, 2, 17, 64), v=_t(1, 2, 17, 64), o=_t(1, 2, 33, 64),
+            lse=_t(1, 2, 33, dtype=torch.float32), do=_t(1, 2, 33, 64))
+
+
+@pytest.mark.parametrize("change,kw,error,match", [
+    (dict(q=_t(1, 2, 33, 96), o=_t(1, 2, 33, 96), do=_t(1, 2, 33, 96), k=_t(1, 2, 17, 96), v=_t(1, 2, 17, 96)), {},
+     ValueError, r"d=96 unsupported; the v4 backward takes d in \[64, 128\]"),
+    (dict(q=_t(1, 2, 33, 256), o=_t(1, 2, 33, 256), do=_t(1, 2, 33, 256), k=_t(1, 2, 17, 256),
+          v=_t(1, 2, 17, 256)), {}, ValueError, "d=256 unsupported"),
+    ({}, dict(deterministic=True), ValueError, "no deterministic mode"),
+    (dict(k=_t(1, 3, 17, 64), v=_t(1, 3, 17, 64)), {}, ValueError, "H_kv=3 heads, which must divide"),
+    (dict(q=_t(1, 2, 33, 68)[..., :64]), {}, ValueError, "q's row stride 68"),
+    (dict(q=_t(1, 2, 33, 64, dtype=torch.float32)), {}, TypeError, "supports float16, bfloat16"),
+    (dict(lse=_t(1, 2, 32, dtype=torch.float32)), {}, ValueError, "lse must be float32 of shape"),
+    ({}, {}, ValueError, "q is on cpu"),
+])
+def test_bad_input_is_named(change, kw, error, match):
+    args = dict(GOOD, **change)
+    with pytest.raises(error, match=match):
+        bwd_ws.backward(args["q"], args["k"], args["v"], args["o"], args["lse"], args["do"], **kw)
+
+
+def test_broadcast_kv_is_refused_before_launch(monkeypatch):
+    """A stride-0 (expanded) head dimension passes the shipped checks but no TMA tensor map: named, no launch."""
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(loader, "get_function", lambda *a, **kw: pytest.fail("launched"))
+    k, v = (_t(1, 1, 17, 64).expand(1, 2, 17, 64) for _ in range(2))
+    with pytest.raises(ValueError, match="stride 0 .*broadcast"):
+        bwd_ws.backward(GOOD["q"], k, v, GOOD["o"], GOOD["lse"], GOOD["do"])
+
+
+def test_defines_refuse_what_the_kernel_does_not_build():
+    with pytest.raises(ValueError, match="head dims"):
+        bwd_ws.defines_for(96, False)
+    with pytest.raises(ValueError, match="unknown knobs"):
+        bwd_ws.defines_for(128, False, dict(STAGS=3))
+    with pytest.raises(ValueError, match="dQ conversion kernel"):
+        bwd_ws.defines_for(64, False, dict(BR=64))
+    with pytest.raises(ValueError, match="shared memory"):  # 3 Q/dO slots + two dS^T and two dQ buffers at d = 128
+        bwd_ws.defines_for(128, False, dict(STAGES=3, DS_BUFS=2, DQ_BUFS=2))
+    d128 = bwd_ws.defines_for(128, True)
+    assert d128["IS_BF16"] == 1 and bwd_ws.smem_bytes(d128) == 231528  # K, V 64K + Q, dO 64K + dS 32K + dQ 64K + ...
+
+
+class _Recorder:
+    """Stands in for loader.get_function: records each launch (source, kernel name, defines, grid, args)."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __call__(self, source, name, *, defines, arch, device):
+        rec = self
+
+        class K:
+            def launch(self, grid, block, args, shared_mem=0):
+                rec.launches.append(dict(source=str(source), name=name, defines=defines, grid=grid, block=block,
+                                         args=args, shared_mem=shared_mem))
+        return K()
+
+
+@pytest.mark.parametrize("d,group,causal", [(64, 4, True), (128, 1, False), (128, 8, True)])
+def test_launch_plan_on_strided_gqa(monkeypatch, d, group, causal):
+    """The plan on CPU tensors that pass as CUDA: the shipped pre kernel over B*H query heads, the main kernel on
+    (Tc, B*H_kv) with 384 threads and smem_bytes, four tensor maps (q, k, v, do) with boxes Br / Bc rows, then the
+    scalars and dK/dV strides in the .cu's order, and the shipped dq_bulk conversion over (Nq_pad / Br, B*H)."""
+    from kernels import tma
+
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    maps = []
+    monkeypatch.setattr(tma, "tensor_map", lambda t, rows, name="": maps.append((name, rows)) or name)
+    rec = _Recorder()
+    monkeypatch.setattr(loader, "get_function", rec)
+    b, h_kv, n_q, n_k = 2, 2, 70, 200
+    h = h_kv * group
+    q, o, do = (_t(b, n_q, h, d).transpose(1, 2) for _ in range(3))
+    k, v = (_t(b, n_k, h_kv, d).transpose(1, 2) for _ in range(2))
+    dq, dk, dv = bwd_ws.backward(q, k, v, o, _t(b, h, n_q, dtype=torch.float32), do, causal=causal)
+    assert (dq.stride(), dk.stride(), dv.stride()) == (q.stride(), k.stride(), v.stride())
+    pre, main, conv = rec.launches
+    assert (pre["name"], conv["name"]) == (fa2_wgmma_bwd.KERNEL_PRE, fa2_wgmma_bwd.KERNEL_DQ_BULK)
+    assert pre["source"] == conv["source"] == str(fa2_wgmma_bwd.SOURCE)
+    assert pre["defines"] == conv["defines"] == fa2_wgmma_bwd.defines_for(d, False)
+    defs = bwd_ws.defines_for(d, False)
+    br, n_pad = defs["BR"], 128
+    assert main["name"] == bwd_ws.KERNEL and main["defines"] == defs and main["source"] == str(bwd_ws.SOURCE)
+    assert main["grid"] == (-(-n_k // 128), b * h_kv, 1) and main["block"] == (384, 1, 1)
+    assert main["shared_mem"] == bwd_ws.smem_bytes(defs)
+    assert maps == [("q", br), ("k", 128), ("v", 128), ("do", br)]
+    a = main["args"]
+    assert a[:4] == ("q", "k", "v", "do")
+    l2, dd, acc = a[4:7]
+    assert l2.shape == dd.shape == (b * h, n_pad) and acc.shape == (b * h, n_pad, d)
+    assert a[7] is dk and a[8] is dv
+    assert a[9:12] == (n_q, n_k, n_pad)
+    assert a[12] == pytest.approx(d ** -0.5 * 1.4426950408889634) and a[13] == pytest.approx(d ** -0.5)
+    assert a[14:17] == (int(causal), h, group)
+    assert tuple(int(x) for x in a[17:]) == (*dk.stride()[:3], *dv.stride()[:3])
+    assert pre["grid"] == (n_pad // 64, b * h, 1) and conv["grid"] == (n_pad // br, b * h, 1)
+    assert conv["args"][0] is acc and conv["args"][1] is dq
+    assert tuple(int(s) for s in conv["args"][-3:]) == dq.stride()[:3]
+
+
+@pytest.mark.parametrize("causal,n_q,n_k,group", [(False, 13, 9, 1), (True, 13, 9, 2), (True, 7, 11, 4)])
+def test_ab_reference_is_the_tests_reference(causal, n_q, n_k, group):
+    """lab/bwd_ws_ab.py's float64 reference (exact and rounded) is tests/test_kernels_bwd_gpu.py's grouped one."""
+    from lab import bwd_ws_ab
+    from tests.test_kernels_bwd_gpu import grouped_reference
+
+    g = torch.Generator().manual_seed(n_q + group)
+    q, do = (torch.randn(2, 2 * group, n_q, 16, generator=g) for _ in range(2))
+    k, v = (torch.randn(2, 2, n_k, 16, generator=g) * 2 for _ in range(2))
+    for round_to in (None, torch.bfloat16):
+        got = bwd_ws_ab.reference(q, k, v, do, causal, round_to)
+        want = grouped_reference(q, k, v, do, causal=causal, round_to=round_to)
+        for a, b in zip(got, want):
+            assert torch.isfinite(a).all()
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_ab_plan_and_table():
+    """The A/B precompiles every v4 build it times and the shipped and forward builds beside them; its table puts
+    each contender's TFLOP/s and the ratios in one line per cell (FAIL / skip where a contender has none)."""
+    from lab import bwd_ws_ab
+
+    jobs = bwd_ws_ab.builds([64, 128], ["fp16", "bf16"], [2048])
+    keys = {(str(s), tuple(sorted(d.items()))) for s, d, _ in jobs}
+    for src, _, d in bwd_ws.compile_configs():
+        assert (str(src), tuple(sorted(d.items()))) in keys
+    assert any("fa2_wgmma_tma" in s or "fa2_wgmma.cu" in s for s, _ in keys)  # the forward that makes o, lse
+    cell = dict(dtype="fp16", d=128, n=2048, causal=True)
+    rows = [dict(cell, contender="cudnn", tflops=400.0), dict(cell, contender="shipped", tflops=300.0),
+            dict(cell, contender="v4", tflops=360.0), dict(cell, contender="flash", ok=False),
+            dict(cell, n=4096, contender="v4", skipped="budget")]
+    text = bwd_ws_ab.table(rows, ["shipped", "v4", "cudnn", "flash"])
+    line = [x for x in text.splitlines() if " 2048 " in x][0]
+    assert "300.0" in line and "360.0" in line and "FAIL" in line
+    assert line.split()[-3:] == ["0.750", "0.900", "1.200"]
+    assert "skip" in [x for x in text.splitlines() if " 4096 " in x][0]
+
+
+def _fake_kernels(monkeypatch, broken=None):
+    """The A/B's kernels replaced by the float64 oracle on the CPU: the forward's o, lse, the backwards' gradients
+    (rounded to the input dtype as a kernel's are), SDPA by torch's own on float32; broken: a v4 that drops dK."""
+    from kernels import fa2_wgmma
+    from lab import bwd_ws_ab
+    from variants.reference import attention_reference
+
+    monkeypatch.setattr(bwd_ws_ab, "DEVICE", "cpu")
+
+    def forward(q, k, v, causal=False):
+        rep = q.shape[1] // k.shape[1]
+        o, lse = attention_reference(q.double(), k.double().repeat_interleave(rep, 1),
+                                     v.double().repeat_interleave(rep, 1), causal=causal)
+        return o.to(q.dtype), lse.float()
+
+    def backward(q, k, v, o, lse, do, causal=False, config=None, out=None, **kw):
+        grads = bwd_ws_ab.reference(q, k, v, do, causal, q.dtype)
+        out = out or tuple(torch.empty_like(t) for t in (q, k, v))
+        for dst, g in zip(out, grads):
+            dst.copy_(g)
+        if broken:
+            out[1].zero_()
+        return out
+
+    def sdpa(backend, q, k, v, causal, **kw):
+        return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                is_causal=causal).to(q.dtype)
+
+    monkeypatch.setattr(fa2_wgmma, "forward", forward)
+    monkeypatch.setattr(bwd_ws, "backward", backward)
+    monkeypatch.setattr(fa2_wgmma_bwd, "backward", lambda *a, **kw: backward(*a, **{**kw, "out": None}) if not broken
+                        else bwd_ws_ab.reference(a[0], a[1], a[2], a[5], kw.get("causal", False), a[0].dtype))
+    monkeypatch.setattr(bwd_ws_ab.harness, "sdpa", sdpa)
+    monkeypatch.setattr(bwd_ws_ab.harness, "time_fn", lambda fn, sets, **kw: dict(median_ms=2.0))
+
+
+def test_ab_glue_on_the_cpu(monkeypatch):
+    """lab/bwd_ws_ab.py's correctness gate and one timing cell run end to end with the kernels replaced by the
+    oracle: every check passes, every contender is checked against cuDNN's gradients and timed, TFLOP/s from
+    the harness' FLOPs; a v4 that loses dK fails the gate."""
+    from lab import bwd_ws_ab
+
+    _fake_kernels(monkeypatch)
+    monkeypatch.setattr(bwd_ws_ab, "CHECKS", [c for c in bwd_ws_ab.CHECKS if c[3] * c[4] < 200 * 400][:3])
+    checks = bwd_ws_ab.correctness()
+    assert checks and all(r["ok"] for r in checks), checks
+    monkeypatch.setattr(bwd_ws_ab, "TOKENS", 256)
+    monkeypatch.setattr(bwd_ws_ab, "HIDDEN", 128)
+    rows = []
+    contenders = [("cudnn", None), ("shipped", None), ("v4", None), ("flash", None)]
+    bwd_ws_ab.run_cell("bf16", 64, 128, True, contenders, float("inf"), rows)
+    assert [r["contender"] for r in rows] == ["cudnn", "shipped", "v4", "flash"]
+    assert all(r["ok"] and r["median_ms"] == 2.0 for r in rows), rows
+    assert rows[2]["tflops"] == pytest.approx(2.5 * bwd_ws_ab.harness.flops(2, 2, 128, 128, 64, True) / 2.0 / 1e9)
+    assert max(rows[2]["rel_err_vs_cudnn"]) < bwd_ws_ab.TOL_CUDNN["bf16"]
+    monkeypatch.undo()
+    _fake_kernels(monkeypatch, broken=True)
+    monkeypatch.setattr(bwd_ws_ab, "CHECKS", bwd_ws_ab.CHECKS[:1])
+    assert not any(r["ok"] for r in bwd_ws_ab.correctness())
