@@ -211,9 +211,11 @@ def compile_options(source, *, defines=None, arch=None, extra_options=()) -> lis
 def _cache_key(path: Path, options: list[str]) -> str:
     h = hashlib.sha256()
     h.update(path.read_bytes())
-    for header in sorted(path.parent.glob("*.cuh")) + sorted(path.parent.glob("*.h")):
-        h.update(header.name.encode())
-        h.update(header.read_bytes())
+    # the source's folder and kernels/cuda/, whose headers lab/cuda/ sources include by relative path
+    for folder in dict.fromkeys((path.parent, CUDA_DIR)):
+        for header in sorted(folder.glob("*.cuh")) + sorted(folder.glob("*.h")):
+            h.update(header.name.encode())
+            h.update(header.read_bytes())
     h.update(json.dumps([str(path.name), [o for o in options if not o.startswith("-I")],
                          list(nvrtc_version())]).encode())
     return h.hexdigest()[:32]
