@@ -1,6 +1,6 @@
 """The lab's v4 backward (lab/bwd_ws.py) on small shapes that wrap every ring, for compute-sanitizer.
 
-    compute-sanitizer --tool memcheck|racecheck|synccheck python3 lab/bwd_ws_sanitize_target.py [small]
+    compute-sanitizer --tool memcheck|racecheck|synccheck python3 lab/bwd_ws_sanitize_target.py [small|tiny]
 
 Each shape has several Q blocks and key blocks, tails on both sides, Nq != Nk, and enough steps per key-block CTA
 (G query heads x its Q blocks) that the Q/dO ring's slots and the dS^T and dQ buffers are each reused several times;
@@ -28,6 +28,7 @@ SHAPES = [
     (1, 4, 1, 400, 300, 128, True, "bf16", False),    # G = 4: 28 steps, 100 rows see no key
 ]
 SMALL = [SHAPES[1], SHAPES[2]]
+TINY = [SHAPES[0], SHAPES[2]]  # racecheck within two minutes: d = 64 and 128, default builds only
 
 
 def run_shape(shape, cfg) -> bool:
@@ -71,8 +72,9 @@ def main(argv=None) -> int:
         return 2
     from lab import bwd_ws
 
-    shapes = SMALL if argv[:1] == ["small"] else SHAPES
-    results = [run_shape(s, cfg) for s in shapes for cfg in [None, *bwd_ws.ALTERNATIVES[s[5]]]]
+    shapes = {"small": SMALL, "tiny": TINY}.get(argv[0] if argv else "", SHAPES)
+    configs = (lambda d: [None]) if argv[:1] == ["tiny"] else (lambda d: [None, *bwd_ws.ALTERNATIVES[d]])
+    results = [run_shape(s, cfg) for s in shapes for cfg in configs(s[5])]
     print(f"{sum(results)} of {len(results)} shapes ok", flush=True)
     return 0 if all(results) else 1
 

@@ -71,7 +71,7 @@ class CTA:
         s, nb = p["STAGES"], p["DQ_BUFS"]
         self.full_kv = MBar(1)
         self.full_q = [MBar(1) for _ in range(s)]
-        self.empty_q = [MBar(8) for _ in range(s)]  # lane 0 of each of the 8 consumer warps
+        self.empty_q = [MBar(256) for _ in range(s)]  # every consumer thread
         self.dq_full = [[MBar(128) for _ in range(2)] for _ in range(nb)]  # every thread of warpgroup w
         self.dq_empty = [[MBar(1) for _ in range(2)] for _ in range(nb)]   # the reducing thread
         self.bar_ds_full, self.bar_ds_empty = NamedBar(), NamedBar()
@@ -151,7 +151,7 @@ class CTA:
             self.unread(("ds", dsb, 1))
             self.unread(("q", slot))
             self.unread(("ld", slot))
-            for _ in range(4):
+            for _ in range(128):  # every thread of warpgroup w
                 self.empty_q[slot].arrive()
             buf, use = t % nb, t // nb
             if use > 0 and not p.get("no_dq_empty_wait"):

@@ -37,9 +37,10 @@
 //                  so the CTA never exits with a TMA write in flight).
 //   full_q[s]      count 1 + Q, dO, L2, D bytes; use u of slot s (step t = u*STAGES + s) completes phase u: consumers
 //                  wait parity u & 1. TMA zero-fills rows past Nq (and K/V rows past Nk); the bytes still count.
-//   empty_q[s]     count 4*NWG (lane 0 of each consumer warp, after __syncwarp, after the step's wgmma_wait<0>,
-//                  which completes every product that read Q_i, dO_i; L2_i, D_i were read into registers before
-//                  the dK product was issued). The producer waits parity (u-1) & 1 before use u > 0.
+//   empty_q[s]     count NCONS (every consumer thread, after the step's wgmma_wait<0>, which completes every
+//                  product that read Q_i, dO_i; its L2_i, D_i reads were done before the dK product was issued; an
+//                  arrive releases only its own thread's reads, so each thread arrives for its own). The producer
+//                  waits parity (u-1) & 1 before use u > 0.
 //   BAR_DS_FULL    named barrier, 256 consumer threads: each thread's dS^T stores, then fence.proxy.async (generic
 //                  stores before the async proxy's wgmma reads), then bar.sync; then the dQ product reads the tile.
 //   dS^T reuse     DS_BUFS=2: step t writes buffer t%2; a thread writes it again at step t+2 only after passing
@@ -282,7 +283,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(FULL_Q(s), 1);
-            mbar_init(EMPTY_Q(s), 4 * NWG);  // lane 0 of each consumer warp
+            mbar_init(EMPTY_Q(s), NCONS);  // every consumer thread (each releases its own L2_i, D_i reads)
         }
 #pragma unroll
         for (int b = 0; b < DQ_BUFS; ++b)
@@ -465,8 +466,9 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
         wgmma_fence_operand(dq);
         wgmma_fence_operand(dk);
         wgmma_fence_operand(dv);
-        __syncwarp();
-        if (ln == 0) mbar_arrive(EMPTY_Q(slot));  // this warp's products have read Q_i, dO_i; L2_i, D_i read
+        // every thread arrives: an arrive releases only its own thread's earlier reads (PTX memory model), so one
+        // arrive per warp would leave the other lanes' ld.shared of L2_i, D_i unordered before the next bulk copy
+        mbar_arrive(EMPTY_Q(slot));  // this thread's products have read Q_i, dO_i; its L2_i, D_i reads are done
 
         // the slice to smem in fragment order; producer warp 1 reduce-adds it into dQacc
         const int buf = t % DQ_BUFS, use = t / DQ_BUFS;

@@ -18,17 +18,17 @@ step() {  # name limit command... ; logs to $W/name.log, prints rc, seconds and 
   timeout "$lim" "$@" > "$W/$name.log" 2>&1; local rc=$?
   echo "== $name rc=$rc $(( $(date +%s) - t )) s"; tail -${TAIL:-6} "$W/$name.log"; pack
 }
-pyt() { python3 -m pytest -q -m gpu -rs -p no:cacheprovider "$@"; }
+PYT="python3 -m pytest -q -m gpu -rs -p no:cacheprovider"
 t=$(date +%s)
 (python3 -m bench.bench_tc precompile --jobs 8 & python3 lab/precompile_bwd.py --jobs 8; wait) > "$W/precompile.log" 2>&1
 echo "== precompile $(( $(date +%s) - t )) s"
 for s in ${STEPS:-check}; do case $s in
   check)
-    step bwd_gpu ${LIM_BWD:-170} pyt tests/test_kernels_bwd_gpu.py --maxfail=3
+    step bwd_gpu ${LIM_BWD:-170} $PYT tests/test_kernels_bwd_gpu.py --maxfail=3
     grep -E "^E |FAILED" "$W/bwd_gpu.log" | head -12
-    step client_gpu ${LIM_CLIENT:-120} pyt tests/test_attention_gqa.py tests/test_hf_adapter.py tests/test_kernels_backward.py --maxfail=5 -s
+    step client_gpu ${LIM_CLIENT:-120} $PYT tests/test_attention_gqa.py tests/test_hf_adapter.py tests/test_kernels_backward.py --maxfail=5 -s
     grep -E "^E |FAILED" "$W/client_gpu.log" | head -12
-    step decode_gpu ${LIM_DECODE:-90} pyt tests/test_split_kv_gpu.py tests/test_split_kv_kernels_vs_reference_gpu.py --maxfail=3
+    step decode_gpu ${LIM_DECODE:-90} $PYT tests/test_split_kv_gpu.py tests/test_split_kv_kernels_vs_reference_gpu.py --maxfail=3
     grep -E "^E |FAILED" "$W/decode_gpu.log" | head -12 ;;
   heldout)
     mkdir -p "$W/heldout"
@@ -44,6 +44,6 @@ for s in ${STEPS:-check}; do case $s in
 PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1; done; python3 bench/ab_speed.py compare $W" ;;
   ws)
     mkdir -p "$W/ws"
-    step ws_tests ${LIM_WS_TEST:-120} pyt tests/test_lab_bwd_ws_gpu.py --maxfail=3 -x
+    step ws_tests ${LIM_WS_TEST:-120} $PYT tests/test_lab_bwd_ws_gpu.py --maxfail=3 -x
     step ws_ab ${LIM_WS:-260} python3 lab/bwd_ws_ab.py --out "$W/ws" ;;
 esac; done
