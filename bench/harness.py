@@ -137,7 +137,7 @@ def entries(names=(), *, sdpa=SDPA_BACKENDS, all_options=False, configs=None) ->
     names = set(names or ())
     out = []
     for spec in KERNELS.values():
-        if spec.decode or not spec.available():  # decode kernels take caches: bench/decode_speed.py
+        if getattr(spec, "decode", False) or not spec.available():  # decode kernels take caches: bench/decode_speed.py
             continue
         for options in (spec.configs() if all_options else spec.bench_options):
             label = spec.label(**options)
