@@ -10,8 +10,9 @@ version (kernels/_decode.py, docs/decoding.md's contract).
 One launch: grid (B H_kv, row_tiles, S), 128 threads; with S > 1 the last CTA of each (b, h_kv, row tile) merges
 the S partials (an int32 arrival counter per tile). The counters are allocated per launch, zeroed on the launch's
 stream from torch's caching allocator (one small memset per split launch), so launches on different streams never
-share them and a launch that faults mid-merge leaves nothing behind for the next one. Checked on CPU emulation only
-(tests/test_split_kv_fast_emulated.py); the GPU check is pending.
+share them and a launch that faults mid-merge leaves nothing behind for the next one. Checked against float64 on an H100
+(tests/test_split_kv_gpu.py) and in CPU emulation (tests/test_split_kv_fast_emulated.py); timed in
+results/decode_speed/.
 """
 from __future__ import annotations
 
