@@ -30,7 +30,7 @@ INDEX_FILES = ("MANIFEST.json", "README.md")  # the index itself, not results
 # the prose whose results/ paths must exist (tests/test_docs.py checks the backticked repository paths of the same)
 PROSE = ("README.md", "docs/*.md", "notebooks/[0-9][0-9]_*.py", "notebooks/[0-9][0-9]_*.ipynb")
 
-RUN_ID = re.compile(r"\b\d{8}T\d{6}Z-[A-Za-z0-9_.+-]+")
+RUN_ID = re.compile(r"\b\d{8}T\d{6}Z-[A-Za-z0-9_.+-]*[A-Za-z0-9_+-]")  # not a sentence's full stop
 GPU_NAME = re.compile(r"NVIDIA[ _](H100|H200|GH200|B200|A100)(?:[ _](?:PCIe|SXM5?|NVL|80GB|141GB)){0,2}")
 
 

@@ -137,6 +137,7 @@ def entries(names=(), *, sdpa=SDPA_BACKENDS, all_options=False, configs=None) ->
     names = set(names or ())
     out = []
     for spec in KERNELS.values():
+        # getattr: bench/ab_speed.py runs this harness against an older tree's registry, whose specs have no decode
         if getattr(spec, "decode", False) or not spec.available():  # decode kernels take caches: bench/decode_speed.py
             continue
         for options in (spec.configs() if all_options else spec.bench_options):

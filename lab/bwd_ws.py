@@ -16,9 +16,8 @@ conversion (fa2_wgmma_bwd_dq_bulk: the accumulator is in per-tile fragment order
 are the shipped default builds (kernels.fa2_wgmma_bwd.defines_for(d, bf16)), whose Br and NWG this kernel's
 CONFIGS share: the accumulator layout is theirs.
 
-Note: kernels.loader hashes only the headers beside the .cu (lab/cuda/) into its cache key; the kernel includes
-kernels/cuda/*.cuh by relative path, so after editing one of those, clear the cache (FA_KERNEL_CACHE) or touch
-the .cu.
+kernels.loader's cache key includes kernels/cuda/*.cuh for a source outside kernels/cuda/, so editing a shared header
+rebuilds this kernel.
 """
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ def run_shape(shape, cfg) -> bool:
     from bench.sanitize import MARK
     from kernels import fa2_wgmma, fa2_wgmma_bwd
     from lab import bwd_ws, bwd_ws_ab
+    from variants.reference import fp32_ds_floor
 
     b, h, h_kv, n_q, n_k, d, causal, dt, strided = shape
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dt]
@@ -49,13 +50,14 @@ def run_shape(shape, cfg) -> bool:
     torch.cuda.synchronize()
     exact, rounded = bwd_ws_ab.reference(q, k, v, do, causal), bwd_ws_ab.reference(q, k, v, do, causal, dtype)
     ok, errs = True, []
-    for g, ref, base in zip(grads, exact, rounded):
+    ds_floor = (*fp32_ds_floor(q, k, v, do, causal=causal), 0.0)
+    for g, ref, base, ds in zip(grads, exact, rounded, ds_floor):
         gd = g.double()
         finite = bool(torch.isfinite(gd).all())
         err = float((gd - ref).norm()) if finite else float("inf")
         norm, floor = float(ref.norm()), float((base - ref).norm())
         errs.append(err / max(norm, 1e-30))
-        ok = ok and finite and err <= max(bwd_ws_ab.TOL64[dt] * norm, 3 * floor, 1e-5 * g.numel() ** 0.5)
+        ok = ok and finite and err <= max(bwd_ws_ab.TOL64[dt] * norm, 3 * floor, 1e-5 * g.numel() ** 0.5, ds)
     if causal and n_q > n_k:
         ok = ok and bool((grads[0][:, :, : n_q - n_k] == 0).all())
     print(f"{label}: norm-rel err dq {errs[0]:.1e} dk {errs[1]:.1e} dv {errs[2]:.1e} {'ok' if ok else 'BAD'}",

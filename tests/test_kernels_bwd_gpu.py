@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.gpu,
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from variants.reference import causal_mask  # noqa: E402
+from variants.reference import causal_mask, fp32_ds_floor  # noqa: E402
 
 TOL = {torch.float16: 5e-3, torch.bfloat16: 3e-2}
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
@@ -95,26 +95,6 @@ def grouped_reference(q, k, v, do, *, causal, scale=None, round_to=None):
     dq, dk, dv = reference_grads(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), do, causal=causal,
                                  scale=scale, round_to=round_to)
     return dq, dk.unflatten(1, (k.shape[1], rep)).sum(2), dv.unflatten(1, (k.shape[1], rep)).sum(2)
-
-
-FP32_DS = 2.0 ** -22  # relative rounding of dP - D in fp32 (4 ulps of the terms' magnitude)
-
-
-def fp32_ds_floor(q, k, v, do, *, causal, scale=None):
-    """(dq, dk) error norms fp32 rounding of dP - D alone can leave: FP32_DS x P |dO| |V|^T per dS element,
-    root-sum-square through dq = scale dS K and dk = scale dS^T Q (dk summed over each query-head group)."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    rep = q.shape[1] // k.shape[1]
-    q64, do64 = q.double(), do.double()
-    k64, v64 = (t.double().repeat_interleave(rep, 1) for t in (k, v))
-    s = scale * (q64 @ k64.transpose(-1, -2))
-    if causal:
-        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
-    p = torch.softmax(s, -1).nan_to_num(0.0)  # rows that see no key: 0
-    e2 = (FP32_DS * p * (do64.abs() @ v64.abs().transpose(-1, -2))) ** 2
-    dq = scale * float((e2 @ k64 ** 2).sqrt().norm())
-    dk = scale * float((e2.transpose(-1, -2) @ q64 ** 2).unflatten(1, (k.shape[1], rep)).sum(2).sqrt().norm())
-    return dq, dk
 
 
 def poisoned_like(t):

@@ -36,6 +36,29 @@ def attention_reference(q, k, v, *, causal: bool = False, scale: float | None = 
     return (p @ v64) / torch.where(empty, torch.ones_like(l), l), lse
 
 
+FP32_DS = 2.0 ** -22  # relative rounding of dP - D in fp32: 4 units of fp32 roundoff (u = 2^-24) of the terms' magnitude
+
+
+def fp32_ds_floor(q, k, v, do, *, causal, scale=None):
+    """(dq, dk) error norms that fp32 rounding of dP - D alone can leave in a backward kernel (FA2 Alg. 2 lines
+    13-14): FP32_DS x P |dO| |V|^T per dS element, root-sum-square through dq = scale dS K and dk = scale dS^T Q
+    (dk summed over each query-head group; k, v may have H_kv heads dividing q's H). A float64 reference computes
+    dP - D exactly, so where the exact dq, dk are 0 (one visible key: D = dP) this is the error a correct kernel
+    still leaves; elsewhere it is orders below a 16-bit tolerance."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    rep = q.shape[1] // k.shape[1]
+    q64, do64 = q.double(), do.double()
+    k64, v64 = (t.double().repeat_interleave(rep, 1) for t in (k, v))
+    s = scale * (q64 @ k64.transpose(-1, -2))
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    p = torch.softmax(s, -1).nan_to_num(0.0)  # rows that see no key: 0
+    e2 = (FP32_DS * p * (do64.abs() @ v64.abs().transpose(-1, -2))) ** 2
+    dq = scale * float((e2 @ k64 ** 2).sqrt().norm())
+    dk = scale * float((e2.transpose(-1, -2) @ q64 ** 2).unflatten(1, (k.shape[1], rep)).sum(2).sqrt().norm())
+    return dq, dk
+
+
 def gather_cache(k, b: int, length: int, block_table=None):
     """Sequence b's first `length` cache positions, (H_kv, length, d): k[b, :, :length] of a contiguous cache, or
     k[block_table[b, t // page_size], :, t % page_size] for t < length of a paged one (counting/decode.py)."""

@@ -28,7 +28,7 @@
 //                                                          staged in smem; producer warp 1 reduce-adds it to HBM
 //   FA2 Alg. 2 line 16    dK_j += dS^T Q_i              -> wgmma RS (dS^T from registers)
 //   FA2 Alg. 2 line 18    write dK_j (times scale), dV_j
-// The pre kernel (FA2 Alg. 2 line 4: D, L2 = lse*log2e, dQacc = 0) and the conversion of the fragment-ordered dQ
+// The pre kernel (FA2 Alg. 2 lines 3-4: D, L2 = lse*log2e, dQacc = 0) and the conversion of the fragment-ordered dQ
 // accumulator are the shipped ones (fa2_wgmma_bwd_pre, fa2_wgmma_bwd_dq_bulk, built with this file's HEAD_DIM,
 // NWG, BR), so the dQ slice order here is DQ_BULK's: float4 j of thread t at (j*128 + t)*16 bytes.
 //

@@ -49,6 +49,6 @@ PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1
     step ws_ab ${LIM_WS:-260} python3 lab/bwd_ws_ab.py --out "$W/ws" ;;
   ws_san)
     for t in racecheck memcheck synccheck; do
-      step ws_$t ${LIM_WS_SAN:-100} compute-sanitizer --tool $t --print-limit 20 python3 lab/bwd_ws_sanitize_target.py tiny
+      step ws_$t ${LIM_WS_SAN:-150} compute-sanitizer --tool $t --print-limit 20 python3 lab/bwd_ws_sanitize_target.py tiny
     done ;;
 esac; done
