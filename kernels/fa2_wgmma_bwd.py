@@ -91,7 +91,7 @@ MAX_SPILL_BYTES_DETERMINISTIC = 112
 def spill_budget(defines: dict) -> int:
     """The compile test's cap on the main kernel's spill bytes for this build."""
     return MAX_SPILL_BYTES_DETERMINISTIC if defines.get("DETERMINISTIC") else MAX_SPILL_BYTES
-KNOBS = set(DEFAULTS) | {"NWG", "BR", "DQ_V4", "ROTATE", "DQ_ABLATE", "DETERMINISTIC"}  # the .cu's compile-time knobs
+KNOBS = set(DEFAULTS) | {"NWG", "BR", "DQ_V4", "ROTATE", "DQ_ABLATE", "DETERMINISTIC", "ORDER"}  # the .cu's compile-time knobs
 
 
 def knob_errors(defines: dict) -> list[str]:
@@ -101,6 +101,10 @@ def knob_errors(defines: dict) -> list[str]:
     d, nwg, br, stages = g("HEAD_DIM", 128), g("NWG", 2), g("BR", 64), g("STAGES", 2)
     out = [f"{k}={g(k)}: {k} is a switch, 0 or 1" for k in ("DQ_BULK", "ROTATE", "DQ_V4", "DETERMINISTIC")
            if g(k, 0) not in (0, 1)]
+    if g("ORDER", 0) not in (0, 1):
+        out.append(f"ORDER={g('ORDER')}: 0 (heads outer, i ascending) or 1 (i descending, heads inner)")
+    elif g("ORDER", 0) and g("ROTATE", 0):
+        out.append("ORDER=1 with ROTATE=1: ROTATE rotates ORDER=0's ascending Q blocks")
     if g("DETERMINISTIC", 0) and not g("DQ_BULK", 0):
         out.append("DETERMINISTIC=1 orders the bulk reduce-adds of dQ: needs DQ_BULK=1")
     rules = [
@@ -183,6 +187,33 @@ def compile_configs() -> list[tuple[str, str, dict]]:
     return ([item for d in (64, 96, 128) for bf16 in (0, 1) for det in (False, True)
              for item in _build(defines_for(d, bf16, deterministic=det))]
             + [item for bf16 in (0, 1) for p in PASSES_256 for item in _build(defines_for(256, bf16, pass_=p))])
+
+
+# Issue 42's step-order A/B (lab/bwd_order_ab.py): ORDER=1 runs a key block's (query head, i) steps i descending,
+# heads inner, so the CTAs of one kv head read each Q_i, dO_i tile at the same step (L2 reuse under causal GQA).
+# Not the default until a GPU A/B decides; these are its builds, compiled and held to the same spill budget.
+
+def step_tiles(order: int, i_first: int, t_r: int, g: int) -> list[tuple[int, int]]:
+    """(query head of the group 0..G-1, Q block i) of steps t = 0..G*T-1 of a key block whose first visible Q block is
+    i_first (T = Tr - i_first), as fa2_wgmma_bwd.cu's q_block / head_of map t (ROTATE=0). ORDER=0: t = h*T +
+    (i - i_first); ORDER=1: t = (Tr-1 - i)*G + h, the same step for every key block that sees tile (h, i)."""
+    if order not in (0, 1):
+        raise ValueError(f"ORDER={order}: 0 or 1")
+    n = max(0, t_r - i_first)
+    if order:
+        return [(t % g, i_first + n - 1 - t // g) for t in range(g * n)]
+    return [(t // n, i_first + t % n) for t in range(g * n)]
+
+
+def order_config(d: int, order: int) -> dict:
+    """config= for the default build of head dim d (64, 96, 128) with step order `order` (0 or 1)."""
+    return dict(CONFIGS[128 if d == 96 else d], ORDER=order)
+
+
+def order_configs() -> list[tuple[str, str, dict]]:
+    """The ORDER=1 twins of compile_configs()' d = 64, 96, 128 builds (both dtypes, deterministic on and off)."""
+    return [item for d in (64, 96, 128) for bf16 in (0, 1) for det in (False, True)
+            for item in _build(defines_for(d, bf16, order_config(d, 1), deterministic=det))]
 
 
 def sweep_configs() -> list[tuple[str, str, dict]]:

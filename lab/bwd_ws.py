@@ -52,7 +52,17 @@ ALTERNATIVES = {
           dict(BR=64, STAGES=2, DS_BUFS=2, DQ_BUFS=2, MERGED=0, L2_HINT=1)],
 }
 MAX_SPILL_BYTES = 64  # ptxas' total for the whole kernel (the producer's, in practice: see consumer_spills)
-KNOBS = {"BR", "STAGES", "DS_BUFS", "DQ_BUFS", "MERGED", "PRODUCER_REGS", "L2_HINT"}
+# ORDER=1's loader steps hq every step (ORDER=0: i), and its 64-bit L2_i/D_i row with it: the 24-register producer
+# spills more (ptxas, NVRTC 13.0: d=64 32/36 B stores/loads, d=128 76/80; consumer path still stores nothing)
+MAX_SPILL_BYTES_ORDER1 = 80
+
+
+def spill_budget(defines: dict) -> int:
+    """The compile test's cap on ptxas' spill bytes for this build."""
+    return MAX_SPILL_BYTES_ORDER1 if defines.get("ORDER") else MAX_SPILL_BYTES
+KNOBS = {"BR", "STAGES", "DS_BUFS", "DQ_BUFS", "MERGED", "PRODUCER_REGS", "L2_HINT", "ORDER"}
+# ORDER=1 (issue 42's causal GQA gap): a key block's (query head, i) steps i descending, heads inner, so the CTAs of one
+# kv head read each Q_i, dO_i tile at the same step (L2 reuse). lab/bwd_order_ab.py times it against ORDER=0.
 SMEM_LIMIT = 227 * 1024
 
 
@@ -75,6 +85,9 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     unknown = set(cfg) - KNOBS
     if unknown:
         raise ValueError(f"v4 backward: unknown knobs {sorted(unknown)}; it has {sorted(KNOBS)}")
+    if cfg.get("ORDER", 0) not in (0, 1):
+        raise ValueError(f"v4 backward: ORDER={cfg['ORDER']}: 0 (heads outer, i ascending) or 1 (i descending, heads "
+                         "inner)")
     if cfg["BR"] != CONFIGS[d]["BR"]:
         raise ValueError(f"v4 backward: BR={cfg['BR']} at d={d}; the dQ conversion kernel (the shipped DQ_BULK build) "
                          f"reads Br = {CONFIGS[d]['BR']}")
@@ -82,6 +95,11 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if smem_bytes(defs) > SMEM_LIMIT:
         raise ValueError(f"v4 backward {cfg} at d={d} needs {smem_bytes(defs)} B of shared memory; at most {SMEM_LIMIT}")
     return defs
+
+
+def order_configs() -> list[tuple[str, str, dict]]:
+    """The default builds with ORDER=1, both dtypes (lab/bwd_order_ab.py's, and the GPU tests')."""
+    return [(str(SOURCE), KERNEL, defines_for(d, bf16, dict(ORDER=1))) for d in HEAD_DIMS for bf16 in (0, 1)]
 
 
 def _shipped_defines(d: int, is_bf16: bool) -> dict:

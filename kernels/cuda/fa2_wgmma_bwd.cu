@@ -46,7 +46,8 @@
 // per query head of the group inside the CTA of key block j, so dK_j, dV_j sum over the group in registers
 // (no repeated K/V, no atomics on dK/dV); the pre and dq kernels run over the B*H query heads. Causal is
 // bottom-right: query i sees key j iff j <= i + Nk - Nq. Compile-time knobs: HEAD_DIM (64|128), NWG
-// (warpgroups; Bc = 64*NWG), BR (Br: 64|128), STAGES (slots of the Q/dO ring), MIN_BLOCKS, IS_BF16.
+// (warpgroups; Bc = 64*NWG), BR (Br: 64|128), STAGES (slots of the Q/dO ring), MIN_BLOCKS, IS_BF16,
+// ORDER (the (query head, i) step order: 0 heads outer, i ascending; 1 i descending, heads inner; see q_block).
 // Shared memory uses the 128-byte swizzle of wgmma_fa2.cuh (tiles of R rows x 64-column panels).
 //
 // DETERMINISTIC=1 (needs DQ_BULK=1): FA2 Alg. 2 line 15's dQ_i = sum_j dS_ij K_j is added in key-block order,
@@ -56,7 +57,10 @@
 // key block, never a gap -- issues its bulk reduce-add, waits for it to be written (cp.async.bulk.wait_group 0,
 // not .read), fences the async proxy and releases (red.release.gpu add 1). Slices of different warpgroups are
 // disjoint, so their order within a key block does not matter. Progress: block j waits only on blocks < j of
-// the same grid row, which are dispatched first. Cost: the reduce no longer overlaps the next step (its issuing
+// the same grid row, which are dispatched first (by induction on j: each lower block finishes every step, its
+// waits being on still lower blocks; true in either ORDER, since a key block's steps are fixed by its own i_first
+// and the tile it waits on is one every lower block processes -- under ORDER=1 at the same step index, as a lower
+// block's step list is block j's followed by more steps, of lower i). Cost: the reduce no longer overlaps the next step (its issuing
 // thread waits for the write), a CTA may stall behind the previous key block, a (B*H, Nq_pad/Br) int32 memset,
 // and its own build (d=64 spills 104 B instead of 80). The default build does none of this.
 //
@@ -101,6 +105,9 @@
 #ifndef DETERMINISTIC  // 1 (DQ_BULK=1 only): dQ's reduce-adds into Q block i in key-block order (a semaphore per (b*h, i))
 #define DETERMINISTIC 0
 #endif
+#ifndef ORDER  // the order of the (query head, Q block) steps of a key block: 0 = heads outer, i ascending; 1 = i
+#define ORDER 0  // descending from Tr-1, the group's heads inner (every CTA of a kv head reads tile (h, i) at the same
+#endif           // step (Tr-1-i)*G + h, so concurrent key blocks share Q_i, dO_i in L2; issue 42's causal GQA gap)
 #ifndef DQ_ABLATE  // measurement only (wrong dQ): 1 = dQ product without the atomics, 2 = no dQ at all
 #define DQ_ABLATE 0
 #endif
@@ -136,6 +143,8 @@ static_assert(DQ_N == 64 || DQ_N == 128 || (D == 256 && DQ_N == 256), "dQ slices
 static_assert(STAGES >= 2 && STAGES <= 3, "2..3 ring slots");
 static_assert(D_REAL == D || (D == 128 && D_REAL == 96), "D_REAL: HEAD_DIM, or 96 on the 128 tiles");
 #define COL_OK(c) (D_REAL == D || (c) < D_REAL)  // column c (a multiple of 8, or its pair) is the caller's
+static_assert(ORDER == 0 || ORDER == 1, "ORDER: 0 (heads outer, i ascending) or 1 (i descending, heads inner)");
+static_assert(!(ORDER && ROTATE), "ROTATE rotates ORDER=0's ascending i; ORDER=1 has no rotation");
 static_assert(!DETERMINISTIC || DQ_BULK, "DETERMINISTIC orders the bulk reduce-adds: needs DQ_BULK=1");
 
 #define TILE_KV_BYTES (BLOCK_N * D * 2)
@@ -388,15 +397,22 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     // FA2 Alg. 2 line 8: the first query that sees key n0 is n0 - causal_off; Q blocks above it are hidden
     const int i_first = is_causal ? max(0, n0 - causal_off) / BLOCK_M : 0;
     const int T = (Nq + BLOCK_M - 1) / BLOCK_M - i_first;
-    const int TG = T > 0 ? G * T : 0;  // steps: for each query head of the group (GQA: dK_j, dV_j sum over it), for i
+    const int TG = T > 0 ? G * T : 0;  // steps: every (query head of the group, i) pair (GQA: dK_j, dV_j sum over it)
     const int rot = ROTATE ? (int)(blockIdx.x % (unsigned)max(T, 1)) : 0;
-    // FA2 Alg. 2 line 8's i of step t (the query head is bh0 + t / T)
-    auto q_block = [&](int t) { const int u = t % T; return i_first + (ROTATE ? (u + rot) % T : u); };
+    // FA2 Alg. 2 line 8's i of step t and its query head (of the group: 0..G-1); the only places t is mapped.
+    // ORDER=0: t = h*T + (i - i_first). ORDER=1: t = (Tr-1 - i)*G + h, the same step in every key block that sees
+    // tile (h, i) (Tr - 1 = i_first + T - 1)
+    auto q_block = [&](int t) {
+        if (ORDER) return i_first + T - 1 - t / G;
+        const int u = t % T;
+        return i_first + (ROTATE ? (u + rot) % T : u);
+    };
+    auto head_of = [&](int t) { return ORDER ? t % G : t / T; };
 
     // FA2 Alg. 2 line 9 as a ring: group t holds Q_i, dO_i, L_i, D_i of i = q_block(t) in slot t % STAGES
     auto issue_group = [&](int t) {
         if (t < TG) {
-            const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES, b = b_of(), hq = hk_of() * G + t / T;
+            const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES, b = b_of(), hq = hk_of() * G + head_of(t);
             load_tile_sw128<BLOCK_M>(sQ0 + slot * TILE_Q_BYTES, Qg + b * q_sb + hq * q_sh, q_sr, m0, Nq, tid);
             load_tile_sw128<BLOCK_M>(sdO0 + slot * TILE_Q_BYTES, dOg + b * do_sb + hq * do_sh, do_sr, m0, Nq, tid);
             const float* l_g = L2g + ((long long)b * H + hq) * Nq_pad;
@@ -425,7 +441,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     for (int t = 0; t < TG; ++t) {  // (GQA) for each query head of the group: FA2 Alg. 2 line 8's for i
         const int m0 = q_block(t) * BLOCK_M, slot = t % STAGES;
         // this step's (b, query head): bh_of() where it is used (late: not live through the MMAs)
-        auto bh_of = [&]() { return bh0_of() + t / T; };
+        auto bh_of = [&]() { return bh0_of() + head_of(t); };
         cp_async_wait<STAGES - 2>();  // group t landed (this thread's copies)
         fence_proxy_async();
         __syncthreads();  // ... everyone's; and every warpgroup is done with slot (t-1) % STAGES and dS^T

@@ -57,7 +57,8 @@
 //                  smem they read stays the CTA's; producer warp 0 exits after its last copy is issued (every copy
 //                  is waited for by the consumers).
 // Knobs: HEAD_DIM (64|128), BR (Br: 64|128), IS_BF16, STAGES (2|3), DS_BUFS (1|2), DQ_BUFS (1|2), PRODUCER_REGS,
-// L2_HINT (evict_last on Q_i, dO_i and the dQ reduce-adds),
+// L2_HINT (evict_last on Q_i, dO_i and the dQ reduce-adds), ORDER (the steps' order: 0 t = h*T + (i - i_first), heads
+// outer; 1 t = (Tr-1 - i)*G + h, heads inner: the loader's (i, hq), the reducer's tile and the consumers' m0 follow it),
 // MERGED (1: S^T and dP^T waited together and P^T, dS^T computed in one pass, so P^T's fp32 copy dies as it is
 // packed; 0: the shipped order, the softmax overlapping dP^T's product; d = 64 needs 1 at 240 registers).
 // NWG = 2 consumer warpgroups (Bc = 128). Causal is bottom-right (query i sees key j iff j <= i + Nk - Nq).
@@ -94,6 +95,10 @@
 #define L2_HINT 0  //    rereads Q_i, dO_i and adds into the same dQ tile
 #endif
 
+#ifndef ORDER  // the (query head, i) step order: 0 = heads outer, i ascending; 1 = i descending from Tr-1, heads inner
+#define ORDER 0  //    (every CTA of a kv head then reads tile (h, i) at the same step (Tr-1-i)*G + h: L2 reuse)
+#endif
+
 #define D HEAD_DIM
 #define BLOCK_N (64 * NWG)          // Bc: keys per CTA
 #define BLOCK_M BR                  // Br: queries per step
@@ -116,6 +121,7 @@ static_assert(NWG == 2, "two consumer warpgroups");
 static_assert(BLOCK_M == 64 || BLOCK_M == 128, "BR must be 64 or 128");
 static_assert(DQ_N == 64 || DQ_N == 128, "dQ slices must be whole 64-column swizzle panels");
 static_assert(STAGES >= 2 && STAGES <= 3, "STAGES: 2..3");
+static_assert(ORDER == 0 || ORDER == 1, "ORDER: 0 (heads outer, i ascending) or 1 (i descending, heads inner)");
 static_assert(DS_BUFS >= 1 && DS_BUFS <= 2 && DQ_BUFS >= 1 && DQ_BUFS <= 2, "DS_BUFS, DQ_BUFS: 1 or 2");
 
 // setmaxnreg (as fa2_wgmma_tma.cu): the CTA starts with REGS_AT_LAUNCH a thread; the producer gives back
@@ -276,7 +282,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
     // FA2 Alg. 2 line 8: the first query that sees key n0 is n0 - causal_off; Q blocks above it are hidden
     const int i_first = is_causal ? max(0, n0 - causal_off) / BLOCK_M : 0;
     const int T = (Nq + BLOCK_M - 1) / BLOCK_M - i_first;
-    const int TG = T > 0 ? G * T : 0;  // steps: for each query head of the group (GQA), for i
+    const int TG = T > 0 ? G * T : 0;  // steps: every (query head of the group, i) pair (GQA), in ORDER
 
     if (tid == 0) {
         mbar_init(FULL_KV, 1);
@@ -309,9 +315,9 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
                 tma_load(sV + p * BLOCK_N * 128, &tmV, p * 64, n0, hk, b, FULL_KV);
             }
             // FA2 Alg. 2 line 9 as a ring: step t's Q_i, dO_i, L2_i, D_i into slot t % STAGES. (i, hq) step along
-            // with t (i over i_first..Tr-1, then the group's next query head) rather than from t % T, t / T: the
-            // divisions' registers spilled at the producer's 24
-            int i = i_first, hq = hk * G;
+            // with t (ORDER=0: i over i_first..Tr-1, then the group's next query head; ORDER=1: the group's heads,
+            // then the next lower i) rather than from t % T, t / T: the divisions' registers spilled at the producer's 24
+            int i = ORDER ? i_first + T - 1 : i_first, hq = hk * G;
             for (int t = 0; t < TG; ++t) {
                 const int slot = t % STAGES, use = t / STAGES;
                 if (use > 0) mbar_wait(EMPTY_Q(slot), (use - 1) & 1);  // step t - STAGES is done with the slot
@@ -326,14 +332,18 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
                 const long long row = ((long long)b * H + hq) * Nq_pad + m0;  // padded to Nq_pad: in bounds
                 bulk_load(sl, L2g + row, 4 * BLOCK_M, full);
                 bulk_load(sl + 4 * BLOCK_M, Dg + row, 4 * BLOCK_M, full);
+#if ORDER
+                if (++hq == hk * G + G) hq -= G, --i;  // the group's first query head, Q block i - 1
+#else
                 if (++i == i_first + T) i = i_first, ++hq;
+#endif
             }
         } else if (warp == 1 && lane == 0) {
             // FA2 Alg. 2 line 15's sum over j: each step's NWG slices, reduce-added into the fragment-ordered dQacc
             // dQacc's tile (b*H + hq, i): (b*H + hq) * Tr_pad + i, Tr_pad = Nq_pad / Br; stepped as the loader steps
             const int tr_pad = Nq_pad / BLOCK_M;
-            long long tile = ((long long)b * H + hk * G) * tr_pad + i_first;
-            int i = i_first;
+            long long tile = ((long long)b * H + hk * G) * tr_pad + (ORDER ? i_first + T - 1 : i_first);
+            int i = ORDER ? 0 : i_first;  // ORDER=1: the head of the group (0..G-1) instead
             for (int t = 0; t < TG; ++t) {
                 const int buf = t % DQ_BUFS, use = t / DQ_BUFS;
 #pragma unroll
@@ -342,8 +352,13 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
                     bulk_reduce_add_f32(dQacc + (tile * NWG + w) * (64 * DQ_N), sdQ0 + (buf * NWG + w) * DQ_SLICE_BYTES,
                                         DQ_SLICE_BYTES);
                 }
+#if ORDER
+                if (++i == G) i = 0, tile -= (long long)(G - 1) * tr_pad + 1;  // the group's first head, Q block i - 1
+                else tile += tr_pad;                                         // the group's next query head
+#else
                 if (++i == i_first + T) i = i_first, tile += tr_pad - T + 1;  // the group's next query head
                 else ++tile;
+#endif
                 bulk_wait_read();  // both slices read: the buffer may be overwritten
 #pragma unroll
                 for (int w = 0; w < NWG; ++w) mbar_arrive(DQ_EMPTY(buf, w));
@@ -367,7 +382,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
     mbar_wait(FULL_KV, 0);
 
     for (int t = 0; t < TG; ++t) {
-        const int m0 = (i_first + t % T) * BLOCK_M, slot = t % STAGES;
+        const int m0 = (ORDER ? i_first + T - 1 - t / G : i_first + t % T) * BLOCK_M, slot = t % STAGES;
         const u32 sQ = sQ0 + slot * TILE_Q_BYTES, sdO = sdO0 + slot * TILE_Q_BYTES;
         const u32 sL = sLD0 + slot * LD_BYTES, sDd = sL + 4 * BLOCK_M;
         const u32 sdS = sdS0 + (t % DS_BUFS) * TILE_DS_BYTES;
