@@ -35,7 +35,10 @@ def new_builds() -> list[tuple]:
     return ([(src, defs, fa2_wgmma_bwd.ARCH) for src, _, defs in fa2_wgmma_bwd.compile_configs()]
             + [(src, defs, spec.arch or arch) for spec in KERNELS.values() if spec.decode
                for src, _, defs in spec.compile_configs()]
-            + [(src, defs, bwd_ws.ARCH) for src, _, defs in bwd_ws.compile_configs()])  # the lab's v4 backward
+            + [(src, defs, bwd_ws.ARCH) for src, _, defs in bwd_ws.compile_configs()]  # the lab's v4 backward
+            # issue 42's step-order A/B (lab/bwd_order_ab.py, the ORDER=1 GPU tests): both kernels' ORDER=1 builds
+            + [(src, defs, fa2_wgmma_bwd.ARCH) for src, _, defs in fa2_wgmma_bwd.order_configs()]
+            + [(src, defs, bwd_ws.ARCH) for src, _, defs in bwd_ws.order_configs()])
 
 
 def builds(teaching_only: bool = False, new_only: bool = False) -> list[tuple]:

@@ -139,3 +139,21 @@ def test_repeated_calls_and_gradients_layout():
         assert torch.equal(a[1], b_[1]) and torch.equal(a[2], b_[2])
         assert float((a[0].double() - b_[0].double()).norm()) <= 1e-2 * float(a[0].double().norm())
         assert all(g.stride() == t.stride() for g, t in zip(a, (q, k, v)))
+
+
+@pytest.mark.parametrize("strided", [False, True], ids=["bhnd", "bnhd"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_order1_odd_shapes(d, strided):
+    """ORDER=1 (i descending, heads inner: the loader's (i, hq), the reducer's tile and the consumers' m0 all follow
+    it) on every odd shape: causal rows that see no key, Nq != Nk, tails, Nq = 1, Nk = 1, GQA 1..8."""
+    for i, (b, h, n_q, n_k, causal, dtype, group, scale) in enumerate(ODD):
+        check_v4(b, h, n_q, n_k, d, dtype, causal, scale, 300 + i, group=group, strided=strided, config=dict(ORDER=1))
+
+
+@pytest.mark.parametrize("group", [1, 2, 8])
+@pytest.mark.parametrize("d", [64, 128])
+def test_order1_gqa_groups(d, group):
+    for n_q, n_k, causal, dtype in ((333, 200, True, torch.float16), (129, 517, False, torch.bfloat16),
+                                    (200, 333, True, torch.bfloat16), (1000, 1000, True, torch.float16)):
+        check_v4(2, 2, n_q, n_k, d, dtype, causal, 4.0, n_q + d + group + 7, group=group, strided=True,
+                 config=dict(ORDER=1))

@@ -6,6 +6,8 @@
 #   ab        issue 40: this tree against AB_OLD (forward and backward bits and times)
 #   ws        issue 42: the lab's warp-specialised backward (lab/bwd_ws_ab.py) against the shipped one and cuDNN
 #   ws_san    issue 42: compute-sanitizer memcheck, racecheck, synccheck of the v4 backward (its 'tiny' target)
+#   order     issue 42: step order ORDER=1 (i descending, heads inner) of both backwards: its GPU tests, then
+#             lab/bwd_order_ab.py (ORDER 0 vs 1, shipped and v4, vs cuDNN; GQA 8:1 and equal heads, causal and not)
 # Every log and JSON goes to $OUT/w/<step>/, packed at the end into $OUT/visit.tgz (the device returns 8 files at most).
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -51,4 +53,10 @@ PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1
     for t in racecheck memcheck synccheck; do
       step ws_$t ${LIM_WS_SAN:-150} compute-sanitizer --tool $t --print-limit 20 python3 lab/bwd_ws_sanitize_target.py tiny
     done ;;
+  order)
+    mkdir -p "$W/order"
+    step order/tests ${LIM_ORDER_TEST:-240} $PYT tests/test_kernels_bwd_gpu.py tests/test_lab_bwd_ws_gpu.py -k order1 \
+      --maxfail=3
+    grep -E "^E |FAILED" "$W/order/tests.log" | head -12
+    step order/ab ${LIM_ORDER:-260} python3 lab/bwd_order_ab.py --out "$W/order" --budget-s ${BUDGET_ORDER:-200} ;;
 esac; done

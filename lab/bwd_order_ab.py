@@ -1,0 +1,313 @@
+"""A/B of the backward's step order ORDER (issue 42: causal GQA runs at 0.67-0.93x of equal heads), one GPU run.
+
+    PYTHONPATH=. python lab/bwd_order_ab.py --out DIR [--budget-s 200] [--n 2048,8192,16384] [--d 64,128] [--jobs 16]
+
+ORDER=0 (shipped): the CTA of key block j runs its group's query heads outer, Q blocks i ascending from i_first(j);
+concurrent CTAs of one kv head drift apart by (h+1)*i_first(j) steps, so a Q_i, dO_i tile read by one is re-read by
+another long after it left the 50 MB L2. ORDER=1: i descending from Tr-1, heads inner: step (Tr-1-i)*G + h reads tile
+(h, i) in every CTA that sees it (kernels.fa2_wgmma_bwd.step_tiles). Both in the shipped backward
+(kernels/cuda/fa2_wgmma_bwd.cu) and the lab's v4 (lab/cuda/fa2_wgmma_bwd_ws.cu).
+
+1. Precompiles, in parallel processes, every build it launches (both kernels' ORDER=0 and ORDER=1 builds, the shipped
+   pre/dq kernels, the forward builds that make o and lse).
+2. Correctness (exit 1 on a failure, before any timing): both kernels, ORDER 0 and 1 (the shipped one also with
+   deterministic=True), on GQA causal shapes with tails, Nq != Nk and rows that see no key: dq, dk, dv against
+   float64 (norm-relative TOL64[dtype], or 3x the error of a float64 backward that rounds O, P, dS to the input dtype,
+   or variants.reference.fp32_ds_floor), gradients poisoned with NaN first.
+3. Timing, per (kv heads, causal, d, N), bf16, batch*N = 16k tokens, hidden 2048 (bench/bwd_layouts_speed.py's
+   cells: H = 2048 / d, gqa8 H_kv = H / 8, equal H_kv = H): backward only, bench.harness.time_fn medians
+   (triton's do_bench, L2 flushed) of shipped ORDER=0 / ORDER=1, v4 ORDER=0 / ORDER=1 and SDPA cuDNN (K/V
+   repeat_interleave'd in the graph, bwd_layouts_speed's cudnn_gqa8). Each contender's gradients are checked against
+   cuDNN's on the same inputs first (bwd_layouts_speed.TOL); a failing one is reported, not timed, exit 1. Cells run
+   until --budget-s (the rest are listed as skipped); GQA causal cells first. ~4 minutes on an H100 with compiles.
+Prints a table (TFLOP/s, ORDER1/ORDER0 of both kernels, shipped ORDER=1 / cuDNN) and writes bwd_order_ab.json.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import bwd_layouts_speed as layouts  # noqa: E402
+from bench import harness  # noqa: E402
+
+DTYPE = "bf16"
+TOL64 = {"fp16": 5e-3, "bf16": 3e-2}  # against float64 (tests/test_kernels_bwd_gpu.py TOL)
+CONTENDERS = ("shipped_o0", "shipped_o1", "v4_o0", "v4_o1", "cudnn")
+CHECKS = [  # (B, H_kv, group, Nq, Nk, d, dtype, causal)
+    (2, 2, 8, 333, 200, 128, "bf16", True),    # Nq > Nk: 133 rows see no key; tails
+    (1, 2, 8, 200, 333, 64, "fp16", True),     # Nq < Nk: hidden Q blocks skipped per key block
+    (1, 1, 8, 1000, 1000, 128, "fp16", True),  # 8 x 16 steps per CTA
+    (1, 2, 2, 777, 777, 64, "bf16", True),
+    (2, 2, 1, 129, 517, 128, "bf16", False),
+]
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def _dtype(name):
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def cells(ds, ns) -> list[tuple]:
+    """(group, causal, d, n) in run order: GQA causal (the issue's gap) first, then equal-heads causal, then
+    non-causal GQA and equal heads."""
+    return [(g, causal, d, n) for causal in (True, False) for g in (layouts.GROUP, 1) for d in sorted(ds, reverse=True)
+            for n in ns]
+
+
+def run(name: str, q, k, v, o, lse, do, causal, deterministic=False, out=None):
+    """One contender's backward: shipped_o{0,1} (kernels.fa2_wgmma_bwd) or v4_o{0,1} (lab/bwd_ws.py). ORDER=0 runs
+    the default build (config=None), so shipped_o0 is exactly what backward() launches."""
+    from kernels import fa2_wgmma_bwd
+    from lab import bwd_ws
+
+    kernel, order = name.rsplit("_o", 1)
+    d = q.shape[3]
+    if kernel == "shipped":
+        cfg = fa2_wgmma_bwd.order_config(d, 1) if order == "1" else None
+        return fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, config=cfg, deterministic=deterministic,
+                                      out=out)
+    return bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=dict(ORDER=1) if order == "1" else None, out=out)
+
+
+def builds(ds, ns) -> list[tuple]:
+    """(source, defines, arch) of every build this run launches."""
+    from kernels import fa2_wgmma, fa2_wgmma_bwd
+    from lab import bwd_ws
+
+    jobs = []
+    for d in sorted(set(ds) | {c[5] for c in CHECKS}):
+        for dt in ("fp16", "bf16"):
+            bf16 = dt == "bf16"
+            for det in (False, True):
+                for cfg in (None, fa2_wgmma_bwd.order_config(d, 1)):
+                    jobs += [(s, defs, fa2_wgmma_bwd.ARCH) for s, _, defs in
+                             fa2_wgmma_bwd._build(fa2_wgmma_bwd.defines_for(d, bf16, cfg, deterministic=det))]
+            for cfg in (None, dict(ORDER=1)):
+                jobs.append((str(bwd_ws.SOURCE), bwd_ws.defines_for(d, bf16, cfg), bwd_ws.ARCH))
+            for n in sorted(set(ns) | {c[4] for c in CHECKS if c[5] == d}):
+                for causal in (False, True):
+                    for plain in (False, True):  # the forward's build depends on contiguous equal-head inputs
+                        defs = fa2_wgmma.defines_for(d, bf16, fa2_wgmma.default_config(d, n, plain, causal))
+                        jobs.append((str(fa2_wgmma.source_of(defs)[0]), defs, fa2_wgmma.ARCH))
+    return list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())
+
+
+def compile_one(source, defines, arch):
+    from kernels import loader
+
+    loader.compile_cubin(source, defines=defines, arch=arch)
+
+
+def precompile(jobs_n: int, ds, ns) -> None:
+    jobs = builds(ds, ns)
+    t0 = time.time()
+    # spawn, not fork: CUDA may be initialised here, and a forked child must not inherit it
+    with cf.ProcessPoolExecutor(max(1, jobs_n), mp_context=mp.get_context("spawn")) as ex:
+        futures = [ex.submit(compile_one, *job) for job in jobs]
+        bad = [str(f.exception()) for f in futures if f.exception() is not None]
+    if bad:
+        raise SystemExit(f"a build failed to compile:\n{bad[0][:3000]}")
+    log(f"precompiled {len(jobs)} builds in {time.time() - t0:.0f} s")
+
+
+def reference(q, k, v, do, causal, round_to=None):
+    """float64 (dq, dk, dv), K/V repeat_interleave'd and dK/dV summed back over each group (rows that see no key:
+    gradients 0); round_to=dtype rounds O (for D), P and dS to it (the rounding floor of any 16-bit kernel)."""
+    import torch
+
+    from variants.reference import causal_mask
+
+    rep = q.shape[1] // k.shape[1]
+    q64, do64 = q.double(), do.double()
+    k64, v64 = (t.double().repeat_interleave(rep, 1) for t in (k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = scale * (q64 @ k64.transpose(-1, -2))
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    lse = torch.logsumexp(s, -1, keepdim=True)
+    p = torch.where(torch.isfinite(lse), torch.exp(s - lse.nan_to_num(neginf=0.0)), torch.zeros_like(s))
+
+    def r(t):
+        return t if round_to is None else t.to(round_to).double()
+
+    o = p @ v64
+    dv = r(p).transpose(-1, -2) @ do64                     # FA2 Alg. 2 line 12
+    dp = do64 @ v64.transpose(-1, -2)                      # FA2 Alg. 2 line 13
+    dd = (do64 * r(o)).sum(-1, keepdim=True)               # FA2 Alg. 2 line 4
+    ds = r(p * (dp - dd))                                  # FA2 Alg. 2 line 14
+    dq, dk = scale * ds @ k64, scale * ds.transpose(-1, -2) @ q64
+    return dq, dk.unflatten(1, (k.shape[1], rep)).sum(2), dv.unflatten(1, (k.shape[1], rep)).sum(2)
+
+
+def correctness() -> list[dict]:
+    import torch
+
+    from kernels import fa2_wgmma, fa2_wgmma_bwd
+    from variants.reference import fp32_ds_floor
+
+    rows = []
+    for i, (b, h_kv, group, n_q, n_k, d, dt, causal) in enumerate(CHECKS):
+        dtype = _dtype(dt)
+        g = torch.Generator(device="cuda").manual_seed(17 + i)
+        q, do = (torch.randn(b, n_q, h_kv * group, d, generator=g, device="cuda").to(dtype).transpose(1, 2)
+                 for _ in range(2))
+        k, v = (torch.randn(b, n_k, h_kv, d, generator=g, device="cuda").to(dtype).transpose(1, 2) for _ in range(2))
+        o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
+        exact, rounded = reference(q, k, v, do, causal), reference(q, k, v, do, causal, dtype)
+        ds_floor = (*fp32_ds_floor(q, k, v, do, causal=causal), 0.0)
+        for name, det in [(c, False) for c in CONTENDERS[:4]] + [("shipped_o0", True), ("shipped_o1", True)]:
+            row = dict(b=b, h_kv=h_kv, group=group, n_q=n_q, n_k=n_k, d=d, dtype=dt, causal=causal, contender=name,
+                       deterministic=det, ok=True)
+            try:
+                grads = tuple(fa2_wgmma_bwd._empty_like_layout(t).fill_(float("nan")) for t in (q, k, v))  # poisoned
+                run(name, q, k, v, o, lse, do, causal, deterministic=det, out=grads)
+                torch.cuda.synchronize()
+                for gname, gr, ref, base, ds in zip(("dq", "dk", "dv"), grads, exact, rounded, ds_floor):
+                    gd = gr.double()
+                    finite = bool(torch.isfinite(gd).all())
+                    norm, err = float(ref.norm()), float((gd - ref).norm()) if finite else math.inf
+                    floor, atol = float((base - ref).norm()), max(1e-5 * gr.numel() ** 0.5, ds)
+                    ok = finite and err <= max(TOL64[dt] * norm, 3 * floor, atol)
+                    row[gname] = dict(rel=err / max(norm, 1e-30), rounding_rel=floor / max(norm, 1e-30), ok=ok)
+                    row["ok"] = row["ok"] and ok
+                if causal and n_q > n_k and not bool((grads[0][:, :, : n_q - n_k] == 0).all()):
+                    row.update(ok=False, no_key_rows="dq not 0")
+            except Exception as exc:
+                row.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+            rows.append(row)
+            log(f"check {name}{' det' if det else ''} d={d} {dt} B={b} H_kv={h_kv} G={group} Nq={n_q} Nk={n_k} "
+                f"causal={int(causal)}: {'ok' if row['ok'] else 'FAILED ' + str(row)}")
+    return rows
+
+
+def run_cell(group, causal, d, n, end, rows):
+    import torch
+
+    from kernels import fa2_wgmma
+
+    dtype = _dtype(DTYPE)
+    b, h = layouts.TOKENS // n, layouts.heads_for(d)
+    cell = dict(dtype=DTYPE, d=d, n=n, causal=causal, batch=b, heads=h, h_kv=h // group, group=group,
+                bwd_flops=2.5 * harness.flops(b, h, n, n, d, causal))
+    q, k, v, do = layouts.make(b, h, h // group, n, d, dtype, False, n + d + group)
+    o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
+    ref = None
+    for name in CONTENDERS[::-1]:  # cuDNN first: the reference of the others
+        rec = dict(cell, contender=name)
+        rows.append(rec)
+        if time.time() > end:
+            rec["skipped"] = "budget"
+            continue
+        try:
+            if name == "cudnn":
+                fn = layouts.cudnn_grads(q, k, v, do, causal, gqa=group > 1)
+            else:
+                def fn(name=name):
+                    return run(name, q, k, v, o, lse, do, causal)
+            grads = fn()
+            torch.cuda.synchronize()
+            if name == "cudnn":
+                ref = grads
+            rec["finite"] = all(bool(torch.isfinite(x).all()) for x in grads)
+            if ref is not None and name != "cudnn":
+                rec["rel_err_vs_cudnn"] = [layouts.rel(x, r) for x, r in zip(grads, ref)]
+            rec["ok"] = rec["finite"] and max(rec.get("rel_err_vs_cudnn", [0.0])) <= layouts.TOL[DTYPE]
+            if not rec["ok"]:
+                log(f"  {name}: gradient check FAILED {rec}")
+                continue
+            del grads
+            ms = float(harness.time_fn(lambda: fn(), [()])["median_ms"])
+            rec.update(median_ms=ms, tflops=cell["bwd_flops"] / ms / 1e9)
+        except Exception as exc:  # a contender that cannot run is reported; the others go on
+            rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+        finally:
+            torch.cuda.empty_cache()
+
+
+def table(rows) -> str:
+    """One line per cell: TFLOP/s of each contender, ORDER1/ORDER0 of both kernels, shipped ORDER=1 / cuDNN."""
+    by_cell: dict[tuple, dict] = {}
+    for r in rows:
+        by_cell.setdefault((r["group"], r["causal"], r["d"], r["n"]), {})[r["contender"]] = r
+
+    def tf(rec):
+        if rec is None:
+            return "-"
+        if "tflops" in rec:
+            return f"{rec['tflops']:.0f}"
+        return "skip" if "skipped" in rec else "FAIL"
+
+    def ratio(a, b):
+        return f"{a['tflops'] / b['tflops']:.2f}" if a and b and "tflops" in a and "tflops" in b else "-"
+
+    head = ["G", "causal", "d", "N", *CONTENDERS, "shipped 1/0", "v4 1/0", "shipped1/cudnn"]
+    lines = [" ".join(f"{x:>14}" if i >= 4 else f"{x:>6}" for i, x in enumerate(head))]
+    for (g, causal, d, n), recs in by_cell.items():
+        vals = [g, int(causal), d, n, *(tf(recs.get(c)) for c in CONTENDERS),
+                ratio(recs.get("shipped_o1"), recs.get("shipped_o0")), ratio(recs.get("v4_o1"), recs.get("v4_o0")),
+                ratio(recs.get("shipped_o1"), recs.get("cudnn"))]
+        lines.append(" ".join(f"{x:>14}" if i >= 4 else f"{x:>6}" for i, x in enumerate(vals)))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="bwd_order_"))
+    ap.add_argument("--budget-s", type=float, default=200.0, help="timing stops after this many seconds from start")
+    ap.add_argument("--n", default="2048,8192,16384")
+    ap.add_argument("--d", default="64,128")
+    ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
+    args = ap.parse_args(argv)
+    ns = harness.int_list(ap, "--n", args.n, at_most=layouts.TOKENS, why="batch*N = 16k tokens")
+    ds = harness.int_list(ap, "--d", args.d, choices=(64, 128), why="both kernels' head dims")
+    harness.positive_int(ap, "--jobs", args.jobs)
+    if not args.budget_s > 0:
+        ap.error(f"--budget-s must be positive, got {args.budget_s}")
+    import torch
+
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA GPU (compute capability 9.x)")
+    start = time.time()
+    precompile(args.jobs, ds, ns)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, dtype=DTYPE)
+    checks = correctness()
+    result["checks"] = checks
+    path = out / "bwd_order_ab.json"
+    if not all(r["ok"] for r in checks):
+        path.write_text(json.dumps(result, indent=1))
+        log(f"correctness FAILED: no timing; wrote {path}")
+        return 1
+    rows: list[dict] = []
+    end = start + args.budget_s
+    for group, causal, d, n in cells(ds, ns):
+        run_cell(group, causal, d, n, end, rows)
+        log(table([r for r in rows if (r["group"], r["causal"], r["d"], r["n"]) == (group, causal, d, n)])
+            .splitlines()[-1])
+    result.update(rows=rows, seconds=time.time() - start)
+    path.write_text(json.dumps(result, indent=1))
+    log(table(rows))
+    log(f"wrote {path} ({time.time() - start:.0f} s)")
+    return 1 if any(r.get("ok") is False for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
