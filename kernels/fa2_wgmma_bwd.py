@@ -58,7 +58,8 @@ ARCH = "sm_90a"
 PAD = 128  # rows of the padded L2 / D / dQ-accumulator buffers: a multiple of every Br
 
 # Knobs of the .cu file: NWG (warpgroups; Bc = 64 * NWG), BR (Br), STAGES (Q/dO ring slots), MIN_BLOCKS,
-# DQ_BULK (dQ through smem and one TMA reduce-add per warpgroup and step, instead of red.global.add.v2).
+# DQ_BULK (dQ through smem and one TMA reduce-add per warpgroup and step, instead of red.global.add.v2), ORDER (0: a
+# key block's steps run its group's query heads outer, i ascending; 1: i descending, heads inner; order_configs()).
 DEFAULTS = dict(STAGES=2, MIN_BLOCKS=1, DQ_BULK=0)  # DQ_V4: red.v4 instead of .v2 when DQ_BULK=0
 CONFIGS = {  # v1 sweep winners
     64: dict(NWG=2, BR=128, DQ_BULK=1),

@@ -11,6 +11,7 @@ until j*NWG reduces reached the tile) make progress in either order, adding into
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -177,3 +178,29 @@ def test_order_knob_is_checked():
         fa2_wgmma_bwd.defines_for(128, False, dict(fa2_wgmma_bwd.CONFIGS[128], ORDER=1, ROTATE=1))
     assert "ORDER" not in fa2_wgmma_bwd.defines_for(128, False)  # the shipped default is today's order
     assert fa2_wgmma_bwd.defines_for(96, True, fa2_wgmma_bwd.order_config(96, 1), deterministic=True)["ORDER"] == 1
+
+
+def test_order_ab_plan_and_table():
+    """lab/bwd_order_ab.py without a GPU: GQA causal cells first, both kernels' ORDER 0 and 1 builds precompiled (and
+    the shipped deterministic ones the gate runs), the table's ORDER1/ORDER0 ratios."""
+    from lab import bwd_order_ab as ab
+
+    cells = ab.cells((64, 128), (2048, 8192, 16384))
+    assert len(cells) == 24 and cells[0] == (8, True, 128, 2048) and cells[6] == (1, True, 128, 2048)
+    assert [c[1] for c in cells] == [True] * 12 + [False] * 12
+    jobs = ab.builds((64, 128), (2048,))
+    main = {(Path(s).name, d["HEAD_DIM"], d["IS_BF16"], d.get("ORDER", 0), d.get("DETERMINISTIC", 0))
+            for s, d, _ in jobs if "PASS" not in d and "DQ_BULK" in d or Path(s).name == "fa2_wgmma_bwd_ws.cu"}
+    for d in (64, 128):
+        for bf16 in (0, 1):
+            for order in (0, 1):
+                assert ("fa2_wgmma_bwd_ws.cu", d, bf16, order, 0) in main
+                for det in (0, 1):
+                    assert ("fa2_wgmma_bwd.cu", d, bf16, order, det) in main
+    rows = [dict(group=8, causal=True, d=128, n=2048, contender=c, tflops=t)
+            for c, t in zip(ab.CONTENDERS, (200, 250, 300, 330, 280))]
+    rows.append(dict(group=1, causal=True, d=128, n=2048, contender="cudnn", skipped="budget"))
+    lines = ab.table(rows).splitlines()
+    assert len(lines) == 3
+    assert lines[1].split()[-3:] == ["1.25", "1.10", "0.89"]  # shipped 250/200, v4 330/300, shipped1/cudnn 250/280
+    assert lines[2].split()[4:] == ["-", "-", "-", "-", "skip", "-", "-", "-"]

@@ -57,10 +57,10 @@
 // key block, never a gap -- issues its bulk reduce-add, waits for it to be written (cp.async.bulk.wait_group 0,
 // not .read), fences the async proxy and releases (red.release.gpu add 1). Slices of different warpgroups are
 // disjoint, so their order within a key block does not matter. Progress: block j waits only on blocks < j of
-// the same grid row, which are dispatched first (by induction on j: each lower block finishes every step, its
-// waits being on still lower blocks; true in either ORDER, since a key block's steps are fixed by its own i_first
-// and the tile it waits on is one every lower block processes -- under ORDER=1 at the same step index, as a lower
-// block's step list is block j's followed by more steps, of lower i). Cost: the reduce no longer overlaps the next step (its issuing
+// the same grid row, which are dispatched first; by induction on j each finishes every step, its waits being on
+// still lower blocks, each of which processes the awaited tile. True in either ORDER: under ORDER=1 a lower block
+// reaches it at the same step index (its step list is block j's followed by more steps, of lower i); under ORDER=0
+// at a later one. Cost: the reduce no longer overlaps the next step (its issuing
 // thread waits for the write), a CTA may stall behind the previous key block, a (B*H, Nq_pad/Br) int32 memset,
 // and its own build (d=64 spills 104 B instead of 80). The default build does none of this.
 //
