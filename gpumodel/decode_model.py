@@ -1,24 +1,36 @@
-"""The GPU model of split-KV decoding (issue 44): a simple DRAM roofline with Little's law, to be checked against a
-GPU timing of the two kernels (bench/decode_speed.py, not yet run) (`split_kv`, teaching; `split_kv_fast`, tensor cores) before it is trusted.
+"""The GPU model of split-KV decoding (issue 44): the two kernels (`split_kv`, teaching; `split_kv_fast`, tensor
+cores, contiguous or paged caches), checked against an H100 timing of them (results/decode_speed/, bench/decode_speed.py).
 
 At decode each K/V byte of the cache is read once (GQA packing: once for the g query heads of its kv head), and
-there are about 4·g·Nq FLOPs per 2·d bytes of K and V (4·d per query row and position against 2·d·itemsize bytes):
-g·Nq FLOP per byte in fp16/bf16, against the H200's ridge of ~180 FLOP/byte (788 TFLOP/s / 4.3 TB/s). So the time
-is the bytes over what the DRAM delivers, unless too few CTAs are in flight to pull it: FA2's grid at Nq = 1 is
-B·H_kv CTAs, each streaming its whole cache, and a CTA keeps only its K/V ring in flight.
+there are about 4·g·Nq FLOPs per 2·d bytes of K and V: g·Nq FLOP per byte in fp16/bf16, against the H200's ridge of
+~180 FLOP/byte. So the fast kernel's time is the bytes over what the DRAM delivers, unless too few CTAs are in flight
+to pull it; the teaching kernel's is its shared memory's.
 
-    bytes      the closed form's HBM bytes (counting/decode.py): K, V once, Q per split, the partials written and
-               read back, O and lse. All are priced at DRAM: the cache is far larger than the L2 (an upper bound for
-               the partials, which may stay in the L2)
-    t_dram     bytes / min(BW, resident CTAs · in-flight bytes per CTA / DRAM latency)   (Little's law)
-               BW: the GPU's measured DRAM bandwidth where there is one (H200: 4.3 TB/s, a device copy), else its
-               datasheet figure at the H200's attainable share (gpumodel/coverage.py hbm_rate: H100 3.0 TB/s); DRAM latency: the fitted lat_dram (results/gpu_model_fit.json) at the clock;
-               in-flight per CTA: its K/V ring, stages · 2 · Bc · d · itemsize
-    t_compute  the products at the padded rows (the MMA tile is 16 rows: g·Nq = 8 rows run as 16) at the path's
-               rate (mma.sync: the dense peak × R_mma_sync / R_wgmma of the fit; ffma: the FP32 peak), plus the
-               exponentials at the MUFU rate and the other operations at the FP32 rate, added (no overlap assumed)
-    time       max(t_dram, t_compute) + launches × the launcher's measured overhead (0 where not measured)
-    bound      dram where t_dram >= t_compute, else the largest compute term
+    bytes        the closed form's HBM bytes (counting/decode.py): K, V once, Q per split, the partials written and
+                 read back, O and lse, all priced at DRAM (the cache is far larger than the L2)
+    t_dram       the CTAs in waves of the resident slots (SMs × ctas_per_sm); a wave of n CTAs, each per_cta bytes,
+                 takes n · per_cta / min(BW_read, n · in_flight / (lat_dram + t_round))   (Little's law)
+                 in_flight: the STAGES - 1 K/V tiles a CTA keeps loading while it computes one; lat_dram: the forward
+                 fit's (results/gpu_model_fit.json) at the clock; t_round: the kernel's own time per round (fitted)
+    BW_read      eta_read × the DRAM's copy rate (the run's device copy where `check` has one, else
+                 coverage.hbm_rate): a read stream outruns a copy (fitted: 1.10 on the H100)
+    t_writeback  min(L2, bytes) / BW_read: the timer's L2 flush (do_bench zeroes 256 MB before each call) leaves the
+                 L2 dirty; the kernel's first reads write it back
+    t_compute    fast: the products at the padded rows (16-row MMA tile) at the mma.sync rate (R_mma_sync / R_wgmma of
+                 the fit) plus the exponentials (MUFU) and the rest (FP32), added; teaching: its shared-memory
+                 wavefronts (smem_wavefronts_per_tile: S = Q K_j^T 32-way bank-conflicted at d = 64, 128), the busiest
+                 SM's CTAs in turn, one wavefront a clock
+    time         max(t_dram, t_compute, L2 bytes / L2 rate) + t_writeback + t_fixed + S · t_split
+                 t_fixed: the call's fixed time (launch, the counters' memset, the first round trip, the merge's L2
+                 round trips); t_split: the teaching merge kernel's time per split (fitted)
+    bound        dram where t_dram is the largest, else l2 or the largest compute term (smem for the teaching kernel)
+
+The constants (eta_read; t_round, t_fixed of split_kv_fast and split_kv_fast_paged; t_split of split_kv) are
+results/decode_model_fit.json's, fitted on the H100 run's fp16 d = 128 cells (gpumodel/fit_decode_model.py) and
+checked on its bf16 and d = 64 cells (gpumodel/decode_heldout.py, results/decode_model_h100.json): split_kv_fast 33/35
+held-out cells within ±15%, paged 27/35, teaching 8/8; the misses are listed with their reasons in
+results/gpu_model_known_gaps.json (docs/decoding.md). Without the file the model is the plain roofline (no fixed
+time, the copy rate). Not yet checked on an H200.
 
 The kernels' tiles (DECODE_KERNELS) are copies of the launchers' (kernels/split_kv.py BLOCK_K,
 kernels/split_kv_fast.py block_k, smem_bytes, STAGES, kernels/_decode.py ROWS): gpumodel may not import kernels, so
