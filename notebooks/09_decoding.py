@@ -97,9 +97,9 @@ show_table(["B", "CTAs (S = 1)", "DRAM bytes", "predicted time, S = 1", "predict
 
 # %% [markdown]
 # Unsplit, the model's time at $B = 1$ is the cache over what 8 CTAs keep in flight: a twentieth of the DRAM's
-# bandwidth. Split, most batch sizes reach the read rate, less the fixed time. Not $B = 4$: the rule asks for
-# $2 \cdot 132$ CTAs and rounds up to 288 (9 splits of 32 tiles), 24 more than the 264 slots, so a second wave of 24
-# CTAs streams its splits alone, latency-bound. The H100 run measured the same tail at $B = 8$ (320 CTAs): 80-92% of
+# bandwidth. Split, $B = 1$ comes within 17% of the read rate (the fixed time of a 137 µs call) and $B = 64$, one
+# split, reaches it. $B = 4$ and $B = 16$ do not: the rule asks for $2 \cdot 132$ CTAs and rounds up to 288 and 384,
+# more than the 264 slots, so a second wave of 24 (120) CTAs streams its splits alone, latency-bound. The H100 run measured the same tail at $B = 8$ (320 CTAs): 80-92% of
 # the copy rate at caches of 32k-256k where cuDNN's kernel reached 94-106%. (What no kernel can be is faster
 # than the bytes over the bandwidth.)
 #
