@@ -113,3 +113,18 @@ def test_few_ctas_are_latency_bound():
         p = decode_model.predict(desc, b, 32, 1, 262144, 128, "fp16", gpu="h100", bandwidth=3.0e12, kv_heads=8)
         at_bw = p.dram_bytes / (3.0e12 * decode_model.load_fit()["eta_read"])
         assert (p.terms["dram"] > 1.05 * at_bw) == slower
+
+
+def test_the_committed_constants_are_the_fit_of_the_committed_run():
+    """gpumodel/fit_decode_model.py on the committed run gives the committed constants (a model change that moves the
+    fit needs the refit, and then the record, committed with it)."""
+    pytest.importorskip("scipy")
+    from gpumodel import fit_decode_model as fdm
+
+    result = json.loads(RUN.read_text())
+    params = fdm.fit(result)
+    committed = json.loads(decode_model.FIT_FILE.read_text())
+    assert params["eta_read"] == pytest.approx(committed["params"]["eta_read"], rel=1e-4)
+    for k in ("split_kv_fast", "split_kv_fast_paged", "split_kv"):
+        assert params[k] == pytest.approx(committed["params"][k], rel=1e-3), k
+    assert fdm.document(result, committed["source"], params)["train_cells"] == committed["train_cells"] == 24
