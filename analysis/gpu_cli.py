@@ -120,7 +120,7 @@ def decode_records(args, error) -> list[dict]:
                          gpu_time_s=p.time_s - p.terms["overhead"], host_s=p.terms["overhead"], tflops=p.tflops,
                          l2_bytes=p.l2_bytes, dram_bytes=p.dram_bytes, requests_bytes=p.requests_bytes, dsmem_bytes=0,
                          bound=p.bound, terms=dict(p.terms), track_record=None, decode=dict(tr.decode),
-                         model="gpumodel/decode_model.py: not yet checked against a timing"))
+                         model="gpumodel/decode_model.py: checked on one H100 run: results/decode_model_h100.json"))
     return recs
 
 
@@ -361,8 +361,9 @@ def cmd_predict(args, error) -> int:
         if any("decode" in r for r in recs):
             d = recs[0]["decode"]
             print(f"decode: H_kv = {d['kv_heads']} (g = {d['group']}), S = {d['num_splits']} splits, {d['ctas']} CTAs; "
-                  "gpumodel/decode_model.py: the DRAM bytes at the measured bandwidth, capped by Little's law on the "
-                  "K/V tiles in flight (fitted lat_dram) - not yet checked against a timing of the kernel")
+                  "gpumodel/decode_model.py: the DRAM bytes in waves of CTAs, each wave capped by Little's law on the "
+                  "K/V tiles in flight, plus the call's fixed time - checked on one H100 run "
+                  "(results/decode_model_h100.json)")
     return 0
 
 

@@ -194,8 +194,9 @@ def _kernel_caption(args, recs, gpu) -> str:
     ]
     dec = [r for r in recs if r["variant"] == "split_kv" and "time_s" in r.get("gpu_model", {})]
     if dec:
-        lines.append("split_kv on split_kv_fast, priced by gpumodel/decode_model.py: its DRAM bytes at the measured "
-                     "bandwidth, capped by Little's law on the K/V tiles in flight (not yet checked against a timing).")
+        lines.append("split_kv on split_kv_fast, priced by gpumodel/decode_model.py: its DRAM bytes in waves of CTAs, "
+                     "each capped by Little's law on the K/V tiles in flight, plus the call's fixed time (checked on "
+                     "one H100 run: results/decode_model_h100.json).")
     info = [r["decode"] for r in recs if r.get("decode")]
     if info:
         d = info[0]

@@ -225,6 +225,16 @@ def problems(manifest: dict | None = None, root: Path = ROOT) -> list[str]:
     out = [f"not in results/MANIFEST.json: results/{p}" for p in unlisted(manifest, root / "results")]
     out += [f"in the manifest, no such file: results/{p}" for p in missing(manifest, root / "results")]
     out += [f"no such path: {m}" for m in missing_mentions(root)]
+    out += [f"listed twice in the manifest: {p}" for p in duplicated(manifest)]
+    return out
+
+
+def duplicated(manifest: dict) -> list[str]:
+    """Folder or run paths the manifest lists more than once (a merge of two branches that both indexed one run)."""
+    out = []
+    for kind in ("folders", "runs"):
+        paths = [entry["path"] for entry in manifest[kind]]
+        out += [f"{kind}: {p}" for p in dict.fromkeys(p for p in paths if paths.count(p) > 1)]
     return out
 
 

@@ -1,24 +1,36 @@
-"""The GPU model of split-KV decoding (issue 44): a simple DRAM roofline with Little's law, to be checked against a
-GPU timing of the two kernels (bench/decode_speed.py, not yet run) (`split_kv`, teaching; `split_kv_fast`, tensor cores) before it is trusted.
+"""The GPU model of split-KV decoding (issue 44): the two kernels (`split_kv`, teaching; `split_kv_fast`, tensor
+cores, contiguous or paged caches), checked against an H100 timing of them (results/decode_speed/, bench/decode_speed.py).
 
 At decode each K/V byte of the cache is read once (GQA packing: once for the g query heads of its kv head), and
-there are about 4·g·Nq FLOPs per 2·d bytes of K and V (4·d per query row and position against 2·d·itemsize bytes):
-g·Nq FLOP per byte in fp16/bf16, against the H200's ridge of ~180 FLOP/byte (788 TFLOP/s / 4.3 TB/s). So the time
-is the bytes over what the DRAM delivers, unless too few CTAs are in flight to pull it: FA2's grid at Nq = 1 is
-B·H_kv CTAs, each streaming its whole cache, and a CTA keeps only its K/V ring in flight.
+there are about 4·g·Nq FLOPs per 2·d bytes of K and V: g·Nq FLOP per byte in fp16/bf16, against the H200's ridge of
+~180 FLOP/byte. So the fast kernel's time is the bytes over what the DRAM delivers, unless too few CTAs are in flight
+to pull it; the teaching kernel's is its shared memory's.
 
-    bytes      the closed form's HBM bytes (counting/decode.py): K, V once, Q per split, the partials written and
-               read back, O and lse. All are priced at DRAM: the cache is far larger than the L2 (an upper bound for
-               the partials, which may stay in the L2)
-    t_dram     bytes / min(BW, resident CTAs · in-flight bytes per CTA / DRAM latency)   (Little's law)
-               BW: the GPU's measured DRAM bandwidth where there is one (H200: 4.3 TB/s, a device copy), else its
-               datasheet figure at the H200's attainable share (gpumodel/coverage.py hbm_rate: H100 3.0 TB/s); DRAM latency: the fitted lat_dram (results/gpu_model_fit.json) at the clock;
-               in-flight per CTA: its K/V ring, stages · 2 · Bc · d · itemsize
-    t_compute  the products at the padded rows (the MMA tile is 16 rows: g·Nq = 8 rows run as 16) at the path's
-               rate (mma.sync: the dense peak × R_mma_sync / R_wgmma of the fit; ffma: the FP32 peak), plus the
-               exponentials at the MUFU rate and the other operations at the FP32 rate, added (no overlap assumed)
-    time       max(t_dram, t_compute) + launches × the launcher's measured overhead (0 where not measured)
-    bound      dram where t_dram >= t_compute, else the largest compute term
+    bytes        the closed form's HBM bytes (counting/decode.py): K, V once, Q per split, the partials written and
+                 read back, O and lse, all priced at DRAM (the cache is far larger than the L2)
+    t_dram       the CTAs in waves of the resident slots (SMs × ctas_per_sm); a wave of n CTAs, each per_cta bytes,
+                 takes n · per_cta / min(BW_read, n · in_flight / (lat_dram + t_round))   (Little's law)
+                 in_flight: the STAGES - 1 K/V tiles a CTA keeps loading while it computes one; lat_dram: the forward
+                 fit's (results/gpu_model_fit.json) at the clock; t_round: the kernel's own time per round (fitted)
+    BW_read      eta_read × the DRAM's copy rate (the run's device copy where `check` has one, else
+                 coverage.hbm_rate): a read stream outruns a copy (fitted: 1.10 on the H100)
+    t_writeback  min(L2, bytes) / BW_read: the timer's L2 flush (do_bench zeroes 256 MB before each call) leaves the
+                 L2 dirty; the kernel's first reads write it back
+    t_compute    fast: the products at the padded rows (16-row MMA tile) at the mma.sync rate (R_mma_sync / R_wgmma of
+                 the fit) plus the exponentials (MUFU) and the rest (FP32), added; teaching: its shared-memory
+                 wavefronts (smem_wavefronts_per_tile: S = Q K_j^T 32-way bank-conflicted at d = 64, 128), the busiest
+                 SM's CTAs in turn, one wavefront a clock
+    time         max(t_dram, t_compute, L2 bytes / L2 rate) + t_writeback + t_fixed + S · t_split
+                 t_fixed: the call's fixed time (launch, the counters' memset, the first round trip, the merge's L2
+                 round trips); t_split: the teaching merge kernel's time per split (fitted)
+    bound        dram where t_dram is the largest, else l2 or the largest compute term (smem for the teaching kernel)
+
+The constants (eta_read; t_round, t_fixed of split_kv_fast and split_kv_fast_paged; t_split of split_kv) are
+results/decode_model_fit.json's, fitted on the H100 run's fp16 d = 128 cells (gpumodel/fit_decode_model.py) and
+checked on its bf16 and d = 64 cells (gpumodel/decode_heldout.py, results/decode_model_h100.json): split_kv_fast 33/35
+held-out cells within ±15%, paged 27/35, teaching 8/8; the misses are listed with their reasons in
+results/gpu_model_known_gaps.json (docs/decoding.md). Without the file the model is the plain roofline (no fixed
+time, the copy rate). Not yet checked on an H200.
 
 The kernels' tiles (DECODE_KERNELS) are copies of the launchers' (kernels/split_kv.py BLOCK_K,
 kernels/split_kv_fast.py block_k, smem_bytes, STAGES, kernels/_decode.py ROWS): gpumodel may not import kernels, so
@@ -26,7 +38,10 @@ tests/test_decode_model.py holds the copies equal to the launchers. Torch-free.
 """
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from counting import closed_forms as cf
 from counting.gpus import get_gpu
@@ -34,6 +49,10 @@ from counting.tiling import cdiv
 from gpumodel import coverage
 from gpumodel import gpu_model as gm
 from gpumodel.resources import overhead
+
+FIT_FILE = Path(__file__).resolve().parent.parent / "results" / "decode_model_fit.json"
+# no fit: the plain roofline (a copy's rate, no per-round, write-back-free fixed cost)
+DEFAULT = {"eta_read": 1.0}
 
 
 @dataclass(frozen=True)
@@ -102,24 +121,61 @@ def counts(desc: DecodeDescriptor, batch, heads, n_q, n_k, d, dtype="fp16", caus
                      block_k=desc.block_k, **decode)
 
 
+def load_fit(path: Path = FIT_FILE) -> dict:
+    """The decode constants (FIT_FILE, gpumodel/fit_decode_model.py); DEFAULT where no fit is committed."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return dict(DEFAULT)
+    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in doc["params"].items()}
+
+
+def fit_key(desc: DecodeDescriptor, page_size) -> str:
+    """The constants' key of a launch: split_kv_fast's contiguous and paged caches have their own (the paged gather
+    reads block_table per row before its copies), the teaching kernel one."""
+    return desc.kernel + ("_paged" if page_size and desc.kernel == "split_kv_fast" else "")
+
+
+def _waves(ctas: int, slots: int) -> list[int]:
+    return [min(slots, ctas - i) for i in range(0, ctas, slots)]
+
+
+def smem_wavefronts_per_tile(d: int, block_q: int = ROWS, block_k: int = 32) -> int:
+    """The teaching kernel's shared-memory wavefronts per K/V tile and CTA (kernels/cuda/split_kv.cu, fp32 on chip,
+    one wavefront a clock per SM). S = Q K_j^T (FA2 Alg. 1 line 8): lane jj reads Ks[jj·d + c], a stride of d words,
+    gcd(d, 32)-way conflicted (32-way at d = 64, 128), beside the broadcast Qs read, for each of d columns and
+    Br·Bc / 32 warp-iterations; O += P V_j (line 10): per warp-iteration (Br·d / 32) Bc conflict-free Ss/Vs pairs plus
+    the Os read and write; the tile's stores (line 7): 2 Bc·d / 32; the softmax (line 9): one thread per row, rows Bc
+    words apart (16-way), a max pass and an exp pass (read and write) over Bc."""
+    s_phase = block_q * block_k // 32 * d * (math.gcd(d, 32) + 1)
+    pv_phase = block_q * d // 32 * (2 * block_k + 2)
+    return s_phase + pv_phase + 2 * block_k * d // 32 + 3 * block_k * block_q
+
+
 def predict(desc: DecodeDescriptor, batch, heads, n_q, n_k, d, dtype="fp16", causal=False, gpu="h200",
-            bandwidth: float | None = None, **decode) -> gm.Prediction:
-    """bandwidth: the DRAM's B/s (default the GPU's measured figure, else its datasheet's; a run's own device copy
-    where it measured one, as `check` passes it)."""
+            bandwidth: float | None = None, params: dict | None = None, **decode) -> gm.Prediction:
+    """bandwidth: the DRAM's copy rate in B/s (default the GPU's measured figure, else its datasheet's; a run's own
+    device copy where it measured one, as `check` passes it). params: the decode constants (default FIT_FILE's)."""
     g = get_gpu(gpu)
+    params = load_fit() if params is None else params
     tr = counts(desc, batch, heads, n_q, n_k, d, dtype, causal, gpu, **decode)
     item, info = cf.DTYPES[tr.dtype], tr.decode
-    params = gm.load_params()
+    fit = params.get(fit_key(desc, info.get("page_size")), {})
     clock, sms = g.value("clock_hz"), int(g.value("sms", "measured"))
-    # memory: every byte at DRAM, at most what the resident CTAs keep in flight over the DRAM latency
     ctas, per_sm = info["ctas"], ctas_per_sm(desc, g)
-    resident = min(ctas, sms * per_sm)
-    in_flight = resident * desc.kv_stages * 2 * desc.block_k * d * item
-    latency = params["lat_dram"] / clock
-    bw = bandwidth or coverage.hbm_rate(g)  # the prefill model's DRAM rate (gpumodel/coverage.py): one story
-    rate = min(bw, in_flight / latency)
     dram_bytes = tr.hbm_bytes
-    t_dram = dram_bytes / rate
+    bw = (bandwidth or coverage.hbm_rate(g)) * params.get("eta_read", 1.0)  # a read stream outruns a copy
+    # memory: the CTAs run in waves of the resident slots; a wave of n CTAs pulls min(BW, n · per-CTA rate), the
+    # per-CTA rate Little's law on what its ring keeps loading (STAGES - 1 tiles while one computes) over a round
+    # trip of the fitted DRAM latency plus the kernel's own per-round time t_round (its compute and issue per tile;
+    # paged: the block_table read before each row's copy)
+    latency = gm.load_params()["lat_dram"] / clock + fit.get("t_round", 0.0)
+    in_flight = max(1, desc.kv_stages - 1) * 2 * desc.block_k * d * item
+    per_cta = dram_bytes / ctas
+    t_dram = sum(n * per_cta / min(bw, n * in_flight / latency) for n in _waves(ctas, sms * per_sm))
+    # the timer's L2 flush (triton.testing.do_bench zeroes 256 MB before each call) leaves the L2 full of dirty lines:
+    # the kernel's first L2-capacity of reads evicts them, a write-back of min(L2, bytes) at the same rate
+    t_writeback = min(g.l2_bytes.value, dram_bytes) / bw
     t_l2 = dram_bytes / gm.L2_BANDWIDTH
     # compute: the products at the padded rows, exponentials, the rest
     rows = info["group"] * n_q
@@ -127,22 +183,40 @@ def predict(desc: DecodeDescriptor, batch, heads, n_q, n_k, d, dtype="fp16", cau
     if desc.path == "ffma":
         mm_rate = g.value("fp32_flops")
     else:
-        peak = g.value(f"{tr.dtype}_tensor_flops", "measured")
-        mm_rate = peak * params["R_mma_sync"] / params["R_wgmma"]
+        mm_rate = g.value(f"{tr.dtype}_tensor_flops", "measured") * gm.load_params()["R_mma_sync"] / \
+            gm.load_params()["R_wgmma"]
     t_tensor = tr.flops["matmul"] * pad / mm_rate
     t_softmax = tr.flops["exp"] * pad / g.value("exp_rate") + tr.flops["other"] * pad / g.value("fp32_flops")
-    t_compute = t_tensor + t_softmax
+    t_smem = 0.0
+    if desc.path == "ffma":  # the teaching kernel: its shared-memory wavefronts, the busiest SM's CTAs in turn
+        tiles = cdiv(cf_chunk(info, n_k, desc), desc.block_k)
+        t_smem = cdiv(ctas, sms) * tiles * smem_wavefronts_per_tile(d, desc.block_q, desc.block_k) / clock
+    t_compute = max(t_tensor + t_softmax, t_smem)
+    # fixed: what no byte count carries (the launches, the counters' memset, the first tile's round trip, the merge's
+    # L2 round trips after the last split), one constant per kernel; the teaching merge walks the S partials in turn
+    t_fixed = fit.get("t_fixed", 0.0) + info["num_splits"] * fit.get("t_split", 0.0)
     host = desc.launches * overhead(desc.kernel)[0]
-    time = max(t_dram, t_compute, t_l2) + host
-    terms = {"tensor": t_tensor, "softmax": t_softmax, "smem": 0.0, "latency": 0.0, "compute": t_compute,
-             "l2": t_l2, "dram": t_dram, "overhead": host}
-    bound = "dram" if t_dram >= max(t_compute, t_l2) else ("l2" if t_l2 >= t_compute else
-                                                           max(("tensor", "softmax"), key=terms.get))
+    time = max(t_dram, t_compute, t_l2) + t_writeback + t_fixed + host
+    terms = {"tensor": t_tensor, "softmax": t_softmax, "smem": t_smem, "latency": t_fixed, "compute": t_compute,
+             "l2": t_l2, "dram": t_dram, "writeback": t_writeback, "overhead": host}
+    if t_dram >= max(t_compute, t_l2):
+        bound = "dram"
+    elif t_l2 >= t_compute:
+        bound = "l2"
+    else:
+        bound = max(("tensor", "softmax", "smem"), key=terms.get)
     return gm.Prediction(kernel=desc.kernel, build=f"{desc.build}[S={info['num_splits']}]", time_s=time,
                          tflops=tr.flops["matmul"] / time / 1e12,  # the closed form's products (unpadded)
                          bound=bound, terms=terms, l2_bytes=dram_bytes, dram_bytes=dram_bytes,
                          requests_bytes=tr.hbm_bytes, ctas=ctas, ctas_per_sm=per_sm,
                          waves=ctas / (sms * per_sm), block_q=desc.block_q, block_k=desc.block_k)
+
+
+def cf_chunk(info: dict, n_k: int, desc: DecodeDescriptor) -> int:
+    """Positions per split of the longest sequence (counting/split_rule.py chunk_len at the launch's S)."""
+    from counting.split_rule import chunk_len
+
+    return chunk_len(info["cache_len_max"], info["num_splits"], desc.block_k, info.get("page_size"))
 
 
 # -- the check against a measurement ---------------------------------------------------------------
@@ -161,35 +235,54 @@ def gpu_of(device: str) -> str:
     raise ValueError(f"the decode model prices H100 and H200, not {device!r}")
 
 
-def check(result: dict) -> list[dict]:
-    """Model against measured for every timed decode-kernel cell of a decode_speed.json (loaded): model_ms at the
-    run's own copy bandwidth, measured_ms, their ratio, and the model's bound and split count."""
+def cells(result: dict) -> list[dict]:
+    """Every timed decode-kernel cell of a decode_speed.json (loaded): the shape, the run's GPU and copy rate, and
+    the measured median (ms)."""
     gpu = gpu_of(result["device"])
     bw = result.get("copy", {}).get("gbps")
-    bw = bw * 1e9 if bw else None
     out = []
     for row in result.get("rows", []):
         for name, ms in (row.get("ms") or {}).items():
             if name not in CHECKED or not ms:
                 continue
-            kernel, page = CHECKED[name]
-            dtype = cf.dtype_name(row["dtype"])
-            desc = describe(kernel, row["d"], dtype)
-            p = predict(desc, row["batch"], row.get("H", 32), row.get("Nq", 1), row["cache"], row["d"], dtype,
-                        gpu=gpu, bandwidth=bw, kv_heads=row.get("H_kv", 8), page_size=page)
-            out.append(dict(kernel=name, dtype=dtype, d=row["d"], batch=row["batch"], cache=row["cache"],
-                            measured_ms=ms, model_ms=p.time_s * 1e3, ratio=p.time_s * 1e3 / ms, bound=p.bound,
-                            build=p.build, ok=row.get("ok")))
+            out.append(dict(kernel=name, dtype=cf.dtype_name(row["dtype"]), d=row["d"], batch=row["batch"],
+                            heads=row.get("H", 32), kv_heads=row.get("H_kv", 8), n_q=row.get("Nq", 1),
+                            cache=row["cache"], measured_ms=ms, gpu=gpu, bandwidth=bw * 1e9 if bw else None,
+                            ok=row.get("ok")))
+    return out
+
+
+def predict_cell(cell: dict, params: dict | None = None) -> gm.Prediction:
+    kernel, page = CHECKED[cell["kernel"]]
+    desc = describe(kernel, cell["d"], cell["dtype"])
+    return predict(desc, cell["batch"], cell["heads"], cell["n_q"], cell["cache"], cell["d"], cell["dtype"],
+                   gpu=cell["gpu"], bandwidth=cell["bandwidth"], params=params, kv_heads=cell["kv_heads"],
+                   page_size=page)
+
+
+def price(cell: dict, params: dict | None = None) -> float:
+    """The model's ms for one cell of `cells`."""
+    return predict_cell(cell, params).time_s * 1e3
+
+
+def check(result: dict, params: dict | None = None) -> list[dict]:
+    """Model against measured for every timed decode-kernel cell of a decode_speed.json (loaded): model_ms at the
+    run's own copy bandwidth, measured_ms, their ratio, and the model's bound and split count."""
+    out = []
+    for c in cells(result):
+        p = predict_cell(c, params)
+        out.append(dict(kernel=c["kernel"], dtype=c["dtype"], d=c["d"], batch=c["batch"], cache=c["cache"],
+                        measured_ms=c["measured_ms"], model_ms=p.time_s * 1e3, ratio=p.time_s * 1e3 / c["measured_ms"],
+                        bound=p.bound, build=p.build, ok=c["ok"]))
     return out
 
 
 def main(argv=None) -> int:
     """python -m gpumodel.decode_model results/<run>/decode_speed.json: the model against that run, one line a cell,
-    then the median and range of model / measured per kernel."""
-    import json
+    then the median and range of model / measured per kernel (the held-out record and its check:
+    python -m gpumodel.decode_heldout)."""
     import statistics
     import sys
-    from pathlib import Path
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:

@@ -61,7 +61,8 @@ def gap_reason(row: dict, gaps: dict) -> str | None:
     for g in gaps.get("cells", []):
         if not row["kernel"].startswith(g["kernel"]):
             continue
-        if any(k in g and g[k] != row[k] for k in ("n", "d", "causal", "dtype", "source")):
+        # batch: the decode record's entries (gpumodel/decode_heldout.py) name the batch of a cell too
+        if any(k in g and g[k] != row.get(k) for k in ("n", "d", "causal", "dtype", "source", "batch")):
             continue
         if g.get("quantity", "time") != row["quantity"]:
             continue

@@ -182,7 +182,8 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
 
 def consumer_spills(defines: dict) -> dict:
     """Local-memory instructions of the main kernel by role, from its SASS (nvdisasm; no GPU): {'prologue',
-    'consumer', 'producer'} -> (STL count, LDL count). The roles are told apart by position: the consumers' code
+    'consumer', 'producer'} -> (STL count, LDL count), and 'seen' -> the role markers found (a SASS without them would
+    count everything as prologue). The roles are told apart by position: the consumers' code
     runs from their setmaxnreg.inc (USETMAXREG.TRY_ALLOC) and the producer's from its setmaxnreg.dec
     (USETMAXREG.DEALLOC), whichever comes first in the binary ending where the other begins."""
     import subprocess
@@ -196,13 +197,16 @@ def consumer_spills(defines: dict) -> dict:
         f.flush()
         sass = subprocess.run([nvdisasm(), "-c", str(f.name)], capture_output=True, text=True, check=True).stdout
     role, out = "prologue", {r: [0, 0] for r in ("prologue", "consumer", "producer")}
+    seen = set()
     for line in sass.splitlines():
         if "USETMAXREG.TRY_ALLOC" in line:
             role = "consumer"
+            seen.add(role)
         elif "USETMAXREG.DEALLOC" in line:
             role = "producer"
+            seen.add(role)
         elif " STL" in line:
             out[role][0] += 1
         elif " LDL" in line:
             out[role][1] += 1
-    return {r: tuple(v) for r, v in out.items()}
+    return {**{r: tuple(v) for r, v in out.items()}, "seen": frozenset(seen)}

@@ -109,33 +109,10 @@ def precompile(jobs_n: int, ds, dtypes, ns) -> None:
 
 
 def reference(q, k, v, do, causal, round_to=None):
-    """float64 (dq, dk, dv) of softmax attention, K/V repeat_interleave'd to H heads and dK/dV summed back over each
-    group (rows that see no key: o = 0, gradients 0). round_to=dtype: O (for D), P and dS rounded to it, as any
-    16-bit kernel rounds them (the rounding floor; tests/test_kernels_bwd_gpu.py's two references)."""
-    import torch
+    """variants.reference.backward_reference: float64 (dq, dk, dv), K/V grouped, optionally rounded as a 16-bit kernel."""
+    from variants.reference import backward_reference
 
-    from variants.reference import causal_mask
-
-    rep = q.shape[1] // k.shape[1]
-    q64, do64 = q.double(), do.double()
-    k64, v64 = (t.double().repeat_interleave(rep, 1) for t in (k, v))
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    s = scale * (q64 @ k64.transpose(-1, -2))
-    if causal:
-        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
-    lse = torch.logsumexp(s, -1, keepdim=True)
-    p = torch.where(torch.isfinite(lse), torch.exp(s - lse.nan_to_num(neginf=0.0)), torch.zeros_like(s))
-
-    def r(t):
-        return t if round_to is None else t.to(round_to).double()
-
-    o = p @ v64
-    dv = r(p).transpose(-1, -2) @ do64                     # FA2 Alg. 2 line 12
-    dp = do64 @ v64.transpose(-1, -2)                      # FA2 Alg. 2 line 13
-    dd = (do64 * r(o)).sum(-1, keepdim=True)               # FA2 Alg. 2 line 4
-    ds = r(p * (dp - dd))                                  # FA2 Alg. 2 line 14
-    dq, dk = scale * ds @ k64, scale * ds.transpose(-1, -2) @ q64
-    return dq, dk.unflatten(1, (k.shape[1], rep)).sum(2), dv.unflatten(1, (k.shape[1], rep)).sum(2)
+    return backward_reference(q, k, v, do, causal=causal, round_to=round_to)
 
 
 def inputs(b, h, h_kv, n_q, n_k, d, dtype, scale, seed, strided):

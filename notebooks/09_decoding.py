@@ -72,10 +72,15 @@ split_kv = VARIANTS["split_kv"]
 # at $B = 1$ that is 8 CTAs on 132 SMs. A CTA keeps only its own $K/V$ tiles in flight, so the DRAM's bandwidth is
 # out of reach, whatever the kernel.
 #
-# The GPU model of the decode kernel (`gpumodel/decode_model.py`) prices exactly that: the closed form's bytes at the
-# H200's measured 4.3 TB/s copy bandwidth, capped by Little's law (the bytes the resident CTAs keep in flight over the
-# DRAM latency). A 128k-token cache, $d = 128$, 64 query heads on 8 kv heads (bf16), one split against the split rule
-# of section 2, as the model predicts them:
+# The GPU model of the decode kernel (`gpumodel/decode_model.py`) prices exactly that. The CTAs run in waves of the
+# resident slots (two per SM); a wave of $n$ CTAs pulls the DRAM's read rate or $n$ times what one CTA keeps in flight
+# over its round trip (Little's law: two $K/V$ tiles loading while one computes, over the DRAM latency and the
+# kernel's own time per round), whichever is less; a fixed time per call comes on top. Its constants were fitted on
+# the fp16 $d = 128$ cells of an H100 timing of the kernels (`results/decode_speed/`) and checked on the bf16 and
+# $d = 64$ cells it was not fitted to (`results/decode_model_h100.json`: 33 of 35 held-out cells of `split_kv_fast`
+# within ±15%, the two others timing outliers). Here on the H200 (its 4.3 TB/s copy rate, the read stream at the
+# fitted 1.10 times it), a 128k-token cache, $d = 128$, 64 query heads on 8 kv heads (bf16), one split against the
+# split rule of section 2, as the model predicts them:
 
 # %%
 desc = decode_model.describe("split_kv_fast", 128, "bf16")
@@ -91,10 +96,12 @@ show_table(["B", "CTAs (S = 1)", "DRAM bytes", "predicted time, S = 1", "predict
             "predicted time, split", "predicted TB/s"], rows)
 
 # %% [markdown]
-# Unsplit, the model's time at $B = 1$ is the cache over what 8 CTAs keep in flight: about a tenth of the DRAM's
-# bandwidth. Split, the model puts every batch size at the 4.3 TB/s copy bandwidth. (The model is simple and not yet
-# checked against a timing of the kernels: a GPU run of `bench/decode_speed.py`, not yet made, decides. What no
-# kernel can be is faster than the bytes over the bandwidth.)
+# Unsplit, the model's time at $B = 1$ is the cache over what 8 CTAs keep in flight: a twentieth of the DRAM's
+# bandwidth. Split, $B = 1$ comes within 17% of the read rate (the fixed time of a 137 µs call) and $B = 64$, one
+# split, reaches it. $B = 4$ and $B = 16$ do not: the rule asks for $2 \cdot 132$ CTAs and rounds up to 288 and 384,
+# more than the 264 slots, so a second wave of 24 (120) CTAs streams its splits alone, latency-bound. The H100 run measured the same tail at $B = 8$ (320 CTAs): 80-92% of
+# the copy rate at caches of 32k-256k where cuDNN's kernel reached 94-106%. (What no kernel can be is faster
+# than the bytes over the bandwidth.)
 #
 # ## 2 · The split and the merge
 #
@@ -204,7 +211,9 @@ show_table(["B", "H_kv", "g", "Nq", "L_max", "CTAs unsplit (Br = 16)", "S", "chu
 # against a ridge of $788 / 4.3 \approx 183$ FLOP/byte on the H200 (measured bf16 matmul rate over measured
 # DRAM bandwidth). Even $g = 8$ with 4 speculative queries is at 32. Split-KV decoding is predicted to be
 # memory-bound, by this intensity against the measured rates and by the GPU model, not only by the papers' count (no
-# cache): the cache is read once and is far larger than the 60 MB L2 (no decode kernel has been timed yet). The
+# cache): the cache is read once and is far larger than the 60 MB L2 (the H100 run of `bench/decode_speed.py`,
+# `results/decode_speed/`, measured `split_kv_fast` at 104-106% of the device copy's rate at B = 64, 92-98% at
+# B = 1 with a 256k cache: a read stream outruns a copy). The
 # closed form's counts (`counting.closed_forms.counts("split_kv", ...)`), which include the partials, say the same:
 
 # %%

@@ -103,3 +103,15 @@ def test_describe_reads_the_harness_stamp(tmp_path):
     log.write_text("run 20261203T122303Z-ef19d6e-dirty-NVIDIA_H200\n3 passed\n")
     assert ri.describe(log) == {"run_id": "20261203T122303Z-ef19d6e-dirty-NVIDIA_H200", "date": "2026-12-03",
                                 "gpu": "NVIDIA H200"}
+
+
+def test_a_path_listed_twice_is_a_problem(manifest):
+    import copy
+
+    from analysis import results_index as ri
+
+    assert ri.duplicated(manifest) == []
+    twice = copy.deepcopy(manifest)
+    twice["runs"].append(copy.deepcopy(twice["runs"][0]))
+    twice["folders"].append(copy.deepcopy(twice["folders"][0]))
+    assert ri.duplicated(twice) == [f"folders: {manifest['folders'][0]['path']}", f"runs: {manifest['runs'][0]['path']}"]

@@ -36,6 +36,34 @@ def attention_reference(q, k, v, *, causal: bool = False, scale: float | None = 
     return (p @ v64) / torch.where(empty, torch.ones_like(l), l), lse
 
 
+def backward_reference(q, k, v, do, *, causal: bool = False, scale: float | None = None, round_to=None):
+    """float64 (dq, dk, dv) of softmax attention by FA2 Alg. 2's formulas: q, do (B, H, Nq, d), k, v (B, H_kv, Nk, d)
+    with H_kv dividing H (K/V repeat_interleave'd to H heads, dK and dV summed back over each group); rows that see no
+    key get o = 0 and zero gradients. round_to=dtype rounds O (for D), P and dS to that dtype, as any 16-bit kernel
+    must: the rounding floor a kernel's error is compared with (tests/test_reference_backward.py holds it equal to
+    autograd without rounding)."""
+    rep = q.shape[1] // k.shape[1]
+    q64, do64 = q.double(), do.double()
+    k64, v64 = (t.double().repeat_interleave(rep, 1) for t in (k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = scale * (q64 @ k64.transpose(-1, -2))
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
+    lse = torch.logsumexp(s, -1, keepdim=True)
+    p = torch.where(torch.isfinite(lse), torch.exp(s - lse.nan_to_num(neginf=0.0)), torch.zeros_like(s))
+
+    def r(t):
+        return t if round_to is None else t.to(round_to).double()
+
+    o = p @ v64
+    dv = r(p).transpose(-1, -2) @ do64                     # FA2 Alg. 2 line 12
+    dp = do64 @ v64.transpose(-1, -2)                      # FA2 Alg. 2 line 13
+    dd = (do64 * r(o)).sum(-1, keepdim=True)               # FA2 Alg. 2 line 4
+    ds = r(p * (dp - dd))                                  # FA2 Alg. 2 line 14
+    dq, dk = scale * ds @ k64, scale * ds.transpose(-1, -2) @ q64   # FA2 Alg. 2 lines 15-16
+    return dq, dk.unflatten(1, (k.shape[1], rep)).sum(2), dv.unflatten(1, (k.shape[1], rep)).sum(2)
+
+
 FP32_DS = 2.0 ** -22  # relative rounding of dP - D in fp32: 4 units of fp32 roundoff (u = 2^-24) of the terms' magnitude
 
 

@@ -1,4 +1,6 @@
 // fa2_wgmma_bwd_ws.cu -- LAB candidate v4 of the Hopper backward: FA3's warp-specialised main kernel (sm_90a).
+// FlashAttention-3 (Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao 2024): producer/consumer warp specialisation with
+// setmaxnreg (its section 3.1) applied to the backward pass as its appendix describes it; the math is FA2's Alg. 2.
 //
 // The shipped backward (kernels/cuda/fa2_wgmma_bwd.cu, v3) with its two measured limits on the MMA warpgroups'
 // critical path removed (docs/hopper-fa2-history.md, "The backward's version log": at d=128 N=16k on an H200,

@@ -8,6 +8,7 @@
 #   ws_san    issue 42: compute-sanitizer memcheck, racecheck, synccheck of the v4 backward (its 'tiny' target)
 #   order     issue 42: step order ORDER=1 (i descending, heads inner) of both backwards: its GPU tests, then
 #             lab/bwd_order_ab.py (ORDER 0 vs 1, shipped and v4, vs cuDNN; GQA 8:1 and equal heads, causal and not)
+#   split     issue 44: the decode split count, today's rule against whole-residency splits (lab/decode_split_ab.py)
 # Every log and JSON goes to $OUT/w/<step>/, packed at the end into $OUT/visit.tgz (the device returns 8 files at most).
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -49,6 +50,8 @@ PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1
     mkdir -p "$W/ws"
     step ws_tests ${LIM_WS_TEST:-120} $PYT tests/test_lab_bwd_ws_gpu.py --maxfail=3 -x
     step ws_ab ${LIM_WS:-260} python3 lab/bwd_ws_ab.py --out "$W/ws" ;;
+  split)
+    step split ${LIM_SPLIT:-170} python3 lab/decode_split_ab.py --out "$W" --budget-s ${BUDGET_SPLIT:-140} ;;
   ws_san)
     for t in racecheck memcheck synccheck; do
       step ws_$t ${LIM_WS_SAN:-150} compute-sanitizer --tool $t --print-limit 20 python3 lab/bwd_ws_sanitize_target.py tiny
