@@ -52,6 +52,14 @@ CHECKS = [  # (B, H_kv, group, Nq, Nk, d, dtype, causal)
     (1, 2, 2, 777, 777, 64, "bf16", True),
     (2, 2, 1, 129, 517, 128, "bf16", False),
 ]
+DEVICE = "cuda"  # tests/test_bwd_order.py runs the glue on "cpu" with the kernels replaced by the oracle
+
+
+def sync() -> None:
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def log(*a):
@@ -127,50 +135,22 @@ def precompile(jobs_n: int, ds, ns) -> None:
     log(f"precompiled {len(jobs)} builds in {time.time() - t0:.0f} s")
 
 
-def reference(q, k, v, do, causal, round_to=None):
-    """float64 (dq, dk, dv), K/V repeat_interleave'd and dK/dV summed back over each group (rows that see no key:
-    gradients 0); round_to=dtype rounds O (for D), P and dS to it (the rounding floor of any 16-bit kernel)."""
-    import torch
-
-    from variants.reference import causal_mask
-
-    rep = q.shape[1] // k.shape[1]
-    q64, do64 = q.double(), do.double()
-    k64, v64 = (t.double().repeat_interleave(rep, 1) for t in (k, v))
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    s = scale * (q64 @ k64.transpose(-1, -2))
-    if causal:
-        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
-    lse = torch.logsumexp(s, -1, keepdim=True)
-    p = torch.where(torch.isfinite(lse), torch.exp(s - lse.nan_to_num(neginf=0.0)), torch.zeros_like(s))
-
-    def r(t):
-        return t if round_to is None else t.to(round_to).double()
-
-    o = p @ v64
-    dv = r(p).transpose(-1, -2) @ do64                     # FA2 Alg. 2 line 12
-    dp = do64 @ v64.transpose(-1, -2)                      # FA2 Alg. 2 line 13
-    dd = (do64 * r(o)).sum(-1, keepdim=True)               # FA2 Alg. 2 line 4
-    ds = r(p * (dp - dd))                                  # FA2 Alg. 2 line 14
-    dq, dk = scale * ds @ k64, scale * ds.transpose(-1, -2) @ q64
-    return dq, dk.unflatten(1, (k.shape[1], rep)).sum(2), dv.unflatten(1, (k.shape[1], rep)).sum(2)
-
-
 def correctness() -> list[dict]:
     import torch
 
     from kernels import fa2_wgmma, fa2_wgmma_bwd
-    from variants.reference import fp32_ds_floor
+    from variants.reference import backward_reference, fp32_ds_floor
 
     rows = []
     for i, (b, h_kv, group, n_q, n_k, d, dt, causal) in enumerate(CHECKS):
         dtype = _dtype(dt)
-        g = torch.Generator(device="cuda").manual_seed(17 + i)
-        q, do = (torch.randn(b, n_q, h_kv * group, d, generator=g, device="cuda").to(dtype).transpose(1, 2)
+        g = torch.Generator(device=DEVICE).manual_seed(17 + i)
+        q, do = (torch.randn(b, n_q, h_kv * group, d, generator=g, device=DEVICE).to(dtype).transpose(1, 2)
                  for _ in range(2))
-        k, v = (torch.randn(b, n_k, h_kv, d, generator=g, device="cuda").to(dtype).transpose(1, 2) for _ in range(2))
+        k, v = (torch.randn(b, n_k, h_kv, d, generator=g, device=DEVICE).to(dtype).transpose(1, 2) for _ in range(2))
         o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
-        exact, rounded = reference(q, k, v, do, causal), reference(q, k, v, do, causal, dtype)
+        exact = backward_reference(q, k, v, do, causal=causal)
+        rounded = backward_reference(q, k, v, do, causal=causal, round_to=dtype)
         ds_floor = (*fp32_ds_floor(q, k, v, do, causal=causal), 0.0)
         for name, det in [(c, False) for c in CONTENDERS[:4]] + [("shipped_o0", True), ("shipped_o1", True)]:
             row = dict(b=b, h_kv=h_kv, group=group, n_q=n_q, n_k=n_k, d=d, dtype=dt, causal=causal, contender=name,
@@ -178,7 +158,7 @@ def correctness() -> list[dict]:
             try:
                 grads = tuple(fa2_wgmma_bwd._empty_like_layout(t).fill_(float("nan")) for t in (q, k, v))  # poisoned
                 run(name, q, k, v, o, lse, do, causal, deterministic=det, out=grads)
-                torch.cuda.synchronize()
+                sync()
                 for gname, gr, ref, base, ds in zip(("dq", "dk", "dv"), grads, exact, rounded, ds_floor):
                     gd = gr.double()
                     finite = bool(torch.isfinite(gd).all())
@@ -222,7 +202,7 @@ def run_cell(group, causal, d, n, end, rows):
                 def fn(name=name):
                     return run(name, q, k, v, o, lse, do, causal)
             grads = fn()
-            torch.cuda.synchronize()
+            sync()
             if name == "cudnn":
                 ref = grads
             rec["finite"] = all(bool(torch.isfinite(x).all()) for x in grads)
@@ -238,7 +218,8 @@ def run_cell(group, causal, d, n, end, rows):
         except Exception as exc:  # a contender that cannot run is reported; the others go on
             rec.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
         finally:
-            torch.cuda.empty_cache()
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
 
 
 def table(rows) -> str:

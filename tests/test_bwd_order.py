@@ -204,3 +204,84 @@ def test_order_ab_plan_and_table():
     assert len(lines) == 3
     assert lines[1].split()[-3:] == ["1.25", "1.10", "0.89"]  # shipped 250/200, v4 330/300, shipped1/cudnn 250/280
     assert lines[2].split()[4:] == ["-", "-", "-", "-", "skip", "-", "-", "-"]
+
+
+def _fake_kernels(monkeypatch, calls, broken_order1=False):
+    """lab/bwd_order_ab.py's kernels replaced by the float64 oracle on the CPU (gradients rounded to the input dtype as
+    a kernel's are; SDPA by torch's on float32); calls records (kernel, config, deterministic); broken_order1: an ORDER=1
+    build that drops dK."""
+    import torch
+
+    from kernels import fa2_wgmma
+    from lab import bwd_order_ab as ab
+    from lab import bwd_ws
+    from variants.reference import attention_reference, backward_reference
+
+    monkeypatch.setattr(ab, "DEVICE", "cpu")
+
+    def forward(q, k, v, causal=False):
+        rep = q.shape[1] // k.shape[1]
+        o, lse = attention_reference(q.double(), k.double().repeat_interleave(rep, 1),
+                                     v.double().repeat_interleave(rep, 1), causal=causal)
+        return o.to(q.dtype), lse.float()
+
+    def backward(kernel):
+        def fn(q, k, v, o, lse, do, causal=False, config=None, deterministic=False, out=None):
+            calls.append((kernel, config, deterministic))
+            grads = backward_reference(q, k, v, do, causal=causal, round_to=q.dtype)
+            out = out or tuple(torch.empty_like(t) for t in (q, k, v))
+            for dst, g in zip(out, grads):
+                dst.copy_(g)
+            if broken_order1 and config and config.get("ORDER"):
+                out[1].zero_()
+            return out
+        return fn
+
+    def make(b, h, h_kv, n, d, dtype, bnhd, seed):
+        g = torch.Generator().manual_seed(seed)
+        return tuple(torch.randn(b, hh, n, d, generator=g).to(dtype) for hh in (h, h_kv, h_kv, h))
+
+    def sdpa(backend, q, k, v, causal, **kw):
+        return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                is_causal=causal).to(q.dtype)
+
+    monkeypatch.setattr(fa2_wgmma, "forward", forward)
+    monkeypatch.setattr(fa2_wgmma_bwd, "backward", backward("shipped"))
+    monkeypatch.setattr(bwd_ws, "backward", backward("v4"))
+    monkeypatch.setattr(ab.layouts, "make", make)
+    monkeypatch.setattr(ab.harness, "sdpa", sdpa)
+    monkeypatch.setattr(ab.harness, "time_fn", lambda fn, sets, **kw: dict(median_ms=2.0))
+
+
+def test_order_ab_glue_on_the_cpu(monkeypatch):
+    """lab/bwd_order_ab.py's gate and one GQA causal cell end to end with the kernels replaced by the oracle: each
+    contender reaches its kernel with its ORDER (ORDER=0: the default build, config=None), the gate covers both
+    kernels and the shipped deterministic mode, every contender is checked against cuDNN and timed; an ORDER=1 build
+    that loses dK fails the gate."""
+    from lab import bwd_order_ab as ab
+
+    calls = []
+    _fake_kernels(monkeypatch, calls)
+    monkeypatch.setattr(ab, "CHECKS", [c for c in ab.CHECKS if c[3] * c[4] < 400 * 400][:2])
+    checks = ab.correctness()
+    assert len(checks) == 2 * 6 and all(r["ok"] for r in checks), checks
+    d = ab.CHECKS[0][5]
+    assert ("shipped", fa2_wgmma_bwd.order_config(d, 1), True) in calls and ("shipped", None, True) in calls
+    assert ("v4", {"ORDER": 1}, False) in calls and ("v4", None, False) in calls
+    monkeypatch.setattr(ab.layouts, "TOKENS", 256)
+    monkeypatch.setattr(ab.layouts, "heads_for", lambda d: 8)
+    rows, calls[:] = [], []
+    ab.run_cell(8, True, 64, 128, float("inf"), rows)
+    assert [r["contender"] for r in rows] == ["cudnn", "v4_o1", "v4_o0", "shipped_o1", "shipped_o0"]
+    assert all(r["ok"] and r["median_ms"] == 2.0 and r["h_kv"] == 1 for r in rows), rows
+    assert rows[1]["tflops"] == pytest.approx(2.5 * ab.harness.flops(2, 8, 128, 128, 64, True) / 2.0 / 1e9)
+    assert max(rows[1]["rel_err_vs_cudnn"]) < ab.layouts.TOL["bf16"]
+    for want in (("v4", {"ORDER": 1}), ("v4", None), ("shipped", fa2_wgmma_bwd.order_config(64, 1)), ("shipped", None)):
+        assert want in [c[:2] for c in calls], (want, calls)
+    assert all(c[:2] in [("v4", {"ORDER": 1}), ("v4", None), ("shipped", fa2_wgmma_bwd.order_config(64, 1)),
+                         ("shipped", None)] and c[2] is False for c in calls), calls
+    monkeypatch.undo()
+    _fake_kernels(monkeypatch, [], broken_order1=True)
+    monkeypatch.setattr(ab, "CHECKS", ab.CHECKS[:1])
+    checks = ab.correctness()
+    assert [r["ok"] for r in checks] == [True, False, True, False, True, False]  # o0, o1, v4 o0, v4 o1, det o0, det o1
