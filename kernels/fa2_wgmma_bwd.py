@@ -59,7 +59,8 @@ PAD = 128  # rows of the padded L2 / D / dQ-accumulator buffers: a multiple of e
 
 # Knobs of the .cu file: NWG (warpgroups; Bc = 64 * NWG), BR (Br), STAGES (Q/dO ring slots), MIN_BLOCKS,
 # DQ_BULK (dQ through smem and one TMA reduce-add per warpgroup and step, instead of red.global.add.v2), ORDER (0: a
-# key block's steps run its group's query heads outer, i ascending; 1: i descending, heads inner; order_configs()).
+# key block's steps run its group's query heads outer, i ascending; 1: i descending, heads inner; order_configs()),
+# LPT (1: grid (B*H_kv, Tc), every row's key block 0 dispatched first: the longest causal CTAs first; grid()).
 DEFAULTS = dict(STAGES=2, MIN_BLOCKS=1, DQ_BULK=0)  # DQ_V4: red.v4 instead of .v2 when DQ_BULK=0
 CONFIGS = {  # v1 sweep winners
     64: dict(NWG=2, BR=128, DQ_BULK=1),
@@ -92,7 +93,7 @@ MAX_SPILL_BYTES_DETERMINISTIC = 112
 def spill_budget(defines: dict) -> int:
     """The compile test's cap on the main kernel's spill bytes for this build."""
     return MAX_SPILL_BYTES_DETERMINISTIC if defines.get("DETERMINISTIC") else MAX_SPILL_BYTES
-KNOBS = set(DEFAULTS) | {"NWG", "BR", "DQ_V4", "ROTATE", "DQ_ABLATE", "DETERMINISTIC", "ORDER"}  # the .cu's compile-time knobs
+KNOBS = set(DEFAULTS) | {"NWG", "BR", "DQ_V4", "ROTATE", "DQ_ABLATE", "DETERMINISTIC", "ORDER", "LPT"}  # the .cu's compile-time knobs
 
 
 def knob_errors(defines: dict) -> list[str]:
@@ -100,7 +101,7 @@ def knob_errors(defines: dict) -> list[str]:
     it builds. defines_for refuses a config= with these reasons instead of a compile error on the GPU."""
     g = defines.get
     d, nwg, br, stages = g("HEAD_DIM", 128), g("NWG", 2), g("BR", 64), g("STAGES", 2)
-    out = [f"{k}={g(k)}: {k} is a switch, 0 or 1" for k in ("DQ_BULK", "ROTATE", "DQ_V4", "DETERMINISTIC")
+    out = [f"{k}={g(k)}: {k} is a switch, 0 or 1" for k in ("DQ_BULK", "ROTATE", "DQ_V4", "DETERMINISTIC", "LPT")
            if g(k, 0) not in (0, 1)]
     if g("ORDER", 0) not in (0, 1):
         out.append(f"ORDER={g('ORDER')}: 0 (heads outer, i ascending) or 1 (i descending, heads inner)")
@@ -206,15 +207,30 @@ def step_tiles(order: int, i_first: int, t_r: int, g: int) -> list[tuple[int, in
     return [(t // n, i_first + t % n) for t in range(g * n)]
 
 
-def order_config(d: int, order: int) -> dict:
-    """config= for the default build of head dim d (64, 96, 128) with step order `order` (0 or 1)."""
-    return dict(CONFIGS[128 if d == 96 else d], ORDER=order)
+def order_config(d: int, order: int, lpt: int = 0) -> dict:
+    """config= for the default build of head dim d (64, 96, 128) with step order `order` (0 or 1) and dispatch order
+    `lpt` (0: grid (Tc, B*H_kv); 1: (B*H_kv, Tc), longest CTAs first)."""
+    return dict(CONFIGS[128 if d == 96 else d], ORDER=order, **(dict(LPT=1) if lpt else {}))
+
+
+ORDER_AB = ((1, 0), (0, 1), (1, 1))  # (ORDER, LPT) of the A/B's non-default builds
 
 
 def order_configs() -> list[tuple[str, str, dict]]:
-    """The ORDER=1 twins of compile_configs()' d = 64, 96, 128 builds (both dtypes, deterministic on and off)."""
-    return [item for d in (64, 96, 128) for bf16 in (0, 1) for det in (False, True)
-            for item in _build(defines_for(d, bf16, order_config(d, 1), deterministic=det))]
+    """The ORDER=1 / LPT=1 twins of compile_configs()' d = 64, 96, 128 builds (both dtypes, deterministic on and off)."""
+    return [item for d in (64, 96, 128) for bf16 in (0, 1) for det in (False, True) for order, lpt in ORDER_AB
+            for item in _build(defines_for(d, bf16, order_config(d, order, lpt), deterministic=det))]
+
+
+def grid(defines: dict, n_k: int, rows: int) -> tuple[int, int, int]:
+    """The main kernel's grid: (Tc, B*H_kv), or (B*H_kv, Tc) under LPT (key block j = blockIdx.y)."""
+    t_c = -(-n_k // block_n(defines))
+    if defines.get("LPT"):
+        if t_c > 65535:
+            raise ValueError(f"fa2_wgmma backward: LPT=1 puts the Tc = {t_c} key blocks on grid.y, at most 65535 "
+                             f"(Nk <= {65535 * block_n(defines)}); use LPT=0")
+        return (rows, t_c, 1)
+    return (t_c, rows, 1)
 
 
 def sweep_configs() -> list[tuple[str, str, dict]]:
@@ -353,8 +369,10 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
             _launch(q, k, v, o, lse, do, causal, scale, [defines_for(256, bf16, pass_=p) for p in PASSES_256],
                     (dq, dk, dv))
         return dq, dk, dv
+    defs = defines_for(d, bf16, config, deterministic)
+    grid(defs, k.shape[2], k.shape[0] * k.shape[1])  # LPT's limit on Tc: refused before anything is allocated
     dq, dk, dv = _grads(q, k, out)
-    _launch(q, k, v, o, lse, do, causal, scale, [defines_for(d, bf16, config, deterministic)], (dq, dk, dv))
+    _launch(q, k, v, o, lse, do, causal, scale, [defs], (dq, dk, dv))
     return dq, dk, dv
 
 
@@ -366,6 +384,7 @@ def _launch(q, k, v, o, lse, do, causal, scale, passes, grads) -> None:
     defs = passes[0]
     b, h, n_q, _ = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
+    grids = [grid(p, n_k, b * h_kv) for p in passes]
     n_pad = -(-n_q // PAD) * PAD
     l2 = torch.empty((b * h, n_pad), dtype=torch.float32, device=q.device)
     dd = torch.empty_like(l2)
@@ -383,8 +402,8 @@ def _launch(q, k, v, o, lse, do, causal, scale, passes, grads) -> None:
     args = (q, k, v, do, l2, dd, dq_acc, dk, dv, int(n_q), int(n_k), int(n_pad), float(scale * fa2_tc.LOG2E),
             float(scale), int(bool(causal)), int(h), int(h // h_kv), sem,
             *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv))
-    for p in passes:
-        fn(KERNEL, p).launch((-(-n_k // block_n(p)), b * h_kv, 1), (threads(p), 1, 1), args, shared_mem=smem_bytes(p))
+    for p, g in zip(passes, grids):
+        fn(KERNEL, p).launch(g, (threads(p), 1, 1), args, shared_mem=smem_bytes(p))
     grid_dq = (n_pad // defs["BR"], b * h, 1) if defs.get("DQ_BULK") else (-(-n_q // 64), b * h, 1)
     fn(_dq_kernel(defs)).launch(grid_dq, (128, 1, 1),
                                 (dq_acc, dq, int(n_q), int(n_pad), float(scale), int(h), *_strides(dq)))

@@ -1,26 +1,35 @@
-"""A/B of the backward's step order ORDER (issue 42: causal GQA runs at 0.67-0.93x of equal heads), one GPU run.
+"""A/B of the backward's step and dispatch order (issue 42: causal GQA runs at 0.67-0.93x of equal heads), one GPU run.
 
     PYTHONPATH=. python lab/bwd_order_ab.py --out DIR [--budget-s 200] [--n 2048,8192,16384] [--d 64,128] [--jobs 16]
+                                            [--contenders shipped,shipped_o1,...,cudnn]
 
-ORDER=0 (shipped): the CTA of key block j runs its group's query heads outer, Q blocks i ascending from i_first(j);
-concurrent CTAs of one kv head drift apart by (h+1)*i_first(j) steps, so a Q_i, dO_i tile read by one is re-read by
-another long after it left the 50 MB L2. ORDER=1: i descending from Tr-1, heads inner: step (Tr-1-i)*G + h reads tile
-(h, i) in every CTA that sees it (kernels.fa2_wgmma_bwd.step_tiles). Both in the shipped backward
-(kernels/cuda/fa2_wgmma_bwd.cu) and the lab's v4 (lab/cuda/fa2_wgmma_bwd_ws.cu).
+Two hypotheses, each a compile-time knob of the shipped backward (kernels/cuda/fa2_wgmma_bwd.cu) and the lab's v4
+(lab/cuda/fa2_wgmma_bwd_ws.cu); the default of both is today's kernel:
+  ORDER=1  L2 reuse. Today the CTA of key block j runs its group's query heads outer, Q blocks i ascending from
+           i_first(j); concurrent CTAs of one kv head drift apart by (h+1)*i_first(j) steps, so a Q_i, dO_i tile read
+           by one is re-read by another long after it left the 50 MB L2. ORDER=1: i descending from Tr-1, heads inner:
+           step (Tr-1-i)*G + h reads tile (h, i) in every CTA that sees it (kernels.fa2_wgmma_bwd.step_tiles).
+  LPT=1    load balance. A causal GQA CTA runs G*(Tr - i_first(j)) steps, G times an equal-heads CTA's; the grid
+           (Tc, B*H_kv) dispatches one row's key blocks 0..Tc-1, then the next row's, so long CTAs of late rows start
+           late and end in a tail. LPT=1 launches (B*H_kv, Tc): every row's key block 0 first, then every block 1, ...
+           (longest first). A list-scheduling model (equal-cost steps, 132 SMs, dispatch in grid order) predicts the
+           GQA8/equal busy-SM ratio today at d=128 0.65/0.70/0.99 for N=2k/8k/16k, d=64 0.79/0.83/0.99 (measured
+           0.73/0.72/0.93 and 0.90/0.86/1.0), and 0.97-0.99 everywhere with LPT=1.
 
-1. Precompiles, in parallel processes, every build it launches (both kernels' ORDER=0 and ORDER=1 builds, the shipped
-   pre/dq kernels, the forward builds that make o and lse).
-2. Correctness (exit 1 on a failure, before any timing): both kernels, ORDER 0 and 1 (the shipped one also with
+1. Precompiles, in parallel processes, every build it launches (both kernels' default, ORDER=1, LPT=1 and
+   ORDER=1 LPT=1 builds, the shipped pre/dq kernels, the forward builds that make o and lse).
+2. Correctness (exit 1 on a failure, before any timing): every build of both kernels (the shipped ones also with
    deterministic=True), on GQA causal shapes with tails, Nq != Nk and rows that see no key: dq, dk, dv against
    float64 (norm-relative TOL64[dtype], or 3x the error of a float64 backward that rounds O, P, dS to the input dtype,
    or variants.reference.fp32_ds_floor), gradients poisoned with NaN first.
 3. Timing, per (kv heads, causal, d, N), bf16, batch*N = 16k tokens, hidden 2048 (bench/bwd_layouts_speed.py's
    cells: H = 2048 / d, gqa8 H_kv = H / 8, equal H_kv = H): backward only, bench.harness.time_fn medians
-   (triton's do_bench, L2 flushed) of shipped ORDER=0 / ORDER=1, v4 ORDER=0 / ORDER=1 and SDPA cuDNN (K/V
-   repeat_interleave'd in the graph, bwd_layouts_speed's cudnn_gqa8). Each contender's gradients are checked against
-   cuDNN's on the same inputs first (bwd_layouts_speed.TOL); a failing one is reported, not timed, exit 1. Cells run
-   until --budget-s (the rest are listed as skipped); GQA causal cells first. ~4 minutes on an H100 with compiles.
-Prints a table (TFLOP/s, ORDER1/ORDER0 of both kernels, shipped ORDER=1 / cuDNN) and writes bwd_order_ab.json.
+   (triton's do_bench, L2 flushed) of every build of both kernels and SDPA cuDNN (K/V repeat_interleave'd in the
+   graph, bwd_layouts_speed's cudnn_gqa8). Each contender's gradients are checked against cuDNN's on the same inputs
+   first (bwd_layouts_speed.TOL); a failing one is reported, not timed, exit 1. Cells run until --budget-s (the rest
+   are listed as skipped); GQA causal cells first, then equal-heads causal, then non-causal.
+Prints a table (TFLOP/s; each variant over its kernel's default build; the best shipped build over cuDNN) and writes
+bwd_order_ab.json under --out.
 """
 from __future__ import annotations
 
@@ -44,7 +53,10 @@ from bench import harness  # noqa: E402
 
 DTYPE = "bf16"
 TOL64 = {"fp16": 5e-3, "bf16": 3e-2}  # against float64 (tests/test_kernels_bwd_gpu.py TOL)
-CONTENDERS = ("shipped_o0", "shipped_o1", "v4_o0", "v4_o1", "cudnn")
+# <kernel>[_o1][_lpt]: ORDER=1 (i descending, heads inner) and/or LPT=1 (grid (B*H_kv, Tc): every row's key block 0
+# dispatched first, the longest causal CTAs first); no suffix: the default build, exactly what backward() launches
+KERNELS = ("shipped", "shipped_o1", "shipped_lpt", "shipped_o1_lpt", "v4", "v4_o1", "v4_lpt", "v4_o1_lpt")
+CONTENDERS = (*KERNELS, "cudnn")
 CHECKS = [  # (B, H_kv, group, Nq, Nk, d, dtype, causal)
     (2, 2, 8, 333, 200, 128, "bf16", True),    # Nq > Nk: 133 rows see no key; tails
     (1, 2, 8, 200, 333, 64, "fp16", True),     # Nq < Nk: hidden Q blocks skipped per key block
@@ -79,19 +91,43 @@ def cells(ds, ns) -> list[tuple]:
             for n in ns]
 
 
+def busy_fraction(d: int, n: int, group: int, causal: bool, lpt: int, sms: int = 132) -> float:
+    """The docstring's load-balance model: the fraction of SM-time busy when the cell's CTAs (one per (row, key block
+    j), G*(Tr - i_first(j)) equal-cost steps each, the default builds' Br and Bc = 128) are dispatched in grid order
+    (LPT=0: row-major, j fastest; LPT=1: j-major) each to the first SM that frees (one CTA per SM)."""
+    import heapq
+
+    br, bc = (128 if d == 64 else 64), 128
+    b, h = layouts.TOKENS // n, layouts.heads_for(d)
+    t_r, t_c = -(-n // br), -(-n // bc)
+    ctas = [(j, row) if lpt else (row, j) for row in range(b * h // group) for j in range(t_c)]
+    steps = {c: group * (t_r - (max(0, (c[0] if lpt else c[1]) * bc) // br if causal else 0)) for c in ctas}
+    free, end = [0] * sms, 0
+    for c in sorted(ctas):
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + steps[c])
+        end = max(end, start + steps[c])
+    return sum(steps.values()) / (sms * end)
+
+
+def knobs(name: str) -> tuple[str, int, int]:
+    """'shipped_o1_lpt' -> ('shipped', ORDER=1, LPT=1)."""
+    parts = name.split("_")
+    return parts[0], int("o1" in parts), int("lpt" in parts)
+
+
 def run(name: str, q, k, v, o, lse, do, causal, deterministic=False, out=None):
-    """One contender's backward: shipped_o{0,1} (kernels.fa2_wgmma_bwd) or v4_o{0,1} (lab/bwd_ws.py). ORDER=0 runs
-    the default build (config=None), so shipped_o0 is exactly what backward() launches."""
+    """One contender's backward (a name of KERNELS): the shipped kernels.fa2_wgmma_bwd or the lab's v4 (lab/bwd_ws.py)
+    with its ORDER and LPT; the plain name runs the default build (config=None)."""
     from kernels import fa2_wgmma_bwd
     from lab import bwd_ws
 
-    kernel, order = name.rsplit("_o", 1)
-    d = q.shape[3]
+    kernel, order, lpt = knobs(name)
     if kernel == "shipped":
-        cfg = fa2_wgmma_bwd.order_config(d, 1) if order == "1" else None
+        cfg = fa2_wgmma_bwd.order_config(q.shape[3], order, lpt) if order or lpt else None
         return fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, config=cfg, deterministic=deterministic,
                                       out=out)
-    return bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=dict(ORDER=1) if order == "1" else None, out=out)
+    return bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=bwd_ws.order_config(order, lpt), out=out)
 
 
 def builds(ds, ns) -> list[tuple]:
@@ -103,12 +139,13 @@ def builds(ds, ns) -> list[tuple]:
     for d in sorted(set(ds) | {c[5] for c in CHECKS}):
         for dt in ("fp16", "bf16"):
             bf16 = dt == "bf16"
-            for det in (False, True):
-                for cfg in (None, fa2_wgmma_bwd.order_config(d, 1)):
+            for order, lpt in ((0, 0), *fa2_wgmma_bwd.ORDER_AB):
+                for det in (False, True):
+                    cfg = fa2_wgmma_bwd.order_config(d, order, lpt) if order or lpt else None
                     jobs += [(s, defs, fa2_wgmma_bwd.ARCH) for s, _, defs in
                              fa2_wgmma_bwd._build(fa2_wgmma_bwd.defines_for(d, bf16, cfg, deterministic=det))]
-            for cfg in (None, dict(ORDER=1)):
-                jobs.append((str(bwd_ws.SOURCE), bwd_ws.defines_for(d, bf16, cfg), bwd_ws.ARCH))
+                jobs.append((str(bwd_ws.SOURCE), bwd_ws.defines_for(d, bf16, bwd_ws.order_config(order, lpt)),
+                             bwd_ws.ARCH))
             for n in sorted(set(ns) | {c[4] for c in CHECKS if c[5] == d}):
                 for causal in (False, True):
                     for plain in (False, True):  # the forward's build depends on contiguous equal-head inputs
@@ -152,7 +189,7 @@ def correctness() -> list[dict]:
         exact = backward_reference(q, k, v, do, causal=causal)
         rounded = backward_reference(q, k, v, do, causal=causal, round_to=dtype)
         ds_floor = (*fp32_ds_floor(q, k, v, do, causal=causal), 0.0)
-        for name, det in [(c, False) for c in CONTENDERS[:4]] + [("shipped_o0", True), ("shipped_o1", True)]:
+        for name, det in [(c, False) for c in KERNELS] + [(c, True) for c in KERNELS if c.startswith("shipped")]:
             row = dict(b=b, h_kv=h_kv, group=group, n_q=n_q, n_k=n_k, d=d, dtype=dt, causal=causal, contender=name,
                        deterministic=det, ok=True)
             try:
@@ -177,7 +214,7 @@ def correctness() -> list[dict]:
     return rows
 
 
-def run_cell(group, causal, d, n, end, rows):
+def run_cell(group, causal, d, n, end, rows, contenders=CONTENDERS):
     import torch
 
     from kernels import fa2_wgmma
@@ -189,7 +226,7 @@ def run_cell(group, causal, d, n, end, rows):
     q, k, v, do = layouts.make(b, h, h // group, n, d, dtype, False, n + d + group)
     o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
     ref = None
-    for name in CONTENDERS[::-1]:  # cuDNN first: the reference of the others
+    for name in sorted(contenders, key=lambda c: c != "cudnn"):  # cuDNN first: the reference of the others
         rec = dict(cell, contender=name)
         rows.append(rec)
         if time.time() > end:
@@ -223,7 +260,8 @@ def run_cell(group, causal, d, n, end, rows):
 
 
 def table(rows) -> str:
-    """One line per cell: TFLOP/s of each contender, ORDER1/ORDER0 of both kernels, shipped ORDER=1 / cuDNN."""
+    """One line per cell: TFLOP/s of each contender, then each variant over its kernel's default build, and the best
+    shipped build over cuDNN."""
     by_cell: dict[tuple, dict] = {}
     for r in rows:
         by_cell.setdefault((r["group"], r["causal"], r["d"], r["n"]), {})[r["contender"]] = r
@@ -238,13 +276,16 @@ def table(rows) -> str:
     def ratio(a, b):
         return f"{a['tflops'] / b['tflops']:.2f}" if a and b and "tflops" in a and "tflops" in b else "-"
 
-    head = ["G", "causal", "d", "N", *CONTENDERS, "shipped 1/0", "v4 1/0", "shipped1/cudnn"]
-    lines = [" ".join(f"{x:>14}" if i >= 4 else f"{x:>6}" for i, x in enumerate(head))]
+    variants = [c for c in KERNELS if "_" in c]
+    head = ["G", "causal", "d", "N", *CONTENDERS, *(f"{c}/{c.split('_')[0]}" for c in variants), "best_shipped/cudnn"]
+    widths = [3, 6, 4, 6] + [max(6, len(h)) for h in head[4:]]
+    lines = [" ".join(f"{x:>{w}}" for x, w in zip(head, widths))]
     for (g, causal, d, n), recs in by_cell.items():
+        shipped = [recs.get(c) for c in KERNELS if c.startswith("shipped") and "tflops" in (recs.get(c) or {})]
+        best = max(shipped, key=lambda r: r["tflops"]) if shipped else None
         vals = [g, int(causal), d, n, *(tf(recs.get(c)) for c in CONTENDERS),
-                ratio(recs.get("shipped_o1"), recs.get("shipped_o0")), ratio(recs.get("v4_o1"), recs.get("v4_o0")),
-                ratio(recs.get("shipped_o1"), recs.get("cudnn"))]
-        lines.append(" ".join(f"{x:>14}" if i >= 4 else f"{x:>6}" for i, x in enumerate(vals)))
+                *(ratio(recs.get(c), recs.get(c.split("_")[0])) for c in variants), ratio(best, recs.get("cudnn"))]
+        lines.append(" ".join(f"{x:>{w}}" for x, w in zip(vals, widths)))
     return "\n".join(lines)
 
 
@@ -255,7 +296,11 @@ def main(argv=None) -> int:
     ap.add_argument("--n", default="2048,8192,16384")
     ap.add_argument("--d", default="64,128")
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
+    ap.add_argument("--contenders", default=",".join(CONTENDERS), help=f"a subset of {','.join(CONTENDERS)}")
     args = ap.parse_args(argv)
+    contenders = tuple(c for c in args.contenders.split(",") if c)
+    if not contenders or any(c not in CONTENDERS for c in contenders):
+        ap.error(f"--contenders: a comma-separated subset of {','.join(CONTENDERS)}, got {args.contenders!r}")
     ns = harness.int_list(ap, "--n", args.n, at_most=layouts.TOKENS, why="batch*N = 16k tokens")
     ds = harness.int_list(ap, "--d", args.d, choices=(64, 128), why="both kernels' head dims")
     harness.positive_int(ap, "--jobs", args.jobs)
@@ -280,7 +325,7 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     end = start + args.budget_s
     for group, causal, d, n in cells(ds, ns):
-        run_cell(group, causal, d, n, end, rows)
+        run_cell(group, causal, d, n, end, rows, contenders)
         log(table([r for r in rows if (r["group"], r["causal"], r["d"], r["n"]) == (group, causal, d, n)])
             .splitlines()[-1])
     result.update(rows=rows, seconds=time.time() - start)

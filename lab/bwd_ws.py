@@ -60,9 +60,10 @@ MAX_SPILL_BYTES_ORDER1 = 80
 def spill_budget(defines: dict) -> int:
     """The compile test's cap on ptxas' spill bytes for this build."""
     return MAX_SPILL_BYTES_ORDER1 if defines.get("ORDER") else MAX_SPILL_BYTES
-KNOBS = {"BR", "STAGES", "DS_BUFS", "DQ_BUFS", "MERGED", "PRODUCER_REGS", "L2_HINT", "ORDER"}
+KNOBS = {"BR", "STAGES", "DS_BUFS", "DQ_BUFS", "MERGED", "PRODUCER_REGS", "L2_HINT", "ORDER", "LPT"}
 # ORDER=1 (issue 42's causal GQA gap): a key block's (query head, i) steps i descending, heads inner, so the CTAs of one
-# kv head read each Q_i, dO_i tile at the same step (L2 reuse). lab/bwd_order_ab.py times it against ORDER=0.
+# kv head read each Q_i, dO_i tile at the same step (L2 reuse). LPT=1: grid (B*H_kv, Tc), every row's key block 0
+# dispatched first (the longest causal CTAs first). lab/bwd_order_ab.py times both against the default.
 SMEM_LIMIT = 227 * 1024
 
 
@@ -88,6 +89,8 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     if cfg.get("ORDER", 0) not in (0, 1):
         raise ValueError(f"v4 backward: ORDER={cfg['ORDER']}: 0 (heads outer, i ascending) or 1 (i descending, heads "
                          "inner)")
+    if cfg.get("LPT", 0) not in (0, 1):
+        raise ValueError(f"v4 backward: LPT={cfg['LPT']}: 0 (grid (Tc, B*H_kv)) or 1 ((B*H_kv, Tc))")
     if cfg["BR"] != CONFIGS[d]["BR"]:
         raise ValueError(f"v4 backward: BR={cfg['BR']} at d={d}; the dQ conversion kernel (the shipped DQ_BULK build) "
                          f"reads Br = {CONFIGS[d]['BR']}")
@@ -97,9 +100,16 @@ def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
     return defs
 
 
+def order_config(order: int, lpt: int = 0) -> dict | None:
+    """config= of the default build with step order `order` and dispatch order `lpt` (None: the default build)."""
+    cfg = dict(**(dict(ORDER=1) if order else {}), **(dict(LPT=1) if lpt else {}))
+    return cfg or None
+
+
 def order_configs() -> list[tuple[str, str, dict]]:
-    """The default builds with ORDER=1, both dtypes (lab/bwd_order_ab.py's, and the GPU tests')."""
-    return [(str(SOURCE), KERNEL, defines_for(d, bf16, dict(ORDER=1))) for d in HEAD_DIMS for bf16 in (0, 1)]
+    """The default builds with ORDER=1 and/or LPT=1, both dtypes (lab/bwd_order_ab.py's, and the GPU tests')."""
+    return [(str(SOURCE), KERNEL, defines_for(d, bf16, order_config(o, lpt))) for d in HEAD_DIMS for bf16 in (0, 1)
+            for o, lpt in fa2_wgmma_bwd.ORDER_AB]
 
 
 def _shipped_defines(d: int, is_bf16: bool) -> dict:
@@ -153,9 +163,10 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
     bf16 = q.dtype == torch.bfloat16
     defs = defines_for(d, bf16, config)
     shipped = _shipped_defines(d, bf16)
-    dq, dk, dv = fa2_wgmma_bwd._grads(q, k, out)
     b, h, n_q, _ = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
+    main_grid = fa2_wgmma_bwd.grid(dict(defs, NWG=NWG), n_k, b * h_kv)  # (Tc, B*H_kv); LPT: (B*H_kv, Tc), Tc checked
+    dq, dk, dv = fa2_wgmma_bwd._grads(q, k, out)
     n_pad = -(-n_q // fa2_wgmma_bwd.PAD) * fa2_wgmma_bwd.PAD
     l2 = torch.empty((b * h, n_pad), dtype=torch.float32, device=q.device)
     dd = torch.empty_like(l2)
@@ -174,7 +185,7 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
             tma.tensor_map(do, br, name="do"))
     args = maps + (l2, dd, dq_acc, dk, dv, int(n_q), int(n_k), int(n_pad), float(scale * fa2_tc.LOG2E),
                    float(scale), int(bool(causal)), int(h), int(h // h_kv), *strides(dk), *strides(dv))
-    fn(SOURCE, KERNEL, defs).launch((-(-n_k // bn), b * h_kv, 1), (THREADS, 1, 1), args, shared_mem=smem_bytes(defs))
+    fn(SOURCE, KERNEL, defs).launch(main_grid, (THREADS, 1, 1), args, shared_mem=smem_bytes(defs))
     fn(fa2_wgmma_bwd.SOURCE, fa2_wgmma_bwd.KERNEL_DQ_BULK, shipped).launch(
         (n_pad // br, b * h, 1), (128, 1, 1), (dq_acc, dq, int(n_q), int(n_pad), float(scale), int(h), *strides(dq)))
     return dq, dk, dv

@@ -115,65 +115,72 @@ def test_v4_counters_follow_the_map(t_r, first, g, hk, b, order):
                                                                   for hq, i in want]
 
 
-def run_deterministic(order, n_q, n_k, br, bc, g, resident, seed, nwg=2, wait_bias=0):
-    """DETERMINISTIC on one grid row (one (b, kv head)): key blocks dispatched in j order, at most `resident` at a time;
-    each step's NWG warpgroups each wait (spin) until sem[tile] >= j*NWG (+ wait_bias, a fault), then add and release.
-    Random interleaving. Returns {tile: [j of each add, in order]}; raises RuntimeError on a deadlock."""
+def run_deterministic(order, n_q, n_k, br, bc, g, resident, seed, nwg=2, wait_bias=0, rows=1, lpt=0, reverse=False):
+    """DETERMINISTIC on `rows` grid rows ((b, kv head)s, each with its own semaphores): CTAs dispatched in grid order
+    (LPT=0: row-major, key block j fastest; LPT=1: j-major), at most `resident` at a time; each step's NWG warpgroups
+    each wait (spin) until sem[row, tile] >= j*NWG (+ wait_bias, a fault), then add and release. Random interleaving.
+    reverse: the dispatch order reversed (a fault). Returns {(row, tile): [j of each add, in order]}; raises
+    RuntimeError on a deadlock."""
     rng = random.Random(seed)
     t_r, t_c = -(-n_q // br), -(-n_k // bc)
     steps = [step_tiles(order, i_first(j, bc, br, n_q, n_k, causal=True), t_r, g) for j in range(t_c)]
+    ctas = [(row, j) for j in range(t_c) for row in range(rows)] if lpt else \
+        [(row, j) for row in range(rows) for j in range(t_c)]
+    ctas = ctas[::-1] if reverse else ctas
     sem, adds = {}, {}
-    pos = [0] * t_c          # the block's current step
-    done_wg = [set() for _ in range(t_c)]  # warpgroups that added in the current step
+    pos = {c: 0 for c in ctas}            # the CTA's current step
+    done_wg = {c: set() for c in ctas}    # warpgroups that added in the current step
     nxt, live = 0, []
     while True:
-        while len(live) < resident and nxt < t_c:
-            live.append(nxt)
-            nxt += 1
-        live = [j for j in live if pos[j] < len(steps[j])]
-        while len(live) < resident and nxt < t_c:
-            live.append(nxt)
+        live = [c for c in live if pos[c] < len(steps[c[1]])]
+        while len(live) < resident and nxt < len(ctas):
+            live.append(ctas[nxt])
             nxt += 1
         if not live:
             return adds
-        ready = [(j, w) for j in live for w in range(nwg) if w not in done_wg[j]
-                 and sem.get(steps[j][pos[j]], 0) >= j * nwg + wait_bias]
+        ready = [(c, w) for c in live for w in range(nwg) if w not in done_wg[c]
+                 and sem.get((c[0], steps[c[1]][pos[c]]), 0) >= c[1] * nwg + wait_bias]
         if not ready:
-            raise RuntimeError(f"deadlock: blocks {live} at steps {[pos[j] for j in live]}")
-        j, w = rng.choice(ready)
-        tile = steps[j][pos[j]]
-        sem[tile] = sem.get(tile, 0) + 1
-        adds.setdefault(tile, []).append(j)
-        done_wg[j].add(w)
-        if len(done_wg[j]) == nwg:  # the step's __syncthreads: both warpgroups added
-            done_wg[j] = set()
-            pos[j] += 1
+            raise RuntimeError(f"deadlock: CTAs {live} at steps {[pos[c] for c in live]}")
+        c, w = rng.choice(ready)
+        key = (c[0], steps[c[1]][pos[c]])
+        sem[key] = sem.get(key, 0) + 1
+        adds.setdefault(key, []).append(c[1])
+        done_wg[c].add(w)
+        if len(done_wg[c]) == nwg:  # the step's __syncthreads: both warpgroups added
+            done_wg[c] = set()
+            pos[c] += 1
 
 
-@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("order,lpt", [(0, 0), (1, 0), (0, 1), (1, 1)])
 @pytest.mark.parametrize("n_q,n_k,br,g", [(1000, 1000, 64, 8), (513, 700, 128, 2), (700, 300, 64, 1),
                                           (256, 1025, 64, 4)])
-def test_deterministic_progress_and_key_block_order(order, n_q, n_k, br, g):
-    """fa2_wgmma_bwd.cu's header argument, run: block j waits only on lower blocks, each of which reaches the awaited
-    tile (in ORDER=1 at the same step index); so with any residency and interleaving every block finishes and the adds
-    into each dQ tile come in key-block order."""
+def test_deterministic_progress_and_key_block_order(order, lpt, n_q, n_k, br, g):
+    """fa2_wgmma_bwd.cu's header argument, run: CTA j waits only on lower key blocks of its row, dispatched before it
+    in either grid order, each of which reaches the awaited tile (in ORDER=1 at the same step index); so with any
+    residency and interleaving every CTA finishes and the adds into each dQ tile come in key-block order."""
     for resident in (1, 2, 5, 64):
-        for seed in range(4):
-            adds = run_deterministic(order, n_q, n_k, br, 128, g, resident, seed)
-            for tile, js in adds.items():
-                assert js == sorted(js), (tile, js)
+        for seed in range(3):
+            adds = run_deterministic(order, n_q, n_k, br, 128, g, resident, seed, rows=2, lpt=lpt)
+            for key, js in adds.items():
+                assert js == sorted(js), (key, js)
                 assert js[0] == 0  # every key block's prefix includes block 0
 
 
 def test_the_progress_model_can_fail():
-    """A wait for one reduce more than the lower blocks make never ends: the model reports the deadlock."""
+    """A wait for one reduce more than the lower blocks make never ends: the model reports the deadlock. So does a
+    grid order that dispatches a key block before the lower ones it waits for, with one CTA resident."""
     with pytest.raises(RuntimeError, match="deadlock"):
         run_deterministic(1, 512, 512, 64, 128, 2, resident=4, seed=0, wait_bias=1)
+    with pytest.raises(RuntimeError, match="deadlock"):
+        run_deterministic(1, 512, 512, 64, 128, 2, resident=1, seed=0, reverse=True)
 
 
 def test_order_knob_is_checked():
     with pytest.raises(ValueError, match="ORDER=2"):
         fa2_wgmma_bwd.defines_for(128, False, dict(fa2_wgmma_bwd.CONFIGS[128], ORDER=2))
+    with pytest.raises(ValueError, match="LPT=2"):
+        fa2_wgmma_bwd.defines_for(128, False, dict(fa2_wgmma_bwd.CONFIGS[128], LPT=2))
     with pytest.raises(ValueError, match="ROTATE"):
         fa2_wgmma_bwd.defines_for(128, False, dict(fa2_wgmma_bwd.CONFIGS[128], ORDER=1, ROTATE=1))
     assert "ORDER" not in fa2_wgmma_bwd.defines_for(128, False)  # the shipped default is today's order
@@ -181,29 +188,51 @@ def test_order_knob_is_checked():
 
 
 def test_order_ab_plan_and_table():
-    """lab/bwd_order_ab.py without a GPU: GQA causal cells first, both kernels' ORDER 0 and 1 builds precompiled (and
-    the shipped deterministic ones the gate runs), the table's ORDER1/ORDER0 ratios."""
+    """lab/bwd_order_ab.py without a GPU: GQA causal cells first, every build of both kernels precompiled (and the
+    shipped deterministic ones the gate runs), the table's ratios to each kernel's default build."""
     from lab import bwd_order_ab as ab
 
     cells = ab.cells((64, 128), (2048, 8192, 16384))
     assert len(cells) == 24 and cells[0] == (8, True, 128, 2048) and cells[6] == (1, True, 128, 2048)
     assert [c[1] for c in cells] == [True] * 12 + [False] * 12
     jobs = ab.builds((64, 128), (2048,))
-    main = {(Path(s).name, d["HEAD_DIM"], d["IS_BF16"], d.get("ORDER", 0), d.get("DETERMINISTIC", 0))
+    main = {(Path(s).name, d["HEAD_DIM"], d["IS_BF16"], d.get("ORDER", 0), d.get("LPT", 0), d.get("DETERMINISTIC", 0))
             for s, d, _ in jobs if "PASS" not in d and "DQ_BULK" in d or Path(s).name == "fa2_wgmma_bwd_ws.cu"}
     for d in (64, 128):
         for bf16 in (0, 1):
-            for order in (0, 1):
-                assert ("fa2_wgmma_bwd_ws.cu", d, bf16, order, 0) in main
+            for order, lpt in ((0, 0), *fa2_wgmma_bwd.ORDER_AB):
+                assert ("fa2_wgmma_bwd_ws.cu", d, bf16, order, lpt, 0) in main
                 for det in (0, 1):
-                    assert ("fa2_wgmma_bwd.cu", d, bf16, order, det) in main
-    rows = [dict(group=8, causal=True, d=128, n=2048, contender=c, tflops=t)
-            for c, t in zip(ab.CONTENDERS, (200, 250, 300, 330, 280))]
+                    assert ("fa2_wgmma_bwd.cu", d, bf16, order, lpt, det) in main
+    assert ab.knobs("shipped") == ("shipped", 0, 0) and ab.knobs("v4_o1_lpt") == ("v4", 1, 1)
+    assert ab.knobs("shipped_lpt") == ("shipped", 0, 1)
+    tf = dict(zip(ab.CONTENDERS, (200, 250, 300, 320, 300, 330, 360, 390, 280)))
+    rows = [dict(group=8, causal=True, d=128, n=2048, contender=c, tflops=t) for c, t in tf.items()]
     rows.append(dict(group=1, causal=True, d=128, n=2048, contender="cudnn", skipped="budget"))
     lines = ab.table(rows).splitlines()
     assert len(lines) == 3
-    assert lines[1].split()[-3:] == ["1.25", "1.10", "0.89"]  # shipped 250/200, v4 330/300, shipped1/cudnn 250/280
-    assert lines[2].split()[4:] == ["-", "-", "-", "-", "skip", "-", "-", "-"]
+    # shipped_o1 250/200, _lpt 300/200, _o1_lpt 320/200, v4_o1 330/300, v4_lpt 360/300, v4_o1_lpt 390/300; 320/280
+    assert lines[1].split()[-7:] == ["1.25", "1.50", "1.60", "1.10", "1.20", "1.30", "1.14"]
+    assert lines[2].split()[4:] == ["-"] * 8 + ["skip"] + ["-"] * 7
+
+
+def test_busy_fraction_model():
+    """The A/B's load-balance model: today's row-major dispatch leaves causal GQA8 SMs idle (long CTAs of late rows
+    start late), j-major (LPT=1) does not; equal heads and non-causal are balanced either way."""
+    from lab.bwd_order_ab import busy_fraction
+
+    assert busy_fraction(128, 2048, 8, True, 0) < 0.7 < 0.95 < busy_fraction(128, 2048, 8, True, 1)
+    assert busy_fraction(128, 2048, 1, True, 0) > 0.9 and busy_fraction(128, 2048, 8, False, 0) > 0.9
+    assert busy_fraction(64, 16384, 8, True, 0) > 0.95
+
+
+def test_lpt_grid_and_its_limit():
+    """LPT=1 launches (B*H_kv, Tc) (key block j = blockIdx.y, at most 65535), LPT=0 (Tc, B*H_kv)."""
+    d = fa2_wgmma_bwd.defines_for(128, False, fa2_wgmma_bwd.order_config(128, 0, 1))
+    assert fa2_wgmma_bwd.grid(d, 1000, 6) == (6, 8, 1)
+    assert fa2_wgmma_bwd.grid(fa2_wgmma_bwd.defines_for(128, False), 1000, 6) == (8, 6, 1)
+    with pytest.raises(ValueError, match="LPT=1 puts the Tc = 65536 key blocks on grid.y"):
+        fa2_wgmma_bwd.grid(d, 65536 * 128, 1)
 
 
 def _fake_kernels(monkeypatch, calls, broken_order1=False):
@@ -259,29 +288,83 @@ def test_order_ab_glue_on_the_cpu(monkeypatch):
     kernels and the shipped deterministic mode, every contender is checked against cuDNN and timed; an ORDER=1 build
     that loses dK fails the gate."""
     from lab import bwd_order_ab as ab
+    from lab import bwd_ws
 
     calls = []
     _fake_kernels(monkeypatch, calls)
     monkeypatch.setattr(ab, "CHECKS", [c for c in ab.CHECKS if c[3] * c[4] < 400 * 400][:2])
     checks = ab.correctness()
-    assert len(checks) == 2 * 6 and all(r["ok"] for r in checks), checks
+    assert len(checks) == 2 * 12 and all(r["ok"] for r in checks), checks
     d = ab.CHECKS[0][5]
-    assert ("shipped", fa2_wgmma_bwd.order_config(d, 1), True) in calls and ("shipped", None, True) in calls
-    assert ("v4", {"ORDER": 1}, False) in calls and ("v4", None, False) in calls
+    for order, lpt in fa2_wgmma_bwd.ORDER_AB:
+        assert ("shipped", fa2_wgmma_bwd.order_config(d, order, lpt), True) in calls
+        assert ("v4", bwd_ws.order_config(order, lpt), False) in calls
+    assert ("shipped", None, True) in calls and ("v4", None, False) in calls
     monkeypatch.setattr(ab.layouts, "TOKENS", 256)
     monkeypatch.setattr(ab.layouts, "heads_for", lambda d: 8)
     rows, calls[:] = [], []
     ab.run_cell(8, True, 64, 128, float("inf"), rows)
-    assert [r["contender"] for r in rows] == ["cudnn", "v4_o1", "v4_o0", "shipped_o1", "shipped_o0"]
+    assert [r["contender"] for r in rows] == ["cudnn", *ab.KERNELS]
     assert all(r["ok"] and r["median_ms"] == 2.0 and r["h_kv"] == 1 for r in rows), rows
     assert rows[1]["tflops"] == pytest.approx(2.5 * ab.harness.flops(2, 8, 128, 128, 64, True) / 2.0 / 1e9)
     assert max(rows[1]["rel_err_vs_cudnn"]) < ab.layouts.TOL["bf16"]
-    for want in (("v4", {"ORDER": 1}), ("v4", None), ("shipped", fa2_wgmma_bwd.order_config(64, 1)), ("shipped", None)):
-        assert want in [c[:2] for c in calls], (want, calls)
-    assert all(c[:2] in [("v4", {"ORDER": 1}), ("v4", None), ("shipped", fa2_wgmma_bwd.order_config(64, 1)),
-                         ("shipped", None)] and c[2] is False for c in calls), calls
+    want = [("shipped", None), *(("shipped", fa2_wgmma_bwd.order_config(64, o, lpt)) for o, lpt in fa2_wgmma_bwd.ORDER_AB),
+            ("v4", None), *(("v4", bwd_ws.order_config(o, lpt)) for o, lpt in fa2_wgmma_bwd.ORDER_AB)]
+    assert [c[:2] for c in calls] == want and all(c[2] is False for c in calls), calls
     monkeypatch.undo()
     _fake_kernels(monkeypatch, [], broken_order1=True)
     monkeypatch.setattr(ab, "CHECKS", ab.CHECKS[:1])
     checks = ab.correctness()
-    assert [r["ok"] for r in checks] == [True, False, True, False, True, False]  # o0, o1, v4 o0, v4 o1, det o0, det o1
+    broken = [("o1" in r["contender"]) for r in checks]  # KERNELS, then the shipped ones deterministic
+    assert [not r["ok"] for r in checks] == broken and any(broken)
+
+
+@pytest.mark.parametrize("kernel", ["shipped", "v4"])
+def test_lpt_launch_plan(monkeypatch, kernel):
+    """Through each launcher on CPU tensors that pass as CUDA: LPT=1's main kernel goes on (B*H_kv, Tc), ORDER=1's on
+    (Tc, B*H_kv) with its define; a Tc over grid.y's 65535 is refused before any launch."""
+    import torch
+
+    from kernels import loader, tma
+    from lab import bwd_ws
+
+    launches = []
+
+    def get_function(source, name, *, defines, arch, device):
+        class K:
+            def launch(self, grid, block, args, shared_mem=0):
+                launches.append((name, defines, grid))
+        return K()
+
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
+    monkeypatch.setattr(loader, "get_function", get_function)
+    monkeypatch.setattr(tma, "tensor_map", lambda t, rows, name=None: b"map")
+    monkeypatch.setattr(tma, "tensor_map_args", lambda *a, **kw: None)  # k, v below may be broadcast views
+
+    def call(n_k, config):
+        q, o, do = (torch.zeros(2, 4, 70, 128, dtype=torch.float16) for _ in range(3))
+        # (2, 2, Nk, 128) without the memory: one row seen Nk times (the launcher checks strides, not overlap)
+        k, v = (torch.zeros(1, 1, 1, 128, dtype=torch.float16).expand(2, 2, n_k, 128) for _ in range(2))
+        lse = torch.zeros(2, 4, 70)
+        if kernel == "shipped":
+            fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True,
+                                   config=None if config is None else fa2_wgmma_bwd.order_config(128, *config))
+        else:
+            bwd_ws.backward(q, k, v, o, lse, do, causal=True,
+                            config=None if config is None else bwd_ws.order_config(*config))
+        main = [x for x in launches if x[0] in (fa2_wgmma_bwd.KERNEL, bwd_ws.KERNEL)]
+        assert len(main) == 1
+        launches.clear()
+        return main[0]
+
+    assert call(300, None)[2] == (3, 4, 1)
+    name, defines, grid = call(300, (0, 1))
+    assert grid == (4, 3, 1) and defines["LPT"] == 1 and defines.get("ORDER", 0) == 0
+    name, defines, grid = call(300, (1, 0))
+    assert grid == (3, 4, 1) and defines["ORDER"] == 1 and "LPT" not in defines
+    assert call(300, (1, 1))[2] == (4, 3, 1)
+    monkeypatch.setattr(fa2_wgmma_bwd, "_grads", lambda *a: pytest.fail("gradients allocated before the refusal"))
+    with pytest.raises(ValueError, match="65535"):
+        call(65536 * 128, (0, 1))
+    assert launches == []  # refused before the pre kernel (and before the gradients are allocated)

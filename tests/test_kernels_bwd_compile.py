@@ -248,25 +248,26 @@ def test_launch_plan_on_strided_gqa(monkeypatch, d, group, deterministic):
     assert tuple(int(s) for s in rec.launches[-1]["args"][-3:]) == dq.stride()[:3]
 
 
-ORDER1 = sorted({(k, tuple(sorted(d.items()))) for _, k, d in fa2_wgmma_bwd.order_configs()
-                 if k == fa2_wgmma_bwd.KERNEL})
+
+AB = sorted({(k, tuple(sorted(d.items()))) for _, k, d in fa2_wgmma_bwd.order_configs() if k == fa2_wgmma_bwd.KERNEL})
 
 
-def test_order1_builds_are_the_default_builds_but_for_order():
-    """order_configs(): the ORDER=1 twin of each d = 64, 96, 128 main-kernel build backward() picks (both dtypes,
-    deterministic on and off), and nothing else differs."""
-    shipped = {tuple(sorted(d.items())) for _, k, d in fa2_wgmma_bwd.compile_configs()
-               if k == fa2_wgmma_bwd.KERNEL and d["HEAD_DIM"] != 256}
-    assert {tuple(sorted(dict(d, ORDER=1).items())) for d in map(dict, shipped)} == {b for _, b in ORDER1}
-    assert len(ORDER1) == 12
+def test_order_ab_builds_are_the_default_builds_but_for_order_and_lpt():
+    """order_configs(): the ORDER=1, LPT=1 and ORDER=1 LPT=1 twins of each d = 64, 96, 128 main-kernel build backward()
+    picks (both dtypes, deterministic on and off), and nothing else differs."""
+    shipped = [dict(d) for _, k, d in fa2_wgmma_bwd.compile_configs()
+               if k == fa2_wgmma_bwd.KERNEL and d["HEAD_DIM"] != 256]
+    want = {tuple(sorted(dict(d, ORDER=o, **(dict(LPT=1) if lpt else {})).items()))
+            for d in shipped for o, lpt in fa2_wgmma_bwd.ORDER_AB}
+    assert {b for _, b in AB} == want and len(AB) == 36
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("build", ORDER1, ids=["-".join(f"{k}={v}" for k, v in b[1]) for b in ORDER1])
-def test_order1_compiles_within_spill_budget(build):
-    """ORDER=1 (i descending, heads inner) builds: ptxas keeps the wgmma pipeline and the same spill budget holds
-    (NVRTC 13.0, fp16: d=64 68 B (ORDER=0: 80), deterministic 104 (104), d=128 4 (0), deterministic 0 (0), d=96 4
-    (0), deterministic 0 (8))."""
+@pytest.mark.parametrize("build", AB, ids=["-".join(f"{k}={v}" for k, v in b[1]) for b in AB])
+def test_order_ab_builds_compile_within_spill_budget(build):
+    """ORDER=1 (i descending, heads inner) and LPT=1 (grid (B*H_kv, Tc)) builds: ptxas keeps the wgmma pipeline and
+    the same spill budget holds (NVRTC 13.0, fp16, ORDER=1: d=64 68 B (ORDER=0: 80), deterministic 104 (104), d=128 4
+    (0), deterministic 0 (0), d=96 4 (0), deterministic 0 (8); LPT=1 spills what the same ORDER does without it)."""
     kernel, defines = build[0], dict(build[1])
     res = loader.resource_usage(fa2_wgmma_bwd.SOURCE, kernel, defines=defines, arch=fa2_wgmma_bwd.ARCH)
     assert 0 < res["registers"] <= 255

@@ -34,7 +34,7 @@ def _has_nvdisasm() -> bool:
 
 
 MAIN = [(k, d) for _, k, d in bwd_ws.compile_configs() if k == bwd_ws.KERNEL]
-ORDER1 = [(k, d) for _, k, d in bwd_ws.order_configs()]  # the step-order A/B's builds (lab/bwd_order_ab.py)
+ORDER1 = [(k, d) for _, k, d in bwd_ws.order_configs()]  # ORDER=1 / LPT=1 builds (lab/bwd_order_ab.py)
 IDS = ["-".join(f"{k}={v}" for k, v in d.items()) for _, d in MAIN + ORDER1]
 
 
@@ -80,9 +80,10 @@ def test_every_build_is_listed():
     got = {(d["HEAD_DIM"], d["IS_BF16"], tuple(sorted(d.items()))) for _, d in MAIN}
     assert {(d, b) for d, b, _ in got} == {(64, 0), (64, 1), (128, 0), (128, 1)}
     assert len(MAIN) == 2 * sum(1 + len(bwd_ws.ALTERNATIVES[d]) for d in bwd_ws.HEAD_DIMS)
-    assert [dict(d, ORDER=0) for _, d in ORDER1] == [dict(bwd_ws.defines_for(d["HEAD_DIM"], d["IS_BF16"]), ORDER=0)
-                                                       for _, d in ORDER1]
-    assert sorted((d["HEAD_DIM"], d["IS_BF16"]) for _, d in ORDER1) == [(64, 0), (64, 1), (128, 0), (128, 1)]
+    strip = [{k: v for k, v in d.items() if k not in ("ORDER", "LPT")} for _, d in ORDER1]
+    assert strip == [bwd_ws.defines_for(d["HEAD_DIM"], d["IS_BF16"]) for d in strip]
+    assert sorted((d["HEAD_DIM"], d["IS_BF16"], d.get("ORDER", 0), d.get("LPT", 0)) for _, d in ORDER1) == sorted(
+        (hd, bf, o, lpt) for hd in (64, 128) for bf in (0, 1) for o, lpt in ((1, 0), (0, 1), (1, 1)))
 
 
 def _t(*shape, dtype=torch.float16):
@@ -127,6 +128,8 @@ def test_defines_refuse_what_the_kernel_does_not_build():
         bwd_ws.defines_for(128, False, dict(STAGS=3))
     with pytest.raises(ValueError, match="ORDER=2"):
         bwd_ws.defines_for(128, False, dict(ORDER=2))
+    with pytest.raises(ValueError, match="LPT=3"):
+        bwd_ws.defines_for(128, False, dict(LPT=3))
     with pytest.raises(ValueError, match="dQ conversion kernel"):
         bwd_ws.defines_for(64, False, dict(BR=64))
     with pytest.raises(ValueError, match="shared memory"):  # 3 Q/dO slots + two dS^T and two dQ buffers at d = 128

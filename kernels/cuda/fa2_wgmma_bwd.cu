@@ -60,7 +60,7 @@
 // the same grid row, which are dispatched first; by induction on j each finishes every step, its waits being on
 // still lower blocks, each of which processes the awaited tile. True in either ORDER: under ORDER=1 a lower block
 // reaches it at the same step index (its step list is block j's followed by more steps, of lower i); under ORDER=0
-// at a later one. Cost: the reduce no longer overlaps the next step (its issuing
+// at a later one; under LPT (grid (B*H_kv, Tc)) every row's blocks < j are dispatched before any block j. Cost: the reduce no longer overlaps the next step (its issuing
 // thread waits for the write), a CTA may stall behind the previous key block, a (B*H, Nq_pad/Br) int32 memset,
 // and its own build (d=64 spills 104 B instead of 80). The default build does none of this.
 //
@@ -108,6 +108,10 @@
 #ifndef ORDER  // the order of the (query head, Q block) steps of a key block: 0 = heads outer, i ascending; 1 = i
 #define ORDER 0  // descending from Tr-1, the group's heads inner (every CTA of a kv head reads tile (h, i) at the same
 #endif           // step (Tr-1-i)*G + h, so concurrent key blocks share Q_i, dO_i in L2; issue 42's causal GQA gap)
+#ifndef LPT  // 1: grid (B*H_kv, Tc), key block j = blockIdx.y, so the x-fastest dispatch issues every (b, kv head)'s
+#define LPT 0  //    key block 0, then every key block 1, ...: causal GQA's longest CTAs (G*Tr steps) first, not one
+#endif         //    row's 0..Tc-1 after another's (a tail of long CTAs started late; issue 42's causal GQA gap)
+#define KEY_BLOCK ((int)(LPT ? blockIdx.y : blockIdx.x))  // j
 #ifndef DQ_ABLATE  // measurement only (wrong dQ): 1 = dQ product without the atomics, 2 = no dQ at all
 #define DQ_ABLATE 0
 #endif
@@ -305,9 +309,13 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
 __device__ __forceinline__ void red_release_add(int* p, int v) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ unsigned ctaid_y() {
+__device__ __forceinline__ unsigned ctaid_y() {  // the grid row (b, kv head): %ctaid.y, or %ctaid.x under LPT
     unsigned y;
+#if LPT
+    asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(y));
+#else
     asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(y));
+#endif
     return y;
 }
 __device__ __forceinline__ void fence_proxy_async_all() { asm volatile("fence.proxy.async;\n" ::: "memory"); }
@@ -378,13 +386,13 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
               long long dk_sb, long long dk_sh, long long dk_sr, long long dv_sb, long long dv_sh, long long dv_sr) {
     extern __shared__ __align__(1024) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
-    // grid.y = B * H_kv: (b, kv head hk). Re-read from %ctaid.y where used (a volatile read cannot be hoisted),
+    // grid.y (grid.x under LPT) = B * H_kv: (b, kv head hk). Re-read from %ctaid.y where used (a volatile read cannot be hoisted),
     // so b, hk and b*H + hk*G (the group's first query head) are not held in registers across the loop (at d=64
     // the loop runs at the 255-register cap: keeping them live spilled more)
     auto b_of = [&]() { return (int)(ctaid_y() / (unsigned)(H / G)); };
     auto hk_of = [&]() { return (int)(ctaid_y() % (unsigned)(H / G)); };
     auto bh0_of = [&]() { const unsigned y = ctaid_y(), hkv = H / G; return (long long)(y / hkv) * H + (y % hkv) * G; };
-    const int n0 = blockIdx.x * BLOCK_N;  // causal: low key blocks see the most Q blocks and start first
+    const int n0 = KEY_BLOCK * BLOCK_N;  // causal: low key blocks see the most Q blocks and start first
     const int causal_off = Nk - Nq;
     const bool is_causal = causal != 0;
 
@@ -398,7 +406,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     const int i_first = is_causal ? max(0, n0 - causal_off) / BLOCK_M : 0;
     const int T = (Nq + BLOCK_M - 1) / BLOCK_M - i_first;
     const int TG = T > 0 ? G * T : 0;  // steps: every (query head of the group, i) pair (GQA: dK_j, dV_j sum over it)
-    const int rot = ROTATE ? (int)(blockIdx.x % (unsigned)max(T, 1)) : 0;
+    const int rot = ROTATE ? (int)((unsigned)KEY_BLOCK % (unsigned)max(T, 1)) : 0;
     // FA2 Alg. 2 line 8's i of step t and its query head (of the group: 0..G-1); the only places t is mapped.
     // ORDER=0: t = h*T + (i - i_first). ORDER=1: t = (Tr-1 - i)*G + h, the same step in every key block that sees
     // tile (h, i) (Tr - 1 = i_first + T - 1)
@@ -538,7 +546,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
 #if DETERMINISTIC  // FA2 Alg. 2 line 15's sum over j in key-block order: wait for key blocks 0..j-1 (all of which
                    // add into Q block i: causal hides a prefix of Q blocks from each key block, never a gap)
                 int* sem_i = sem + bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M;
-                while (ld_acquire(sem_i) < (int)blockIdx.x * NWG) {}
+                while (ld_acquire(sem_i) < KEY_BLOCK * NWG) {}
                 fence_proxy_async_all();  // the acquire (generic proxy) before the bulk reduce (async proxy)
 #endif
                 bulk_reduce_add_f32(dQacc + ((bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M) * NWG + wg) * (64 * DQ_N), sdq,

@@ -101,6 +101,12 @@
 #define ORDER 0  //    (every CTA of a kv head then reads tile (h, i) at the same step (Tr-1-i)*G + h: L2 reuse)
 #endif
 
+#ifndef LPT  // 1: grid (B*H_kv, Tc), key block j = blockIdx.y: every (b, kv head)'s key block 0 dispatched first, then
+#define LPT 0  //    every key block 1, ...: causal GQA's longest CTAs first (the shipped kernel's LPT)
+#endif
+#define KEY_BLOCK ((int)(LPT ? blockIdx.y : blockIdx.x))  // j
+#define GRID_ROW ((int)(LPT ? blockIdx.x : blockIdx.y))   // b * H_kv + kv head
+
 #define D HEAD_DIM
 #define BLOCK_N (64 * NWG)          // Bc: keys per CTA
 #define BLOCK_M BR                  // Br: queries per step
@@ -266,7 +272,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
     // warpgroup and every wgmma descriptor built from them are warp-uniform, and keeps those in uniform registers
     // (built from tid >> 5 they took regular registers, which the consumers' 240 could not spare)
     const int tid = threadIdx.x, lane = tid & 31, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), wg = warp >> 2;
-    const int n0 = blockIdx.x * BLOCK_N;
+    const int n0 = KEY_BLOCK * BLOCK_N;
     const int causal_off = Nk - Nq;
     const bool is_causal = causal != 0;
 
@@ -307,7 +313,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
     if (wg == 0) {
         // ------------------------------------------------------------------------------------------ producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
-        const int hkv = H / G, b = blockIdx.y / hkv, hk = blockIdx.y % hkv;
+        const int hkv = H / G, b = GRID_ROW / hkv, hk = GRID_ROW % hkv;
         if (warp == 0 && lane == 0) {
             // FA2 Alg. 2 line 6
             mbar_expect_tx(FULL_KV, 2 * TILE_KV_BYTES);
@@ -500,7 +506,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
     }
 
     // FA2 Alg. 2 line 18: dK_j = scale * sum dS^T Q (the scores were S * scale), dV_j
-    const int hkv = H / G, b = blockIdx.y / hkv, hk = blockIdx.y % hkv;
+    const int hkv = H / G, b = GRID_ROW / hkv, hk = GRID_ROW % hkv;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int key = n0 + key_l + 8 * h;
