@@ -3,7 +3,8 @@
     PYTHONPATH=. python lab/precompile_bwd.py [--jobs 16] [--teaching | --new]
 
 The builds: compile_configs() of every kernel with a backward, kernels.fa2_wgmma_bwd's own builds, the decode
-kernels' (split_kv, split_kv_fast), the lab's v4 backward (lab/bwd_ws.py), plus the teaching fa2 and naive forwards
+kernels' (split_kv, split_kv_fast), the lab's v4 backward (lab/bwd_ws.py), both backwards' ORDER=1 / LPT=1 builds
+(lab/bwd_order_ab.py), plus the teaching fa2 and naive forwards
 and backwards at the block shapes tests/test_kernels_backward.py and lab/bwd_sanitize_target.py use (--teaching: the teaching tier only, and the
 frozen fa2_bwd_v1.cu of lab/teach_bwd_ab.py; --new: the Hopper backward's and the decode kernels' builds only).
 Serially they take minutes; the GPU tests then find them cached. Exit 1 if one fails to compile (its log is printed).
@@ -36,7 +37,7 @@ def new_builds() -> list[tuple]:
             + [(src, defs, spec.arch or arch) for spec in KERNELS.values() if spec.decode
                for src, _, defs in spec.compile_configs()]
             + [(src, defs, bwd_ws.ARCH) for src, _, defs in bwd_ws.compile_configs()]  # the lab's v4 backward
-            # issue 42's step-order A/B (lab/bwd_order_ab.py, the ORDER=1 GPU tests): both kernels' ORDER=1 builds
+            # issue 42's order A/B (lab/bwd_order_ab.py, the order1 GPU tests): both kernels' ORDER=1 / LPT=1 builds
             + [(src, defs, fa2_wgmma_bwd.ARCH) for src, _, defs in fa2_wgmma_bwd.order_configs()]
             + [(src, defs, bwd_ws.ARCH) for src, _, defs in bwd_ws.order_configs()])
 

@@ -280,15 +280,21 @@ def test_gradients_into_views_at_4_byte_offsets():
         assert torch.equal(g, w) if name != "dq" else torch.allclose(g, w, atol=1e-3, rtol=1e-2), name
 
 
+ORDER_AB = [(1, 0), (0, 1), (1, 1)]  # kernels.fa2_wgmma_bwd.ORDER_AB: (ORDER, LPT) of the A/B's builds
+
+
+@pytest.mark.parametrize("order,lpt", ORDER_AB, ids=lambda x: str(x))
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
 @pytest.mark.parametrize("group", [1, 2, 8])
 @pytest.mark.parametrize("d", [64, 96, 128])
-def test_order1_against_float64(d, group, deterministic):
-    """ORDER=1 (a key block's steps i descending, the group's query heads inner; issue 42's L2 reuse) on strided GQA
-    inputs: causal Nq > Nk (rows that see no key: dq exactly 0), Nq != Nk, tails, a many-block square."""
+def test_order1_against_float64(d, group, deterministic, order, lpt):
+    """ORDER=1 (a key block's steps i descending, the group's query heads inner; issue 42's L2 reuse) and LPT=1 (grid
+    (B*H_kv, Tc), longest CTAs first) on strided GQA inputs: causal Nq > Nk (rows that see no key: dq exactly 0),
+    Nq != Nk, tails, a many-block square."""
     from kernels import fa2_wgmma_bwd
 
-    cfg = fa2_wgmma_bwd.order_config(d, 1)
+    assert fa2_wgmma_bwd.ORDER_AB == tuple(ORDER_AB)
+    cfg = fa2_wgmma_bwd.order_config(d, order, lpt)
     for n_q, n_k, causal, dtype in ((333, 200, True, torch.float16), (129, 517, False, torch.bfloat16),
                                     (200, 333, True, torch.bfloat16), (1000, 1000, True, torch.float16)):
         check(2, 2, n_q, n_k, d, dtype, causal, 4.0, n_q + d + group, config=cfg, group=group, strided=True,
@@ -297,18 +303,22 @@ def test_order1_against_float64(d, group, deterministic):
 
 @pytest.mark.parametrize("d", [64, 96, 128])
 def test_order1_deterministic_dq_is_order0s_bits(d):
-    """deterministic=True adds dQ's slices into each tile in key-block order whatever the step order, and each slice
-    is the same product: ORDER=1's dq is ORDER=0's bit for bit, twice over; dk, dv (summed in registers in another
-    order) agree to fp32 rounding."""
+    """deterministic=True adds dQ's slices into each tile in key-block order whatever the step or dispatch order, and
+    each slice is the same product: every ORDER/LPT build's dq is the default's bit for bit (ORDER=1 twice); dk, dv
+    (summed in registers in another order under ORDER=1) agree to fp32 rounding, bit for bit under LPT alone."""
     from kernels import fa2_wgmma, fa2_wgmma_bwd
 
+    builds = [(0, 0), *ORDER_AB, (1, 0)]
     for causal in (False, True):
         q, k, v, do = inputs(1, 8, 1500, 2100, d, torch.bfloat16, 1.0, 13, h_kv=1, strided=True)
         o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
         runs = [fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, deterministic=True,
-                                       config=fa2_wgmma_bwd.order_config(d, order)) for order in (0, 1, 1)]
+                                       config=fa2_wgmma_bwd.order_config(d, order, lpt)) for order, lpt in builds]
         torch.cuda.synchronize()
-        assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[1][0], runs[2][0]), "dq"
-        for name, a, b_ in zip(("dk", "dv"), runs[0][1:], runs[1][1:]):
-            assert torch.isfinite(b_).all(), name
-            assert float((a.double() - b_.double()).norm()) <= 1e-2 * float(a.double().norm()), name
+        for (order, lpt), run in zip(builds[1:], runs[1:]):
+            assert torch.equal(runs[0][0], run[0]), f"dq of ORDER={order} LPT={lpt}"
+            for name, a, b_ in zip(("dk", "dv"), runs[0][1:], run[1:]):
+                assert torch.isfinite(b_).all(), name
+                if order == 0:
+                    assert torch.equal(a, b_), f"{name} of LPT={lpt}"
+                assert float((a.double() - b_.double()).norm()) <= 1e-2 * float(a.double().norm()), name

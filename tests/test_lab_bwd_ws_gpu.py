@@ -141,19 +141,30 @@ def test_repeated_calls_and_gradients_layout():
         assert all(g.stride() == t.stride() for g, t in zip(a, (q, k, v)))
 
 
+ORDER_AB = [(1, 0), (0, 1), (1, 1)]  # kernels.fa2_wgmma_bwd.ORDER_AB: (ORDER, LPT) of the A/B's builds
+
+
+@pytest.mark.parametrize("order,lpt", ORDER_AB, ids=lambda x: str(x))
 @pytest.mark.parametrize("strided", [False, True], ids=["bhnd", "bnhd"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_order1_odd_shapes(d, strided):
+def test_order1_odd_shapes(d, strided, order, lpt):
     """ORDER=1 (i descending, heads inner: the loader's (i, hq), the reducer's tile and the consumers' m0 all follow
-    it) on every odd shape: causal rows that see no key, Nq != Nk, tails, Nq = 1, Nk = 1, GQA 1..8."""
+    it) and LPT=1 (grid (B*H_kv, Tc)) on every odd shape: causal rows that see no key, Nq != Nk, tails, Nq = 1,
+    Nk = 1, GQA 1..8."""
+    from lab import bwd_ws
+
     for i, (b, h, n_q, n_k, causal, dtype, group, scale) in enumerate(ODD):
-        check_v4(b, h, n_q, n_k, d, dtype, causal, scale, 300 + i, group=group, strided=strided, config=dict(ORDER=1))
+        check_v4(b, h, n_q, n_k, d, dtype, causal, scale, 300 + i, group=group, strided=strided,
+                 config=bwd_ws.order_config(order, lpt))
 
 
+@pytest.mark.parametrize("order,lpt", ORDER_AB, ids=lambda x: str(x))
 @pytest.mark.parametrize("group", [1, 2, 8])
 @pytest.mark.parametrize("d", [64, 128])
-def test_order1_gqa_groups(d, group):
+def test_order1_gqa_groups(d, group, order, lpt):
+    from lab import bwd_ws
+
     for n_q, n_k, causal, dtype in ((333, 200, True, torch.float16), (129, 517, False, torch.bfloat16),
                                     (200, 333, True, torch.bfloat16), (1000, 1000, True, torch.float16)):
         check_v4(2, 2, n_q, n_k, d, dtype, causal, 4.0, n_q + d + group + 7, group=group, strided=True,
-                 config=dict(ORDER=1))
+                 config=bwd_ws.order_config(order, lpt))

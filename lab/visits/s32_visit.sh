@@ -6,8 +6,9 @@
 #   ab        issue 40: this tree against AB_OLD (forward and backward bits and times)
 #   ws        issue 42: the lab's warp-specialised backward (lab/bwd_ws_ab.py) against the shipped one and cuDNN
 #   ws_san    issue 42: compute-sanitizer memcheck, racecheck, synccheck of the v4 backward (its 'tiny' target)
-#   order     issue 42: step order ORDER=1 (i descending, heads inner) of both backwards: its GPU tests, then
-#             lab/bwd_order_ab.py (ORDER 0 vs 1, shipped and v4, vs cuDNN; GQA 8:1 and equal heads, causal and not)
+#   order     issue 42: causal GQA's gap, ORDER=1 (steps i descending, heads inner: L2 reuse) and LPT=1 (grid
+#             (B*H_kv, Tc): longest CTAs first) of both backwards: their GPU tests, then lab/bwd_order_ab.py
+#             (every build vs the default and cuDNN; GQA 8:1 and equal heads, causal and not)
 #   split     issue 44: the decode split count, today's rule against whole-residency splits (lab/decode_split_ab.py)
 # Every log and JSON goes to $OUT/w/<step>/, packed at the end into $OUT/visit.tgz (the device returns 8 files at most).
 set -u
@@ -58,7 +59,7 @@ PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1
     done ;;
   order)
     mkdir -p "$W/order"
-    step order/tests ${LIM_ORDER_TEST:-240} $PYT tests/test_kernels_bwd_gpu.py tests/test_lab_bwd_ws_gpu.py -k order1 \
+    step order/tests ${LIM_ORDER_TEST:-300} $PYT tests/test_kernels_bwd_gpu.py tests/test_lab_bwd_ws_gpu.py -k order1 \
       --maxfail=3
     grep -E "^E |FAILED" "$W/order/tests.log" | head -12
     step order/ab ${LIM_ORDER:-260} python3 lab/bwd_order_ab.py --out "$W/order" --budget-s ${BUDGET_ORDER:-200} ;;
