@@ -111,7 +111,7 @@
 #ifndef LPT  // 1: grid (B*H_kv, Tc), key block j = blockIdx.y, so the x-fastest dispatch issues every (b, kv head)'s
 #define LPT 0  //    key block 0, then every key block 1, ...: causal GQA's longest CTAs (G*Tr steps) first, not one
 #endif         //    row's 0..Tc-1 after another's (a tail of long CTAs started late; issue 42's causal GQA gap)
-#define KEY_BLOCK ((int)(LPT ? blockIdx.y : blockIdx.x))  // j
+#define KEY_BLOCK (LPT ? blockIdx.y : blockIdx.x)  // j (unsigned, as blockIdx: the same code as before the knob)
 #ifndef DQ_ABLATE  // measurement only (wrong dQ): 1 = dQ product without the atomics, 2 = no dQ at all
 #define DQ_ABLATE 0
 #endif
@@ -406,7 +406,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     const int i_first = is_causal ? max(0, n0 - causal_off) / BLOCK_M : 0;
     const int T = (Nq + BLOCK_M - 1) / BLOCK_M - i_first;
     const int TG = T > 0 ? G * T : 0;  // steps: every (query head of the group, i) pair (GQA: dK_j, dV_j sum over it)
-    const int rot = ROTATE ? (int)((unsigned)KEY_BLOCK % (unsigned)max(T, 1)) : 0;
+    const int rot = ROTATE ? (int)(KEY_BLOCK % (unsigned)max(T, 1)) : 0;
     // FA2 Alg. 2 line 8's i of step t and its query head (of the group: 0..G-1); the only places t is mapped.
     // ORDER=0: t = h*T + (i - i_first). ORDER=1: t = (Tr-1 - i)*G + h, the same step in every key block that sees
     // tile (h, i) (Tr - 1 = i_first + T - 1)
@@ -546,7 +546,7 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
 #if DETERMINISTIC  // FA2 Alg. 2 line 15's sum over j in key-block order: wait for key blocks 0..j-1 (all of which
                    // add into Q block i: causal hides a prefix of Q blocks from each key block, never a gap)
                 int* sem_i = sem + bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M;
-                while (ld_acquire(sem_i) < KEY_BLOCK * NWG) {}
+                while (ld_acquire(sem_i) < (int)KEY_BLOCK * NWG) {}
                 fence_proxy_async_all();  // the acquire (generic proxy) before the bulk reduce (async proxy)
 #endif
                 bulk_reduce_add_f32(dQacc + ((bh * (Nq_pad / BLOCK_M) + m0 / BLOCK_M) * NWG + wg) * (64 * DQ_N), sdq,

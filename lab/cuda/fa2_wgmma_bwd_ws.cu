@@ -104,8 +104,8 @@
 #ifndef LPT  // 1: grid (B*H_kv, Tc), key block j = blockIdx.y: every (b, kv head)'s key block 0 dispatched first, then
 #define LPT 0  //    every key block 1, ...: causal GQA's longest CTAs first (the shipped kernel's LPT)
 #endif
-#define KEY_BLOCK ((int)(LPT ? blockIdx.y : blockIdx.x))  // j
-#define GRID_ROW ((int)(LPT ? blockIdx.x : blockIdx.y))   // b * H_kv + kv head
+#define KEY_BLOCK (LPT ? blockIdx.y : blockIdx.x)  // j (unsigned, as blockIdx: the same code as before the knob)
+#define GRID_ROW (LPT ? blockIdx.x : blockIdx.y)  // b * H_kv + kv head
 
 #define D HEAD_DIM
 #define BLOCK_N (64 * NWG)          // Bc: keys per CTA
