@@ -15,6 +15,10 @@ Two hypotheses, each a compile-time knob of the shipped backward (kernels/cuda/f
            (longest first). A list-scheduling model (equal-cost steps, 132 SMs, dispatch in grid order) predicts the
            GQA8/equal busy-SM ratio today at d=128 0.65/0.70/0.99 for N=2k/8k/16k, d=64 0.79/0.83/0.99 (measured
            0.73/0.72/0.93 and 0.90/0.86/1.0), and 0.97-0.99 everywhere with LPT=1.
+The two pull apart: l2_hit_fraction (a lockstep strict-LRU model of the Q_i, dO_i reads, 50 MB) gives causal GQA8
+hit rates default / ORDER=1 / LPT=1 / both of d=128 N=2k 0.51/0.88/0.35/0.64, 8k 0.72/0.97/0.40/0.76, 16k
+0.50/0.59/0.42/0.78; d=64 2k 0.88/0.88/0.61/0.46, 8k 0.97/0.97/0.76/0.64, 16k 0.98/0.82/0.80/0.68 (LPT's
+concurrent CTAs belong to many kv heads). The GPU decides; both models are crude (equal-cost steps).
 
 1. Precompiles, in parallel processes, every build it launches (both kernels' default, ORDER=1, LPT=1 and
    ORDER=1 LPT=1 builds, the shipped pre/dq kernels, the forward builds that make o and lse).
@@ -108,6 +112,47 @@ def busy_fraction(d: int, n: int, group: int, causal: bool, lpt: int, sms: int =
         heapq.heappush(free, start + steps[c])
         end = max(end, start + steps[c])
     return sum(steps.values()) / (sms * end)
+
+
+def l2_hit_fraction(d: int, n: int, group: int, causal: bool, order: int, lpt: int, sms: int = 132,
+                    l2_mb: float = 50.0) -> float:
+    """The docstring's L2 model: the fraction of Q_i + dO_i tile reads that hit a strict-LRU L2 of l2_mb (the dQ tile's
+    fp32 reduce-adds also pass through it, uncounted), the cell's CTAs dispatched in grid order (LPT) one per SM and
+    advancing in lockstep, one step (step_tiles(order, ...)) each per round. Crude: equal-cost steps, no K/V, no
+    sectors or ways; it ranks orders, it does not predict TFLOP/s."""
+    from collections import OrderedDict
+
+    from kernels.fa2_wgmma_bwd import step_tiles
+
+    br, bc = (128 if d == 64 else 64), 128
+    b, h = layouts.TOKENS // n, layouts.heads_for(d)
+    t_r, t_c = -(-n // br), -(-n // bc)
+    ctas = [(row, j) for row in range(b * h // group) for j in range(t_c)]
+    if lpt:
+        ctas.sort(key=lambda c: (c[1], c[0]))
+    cap, tile, dq_tile = l2_mb * 2**20, 2 * br * d * 2, br * d * 4
+    lru: OrderedDict = OrderedDict()
+    used, hits, reads = 0, 0, 0
+    queue, live = list(reversed(ctas)), {}
+    while queue or live:
+        while len(live) < sms and queue:
+            c = queue.pop()
+            live[c] = step_tiles(order, max(0, c[1] * bc) // br if causal else 0, t_r, group)[::-1]
+        for c in list(live):
+            hq, i = live[c].pop()
+            for key, nbytes, counted in (((c[0], hq, i, "q"), tile, True), ((c[0], hq, i, "dq"), dq_tile, False)):
+                if key in lru:
+                    lru.move_to_end(key)
+                    hits += counted
+                else:
+                    lru[key] = nbytes
+                    used += nbytes
+                    while used > cap:
+                        used -= lru.popitem(last=False)[1]
+                reads += counted
+            if not live[c]:
+                del live[c]
+    return hits / reads
 
 
 def knobs(name: str) -> tuple[str, int, int]:

@@ -226,6 +226,17 @@ def test_busy_fraction_model():
     assert busy_fraction(64, 16384, 8, True, 0) > 0.95
 
 
+def test_l2_hit_fraction_model():
+    """The A/B's L2 model: ORDER=1 aligns causal GQA's concurrent CTAs on one tile (d=128 N=2k: 0.51 -> 0.88); without
+    causal both orders are already aligned; an L2 that holds everything misses each tile once (compulsory only)."""
+    from lab.bwd_order_ab import l2_hit_fraction
+
+    assert l2_hit_fraction(128, 2048, 8, True, 1, 0) > l2_hit_fraction(128, 2048, 8, True, 0, 0) + 0.3
+    assert l2_hit_fraction(128, 2048, 8, False, 1, 0) == pytest.approx(l2_hit_fraction(128, 2048, 8, False, 0, 0))
+    # non-causal: every (row, head, i) tile is read by all Tc = 16 key blocks, the first read misses
+    assert l2_hit_fraction(128, 2048, 8, False, 0, 0, l2_mb=1e6) == pytest.approx(15 / 16)
+
+
 def test_lpt_grid_and_its_limit():
     """LPT=1 launches (B*H_kv, Tc) (key block j = blockIdx.y, at most 65535), LPT=0 (Tc, B*H_kv)."""
     d = fa2_wgmma_bwd.defines_for(128, False, fa2_wgmma_bwd.order_config(128, 0, 1))
