@@ -24,8 +24,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import decode_speed as ds  # noqa: E402
+from bench import harness  # noqa: E402
 
 BATCHES, CACHES, DIMS = (2, 4, 8, 16), (32768, 131072), (64, 128)
+
+
+def bench(fn) -> float:
+    """do_bench median (ms) through bench.harness, as bench/decode_speed.py times its cells."""
+    return harness.time_fn(fn, [()], warmup_ms=10, rep_ms=40)["median_ms"]
 
 
 def splits(b: int, n: int, d: int, sms: int) -> dict:
@@ -62,10 +68,10 @@ def run_shape(d, b, n, copy_gbps, sms) -> dict:
             kw = dict(cache_seqlens=lens, block_table=table) if paged else {}
             o, lse = split_kv_fast.forward(*args, num_splits=S, **kw)
             row["err"][name] = max(ds.check_subset(o, lse, q, *args[1:], table if paged else None, paged))
-            row["ms"][name] = ds.bench(lambda a=args, w=kw, S=S: split_kv_fast.forward(*a, num_splits=S, **w))
+            row["ms"][name] = bench(lambda a=args, w=kw, S=S: split_kv_fast.forward(*a, num_splits=S, **w))
             row["pct_copy"][name] = 100 * kv_bytes / (row["ms"][name] * 1e-3) / 1e9 / copy_gbps
     fn, _ = ds.sdpa_call("cudnn", q, k, v)
-    row["ms"]["sdpa_cudnn"] = ds.bench(fn)
+    row["ms"]["sdpa_cudnn"] = bench(fn)
     row["pct_copy"]["sdpa_cudnn"] = 100 * kv_bytes / (row["ms"]["sdpa_cudnn"] * 1e-3) / 1e9 / copy_gbps
     row["ok"] = all(e <= 2e-2 for e in row["err"].values())
     return row
