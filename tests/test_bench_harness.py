@@ -131,7 +131,7 @@ SCRIPTS = ["bench/bench_kernels.py", "bench/bench_tc.py", "bench/launch_overhead
            "bench/ring_speed.py", "bench/bwd_layouts_speed.py", "bench/decode_speed.py"]
 SCRIPTS += ["lab/fa2_teaching_ab.py", "lab/bwd_wgmma_check.py", "lab/ab_wgmma_speed.py", "lab/teach_bwd_ab.py",
             "lab/pass_probe.py", "lab/clock_probe.py", "lab/gap_probe.py", "lab/cta_trace.py", "lab/bwd_ws_ab.py",
-            "lab/decode_split_ab.py"]
+            "lab/decode_split_ab.py", "lab/bwd_order_ab.py"]
 # times an old source tree with this tree's harness, so it loads bench/harness.py by path, not by import
 BY_PATH = {"bench/ab_speed.py"}
 # scripts that time nothing (ncu targets, precompilers, table writers) or time the host alone
