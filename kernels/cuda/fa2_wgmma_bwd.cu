@@ -387,9 +387,8 @@ fa2_wgmma_bwd(const u16* __restrict__ Qg, const u16* __restrict__ Kg, const u16*
     extern __shared__ __align__(1024) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
     // grid.y (grid.x under LPT) = B * H_kv: (b, kv head hk). Re-read from %ctaid.y (.x) where used (a volatile read
-    // cannot be hoisted),
-    // so b, hk and b*H + hk*G (the group's first query head) are not held in registers across the loop (at d=64
-    // the loop runs at the 255-register cap: keeping them live spilled more)
+    // cannot be hoisted), so b, hk and b*H + hk*G (the group's first query head) are not held in registers across the
+    // loop (at d=64 the loop runs at the 255-register cap: keeping them live spilled more)
     auto b_of = [&]() { return (int)(ctaid_y() / (unsigned)(H / G)); };
     auto hk_of = [&]() { return (int)(ctaid_y() % (unsigned)(H / G)); };
     auto bh0_of = [&]() { const unsigned y = ctaid_y(), hkv = H / G; return (long long)(y / hkv) * H + (y % hkv) * G; };
