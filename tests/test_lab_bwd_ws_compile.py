@@ -11,6 +11,7 @@ import torch
 
 from kernels import fa2_wgmma_bwd, loader
 from lab import bwd_ws
+from tests.tiers import one_per
 
 try:
     loader.nvrtc_version()
@@ -36,10 +37,12 @@ def _has_nvdisasm() -> bool:
 MAIN = [(k, d) for _, k, d in bwd_ws.compile_configs() if k == bwd_ws.KERNEL]
 ORDER1 = [(k, d) for _, k, d in bwd_ws.order_configs()]  # ORDER=1 / LPT=1 builds (lab/bwd_order_ab.py)
 IDS = ["-".join(f"{k}={v}" for k, v in d.items()) for _, d in MAIN + ORDER1]
+# a plain pytest compiles one build per (d, ORDER, LPT); the slow tier every build (the alternatives, bf16)
+BUILDS = one_per(MAIN + ORDER1, key=lambda b: tuple(b[1].get(k, 0) for k in ("HEAD_DIM", "ORDER", "LPT")), ids=IDS)
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("build", MAIN + ORDER1, ids=IDS)
+@pytest.mark.parametrize("build", BUILDS)
 def test_main_kernel_compiles_within_budget(build):
     kernel, defines = build
     res = loader.resource_usage(bwd_ws.SOURCE, kernel, defines=defines, arch=bwd_ws.ARCH)
@@ -53,7 +56,7 @@ def test_main_kernel_compiles_within_budget(build):
 
 @needs_nvrtc
 @pytest.mark.skipif(not _has_nvdisasm(), reason="nvdisasm not found (pip install nvidia-cuda-nvdisasm)")
-@pytest.mark.parametrize("build", MAIN + ORDER1, ids=IDS)
+@pytest.mark.parametrize("build", BUILDS)
 def test_consumer_path_stores_nothing_to_local_memory(build):
     """The MMA warpgroups' code (after their setmaxnreg.inc) has no STL; it reloads at most a few words a step that
     were computed before the role split. ptxas' spill total (test above) is mostly the 24-register producer's."""
