@@ -1,4 +1,4 @@
-"""A/B of the backward's step and dispatch order (issue 42: causal GQA runs at 0.67-0.93x of equal heads), one GPU run.
+"""A/B of the backward's step and dispatch order (issue 42: causal GQA runs at 0.67-1.01x of equal heads), one GPU run.
 
     PYTHONPATH=. python lab/bwd_order_ab.py --out DIR [--budget-s 200] [--n 2048,8192,16384] [--d 64,128] [--jobs 16]
                                             [--contenders shipped,shipped_o1,...,cudnn]
@@ -14,7 +14,7 @@ Two hypotheses, each a compile-time knob of the shipped backward (kernels/cuda/f
            late and end in a tail. LPT=1 launches (B*H_kv, Tc): every row's key block 0 first, then every block 1, ...
            (longest first). A list-scheduling model (equal-cost steps, 132 SMs, dispatch in grid order) predicts the
            GQA8/equal busy-SM ratio today at d=128 0.65/0.70/0.99 for N=2k/8k/16k, d=64 0.79/0.83/0.99 (measured
-           0.73/0.72/0.93 and 0.90/0.86/1.0), and 0.97-0.99 everywhere with LPT=1.
+           bf16, as this A/B runs: 0.74/0.72/0.96 and 0.89/0.87/1.01), and 0.97-0.99 everywhere with LPT=1.
 The two pull apart: l2_hit_fraction (a lockstep strict-LRU model of the Q_i, dO_i reads, 50 MB) gives causal GQA8
 hit rates default / ORDER=1 / LPT=1 / both of d=128 N=2k 0.51/0.88/0.35/0.64, 8k 0.72/0.97/0.40/0.76, 16k
 0.50/0.59/0.42/0.78; d=64 2k 0.88/0.88/0.61/0.46, 8k 0.97/0.97/0.76/0.64, 16k 0.98/0.82/0.80/0.68 (LPT's

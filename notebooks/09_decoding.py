@@ -212,7 +212,7 @@ show_table(["B", "H_kv", "g", "Nq", "L_max", "CTAs unsplit (Br = 16)", "S", "chu
 # DRAM bandwidth). Even $g = 8$ with 4 speculative queries is at 32. Split-KV decoding is predicted to be
 # memory-bound, by this intensity against the measured rates and by the GPU model, not only by the papers' count (no
 # cache): the cache is read once and is far larger than the 60 MB L2 (the H100 run of `bench/decode_speed.py`,
-# `results/decode_speed/`, measured `split_kv_fast` at 104-106% of the device copy's rate at B = 64, 92-98% at
+# `results/decode_speed/`, measured `split_kv_fast` at 104-106% of the device copy's rate at B = 64 with caches of 32k-256k, 92-98% at
 # B = 1 with a 256k cache: a read stream outruns a copy). The
 # closed form's counts (`counting.closed_forms.counts("split_kv", ...)`), which include the partials, say the same:
 

@@ -60,14 +60,16 @@
 // the same grid row, which are dispatched first; by induction on j each finishes every step, its waits being on
 // still lower blocks, each of which processes the awaited tile. True in either ORDER: under ORDER=1 a lower block
 // reaches it at the same step index (its step list is block j's followed by more steps, of lower i); under ORDER=0
-// at a later one; under LPT (grid (B*H_kv, Tc)) every row's blocks < j are dispatched before any block j. Cost: the reduce no longer overlaps the next step (its issuing
-// thread waits for the write), a CTA may stall behind the previous key block, a (B*H, Nq_pad/Br) int32 memset,
+// at a later one; under LPT (grid (B*H_kv, Tc)) every row's blocks < j are dispatched before any block j.
+// Cost: the reduce no longer overlaps the next step (its issuing thread waits for the write), a CTA may stall
+// behind the previous key block, a (B*H, Nq_pad/Br) int32 memset,
 // and its own build (d=64 spills 104 B instead of 80). The default build does none of this.
 //
 // d = 96 (D_REAL=96) runs the HEAD_DIM=128 tiles: columns 96..127 are zero-filled by the tile loads (zero
 // columns leave S, dP, P, dS unchanged), skipped by the o/do reads and the dq/dk/dv stores. d = 256 (NWG=1, BR=64,
 // red atomics) runs three launches, PASS 0/1/2 (dK_j, dV_j columns 0..127 / 128..255 / dQ), each recomputing S^T
-// and dP^T: its dK_j, dV_j and dQ slice do not fit beside them in registers (1.8x the MMA work; 0 B spilled). Version log: docs/hopper-fa2-history.md ("The backward's version log").
+// and dP^T: its dK_j, dV_j and dQ slice do not fit beside them in registers (1.8x the MMA work; 0 B spilled).
+// Version log: docs/hopper-fa2-history.md ("The backward's version log").
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128

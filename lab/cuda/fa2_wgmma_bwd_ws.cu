@@ -325,6 +325,7 @@ fa2_wgmma_bwd_ws(const __grid_constant__ TensorMap tmQ, const __grid_constant__ 
             // FA2 Alg. 2 line 9 as a ring: step t's Q_i, dO_i, L2_i, D_i into slot t % STAGES. (i, hq) step along
             // with t (ORDER=0: i over i_first..Tr-1, then the group's next query head; ORDER=1: the group's heads,
             // then the next lower i) rather than from t % T, t / T: the divisions' registers spilled at the producer's 24
+            // tests/test_bwd_order.py's v4_loader / v4_reducer copy these two counters' loops: change them together
             int i = ORDER ? i_first + T - 1 : i_first, hq = hk * G;
             for (int t = 0; t < TG; ++t) {
                 const int slot = t % STAGES, use = t / STAGES;
