@@ -128,3 +128,30 @@ def test_the_committed_constants_are_the_fit_of_the_committed_run():
     for k in ("split_kv_fast", "split_kv_fast_paged", "split_kv"):
         assert params[k] == pytest.approx(committed["params"][k], rel=1e-3), k
     assert fdm.document(result, committed["source"], params)["train_cells"] == committed["train_cells"] == 24
+
+
+def test_the_fit_reads_no_held_out_cell():
+    """The held-out check means something only if the constants never see a held-out cell: triple every held-out
+    measurement (bf16 rows, d = 64 rows) and the refit must return the committed constants unchanged; triple a
+    training cell's and it must not."""
+    pytest.importorskip("scipy")
+    import copy
+
+    from gpumodel import fit_decode_model as fdm
+
+    result = json.loads(RUN.read_text())
+    committed = json.loads(decode_model.FIT_FILE.read_text())["params"]
+    held = copy.deepcopy(result)
+    for row in held["rows"]:
+        if not (row.get("dtype") in ("float16", "fp16") and row.get("d") == 128):
+            row["ms"] = {k: (3 * v if v else v) for k, v in (row.get("ms") or {}).items()}
+    params = fdm.fit(held)
+    assert params["eta_read"] == pytest.approx(committed["eta_read"], rel=1e-4)
+    for k in ("split_kv_fast", "split_kv_fast_paged", "split_kv"):
+        assert params[k] == pytest.approx(committed[k], rel=1e-3), k
+    train = copy.deepcopy(result)
+    for row in train["rows"]:
+        if row.get("dtype") in ("float16", "fp16") and row.get("d") == 128 and row.get("ms"):
+            row["ms"] = {k: (3 * v if v else v) for k, v in row["ms"].items()}
+    moved = fdm.fit(train)
+    assert moved["split_kv_fast"] != pytest.approx(committed["split_kv_fast"], rel=1e-2)
