@@ -21,10 +21,8 @@ Prints a table (TFLOP/s, ratio to cuDNN, v4 / shipped) and writes bwd_ws_ab.json
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import json
 import math
-import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -76,6 +74,7 @@ def builds(ds, dtypes, ns) -> list[tuple]:
     """(source, defines, arch) of every build this run launches."""
     from kernels import fa2_wgmma, fa2_wgmma_bwd
     from lab import bwd_ws
+    from lab.precompile_bwd import unique
 
     jobs = [(src, defs, bwd_ws.ARCH) for src, _, defs in bwd_ws.compile_configs() if defs["HEAD_DIM"] in ds]
     for d in ds:
@@ -87,22 +86,15 @@ def builds(ds, dtypes, ns) -> list[tuple]:
                     for plain in (False, True):  # the forward's build depends on contiguous equal-head inputs
                         defs = fa2_wgmma.defines_for(d, bf16, fa2_wgmma.default_config(d, n, plain, causal))
                         jobs.append((str(fa2_wgmma.source_of(defs)[0]), defs, fa2_wgmma.ARCH))
-    return list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())
-
-
-def compile_one(source, defines, arch):
-    from kernels import loader
-
-    loader.compile_cubin(source, defines=defines, arch=arch)
+    return unique(jobs)
 
 
 def precompile(jobs_n: int, ds, dtypes, ns) -> None:
+    from lab.precompile_bwd import compile_all
+
     jobs = builds(ds, dtypes, ns)
     t0 = time.time()
-    # spawn, not fork: CUDA may be initialised here, and a forked child must not inherit it
-    with cf.ProcessPoolExecutor(max(1, jobs_n), mp_context=mp.get_context("spawn")) as ex:
-        futures = [ex.submit(compile_one, *job) for job in jobs]
-        bad = [str(f.exception()) for f in futures if f.exception() is not None]
+    bad = compile_all(jobs, jobs_n)
     if bad:
         raise SystemExit(f"a build failed to compile:\n{bad[0][:3000]}")
     log(f"precompiled {len(jobs)} builds in {time.time() - t0:.0f} s")

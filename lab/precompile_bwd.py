@@ -46,7 +46,7 @@ def builds(teaching_only: bool = False, new_only: bool = False) -> list[tuple]:
     from kernels import KERNELS, _teaching, fa2, loader, naive
 
     if new_only:
-        return _unique(new_builds())
+        return unique(new_builds())
     arch = loader.default_arch()
     jobs = [(src, defs, spec.arch or arch) for spec in KERNELS.values() if spec.backward is not None
             and (spec.tier == "teaching" or not teaching_only) for src, _, defs in spec.compile_configs()]
@@ -62,10 +62,11 @@ def builds(teaching_only: bool = False, new_only: bool = False) -> list[tuple]:
             jobs += [(fa2.BWD_SOURCE, _teaching.defines(dt, br, bc, **fa2.bwd_defines(dt, 128, br, bc)), arch)]
         if teaching_only:  # the frozen v1 lab/teach_bwd_ab.py times beside the shipped backward
             jobs += [(str(Path(__file__).resolve().parent / "cuda" / "fa2_bwd_v1.cu"), _teaching.defines(dt, 64, 64, D_PAD=p), arch) for p in (64, 128)]
-    return _unique(jobs)
+    return unique(jobs)
 
 
-def _unique(jobs: list[tuple]) -> list[tuple]:
+def unique(jobs: list[tuple]) -> list[tuple]:
+    """(source, defines, arch) jobs without repeats, in first-seen order."""
     return list({(str(s), tuple(sorted(d.items())), a): (s, d, a) for s, d, a in jobs}.values())
 
 
@@ -73,6 +74,15 @@ def compile_one(source, defines, arch):
     from kernels import loader
 
     loader.compile_cubin(source, defines=defines, arch=arch)
+
+
+def compile_all(jobs: list[tuple], processes: int) -> list[str]:
+    """NVRTC every (source, defines, arch) job into the kernel cache in `processes` processes; the failures' messages
+    (lab/bwd_ws_ab.py and lab/bwd_order_ab.py precompile through it too)."""
+    # spawn, not fork: default_arch() or the caller may have initialised CUDA, and a forked child must not inherit it
+    with cf.ProcessPoolExecutor(max(1, processes), mp_context=mp.get_context("spawn")) as ex:
+        futures = [ex.submit(compile_one, *job) for job in jobs]
+        return [str(f.exception()) for f in futures if f.exception() is not None]
 
 
 def main(argv=None) -> int:
@@ -88,10 +98,7 @@ def main(argv=None) -> int:
     if args.teaching and args.new:
         ap.error("--teaching and --new name disjoint sets of builds; give one")
     jobs = builds(args.teaching, args.new)
-    # spawn, not fork: default_arch() may have initialised CUDA here, and a forked child must not inherit it
-    with cf.ProcessPoolExecutor(max(1, args.jobs), mp_context=mp.get_context("spawn")) as ex:
-        futures = [ex.submit(compile_one, *job) for job in jobs]
-        bad = [str(f.exception()) for f in futures if f.exception() is not None]
+    bad = compile_all(jobs, args.jobs)
     print(f"precompiled {len(jobs) - len(bad)} of {len(jobs)} builds" + (f"; FAILED: {bad[0][:2000]}" if bad else ""))
     return 1 if bad else 0
 
