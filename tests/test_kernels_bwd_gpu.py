@@ -114,22 +114,31 @@ def check(b, h, n_q, n_k, d, dtype, causal, scale, seed, config=None, group=1, s
     grads = tuple(poisoned_like(t) for t in (q, k, v))  # poison, in the inputs' layout
     fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, config=config, out=grads, deterministic=deterministic)
     torch.cuda.synchronize()
+    checked = check_against_float64(grads, q, k, v, do, causal=causal, dtype=dtype)
+    return {name: dict(rel=c["rel"], rounding_rel=c["rounding_rel"]) for name, c in checked.items()}
+
+
+def check_against_float64(grads, q, k, v, do, *, causal, dtype) -> dict:
+    """Asserts each of (dq, dk, dv) finite and within TOL[dtype] of float64 autograd, or 3x the error of a float64
+    backward that rounds as a 16-bit kernel must, or below the absolute floor (fp32_ds_floor, RMS 1e-5); and dq = 0
+    on causal rows that see no key. Per name: rel, rounding_rel, the float64 gradient (ref) and the floor (atol)."""
     exact = grouped_reference(q, k, v, do, causal=causal)
     rounded = grouped_reference(q, k, v, do, causal=causal, round_to=dtype)
-    errors, ds_floor = {}, (*fp32_ds_floor(q, k, v, do, causal=causal), 0.0)
+    out, ds_floor = {}, (*fp32_ds_floor(q, k, v, do, causal=causal), 0.0)
     for name, g, ref, base, ds in zip(("dq", "dk", "dv"), grads, exact, rounded, ds_floor):
         gd = g.double()
         assert torch.isfinite(gd).all(), f"{name}: unwritten or non-finite elements"
         norm = float(ref.norm())
         err = float((gd - ref).norm())
         floor = float((base - ref).norm())
-        errors[name] = dict(rel=err / max(norm, 1e-30), rounding_rel=floor / max(norm, 1e-30))
         atol = max(1e-5 * g.numel() ** 0.5, ds)  # exact gradients of 0 (one visible key): fp32's dP - D
         assert err <= max(TOL[dtype] * norm, 3 * floor, atol), (
             f"{name}: error {err:.3e} vs |ref| {norm:.3e} (rounding floor {floor:.3e})")
+        out[name] = dict(rel=err / max(norm, 1e-30), rounding_rel=floor / max(norm, 1e-30), ref=ref, atol=atol)
+    n_q, n_k = q.shape[-2], k.shape[-2]
     if causal and n_q > n_k:  # rows i < Nq - Nk see no key
         assert (grads[0][:, :, : n_q - n_k] == 0).all(), "rows that see no key must get dq = 0"
-    return errors
+    return out
 
 
 shape = st.tuples(
