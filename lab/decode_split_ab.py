@@ -10,6 +10,10 @@ little longer. For each shape where the two differ (B = 2, 4, 8, 16; caches 32k 
 H_kv = 8, Nq = 1; contiguous and paged, page 256), both are checked against float64 (bench/decode_speed.check_subset)
 and timed (do_bench medians), with SDPA cuDNN beside them; K/V bandwidth as % of the device copy. Writes
 decode_split_ab.json under --out and prints one line per shape.
+
+--base DIR (a tree's `git archive REF kernels` unpacked there) also times that tree's kernels/split_kv_fast.py with
+its own .cu, launched by this tree's code, at both split counts ("base_ceil", "base_floor", paged and not), so a
+kernel change is an A/B within one run (here: the paged path's one block_table lookup per tile, load_kv).
 """
 from __future__ import annotations
 
@@ -45,7 +49,17 @@ def splits(b: int, n: int, d: int, sms: int) -> dict:
                 floor=max(1, min((2 * sms) // ctas, -(-n // bk))))
 
 
-def run_shape(d, b, n, copy_gbps, sms) -> dict:
+def base_module(tree: Path):
+    """kernels/split_kv_fast.py of another tree as its own module: its SOURCE is that tree's .cu (and headers)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("base_split_kv_fast", tree / "kernels" / "split_kv_fast.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_shape(d, b, n, copy_gbps, sms, base=None) -> dict:
     import torch
 
     from kernels import split_kv_fast
@@ -61,15 +75,15 @@ def run_shape(d, b, n, copy_gbps, sms) -> dict:
     table = torch.randperm(pages, device="cuda", generator=gen).to(torch.int32).reshape(b, -1).contiguous()
     lens = torch.full((b,), n, dtype=torch.int32, device="cuda")
     kv_bytes = 2 * b * ds.H_KV * n * d * 2
-    for rule, S in s.items():
-        for paged in (False, True):
-            name = f"{rule}{'_paged' if paged else ''}"
-            args = (q, kp, vp) if paged else (q, k, v)
-            kw = dict(cache_seqlens=lens, block_table=table) if paged else {}
-            o, lse = split_kv_fast.forward(*args, num_splits=S, **kw)
-            row["err"][name] = max(ds.check_subset(o, lse, q, *args[1:], table if paged else None, paged))
-            row["ms"][name] = bench(lambda a=args, w=kw, S=S: split_kv_fast.forward(*a, num_splits=S, **w))
-            row["pct_copy"][name] = 100 * kv_bytes / (row["ms"][name] * 1e-3) / 1e9 / copy_gbps
+    runs = [("", split_kv_fast)] + ([("base_", base)] if base is not None else [])
+    for (tag, mod), (rule, S), paged in ((m, r, p) for m in runs for r in s.items() for p in (False, True)):
+        name = f"{tag}{rule}{'_paged' if paged else ''}"
+        args = (q, kp, vp) if paged else (q, k, v)
+        kw = dict(cache_seqlens=lens, block_table=table) if paged else {}
+        o, lse = mod.forward(*args, num_splits=S, **kw)
+        row["err"][name] = max(ds.check_subset(o, lse, q, *args[1:], table if paged else None, paged))
+        row["ms"][name] = bench(lambda a=args, w=kw, S=S, f=mod.forward: f(*a, num_splits=S, **w))
+        row["pct_copy"][name] = 100 * kv_bytes / (row["ms"][name] * 1e-3) / 1e9 / copy_gbps
     fn, _ = ds.sdpa_call("cudnn", q, k, v)
     row["ms"]["sdpa_cudnn"] = bench(fn)
     row["pct_copy"]["sdpa_cudnn"] = 100 * kv_bytes / (row["ms"]["sdpa_cudnn"] * 1e-3) / 1e9 / copy_gbps
@@ -81,6 +95,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--budget-s", type=float, default=150.0)
+    ap.add_argument("--base", type=Path, help="a tree holding another kernels/split_kv_fast.py (+ its cuda/) to time")
     args = ap.parse_args(argv)
     import torch
 
@@ -89,19 +104,22 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     t0, sms = time.time(), torch.cuda.get_device_properties(0).multi_processor_count
     copy = ds.copy_bandwidth()
-    res = dict(device=torch.cuda.get_device_name(), copy=copy, rows=[])
+    base = base_module(args.base) if args.base else None
+    res = dict(device=torch.cuda.get_device_name(), copy=copy, base=str(args.base or ""), rows=[])
     for d in DIMS:
         for n in CACHES:
             for b in BATCHES:
                 s = splits(b, n, d, sms)
                 if s["ceil"] == s["floor"] or time.time() - t0 > args.budget_s:
                     continue
-                r = run_shape(d, b, n, copy["gbps"], sms)
+                r = run_shape(d, b, n, copy["gbps"], sms, base)
                 res["rows"].append(r)
                 pc = r["pct_copy"]
                 print(f"d={d} B={b:2d} N={n:6d} S ceil {s['ceil']:2d} / floor {s['floor']:2d}: "
                       f"{pc['ceil']:5.1f}% / {pc['floor']:5.1f}% (paged {pc['ceil_paged']:5.1f}% / "
-                      f"{pc['floor_paged']:5.1f}%), cuDNN {pc['sdpa_cudnn']:5.1f}%{'' if r['ok'] else '  CHECK FAILED'}",
+                      f"{pc['floor_paged']:5.1f}%), cuDNN {pc['sdpa_cudnn']:5.1f}%{'' if r['ok'] else '  CHECK FAILED'}"
+                      + (f"; base paged {pc['base_ceil_paged']:5.1f}% / {pc['base_floor_paged']:5.1f}%, contiguous "
+                         f"{pc['base_ceil']:5.1f}% / {pc['base_floor']:5.1f}%" if base else ""),
                       flush=True)
                 torch.cuda.empty_cache()
                 (args.out / "decode_split_ab.json").write_text(json.dumps(res, indent=1))

@@ -115,6 +115,10 @@ def run_case(build, b, h_kv, grp, n_q, d, lens, dtype, page, causal, splits, sca
     (1, 1, 3, 2, 128, [200], torch.float16, 48, False, 3),         # paged, page 48 (chunk lcm(64, 48) = 192)
     (1, 1, 1, 5, 64, [3], torch.float16, 1, True, None),           # Nq > L: rows that see nothing; page 1
     (1, 1, 5, 4, 64, [130], torch.float16, None, True, 2),         # 20 packed rows: two row tiles
+    # pages a multiple of Bc (Bc = 64 at d = 128, 128 at d = 64): one block_table lookup per tile (load_kv's
+    # one_page path), tails inside a page, a page shared by two tiles, splits over several pages
+    (2, 1, 2, 1, 128, [300, 129], torch.bfloat16, 128, True, 2),
+    (1, 2, 1, 3, 64, [700], torch.float16, 256, False, 3),
 ])
 def test_fast_kernel_emulated(build, case):
     run_case(build, *case)

@@ -86,15 +86,25 @@ __device__ __forceinline__ long long kv_row(const Ctx& c, int t) {
 
 // FA2 Alg. 1 line 7: positions [t0, t0 + BN) of K and V into one ring stage; positions >= end are zero rows.
 // Thread t copies chunk t % CH of rows t / CH + i (NTHREADS / CH); a row's address is computed once for K and V.
+// A paged tile inside one page (page_size a multiple of BN: t0 is BN-aligned, since a split starts on a page) takes
+// its page from block_table once, not per row: one dependent load and one division per tile instead of BN / STEP
+// (each row's lookup otherwise stands between the thread and its cp.async).
 __device__ __forceinline__ void load_kv(u32 sK, const u16* __restrict__ Kg, const u16* __restrict__ Vg, const Ctx& c,
                                         int t0) {
     constexpr int STEP = NTHREADS / CH;
     const int r0 = c.tid / CH, ch = c.tid % CH;
+    const bool one_page = c.paged && c.page_size % BN == 0;
+    long long tile_base = 0;  // element offset of position t0 when one_page
+    if (one_page) {
+        const int page = __ldg(c.bt + t0 / c.page_size);
+        tile_base = (((long long)page * c.H_kv + c.hk) * c.page_size + t0 % c.page_size) * D;
+    }
 #pragma unroll
     for (int i = 0; i < BN / STEP; ++i) {
         const int r = r0 + i * STEP, t = t0 + r;
         const bool ok = t < c.end;
-        const long long off = ok ? kv_row(c, t) + ch * 8 : 0;
+        const long long row = one_page ? tile_base + (long long)r * D : kv_row(c, t);
+        const long long off = ok ? row + ch * 8 : 0;
         const u32 dst = sK + 2 * swz(r, ch);
         cp_async16(dst, Kg + off, ok ? 16 : 0);
         cp_async16(dst + TILE_BYTES, Vg + off, ok ? 16 : 0);

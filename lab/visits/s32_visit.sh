@@ -9,7 +9,10 @@
 #   order     issue 42: causal GQA's gap, ORDER=1 (steps i descending, heads inner: L2 reuse) and LPT=1 (grid
 #             (B*H_kv, Tc): longest CTAs first) of both backwards: their GPU tests, then lab/bwd_order_ab.py
 #             (every build vs the default and cuDNN; GQA 8:1 and equal heads, causal and not)
-#   split     issue 44: the decode split count, today's rule against whole-residency splits (lab/decode_split_ab.py)
+#   split     issue 44: the decode split count, today's rule against whole-residency splits (lab/decode_split_ab.py);
+#             with .abbase2 carried (git archive <base> kernels), that tree's split_kv_fast timed beside (--base)
+#   ncu       issue 42's moonshot: the shipped backward against SDPA's flash and cuDNN at d = 128, N = 16k, bf16
+#             (lab/ncu_bwd_target.py): speed of light, warp states (stall reasons), compute and memory workload
 # Every log and JSON goes to $OUT/w/<step>/, packed at the end into $OUT/visit.tgz (the device returns 8 files at most).
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -52,7 +55,13 @@ PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1
     step ws_tests ${LIM_WS_TEST:-120} $PYT tests/test_lab_bwd_ws_gpu.py --maxfail=3 -x
     step ws_ab ${LIM_WS:-260} python3 lab/bwd_ws_ab.py --out "$W/ws" ;;
   split)
-    step split ${LIM_SPLIT:-170} python3 lab/decode_split_ab.py --out "$W" --budget-s ${BUDGET_SPLIT:-140} ;;
+    base=(); [ -d .abbase2 ] && base=(--base .abbase2)
+    step split ${LIM_SPLIT:-170} python3 lab/decode_split_ab.py --out "$W" --budget-s ${BUDGET_SPLIT:-140} "${base[@]}" ;;
+  ncu)
+    step ncu_bwd ${LIM_NCU:-150} ncu --clock-control none --profile-from-start off --csv --page details \
+      --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      python3 lab/ncu_bwd_target.py --n 16384 --dims 128 --dtype bf16 ;;
   ws_san)
     for t in racecheck memcheck synccheck; do
       step ws_$t ${LIM_WS_SAN:-150} compute-sanitizer --tool $t --print-limit 20 python3 lab/bwd_ws_sanitize_target.py tiny
