@@ -49,7 +49,7 @@ for s in ${STEPS:-check}; do case $s in
 PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1; done; python3 bench/ab_speed.py compare $W" ;;
   ws)
     mkdir -p "$W/ws"
-    step ws_tests ${LIM_WS_TEST:-120} $PYT tests/test_lab_bwd_ws_gpu.py --maxfail=3 -x
+    step ws_tests ${LIM_WS_TEST:-120} $PYT tests/test_kernels_bwd_ws_gpu.py --maxfail=3 -x
     step ws_ab ${LIM_WS:-260} python3 lab/bwd_ws_ab.py --out "$W/ws" ;;
   split)
     step split ${LIM_SPLIT:-170} python3 lab/decode_split_ab.py --out "$W" --budget-s ${BUDGET_SPLIT:-140} ;;
@@ -59,7 +59,7 @@ PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1
     done ;;
   order)
     mkdir -p "$W/order"
-    step order/tests ${LIM_ORDER_TEST:-300} $PYT tests/test_kernels_bwd_gpu.py tests/test_lab_bwd_ws_gpu.py -k order1 \
+    step order/tests ${LIM_ORDER_TEST:-300} $PYT tests/test_kernels_bwd_gpu.py tests/test_kernels_bwd_ws_gpu.py -k order1 \
       --maxfail=3
     grep -E "^E |FAILED" "$W/order/tests.log" | head -12
     step order/ab ${LIM_ORDER:-260} python3 lab/bwd_order_ab.py --out "$W/order" --budget-s ${BUDGET_ORDER:-200} ;;

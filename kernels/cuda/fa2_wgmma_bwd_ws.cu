@@ -1,10 +1,11 @@
-// fa2_wgmma_bwd_ws.cu -- LAB candidate v4 of the Hopper backward: FA3's warp-specialised main kernel (sm_90a).
+// fa2_wgmma_bwd_ws.cu -- v4 of the Hopper backward, the default main kernel at d = 64 and 128 (issue 42): FA3's
+// warp-specialised main kernel (sm_90a), launched by kernels/fa2_wgmma_bwd.py (kernels/fa2_wgmma_bwd_ws.py: its builds).
 // FlashAttention-3 (Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao 2024): producer/consumer warp specialisation with
 // setmaxnreg (its section 3.1) applied to the backward pass as its appendix describes it; the math is FA2's Alg. 2.
 //
-// The shipped backward (kernels/cuda/fa2_wgmma_bwd.cu, v3) with its two measured limits on the MMA warpgroups'
-// critical path removed (docs/hopper-fa2-history.md, "The backward's version log": at d=128 N=16k on an H200,
-// 423 TFLOP/s, 513 without the dQ bulk reduce, 596 without the dQ product):
+// The v3 backward (kernels/cuda/fa2_wgmma_bwd.cu: still the main kernel at d = 96, 256, deterministic=True and
+// config=) with its two measured limits on the MMA warpgroups' critical path removed (docs/hopper-fa2-history.md,
+// "The backward's version log": at d=128 N=16k on an H200, 423 TFLOP/s, 513 without the dQ bulk reduce, 596 without the dQ product):
 //   * every thread there issued cp.async for Q_i, dO_i, L_i, D_i and met the others at a __syncthreads per step;
 //   * the warpgroup that staged its dQ slice in smem waited for the previous step's reduce to have read it
 //     (cp.async.bulk.wait_group.read by its own thread) and issued the reduce itself.
@@ -24,14 +25,14 @@
 //   FA2 Alg. 2 line 10    S^T = K_j Q_i^T               -> wgmma SS
 //   FA2 Alg. 2 line 11    P^T = exp2(S^T*scale*log2e - L2_i), masked entries 0
 //   FA2 Alg. 2 line 12    dV_j += P^T dO_i              -> wgmma RS (P^T from registers)
-//   FA2 Alg. 2 line 13    dP^T = V_j dO_i^T             -> wgmma SS, issued with line 10
+//   FA2 Alg. 2 line 13    dP^T = V_j dO_i^T             -> wgmma SS, issued with FA2 Alg. 2 line 10
 //   FA2 Alg. 2 line 14    dS^T = P^T o (dP^T - D_i)     -> registers, and to the smem dS^T tile (DS_BUFS buffers)
 //   FA2 Alg. 2 line 15    dQ_i += dS K_j                -> wgmma SS (both MN-major), 64 x DQ_N slice per warpgroup,
 //                                                          staged in smem; producer warp 1 reduce-adds it to HBM
 //   FA2 Alg. 2 line 16    dK_j += dS^T Q_i              -> wgmma RS (dS^T from registers)
 //   FA2 Alg. 2 line 18    write dK_j (times scale), dV_j
 // The pre kernel (FA2 Alg. 2 lines 3-4: D, L2 = lse*log2e, dQacc = 0) and the conversion of the fragment-ordered dQ
-// accumulator are the shipped ones (fa2_wgmma_bwd_pre, fa2_wgmma_bwd_dq_bulk, built with this file's HEAD_DIM,
+// accumulator are v3's (fa2_wgmma_bwd_pre, fa2_wgmma_bwd_dq_bulk, built with this file's HEAD_DIM,
 // NWG, BR), so the dQ slice order here is DQ_BULK's: float4 j of thread t at (j*128 + t)*16 bytes.
 //
 // Synchronisation (every point, and why it is enough):
@@ -152,10 +153,10 @@ static_assert(NWG * (CONSUMER_REGS - REGS_AT_LAUNCH) <= REGS_AT_LAUNCH - PRODUCE
                     DQ_BUFS * NWG * DQ_SLICE_BYTES + STAGES * LD_BYTES + 8 * N_BARS + 1024)
 static_assert(SMEM_BYTES <= 227 * 1024, "over the 227 KB an H100/H200 CTA may have");
 
-#include "../../kernels/cuda/tc_common.cuh"  // pack2, ex2
-#include "../../kernels/cuda/wgmma.cuh"      // wgmma_ss / wgmma_ss_tt / wgmma_rs / fence / commit / wait
-#include "../../kernels/cuda/wgmma_fa2.cuh"  // sw128 layout, desc_sw128
-#include "../../kernels/cuda/tma_pipe.cuh"   // TensorMap, mbarriers, TMA loads, bulk groups, named barriers
+#include "tc_common.cuh"  // pack2, ex2
+#include "wgmma.cuh"      // wgmma_ss / wgmma_ss_tt / wgmma_rs / fence / commit / wait
+#include "wgmma_fa2.cuh"  // sw128 layout, desc_sw128
+#include "tma_pipe.cuh"   // TensorMap, mbarriers, TMA loads, bulk groups, named barriers
 
 #define BAR_DS_FULL 1   // named barriers of the NCONS consumer threads (0 is __syncthreads)
 #define BAR_DS_EMPTY 2
