@@ -337,13 +337,16 @@ def _check_strides(name: str, t, multiple: int) -> None:
 
 def _empty_like_layout(t):
     """An empty tensor of t's shape and dtype whose dims are laid out in t's stride order (torch.empty_like
-    does this for dense tensors; a slice of a larger buffer gets the dense version of its permutation)."""
+    does this for dense tensors; a slice of a larger buffer gets the dense version of its permutation), d innermost
+    whatever the others' strides: the kernels store rows of unit stride (a broadcast's stride-0 head dim would
+    otherwise sort after d)."""
     import torch
 
     like = torch.empty_like(t)  # dense inputs: the same strides, size-1 dimensions' included
     if like.stride() == t.stride():
         return like
-    perm = sorted(range(t.dim()), key=lambda i: (-t.stride(i), i))
+    last = t.dim() - 1
+    perm = sorted(range(t.dim()), key=lambda i: (i == last, -t.stride(i), i))
     buf = torch.empty([t.shape[i] for i in perm], dtype=t.dtype, device=t.device)
     return buf.permute([perm.index(i) for i in range(t.dim())])
 

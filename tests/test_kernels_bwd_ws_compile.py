@@ -305,8 +305,12 @@ def test_dispatch_falls_back_to_v3_on_layouts_tma_cannot_map(monkeypatch, which,
                 lse=_t(b, 2, 33, dtype=torch.float32), do=_t(b, 2, 33, 64))
     args[which] = t
     assert isinstance(fa2_wgmma_bwd_ws.layout_error(args["q"], args["k"], args["v"], args["do"]), ValueError)
-    fa2_wgmma_bwd.backward(*args.values(), causal=True)
+    grads = fa2_wgmma_bwd.backward(*args.values(), causal=True)
     assert _main_launch(rec)[:2] == V3 and maps == []
+    for g, like in zip(grads, (args["q"], args["k"], args["v"])):  # allocated in the input's layout, d innermost
+        offsets = sum(torch.arange(n).view([-1 if i == j else 1 for j in range(4)]) * st
+                      for i, (n, st) in enumerate(zip(g.shape, g.stride())))
+        assert g.shape == like.shape and g.stride(3) == 1 and offsets.unique().numel() == g.numel(), g.stride()
     with pytest.raises(ValueError, match="stride 0"):  # forced, it is named before any launch
         fa2_wgmma_bwd.backward(*args.values(), impl="ws")
 
