@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Session 32: one script per GPU visit, steps chosen by STEPS (space-separated, in order):
-#   check     issue 42/44 correctness: the Hopper backward's new paths, the decode kernels, GQA client, HF adapter
+#   check     issue 42/44 correctness: the Hopper backward's new paths (v4 at d = 64/128 by default since its
+#             promotion), the decode kernels, GQA client, HF adapter
 #   heldout   issue 43: the forward and backward benchmarks the H100 held-out record reads (results/h100_heldout/)
 #   speed     issue 42/44 speed: backward layouts vs cuDNN, decode vs SDPA
 #   ab        issue 40: this tree against AB_OLD (forward and backward bits and times)
-#   ws        issue 42: the lab's warp-specialised backward (lab/bwd_ws_ab.py) against the shipped one and cuDNN
-#   ws_san    issue 42: compute-sanitizer memcheck, racecheck, synccheck of the v4 backward (its 'tiny' target)
+#   ws        issue 42: the warp-specialised backward v4 (lab/bwd_ws_ab.py) against v3 ('shipped') and cuDNN
+#   ws_san    issue 42: compute-sanitizer memcheck, racecheck, synccheck of the v4 backward (its 'tiny' target):
+#             racecheck clean is the gate of v4's promotion
 #   order     issue 42: causal GQA's gap, ORDER=1 (steps i descending, heads inner: L2 reuse) and LPT=1 (grid
 #             (B*H_kv, Tc): longest CTAs first) of both backwards: their GPU tests, then lab/bwd_order_ab.py
 #             (every build vs the default and cuDNN; GQA 8:1 and equal heads, causal and not)
