@@ -161,13 +161,6 @@ static_assert(SMEM_BYTES <= 227 * 1024, "over the 227 KB an H100/H200 CTA may ha
 #define BAR_DS_FULL 1   // named barriers of the NCONS consumer threads (0 is __syncthreads)
 #define BAR_DS_EMPTY 2
 
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-__device__ __forceinline__ float2 lds_f2(u32 addr) {
-    float2 v;
-    asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-    return v;
-}
 // a contiguous global -> shared bulk copy (bytes and addresses multiples of 16), completion on `bar`
 __device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
@@ -197,18 +190,7 @@ __device__ __forceinline__ void tma_load_q(u32 dst, const TensorMap* map, int co
 #endif
 }
 
-// FA2 Alg. 2 line 10 and FA2 Alg. 2 line 13: X^T = A_j B_i^T for consumer warpgroup c's 64 key rows (A = K or V,
-// B = Q or dO; both K-major)
-__device__ __forceinline__ void issue_t(float (&x)[BLOCK_M / 2], u32 sA, u32 sB, int c) {
-    wgmma_fence();
-#pragma unroll
-    for (int kd = 0; kd < KD; ++kd) {
-        const u32 a = sA + (kd >> 2) * (BLOCK_N * 128) + c * 64 * 128 + (kd & 3) * 32;
-        const u32 b = sB + (kd >> 2) * (BLOCK_M * 128) + (kd & 3) * 32;
-        wgmma_ss<BLOCK_M>(x, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
-    }
-    wgmma_commit();
-}
+#include "wgmma_bwd.cuh"  // fence_proxy_async, lds_f2, issue_t (S^T, dP^T), issue_dq (dQ), pack_frag
 
 // FA2 Alg. 2 line 12 and FA2 Alg. 2 line 16: acc += X^T B_i, X^T from registers, B = dO_i or Q_i (MN-major)
 __device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const u32 (&xa)[KM][4], u32 sB) {
@@ -216,28 +198,6 @@ __device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const u32 (&xa)[K
 #pragma unroll
     for (int km = 0; km < KM; ++km) wgmma_rs<D>(acc, xa[km], desc_sw128(sB + km * 16 * 128, BLOCK_M * 128, 1024), 1);
     wgmma_commit();
-}
-
-// FA2 Alg. 2 line 15: a 64 x DQ_N slice of dS K_j. A = dS from the dS^T tile (MN-major), B = K_j (MN-major)
-__device__ __forceinline__ void issue_dq(float (&dq)[DQ_N / 2], u32 sdS, u32 sK, int ms, int ns) {
-    wgmma_fence();
-#pragma unroll
-    for (int kb = 0; kb < KB; ++kb) {
-        const u32 a = sdS + ms * (BLOCK_N * 128) + kb * 16 * 128;
-        const u32 b = sK + ns * (DQ_N / 64) * (BLOCK_N * 128) + kb * 16 * 128;
-        wgmma_ss_tt<DQ_N>(dq, desc_sw128(a, BLOCK_N * 128, 1024), desc_sw128(b, BLOCK_N * 128, 1024), kb > 0);
-    }
-    wgmma_commit();
-}
-
-__device__ __forceinline__ void pack_frag(u32 (&xa)[KM][4], const float (&x)[BLOCK_M / 2]) {
-#pragma unroll
-    for (int km = 0; km < KM; ++km) {
-        xa[km][0] = pack2(x[8 * km + 0], x[8 * km + 1]);
-        xa[km][1] = pack2(x[8 * km + 2], x[8 * km + 3]);
-        xa[km][2] = pack2(x[8 * km + 4], x[8 * km + 5]);
-        xa[km][3] = pack2(x[8 * km + 6], x[8 * km + 7]);
-    }
 }
 
 // FA2 Alg. 2 line 11 for one element: P^T = exp2(S^T * scale * log2e - L2_i); a hidden (key, query) pair (causal,
