@@ -406,9 +406,9 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
         raise TypeError(f"fa2_wgmma backward takes no options {sorted(options)} (it has deterministic=, config=, "
                         "out=, impl=)")
     deterministic = checks.flag("deterministic", deterministic)
-    if impl == "ws" and (deterministic or isinstance(q, torch.Tensor) and q.dim() == 4
-                         and q.shape[3] not in fa2_wgmma_bwd_ws.HEAD_DIMS):
-        main_kernel(q, k, v, do, deterministic=deterministic, impl="ws")  # raises: named before the shared checks
+    ws_head_dim = not (isinstance(q, torch.Tensor) and q.dim() == 4 and q.shape[3] not in fa2_wgmma_bwd_ws.HEAD_DIMS)
+    if impl not in IMPLS or impl == "ws" and (deterministic or not ws_head_dim):
+        main_kernel(q, k, v, do, deterministic=deterministic, impl=impl)  # raises: named before the shared checks
     _check(q, k, v, o, lse, do)
     kind = main_kernel(q, k, v, do, deterministic=deterministic, config=config, impl=impl)
     loader.require_hopper(q.device, "the fa2_wgmma backward needs a compute capability 9.x GPU (wgmma, sm_90a)")
