@@ -27,7 +27,7 @@ from counting.checks import checked_once  # torch-free: the launch plan's cache
 from counting.checks import check_grid_rows
 from counting.tiling import warpgroup_steps
 from kernels import fa2_tc, layouts, loader
-from kernels.fa2_wgmma_bwd import backward  # noqa: F401  (FA2 Alg. 2, cuda/fa2_wgmma_bwd.cu)
+from kernels.fa2_wgmma_bwd import backward  # noqa: F401  (FA2 Alg. 2: cuda/fa2_wgmma_bwd.cu, fa2_wgmma_bwd_ws.cu)
 from kernels.tma import tensor_map
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma.cu"

@@ -1,6 +1,8 @@
-"""FlashAttention-2 backward with Hopper wgmma (kernels/cuda/fa2_wgmma_bwd.cu, sm_90a): fp16/bf16, fp32 acc.
+"""FlashAttention-2 backward with Hopper wgmma (kernels/cuda/fa2_wgmma_bwd.cu, fa2_wgmma_bwd_ws.cu; sm_90a): fp16/bf16,
+fp32 accumulation.
 
-    dq, dk, dv = backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False)
+    dq, dk, dv = backward(q, k, v, o, lse, do, causal=False, scale=None, deterministic=False, config=None, out=None,
+                          impl=None)
 
 Takes what kernels.fa2_wgmma.forward takes: q, o, do (B, H, Nq, d); k, v (B, H_kv, Nk, d) with H_kv dividing H
 (grouped-query / multi-query: query head h reads kv head h // (H / H_kv)); one dtype (float16 or bfloat16);
@@ -12,9 +14,20 @@ j <= i + Nk - Nq), as in the forward. dq comes back in q's layout, dk and dv in 
 (B, H, N, d) is kept; out=(dq, dk, dv) writes into given tensors of any aligned layout).
 
 Three launches (FA2 Algorithm 2): D = rowsum(dO o O) and the dQ accumulator's zeroing over the B*H query
-heads, the key-block-outer main kernel on a (Tc, B*H_kv) grid -- the CTA of key block j loops over its
-group's query heads and their Q blocks, so dK_j, dV_j are summed over the group in registers (no repeated
-K/V, no atomics on dK/dV) -- and dQ's conversion.
+heads (fa2_wgmma_bwd.cu's pre kernel), the key-block-outer main kernel on a (Tc, B*H_kv) grid -- the CTA of key
+block j loops over its group's query heads and their Q blocks, so dK_j, dV_j are summed over the group in registers
+(no repeated K/V, no atomics on dK/dV) -- and dQ's conversion (fa2_wgmma_bwd.cu's dq / dq_bulk kernel).
+
+Which main kernel (issue 42; docs/hopper-fa2-history.md, the backward's version log):
+  v4  fa2_wgmma_bwd_ws.cu (kernels/fa2_wgmma_bwd_ws.py: its builds): FA3's warp specialisation -- a producer
+      warpgroup issues the TMA loads of Q_i, dO_i, L2_i, D_i into a ring and dQ's bulk reduce-adds, two MMA
+      warpgroups compute. The default at d in WS_HEAD_DIMS (64, 128) when deterministic=False and config= is not
+      given, and q, k, v, do are layouts a TMA tensor map describes (kernels/tma.py: 16-byte aligned, positive
+      strides; a stride-0 broadcast goes to v3). Its pre and dq_bulk launches are v3's default builds.
+  v3  fa2_wgmma_bwd.cu's main kernel: d = 96 and 256, deterministic=True, any config= (the lab's sweeps), the
+      layouts v4's tensor maps cannot describe, and d = 64, 128 when WS_HEAD_DIMS is emptied (a lab A/B's switch).
+impl= picks explicitly: None (the rule above), "v3", or "ws" (v4; config= is then a dict of its knobs,
+kernels.fa2_wgmma_bwd_ws.KNOBS; a ValueError for d = 96, 256, deterministic=True or a layout TMA cannot describe).
 
 deterministic=True: dQ's fp32 reduce-adds into each Q block happen in key-block order (a per-(b*h, Q block)
 semaphore; fa2_wgmma_bwd.cu's header says how and what it costs), so two runs give identical bits. The
@@ -44,7 +57,7 @@ from pathlib import Path
 
 from counting import checks
 from counting.checks import check_grid_rows
-from kernels import fa2_tc, loader
+from kernels import fa2_tc, fa2_wgmma_bwd_ws, loader
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma_bwd.cu"
 KERNEL = "fa2_wgmma_bwd"
@@ -53,6 +66,8 @@ KERNEL_DQ = "fa2_wgmma_bwd_dq"
 KERNEL_DQ_BULK = "fa2_wgmma_bwd_dq_bulk"  # DQ_BULK=1: the accumulator is in per-tile fragment order
 HEAD_DIMS = (64, 96, 128, 256)  # what backward() takes
 KERNEL_DIMS = (64, 96, 128, 256)  # what the .cu builds (96 on the 128 tiles, D_REAL=96; 256 in three PASSes)
+WS_HEAD_DIMS = (64, 128)  # where backward() runs v4's main kernel by default (fa2_wgmma_bwd_ws); () -> v3 everywhere
+IMPLS = (None, "v3", "ws")  # backward(impl=...)
 D256_KERNEL = True  # d = 256 through the kernel's three passes; False: _backward_torch (float32 torch, slower)
 ARCH = "sm_90a"
 PAD = 128  # rows of the padded L2 / D / dQ-accumulator buffers: a multiple of every Br
@@ -184,11 +199,19 @@ def _dq_kernel(defines: dict) -> str:
 
 
 def compile_configs() -> list[tuple[str, str, dict]]:
-    """Every build backward() can launch: d = 64, 96 (the 128 tiles, D_REAL=96), 128, both dtypes, default and
-    deterministic (GQA and strides are run-time arguments of the same builds)."""
+    """Every build backward() can launch without config=: v3's at d = 64, 96 (the 128 tiles, D_REAL=96), 128, both
+    dtypes, default and deterministic (GQA and strides are run-time arguments of the same builds), d = 256's three
+    passes, and v4's main kernel at WS_HEAD_DIMS (fa2_wgmma_bwd_ws.cu; its pre and dq_bulk are v3's default builds,
+    listed above). v3's builds come first; sweep_configs() and the v3 compile tests take those whose source is SOURCE."""
     return ([item for d in (64, 96, 128) for bf16 in (0, 1) for det in (False, True)
              for item in _build(defines_for(d, bf16, deterministic=det))]
-            + [item for bf16 in (0, 1) for p in PASSES_256 for item in _build(defines_for(256, bf16, pass_=p))])
+            + [item for bf16 in (0, 1) for p in PASSES_256 for item in _build(defines_for(256, bf16, pass_=p))]
+            + [c for c in fa2_wgmma_bwd_ws.compile_configs() if c[2]["HEAD_DIM"] in WS_HEAD_DIMS])
+
+
+def v3_compile_configs() -> list[tuple[str, str, dict]]:
+    """compile_configs()' builds of fa2_wgmma_bwd.cu (v3's main kernel, the pre and conversion kernels)."""
+    return [c for c in compile_configs() if c[0] == str(SOURCE)]
 
 
 # Issue 42's step-order A/B (lab/bwd_order_ab.py): ORDER=1 runs a key block's (query head, i) steps i descending,
@@ -213,7 +236,7 @@ def order_config(d: int, order: int, lpt: int = 0) -> dict:
     return dict(CONFIGS[128 if d == 96 else d], ORDER=order, **(dict(LPT=1) if lpt else {}))
 
 
-ORDER_AB = ((1, 0), (0, 1), (1, 1))  # (ORDER, LPT) of the A/B's non-default builds
+ORDER_AB = fa2_wgmma_bwd_ws.ORDER_AB  # (ORDER, LPT) of the A/B's non-default builds (v4's A/B has the same)
 
 
 def order_configs() -> list[tuple[str, str, dict]]:
@@ -234,7 +257,8 @@ def grid(defines: dict, n_k: int, rows: int) -> tuple[int, int, int]:
 
 
 def sweep_configs() -> list[tuple[str, str, dict]]:
-    out = list(compile_configs())
+    """v3's builds: those of compile_configs() and the SWEEP's (fa2_wgmma_bwd.cu only)."""
+    out = v3_compile_configs()
     for d in SWEEP:
         for cfg in SWEEP[d]:
             for bf16 in (0, 1):
@@ -313,13 +337,16 @@ def _check_strides(name: str, t, multiple: int) -> None:
 
 def _empty_like_layout(t):
     """An empty tensor of t's shape and dtype whose dims are laid out in t's stride order (torch.empty_like
-    does this for dense tensors; a slice of a larger buffer gets the dense version of its permutation)."""
+    does this for dense tensors; a slice of a larger buffer gets the dense version of its permutation), d innermost
+    whatever the others' strides: the kernels store rows of unit stride (a broadcast's stride-0 head dim would
+    otherwise sort after d)."""
     import torch
 
     like = torch.empty_like(t)  # dense inputs: the same strides, size-1 dimensions' included
     if like.stride() == t.stride():
         return like
-    perm = sorted(range(t.dim()), key=lambda i: (-t.stride(i), i))
+    last = t.dim() - 1
+    perm = sorted(range(t.dim()), key=lambda i: (i == last, -t.stride(i), i))
     buf = torch.empty([t.shape[i] for i in perm], dtype=t.dtype, device=t.device)
     return buf.permute([perm.index(i) for i in range(t.dim())])
 
@@ -345,20 +372,56 @@ def _strides(t):
     return tuple(np.int64(x) for x in t.stride()[:3])
 
 
+def main_kernel(q, k, v, do, *, deterministic: bool = False, config: dict | None = None, impl: str | None = None):
+    """Which main kernel backward() runs for these (checked) inputs: "ws" (v4, fa2_wgmma_bwd_ws.cu) or "v3" (the
+    module docstring's rule). impl="ws" where v4 cannot run raises ValueError (tma.LayoutError for a layout)."""
+    if impl not in IMPLS:
+        raise ValueError(f"fa2_wgmma backward: impl={impl!r}; it takes None (v4 at d in {WS_HEAD_DIMS} unless "
+                         "deterministic or config=, else v3), 'v3' or 'ws'")
+    d = q.shape[3]
+    if impl == "ws":
+        if deterministic:
+            raise ValueError("the v4 backward (impl='ws') has no deterministic mode; use impl='v3' or None with "
+                             "deterministic=True")
+        if d not in fa2_wgmma_bwd_ws.HEAD_DIMS:
+            raise ValueError(f"head dim d={d} unsupported; the v4 backward (impl='ws') takes d in "
+                             f"{list(fa2_wgmma_bwd_ws.HEAD_DIMS)} (impl='v3' also takes 96 and 256)")
+        err = fa2_wgmma_bwd_ws.layout_error(q, k, v, do)
+        if err is not None:
+            raise err
+        return "ws"
+    if impl is None and config is None and not deterministic and d in WS_HEAD_DIMS:
+        # a layout v3 takes but a TMA map cannot describe (a stride-0 broadcast): v3, as before v4 was the default
+        return "ws" if fa2_wgmma_bwd_ws.layout_error(q, k, v, do) is None else "v3"
+    return "v3"
+
+
 def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None = None,
-             deterministic: bool = False, config: dict | None = None, out=None, **options):
-    """FA2 Algorithm 2 with wgmma; returns (dq, dk, dv). out=(dq, dk, dv) writes into given tensors."""
+             deterministic: bool = False, config: dict | None = None, out=None, impl: str | None = None, **options):
+    """FA2 Algorithm 2 with wgmma; returns (dq, dk, dv). out=(dq, dk, dv) writes into given tensors. The main kernel
+    is v4's or v3's (main_kernel; the module docstring)."""
     import torch
 
     if options:
         raise TypeError(f"fa2_wgmma backward takes no options {sorted(options)} (it has deterministic=, config=, "
-                        "out=)")
+                        "out=, impl=)")
+    deterministic = checks.flag("deterministic", deterministic)
+    ws_head_dim = not (isinstance(q, torch.Tensor) and q.dim() == 4 and q.shape[3] not in fa2_wgmma_bwd_ws.HEAD_DIMS)
+    if impl not in IMPLS or impl == "ws" and (deterministic or not ws_head_dim):
+        main_kernel(q, k, v, do, deterministic=deterministic, impl=impl)  # raises: named before the shared checks
     _check(q, k, v, o, lse, do)
+    kind = main_kernel(q, k, v, do, deterministic=deterministic, config=config, impl=impl)
     loader.require_hopper(q.device, "the fa2_wgmma backward needs a compute capability 9.x GPU (wgmma, sm_90a)")
     d = q.shape[3]
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # as the forward checks them
-    deterministic = checks.flag("deterministic", deterministic)
     bf16 = q.dtype == torch.bfloat16
+    if kind == "ws":
+        ws_defs = fa2_wgmma_bwd_ws.defines_for(d, bf16, config)
+        defs = defines_for(d, bf16)  # v3's default build: the pre and dq_bulk kernels v4 launches
+        grid(dict(ws_defs, NWG=fa2_wgmma_bwd_ws.NWG), k.shape[2], k.shape[0] * k.shape[1])  # LPT's limit on Tc
+        dq, dk, dv = _grads(q, k, out)
+        _launch(q, k, v, o, lse, do, causal, scale, [defs], (dq, dk, dv), ws=ws_defs)
+        return dq, dk, dv
     if d == 256:
         if config is not None:
             raise ValueError("fa2_wgmma backward: d=256 has one build (three passes); it takes no config=")
@@ -376,8 +439,9 @@ def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None =
     return dq, dk, dv
 
 
-def _launch(q, k, v, o, lse, do, causal, scale, passes, grads) -> None:
-    """The pre kernel, the main kernel once per build in passes (one; d = 256: three), dQ's conversion."""
+def _launch(q, k, v, o, lse, do, causal, scale, passes, grads, ws: dict | None = None) -> None:
+    """The pre kernel, the main kernel once per build in passes (one; d = 256: three) or, given ws (v4's defines),
+    v4's main kernel once (passes: the v3 build whose pre and dq_bulk it shares), dQ's conversion."""
     import torch
 
     dq, dk, dv = grads
@@ -402,8 +466,13 @@ def _launch(q, k, v, o, lse, do, causal, scale, passes, grads) -> None:
     args = (q, k, v, do, l2, dd, dq_acc, dk, dv, int(n_q), int(n_k), int(n_pad), float(scale * fa2_tc.LOG2E),
             float(scale), int(bool(causal)), int(h), int(h // h_kv), sem,
             *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv))
-    for p, g in zip(passes, grids):
-        fn(KERNEL, p).launch(g, (threads(p), 1, 1), args, shared_mem=smem_bytes(p))
+    if ws is not None:
+        assert defs["DQ_BULK"] == 1 and defs["NWG"] == fa2_wgmma_bwd_ws.NWG and defs["BR"] == ws["BR"], (defs, ws)
+        fa2_wgmma_bwd_ws.launch_main(ws, grid(dict(ws, NWG=fa2_wgmma_bwd_ws.NWG), n_k, b * h_kv), dev, q, k, v, do,
+                                     l2, dd, dq_acc, dk, dv, n_pad, scale, causal, h, h_kv, _strides)
+    else:
+        for p, g in zip(passes, grids):
+            fn(KERNEL, p).launch(g, (threads(p), 1, 1), args, shared_mem=smem_bytes(p))
     grid_dq = (n_pad // defs["BR"], b * h, 1) if defs.get("DQ_BULK") else (-(-n_q // 64), b * h, 1)
     fn(_dq_kernel(defs)).launch(grid_dq, (128, 1, 1),
                                 (dq_acc, dq, int(n_q), int(n_pad), float(scale), int(h), *_strides(dq)))

@@ -4,7 +4,7 @@
                                             [--contenders shipped,shipped_o1,...,cudnn]
 
 Two hypotheses, each a compile-time knob of the shipped backward (kernels/cuda/fa2_wgmma_bwd.cu) and the lab's v4
-(lab/cuda/fa2_wgmma_bwd_ws.cu); the default of both is today's kernel:
+(kernels/cuda/fa2_wgmma_bwd_ws.cu); the default of both is today's kernel:
   ORDER=1  L2 reuse. Today the CTA of key block j runs its group's query heads outer, Q blocks i ascending from
            i_first(j); concurrent CTAs of one kv head drift apart by (h+1)*i_first(j) steps, so a Q_i, dO_i tile read
            by one is re-read by another long after it left the 50 MB L2. ORDER=1: i descending from Tr-1, heads inner:
@@ -169,7 +169,7 @@ def run(name: str, q, k, v, o, lse, do, causal, deterministic=False, out=None):
     if kernel == "shipped":
         cfg = fa2_wgmma_bwd.order_config(q.shape[3], order, lpt) if order or lpt else None
         return fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, config=cfg, deterministic=deterministic,
-                                      out=out)
+                                      out=out, impl="v3")  # v3 also at d = 64, 128, where v4 is now the default
     return bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=bwd_ws.order_config(order, lpt), out=out)
 
 

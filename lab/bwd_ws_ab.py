@@ -1,4 +1,6 @@
-"""A/B of the lab's v4 backward (lab/bwd_ws.py, warp-specialised) against the shipped one and SDPA's (one GPU run).
+"""A/B of v4 of the Hopper backward (lab/bwd_ws.py: kernels/fa2_wgmma_bwd_ws.py forced with impl="ws", warp-specialised)
+against v3 (the contender named "shipped": kernels.fa2_wgmma_bwd.backward(impl="v3"), the shipped main kernel before
+issue 42 made v4 the default at d = 64, 128) and SDPA's (one GPU run).
 
     PYTHONPATH=. python lab/bwd_ws_ab.py --out DIR [--budget-s 200] [--n 2048,4096,16384] [--d 64,128]
                                           [--dtypes fp16,bf16] [--alternatives] [--jobs 16]
@@ -50,7 +52,7 @@ CHECKS = [  # (B, H_kv, group, Nq, Nk, d, dtype, causal, strided)
 ]
 
 
-DEVICE = "cuda"  # tests/test_lab_bwd_ws_compile.py runs the glue on "cpu" with the kernels replaced by the oracle
+DEVICE = "cuda"  # tests/test_kernels_bwd_ws_compile.py runs the glue on "cpu" with the kernels replaced by the oracle
 
 
 def sync() -> None:
@@ -138,7 +140,7 @@ def correctness() -> list[dict]:
                        config=cfg, ok=True)
             try:
                 bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=cfg, out=grads)
-                shipped = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal)
+                shipped = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, impl="v3")
                 sync()
                 exact, rounded = reference(q, k, v, do, causal), reference(q, k, v, do, causal, dtype)
                 ds_floor = (*fp32_ds_floor(q, k, v, do, causal=causal), 0.0)
@@ -200,7 +202,7 @@ def run_cell(dt, d, n, causal, contenders, end, rows):
                 fn = sdpa_grads(name, q, k, v, do, causal)
             elif name == "shipped":
                 def fn():
-                    return fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal)
+                    return fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, impl="v3")
             else:
                 def fn(cfg=cfg):
                     return bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=cfg)

@@ -3,7 +3,7 @@
     PYTHONPATH=. python lab/precompile_bwd.py [--jobs 16] [--teaching | --new]
 
 The builds: compile_configs() of every kernel with a backward, kernels.fa2_wgmma_bwd's own builds, the decode
-kernels' (split_kv, split_kv_fast), the lab's v4 backward (lab/bwd_ws.py), both backwards' ORDER=1 / LPT=1 builds
+kernels' (split_kv, split_kv_fast), v4's A/B alternatives (lab/bwd_ws.py), both backwards' ORDER=1 / LPT=1 builds
 (lab/bwd_order_ab.py), plus the teaching fa2 and naive forwards
 and backwards at the block shapes tests/test_kernels_backward.py and lab/bwd_sanitize_target.py use (--teaching: the teaching tier only, and the
 frozen fa2_bwd_v1.cu of lab/teach_bwd_ab.py; --new: the Hopper backward's and the decode kernels' builds only).
@@ -26,8 +26,9 @@ TEACHING_BLOCKS = ((64, 64), (16, 64), (64, 16), (32, 16), (32, 32))
 
 
 def new_builds() -> list[tuple]:
-    """The Hopper backward's own builds (a spec's compile_configs() are its forward's: d = 64, 96, 128, 256's three
-    passes, deterministic, both dtypes, each of which lab/bwd_wgmma_sanitize_target.py launches) and the decode
+    """The Hopper backward's own builds (a spec's compile_configs() are its forward's: v3's d = 64, 96, 128, 256's three
+    passes, deterministic, v4's default main kernels at d = 64, 128, both dtypes, each of which
+    lab/bwd_wgmma_sanitize_target.py launches) and the decode
     kernels' (lab/decode_sanitize_target.py)."""
     from kernels import KERNELS, fa2_wgmma_bwd, loader
     from lab import bwd_ws
@@ -36,7 +37,7 @@ def new_builds() -> list[tuple]:
     return ([(src, defs, fa2_wgmma_bwd.ARCH) for src, _, defs in fa2_wgmma_bwd.compile_configs()]
             + [(src, defs, spec.arch or arch) for spec in KERNELS.values() if spec.decode
                for src, _, defs in spec.compile_configs()]
-            + [(src, defs, bwd_ws.ARCH) for src, _, defs in bwd_ws.compile_configs()]  # the lab's v4 backward
+            + [(src, defs, bwd_ws.ARCH) for src, _, defs in bwd_ws.compile_configs()]  # v4's ALTERNATIVES too
             # issue 42's order A/B (lab/bwd_order_ab.py, the order1 GPU tests): both kernels' ORDER=1 / LPT=1 builds
             + [(src, defs, fa2_wgmma_bwd.ARCH) for src, _, defs in fa2_wgmma_bwd.order_configs()]
             + [(src, defs, bwd_ws.ARCH) for src, _, defs in bwd_ws.order_configs()])

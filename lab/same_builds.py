@@ -8,7 +8,12 @@ The builds compared, enumerated in each tree by that tree's own launchers:
             Nk = 1..20000 (every rule boundary), causal and not, contiguous and strided/GQA inputs, fp16 and bf16
   cp.async  the readable fa2_wgmma.cu builds (this tree's named cp.async builds, kernels.fa2_wgmma.named_builds,
             built in both trees)
-  backward  kernels.fa2_wgmma_bwd.compile_configs() + sweep_configs() (it includes wgmma_fa2.cuh and tma_pipe.cuh)
+  backward  kernels.fa2_wgmma_bwd.compile_configs() + sweep_configs() (it includes wgmma_fa2.cuh and tma_pipe.cuh),
+            but for v4's main kernel
+  v4        fa2_wgmma_bwd_ws.cu, the warp-specialised backward: lab/bwd_ws.py's compile_configs() (default builds and
+            ALTERNATIVES) + order_configs(), and what kernels.fa2_wgmma_bwd.compile_configs() lists of it. It moved from
+            lab/cuda/ to kernels/cuda/ when issue 42 made it the default; builds pair by file name, so a tree from
+            before the move is compared with one after.
   cluster   kernels.v_once_cluster.compile_configs() (it includes them too)
 Each side compiles with kernels.loader (NVRTC, sm_90a, the disk cache keyed by the source and its headers), from the
 base tree's sources (`git archive REF`, default: the merge base with main) and this working tree's. Builds are paired by
@@ -36,7 +41,9 @@ LINE_INFO = (".debug", ".rel.debug", ".rela.debug", ".nv_debug", ".rel.nv_debug"
 # run in each tree (PYTHONPATH = that tree): prints the builds as JSON [(group, source path, kernel, defines, arch)]
 ENUMERATE = r"""
 import json, sys
+from pathlib import Path
 from kernels import fa2_wgmma as f, fa2_wgmma_bwd as b, v_once_cluster as vc
+from lab import bwd_ws as ws
 cp_async = json.loads(sys.argv[1])
 out = []
 def add(group, src, kernel, defs, arch):
@@ -58,8 +65,11 @@ for d, cfg in cp_async:
     for bf16 in (0, 1):
         defs = f.defines_for(d, bf16, cfg)
         add("cp.async", *f.source_of(defs), defs, f.ARCH)
+for src, kernel, defs in ws.compile_configs() + ws.order_configs():
+    if kernel == ws.KERNEL:
+        add("v4", src, kernel, defs, ws.ARCH)
 for src, kernel, defs in b.compile_configs() + b.sweep_configs():
-    add("backward", src, kernel, defs, b.ARCH)
+    add("v4" if Path(src).name == Path(str(ws.SOURCE)).name else "backward", src, kernel, defs, b.ARCH)
 for src, kernel, defs in vc.compile_configs():
     add("cluster", src, kernel, defs, vc.ARCH)
 print(json.dumps(out))
@@ -67,8 +77,8 @@ print(json.dumps(out))
 
 
 def base_tree(ref: str, into: Path) -> Path:
-    """The ref's python packages and kernel sources, unpacked (no worktree, no checkout)."""
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "kernels", "counting", "variants"],
+    """The ref's python packages and kernel sources, unpacked (no worktree, no checkout); lab/ for lab/bwd_ws.py."""
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "kernels", "counting", "variants", "lab"],
                           check=True, capture_output=True).stdout
     tar = into / "base.tar"
     tar.write_bytes(data)

@@ -1,5 +1,5 @@
 """The pieces of a CTA's synchronisation that the protocol models share (tests/test_wgmma_persistent_protocol.py for
-the forward's persistent kernel, tests/test_lab_bwd_ws_protocol.py for the lab's v4 backward): an mbarrier with
+the forward's persistent kernel, tests/test_kernels_bwd_ws_protocol.py for the lab's v4 backward): an mbarrier with
 arrival counts and transaction bytes, and a named barrier over the 256 consumer threads."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The step order knob ORDER of the Hopper backward (kernels/cuda/fa2_wgmma_bwd.cu) and the lab's v4
-(lab/cuda/fa2_wgmma_bwd_ws.cu), on the CPU: which (query head, Q block i) tile a key block's step t reads.
+(kernels/cuda/fa2_wgmma_bwd_ws.cu), on the CPU: which (query head, Q block i) tile a key block's step t reads.
 
 ORDER=0 (shipped): t = h*T + (i - i_first), heads outer, i ascending. ORDER=1: t = (Tr-1 - i)*G + h, i descending,
 heads inner, so every key block of a kv head reads tile (h, i) at the same step (issue 42: L2 reuse of Q_i, dO_i
@@ -266,7 +266,8 @@ def _fake_kernels(monkeypatch, calls, broken_order1=False):
         return o.to(q.dtype), lse.float()
 
     def backward(kernel):
-        def fn(q, k, v, o, lse, do, causal=False, config=None, deterministic=False, out=None):
+        def fn(q, k, v, o, lse, do, causal=False, config=None, deterministic=False, out=None, impl=None):
+            assert impl == ("v3" if kernel == "shipped" else None), (kernel, impl)  # v3 even where v4 is the default
             calls.append((kernel, config, deterministic))
             grads = backward_reference(q, k, v, do, causal=causal, round_to=q.dtype)
             out = out or tuple(torch.empty_like(t) for t in (q, k, v))
@@ -359,7 +360,7 @@ def test_lpt_launch_plan(monkeypatch, kernel):
         k, v = (torch.zeros(1, 1, 1, 128, dtype=torch.float16).expand(2, 2, n_k, 128) for _ in range(2))
         lse = torch.zeros(2, 4, 70)
         if kernel == "shipped":
-            fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True,
+            fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True, impl="v3",
                                    config=None if config is None else fa2_wgmma_bwd.order_config(128, *config))
         else:
             bwd_ws.backward(q, k, v, o, lse, do, causal=True,

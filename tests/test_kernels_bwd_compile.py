@@ -23,9 +23,13 @@ BUILDS = sorted({(k, tuple(sorted(d.items()))) for _, k, d in fa2_wgmma_bwd.swee
 
 
 def test_shipped_builds_are_swept():
+    """Every fa2_wgmma_bwd.cu build backward() launches is swept (compiled below); v4's main-kernel builds
+    (fa2_wgmma_bwd_ws.cu) are tests/test_kernels_bwd_ws_compile.py's."""
     swept = {(k, tuple(sorted(d.items()))) for _, k, d in fa2_wgmma_bwd.sweep_configs()}
-    for _, k, d in fa2_wgmma_bwd.compile_configs():
+    for _, k, d in fa2_wgmma_bwd.v3_compile_configs():
         assert (k, tuple(sorted(d.items()))) in swept
+    assert {s for s, _, _ in fa2_wgmma_bwd.compile_configs()} == {str(fa2_wgmma_bwd.SOURCE),
+                                                                  str(fa2_wgmma_bwd.fa2_wgmma_bwd_ws.SOURCE)}
 
 
 @needs_nvrtc
@@ -212,7 +216,7 @@ class _Recorder:
 
 @pytest.mark.parametrize("d,group,deterministic", [(64, 4, False), (96, 2, True), (128, 8, False), (256, 2, False)])
 def test_launch_plan_on_strided_gqa(monkeypatch, d, group, deterministic):
-    """The launcher's plan, on CPU tensors that pass as CUDA: the pre and dq kernels over B*H query heads, the main
+    """v3's launch plan (impl="v3"), on CPU tensors that pass as CUDA: the pre and dq kernels over B*H query heads, the main
     kernel on (Tc, B*H_kv) once (d = 256: PASS 0, 1, 2), the (batch, head, row) strides of the strided inputs and of
     gradients allocated in their layout, d = 96 on the 128-wide accumulator, the semaphore only when deterministic."""
     from kernels import loader
@@ -226,7 +230,7 @@ def test_launch_plan_on_strided_gqa(monkeypatch, d, group, deterministic):
     q, o, do = (_t(b, n_q, h, d).transpose(1, 2) for _ in range(3))
     k, v = (_t(b, n_k, h_kv, d).transpose(1, 2) for _ in range(2))
     dq, dk, dv = fa2_wgmma_bwd.backward(q, k, v, o, _t(b, h, n_q, dtype=torch.float32), do, causal=True,
-                                        deterministic=deterministic)
+                                        deterministic=deterministic, impl="v3")  # v4's: test_kernels_bwd_ws_compile
     assert (dq.stride(), dk.stride(), dv.stride()) == (q.stride(), k.stride(), v.stride())
     names = [x["name"] for x in rec.launches]
     mains = [x for x in rec.launches if x["name"] == fa2_wgmma_bwd.KERNEL]

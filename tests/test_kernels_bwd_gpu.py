@@ -7,6 +7,9 @@ or strided (B, N, H, d).transpose(1, 2) inputs, and input scales that put scores
 oracle for GQA is float64 autograd with K/V repeat_interleave'd, dK/dV summed over each group.
 Outputs are poisoned with NaN first, so an unwritten element fails. d = 96 runs the d = 128 tiles with
 zero-filled columns, d = 256 three passes of its own build (or, deterministic, a float32 torch route).
+Since issue 42 d = 64 and 128 run v4's main kernel by default (kernels/fa2_wgmma_bwd_ws.py: these tests reach it
+through the default rule), v3's under deterministic=True, config= (the SWEEP, the ORDER A/B) and impl="v3"
+(test_v3_at_v4_head_dims); tests/test_kernels_bwd_ws_gpu.py compares the two.
 
 Tolerance: a gradient passes when its norm-relative error to float64 is within TOL[dtype], or within
 3x the error of a float64 backward that rounds what any fp16/bf16 kernel must round (O, P and dS to the
@@ -104,15 +107,17 @@ def poisoned_like(t):
 
 
 def check(b, h, n_q, n_k, d, dtype, causal, scale, seed, config=None, group=1, strided=False,
-          deterministic=False) -> dict:
+          deterministic=False, impl=None) -> dict:
     """Forward + backward of fa2_wgmma against float64; returns the errors (asserts on failure).
-    group = H / H_kv (h is then H_kv: H = h * group query heads)."""
+    group = H / H_kv (h is then H_kv: H = h * group query heads). impl: backward's (None: its rule, which runs v4's
+    main kernel at d = 64, 128 unless deterministic or config=; v3 elsewhere)."""
     from kernels import fa2_wgmma, fa2_wgmma_bwd
 
     q, k, v, do = inputs(b, h * group, n_q, n_k, d, dtype, scale, seed, h_kv=h, strided=strided)
     o, lse = fa2_wgmma.forward(q, k, v, causal=causal)
     grads = tuple(poisoned_like(t) for t in (q, k, v))  # poison, in the inputs' layout
-    fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, config=config, out=grads, deterministic=deterministic)
+    fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, config=config, out=grads, deterministic=deterministic,
+                           impl=impl)
     torch.cuda.synchronize()
     checked = check_against_float64(grads, q, k, v, do, causal=causal, dtype=dtype)
     return {name: dict(rel=c["rel"], rounding_rel=c["rounding_rel"]) for name, c in checked.items()}
@@ -331,3 +336,39 @@ def test_order1_deterministic_dq_is_order0s_bits(d):
                 if order == 0:
                     assert torch.equal(a, b_), f"{name} of LPT={lpt}"
                 assert float((a.double() - b_.double()).norm()) <= 1e-2 * float(a.double().norm()), name
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_v3_at_v4_head_dims(d):
+    """v3's main kernel (impl="v3"), no longer the default at d = 64, 128, on the odd shapes: tails, Nq > Nk causal
+    (rows that see no key), Nq < Nk, GQA, strided and contiguous."""
+    for n_q, n_k, causal, dtype, group, strided in ((333, 200, True, torch.float16, 4, True),
+                                                    (129, 517, False, torch.bfloat16, 1, False),
+                                                    (200, 333, True, torch.bfloat16, 8, True),
+                                                    (1, 700, True, torch.float16, 2, False)):
+        check(2, 2, n_q, n_k, d, dtype, causal, 4.0, n_q + d, group=group, strided=strided, impl="v3")
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_default_rule_runs_v4_and_broadcast_kv_runs_v3(d):
+    """The default at d = 64, 128 is v4: dk, dv bit for bit impl="ws"'s (no atomics on them), dq within fp32 reduce
+    order. K/V broadcast by expand (head stride 0: v3 takes it, no TMA map describes it) run v3 under the default
+    rule, bit for bit impl="v3"'s dk, dv, and match float64 (each expanded head's own gradients)."""
+    from kernels import fa2_wgmma, fa2_wgmma_bwd
+
+    q, k, v, do = inputs(2, 4, 333, 200, d, torch.bfloat16, 1.0, 21, h_kv=2, strided=True)
+    o, lse = fa2_wgmma.forward(q, k, v, causal=True)
+    auto = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True)
+    ws = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True, impl="ws")
+    torch.cuda.synchronize()
+    assert torch.equal(auto[1], ws[1]) and torch.equal(auto[2], ws[2])
+    assert float((auto[0].double() - ws[0].double()).norm()) <= 1e-2 * float(ws[0].double().norm())
+    kb, vb = (t[:, :1].expand(2, 4, 200, d) for t in (k, v))  # one kv head seen as four (stride 0)
+    assert kb.stride(1) == 0
+    o, lse = fa2_wgmma.forward(q, kb.contiguous(), vb.contiguous(), causal=True)
+    grads = tuple(poisoned_like(t) for t in (q, kb.contiguous(), vb.contiguous()))
+    got = fa2_wgmma_bwd.backward(q, kb, vb, o, lse, do, causal=True, out=grads)
+    v3 = fa2_wgmma_bwd.backward(q, kb, vb, o, lse, do, causal=True, impl="v3")
+    torch.cuda.synchronize()
+    assert torch.equal(got[1], v3[1]) and torch.equal(got[2], v3[2])
+    check_against_float64(grads, q, kb.contiguous(), vb.contiguous(), do, causal=True, dtype=torch.bfloat16)

@@ -288,14 +288,6 @@ __device__ __forceinline__ void load_tile_sw128(u32 s_tile, const u16* g, long l
     }
 }
 
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-__device__ __forceinline__ float2 lds_f2(u32 addr) {
-    float2 v;
-    asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-    return v;
-}
-
 __device__ __forceinline__ void bulk_reduce_add_f32(float* gdst, u32 ssrc, int bytes) {
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                  ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
@@ -330,17 +322,7 @@ __device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
 }
 
-// FA2 Alg. 2 line 10 and FA2 Alg. 2 line 13: X^T = A_j B_i^T for this warpgroup's 64 key rows (A = K or V, B = Q or dO; both K-major)
-__device__ __forceinline__ void issue_t(float (&x)[BLOCK_M / 2], u32 sA, u32 sB, int wg) {
-    wgmma_fence();
-#pragma unroll
-    for (int kd = 0; kd < KD; ++kd) {
-        const u32 a = sA + (kd >> 2) * (BLOCK_N * 128) + wg * 64 * 128 + (kd & 3) * 32;
-        const u32 b = sB + (kd >> 2) * (BLOCK_M * 128) + (kd & 3) * 32;
-        wgmma_ss<BLOCK_M>(x, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
-    }
-    wgmma_commit();
-}
+#include "wgmma_bwd.cuh"  // fence_proxy_async, lds_f2, issue_t (S^T, dP^T), issue_dq (dQ), pack_frag
 
 // FA2 Alg. 2 line 12 and FA2 Alg. 2 line 16: acc += X^T B_i, X^T from registers, B = dO_i or Q_i (k = query rows, d contiguous: MN-major)
 __device__ __forceinline__ void issue_acc(float (&acc)[DKV_N / 2], const u32 (&xa)[KM][4], u32 sB) {
@@ -349,30 +331,6 @@ __device__ __forceinline__ void issue_acc(float (&acc)[DKV_N / 2], const u32 (&x
 #pragma unroll
     for (int km = 0; km < KM; ++km) wgmma_rs<DKV_N>(acc, xa[km], desc_sw128(sB + km * 16 * 128, BLOCK_M * 128, 1024), 1);
     wgmma_commit();
-}
-
-// FA2 Alg. 2 line 15: this warpgroup's 64 x DQ_N slice of dS K_j. A = dS read from the dS^T tile (query columns
-// contiguous: MN-major), B = K_j (key rows = k, d contiguous: MN-major)
-__device__ __forceinline__ void issue_dq(float (&dq)[DQ_N / 2], u32 sdS, u32 sK, int ms, int ns) {
-    wgmma_fence();
-#pragma unroll
-    for (int kb = 0; kb < KB; ++kb) {
-        const u32 a = sdS + ms * (BLOCK_N * 128) + kb * 16 * 128;
-        const u32 b = sK + ns * (DQ_N / 64) * (BLOCK_N * 128) + kb * 16 * 128;
-        wgmma_ss_tt<DQ_N>(dq, desc_sw128(a, BLOCK_N * 128, 1024), desc_sw128(b, BLOCK_N * 128, 1024), kb > 0);
-    }
-    wgmma_commit();
-}
-
-// fp32 accumulator layout -> fp16/bf16 A fragments (the C layout of one wgmma is the A layout of the next)
-__device__ __forceinline__ void pack_frag(u32 (&xa)[KM][4], const float (&x)[BLOCK_M / 2]) {
-#pragma unroll
-    for (int km = 0; km < KM; ++km) {
-        xa[km][0] = pack2(x[8 * km + 0], x[8 * km + 1]);
-        xa[km][1] = pack2(x[8 * km + 2], x[8 * km + 3]);
-        xa[km][2] = pack2(x[8 * km + 4], x[8 * km + 5]);
-        xa[km][3] = pack2(x[8 * km + 6], x[8 * km + 7]);
-    }
 }
 
 // ------------------------------------------------------------------------------------------------

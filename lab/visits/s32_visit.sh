@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Session 32: one script per GPU visit, steps chosen by STEPS (space-separated, in order):
-#   check     issue 42/44 correctness: the Hopper backward's new paths, the decode kernels, GQA client, HF adapter
+#   check     issue 42/44 correctness: the Hopper backward's new paths (v4 at d = 64/128 by default since its
+#             promotion), the decode kernels, GQA client, HF adapter
 #   heldout   issue 43: the forward and backward benchmarks the H100 held-out record reads (results/h100_heldout/)
 #   speed     issue 42/44 speed: backward layouts vs cuDNN, decode vs SDPA
 #   ab        issue 40: this tree against AB_OLD (forward and backward bits and times)
-#   ws        issue 42: the lab's warp-specialised backward (lab/bwd_ws_ab.py) against the shipped one and cuDNN
-#   ws_san    issue 42: compute-sanitizer memcheck, racecheck, synccheck of the v4 backward (its 'tiny' target)
+#   ws        issue 42: the warp-specialised backward v4 (lab/bwd_ws_ab.py) against v3 ('shipped') and cuDNN
+#   ws_san    issue 42: compute-sanitizer memcheck, racecheck, synccheck of the v4 backward (its 'tiny' target):
+#             racecheck clean is the gate of v4's promotion
 #   order     issue 42: causal GQA's gap, ORDER=1 (steps i descending, heads inner: L2 reuse) and LPT=1 (grid
 #             (B*H_kv, Tc): longest CTAs first) of both backwards: their GPU tests, then lab/bwd_order_ab.py
 #             (every build vs the default and cuDNN; GQA 8:1 and equal heads, causal and not)
@@ -52,7 +54,7 @@ for s in ${STEPS:-check}; do case $s in
 PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1; done; python3 bench/ab_speed.py compare $W" ;;
   ws)
     mkdir -p "$W/ws"
-    step ws_tests ${LIM_WS_TEST:-120} $PYT tests/test_lab_bwd_ws_gpu.py --maxfail=3 -x
+    step ws_tests ${LIM_WS_TEST:-120} $PYT tests/test_kernels_bwd_ws_gpu.py --maxfail=3 -x
     step ws_ab ${LIM_WS:-260} python3 lab/bwd_ws_ab.py --out "$W/ws" ;;
   split)
     base=(); [ -d .abbase2 ] && base=(--base .abbase2)
@@ -68,7 +70,7 @@ PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1
     done ;;
   order)
     mkdir -p "$W/order"
-    step order/tests ${LIM_ORDER_TEST:-300} $PYT tests/test_kernels_bwd_gpu.py tests/test_lab_bwd_ws_gpu.py -k order1 \
+    step order/tests ${LIM_ORDER_TEST:-300} $PYT tests/test_kernels_bwd_gpu.py tests/test_kernels_bwd_ws_gpu.py -k order1 \
       --maxfail=3
     grep -E "^E |FAILED" "$W/order/tests.log" | head -12
     step order/ab ${LIM_ORDER:-260} python3 lab/bwd_order_ab.py --out "$W/order" --budget-s ${BUDGET_ORDER:-200} ;;

@@ -1,4 +1,4 @@
-"""The synchronisation of the lab's v4 backward (lab/cuda/fa2_wgmma_bwd_ws.cu) as a model run on the CPU: the producer
+"""The synchronisation of the lab's v4 backward (kernels/cuda/fa2_wgmma_bwd_ws.cu) as a model run on the CPU: the producer
 warpgroup's loader thread (K_j, V_j once; Q_i, dO_i, L2_i, D_i into the STAGES-slot ring) and reducer thread (dQ's
 bulk reduce-adds), and the two consumer warpgroups, written step for step after the kernel (mbarrier phases and
 parities, TMA bytes landing at random later times, wgmma reads lasting from issue to wait, bulk reduces reading their
@@ -9,7 +9,7 @@ L2_i, D_i of its own step and the dS^T tile of its own step (both warpgroups' ha
 no dS^T half is rewritten and no dQ slice is rewritten while something still reads it; every (step, warpgroup) dQ
 slice is reduced exactly once, with that step's values; the reducer waits for its reads before the CTA ends. The
 knobs STAGES, DS_BUFS, DQ_BUFS are modelled; MERGED only moves arithmetic. It models the protocol, not the arithmetic
-(tests/test_lab_bwd_ws_gpu.py checks that against float64), and must be kept in step with the kernel by hand.
+(tests/test_kernels_bwd_ws_gpu.py checks that against float64), and must be kept in step with the kernel by hand.
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-// fa2_wgmma_bwd_ws.cu -- LAB candidate v4 of the Hopper backward: FA3's warp-specialised main kernel (sm_90a).
+// fa2_wgmma_bwd_ws.cu -- v4 of the Hopper backward, the default main kernel at d = 64 and 128 (issue 42): FA3's
+// warp-specialised main kernel (sm_90a), launched by kernels/fa2_wgmma_bwd.py (kernels/fa2_wgmma_bwd_ws.py: its builds).
 // FlashAttention-3 (Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao 2024): producer/consumer warp specialisation with
 // setmaxnreg (its section 3.1) applied to the backward pass as its appendix describes it; the math is FA2's Alg. 2.
 //
-// The shipped backward (kernels/cuda/fa2_wgmma_bwd.cu, v3) with its two measured limits on the MMA warpgroups'
-// critical path removed (docs/hopper-fa2-history.md, "The backward's version log": at d=128 N=16k on an H200,
-// 423 TFLOP/s, 513 without the dQ bulk reduce, 596 without the dQ product):
+// The v3 backward (kernels/cuda/fa2_wgmma_bwd.cu: still the main kernel at d = 96, 256, deterministic=True and
+// config=) with its two measured limits on the MMA warpgroups' critical path removed (docs/hopper-fa2-history.md,
+// "The backward's version log": at d=128 N=16k on an H200, 423 TFLOP/s, 513 without the dQ bulk reduce, 596 without the dQ product):
 //   * every thread there issued cp.async for Q_i, dO_i, L_i, D_i and met the others at a __syncthreads per step;
 //   * the warpgroup that staged its dQ slice in smem waited for the previous step's reduce to have read it
 //     (cp.async.bulk.wait_group.read by its own thread) and issued the reduce itself.
@@ -24,14 +25,14 @@
 //   FA2 Alg. 2 line 10    S^T = K_j Q_i^T               -> wgmma SS
 //   FA2 Alg. 2 line 11    P^T = exp2(S^T*scale*log2e - L2_i), masked entries 0
 //   FA2 Alg. 2 line 12    dV_j += P^T dO_i              -> wgmma RS (P^T from registers)
-//   FA2 Alg. 2 line 13    dP^T = V_j dO_i^T             -> wgmma SS, issued with line 10
+//   FA2 Alg. 2 line 13    dP^T = V_j dO_i^T             -> wgmma SS, issued with FA2 Alg. 2 line 10
 //   FA2 Alg. 2 line 14    dS^T = P^T o (dP^T - D_i)     -> registers, and to the smem dS^T tile (DS_BUFS buffers)
 //   FA2 Alg. 2 line 15    dQ_i += dS K_j                -> wgmma SS (both MN-major), 64 x DQ_N slice per warpgroup,
 //                                                          staged in smem; producer warp 1 reduce-adds it to HBM
 //   FA2 Alg. 2 line 16    dK_j += dS^T Q_i              -> wgmma RS (dS^T from registers)
 //   FA2 Alg. 2 line 18    write dK_j (times scale), dV_j
 // The pre kernel (FA2 Alg. 2 lines 3-4: D, L2 = lse*log2e, dQacc = 0) and the conversion of the fragment-ordered dQ
-// accumulator are the shipped ones (fa2_wgmma_bwd_pre, fa2_wgmma_bwd_dq_bulk, built with this file's HEAD_DIM,
+// accumulator are v3's (fa2_wgmma_bwd_pre, fa2_wgmma_bwd_dq_bulk, built with this file's HEAD_DIM,
 // NWG, BR), so the dQ slice order here is DQ_BULK's: float4 j of thread t at (j*128 + t)*16 bytes.
 //
 // Synchronisation (every point, and why it is enough):
@@ -152,21 +153,14 @@ static_assert(NWG * (CONSUMER_REGS - REGS_AT_LAUNCH) <= REGS_AT_LAUNCH - PRODUCE
                     DQ_BUFS * NWG * DQ_SLICE_BYTES + STAGES * LD_BYTES + 8 * N_BARS + 1024)
 static_assert(SMEM_BYTES <= 227 * 1024, "over the 227 KB an H100/H200 CTA may have");
 
-#include "../../kernels/cuda/tc_common.cuh"  // pack2, ex2
-#include "../../kernels/cuda/wgmma.cuh"      // wgmma_ss / wgmma_ss_tt / wgmma_rs / fence / commit / wait
-#include "../../kernels/cuda/wgmma_fa2.cuh"  // sw128 layout, desc_sw128
-#include "../../kernels/cuda/tma_pipe.cuh"   // TensorMap, mbarriers, TMA loads, bulk groups, named barriers
+#include "tc_common.cuh"  // pack2, ex2
+#include "wgmma.cuh"      // wgmma_ss / wgmma_ss_tt / wgmma_rs / fence / commit / wait
+#include "wgmma_fa2.cuh"  // sw128 layout, desc_sw128
+#include "tma_pipe.cuh"   // TensorMap, mbarriers, TMA loads, bulk groups, named barriers
 
 #define BAR_DS_FULL 1   // named barriers of the NCONS consumer threads (0 is __syncthreads)
 #define BAR_DS_EMPTY 2
 
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-__device__ __forceinline__ float2 lds_f2(u32 addr) {
-    float2 v;
-    asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-    return v;
-}
 // a contiguous global -> shared bulk copy (bytes and addresses multiples of 16), completion on `bar`
 __device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
@@ -196,18 +190,7 @@ __device__ __forceinline__ void tma_load_q(u32 dst, const TensorMap* map, int co
 #endif
 }
 
-// FA2 Alg. 2 line 10 and FA2 Alg. 2 line 13: X^T = A_j B_i^T for consumer warpgroup c's 64 key rows (A = K or V,
-// B = Q or dO; both K-major)
-__device__ __forceinline__ void issue_t(float (&x)[BLOCK_M / 2], u32 sA, u32 sB, int c) {
-    wgmma_fence();
-#pragma unroll
-    for (int kd = 0; kd < KD; ++kd) {
-        const u32 a = sA + (kd >> 2) * (BLOCK_N * 128) + c * 64 * 128 + (kd & 3) * 32;
-        const u32 b = sB + (kd >> 2) * (BLOCK_M * 128) + (kd & 3) * 32;
-        wgmma_ss<BLOCK_M>(x, desc_sw128(a, 16, 1024), desc_sw128(b, 16, 1024), kd > 0);
-    }
-    wgmma_commit();
-}
+#include "wgmma_bwd.cuh"  // fence_proxy_async, lds_f2, issue_t (S^T, dP^T), issue_dq (dQ), pack_frag
 
 // FA2 Alg. 2 line 12 and FA2 Alg. 2 line 16: acc += X^T B_i, X^T from registers, B = dO_i or Q_i (MN-major)
 __device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const u32 (&xa)[KM][4], u32 sB) {
@@ -215,28 +198,6 @@ __device__ __forceinline__ void issue_acc(float (&acc)[D / 2], const u32 (&xa)[K
 #pragma unroll
     for (int km = 0; km < KM; ++km) wgmma_rs<D>(acc, xa[km], desc_sw128(sB + km * 16 * 128, BLOCK_M * 128, 1024), 1);
     wgmma_commit();
-}
-
-// FA2 Alg. 2 line 15: a 64 x DQ_N slice of dS K_j. A = dS from the dS^T tile (MN-major), B = K_j (MN-major)
-__device__ __forceinline__ void issue_dq(float (&dq)[DQ_N / 2], u32 sdS, u32 sK, int ms, int ns) {
-    wgmma_fence();
-#pragma unroll
-    for (int kb = 0; kb < KB; ++kb) {
-        const u32 a = sdS + ms * (BLOCK_N * 128) + kb * 16 * 128;
-        const u32 b = sK + ns * (DQ_N / 64) * (BLOCK_N * 128) + kb * 16 * 128;
-        wgmma_ss_tt<DQ_N>(dq, desc_sw128(a, BLOCK_N * 128, 1024), desc_sw128(b, BLOCK_N * 128, 1024), kb > 0);
-    }
-    wgmma_commit();
-}
-
-__device__ __forceinline__ void pack_frag(u32 (&xa)[KM][4], const float (&x)[BLOCK_M / 2]) {
-#pragma unroll
-    for (int km = 0; km < KM; ++km) {
-        xa[km][0] = pack2(x[8 * km + 0], x[8 * km + 1]);
-        xa[km][1] = pack2(x[8 * km + 2], x[8 * km + 3]);
-        xa[km][2] = pack2(x[8 * km + 4], x[8 * km + 5]);
-        xa[km][3] = pack2(x[8 * km + 6], x[8 * km + 7]);
-    }
 }
 
 // FA2 Alg. 2 line 11 for one element: P^T = exp2(S^T * scale * log2e - L2_i); a hidden (key, query) pair (causal,
