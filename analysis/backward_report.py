@@ -237,20 +237,40 @@ def cmd_report(args) -> int:
     return 0
 
 
+BWD_KERNEL = "fa2_wgmma"  # what BWD_KERNEL_OF names: v4 since issue 42, its constants fitted on the H100
+
+
 def gpu_name(args) -> str:
+    """The GPU and where the constants of the backward model's fa2_wgmma (and, --pass train, the forward's) come
+    from: each is fitted on one GPU's runs and carried over to the other (gpumodel.backward_model.footing)."""
+    from gpumodel import backward_model as bm
     from gpumodel import coverage
 
     g = get_gpu(args.gpu)
-    return g.name if coverage.footing(g) == coverage.FITTED else f"{g.name}, the H200 fit carried over"
+    fit = bm.fit_gpu(BWD_KERNEL).upper()
+    bwd = (f"{BWD_KERNEL}'s backward fitted on its {fit} runs" if bm.footing(BWD_KERNEL, g) == coverage.FITTED
+           else f"{BWD_KERNEL}'s backward the {fit} fit carried over")
+    if args.pass_name != "train":
+        return f"{g.name}, {bwd}"
+    fwd = ("the forward fitted on its runs" if coverage.footing(g) == coverage.FITTED
+           else f"the forward the {coverage.FIT_GPU.upper()} fit carried over")
+    return f"{g.name}, {bwd}, {fwd}"
 
 
 def checked_on(args) -> str:
+    from gpumodel import backward_model as bm
     from gpumodel import coverage
 
     g = get_gpu(args.gpu)
+    if bm.footing(BWD_KERNEL, g) == coverage.FITTED:
+        held = next((t for t in bm.track_record(bm.rows()) if t["kernel"] == BWD_KERNEL and t["split"] == "held-out"),
+                    None)
+        where = ", ".join(f"results/{s}" for s in held["source"].split(", ")) if held else "no held-out runs"
+        return f"fa-traffic validate checks {BWD_KERNEL}'s backward against its held-out {g.key.upper()} cells ({where})"
     if coverage.footing(g) == coverage.CARRIED:
         return f"checked on held-out {g.key.upper()} runs (results/gpu_model_{g.key}_heldout.json)"
-    return "fa-traffic validate checks it against results/bwd_kernels_vs_sdpa_grid"
+    return (f"no {g.key.upper()} timing of {BWD_KERNEL}'s backward (v4) is committed: unvalidated on the "
+            f"{g.key.upper()} (v3, fa2_wgmma_v3, is checked against results/bwd_kernels_vs_sdpa_grid)")
 
 
 def plot_footprint(recs, path) -> None:

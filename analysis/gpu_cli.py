@@ -284,10 +284,11 @@ def backward_records(args, error) -> list[dict]:
                  if args.pass_name == "train" else None)
         except ValueError as e:
             raise error(str(e).splitlines()[0]) from None
-        held = track.get((args.kernel, "held-out"))
-        if coverage.footing(args.gpu) == coverage.CARRIED:  # that GPU's own held-out runs, summed over d and mask
-            held = next((dict(kernel=t["kernel"], split="held-out", cells=t["cells"], within=t["in_band"],
-                              band=t["band"], median=t["median_abs_err"], worst=abs(t["worst_ratio"] - 1))
+        held = track.get((args.kernel, "held-out"))  # the fit's own held-out cells, on the GPU it was fitted on
+        if bm.footing(args.kernel, args.gpu) == coverage.CARRIED:  # that GPU's held-out runs (none: unvalidated)
+            held = next((dict(kernel=t["kernel"], split="held-out", gpu=args.gpu, cells=t["cells"],
+                              within=t["in_band"], band=t["band"], median=t["median_abs_err"],
+                              worst=abs(t["worst_ratio"] - 1), source=f"gpu_model_{args.gpu}_heldout.json")
                          for t in (heldout.load(args.gpu) or {}).get("track", [])
                          if t["pass_name"] == "backward" and t["kernel"] == args.kernel), None)
         rec = dict(kernel=args.kernel, gpu=args.gpu, batch=b, heads=h, seq_q=n_q, seq_k=n_k, head_dim=args.head_dim,
@@ -328,11 +329,17 @@ def cmd_predict_backward(args, error) -> int:
               "written back and read once, at the HBM rate of gpumodel/coverage.py hbm_rate, limiting only if it outlasts them); TFLOP/s = 10·d per visible pair "
               + ("(+ the forward's 4·d) " if args.pass_name == "train" else "") + "/ time.")
         if t:
-            where = (f"results/gpu_model_{args.gpu}_heldout.json" if args.gpu != "h200"
-                     else "results/bwd_kernels_vs_sdpa_grid")
+            where = ", ".join(f"results/{s}" for s in t["source"].split(", "))
             print(f"track record ({recs[0]['kernel']} backward on the {args.gpu.upper()}, held out, N >= 2k, {where}): "
                   f"{t['within']}/{t['cells']} within ±{t['band']:.0%}, median |err| {t['median']:.1%}, worst "
                   f"{t['worst']:.1%}")
+        elif recs:
+            from gpumodel import backward_model as bm
+
+            k = recs[0]["kernel"]
+            print(f"track record: none on the {args.gpu.upper()} - {k}'s backward constants are the "
+                  f"{bm.fit_gpu(k).upper()} fit's, carried over with no {args.gpu.upper()} timing of {k} to check "
+                  "them against (unvalidated)")
     return 0
 
 
@@ -574,7 +581,7 @@ def backward_track(rs) -> bool:
     ok = True
     for t in bm.track_record(bm.rows()):
         ok &= t["split"] == "train" or t["within"] == t["cells"]
-        _say(f"  {t['kernel']:<15} backward {t['split']:<8} {t['within']}/{t['cells']} within ±{t['band']:.0%}, median "
+        _say(f"  {t['kernel']:<15} backward {t['split']:<8} {t['gpu']} {t['within']}/{t['cells']} within ±{t['band']:.0%}, median "
              f"{t['median']:.1%}, worst {t['worst']:.1%}")
     return heldout_track() and ok
 

@@ -7,8 +7,8 @@ from gpumodel.accuracy import family  # validate's label -> the kernel
 
 def plot_validation(rows: list[dict], path: str, backward: list[dict] | None = None, heldout: dict | None = None) -> None:
     """Model against measured time, log-log, ±15% band shaded, one colour per kernel; held-out cells filled, training
-    cells hollow. Panels: the forward on the H200 (every bench cell and ncu duration), the backward on the H200
-    (gpumodel.backward_model rows), and each GPU the fit is carried over to (its held-out runs, forward and backward:
+    cells hollow. Panels: the forward on the H200 (every bench cell and ncu duration), the backward on each GPU its
+    fitted runs came from (gpumodel.backward_model rows: the H200's grid, v4's H100 A/B), and each GPU the fit is carried over to (its held-out runs, forward and backward:
     every cell held out). The same model the report and predict print."""
     import matplotlib  # here, not at the top: matplotlib only when a plot is asked for
 
@@ -18,10 +18,10 @@ def plot_validation(rows: list[dict], path: str, backward: list[dict] | None = N
     panels = [("GPU model vs H200 measurements, forward (hollow: fitted cells)",
                [dict(kernel=family(r["kernel"]), measured=r["measured"], model=r["model"], train=r["train"])
                 for r in rows if "time" in r["quantity"]])]
-    if backward:
-        panels.append(("backward, H200 (hollow: fitted cells)",
+    for gpu in sorted({r.get("gpu", "h200") for r in backward or ()}, reverse=True):  # each on the GPU it ran on
+        panels.append((f"backward, {gpu.upper()} (hollow: fitted cells)",
                        [dict(kernel=r["kernel"], measured=r["time_s"], model=r["model_s"], train=r["train"])
-                        for r in backward]))
+                        for r in backward if r.get("gpu", "h200") == gpu]))
     for key, doc in (heldout or {}).items():
         if "cells" in doc:
             panels.append((f"{key.upper()} held out (the H200 fit carried over): forward ●, backward ▲",

@@ -317,8 +317,13 @@ def main(argv=None):
                             f"err {row.get('rel_err')} {'' if row.get('ok') else 'NOT OK'} {row.get('error', '')}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    from kernels import fa2_wgmma_bwd
+
     meta = dict(run_id=harness.run_info()["run_id"], device=torch.cuda.get_device_name(), torch=torch.__version__,
                 cudnn=torch.backends.cudnn.version(), kernels=names, timing=harness.timer_name(),
+                # which main kernel fa2_wgmma's rows ran (issue 42): v4 at these d, v3 elsewhere; the GPU model reads
+                # it (gpumodel.backward_model.kernel_of)
+                fa2_wgmma_bwd_ws_head_dims=list(fa2_wgmma_bwd.WS_HEAD_DIMS),
                 formula=f"backward FLOPs = {BWD_FACTOR} x forward, forward+backward {FWDBWD_FACTOR} x forward "
                         f"(the papers' convention), forward = {harness.flops_formula()}", tokens=TOKENS, hidden=HIDDEN,
                 quick=args.quick)

@@ -1,9 +1,15 @@
 """The backward pass in the GPU model (issue 43): FA2 Algorithm 2 on four kernels, priced per (Q block, K/V block)
-tile, scheduled over the SMs, fitted on a declared training split of results/bwd_kernels_vs_sdpa_grid.
+tile, scheduled over the SMs, fitted on a declared training split of results/bwd_kernels_vs_sdpa_grid (H200) and, for
+the warp-specialised fa2_wgmma (v4, issue 42), of results/bwd_ws_v4 (H100).
 
-    kernel      Br x Bc (d=64 / d=128)  CTAs/SM  products on   dQ accumulation                      source
-    fa2_wgmma   128x128 / 64x128        1        wgmma         TMA bulk reduce-add, fp32 Br x d / tile  kernels/fa2_wgmma_bwd.py
-                                                                (DQ_BULK=1), into an L2-resident acc.   CONFIGS (NWG=2: Bc = 128)
+    kernel        Br x Bc (d=64 / d=128)  CTAs/SM  products on   dQ accumulation                     source
+    fa2_wgmma     128x128 / 64x128        1        wgmma         TMA bulk reduce-add, fp32 Br x d /   kernels/fa2_wgmma_bwd_ws.py
+                                                                  tile, issued by the producer warp   CONFIGS (v4: two MMA warp-
+                                                                  into an L2-resident accumulator     groups + a producer; the
+                                                                                                      default at d = 64, 128)
+    fa2_wgmma_v3  128x128 / 64x128        1        wgmma         TMA bulk reduce-add, fp32 Br x d /   kernels/fa2_wgmma_bwd.py
+                                                                  tile (DQ_BULK=1), by the MMA        CONFIGS (NWG=2: Bc = 128;
+                                                                  warpgroups themselves               impl="v3", deterministic)
     fa2         64x64 / 64x64           2 / 1    FP32 FFMA     float32 atomics, Br x d / tile         kernels/cuda/fa2_bwd.cu v1
                                                                                                        (the build the grid timed)
     sdpa_flash  128x128 / 64x128        1        mma.sync      float32 atomicAdd, Br x d / tile       FA2's Flash_bwd_kernel_traits
@@ -25,6 +31,10 @@ walks the Q blocks i that see any of K_j (causal: bottom-right mask, i from the 
 
 a, b, L, t0 are fitted per kernel (FIT_FILE) on TRAIN (N ≤ 4k, every d, dtype, mask), held out: N ≥ 8k; the teaching fa2,
 timed to 4k only, trains on fp16 and holds out bf16, and has a1, its product factor at one CTA per SM (d = 128).
+Each kernel's constants are fitted on one GPU's runs (FIT_GPU; the H200 but for v4, fitted on the H100 A/B of issue 42,
+N = 2k, 4k trains and 16k is held out) and carried over to the other covered GPU unrefitted (footing()): v4 on the H200
+is carried over with no H200 timing of it to check it against (unvalidated). The committed grid and the H100 held-out
+runs timed v3 under the name "fa2_wgmma" (they preceded issue 42's promotion): BUILD_OF reads those rows as fa2_wgmma_v3.
 t0 is a fixed cost per token·hidden (B·H·N·d; the grid keeps it constant, so it cannot tell a launch constant from it). The bound printed
 is the largest of the per-tile terms (tensor / exp / dQ L2) or "latency" when the per-CTA L dominates.
 Torch-free: the report imports it.
@@ -49,12 +59,26 @@ GRID_FILE = ROOT / "results" / "bwd_kernels_vs_sdpa_grid" / "bwd_bench.json"
 FIT_FILE = ROOT / "results" / "gpu_model_bwd_fit.json"
 COVERED_GPUS = coverage.COVERED_GPUS  # the H200 (fitted) and the H100 (its constants carried over)
 TRAIN_MAX_N = 4096  # the declared training split: N <= 4k; N >= 8k held out
-BAND = {"fa2_wgmma": 0.15, "sdpa_flash": 0.15, "sdpa_cudnn": 0.15, "fa2": 0.25, "fa2_v1": 0.25}
+BAND = {"fa2_wgmma": 0.15, "fa2_wgmma_v3": 0.15, "sdpa_flash": 0.15, "sdpa_cudnn": 0.15, "fa2": 0.25, "fa2_v1": 0.25}
 # the teaching backward v5 against v1 on the H200 (lab/teach_bwd_ab.py; fp16, N = 2k-8k, d = 64 and 128, causal and
 # not): v5's constants are fitted on its N <= 4k rows, N = 8k held out (fit_teaching below)
 TEACHING_AB_FILE = ROOT / "results" / "bwd_teaching_ab" / "v5" / "teach_bwd_ab.json"
-# which KERNELS entry a file's row label timed: the grid ran before v2, so its "fa2" is v1
-BUILD_OF = {GRID_FILE.name: {"fa2": "fa2_v1"}, TEACHING_AB_FILE.name: {"fa2": "fa2", "fa2_v1": "fa2_v1"}}
+# v4 (the warp-specialised fa2_wgmma, issue 42) against v3, cuDNN and SDPA flash on the H100 (lab/bwd_ws_ab.py, two runs
+# of one grid: fp16/bf16, d = 64/128, N = 2k/4k/16k, causal and not, B·N = 16k, H·d = 2048): its contender "v4" is the
+# default build; N <= 4k trains v4's constants, N = 16k is held out
+V4_AB_FILES = tuple(ROOT / "results" / "bwd_ws_v4" / run / "bwd_ws_ab.json" for run in ("first", "alternatives"))
+# which KERNELS entry a file's row label timed (keyed by the path under results/; a label not listed is its own name
+# in bench_bwd.py files, not read in the v4 A/B's). The grid ran before the teaching v2, so its "fa2" is v1. The grid
+# and the H100 held-out runs preceded issue 42's promotion, so their "fa2_wgmma" is fa2_wgmma_v3: the H100 run timed v3
+# itself, the grid (2026-12-03) v2, v3's tiles and dQ path before v3 added GQA, strides and the deterministic mode
+# (v3 is 3.5-11% slower on the H100: docs/hopper-fa2-history.md). The v4 A/B names v4 "v4" (its "shipped", v3, is not
+# read: v3's H100 check is results/gpu_model_h100_heldout.json).
+BUILD_OF = {"bwd_kernels_vs_sdpa_grid/bwd_bench.json": {"fa2": "fa2_v1", "fa2_wgmma": "fa2_wgmma_v3"},
+            "bwd_teaching_ab/v5/teach_bwd_ab.json": {"fa2": "fa2", "fa2_v1": "fa2_v1"},
+            "h100_heldout/bwd_bench.json": {"fa2_wgmma": "fa2_wgmma_v3"},
+            **{f"bwd_ws_v4/{run}/bwd_ws_ab.json": {"v4": "fa2_wgmma"} for run in ("first", "alternatives")}}
+# the GPU whose runs fitted each kernel's constants (coverage.FIT_GPU, the H200, unless named here)
+FIT_GPU = {"fa2_wgmma": "h100"}
 MIN_N = 2048  # the targets' range (issue 43): N >= 2k
 TOKENS_HIDDEN = 16384 * 2048  # t0 is the fixed cost at the grid's B·N = 16k tokens, H·d = 2048 (scaled by B·H·N·d)
 
@@ -75,9 +99,17 @@ class BwdKernel:
 
 
 KERNELS = {
+    # v4, what kernels.fa2_wgmma_bwd.backward runs by default at d = 64, 128 (issue 42): v3's tiles and accumulator
+    # layout (its pre and dq_bulk kernels are v3's), the loads and dQ's reduce-adds issued by a producer warpgroup
     "fa2_wgmma": BwdKernel("fa2_wgmma", "wgmma", {64: 128, 128: 64}, {64: 128, 128: 128}, {64: 1, 128: 1},
-                           "TMA bulk reduce-add of an fp32 Br×d tile per step (DQ_BULK=1)",
-                           "kernels/fa2_wgmma_bwd.py CONFIGS: d=64 NWG=2 BR=128, d=128 NWG=2 BR=64 STAGES=3"),
+                           "TMA bulk reduce-add of an fp32 Br×d tile per step, issued by the producer warp",
+                           "kernels/fa2_wgmma_bwd_ws.py CONFIGS (v4): d=64 BR=128 MERGED=1, d=128 BR=64 DQ_BUFS=2; "
+                           "two MMA warpgroups (Bc = 128) + a producer warpgroup, 1 CTA/SM"),
+    # v3, the main kernel before the promotion (impl="v3"; d = 96, 256 and deterministic=True still run it): the
+    # build results/bwd_kernels_vs_sdpa_grid and results/h100_heldout timed as "fa2_wgmma"
+    "fa2_wgmma_v3": BwdKernel("fa2_wgmma_v3", "wgmma", {64: 128, 128: 64}, {64: 128, 128: 128}, {64: 1, 128: 1},
+                              "TMA bulk reduce-add of an fp32 Br×d tile per step (DQ_BULK=1)",
+                              "kernels/fa2_wgmma_bwd.py CONFIGS (v3): d=64 NWG=2 BR=128, d=128 NWG=2 BR=64 STAGES=3"),
     "fa2": BwdKernel("fa2", "ffma", {64: 64, 128: 64}, {64: 64, 128: 64}, {64: 2, 128: 1},
                      "float32 atomicAdd into an HBM accumulator",
                      "kernels/cuda/fa2_bwd.cu v5 (the build kernels.fa2.backward runs): 64×64, 105 KB (2/SM) at d<=64; "
@@ -235,7 +267,8 @@ def predict_train(kernel: str, batch, heads, n_q, n_k, d, dtype="fp16", causal=F
     from gpumodel import gpu_model as gm
 
     b = predict(kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu)
-    fwd_kernel = {"fa2_v1": "fa2"}.get(kernel, kernel)  # the teaching backward after the teaching forward
+    # the teaching backward after the teaching forward; either Hopper backward after fa2_wgmma's forward
+    fwd_kernel = {"fa2_v1": "fa2", "fa2_wgmma_v3": "fa2_wgmma"}.get(kernel, kernel)
     f = gm.as_benchmarked(gm.predict(fwd_kernel, batch, heads, n_q, n_k, d, dtype, causal, gpu=gpu))
     t = b.time_s + f["time_s"]
     flops = bwd_flops(batch, heads, n_q, n_k or n_q, d, causal) * 1.4  # + the forward's two products (4·d)
@@ -248,32 +281,99 @@ def predict_train(kernel: str, batch, heads, n_q, n_k, d, dtype="fp16", causal=F
 DTYPE = {"float16": "fp16", "bfloat16": "bf16"}
 
 
-def is_train(kernel: str, n: int, dtype: str, source: str = GRID_FILE.name) -> bool:
+def results_key(path: Path) -> str:
+    """A runs file's key in BUILD_OF and its cells' source: its path under results/ (a file elsewhere: its name)."""
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(ROOT / "results").as_posix()
+    except ValueError:
+        return path.name
+
+
+GRID_SOURCE = results_key(GRID_FILE)
+
+
+def fit_gpu(kernel: str) -> str:
+    """The GPU whose runs fitted this kernel's constants."""
+    return FIT_GPU.get(kernel, coverage.FIT_GPU)
+
+
+def footing(kernel: str, gpu) -> str:
+    """coverage.FITTED where `kernel`'s constants were fitted on `gpu`'s runs, else coverage.CARRIED (the physics of
+    `gpu`, the constants of fit_gpu(kernel)'s fit)."""
+    return coverage.FITTED if coverage._key(gpu) == fit_gpu(kernel) else coverage.CARRIED
+
+
+def _gpu_of(device: str, path: Path) -> str:
+    """The covered GPU a runs file's device string names ("NVIDIA H100 80GB HBM3" -> "h100")."""
+    for key in COVERED_GPUS:
+        if key.upper() in str(device).upper():
+            return key
+    raise ValueError(f"{path} was run on {device!r}, not a GPU the backward model covers ({coverage.names()})")
+
+
+def kernel_of(label: str, path: Path, meta: dict | None = None, d: int | None = None) -> str | None:
+    """The KERNELS entry a bench/bench_bwd.py row labelled `label` timed (None: not one the model prices). BUILD_OF
+    names the builds of the files it lists; a run that records which main kernel its fa2_wgmma ran (bench_bwd.py's
+    meta fa2_wgmma_bwd_ws_head_dims, since issue 42: v4 at those d, v3 elsewhere) says it itself; otherwise a label is
+    what the package runs under that name now."""
+    key = results_key(path)
+    if key in BUILD_OF:
+        return BUILD_OF[key].get(label, label)
+    ws = (meta or {}).get("fa2_wgmma_bwd_ws_head_dims")
+    if label == "fa2_wgmma" and ws is not None and d not in ws:
+        return "fa2_wgmma_v3"
+    return label
+
+
+def is_train(kernel: str, n: int, dtype: str, source: str = GRID_SOURCE) -> bool:
     """The declared split: N <= 4k trains, N >= 8k is held out; the teaching v1 on the grid (timed to 4k only): fp16
     trains, bf16 is held out, and its A/B rows (results/bwd_teaching_ab/v5) are all held out; v5 (its A/B, fp16 to 8k):
     N <= 4k trains."""
     if kernel == "fa2_v1":
-        return dtype == "fp16" and source == GRID_FILE.name
+        return dtype == "fp16" and source == GRID_SOURCE
     return n <= TRAIN_MAX_N
 
 
 def grid_cells(path: Path = GRID_FILE) -> list[dict]:
-    rows = json.loads(Path(path).read_text())["rows"]
-    builds = BUILD_OF.get(Path(path).name, {})
+    """The cells of a bench/bench_bwd.py file (or the teaching A/B, same rows), as BUILD_OF names their builds."""
+    data = json.loads(Path(path).read_text())
+    key = results_key(path)
+    meta = data.get("meta", {})
+    gpu = _gpu_of(meta.get("device"), path)
     out = []
-    for r in rows:
-        kernel = builds.get(r["kernel"], r["kernel"] if Path(path).name == GRID_FILE.name else None)
+    for r in data["rows"]:
+        kernel = kernel_of(r["kernel"], path, meta, r["d"])
         if kernel not in KERNELS or not r.get("ok") or not r.get("bwd_ms") or r["dtype"] not in DTYPE:
             continue
         out.append(dict(kernel=kernel, batch=r["b"], heads=r["h"], n=r["n"], d=r["d"], causal=r["causal"],
                         dtype=DTYPE[r["dtype"]], time_s=r["bwd_ms"] * 1e-3, fwdbwd_s=(r.get("fwdbwd_ms") or 0) * 1e-3,
-                        source=Path(path).name, train=is_train(kernel, r["n"], DTYPE[r["dtype"]], Path(path).name)))
+                        source=key, gpu=gpu, train=is_train(kernel, r["n"], DTYPE[r["dtype"]], key)))
+    return out
+
+
+def ab_cells(path: Path) -> list[dict]:
+    """The cells of a lab/bwd_ws_ab.py file: its contenders BUILD_OF names (v4 -> fa2_wgmma), timed and checked."""
+    data = json.loads(Path(path).read_text())
+    key = results_key(path)
+    builds = BUILD_OF.get(key, {})
+    gpu = _gpu_of(data.get("device"), path)
+    out = []
+    for r in data["rows"]:
+        kernel = builds.get(r["contender"])
+        if kernel not in KERNELS or not r.get("ok") or not r.get("median_ms") or r["dtype"] not in DTYPE.values():
+            continue
+        out.append(dict(kernel=kernel, batch=r["batch"], heads=r["heads"], n=r["n"], d=r["d"], causal=r["causal"],
+                        dtype=r["dtype"], time_s=r["median_ms"] * 1e-3, fwdbwd_s=0.0, source=key, gpu=gpu,
+                        train=is_train(kernel, r["n"], r["dtype"], key)))
     return out
 
 
 def all_cells() -> list[dict]:
-    """The grid and the teaching backward's v5 A/B: every committed H200 backward timing the model prices."""
-    return grid_cells() + (grid_cells(TEACHING_AB_FILE) if TEACHING_AB_FILE.exists() else [])
+    """Every committed backward timing the model prices, each with the GPU it ran on: the grid and the teaching
+    backward's v5 A/B (H200), v4's A/B (H100)."""
+    return (grid_cells() + (grid_cells(TEACHING_AB_FILE) if TEACHING_AB_FILE.exists() else [])
+            + [c for f in V4_AB_FILES if f.exists() for c in ab_cells(f)])
 
 
 def rows(params: dict | None = None) -> list[dict]:
@@ -281,13 +381,15 @@ def rows(params: dict | None = None) -> list[dict]:
     out = []
     for c in all_cells():
         p = predict(c["kernel"], c["batch"], c["heads"], c["n"], c["n"], c["d"], c["dtype"], c["causal"],
-                    params=params)
+                    gpu=c["gpu"], params=params)
         out.append(c | {"model_s": p.time_s, "err": p.time_s / c["time_s"] - 1, "bound": p.bound,
                         "band": BAND[c["kernel"]]})
     return out
 
 
-def fit(cells: list[dict] | None = None) -> dict:
+def fit(cells: list[dict] | None = None, only: tuple | None = None) -> dict:
+    """Every kernel's constants fitted on its training cells (each priced on the GPU it ran on, which must be
+    fit_gpu(kernel)); with `only`, those kernels refitted and the others' constants kept as FIT_FILE has them."""
     import numpy as np
 
     try:  # the refit only (predict reads FIT_FILE): scipy is not a dependency of the package
@@ -295,17 +397,23 @@ def fit(cells: list[dict] | None = None) -> dict:
     except ImportError:
         raise SystemExit("python -m gpumodel.backward_model --fit needs scipy (pip install scipy)") from None
 
+    unknown = set(only or ()) - set(KERNELS)
+    if unknown:
+        raise ValueError(f"no backward model of {', '.join(sorted(unknown))}: one of {', '.join(KERNELS)}")
     cells = [c for c in (cells or all_cells()) if c["train"]]
-    out = {}
-    for name in KERNELS:
+    out = dict(load_params()) if only else {}
+    for name in (k for k in KERNELS if not only or k in only):
         if name == "fa2":  # after fa2_v1: v5 keeps its b, L, t0 (fit_teaching)
             continue
         cs = [c for c in cells if c["kernel"] == name]
+        if {c["gpu"] for c in cs} != {fit_gpu(name)}:
+            raise ValueError(f"{name}'s training cells ran on {sorted({c['gpu'] for c in cs})}, its fit is the "
+                             f"{fit_gpu(name).upper()}'s (FIT_GPU)")
 
         def resid(x, cs=cs, name=name):
             p = {name: dict(zip(PARAM_NAMES, (x[0], x[1], x[2] * 1e3, x[3] * 1e-6, x[4])))}
             return [math.log(predict(name, c["batch"], c["heads"], c["n"], c["n"], c["d"], c["dtype"], c["causal"],
-                                     params=p).time_s / c["time_s"]) for c in cs]
+                                     gpu=c["gpu"], params=p).time_s / c["time_s"]) for c in cs]
 
         x0 = np.array([DEFAULT["a"], DEFAULT["b"], DEFAULT["L"] / 1e3, DEFAULT["t0"] * 1e6, DEFAULT["a"]])
         r = least_squares(resid, x0, bounds=([0.5, 0.0, 0.0, 0.0, 0.5], [200.0, 50.0, 1e4, 1e4, 200.0]),
@@ -314,7 +422,8 @@ def fit(cells: list[dict] | None = None) -> dict:
         out[name] = dict(zip(PARAM_NAMES, (x[0], x[1], x[2] * 1e3, x[3] * 1e-6)))
         if KERNELS[name].path == "ffma":  # a1: the one-CTA-per-SM teaching build's product rate (d = 128)
             out[name]["a1"] = x[4]
-    out["fa2"] = fit_teaching(out["fa2_v1"], [c for c in cells if c["kernel"] == "fa2"])
+    if not only or "fa2" in only:
+        out["fa2"] = fit_teaching(out["fa2_v1"], [c for c in cells if c["kernel"] == "fa2"])
     return {k: out[k] for k in KERNELS}
 
 
@@ -327,14 +436,15 @@ def fit_teaching(v1: dict, cells: list[dict]) -> dict:
     def resid(x):
         p = {"fa2": dict(v1, a=x[0], a1=x[1])}
         return [math.log(predict("fa2", c["batch"], c["heads"], c["n"], c["n"], c["d"], c["dtype"], c["causal"],
-                                 params=p).time_s / c["time_s"]) for c in cells]
+                                 gpu=c["gpu"], params=p).time_s / c["time_s"]) for c in cells]
 
     r = least_squares(resid, [v1["a"], v1.get("a1", v1["a"])], bounds=([0.5, 0.5], [200.0, 200.0]), diff_step=1e-3)
     return dict(v1, a=float(r.x[0]), a1=float(r.x[1]))
 
 
 def track_record(rs: list[dict]) -> list[dict]:
-    """One line per kernel and split: cells, within the band, median and worst |error| (N >= MIN_N)."""
+    """One line per kernel and split: the GPU its cells ran on, cells, within the band, median and worst |error|
+    (N >= MIN_N)."""
     out = []
     for name in KERNELS:
         for split in ("train", "held-out"):
@@ -342,27 +452,36 @@ def track_record(rs: list[dict]) -> list[dict]:
             if not sel:
                 continue
             errs = sorted(abs(r["err"]) for r in sel)
-            out.append(dict(kernel=name, split=split, cells=len(sel), band=BAND[name],
+            out.append(dict(kernel=name, split=split, gpu=", ".join(sorted({r["gpu"] for r in sel})),
+                            source=", ".join(sorted({r["source"] for r in sel})), cells=len(sel), band=BAND[name],
                             within=sum(e <= BAND[name] for e in errs), median=errs[len(errs) // 2], worst=errs[-1]))
     return out
 
 
 def main(argv=None) -> int:
-    """python -m gpumodel.backward_model [--fit]: refit on TRAIN (writes FIT_FILE), print the track record."""
+    """python -m gpumodel.backward_model [--fit [KERNEL ...]]: refit on TRAIN (writes FIT_FILE; with kernels named,
+    only theirs, the others' constants kept as they are), print the track record."""
     import sys
 
     argv = sys.argv[1:] if argv is None else argv
     if "--fit" in argv:
-        params = fit()
+        only = tuple(a for a in argv[argv.index("--fit") + 1:] if not a.startswith("-"))
+        try:
+            params = fit(only=only or None)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
         FIT_FILE.write_text(json.dumps({
             "what": "backward model constants (gpumodel/backward_model.py), fitted per kernel on the training split",
             "train": f"results/bwd_kernels_vs_sdpa_grid/bwd_bench.json, N <= {TRAIN_MAX_N} (held out: N >= 8k; its "
-                     "teaching fa2 is v1: fp16 trains, bf16 held out); the teaching v5: "
-                     f"results/bwd_teaching_ab/v5/teach_bwd_ab.json, N <= {TRAIN_MAX_N} (a, a1 only; 8k held out)",
+                     "fa2_wgmma is v3, fa2_wgmma_v3; its teaching fa2 is v1: fp16 trains, bf16 held out); the teaching "
+                     f"v5: results/bwd_teaching_ab/v5/teach_bwd_ab.json, N <= {TRAIN_MAX_N} (a, a1 only; 8k held out); "
+                     f"fa2_wgmma (v4): the contender v4 of results/bwd_ws_v4/{{first,alternatives}}/bwd_ws_ab.json, "
+                     f"N <= {TRAIN_MAX_N} (held out: N = 16k)",
+            "fitted_on": {k: fit_gpu(k) for k in KERNELS},
             "params": params,
             "track_record": track_record(rows(params))}, indent=1) + "\n")
     for t in track_record(rows()):
-        print(f"{t['kernel']:<11} {t['split']:<8} {t['within']}/{t['cells']} within ±{t['band']:.0%}, "
+        print(f"{t['kernel']:<12} {t['split']:<8} {t['gpu']:<4} {t['within']}/{t['cells']} within ±{t['band']:.0%}, "
               f"median {t['median']:.1%}, worst {t['worst']:.1%}")
     return 0
 

@@ -10,6 +10,10 @@ backward model and the notebooks' helpers ask.
                        DRAM rate at the H200's attainable share of   same clocks; nothing         gpumodel/heldout.py)
                        its datasheet figure (hbm_rate)               refitted on H100 data
 
+One exception, per kernel: the backward model's fa2_wgmma (v4, issue 42) has no H200 timing; its constants are fitted
+on the H100's runs (results/bwd_ws_v4, N = 16k held out) and carried over to the H200 unvalidated
+(gpumodel.backward_model FIT_GPU, footing(kernel, gpu)); v3 keeps the H200 fit as fa2_wgmma_v3.
+
 Covering a GPU is data: its key and footing here, its figures in counting/gpus.py. A GPU not listed (the A100: another
 SM, no fit, no run) gets counts and the papers' roofline under that name, never a model verdict.
 Torch-free; imports counting only.

@@ -1,0 +1,116 @@
+"""Issue 42's promotion in the backward model: "fa2_wgmma" is v4 (the warp-specialised main kernel the package runs at
+d = 64, 128), fitted on the H100 A/B (results/bwd_ws_v4, N <= 4k trains, N = 16k held out) and carried over to the
+H200 unvalidated; v3's model is fa2_wgmma_v3, and the committed runs that timed v3 under the name "fa2_wgmma" (the
+H200 grid, the H100 held-out run) are read as v3's, never re-scored against v4's constants.
+"""
+import json
+
+import pytest
+
+from analysis.cli import main
+from gpumodel import backward_model as bm
+from gpumodel import coverage, heldout
+
+
+def test_the_runs_before_the_promotion_are_v3s():
+    cells = bm.all_cells()
+    grid = [c for c in cells if c["source"] == bm.GRID_SOURCE]
+    assert {c["kernel"] for c in grid} == {"fa2_wgmma_v3", "fa2_v1", "sdpa_flash", "sdpa_cudnn"}
+    assert {c["gpu"] for c in grid} == {"h200"}
+    held = heldout.backward_cells(heldout.RUNS["h100"] / heldout.BACKWARD_FILE, "h100")
+    assert {c["label"] for c in held if c["kernel"] == "fa2_wgmma_v3"} == {"fa2_wgmma"}
+    assert "fa2_wgmma" not in {c["kernel"] for c in held}
+    record = heldout.load("h100")
+    assert {t["kernel"] for t in record["track"] if t["pass_name"] == "backward"} >= {"fa2_wgmma_v3"}
+    assert "fa2_wgmma" not in {t["kernel"] for t in record["track"] if t["pass_name"] == "backward"}
+
+
+def test_v4s_cells_are_the_ab_contender_v4_on_the_h100_split_at_4k():
+    v4 = [c for c in bm.all_cells() if c["kernel"] == "fa2_wgmma"]
+    assert {c["source"] for c in v4} == {bm.results_key(f) for f in bm.V4_AB_FILES}
+    assert {c["gpu"] for c in v4} == {"h100"} and len(v4) == 48
+    assert {c["n"] for c in v4 if c["train"]} == {2048, 4096} and {c["n"] for c in v4 if not c["train"]} == {16384}
+    raw = [r for f in bm.V4_AB_FILES for r in json.loads(f.read_text())["rows"] if r["contender"] == "v4"]
+    assert sorted(c["time_s"] for c in v4) == sorted(r["median_ms"] * 1e-3 for r in raw)
+
+
+def test_each_kernels_constants_name_their_gpu_and_v4_is_carried_to_the_h200():
+    fit = json.loads(bm.FIT_FILE.read_text())
+    assert fit["fitted_on"] == {k: bm.fit_gpu(k) for k in bm.KERNELS}
+    assert fit["fitted_on"]["fa2_wgmma"] == "h100" and fit["fitted_on"]["fa2_wgmma_v3"] == "h200"
+    assert fit["params"]["fa2_wgmma"] != fit["params"]["fa2_wgmma_v3"]
+    assert bm.footing("fa2_wgmma", "h100") == coverage.FITTED
+    assert bm.footing("fa2_wgmma", "h200") == coverage.CARRIED
+    assert bm.footing("fa2_wgmma_v3", "h100") == coverage.CARRIED
+    assert bm.footing("sdpa_cudnn", "h200") == coverage.FITTED
+    lines = {(t["kernel"], t["split"]): t for t in fit["track_record"]}
+    assert lines[("fa2_wgmma", "held-out")]["gpu"] == "h100" and lines[("fa2_wgmma_v3", "held-out")]["gpu"] == "h200"
+
+
+def test_v4_held_out_cells_are_within_the_band():
+    """N = 16k, never in the fit: every cell within ±15% (the committed constants; a refit must keep this)."""
+    held = [r for r in bm.rows() if r["kernel"] == "fa2_wgmma" and not r["train"]]
+    assert len(held) == 16
+    assert all(abs(r["err"]) <= bm.BAND["fa2_wgmma"] for r in held), [(r["n"], r["d"], r["err"]) for r in held]
+    # the track record the fit file holds is what the committed constants give
+    fit = json.loads(bm.FIT_FILE.read_text())
+    assert json.loads(json.dumps(bm.track_record(bm.rows()))) == fit["track_record"]
+
+
+def test_v4s_stored_constants_are_what_its_fit_gives_and_the_others_are_kept():
+    pytest.importorskip("scipy")
+    stored = bm.load_params()
+    refit = bm.fit(only=("fa2_wgmma",))
+    assert refit["fa2_wgmma"] == pytest.approx(stored["fa2_wgmma"], rel=1e-4)
+    assert {k: v for k, v in refit.items() if k != "fa2_wgmma"} == {k: v for k, v in stored.items()
+                                                                    if k != "fa2_wgmma"}
+    with pytest.raises(ValueError, match="no backward model of"):
+        bm.fit(only=("fa2_wgmma_v9",))
+
+
+def test_a_fit_on_another_gpus_cells_is_refused():
+    pytest.importorskip("scipy")
+    cells = [dict(c, gpu="h200") for c in bm.all_cells() if c["kernel"] == "fa2_wgmma"]
+    with pytest.raises(ValueError, match="its fit is the H100's"):
+        bm.fit(cells, only=("fa2_wgmma",))
+
+
+@pytest.mark.parametrize("meta,d,want", [
+    (None, 64, "fa2_wgmma"),  # a run after the promotion that does not say: what the package runs now
+    ({"fa2_wgmma_bwd_ws_head_dims": [64, 128]}, 128, "fa2_wgmma"),
+    ({"fa2_wgmma_bwd_ws_head_dims": [64, 128]}, 96, "fa2_wgmma_v3"),
+    ({"fa2_wgmma_bwd_ws_head_dims": []}, 64, "fa2_wgmma_v3"),  # WS_HEAD_DIMS emptied: v3 everywhere
+])
+def test_a_new_runs_fa2_wgmma_rows_are_the_main_kernel_its_meta_names(tmp_path, meta, d, want):
+    assert bm.kernel_of("fa2_wgmma", tmp_path / "bwd_bench.json", meta, d) == want
+    assert bm.kernel_of("sdpa_flash", tmp_path / "bwd_bench.json", meta, d) == "sdpa_flash"
+
+
+def _run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_predict_names_where_v4s_track_record_comes_from(capsys):
+    rc, out, err = _run(capsys, "predict", "--kernel", "fa2_wgmma", "--pass", "backward", "--seq-len", "16k",
+                        "--head-dim", "128", "--gpu", "h100")
+    assert rc == 0, err
+    assert "results/bwd_ws_v4/first/bwd_ws_ab.json" in out and "16/16 within ±15%" in out
+    rc, out, err = _run(capsys, "predict", "--kernel", "fa2_wgmma", "--pass", "backward", "--seq-len", "16k",
+                        "--head-dim", "128", "--gpu", "h200")
+    assert rc == 0, err
+    assert "carried over" in out and "unvalidated" in out
+    rc, out, err = _run(capsys, "predict", "--kernel", "fa2_wgmma_v3", "--pass", "backward", "--seq-len", "16k",
+                        "--head-dim", "128", "--gpu", "h100", "--format", "json")
+    (r,) = json.loads(out)
+    assert rc == 0 and r["track_record"]["source"] == "gpu_model_h100_heldout.json" and r["track_record"]["cells"] == 32
+
+
+def test_the_backward_reports_caption_says_where_fa2_wgmmas_constants_come_from(capsys):
+    rc, out, err = _run(capsys, "report", "--pass", "backward", "--variant", "fa2", "--seq-len", "16k")
+    assert rc == 0, err
+    assert "the H100 fit carried over" in out and "unvalidated on the H200" in out
+    rc, out, err = _run(capsys, "report", "--pass", "backward", "--variant", "fa2", "--seq-len", "16k", "--gpu", "h100")
+    assert rc == 0, err
+    assert "fitted on its H100 runs" in out and "results/bwd_ws_v4/first/bwd_ws_ab.json" in out
