@@ -173,7 +173,9 @@ print(f"backward: run {bwd['meta']['run_id']}")
 # forward it is ahead of SDPA flash everywhere and level with or ahead of cuDNN in most cells (notebook 8 explains
 # the kernel, and why every kernel's share of the tensor cores is lowest at d = 64). In the backward cuDNN leads
 # (ratios below 1): `fa2_wgmma`'s backward (`kernels/fa2_wgmma_bwd.py`, notebook 7's algorithm) is ahead of SDPA
-# flash but not of cuDNN.
+# flash but not of cuDNN. These backward rows predate issue 42's promotion of v4: they time the main kernel v3
+# descends from (v3 shipped until the promotion); v4, the default since at d = 64 and 128, is 1.15–1.37× v3 and
+# 0.87–0.999× cuDNN on an H100 (`results/bwd_ws_v4/alternatives`).
 
 # %% [markdown]
 # ## 3 · The model against the measurements

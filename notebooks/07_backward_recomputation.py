@@ -320,8 +320,9 @@ else:
 # backend's backward at 16-48 TFLOP/s against 107-310 for flash's). The direction is the lesson: an unfused
 # backward's five kernels (section 2) pay the same toll for $P$, $dP$ and $dS$. The workbench's own backward
 # kernels are the teaching one (`kernels/fa2.py` launching `kernels/cuda/fa2_bwd.cu`, readable) and the
-# Hopper one (`kernels/fa2_wgmma_bwd.py`: at N ≥ 2k 1.23–1.29× SDPA flash's backward at d = 64 and
-# 1.39–1.44× at d = 128, `results/bwd_kernels_vs_sdpa_grid/bwd_bench.md`); they and `kernels.attention`, which
+# Hopper one (`kernels/fa2_wgmma_bwd.py`: before issue 42's promotion of v4, at N ≥ 2k 1.23–1.29× SDPA flash's
+# backward at d = 64 and 1.39–1.44× at d = 128, `results/bwd_kernels_vs_sdpa_grid/bwd_bench.md`; v4, the default
+# since, is 1.15–1.37× v3 on an H100, `results/bwd_ws_v4/alternatives`); they and `kernels.attention`, which
 # trains a model with them, are measured in `results/`.
 #
 # ## 6 · The references as a differentiable op
