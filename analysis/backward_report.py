@@ -261,13 +261,15 @@ def checked_on(args) -> str:
     from gpumodel import backward_model as bm
     from gpumodel import coverage
 
+    from gpumodel import heldout
+
     g = get_gpu(args.gpu)
-    if bm.footing(BWD_KERNEL, g) == coverage.FITTED:
-        held = next((t for t in bm.track_record(bm.rows()) if t["kernel"] == BWD_KERNEL and t["split"] == "held-out"),
-                    None)
-        where = ", ".join(f"results/{s}" for s in held["source"].split(", ")) if held else "no held-out runs"
+    held = bm.held_out_line(BWD_KERNEL, g)
+    if held:
+        where = ", ".join(f"results/{s}" for s in held["source"].split(", "))
         return f"fa-traffic validate checks {BWD_KERNEL}'s backward against its held-out {g.key.upper()} cells ({where})"
-    if coverage.footing(g) == coverage.CARRIED:
+    if coverage.footing(g) == coverage.CARRIED and any(
+            t["pass_name"] == "backward" and t["kernel"] == BWD_KERNEL for t in (heldout.load(g.key) or {}).get("track", [])):
         return f"checked on held-out {g.key.upper()} runs (results/gpu_model_{g.key}_heldout.json)"
     return (f"no {g.key.upper()} timing of {BWD_KERNEL}'s backward (v4) is committed: unvalidated on the "
             f"{g.key.upper()} (v3, fa2_wgmma_v3, is checked against results/bwd_kernels_vs_sdpa_grid)")

@@ -273,7 +273,7 @@ def backward_records(args, error) -> list[dict]:
     for flag in ("placement", "rescale", "knobs"):
         if getattr(args, flag, None):
             raise error(f"--{flag} does not apply to --pass {args.pass_name}")
-    track = {(t["kernel"], t["split"]): t for t in bm.track_record(bm.rows())}
+    held_here = bm.held_out_line(args.kernel, args.gpu)  # the model's own held-out cells on this GPU
     recs = []
     for n_q in _flat(args.seq_len):
         b, h = shape(args, n_q)
@@ -284,8 +284,9 @@ def backward_records(args, error) -> list[dict]:
                  if args.pass_name == "train" else None)
         except ValueError as e:
             raise error(str(e).splitlines()[0]) from None
-        held = track.get((args.kernel, "held-out"))  # the fit's own held-out cells, on the GPU it was fitted on
-        if bm.footing(args.kernel, args.gpu) == coverage.CARRIED:  # that GPU's held-out runs (none: unvalidated)
+        held = held_here
+        if held is None and coverage.footing(args.gpu) == coverage.CARRIED:  # that GPU's held-out record (none:
+            # the constants are unchecked there)
             held = next((dict(kernel=t["kernel"], split="held-out", gpu=args.gpu, cells=t["cells"],
                               within=t["in_band"], band=t["band"], median=t["median_abs_err"],
                               worst=abs(t["worst_ratio"] - 1), source=f"gpu_model_{args.gpu}_heldout.json")
@@ -614,8 +615,12 @@ def heldout_track(docs: dict | None = None) -> bool:
         if "why" in doc:
             _say(f"{key.upper()} (the H200 fit carried over): {doc['why']}")
             continue
-        _say(f"{key.upper()} (its datasheet, the H200 fit carried over, nothing refitted), held-out runs "
-             f"{', '.join(doc['runs'].values())}:")
+        from gpumodel import backward_model as bm
+
+        own = [k for k in bm.KERNELS if bm.fit_gpu(k) == key]  # fitted on this GPU's runs (lines above), not these
+        _say(f"{key.upper()} (its datasheet, the H200 fit carried over"
+             + (f"; the backward's {', '.join(own)} fitted on its own runs, above" if own else ", nothing refitted")
+             + f"), held-out runs {', '.join(doc['runs'].values())}:")
         for t in doc["track"]:
             _say(heldout.line(t, key))
         bad = heldout.unexplained(doc["cells"])

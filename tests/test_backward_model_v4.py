@@ -114,3 +114,16 @@ def test_the_backward_reports_caption_says_where_fa2_wgmmas_constants_come_from(
     rc, out, err = _run(capsys, "report", "--pass", "backward", "--variant", "fa2", "--seq-len", "16k", "--gpu", "h100")
     assert rc == 0, err
     assert "fitted on its H100 runs" in out and "results/bwd_ws_v4/first/bwd_ws_ab.json" in out
+
+
+def test_a_later_run_named_held_out_only_is_never_in_the_fit_and_gets_its_own_line():
+    """HELDOUT_RUNS: a bench_bwd.py run added after the fit (here the committed H100 one stands in) is all held out,
+    on the GPU its meta names, one track line per kernel and GPU; a train cell from it would change no constant."""
+    key = "h100_heldout/bwd_bench.json"
+    cells = bm.all_cells(heldout_runs=(key,))
+    later = [c for c in cells if c["source"] == key]
+    assert later and not any(c["train"] for c in later) and {c["gpu"] for c in later} == {"h100"}
+    assert {c["kernel"] for c in later} == {"fa2_wgmma_v3", "fa2", "sdpa_flash", "sdpa_cudnn"}
+    line = bm.held_out_line("fa2_wgmma_v3", "h100", bm.rows(cells=cells))
+    assert line["source"] == key and line["cells"] == 32 and line["within"] == 32
+    assert bm.held_out_line("fa2_wgmma_v3", "h100") is None  # not committed as such: the record holds it
