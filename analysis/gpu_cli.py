@@ -67,8 +67,8 @@ def add_subcommands(sub, common_types: dict) -> None:
     p.add_argument("--num-splits", type=pos, help="split_kv kernels: splits S (default counting/split_rule.py's)")
     p.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
     p.add_argument("--pass", dest="pass_name", choices=("forward", "backward", "train"), default="forward",
-                   help="forward (default); backward: FA2 Alg. 2 (gpumodel/backward_model.py: fa2_wgmma, fa2, "
-                        "sdpa_flash, sdpa_cudnn); train: forward + backward")
+                   help="forward (default); backward: FA2 Alg. 2 (gpumodel/backward_model.py: fa2_wgmma (v4), "
+                        "fa2_wgmma_v3 (backward only), fa2, fa2_v1, sdpa_flash, sdpa_cudnn); train: forward + backward")
     v = sub.add_parser("validate", help="the GPU model against every committed measurement (exit 1 off band)")
     v.add_argument("--plot", metavar="FILE.png", help="model vs measured plot")
     v.add_argument("--format", choices=("table", "csv", "json", "markdown"), default="table")
