@@ -473,28 +473,36 @@ def held_out_line(kernel: str, gpu, rs: list[dict] | None = None) -> dict | None
                  if (t["kernel"], t["split"], t["gpu"]) == (kernel, "held-out", key)), None)
 
 
+def write_fit_file(params: dict) -> None:
+    """FIT_FILE: the constants, the GPU each kernel's were fitted on, the split, and the track record they give."""
+    FIT_FILE.write_text(json.dumps({
+        "what": "backward model constants (gpumodel/backward_model.py), fitted per kernel on the training split",
+        "train": f"results/bwd_kernels_vs_sdpa_grid/bwd_bench.json, N <= {TRAIN_MAX_N} (held out: N >= 8k; its "
+                 "fa2_wgmma rows are fa2_wgmma_v3's: the run timed v2, v3's tiles and dQ path; its teaching fa2 is v1: "
+                 f"fp16 trains, bf16 held out); the teaching v5: results/bwd_teaching_ab/v5/teach_bwd_ab.json, "
+                 f"N <= {TRAIN_MAX_N} (a, a1 only; 8k held out); fa2_wgmma (v4): the contender v4 of "
+                 f"results/bwd_ws_v4/{{first,alternatives}}/bwd_ws_ab.json, N <= {TRAIN_MAX_N} (held out: N = 16k); "
+                 f"held out only: {', '.join(HELDOUT_RUNS) or 'no later run'}",
+        "fitted_on": {k: fit_gpu(k) for k in KERNELS},
+        "params": params,
+        "track_record": track_record(rows(params))}, indent=1) + "\n")
+
+
 def main(argv=None) -> int:
-    """python -m gpumodel.backward_model [--fit [KERNEL ...]]: refit on TRAIN (writes FIT_FILE; with kernels named,
-    only theirs, the others' constants kept as they are), print the track record."""
+    """python -m gpumodel.backward_model [--fit [KERNEL ...] | --record]: refit on TRAIN (writes FIT_FILE; with kernels
+    named, only theirs, the others' constants kept as they are), or (--record) rewrite FIT_FILE's track record with
+    its constants unchanged (a run added to HELDOUT_RUNS); print the track record."""
     import sys
 
     argv = sys.argv[1:] if argv is None else argv
     if "--fit" in argv:
         only = tuple(a for a in argv[argv.index("--fit") + 1:] if not a.startswith("-"))
         try:
-            params = fit(only=only or None)
+            write_fit_file(fit(only=only or None))
         except ValueError as e:
             raise SystemExit(str(e)) from None
-        FIT_FILE.write_text(json.dumps({
-            "what": "backward model constants (gpumodel/backward_model.py), fitted per kernel on the training split",
-            "train": f"results/bwd_kernels_vs_sdpa_grid/bwd_bench.json, N <= {TRAIN_MAX_N} (held out: N >= 8k; its "
-                     "fa2_wgmma is v3, fa2_wgmma_v3; its teaching fa2 is v1: fp16 trains, bf16 held out); the teaching "
-                     f"v5: results/bwd_teaching_ab/v5/teach_bwd_ab.json, N <= {TRAIN_MAX_N} (a, a1 only; 8k held out); "
-                     f"fa2_wgmma (v4): the contender v4 of results/bwd_ws_v4/{{first,alternatives}}/bwd_ws_ab.json, "
-                     f"N <= {TRAIN_MAX_N} (held out: N = 16k)",
-            "fitted_on": {k: fit_gpu(k) for k in KERNELS},
-            "params": params,
-            "track_record": track_record(rows(params))}, indent=1) + "\n")
+    elif "--record" in argv:
+        write_fit_file(load_params())
     for t in track_record(rows()):
         print(f"{t['kernel']:<12} {t['split']:<8} {t['gpu']:<4} {t['within']}/{t['cells']} within ±{t['band']:.0%}, "
               f"median {t['median']:.1%}, worst {t['worst']:.1%}")

@@ -127,3 +127,13 @@ def test_a_later_run_named_held_out_only_is_never_in_the_fit_and_gets_its_own_li
     line = bm.held_out_line("fa2_wgmma_v3", "h100", bm.rows(cells=cells))
     assert line["source"] == key and line["cells"] == 32 and line["within"] == 32
     assert bm.held_out_line("fa2_wgmma_v3", "h100") is None  # not committed as such: the record holds it
+
+
+def test_record_rewrites_only_the_track_record_and_the_committed_file_is_current(tmp_path, monkeypatch, capsys):
+    """--record (after a run joins HELDOUT_RUNS) keeps every constant; on the committed state it rewrites nothing."""
+    copy = tmp_path / "fit.json"
+    copy.write_text(bm.FIT_FILE.read_text())
+    monkeypatch.setattr(bm, "FIT_FILE", copy)
+    assert bm.main(["--record"]) == 0
+    assert copy.read_text() == (bm.ROOT / "results" / "gpu_model_bwd_fit.json").read_text()
+    assert "fa2_wgmma    held-out h100 16/16" in capsys.readouterr().out
