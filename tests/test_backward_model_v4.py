@@ -4,6 +4,7 @@ H200 unvalidated; v3's model is fa2_wgmma_v3, and the committed runs that timed 
 H200 grid, the H100 held-out run) are read as v3's, never re-scored against v4's constants.
 """
 import json
+import re
 
 import pytest
 
@@ -98,7 +99,7 @@ def test_predict_names_where_v4s_track_record_comes_from(capsys):
     rc, out, err = _run(capsys, "predict", "--kernel", "fa2_wgmma", "--pass", "backward", "--seq-len", "16k",
                         "--head-dim", "128", "--gpu", "h100")
     assert rc == 0, err
-    assert "results/bwd_ws_v4/first/bwd_ws_ab.json" in out and "16/16 within ±15%" in out
+    assert "results/bwd_ws_v4/first/bwd_ws_ab.json" in out and re.search(r" (\d+)/\1 within ±15%", out), out
     rc, out, err = _run(capsys, "predict", "--kernel", "fa2_wgmma", "--pass", "backward", "--seq-len", "16k",
                         "--head-dim", "128", "--gpu", "h200")
     assert rc == 0, err
@@ -138,4 +139,4 @@ def test_record_rewrites_only_the_track_record_and_the_committed_file_is_current
     monkeypatch.setattr(bm, "FIT_FILE", copy)
     assert bm.main(["--record"]) == 0
     assert copy.read_text() == (bm.ROOT / "results" / "gpu_model_bwd_fit.json").read_text()
-    assert "fa2_wgmma    held-out h100 16/16" in capsys.readouterr().out
+    assert re.search(r"fa2_wgmma +held-out h100 (\d+)/\1 within", capsys.readouterr().out)
