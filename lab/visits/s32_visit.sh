@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 32: one script per GPU visit, steps chosen by STEPS (space-separated, in order):
-#   check     issue 42/44 correctness: the Hopper backward's new paths (v4 at d = 64/128 by default since its
+#   check     (= bwd client decode) issue 42/44 correctness: the Hopper backward's new paths (v4 at d = 64/128 by default since its
 #             promotion), the decode kernels, GQA client, HF adapter
 #   heldout   issue 43: the forward and backward benchmarks the H100 held-out record reads (results/h100_heldout/)
 #   speed     issue 42/44 speed: backward layouts vs cuDNN, decode vs SDPA
@@ -11,6 +11,7 @@
 #   order     issue 42: causal GQA's gap, ORDER=1 (steps i descending, heads inner: L2 reuse) and LPT=1 (grid
 #             (B*H_kv, Tc): longest CTAs first) of both backwards: their GPU tests, then lab/bwd_order_ab.py
 #             (every build vs the default and cuDNN; GQA 8:1 and equal heads, causal and not)
+#   v4bench   issue 42: bench/bench_bwd.py on the shipped backward (v4 at d = 64/128) with SDPA flash and cuDNN
 #   split     issue 44: the decode split count, today's rule against whole-residency splits (lab/decode_split_ab.py);
 #             with .abbase2 carried (git archive <base> kernels), that tree's split_kv_fast timed beside (--base)
 #   ncu       issue 42's moonshot: the shipped backward against SDPA's flash and cuDNN at d = 128, N = 16k, bf16
@@ -33,11 +34,13 @@ t=$(date +%s)
 (python3 -m bench.bench_tc precompile --jobs 8 & python3 lab/precompile_bwd.py --jobs 8; wait) > "$W/precompile.log" 2>&1
 echo "== precompile $(( $(date +%s) - t )) s"
 for s in ${STEPS:-check}; do case $s in
-  check)
+  check|bwd)
     step bwd_gpu ${LIM_BWD:-170} $PYT tests/test_kernels_bwd_gpu.py --maxfail=3
-    grep -E "^E |FAILED" "$W/bwd_gpu.log" | head -12
+    grep -E "^E |FAILED" "$W/bwd_gpu.log" | head -12 ;;&
+  check|client)
     step client_gpu ${LIM_CLIENT:-120} $PYT tests/test_attention_gqa.py tests/test_hf_adapter.py tests/test_kernels_backward.py --maxfail=5 -s
-    grep -E "^E |FAILED" "$W/client_gpu.log" | head -12
+    grep -E "^E |FAILED" "$W/client_gpu.log" | head -12 ;;&
+  check|decode)
     step decode_gpu ${LIM_DECODE:-90} $PYT tests/test_split_kv_gpu.py tests/test_split_kv_kernels_vs_reference_gpu.py --maxfail=3
     grep -E "^E |FAILED" "$W/decode_gpu.log" | head -12 ;;
   heldout)
@@ -56,6 +59,10 @@ PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1
     mkdir -p "$W/ws"
     step ws_tests ${LIM_WS_TEST:-120} $PYT tests/test_kernels_bwd_ws_gpu.py --maxfail=3 -x
     step ws_ab ${LIM_WS:-260} python3 lab/bwd_ws_ab.py --out "$W/ws" ;;
+  v4bench)  # the promoted backward's grid (fa2_wgmma = v4 at d = 64/128) beside SDPA flash and cuDNN: issue 42's speed
+    mkdir -p "$W/bwd_v4"  # and the backward model's held-out cells at N = 1k and 8k (gpumodel/backward_model.py HELDOUT_RUNS)
+    step bwd_v4 ${LIM_V4:-200} python3 bench/bench_bwd.py --out "$W/bwd_v4" --kernels fa2_wgmma \
+      --seqs 1024,2048,4096,8192,16384 --no-sdpa-math --budget-s ${BUDGET_V4:-170} ;;
   split)
     base=(); [ -d .abbase2 ] && base=(--base .abbase2)
     step split ${LIM_SPLIT:-170} python3 lab/decode_split_ab.py --out "$W" --budget-s ${BUDGET_SPLIT:-140} "${base[@]}" ;;
@@ -65,7 +72,7 @@ PYTHONPATH=\$p python3 bench/ab_speed.py --backward --tag \$t --out $W || exit 1
       --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
       python3 lab/ncu_bwd_target.py --n 16384 --dims 128 --dtype bf16 ;;
   ws_san)
-    for t in racecheck memcheck synccheck; do
+    for t in ${WS_SAN_TOOLS:-racecheck memcheck synccheck}; do
       step ws_$t ${LIM_WS_SAN:-150} compute-sanitizer --tool $t --print-limit 20 python3 lab/bwd_ws_sanitize_target.py tiny
     done ;;
   order)
