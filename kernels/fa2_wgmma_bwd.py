@@ -26,8 +26,13 @@ Which main kernel (issue 42; docs/hopper-fa2-history.md, the backward's version 
       strides; a stride-0 broadcast goes to v3). Its pre and dq_bulk launches are v3's default builds.
   v3  fa2_wgmma_bwd.cu's main kernel: d = 96 and 256, deterministic=True, any config= (the lab's sweeps), the
       layouts v4's tensor maps cannot describe, and d = 64, 128 when WS_HEAD_DIMS is emptied (a lab A/B's switch).
-impl= picks explicitly: None (the rule above), "v3", or "ws" (v4; config= is then a dict of its knobs,
-kernels.fa2_wgmma_bwd_ws.KNOBS; a ValueError for d = 96, 256, deterministic=True or a layout TMA cannot describe).
+impl= picks explicitly: None (the rule above), "v3", or "ws" (v4; "v4" is another name for it; config= is then a
+dict of its knobs, kernels.fa2_wgmma_bwd_ws.KNOBS; a ValueError for d = 96, 256, deterministic=True or a layout TMA
+cannot describe). A config= with one of v4's own knobs (DS_BUFS, DQ_BUFS, MERGED, PRODUCER_REGS, L2_HINT) needs
+impl="ws": without it, a ValueError says so. WS_HEAD_DIMS must be a subset of fa2_wgmma_bwd_ws.HEAD_DIMS.
+GPU status: the GPU checks and timings of results/bwd_ws_v4 ran on the build with one empty_q arrive per consumer
+warp; the shipped build (every consumer thread arrives on empty_q) has compiled and passed the CPU protocol model
+but not yet run on a GPU.
 
 deterministic=True: dQ's fp32 reduce-adds into each Q block happen in key-block order (a per-(b*h, Q block)
 semaphore; fa2_wgmma_bwd.cu's header says how and what it costs), so two runs give identical bits. The
@@ -67,7 +72,7 @@ KERNEL_DQ_BULK = "fa2_wgmma_bwd_dq_bulk"  # DQ_BULK=1: the accumulator is in per
 HEAD_DIMS = (64, 96, 128, 256)  # what backward() takes
 KERNEL_DIMS = (64, 96, 128, 256)  # what the .cu builds (96 on the 128 tiles, D_REAL=96; 256 in three PASSes)
 WS_HEAD_DIMS = (64, 128)  # where backward() runs v4's main kernel by default (fa2_wgmma_bwd_ws); () -> v3 everywhere
-IMPLS = (None, "v3", "ws")  # backward(impl=...)
+IMPLS = (None, "v3", "ws", "v4")  # backward(impl=...); "v4" is another name for "ws" (fa2_wgmma_bwd_ws.cu)
 D256_KERNEL = True  # d = 256 through the kernel's three passes; False: _backward_torch (float32 torch, slower)
 ARCH = "sm_90a"
 PAD = 128  # rows of the padded L2 / D / dQ-accumulator buffers: a multiple of every Br
@@ -109,6 +114,7 @@ def spill_budget(defines: dict) -> int:
     """The compile test's cap on the main kernel's spill bytes for this build."""
     return MAX_SPILL_BYTES_DETERMINISTIC if defines.get("DETERMINISTIC") else MAX_SPILL_BYTES
 KNOBS = set(DEFAULTS) | {"NWG", "BR", "DQ_V4", "ROTATE", "DQ_ABLATE", "DETERMINISTIC", "ORDER", "LPT"}  # the .cu's compile-time knobs
+V4_ONLY_KNOBS = fa2_wgmma_bwd_ws.KNOBS - KNOBS  # DS_BUFS, DQ_BUFS, MERGED, PRODUCER_REGS, L2_HINT: config= of impl='ws'
 
 
 def knob_errors(defines: dict) -> list[str]:
@@ -206,7 +212,29 @@ def compile_configs() -> list[tuple[str, str, dict]]:
     return ([item for d in (64, 96, 128) for bf16 in (0, 1) for det in (False, True)
              for item in _build(defines_for(d, bf16, deterministic=det))]
             + [item for bf16 in (0, 1) for p in PASSES_256 for item in _build(defines_for(256, bf16, pass_=p))]
-            + [c for c in fa2_wgmma_bwd_ws.compile_configs() if c[2]["HEAD_DIM"] in WS_HEAD_DIMS])
+            + [c for c in fa2_wgmma_bwd_ws.compile_configs() if c[2]["HEAD_DIM"] in ws_head_dims()])
+
+
+def ws_companion_defines(d: int, is_bf16: bool) -> dict:
+    """The v3 build whose pre and dq_bulk kernels v4 launches at head dim d (64, 128): v3's default build, whose dQ
+    accumulator layout (DQ_BULK=1, NWG, Br) v4's main kernel must share. ValueError if the two modules' CONFIGS drift
+    apart (a build that would convert dQ in another fragment order)."""
+    defs = defines_for(d, is_bf16)
+    ws_br = fa2_wgmma_bwd_ws.CONFIGS[d]["BR"]
+    if (defs["DQ_BULK"], defs["NWG"], defs["BR"]) != (1, fa2_wgmma_bwd_ws.NWG, ws_br):
+        raise ValueError(f"fa2_wgmma backward: v3's default build at d={d} (DQ_BULK={defs['DQ_BULK']}, "
+                         f"NWG={defs['NWG']}, BR={defs['BR']}) is not the dQ accumulator layout v4's main kernel "
+                         f"writes (DQ_BULK=1, NWG={fa2_wgmma_bwd_ws.NWG}, BR={ws_br})")
+    return defs
+
+
+def ws_head_dims() -> tuple:
+    """WS_HEAD_DIMS, checked where it is read: a tuple of head dims v4 builds (fa2_wgmma_bwd_ws.HEAD_DIMS), () for
+    v3 everywhere."""
+    if not isinstance(WS_HEAD_DIMS, tuple) or any(x not in fa2_wgmma_bwd_ws.HEAD_DIMS for x in WS_HEAD_DIMS):
+        raise ValueError(f"fa2_wgmma_bwd.WS_HEAD_DIMS={WS_HEAD_DIMS!r}: a tuple of head dims in "
+                         f"{fa2_wgmma_bwd_ws.HEAD_DIMS} (where v4 runs by default), or () for v3 everywhere")
+    return WS_HEAD_DIMS
 
 
 def v3_compile_configs() -> list[tuple[str, str, dict]]:
@@ -372,25 +400,42 @@ def _strides(t):
     return tuple(np.int64(x) for x in t.stride()[:3])
 
 
-def main_kernel(q, k, v, do, *, deterministic: bool = False, config: dict | None = None, impl: str | None = None):
-    """Which main kernel backward() runs for these (checked) inputs: "ws" (v4, fa2_wgmma_bwd_ws.cu) or "v3" (the
-    module docstring's rule). impl="ws" where v4 cannot run raises ValueError (tma.LayoutError for a layout)."""
+def _impl(impl, d: int | None, deterministic: bool, config) -> str | None:
+    """impl= checked against what needs no tensor (d: None when q is not a rank-4 tensor yet): None (the rule), "v3"
+    or "ws" ("v4" is its other name). ValueError for an unknown impl, for impl='ws' with deterministic=True or a d v4
+    does not build, and for a config= holding v4's knobs without impl='ws' (the rule would run v3, whose knob check
+    would only call them unknown)."""
     if impl not in IMPLS:
         raise ValueError(f"fa2_wgmma backward: impl={impl!r}; it takes None (v4 at d in {WS_HEAD_DIMS} unless "
-                         "deterministic or config=, else v3), 'v3' or 'ws'")
-    d = q.shape[3]
+                         "deterministic or config=, else v3), 'v3' or 'ws' (also named 'v4')")
+    impl = "ws" if impl == "v4" else impl
     if impl == "ws":
         if deterministic:
             raise ValueError("the v4 backward (impl='ws') has no deterministic mode; use impl='v3' or None with "
                              "deterministic=True")
-        if d not in fa2_wgmma_bwd_ws.HEAD_DIMS:
+        if d is not None and d not in fa2_wgmma_bwd_ws.HEAD_DIMS:
             raise ValueError(f"head dim d={d} unsupported; the v4 backward (impl='ws') takes d in "
                              f"{list(fa2_wgmma_bwd_ws.HEAD_DIMS)} (impl='v3' also takes 96 and 256)")
+    elif isinstance(config, dict):
+        v4_only = sorted(set(config) & V4_ONLY_KNOBS, key=str)
+        if v4_only:
+            raise ValueError(f"fa2_wgmma backward: config {v4_only[0]} is v4's knob: pass impl='ws' (v4's knobs: "
+                             f"{sorted(fa2_wgmma_bwd_ws.KNOBS)}; v3's: {sorted(KNOBS)})")
+    return impl
+
+
+def main_kernel(q, k, v, do, *, deterministic: bool = False, config: dict | None = None, impl: str | None = None):
+    """Which main kernel backward() runs for these (checked) inputs: "ws" (v4, fa2_wgmma_bwd_ws.cu) or "v3" (the
+    module docstring's rule). impl="ws" (or "v4") where v4 cannot run raises ValueError (tma.LayoutError for a
+    layout)."""
+    d = q.shape[3]
+    impl = _impl(impl, d, deterministic, config)
+    if impl == "ws":
         err = fa2_wgmma_bwd_ws.layout_error(q, k, v, do)
         if err is not None:
             raise err
         return "ws"
-    if impl is None and config is None and not deterministic and d in WS_HEAD_DIMS:
+    if impl is None and config is None and not deterministic and d in ws_head_dims():
         # a layout v3 takes but a TMA map cannot describe (a stride-0 broadcast): v3, as before v4 was the default
         return "ws" if fa2_wgmma_bwd_ws.layout_error(q, k, v, do) is None else "v3"
     return "v3"
@@ -399,56 +444,55 @@ def main_kernel(q, k, v, do, *, deterministic: bool = False, config: dict | None
 def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None = None,
              deterministic: bool = False, config: dict | None = None, out=None, impl: str | None = None, **options):
     """FA2 Algorithm 2 with wgmma; returns (dq, dk, dv). out=(dq, dk, dv) writes into given tensors. The main kernel
-    is v4's or v3's (main_kernel; the module docstring)."""
+    is v4's or v3's (main_kernel; the module docstring). Every check of the inputs, impl= and config= runs before
+    the GPU is asked for (the CPU tests reach them)."""
     import torch
 
     if options:
         raise TypeError(f"fa2_wgmma backward takes no options {sorted(options)} (it has deterministic=, config=, "
                         "out=, impl=)")
     deterministic = checks.flag("deterministic", deterministic)
-    ws_head_dim = not (isinstance(q, torch.Tensor) and q.dim() == 4 and q.shape[3] not in fa2_wgmma_bwd_ws.HEAD_DIMS)
-    if impl not in IMPLS or impl == "ws" and (deterministic or not ws_head_dim):
-        main_kernel(q, k, v, do, deterministic=deterministic, impl=impl)  # raises: named before the shared checks
+    d = q.shape[3] if isinstance(q, torch.Tensor) and q.dim() == 4 else None
+    _impl(impl, d, deterministic, config)  # named before the shared input checks
     _check(q, k, v, o, lse, do)
     kind = main_kernel(q, k, v, do, deterministic=deterministic, config=config, impl=impl)
-    loader.require_hopper(q.device, "the fa2_wgmma backward needs a compute capability 9.x GPU (wgmma, sm_90a)")
     d = q.shape[3]
     scale, causal = checks.scale_value(scale, d), checks.flag("causal", causal)  # as the forward checks them
     bf16 = q.dtype == torch.bfloat16
+    rows, n_k = k.shape[0] * k.shape[1], k.shape[2]
+    # the builds and grids (LPT's limit on Tc) are settled before the GPU is asked for and anything is allocated
+    ws_defs = None
     if kind == "ws":
         ws_defs = fa2_wgmma_bwd_ws.defines_for(d, bf16, config)
-        defs = defines_for(d, bf16)  # v3's default build: the pre and dq_bulk kernels v4 launches
-        grid(dict(ws_defs, NWG=fa2_wgmma_bwd_ws.NWG), k.shape[2], k.shape[0] * k.shape[1])  # LPT's limit on Tc
-        dq, dk, dv = _grads(q, k, out)
-        _launch(q, k, v, o, lse, do, causal, scale, [defs], (dq, dk, dv), ws=ws_defs)
-        return dq, dk, dv
-    if d == 256:
+        passes = [ws_companion_defines(d, bf16)]  # v3's default build: the pre and dq_bulk kernels v4 launches
+        grids = [grid(dict(ws_defs, NWG=fa2_wgmma_bwd_ws.NWG), n_k, rows)]
+    elif d == 256:
         if config is not None:
             raise ValueError("fa2_wgmma backward: d=256 has one build (three passes); it takes no config=")
-        dq, dk, dv = _grads(q, k, out)
-        if deterministic or not D256_KERNEL:  # the passes' dQ goes by red atomics: not bitwise repeatable
-            _backward_torch(q, k, v, o, lse, do, causal, scale, dq, dk, dv)
-        else:
-            _launch(q, k, v, o, lse, do, causal, scale, [defines_for(256, bf16, pass_=p) for p in PASSES_256],
-                    (dq, dk, dv))
-        return dq, dk, dv
-    defs = defines_for(d, bf16, config, deterministic)
-    grid(defs, k.shape[2], k.shape[0] * k.shape[1])  # LPT's limit on Tc: refused before anything is allocated
+        passes = [defines_for(256, bf16, pass_=p) for p in PASSES_256]
+        grids = [grid(p, n_k, rows) for p in passes]
+    else:
+        passes = [defines_for(d, bf16, config, deterministic)]
+        grids = [grid(passes[0], n_k, rows)]
+    loader.require_hopper(q.device, "the fa2_wgmma backward needs a compute capability 9.x GPU (wgmma, sm_90a)")
     dq, dk, dv = _grads(q, k, out)
-    _launch(q, k, v, o, lse, do, causal, scale, [defs], (dq, dk, dv))
+    if d == 256 and (deterministic or not D256_KERNEL):  # the passes' dQ goes by red atomics: not bitwise repeatable
+        _backward_torch(q, k, v, o, lse, do, causal, scale, dq, dk, dv)
+    else:
+        _launch(q, k, v, o, lse, do, causal, scale, passes, grids, (dq, dk, dv), ws=ws_defs)
     return dq, dk, dv
 
 
-def _launch(q, k, v, o, lse, do, causal, scale, passes, grads, ws: dict | None = None) -> None:
-    """The pre kernel, the main kernel once per build in passes (one; d = 256: three) or, given ws (v4's defines),
-    v4's main kernel once (passes: the v3 build whose pre and dq_bulk it shares), dQ's conversion."""
+def _launch(q, k, v, o, lse, do, causal, scale, passes, grids, grads, ws: dict | None = None) -> None:
+    """The pre kernel, the main kernel once per build in passes on its grid in grids (one; d = 256: three) or, given
+    ws (v4's defines), v4's main kernel once on grids[0] (passes: ws_companion_defines, whose pre and dq_bulk it
+    shares), dQ's conversion."""
     import torch
 
     dq, dk, dv = grads
     defs = passes[0]
     b, h, n_q, _ = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
-    grids = [grid(p, n_k, b * h_kv) for p in passes]
     n_pad = -(-n_q // PAD) * PAD
     l2 = torch.empty((b * h, n_pad), dtype=torch.float32, device=q.device)
     dd = torch.empty_like(l2)
@@ -467,9 +511,8 @@ def _launch(q, k, v, o, lse, do, causal, scale, passes, grads, ws: dict | None =
             float(scale), int(bool(causal)), int(h), int(h // h_kv), sem,
             *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv))
     if ws is not None:
-        assert defs["DQ_BULK"] == 1 and defs["NWG"] == fa2_wgmma_bwd_ws.NWG and defs["BR"] == ws["BR"], (defs, ws)
-        fa2_wgmma_bwd_ws.launch_main(ws, grid(dict(ws, NWG=fa2_wgmma_bwd_ws.NWG), n_k, b * h_kv), dev, q, k, v, do,
-                                     l2, dd, dq_acc, dk, dv, n_pad, scale, causal, h, h_kv, _strides)
+        fa2_wgmma_bwd_ws.launch_main(ws, grids[0], dev, q, k, v, do, l2, dd, dq_acc, dk, dv, n_pad, scale, causal, h,
+                                     h_kv, _strides)
     else:
         for p, g in zip(passes, grids):
             fn(KERNEL, p).launch(g, (threads(p), 1, 1), args, shared_mem=smem_bytes(p))

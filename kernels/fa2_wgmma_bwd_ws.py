@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from counting import checks
 from kernels import fa2_tc, loader, tma
 
 SOURCE = Path(__file__).resolve().parent / "cuda" / "fa2_wgmma_bwd_ws.cu"
@@ -76,25 +77,46 @@ def smem_bytes(defines: dict) -> int:
             + 8 * bars + 1024)
 
 
+REGS_AT_LAUNCH = (65536 // THREADS) // 8 * 8  # the .cu's: registers a thread has before setmaxnreg
+
+
+def knob_errors(defines: dict) -> list[str]:
+    """Why fa2_wgmma_bwd_ws.cu cannot build these defines (its static_asserts on STAGES, DS_BUFS, DQ_BUFS,
+    PRODUCER_REGS and the switches; Br against v3's conversion kernel); empty: it builds. defines_for refuses a config=
+    with these reasons, on CPU, instead of a compile error on the GPU."""
+    g = defines.get
+    d = defines["HEAD_DIM"]
+    out = [f"{k}={g(k)}: {k} is a switch, 0 or 1" for k in ("MERGED", "L2_HINT", "ORDER", "LPT") if g(k, 0) not in (0, 1)]
+    regs = g("PRODUCER_REGS", 24)
+    rules = [
+        (2 <= g("STAGES", 2) <= 3, f"STAGES={g('STAGES')}: 2..3 ring slots"),
+        (1 <= g("DS_BUFS", 2) <= 2, f"DS_BUFS={g('DS_BUFS')}: 1 or 2 dS^T buffers"),
+        (1 <= g("DQ_BUFS", 1) <= 2, f"DQ_BUFS={g('DQ_BUFS')}: 1 or 2 dQ buffers"),
+        # setmaxnreg.dec takes a multiple of 8 in 24..256 and must give registers back (at most what a thread has)
+        (24 <= regs <= REGS_AT_LAUNCH and regs % 8 == 0,
+         f"PRODUCER_REGS={regs}: a multiple of 8, at least 24 and at most {REGS_AT_LAUNCH} (the registers a thread "
+         "has at launch)"),
+        # the conversion kernel (v3's DQ_BULK build) reads the accumulator in its own Br's fragment order
+        (g("BR") == CONFIGS[d]["BR"], f"BR={g('BR')} at d={d}: the dQ conversion kernel (v3's DQ_BULK build) reads "
+                                       f"Br = {CONFIGS[d]['BR']}"),
+    ]
+    return out + [why for holds, why in rules if not holds]
+
+
 def defines_for(d: int, is_bf16: bool, config: dict | None = None) -> dict:
-    """The main kernel's build for head dim d (64, 128): CONFIGS[d] with config='s knobs over it."""
+    """The main kernel's build for head dim d (64, 128): CONFIGS[d] with config='s knobs over it; a config= the .cu
+    cannot build (knob_errors, smem) raises ValueError, a non-dict or non-integer value TypeError, before any launch."""
     if d not in HEAD_DIMS:
         raise ValueError(f"the v4 (warp-specialised) backward builds head dims {HEAD_DIMS}, got d={d}")
-    cfg = dict(CONFIGS[d], **(config or {}))
-    unknown = set(cfg) - KNOBS
-    if unknown:
-        raise ValueError(f"v4 backward: unknown knobs {sorted(unknown)}; it has {sorted(KNOBS)}")
-    if cfg.get("ORDER", 0) not in (0, 1):
-        raise ValueError(f"v4 backward: ORDER={cfg['ORDER']}: 0 (heads outer, i ascending) or 1 (i descending, heads "
-                         "inner)")
-    if cfg.get("LPT", 0) not in (0, 1):
-        raise ValueError(f"v4 backward: LPT={cfg['LPT']}: 0 (grid (Tc, B*H_kv)) or 1 ((B*H_kv, Tc))")
-    if cfg["BR"] != CONFIGS[d]["BR"]:
-        raise ValueError(f"v4 backward: BR={cfg['BR']} at d={d}; the dQ conversion kernel (v3's DQ_BULK build) "
-                         f"reads Br = {CONFIGS[d]['BR']}")
-    defs = dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **cfg)
-    if smem_bytes(defs) > SMEM_LIMIT:
-        raise ValueError(f"v4 backward {cfg} at d={d} needs {smem_bytes(defs)} B of shared memory; at most {SMEM_LIMIT}")
+    # a dict of known integer knobs (a typo must not time the default build under another name; 64.0 or True a define)
+    cfg = {} if config is None else checks.knob_config("v4 backward", config, KNOBS, (), CONFIGS[d])
+    defs = dict(HEAD_DIM=d, IS_BF16=int(bool(is_bf16)), **dict(CONFIGS[d], **cfg))
+    errors = knob_errors(defs)
+    if not errors and smem_bytes(defs) > SMEM_LIMIT:
+        errors = [f"{dict(CONFIGS[d], **cfg)} at d={d} needs {smem_bytes(defs)} B of shared memory; at most "
+                  f"{SMEM_LIMIT}"]
+    if errors:
+        raise ValueError(f"v4 backward: {'; '.join(errors)}")
     return defs
 
 
