@@ -36,9 +36,13 @@ def _has_nvdisasm() -> bool:
         return bool(shutil.which("nvdisasm"))
 
 
-MAIN = [(k, d) for _, k, d in bwd_ws.compile_configs() if k == bwd_ws.KERNEL]  # the shipped defaults first
+SHIPPED = [(k, d) for _, k, d in fa2_wgmma_bwd_ws.compile_configs()]  # what kernels.fa2_wgmma_bwd.backward launches
+LAB = [(k, d) for _, k, d in bwd_ws.compile_configs()  # the lab's A/B alternatives (lab/bwd_ws.py ALTERNATIVES)
+       if k == fa2_wgmma_bwd_ws.KERNEL and (k, d) not in SHIPPED]
+MAIN = SHIPPED + LAB  # the shipped defaults first: the default tier compiles those
 ORDER1 = [(k, d) for _, k, d in fa2_wgmma_bwd_ws.order_configs()]  # ORDER=1 / LPT=1 builds (lab/bwd_order_ab.py)
-IDS = ["-".join(f"{k}={v}" for k, v in d.items()) for _, d in MAIN + ORDER1]
+IDS = ([("shipped-" if i < len(SHIPPED) else "lab-") + "-".join(f"{k}={v}" for k, v in d.items())
+        for i, (_, d) in enumerate(MAIN)] + ["order-" + "-".join(f"{k}={v}" for k, v in d.items()) for _, d in ORDER1])
 # a plain pytest compiles one build per (d, ORDER, LPT); the slow tier every build (the alternatives, bf16)
 BUILDS = one_per(MAIN + ORDER1, key=lambda b: tuple(b[1].get(k, 0) for k in ("HEAD_DIM", "ORDER", "LPT")), ids=IDS)
 
@@ -85,7 +89,8 @@ def test_every_build_is_listed():
     default ones (what it launches), its sweep_configs() none (v3's)."""
     got = {(d["HEAD_DIM"], d["IS_BF16"], tuple(sorted(d.items()))) for _, d in MAIN}
     assert {(d, b) for d, b, _ in got} == {(64, 0), (64, 1), (128, 0), (128, 1)}
-    assert len(MAIN) == 2 * sum(1 + len(bwd_ws.ALTERNATIVES[d]) for d in bwd_ws.HEAD_DIMS)
+    assert len(MAIN) == len(got) == 2 * sum(1 + len(bwd_ws.ALTERNATIVES[d]) for d in bwd_ws.HEAD_DIMS)
+    assert len(SHIPPED) == 4 and all((k, d) in [(k2, d2) for _, k2, d2 in bwd_ws.compile_configs()] for k, d in SHIPPED)
     strip = [{k: v for k, v in d.items() if k not in ("ORDER", "LPT")} for _, d in ORDER1]
     assert strip == [fa2_wgmma_bwd_ws.defines_for(d["HEAD_DIM"], d["IS_BF16"]) for d in strip]
     shipped = [(s, k, d) for s, k, d in fa2_wgmma_bwd.compile_configs() if s == str(fa2_wgmma_bwd_ws.SOURCE)]
@@ -142,7 +147,7 @@ def test_defines_refuse_what_the_kernel_does_not_build():
     defines_for = fa2_wgmma_bwd_ws.defines_for
     with pytest.raises(ValueError, match="head dims"):
         defines_for(96, False)
-    with pytest.raises(ValueError, match="unknown knobs"):
+    with pytest.raises(ValueError, match="unknown config keys"):
         defines_for(128, False, dict(STAGS=3))
     with pytest.raises(ValueError, match="ORDER=2"):
         defines_for(128, False, dict(ORDER=2))
@@ -153,7 +158,78 @@ def test_defines_refuse_what_the_kernel_does_not_build():
     with pytest.raises(ValueError, match="shared memory"):  # 3 Q/dO slots + two dS^T and two dQ buffers at d = 128
         defines_for(128, False, dict(STAGES=3, DS_BUFS=2, DQ_BUFS=2))
     d128 = defines_for(128, True)
+    assert defines_for(128, True, dict(PRODUCER_REGS=32, L2_HINT=1))["PRODUCER_REGS"] == 32
     assert d128["IS_BF16"] == 1 and fa2_wgmma_bwd_ws.smem_bytes(d128) == 231528  # K, V 64K + Q, dO 64K + dS 32K + dQ 64K + ...
+
+
+@pytest.mark.parametrize("config,error,match", [
+    (dict(STAGES=1), ValueError, "STAGES=1: 2..3"),
+    (dict(STAGES=4), ValueError, "STAGES=4: 2..3"),
+    (dict(DS_BUFS=0), ValueError, "DS_BUFS=0: 1 or 2"),
+    (dict(DQ_BUFS=3), ValueError, "DQ_BUFS=3: 1 or 2"),
+    (dict(PRODUCER_REGS=28), ValueError, "PRODUCER_REGS=28: a multiple of 8"),
+    (dict(PRODUCER_REGS=16), ValueError, "PRODUCER_REGS=16: a multiple of 8, at least 24"),
+    (dict(PRODUCER_REGS=176), ValueError, "at most 168"),
+    (dict(MERGED=2), ValueError, "MERGED=2: MERGED is a switch"),
+    (dict(L2_HINT=-1), ValueError, "L2_HINT=-1: L2_HINT is a switch"),
+    (dict(MERGED=True), TypeError, "MERGED=True must be an integer"),
+    (dict(STAGES=2.0), TypeError, "STAGES=2.0 must be an integer"),
+    ([("STAGES", 2)], TypeError, "config must be a dict"),
+])
+def test_v4_knobs_are_checked_as_the_cu_asserts(config, error, match):
+    """defines_for mirrors fa2_wgmma_bwd_ws.cu's static_asserts (and refuses bools, floats, non-dicts)."""
+    with pytest.raises(error, match=match):
+        fa2_wgmma_bwd_ws.defines_for(128, False, config)
+
+
+@pytest.mark.parametrize("config,impl,error,match", [
+    (dict(STAGES=4), "ws", ValueError, "STAGES=4: 2..3"),
+    (dict(STAGES=2, MERGED=3), "v4", ValueError, "MERGED=3"),
+    (dict(DS_BUFS=1), None, ValueError, "config DS_BUFS is v4's knob: pass impl='ws'"),
+    (dict(NWG=2, BR=64, L2_HINT=1), None, ValueError, "config L2_HINT is v4's knob: pass impl='ws'"),
+    (dict(NWG=2, BR=64, PRODUCER_REGS=32), "v3", ValueError, "config PRODUCER_REGS is v4's knob: pass impl='ws'"),
+    (dict(NWG=2, BR=64, STAGES=7), "v3", ValueError, "STAGES=7: 2..3"),
+])
+def test_configs_are_checked_before_the_gpu_is_asked_for(monkeypatch, config, impl, error, match):
+    """A bad config= (v4's or v3's) is named on CPU tensors that pass as CUDA, before loader.require_hopper."""
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: pytest.fail("asked for the GPU first"))
+    monkeypatch.setattr(loader, "get_function", lambda *a, **kw: pytest.fail("launched"))
+    args = dict(GOOD, q=_t(1, 2, 33, 128), o=_t(1, 2, 33, 128), do=_t(1, 2, 33, 128), k=_t(1, 2, 17, 128),
+                v=_t(1, 2, 17, 128))
+    with pytest.raises(error, match=match):
+        fa2_wgmma_bwd.backward(*args.values(), config=config, impl=impl)
+
+
+def test_v4_is_another_name_for_ws(monkeypatch):
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    q, k, v, do = GOOD["q"], GOOD["k"], GOOD["v"], GOOD["do"]
+    assert fa2_wgmma_bwd.main_kernel(q, k, v, do, impl="v4") == fa2_wgmma_bwd.main_kernel(q, k, v, do, impl="ws") == "ws"
+    with pytest.raises(ValueError, match=r"impl='v4'\) has no deterministic mode|no deterministic mode"):
+        fa2_wgmma_bwd.main_kernel(q, k, v, do, impl="v4", deterministic=True)
+    with pytest.raises(ValueError, match="'v3' or 'ws' \\(also named 'v4'\\)"):
+        fa2_wgmma_bwd.main_kernel(q, k, v, do, impl="v5")
+
+
+@pytest.mark.parametrize("value", [(64, 96), (256,), [64, 128], (32,)])
+def test_ws_head_dims_is_checked_where_read(monkeypatch, value):
+    monkeypatch.setattr(fa2_wgmma_bwd, "WS_HEAD_DIMS", value)
+    with pytest.raises(ValueError, match=r"WS_HEAD_DIMS=.*a tuple of head dims in \(64, 128\)"):
+        fa2_wgmma_bwd.main_kernel(GOOD["q"], GOOD["k"], GOOD["v"], GOOD["do"])
+    with pytest.raises(ValueError, match="WS_HEAD_DIMS"):
+        fa2_wgmma_bwd.compile_configs()
+
+
+def test_ws_companion_defines(monkeypatch):
+    """The v3 build whose pre and dq_bulk kernels v4 launches shares its accumulator layout; a drift raises."""
+    for d in fa2_wgmma_bwd_ws.HEAD_DIMS:
+        for bf16 in (False, True):
+            defs = fa2_wgmma_bwd.ws_companion_defines(d, bf16)
+            assert defs == fa2_wgmma_bwd.defines_for(d, bf16)
+            assert (defs["DQ_BULK"], defs["NWG"], defs["BR"]) == (1, 2, fa2_wgmma_bwd_ws.CONFIGS[d]["BR"])
+    monkeypatch.setitem(fa2_wgmma_bwd_ws.CONFIGS, 128, dict(fa2_wgmma_bwd_ws.CONFIGS[128], BR=128))
+    with pytest.raises(ValueError, match="not the dQ accumulator layout"):
+        fa2_wgmma_bwd.ws_companion_defines(128, False)
 
 
 class _Recorder:
