@@ -4,17 +4,21 @@ shipped kernels.fa2_wgmma_bwd.backward runs it by default at d = 64 and 128 (iss
     dq, dk, dv = backward(q, k, v, o, lse, do, causal=False, scale=None, config=None, out=None)
 
 backward() is kernels.fa2_wgmma_bwd.backward(..., impl="ws"): v4 whatever the rule would pick, config= a dict of v4's
-knobs (an ALTERNATIVES build, an order_config). The kernel module's names (CONFIGS, KNOBS, defines_for, smem_bytes,
-spill_budget, order_config, order_configs, ...) are re-exported for the lab scripts. Lab-only here: ALTERNATIVES (other
-builds lab/bwd_ws_ab.py times beside the default, compiled and held to the same checks), compile_configs() with them,
-and consumer_spills() (the SASS split by role; it needs lab/spill_sites.py's nvdisasm).
+knobs (an ALTERNATIVES build, an order_config); v4 has no deterministic mode, so it takes no deterministic=. The kernel
+module's names the lab scripts and tests read through this module (__all__: ARCH, CONFIGS, HEAD_DIMS, KERNEL, NWG,
+SOURCE, defines_for, order_config, order_configs; lab/same_builds.py reads ARCH, KERNEL, SOURCE, compile_configs and
+order_configs of this file in both trees) are re-exported. Lab-only here: ALTERNATIVES (other builds lab/bwd_ws_ab.py
+times beside the default, compiled and held to the same checks), compile_configs() with them, and consumer_spills()
+(the SASS split by role; it needs lab/spill_sites.py's nvdisasm).
 """
 from __future__ import annotations
 
 from kernels import fa2_wgmma_bwd, loader
-from kernels.fa2_wgmma_bwd_ws import (ARCH, CONFIGS, HEAD_DIMS, KERNEL, KNOBS, MAX_SPILL_BYTES,  # noqa: F401
-                                      MAX_SPILL_BYTES_ORDER1, NWG, ORDER_AB, SMEM_LIMIT, SOURCE, THREADS, defines_for,
-                                      order_config, order_configs, smem_bytes, spill_budget)
+from kernels.fa2_wgmma_bwd_ws import (ARCH, CONFIGS, HEAD_DIMS, KERNEL, NWG, SOURCE, defines_for, order_config,
+                                      order_configs)
+
+__all__ = ["ALTERNATIVES", "ARCH", "CONFIGS", "HEAD_DIMS", "KERNEL", "NWG", "SOURCE", "backward", "compile_configs",
+           "consumer_spills", "defines_for", "order_config", "order_configs"]
 
 ALTERNATIVES = {
     64: [dict(BR=128, STAGES=2, DS_BUFS=1, DQ_BUFS=2, MERGED=1), dict(BR=128, STAGES=2, DS_BUFS=2, DQ_BUFS=1, MERGED=1,
@@ -25,17 +29,9 @@ ALTERNATIVES = {
 
 
 def backward(q, k, v, o, lse, do, *, causal: bool = False, scale: float | None = None, config: dict | None = None,
-             deterministic: bool = False, out=None):
+             out=None):
     """v4 forced: kernels.fa2_wgmma_bwd.backward(..., impl="ws"); returns (dq, dk, dv)."""
-    return fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, scale=scale, config=config,
-                                  deterministic=deterministic, out=out, impl="ws")
-
-
-def _shipped_defines(d: int, is_bf16: bool) -> dict:
-    """The v3 build whose pre and dq_bulk kernels v4 launches (its accumulator layout: Br, NWG)."""
-    defs = fa2_wgmma_bwd.defines_for(d, is_bf16)
-    assert defs["DQ_BULK"] == 1 and defs["NWG"] == NWG and defs["BR"] == CONFIGS[d]["BR"], defs
-    return defs
+    return fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, scale=scale, config=config, out=out, impl="ws")
 
 
 def compile_configs() -> list[tuple[str, str, dict]]:
@@ -46,9 +42,9 @@ def compile_configs() -> list[tuple[str, str, dict]]:
         for bf16 in (0, 1):
             for cfg in [None, *ALTERNATIVES[d]]:
                 out.append((str(SOURCE), KERNEL, defines_for(d, bf16, cfg)))
-            shipped = _shipped_defines(d, bool(bf16))
+            companion = fa2_wgmma_bwd.ws_companion_defines(d, bool(bf16))  # v3's build: v4's pre and dq_bulk
             for k in (fa2_wgmma_bwd.KERNEL_PRE, fa2_wgmma_bwd.KERNEL_DQ_BULK):
-                out.append((str(fa2_wgmma_bwd.SOURCE), k, shipped))
+                out.append((str(fa2_wgmma_bwd.SOURCE), k, companion))
     return out
 
 

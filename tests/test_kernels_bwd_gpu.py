@@ -358,6 +358,7 @@ def test_default_rule_runs_v4_and_broadcast_kv_runs_v3(d):
 
     q, k, v, do = inputs(2, 4, 333, 200, d, torch.bfloat16, 1.0, 21, h_kv=2, strided=True)
     o, lse = fa2_wgmma.forward(q, k, v, causal=True)
+    assert fa2_wgmma_bwd.main_kernel(q, k, v, do) == "ws"  # the rule's pick here; v3 under it would fail this test
     auto = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True)
     ws = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True, impl="ws")
     torch.cuda.synchronize()
@@ -367,6 +368,7 @@ def test_default_rule_runs_v4_and_broadcast_kv_runs_v3(d):
     assert kb.stride(1) == 0
     o, lse = fa2_wgmma.forward(q, kb.contiguous(), vb.contiguous(), causal=True)
     grads = tuple(poisoned_like(t) for t in (q, kb.contiguous(), vb.contiguous()))
+    assert fa2_wgmma_bwd.main_kernel(q, kb, vb, do) == "v3"
     got = fa2_wgmma_bwd.backward(q, kb, vb, o, lse, do, causal=True, out=grads)
     v3 = fa2_wgmma_bwd.backward(q, kb, vb, o, lse, do, causal=True, impl="v3")
     torch.cuda.synchronize()

@@ -79,6 +79,7 @@ def test_shipped_pre_and_dq_kernels_compile():
         if kernel == bwd_ws.KERNEL:
             continue
         assert src == str(fa2_wgmma_bwd.SOURCE)
+        assert defines == fa2_wgmma_bwd.ws_companion_defines(defines["HEAD_DIM"], bool(defines["IS_BF16"]))
         assert defines["DQ_BULK"] == 1 and defines["NWG"] == bwd_ws.NWG
         assert defines["BR"] == bwd_ws.CONFIGS[defines["HEAD_DIM"]]["BR"]  # the accumulator's fragment order
         assert loader.resource_usage(src, kernel, defines=defines, arch=bwd_ws.ARCH)["registers"] > 0
