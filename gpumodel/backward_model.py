@@ -318,13 +318,18 @@ def _gpu_of(device: str, path: Path) -> str:
 def kernel_of(label: str, path: Path, meta: dict | None = None, d: int | None = None) -> str | None:
     """The KERNELS entry a bench/bench_bwd.py row labelled `label` timed (None: not one the model prices). BUILD_OF
     names the builds of the files it lists; a run that records which main kernel its fa2_wgmma ran (bench_bwd.py's
-    meta fa2_wgmma_bwd_ws_head_dims, since issue 42: v4 at those d, v3 elsewhere) says it itself; otherwise a label is
-    what the package runs under that name now."""
+    meta fa2_wgmma_bwd_ws_head_dims, since issue 42: v4 at those d, v3 elsewhere) says it itself; a fa2_wgmma row of
+    a run that does neither is refused (ValueError: it may have timed v3 or v4); other labels are what the package
+    runs under that name now."""
     key = results_key(path)
     if key in BUILD_OF:
         return BUILD_OF[key].get(label, label)
     ws = (meta or {}).get("fa2_wgmma_bwd_ws_head_dims")
-    if label == "fa2_wgmma" and ws is not None and d not in ws:
+    if label == "fa2_wgmma" and ws is None:
+        raise ValueError(f"{path}: its fa2_wgmma rows do not say which main kernel they timed (no meta "
+                         "fa2_wgmma_bwd_ws_head_dims, as bench/bench_bwd.py records since issue 42): name its build in "
+                         "gpumodel.backward_model.BUILD_OF (fa2_wgmma_v3 for a run before issue 42's promotion)")
+    if label == "fa2_wgmma" and d not in ws:
         return "fa2_wgmma_v3"
     return label
 

@@ -78,8 +78,16 @@ def test_a_fit_on_another_gpus_cells_is_refused():
         bm.fit(cells, only=("fa2_wgmma",))
 
 
+def test_a_fa2_wgmma_row_of_an_unnamed_run_is_refused(tmp_path):
+    """A run neither in BUILD_OF nor recording its main kernel may have timed v3 or v4: refused, not read as v4."""
+    for meta in (None, {}, {"device": "NVIDIA H100 80GB HBM3"}):
+        with pytest.raises(ValueError, match="name its build in .*BUILD_OF"):
+            bm.kernel_of("fa2_wgmma", tmp_path / "bwd_bench.json", meta, 64)
+        assert bm.kernel_of("sdpa_flash", tmp_path / "bwd_bench.json", meta, 64) == "sdpa_flash"
+    assert bm.kernel_of("fa2_wgmma", bm.GRID_FILE, None, 64) == "fa2_wgmma_v3"  # BUILD_OF names the grid's
+
+
 @pytest.mark.parametrize("meta,d,want", [
-    (None, 64, "fa2_wgmma"),  # a run after the promotion that does not say: what the package runs now
     ({"fa2_wgmma_bwd_ws_head_dims": [64, 128]}, 128, "fa2_wgmma"),
     ({"fa2_wgmma_bwd_ws_head_dims": [64, 128]}, 96, "fa2_wgmma_v3"),
     ({"fa2_wgmma_bwd_ws_head_dims": []}, 64, "fa2_wgmma_v3"),  # WS_HEAD_DIMS emptied: v3 everywhere
