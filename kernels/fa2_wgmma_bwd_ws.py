@@ -19,6 +19,10 @@ per-tile fragment order). The pre and conversion kernels are v3's default builds
 bf16)), whose Br and NWG this kernel's CONFIGS share: the accumulator layout is theirs.
 
 The lab's A/B alternatives (ALTERNATIVES) and the SASS split of spills by role (consumer_spills) are lab/bwd_ws.py's.
+
+GPU status: the GPU checks and timings in results/bwd_ws_v4 ran on the build with one empty_q arrive per consumer
+warp; the shipped build (every consumer thread arrives on empty_q) has compiled and passed the CPU protocol model but
+not yet run on a GPU.
 """
 from __future__ import annotations
 

@@ -13,8 +13,11 @@
 // Q_i, dO_i (TMA, 64-column panels, 128-byte swizzle) and L2_i, D_i (1-D bulk copies) into a STAGES-slot ring
 // guarded by full/empty mbarriers; its warp 1 waits until a consumer warpgroup has staged its dQ slice in smem
 // (mbarrier dq_full) and issues the cp.reduce.async.bulk .add.f32 of it, then frees the buffer (dq_empty) when
-// the reduce has read it. The NWG = 2 consumer warpgroups (setmaxnreg.inc) run the shipped step; the only barrier
+// the reduce has read it. The NWG = 2 consumer warpgroups (setmaxnreg.inc) run v3's step; the only barrier
 // between them is the one that completes the dS^T tile for FA2 Alg. 2 line 15 (named barrier BAR_DS_FULL).
+// GPU status: the GPU checks and timings in results/bwd_ws_v4 ran on the build with one empty_q arrive per consumer
+// warp; this build (every consumer thread arrives on empty_q) has compiled and passed the CPU protocol model but not
+// yet run on a GPU.
 //
 // FA2 paper (Dao 2023) Algorithm 2, main kernel, for one key block j (keys n0..n0+Bc-1), Bc = 64*NWG, consumer
 // warpgroup c owning keys 64c..64c+63:
@@ -63,7 +66,7 @@
 // L2_HINT (evict_last on Q_i, dO_i and the dQ reduce-adds), ORDER (the steps' order: 0 t = h*T + (i - i_first), heads
 // outer; 1 t = (Tr-1 - i)*G + h, heads inner: the loader's (i, hq), the reducer's tile and the consumers' m0 follow it),
 // MERGED (1: S^T and dP^T waited together and P^T, dS^T computed in one pass, so P^T's fp32 copy dies as it is
-// packed; 0: the shipped order, the softmax overlapping dP^T's product; d = 64 needs 1 at 240 registers).
+// packed; 0: v3's order, the softmax overlapping dP^T's product; d = 64 needs 1 at 240 registers).
 // NWG = 2 consumer warpgroups (Bc = 128). Causal is bottom-right (query i sees key j iff j <= i + Nk - Nq).
 // grid = (Tc, B*H_kv); block = 128*(NWG+1) threads.
 
