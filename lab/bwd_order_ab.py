@@ -3,8 +3,9 @@
     PYTHONPATH=. python lab/bwd_order_ab.py --out DIR [--budget-s 200] [--n 2048,8192,16384] [--d 64,128] [--jobs 16]
                                             [--contenders shipped,shipped_o1,...,cudnn]
 
-Two hypotheses, each a compile-time knob of the shipped backward (kernels/cuda/fa2_wgmma_bwd.cu) and the lab's v4
-(kernels/cuda/fa2_wgmma_bwd_ws.cu); the default of both is today's kernel:
+Two hypotheses, each a compile-time knob of v3's main kernel (kernels/cuda/fa2_wgmma_bwd.cu; contender "shipped",
+run with impl="v3") and v4's (kernels/cuda/fa2_wgmma_bwd_ws.cu, the default at d = 64/128); the default of both is
+today's kernel:
   ORDER=1  L2 reuse. Today the CTA of key block j runs its group's query heads outer, Q blocks i ascending from
            i_first(j); concurrent CTAs of one kv head drift apart by (h+1)*i_first(j) steps, so a Q_i, dO_i tile read
            by one is re-read by another long after it left the 50 MB L2. ORDER=1: i descending from Tr-1, heads inner:

@@ -1,24 +1,25 @@
 """A/B of v4 of the Hopper backward (lab/bwd_ws.py: kernels/fa2_wgmma_bwd_ws.py forced with impl="ws", warp-specialised)
-against v3 (the contender named "shipped": kernels.fa2_wgmma_bwd.backward(impl="v3"), the shipped main kernel before
-issue 42 made v4 the default at d = 64, 128) and SDPA's (one GPU run).
+against v3 (the contender named "v3": kernels.fa2_wgmma_bwd.backward(impl="v3"), the shipped main kernel before
+issue 42 made v4 the default at d = 64, 128; results/bwd_ws_v4's files, run before, name it "shipped", which table()
+still reads as v3) and SDPA's (one GPU run).
 
     PYTHONPATH=. python lab/bwd_ws_ab.py --out DIR [--budget-s 200] [--n 2048,4096,16384] [--d 64,128]
                                           [--dtypes fp16,bf16] [--alternatives] [--jobs 16]
 
 1. Precompiles, in parallel processes, every build it launches: the v4 builds (lab/bwd_ws.py compile_configs), the
-   shipped backward's default builds at d = 64, 128 and the fa2_wgmma forward builds that make o and lse.
+   v3 backward's default builds at d = 64, 128 and the fa2_wgmma forward builds that make o and lse.
 2. Correctness (exit 1 on a failure, before any timing): v4 on odd shapes (Nq != Nk, tails, causal rows that see no
    key, GQA groups 1/2/4/8, (B, N, H, d) views; gradients poisoned with NaN) against float64 autograd (norm-relative
    TOL[dtype], or 3x the error of a float64 backward that rounds P and dS as any 16-bit kernel must) and against the
-   shipped fa2_wgmma backward (within 2^-8 of its norm: same roundings, only dQ's fp32 reduce order differs).
+   v3 fa2_wgmma backward (within 2^-8 of its norm: same roundings, only dQ's fp32 reduce order differs).
 3. Timing, per (dtype, d, N, causal) with batch*N = 16k tokens and hidden 2048 (H = 2048 / d): backward only, medians
-   of bench.harness.time_fn (triton.testing.do_bench, L2 flushed) of the shipped fa2_wgmma backward, v4 (and, with
+   of bench.harness.time_fn (triton.testing.do_bench, L2 flushed) of the v3 fa2_wgmma backward, v4 (and, with
    --alternatives, lab/bwd_ws.py ALTERNATIVES), SDPA cuDNN and SDPA flash (through autograd, graph kept). Each
    contender's gradients are first checked against cuDNN's on the same inputs (bench/bwd_layouts_speed.py's TOL); a
    failing one is reported, not timed, and makes the exit status 1. TFLOP/s count 2.5x the forward's FLOPs
    (bench.harness.flops, the papers' convention). Cells stop at --budget-s (the rest are listed as skipped), so
    a default run ends within ~240 s on an H100 including compiles.
-Prints a table (TFLOP/s, ratio to cuDNN, v4 / shipped) and writes bwd_ws_ab.json under --out.
+Prints a table (TFLOP/s, ratio to cuDNN, v4 / v3) and writes bwd_ws_ab.json under --out.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ from bench import harness  # noqa: E402
 TOKENS, HIDDEN = 16384, 2048
 TOL64 = {"fp16": 5e-3, "bf16": 3e-2}  # against float64 (tests/test_kernels_bwd_gpu.py TOL)
 TOL_CUDNN = {"fp16": 2e-2, "bf16": 6e-2}  # against another 16-bit backward (bench/bwd_layouts_speed.py TOL)
-SHIPPED_REL = 2.0 ** -8
+V3_REL = 2.0 ** -8
+V3_LABEL, OLD_V3_LABEL = "v3", "shipped"  # v3's contender name; the one results/bwd_ws_v4's files use
 CHECKS = [  # (B, H_kv, group, Nq, Nk, d, dtype, causal, strided)
     (2, 2, 1, 333, 200, 64, "fp16", True, False),
     (1, 2, 4, 200, 333, 64, "bf16", True, True),
@@ -151,9 +153,9 @@ def correctness() -> list[dict]:
                     floor, atol = float((base - ref).norm()), max(1e-5 * g.numel() ** 0.5, ds)
                     diff = float((gd - shd).norm()) if finite else math.inf
                     ok = finite and err <= max(TOL64[dt] * norm, 3 * floor, atol) and diff <= max(
-                        SHIPPED_REL * float(shd.norm()), 0.5 * float((shd - ref).norm()), atol)
+                        V3_REL * float(shd.norm()), 0.5 * float((shd - ref).norm()), atol)
                     row[name] = dict(rel=err / max(norm, 1e-30), rounding_rel=floor / max(norm, 1e-30),
-                                     vs_shipped=diff / max(float(shd.norm()), 1e-30), ok=ok)
+                                     vs_v3=diff / max(float(shd.norm()), 1e-30), ok=ok)
                     row["ok"] = row["ok"] and ok
                 if causal and n_q > n_k and not bool((grads[0][:, :, : n_q - n_k] == 0).all()):
                     row.update(ok=False, no_key_rows="dq not 0")
@@ -200,7 +202,7 @@ def run_cell(dt, d, n, causal, contenders, end, rows):
         try:
             if name in ("cudnn", "flash"):
                 fn = sdpa_grads(name, q, k, v, do, causal)
-            elif name == "shipped":
+            elif name == "v3":
                 def fn():
                     return fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, impl="v3")
             else:
@@ -231,19 +233,23 @@ def table(rows, names) -> str:
     def cell_word(rec):  # no record: this d has no such build (d = 64 has fewer ALTERNATIVES than d = 128)
         return "-" if rec is None else "skip" if "skipped" in rec else "FAIL"
 
+    def label(x):  # results/bwd_ws_v4's files name v3 "shipped" (it was, then)
+        return V3_LABEL if x == OLD_V3_LABEL else x
+
+    names = [label(x) for x in names]
     cells = sorted({(r["dtype"], r["d"], r["n"], r["causal"]) for r in rows}, key=lambda c: (c[0], c[1], c[3], c[2]))
     head = f"{'dtype':5} {'d':>4} {'N':>6} {'causal':>6} " + " ".join(f"{x:>9}" for x in names)
-    head += "  shipped/cuDNN  v4/cuDNN  v4/shipped"
+    head += "  v3/cuDNN  v4/cuDNN  v4/v3"
     out = [head]
     for c in cells:
-        by = {r["contender"]: r for r in rows if (r["dtype"], r["d"], r["n"], r["causal"]) == c}
+        by = {label(r["contender"]): r for r in rows if (r["dtype"], r["d"], r["n"], r["causal"]) == c}
         tf = {x: by.get(x, {}).get("tflops") for x in names}
         line = f"{c[0]:5} {c[1]:>4} {c[2]:>6} {int(c[3]):>6} " + " ".join(
             f"{tf[x]:9.1f}" if tf[x] else f"{cell_word(by.get(x)):>9}" for x in names)
 
         def ratio(a, b):
             return f"{tf[a] / tf[b]:.3f}" if tf.get(a) and tf.get(b) else "-"
-        line += f"  {ratio('shipped', 'cudnn'):>13}  {ratio('v4', 'cudnn'):>8}  {ratio('v4', 'shipped'):>10}"
+        line += f"  {ratio('v3', 'cudnn'):>8}  {ratio('v4', 'cudnn'):>8}  {ratio('v4', 'v3'):>5}"
         out.append(line)
     return "\n".join(out)
 
@@ -292,10 +298,10 @@ def main(argv=None) -> int:
             log(f"d = {d}: " + "; ".join(f"{k} = {v}" for k, v in result["alternatives"][d].items()))
     end = start + args.budget_s
     rows = result["rows"]
-    names = ["shipped", "v4", "cudnn", "flash"]
+    names = [V3_LABEL, "v4", "cudnn", "flash"]
     for dt in dtypes:
         for d in ds:
-            contenders = [("cudnn", None), ("shipped", None), ("v4", None), ("flash", None)]
+            contenders = [("cudnn", None), (V3_LABEL, None), ("v4", None), ("flash", None)]
             if args.alternatives:
                 alts = [(f"v4_alt{i}", cfg) for i, cfg in enumerate(bwd_ws.ALTERNATIVES[d])]
                 contenders += alts

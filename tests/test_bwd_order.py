@@ -1,7 +1,8 @@
-"""The step order knob ORDER of the Hopper backward (kernels/cuda/fa2_wgmma_bwd.cu) and the lab's v4
-(kernels/cuda/fa2_wgmma_bwd_ws.cu), on the CPU: which (query head, Q block i) tile a key block's step t reads.
+"""The step order knob ORDER of the Hopper backward's v3 (kernels/cuda/fa2_wgmma_bwd.cu) and v4
+(kernels/cuda/fa2_wgmma_bwd_ws.cu) main kernels, on the CPU: which (query head, Q block i) tile a key block's step t
+reads.
 
-ORDER=0 (shipped): t = h*T + (i - i_first), heads outer, i ascending. ORDER=1: t = (Tr-1 - i)*G + h, i descending,
+ORDER=0 (the default of both): t = h*T + (i - i_first), heads outer, i ascending. ORDER=1: t = (Tr-1 - i)*G + h, i descending,
 heads inner, so every key block of a kv head reads tile (h, i) at the same step (issue 42: L2 reuse of Q_i, dO_i
 across the concurrent CTAs). Checked here: each order visits every visible tile exactly once; ORDER=1 aligns the
 steps across key blocks (ORDER=0 does not, the drift the issue describes); v4's incremental loader and reducer

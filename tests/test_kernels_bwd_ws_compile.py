@@ -428,7 +428,7 @@ def test_ab_reference_is_the_tests_reference(causal, n_q, n_k, group):
 
 
 def test_ab_plan_and_table():
-    """The A/B precompiles every v4 build it times and the shipped and forward builds beside them; its table puts
+    """The A/B precompiles every v4 build it times and v3's and the forward's builds beside them; its table puts
     each contender's TFLOP/s and the ratios in one line per cell (FAIL / skip where a contender has none)."""
     from lab import bwd_ws_ab
 
@@ -438,14 +438,16 @@ def test_ab_plan_and_table():
         assert (str(src), tuple(sorted(d.items()))) in keys
     assert any("fa2_wgmma_tma" in s or "fa2_wgmma.cu" in s for s, _ in keys)  # the forward that makes o, lse
     cell = dict(dtype="fp16", d=128, n=2048, causal=True)
-    rows = [dict(cell, contender="cudnn", tflops=400.0), dict(cell, contender="shipped", tflops=300.0),
-            dict(cell, contender="v4", tflops=360.0), dict(cell, contender="flash", ok=False),
-            dict(cell, n=4096, contender="v4", skipped="budget")]
-    text = bwd_ws_ab.table(rows, ["shipped", "v4", "cudnn", "flash"])
-    line = [x for x in text.splitlines() if " 2048 " in x][0]
-    assert "300.0" in line and "360.0" in line and "FAIL" in line
-    assert line.split()[-3:] == ["0.750", "0.900", "1.200"]
-    assert "skip" in [x for x in text.splitlines() if " 4096 " in x][0]
+    for v3 in ("v3", "shipped"):  # new runs name v3 "v3"; results/bwd_ws_v4's files "shipped": both read as v3
+        rows = [dict(cell, contender="cudnn", tflops=400.0), dict(cell, contender=v3, tflops=300.0),
+                dict(cell, contender="v4", tflops=360.0), dict(cell, contender="flash", ok=False),
+                dict(cell, n=4096, contender="v4", skipped="budget")]
+        text = bwd_ws_ab.table(rows, [v3, "v4", "cudnn", "flash"])
+        assert text.splitlines()[0].split()[4:] == ["v3", "v4", "cudnn", "flash", "v3/cuDNN", "v4/cuDNN", "v4/v3"]
+        line = [x for x in text.splitlines() if " 2048 " in x][0]
+        assert "300.0" in line and "360.0" in line and "FAIL" in line
+        assert line.split()[-3:] == ["0.750", "0.900", "1.200"]
+        assert "skip" in [x for x in text.splitlines() if " 4096 " in x][0]
 
 
 def _fake_kernels(monkeypatch, broken=None):
@@ -497,9 +499,9 @@ def test_ab_glue_on_the_cpu(monkeypatch):
     monkeypatch.setattr(bwd_ws_ab, "TOKENS", 256)
     monkeypatch.setattr(bwd_ws_ab, "HIDDEN", 128)
     rows = []
-    contenders = [("cudnn", None), ("shipped", None), ("v4", None), ("flash", None)]
+    contenders = [("cudnn", None), ("v3", None), ("v4", None), ("flash", None)]
     bwd_ws_ab.run_cell("bf16", 64, 128, True, contenders, float("inf"), rows)
-    assert [r["contender"] for r in rows] == ["cudnn", "shipped", "v4", "flash"]
+    assert [r["contender"] for r in rows] == ["cudnn", "v3", "v4", "flash"]
     assert all(r["ok"] and r["median_ms"] == 2.0 for r in rows), rows
     assert rows[2]["tflops"] == pytest.approx(2.5 * bwd_ws_ab.harness.flops(2, 2, 128, 128, 64, True) / 2.0 / 1e9)
     assert max(rows[2]["rel_err_vs_cudnn"]) < bwd_ws_ab.TOL_CUDNN["bf16"]

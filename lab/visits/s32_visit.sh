@@ -5,9 +5,10 @@
 #   heldout   issue 43: the forward and backward benchmarks the H100 held-out record reads (results/h100_heldout/)
 #   speed     issue 42/44 speed: backward layouts vs cuDNN, decode vs SDPA
 #   ab        issue 40: this tree against AB_OLD (forward and backward bits and times)
-#   ws        issue 42: the warp-specialised backward v4 (lab/bwd_ws_ab.py) against v3 ('shipped') and cuDNN
+#   ws        issue 42: the warp-specialised backward v4 (lab/bwd_ws_ab.py) against v3 (contender 'v3'; 'shipped' in
+#             results/bwd_ws_v4's files) and cuDNN
 #   ws_san    issue 42: compute-sanitizer memcheck, racecheck, synccheck of the v4 backward (its 'tiny' target):
-#             racecheck clean is the gate of v4's promotion
+#             racecheck clean is the gate of v4 staying the default (WS_HEAD_DIMS = () restores v3)
 #   order     issue 42: causal GQA's gap, ORDER=1 (steps i descending, heads inner: L2 reuse) and LPT=1 (grid
 #             (B*H_kv, Tc): longest CTAs first) of both backwards: their GPU tests, then lab/bwd_order_ab.py
 #             (every build vs the default and cuDNN; GQA 8:1 and equal heads, causal and not)
@@ -16,6 +17,8 @@
 #             with .abbase2 carried (git archive <base> kernels), that tree's split_kv_fast timed beside (--base)
 #   ncu       issue 42's moonshot: the shipped backward against SDPA's flash and cuDNN at d = 128, N = 16k, bf16
 #             (lab/ncu_bwd_target.py): speed of light, warp states (stall reasons), compute and memory workload
+# The next visit starts with ws_san: v4's shipped build (every consumer thread arrives on empty_q) has not yet run
+# on a GPU, and its racecheck decides WS_HEAD_DIMS before anything is timed, e.g. STEPS="ws_san check ws v4bench".
 # Every log and JSON goes to $OUT/w/<step>/, packed at the end into $OUT/visit.tgz (the device returns 8 files at most).
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
