@@ -161,8 +161,8 @@ def knobs(name: str) -> tuple[str, int, int]:
 
 
 def run(name: str, q, k, v, o, lse, do, causal, deterministic=False, out=None):
-    """One contender's backward (a name of KERNELS): the shipped kernels.fa2_wgmma_bwd or the lab's v4 (lab/bwd_ws.py)
-    with its ORDER and LPT; the plain name runs the default build (config=None)."""
+    """One contender's backward (a name of KERNELS): v3 ("shipped": kernels.fa2_wgmma_bwd.backward with impl="v3") or
+    v4 (lab/bwd_ws.py) with its ORDER and LPT; the plain name runs the default build (config=None)."""
     from kernels import fa2_wgmma_bwd
     from lab import bwd_ws
 
