@@ -24,7 +24,12 @@
 // Version log:
 //   v1  the structure above. Sized for bytes in flight: a stage is K_j + V_j = 32 KB at d = 64 (BN = 128) and
 //       d = 128 (BN = 64), 64 KB at d = 256 (BN = 64); STAGES = 3 keeps two stages (64-128 KB per CTA) loading
-//       while one computes: 2 CTAs per SM at d <= 128. Not yet measured (no GPU where it was written).
+//       while one computes: 2 CTAs per SM at d <= 128. Measured on an H100 since (results/decode_speed/).
+//   v2  a paged tile inside one page (page_size a multiple of BN) takes its page from block_table once per tile
+//       (load_kv's one_page). Why: on an H100 (results/decode_speed/) the paged cache read at 66-75% of the copy
+//       bandwidth at B = 8, caches >= 32k, where the contiguous one read 80-92%, and each row's lookup (a division and a dependent
+//       load) stands before its cp.async. Checked by the CPU emulation (tests/test_split_kv_fast_emulated.py, pages
+//       of 128 and 256); not yet run on a GPU: lab/decode_split_ab.py --base times it against v1 in one run.
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
 #endif
