@@ -16,17 +16,21 @@ LARGE_SCORE_GRAD_TOLERANCE = 3e-2
 
 
 def reference_grads(q, k, v, do, *, causal=False, scale=None):
-    """(dq, dk, dv) of softmax attention in float64 by torch.autograd (rows that see no key: o = 0)."""
+    """(dq, dk, dv) of softmax attention in float64 by torch.autograd: the tests' one autograd oracle (rows that see no
+    key: o = 0; K/V of H_kv heads dividing H repeat_interleave'd inside the graph, so dK, dV come back summed over each
+    group). variants.reference.backward_reference, the formula oracle of the kernels' GPU checks, is held equal to it
+    (tests/test_reference_backward.py)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    rep = q.shape[1] // k.shape[1]
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    s = scale * (q64 @ k64.transpose(-1, -2))
+    s = scale * (q64 @ k64.repeat_interleave(rep, 1).transpose(-1, -2))
     if causal:
         s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
     lse = torch.logsumexp(s, dim=-1, keepdim=True)
     seen = torch.isfinite(lse)
     p = torch.where(seen, torch.exp(s - torch.where(seen, lse, torch.zeros_like(lse))),
                     torch.zeros_like(s))
-    (p @ v64).backward(do.double())
+    (p @ v64.repeat_interleave(rep, 1)).backward(do.double())
     return q64.grad, k64.grad, v64.grad
 
 

@@ -22,7 +22,6 @@ and an RMS error of 1e-5 always passes.
 """
 from __future__ import annotations
 
-import math
 
 import pytest
 
@@ -39,45 +38,10 @@ pytestmark = [pytest.mark.gpu,
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from variants.reference import causal_mask, fp32_ds_floor  # noqa: E402
+from variants.reference import backward_reference, fp32_ds_floor  # noqa: E402
 
 TOL = {torch.float16: 5e-3, torch.bfloat16: 3e-2}
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-
-
-def reference_grads(q, k, v, do, *, causal, scale=None, round_to=None):
-    """(dq, dk, dv) in float64 by autograd of softmax attention (rows that see no key: o = 0, grads 0).
-    round_to=dtype rounds O (for D), P and dS to that dtype, as a low-precision kernel does."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    if round_to is None:
-        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-        s = scale * (q64 @ k64.transpose(-1, -2))
-        if causal:
-            ok = causal_mask(q.shape[-2], k.shape[-2], q.device)
-            s = s.masked_fill(~ok, float("-inf"))
-            seen = ok.any(-1, keepdim=True)
-            s = torch.where(seen, s, torch.zeros_like(s))  # no -inf row: softmax's backward stays finite
-            p = torch.where(seen, torch.softmax(s, -1), torch.zeros_like(s))
-        else:
-            p = torch.softmax(s, -1)
-        (p @ v64).backward(do.double())
-        return q64.grad, k64.grad, v64.grad
-
-    def r(t):
-        return t.to(round_to).double()
-
-    q64, k64, v64, do64 = q.double(), k.double(), v.double(), do.double()
-    s = scale * (q64 @ k64.transpose(-1, -2))
-    if causal:
-        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device), float("-inf"))
-    lse = torch.logsumexp(s, -1, keepdim=True)
-    p = torch.where(torch.isfinite(lse), torch.exp(s - lse.nan_to_num(neginf=0.0)), torch.zeros_like(s))
-    o = p @ v64
-    dv = r(p).transpose(-1, -2) @ do64                     # FA2 Alg. 2 line 12, P rounded
-    dp = do64 @ v64.transpose(-1, -2)                      # line 13
-    dd = (do64 * r(o)).sum(-1, keepdim=True)               # line 4, O rounded
-    ds = r(p * (dp - dd))                                  # line 14, dS rounded
-    return scale * ds @ k64, scale * ds.transpose(-1, -2) @ q64, dv
 
 
 def inputs(b, h, n_q, n_k, d, dtype, scale, seed, h_kv=None, strided=False):
@@ -90,14 +54,6 @@ def inputs(b, h, n_q, n_k, d, dtype, scale, seed, h_kv=None, strided=False):
         return x.to(dtype).transpose(1, 2) if strided else x.transpose(1, 2).contiguous().to(dtype)
 
     return make(h, n_q, scale), make(h_kv, n_k, scale), make(h_kv, n_k, 1.0), make(h, n_q, 1.0)
-
-
-def grouped_reference(q, k, v, do, *, causal, scale=None, round_to=None):
-    """reference_grads with K/V repeat_interleave'd to H heads, dK/dV summed back over each group."""
-    rep = q.shape[1] // k.shape[1]
-    dq, dk, dv = reference_grads(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), do, causal=causal,
-                                 scale=scale, round_to=round_to)
-    return dq, dk.unflatten(1, (k.shape[1], rep)).sum(2), dv.unflatten(1, (k.shape[1], rep)).sum(2)
 
 
 def poisoned_like(t):
@@ -127,8 +83,8 @@ def check_against_float64(grads, q, k, v, do, *, causal, dtype) -> dict:
     """Asserts each of (dq, dk, dv) finite and within TOL[dtype] of float64 autograd, or 3x the error of a float64
     backward that rounds as a 16-bit kernel must, or below the absolute floor (fp32_ds_floor, RMS 1e-5); and dq = 0
     on causal rows that see no key. Per name: rel, rounding_rel, the float64 gradient (ref) and the floor (atol)."""
-    exact = grouped_reference(q, k, v, do, causal=causal)
-    rounded = grouped_reference(q, k, v, do, causal=causal, round_to=dtype)
+    exact = backward_reference(q, k, v, do, causal=causal)
+    rounded = backward_reference(q, k, v, do, causal=causal, round_to=dtype)
     out, ds_floor = {}, (*fp32_ds_floor(q, k, v, do, causal=causal), 0.0)
     for name, g, ref, base, ds in zip(("dq", "dk", "dv"), grads, exact, rounded, ds_floor):
         gd = g.double()
@@ -260,7 +216,7 @@ def test_non_positive_softmax_scale(softmax_scale):
         grads = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
         fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=True, scale=softmax_scale, out=grads)
         torch.cuda.synchronize()
-        exact = reference_grads(q, k, v, do, causal=True, scale=softmax_scale)
+        exact = backward_reference(q, k, v, do, causal=True, scale=softmax_scale)
         for name, g, ref in zip(("dq", "dk", "dv"), grads, exact):
             assert torch.isfinite(g).all(), name
             err, norm = float((g.double() - ref).norm()), float(ref.norm())

@@ -414,14 +414,14 @@ def test_layout_rules_are_v3s_but_for_broadcasts():
 def test_ab_reference_is_the_tests_reference(causal, n_q, n_k, group):
     """lab/bwd_ws_ab.py's float64 reference (exact and rounded) is tests/test_kernels_bwd_gpu.py's grouped one."""
     from lab import bwd_ws_ab
-    from tests.test_kernels_bwd_gpu import grouped_reference
+    from variants.reference import backward_reference
 
     g = torch.Generator().manual_seed(n_q + group)
     q, do = (torch.randn(2, 2 * group, n_q, 16, generator=g) for _ in range(2))
     k, v = (torch.randn(2, 2, n_k, 16, generator=g) * 2 for _ in range(2))
     for round_to in (None, torch.bfloat16):
         got = bwd_ws_ab.reference(q, k, v, do, causal, round_to)
-        want = grouped_reference(q, k, v, do, causal=causal, round_to=round_to)
+        want = backward_reference(q, k, v, do, causal=causal, round_to=round_to)
         for a, b in zip(got, want):
             assert torch.isfinite(a).all()
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)

@@ -7,16 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from variants.reference import attention_reference, backward_reference  # noqa: E402
-
-
-def autograd_grads(q, k, v, do, causal):
-    rep = q.shape[1] // k.shape[1]
-    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    o = attention_reference(q64, k64.repeat_interleave(rep, 1), v64.repeat_interleave(rep, 1), causal=causal)
-    o = o[0] if isinstance(o, tuple) else o
-    (o * do.double()).sum().backward()
-    return q64.grad, k64.grad, v64.grad
+from tests.backward_helpers import reference_grads  # noqa: E402
+from variants.reference import backward_reference  # noqa: E402
 
 
 @pytest.mark.parametrize("b,h,h_kv,n_q,n_k,d,causal", [
@@ -26,7 +18,7 @@ def test_backward_reference_is_autograd(b, h, h_kv, n_q, n_k, d, causal):
     g = torch.Generator().manual_seed(n_q * 100 + n_k)
     q, do = (torch.randn(b, h, n_q, d, generator=g) for _ in range(2))
     k, v = (torch.randn(b, h_kv, n_k, d, generator=g) for _ in range(2))
-    want = autograd_grads(q, k, v, do, causal)
+    want = reference_grads(q, k, v, do, causal=causal)
     got = backward_reference(q, k, v, do, causal=causal)
     for w, x in zip(want, got):
         assert torch.allclose(w.nan_to_num(0.0), x, atol=1e-10, rtol=1e-9)
