@@ -80,3 +80,19 @@ def rounding_floor(name, q, k, v, do, o, *, causal=False, scale=None, block_k=No
         u = 2.0 ** -11 if dt == torch.float16 else 2.0 ** -8
         floor["dq"] += math.ceil(k.shape[-2] / block_k) * u
     return floor
+
+
+class LaunchRecorder:
+    """Stands in for loader.get_function: records each launch (source, kernel name, defines, grid, args)."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __call__(self, source, name, *, defines, arch, device):
+        rec = self
+
+        class K:
+            def launch(self, grid, block, args, shared_mem=0):
+                rec.launches.append(dict(source=str(source), name=name, defines=defines, grid=grid, block=block,
+                                         args=args, shared_mem=shared_mem))
+        return K()

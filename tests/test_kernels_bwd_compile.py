@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kernels import fa2_wgmma, fa2_wgmma_bwd, loader
+from tests.backward_helpers import LaunchRecorder
 from tests.tiers import one_per
 from variants.reference import backward_reference
 
@@ -183,22 +184,6 @@ def test_defines_refuse_other_head_dims():
     assert fa2_wgmma_bwd.knob_errors(dict(HEAD_DIM=64, D_REAL=96, NWG=2, BR=128))
 
 
-class _Recorder:
-    """Stands in for loader.get_function: records each launch (kernel name, defines, grid, args)."""
-
-    def __init__(self):
-        self.launches = []
-
-    def __call__(self, source, name, *, defines, arch, device):
-        rec = self
-
-        class K:
-            def launch(self, grid, block, args, shared_mem=0):
-                rec.launches.append(dict(name=name, defines=defines, grid=grid, block=block, args=args,
-                                         shared_mem=shared_mem))
-        return K()
-
-
 @pytest.mark.parametrize("d,group,deterministic", [(64, 4, False), (96, 2, True), (128, 8, False), (256, 2, False)])
 def test_launch_plan_on_strided_gqa(monkeypatch, d, group, deterministic):
     """v3's launch plan (impl="v3"), on CPU tensors that pass as CUDA: the pre and dq kernels over B*H query heads, the main
@@ -208,7 +193,7 @@ def test_launch_plan_on_strided_gqa(monkeypatch, d, group, deterministic):
 
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
-    rec = _Recorder()
+    rec = LaunchRecorder()
     monkeypatch.setattr(loader, "get_function", rec)
     b, h_kv, n_q, n_k = 2, 2, 70, 200
     h = h_kv * group

@@ -102,17 +102,22 @@ def check_against_float64(grads, q, k, v, do, *, causal, dtype) -> dict:
     return out
 
 
-shape = st.tuples(
-    st.integers(1, 2),                                      # B
-    st.integers(1, 3),                                      # H (H_kv when grouped)
-    st.integers(1, 700),                                    # Nq
-    st.integers(1, 700),                                    # Nk
-    st.sampled_from([64, 96, 128, 256]),                    # d
-    st.sampled_from([torch.float16, torch.bfloat16]),
-    st.booleans(),                                          # causal
-    st.sampled_from([0.5, 1.0, 4.0, 20.0]),                 # input scale: scores up to ~1e4
-    st.integers(0, 2**31 - 1),                              # seed
-)
+def shapes(dims):
+    """check()'s (B, H, Nq, Nk, d, dtype, causal, input scale, seed) with d drawn from dims."""
+    return st.tuples(
+        st.integers(1, 2),                                      # B
+        st.integers(1, 3),                                      # H (H_kv when grouped)
+        st.integers(1, 700),                                    # Nq
+        st.integers(1, 700),                                    # Nk
+        st.sampled_from(dims),                                  # d
+        st.sampled_from([torch.float16, torch.bfloat16]),
+        st.booleans(),                                          # causal
+        st.sampled_from([0.5, 1.0, 4.0, 20.0]),                 # input scale: scores up to ~1e4
+        st.integers(0, 2**31 - 1),                              # seed
+    )
+
+
+shape = shapes([64, 96, 128, 256])
 
 
 @SETTINGS

@@ -13,6 +13,7 @@ import torch
 
 from kernels import fa2_wgmma_bwd, fa2_wgmma_bwd_ws, loader
 from lab import bwd_ws  # the lab's A/B builds (ALTERNATIVES) and the SASS split by role (consumer_spills)
+from tests.backward_helpers import LaunchRecorder
 from tests.tiers import one_per
 
 try:
@@ -233,22 +234,6 @@ def test_ws_companion_defines(monkeypatch):
         fa2_wgmma_bwd.ws_companion_defines(128, False)
 
 
-class _Recorder:
-    """Stands in for loader.get_function: records each launch (source, kernel name, defines, grid, args)."""
-
-    def __init__(self):
-        self.launches = []
-
-    def __call__(self, source, name, *, defines, arch, device):
-        rec = self
-
-        class K:
-            def launch(self, grid, block, args, shared_mem=0):
-                rec.launches.append(dict(source=str(source), name=name, defines=defines, grid=grid, block=block,
-                                         args=args, shared_mem=shared_mem))
-        return K()
-
-
 def _as_gpu(monkeypatch, maps=None):
     """CPU tensors pass as CUDA on a Hopper GPU; tensor maps become their names (recorded in maps); launches are
     recorded. Returns the recorder."""
@@ -258,7 +243,7 @@ def _as_gpu(monkeypatch, maps=None):
     monkeypatch.setattr(loader, "require_hopper", lambda *a, **kw: None)
     monkeypatch.setattr(tma, "tensor_map", lambda t, rows, name="": (maps if maps is not None else []).append(
         (name, rows)) or name)
-    rec = _Recorder()
+    rec = LaunchRecorder()
     monkeypatch.setattr(loader, "get_function", rec)
     return rec
 
