@@ -18,7 +18,12 @@
 #   ncu       issue 42's moonshot: the shipped backward against SDPA's flash and cuDNN at d = 128, N = 16k, bf16
 #             (lab/ncu_bwd_target.py): speed of light, warp states (stall reasons), compute and memory workload
 # The next visit starts with ws_san: v4's shipped build (every consumer thread arrives on empty_q) has not yet run
-# on a GPU, and its racecheck decides WS_HEAD_DIMS before anything is timed, e.g. STEPS="ws_san check ws v4bench".
+# on a GPU, and its racecheck decides WS_HEAD_DIMS before anything is timed. Session 33 had no GPU; its plan, two calls
+# back to back (the second within the 30 s idle window keeps the kernel cache), with .abbase2 carried
+# (mkdir .abbase2 && git archive 7314796 kernels | tar -x -C .abbase2: split_kv_fast before the paged change):
+#   1. WS_SAN_TOOLS=racecheck STEPS="ws_san bwd client decode" LIM_WS_SAN=90 LIM_BWD=150 LIM_CLIENT=110 LIM_DECODE=70
+#   2. STEPS="v4bench split order" LIM_V4=170 BUDGET_V4=140 LIM_SPLIT=150 BUDGET_SPLIT=120 LIM_ORDER_TEST=120 LIM_ORDER=200
+#      (then memcheck/synccheck of v4, ncu, and an H200 run of v4bench + bench/decode_speed.py for the models' H200 checks)
 # Every log and JSON goes to $OUT/w/<step>/, packed at the end into $OUT/visit.tgz (the device returns 8 files at most).
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
