@@ -25,7 +25,7 @@ concurrent CTAs belong to many kv heads). The GPU decides; both models are crude
    ORDER=1 LPT=1 builds, the shipped pre/dq kernels, the forward builds that make o and lse).
 2. Correctness (exit 1 on a failure, before any timing): every build of both kernels (the shipped ones also with
    deterministic=True), on GQA causal shapes with tails, Nq != Nk and rows that see no key: dq, dk, dv against
-   float64 (norm-relative TOL64[dtype], or 3x the error of a float64 backward that rounds O, P, dS to the input dtype,
+   float64 (norm-relative TOL64[dtype] of lab/bwd_ws_ab.py check_grad, or 3x the error of a float64 backward that rounds O, P, dS to the input dtype,
    or variants.reference.fp32_ds_floor), gradients poisoned with NaN first.
 3. Timing, per (kv heads, causal, d, N), bf16, batch*N = 16k tokens, hidden 2048 (bench/bwd_layouts_speed.py's
    cells: H = 2048 / d, gqa8 H_kv = H / 8, equal H_kv = H): backward only, bench.harness.time_fn medians
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import tempfile
@@ -53,9 +52,9 @@ if str(ROOT) not in sys.path:
 
 from bench import bwd_layouts_speed as layouts  # noqa: E402
 from bench import harness  # noqa: E402
+from lab.bwd_ws_ab import _dtype, check_grad, log, sync  # noqa: E402
 
 DTYPE = "bf16"
-TOL64 = {"fp16": 5e-3, "bf16": 3e-2}  # against float64 (tests/test_kernels_bwd_gpu.py TOL)
 # <kernel>[_o1][_lpt]: ORDER=1 (i descending, heads inner) and/or LPT=1 (grid (B*H_kv, Tc): every row's key block 0
 # dispatched first, the longest causal CTAs first); no suffix: the default build, exactly what backward() launches
 KERNELS = ("shipped", "shipped_o1", "shipped_lpt", "shipped_o1_lpt", "v4", "v4_o1", "v4_lpt", "v4_o1_lpt")
@@ -68,23 +67,6 @@ CHECKS = [  # (B, H_kv, group, Nq, Nk, d, dtype, causal)
     (2, 2, 1, 129, 517, 128, "bf16", False),
 ]
 DEVICE = "cuda"  # tests/test_bwd_order.py runs the glue on "cpu" with the kernels replaced by the oracle
-
-
-def sync() -> None:
-    import torch
-
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def _dtype(name):
-    import torch
-
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 def cells(ds, ns) -> list[tuple]:
@@ -200,14 +182,9 @@ def builds(ds, ns) -> list[tuple]:
 
 
 def precompile(jobs_n: int, ds, ns) -> None:
-    from lab.precompile_bwd import compile_all
+    from lab.precompile_bwd import compile_or_exit
 
-    jobs = builds(ds, ns)
-    t0 = time.time()
-    bad = compile_all(jobs, jobs_n)
-    if bad:
-        raise SystemExit(f"a build failed to compile:\n{bad[0][:3000]}")
-    log(f"precompiled {len(jobs)} builds in {time.time() - t0:.0f} s")
+    compile_or_exit(builds(ds, ns), jobs_n)
 
 
 def correctness() -> list[dict]:
@@ -233,15 +210,11 @@ def correctness() -> list[dict]:
             try:
                 grads = tuple(fa2_wgmma_bwd._empty_like_layout(t).fill_(float("nan")) for t in (q, k, v))  # poisoned
                 run(name, q, k, v, o, lse, do, causal, deterministic=det, out=grads)
-                sync()
+                sync(DEVICE)
                 for gname, gr, ref, base, ds in zip(("dq", "dk", "dv"), grads, exact, rounded, ds_floor):
-                    gd = gr.double()
-                    finite = bool(torch.isfinite(gd).all())
-                    norm, err = float(ref.norm()), float((gd - ref).norm()) if finite else math.inf
-                    floor, atol = float((base - ref).norm()), max(1e-5 * gr.numel() ** 0.5, ds)
-                    ok = finite and err <= max(TOL64[dt] * norm, 3 * floor, atol)
-                    row[gname] = dict(rel=err / max(norm, 1e-30), rounding_rel=floor / max(norm, 1e-30), ok=ok)
-                    row["ok"] = row["ok"] and ok
+                    c = check_grad(gr, ref, base, ds, dt)
+                    row[gname] = dict(rel=c["rel"], rounding_rel=c["rounding_rel"], ok=c["ok"])
+                    row["ok"] = row["ok"] and c["ok"]
                 if causal and n_q > n_k and not bool((grads[0][:, :, : n_q - n_k] == 0).all()):
                     row.update(ok=False, no_key_rows="dq not 0")
             except Exception as exc:
@@ -277,7 +250,7 @@ def run_cell(group, causal, d, n, end, rows, contenders=CONTENDERS):
                 def fn(name=name):
                     return run(name, q, k, v, o, lse, do, causal)
             grads = fn()
-            sync()
+            sync(DEVICE)
             if name == "cudnn":
                 ref = grads
             rec["finite"] = all(bool(torch.isfinite(x).all()) for x in grads)

@@ -57,10 +57,10 @@ CHECKS = [  # (B, H_kv, group, Nq, Nk, d, dtype, causal, strided)
 DEVICE = "cuda"  # tests/test_kernels_bwd_ws_compile.py runs the glue on "cpu" with the kernels replaced by the oracle
 
 
-def sync() -> None:
+def sync(device: str) -> None:
     import torch
 
-    if DEVICE == "cuda":
+    if device == "cuda":
         torch.cuda.synchronize()
 
 
@@ -94,14 +94,9 @@ def builds(ds, dtypes, ns) -> list[tuple]:
 
 
 def precompile(jobs_n: int, ds, dtypes, ns) -> None:
-    from lab.precompile_bwd import compile_all
+    from lab.precompile_bwd import compile_or_exit
 
-    jobs = builds(ds, dtypes, ns)
-    t0 = time.time()
-    bad = compile_all(jobs, jobs_n)
-    if bad:
-        raise SystemExit(f"a build failed to compile:\n{bad[0][:3000]}")
-    log(f"precompiled {len(jobs)} builds in {time.time() - t0:.0f} s")
+    compile_or_exit(builds(ds, dtypes, ns), jobs_n)
 
 
 def reference(q, k, v, do, causal, round_to=None):
@@ -109,6 +104,20 @@ def reference(q, k, v, do, causal, round_to=None):
     from variants.reference import backward_reference
 
     return backward_reference(q, k, v, do, causal=causal, round_to=round_to)
+
+
+def check_grad(g, ref, base, ds, dt: str) -> dict:
+    """One gradient g against float64: ref exact, base the 16-bit rounding floor (backward_reference round_to=),
+    ds fp32_ds_floor's term (0 for dv). ok: finite and within max(TOL64 x |ref|, 3 x the rounding's error, an
+    absolute floor of 1e-5 per sqrt(element) or ds). Keys rel, rounding_rel, ok, and err, norm, atol for callers."""
+    import torch
+
+    gd = g.double()
+    finite = bool(torch.isfinite(gd).all())
+    norm, err = float(ref.norm()), float((gd - ref).norm()) if finite else math.inf
+    floor, atol = float((base - ref).norm()), max(1e-5 * g.numel() ** 0.5, ds)
+    return dict(rel=err / max(norm, 1e-30), rounding_rel=floor / max(norm, 1e-30),
+                ok=finite and err <= max(TOL64[dt] * norm, 3 * floor, atol), err=err, norm=norm, atol=atol)
 
 
 def inputs(b, h, h_kv, n_q, n_k, d, dtype, scale, seed, strided):
@@ -125,7 +134,6 @@ def inputs(b, h, h_kv, n_q, n_k, d, dtype, scale, seed, strided):
 
 
 def correctness() -> list[dict]:
-    import torch
 
     from kernels import fa2_wgmma, fa2_wgmma_bwd
     from lab import bwd_ws
@@ -143,18 +151,14 @@ def correctness() -> list[dict]:
             try:
                 bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=cfg, out=grads)
                 shipped = fa2_wgmma_bwd.backward(q, k, v, o, lse, do, causal=causal, impl="v3")
-                sync()
+                sync(DEVICE)
                 exact, rounded = reference(q, k, v, do, causal), reference(q, k, v, do, causal, dtype)
                 ds_floor = (*fp32_ds_floor(q, k, v, do, causal=causal), 0.0)
                 for name, g, ref, base, sh, ds in zip(("dq", "dk", "dv"), grads, exact, rounded, shipped, ds_floor):
-                    gd, shd = g.double(), sh.double()
-                    finite = bool(torch.isfinite(gd).all())
-                    norm, err = float(ref.norm()), float((gd - ref).norm()) if finite else math.inf
-                    floor, atol = float((base - ref).norm()), max(1e-5 * g.numel() ** 0.5, ds)
-                    diff = float((gd - shd).norm()) if finite else math.inf
-                    ok = finite and err <= max(TOL64[dt] * norm, 3 * floor, atol) and diff <= max(
-                        V3_REL * float(shd.norm()), 0.5 * float((shd - ref).norm()), atol)
-                    row[name] = dict(rel=err / max(norm, 1e-30), rounding_rel=floor / max(norm, 1e-30),
+                    c, shd = check_grad(g, ref, base, ds, dt), sh.double()
+                    diff = float((g.double() - shd).norm()) if math.isfinite(c["err"]) else math.inf
+                    ok = c["ok"] and diff <= max(V3_REL * float(shd.norm()), 0.5 * float((shd - ref).norm()), c["atol"])
+                    row[name] = dict(rel=c["rel"], rounding_rel=c["rounding_rel"],
                                      vs_v3=diff / max(float(shd.norm()), 1e-30), ok=ok)
                     row["ok"] = row["ok"] and ok
                 if causal and n_q > n_k and not bool((grads[0][:, :, : n_q - n_k] == 0).all()):
@@ -209,7 +213,7 @@ def run_cell(dt, d, n, causal, contenders, end, rows):
                 def fn(cfg=cfg):
                     return bwd_ws.backward(q, k, v, o, lse, do, causal=causal, config=cfg)
             grads = fn()
-            sync()
+            sync(DEVICE)
             if name == "cudnn":
                 ref = grads
             rec["finite"] = all(bool(torch.isfinite(x).all()) for x in grads)

@@ -86,6 +86,18 @@ def compile_all(jobs: list[tuple], processes: int) -> list[str]:
         return [str(f.exception()) for f in futures if f.exception() is not None]
 
 
+def compile_or_exit(jobs: list[tuple], processes: int) -> None:
+    """compile_all, then one line with the count and the time; SystemExit with the first failure's message (the
+    A/Bs' precompile step: a build that does not compile ends the run before any cell is timed)."""
+    import time
+
+    t0 = time.time()
+    bad = compile_all(jobs, processes)
+    if bad:
+        raise SystemExit(f"a build failed to compile:\n{bad[0][:3000]}")
+    print(f"precompiled {len(jobs)} builds in {time.time() - t0:.0f} s", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1))
