@@ -15,15 +15,7 @@ from kernels import fa2_wgmma_bwd, fa2_wgmma_bwd_ws, loader
 from lab import bwd_ws  # the lab's A/B builds (ALTERNATIVES) and the SASS split by role (consumer_spills)
 from tests.backward_helpers import LaunchRecorder
 from tests.tiers import one_per
-
-try:
-    loader.nvrtc_version()
-    loader.cuda_include_dirs()
-    TOOLCHAIN = None
-except loader.ToolchainMissing as exc:
-    TOOLCHAIN = str(exc)
-
-needs_nvrtc = pytest.mark.skipif(TOOLCHAIN is not None, reason=f"no NVRTC toolchain: {TOOLCHAIN}")
+from tests.toolchain import needs_nvrtc
 
 
 def _has_nvdisasm() -> bool:

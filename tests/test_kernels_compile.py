@@ -12,15 +12,7 @@ import torch
 
 from kernels import KERNELS, loader
 from tests.tiers import one_per
-
-try:
-    loader.nvrtc_version()
-    loader.cuda_include_dirs()
-    TOOLCHAIN = None
-except loader.ToolchainMissing as exc:  # genuinely absent NVRTC or CUDA headers
-    TOOLCHAIN = str(exc)
-
-needs_nvrtc = pytest.mark.skipif(TOOLCHAIN is not None, reason=f"no NVRTC toolchain: {TOOLCHAIN}")
+from tests.toolchain import TOOLCHAIN, needs_nvrtc
 
 CONFIGS = [(spec.name, src, kernel, defines) for spec in KERNELS.values()
            for src, kernel, defines in spec.compile_configs()]

@@ -18,15 +18,7 @@ import pytest
 
 from kernels import fa2_tc, fa2_wgmma, loader
 from tests.tiers import one_per
-
-try:
-    loader.nvrtc_version()
-    loader.cuda_include_dirs()
-    TOOLCHAIN = None
-except loader.ToolchainMissing as exc:
-    TOOLCHAIN = str(exc)
-
-needs_nvrtc = pytest.mark.skipif(TOOLCHAIN is not None, reason=f"no NVRTC toolchain: {TOOLCHAIN}")
+from tests.toolchain import TOOLCHAIN, needs_nvrtc
 
 # every build forward()'s rules run (SIZE_RULES and CONFIGS, with the knobs forward() adds), fp16 and bf16, and every
 # named build (the rules' builds without those knobs, the cp.async ones) in fp16: NVRTC takes ~3 s a build on 2 cores
