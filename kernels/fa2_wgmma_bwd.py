@@ -507,13 +507,13 @@ def _launch(q, k, v, o, lse, do, causal, scale, passes, grids, grads, ws: dict |
 
     fn(KERNEL_PRE).launch((n_pad // 64, b * h, 1), (128, 1, 1),
                           (o, do, lse, l2, dd, dq_acc, int(n_q), int(n_pad), int(h), *_strides(o), *_strides(do)))
-    args = (q, k, v, do, l2, dd, dq_acc, dk, dv, int(n_q), int(n_k), int(n_pad), float(scale * fa2_tc.LOG2E),
-            float(scale), int(bool(causal)), int(h), int(h // h_kv), sem,
-            *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv))
     if ws is not None:
         fa2_wgmma_bwd_ws.launch_main(ws, grids[0], dev, q, k, v, do, l2, dd, dq_acc, dk, dv, n_pad, scale, causal, h,
                                      h_kv, _strides)
     else:
+        args = (q, k, v, do, l2, dd, dq_acc, dk, dv, int(n_q), int(n_k), int(n_pad), float(scale * fa2_tc.LOG2E),
+                float(scale), int(bool(causal)), int(h), int(h // h_kv), sem,
+                *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv))
         for p, g in zip(passes, grids):
             fn(KERNEL, p).launch(g, (threads(p), 1, 1), args, shared_mem=smem_bytes(p))
     grid_dq = (n_pad // defs["BR"], b * h, 1) if defs.get("DQ_BULK") else (-(-n_q // 64), b * h, 1)
